@@ -1,0 +1,506 @@
+//! What a step receives: identity, caller, scope, services, memory, cancellation, and the
+//! journaled helpers.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::engine::run::RunShared;
+use crate::error::{ErrorCode, StepError};
+use crate::hash::ContentHash;
+use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
+use crate::journal::Record;
+use crate::outcome::{Decision, Event, InterruptKind, InterruptRequest, Resolution};
+use crate::scope::Scope;
+
+/// Who started a run: tenant, user, roles and free-form metadata.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Caller {
+    /// The tenant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The user's roles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// Anything else.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub metadata: Map<String, Value>,
+}
+
+impl Caller {
+    /// A user in a tenant.
+    pub fn user(tenant: Option<&str>, user: &str) -> Self {
+        Self { tenant: tenant.map(str::to_owned), user: Some(user.to_owned()), ..Self::default() }
+    }
+
+    /// Adds a role.
+    #[must_use]
+    pub fn with_role(mut self, role: &str) -> Self {
+        self.roles.push(role.to_owned());
+        self
+    }
+}
+
+/// Typed services available to steps (dependency injection): a map from type to instance.
+#[derive(Clone, Default)]
+pub struct Services {
+    map: Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
+}
+
+impl fmt::Debug for Services {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Services({} registered)", self.map.len())
+    }
+}
+
+impl Services {
+    /// Registers a service, replacing one of the same type.
+    #[must_use]
+    pub fn with<T: Any + Send + Sync>(mut self, service: Arc<T>) -> Self {
+        Arc::make_mut(&mut self.map).insert(TypeId::of::<T>(), service);
+        self
+    }
+
+    /// The service of type `T`, if registered.
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.map.get(&TypeId::of::<T>()).and_then(|s| s.clone().downcast::<T>().ok())
+    }
+}
+
+/// A memory layer made available to descendant steps by a `provide` node.
+pub trait MemoryLayer: Send + Sync + 'static {
+    /// The layer's name (steps look layers up by it).
+    fn name(&self) -> &str;
+    /// Reads a key.
+    fn recall(&self, key: &str) -> Option<Value>;
+    /// Writes a key.
+    fn store(&self, key: &str, value: Value);
+}
+
+/// A memory layer in a hash map.
+#[derive(Debug, Default)]
+pub struct InMemoryLayer {
+    name: String,
+    entries: Mutex<HashMap<String, Value>>,
+}
+
+impl InMemoryLayer {
+    /// An empty layer.
+    pub fn new(name: &str) -> Self {
+        Self { name: name.to_owned(), entries: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl MemoryLayer for InMemoryLayer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recall(&self, key: &str) -> Option<Value> {
+        self.entries.lock().expect("poisoned").get(key).cloned()
+    }
+
+    fn store(&self, key: &str, value: Value) {
+        self.entries.lock().expect("poisoned").insert(key.to_owned(), value);
+    }
+}
+
+/// The memory layers visible to a step, innermost last.
+#[derive(Clone, Default)]
+pub struct Memory {
+    layers: Arc<Vec<Arc<dyn MemoryLayer>>>,
+}
+
+impl fmt::Debug for Memory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.layers.iter().map(|l| l.name())).finish()
+    }
+}
+
+impl Memory {
+    pub(crate) fn with(&self, more: &[Arc<dyn MemoryLayer>]) -> Self {
+        let mut layers = (*self.layers).clone();
+        layers.extend(more.iter().cloned());
+        Self { layers: Arc::new(layers) }
+    }
+
+    /// The innermost layer with this name.
+    pub fn layer(&self, name: &str) -> Option<&Arc<dyn MemoryLayer>> {
+        self.layers.iter().rev().find(|l| l.name() == name)
+    }
+
+    /// Reads a key from the innermost layer that has it.
+    pub fn recall(&self, key: &str) -> Option<Value> {
+        self.layers.iter().rev().find_map(|l| l.recall(key))
+    }
+
+    /// The layer names, outermost first.
+    pub fn names(&self) -> Vec<&str> {
+        self.layers.iter().map(|l| l.name()).collect()
+    }
+}
+
+/// Live, non-durable notifications: progress and streamed tokens (for a terminal view).
+pub trait Observer: Send + Sync + 'static {
+    /// A step path started an attempt.
+    fn step_started(&self, _run: RunId, _path: &StepPath, _attempt: u32) {}
+    /// A step path finished (completed, failed, skipped, suspended...).
+    fn step_finished(&self, _run: RunId, _path: &StepPath, _status: &str) {}
+    /// A step streamed a token.
+    fn token(&self, _run: RunId, _path: &StepPath, _text: &str) {}
+}
+
+#[derive(Default)]
+struct Local {
+    value_seq: u32,
+    interrupt_seq: u32,
+    pending: Vec<InterruptId>,
+    interrupt_failure: Option<StepError>,
+}
+
+/// The context a step runs in. Cheap to clone (one reference count).
+#[derive(Clone)]
+pub struct StepContext {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    run: Arc<RunShared>,
+    path: StepPath,
+    attempt: u32,
+    scope: Scope,
+    memory: Memory,
+    cancel: CancellationToken,
+    idempotency_key: Option<String>,
+    checkpoint: Option<Value>,
+    local: Mutex<Local>,
+}
+
+impl fmt::Debug for StepContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StepContext")
+            .field("run", &self.inner.run.run_id)
+            .field("path", &self.inner.path)
+            .field("attempt", &self.inner.attempt)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The signal `ctx.interrupt()` returns while the answer is not there yet: propagate it
+/// with `?`. The engine suspends the step; on resume the step runs again and the same call
+/// returns the decision.
+pub(crate) fn suspended_signal(id: &InterruptId) -> StepError {
+    StepError::new(ErrorCode::from_static("suspended"), format!("waiting on interrupt {id}"))
+}
+
+pub(crate) struct ContextParts {
+    pub(crate) run: Arc<RunShared>,
+    pub(crate) path: StepPath,
+    pub(crate) attempt: u32,
+    pub(crate) scope: Scope,
+    pub(crate) memory: Memory,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) idempotency_key: Option<String>,
+    pub(crate) checkpoint: Option<Value>,
+}
+
+impl StepContext {
+    pub(crate) fn new(parts: ContextParts) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                run: parts.run,
+                path: parts.path,
+                attempt: parts.attempt,
+                scope: parts.scope,
+                memory: parts.memory,
+                cancel: parts.cancel,
+                idempotency_key: parts.idempotency_key,
+                checkpoint: parts.checkpoint,
+                local: Mutex::new(Local::default()),
+            }),
+        }
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> RunId {
+        self.inner.run.run_id
+    }
+
+    /// The workflow's name.
+    pub fn workflow(&self) -> &str {
+        &self.inner.run.workflow
+    }
+
+    /// The workflow's version.
+    pub fn workflow_version(&self) -> &str {
+        &self.inner.run.version
+    }
+
+    /// This step execution's path.
+    pub fn path(&self) -> &StepPath {
+        &self.inner.path
+    }
+
+    /// The attempt number, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.inner.attempt
+    }
+
+    /// Who started the run.
+    pub fn caller(&self) -> &Caller {
+        &self.inner.run.caller
+    }
+
+    /// Earlier outputs, bound variables and the workflow input.
+    pub fn scope(&self) -> &Scope {
+        &self.inner.scope
+    }
+
+    /// The workflow input.
+    pub fn workflow_input(&self) -> &Value {
+        self.inner.scope.input()
+    }
+
+    /// A registered service.
+    pub fn service<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.inner.run.services.get::<T>()
+    }
+
+    /// A registered service, or an `execution_failed` error naming the missing type.
+    pub fn require<T: Any + Send + Sync>(&self) -> Result<Arc<T>, StepError> {
+        self.service::<T>().ok_or_else(|| {
+            StepError::execution_failed(format!(
+                "looking up service {}: none is registered with the engine",
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+
+    /// The memory layers provided by enclosing `provide` nodes.
+    pub fn memory(&self) -> &Memory {
+        &self.inner.memory
+    }
+
+    /// The cancellation token; a step must stop soon after it fires.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.inner.cancel
+    }
+
+    /// Whether the step was asked to stop.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.is_cancelled()
+    }
+
+    /// For `write`/`external` steps: the idempotency key (hash of run id and step path), the
+    /// same in every attempt and after a crash. Pass it to the system you call.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.inner.idempotency_key.as_deref()
+    }
+
+    /// The state saved by this step's last `continue` outcome, when it is re-entered.
+    pub fn checkpoint(&self) -> Option<&Value> {
+        self.inner.checkpoint.as_ref()
+    }
+
+    /// Records an audit event (recorded before the events the step returns).
+    pub fn emit(&self, event: Event) {
+        self.inner.run.event(&self.inner.path, &event.kind, event.data);
+    }
+
+    /// Captures an artifact; returns its content hash (SHA-256 of canonical JSON). In
+    /// hash-only capture mode only the hash is kept.
+    pub fn artifact(&self, kind: &str, data: &Value) -> ContentHash {
+        self.inner.run.artifact(&self.inner.path, kind, data)
+    }
+
+    /// Streams a token to the observer (a terminal, an SSE stream).
+    pub fn token(&self, text: &str) {
+        if let Some(observer) = &self.inner.run.observer {
+            observer.token(self.inner.run.run_id, &self.inner.path, text);
+        }
+    }
+
+    /// Journaled wall time: the same value when this step is re-executed after a crash.
+    pub fn now(&self) -> Timestamp {
+        let value = self.journaled(|run| Value::from(run.clock.now().as_micros()));
+        Timestamp::from_micros(value.as_i64().unwrap_or_default())
+    }
+
+    /// A journaled UUIDv7.
+    pub fn uuid(&self) -> uuid::Uuid {
+        let value = self.journaled(|run| {
+            Value::from(crate::ids::RunId::from_parts(run.clock.now(), run.entropy.bytes10()).to_string())
+        });
+        value.as_str().and_then(|s| uuid::Uuid::parse_str(s).ok()).unwrap_or_default()
+    }
+
+    /// A journaled random word.
+    pub fn random(&self) -> u64 {
+        let value = self.journaled(|run| Value::from(run.entropy.next_u64()));
+        value.as_u64().unwrap_or_default()
+    }
+
+    fn journaled(&self, draw: impl FnOnce(&RunShared) -> Value) -> Value {
+        let run = &self.inner.run;
+        let seq = {
+            let mut local = self.inner.local.lock().expect("poisoned");
+            local.value_seq += 1;
+            local.value_seq
+        };
+        if let Some(value) = run.replay.value(&self.inner.path, self.inner.attempt, seq) {
+            return value.clone();
+        }
+        let value = draw(run);
+        run.recorder.note(
+            &self.inner.path,
+            run.clock.now(),
+            Record::Value { attempt: self.inner.attempt, seq, value: value.clone() },
+        );
+        value
+    }
+
+    /// Asks a human (or waits for an event or a timer) mid-step. Returns the resolution once
+    /// there is one; until then returns a `suspended` signal to propagate with `?`, and the
+    /// run suspends. On resume the step runs again from the top, and this call returns the
+    /// decision. Work before the call should itself be journaled (`now`, `uuid`, sub-steps).
+    pub async fn interrupt(&self, request: InterruptRequest) -> Result<Resolution, StepError> {
+        let ordinal = {
+            let mut local = self.inner.local.lock().expect("poisoned");
+            local.interrupt_seq += 1;
+            local.interrupt_seq - 1
+        };
+        self.interrupt_with_ordinal(ordinal, request).await
+    }
+
+    pub(crate) async fn interrupt_with_ordinal(
+        &self,
+        ordinal: u32,
+        request: InterruptRequest,
+    ) -> Result<Resolution, StepError> {
+        let run = &self.inner.run;
+        let id = InterruptId::derive(run.run_id, &self.inner.path, ordinal);
+        let now = run.clock.now();
+        let deadline = match run.replay.interrupt(&id) {
+            Some(log) => {
+                if let Some(resolution) = &log.resolution {
+                    return Ok(resolution.clone());
+                }
+                log.deadline
+            }
+            None => {
+                let deadline = request.timeout.map(|t| now.add(t));
+                run.recorder.note(
+                    &self.inner.path,
+                    now,
+                    Record::InterruptOpened { id: id.clone(), request: request.clone(), deadline },
+                );
+                deadline
+            }
+        };
+        // A deadline that has passed (or is close enough to wait for here) decides now.
+        if let Some(deadline) = deadline {
+            let wait = deadline.since(now);
+            if deadline <= now || wait <= run.config.in_process_wait_limit {
+                if !wait.is_zero() {
+                    tokio::select! {
+                        () = run.clock.sleep_until(deadline) => {}
+                        () = self.inner.cancel.cancelled() => {
+                            return Err(StepError::cancelled("cancelled while waiting on a timer"));
+                        }
+                    }
+                }
+                return self.apply_timeout(&id, &request, deadline).await;
+            }
+        }
+        if let Some(deadline) = deadline {
+            run.note_wake_at(deadline);
+        }
+        self.inner.local.lock().expect("poisoned").pending.push(id.clone());
+        Err(suspended_signal(&id))
+    }
+
+    async fn apply_timeout(
+        &self,
+        id: &InterruptId,
+        request: &InterruptRequest,
+        deadline: Timestamp,
+    ) -> Result<Resolution, StepError> {
+        use crate::outcome::TimeoutAction;
+        let run = &self.inner.run;
+        let decision = match request.on_timeout {
+            TimeoutAction::Approve => Decision::Approve,
+            TimeoutAction::Reject => Decision::Reject { reason: Some("the deadline passed".into()) },
+            TimeoutAction::Fail => {
+                let error = StepError::new(
+                    ErrorCode::INTERRUPT_TIMEOUT,
+                    format!("waiting on interrupt {id}: the deadline passed with no decision"),
+                );
+                self.inner.local.lock().expect("poisoned").interrupt_failure = Some(error.clone());
+                return Err(error);
+            }
+        };
+        let resolution = Resolution { decision, by: None, at: deadline, timed_out: true };
+        // Resolution goes through the store's compare-and-set, like a human decision: if a
+        // person decided first, theirs stands.
+        let entry = crate::journal::JournalEntry {
+            path: self.inner.path.clone(),
+            at: run.clock.now(),
+            record: Record::InterruptResolved { id: id.clone(), resolution: resolution.clone() },
+        };
+        run.recorder.flush().await.map_err(|c| StepError::execution_failed(format!("recording a deadline: {}", c.0)))?;
+        match run.recorder.store().resolve_interrupt(run.run_id, entry).await {
+            Ok(()) => Ok(resolution),
+            Err(crate::journal::StoreError::AlreadyResolved { .. }) => {
+                let loaded = run.recorder.store().load(run.run_id).await.map_err(|e| {
+                    StepError::execution_failed(format!("reloading a resolved interrupt: {e}"))
+                })?;
+                loaded
+                    .entries
+                    .iter()
+                    .find_map(|e| match &e.record {
+                        Record::InterruptResolved { id: done, resolution } if done == id => Some(resolution.clone()),
+                        _ => None,
+                    })
+                    .ok_or_else(|| StepError::execution_failed("an interrupt resolution vanished"))
+            }
+            Err(e) if run.config.durability == crate::engine::Durability::None => {
+                let _ = e;
+                Ok(resolution)
+            }
+            Err(e) => Err(StepError::execution_failed(format!("recording a deadline: {e}"))),
+        }
+    }
+
+    /// A durable sleep: the deadline is journaled, so after a crash the step waits only for
+    /// what is left. A wait longer than the engine's in-process limit suspends the run.
+    pub async fn sleep(&self, duration: Duration) -> Result<(), StepError> {
+        self.interrupt(InterruptRequest::timer(duration)).await.map(|_| ())
+    }
+
+    /// An approval request mid-step: `Ok(Some(payload))` when approved (the corrected payload
+    /// if modified), `Ok(None)` when rejected.
+    pub async fn approval(&self, request: InterruptRequest) -> Result<Option<Value>, StepError> {
+        debug_assert_eq!(request.kind, InterruptKind::Approval);
+        let payload = request.payload.clone();
+        let resolution = self.interrupt(request).await?;
+        Ok(match resolution.decision {
+            Decision::Approve => Some(payload),
+            Decision::Modify { payload } | Decision::Respond { value: payload } => Some(payload),
+            Decision::Reject { .. } => None,
+        })
+    }
+
+    pub(crate) fn take_pending(&self) -> (Vec<InterruptId>, Option<StepError>) {
+        let mut local = self.inner.local.lock().expect("poisoned");
+        (std::mem::take(&mut local.pending), local.interrupt_failure.take())
+    }
+}

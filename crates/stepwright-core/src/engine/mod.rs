@@ -1,0 +1,721 @@
+//! The engine: starts, resumes, resolves and cancels runs.
+
+pub(crate) mod exec;
+pub(crate) mod run;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::{Caller, Memory, Observer, Services};
+use crate::definition::Workflow;
+use crate::error::{ErrorCode, StepError};
+use crate::hash::ContentHash;
+use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
+use crate::journal::{
+    JournalEntry, LoadedRun, MemoryStore, Record, RunRecord, RunStatus, StatusUpdate, Store, StoreError,
+};
+use crate::outcome::{Decision, InterruptKind};
+use crate::runtime::{Clock, Entropy, SystemEntropy, TokioClock};
+use crate::scope::Scope;
+use exec::{Env, Exec, Flow};
+use run::{Crash, Recorder, ReplayIndex, RunShared};
+
+/// When a step's result must be durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// A step's result is committed before the run moves past it (the default). A crash
+    /// loses nothing that completed; a pure or read step that was running re-runs.
+    #[default]
+    Sync,
+    /// Nothing is written to the store: runs live in memory only and cannot be resumed
+    /// after the process ends (tests, throwaway runs). The loss window is the whole run.
+    None,
+}
+
+/// What is kept of artifacts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactCapture {
+    /// Content and hash.
+    #[default]
+    Full,
+    /// Only the hash (compliance: prove what was seen without keeping it).
+    HashOnly,
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// When results must be durable.
+    pub durability: Durability,
+    /// What is kept of artifacts.
+    pub artifacts: ArtifactCapture,
+    /// Timers, retry backoffs and interrupt deadlines up to this long are waited for in
+    /// process; longer ones leave the run suspended with a wake-up time, for a runner to
+    /// resume when due.
+    pub in_process_wait_limit: Duration,
+    /// How long a cancelled step may take to stop on its own before its future is dropped.
+    pub cancel_grace: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Sync,
+            artifacts: ArtifactCapture::Full,
+            in_process_wait_limit: Duration::from_secs(60),
+            cancel_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Memoized outputs of pure steps, keyed by step identity and input hash.
+pub trait StepCache: Send + Sync + 'static {
+    /// A cached output.
+    fn get(&self, key: &ContentHash) -> Option<Arc<Value>>;
+    /// Stores an output.
+    fn put(&self, key: ContentHash, value: Arc<Value>);
+}
+
+/// A step cache in memory.
+#[derive(Debug, Default)]
+pub struct MemoryCache {
+    entries: Mutex<HashMap<ContentHash, Arc<Value>>>,
+}
+
+impl StepCache for MemoryCache {
+    fn get(&self, key: &ContentHash) -> Option<Arc<Value>> {
+        self.entries.lock().expect("poisoned").get(key).cloned()
+    }
+
+    fn put(&self, key: ContentHash, value: Arc<Value>) {
+        self.entries.lock().expect("poisoned").insert(key, value);
+    }
+}
+
+/// Messages for loop inboxes and wake-ups for `every` channels, per run.
+#[derive(Default)]
+pub(crate) struct Mailboxes {
+    messages: Mutex<HashMap<(RunId, String), VecDeque<Value>>>,
+    wakes: Mutex<HashMap<(RunId, String), u64>>,
+    notify: Notify,
+}
+
+impl Mailboxes {
+    fn send(&self, run: RunId, inbox: &str, message: Value) {
+        self.messages.lock().expect("poisoned").entry((run, inbox.to_owned())).or_default().push_back(message);
+        self.notify.notify_waiters();
+    }
+
+    fn wake(&self, run: RunId, channel: &str) {
+        *self.wakes.lock().expect("poisoned").entry((run, channel.to_owned())).or_default() += 1;
+        self.notify.notify_waiters();
+    }
+
+    fn take_message(&self, run: RunId, inbox: &str) -> Option<Value> {
+        self.messages.lock().expect("poisoned").get_mut(&(run, inbox.to_owned())).and_then(VecDeque::pop_front)
+    }
+
+    fn take_wake(&self, run: RunId, channel: &str) -> bool {
+        let mut wakes = self.wakes.lock().expect("poisoned");
+        match wakes.get_mut(&(run, channel.to_owned())) {
+            Some(count) if *count > 0 => {
+                *count = 0;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The next message on an inbox, or `None` if none arrives within `timeout`.
+    pub(crate) async fn receive(&self, run: RunId, inbox: &str, clock: &dyn Clock, timeout: Duration) -> Option<Value> {
+        let deadline = clock.sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(message) = self.take_message(run, inbox) {
+                return Some(message);
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = &mut deadline => return self.take_message(run, inbox),
+            }
+        }
+    }
+
+    /// Completes when the channel is woken (a wake-up sent earlier counts once).
+    pub(crate) async fn wait_wake(&self, run: RunId, channel: &str) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.take_wake(run, channel) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// An open interrupt, as reported to callers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PendingInterrupt {
+    /// Its stable id.
+    pub id: InterruptId,
+    /// The step that asked.
+    pub step: StepPath,
+    /// Its kind.
+    pub kind: InterruptKind,
+    /// Its message.
+    pub message: String,
+    /// When its `on_timeout` applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Timestamp>,
+}
+
+/// Where a run stands after an execution returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The run.
+    pub run_id: RunId,
+    /// Its status.
+    pub status: RunStatus,
+    /// Its output, if completed.
+    pub output: Option<Value>,
+    /// Its error, if failed or cancelled.
+    pub error: Option<StepError>,
+    /// Open interrupts, if suspended.
+    pub pending: Vec<PendingInterrupt>,
+    /// When a timer or retry is due, if the run waits for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<Timestamp>,
+}
+
+/// Errors from engine operations.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The workflow input does not match the workflow's input schema; nothing was created.
+    #[error("starting workflow {workflow:?}: {source}")]
+    InvalidInput {
+        /// The workflow.
+        workflow: String,
+        /// The validation error.
+        #[source]
+        source: StepError,
+    },
+    /// The store failed; the run stopped where the journal ends and can be resumed.
+    #[error("the store failed during run {run}")]
+    Store {
+        /// The run.
+        run: RunId,
+        /// The cause.
+        #[source]
+        source: StoreError,
+    },
+    /// The run is finished or running and cannot be resumed.
+    #[error("run {run} cannot be resumed: it is {status:?}")]
+    NotResumable {
+        /// The run.
+        run: RunId,
+        /// Its status.
+        status: RunStatus,
+    },
+    /// The run was started from another workflow definition.
+    #[error(
+        "run {run} is pinned to definition {pinned} of workflow {workflow:?}, but the definition given has hash {given}"
+    )]
+    DefinitionMismatch {
+        /// The run.
+        run: RunId,
+        /// The workflow.
+        workflow: String,
+        /// The run's definition hash.
+        pinned: ContentHash,
+        /// The given definition's hash.
+        given: ContentHash,
+    },
+    /// The interrupt cannot be resolved this way.
+    #[error("resolving interrupt {interrupt} of run {run}: {reason}")]
+    Resolve {
+        /// The run.
+        run: RunId,
+        /// The interrupt.
+        interrupt: InterruptId,
+        /// Why not.
+        reason: String,
+        /// A stable code: `not_found`, `already_resolved`, `access_denied`, `invalid_decision`.
+        code: &'static str,
+    },
+}
+
+impl EngineError {
+    fn store(run: RunId) -> impl FnOnce(StoreError) -> Self {
+        move |source| Self::Store { run, source }
+    }
+}
+
+/// Options for starting a run.
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    /// Who starts it.
+    pub caller: Caller,
+    /// The run id to use (default: a fresh UUIDv7).
+    pub run_id: Option<RunId>,
+}
+
+/// Builds an [`Engine`].
+pub struct EngineBuilder {
+    store: Option<Arc<dyn Store>>,
+    clock: Option<Arc<dyn Clock>>,
+    entropy: Option<Arc<dyn Entropy>>,
+    config: EngineConfig,
+    services: Services,
+    observer: Option<Arc<dyn Observer>>,
+    cache: Option<Arc<dyn StepCache>>,
+}
+
+impl EngineBuilder {
+    /// The store (default: a fresh [`MemoryStore`]).
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The clock (default: [`TokioClock`]).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The entropy source (default: [`SystemEntropy`]).
+    #[must_use]
+    pub fn entropy(mut self, entropy: Arc<dyn Entropy>) -> Self {
+        self.entropy = Some(entropy);
+        self
+    }
+
+    /// The settings.
+    #[must_use]
+    pub fn config(mut self, config: EngineConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Registers a service for steps (`ctx.service::<T>()`).
+    #[must_use]
+    pub fn service<T: std::any::Any + Send + Sync>(mut self, service: Arc<T>) -> Self {
+        self.services = self.services.with(service);
+        self
+    }
+
+    /// Live progress and token notifications.
+    #[must_use]
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The step cache (default: in memory).
+    #[must_use]
+    pub fn cache(mut self, cache: Arc<dyn StepCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// Builds the engine.
+    pub fn build(self) -> Engine {
+        Engine {
+            inner: Arc::new(EngineInner {
+                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                clock: self.clock.unwrap_or_else(|| Arc::new(TokioClock::new())),
+                entropy: self.entropy.unwrap_or_else(|| Arc::new(SystemEntropy::new())),
+                config: Arc::new(self.config),
+                services: self.services,
+                observer: self.observer,
+                cache: self.cache.unwrap_or_else(|| Arc::new(MemoryCache::default())),
+                mailboxes: Arc::new(Mailboxes::default()),
+                live: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+}
+
+/// The engine: runs workflows against a store. Cheap to clone; share one per process.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<EngineInner>,
+}
+
+struct EngineInner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    entropy: Arc<dyn Entropy>,
+    config: Arc<EngineConfig>,
+    services: Services,
+    observer: Option<Arc<dyn Observer>>,
+    cache: Arc<dyn StepCache>,
+    mailboxes: Arc<Mailboxes>,
+    live: Mutex<HashMap<RunId, CancellationToken>>,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::builder().build()
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("config", &self.inner.config).finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Starts building an engine.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder {
+            store: None,
+            clock: None,
+            entropy: None,
+            config: EngineConfig::default(),
+            services: Services::default(),
+            observer: None,
+            cache: None,
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Starts a run and executes it until it completes, fails or suspends.
+    pub async fn start(&self, workflow: &Workflow, input: Value) -> Result<RunReport, EngineError> {
+        self.start_with(workflow, input, StartOptions::default()).await
+    }
+
+    /// [`Engine::start`] with a caller identity or a chosen run id.
+    pub async fn start_with(
+        &self,
+        workflow: &Workflow,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<RunReport, EngineError> {
+        let record = self.create(workflow, input, options).await?;
+        let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
+        self.execute(workflow, loaded).await
+    }
+
+    /// Creates a run without executing it (status `pending`); `resume` executes it.
+    pub async fn create(
+        &self,
+        workflow: &Workflow,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<RunRecord, EngineError> {
+        let def = &workflow.inner;
+        if let Some(schema) = &def.input_schema {
+            schema
+                .check(&input, ErrorCode::INPUT_VALIDATION, "the workflow input")
+                .map_err(|source| EngineError::InvalidInput { workflow: def.name.clone(), source })?;
+        }
+        let now = self.inner.clock.now();
+        let id = options.run_id.unwrap_or_else(|| RunId::from_parts(now, self.inner.entropy.bytes10()));
+        let record = RunRecord {
+            id,
+            workflow: def.name.clone(),
+            version: def.version.clone(),
+            definition_hash: def.hash,
+            input: Arc::new(input),
+            caller: options.caller,
+            status: RunStatus::Pending,
+            output: None,
+            error: None,
+            parent: None,
+            created_at: now,
+            updated_at: now,
+        };
+        self.inner.store.create_run(record.clone()).await.map_err(EngineError::store(id))?;
+        Ok(record)
+    }
+
+    /// Continues a run that is pending, suspended, or was left running by a crash: the
+    /// definition is re-walked and every recorded result is served from the journal.
+    pub async fn resume(&self, workflow: &Workflow, run: RunId) -> Result<RunReport, EngineError> {
+        let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
+        if loaded.record.status.is_terminal() {
+            return Err(EngineError::NotResumable { run, status: loaded.record.status });
+        }
+        if loaded.record.definition_hash != workflow.hash() {
+            return Err(EngineError::DefinitionMismatch {
+                run,
+                workflow: workflow.name().to_owned(),
+                pinned: loaded.record.definition_hash,
+                given: workflow.hash(),
+            });
+        }
+        self.execute(workflow, loaded).await
+    }
+
+    /// Resolves an open interrupt (compare-and-set: of concurrent decisions exactly one
+    /// wins). Approvers are enforced; an `input` answer is validated against its schema. The
+    /// run is not continued: call [`Engine::resume`].
+    pub async fn resolve(
+        &self,
+        run: RunId,
+        interrupt: &InterruptId,
+        decision: Decision,
+        by: &Caller,
+    ) -> Result<(), EngineError> {
+        let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
+        let error = |code: &'static str, reason: String| EngineError::Resolve {
+            run,
+            interrupt: interrupt.clone(),
+            reason,
+            code,
+        };
+        let index = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(run))?;
+        let Some(log) = index.interrupt(interrupt) else {
+            return Err(error("not_found", "no such interrupt in this run".into()));
+        };
+        if log.resolution.is_some() {
+            return Err(error("already_resolved", "it was already resolved".into()));
+        }
+        let request = &log.request;
+        if !request.approvers.is_empty() {
+            let allowed = request.approvers.iter().any(|a| match a {
+                crate::outcome::Approver::User(user) => by.user.as_deref() == Some(user.as_str()),
+                crate::outcome::Approver::Role(role) => by.roles.iter().any(|r| r == role),
+            });
+            if !allowed {
+                return Err(error(
+                    "access_denied",
+                    format!(
+                        "{} is not among its approvers",
+                        by.user.as_deref().map_or("an anonymous caller".to_owned(), |u| format!("user {u:?}"))
+                    ),
+                ));
+            }
+        }
+        match (request.kind, &decision) {
+            (InterruptKind::Input, Decision::Respond { value }) => {
+                if let Some(schema) = &request.schema {
+                    let validator = jsonschema::validator_for(schema)
+                        .map_err(|e| error("invalid_decision", format!("the request's schema is invalid: {e}")))?;
+                    let problems: Vec<String> = validator
+                        .iter_errors(value)
+                        .map(|e| format!("at {}: {e}", e.instance_path()))
+                        .collect();
+                    if !problems.is_empty() {
+                        return Err(error(
+                            "invalid_decision",
+                            format!("the value does not match the requested schema: {}", problems.join("; ")),
+                        ));
+                    }
+                }
+            }
+            (InterruptKind::Input, Decision::Reject { .. }) => {}
+            (InterruptKind::Input, _) => {
+                return Err(error("invalid_decision", "an input request takes a value (respond) or a rejection".into()));
+            }
+            (InterruptKind::Approval, Decision::Respond { .. }) => {
+                return Err(error("invalid_decision", "an approval takes approve, reject or modify".into()));
+            }
+            (InterruptKind::Event | InterruptKind::Timer, Decision::Modify { .. }) => {
+                return Err(error("invalid_decision", "only approvals can be modified".into()));
+            }
+            _ => {}
+        }
+        let now = self.inner.clock.now();
+        let entry = JournalEntry {
+            path: log.path.clone(),
+            at: now,
+            record: Record::InterruptResolved {
+                id: interrupt.clone(),
+                resolution: crate::outcome::Resolution { decision, by: by.user.clone(), at: now, timed_out: false },
+            },
+        };
+        self.inner.store.resolve_interrupt(run, entry).await.map_err(|e| match e {
+            StoreError::AlreadyResolved { .. } => error("already_resolved", "another decision won".into()),
+            StoreError::InterruptNotFound { .. } => error("not_found", "no such interrupt in this run".into()),
+            other => EngineError::Store { run, source: other },
+        })
+    }
+
+    /// Cancels a run. A run executing in this engine sees its steps' tokens fire; a run that
+    /// is not executing is marked cancelled in the store. Returns whether anything changed.
+    pub async fn cancel(&self, run: RunId, reason: &str) -> Result<bool, EngineError> {
+        let live = self.inner.live.lock().expect("poisoned").get(&run).cloned();
+        if let Some(token) = live {
+            token.cancel();
+            return Ok(true);
+        }
+        let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
+        if loaded.record.status.is_terminal() {
+            return Ok(false);
+        }
+        let update = StatusUpdate {
+            status: RunStatus::Cancelled,
+            output: None,
+            error: Some(StepError::cancelled(reason)),
+            at: self.inner.clock.now(),
+        };
+        self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
+        Ok(true)
+    }
+
+    /// Sends a message to a loop inbox of a run (delivered to this engine's executions).
+    pub fn send(&self, run: RunId, inbox: &str, message: Value) {
+        self.inner.mailboxes.send(run, inbox, message);
+    }
+
+    /// Wakes an `every` channel of a run: its next tick runs at once.
+    pub fn wake(&self, run: RunId, channel: &str) {
+        self.inner.mailboxes.wake(run, channel);
+    }
+
+    /// The report of a run as the store has it.
+    pub async fn report(&self, run: RunId) -> Result<RunReport, EngineError> {
+        let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
+        Ok(report_from(&loaded, None))
+    }
+
+    async fn execute(&self, workflow: &Workflow, loaded: LoadedRun) -> Result<RunReport, EngineError> {
+        let run_id = loaded.record.id;
+        let replay = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(run_id))?;
+        let inner = &self.inner;
+        let shared = Arc::new(RunShared {
+            run_id,
+            workflow: Arc::from(workflow.name()),
+            version: Arc::from(workflow.version()),
+            caller: loaded.record.caller.clone(),
+            services: inner.services.clone(),
+            clock: inner.clock.clone(),
+            entropy: inner.entropy.clone(),
+            config: inner.config.clone(),
+            recorder: Recorder::new(inner.store.clone(), run_id, inner.config.durability),
+            replay,
+            observer: inner.observer.clone(),
+            cache: inner.cache.clone(),
+            mailboxes: inner.mailboxes.clone(),
+            root_memory: Memory::default(),
+            wake_at: Mutex::new(None),
+            yielded: AtomicBool::new(false),
+        });
+        let cancel = CancellationToken::new();
+        inner.live.lock().expect("poisoned").insert(run_id, cancel.clone());
+        let _live = LiveGuard { engine: inner, run: run_id };
+        let running = StatusUpdate { status: RunStatus::Running, output: None, error: None, at: inner.clock.now() };
+        inner.store.set_status(run_id, running).await.map_err(EngineError::store(run_id))?;
+
+        let input = loaded.record.input.clone();
+        let mut scope = Scope::new(input.clone());
+        let env = Env { memory: Memory::default(), cancel: cancel.clone() };
+        let exec = Exec { run: shared.clone() };
+        let flow = exec.exec_seq(&workflow.inner.body, &StepPath::root(), input, &mut scope, &env).await;
+        let flow = match flow {
+            Ok(flow) => flow,
+            Err(Crash(source)) => return Err(EngineError::Store { run: run_id, source }),
+        };
+        let (status, output, error) = match flow {
+            Flow::Done(last) => {
+                let output = match &workflow.inner.output {
+                    Some(expr) => expr.eval(&scope).map(Arc::new),
+                    None => Ok(last),
+                };
+                let checked = output.and_then(|output| match &workflow.inner.output_schema {
+                    Some(schema) => schema
+                        .check(&output, ErrorCode::OUTPUT_VALIDATION, "the workflow output")
+                        .map(|()| output),
+                    None => Ok(output),
+                });
+                match checked {
+                    Ok(output) => (RunStatus::Completed, Some((*output).clone()), None),
+                    Err(error) => (RunStatus::Failed, None, Some(error)),
+                }
+            }
+            Flow::Skipped(_) => (RunStatus::Completed, Some(Value::Null), None),
+            Flow::Suspended => {
+                let yielded = shared.yielded.load(std::sync::atomic::Ordering::Relaxed);
+                (if yielded { RunStatus::Pending } else { RunStatus::Suspended }, None, None)
+            }
+            Flow::Handoff(target, _) => (
+                RunStatus::Failed,
+                None,
+                Some(StepError::new(
+                    ErrorCode::UNKNOWN_HANDOFF_TARGET,
+                    format!("a step handed off to {target:?}, but no enclosing graph has such a node"),
+                )),
+            ),
+            Flow::Failed(error) if cancel.is_cancelled() && error.is(&ErrorCode::CANCELLED) => {
+                (RunStatus::Cancelled, None, Some(error))
+            }
+            Flow::Failed(error) => (RunStatus::Failed, None, Some(error)),
+        };
+        shared.recorder.flush().await.map_err(|Crash(source)| EngineError::Store { run: run_id, source })?;
+        let update = StatusUpdate { status, output: output.clone(), error: error.clone(), at: inner.clock.now() };
+        inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
+        let wake_at = *shared.wake_at.lock().expect("poisoned");
+        if status == RunStatus::Suspended {
+            let loaded = inner.store.load(run_id).await.map_err(EngineError::store(run_id))?;
+            return Ok(report_from(&loaded, wake_at));
+        }
+        Ok(RunReport { run_id, status, output, error, pending: Vec::new(), wake_at: wake_at.filter(|_| status == RunStatus::Pending) })
+    }
+}
+
+struct LiveGuard<'a> {
+    engine: &'a EngineInner,
+    run: RunId,
+}
+
+impl Drop for LiveGuard<'_> {
+    fn drop(&mut self) {
+        self.engine.live.lock().expect("poisoned").remove(&self.run);
+    }
+}
+
+fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> RunReport {
+    let mut pending = Vec::new();
+    if let Ok(index) = ReplayIndex::from_loaded(loaded) {
+        let mut open: Vec<_> = index.interrupts.iter().filter(|(_, log)| log.resolution.is_none()).collect();
+        open.sort_by(|a, b| a.1.path.cmp(&b.1.path).then(a.0.cmp(b.0)));
+        for (id, log) in open {
+            pending.push(PendingInterrupt {
+                id: id.clone(),
+                step: log.path.clone(),
+                kind: log.request.kind,
+                message: log.request.message.clone(),
+                deadline: log.deadline,
+            });
+        }
+    }
+    let wake_at = wake_at.or_else(|| pending.iter().filter_map(|p| p.deadline).min());
+    RunReport {
+        run_id: loaded.record.id,
+        status: loaded.record.status,
+        output: loaded.record.output.clone(),
+        error: loaded.record.error.clone(),
+        pending: if loaded.record.status == RunStatus::Suspended { pending } else { Vec::new() },
+        wake_at,
+    }
+}
+
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+    assert_send_sync::<Workflow>();
+    assert_send_sync::<crate::context::StepContext>();
+};

@@ -1,0 +1,231 @@
+//! Per-run shared state: the recording point and the replay index.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::context::{Caller, Memory, Observer, Services};
+use crate::engine::{ArtifactCapture, Durability, EngineConfig, Mailboxes, StepCache};
+use crate::error::StepError;
+use crate::hash::ContentHash;
+use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
+use crate::journal::{EventRecord, JournalBatch, JournalEntry, LoadedRun, Record, Store, StoreError};
+use crate::outcome::{InterruptRequest, Resolution};
+use crate::runtime::{Clock, Entropy};
+
+/// Everything a run's steps share. One per execution (start or resume) of a run.
+pub(crate) struct RunShared {
+    pub(crate) run_id: RunId,
+    pub(crate) workflow: Arc<str>,
+    pub(crate) version: Arc<str>,
+    pub(crate) caller: Caller,
+    pub(crate) services: Services,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) entropy: Arc<dyn Entropy>,
+    pub(crate) config: Arc<EngineConfig>,
+    pub(crate) recorder: Recorder,
+    pub(crate) replay: ReplayIndex,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
+    pub(crate) cache: Arc<dyn StepCache>,
+    pub(crate) mailboxes: Arc<Mailboxes>,
+    pub(crate) root_memory: Memory,
+    pub(crate) wake_at: Mutex<Option<Timestamp>>,
+    pub(crate) yielded: AtomicBool,
+}
+
+/// The store failed: the run stops at once, as a crashed process would, and can be resumed
+/// from what was committed.
+#[derive(Debug)]
+pub(crate) struct Crash(pub(crate) StoreError);
+
+/// The single recording point. Entries are buffered and written to the store in one batch
+/// at the next commit, so a step costs one store write (its completion), not one per entry.
+pub(crate) struct Recorder {
+    store: Arc<dyn Store>,
+    run: RunId,
+    durability: Durability,
+    pending: Mutex<JournalBatch>,
+    crashed: AtomicBool,
+}
+
+impl Recorder {
+    pub(crate) fn new(store: Arc<dyn Store>, run: RunId, durability: Durability) -> Self {
+        Self { store, run, durability, pending: Mutex::new(JournalBatch::default()), crashed: AtomicBool::new(false) }
+    }
+
+    /// Buffers an entry; it is written with the next commit.
+    pub(crate) fn note(&self, path: &StepPath, at: Timestamp, record: Record) {
+        self.pending.lock().expect("poisoned").entries.push(JournalEntry { path: path.clone(), at, record });
+    }
+
+    pub(crate) fn note_blob(&self, hash: ContentHash, value: Arc<Value>) {
+        self.pending.lock().expect("poisoned").blobs.push((hash, value));
+    }
+
+    pub(crate) fn note_event(&self, event: EventRecord) {
+        self.pending.lock().expect("poisoned").events.push(event);
+    }
+
+    /// Buffers an entry and writes everything buffered; returns once the store has it (in
+    /// `sync` durability).
+    pub(crate) async fn commit(&self, path: &StepPath, at: Timestamp, record: Record) -> Result<(), Crash> {
+        self.note(path, at, record);
+        self.flush().await
+    }
+
+    /// Writes everything buffered.
+    pub(crate) async fn flush(&self) -> Result<(), Crash> {
+        if self.crashed.load(Ordering::Relaxed) {
+            return Err(Crash(StoreError::Backend {
+                doing: "appending to the journal".into(),
+                source: "an earlier write failed; the run stopped".into(),
+            }));
+        }
+        let batch = std::mem::take(&mut *self.pending.lock().expect("poisoned"));
+        if batch.is_empty() || self.durability == Durability::None {
+            return Ok(());
+        }
+        match self.store.append(self.run, batch).await {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.crashed.store(true, Ordering::Relaxed);
+                Err(Crash(e))
+            }
+        }
+    }
+
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+}
+
+/// What the journal says about one step path.
+#[derive(Default, Debug)]
+pub(crate) struct PathLog {
+    pub(crate) last_attempt: u32,
+    pub(crate) completed: Option<(u32, ContentHash)>,
+    pub(crate) failures: Vec<(u32, StepError, Option<Timestamp>)>,
+    pub(crate) intent: Option<u32>,
+    pub(crate) skipped: Option<String>,
+    pub(crate) decided: Option<Value>,
+    pub(crate) values: HashMap<(u32, u32), Value>,
+    pub(crate) checkpoint: Option<(u32, Value)>,
+    pub(crate) handoff: Option<(String, Value)>,
+}
+
+/// An interrupt as the journal knows it.
+#[derive(Debug, Clone)]
+pub(crate) struct InterruptLog {
+    pub(crate) path: StepPath,
+    pub(crate) request: InterruptRequest,
+    pub(crate) deadline: Option<Timestamp>,
+    pub(crate) resolution: Option<Resolution>,
+}
+
+/// The journal of a run, indexed by step path, consulted when a run resumes. Empty for a
+/// fresh run, so the fast path pays only an `is_empty` check.
+#[derive(Default)]
+pub(crate) struct ReplayIndex {
+    paths: HashMap<StepPath, PathLog>,
+    blobs: HashMap<ContentHash, Arc<Value>>,
+    pub(crate) interrupts: HashMap<InterruptId, InterruptLog>,
+}
+
+impl ReplayIndex {
+    pub(crate) fn from_loaded(loaded: &LoadedRun) -> Result<Self, StoreError> {
+        let mut index = Self { blobs: loaded.blobs.clone(), ..Self::default() };
+        for entry in &loaded.entries {
+            let log = index.paths.entry(entry.path.clone()).or_default();
+            match &entry.record {
+                Record::Started { attempt } => log.last_attempt = log.last_attempt.max(*attempt),
+                Record::Intent { attempt, .. } => log.intent = Some(*attempt),
+                Record::Completed { attempt, output, .. } => {
+                    let value = index.blobs.get(output).ok_or(StoreError::Corrupt(*output))?;
+                    if ContentHash::of_value(value) != *output {
+                        return Err(StoreError::Corrupt(*output));
+                    }
+                    log.completed = Some((*attempt, *output));
+                }
+                Record::Failed { attempt, error, retry_at } => log.failures.push((*attempt, error.clone(), *retry_at)),
+                Record::Skipped { reason } => log.skipped = Some(reason.clone()),
+                Record::Decided { value } => log.decided = Some(value.clone()),
+                Record::Value { attempt, seq, value } => {
+                    log.values.insert((*attempt, *seq), value.clone());
+                }
+                Record::Checkpoint { attempt, state } => log.checkpoint = Some((*attempt, state.clone())),
+                Record::Handoff { target, payload } => log.handoff = Some((target.clone(), payload.clone())),
+                Record::InterruptOpened { id, request, deadline } => {
+                    index.interrupts.insert(
+                        id.clone(),
+                        InterruptLog { path: entry.path.clone(), request: request.clone(), deadline: *deadline, resolution: None },
+                    );
+                }
+                Record::InterruptResolved { id, resolution } => {
+                    if let Some(log) = index.interrupts.get_mut(id) {
+                        log.resolution = Some(resolution.clone());
+                    }
+                }
+                Record::Artifact { .. } | Record::Cancelled { .. } => {}
+            }
+        }
+        Ok(index)
+    }
+
+    pub(crate) fn path(&self, path: &StepPath) -> Option<&PathLog> {
+        if self.paths.is_empty() { None } else { self.paths.get(path) }
+    }
+
+    pub(crate) fn completed_output(&self, path: &StepPath) -> Option<Arc<Value>> {
+        let (_, hash) = self.path(path)?.completed?;
+        self.blobs.get(&hash).cloned()
+    }
+
+    pub(crate) fn value(&self, path: &StepPath, attempt: u32, seq: u32) -> Option<&Value> {
+        self.path(path)?.values.get(&(attempt, seq))
+    }
+
+    pub(crate) fn decided(&self, path: &StepPath) -> Option<&Value> {
+        self.path(path)?.decided.as_ref()
+    }
+
+    pub(crate) fn interrupt(&self, id: &InterruptId) -> Option<&InterruptLog> {
+        self.interrupts.get(id)
+    }
+}
+
+impl RunShared {
+    /// Notes a time at which the suspended run must be resumed (the earliest wins).
+    pub(crate) fn note_wake_at(&self, at: Timestamp) {
+        let mut wake = self.wake_at.lock().expect("poisoned");
+        *wake = Some(wake.map_or(at, |w| w.min(at)));
+    }
+
+    /// Notes that a step stopped at a checkpoint (`continue`).
+    pub(crate) fn note_yielded(&self) {
+        self.yielded.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn event(&self, path: &StepPath, kind: &str, data: Value) {
+        self.recorder.note_event(EventRecord {
+            run: self.run_id,
+            path: path.clone(),
+            at: self.clock.now(),
+            tenant: self.caller.tenant.clone(),
+            user: self.caller.user.clone(),
+            kind: kind.to_owned(),
+            data,
+        });
+    }
+
+    pub(crate) fn artifact(&self, path: &StepPath, kind: &str, value: &Value) -> ContentHash {
+        let hash = ContentHash::of_value(value);
+        let stored = self.config.artifacts == ArtifactCapture::Full;
+        if stored {
+            self.recorder.note_blob(hash, Arc::new(value.clone()));
+        }
+        self.recorder.note(path, self.clock.now(), Record::Artifact { kind: kind.to_owned(), hash, stored });
+        hash
+    }
+}

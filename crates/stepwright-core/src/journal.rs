@@ -1,0 +1,491 @@
+//! The journal: what a run records, and the [`Store`] seam that persists it.
+//!
+//! Every step execution goes through one recording point (the executor's recorder), which
+//! turns it into [`JournalEntry`]s keyed by step path. Outputs are stored once, by hash, as
+//! blobs. A store only appends and loads; it never interprets entries, so the durable
+//! backends (SQLite, Postgres) plug in here without the executor changing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::Caller;
+use crate::error::StepError;
+use crate::hash::ContentHash;
+use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
+use crate::outcome::{InterruptRequest, Resolution};
+
+/// A run's status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Ready to run and not running: created, or stopped at a checkpoint.
+    Pending,
+    /// Being executed.
+    Running,
+    /// Waiting on at least one interrupt (approval, input, event or timer).
+    Suspended,
+    /// Finished with an output.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Cancelled.
+    Cancelled,
+}
+
+impl RunStatus {
+    /// Whether the run has finished for good.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+/// Where a forked run came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Lineage {
+    /// The parent run.
+    pub run: RunId,
+    /// The step before which it was forked.
+    pub at: StepPath,
+}
+
+/// A run's header: everything but its journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// The run's id.
+    pub id: RunId,
+    /// The workflow's name.
+    pub workflow: String,
+    /// The workflow's version.
+    pub version: String,
+    /// The definition hash the run is pinned to.
+    pub definition_hash: ContentHash,
+    /// The workflow input.
+    pub input: Arc<Value>,
+    /// Who started it.
+    pub caller: Caller,
+    /// Its status.
+    pub status: RunStatus,
+    /// Its output, once completed.
+    pub output: Option<Value>,
+    /// Its error, once failed.
+    pub error: Option<StepError>,
+    /// Where it was forked from.
+    pub parent: Option<Lineage>,
+    /// When it was created.
+    pub created_at: Timestamp,
+    /// When its status last changed.
+    pub updated_at: Timestamp,
+}
+
+/// One journal entry: what happened at a step path, and when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    /// The step execution it belongs to.
+    pub path: StepPath,
+    /// When it was recorded.
+    pub at: Timestamp,
+    /// What happened.
+    pub record: Record,
+}
+
+/// What a journal entry records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// An attempt started.
+    Started {
+        /// 1-based attempt number.
+        attempt: u32,
+    },
+    /// A fenced (`write`/`external`) attempt is about to run with this idempotency key.
+    Intent {
+        /// 1-based attempt number.
+        attempt: u32,
+        /// The key handed to the step: hash of run id and step path.
+        key: String,
+    },
+    /// The step (or operator) completed; its output is the blob with this hash.
+    Completed {
+        /// The attempt that completed.
+        attempt: u32,
+        /// The output's hash.
+        output: ContentHash,
+        /// Whether the output came from the step cache.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cached: bool,
+    },
+    /// An attempt failed; `retry_at` is set when another attempt will follow.
+    Failed {
+        /// The attempt that failed.
+        attempt: u32,
+        /// The error.
+        error: StepError,
+        /// When the next attempt is due, if there is one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_at: Option<Timestamp>,
+    },
+    /// The step was skipped; its output is `null`.
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+    /// A decision replayed on resume: a branch's arm, a map's items, a loop's verdict, a
+    /// graph's next node, a tick's due time.
+    Decided {
+        /// The decision.
+        value: Value,
+    },
+    /// A journaled non-deterministic value (`now`, `uuid`, `random`) inside a step.
+    Value {
+        /// The attempt that drew it.
+        attempt: u32,
+        /// Its ordinal within the attempt.
+        seq: u32,
+        /// The value.
+        value: Value,
+    },
+    /// An interrupt was opened.
+    InterruptOpened {
+        /// Its stable id.
+        id: InterruptId,
+        /// What it asks.
+        request: InterruptRequest,
+        /// When its `on_timeout` applies.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        deadline: Option<Timestamp>,
+    },
+    /// An interrupt was resolved (exactly once: stores compare-and-set).
+    InterruptResolved {
+        /// Its id.
+        id: InterruptId,
+        /// The decision.
+        resolution: Resolution,
+    },
+    /// The step saved a checkpoint and stopped (`continue`).
+    Checkpoint {
+        /// The attempt.
+        attempt: u32,
+        /// The saved state.
+        state: Value,
+    },
+    /// The step handed off to another graph node.
+    Handoff {
+        /// The target node.
+        target: String,
+        /// Its input.
+        payload: Value,
+    },
+    /// An artifact was captured.
+    Artifact {
+        /// Its kind (`llm-input`, `tool-call`, ...).
+        kind: String,
+        /// Its content hash.
+        hash: ContentHash,
+        /// Whether the content was stored (false in hash-only capture mode).
+        stored: bool,
+    },
+    /// The step was cancelled.
+    Cancelled {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An audit event: typed, timestamped, stamped with run, step path, tenant and user.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    /// The run.
+    pub run: RunId,
+    /// The step that emitted it.
+    pub path: StepPath,
+    /// When.
+    pub at: Timestamp,
+    /// The caller's tenant.
+    pub tenant: Option<String>,
+    /// The caller's user.
+    pub user: Option<String>,
+    /// The event's type.
+    pub kind: String,
+    /// Its payload.
+    pub data: Value,
+}
+
+/// What one commit appends: entries, the blobs they reference, and events.
+#[derive(Debug, Default, Clone)]
+pub struct JournalBatch {
+    /// Entries in order.
+    pub entries: Vec<JournalEntry>,
+    /// Content-addressed values the entries reference (stored once).
+    pub blobs: Vec<(ContentHash, Arc<Value>)>,
+    /// Audit events.
+    pub events: Vec<EventRecord>,
+}
+
+impl JournalBatch {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.blobs.is_empty() && self.events.is_empty()
+    }
+}
+
+/// A run as loaded for resume: header, journal in order, and the blobs it references.
+#[derive(Debug, Clone)]
+pub struct LoadedRun {
+    /// The header.
+    pub record: RunRecord,
+    /// The journal, in append order.
+    pub entries: Vec<JournalEntry>,
+    /// Blobs by hash.
+    pub blobs: HashMap<ContentHash, Arc<Value>>,
+}
+
+/// A status change at the end of an execution.
+#[derive(Debug, Clone)]
+pub struct StatusUpdate {
+    /// The new status.
+    pub status: RunStatus,
+    /// The output (completed runs).
+    pub output: Option<Value>,
+    /// The error (failed runs).
+    pub error: Option<StepError>,
+    /// When.
+    pub at: Timestamp,
+}
+
+/// Errors from a store operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No run with this id.
+    #[error("run {0} was not found")]
+    RunNotFound(RunId),
+    /// A run with this id exists already.
+    #[error("run {0} exists already")]
+    RunExists(RunId),
+    /// The interrupt was never opened in this run.
+    #[error("interrupt {interrupt} is not open in run {run}")]
+    InterruptNotFound {
+        /// The run.
+        run: RunId,
+        /// The interrupt.
+        interrupt: InterruptId,
+    },
+    /// Another decision won the compare-and-set.
+    #[error("interrupt {interrupt} of run {run} was already resolved")]
+    AlreadyResolved {
+        /// The run.
+        run: RunId,
+        /// The interrupt.
+        interrupt: InterruptId,
+    },
+    /// Stored content does not match its hash.
+    #[error("blob {0} does not match its content hash")]
+    Corrupt(ContentHash),
+    /// The backend failed.
+    #[error("store backend failed while {doing}")]
+    Backend {
+        /// What was being done.
+        doing: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// The persistence seam. Implementations: [`MemoryStore`] here; SQLite and Postgres in
+/// `stepwright-store`. Methods return boxed futures so the trait is object-safe.
+pub trait Store: Send + Sync + 'static {
+    /// Creates a run (its header); fails if the id exists.
+    fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Appends a batch atomically: all of it is visible, or none.
+    fn append(&self, run: RunId, batch: JournalBatch) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Changes a run's status (and output or error).
+    fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Loads a run for resume.
+    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>>;
+
+    /// Appends an `InterruptResolved` entry if and only if the interrupt is open and not yet
+    /// resolved (compare-and-set: of two concurrent decisions exactly one wins).
+    fn resolve_interrupt(
+        &self,
+        run: RunId,
+        entry: JournalEntry,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// A run's events, in order.
+    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>>;
+}
+
+#[derive(Default)]
+struct MemoryRun {
+    record: Option<RunRecord>,
+    entries: Vec<JournalEntry>,
+    events: Vec<EventRecord>,
+}
+
+/// A store in memory: for tests, examples, and runs that need no durability.
+#[derive(Default)]
+pub struct MemoryStore {
+    runs: Mutex<HashMap<RunId, MemoryRun>>,
+    blobs: Mutex<HashMap<ContentHash, Arc<Value>>>,
+    appends_left: AtomicUsize,
+    fault_armed: std::sync::atomic::AtomicBool,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fault injection for tests: the next `n` appends succeed, every later one fails
+    /// without writing anything, as a process that died at that point would leave it.
+    pub fn fail_appends_after(&self, n: usize) {
+        self.appends_left.store(n, Ordering::SeqCst);
+        self.fault_armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Turns fault injection off.
+    pub fn heal(&self) {
+        self.fault_armed.store(false, Ordering::SeqCst);
+    }
+
+    /// Every entry of a run, in order (for tests and inspection).
+    pub fn entries(&self, run: RunId) -> Vec<JournalEntry> {
+        self.runs.lock().expect("poisoned").get(&run).map(|r| r.entries.clone()).unwrap_or_default()
+    }
+
+    /// The number of distinct blobs.
+    pub fn blob_count(&self) -> usize {
+        self.blobs.lock().expect("poisoned").len()
+    }
+
+    fn check_fault(&self) -> Result<(), StoreError> {
+        if !self.fault_armed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let left = self.appends_left.load(Ordering::SeqCst);
+        if left == 0 {
+            return Err(StoreError::Backend {
+                doing: "appending to the journal".into(),
+                source: "injected fault".into(),
+            });
+        }
+        self.appends_left.store(left - 1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Store for MemoryStore {
+    fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = (|| {
+            let mut runs = self.runs.lock().expect("poisoned");
+            if runs.contains_key(&record.id) {
+                return Err(StoreError::RunExists(record.id));
+            }
+            runs.insert(record.id, MemoryRun { record: Some(record), ..MemoryRun::default() });
+            Ok(())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn append(&self, run: RunId, batch: JournalBatch) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = (|| {
+            self.check_fault()?;
+            let mut runs = self.runs.lock().expect("poisoned");
+            let data = runs.get_mut(&run).ok_or(StoreError::RunNotFound(run))?;
+            if !batch.blobs.is_empty() {
+                let mut blobs = self.blobs.lock().expect("poisoned");
+                for (hash, value) in batch.blobs {
+                    blobs.entry(hash).or_insert(value);
+                }
+            }
+            data.entries.extend(batch.entries);
+            data.events.extend(batch.events);
+            Ok(())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = (|| {
+            let mut runs = self.runs.lock().expect("poisoned");
+            let record = runs
+                .get_mut(&run)
+                .and_then(|r| r.record.as_mut())
+                .ok_or(StoreError::RunNotFound(run))?;
+            record.status = update.status;
+            record.output = update.output;
+            record.error = update.error;
+            record.updated_at = update.at;
+            Ok(())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        let result = (|| {
+            let runs = self.runs.lock().expect("poisoned");
+            let data = runs.get(&run).ok_or(StoreError::RunNotFound(run))?;
+            let record = data.record.clone().ok_or(StoreError::RunNotFound(run))?;
+            let all = self.blobs.lock().expect("poisoned");
+            let mut blobs = HashMap::new();
+            for entry in &data.entries {
+                if let Record::Completed { output, .. } = &entry.record {
+                    if let Some(value) = all.get(output) {
+                        blobs.insert(*output, value.clone());
+                    }
+                }
+            }
+            Ok(LoadedRun { record, entries: data.entries.clone(), blobs })
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = (|| {
+            let Record::InterruptResolved { id, .. } = &entry.record else {
+                return Err(StoreError::Backend {
+                    doing: "resolving an interrupt".into(),
+                    source: "the entry is not an interrupt resolution".into(),
+                });
+            };
+            let mut runs = self.runs.lock().expect("poisoned");
+            let data = runs.get_mut(&run).ok_or(StoreError::RunNotFound(run))?;
+            let mut opened = false;
+            for e in &data.entries {
+                match &e.record {
+                    Record::InterruptOpened { id: open, .. } if open == id => opened = true,
+                    Record::InterruptResolved { id: done, .. } if done == id => {
+                        return Err(StoreError::AlreadyResolved { run, interrupt: id.clone() });
+                    }
+                    _ => {}
+                }
+            }
+            if !opened {
+                return Err(StoreError::InterruptNotFound { run, interrupt: id.clone() });
+            }
+            data.entries.push(entry);
+            Ok(())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        let result = self
+            .runs
+            .lock()
+            .expect("poisoned")
+            .get(&run)
+            .map(|r| r.events.clone())
+            .ok_or(StoreError::RunNotFound(run));
+        Box::pin(std::future::ready(result))
+    }
+}
