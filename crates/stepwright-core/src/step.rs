@@ -79,8 +79,20 @@ impl<S: Step> Typed<S> {
 /// Deserializes a step input, naming the JSON path of the first problem.
 pub(crate) fn decode_input<T: DeserializeOwned>(input: &Value) -> Result<T, StepError> {
     serde_path_to_error::deserialize(input).map_err(|e| {
-        let path = e.path().to_string();
-        let pointer = if path == "." { "/".to_owned() } else { format!("/{}", path.replace('.', "/")) };
+        // An RFC 6901 JSON pointer: `/lines/1/quantity`, with `~` and `/` escaped.
+        let mut pointer = String::new();
+        for segment in e.path().iter() {
+            pointer.push('/');
+            match segment {
+                serde_path_to_error::Segment::Seq { index } => pointer.push_str(&index.to_string()),
+                serde_path_to_error::Segment::Map { key } => pointer.push_str(&key.replace('~', "~0").replace('/', "~1")),
+                serde_path_to_error::Segment::Enum { variant } => pointer.push_str(variant),
+                serde_path_to_error::Segment::Unknown => pointer.push('?'),
+            }
+        }
+        if pointer.is_empty() {
+            pointer.push('/');
+        }
         StepError::new(ErrorCode::INPUT_VALIDATION, format!("input at {pointer}: {}", e.inner()))
     })
 }
