@@ -95,7 +95,12 @@ pub struct StepError {
 impl StepError {
     /// A non-retryable error with a code and message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), retryable: false, cause: None }
+        Self {
+            code,
+            message: message.into(),
+            retryable: false,
+            cause: None,
+        }
     }
 
     /// Marks the error as retryable (or not).
@@ -136,7 +141,9 @@ impl StepError {
 impl fmt::Debug for StepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = f.debug_struct("StepError");
-        s.field("code", &self.code).field("message", &self.message).field("retryable", &self.retryable);
+        s.field("code", &self.code)
+            .field("message", &self.message)
+            .field("retryable", &self.retryable);
         if let Some(cause) = &self.cause {
             s.field("cause", &cause.to_string());
         }
@@ -245,8 +252,8 @@ mod tests {
 
     #[test]
     fn causes_survive_the_journal_as_text() {
-        let err = StepError::execution_failed("calling the api")
-            .with_cause(Outer(std::io::Error::other("connection reset")));
+        let err =
+            StepError::execution_failed("calling the api").with_cause(Outer(std::io::Error::other("connection reset")));
         let json = serde_json::to_value(&err).unwrap();
         assert_eq!(json["cause"], "outer: connection reset");
         let back: StepError = serde_json::from_value(json).unwrap();

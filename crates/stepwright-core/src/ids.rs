@@ -52,9 +52,10 @@ impl FromStr for RunId {
     type Err = ParseRunIdError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        uuid::Uuid::parse_str(text)
-            .map(Self)
-            .map_err(|source| ParseRunIdError { text: text.to_owned(), source })
+        uuid::Uuid::parse_str(text).map(Self).map_err(|source| ParseRunIdError {
+            text: text.to_owned(),
+            source,
+        })
     }
 }
 
@@ -83,7 +84,7 @@ impl Timestamp {
     }
 
     /// This instant plus a duration (saturating).
-    pub fn add(self, duration: std::time::Duration) -> Self {
+    pub fn plus(self, duration: std::time::Duration) -> Self {
         let micros = i64::try_from(duration.as_micros()).unwrap_or(i64::MAX);
         Self(self.0.saturating_add(micros))
     }
@@ -121,11 +122,29 @@ impl StepPath {
         if self.0.is_empty() {
             Self(Arc::from(segment))
         } else {
-            let mut text = String::with_capacity(self.0.len() + 1 + segment.len());
-            text.push_str(&self.0);
-            text.push('/');
-            text.push_str(segment);
-            Self(Arc::from(text))
+            // Paths are short: build in a stack buffer, so the `Arc<str>` is the only
+            // allocation (a `String` first would cost a second one).
+            let len = self.0.len() + 1 + segment.len();
+            let mut buffer = [0u8; 128];
+            if len <= buffer.len() {
+                buffer[..self.0.len()].copy_from_slice(self.0.as_bytes());
+                buffer[self.0.len()] = b'/';
+                buffer[self.0.len() + 1..len].copy_from_slice(segment.as_bytes());
+                // Whole `&str`s joined by an ASCII byte are valid UTF-8.
+                if let Ok(text) = std::str::from_utf8(&buffer[..len]) {
+                    return Self(Arc::from(text));
+                }
+            }
+            Self(Arc::from(format!("{}/{segment}", self.0)))
+        }
+    }
+
+    /// `self/id` for a shared id; at the root this reuses the id's allocation.
+    pub fn join_id(&self, id: &Arc<str>) -> Self {
+        if self.0.is_empty() {
+            Self(id.clone())
+        } else {
+            self.join(id)
         }
     }
 
@@ -235,7 +254,10 @@ mod tests {
         let root = StepPath::root();
         let drafts = root.join("drafts");
         assert_eq!(drafts.index(1).join("write").as_str(), "drafts[1]/write");
-        assert_eq!(root.join("refine").ordinal(3).join("critique").as_str(), "refine#3/critique");
+        assert_eq!(
+            root.join("refine").ordinal(3).join("critique").as_str(),
+            "refine#3/critique"
+        );
         assert_eq!(
             root.join("research").sub("turn", 2).sub("tool", 0).as_str(),
             "research/turn.2/tool.0"

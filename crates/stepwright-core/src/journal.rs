@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -302,8 +302,9 @@ pub trait Store: Send + Sync + 'static {
     /// Creates a run (its header); fails if the id exists.
     fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Appends a batch atomically: all of it is visible, or none.
-    fn append(&self, run: RunId, batch: JournalBatch) -> BoxFuture<'_, Result<(), StoreError>>;
+    /// Appends a batch atomically: all of it is visible, or none. The store drains the
+    /// batch (so the caller can reuse its buffers); on error the batch's content is undefined.
+    fn append<'a>(&'a self, run: RunId, batch: &'a mut JournalBatch) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Changes a run's status (and output or error).
     fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>>;
@@ -313,11 +314,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Appends an `InterruptResolved` entry if and only if the interrupt is open and not yet
     /// resolved (compare-and-set: of two concurrent decisions exactly one wins).
-    fn resolve_interrupt(
-        &self,
-        run: RunId,
-        entry: JournalEntry,
-    ) -> BoxFuture<'_, Result<(), StoreError>>;
+    fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// A run's events, in order.
     fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>>;
@@ -331,13 +328,18 @@ struct MemoryRun {
 }
 
 /// A store in memory: for tests, examples, and runs that need no durability.
+///
+/// Each run has its own lock and blobs are sharded, so concurrent runs on several threads
+/// rarely wait for each other.
 #[derive(Default)]
 pub struct MemoryStore {
-    runs: Mutex<HashMap<RunId, MemoryRun>>,
-    blobs: Mutex<HashMap<ContentHash, Arc<Value>>>,
+    runs: RwLock<HashMap<RunId, Arc<Mutex<MemoryRun>>>>,
+    blobs: [Mutex<HashMap<ContentHash, Arc<Value>>>; BLOB_SHARDS],
     appends_left: AtomicUsize,
     fault_armed: std::sync::atomic::AtomicBool,
 }
+
+const BLOB_SHARDS: usize = 16;
 
 impl MemoryStore {
     /// An empty store.
@@ -359,12 +361,25 @@ impl MemoryStore {
 
     /// Every entry of a run, in order (for tests and inspection).
     pub fn entries(&self, run: RunId) -> Vec<JournalEntry> {
-        self.runs.lock().expect("poisoned").get(&run).map(|r| r.entries.clone()).unwrap_or_default()
+        self.run(run)
+            .map(|r| r.lock().expect("poisoned").entries.clone())
+            .unwrap_or_default()
     }
 
     /// The number of distinct blobs.
     pub fn blob_count(&self) -> usize {
-        self.blobs.lock().expect("poisoned").len()
+        self.blobs
+            .iter()
+            .map(|shard| shard.lock().expect("poisoned").len())
+            .sum()
+    }
+
+    fn run(&self, run: RunId) -> Option<Arc<Mutex<MemoryRun>>> {
+        self.runs.read().expect("poisoned").get(&run).cloned()
+    }
+
+    fn shard(&self, hash: &ContentHash) -> &Mutex<HashMap<ContentHash, Arc<Value>>> {
+        &self.blobs[usize::from(hash.as_bytes()[0]) % BLOB_SHARDS]
     }
 
     fn check_fault(&self) -> Result<(), StoreError> {
@@ -386,29 +401,33 @@ impl MemoryStore {
 impl Store for MemoryStore {
     fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         let result = (|| {
-            let mut runs = self.runs.lock().expect("poisoned");
+            let mut runs = self.runs.write().expect("poisoned");
             if runs.contains_key(&record.id) {
                 return Err(StoreError::RunExists(record.id));
             }
-            runs.insert(record.id, MemoryRun { record: Some(record), ..MemoryRun::default() });
+            let id = record.id;
+            runs.insert(
+                id,
+                Arc::new(Mutex::new(MemoryRun {
+                    record: Some(record),
+                    ..MemoryRun::default()
+                })),
+            );
             Ok(())
         })();
         Box::pin(std::future::ready(result))
     }
 
-    fn append(&self, run: RunId, batch: JournalBatch) -> BoxFuture<'_, Result<(), StoreError>> {
+    fn append<'a>(&'a self, run: RunId, batch: &'a mut JournalBatch) -> BoxFuture<'a, Result<(), StoreError>> {
         let result = (|| {
             self.check_fault()?;
-            let mut runs = self.runs.lock().expect("poisoned");
-            let data = runs.get_mut(&run).ok_or(StoreError::RunNotFound(run))?;
-            if !batch.blobs.is_empty() {
-                let mut blobs = self.blobs.lock().expect("poisoned");
-                for (hash, value) in batch.blobs {
-                    blobs.entry(hash).or_insert(value);
-                }
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            for (hash, value) in batch.blobs.drain(..) {
+                self.shard(&hash).lock().expect("poisoned").entry(hash).or_insert(value);
             }
-            data.entries.extend(batch.entries);
-            data.events.extend(batch.events);
+            data.entries.append(&mut batch.entries);
+            data.events.append(&mut batch.events);
             Ok(())
         })();
         Box::pin(std::future::ready(result))
@@ -416,11 +435,9 @@ impl Store for MemoryStore {
 
     fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
         let result = (|| {
-            let mut runs = self.runs.lock().expect("poisoned");
-            let record = runs
-                .get_mut(&run)
-                .and_then(|r| r.record.as_mut())
-                .ok_or(StoreError::RunNotFound(run))?;
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
             record.status = update.status;
             record.output = update.output;
             record.error = update.error;
@@ -432,19 +449,22 @@ impl Store for MemoryStore {
 
     fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
         let result = (|| {
-            let runs = self.runs.lock().expect("poisoned");
-            let data = runs.get(&run).ok_or(StoreError::RunNotFound(run))?;
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let data = data.lock().expect("poisoned");
             let record = data.record.clone().ok_or(StoreError::RunNotFound(run))?;
-            let all = self.blobs.lock().expect("poisoned");
             let mut blobs = HashMap::new();
             for entry in &data.entries {
-                if let Record::Completed { output, .. } = &entry.record {
-                    if let Some(value) = all.get(output) {
-                        blobs.insert(*output, value.clone());
-                    }
+                if let Record::Completed { output, .. } = &entry.record
+                    && let Some(value) = self.shard(output).lock().expect("poisoned").get(output)
+                {
+                    blobs.insert(*output, value.clone());
                 }
             }
-            Ok(LoadedRun { record, entries: data.entries.clone(), blobs })
+            Ok(LoadedRun {
+                record,
+                entries: data.entries.clone(),
+                blobs,
+            })
         })();
         Box::pin(std::future::ready(result))
     }
@@ -457,20 +477,26 @@ impl Store for MemoryStore {
                     source: "the entry is not an interrupt resolution".into(),
                 });
             };
-            let mut runs = self.runs.lock().expect("poisoned");
-            let data = runs.get_mut(&run).ok_or(StoreError::RunNotFound(run))?;
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
             let mut opened = false;
             for e in &data.entries {
                 match &e.record {
                     Record::InterruptOpened { id: open, .. } if open == id => opened = true,
                     Record::InterruptResolved { id: done, .. } if done == id => {
-                        return Err(StoreError::AlreadyResolved { run, interrupt: id.clone() });
+                        return Err(StoreError::AlreadyResolved {
+                            run,
+                            interrupt: id.clone(),
+                        });
                     }
                     _ => {}
                 }
             }
             if !opened {
-                return Err(StoreError::InterruptNotFound { run, interrupt: id.clone() });
+                return Err(StoreError::InterruptNotFound {
+                    run,
+                    interrupt: id.clone(),
+                });
             }
             data.entries.push(entry);
             Ok(())
@@ -480,11 +506,8 @@ impl Store for MemoryStore {
 
     fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
         let result = self
-            .runs
-            .lock()
-            .expect("poisoned")
-            .get(&run)
-            .map(|r| r.events.clone())
+            .run(run)
+            .map(|r| r.lock().expect("poisoned").events.clone())
             .ok_or(StoreError::RunNotFound(run));
         Box::pin(std::future::ready(result))
     }

@@ -37,8 +37,8 @@ pub mod step;
 
 pub use context::{Caller, InMemoryLayer, Memory, MemoryLayer, Observer, Services, StepContext};
 pub use definition::{
-    Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node,
-    OnMaxIterations, PathResult, Predicate, Verdict, Workflow, WorkflowBuilder,
+    Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnMaxIterations,
+    PathResult, Predicate, Verdict, Workflow, WorkflowBuilder,
 };
 pub use engine::{
     ArtifactCapture, Durability, Engine, EngineBuilder, EngineConfig, EngineError, MemoryCache, PendingInterrupt,

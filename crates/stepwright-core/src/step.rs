@@ -85,7 +85,9 @@ pub(crate) fn decode_input<T: DeserializeOwned>(input: &Value) -> Result<T, Step
             pointer.push('/');
             match segment {
                 serde_path_to_error::Segment::Seq { index } => pointer.push_str(&index.to_string()),
-                serde_path_to_error::Segment::Map { key } => pointer.push_str(&key.replace('~', "~0").replace('/', "~1")),
+                serde_path_to_error::Segment::Map { key } => {
+                    pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                }
                 serde_path_to_error::Segment::Enum { variant } => pointer.push_str(variant),
                 serde_path_to_error::Segment::Unknown => pointer.push('?'),
             }
@@ -93,7 +95,10 @@ pub(crate) fn decode_input<T: DeserializeOwned>(input: &Value) -> Result<T, Step
         if pointer.is_empty() {
             pointer.push('/');
         }
-        StepError::new(ErrorCode::INPUT_VALIDATION, format!("input at {pointer}: {}", e.inner()))
+        StepError::new(
+            ErrorCode::INPUT_VALIDATION,
+            format!("input at {pointer}: {}", e.inner()),
+        )
     })
 }
 
@@ -110,7 +115,10 @@ impl<S: Step> DynStep for Typed<S> {
             match outcome.kind {
                 crate::outcome::OutcomeKind::Completed(output) => {
                     let value = encode_output(output)?;
-                    Ok(Outcome { kind: crate::outcome::OutcomeKind::Completed(value), events: outcome.events })
+                    Ok(Outcome {
+                        kind: crate::outcome::OutcomeKind::Completed(value),
+                        events: outcome.events,
+                    })
                 }
                 _ => Ok(outcome.map(|_| Value::Null)),
             }
@@ -153,7 +161,11 @@ where
     I: DeserializeOwned + JsonSchema + Send + 'static,
     O: Serialize + JsonSchema + Send + 'static,
 {
-    FnStep { f, name: std::any::type_name::<F>(), _types: PhantomData }
+    FnStep {
+        f,
+        name: std::any::type_name::<F>(),
+        _types: PhantomData,
+    }
 }
 
 impl<F, I, O, Fut> Step for FnStep<F, I, O>
@@ -184,7 +196,10 @@ where
     F: Fn(StepContext, Arc<Value>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Outcome<Value>, StepError>> + Send + 'static,
 {
-    Arc::new(DynFnStep { f, name: name.to_owned() })
+    Arc::new(DynFnStep {
+        f,
+        name: name.to_owned(),
+    })
 }
 
 impl<F, Fut> DynStep for DynFnStep<F>

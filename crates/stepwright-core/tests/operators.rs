@@ -15,11 +15,17 @@ use stepwright_core::{
 };
 
 fn add(n: i64) -> Node {
-    Node::step(&format!("add-{n}"), fn_step(move |_ctx, x: i64| async move { Ok(x + n) }))
+    Node::step(
+        &format!("add-{n}"),
+        fn_step(move |_ctx, x: i64| async move { Ok(x + n) }),
+    )
 }
 
 fn fails(id: &str, message: &'static str) -> Node {
-    Node::step(id, fn_step(move |_ctx, _x: Value| async move { Err::<Value, _>(StepError::new(ErrorCode::new("boom"), message)) }))
+    Node::step(
+        id,
+        fn_step(move |_ctx, _x: Value| async move { Err::<Value, _>(StepError::new(ErrorCode::new("boom"), message)) }),
+    )
 }
 
 /// Sleeps `ms`, honouring cancellation, and logs what it saw.
@@ -47,7 +53,10 @@ fn sleeper(id: &str, ms: u64, output: Value, log: Log) -> Node {
     )
 }
 
-async fn run(workflow: &Workflow, input: Value) -> (stepwright_core::RunReport, Engine, Arc<stepwright_core::MemoryStore>) {
+async fn run(
+    workflow: &Workflow,
+    input: Value,
+) -> (stepwright_core::RunReport, Engine, Arc<stepwright_core::MemoryStore>) {
     let (engine, store) = engine();
     let report = engine.start(workflow, input).await.unwrap();
     (report, engine, store)
@@ -58,12 +67,13 @@ async fn sequence_threads_outputs_and_steps_see_earlier_outputs() {
     let workflow = Workflow::builder("seq")
         .step(add(1))
         .step(add(10))
-        .step(
-            Node::step("sum", fn_step(|ctx: StepContext, x: i64| async move {
+        .step(Node::step(
+            "sum",
+            fn_step(|ctx: StepContext, x: i64| async move {
                 let first = ctx.scope().output("add-1").and_then(Value::as_i64).unwrap();
                 Ok(json!({ "first": first, "last": x, "input": ctx.workflow_input() }))
-            })),
-        )
+            }),
+        ))
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(5)).await;
@@ -78,9 +88,13 @@ async fn input_sources_pick_where_input_comes_from() {
         .step(add(2).input(InputSource::WorkflowInput))
         .step(add(3).input(InputSource::Output("add-1".into())))
         .step(add(4).input(InputSource::Value(json!(100))))
-        .step(Node::step("last", fn_step(|_c, x: i64| async move { Ok(x) })).input_from(|s| {
-            json!(s.output("add-2").unwrap().as_i64().unwrap() * 1000 + s.output("add-4").unwrap().as_i64().unwrap())
-        }))
+        .step(
+            Node::step("last", fn_step(|_c, x: i64| async move { Ok(x) })).input_from(|s| {
+                json!(
+                    s.output("add-2").unwrap().as_i64().unwrap() * 1000 + s.output("add-4").unwrap().as_i64().unwrap()
+                )
+            }),
+        )
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(0)).await;
@@ -100,7 +114,9 @@ async fn branch_takes_first_true_arm_and_journals_the_decision() {
     for (input, expected, arm) in [(20, 120, json!(0)), (5, 6, json!(1)), (-5, -6, json!("otherwise"))] {
         let (report, _, store) = run(&workflow, json!(input)).await;
         assert_eq!(report.output, Some(json!(expected)));
-        assert!(records_at(&store, report.run_id, "route").contains(&Record::Decided { value: json!({ "arm": arm }) }));
+        assert!(records_at(&store, report.run_id, "route").contains(&Record::Decided {
+            value: json!({ "arm": arm })
+        }));
     }
     // No match and no otherwise: skipped, output null.
     let only = Workflow::builder("no-match")
@@ -109,7 +125,10 @@ async fn branch_takes_first_true_arm_and_journals_the_decision() {
         .unwrap();
     let (report, _, store) = run(&only, json!(1)).await;
     assert_eq!(report.output, Some(Value::Null));
-    assert!(matches!(records_at(&store, report.run_id, "route").last(), Some(Record::Skipped { .. })));
+    assert!(matches!(
+        records_at(&store, report.run_id, "route").last(),
+        Some(Record::Skipped { .. })
+    ));
 }
 
 #[tokio::test(start_paused = true)]
@@ -121,8 +140,7 @@ async fn fork_all_merges_in_path_order_and_caps_concurrency() {
                 .path([sleeper("slow", 30, json!("a"), log.clone())])
                 .path([sleeper("fast", 10, json!("b"), log.clone())])
                 .path([sleeper("mid", 20, json!("c"), log.clone())])
-                .concurrency(2)
-                
+                .concurrency(2),
         )
         .build()
         .unwrap();
@@ -132,7 +150,11 @@ async fn fork_all_merges_in_path_order_and_caps_concurrency() {
     // Concurrency 2: slow and fast start; mid starts when fast ends at 10ms and ends at 30ms.
     assert_eq!(start.elapsed(), Duration::from_millis(30));
     assert_eq!(log.take(), ["fast:done", "slow:done", "mid:done"]);
-    assert!(records_at(&store, report.run_id, "drafts[1]/fast").iter().any(|r| matches!(r, Record::Completed { .. })));
+    assert!(
+        records_at(&store, report.run_id, "drafts[1]/fast")
+            .iter()
+            .any(|r| matches!(r, Record::Completed { .. }))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -142,9 +164,14 @@ async fn fork_all_fails_fast_and_siblings_observe_cancellation() {
         .step(
             Fork::new("f")
                 .path([sleeper("long-a", 1_000, json!(1), log.clone())])
-                .path([Node::sequence("quick", [sleeper("wait", 5, json!(0), log.clone()), fails("bad", "path two broke")])])
-                .path([sleeper("long-b", 1_000, json!(3), log.clone())])
-                
+                .path([Node::sequence(
+                    "quick",
+                    [
+                        sleeper("wait", 5, json!(0), log.clone()),
+                        fails("bad", "path two broke"),
+                    ],
+                )])
+                .path([sleeper("long-b", 1_000, json!(3), log.clone())]),
         )
         .build()
         .unwrap();
@@ -152,12 +179,23 @@ async fn fork_all_fails_fast_and_siblings_observe_cancellation() {
     let (report, _, store) = run(&workflow, json!(null)).await;
     assert_eq!(report.status, RunStatus::Failed);
     assert_eq!(report.error.unwrap().message, "path two broke");
-    assert!(start.elapsed() < Duration::from_millis(100), "siblings were cancelled, not awaited");
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "siblings were cancelled, not awaited"
+    );
     let mut seen = log.take();
     seen.sort();
     assert_eq!(seen, ["long-a:saw-cancel", "long-b:saw-cancel", "wait:done"]);
-    assert!(records_at(&store, report.run_id, "f[0]").iter().any(|r| matches!(r, Record::Cancelled { .. })));
-    assert!(records_at(&store, report.run_id, "f[2]").iter().any(|r| matches!(r, Record::Cancelled { .. })));
+    assert!(
+        records_at(&store, report.run_id, "f[0]")
+            .iter()
+            .any(|r| matches!(r, Record::Cancelled { .. }))
+    );
+    assert!(
+        records_at(&store, report.run_id, "f[2]")
+            .iter()
+            .any(|r| matches!(r, Record::Cancelled { .. }))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -169,28 +207,42 @@ async fn race_first_success_wins_and_losers_are_cancelled() {
                 .mode(ForkMode::Race)
                 .path([fails("quick-fail", "no")])
                 .path([sleeper("winner", 20, json!("w"), log.clone())])
-                .path([sleeper("loser", 50, json!("l"), log.clone())])
-                
+                .path([sleeper("loser", 50, json!("l"), log.clone())]),
         )
         .build()
         .unwrap();
     let (report, _, store) = run(&workflow, json!(null)).await;
     assert_eq!(report.output, Some(json!("w")));
     assert_eq!(log.take(), ["winner:done", "loser:saw-cancel"]);
-    assert!(records_at(&store, report.run_id, "r").contains(&Record::Decided { value: json!({ "winner": 1 }) }));
-    assert!(records_at(&store, report.run_id, "r[2]").iter().any(|r| matches!(r, Record::Cancelled { .. })));
+    assert!(records_at(&store, report.run_id, "r").contains(&Record::Decided {
+        value: json!({ "winner": 1 })
+    }));
+    assert!(
+        records_at(&store, report.run_id, "r[2]")
+            .iter()
+            .any(|r| matches!(r, Record::Cancelled { .. }))
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn race_where_every_path_fails() {
     let workflow = Workflow::builder("race-fail")
-        .step(Fork::new("r").mode(ForkMode::Race).path([fails("a", "first")]).path([fails("b", "second")]))
+        .step(
+            Fork::new("r")
+                .mode(ForkMode::Race)
+                .path([fails("a", "first")])
+                .path([fails("b", "second")]),
+        )
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(null)).await;
     let error = report.error.unwrap();
     assert_eq!(error.code, ErrorCode::ALL_PATHS_FAILED);
-    assert!(error.message.contains("path 0: boom: first") && error.message.contains("path 1: boom: second"), "{}", error.message);
+    assert!(
+        error.message.contains("path 0: boom: first") && error.message.contains("path 1: boom: second"),
+        "{}",
+        error.message
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -201,8 +253,7 @@ async fn settle_reports_mixed_results() {
                 .mode(ForkMode::Settle)
                 .path([add(1)])
                 .path([fails("bad", "nope")])
-                .path([add(2).only_if(Expr::new(|_| false))])
-                
+                .path([add(2).only_if(Expr::new(|_| false))]),
         )
         .build()
         .unwrap();
@@ -224,12 +275,19 @@ async fn dynamic_paths_and_explicit_merge() {
         .step(
             Fork::new("d")
                 .mode(ForkMode::Settle)
-                .paths_from(Expr::new(|s| s.input().as_array().unwrap().clone()), [Node::step(
-                    "check",
-                    fn_step(|_c, x: i64| async move {
-                        if x < 0 { Err(StepError::new(ErrorCode::new("negative"), "negative")) } else { Ok(x * 10) }
-                    }),
-                )])
+                .paths_from(
+                    Expr::new(|s| s.input().as_array().unwrap().clone()),
+                    [Node::step(
+                        "check",
+                        fn_step(|_c, x: i64| async move {
+                            if x < 0 {
+                                Err(StepError::new(ErrorCode::new("negative"), "negative"))
+                            } else {
+                                Ok(x * 10)
+                            }
+                        }),
+                    )],
+                )
                 .merge(|results| {
                     let ok: i64 = results
                         .iter()
@@ -240,30 +298,35 @@ async fn dynamic_paths_and_explicit_merge() {
                         .sum();
                     let failed = results.iter().filter(|r| matches!(r, PathResult::Failed(_))).count();
                     Ok(json!({ "sum": ok, "failed": failed }))
-                })
-                
+                }),
         )
         .build()
         .unwrap();
     let (report, _, store) = run(&workflow, json!([1, -2, 3])).await;
     assert_eq!(report.output, Some(json!({ "sum": 40, "failed": 1 })));
-    assert!(records_at(&store, report.run_id, "d").contains(&Record::Decided { value: json!({ "items": [1, -2, 3] }) }));
+    assert!(records_at(&store, report.run_id, "d").contains(&Record::Decided {
+        value: json!({ "items": [1, -2, 3] })
+    }));
 }
 
 #[tokio::test(start_paused = true)]
 async fn map_outputs_follow_item_order_not_completion_order() {
     let workflow = Workflow::builder("map")
         .step(
-            Fork::map("m", Expr::new(|s| s.input().as_array().unwrap().clone()), "item", [Node::step(
-                "wait",
-                fn_step(|ctx: StepContext, ms: u64| async move {
-                    tokio::time::sleep(Duration::from_millis(ms)).await;
-                    let item = ctx.scope().var("item").cloned().unwrap();
-                    Ok(json!({ "ms": ms, "item": item, "path": ctx.path().as_str() }))
-                }),
-            )])
-            .concurrency(2)
-            
+            Fork::map(
+                "m",
+                Expr::new(|s| s.input().as_array().unwrap().clone()),
+                "item",
+                [Node::step(
+                    "wait",
+                    fn_step(|ctx: StepContext, ms: u64| async move {
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                        let item = ctx.scope().var("item").cloned().unwrap();
+                        Ok(json!({ "ms": ms, "item": item, "path": ctx.path().as_str() }))
+                    }),
+                )],
+            )
+            .concurrency(2),
         )
         .build()
         .unwrap();
@@ -282,26 +345,39 @@ async fn map_outputs_follow_item_order_not_completion_order() {
 async fn loop_until_verdict_with_prepare_next() {
     let workflow = Workflow::builder("refine")
         .step(
-            Loop::new("refine", 10, [Node::step(
-                "improve",
-                fn_step(|ctx: StepContext, x: i64| async move {
-                    let iteration = ctx.scope().var("loop").unwrap()["iteration"].as_i64().unwrap();
-                    Ok(json!({ "value": x * 2, "iteration": iteration, "path": ctx.path().as_str() }))
-                }),
-            )])
+            Loop::new(
+                "refine",
+                10,
+                [Node::step(
+                    "improve",
+                    fn_step(|ctx: StepContext, x: i64| async move {
+                        let iteration = ctx.scope().var("loop").unwrap()["iteration"].as_i64().unwrap();
+                        Ok(json!({ "value": x * 2, "iteration": iteration, "path": ctx.path().as_str() }))
+                    }),
+                )],
+            )
             .until(Expr::new(|s| {
                 let v = s.output("improve").unwrap()["value"].as_i64().unwrap();
-                if v >= 20 { Verdict::done(format!("{v} is good enough")) } else { Verdict::again("too small") }
+                if v >= 20 {
+                    Verdict::done(format!("{v} is good enough"))
+                } else {
+                    Verdict::again("too small")
+                }
             }))
-            .prepare_next(Expr::new(|s| s.output("improve").unwrap()["value"].clone()))
-            
+            .prepare_next(Expr::new(|s| s.output("improve").unwrap()["value"].clone())),
         )
         .build()
         .unwrap();
     let (report, engine, store) = run(&workflow, json!(3)).await;
-    assert_eq!(report.output, Some(json!({ "value": 24, "iteration": 3, "path": "refine#3/improve" })));
-    assert!(records_at(&store, report.run_id, "refine#3")
-        .contains(&Record::Decided { value: json!({ "done": true, "reason": "24 is good enough" }) }));
+    assert_eq!(
+        report.output,
+        Some(json!({ "value": 24, "iteration": 3, "path": "refine#3/improve" }))
+    );
+    assert!(
+        records_at(&store, report.run_id, "refine#3").contains(&Record::Decided {
+            value: json!({ "done": true, "reason": "24 is good enough" })
+        })
+    );
     let events = engine.store().events(report.run_id).await.unwrap();
     assert_eq!(events.last().unwrap().data["reason"], "24 is good enough");
 }
@@ -309,12 +385,18 @@ async fn loop_until_verdict_with_prepare_next() {
 #[tokio::test(start_paused = true)]
 async fn loop_hitting_max_iterations_reports_the_reason() {
     let body = || [add(1)];
-    let complete = Workflow::builder("max").step(Loop::new("l", 3, body())).build().unwrap();
+    let complete = Workflow::builder("max")
+        .step(Loop::new("l", 3, body()))
+        .build()
+        .unwrap();
     let (report, engine, _) = run(&complete, json!(0)).await;
     assert_eq!(report.output, Some(json!(3)));
     let events = engine.store().events(report.run_id).await.unwrap();
     assert_eq!(events[0].kind, "loop.stopped");
-    assert_eq!(events[0].data["reason"], "max_iterations (3) reached without a done verdict");
+    assert_eq!(
+        events[0].data["reason"],
+        "max_iterations (3) reached without a done verdict"
+    );
 
     let fail = Workflow::builder("max-fail")
         .step(Loop::new("l", 2, body()).on_max_iterations(OnMaxIterations::Fail))
@@ -331,7 +413,11 @@ fn flaky_on_odd_iterations() -> Node {
         "flaky",
         fn_step(|ctx: StepContext, x: i64| async move {
             let iteration = ctx.scope().var("loop").unwrap()["iteration"].as_i64().unwrap();
-            if iteration % 2 == 1 { Err(StepError::new(ErrorCode::new("odd"), "odd iteration")) } else { Ok(x + 1) }
+            if iteration % 2 == 1 {
+                Err(StepError::new(ErrorCode::new("odd"), "odd iteration"))
+            } else {
+                Ok(x + 1)
+            }
         }),
     )
 }
@@ -358,11 +444,17 @@ async fn loop_inbox_keeps_the_loop_alive_until_park_timeout() {
     let (engine, _) = engine();
     let workflow = Workflow::builder("inbox")
         .step(
-            Loop::new("chat", 100, [Node::step("reply", fn_step(|ctx: StepContext, _x: Value| async move {
-                Ok(json!(format!("echo {}", ctx.scope().var("loop").unwrap()["message"])))
-            }))])
-            .inbox("messages", Duration::from_secs(5))
-            
+            Loop::new(
+                "chat",
+                100,
+                [Node::step(
+                    "reply",
+                    fn_step(|ctx: StepContext, _x: Value| async move {
+                        Ok(json!(format!("echo {}", ctx.scope().var("loop").unwrap()["message"])))
+                    }),
+                )],
+            )
+            .inbox("messages", Duration::from_secs(5)),
         )
         .build()
         .unwrap();
@@ -377,7 +469,14 @@ async fn loop_inbox_keeps_the_loop_alive_until_park_timeout() {
     };
     let start = tokio::time::Instant::now();
     let report = engine
-        .start_with(&workflow, json!(null), stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() })
+        .start_with(
+            &workflow,
+            json!(null),
+            stepwright_core::StartOptions {
+                run_id: Some(run_id),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     sender.await.unwrap();
@@ -394,18 +493,30 @@ async fn graph_follows_conditional_edges_and_cycles_are_bounded() {
             .step(
                 Graph::new("g", max)
                     .node(counter())
-                    .node(Node::step("finish", fn_step(|_c, x: i64| async move { Ok(json!({ "final": x })) })))
-                    .edge_if("count", "finish", Expr::new(|s| s.output("count").unwrap().as_i64() >= Some(3)))
-                    .edge("count", "count")
-                    
+                    .node(Node::step(
+                        "finish",
+                        fn_step(|_c, x: i64| async move { Ok(json!({ "final": x })) }),
+                    ))
+                    .edge_if(
+                        "count",
+                        "finish",
+                        Expr::new(|s| s.output("count").unwrap().as_i64() >= Some(3)),
+                    )
+                    .edge("count", "count"),
             )
             .build()
             .unwrap()
     };
     let (report, _, store) = run(&graph(10), json!(0)).await;
     assert_eq!(report.output, Some(json!({ "final": 3 })));
-    assert!(records_at(&store, report.run_id, "g/count#3").iter().any(|r| matches!(r, Record::Completed { .. })));
-    assert!(records_at(&store, report.run_id, "g#3").contains(&Record::Decided { value: json!({ "next": "finish" }) }));
+    assert!(
+        records_at(&store, report.run_id, "g/count#3")
+            .iter()
+            .any(|r| matches!(r, Record::Completed { .. }))
+    );
+    assert!(records_at(&store, report.run_id, "g#3").contains(&Record::Decided {
+        value: json!({ "next": "finish" })
+    }));
 
     let (report, _, _) = run(&graph(2), json!(0)).await;
     let error = report.error.unwrap();
@@ -420,7 +531,10 @@ impl Step for Router {
     type Output = i64;
 
     async fn run(&self, _ctx: &StepContext, input: i64) -> Result<Outcome<i64>, StepError> {
-        Ok(Outcome::handoff(if input > 0 { "positive" } else { "negative" }, json!(input.abs())))
+        Ok(Outcome::handoff(
+            if input > 0 { "positive" } else { "negative" },
+            json!(input.abs()),
+        ))
     }
 }
 
@@ -430,16 +544,24 @@ async fn handoff_jumps_to_a_graph_node_with_the_payload() {
         .step(
             Graph::new("agents", 5)
                 .node(Node::step("router", Router))
-                .node(Node::step("positive", fn_step(|_c, x: i64| async move { Ok(format!("pos {x}")) })))
-                .node(Node::step("negative", fn_step(|_c, x: i64| async move { Ok(format!("neg {x}")) })))
-                
+                .node(Node::step(
+                    "positive",
+                    fn_step(|_c, x: i64| async move { Ok(format!("pos {x}")) }),
+                ))
+                .node(Node::step(
+                    "negative",
+                    fn_step(|_c, x: i64| async move { Ok(format!("neg {x}")) }),
+                )),
         )
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(-4)).await;
     assert_eq!(report.output, Some(json!("neg 4")));
     // Outside a graph a handoff has nowhere to go.
-    let lost = Workflow::builder("lost").step(Node::step("router", Router)).build().unwrap();
+    let lost = Workflow::builder("lost")
+        .step(Node::step("router", Router))
+        .build()
+        .unwrap();
     let (report, _, _) = run(&lost, json!(1)).await;
     assert_eq!(report.error.unwrap().code, ErrorCode::UNKNOWN_HANDOFF_TARGET);
 }
@@ -449,10 +571,16 @@ async fn subworkflow_nests_its_journal_and_checks_its_schemas() {
     let child = Workflow::builder("child")
         .input_schema(json!({ "type": "integer" }))
         .output_schema(json!({ "type": "integer", "maximum": 100 }))
-        .step(Node::step("triple", fn_step(|ctx: StepContext, x: i64| async move {
-            assert!(ctx.scope().output("before").is_none(), "a subworkflow does not see the caller's outputs");
-            Ok(x * 3)
-        })))
+        .step(Node::step(
+            "triple",
+            fn_step(|ctx: StepContext, x: i64| async move {
+                assert!(
+                    ctx.scope().output("before").is_none(),
+                    "a subworkflow does not see the caller's outputs"
+                );
+                Ok(x * 3)
+            }),
+        ))
         .build()
         .unwrap();
     let parent = Workflow::builder("parent")
@@ -463,11 +591,18 @@ async fn subworkflow_nests_its_journal_and_checks_its_schemas() {
         .unwrap();
     let (report, _, store) = run(&parent, json!(2)).await;
     assert_eq!(report.output, Some(json!(9)));
-    assert!(records_at(&store, report.run_id, "call/triple").iter().any(|r| matches!(r, Record::Completed { .. })));
+    assert!(
+        records_at(&store, report.run_id, "call/triple")
+            .iter()
+            .any(|r| matches!(r, Record::Completed { .. }))
+    );
 
     let (report, _, _) = run(&parent, json!(40)).await;
     assert_eq!(report.error.unwrap().code, ErrorCode::OUTPUT_VALIDATION);
-    let bad_input = Workflow::builder("bad").step(Node::workflow("call", &child).input(InputSource::Value(json!("x")))).build().unwrap();
+    let bad_input = Workflow::builder("bad")
+        .step(Node::workflow("call", &child).input(InputSource::Value(json!("x"))))
+        .build()
+        .unwrap();
     let (report, _, _) = run(&bad_input, json!(null)).await;
     assert_eq!(report.error.unwrap().code, ErrorCode::INPUT_VALIDATION);
 }
@@ -476,19 +611,26 @@ async fn subworkflow_nests_its_journal_and_checks_its_schemas() {
 async fn spawn_is_isolated_and_times_out() {
     let layer: Arc<dyn MemoryLayer> = Arc::new(InMemoryLayer::new("notes"));
     let child = Workflow::builder("child")
-        .step(Node::step("look", fn_step(|ctx: StepContext, ms: u64| async move {
-            let names: Vec<String> = ctx.memory().names().into_iter().map(str::to_owned).collect();
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            Ok(names)
-        })))
+        .step(Node::step(
+            "look",
+            fn_step(|ctx: StepContext, ms: u64| async move {
+                let names: Vec<String> = ctx.memory().names().into_iter().map(str::to_owned).collect();
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(names)
+            }),
+        ))
         .build()
         .unwrap();
     let workflow = |ms: u64| {
         Workflow::builder("spawner")
-            .step(Node::provide("mem", [layer.clone()], [
-                Node::workflow("inherit", &child).input(InputSource::Value(json!(0))),
-                Node::spawn("isolated", &child, Duration::from_millis(100)).input(InputSource::Value(json!(ms))),
-            ]))
+            .step(Node::provide(
+                "mem",
+                [layer.clone()],
+                [
+                    Node::workflow("inherit", &child).input(InputSource::Value(json!(0))),
+                    Node::spawn("isolated", &child, Duration::from_millis(100)).input(InputSource::Value(json!(ms))),
+                ],
+            ))
             .output(Expr::new(|s| json!([s.output("inherit"), s.output("isolated")])))
             .build()
             .unwrap()
@@ -505,14 +647,25 @@ async fn provide_makes_memory_layers_visible_to_descendants() {
     outer.store("color", json!("blue"));
     let inner = Arc::new(InMemoryLayer::new("scratch"));
     inner.store("color", json!("red"));
-    let reader = || Node::step("read", fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.memory().recall("color")) }));
+    let reader = || {
+        Node::step(
+            "read",
+            fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.memory().recall("color")) }),
+        )
+    };
     let workflow = Workflow::builder("provide")
-        .step(Node::provide("outer", [outer as Arc<dyn MemoryLayer>], [
-            Node::sequence("a", [reader()]),
-            Node::provide("inner", [inner as Arc<dyn MemoryLayer>], [reader()]),
-        ]))
+        .step(Node::provide(
+            "outer",
+            [outer as Arc<dyn MemoryLayer>],
+            [
+                Node::sequence("a", [reader()]),
+                Node::provide("inner", [inner as Arc<dyn MemoryLayer>], [reader()]),
+            ],
+        ))
         .step(Node::sequence("outside", [reader()]))
-        .output(Expr::new(|s| json!([s.output("a"), s.output("inner"), s.output("outside")])))
+        .output(Expr::new(|s| {
+            json!([s.output("a"), s.output("inner"), s.output("outside")])
+        }))
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(null)).await;
@@ -527,17 +680,27 @@ async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
         let ticks = ticks.clone();
         Workflow::builder("poller")
             .step(
-                Every::new("poll", Duration::from_secs(10), [Node::step("tick", fn_step(move |ctx: StepContext, _x: Value| {
-                    let ticks = ticks.clone();
-                    async move {
-                        let tick = ctx.scope().var("tick").unwrap().as_i64().unwrap();
-                        ticks.push(format!("{tick}@{}", ctx.now().since(T0).as_secs()));
-                        if tick == 2 { Err(StepError::new(ErrorCode::new("flaky"), "tick 2 fails")) } else { Ok(tick) }
-                    }
-                }))])
+                Every::new(
+                    "poll",
+                    Duration::from_secs(10),
+                    [Node::step(
+                        "tick",
+                        fn_step(move |ctx: StepContext, _x: Value| {
+                            let ticks = ticks.clone();
+                            async move {
+                                let tick = ctx.scope().var("tick").unwrap().as_i64().unwrap();
+                                ticks.push(format!("{tick}@{}", ctx.now().since(T0).as_secs()));
+                                if tick == 2 {
+                                    Err(StepError::new(ErrorCode::new("flaky"), "tick 2 fails"))
+                                } else {
+                                    Ok(tick)
+                                }
+                            }
+                        }),
+                    )],
+                )
                 .wake_on("kick")
-                .on_error(EveryOnError::Continue)
-                
+                .on_error(EveryOnError::Continue),
             )
             .build()
             .unwrap()
@@ -553,7 +716,14 @@ async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
         })
     };
     let report = engine
-        .start_with(&workflow, json!(null), stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() })
+        .start_with(
+            &workflow,
+            json!(null),
+            stepwright_core::StartOptions {
+                run_id: Some(run_id),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     driver.await.unwrap();
@@ -561,7 +731,11 @@ async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
     assert_eq!(ticks.take(), ["1@0", "2@10", "3@13", "4@23"]);
     assert_eq!(report.status, RunStatus::Cancelled);
     let events = engine.store().events(run_id).await.unwrap();
-    assert!(events.iter().any(|e| e.kind == "every.tick_failed" && e.data["tick"] == 2));
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == "every.tick_failed" && e.data["tick"] == 2)
+    );
 
     let failing = Workflow::builder("poller-fail")
         .step(Every::new("poll", Duration::from_secs(1), [fails("bad", "always")]).on_error(EveryOnError::Fail))
@@ -579,15 +753,21 @@ async fn every_jitter_is_drawn_from_injected_entropy() {
         let times = times.clone();
         Workflow::builder("jittery")
             .step(
-                Every::new("poll", Duration::from_secs(10), [Node::step("tick", fn_step(move |ctx: StepContext, _x: Value| {
-                    let times = times.clone();
-                    async move {
-                        times.push(ctx.now().since(T0).as_millis().to_string());
-                        Ok(())
-                    }
-                }))])
-                .jitter(0.5)
-                
+                Every::new(
+                    "poll",
+                    Duration::from_secs(10),
+                    [Node::step(
+                        "tick",
+                        fn_step(move |ctx: StepContext, _x: Value| {
+                            let times = times.clone();
+                            async move {
+                                times.push(ctx.now().since(T0).as_millis().to_string());
+                                Ok(())
+                            }
+                        }),
+                    )],
+                )
+                .jitter(0.5),
             )
             .build()
             .unwrap()
@@ -601,7 +781,14 @@ async fn every_jitter_is_drawn_from_injected_entropy() {
         })
     };
     engine
-        .start_with(&workflow, json!(null), stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() })
+        .start_with(
+            &workflow,
+            json!(null),
+            stepwright_core::StartOptions {
+                run_id: Some(run_id),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     stopper.await.unwrap();
@@ -611,24 +798,34 @@ async fn every_jitter_is_drawn_from_injected_entropy() {
         let gap = pair[1] - pair[0];
         assert!((5_000..=15_000).contains(&gap), "gap {gap} outside 10 s ± 50%");
     }
-    assert!(times.windows(2).any(|p| p[1] - p[0] != 10_000), "jitter moved at least one tick");
+    assert!(
+        times.windows(2).any(|p| p[1] - p[0] != 10_000),
+        "jitter moved at least one tick"
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn sleep_waits_in_process_or_suspends_with_a_wake_time() {
     let (engine, _) = engine();
     let workflow = |d: Duration| {
-        Workflow::builder("sleepy").step(Node::sleep("nap", d)).step(add(1).input(InputSource::Value(json!(1)))).build().unwrap()
+        Workflow::builder("sleepy")
+            .step(Node::sleep("nap", d))
+            .step(add(1).input(InputSource::Value(json!(1))))
+            .build()
+            .unwrap()
     };
     let start = tokio::time::Instant::now();
-    let report = engine.start(&workflow(Duration::from_secs(30)), json!(null)).await.unwrap();
+    let report = engine
+        .start(&workflow(Duration::from_secs(30)), json!(null))
+        .await
+        .unwrap();
     assert_eq!(report.output, Some(json!(2)));
     assert_eq!(start.elapsed(), Duration::from_secs(30));
 
     let long = workflow(Duration::from_secs(3600));
     let report = engine.start(&long, json!(null)).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended);
-    let due = T0.add(Duration::from_secs(30)).add(Duration::from_secs(3600));
+    let due = T0.plus(Duration::from_secs(30)).plus(Duration::from_secs(3600));
     assert_eq!(report.wake_at, Some(due));
     assert_eq!(report.pending.len(), 1);
     // Resumed early: still suspended. Resumed when due: completes.

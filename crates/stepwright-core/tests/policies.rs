@@ -40,7 +40,10 @@ async fn retry_counts_and_exact_exponential_delays() {
         .backoff(Backoff::Exponential)
         .initial_delay(Duration::from_millis(100))
         .max_delay(Duration::from_millis(300));
-    let workflow = Workflow::builder("retry").step(flaky(counter.clone(), 3, true).retry(policy)).build().unwrap();
+    let workflow = Workflow::builder("retry")
+        .step(flaky(counter.clone(), 3, true).retry(policy))
+        .build()
+        .unwrap();
     let start = tokio::time::Instant::now();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.output, Some(json!(4)));
@@ -50,7 +53,7 @@ async fn retry_counts_and_exact_exponential_delays() {
     let retries = retry_times(&store, report.run_id);
     let expected: Vec<_> = [(1, 100), (2, 300), (3, 600)]
         .into_iter()
-        .map(|(attempt, at)| ("flaky".to_owned(), attempt, T0.add(Duration::from_millis(at))))
+        .map(|(attempt, at)| ("flaky".to_owned(), attempt, T0.plus(Duration::from_millis(at))))
         .collect();
     assert_eq!(retries, expected);
 }
@@ -60,8 +63,14 @@ async fn retry_linear_fixed_and_jitter_delays() {
     for (backoff, jitter, total_ms) in [(Backoff::Linear, 0.0, 100 + 200), (Backoff::Fixed, 0.0, 100 + 100)] {
         let (engine, _) = engine();
         let counter = Counter::default();
-        let policy = RetryPolicy::new(3).backoff(backoff).initial_delay(Duration::from_millis(100)).jitter(jitter);
-        let workflow = Workflow::builder("retry").step(flaky(counter, 2, true).retry(policy)).build().unwrap();
+        let policy = RetryPolicy::new(3)
+            .backoff(backoff)
+            .initial_delay(Duration::from_millis(100))
+            .jitter(jitter);
+        let workflow = Workflow::builder("retry")
+            .step(flaky(counter, 2, true).retry(policy))
+            .build()
+            .unwrap();
         let start = tokio::time::Instant::now();
         engine.start(&workflow, json!(null)).await.unwrap();
         assert_eq!(start.elapsed(), Duration::from_millis(total_ms), "{backoff:?}");
@@ -70,10 +79,19 @@ async fn retry_linear_fixed_and_jitter_delays() {
     let mut runs = Vec::new();
     for _ in 0..2 {
         let (engine, store) = engine();
-        let policy = RetryPolicy::new(4).backoff(Backoff::Fixed).initial_delay(Duration::from_millis(1000)).jitter(0.5);
-        let workflow = Workflow::builder("retry").step(flaky(Counter::default(), 3, true).retry(policy)).build().unwrap();
+        let policy = RetryPolicy::new(4)
+            .backoff(Backoff::Fixed)
+            .initial_delay(Duration::from_millis(1000))
+            .jitter(0.5);
+        let workflow = Workflow::builder("retry")
+            .step(flaky(Counter::default(), 3, true).retry(policy))
+            .build()
+            .unwrap();
         let report = engine.start(&workflow, json!(null)).await.unwrap();
-        let times: Vec<_> = retry_times(&store, report.run_id).into_iter().map(|(_, _, t)| t).collect();
+        let times: Vec<_> = retry_times(&store, report.run_id)
+            .into_iter()
+            .map(|(_, _, t)| t)
+            .collect();
         let mut previous = T0;
         for t in &times {
             let gap = t.since(previous).as_millis();
@@ -134,19 +152,25 @@ async fn timeout_drops_the_steps_future_and_retries_as_timeout() {
     let step = {
         let dropped = dropped.clone();
         let attempts = attempts.clone();
-        Node::step("slow", fn_step(move |_ctx, _x: Value| {
-            let guard = SetOnDrop(dropped.clone());
-            let attempt = attempts.hit();
-            async move {
-                let _guard = guard;
-                // Ignores cancellation on purpose: the timeout must drop it anyway.
-                tokio::time::sleep(Duration::from_secs(if attempt == 1 { 3600 } else { 1 })).await;
-                Ok(attempt)
-            }
-        }))
+        Node::step(
+            "slow",
+            fn_step(move |_ctx, _x: Value| {
+                let guard = SetOnDrop(dropped.clone());
+                let attempt = attempts.hit();
+                async move {
+                    let _guard = guard;
+                    // Ignores cancellation on purpose: the timeout must drop it anyway.
+                    tokio::time::sleep(Duration::from_secs(if attempt == 1 { 3600 } else { 1 })).await;
+                    Ok(attempt)
+                }
+            }),
+        )
     };
     let workflow = Workflow::builder("timeout")
-        .step(step.timeout(Duration::from_secs(5)).retry(RetryPolicy::new(2).initial_delay(Duration::from_secs(1))))
+        .step(
+            step.timeout(Duration::from_secs(5))
+                .retry(RetryPolicy::new(2).initial_delay(Duration::from_secs(1))),
+        )
         .build()
         .unwrap();
     let start = tokio::time::Instant::now();
@@ -171,22 +195,25 @@ async fn timeout_cancels_the_work_below_a_composite() {
     let (engine, _) = engine();
     let (tx, rx) = tokio::sync::oneshot::channel::<Duration>();
     let tx = Arc::new(std::sync::Mutex::new(Some(tx)));
-    let inner = Node::step("inner", fn_step(move |ctx: StepContext, _x: Value| {
-        let tx = tx.clone();
-        async move {
-            // Work that escaped into a task of its own still sees the token fire.
-            let token = ctx.cancellation().clone();
-            let started = tokio::time::Instant::now();
-            tokio::spawn(async move {
-                token.cancelled().await;
-                if let Some(tx) = tx.lock().unwrap().take() {
-                    let _ = tx.send(started.elapsed());
-                }
-            });
-            std::future::pending::<()>().await;
-            Ok(())
-        }
-    }));
+    let inner = Node::step(
+        "inner",
+        fn_step(move |ctx: StepContext, _x: Value| {
+            let tx = tx.clone();
+            async move {
+                // Work that escaped into a task of its own still sees the token fire.
+                let token = ctx.cancellation().clone();
+                let started = tokio::time::Instant::now();
+                tokio::spawn(async move {
+                    token.cancelled().await;
+                    if let Some(tx) = tx.lock().unwrap().take() {
+                        let _ = tx.send(started.elapsed());
+                    }
+                });
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        }),
+    );
     let workflow = Workflow::builder("composite-timeout")
         .step(Node::sequence("group", [inner]).timeout(Duration::from_millis(50)))
         .build()
@@ -199,36 +226,60 @@ async fn timeout_cancels_the_work_below_a_composite() {
 #[tokio::test(start_paused = true)]
 async fn on_failure_skip_and_fallback() {
     let (engine, store) = engine();
-    let broken = || Node::step("broken", fn_step(|_c, _x: Value| async move { Err::<Value, _>(StepError::execution_failed("down")) }));
+    let broken = || {
+        Node::step(
+            "broken",
+            fn_step(|_c, _x: Value| async move { Err::<Value, _>(StepError::execution_failed("down")) }),
+        )
+    };
     let skip = Workflow::builder("skip")
         .step(broken().on_failure(OnFailure::Skip))
-        .step(Node::step("after", fn_step(|ctx: StepContext, x: Value| async move { Ok(json!({ "prev": x, "broken": ctx.scope().output("broken") })) })))
+        .step(Node::step(
+            "after",
+            fn_step(|ctx: StepContext, x: Value| async move {
+                Ok(json!({ "prev": x, "broken": ctx.scope().output("broken") }))
+            }),
+        ))
         .build()
         .unwrap();
     let report = engine.start(&skip, json!(1)).await.unwrap();
     assert_eq!(report.output, Some(json!({ "prev": null, "broken": null })));
-    assert!(records_at(&store, report.run_id, "broken").iter().any(|r| matches!(r, Record::Skipped { .. })));
+    assert!(
+        records_at(&store, report.run_id, "broken")
+            .iter()
+            .any(|r| matches!(r, Record::Skipped { .. }))
+    );
 
-    let fallback = Node::step("cached-copy", fn_step(|_c, x: i64| async move { Ok(json!({ "from": "fallback", "input": x })) }));
+    let fallback = Node::step(
+        "cached-copy",
+        fn_step(|_c, x: i64| async move { Ok(json!({ "from": "fallback", "input": x })) }),
+    );
     let workflow = Workflow::builder("fallback")
         .step(broken().on_failure(OnFailure::Fallback(Box::new(fallback))))
         .build()
         .unwrap();
     let report = engine.start(&workflow, json!(7)).await.unwrap();
     assert_eq!(report.output, Some(json!({ "from": "fallback", "input": 7 })));
-    assert!(records_at(&store, report.run_id, "broken/@fallback").iter().any(|r| matches!(r, Record::Completed { .. })));
+    assert!(
+        records_at(&store, report.run_id, "broken/@fallback")
+            .iter()
+            .any(|r| matches!(r, Record::Completed { .. }))
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn panics_become_execution_failed() {
     let (engine, _) = engine();
     let workflow = Workflow::builder("panic")
-        .step(Node::step("oops", fn_step(|_c, x: i64| async move {
-            if x > 0 {
-                panic!("index out of range");
-            }
-            Ok(x)
-        })))
+        .step(Node::step(
+            "oops",
+            fn_step(|_c, x: i64| async move {
+                if x > 0 {
+                    panic!("index out of range");
+                }
+                Ok(x)
+            }),
+        ))
         .build()
         .unwrap();
     let report = engine.start(&workflow, json!(1)).await.unwrap();
@@ -245,18 +296,28 @@ async fn fenced_steps_get_an_intent_and_a_stable_idempotency_key() {
     let write = {
         let keys = keys.clone();
         let counter = Counter::default();
-        Node::step("charge", fn_step(move |ctx: StepContext, _x: Value| {
-            let keys = keys.clone();
-            let counter = counter.clone();
-            async move {
-                keys.push(ctx.idempotency_key().unwrap().to_owned());
-                if counter.hit() == 1 { Err(StepError::new(ErrorCode::new("503"), "busy").retryable(true)) } else { Ok("charged") }
-            }
-        }))
+        Node::step(
+            "charge",
+            fn_step(move |ctx: StepContext, _x: Value| {
+                let keys = keys.clone();
+                let counter = counter.clone();
+                async move {
+                    keys.push(ctx.idempotency_key().unwrap().to_owned());
+                    if counter.hit() == 1 {
+                        Err(StepError::new(ErrorCode::new("503"), "busy").retryable(true))
+                    } else {
+                        Ok("charged")
+                    }
+                }
+            }),
+        )
         .effect(Effect::External)
         .retry(RetryPolicy::new(2).initial_delay(Duration::from_millis(1)))
     };
-    let pure = Node::step("pure", fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.idempotency_key().is_none()) }));
+    let pure = Node::step(
+        "pure",
+        fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.idempotency_key().is_none()) }),
+    );
     let workflow = Workflow::builder("fenced").step(pure).step(write).build().unwrap();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.output, Some(json!("charged")));
@@ -267,8 +328,15 @@ async fn fenced_steps_get_an_intent_and_a_stable_idempotency_key() {
     let records = records_at(&store, report.run_id, "charge");
     let intents: Vec<_> = records.iter().filter(|r| matches!(r, Record::Intent { .. })).collect();
     assert_eq!(intents.len(), 2);
-    assert!(matches!(records[1], Record::Intent { attempt: 1, .. }), "the intent precedes the attempt's outcome");
-    assert!(records_at(&store, report.run_id, "pure").iter().all(|r| !matches!(r, Record::Intent { .. })));
+    assert!(
+        matches!(records[1], Record::Intent { attempt: 1, .. }),
+        "the intent precedes the attempt's outcome"
+    );
+    assert!(
+        records_at(&store, report.run_id, "pure")
+            .iter()
+            .all(|r| !matches!(r, Record::Intent { .. }))
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -277,13 +345,16 @@ async fn requires_approval_gate_approve_reject_modify() {
     let counter = Counter::default();
     let send = {
         let counter = counter.clone();
-        Node::step("send", fn_step(move |_c, body: String| {
-            let counter = counter.clone();
-            async move {
-                counter.hit();
-                Ok(format!("sent: {body}"))
-            }
-        }))
+        Node::step(
+            "send",
+            fn_step(move |_c, body: String| {
+                let counter = counter.clone();
+                async move {
+                    counter.hit();
+                    Ok(format!("sent: {body}"))
+                }
+            }),
+        )
         .requires_approval(ApprovalGate::new("send it?").approver("role:lead"))
     };
     let workflow = Workflow::builder("gated").step(send).build().unwrap();
@@ -295,19 +366,42 @@ async fn requires_approval_gate_approve_reject_modify() {
     let pending = &report.pending[0];
     assert_eq!(pending.step.as_str(), "send");
     assert_eq!(pending.message, "send it?");
-    engine.resolve(report.run_id, &pending.id, Decision::Approve, &lead).await.unwrap();
+    engine
+        .resolve(report.run_id, &pending.id, Decision::Approve, &lead)
+        .await
+        .unwrap();
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(done.output, Some(json!("sent: hello")));
 
     let report = engine.start(&workflow, json!("hello")).await.unwrap();
     let id = report.pending[0].id.clone();
-    engine.resolve(report.run_id, &id, Decision::Modify { payload: json!("hello, politely") }, &lead).await.unwrap();
+    engine
+        .resolve(
+            report.run_id,
+            &id,
+            Decision::Modify {
+                payload: json!("hello, politely"),
+            },
+            &lead,
+        )
+        .await
+        .unwrap();
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(done.output, Some(json!("sent: hello, politely")));
 
     let report = engine.start(&workflow, json!("hello")).await.unwrap();
     let id = report.pending[0].id.clone();
-    engine.resolve(report.run_id, &id, Decision::Reject { reason: Some("tone".into()) }, &lead).await.unwrap();
+    engine
+        .resolve(
+            report.run_id,
+            &id,
+            Decision::Reject {
+                reason: Some("tone".into()),
+            },
+            &lead,
+        )
+        .await
+        .unwrap();
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
     let error = done.error.unwrap();
     assert_eq!(error.code, ErrorCode::REJECTED);
@@ -327,7 +421,7 @@ async fn approval_gate_deadline_applies_on_timeout() {
         .unwrap();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended);
-    assert_eq!(report.wake_at, Some(T0.add(Duration::from_secs(7200))));
+    assert_eq!(report.wake_at, Some(T0.plus(Duration::from_secs(7200))));
     tokio::time::sleep(Duration::from_secs(7200)).await;
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(done.output, Some(json!("went")));
@@ -345,15 +439,23 @@ async fn guardrails_block_warn_and_redact() {
                 .guardrail(Guardrail::new(
                     GuardrailStage::Input,
                     GuardrailAction::Warn,
-                    FnGuardrail::new("long", |v: &Value| (v.to_string().len() > 20).then(|| "long input".to_owned())),
+                    FnGuardrail::new("long", |v: &Value| {
+                        (v.to_string().len() > 20).then(|| "long input".to_owned())
+                    }),
                 )),
         )
         .build()
         .unwrap();
-    let report = engine.start(&workflow, json!("write to bob@example.com now")).await.unwrap();
+    let report = engine
+        .start(&workflow, json!("write to bob@example.com now"))
+        .await
+        .unwrap();
     assert_eq!(report.output, Some(json!({ "reply": "write to [REDACTED] now" })));
     let events = engine.store().events(report.run_id).await.unwrap();
-    let kinds: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.data["guardrail"].as_str().unwrap())).collect();
+    let kinds: Vec<_> = events
+        .iter()
+        .map(|e| (e.kind.as_str(), e.data["guardrail"].as_str().unwrap()))
+        .collect();
     assert_eq!(kinds, [("guardrail.warning", "long"), ("guardrail.warning", "email")]);
 
     let blocked = Workflow::builder("blocked")
@@ -370,17 +472,25 @@ async fn if_skips_when_false() {
     let counter = Counter::default();
     let step = {
         let counter = counter.clone();
-        Node::step("maybe", fn_step(move |_c, x: i64| {
-            counter.hit();
-            async move { Ok(x) }
-        }))
+        Node::step(
+            "maybe",
+            fn_step(move |_c, x: i64| {
+                counter.hit();
+                async move { Ok(x) }
+            }),
+        )
         .only_if(Expr::new(|s| s.input().as_i64() > Some(0)))
     };
     let workflow = Workflow::builder("cond").step(step).build().unwrap();
     let report = engine.start(&workflow, json!(-1)).await.unwrap();
     assert_eq!(report.output, Some(Value::Null));
     assert_eq!(counter.get(), 0);
-    assert_eq!(records_at(&store, report.run_id, "maybe"), [Record::Skipped { reason: "condition is false".into() }]);
+    assert_eq!(
+        records_at(&store, report.run_id, "maybe"),
+        [Record::Skipped {
+            reason: "condition is false".into()
+        }]
+    );
     let report = engine.start(&workflow, json!(3)).await.unwrap();
     assert_eq!(report.output, Some(json!(3)));
 }
@@ -391,10 +501,13 @@ async fn cache_memoizes_pure_steps_by_input_hash() {
     let counter = Counter::default();
     let step = {
         let counter = counter.clone();
-        Node::step("square", fn_step(move |_c, x: i64| {
-            counter.hit();
-            async move { Ok(x * x) }
-        }))
+        Node::step(
+            "square",
+            fn_step(move |_c, x: i64| {
+                counter.hit();
+                async move { Ok(x * x) }
+            }),
+        )
         .cache()
     };
     let workflow = Workflow::builder("cached").step(step).build().unwrap();
@@ -403,5 +516,8 @@ async fn cache_memoizes_pure_steps_by_input_hash() {
     assert_eq!(second.output, Some(json!(16)));
     assert_eq!(engine.start(&workflow, json!(5)).await.unwrap().output, Some(json!(25)));
     assert_eq!(counter.get(), 2, "the second run with input 4 came from the cache");
-    assert!(matches!(records_at(&store, second.run_id, "square")[0], Record::Completed { cached: true, .. }));
+    assert!(matches!(
+        records_at(&store, second.run_id, "square")[0],
+        Record::Completed { cached: true, .. }
+    ));
 }

@@ -57,8 +57,13 @@ fn null() -> Arc<Value> {
 }
 
 fn is_never_retried(error: &StepError) -> bool {
-    [ErrorCode::INPUT_VALIDATION, ErrorCode::CANCELLED, ErrorCode::NONDETERMINISM, ErrorCode::REJECTED]
-        .contains(&error.code)
+    [
+        ErrorCode::INPUT_VALIDATION,
+        ErrorCode::CANCELLED,
+        ErrorCode::NONDETERMINISM,
+        ErrorCode::REJECTED,
+    ]
+    .contains(&error.code)
 }
 
 pub(crate) struct Exec {
@@ -88,7 +93,7 @@ impl Exec {
         Box::pin(async move {
             let mut previous = input;
             for node in nodes {
-                let path = prefix.join(&node.id);
+                let path = prefix.join_id(&node.id);
                 match self.exec_node(node, path, previous.clone(), scope, env).await? {
                     Flow::Done(value) => {
                         scope.bind_output(&node.id, value.clone());
@@ -110,7 +115,10 @@ impl Exec {
             InputSource::Previous => previous,
             InputSource::WorkflowInput => scope.input_arc().clone(),
             InputSource::Output(id) => scope.output_arc(id).cloned().ok_or_else(|| {
-                StepError::new(ErrorCode::EXPRESSION, format!("resolving the input: no earlier step {id:?} in scope"))
+                StepError::new(
+                    ErrorCode::EXPRESSION,
+                    format!("resolving the input: no earlier step {id:?} in scope"),
+                )
             })?,
             InputSource::Value(value) => Arc::new(value.clone()),
             InputSource::Expr(expr) => Arc::new(expr.eval(scope)?),
@@ -119,15 +127,15 @@ impl Exec {
 
     /// One node with its policies: replay, `if`, input, guardrails, approval gate, cache,
     /// attempts with retry and timeout, effect fence, on_failure.
-    pub(crate) fn exec_node<'a>(
-        &'a self,
-        node: &'a Node,
+    pub(crate) async fn exec_node(
+        &self,
+        node: &Node,
         path: StepPath,
         previous: Arc<Value>,
-        scope: &'a mut Scope,
-        env: &'a Env,
-    ) -> BoxFuture<'a, Res> {
-        Box::pin(async move {
+        scope: &mut Scope,
+        env: &Env,
+    ) -> Res {
+        {
             let replay = &self.run.replay;
             let log = replay.path(&path);
             if let Some(log) = log {
@@ -147,21 +155,25 @@ impl Exec {
                     Ok(true) => {}
                     Ok(false) => {
                         let reason = "condition is false".to_owned();
-                        self.run.recorder.note(&path, self.now(), Record::Skipped { reason: reason.clone() });
+                        self.run
+                            .recorder
+                            .note(&path, self.now(), Record::Skipped { reason: reason.clone() });
                         self.finished(&path, "skipped");
                         return Ok(Flow::Skipped(reason));
                     }
-                    Err(error) => return self.fail(node, &path, error, null(), scope, env, 1).await,
+                    Err(error) => {
+                        return self.fail(node, &path, error, null(), scope, env, 1).await;
+                    }
                 }
             }
             let mut input = match self.resolve_input(node, previous, scope) {
                 Ok(input) => input,
                 Err(error) => return self.fail(node, &path, error, null(), scope, env, 1).await,
             };
-            if let Some(schema) = &node.input_schema {
-                if let Err(error) = schema.check(&input, ErrorCode::INPUT_VALIDATION, "the input") {
-                    return self.fail(node, &path, error, input, scope, env, 1).await;
-                }
+            if let Some(schema) = &node.input_schema
+                && let Err(error) = schema.check(&input, ErrorCode::INPUT_VALIDATION, "the input")
+            {
+                return self.fail(node, &path, error, input, scope, env, 1).await;
             }
             if !policy.guardrails.is_empty() {
                 match apply_guardrails(&policy.guardrails, GuardrailStage::Input, input.clone()) {
@@ -182,20 +194,27 @@ impl Exec {
                     Ok(Decision::Reject { reason }) => {
                         let error = StepError::new(
                             ErrorCode::REJECTED,
-                            format!("the approval before this step was rejected{}", reason.map(|r| format!(": {r}")).unwrap_or_default()),
+                            format!(
+                                "the approval before this step was rejected{}",
+                                reason.map(|r| format!(": {r}")).unwrap_or_default()
+                            ),
                         );
                         return self.fail(node, &path, error, input, scope, env, 1).await;
                     }
                 }
             }
-            let cache_key = if policy.cache { Some(self.cache_key(node, &input)) } else { None };
-            if let Some(key) = &cache_key {
-                if let Some(value) = self.run.cache.get(key) {
-                    return self.complete(&path, 1, value, true).await;
-                }
+            let cache_key = if policy.cache {
+                Some(self.cache_key(node, &input))
+            } else {
+                None
+            };
+            if let Some(key) = &cache_key
+                && let Some(value) = self.run.cache.get(key)
+            {
+                return self.complete(&path, 1, value, true).await;
             }
             self.attempts(node, &path, input, scope, env, cache_key).await
-        })
+        }
     }
 
     fn cache_key(&self, node: &Node, input: &Value) -> ContentHash {
@@ -213,14 +232,20 @@ impl Exec {
 
     fn warn(&self, path: &StepPath, warnings: &[(String, String)]) {
         for (name, message) in warnings {
-            self.run.event(path, "guardrail.warning", json!({ "guardrail": name, "message": message }));
+            self.run.event(
+                path,
+                "guardrail.warning",
+                json!({ "guardrail": name, "message": message }),
+            );
         }
     }
 
     async fn complete(&self, path: &StepPath, attempt: u32, value: Arc<Value>, cached: bool) -> Res {
         let hash = ContentHash::of_value(&value);
-        self.run.recorder.note_blob(hash, value.clone());
-        self.run.recorder.commit(path, self.now(), Record::Completed { attempt, output: hash, cached }).await?;
+        self.run
+            .recorder
+            .commit_output(path, self.now(), attempt, hash, value.clone(), cached)
+            .await?;
         self.finished(path, "completed");
         Ok(Flow::Done(value))
     }
@@ -246,7 +271,11 @@ impl Exec {
                     attempt = last + 1;
                     wait_until = Some(*retry_at);
                 }
-                Some((_, error, None)) => return self.on_failure(node, path, error.clone(), input, scope, env, last).await,
+                Some((_, error, None)) => {
+                    return self
+                        .on_failure(node, path, error.clone(), input, scope, env, last)
+                        .await;
+                }
                 None if last == 0 => {}
                 None => {
                     attempt = last;
@@ -264,10 +293,10 @@ impl Exec {
             }
         }
         loop {
-            if let Some(due) = wait_until.take() {
-                if let Some(flow) = self.wait_until(due, env).await? {
-                    return Ok(flow);
-                }
+            if let Some(due) = wait_until.take()
+                && let Some(flow) = self.wait_until(due, env).await?
+            {
+                return Ok(flow);
             }
             self.run.recorder.note(path, self.now(), Record::Started { attempt });
             if let Some(observer) = &self.run.observer {
@@ -276,9 +305,21 @@ impl Exec {
             let key = fenced.then(|| idempotency_key(self.run.run_id, path));
             if let Some(key) = &key {
                 // The fence: the intent is durable before the effect can happen.
-                self.run.recorder.commit(path, self.now(), Record::Intent { attempt, key: key.clone() }).await?;
+                self.run
+                    .recorder
+                    .commit(
+                        path,
+                        self.now(),
+                        Record::Intent {
+                            attempt,
+                            key: key.clone(),
+                        },
+                    )
+                    .await?;
             }
-            let flow = self.run_with_timeout(node, path, attempt, input.clone(), scope, env, key).await?;
+            let flow = self
+                .run_with_timeout(node, path, attempt, input.clone(), scope, env, key)
+                .await?;
             let error = match flow {
                 Flow::Done(value) => match self.check_output(node, path, value) {
                     Ok(value) => {
@@ -294,7 +335,10 @@ impl Exec {
                 },
                 Flow::Failed(error) => error,
                 Flow::Skipped(reason) => {
-                    self.run.recorder.commit(path, self.now(), Record::Skipped { reason: reason.clone() }).await?;
+                    self.run
+                        .recorder
+                        .commit(path, self.now(), Record::Skipped { reason: reason.clone() })
+                        .await?;
                     self.finished(path, "skipped");
                     return Ok(Flow::Skipped(reason));
                 }
@@ -306,31 +350,54 @@ impl Exec {
                 Flow::Handoff(target, payload) => {
                     self.run
                         .recorder
-                        .commit(path, self.now(), Record::Handoff { target: target.clone(), payload: (*payload).clone() })
+                        .commit(
+                            path,
+                            self.now(),
+                            Record::Handoff {
+                                target: target.clone(),
+                                payload: (*payload).clone(),
+                            },
+                        )
                         .await?;
                     self.finished(path, "handoff");
                     return Ok(Flow::Handoff(target, payload));
                 }
             };
             if error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled() {
-                self.run.recorder.note(path, self.now(), Record::Cancelled { reason: error.message.clone() });
+                self.run.recorder.note(
+                    path,
+                    self.now(),
+                    Record::Cancelled {
+                        reason: error.message.clone(),
+                    },
+                );
                 self.finished(path, "cancelled");
                 return Ok(Flow::Failed(error));
             }
             let retry_all = matches!(policy.on_failure, OnFailure::Retry);
-            if let Some(retry) = &policy.retry {
-                if attempt < retry.max_attempts && (error.retryable || retry_all) && !is_never_retried(&error) {
-                    let delay = retry.delay_after(attempt, self.run.entropy.next_f64());
-                    let due = self.now().add(delay);
-                    self.run
-                        .recorder
-                        .commit(path, self.now(), Record::Failed { attempt, error, retry_at: Some(due) })
-                        .await?;
-                    self.finished(path, "retrying");
-                    attempt += 1;
-                    wait_until = Some(due);
-                    continue;
-                }
+            if let Some(retry) = &policy.retry
+                && attempt < retry.max_attempts
+                && (error.retryable || retry_all)
+                && !is_never_retried(&error)
+            {
+                let delay = retry.delay_after(attempt, self.run.entropy.next_f64());
+                let due = self.now().plus(delay);
+                self.run
+                    .recorder
+                    .commit(
+                        path,
+                        self.now(),
+                        Record::Failed {
+                            attempt,
+                            error,
+                            retry_at: Some(due),
+                        },
+                    )
+                    .await?;
+                self.finished(path, "retrying");
+                attempt += 1;
+                wait_until = Some(due);
+                continue;
             }
             return self.fail(node, path, error, input, scope, env, attempt).await;
         }
@@ -378,7 +445,18 @@ impl Exec {
         env: &Env,
         attempt: u32,
     ) -> Res {
-        self.run.recorder.commit(path, self.now(), Record::Failed { attempt, error: error.clone(), retry_at: None }).await?;
+        self.run
+            .recorder
+            .commit(
+                path,
+                self.now(),
+                Record::Failed {
+                    attempt,
+                    error: error.clone(),
+                    retry_at: None,
+                },
+            )
+            .await?;
         self.finished(path, "failed");
         self.on_failure(node, path, error, input, scope, env, attempt).await
     }
@@ -401,13 +479,16 @@ impl Exec {
             OnFailure::Abort | OnFailure::Retry => Ok(Flow::Failed(error)),
             OnFailure::Skip => {
                 let reason = format!("failed and on_failure is skip: {error}");
-                self.run.recorder.commit(path, self.now(), Record::Skipped { reason: reason.clone() }).await?;
+                self.run
+                    .recorder
+                    .commit(path, self.now(), Record::Skipped { reason: reason.clone() })
+                    .await?;
                 self.finished(path, "skipped");
                 Ok(Flow::Skipped(reason))
             }
             OnFailure::Fallback(fallback) => {
                 let fallback_path = path.join("@fallback");
-                match self.exec_node(fallback, fallback_path, input, scope, env).await? {
+                match Box::pin(self.exec_node(fallback, fallback_path, input, scope, env)).await? {
                     Flow::Done(value) => self.complete(path, attempt, value, false).await,
                     other => Ok(other),
                 }
@@ -431,7 +512,10 @@ impl Exec {
         };
         // The work gets its own token: a timeout cancels it (and everything below it), and
         // dropping the future stops it at its next await point.
-        let local = Env { memory: env.memory.clone(), cancel: env.cancel.child_token() };
+        let local = Env {
+            memory: env.memory.clone(),
+            cancel: env.cancel.child_token(),
+        };
         let work = self.run_kind(node, path, attempt, input, scope, &local, key);
         tokio::select! {
             result = work => result,
@@ -454,10 +538,16 @@ impl Exec {
         key: Option<String>,
     ) -> Res {
         match &node.kind {
-            NodeKind::Step(step) => self.run_leaf(step.as_ref(), path, attempt, input, scope, env, key).await,
+            NodeKind::Step(step) => {
+                self.run_leaf(step.as_ref(), path, attempt, input, scope, env, key)
+                    .await
+            }
             NodeKind::Sequence(body) => self.exec_seq(body, path, input, scope, env).await,
             NodeKind::Provide { layers, body } => {
-                let inner = Env { memory: env.memory.with(layers), cancel: env.cancel.clone() };
+                let inner = Env {
+                    memory: env.memory.with(layers),
+                    cancel: env.cancel.clone(),
+                };
                 self.exec_seq(body, path, input, scope, &inner).await
             }
             NodeKind::Branch { arms, otherwise } => {
@@ -478,7 +568,13 @@ impl Exec {
                         if chosen.is_null() && otherwise.is_some() {
                             chosen = json!("otherwise");
                         }
-                        self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "arm": chosen }) });
+                        self.run.recorder.note(
+                            path,
+                            self.now(),
+                            Record::Decided {
+                                value: json!({ "arm": chosen }),
+                            },
+                        );
                         chosen
                     }
                 };
@@ -492,31 +588,66 @@ impl Exec {
                     None => Ok(Flow::Skipped("no branch condition matched".into())),
                 }
             }
-            NodeKind::Fork(spec) => self.run_fork(spec, path, input, scope, env).await,
-            NodeKind::Loop(spec) => self.run_loop(spec, path, input, scope, env).await,
-            NodeKind::Graph(spec) => self.run_graph(spec, path, input, scope, env).await,
+            NodeKind::Fork(spec) => Box::pin(self.run_fork(spec, path, input, scope, env)).await,
+            NodeKind::Loop(spec) => Box::pin(self.run_loop(spec, path, input, scope, env)).await,
+            NodeKind::Graph(spec) => Box::pin(self.run_graph(spec, path, input, scope, env)).await,
             NodeKind::Workflow { workflow, spawn } => {
-                let def = &workflow.inner;
-                if let Some(schema) = &def.input_schema {
-                    if let Err(error) = schema.check(&input, ErrorCode::INPUT_VALIDATION, "the subworkflow input") {
-                        return Ok(Flow::Failed(error));
-                    }
+                Box::pin(self.run_subworkflow(workflow, *spawn, path, input, env)).await
+            }
+            NodeKind::Every(spec) => Box::pin(self.run_every(spec, path, input, scope, env)).await,
+            NodeKind::Sleep(duration) => {
+                let ctx = self.context(path, attempt, scope, env, None);
+                match self
+                    .interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(*duration))
+                    .await?
+                {
+                    Err(flow) => Ok(flow),
+                    Ok(_) => Ok(Flow::Done(null())),
                 }
-                let memory = if spawn.is_some() { self.run.root_memory.clone() } else { env.memory.clone() };
-                let inner = Env { memory, cancel: env.cancel.child_token() };
+            }
+        }
+    }
+
+    async fn run_subworkflow(
+        &self,
+        workflow: &crate::definition::Workflow,
+        spawn: Option<std::time::Duration>,
+        path: &StepPath,
+        input: Arc<Value>,
+        env: &Env,
+    ) -> Res {
+        {
+            {
+                let def = &workflow.inner;
+                if let Some(schema) = &def.input_schema
+                    && let Err(error) = schema.check(&input, ErrorCode::INPUT_VALIDATION, "the subworkflow input")
+                {
+                    return Ok(Flow::Failed(error));
+                }
+                let memory = if spawn.is_some() {
+                    self.run.root_memory.clone()
+                } else {
+                    env.memory.clone()
+                };
+                let inner = Env {
+                    memory,
+                    cancel: env.cancel.child_token(),
+                };
                 let mut child_scope = Scope::isolated(input.clone());
                 let body = self.exec_seq(&def.body, path, input, &mut child_scope, &inner);
                 let flow = match spawn {
                     None => body.await?,
                     Some(limit) => tokio::select! {
                         result = body => result?,
-                        () = self.run.clock.sleep(*limit) => {
+                        () = self.run.clock.sleep(limit) => {
                             inner.cancel.cancel();
                             Flow::Failed(StepError::timeout(format!("the spawned workflow did not finish within {limit:?}")))
                         }
                     },
                 };
-                let Flow::Done(last) = flow else { return Ok(flow) };
+                let Flow::Done(last) = flow else {
+                    return Ok(flow);
+                };
                 let output = match &def.output {
                     Some(expr) => match expr.eval(&child_scope) {
                         Ok(value) => Arc::new(value),
@@ -524,20 +655,12 @@ impl Exec {
                     },
                     None => last,
                 };
-                if let Some(schema) = &def.output_schema {
-                    if let Err(error) = schema.check(&output, ErrorCode::OUTPUT_VALIDATION, "the subworkflow output") {
-                        return Ok(Flow::Failed(error));
-                    }
+                if let Some(schema) = &def.output_schema
+                    && let Err(error) = schema.check(&output, ErrorCode::OUTPUT_VALIDATION, "the subworkflow output")
+                {
+                    return Ok(Flow::Failed(error));
                 }
                 Ok(Flow::Done(output))
-            }
-            NodeKind::Every(spec) => self.run_every(spec, path, input, scope, env).await,
-            NodeKind::Sleep(duration) => {
-                let ctx = self.context(path, attempt, scope, env, None);
-                match self.interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(*duration)).await? {
-                    Err(flow) => Ok(flow),
-                    Ok(_) => Ok(Flow::Done(null())),
-                }
             }
         }
     }
@@ -597,14 +720,17 @@ impl Exec {
     ) -> Res {
         let ctx = self.context(path, attempt, scope, env, key);
         // A step that returned `suspended(request)` earlier: its output is the decision.
-        let outcome_id = InterruptId::derive(self.run.run_id, path, OUTCOME_ORDINAL);
-        if let Some(log) = self.run.replay.interrupt(&outcome_id) {
-            let request = log.request.clone();
-            return self.outcome_interrupt(&ctx, request).await;
+        if self.run.replay.has_interrupts() {
+            let outcome_id = InterruptId::derive(self.run.run_id, path, OUTCOME_ORDINAL);
+            if let Some(log) = self.run.replay.interrupt(&outcome_id) {
+                let request = log.request.clone();
+                return self.outcome_interrupt(&ctx, request).await;
+            }
         }
         let work = AssertUnwindSafe(step.run(&ctx, input)).catch_unwind();
         let mut work = std::pin::pin!(work);
         let result = tokio::select! {
+            biased;
             result = &mut work => result,
             () = ctx.cancellation().cancelled() => {
                 // Cooperative cancellation: the step sees its token fire and gets a grace
@@ -630,7 +756,9 @@ impl Exec {
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a non-string panic payload".into());
-                return Ok(Flow::Failed(StepError::execution_failed(format!("the step panicked: {message}"))));
+                return Ok(Flow::Failed(StepError::execution_failed(format!(
+                    "the step panicked: {message}"
+                ))));
             }
             Ok(Err(error)) => return Ok(Flow::Failed(error)),
             Ok(Ok(outcome)) => outcome,
@@ -643,7 +771,10 @@ impl Exec {
             OutcomeKind::Skipped(reason) => Flow::Skipped(reason),
             OutcomeKind::Handoff { target, payload } => Flow::Handoff(target, Arc::new(payload)),
             OutcomeKind::Continue(state) => {
-                self.run.recorder.commit(path, self.now(), Record::Checkpoint { attempt, state }).await?;
+                self.run
+                    .recorder
+                    .commit(path, self.now(), Record::Checkpoint { attempt, state })
+                    .await?;
                 self.run.note_yielded();
                 Flow::Suspended
             }
@@ -662,7 +793,10 @@ impl Exec {
             Ok(Decision::Modify { payload } | Decision::Respond { value: payload }) => Flow::Done(Arc::new(payload)),
             Ok(Decision::Reject { reason }) => Flow::Failed(StepError::new(
                 ErrorCode::REJECTED,
-                format!("the request was rejected{}", reason.map(|r| format!(": {r}")).unwrap_or_default()),
+                format!(
+                    "the request was rejected{}",
+                    reason.map(|r| format!(": {r}")).unwrap_or_default()
+                ),
             )),
         })
     }
@@ -681,17 +815,31 @@ impl Exec {
                             Ok(items) => items,
                             Err(error) => return Ok(Flow::Failed(error)),
                         };
-                        self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "items": items }) });
+                        self.run.recorder.note(
+                            path,
+                            self.now(),
+                            Record::Decided {
+                                value: json!({ "items": items }),
+                            },
+                        );
                         items
                     }
                 };
-                (vec![body.as_slice(); items.len()], items.into_iter().map(Arc::new).collect())
+                (
+                    vec![body.as_slice(); items.len()],
+                    items.into_iter().map(Arc::new).collect(),
+                )
             }
         };
         let count = inputs.len();
         if count == 0 {
             return Ok(Flow::Done(Arc::new(match spec.mode {
-                ForkMode::Race => return Ok(Flow::Failed(StepError::new(ErrorCode::ALL_PATHS_FAILED, "the race had no paths"))),
+                ForkMode::Race => {
+                    return Ok(Flow::Failed(StepError::new(
+                        ErrorCode::ALL_PATHS_FAILED,
+                        "the race had no paths",
+                    )));
+                }
                 _ => match &spec.merge {
                     Some(merge) => match merge(Vec::new()) {
                         Ok(v) => v,
@@ -702,7 +850,11 @@ impl Exec {
             })));
         }
         let decided_winner = if spec.mode == ForkMode::Race {
-            replay.decided(path).and_then(|d| d.get("winner")).and_then(Value::as_u64).map(|w| w as usize)
+            replay
+                .decided(path)
+                .and_then(|d| d.get("winner"))
+                .and_then(Value::as_u64)
+                .map(|w| w as usize)
         } else {
             None
         };
@@ -718,7 +870,10 @@ impl Exec {
             if let Some(name) = &spec.item_name {
                 child.bind_var(name, item.clone());
             }
-            let child_env = Env { memory: env.memory.clone(), cancel: fork_cancel.child_token() };
+            let child_env = Env {
+                memory: env.memory.clone(),
+                cancel: fork_cancel.child_token(),
+            };
             let path = path.index(index);
             async move {
                 let result = self.exec_seq(body, &path, item, &mut child, &child_env).await;
@@ -741,7 +896,13 @@ impl Exec {
             match (&flow, spec.mode) {
                 (Flow::Done(_) | Flow::Skipped(_), ForkMode::Race) if winner.is_none() => {
                     winner = Some(index);
-                    self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "winner": index }) });
+                    self.run.recorder.note(
+                        path,
+                        self.now(),
+                        Record::Decided {
+                            value: json!({ "winner": index }),
+                        },
+                    );
                     fork_cancel.cancel();
                     stop = true;
                 }
@@ -756,7 +917,9 @@ impl Exec {
             results[index] = Some(flow);
             while next < count && running.len() < limit {
                 if stop || decided_winner.is_some_and(|w| w != next) {
-                    results[next] = Some(Flow::Failed(StepError::cancelled("the fork stopped before this path started")));
+                    results[next] = Some(Flow::Failed(StepError::cancelled(
+                        "the fork stopped before this path started",
+                    )));
                 } else {
                     running.push(launch(next));
                 }
@@ -766,10 +929,18 @@ impl Exec {
         drop(running);
         let results: Vec<Flow> = results.into_iter().map(|r| r.unwrap_or(Flow::Suspended)).collect();
         for (index, flow) in results.iter().enumerate() {
-            if let Flow::Failed(e) = flow {
-                if e.is(&ErrorCode::CANCELLED) && fork_cancel.is_cancelled() && !env.cancel.is_cancelled() {
-                    self.run.recorder.note(&path.index(index), self.now(), Record::Cancelled { reason: e.message.clone() });
-                }
+            if let Flow::Failed(e) = flow
+                && e.is(&ErrorCode::CANCELLED)
+                && fork_cancel.is_cancelled()
+                && !env.cancel.is_cancelled()
+            {
+                self.run.recorder.note(
+                    &path.index(index),
+                    self.now(),
+                    Record::Cancelled {
+                        reason: e.message.clone(),
+                    },
+                );
             }
         }
         if env.cancel.is_cancelled() {
@@ -810,7 +981,9 @@ impl Exec {
                 Ok(merged(Value::Array(outputs)))
             }
             ForkMode::Race => {
-                if let Some(index) = winner.or(decided_winner.filter(|w| matches!(results[*w], Flow::Done(_) | Flow::Skipped(_)))) {
+                if let Some(index) =
+                    winner.or(decided_winner.filter(|w| matches!(results[*w], Flow::Done(_) | Flow::Skipped(_))))
+                {
                     let output = match &results[index] {
                         Flow::Done(v) => (**v).clone(),
                         _ => Value::Null,
@@ -842,7 +1015,9 @@ impl Exec {
                     .map(|f| match f {
                         Flow::Done(v) => json!({ "status": "completed", "output": **v }),
                         Flow::Skipped(r) => json!({ "status": "skipped", "reason": r }),
-                        Flow::Failed(e) => json!({ "status": "failed", "error": { "code": e.code, "message": e.message } }),
+                        Flow::Failed(e) => {
+                            json!({ "status": "failed", "error": { "code": e.code, "message": e.message } })
+                        }
                         Flow::Suspended | Flow::Handoff(..) => json!({ "status": "cancelled" }),
                     })
                     .collect();
@@ -857,8 +1032,15 @@ impl Exec {
         let mut iteration: u32 = 1;
         loop {
             if iteration > spec.max_iterations {
-                let reason = format!("max_iterations ({}) reached without a done verdict", spec.max_iterations);
-                self.run.event(path, "loop.stopped", json!({ "iterations": spec.max_iterations, "reason": reason }));
+                let reason = format!(
+                    "max_iterations ({}) reached without a done verdict",
+                    spec.max_iterations
+                );
+                self.run.event(
+                    path,
+                    "loop.stopped",
+                    json!({ "iterations": spec.max_iterations, "reason": reason }),
+                );
                 return Ok(match spec.on_max {
                     OnMaxIterations::Complete => Flow::Done(last),
                     OnMaxIterations::Fail => Flow::Failed(StepError::new(ErrorCode::MAX_ITERATIONS, reason)),
@@ -879,7 +1061,13 @@ impl Exec {
                         };
                         self.run
                             .recorder
-                            .commit(&message_path, self.now(), Record::Decided { value: json!({ "message": message }) })
+                            .commit(
+                                &message_path,
+                                self.now(),
+                                Record::Decided {
+                                    value: json!({ "message": message }),
+                                },
+                            )
                             .await?;
                         message
                     }
@@ -888,27 +1076,36 @@ impl Exec {
                     Some(message) if !message.is_null() => loop_var["message"] = message,
                     _ => {
                         let reason = format!("no message on inbox {inbox:?} within the park timeout");
-                        self.run.event(path, "loop.stopped", json!({ "iterations": iteration - 1, "reason": reason }));
+                        self.run.event(
+                            path,
+                            "loop.stopped",
+                            json!({ "iterations": iteration - 1, "reason": reason }),
+                        );
                         return Ok(Flow::Done(last));
                     }
                 }
             }
             child.bind_var("loop", Arc::new(loop_var));
-            match self.exec_seq(&spec.body, &iteration_path, input.clone(), &mut child, env).await? {
+            match self
+                .exec_seq(&spec.body, &iteration_path, input.clone(), &mut child, env)
+                .await?
+            {
                 Flow::Done(value) => last = value,
                 Flow::Skipped(_) => last = null(),
-                Flow::Failed(error) if !(error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled()) => match spec.on_error {
-                    LoopOnError::Abort => return Ok(Flow::Failed(error)),
-                    LoopOnError::Retry | LoopOnError::Skip => {
-                        self.run.event(
+                Flow::Failed(error) if !(error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled()) => {
+                    match spec.on_error {
+                        LoopOnError::Abort => return Ok(Flow::Failed(error)),
+                        LoopOnError::Retry | LoopOnError::Skip => {
+                            self.run.event(
                             &iteration_path,
                             "loop.iteration_failed",
                             json!({ "iteration": iteration, "error": { "code": error.code, "message": error.message }, "then": spec.on_error }),
                         );
-                        iteration += 1;
-                        continue;
+                            iteration += 1;
+                            continue;
+                        }
                     }
-                },
+                }
                 other => return Ok(other),
             }
             let verdict = match self.run.replay.decided(&iteration_path) {
@@ -924,13 +1121,19 @@ impl Exec {
                     self.run.recorder.note(
                         &iteration_path,
                         self.now(),
-                        Record::Decided { value: serde_json::to_value(&verdict).unwrap_or_default() },
+                        Record::Decided {
+                            value: serde_json::to_value(&verdict).unwrap_or_default(),
+                        },
                     );
                     verdict
                 }
             };
             if verdict.done {
-                self.run.event(path, "loop.stopped", json!({ "iterations": iteration, "reason": verdict.reason }));
+                self.run.event(
+                    path,
+                    "loop.stopped",
+                    json!({ "iterations": iteration, "reason": verdict.reason }),
+                );
                 return Ok(Flow::Done(last));
             }
             input = match &spec.prepare_next {
@@ -957,11 +1160,17 @@ impl Exec {
             if step > spec.max_steps {
                 return Ok(Flow::Failed(StepError::new(
                     ErrorCode::MAX_STEPS,
-                    format!("the graph took more than max_steps ({}) steps; last node {current:?}", spec.max_steps),
+                    format!(
+                        "the graph took more than max_steps ({}) steps; last node {current:?}",
+                        spec.max_steps
+                    ),
                 )));
             }
             let Some(node) = by_name.get(current.as_str()).copied() else {
-                return Ok(Flow::Failed(StepError::new(ErrorCode::UNKNOWN_HANDOFF_TARGET, format!("graph has no node {current:?}"))));
+                return Ok(Flow::Failed(StepError::new(
+                    ErrorCode::UNKNOWN_HANDOFF_TARGET,
+                    format!("graph has no node {current:?}"),
+                )));
             };
             let visit = visits.entry(current.clone()).or_default();
             *visit += 1;
@@ -1002,7 +1211,13 @@ impl Exec {
                             break;
                         }
                     }
-                    self.run.recorder.note(&decision_path, self.now(), Record::Decided { value: json!({ "next": next }) });
+                    self.run.recorder.note(
+                        &decision_path,
+                        self.now(),
+                        Record::Decided {
+                            value: json!({ "next": next }),
+                        },
+                    );
                     next
                 }
             };
@@ -1013,13 +1228,26 @@ impl Exec {
         }
     }
 
-    async fn run_every(&self, spec: &crate::definition::EverySpec, path: &StepPath, input: Arc<Value>, scope: &Scope, env: &Env) -> Res {
+    async fn run_every(
+        &self,
+        spec: &crate::definition::EverySpec,
+        path: &StepPath,
+        input: Arc<Value>,
+        scope: &Scope,
+        env: &Env,
+    ) -> Res {
         let mut tick: u64 = 1;
         let mut due = self.now();
         loop {
             let tick_path = path.ordinal(tick);
             let due_path = tick_path.join("@due");
-            let started = match self.run.replay.decided(&due_path).and_then(|d| d.get("at")).and_then(Value::as_i64) {
+            let started = match self
+                .run
+                .replay
+                .decided(&due_path)
+                .and_then(|d| d.get("at"))
+                .and_then(Value::as_i64)
+            {
                 Some(at) => Timestamp::from_micros(at),
                 None => {
                     let now = self.now();
@@ -1042,7 +1270,13 @@ impl Exec {
                         }
                     }
                     let at = self.now();
-                    self.run.recorder.note(&due_path, at, Record::Decided { value: json!({ "at": at.as_micros() }) });
+                    self.run.recorder.note(
+                        &due_path,
+                        at,
+                        Record::Decided {
+                            value: json!({ "at": at.as_micros() }),
+                        },
+                    );
                     at
                 }
             };
@@ -1051,20 +1285,29 @@ impl Exec {
             }
             let mut child = scope.child();
             child.bind_var("tick", Arc::new(json!(tick)));
-            match self.exec_seq(&spec.body, &tick_path, input.clone(), &mut child, env).await? {
+            match self
+                .exec_seq(&spec.body, &tick_path, input.clone(), &mut child, env)
+                .await?
+            {
                 Flow::Done(_) | Flow::Skipped(_) => {}
-                Flow::Failed(error) if !(error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled()) => match spec.on_error {
-                    EveryOnError::Fail => return Ok(Flow::Failed(error)),
-                    EveryOnError::Continue => self.run.event(
-                        &tick_path,
-                        "every.tick_failed",
-                        json!({ "tick": tick, "error": { "code": error.code, "message": error.message } }),
-                    ),
-                },
+                Flow::Failed(error) if !(error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled()) => {
+                    match spec.on_error {
+                        EveryOnError::Fail => return Ok(Flow::Failed(error)),
+                        EveryOnError::Continue => self.run.event(
+                            &tick_path,
+                            "every.tick_failed",
+                            json!({ "tick": tick, "error": { "code": error.code, "message": error.message } }),
+                        ),
+                    }
+                }
                 other => return Ok(other),
             }
-            let factor = if spec.jitter == 0.0 { 1.0 } else { 1.0 + spec.jitter * (2.0 * self.run.entropy.next_f64() - 1.0) };
-            due = started.add(spec.interval.mul_f64(factor));
+            let factor = if spec.jitter == 0.0 {
+                1.0
+            } else {
+                1.0 + spec.jitter * (2.0 * self.run.entropy.next_f64() - 1.0)
+            };
+            due = started.plus(spec.interval.mul_f64(factor));
             tick += 1;
         }
     }

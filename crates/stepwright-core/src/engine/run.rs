@@ -52,12 +52,48 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     pub(crate) fn new(store: Arc<dyn Store>, run: RunId, durability: Durability) -> Self {
-        Self { store, run, durability, pending: Mutex::new(JournalBatch::default()), crashed: AtomicBool::new(false) }
+        Self {
+            store,
+            run,
+            durability,
+            pending: Mutex::new(JournalBatch::default()),
+            crashed: AtomicBool::new(false),
+        }
     }
 
     /// Buffers an entry; it is written with the next commit.
     pub(crate) fn note(&self, path: &StepPath, at: Timestamp, record: Record) {
-        self.pending.lock().expect("poisoned").entries.push(JournalEntry { path: path.clone(), at, record });
+        self.pending.lock().expect("poisoned").entries.push(JournalEntry {
+            path: path.clone(),
+            at,
+            record,
+        });
+    }
+
+    /// Buffers a completion with its output blob and writes everything buffered.
+    pub(crate) async fn commit_output(
+        &self,
+        path: &StepPath,
+        at: Timestamp,
+        attempt: u32,
+        hash: ContentHash,
+        value: Arc<Value>,
+        cached: bool,
+    ) -> Result<(), Crash> {
+        {
+            let mut pending = self.pending.lock().expect("poisoned");
+            pending.blobs.push((hash, value));
+            pending.entries.push(JournalEntry {
+                path: path.clone(),
+                at,
+                record: Record::Completed {
+                    attempt,
+                    output: hash,
+                    cached,
+                },
+            });
+        }
+        self.flush().await
     }
 
     pub(crate) fn note_blob(&self, hash: ContentHash, value: Arc<Value>) {
@@ -83,12 +119,26 @@ impl Recorder {
                 source: "an earlier write failed; the run stopped".into(),
             }));
         }
-        let batch = std::mem::take(&mut *self.pending.lock().expect("poisoned"));
-        if batch.is_empty() || self.durability == Durability::None {
-            return Ok(());
-        }
-        match self.store.append(self.run, batch).await {
-            Ok(()) => Ok(()),
+        let mut batch = {
+            let mut pending = self.pending.lock().expect("poisoned");
+            if pending.is_empty() {
+                return Ok(());
+            }
+            if self.durability == Durability::None {
+                *pending = JournalBatch::default();
+                return Ok(());
+            }
+            std::mem::take(&mut *pending)
+        };
+        match self.store.append(self.run, &mut batch).await {
+            Ok(()) => {
+                // Hand the drained buffers back so the next step reuses their capacity.
+                let mut pending = self.pending.lock().expect("poisoned");
+                if pending.is_empty() && batch.is_empty() {
+                    *pending = batch;
+                }
+                Ok(())
+            }
             Err(e) => {
                 self.crashed.store(true, Ordering::Relaxed);
                 Err(Crash(e))
@@ -135,7 +185,10 @@ pub(crate) struct ReplayIndex {
 
 impl ReplayIndex {
     pub(crate) fn from_loaded(loaded: &LoadedRun) -> Result<Self, StoreError> {
-        let mut index = Self { blobs: loaded.blobs.clone(), ..Self::default() };
+        let mut index = Self {
+            blobs: loaded.blobs.clone(),
+            ..Self::default()
+        };
         for entry in &loaded.entries {
             let log = index.paths.entry(entry.path.clone()).or_default();
             match &entry.record {
@@ -148,7 +201,11 @@ impl ReplayIndex {
                     }
                     log.completed = Some((*attempt, *output));
                 }
-                Record::Failed { attempt, error, retry_at } => log.failures.push((*attempt, error.clone(), *retry_at)),
+                Record::Failed {
+                    attempt,
+                    error,
+                    retry_at,
+                } => log.failures.push((*attempt, error.clone(), *retry_at)),
                 Record::Skipped { reason } => log.skipped = Some(reason.clone()),
                 Record::Decided { value } => log.decided = Some(value.clone()),
                 Record::Value { attempt, seq, value } => {
@@ -159,7 +216,12 @@ impl ReplayIndex {
                 Record::InterruptOpened { id, request, deadline } => {
                     index.interrupts.insert(
                         id.clone(),
-                        InterruptLog { path: entry.path.clone(), request: request.clone(), deadline: *deadline, resolution: None },
+                        InterruptLog {
+                            path: entry.path.clone(),
+                            request: request.clone(),
+                            deadline: *deadline,
+                            resolution: None,
+                        },
                     );
                 }
                 Record::InterruptResolved { id, resolution } => {
@@ -174,7 +236,11 @@ impl ReplayIndex {
     }
 
     pub(crate) fn path(&self, path: &StepPath) -> Option<&PathLog> {
-        if self.paths.is_empty() { None } else { self.paths.get(path) }
+        if self.paths.is_empty() {
+            None
+        } else {
+            self.paths.get(path)
+        }
     }
 
     pub(crate) fn completed_output(&self, path: &StepPath) -> Option<Arc<Value>> {
@@ -188,6 +254,10 @@ impl ReplayIndex {
 
     pub(crate) fn decided(&self, path: &StepPath) -> Option<&Value> {
         self.path(path)?.decided.as_ref()
+    }
+
+    pub(crate) fn has_interrupts(&self) -> bool {
+        !self.interrupts.is_empty()
     }
 
     pub(crate) fn interrupt(&self, id: &InterruptId) -> Option<&InterruptLog> {
@@ -225,7 +295,15 @@ impl RunShared {
         if stored {
             self.recorder.note_blob(hash, Arc::new(value.clone()));
         }
-        self.recorder.note(path, self.clock.now(), Record::Artifact { kind: kind.to_owned(), hash, stored });
+        self.recorder.note(
+            path,
+            self.clock.now(),
+            Record::Artifact {
+                kind: kind.to_owned(),
+                hash,
+                stored,
+            },
+        );
         hash
     }
 }

@@ -1,0 +1,245 @@
+//! Engine-overhead benchmarks. `cargo run --release -p stepwright-bench --bin bench`
+//! prints one table row per workload. W3 runs in a child process of its own so that its
+//! peak RSS is its own.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stepwright_core::{Engine, Expr, Fork, MemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow};
+
+/// The trivial typed step: `n → n + 1`.
+struct Inc;
+
+impl Step for Inc {
+    type Input = u64;
+    type Output = u64;
+
+    async fn run(&self, _ctx: &StepContext, input: u64) -> Result<Outcome<u64>, StepError> {
+        Ok(Outcome::completed(input + 1))
+    }
+}
+
+/// A step that awaits a 10 ms timer.
+struct Tick;
+
+impl Step for Tick {
+    type Input = u64;
+    type Output = u64;
+
+    async fn run(&self, _ctx: &StepContext, input: u64) -> Result<Outcome<u64>, StepError> {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok(Outcome::completed(input + 1))
+    }
+}
+
+fn chain(name: &str, steps: usize, make: impl Fn() -> Node) -> Workflow {
+    let mut builder = Workflow::builder(name);
+    for i in 0..steps {
+        builder = builder.step(rename(make(), &format!("s{i}")));
+    }
+    builder.build().expect("valid workflow")
+}
+
+fn rename(node: Node, id: &str) -> Node {
+    Node::sequence(id, [node])
+}
+
+fn engine() -> Engine {
+    Engine::builder()
+        .store(Arc::new(MemoryStore::new()) as Arc<dyn Store>)
+        .build()
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// W1: one run, a chain of 1,000 trivial typed steps, in-memory journal on.
+fn w1(runs: usize) -> (f64, f64) {
+    let mut builder = Workflow::builder("w1");
+    for i in 0..1_000 {
+        builder = builder.step(Node::step(&format!("s{i}"), Inc));
+    }
+    let workflow = builder.build().expect("valid");
+    let rt = current_thread();
+    let mut per_step = Vec::with_capacity(runs);
+    rt.block_on(async {
+        let engine = engine();
+        for _ in 0..runs {
+            let start = Instant::now();
+            let report = engine.start(&workflow, json!(0)).await.expect("run");
+            per_step.push(start.elapsed().as_secs_f64() * 1e6 / 1_000.0);
+            assert_eq!(report.output, Some(json!(1_000)));
+        }
+    });
+    let best = per_step.iter().copied().fold(f64::INFINITY, f64::min);
+    (median(per_step), best)
+}
+
+/// W2: one run, a map over 1,000 items with a trivial step, then a join.
+fn w2(runs: usize) -> (f64, f64) {
+    let items: Vec<Value> = (0..1_000u64).map(Value::from).collect();
+    let workflow = Workflow::builder("w2")
+        .step(Fork::map(
+            "fan",
+            Expr::new(move |_| items.clone()),
+            "item",
+            [Node::step("inc", Inc)],
+        ))
+        .step(Node::step(
+            "join",
+            stepwright_core::fn_step(|_ctx, xs: Vec<u64>| async move { Ok(xs.iter().sum::<u64>()) }),
+        ))
+        .build()
+        .expect("valid");
+    let rt = current_thread();
+    let mut per_run = Vec::with_capacity(runs);
+    rt.block_on(async {
+        let engine = engine();
+        for _ in 0..runs {
+            let start = Instant::now();
+            let report = engine.start(&workflow, json!(null)).await.expect("run");
+            per_run.push(start.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(report.output, Some(json!(500_500)));
+        }
+    });
+    let best = per_run.iter().copied().fold(f64::INFINITY, f64::min);
+    (median(per_run), best)
+}
+
+/// W3 (child process): 1,000 concurrent runs of 10 steps, each awaiting a 10 ms timer.
+/// Prints `wall_ms peak_rss_kib`.
+fn w3_child() {
+    let workflow = chain("w3", 10, || Node::step("tick", Tick));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let wall = rt.block_on(async {
+        let engine = engine();
+        let start = Instant::now();
+        let mut handles = Vec::with_capacity(1_000);
+        for _ in 0..1_000 {
+            let engine = engine.clone();
+            let workflow = workflow.clone();
+            handles.push(tokio::spawn(async move { engine.start(&workflow, json!(0)).await }));
+        }
+        for handle in handles {
+            let report = handle.await.expect("join").expect("run");
+            assert_eq!(report.output, Some(json!(10)));
+        }
+        start.elapsed()
+    });
+    println!("{:.1} {}", wall.as_secs_f64() * 1e3, peak_rss_kib());
+}
+
+/// The W3 floor on this machine: the same timers in plain tokio tasks, no engine.
+fn w3_floor_child() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let wall = rt.block_on(async {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..1_000)
+            .map(|_| {
+                tokio::spawn(async {
+                    for _ in 0..10 {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.await.expect("join");
+        }
+        start.elapsed()
+    });
+    println!("{:.1} {}", wall.as_secs_f64() * 1e3, peak_rss_kib());
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn w3(runs: usize, child: &str) -> (f64, f64, u64) {
+    let exe = std::env::current_exe().expect("current exe");
+    let mut walls = Vec::new();
+    let mut rss = 0;
+    for _ in 0..runs {
+        let out = Command::new(&exe).arg(child).output().expect("spawn w3 child");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text.split_whitespace();
+        walls.push(parts.next().and_then(|v| v.parse().ok()).expect("wall"));
+        rss = rss.max(parts.next().and_then(|v| v.parse().ok()).expect("rss"));
+    }
+    let best = walls.iter().copied().fold(f64::INFINITY, f64::min);
+    (median(walls), best, rss)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("w3-child") => return w3_child(),
+        Some("w3-floor-child") => return w3_floor_child(),
+        _ => {}
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    // `--only w1` (or w2, w3) runs one workload, for profiling.
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    let (r1, r2, r3) = if quick { (10, 10, 1) } else { (200, 200, 15) };
+    println!("| workload | what | median | best | target |");
+    println!("|---|---|---|---|---|");
+    if wanted("w1") {
+        let (median1, best1) = w1(r1);
+        println!(
+            "| W1 | chain of 1,000 trivial typed steps, in-memory journal ({r1} runs) | {median1:.3} µs/step | {best1:.3} µs/step | ≤ 1 µs/step |"
+        );
+        let (median2, best2) = w2(r2);
+        println!(
+            "| W2 | map over 1,000 items + join ({r2} runs) | {median2:.3} ms/run | {best2:.3} ms/run | ≤ 2 ms/run |"
+        );
+    }
+    if wanted("w3") {
+        let (floor, _, floor_rss) = w3(r3, "w3-floor-child");
+        println!(
+            "| W3 floor | the same 10,000 timers in plain tokio tasks, no engine ({r3} processes) | {floor:.1} ms wall | | (reference) |"
+        );
+        println!(
+            "| W3 floor | peak RSS of that process | {:.1} MiB | | (reference) |",
+            floor_rss as f64 / 1024.0
+        );
+        let (median3, best3, rss) = w3(r3, "w3-child");
+        println!(
+            "| W3 | 1,000 concurrent runs × 10 steps × 10 ms timer ({r3} processes) | {median3:.1} ms wall | {best3:.1} ms wall | ≤ 130 ms, floor 100 ms |"
+        );
+        println!(
+            "| W3 | peak RSS of the W3 process (max over runs) | {:.1} MiB | | ≤ 64 MiB |",
+            rss as f64 / 1024.0
+        );
+    }
+}
