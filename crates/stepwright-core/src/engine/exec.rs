@@ -678,7 +678,9 @@ impl Exec {
             attempt,
             scope: scope.clone(),
             memory: env.memory.clone(),
-            cancel: env.cancel.child_token(),
+            // Nothing cancels one leaf alone: timeouts and fork paths already own a child
+            // token, so the leaf shares its parent's (a child token costs two locks).
+            cancel: env.cancel.clone(),
             idempotency_key: key,
             checkpoint,
         })
