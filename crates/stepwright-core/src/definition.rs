@@ -156,9 +156,11 @@ pub enum LoopOnError {
     /// Fail the loop.
     #[default]
     Abort,
-    /// Run the iteration again (it counts towards `max_iterations`).
+    /// Run the failed iteration again: same input, same inbox message (it counts towards
+    /// `max_iterations`).
     Retry,
-    /// Go on to the next iteration with the same input.
+    /// Move on: the next iteration takes the next inbox message, and its input comes from
+    /// `prepare_next` (evaluated on what the failed iteration produced), else stays the same.
     Skip,
 }
 
@@ -1287,6 +1289,10 @@ fn describe_node(node: &Node) -> Value {
         }
     };
     put(
+        "description",
+        node.description.as_ref().map(|d| json!(d)).unwrap_or(Value::Null),
+    );
+    put(
         "input_schema",
         node.input_schema
             .as_ref()
@@ -1367,7 +1373,11 @@ fn describe_node(node: &Node) -> Value {
     );
     match &node.kind {
         NodeKind::Step(step) => put("step_type", json!(step.type_name())),
-        NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => put("steps", describe_nodes(body)),
+        NodeKind::Sequence(body) => put("steps", describe_nodes(body)),
+        NodeKind::Provide { layers, body } => {
+            put("layers", Value::Array(layers.iter().map(|l| json!(l.name())).collect()));
+            put("steps", describe_nodes(body));
+        }
         NodeKind::Branch { arms, otherwise } => {
             put(
                 "arms",

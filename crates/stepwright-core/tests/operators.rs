@@ -440,6 +440,61 @@ async fn loop_on_error_retry_skip_abort() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn loop_on_error_retry_reuses_the_message_and_skip_moves_on() {
+    for (policy, expected) in [
+        (LoopOnError::Retry, vec!["a", "bad", "c"]),
+        (LoopOnError::Skip, vec!["a", "c"]),
+    ] {
+        let (engine, _) = engine();
+        let handled = Log::default();
+        let bad_seen = common::Counter::default();
+        let body = {
+            let handled = handled.clone();
+            Node::step(
+                "handle",
+                fn_step(move |ctx: StepContext, _x: Value| {
+                    let handled = handled.clone();
+                    let bad_seen = bad_seen.clone();
+                    async move {
+                        let message = ctx.scope().var("loop").unwrap()["message"].as_str().unwrap().to_owned();
+                        if message == "bad" && bad_seen.hit() == 1 {
+                            return Err(StepError::new(ErrorCode::new("flaky"), "first try at bad fails"));
+                        }
+                        handled.push(message);
+                        Ok(())
+                    }
+                }),
+            )
+        };
+        let workflow = Workflow::builder("inbox-errors")
+            .step(
+                Loop::new("l", 10, [body])
+                    .inbox("in", Duration::from_secs(1))
+                    .on_error(policy),
+            )
+            .build()
+            .unwrap();
+        let run_id: stepwright_core::RunId = "01890000-0000-7000-8000-0000000000a1".parse().unwrap();
+        for message in ["a", "bad", "c"] {
+            engine.send(run_id, "in", json!(message));
+        }
+        let report = engine
+            .start_with(
+                &workflow,
+                json!(null),
+                stepwright_core::StartOptions {
+                    run_id: Some(run_id),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(report.status, RunStatus::Completed, "{policy:?}");
+        assert_eq!(handled.take(), expected, "{policy:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn loop_inbox_keeps_the_loop_alive_until_park_timeout() {
     let (engine, _) = engine();
     let workflow = Workflow::builder("inbox")

@@ -1032,6 +1032,8 @@ impl Exec {
         let mut input = input;
         let mut last = input.clone();
         let mut iteration: u32 = 1;
+        // `on_error: retry` runs the failed iteration again on the same message.
+        let mut retry_message: Option<Value> = None;
         loop {
             if iteration > spec.max_iterations {
                 let reason = format!(
@@ -1055,6 +1057,20 @@ impl Exec {
                 let message_path = iteration_path.join("@inbox");
                 let message = match self.run.replay.decided(&message_path) {
                     Some(decided) => decided.get("message").cloned(),
+                    None if retry_message.is_some() => {
+                        let message = retry_message.take();
+                        self.run
+                            .recorder
+                            .commit(
+                                &message_path,
+                                self.now(),
+                                Record::Decided {
+                                    value: json!({ "message": message }),
+                                },
+                            )
+                            .await?;
+                        message
+                    }
                     None => {
                         let timeout = spec.park_timeout.unwrap_or_default();
                         let message = tokio::select! {
@@ -1087,6 +1103,7 @@ impl Exec {
                     }
                 }
             }
+            let message = loop_var.get("message").cloned();
             child.bind_var("loop", Arc::new(loop_var));
             match self
                 .exec_seq(&spec.body, &iteration_path, input.clone(), &mut child, env)
@@ -1103,6 +1120,16 @@ impl Exec {
                             "loop.iteration_failed",
                             json!({ "iteration": iteration, "error": { "code": error.code, "message": error.message }, "then": spec.on_error }),
                         );
+                            if spec.on_error == LoopOnError::Retry {
+                                // Same input, same message: the iteration is done again.
+                                retry_message = message;
+                            } else if let Some(next) = &spec.prepare_next {
+                                // Skip: move on as if the iteration had finished.
+                                match next.eval(&child) {
+                                    Ok(value) => input = Arc::new(value),
+                                    Err(error) => return Ok(Flow::Failed(error)),
+                                }
+                            }
                             iteration += 1;
                             continue;
                         }
