@@ -250,3 +250,44 @@ fn descriptions_are_part_of_the_definition() {
     );
     assert_ne!(build("a").hash(), build("b").hash());
 }
+
+#[tokio::test(start_paused = true)]
+async fn paths_not_started_before_a_cancellation_never_run() {
+    let (engine, store) = engine();
+    let started = common::Counter::default();
+    let later = |id: &str| {
+        let started = started.clone();
+        Node::step(
+            id,
+            fn_step(move |_c, _x: Value| {
+                started.hit();
+                async move { Ok(()) }
+            }),
+        )
+    };
+    let failing = Node::step(
+        "first",
+        fn_step(|_c, _x: Value| async move { Err::<(), _>(StepError::new(ErrorCode::new("boom"), "first failed")) }),
+    );
+    let workflow = Workflow::builder("serial-fork")
+        .step(
+            Fork::new("f")
+                .concurrency(1)
+                .path([failing])
+                .path([later("second")])
+                .path([later("third")]),
+        )
+        .build()
+        .unwrap();
+    let report = engine.start(&workflow, json!(null)).await.unwrap();
+    assert_eq!(report.error.unwrap().message, "first failed");
+    assert_eq!(started.get(), 0, "no path starts after the fork was cancelled");
+    for path in ["f[1]", "f[2]"] {
+        assert!(
+            records_at(&store, report.run_id, path)
+                .iter()
+                .any(|r| matches!(r, Record::Cancelled { .. })),
+            "{path} is recorded as cancelled"
+        );
+    }
+}

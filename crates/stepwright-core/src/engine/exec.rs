@@ -1057,36 +1057,30 @@ impl Exec {
                 let message_path = iteration_path.join("@inbox");
                 let message = match self.run.replay.decided(&message_path) {
                     Some(decided) => decided.get("message").cloned(),
-                    None if retry_message.is_some() => {
-                        let message = retry_message.take();
-                        self.run
-                            .recorder
-                            .commit(
-                                &message_path,
-                                self.now(),
-                                Record::Decided {
-                                    value: json!({ "message": message }),
-                                },
-                            )
-                            .await?;
-                        message
-                    }
                     None => {
-                        let timeout = spec.park_timeout.unwrap_or_default();
-                        let message = tokio::select! {
-                            message = self.run.mailboxes.receive(self.run.run_id, inbox, self.run.clock.as_ref(), timeout) => message,
-                            () = env.cancel.cancelled() => return Ok(Flow::Failed(StepError::cancelled("cancelled while parked on an inbox"))),
+                        let message = match retry_message.take() {
+                            Some(message) => Some(message),
+                            None => {
+                                let timeout = spec.park_timeout.unwrap_or_default();
+                                let receive = self.run.mailboxes.receive(
+                                    self.run.run_id,
+                                    inbox,
+                                    self.run.clock.as_ref(),
+                                    timeout,
+                                );
+                                tokio::select! {
+                                    message = receive => message,
+                                    () = env.cancel.cancelled() => {
+                                        return Ok(Flow::Failed(StepError::cancelled("cancelled while parked on an inbox")));
+                                    }
+                                }
+                            }
                         };
-                        self.run
-                            .recorder
-                            .commit(
-                                &message_path,
-                                self.now(),
-                                Record::Decided {
-                                    value: json!({ "message": message }),
-                                },
-                            )
-                            .await?;
+                        // A consumed message is durable before the body sees it.
+                        let decided = Record::Decided {
+                            value: json!({ "message": message }),
+                        };
+                        self.run.recorder.commit(&message_path, self.now(), decided).await?;
                         message
                     }
                 };
