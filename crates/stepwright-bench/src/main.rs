@@ -48,9 +48,7 @@ fn rename(node: Node, id: &str) -> Node {
 }
 
 fn engine() -> Engine {
-    Engine::builder()
-        .store(Arc::new(MemoryStore::new()) as Arc<dyn Store>)
-        .build()
+    Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).build()
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -59,10 +57,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 fn current_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime")
 }
 
 /// W1: one run, a chain of 1,000 trivial typed steps, in-memory journal on.
@@ -91,12 +86,7 @@ fn w1(runs: usize) -> (f64, f64) {
 fn w2(runs: usize) -> (f64, f64) {
     let items: Vec<Value> = (0..1_000u64).map(Value::from).collect();
     let workflow = Workflow::builder("w2")
-        .step(Fork::map(
-            "fan",
-            Expr::new(move |_| items.clone()),
-            "item",
-            [Node::step("inc", Inc)],
-        ))
+        .step(Fork::map("fan", Expr::new(move |_| items.clone()), "item", [Node::step("inc", Inc)]))
         .step(Node::step(
             "join",
             stepwright_core::fn_step(|_ctx, xs: Vec<u64>| async move { Ok(xs.iter().sum::<u64>()) }),
@@ -122,10 +112,7 @@ fn w2(runs: usize) -> (f64, f64) {
 /// Prints `wall_ms peak_rss_kib`.
 fn w3_child() {
     let workflow = chain("w3", 10, || Node::step("tick", Tick));
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let wall = rt.block_on(async {
         let engine = engine();
         let start = Instant::now();
@@ -146,10 +133,7 @@ fn w3_child() {
 
 /// The W3 floor on this machine: the same timers in plain tokio tasks, no engine.
 fn w3_floor_child() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let wall = rt.block_on(async {
         let start = Instant::now();
         let handles: Vec<_> = (0..1_000)
@@ -205,11 +189,7 @@ fn main() {
     }
     let quick = args.iter().any(|a| a == "--quick");
     // `--only w1` (or w2, w3) runs one workload, for profiling.
-    let only = args
-        .iter()
-        .position(|a| a == "--only")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).cloned();
     let wanted = |name: &str| only.as_deref().is_none_or(|o| o == name);
     let (r1, r2, r3) = if quick { (10, 10, 1) } else { (200, 200, 15) };
     println!("| workload | what | median | best | target |");
@@ -231,17 +211,11 @@ fn main() {
         println!(
             "| W3 floor | the same 10,000 timers in plain tokio tasks, no engine ({r3} processes) | {floor:.1} ms wall | | (reference) |"
         );
-        println!(
-            "| W3 floor | peak RSS of that process | {:.1} MiB | | (reference) |",
-            floor_rss as f64 / 1024.0
-        );
+        println!("| W3 floor | peak RSS of that process | {:.1} MiB | | (reference) |", floor_rss as f64 / 1024.0);
         let (median3, best3, rss) = w3(r3, "w3-child");
         println!(
             "| W3 | 1,000 concurrent runs × 10 steps × 10 ms timer ({r3} processes) | {median3:.1} ms wall | {best3:.1} ms wall | ≤ 130 ms, floor 100 ms |"
         );
-        println!(
-            "| W3 | peak RSS of the W3 process (max over runs) | {:.1} MiB | | ≤ 64 MiB |",
-            rss as f64 / 1024.0
-        );
+        println!("| W3 | peak RSS of the W3 process (max over runs) | {:.1} MiB | | ≤ 64 MiB |", rss as f64 / 1024.0);
     }
 }

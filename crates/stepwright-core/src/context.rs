@@ -39,11 +39,7 @@ pub struct Caller {
 impl Caller {
     /// A user in a tenant.
     pub fn user(tenant: Option<&str>, user: &str) -> Self {
-        Self {
-            tenant: tenant.map(str::to_owned),
-            user: Some(user.to_owned()),
-            ..Self::default()
-        }
+        Self { tenant: tenant.map(str::to_owned), user: Some(user.to_owned()), ..Self::default() }
     }
 
     /// Adds a role.
@@ -76,9 +72,7 @@ impl Services {
 
     /// The service of type `T`, if registered.
     pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.map
-            .get(&TypeId::of::<T>())
-            .and_then(|s| s.clone().downcast::<T>().ok())
+        self.map.get(&TypeId::of::<T>()).and_then(|s| s.clone().downcast::<T>().ok())
     }
 }
 
@@ -102,10 +96,7 @@ pub struct InMemoryLayer {
 impl InMemoryLayer {
     /// An empty layer.
     pub fn new(name: &str) -> Self {
-        Self {
-            name: name.to_owned(),
-            entries: Mutex::new(HashMap::new()),
-        }
+        Self { name: name.to_owned(), entries: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -139,9 +130,7 @@ impl Memory {
     pub(crate) fn with(&self, more: &[Arc<dyn MemoryLayer>]) -> Self {
         let mut layers = (*self.layers).clone();
         layers.extend(more.iter().cloned());
-        Self {
-            layers: Arc::new(layers),
-        }
+        Self { layers: Arc::new(layers) }
     }
 
     /// The innermost layer with this name.
@@ -210,10 +199,7 @@ impl fmt::Debug for StepContext {
 /// with `?`. The engine suspends the step; on resume the step runs again and the same call
 /// returns the decision.
 pub(crate) fn suspended_signal(id: &InterruptId) -> StepError {
-    StepError::new(
-        ErrorCode::from_static("suspended"),
-        format!("waiting on interrupt {id}"),
-    )
+    StepError::new(ErrorCode::from_static("suspended"), format!("waiting on interrupt {id}"))
 }
 
 pub(crate) struct ContextParts {
@@ -354,10 +340,7 @@ impl StepContext {
         let value = self.journaled(|run| {
             Value::from(crate::ids::RunId::from_parts(run.clock.now(), run.entropy.bytes10()).to_string())
         });
-        value
-            .as_str()
-            .and_then(|s| uuid::Uuid::parse_str(s).ok())
-            .unwrap_or_default()
+        value.as_str().and_then(|s| uuid::Uuid::parse_str(s).ok()).unwrap_or_default()
     }
 
     /// A journaled random word.
@@ -380,11 +363,7 @@ impl StepContext {
         run.recorder.note(
             &self.inner.path,
             run.clock.now(),
-            Record::Value {
-                attempt: self.inner.attempt,
-                seq,
-                value: value.clone(),
-            },
+            Record::Value { attempt: self.inner.attempt, seq, value: value.clone() },
         );
         value
     }
@@ -422,11 +401,7 @@ impl StepContext {
                 run.recorder.note(
                     &self.inner.path,
                     now,
-                    Record::InterruptOpened {
-                        id: id.clone(),
-                        request: request.clone(),
-                        deadline,
-                    },
+                    Record::InterruptOpened { id: id.clone(), request: request.clone(), deadline },
                 );
                 deadline
             }
@@ -463,9 +438,7 @@ impl StepContext {
         let run = &self.inner.run;
         let decision = match request.on_timeout {
             TimeoutAction::Approve => Decision::Approve,
-            TimeoutAction::Reject => Decision::Reject {
-                reason: Some("the deadline passed".into()),
-            },
+            TimeoutAction::Reject => Decision::Reject { reason: Some("the deadline passed".into()) },
             TimeoutAction::Fail => {
                 let error = StepError::new(
                     ErrorCode::INTERRUPT_TIMEOUT,
@@ -475,21 +448,13 @@ impl StepContext {
                 return Err(error);
             }
         };
-        let resolution = Resolution {
-            decision,
-            by: None,
-            at: deadline,
-            timed_out: true,
-        };
+        let resolution = Resolution { decision, by: None, at: deadline, timed_out: true };
         // Resolution goes through the store's compare-and-set, like a human decision: if a
         // person decided first, theirs stands.
         let entry = crate::journal::JournalEntry {
             path: self.inner.path.clone(),
             at: run.clock.now(),
-            record: Record::InterruptResolved {
-                id: id.clone(),
-                resolution: resolution.clone(),
-            },
+            record: Record::InterruptResolved { id: id.clone(), resolution: resolution.clone() },
         };
         run.recorder
             .flush()

@@ -27,10 +27,7 @@ pub struct Expr<T> {
 
 impl<T> Clone for Expr<T> {
     fn clone(&self) -> Self {
-        Self {
-            f: self.f.clone(),
-            source: self.source.clone(),
-        }
+        Self { f: self.f.clone(), source: self.source.clone() }
     }
 }
 
@@ -43,18 +40,12 @@ impl<T> fmt::Debug for Expr<T> {
 impl<T> Expr<T> {
     /// An infallible expression.
     pub fn new(f: impl Fn(&Scope) -> T + Send + Sync + 'static) -> Self {
-        Self {
-            f: Arc::new(move |s| Ok(f(s))),
-            source: None,
-        }
+        Self { f: Arc::new(move |s| Ok(f(s))), source: None }
     }
 
     /// A fallible expression.
     pub fn try_new(f: impl Fn(&Scope) -> Result<T, StepError> + Send + Sync + 'static) -> Self {
-        Self {
-            f: Arc::new(f),
-            source: None,
-        }
+        Self { f: Arc::new(f), source: None }
     }
 
     /// Attaches the expression's source text.
@@ -107,18 +98,12 @@ pub struct Verdict {
 impl Verdict {
     /// Stop, because of `reason`.
     pub fn done(reason: impl Into<String>) -> Self {
-        Self {
-            done: true,
-            reason: reason.into(),
-        }
+        Self { done: true, reason: reason.into() }
     }
 
     /// Go on, because of `reason`.
     pub fn again(reason: impl Into<String>) -> Self {
-        Self {
-            done: false,
-            reason: reason.into(),
-        }
+        Self { done: false, reason: reason.into() }
     }
 }
 
@@ -200,10 +185,7 @@ pub struct Node {
 
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Node")
-            .field("id", &self.id)
-            .field("kind", &self.kind.name())
-            .finish_non_exhaustive()
+        f.debug_struct("Node").field("id", &self.id).field("kind", &self.kind.name()).finish_non_exhaustive()
     }
 }
 
@@ -234,10 +216,7 @@ impl Schema {
                 format!("at {}: {e}", if at.is_empty() { "/" } else { &at })
             })
             .collect();
-        Err(StepError::new(
-            code,
-            format!("{what} does not match its schema: {}", problems.join("; ")),
-        ))
+        Err(StepError::new(code, format!("{what} does not match its schema: {}", problems.join("; "))))
     }
 }
 
@@ -260,21 +239,12 @@ pub(crate) struct Policies {
 pub(crate) enum NodeKind {
     Step(Arc<dyn DynStep>),
     Sequence(Vec<Node>),
-    Branch {
-        arms: Vec<(Predicate, Vec<Node>)>,
-        otherwise: Option<Vec<Node>>,
-    },
+    Branch { arms: Vec<(Predicate, Vec<Node>)>, otherwise: Option<Vec<Node>> },
     Fork(ForkSpec),
     Loop(LoopSpec),
     Graph(GraphSpec),
-    Workflow {
-        workflow: Workflow,
-        spawn: Option<Duration>,
-    },
-    Provide {
-        layers: Vec<Arc<dyn MemoryLayer>>,
-        body: Vec<Node>,
-    },
+    Workflow { workflow: Workflow, spawn: Option<Duration> },
+    Provide { layers: Vec<Arc<dyn MemoryLayer>>, body: Vec<Node> },
     Every(EverySpec),
     Sleep(Duration),
 }
@@ -383,25 +353,13 @@ impl Node {
     /// journal nests under this node's path, and it sees only its own input (not the caller's
     /// earlier outputs). Memory layers and services are inherited.
     pub fn workflow(id: &str, workflow: &Workflow) -> Self {
-        Self::with_kind(
-            id,
-            NodeKind::Workflow {
-                workflow: workflow.clone(),
-                spawn: None,
-            },
-        )
+        Self::with_kind(id, NodeKind::Workflow { workflow: workflow.clone(), spawn: None })
     }
 
     /// Like [`Node::workflow`] with an isolated context (no inherited memory layers) and a
     /// timeout that cancels the whole child.
     pub fn spawn(id: &str, workflow: &Workflow, timeout: Duration) -> Self {
-        Self::with_kind(
-            id,
-            NodeKind::Workflow {
-                workflow: workflow.clone(),
-                spawn: Some(timeout),
-            },
-        )
+        Self::with_kind(id, NodeKind::Workflow { workflow: workflow.clone(), spawn: Some(timeout) })
     }
 
     /// Make memory layers available to every descendant of `body`.
@@ -412,10 +370,7 @@ impl Node {
     ) -> Self {
         Self::with_kind(
             id,
-            NodeKind::Provide {
-                layers: layers.into_iter().collect(),
-                body: body.into_iter().collect(),
-            },
+            NodeKind::Provide { layers: layers.into_iter().collect(), body: body.into_iter().collect() },
         )
     }
 
@@ -559,11 +514,7 @@ pub struct Branch {
 impl Branch {
     /// An empty branch.
     pub fn new(id: &str) -> Self {
-        Self {
-            id: id.to_owned(),
-            arms: Vec::new(),
-            otherwise: None,
-        }
+        Self { id: id.to_owned(), arms: Vec::new(), otherwise: None }
     }
 
     /// Adds an arm.
@@ -583,13 +534,7 @@ impl Branch {
 
 impl From<Branch> for Node {
     fn from(b: Branch) -> Self {
-        Node::with_kind(
-            &b.id,
-            NodeKind::Branch {
-                arms: b.arms,
-                otherwise: b.otherwise,
-            },
-        )
+        Node::with_kind(&b.id, NodeKind::Branch { arms: b.arms, otherwise: b.otherwise })
     }
 }
 
@@ -620,10 +565,7 @@ impl Fork {
     /// the body's input.
     pub fn map(id: &str, items: Expr<Vec<Value>>, as_name: &str, body: impl IntoIterator<Item = Node>) -> Self {
         let mut fork = Self::new(id);
-        fork.spec.paths = ForkPaths::Dynamic {
-            items,
-            body: nodes(body),
-        };
+        fork.spec.paths = ForkPaths::Dynamic { items, body: nodes(body) };
         fork.spec.is_map = true;
         fork.spec.item_name = Some(as_name.to_owned());
         fork
@@ -646,10 +588,7 @@ impl Fork {
     /// Dynamic paths: one per value `items` computes, each running `body` with it as input.
     #[must_use]
     pub fn paths_from(mut self, items: Expr<Vec<Value>>, body: impl IntoIterator<Item = Node>) -> Self {
-        self.spec.paths = ForkPaths::Dynamic {
-            items,
-            body: nodes(body),
-        };
+        self.spec.paths = ForkPaths::Dynamic { items, body: nodes(body) };
         self
     }
 
@@ -761,15 +700,7 @@ pub struct Graph {
 impl Graph {
     /// An empty graph that stops after `max_steps` node executions.
     pub fn new(id: &str, max_steps: u32) -> Self {
-        Self {
-            id: id.to_owned(),
-            spec: GraphSpec {
-                nodes: Vec::new(),
-                edges: Vec::new(),
-                entry: None,
-                max_steps,
-            },
-        }
+        Self { id: id.to_owned(), spec: GraphSpec { nodes: Vec::new(), edges: Vec::new(), entry: None, max_steps } }
     }
 
     /// Adds a node (its id is its name). The first node added is the entry unless set.
@@ -789,22 +720,14 @@ impl Graph {
     /// An unconditional edge. Edges from a node are tried in the order they were added.
     #[must_use]
     pub fn edge(mut self, from: &str, to: &str) -> Self {
-        self.spec.edges.push(Edge {
-            from: from.to_owned(),
-            to: to.to_owned(),
-            when: None,
-        });
+        self.spec.edges.push(Edge { from: from.to_owned(), to: to.to_owned(), when: None });
         self
     }
 
     /// A conditional edge.
     #[must_use]
     pub fn edge_if(mut self, from: &str, to: &str, when: Predicate) -> Self {
-        self.spec.edges.push(Edge {
-            from: from.to_owned(),
-            to: to.to_owned(),
-            when: Some(when),
-        });
+        self.spec.edges.push(Edge { from: from.to_owned(), to: to.to_owned(), when: Some(when) });
         self
     }
 }
@@ -826,13 +749,7 @@ impl Every {
     pub fn new(id: &str, interval: Duration, body: impl IntoIterator<Item = Node>) -> Self {
         Self {
             id: id.to_owned(),
-            spec: EverySpec {
-                interval,
-                jitter: 0.0,
-                wake: None,
-                on_error: EveryOnError::Continue,
-                body: nodes(body),
-            },
+            spec: EverySpec { interval, jitter: 0.0, wake: None, on_error: EveryOnError::Continue, body: nodes(body) },
         }
     }
 
@@ -995,23 +912,14 @@ impl WorkflowBuilder {
         if self.version.trim().is_empty() {
             checker.problem("<workflow>", "version must not be empty");
         }
-        let input_schema = self
-            .input_schema
-            .take()
-            .and_then(|s| checker.compile("<workflow>", "input", s));
-        let output_schema = self
-            .output_schema
-            .take()
-            .and_then(|s| checker.compile("<workflow>", "output", s));
+        let input_schema = self.input_schema.take().and_then(|s| checker.compile("<workflow>", "input", s));
+        let output_schema = self.output_schema.take().and_then(|s| checker.compile("<workflow>", "output", s));
         checker.nodes("", &mut self.body);
         if self.body.is_empty() {
             checker.problem("<workflow>", "a workflow needs at least one step");
         }
         if !checker.problems.is_empty() {
-            return Err(BuildError {
-                workflow: self.name,
-                problems: checker.problems,
-            });
+            return Err(BuildError { workflow: self.name, problems: checker.problems });
         }
         let description = json!({
             "workflow": self.name,
@@ -1044,21 +952,14 @@ struct Checker {
 impl Checker {
     fn problem(&mut self, at: &str, message: impl Into<String>) {
         self.problems.push(BuildProblem {
-            at: if at.is_empty() {
-                "<workflow>".into()
-            } else {
-                at.to_owned()
-            },
+            at: if at.is_empty() { "<workflow>".into() } else { at.to_owned() },
             message: message.into(),
         });
     }
 
     fn compile(&mut self, at: &str, what: &str, value: Value) -> Option<Schema> {
         match jsonschema::validator_for(&value) {
-            Ok(validator) => Some(Schema {
-                value,
-                validator: Some(Arc::new(validator)),
-            }),
+            Ok(validator) => Some(Schema { value, validator: Some(Arc::new(validator)) }),
             Err(e) => {
                 self.problem(at, format!("{what} schema is not a valid JSON Schema: {e}"));
                 None
@@ -1115,11 +1016,8 @@ impl Checker {
                 problems.push(format!("cache applies to steps, not to a {}", node.kind.name()));
             } else if node.effect_or_default() != Effect::Pure {
                 problems.push(
-                    format!(
-                        "cache needs a pure step, but this step's effect is {:?}",
-                        node.effect_or_default()
-                    )
-                    .to_lowercase(),
+                    format!("cache needs a pure step, but this step's effect is {:?}", node.effect_or_default())
+                        .to_lowercase(),
                 );
             }
         }
@@ -1178,10 +1076,7 @@ impl Checker {
                     );
                 }
                 if spec.is_map && spec.mode != ForkMode::All {
-                    self.problem(
-                        at,
-                        "map always fails fast; use a fork with dynamic paths for race or settle",
-                    );
+                    self.problem(at, "map always fails fast; use a fork with dynamic paths for race or settle");
                 }
                 match &mut spec.paths {
                     ForkPaths::Static(paths) => {
@@ -1268,11 +1163,7 @@ impl Checker {
 }
 
 fn join(prefix: &str, id: &str) -> String {
-    if prefix.is_empty() {
-        id.to_owned()
-    } else {
-        format!("{prefix}/{id}")
-    }
+    if prefix.is_empty() { id.to_owned() } else { format!("{prefix}/{id}") }
 }
 
 fn describe_nodes(nodes: &[Node]) -> Value {
@@ -1288,24 +1179,9 @@ fn describe_node(node: &Node) -> Value {
             obj.insert(key.to_owned(), value);
         }
     };
-    put(
-        "description",
-        node.description.as_ref().map(|d| json!(d)).unwrap_or(Value::Null),
-    );
-    put(
-        "input_schema",
-        node.input_schema
-            .as_ref()
-            .map(|s| s.value.clone())
-            .unwrap_or(Value::Null),
-    );
-    put(
-        "output_schema",
-        node.output_schema
-            .as_ref()
-            .map(|s| s.value.clone())
-            .unwrap_or(Value::Null),
-    );
+    put("description", node.description.as_ref().map(|d| json!(d)).unwrap_or(Value::Null));
+    put("input_schema", node.input_schema.as_ref().map(|s| s.value.clone()).unwrap_or(Value::Null));
+    put("output_schema", node.output_schema.as_ref().map(|s| s.value.clone()).unwrap_or(Value::Null));
     put(
         "input",
         match &node.input {
@@ -1316,37 +1192,20 @@ fn describe_node(node: &Node) -> Value {
             InputSource::Expr(e) => json!({ "expr": e.describe() }),
         },
     );
-    put(
-        "retry",
-        p.retry
-            .as_ref()
-            .map(|r| serde_json::to_value(r).unwrap_or_default())
-            .unwrap_or(Value::Null),
-    );
-    put(
-        "timeout_ms",
-        p.timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null),
-    );
+    put("retry", p.retry.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).unwrap_or(Value::Null));
+    put("timeout_ms", p.timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
     if !matches!(p.on_failure, OnFailure::Abort) {
         put("on_failure", json!(p.on_failure.name()));
     }
     if let OnFailure::Fallback(f) = &p.on_failure {
         put("fallback", describe_node(f));
     }
-    put(
-        "effect",
-        p.effect
-            .map(|e| serde_json::to_value(e).unwrap_or_default())
-            .unwrap_or(Value::Null),
-    );
+    put("effect", p.effect.map(|e| serde_json::to_value(e).unwrap_or_default()).unwrap_or(Value::Null));
     if p.safe_to_retry {
         put("safe_to_retry", json!(true));
     }
     if let Some(gate) = &p.approval {
-        put(
-            "requires_approval",
-            json!({ "message": gate.message, "approvers": gate.approvers }),
-        );
+        put("requires_approval", json!({ "message": gate.message, "approvers": gate.approvers }));
     }
     if !p.guardrails.is_empty() {
         put(
@@ -1367,10 +1226,7 @@ fn describe_node(node: &Node) -> Value {
     if p.cache {
         put("cache", json!(true));
     }
-    put(
-        "capture_output",
-        p.artifact_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null),
-    );
+    put("capture_output", p.artifact_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
     match &node.kind {
         NodeKind::Step(step) => put("step_type", json!(step.type_name())),
         NodeKind::Sequence(body) => put("steps", describe_nodes(body)),
@@ -1382,27 +1238,15 @@ fn describe_node(node: &Node) -> Value {
             put(
                 "arms",
                 Value::Array(
-                    arms.iter()
-                        .map(|(c, b)| json!({ "when": c.describe(), "steps": describe_nodes(b) }))
-                        .collect(),
+                    arms.iter().map(|(c, b)| json!({ "when": c.describe(), "steps": describe_nodes(b) })).collect(),
                 ),
             );
-            put(
-                "otherwise",
-                otherwise.as_ref().map(|b| describe_nodes(b)).unwrap_or(Value::Null),
-            );
+            put("otherwise", otherwise.as_ref().map(|b| describe_nodes(b)).unwrap_or(Value::Null));
         }
         NodeKind::Fork(spec) => {
             put("mode", json!(spec.mode));
             put("concurrency", spec.concurrency.map(|c| json!(c)).unwrap_or(Value::Null));
-            put(
-                "merge",
-                if spec.merge.is_some() {
-                    json!("<closure>")
-                } else {
-                    Value::Null
-                },
-            );
+            put("merge", if spec.merge.is_some() { json!("<closure>") } else { Value::Null });
             put("as", spec.item_name.as_ref().map(|n| json!(n)).unwrap_or(Value::Null));
             match &spec.paths {
                 ForkPaths::Static(paths) => {
@@ -1417,19 +1261,11 @@ fn describe_node(node: &Node) -> Value {
         NodeKind::Loop(spec) => {
             put("max_iterations", json!(spec.max_iterations));
             put("until", spec.until.as_ref().map(Expr::describe).unwrap_or(Value::Null));
-            put(
-                "prepare_next",
-                spec.prepare_next.as_ref().map(Expr::describe).unwrap_or(Value::Null),
-            );
+            put("prepare_next", spec.prepare_next.as_ref().map(Expr::describe).unwrap_or(Value::Null));
             put("on_error", json!(spec.on_error));
             put("on_max_iterations", json!(spec.on_max));
             put("inbox", spec.inbox.as_ref().map(|i| json!(i)).unwrap_or(Value::Null));
-            put(
-                "park_timeout_ms",
-                spec.park_timeout
-                    .map(|t| json!(t.as_millis() as u64))
-                    .unwrap_or(Value::Null),
-            );
+            put("park_timeout_ms", spec.park_timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
             put("steps", describe_nodes(&spec.body));
         }
         NodeKind::Graph(spec) => {
@@ -1455,10 +1291,7 @@ fn describe_node(node: &Node) -> Value {
                 "workflow",
                 json!({ "name": workflow.name(), "version": workflow.version(), "hash": workflow.hash().to_hex() }),
             );
-            put(
-                "spawn_timeout_ms",
-                spawn.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null),
-            );
+            put("spawn_timeout_ms", spawn.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
         }
         NodeKind::Every(spec) => {
             put("interval_ms", json!(spec.interval.as_millis() as u64));

@@ -95,12 +95,7 @@ pub struct StepError {
 impl StepError {
     /// A non-retryable error with a code and message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            retryable: false,
-            cause: None,
-        }
+        Self { code, message: message.into(), retryable: false, cause: None }
     }
 
     /// Marks the error as retryable (or not).
@@ -141,9 +136,7 @@ impl StepError {
 impl fmt::Debug for StepError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut s = f.debug_struct("StepError");
-        s.field("code", &self.code)
-            .field("message", &self.message)
-            .field("retryable", &self.retryable);
+        s.field("code", &self.code).field("message", &self.message).field("retryable", &self.retryable);
         if let Some(cause) = &self.cause {
             s.field("cause", &cause.to_string());
         }

@@ -208,10 +208,7 @@ mod tests {
     #[test]
     fn hash_matches_sha256_of_canonical_bytes() {
         let value = json!({"b": 1, "a": "é\n"});
-        assert_eq!(
-            ContentHash::of_value(&value),
-            ContentHash::of_bytes(&canonical_json(&value))
-        );
+        assert_eq!(ContentHash::of_value(&value), ContentHash::of_bytes(&canonical_json(&value)));
         let hex = ContentHash::of_value(&value).to_hex();
         assert_eq!(hex.parse::<ContentHash>().unwrap().to_hex(), hex);
     }
@@ -227,9 +224,6 @@ mod tests {
 
     #[test]
     fn parts_are_length_prefixed() {
-        assert_ne!(
-            ContentHash::of_parts(&[b"ab", b"c"]),
-            ContentHash::of_parts(&[b"a", b"bc"])
-        );
+        assert_ne!(ContentHash::of_parts(&[b"ab", b"c"]), ContentHash::of_parts(&[b"a", b"bc"]));
     }
 }

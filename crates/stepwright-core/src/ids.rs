@@ -21,6 +21,11 @@ impl RunId {
         Self(uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid())
     }
 
+    /// A run id from its 16 bytes (as stores keep it).
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        Self(uuid::Uuid::from_bytes(bytes))
+    }
+
     /// The underlying UUID.
     pub fn as_uuid(&self) -> uuid::Uuid {
         self.0
@@ -52,10 +57,7 @@ impl FromStr for RunId {
     type Err = ParseRunIdError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        uuid::Uuid::parse_str(text).map(Self).map_err(|source| ParseRunIdError {
-            text: text.to_owned(),
-            source,
-        })
+        uuid::Uuid::parse_str(text).map(Self).map_err(|source| ParseRunIdError { text: text.to_owned(), source })
     }
 }
 
@@ -141,11 +143,7 @@ impl StepPath {
 
     /// `self/id` for a shared id; at the root this reuses the id's allocation.
     pub fn join_id(&self, id: &Arc<str>) -> Self {
-        if self.0.is_empty() {
-            Self(id.clone())
-        } else {
-            self.join(id)
-        }
+        if self.0.is_empty() { Self(id.clone()) } else { self.join(id) }
     }
 
     /// `self[index]`: the index-th fork path or map item.
@@ -202,11 +200,7 @@ pub struct InterruptId(Arc<str>);
 impl InterruptId {
     /// The id of the `ordinal`-th interrupt opened by the step at `path` in `run`.
     pub fn derive(run: RunId, path: &StepPath, ordinal: u32) -> Self {
-        let hash = ContentHash::of_parts(&[
-            run.as_uuid().as_bytes(),
-            path.as_str().as_bytes(),
-            &ordinal.to_le_bytes(),
-        ]);
+        let hash = ContentHash::of_parts(&[run.as_uuid().as_bytes(), path.as_str().as_bytes(), &ordinal.to_le_bytes()]);
         Self(Arc::from(format!("int_{}", &hash.to_hex()[..16])))
     }
 
@@ -238,9 +232,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
         Some(_) => {}
     }
     if let Some(bad) = chars.find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')) {
-        return Err(format!(
-            "{name:?} contains {bad:?}; names may use only a-z, 0-9 and '-'"
-        ));
+        return Err(format!("{name:?} contains {bad:?}; names may use only a-z, 0-9 and '-'"));
     }
     Ok(())
 }
@@ -254,14 +246,8 @@ mod tests {
         let root = StepPath::root();
         let drafts = root.join("drafts");
         assert_eq!(drafts.index(1).join("write").as_str(), "drafts[1]/write");
-        assert_eq!(
-            root.join("refine").ordinal(3).join("critique").as_str(),
-            "refine#3/critique"
-        );
-        assert_eq!(
-            root.join("research").sub("turn", 2).sub("tool", 0).as_str(),
-            "research/turn.2/tool.0"
-        );
+        assert_eq!(root.join("refine").ordinal(3).join("critique").as_str(), "refine#3/critique");
+        assert_eq!(root.join("research").sub("turn", 2).sub("tool", 0).as_str(), "research/turn.2/tool.0");
         assert!(drafts.index(1).join("write").starts_with(&drafts));
         assert!(!root.join("draftsx").starts_with(&drafts));
     }

@@ -80,6 +80,9 @@ pub struct RunRecord {
     pub created_at: Timestamp,
     /// When its status last changed.
     pub updated_at: Timestamp,
+    /// When a timer, retry or deadline it waits on is due (suspended and pending runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_at: Option<Timestamp>,
 }
 
 /// One journal entry: what happened at a step path, and when.
@@ -255,6 +258,38 @@ pub struct StatusUpdate {
     pub error: Option<StepError>,
     /// When.
     pub at: Timestamp,
+    /// When the run must be resumed (a timer, a retry, a deadline), if it waits on one.
+    pub wake_at: Option<Timestamp>,
+}
+
+/// Which runs to list.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    /// Only runs with this status.
+    pub status: Option<RunStatus>,
+    /// Only runs of this workflow.
+    pub workflow: Option<String>,
+    /// At most this many, newest first (default 100).
+    pub limit: Option<usize>,
+}
+
+/// What retention deletes: finished runs (completed, failed, cancelled) updated before
+/// `finished_before`, except the newest `keep_last` runs of each workflow.
+#[derive(Debug, Clone, Default)]
+pub struct Retention {
+    /// Delete finished runs last updated before this time.
+    pub finished_before: Option<Timestamp>,
+    /// Keep this many newest finished runs per workflow whatever their age.
+    pub keep_last: Option<usize>,
+}
+
+/// What a retention pass or an erase removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// Runs deleted (with their journal, events and interrupts).
+    pub runs: usize,
+    /// Blobs no run references any more.
+    pub blobs: usize,
 }
 
 /// Errors from a store operation.
@@ -318,6 +353,45 @@ pub trait Store: Send + Sync + 'static {
 
     /// A run's events, in order.
     fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>>;
+
+    /// Runs matching a filter, newest first.
+    fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
+
+    /// Deletes one run and everything it recorded, then every blob no run references.
+    fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>>;
+
+    /// Deletes finished runs as the policy says, then every blob no run references.
+    fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>>;
+}
+
+/// Which runs a retention policy removes from a list of headers (shared by the backends,
+/// so they agree): finished, updated before the cut-off, and not among the newest
+/// `keep_last` finished runs of their workflow.
+pub fn retention_victims(runs: &[RunRecord], policy: &Retention) -> Vec<RunId> {
+    let mut finished: Vec<&RunRecord> = runs.iter().filter(|r| r.status.is_terminal()).collect();
+    finished.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut victims = Vec::new();
+    for run in finished {
+        let rank = seen.entry(run.workflow.as_str()).or_default();
+        *rank += 1;
+        if policy.keep_last.is_some_and(|keep| *rank <= keep) {
+            continue;
+        }
+        if policy.finished_before.is_none_or(|cut| run.updated_at < cut) {
+            victims.push(run.id);
+        }
+    }
+    victims
+}
+
+/// The blob hashes an entry references.
+pub fn referenced_blob(record: &Record) -> Option<ContentHash> {
+    match record {
+        Record::Completed { output, .. } => Some(*output),
+        Record::Artifact { hash, stored: true, .. } => Some(*hash),
+        _ => None,
+    }
 }
 
 #[derive(Default)]
@@ -361,17 +435,12 @@ impl MemoryStore {
 
     /// Every entry of a run, in order (for tests and inspection).
     pub fn entries(&self, run: RunId) -> Vec<JournalEntry> {
-        self.run(run)
-            .map(|r| r.lock().expect("poisoned").entries.clone())
-            .unwrap_or_default()
+        self.run(run).map(|r| r.lock().expect("poisoned").entries.clone()).unwrap_or_default()
     }
 
     /// The number of distinct blobs.
     pub fn blob_count(&self) -> usize {
-        self.blobs
-            .iter()
-            .map(|shard| shard.lock().expect("poisoned").len())
-            .sum()
+        self.blobs.iter().map(|shard| shard.lock().expect("poisoned").len()).sum()
     }
 
     fn run(&self, run: RunId) -> Option<Arc<Mutex<MemoryRun>>> {
@@ -406,13 +475,7 @@ impl Store for MemoryStore {
                 return Err(StoreError::RunExists(record.id));
             }
             let id = record.id;
-            runs.insert(
-                id,
-                Arc::new(Mutex::new(MemoryRun {
-                    record: Some(record),
-                    ..MemoryRun::default()
-                })),
-            );
+            runs.insert(id, Arc::new(Mutex::new(MemoryRun { record: Some(record), ..MemoryRun::default() })));
             Ok(())
         })();
         Box::pin(std::future::ready(result))
@@ -442,6 +505,7 @@ impl Store for MemoryStore {
             record.output = update.output;
             record.error = update.error;
             record.updated_at = update.at;
+            record.wake_at = update.wake_at;
             Ok(())
         })();
         Box::pin(std::future::ready(result))
@@ -460,11 +524,7 @@ impl Store for MemoryStore {
                     blobs.insert(*output, value.clone());
                 }
             }
-            Ok(LoadedRun {
-                record,
-                entries: data.entries.clone(),
-                blobs,
-            })
+            Ok(LoadedRun { record, entries: data.entries.clone(), blobs })
         })();
         Box::pin(std::future::ready(result))
     }
@@ -484,19 +544,13 @@ impl Store for MemoryStore {
                 match &e.record {
                     Record::InterruptOpened { id: open, .. } if open == id => opened = true,
                     Record::InterruptResolved { id: done, .. } if done == id => {
-                        return Err(StoreError::AlreadyResolved {
-                            run,
-                            interrupt: id.clone(),
-                        });
+                        return Err(StoreError::AlreadyResolved { run, interrupt: id.clone() });
                     }
                     _ => {}
                 }
             }
             if !opened {
-                return Err(StoreError::InterruptNotFound {
-                    run,
-                    interrupt: id.clone(),
-                });
+                return Err(StoreError::InterruptNotFound { run, interrupt: id.clone() });
             }
             data.entries.push(entry);
             Ok(())
@@ -505,10 +559,65 @@ impl Store for MemoryStore {
     }
 
     fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
-        let result = self
-            .run(run)
-            .map(|r| r.lock().expect("poisoned").events.clone())
-            .ok_or(StoreError::RunNotFound(run));
+        let result =
+            self.run(run).map(|r| r.lock().expect("poisoned").events.clone()).ok_or(StoreError::RunNotFound(run));
         Box::pin(std::future::ready(result))
+    }
+
+    fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        let mut runs: Vec<RunRecord> = self
+            .runs
+            .read()
+            .expect("poisoned")
+            .values()
+            .filter_map(|r| r.lock().expect("poisoned").record.clone())
+            .filter(|r| filter.status.is_none_or(|s| s == r.status))
+            .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
+            .collect();
+        runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        runs.truncate(filter.limit.unwrap_or(100));
+        Box::pin(std::future::ready(Ok(runs)))
+    }
+
+    fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        let result = self.remove(&[run]);
+        Box::pin(std::future::ready(result))
+    }
+
+    fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        let all: Vec<RunRecord> = self
+            .runs
+            .read()
+            .expect("poisoned")
+            .values()
+            .filter_map(|r| r.lock().expect("poisoned").record.clone())
+            .collect();
+        let result = self.remove(&retention_victims(&all, &policy));
+        Box::pin(std::future::ready(result))
+    }
+}
+
+impl MemoryStore {
+    fn remove(&self, victims: &[RunId]) -> Result<Removed, StoreError> {
+        let mut runs = self.runs.write().expect("poisoned");
+        let mut removed = Removed::default();
+        for id in victims {
+            if runs.remove(id).is_some() {
+                removed.runs += 1;
+            }
+        }
+        let mut live = std::collections::HashSet::new();
+        for run in runs.values() {
+            for entry in &run.lock().expect("poisoned").entries {
+                live.extend(referenced_blob(&entry.record));
+            }
+        }
+        for shard in &self.blobs {
+            let mut shard = shard.lock().expect("poisoned");
+            let before = shard.len();
+            shard.retain(|hash, _| live.contains(hash));
+            removed.blobs += before - shard.len();
+        }
+        Ok(removed)
     }
 }

@@ -43,45 +43,27 @@ pub enum OutcomeKind<T> {
 impl<T> Outcome<T> {
     /// A completed outcome.
     pub fn completed(output: T) -> Self {
-        Self {
-            kind: OutcomeKind::Completed(output),
-            events: Vec::new(),
-        }
+        Self { kind: OutcomeKind::Completed(output), events: Vec::new() }
     }
 
     /// A skipped outcome.
     pub fn skipped(reason: impl Into<String>) -> Self {
-        Self {
-            kind: OutcomeKind::Skipped(reason.into()),
-            events: Vec::new(),
-        }
+        Self { kind: OutcomeKind::Skipped(reason.into()), events: Vec::new() }
     }
 
     /// A suspended outcome.
     pub fn suspended(request: InterruptRequest) -> Self {
-        Self {
-            kind: OutcomeKind::Suspended(request),
-            events: Vec::new(),
-        }
+        Self { kind: OutcomeKind::Suspended(request), events: Vec::new() }
     }
 
     /// A checkpoint-and-stop outcome.
     pub fn checkpoint(state: Value) -> Self {
-        Self {
-            kind: OutcomeKind::Continue(state),
-            events: Vec::new(),
-        }
+        Self { kind: OutcomeKind::Continue(state), events: Vec::new() }
     }
 
     /// A handoff outcome.
     pub fn handoff(target: impl Into<String>, payload: Value) -> Self {
-        Self {
-            kind: OutcomeKind::Handoff {
-                target: target.into(),
-                payload,
-            },
-            events: Vec::new(),
-        }
+        Self { kind: OutcomeKind::Handoff { target: target.into(), payload }, events: Vec::new() }
     }
 
     /// Adds a returned event.
@@ -100,10 +82,7 @@ impl<T> Outcome<T> {
             OutcomeKind::Continue(state) => OutcomeKind::Continue(state),
             OutcomeKind::Handoff { target, payload } => OutcomeKind::Handoff { target, payload },
         };
-        Outcome {
-            kind,
-            events: self.events,
-        }
+        Outcome { kind, events: self.events }
     }
 }
 
@@ -126,10 +105,7 @@ pub struct Event {
 impl Event {
     /// An event of a type with a payload.
     pub fn new(kind: impl Into<String>, data: Value) -> Self {
-        Self {
-            kind: kind.into(),
-            data,
-        }
+        Self { kind: kind.into(), data }
     }
 }
 

@@ -174,11 +174,7 @@ pub struct ApprovalGate {
 impl ApprovalGate {
     /// A gate with a message that anyone may resolve.
     pub fn new(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            approvers: Vec::new(),
-            timeout: None,
-        }
+        Self { message: message.into(), approvers: Vec::new(), timeout: None }
     }
 
     /// Adds an approver.
@@ -277,11 +273,7 @@ impl fmt::Debug for Guardrail {
 impl Guardrail {
     /// A guardrail from its parts.
     pub fn new(stage: GuardrailStage, action: GuardrailAction, check: impl GuardrailCheck) -> Self {
-        Self {
-            stage,
-            action,
-            check: Arc::new(check),
-        }
+        Self { stage, action, check: Arc::new(check) }
     }
 }
 
@@ -296,10 +288,7 @@ pub struct PatternGuardrail {
 impl PatternGuardrail {
     /// A guardrail named `name` that matches `pattern`.
     pub fn new(name: impl Into<String>, pattern: &str) -> Result<Self, regex::Error> {
-        Ok(Self {
-            name: name.into(),
-            pattern: regex::Regex::new(pattern)?,
-        })
+        Ok(Self { name: name.into(), pattern: regex::Regex::new(pattern)? })
     }
 
     fn redact(&self, value: &Value, found: &mut usize) -> Value {
@@ -354,10 +343,7 @@ where
 {
     /// A named closure check.
     pub fn new(name: impl Into<String>, check: F) -> Self {
-        Self {
-            name: name.into(),
-            check,
-        }
+        Self { name: name.into(), check }
     }
 }
 
@@ -376,10 +362,7 @@ where
     fn check(&self, value: &Value) -> GuardrailVerdict {
         match (self.check)(value) {
             None => GuardrailVerdict::Pass,
-            Some(message) => GuardrailVerdict::Violation {
-                message,
-                redacted: None,
-            },
+            Some(message) => GuardrailVerdict::Violation { message, redacted: None },
         }
     }
 }
@@ -402,11 +385,8 @@ pub(crate) fn apply_guardrails(
                 GuardrailAction::Block => {
                     return Err(StepError::new(
                         ErrorCode::GUARDRAIL_BLOCKED,
-                        format!(
-                            "guardrail {:?} blocked the {stage:?} value: {message}",
-                            guardrail.check.name()
-                        )
-                        .to_lowercase(),
+                        format!("guardrail {:?} blocked the {stage:?} value: {message}", guardrail.check.name())
+                            .to_lowercase(),
                     ));
                 }
                 GuardrailAction::Warn => warnings.push((guardrail.check.name().to_owned(), message)),
@@ -429,26 +409,18 @@ mod tests {
 
     #[test]
     fn backoff_shapes() {
-        let base = RetryPolicy::new(5)
-            .initial_delay(Duration::from_millis(100))
-            .max_delay(Duration::from_millis(350));
+        let base = RetryPolicy::new(5).initial_delay(Duration::from_millis(100)).max_delay(Duration::from_millis(350));
         let exp: Vec<_> = (1..=4).map(|n| base.delay_after(n, 0.5).as_millis()).collect();
         assert_eq!(exp, [100, 200, 350, 350]);
         let lin = base.clone().backoff(Backoff::Linear);
-        assert_eq!(
-            (1..=4).map(|n| lin.delay_after(n, 0.5).as_millis()).collect::<Vec<_>>(),
-            [100, 200, 300, 350]
-        );
+        assert_eq!((1..=4).map(|n| lin.delay_after(n, 0.5).as_millis()).collect::<Vec<_>>(), [100, 200, 300, 350]);
         let fixed = base.backoff(Backoff::Fixed);
         assert_eq!(fixed.delay_after(9, 0.5).as_millis(), 100);
     }
 
     #[test]
     fn jitter_scales_within_bounds() {
-        let policy = RetryPolicy::new(3)
-            .backoff(Backoff::Fixed)
-            .initial_delay(Duration::from_millis(100))
-            .jitter(0.5);
+        let policy = RetryPolicy::new(3).backoff(Backoff::Fixed).initial_delay(Duration::from_millis(100)).jitter(0.5);
         assert_eq!(policy.delay_after(1, 0.0).as_millis(), 50);
         assert_eq!(policy.delay_after(1, 0.5).as_millis(), 100);
         assert_eq!(policy.delay_after(1, 0.75).as_millis(), 125);
@@ -472,9 +444,7 @@ mod tests {
         let block = Guardrail::new(
             GuardrailStage::Input,
             GuardrailAction::Block,
-            FnGuardrail::new("no-negatives", |v: &Value| {
-                (v.as_i64() < Some(0)).then(|| "negative".to_owned())
-            }),
+            FnGuardrail::new("no-negatives", |v: &Value| (v.as_i64() < Some(0)).then(|| "negative".to_owned())),
         );
         let err =
             apply_guardrails(std::slice::from_ref(&block), GuardrailStage::Input, Arc::new(json!(-1))).unwrap_err();

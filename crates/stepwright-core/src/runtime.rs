@@ -49,10 +49,7 @@ impl TokioClock {
 
     /// A clock whose `now()` starts at `start` (for exact timestamps in tests).
     pub fn starting_at(start: Timestamp) -> Self {
-        Self {
-            base_wall: start,
-            base_instant: tokio::time::Instant::now(),
-        }
+        Self { base_wall: start, base_instant: tokio::time::Instant::now() }
     }
 }
 
@@ -102,18 +99,13 @@ pub struct SeededEntropy {
 impl SeededEntropy {
     /// A generator that always produces the same sequence for the same seed.
     pub fn new(seed: u64) -> Self {
-        Self {
-            state: AtomicU64::new(seed),
-        }
+        Self { state: AtomicU64::new(seed) }
     }
 }
 
 impl Entropy for SeededEntropy {
     fn next_u64(&self) -> u64 {
-        let mut z = self
-            .state
-            .fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-            .wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)

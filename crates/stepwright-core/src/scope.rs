@@ -27,10 +27,7 @@ struct Frame {
 impl Scope {
     /// A root scope over a workflow input.
     pub fn new(input: Arc<Value>) -> Self {
-        Self {
-            input,
-            frame: Arc::new(Frame::default()),
-        }
+        Self { input, frame: Arc::new(Frame::default()) }
     }
 
     /// The workflow input.
@@ -78,11 +75,7 @@ impl Scope {
     pub(crate) fn child(&self) -> Self {
         Self {
             input: self.input.clone(),
-            frame: Arc::new(Frame {
-                parent: Some(self.frame.clone()),
-                outputs: Vec::new(),
-                vars: Vec::new(),
-            }),
+            frame: Arc::new(Frame { parent: Some(self.frame.clone()), outputs: Vec::new(), vars: Vec::new() }),
         }
     }
 
@@ -155,10 +148,6 @@ mod tests {
         let snapshot = scope.clone();
         scope.bind_output(&Arc::from("a"), Arc::new(json!(2)));
         assert_eq!(scope.output("a"), Some(&json!(2)));
-        assert_eq!(
-            snapshot.output("a"),
-            Some(&json!(1)),
-            "a snapshot is not changed by later writes"
-        );
+        assert_eq!(snapshot.output("a"), Some(&json!(1)), "a snapshot is not changed by later writes");
     }
 }

@@ -95,10 +95,7 @@ pub(crate) fn decode_input<T: DeserializeOwned>(input: &Value) -> Result<T, Step
         if pointer.is_empty() {
             pointer.push('/');
         }
-        StepError::new(
-            ErrorCode::INPUT_VALIDATION,
-            format!("input at {pointer}: {}", e.inner()),
-        )
+        StepError::new(ErrorCode::INPUT_VALIDATION, format!("input at {pointer}: {}", e.inner()))
     })
 }
 
@@ -115,10 +112,7 @@ impl<S: Step> DynStep for Typed<S> {
             match outcome.kind {
                 crate::outcome::OutcomeKind::Completed(output) => {
                     let value = encode_output(output)?;
-                    Ok(Outcome {
-                        kind: crate::outcome::OutcomeKind::Completed(value),
-                        events: outcome.events,
-                    })
+                    Ok(Outcome { kind: crate::outcome::OutcomeKind::Completed(value), events: outcome.events })
                 }
                 _ => Ok(outcome.map(|_| Value::Null)),
             }
@@ -161,11 +155,7 @@ where
     I: DeserializeOwned + JsonSchema + Send + 'static,
     O: Serialize + JsonSchema + Send + 'static,
 {
-    FnStep {
-        f,
-        name: std::any::type_name::<F>(),
-        _types: PhantomData,
-    }
+    FnStep { f, name: std::any::type_name::<F>(), _types: PhantomData }
 }
 
 impl<F, I, O, Fut> Step for FnStep<F, I, O>
@@ -196,10 +186,7 @@ where
     F: Fn(StepContext, Arc<Value>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Outcome<Value>, StepError>> + Send + 'static,
 {
-    Arc::new(DynFnStep {
-        f,
-        name: name.to_owned(),
-    })
+    Arc::new(DynFnStep { f, name: name.to_owned() })
 }
 
 impl<F, Fut> DynStep for DynFnStep<F>

@@ -13,13 +13,7 @@ fn noop(id: &str) -> Node {
 }
 
 fn problems(builder: stepwright_core::WorkflowBuilder) -> Vec<String> {
-    builder
-        .build()
-        .unwrap_err()
-        .problems
-        .into_iter()
-        .map(|p| p.to_string())
-        .collect()
+    builder.build().unwrap_err().problems.into_iter().map(|p| p.to_string()).collect()
 }
 
 #[test]
@@ -32,11 +26,8 @@ fn every_problem_is_reported_with_its_location() {
             .step(noop("B"))
             .step(noop("r").retry(RetryPolicy::new(0)))
             .step(
-                noop("d").retry(
-                    RetryPolicy::new(2)
-                        .initial_delay(Duration::from_secs(5))
-                        .max_delay(Duration::from_secs(1)),
-                ),
+                noop("d")
+                    .retry(RetryPolicy::new(2).initial_delay(Duration::from_secs(5)).max_delay(Duration::from_secs(1))),
             )
             .step(noop("j").retry(RetryPolicy::new(2).jitter(1.5)))
             .step(noop("t").timeout(Duration::ZERO))
@@ -74,10 +65,7 @@ fn every_problem_is_reported_with_its_location() {
         "outer/inner: duplicate step id \"inner\" in the same scope",
     ];
     for line in expected {
-        assert!(
-            found.iter().any(|f| f.starts_with(line)),
-            "missing {line:?} in {found:#?}"
-        );
+        assert!(found.iter().any(|f| f.starts_with(line)), "missing {line:?} in {found:#?}");
     }
     assert_eq!(found.len(), expected.len(), "{found:#?}");
 }
@@ -113,36 +101,22 @@ fn operator_options_are_checked() {
         "seq: sequence needs at least one step",
     ];
     for line in expected {
-        assert!(
-            found.iter().any(|f| f.starts_with(line)),
-            "missing {line:?} in {found:#?}"
-        );
+        assert!(found.iter().any(|f| f.starts_with(line)), "missing {line:?} in {found:#?}");
     }
     assert_eq!(found.len(), expected.len(), "{found:#?}");
 }
 
 #[test]
 fn the_definition_hash_follows_structure() {
-    let build = |retries: u32| {
-        Workflow::builder("h")
-            .step(noop("a").retry(RetryPolicy::new(retries)))
-            .build()
-            .unwrap()
-    };
+    let build = |retries: u32| Workflow::builder("h").step(noop("a").retry(RetryPolicy::new(retries))).build().unwrap();
     assert_eq!(build(3).hash(), build(3).hash());
     assert_ne!(build(3).hash(), build(4).hash());
-    let renamed = Workflow::builder("h")
-        .step(noop("b").retry(RetryPolicy::new(3)))
-        .build()
-        .unwrap();
+    let renamed = Workflow::builder("h").step(noop("b").retry(RetryPolicy::new(3))).build().unwrap();
     assert_ne!(build(3).hash(), renamed.hash());
     assert_eq!(build(3).describe()["steps"][0]["retry"]["max_attempts"], 3);
 }
 
 #[test]
 fn an_empty_workflow_is_rejected() {
-    assert_eq!(
-        problems(Workflow::builder("empty")),
-        ["<workflow>: a workflow needs at least one step"]
-    );
+    assert_eq!(problems(Workflow::builder("empty")), ["<workflow>: a workflow needs at least one step"]);
 }

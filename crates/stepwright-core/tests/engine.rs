@@ -32,9 +32,7 @@ impl Observer for Recording {
 #[tokio::test(start_paused = true)]
 async fn observers_see_progress_and_streamed_tokens() {
     let log = Log::default();
-    let engine = stepwright_core::Engine::builder()
-        .observer(Arc::new(Recording(log.clone())))
-        .build();
+    let engine = stepwright_core::Engine::builder().observer(Arc::new(Recording(log.clone()))).build();
     let workflow = Workflow::builder("observed")
         .step(Node::step(
             "speak",
@@ -47,23 +45,12 @@ async fn observers_see_progress_and_streamed_tokens() {
         .build()
         .unwrap();
     engine.start(&workflow, json!(null)).await.unwrap();
-    assert_eq!(
-        log.take(),
-        [
-            "start speak #1",
-            "token speak \"Hel\"",
-            "token speak \"lo\"",
-            "completed speak"
-        ]
-    );
+    assert_eq!(log.take(), ["start speak #1", "token speak \"Hel\"", "token speak \"lo\"", "completed speak"]);
 }
 
 #[tokio::test]
 async fn durability_none_writes_no_journal() {
-    let (ephemeral, store) = engine_with(EngineConfig {
-        durability: Durability::None,
-        ..EngineConfig::default()
-    });
+    let (ephemeral, store) = engine_with(EngineConfig { durability: Durability::None, ..EngineConfig::default() });
     let workflow = Workflow::builder("ephemeral")
         .step(Node::step("one", fn_step(|_c, x: i64| async move { Ok(x + 1) })))
         .build()
@@ -71,17 +58,11 @@ async fn durability_none_writes_no_journal() {
     let report = ephemeral.start(&workflow, json!(1)).await.unwrap();
     assert_eq!(report.output, Some(json!(2)));
     assert!(store.entries(report.run_id).is_empty());
-    assert_eq!(
-        ephemeral.report(report.run_id).await.unwrap().status,
-        RunStatus::Completed
-    );
+    assert_eq!(ephemeral.report(report.run_id).await.unwrap().status, RunStatus::Completed);
 
     let (engine, store) = engine();
     let report = engine.start(&workflow, json!(1)).await.unwrap();
-    assert!(
-        !store.entries(report.run_id).is_empty(),
-        "sync mode journals the same run"
-    );
+    assert!(!store.entries(report.run_id).is_empty(), "sync mode journals the same run");
 }
 
 #[tokio::test]
@@ -92,17 +73,8 @@ async fn create_then_resume_runs_a_pending_run_and_report_reads_the_store() {
         .build()
         .unwrap();
     let caller = Caller::user(Some("acme"), "ann");
-    let record = engine
-        .create(
-            &workflow,
-            json!(4),
-            StartOptions {
-                caller: caller.clone(),
-                run_id: None,
-            },
-        )
-        .await
-        .unwrap();
+    let record =
+        engine.create(&workflow, json!(4), StartOptions { caller: caller.clone(), run_id: None }).await.unwrap();
     assert_eq!(record.status, RunStatus::Pending);
     assert_eq!(record.caller, caller);
     assert_eq!(record.definition_hash, workflow.hash());
@@ -118,37 +90,25 @@ async fn capture_output_records_an_artifact_of_the_output() {
     let (engine, store) = engine();
     let workflow = Workflow::builder("captured")
         .step(
-            Node::step(
-                "answer",
-                fn_step(|_c, _x: Value| async move { Ok(json!({ "text": "42" })) }),
-            )
-            .capture_output("llm-output"),
+            Node::step("answer", fn_step(|_c, _x: Value| async move { Ok(json!({ "text": "42" })) }))
+                .capture_output("llm-output"),
         )
         .build()
         .unwrap();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
-    let artifact = records_at(&store, report.run_id, "answer")
-        .into_iter()
-        .find_map(|r| match r {
-            Record::Artifact { kind, hash, stored } => Some((kind, hash, stored)),
-            _ => None,
-        });
+    let artifact = records_at(&store, report.run_id, "answer").into_iter().find_map(|r| match r {
+        Record::Artifact { kind, hash, stored } => Some((kind, hash, stored)),
+        _ => None,
+    });
     assert_eq!(
         artifact,
-        Some((
-            "llm-output".to_owned(),
-            stepwright_core::ContentHash::of_value(&json!({ "text": "42" })),
-            true
-        ))
+        Some(("llm-output".to_owned(), stepwright_core::ContentHash::of_value(&json!({ "text": "42" })), true))
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_step_that_ignores_cancellation_is_dropped_after_the_grace_period() {
-    let (engine, _) = engine_with(EngineConfig {
-        cancel_grace: Duration::from_secs(2),
-        ..EngineConfig::default()
-    });
+    let (engine, _) = engine_with(EngineConfig { cancel_grace: Duration::from_secs(2), ..EngineConfig::default() });
     let stubborn = Node::step(
         "stubborn",
         fn_step(|_c, _x: Value| async move {
@@ -163,10 +123,7 @@ async fn a_step_that_ignores_cancellation_is_dropped_after_the_grace_period() {
             Err::<(), _>(StepError::new(ErrorCode::new("boom"), "failed"))
         }),
     );
-    let workflow = Workflow::builder("grace")
-        .step(Fork::new("f").path([stubborn]).path([failing]))
-        .build()
-        .unwrap();
+    let workflow = Workflow::builder("grace").step(Fork::new("f").path([stubborn]).path([failing])).build().unwrap();
     let start = tokio::time::Instant::now();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.error.unwrap().code, ErrorCode::new("boom"));
@@ -193,24 +150,10 @@ async fn event_interrupts_take_a_value() {
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.pending[0].kind, stepwright_core::InterruptKind::Event);
     let id = report.pending[0].id.clone();
-    let modify = engine
-        .resolve(
-            report.run_id,
-            &id,
-            Decision::Modify { payload: json!(1) },
-            &Caller::default(),
-        )
-        .await;
+    let modify = engine.resolve(report.run_id, &id, Decision::Modify { payload: json!(1) }, &Caller::default()).await;
     assert!(modify.is_err(), "only approvals can be modified");
     engine
-        .resolve(
-            report.run_id,
-            &id,
-            Decision::Respond {
-                value: json!({ "amount": 12 }),
-            },
-            &Caller::default(),
-        )
+        .resolve(report.run_id, &id, Decision::Respond { value: json!({ "amount": 12 }) }, &Caller::default())
         .await
         .unwrap();
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
@@ -230,10 +173,7 @@ async fn graph_entry_chooses_the_first_node() {
         )
         .build()
         .unwrap();
-    assert_eq!(
-        engine.start(&workflow, json!(2)).await.unwrap().output,
-        Some(json!(201))
-    );
+    assert_eq!(engine.start(&workflow, json!(2)).await.unwrap().output, Some(json!(201)));
 }
 
 #[test]
@@ -244,10 +184,7 @@ fn descriptions_are_part_of_the_definition() {
             .build()
             .unwrap()
     };
-    assert_eq!(
-        build("adds nothing").describe()["steps"][0]["description"],
-        "adds nothing"
-    );
+    assert_eq!(build("adds nothing").describe()["steps"][0]["description"], "adds nothing");
     assert_ne!(build("a").hash(), build("b").hash());
 }
 
@@ -270,13 +207,7 @@ async fn paths_not_started_before_a_cancellation_never_run() {
         fn_step(|_c, _x: Value| async move { Err::<(), _>(StepError::new(ErrorCode::new("boom"), "first failed")) }),
     );
     let workflow = Workflow::builder("serial-fork")
-        .step(
-            Fork::new("f")
-                .concurrency(1)
-                .path([failing])
-                .path([later("second")])
-                .path([later("third")]),
-        )
+        .step(Fork::new("f").concurrency(1).path([failing]).path([later("second")]).path([later("third")]))
         .build()
         .unwrap();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
@@ -284,9 +215,7 @@ async fn paths_not_started_before_a_cancellation_never_run() {
     assert_eq!(started.get(), 0, "no path starts after the fork was cancelled");
     for path in ["f[1]", "f[2]"] {
         assert!(
-            records_at(&store, report.run_id, path)
-                .iter()
-                .any(|r| matches!(r, Record::Cancelled { .. })),
+            records_at(&store, report.run_id, path).iter().any(|r| matches!(r, Record::Cancelled { .. })),
             "{path} is recorded as cancelled"
         );
     }

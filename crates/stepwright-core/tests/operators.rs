@@ -15,10 +15,7 @@ use stepwright_core::{
 };
 
 fn add(n: i64) -> Node {
-    Node::step(
-        &format!("add-{n}"),
-        fn_step(move |_ctx, x: i64| async move { Ok(x + n) }),
-    )
+    Node::step(&format!("add-{n}"), fn_step(move |_ctx, x: i64| async move { Ok(x + n) }))
 }
 
 fn fails(id: &str, message: &'static str) -> Node {
@@ -88,13 +85,9 @@ async fn input_sources_pick_where_input_comes_from() {
         .step(add(2).input(InputSource::WorkflowInput))
         .step(add(3).input(InputSource::Output("add-1".into())))
         .step(add(4).input(InputSource::Value(json!(100))))
-        .step(
-            Node::step("last", fn_step(|_c, x: i64| async move { Ok(x) })).input_from(|s| {
-                json!(
-                    s.output("add-2").unwrap().as_i64().unwrap() * 1000 + s.output("add-4").unwrap().as_i64().unwrap()
-                )
-            }),
-        )
+        .step(Node::step("last", fn_step(|_c, x: i64| async move { Ok(x) })).input_from(|s| {
+            json!(s.output("add-2").unwrap().as_i64().unwrap() * 1000 + s.output("add-4").unwrap().as_i64().unwrap())
+        }))
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(0)).await;
@@ -114,21 +107,14 @@ async fn branch_takes_first_true_arm_and_journals_the_decision() {
     for (input, expected, arm) in [(20, 120, json!(0)), (5, 6, json!(1)), (-5, -6, json!("otherwise"))] {
         let (report, _, store) = run(&workflow, json!(input)).await;
         assert_eq!(report.output, Some(json!(expected)));
-        assert!(records_at(&store, report.run_id, "route").contains(&Record::Decided {
-            value: json!({ "arm": arm })
-        }));
+        assert!(records_at(&store, report.run_id, "route").contains(&Record::Decided { value: json!({ "arm": arm }) }));
     }
     // No match and no otherwise: skipped, output null.
-    let only = Workflow::builder("no-match")
-        .step(Branch::new("route").when(Expr::new(|_| false), [add(1)]))
-        .build()
-        .unwrap();
+    let only =
+        Workflow::builder("no-match").step(Branch::new("route").when(Expr::new(|_| false), [add(1)])).build().unwrap();
     let (report, _, store) = run(&only, json!(1)).await;
     assert_eq!(report.output, Some(Value::Null));
-    assert!(matches!(
-        records_at(&store, report.run_id, "route").last(),
-        Some(Record::Skipped { .. })
-    ));
+    assert!(matches!(records_at(&store, report.run_id, "route").last(), Some(Record::Skipped { .. })));
 }
 
 #[tokio::test(start_paused = true)]
@@ -150,11 +136,7 @@ async fn fork_all_merges_in_path_order_and_caps_concurrency() {
     // Concurrency 2: slow and fast start; mid starts when fast ends at 10ms and ends at 30ms.
     assert_eq!(start.elapsed(), Duration::from_millis(30));
     assert_eq!(log.take(), ["fast:done", "slow:done", "mid:done"]);
-    assert!(
-        records_at(&store, report.run_id, "drafts[1]/fast")
-            .iter()
-            .any(|r| matches!(r, Record::Completed { .. }))
-    );
+    assert!(records_at(&store, report.run_id, "drafts[1]/fast").iter().any(|r| matches!(r, Record::Completed { .. })));
 }
 
 #[tokio::test(start_paused = true)]
@@ -166,10 +148,7 @@ async fn fork_all_fails_fast_and_siblings_observe_cancellation() {
                 .path([sleeper("long-a", 1_000, json!(1), log.clone())])
                 .path([Node::sequence(
                     "quick",
-                    [
-                        sleeper("wait", 5, json!(0), log.clone()),
-                        fails("bad", "path two broke"),
-                    ],
+                    [sleeper("wait", 5, json!(0), log.clone()), fails("bad", "path two broke")],
                 )])
                 .path([sleeper("long-b", 1_000, json!(3), log.clone())]),
         )
@@ -179,23 +158,12 @@ async fn fork_all_fails_fast_and_siblings_observe_cancellation() {
     let (report, _, store) = run(&workflow, json!(null)).await;
     assert_eq!(report.status, RunStatus::Failed);
     assert_eq!(report.error.unwrap().message, "path two broke");
-    assert!(
-        start.elapsed() < Duration::from_millis(100),
-        "siblings were cancelled, not awaited"
-    );
+    assert!(start.elapsed() < Duration::from_millis(100), "siblings were cancelled, not awaited");
     let mut seen = log.take();
     seen.sort();
     assert_eq!(seen, ["long-a:saw-cancel", "long-b:saw-cancel", "wait:done"]);
-    assert!(
-        records_at(&store, report.run_id, "f[0]")
-            .iter()
-            .any(|r| matches!(r, Record::Cancelled { .. }))
-    );
-    assert!(
-        records_at(&store, report.run_id, "f[2]")
-            .iter()
-            .any(|r| matches!(r, Record::Cancelled { .. }))
-    );
+    assert!(records_at(&store, report.run_id, "f[0]").iter().any(|r| matches!(r, Record::Cancelled { .. })));
+    assert!(records_at(&store, report.run_id, "f[2]").iter().any(|r| matches!(r, Record::Cancelled { .. })));
 }
 
 #[tokio::test(start_paused = true)]
@@ -214,25 +182,14 @@ async fn race_first_success_wins_and_losers_are_cancelled() {
     let (report, _, store) = run(&workflow, json!(null)).await;
     assert_eq!(report.output, Some(json!("w")));
     assert_eq!(log.take(), ["winner:done", "loser:saw-cancel"]);
-    assert!(records_at(&store, report.run_id, "r").contains(&Record::Decided {
-        value: json!({ "winner": 1 })
-    }));
-    assert!(
-        records_at(&store, report.run_id, "r[2]")
-            .iter()
-            .any(|r| matches!(r, Record::Cancelled { .. }))
-    );
+    assert!(records_at(&store, report.run_id, "r").contains(&Record::Decided { value: json!({ "winner": 1 }) }));
+    assert!(records_at(&store, report.run_id, "r[2]").iter().any(|r| matches!(r, Record::Cancelled { .. })));
 }
 
 #[tokio::test(start_paused = true)]
 async fn race_where_every_path_fails() {
     let workflow = Workflow::builder("race-fail")
-        .step(
-            Fork::new("r")
-                .mode(ForkMode::Race)
-                .path([fails("a", "first")])
-                .path([fails("b", "second")]),
-        )
+        .step(Fork::new("r").mode(ForkMode::Race).path([fails("a", "first")]).path([fails("b", "second")]))
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(null)).await;
@@ -280,11 +237,7 @@ async fn dynamic_paths_and_explicit_merge() {
                     [Node::step(
                         "check",
                         fn_step(|_c, x: i64| async move {
-                            if x < 0 {
-                                Err(StepError::new(ErrorCode::new("negative"), "negative"))
-                            } else {
-                                Ok(x * 10)
-                            }
+                            if x < 0 { Err(StepError::new(ErrorCode::new("negative"), "negative")) } else { Ok(x * 10) }
                         }),
                     )],
                 )
@@ -304,9 +257,9 @@ async fn dynamic_paths_and_explicit_merge() {
         .unwrap();
     let (report, _, store) = run(&workflow, json!([1, -2, 3])).await;
     assert_eq!(report.output, Some(json!({ "sum": 40, "failed": 1 })));
-    assert!(records_at(&store, report.run_id, "d").contains(&Record::Decided {
-        value: json!({ "items": [1, -2, 3] })
-    }));
+    assert!(
+        records_at(&store, report.run_id, "d").contains(&Record::Decided { value: json!({ "items": [1, -2, 3] }) })
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -358,25 +311,17 @@ async fn loop_until_verdict_with_prepare_next() {
             )
             .until(Expr::new(|s| {
                 let v = s.output("improve").unwrap()["value"].as_i64().unwrap();
-                if v >= 20 {
-                    Verdict::done(format!("{v} is good enough"))
-                } else {
-                    Verdict::again("too small")
-                }
+                if v >= 20 { Verdict::done(format!("{v} is good enough")) } else { Verdict::again("too small") }
             }))
             .prepare_next(Expr::new(|s| s.output("improve").unwrap()["value"].clone())),
         )
         .build()
         .unwrap();
     let (report, engine, store) = run(&workflow, json!(3)).await;
-    assert_eq!(
-        report.output,
-        Some(json!({ "value": 24, "iteration": 3, "path": "refine#3/improve" }))
-    );
+    assert_eq!(report.output, Some(json!({ "value": 24, "iteration": 3, "path": "refine#3/improve" })));
     assert!(
-        records_at(&store, report.run_id, "refine#3").contains(&Record::Decided {
-            value: json!({ "done": true, "reason": "24 is good enough" })
-        })
+        records_at(&store, report.run_id, "refine#3")
+            .contains(&Record::Decided { value: json!({ "done": true, "reason": "24 is good enough" }) })
     );
     let events = engine.store().events(report.run_id).await.unwrap();
     assert_eq!(events.last().unwrap().data["reason"], "24 is good enough");
@@ -385,18 +330,12 @@ async fn loop_until_verdict_with_prepare_next() {
 #[tokio::test(start_paused = true)]
 async fn loop_hitting_max_iterations_reports_the_reason() {
     let body = || [add(1)];
-    let complete = Workflow::builder("max")
-        .step(Loop::new("l", 3, body()))
-        .build()
-        .unwrap();
+    let complete = Workflow::builder("max").step(Loop::new("l", 3, body())).build().unwrap();
     let (report, engine, _) = run(&complete, json!(0)).await;
     assert_eq!(report.output, Some(json!(3)));
     let events = engine.store().events(report.run_id).await.unwrap();
     assert_eq!(events[0].kind, "loop.stopped");
-    assert_eq!(
-        events[0].data["reason"],
-        "max_iterations (3) reached without a done verdict"
-    );
+    assert_eq!(events[0].data["reason"], "max_iterations (3) reached without a done verdict");
 
     let fail = Workflow::builder("max-fail")
         .step(Loop::new("l", 2, body()).on_max_iterations(OnMaxIterations::Fail))
@@ -413,11 +352,7 @@ fn flaky_on_odd_iterations() -> Node {
         "flaky",
         fn_step(|ctx: StepContext, x: i64| async move {
             let iteration = ctx.scope().var("loop").unwrap()["iteration"].as_i64().unwrap();
-            if iteration % 2 == 1 {
-                Err(StepError::new(ErrorCode::new("odd"), "odd iteration"))
-            } else {
-                Ok(x + 1)
-            }
+            if iteration % 2 == 1 { Err(StepError::new(ErrorCode::new("odd"), "odd iteration")) } else { Ok(x + 1) }
         }),
     )
 }
@@ -441,10 +376,7 @@ async fn loop_on_error_retry_skip_abort() {
 
 #[tokio::test(start_paused = true)]
 async fn loop_on_error_retry_reuses_the_message_and_skip_moves_on() {
-    for (policy, expected) in [
-        (LoopOnError::Retry, vec!["a", "bad", "c"]),
-        (LoopOnError::Skip, vec!["a", "c"]),
-    ] {
+    for (policy, expected) in [(LoopOnError::Retry, vec!["a", "bad", "c"]), (LoopOnError::Skip, vec!["a", "c"])] {
         let (engine, _) = engine();
         let handled = Log::default();
         let bad_seen = common::Counter::default();
@@ -467,11 +399,7 @@ async fn loop_on_error_retry_reuses_the_message_and_skip_moves_on() {
             )
         };
         let workflow = Workflow::builder("inbox-errors")
-            .step(
-                Loop::new("l", 10, [body])
-                    .inbox("in", Duration::from_secs(1))
-                    .on_error(policy),
-            )
+            .step(Loop::new("l", 10, [body]).inbox("in", Duration::from_secs(1)).on_error(policy))
             .build()
             .unwrap();
         let run_id: stepwright_core::RunId = "01890000-0000-7000-8000-0000000000a1".parse().unwrap();
@@ -482,10 +410,7 @@ async fn loop_on_error_retry_reuses_the_message_and_skip_moves_on() {
             .start_with(
                 &workflow,
                 json!(null),
-                stepwright_core::StartOptions {
-                    run_id: Some(run_id),
-                    ..Default::default()
-                },
+                stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() },
             )
             .await
             .unwrap();
@@ -527,10 +452,7 @@ async fn loop_inbox_keeps_the_loop_alive_until_park_timeout() {
         .start_with(
             &workflow,
             json!(null),
-            stepwright_core::StartOptions {
-                run_id: Some(run_id),
-                ..Default::default()
-            },
+            stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() },
         )
         .await
         .unwrap();
@@ -548,15 +470,8 @@ async fn graph_follows_conditional_edges_and_cycles_are_bounded() {
             .step(
                 Graph::new("g", max)
                     .node(counter())
-                    .node(Node::step(
-                        "finish",
-                        fn_step(|_c, x: i64| async move { Ok(json!({ "final": x })) }),
-                    ))
-                    .edge_if(
-                        "count",
-                        "finish",
-                        Expr::new(|s| s.output("count").unwrap().as_i64() >= Some(3)),
-                    )
+                    .node(Node::step("finish", fn_step(|_c, x: i64| async move { Ok(json!({ "final": x })) })))
+                    .edge_if("count", "finish", Expr::new(|s| s.output("count").unwrap().as_i64() >= Some(3)))
                     .edge("count", "count"),
             )
             .build()
@@ -564,14 +479,8 @@ async fn graph_follows_conditional_edges_and_cycles_are_bounded() {
     };
     let (report, _, store) = run(&graph(10), json!(0)).await;
     assert_eq!(report.output, Some(json!({ "final": 3 })));
-    assert!(
-        records_at(&store, report.run_id, "g/count#3")
-            .iter()
-            .any(|r| matches!(r, Record::Completed { .. }))
-    );
-    assert!(records_at(&store, report.run_id, "g#3").contains(&Record::Decided {
-        value: json!({ "next": "finish" })
-    }));
+    assert!(records_at(&store, report.run_id, "g/count#3").iter().any(|r| matches!(r, Record::Completed { .. })));
+    assert!(records_at(&store, report.run_id, "g#3").contains(&Record::Decided { value: json!({ "next": "finish" }) }));
 
     let (report, _, _) = run(&graph(2), json!(0)).await;
     let error = report.error.unwrap();
@@ -586,10 +495,7 @@ impl Step for Router {
     type Output = i64;
 
     async fn run(&self, _ctx: &StepContext, input: i64) -> Result<Outcome<i64>, StepError> {
-        Ok(Outcome::handoff(
-            if input > 0 { "positive" } else { "negative" },
-            json!(input.abs()),
-        ))
+        Ok(Outcome::handoff(if input > 0 { "positive" } else { "negative" }, json!(input.abs())))
     }
 }
 
@@ -599,24 +505,15 @@ async fn handoff_jumps_to_a_graph_node_with_the_payload() {
         .step(
             Graph::new("agents", 5)
                 .node(Node::step("router", Router))
-                .node(Node::step(
-                    "positive",
-                    fn_step(|_c, x: i64| async move { Ok(format!("pos {x}")) }),
-                ))
-                .node(Node::step(
-                    "negative",
-                    fn_step(|_c, x: i64| async move { Ok(format!("neg {x}")) }),
-                )),
+                .node(Node::step("positive", fn_step(|_c, x: i64| async move { Ok(format!("pos {x}")) })))
+                .node(Node::step("negative", fn_step(|_c, x: i64| async move { Ok(format!("neg {x}")) }))),
         )
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(-4)).await;
     assert_eq!(report.output, Some(json!("neg 4")));
     // Outside a graph a handoff has nowhere to go.
-    let lost = Workflow::builder("lost")
-        .step(Node::step("router", Router))
-        .build()
-        .unwrap();
+    let lost = Workflow::builder("lost").step(Node::step("router", Router)).build().unwrap();
     let (report, _, _) = run(&lost, json!(1)).await;
     assert_eq!(report.error.unwrap().code, ErrorCode::UNKNOWN_HANDOFF_TARGET);
 }
@@ -629,10 +526,7 @@ async fn subworkflow_nests_its_journal_and_checks_its_schemas() {
         .step(Node::step(
             "triple",
             fn_step(|ctx: StepContext, x: i64| async move {
-                assert!(
-                    ctx.scope().output("before").is_none(),
-                    "a subworkflow does not see the caller's outputs"
-                );
+                assert!(ctx.scope().output("before").is_none(), "a subworkflow does not see the caller's outputs");
                 Ok(x * 3)
             }),
         ))
@@ -646,11 +540,7 @@ async fn subworkflow_nests_its_journal_and_checks_its_schemas() {
         .unwrap();
     let (report, _, store) = run(&parent, json!(2)).await;
     assert_eq!(report.output, Some(json!(9)));
-    assert!(
-        records_at(&store, report.run_id, "call/triple")
-            .iter()
-            .any(|r| matches!(r, Record::Completed { .. }))
-    );
+    assert!(records_at(&store, report.run_id, "call/triple").iter().any(|r| matches!(r, Record::Completed { .. })));
 
     let (report, _, _) = run(&parent, json!(40)).await;
     assert_eq!(report.error.unwrap().code, ErrorCode::OUTPUT_VALIDATION);
@@ -702,25 +592,16 @@ async fn provide_makes_memory_layers_visible_to_descendants() {
     outer.store("color", json!("blue"));
     let inner = Arc::new(InMemoryLayer::new("scratch"));
     inner.store("color", json!("red"));
-    let reader = || {
-        Node::step(
-            "read",
-            fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.memory().recall("color")) }),
-        )
-    };
+    let reader =
+        || Node::step("read", fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.memory().recall("color")) }));
     let workflow = Workflow::builder("provide")
         .step(Node::provide(
             "outer",
             [outer as Arc<dyn MemoryLayer>],
-            [
-                Node::sequence("a", [reader()]),
-                Node::provide("inner", [inner as Arc<dyn MemoryLayer>], [reader()]),
-            ],
+            [Node::sequence("a", [reader()]), Node::provide("inner", [inner as Arc<dyn MemoryLayer>], [reader()])],
         ))
         .step(Node::sequence("outside", [reader()]))
-        .output(Expr::new(|s| {
-            json!([s.output("a"), s.output("inner"), s.output("outside")])
-        }))
+        .output(Expr::new(|s| json!([s.output("a"), s.output("inner"), s.output("outside")])))
         .build()
         .unwrap();
     let (report, _, _) = run(&workflow, json!(null)).await;
@@ -774,10 +655,7 @@ async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
         .start_with(
             &workflow,
             json!(null),
-            stepwright_core::StartOptions {
-                run_id: Some(run_id),
-                ..Default::default()
-            },
+            stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() },
         )
         .await
         .unwrap();
@@ -786,11 +664,7 @@ async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
     assert_eq!(ticks.take(), ["1@0", "2@10", "3@13", "4@23"]);
     assert_eq!(report.status, RunStatus::Cancelled);
     let events = engine.store().events(run_id).await.unwrap();
-    assert!(
-        events
-            .iter()
-            .any(|e| e.kind == "every.tick_failed" && e.data["tick"] == 2)
-    );
+    assert!(events.iter().any(|e| e.kind == "every.tick_failed" && e.data["tick"] == 2));
 
     let failing = Workflow::builder("poller-fail")
         .step(Every::new("poll", Duration::from_secs(1), [fails("bad", "always")]).on_error(EveryOnError::Fail))
@@ -839,10 +713,7 @@ async fn every_jitter_is_drawn_from_injected_entropy() {
         .start_with(
             &workflow,
             json!(null),
-            stepwright_core::StartOptions {
-                run_id: Some(run_id),
-                ..Default::default()
-            },
+            stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() },
         )
         .await
         .unwrap();
@@ -853,10 +724,7 @@ async fn every_jitter_is_drawn_from_injected_entropy() {
         let gap = pair[1] - pair[0];
         assert!((5_000..=15_000).contains(&gap), "gap {gap} outside 10 s ± 50%");
     }
-    assert!(
-        times.windows(2).any(|p| p[1] - p[0] != 10_000),
-        "jitter moved at least one tick"
-    );
+    assert!(times.windows(2).any(|p| p[1] - p[0] != 10_000), "jitter moved at least one tick");
 }
 
 #[tokio::test(start_paused = true)]
@@ -870,10 +738,7 @@ async fn sleep_waits_in_process_or_suspends_with_a_wake_time() {
             .unwrap()
     };
     let start = tokio::time::Instant::now();
-    let report = engine
-        .start(&workflow(Duration::from_secs(30)), json!(null))
-        .await
-        .unwrap();
+    let report = engine.start(&workflow(Duration::from_secs(30)), json!(null)).await.unwrap();
     assert_eq!(report.output, Some(json!(2)));
     assert_eq!(start.elapsed(), Duration::from_secs(30));
 

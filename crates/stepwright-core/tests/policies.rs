@@ -40,10 +40,7 @@ async fn retry_counts_and_exact_exponential_delays() {
         .backoff(Backoff::Exponential)
         .initial_delay(Duration::from_millis(100))
         .max_delay(Duration::from_millis(300));
-    let workflow = Workflow::builder("retry")
-        .step(flaky(counter.clone(), 3, true).retry(policy))
-        .build()
-        .unwrap();
+    let workflow = Workflow::builder("retry").step(flaky(counter.clone(), 3, true).retry(policy)).build().unwrap();
     let start = tokio::time::Instant::now();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.output, Some(json!(4)));
@@ -63,14 +60,8 @@ async fn retry_linear_fixed_and_jitter_delays() {
     for (backoff, jitter, total_ms) in [(Backoff::Linear, 0.0, 100 + 200), (Backoff::Fixed, 0.0, 100 + 100)] {
         let (engine, _) = engine();
         let counter = Counter::default();
-        let policy = RetryPolicy::new(3)
-            .backoff(backoff)
-            .initial_delay(Duration::from_millis(100))
-            .jitter(jitter);
-        let workflow = Workflow::builder("retry")
-            .step(flaky(counter, 2, true).retry(policy))
-            .build()
-            .unwrap();
+        let policy = RetryPolicy::new(3).backoff(backoff).initial_delay(Duration::from_millis(100)).jitter(jitter);
+        let workflow = Workflow::builder("retry").step(flaky(counter, 2, true).retry(policy)).build().unwrap();
         let start = tokio::time::Instant::now();
         engine.start(&workflow, json!(null)).await.unwrap();
         assert_eq!(start.elapsed(), Duration::from_millis(total_ms), "{backoff:?}");
@@ -79,19 +70,11 @@ async fn retry_linear_fixed_and_jitter_delays() {
     let mut runs = Vec::new();
     for _ in 0..2 {
         let (engine, store) = engine();
-        let policy = RetryPolicy::new(4)
-            .backoff(Backoff::Fixed)
-            .initial_delay(Duration::from_millis(1000))
-            .jitter(0.5);
-        let workflow = Workflow::builder("retry")
-            .step(flaky(Counter::default(), 3, true).retry(policy))
-            .build()
-            .unwrap();
+        let policy = RetryPolicy::new(4).backoff(Backoff::Fixed).initial_delay(Duration::from_millis(1000)).jitter(0.5);
+        let workflow =
+            Workflow::builder("retry").step(flaky(Counter::default(), 3, true).retry(policy)).build().unwrap();
         let report = engine.start(&workflow, json!(null)).await.unwrap();
-        let times: Vec<_> = retry_times(&store, report.run_id)
-            .into_iter()
-            .map(|(_, _, t)| t)
-            .collect();
+        let times: Vec<_> = retry_times(&store, report.run_id).into_iter().map(|(_, _, t)| t).collect();
         let mut previous = T0;
         for t in &times {
             let gap = t.since(previous).as_millis();
@@ -167,10 +150,7 @@ async fn timeout_drops_the_steps_future_and_retries_as_timeout() {
         )
     };
     let workflow = Workflow::builder("timeout")
-        .step(
-            step.timeout(Duration::from_secs(5))
-                .retry(RetryPolicy::new(2).initial_delay(Duration::from_secs(1))),
-        )
+        .step(step.timeout(Duration::from_secs(5)).retry(RetryPolicy::new(2).initial_delay(Duration::from_secs(1))))
         .build()
         .unwrap();
     let start = tokio::time::Instant::now();
@@ -244,16 +224,10 @@ async fn on_failure_skip_and_fallback() {
         .unwrap();
     let report = engine.start(&skip, json!(1)).await.unwrap();
     assert_eq!(report.output, Some(json!({ "prev": null, "broken": null })));
-    assert!(
-        records_at(&store, report.run_id, "broken")
-            .iter()
-            .any(|r| matches!(r, Record::Skipped { .. }))
-    );
+    assert!(records_at(&store, report.run_id, "broken").iter().any(|r| matches!(r, Record::Skipped { .. })));
 
-    let fallback = Node::step(
-        "cached-copy",
-        fn_step(|_c, x: i64| async move { Ok(json!({ "from": "fallback", "input": x })) }),
-    );
+    let fallback =
+        Node::step("cached-copy", fn_step(|_c, x: i64| async move { Ok(json!({ "from": "fallback", "input": x })) }));
     let workflow = Workflow::builder("fallback")
         .step(broken().on_failure(OnFailure::Fallback(Box::new(fallback))))
         .build()
@@ -261,9 +235,7 @@ async fn on_failure_skip_and_fallback() {
     let report = engine.start(&workflow, json!(7)).await.unwrap();
     assert_eq!(report.output, Some(json!({ "from": "fallback", "input": 7 })));
     assert!(
-        records_at(&store, report.run_id, "broken/@fallback")
-            .iter()
-            .any(|r| matches!(r, Record::Completed { .. }))
+        records_at(&store, report.run_id, "broken/@fallback").iter().any(|r| matches!(r, Record::Completed { .. }))
     );
 }
 
@@ -314,10 +286,8 @@ async fn fenced_steps_get_an_intent_and_a_stable_idempotency_key() {
         .effect(Effect::External)
         .retry(RetryPolicy::new(2).initial_delay(Duration::from_millis(1)))
     };
-    let pure = Node::step(
-        "pure",
-        fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.idempotency_key().is_none()) }),
-    );
+    let pure =
+        Node::step("pure", fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.idempotency_key().is_none()) }));
     let workflow = Workflow::builder("fenced").step(pure).step(write).build().unwrap();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.output, Some(json!("charged")));
@@ -328,15 +298,8 @@ async fn fenced_steps_get_an_intent_and_a_stable_idempotency_key() {
     let records = records_at(&store, report.run_id, "charge");
     let intents: Vec<_> = records.iter().filter(|r| matches!(r, Record::Intent { .. })).collect();
     assert_eq!(intents.len(), 2);
-    assert!(
-        matches!(records[1], Record::Intent { attempt: 1, .. }),
-        "the intent precedes the attempt's outcome"
-    );
-    assert!(
-        records_at(&store, report.run_id, "pure")
-            .iter()
-            .all(|r| !matches!(r, Record::Intent { .. }))
-    );
+    assert!(matches!(records[1], Record::Intent { attempt: 1, .. }), "the intent precedes the attempt's outcome");
+    assert!(records_at(&store, report.run_id, "pure").iter().all(|r| !matches!(r, Record::Intent { .. })));
 }
 
 #[tokio::test(start_paused = true)]
@@ -366,42 +329,19 @@ async fn requires_approval_gate_approve_reject_modify() {
     let pending = &report.pending[0];
     assert_eq!(pending.step.as_str(), "send");
     assert_eq!(pending.message, "send it?");
-    engine
-        .resolve(report.run_id, &pending.id, Decision::Approve, &lead)
-        .await
-        .unwrap();
+    engine.resolve(report.run_id, &pending.id, Decision::Approve, &lead).await.unwrap();
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(done.output, Some(json!("sent: hello")));
 
     let report = engine.start(&workflow, json!("hello")).await.unwrap();
     let id = report.pending[0].id.clone();
-    engine
-        .resolve(
-            report.run_id,
-            &id,
-            Decision::Modify {
-                payload: json!("hello, politely"),
-            },
-            &lead,
-        )
-        .await
-        .unwrap();
+    engine.resolve(report.run_id, &id, Decision::Modify { payload: json!("hello, politely") }, &lead).await.unwrap();
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(done.output, Some(json!("sent: hello, politely")));
 
     let report = engine.start(&workflow, json!("hello")).await.unwrap();
     let id = report.pending[0].id.clone();
-    engine
-        .resolve(
-            report.run_id,
-            &id,
-            Decision::Reject {
-                reason: Some("tone".into()),
-            },
-            &lead,
-        )
-        .await
-        .unwrap();
+    engine.resolve(report.run_id, &id, Decision::Reject { reason: Some("tone".into()) }, &lead).await.unwrap();
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
     let error = done.error.unwrap();
     assert_eq!(error.code, ErrorCode::REJECTED);
@@ -433,29 +373,19 @@ async fn guardrails_block_warn_and_redact() {
     let echo = || Node::step("echo", fn_step(|_c, x: Value| async move { Ok(json!({ "reply": x })) }));
     let email = || PatternGuardrail::new("email", r"[\w.]+@[\w.]+").unwrap();
     let workflow = Workflow::builder("guarded")
-        .step(
-            echo()
-                .guardrail(Guardrail::new(GuardrailStage::Output, GuardrailAction::Redact, email()))
-                .guardrail(Guardrail::new(
-                    GuardrailStage::Input,
-                    GuardrailAction::Warn,
-                    FnGuardrail::new("long", |v: &Value| {
-                        (v.to_string().len() > 20).then(|| "long input".to_owned())
-                    }),
-                )),
-        )
+        .step(echo().guardrail(Guardrail::new(GuardrailStage::Output, GuardrailAction::Redact, email())).guardrail(
+            Guardrail::new(
+                GuardrailStage::Input,
+                GuardrailAction::Warn,
+                FnGuardrail::new("long", |v: &Value| (v.to_string().len() > 20).then(|| "long input".to_owned())),
+            ),
+        ))
         .build()
         .unwrap();
-    let report = engine
-        .start(&workflow, json!("write to bob@example.com now"))
-        .await
-        .unwrap();
+    let report = engine.start(&workflow, json!("write to bob@example.com now")).await.unwrap();
     assert_eq!(report.output, Some(json!({ "reply": "write to [REDACTED] now" })));
     let events = engine.store().events(report.run_id).await.unwrap();
-    let kinds: Vec<_> = events
-        .iter()
-        .map(|e| (e.kind.as_str(), e.data["guardrail"].as_str().unwrap()))
-        .collect();
+    let kinds: Vec<_> = events.iter().map(|e| (e.kind.as_str(), e.data["guardrail"].as_str().unwrap())).collect();
     assert_eq!(kinds, [("guardrail.warning", "long"), ("guardrail.warning", "email")]);
 
     let blocked = Workflow::builder("blocked")
@@ -485,12 +415,7 @@ async fn if_skips_when_false() {
     let report = engine.start(&workflow, json!(-1)).await.unwrap();
     assert_eq!(report.output, Some(Value::Null));
     assert_eq!(counter.get(), 0);
-    assert_eq!(
-        records_at(&store, report.run_id, "maybe"),
-        [Record::Skipped {
-            reason: "condition is false".into()
-        }]
-    );
+    assert_eq!(records_at(&store, report.run_id, "maybe"), [Record::Skipped { reason: "condition is false".into() }]);
     let report = engine.start(&workflow, json!(3)).await.unwrap();
     assert_eq!(report.output, Some(json!(3)));
 }
@@ -516,8 +441,5 @@ async fn cache_memoizes_pure_steps_by_input_hash() {
     assert_eq!(second.output, Some(json!(16)));
     assert_eq!(engine.start(&workflow, json!(5)).await.unwrap().output, Some(json!(25)));
     assert_eq!(counter.get(), 2, "the second run with input 4 came from the cache");
-    assert!(matches!(
-        records_at(&store, second.run_id, "square")[0],
-        Record::Completed { cached: true, .. }
-    ));
+    assert!(matches!(records_at(&store, second.run_id, "square")[0], Record::Completed { cached: true, .. }));
 }

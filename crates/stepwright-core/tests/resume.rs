@@ -91,10 +91,7 @@ fn build(shapes: &[Shape], log: &Log) -> Workflow {
             Shape::Fork(paths) => {
                 let mut fork = Fork::new(&id).merge(sum_merge);
                 for p in 0..*paths {
-                    fork = fork.path([
-                        leaf("a", log, |x, _| Ok(x + 1)),
-                        leaf(&format!("b{p}"), log, |x, _| Ok(x * 2)),
-                    ]);
+                    fork = fork.path([leaf("a", log, |x, _| Ok(x + 1)), leaf(&format!("b{p}"), log, |x, _| Ok(x * 2))]);
                 }
                 fork.into()
             }
@@ -118,11 +115,7 @@ fn build(shapes: &[Shape], log: &Log) -> Workflow {
                 Loop::new(&id, 10, [leaf("step", log, |x, _| Ok(x + 3))])
                     .until(Expr::new(move |s| {
                         let iteration = s.var("loop").unwrap()["iteration"].as_u64().unwrap();
-                        if iteration >= u64::from(times) {
-                            Verdict::done("enough")
-                        } else {
-                            Verdict::again("more")
-                        }
+                        if iteration >= u64::from(times) { Verdict::done("enough") } else { Verdict::again("more") }
                     }))
                     .into()
             }
@@ -135,10 +128,7 @@ fn build(shapes: &[Shape], log: &Log) -> Workflow {
             })
             .retry(RetryPolicy::new(3).initial_delay(Duration::from_millis(10))),
             Shape::Branch => Branch::new(&id)
-                .when(
-                    Expr::new(|s| s.output_or_input() % 2 == 0),
-                    [leaf("even", log, |x, _| Ok(x + 10))],
-                )
+                .when(Expr::new(|s| s.output_or_input() % 2 == 0), [leaf("even", log, |x, _| Ok(x + 10))])
                 .otherwise([leaf("odd", log, |x, _| Ok(x - 10))])
                 .into(),
         };
@@ -167,11 +157,7 @@ fn engine_over(store: Arc<MemoryStore>) -> Engine {
 
 /// Engines that stand for different processes share the wall clock.
 fn engine_at(store: Arc<MemoryStore>, clock: Arc<TokioClock>) -> Engine {
-    Engine::builder()
-        .store(store as Arc<dyn Store>)
-        .clock(clock)
-        .entropy(Arc::new(SeededEntropy::new(3)))
-        .build()
+    Engine::builder().store(store as Arc<dyn Store>).clock(clock).entropy(Arc::new(SeededEntropy::new(3))).build()
 }
 
 fn completed_paths(store: &MemoryStore, run: RunId) -> HashSet<String> {
@@ -186,10 +172,7 @@ fn completed_paths(store: &MemoryStore, run: RunId) -> HashSet<String> {
 async fn check_resume_equivalence(shapes: Vec<Shape>, crashes: Vec<usize>, input: i64) -> Result<(), TestCaseError> {
     let log = Log::default();
     let workflow = build(&shapes, &log);
-    let reference = engine_over(Arc::new(MemoryStore::new()))
-        .start(&workflow, json!(input))
-        .await
-        .unwrap();
+    let reference = engine_over(Arc::new(MemoryStore::new())).start(&workflow, json!(input)).await.unwrap();
     prop_assert_eq!(reference.status, RunStatus::Completed);
 
     let store = Arc::new(MemoryStore::new());
@@ -203,16 +186,7 @@ async fn check_resume_equivalence(shapes: Vec<Shape>, crashes: Vec<usize>, input
         let executions_before = log.take().len();
         let result = if first {
             first = false;
-            engine
-                .start_with(
-                    &workflow,
-                    json!(input),
-                    StartOptions {
-                        run_id: Some(run),
-                        ..Default::default()
-                    },
-                )
-                .await
+            engine.start_with(&workflow, json!(input), StartOptions { run_id: Some(run), ..Default::default() }).await
         } else {
             engine.resume(&workflow, run).await
         };
@@ -238,14 +212,7 @@ async fn check_resume_equivalence(shapes: Vec<Shape>, crashes: Vec<usize>, input
             let executions_before = log.take().len();
             let report = if first {
                 engine
-                    .start_with(
-                        &workflow,
-                        json!(input),
-                        StartOptions {
-                            run_id: Some(run),
-                            ..Default::default()
-                        },
-                    )
+                    .start_with(&workflow, json!(input), StartOptions { run_id: Some(run), ..Default::default() })
                     .await
                     .unwrap()
             } else {
@@ -284,12 +251,8 @@ impl Step for AskTwice {
 
     async fn run(&self, ctx: &StepContext, _input: Value) -> Result<Outcome<Value>, StepError> {
         let token = ctx.random();
-        let first = ctx
-            .interrupt(InterruptRequest::input("pick a size", json!({ "type": "integer" })))
-            .await?;
-        let second = ctx
-            .approval(InterruptRequest::approval("ship it?").payload(json!("as is")))
-            .await?;
+        let first = ctx.interrupt(InterruptRequest::input("pick a size", json!({ "type": "integer" }))).await?;
+        let second = ctx.approval(InterruptRequest::approval("ship it?").payload(json!("as is"))).await?;
         Ok(json!({ "token": token, "size": first.decision, "ship": second }).into())
     }
 }
@@ -297,69 +260,32 @@ impl Step for AskTwice {
 #[tokio::test(start_paused = true)]
 async fn interrupt_mid_step_returns_the_decision_after_resume_in_another_engine() {
     let store = Arc::new(MemoryStore::new());
-    let workflow = Workflow::builder("ask")
-        .step(Node::step("ask", AskTwice))
-        .build()
-        .unwrap();
+    let workflow = Workflow::builder("ask").step(Node::step("ask", AskTwice)).build().unwrap();
     let first = engine_over(store.clone());
     let report = first.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended);
-    let token_entries: Vec<_> = records_at(&store, report.run_id, "ask")
-        .into_iter()
-        .filter(|r| matches!(r, Record::Value { .. }))
-        .collect();
-    assert_eq!(
-        token_entries.len(),
-        1,
-        "the random draw is journaled with the interrupt"
-    );
+    let token_entries: Vec<_> =
+        records_at(&store, report.run_id, "ask").into_iter().filter(|r| matches!(r, Record::Value { .. })).collect();
+    assert_eq!(token_entries.len(), 1, "the random draw is journaled with the interrupt");
 
     // Another engine (as another process would) answers and resumes.
     let second = engine_over(store.clone());
     let anyone = Caller::default();
     let id = report.pending[0].id.clone();
-    let bad = second
-        .resolve(report.run_id, &id, Decision::Respond { value: json!("big") }, &anyone)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            bad,
-            EngineError::Resolve {
-                code: "invalid_decision",
-                ..
-            }
-        ),
-        "{bad}"
-    );
-    second
-        .resolve(report.run_id, &id, Decision::Respond { value: json!(42) }, &anyone)
-        .await
-        .unwrap();
+    let bad = second.resolve(report.run_id, &id, Decision::Respond { value: json!("big") }, &anyone).await.unwrap_err();
+    assert!(matches!(bad, EngineError::Resolve { code: "invalid_decision", .. }), "{bad}");
+    second.resolve(report.run_id, &id, Decision::Respond { value: json!(42) }, &anyone).await.unwrap();
     let report = second.resume(&workflow, report.run_id).await.unwrap();
-    assert_eq!(
-        report.status,
-        RunStatus::Suspended,
-        "now waiting on the second question"
-    );
+    assert_eq!(report.status, RunStatus::Suspended, "now waiting on the second question");
     assert_eq!(report.pending.len(), 1);
     assert_ne!(report.pending[0].id, id);
     let third = engine_over(store.clone());
     third
-        .resolve(
-            report.run_id,
-            &report.pending[0].id,
-            Decision::Modify {
-                payload: json!("with a bow"),
-            },
-            &anyone,
-        )
+        .resolve(report.run_id, &report.pending[0].id, Decision::Modify { payload: json!("with a bow") }, &anyone)
         .await
         .unwrap();
     let done = third.resume(&workflow, report.run_id).await.unwrap();
-    let Record::Value { value: token, .. } = &token_entries[0] else {
-        unreachable!()
-    };
+    let Record::Value { value: token, .. } = &token_entries[0] else { unreachable!() };
     assert_eq!(
         done.output,
         Some(json!({ "token": token, "size": { "decision": "respond", "value": 42 }, "ship": "with a bow" }))
@@ -386,17 +312,8 @@ async fn concurrent_decisions_exactly_one_wins_and_approvers_are_enforced() {
     let report = engine.start(&workflow, json!({ "amount": 10 })).await.unwrap();
     let id = report.pending[0].id.clone();
     let outsider = Caller::user(None, "mallory");
-    let denied = engine
-        .resolve(report.run_id, &id, Decision::Approve, &outsider)
-        .await
-        .unwrap_err();
-    assert!(matches!(
-        denied,
-        EngineError::Resolve {
-            code: "access_denied",
-            ..
-        }
-    ));
+    let denied = engine.resolve(report.run_id, &id, Decision::Approve, &outsider).await.unwrap_err();
+    assert!(matches!(denied, EngineError::Resolve { code: "access_denied", .. }));
 
     let lead = Caller::user(None, "ann").with_role("lead");
     let zoe = Caller::user(None, "zoe");
@@ -406,22 +323,9 @@ async fn concurrent_decisions_exactly_one_wins_and_approvers_are_enforced() {
     );
     assert!(a.is_ok() != b.is_ok(), "exactly one decision wins");
     let loser = a.err().or(b.err()).unwrap();
-    assert!(
-        matches!(
-            loser,
-            EngineError::Resolve {
-                code: "already_resolved",
-                ..
-            }
-        ),
-        "{loser}"
-    );
+    assert!(matches!(loser, EngineError::Resolve { code: "already_resolved", .. }), "{loser}");
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
-    assert_eq!(
-        done.output,
-        Some(json!({ "amount": 10 })),
-        "the approve won: output is the payload"
-    );
+    assert_eq!(done.output, Some(json!({ "amount": 10 })), "the approve won: output is the payload");
     let resolved = records_at(&store, report.run_id, "gate")
         .into_iter()
         .find_map(|r| match r {
@@ -453,22 +357,11 @@ async fn many_open_interrupts_in_parallel_paths() {
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     let steps: Vec<_> = report.pending.iter().map(|p| p.step.as_str().to_owned()).collect();
     assert_eq!(steps, ["f[0]/left", "f[1]/right"]);
-    engine
-        .resolve(
-            report.run_id,
-            &report.pending[1].id,
-            Decision::Approve,
-            &Caller::default(),
-        )
-        .await
-        .unwrap();
+    engine.resolve(report.run_id, &report.pending[1].id, Decision::Approve, &Caller::default()).await.unwrap();
     let mid = engine.resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(mid.status, RunStatus::Suspended);
     assert_eq!(mid.pending.len(), 1);
-    engine
-        .resolve(report.run_id, &mid.pending[0].id, Decision::Approve, &Caller::default())
-        .await
-        .unwrap();
+    engine.resolve(report.run_id, &mid.pending[0].id, Decision::Approve, &Caller::default()).await.unwrap();
     let done = engine.resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(done.output, Some(json!(["f[0]/left", "f[1]/right"])));
 }
@@ -522,10 +415,7 @@ impl Step for Batches {
 #[tokio::test(start_paused = true)]
 async fn continue_checkpoints_stop_the_run_as_pending_and_resume_re_enters() {
     let (engine, _) = engine();
-    let workflow = Workflow::builder("batches")
-        .step(Node::step("work", Batches))
-        .build()
-        .unwrap();
+    let workflow = Workflow::builder("batches").step(Node::step("work", Batches)).build().unwrap();
     let mut report = engine.start(&workflow, json!(3)).await.unwrap();
     let mut stops = 0;
     while report.status == RunStatus::Pending {
@@ -566,16 +456,8 @@ async fn a_fenced_step_interrupted_after_its_intent_is_outcome_unknown() {
         // effect but before its result was recorded.
         store.fail_appends_after(1);
         let run: RunId = "01890000-0000-7000-8000-00000000fe11".parse().unwrap();
-        let crashed = engine
-            .start_with(
-                &workflow,
-                json!(null),
-                StartOptions {
-                    run_id: Some(run),
-                    ..Default::default()
-                },
-            )
-            .await;
+        let crashed =
+            engine.start_with(&workflow, json!(null), StartOptions { run_id: Some(run), ..Default::default() }).await;
         assert!(matches!(crashed, Err(EngineError::Store { .. })));
         assert_eq!(charges.get(), 1);
         store.heal();
@@ -610,11 +492,7 @@ async fn retries_are_durable_a_resumed_run_waits_out_the_recorded_backoff() {
                 }
             }),
         )
-        .retry(
-            RetryPolicy::new(3)
-                .initial_delay(Duration::from_secs(100))
-                .max_delay(Duration::from_secs(1000)),
-        )
+        .retry(RetryPolicy::new(3).initial_delay(Duration::from_secs(100)).max_delay(Duration::from_secs(1000)))
     };
     let workflow = Workflow::builder("durable-retry").step(step).build().unwrap();
     // Backoffs longer than the in-process limit (60 s) suspend the run with a wake time.
@@ -622,16 +500,10 @@ async fn retries_are_durable_a_resumed_run_waits_out_the_recorded_backoff() {
     assert_eq!(report.status, RunStatus::Suspended);
     assert_eq!(report.wake_at, Some(T0.plus(Duration::from_secs(100))));
     tokio::time::sleep(Duration::from_secs(100)).await;
-    let report = engine_at(store.clone(), clock.clone())
-        .resume(&workflow, report.run_id)
-        .await
-        .unwrap();
+    let report = engine_at(store.clone(), clock.clone()).resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(report.wake_at, Some(T0.plus(Duration::from_secs(300))));
     tokio::time::sleep(Duration::from_secs(200)).await;
-    let report = engine_at(store.clone(), clock)
-        .resume(&workflow, report.run_id)
-        .await
-        .unwrap();
+    let report = engine_at(store.clone(), clock).resume(&workflow, report.run_id).await.unwrap();
     assert_eq!(report.output, Some(json!(3)));
     assert_eq!(attempts.take(), ["1@0", "2@100", "3@300"]);
 }
@@ -642,18 +514,14 @@ async fn resume_refuses_a_changed_definition_and_finished_runs() {
     let v1 = Workflow::builder("pinned")
         .step(Node::dyn_step(
             "wait",
-            dyn_fn_step("wait", |_c, _i| async move {
-                Ok(Outcome::suspended(InterruptRequest::approval("?")))
-            }),
+            dyn_fn_step("wait", |_c, _i| async move { Ok(Outcome::suspended(InterruptRequest::approval("?"))) }),
         ))
         .build()
         .unwrap();
     let v2 = Workflow::builder("pinned")
         .step(Node::dyn_step(
             "renamed",
-            dyn_fn_step("wait", |_c, _i| async move {
-                Ok(Outcome::suspended(InterruptRequest::approval("?")))
-            }),
+            dyn_fn_step("wait", |_c, _i| async move { Ok(Outcome::suspended(InterruptRequest::approval("?"))) }),
         ))
         .build()
         .unwrap();
@@ -662,16 +530,7 @@ async fn resume_refuses_a_changed_definition_and_finished_runs() {
     assert!(matches!(error, EngineError::DefinitionMismatch { .. }), "{error}");
     engine.cancel(report.run_id, "no longer needed").await.unwrap();
     let error = engine.resume(&v1, report.run_id).await.unwrap_err();
-    assert!(
-        matches!(
-            error,
-            EngineError::NotResumable {
-                status: RunStatus::Cancelled,
-                ..
-            }
-        ),
-        "{error}"
-    );
+    assert!(matches!(error, EngineError::NotResumable { status: RunStatus::Cancelled, .. }), "{error}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -704,14 +563,7 @@ async fn cancelling_a_live_run_cancels_its_steps() {
         })
     };
     let report = engine
-        .start_with(
-            &workflow,
-            json!(null),
-            StartOptions {
-                run_id: Some(run),
-                ..Default::default()
-            },
-        )
+        .start_with(&workflow, json!(null), StartOptions { run_id: Some(run), ..Default::default() })
         .await
         .unwrap();
     canceller.await.unwrap();

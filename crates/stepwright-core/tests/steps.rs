@@ -49,10 +49,7 @@ impl Step for Count {
 #[tokio::test]
 async fn typed_input_errors_name_the_json_path() {
     let (engine, _) = engine();
-    let workflow = Workflow::builder("orders")
-        .step(Node::step("count", Count))
-        .build()
-        .unwrap();
+    let workflow = Workflow::builder("orders").step(Node::step("count", Count)).build().unwrap();
     let ok = engine
         .start(
             &workflow,
@@ -71,16 +68,9 @@ async fn typed_input_errors_name_the_json_path() {
         .unwrap();
     let error = bad.error.unwrap();
     assert_eq!(error.code, ErrorCode::INPUT_VALIDATION);
-    assert!(
-        error.message.starts_with("input at /lines/1/quantity: invalid value"),
-        "{}",
-        error.message
-    );
+    assert!(error.message.starts_with("input at /lines/1/quantity: invalid value"), "{}", error.message);
 
-    let unknown = engine
-        .start(&workflow, json!({ "id": "o1", "lines": [], "extra": 1 }))
-        .await
-        .unwrap();
+    let unknown = engine.start(&workflow, json!({ "id": "o1", "lines": [], "extra": 1 })).await.unwrap();
     assert!(unknown.error.unwrap().message.contains("unknown field `extra`"));
 }
 
@@ -90,37 +80,22 @@ async fn declared_schemas_validate_input_and_output_with_pointers() {
     let step = Node::dyn_step(
         "shape",
         dyn_fn_step("shape", |_ctx, input: Arc<Value>| async move {
-            Ok(Outcome::completed(
-                json!({ "label": input["name"], "score": input["score"] }),
-            ))
+            Ok(Outcome::completed(json!({ "label": input["name"], "score": input["score"] })))
         }),
     )
     .input_schema(json!({ "type": "object", "required": ["name"], "properties": { "name": { "type": "string" } } }))
     .output_schema(json!({ "type": "object", "properties": { "score": { "type": "number", "maximum": 1 } } }));
     let workflow = Workflow::builder("schemas").step(step).build().unwrap();
 
-    let bad_in = engine
-        .start(&workflow, json!({ "name": 3 }))
-        .await
-        .unwrap()
-        .error
-        .unwrap();
+    let bad_in = engine.start(&workflow, json!({ "name": 3 })).await.unwrap().error.unwrap();
     assert_eq!(bad_in.code, ErrorCode::INPUT_VALIDATION);
     assert!(bad_in.message.contains("at /name:"), "{}", bad_in.message);
 
-    let bad_out = engine
-        .start(&workflow, json!({ "name": "x", "score": 7 }))
-        .await
-        .unwrap()
-        .error
-        .unwrap();
+    let bad_out = engine.start(&workflow, json!({ "name": "x", "score": 7 })).await.unwrap().error.unwrap();
     assert_eq!(bad_out.code, ErrorCode::OUTPUT_VALIDATION);
     assert!(bad_out.message.contains("at /score:"), "{}", bad_out.message);
 
-    let fine = engine
-        .start(&workflow, json!({ "name": "x", "score": 0.5 }))
-        .await
-        .unwrap();
+    let fine = engine.start(&workflow, json!({ "name": "x", "score": 0.5 })).await.unwrap();
     assert_eq!(fine.output, Some(json!({ "label": "x", "score": 0.5 })));
 }
 
@@ -134,10 +109,7 @@ async fn workflow_input_and_output_schemas() {
         .build()
         .unwrap();
     let error = engine.start(&workflow, json!(-1)).await.unwrap_err();
-    assert!(
-        error.to_string().starts_with("starting workflow \"typed-io\""),
-        "{error}"
-    );
+    assert!(error.to_string().starts_with("starting workflow \"typed-io\""), "{error}");
     assert_eq!(store.blob_count(), 0, "a rejected input creates nothing");
     let report = engine.start(&workflow, json!(6)).await.unwrap();
     assert_eq!(report.error.unwrap().code, ErrorCode::OUTPUT_VALIDATION);
@@ -146,44 +118,23 @@ async fn workflow_input_and_output_schemas() {
 #[tokio::test]
 async fn events_from_the_context_come_before_returned_ones_and_are_stamped() {
     let (engine, _) = engine();
-    let workflow = Workflow::builder("events")
-        .step(Node::step("count", Count))
-        .build()
-        .unwrap();
+    let workflow = Workflow::builder("events").step(Node::step("count", Count)).build().unwrap();
     let caller = Caller::user(Some("acme"), "ann");
     let report = engine
-        .start_with(
-            &workflow,
-            json!({ "id": "o9", "lines": [] }),
-            StartOptions {
-                caller,
-                ..Default::default()
-            },
-        )
+        .start_with(&workflow, json!({ "id": "o9", "lines": [] }), StartOptions { caller, ..Default::default() })
         .await
         .unwrap();
     let events = engine.store().events(report.run_id).await.unwrap();
     let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["order.counted", "order.total"]);
-    assert!(
-        events
-            .iter()
-            .all(|e| e.tenant.as_deref() == Some("acme") && e.user.as_deref() == Some("ann"))
-    );
-    assert!(
-        events
-            .iter()
-            .all(|e| e.run == report.run_id && e.path.as_str() == "count")
-    );
+    assert!(events.iter().all(|e| e.tenant.as_deref() == Some("acme") && e.user.as_deref() == Some("ann")));
+    assert!(events.iter().all(|e| e.run == report.run_id && e.path.as_str() == "count"));
 }
 
 #[tokio::test]
 async fn artifacts_are_content_addressed_and_hash_only_keeps_no_content() {
     for (mode, stored) in [(ArtifactCapture::Full, true), (ArtifactCapture::HashOnly, false)] {
-        let (engine, store) = engine_with(EngineConfig {
-            artifacts: mode,
-            ..EngineConfig::default()
-        });
+        let (engine, store) = engine_with(EngineConfig { artifacts: mode, ..EngineConfig::default() });
         let workflow = Workflow::builder("artifacts")
             .step(Node::step(
                 "prompt",
@@ -245,17 +196,8 @@ async fn context_carries_identity_services_and_journaled_values() {
         .build()
         .unwrap();
     let caller = Caller::user(None, "bob").with_role("lead");
-    let report = engine
-        .start_with(
-            &workflow,
-            json!(null),
-            StartOptions {
-                caller,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let report =
+        engine.start_with(&workflow, json!(null), StartOptions { caller, ..Default::default() }).await.unwrap();
     let out = report.output.unwrap();
     assert_eq!(out["greeting"], "hello");
     assert!(out["missing"].as_str().unwrap().contains("alloc::string::String"));
@@ -278,10 +220,7 @@ async fn skipped_outcome_records_null() {
             "nothing",
             dyn_fn_step("nothing", |_c, _i| async move { Ok(Outcome::skipped("nothing to do")) }),
         ))
-        .step(Node::step(
-            "after",
-            fn_step(|_c, x: Value| async move { Ok(json!({ "saw": x })) }),
-        ))
+        .step(Node::step("after", fn_step(|_c, x: Value| async move { Ok(json!({ "saw": x })) })))
         .build()
         .unwrap();
     let report = engine.start(&workflow, json!(1)).await.unwrap();

@@ -50,11 +50,7 @@ impl Step for Write {
                 brief.product
             ),
         };
-        Ok(Draft {
-            tone: self.tone.to_owned(),
-            text,
-        }
-        .into())
+        Ok(Draft { tone: self.tone.to_owned(), text }.into())
     }
 }
 
@@ -65,10 +61,7 @@ fn shorten() -> Node {
         fn_step(|_ctx, draft: Draft| async move {
             let mut words: Vec<&str> = draft.text.split_whitespace().collect();
             words.pop();
-            Ok(Draft {
-                tone: draft.tone,
-                text: words.join(" "),
-            })
+            Ok(Draft { tone: draft.tone, text: words.join(" ") })
         }),
     )
 }
@@ -93,10 +86,7 @@ impl Step for Publish {
         }
         // The idempotency key is the same in every attempt: the CMS can de-duplicate.
         let key = ctx.idempotency_key().unwrap_or_default().to_owned();
-        ctx.emit(Event::new(
-            "blurb.published",
-            json!({ "words": draft.text.split_whitespace().count() }),
-        ));
+        ctx.emit(Event::new("blurb.published", json!({ "words": draft.text.split_whitespace().count() })));
         Ok(json!({ "published": draft.text, "tone": draft.tone, "idempotency_key": &key[..12] }).into())
     }
 }
@@ -126,10 +116,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .merge(pick_shorter),
         )
         .step(Loop::new("refine", 20, [shorten()]).until(Expr::new(|scope| {
-            let words = scope
-                .output("shorten")
-                .and_then(|d| d["text"].as_str())
-                .map_or(0, |t| t.split_whitespace().count());
+            let words =
+                scope.output("shorten").and_then(|d| d["text"].as_str()).map_or(0, |t| t.split_whitespace().count());
             let limit = scope.input()["max_words"].as_u64().unwrap_or(10) as usize;
             if words <= limit {
                 Verdict::done(format!("{words} words fit the limit of {limit}"))
@@ -138,22 +126,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })))
         .step(
-            Node::step("publish", Publish { calls: calls.clone() })
-                .effect(Effect::External)
-                .retry(
-                    RetryPolicy::new(5)
-                        .backoff(Backoff::Exponential)
-                        .initial_delay(Duration::from_millis(50))
-                        .max_delay(Duration::from_secs(1)),
-                ),
+            Node::step("publish", Publish { calls: calls.clone() }).effect(Effect::External).retry(
+                RetryPolicy::new(5)
+                    .backoff(Backoff::Exponential)
+                    .initial_delay(Duration::from_millis(50))
+                    .max_delay(Duration::from_secs(1)),
+            ),
         )
         .build()?;
 
     let store = Arc::new(MemoryStore::new());
     let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
-    let report = engine
-        .start(&workflow, json!({ "product": "Stepwright", "max_words": 8 }))
-        .await?;
+    let report = engine.start(&workflow, json!({ "product": "Stepwright", "max_words": 8 })).await?;
 
     println!("run {} {:?}", report.run_id, report.status);
     println!("output: {}", serde_json::to_string_pretty(&report.output)?);
@@ -167,15 +151,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Record::Completed { attempt, output, .. } => {
                 format!("completed (attempt {attempt}) → {}…", &output.to_hex()[..12])
             }
-            Record::Failed {
-                attempt,
-                error,
-                retry_at,
-            } => {
-                format!(
-                    "failed (attempt {attempt}): {error}{}",
-                    if retry_at.is_some() { ", will retry" } else { "" }
-                )
+            Record::Failed { attempt, error, retry_at } => {
+                format!("failed (attempt {attempt}): {error}{}", if retry_at.is_some() { ", will retry" } else { "" })
             }
             Record::Decided { value } => format!("decided {value}"),
             other => format!("{other:?}"),

@@ -57,13 +57,8 @@ fn null() -> Arc<Value> {
 }
 
 fn is_never_retried(error: &StepError) -> bool {
-    [
-        ErrorCode::INPUT_VALIDATION,
-        ErrorCode::CANCELLED,
-        ErrorCode::NONDETERMINISM,
-        ErrorCode::REJECTED,
-    ]
-    .contains(&error.code)
+    [ErrorCode::INPUT_VALIDATION, ErrorCode::CANCELLED, ErrorCode::NONDETERMINISM, ErrorCode::REJECTED]
+        .contains(&error.code)
 }
 
 pub(crate) struct Exec {
@@ -115,10 +110,7 @@ impl Exec {
             InputSource::Previous => previous,
             InputSource::WorkflowInput => scope.input_arc().clone(),
             InputSource::Output(id) => scope.output_arc(id).cloned().ok_or_else(|| {
-                StepError::new(
-                    ErrorCode::EXPRESSION,
-                    format!("resolving the input: no earlier step {id:?} in scope"),
-                )
+                StepError::new(ErrorCode::EXPRESSION, format!("resolving the input: no earlier step {id:?} in scope"))
             })?,
             InputSource::Value(value) => Arc::new(value.clone()),
             InputSource::Expr(expr) => Arc::new(expr.eval(scope)?),
@@ -155,9 +147,7 @@ impl Exec {
                     Ok(true) => {}
                     Ok(false) => {
                         let reason = "condition is false".to_owned();
-                        self.run
-                            .recorder
-                            .note(&path, self.now(), Record::Skipped { reason: reason.clone() });
+                        self.run.recorder.note(&path, self.now(), Record::Skipped { reason: reason.clone() });
                         self.finished(&path, "skipped");
                         return Ok(Flow::Skipped(reason));
                     }
@@ -203,11 +193,7 @@ impl Exec {
                     }
                 }
             }
-            let cache_key = if policy.cache {
-                Some(self.cache_key(node, &input))
-            } else {
-                None
-            };
+            let cache_key = if policy.cache { Some(self.cache_key(node, &input)) } else { None };
             if let Some(key) = &cache_key
                 && let Some(value) = self.run.cache.get(key)
             {
@@ -232,20 +218,13 @@ impl Exec {
 
     fn warn(&self, path: &StepPath, warnings: &[(String, String)]) {
         for (name, message) in warnings {
-            self.run.event(
-                path,
-                "guardrail.warning",
-                json!({ "guardrail": name, "message": message }),
-            );
+            self.run.event(path, "guardrail.warning", json!({ "guardrail": name, "message": message }));
         }
     }
 
     async fn complete(&self, path: &StepPath, attempt: u32, value: Arc<Value>, cached: bool) -> Res {
         let hash = ContentHash::of_value(&value);
-        self.run
-            .recorder
-            .commit_output(path, self.now(), attempt, hash, value.clone(), cached)
-            .await?;
+        self.run.recorder.commit_output(path, self.now(), attempt, hash, value.clone(), cached).await?;
         self.finished(path, "completed");
         Ok(Flow::Done(value))
     }
@@ -272,9 +251,7 @@ impl Exec {
                     wait_until = Some(*retry_at);
                 }
                 Some((_, error, None)) => {
-                    return self
-                        .on_failure(node, path, error.clone(), input, scope, env, last)
-                        .await;
+                    return self.on_failure(node, path, error.clone(), input, scope, env, last).await;
                 }
                 None if last == 0 => {}
                 None => {
@@ -305,21 +282,9 @@ impl Exec {
             let key = fenced.then(|| idempotency_key(self.run.run_id, path));
             if let Some(key) = &key {
                 // The fence: the intent is durable before the effect can happen.
-                self.run
-                    .recorder
-                    .commit(
-                        path,
-                        self.now(),
-                        Record::Intent {
-                            attempt,
-                            key: key.clone(),
-                        },
-                    )
-                    .await?;
+                self.run.recorder.commit(path, self.now(), Record::Intent { attempt, key: key.clone() }).await?;
             }
-            let flow = self
-                .run_with_timeout(node, path, attempt, input.clone(), scope, env, key)
-                .await?;
+            let flow = self.run_with_timeout(node, path, attempt, input.clone(), scope, env, key).await?;
             let error = match flow {
                 Flow::Done(value) => match self.check_output(node, path, value) {
                     Ok(value) => {
@@ -335,10 +300,7 @@ impl Exec {
                 },
                 Flow::Failed(error) => error,
                 Flow::Skipped(reason) => {
-                    self.run
-                        .recorder
-                        .commit(path, self.now(), Record::Skipped { reason: reason.clone() })
-                        .await?;
+                    self.run.recorder.commit(path, self.now(), Record::Skipped { reason: reason.clone() }).await?;
                     self.finished(path, "skipped");
                     return Ok(Flow::Skipped(reason));
                 }
@@ -353,10 +315,7 @@ impl Exec {
                         .commit(
                             path,
                             self.now(),
-                            Record::Handoff {
-                                target: target.clone(),
-                                payload: (*payload).clone(),
-                            },
+                            Record::Handoff { target: target.clone(), payload: (*payload).clone() },
                         )
                         .await?;
                     self.finished(path, "handoff");
@@ -364,13 +323,7 @@ impl Exec {
                 }
             };
             if error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled() {
-                self.run.recorder.note(
-                    path,
-                    self.now(),
-                    Record::Cancelled {
-                        reason: error.message.clone(),
-                    },
-                );
+                self.run.recorder.note(path, self.now(), Record::Cancelled { reason: error.message.clone() });
                 self.finished(path, "cancelled");
                 return Ok(Flow::Failed(error));
             }
@@ -384,15 +337,7 @@ impl Exec {
                 let due = self.now().plus(delay);
                 self.run
                     .recorder
-                    .commit(
-                        path,
-                        self.now(),
-                        Record::Failed {
-                            attempt,
-                            error,
-                            retry_at: Some(due),
-                        },
-                    )
+                    .commit(path, self.now(), Record::Failed { attempt, error, retry_at: Some(due) })
                     .await?;
                 self.finished(path, "retrying");
                 attempt += 1;
@@ -447,15 +392,7 @@ impl Exec {
     ) -> Res {
         self.run
             .recorder
-            .commit(
-                path,
-                self.now(),
-                Record::Failed {
-                    attempt,
-                    error: error.clone(),
-                    retry_at: None,
-                },
-            )
+            .commit(path, self.now(), Record::Failed { attempt, error: error.clone(), retry_at: None })
             .await?;
         self.finished(path, "failed");
         self.on_failure(node, path, error, input, scope, env, attempt).await
@@ -479,10 +416,7 @@ impl Exec {
             OnFailure::Abort | OnFailure::Retry => Ok(Flow::Failed(error)),
             OnFailure::Skip => {
                 let reason = format!("failed and on_failure is skip: {error}");
-                self.run
-                    .recorder
-                    .commit(path, self.now(), Record::Skipped { reason: reason.clone() })
-                    .await?;
+                self.run.recorder.commit(path, self.now(), Record::Skipped { reason: reason.clone() }).await?;
                 self.finished(path, "skipped");
                 Ok(Flow::Skipped(reason))
             }
@@ -512,10 +446,7 @@ impl Exec {
         };
         // The work gets its own token: a timeout cancels it (and everything below it), and
         // dropping the future stops it at its next await point.
-        let local = Env {
-            memory: env.memory.clone(),
-            cancel: env.cancel.child_token(),
-        };
+        let local = Env { memory: env.memory.clone(), cancel: env.cancel.child_token() };
         let work = self.run_kind(node, path, attempt, input, scope, &local, key);
         tokio::select! {
             result = work => result,
@@ -538,16 +469,10 @@ impl Exec {
         key: Option<String>,
     ) -> Res {
         match &node.kind {
-            NodeKind::Step(step) => {
-                self.run_leaf(step.as_ref(), path, attempt, input, scope, env, key)
-                    .await
-            }
+            NodeKind::Step(step) => self.run_leaf(step.as_ref(), path, attempt, input, scope, env, key).await,
             NodeKind::Sequence(body) => self.exec_seq(body, path, input, scope, env).await,
             NodeKind::Provide { layers, body } => {
-                let inner = Env {
-                    memory: env.memory.with(layers),
-                    cancel: env.cancel.clone(),
-                };
+                let inner = Env { memory: env.memory.with(layers), cancel: env.cancel.clone() };
                 self.exec_seq(body, path, input, scope, &inner).await
             }
             NodeKind::Branch { arms, otherwise } => {
@@ -568,13 +493,7 @@ impl Exec {
                         if chosen.is_null() && otherwise.is_some() {
                             chosen = json!("otherwise");
                         }
-                        self.run.recorder.note(
-                            path,
-                            self.now(),
-                            Record::Decided {
-                                value: json!({ "arm": chosen }),
-                            },
-                        );
+                        self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "arm": chosen }) });
                         chosen
                     }
                 };
@@ -597,10 +516,7 @@ impl Exec {
             NodeKind::Every(spec) => Box::pin(self.run_every(spec, path, input, scope, env)).await,
             NodeKind::Sleep(duration) => {
                 let ctx = self.context(path, attempt, scope, env, None);
-                match self
-                    .interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(*duration))
-                    .await?
-                {
+                match self.interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(*duration)).await? {
                     Err(flow) => Ok(flow),
                     Ok(_) => Ok(Flow::Done(null())),
                 }
@@ -624,15 +540,8 @@ impl Exec {
                 {
                     return Ok(Flow::Failed(error));
                 }
-                let memory = if spawn.is_some() {
-                    self.run.root_memory.clone()
-                } else {
-                    env.memory.clone()
-                };
-                let inner = Env {
-                    memory,
-                    cancel: env.cancel.child_token(),
-                };
+                let memory = if spawn.is_some() { self.run.root_memory.clone() } else { env.memory.clone() };
+                let inner = Env { memory, cancel: env.cancel.child_token() };
                 let mut child_scope = Scope::isolated(input.clone());
                 let body = self.exec_seq(&def.body, path, input, &mut child_scope, &inner);
                 let flow = match spawn {
@@ -666,12 +575,8 @@ impl Exec {
     }
 
     fn context(&self, path: &StepPath, attempt: u32, scope: &Scope, env: &Env, key: Option<String>) -> StepContext {
-        let checkpoint = self
-            .run
-            .replay
-            .path(path)
-            .and_then(|log| log.checkpoint.as_ref())
-            .map(|(_, state)| state.clone());
+        let checkpoint =
+            self.run.replay.path(path).and_then(|log| log.checkpoint.as_ref()).map(|(_, state)| state.clone());
         StepContext::new(ContextParts {
             run: self.run.clone(),
             path: path.clone(),
@@ -758,9 +663,7 @@ impl Exec {
                     .map(|s| (*s).to_owned())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "a non-string panic payload".into());
-                return Ok(Flow::Failed(StepError::execution_failed(format!(
-                    "the step panicked: {message}"
-                ))));
+                return Ok(Flow::Failed(StepError::execution_failed(format!("the step panicked: {message}"))));
             }
             Ok(Err(error)) => return Ok(Flow::Failed(error)),
             Ok(Ok(outcome)) => outcome,
@@ -773,10 +676,7 @@ impl Exec {
             OutcomeKind::Skipped(reason) => Flow::Skipped(reason),
             OutcomeKind::Handoff { target, payload } => Flow::Handoff(target, Arc::new(payload)),
             OutcomeKind::Continue(state) => {
-                self.run
-                    .recorder
-                    .commit(path, self.now(), Record::Checkpoint { attempt, state })
-                    .await?;
+                self.run.recorder.commit(path, self.now(), Record::Checkpoint { attempt, state }).await?;
                 self.run.note_yielded();
                 Flow::Suspended
             }
@@ -795,10 +695,7 @@ impl Exec {
             Ok(Decision::Modify { payload } | Decision::Respond { value: payload }) => Flow::Done(Arc::new(payload)),
             Ok(Decision::Reject { reason }) => Flow::Failed(StepError::new(
                 ErrorCode::REJECTED,
-                format!(
-                    "the request was rejected{}",
-                    reason.map(|r| format!(": {r}")).unwrap_or_default()
-                ),
+                format!("the request was rejected{}", reason.map(|r| format!(": {r}")).unwrap_or_default()),
             )),
         })
     }
@@ -817,30 +714,18 @@ impl Exec {
                             Ok(items) => items,
                             Err(error) => return Ok(Flow::Failed(error)),
                         };
-                        self.run.recorder.note(
-                            path,
-                            self.now(),
-                            Record::Decided {
-                                value: json!({ "items": items }),
-                            },
-                        );
+                        self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "items": items }) });
                         items
                     }
                 };
-                (
-                    vec![body.as_slice(); items.len()],
-                    items.into_iter().map(Arc::new).collect(),
-                )
+                (vec![body.as_slice(); items.len()], items.into_iter().map(Arc::new).collect())
             }
         };
         let count = inputs.len();
         if count == 0 {
             return Ok(Flow::Done(Arc::new(match spec.mode {
                 ForkMode::Race => {
-                    return Ok(Flow::Failed(StepError::new(
-                        ErrorCode::ALL_PATHS_FAILED,
-                        "the race had no paths",
-                    )));
+                    return Ok(Flow::Failed(StepError::new(ErrorCode::ALL_PATHS_FAILED, "the race had no paths")));
                 }
                 _ => match &spec.merge {
                     Some(merge) => match merge(Vec::new()) {
@@ -852,11 +737,7 @@ impl Exec {
             })));
         }
         let decided_winner = if spec.mode == ForkMode::Race {
-            replay
-                .decided(path)
-                .and_then(|d| d.get("winner"))
-                .and_then(Value::as_u64)
-                .map(|w| w as usize)
+            replay.decided(path).and_then(|d| d.get("winner")).and_then(Value::as_u64).map(|w| w as usize)
         } else {
             None
         };
@@ -872,10 +753,7 @@ impl Exec {
             if let Some(name) = &spec.item_name {
                 child.bind_var(name, item.clone());
             }
-            let child_env = Env {
-                memory: env.memory.clone(),
-                cancel: fork_cancel.child_token(),
-            };
+            let child_env = Env { memory: env.memory.clone(), cancel: fork_cancel.child_token() };
             let path = path.index(index);
             async move {
                 let result = self.exec_seq(body, &path, item, &mut child, &child_env).await;
@@ -898,13 +776,7 @@ impl Exec {
             match (&flow, spec.mode) {
                 (Flow::Done(_) | Flow::Skipped(_), ForkMode::Race) if winner.is_none() => {
                     winner = Some(index);
-                    self.run.recorder.note(
-                        path,
-                        self.now(),
-                        Record::Decided {
-                            value: json!({ "winner": index }),
-                        },
-                    );
+                    self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "winner": index }) });
                     fork_cancel.cancel();
                     stop = true;
                 }
@@ -919,9 +791,8 @@ impl Exec {
             results[index] = Some(flow);
             while next < count && running.len() < limit {
                 if stop || decided_winner.is_some_and(|w| w != next) {
-                    results[next] = Some(Flow::Failed(StepError::cancelled(
-                        "the fork stopped before this path started",
-                    )));
+                    results[next] =
+                        Some(Flow::Failed(StepError::cancelled("the fork stopped before this path started")));
                 } else {
                     running.push(launch(next));
                 }
@@ -936,13 +807,7 @@ impl Exec {
                 && fork_cancel.is_cancelled()
                 && !env.cancel.is_cancelled()
             {
-                self.run.recorder.note(
-                    &path.index(index),
-                    self.now(),
-                    Record::Cancelled {
-                        reason: e.message.clone(),
-                    },
-                );
+                self.run.recorder.note(&path.index(index), self.now(), Record::Cancelled { reason: e.message.clone() });
             }
         }
         if env.cancel.is_cancelled() {
@@ -1036,15 +901,8 @@ impl Exec {
         let mut retry_message: Option<Value> = None;
         loop {
             if iteration > spec.max_iterations {
-                let reason = format!(
-                    "max_iterations ({}) reached without a done verdict",
-                    spec.max_iterations
-                );
-                self.run.event(
-                    path,
-                    "loop.stopped",
-                    json!({ "iterations": spec.max_iterations, "reason": reason }),
-                );
+                let reason = format!("max_iterations ({}) reached without a done verdict", spec.max_iterations);
+                self.run.event(path, "loop.stopped", json!({ "iterations": spec.max_iterations, "reason": reason }));
                 return Ok(match spec.on_max {
                     OnMaxIterations::Complete => Flow::Done(last),
                     OnMaxIterations::Fail => Flow::Failed(StepError::new(ErrorCode::MAX_ITERATIONS, reason)),
@@ -1077,9 +935,7 @@ impl Exec {
                             }
                         };
                         // A consumed message is durable before the body sees it.
-                        let decided = Record::Decided {
-                            value: json!({ "message": message }),
-                        };
+                        let decided = Record::Decided { value: json!({ "message": message }) };
                         self.run.recorder.commit(&message_path, self.now(), decided).await?;
                         message
                     }
@@ -1088,21 +944,14 @@ impl Exec {
                     Some(message) if !message.is_null() => loop_var["message"] = message,
                     _ => {
                         let reason = format!("no message on inbox {inbox:?} within the park timeout");
-                        self.run.event(
-                            path,
-                            "loop.stopped",
-                            json!({ "iterations": iteration - 1, "reason": reason }),
-                        );
+                        self.run.event(path, "loop.stopped", json!({ "iterations": iteration - 1, "reason": reason }));
                         return Ok(Flow::Done(last));
                     }
                 }
             }
             let message = loop_var.get("message").cloned();
             child.bind_var("loop", Arc::new(loop_var));
-            match self
-                .exec_seq(&spec.body, &iteration_path, input.clone(), &mut child, env)
-                .await?
-            {
+            match self.exec_seq(&spec.body, &iteration_path, input.clone(), &mut child, env).await? {
                 Flow::Done(value) => last = value,
                 Flow::Skipped(_) => last = null(),
                 Flow::Failed(error) if !(error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled()) => {
@@ -1144,19 +993,13 @@ impl Exec {
                     self.run.recorder.note(
                         &iteration_path,
                         self.now(),
-                        Record::Decided {
-                            value: serde_json::to_value(&verdict).unwrap_or_default(),
-                        },
+                        Record::Decided { value: serde_json::to_value(&verdict).unwrap_or_default() },
                     );
                     verdict
                 }
             };
             if verdict.done {
-                self.run.event(
-                    path,
-                    "loop.stopped",
-                    json!({ "iterations": iteration, "reason": verdict.reason }),
-                );
+                self.run.event(path, "loop.stopped", json!({ "iterations": iteration, "reason": verdict.reason }));
                 return Ok(Flow::Done(last));
             }
             input = match &spec.prepare_next {
@@ -1183,10 +1026,7 @@ impl Exec {
             if step > spec.max_steps {
                 return Ok(Flow::Failed(StepError::new(
                     ErrorCode::MAX_STEPS,
-                    format!(
-                        "the graph took more than max_steps ({}) steps; last node {current:?}",
-                        spec.max_steps
-                    ),
+                    format!("the graph took more than max_steps ({}) steps; last node {current:?}", spec.max_steps),
                 )));
             }
             let Some(node) = by_name.get(current.as_str()).copied() else {
@@ -1237,9 +1077,7 @@ impl Exec {
                     self.run.recorder.note(
                         &decision_path,
                         self.now(),
-                        Record::Decided {
-                            value: json!({ "next": next }),
-                        },
+                        Record::Decided { value: json!({ "next": next }) },
                     );
                     next
                 }
@@ -1264,13 +1102,7 @@ impl Exec {
         loop {
             let tick_path = path.ordinal(tick);
             let due_path = tick_path.join("@due");
-            let started = match self
-                .run
-                .replay
-                .decided(&due_path)
-                .and_then(|d| d.get("at"))
-                .and_then(Value::as_i64)
-            {
+            let started = match self.run.replay.decided(&due_path).and_then(|d| d.get("at")).and_then(Value::as_i64) {
                 Some(at) => Timestamp::from_micros(at),
                 None => {
                     let now = self.now();
@@ -1293,13 +1125,7 @@ impl Exec {
                         }
                     }
                     let at = self.now();
-                    self.run.recorder.note(
-                        &due_path,
-                        at,
-                        Record::Decided {
-                            value: json!({ "at": at.as_micros() }),
-                        },
-                    );
+                    self.run.recorder.note(&due_path, at, Record::Decided { value: json!({ "at": at.as_micros() }) });
                     at
                 }
             };
@@ -1308,10 +1134,7 @@ impl Exec {
             }
             let mut child = scope.child();
             child.bind_var("tick", Arc::new(json!(tick)));
-            match self
-                .exec_seq(&spec.body, &tick_path, input.clone(), &mut child, env)
-                .await?
-            {
+            match self.exec_seq(&spec.body, &tick_path, input.clone(), &mut child, env).await? {
                 Flow::Done(_) | Flow::Skipped(_) => {}
                 Flow::Failed(error) if !(error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled()) => {
                     match spec.on_error {
@@ -1325,11 +1148,8 @@ impl Exec {
                 }
                 other => return Ok(other),
             }
-            let factor = if spec.jitter == 0.0 {
-                1.0
-            } else {
-                1.0 + spec.jitter * (2.0 * self.run.entropy.next_f64() - 1.0)
-            };
+            let factor =
+                if spec.jitter == 0.0 { 1.0 } else { 1.0 + spec.jitter * (2.0 * self.run.entropy.next_f64() - 1.0) };
             due = started.plus(spec.interval.mul_f64(factor));
             tick += 1;
         }

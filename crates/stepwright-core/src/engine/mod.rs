@@ -111,31 +111,17 @@ pub(crate) struct Mailboxes {
 
 impl Mailboxes {
     fn send(&self, run: RunId, inbox: &str, message: Value) {
-        self.messages
-            .lock()
-            .expect("poisoned")
-            .entry((run, inbox.to_owned()))
-            .or_default()
-            .push_back(message);
+        self.messages.lock().expect("poisoned").entry((run, inbox.to_owned())).or_default().push_back(message);
         self.notify.notify_waiters();
     }
 
     fn wake(&self, run: RunId, channel: &str) {
-        *self
-            .wakes
-            .lock()
-            .expect("poisoned")
-            .entry((run, channel.to_owned()))
-            .or_default() += 1;
+        *self.wakes.lock().expect("poisoned").entry((run, channel.to_owned())).or_default() += 1;
         self.notify.notify_waiters();
     }
 
     fn take_message(&self, run: RunId, inbox: &str) -> Option<Value> {
-        self.messages
-            .lock()
-            .expect("poisoned")
-            .get_mut(&(run, inbox.to_owned()))
-            .and_then(VecDeque::pop_front)
+        self.messages.lock().expect("poisoned").get_mut(&(run, inbox.to_owned())).and_then(VecDeque::pop_front)
     }
 
     fn take_wake(&self, run: RunId, channel: &str) -> bool {
@@ -392,9 +378,7 @@ impl Default for Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine")
-            .field("config", &self.inner.config)
-            .finish_non_exhaustive()
+        f.debug_struct("Engine").field("config", &self.inner.config).finish_non_exhaustive()
     }
 }
 
@@ -430,11 +414,7 @@ impl Engine {
         options: StartOptions,
     ) -> Result<RunReport, EngineError> {
         let record = self.create(workflow, input, options).await?;
-        let loaded = LoadedRun {
-            record,
-            entries: Vec::new(),
-            blobs: HashMap::new(),
-        };
+        let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
         self.execute(workflow, loaded).await
     }
 
@@ -449,15 +429,10 @@ impl Engine {
         if let Some(schema) = &def.input_schema {
             schema
                 .check(&input, ErrorCode::INPUT_VALIDATION, "the workflow input")
-                .map_err(|source| EngineError::InvalidInput {
-                    workflow: def.name.clone(),
-                    source,
-                })?;
+                .map_err(|source| EngineError::InvalidInput { workflow: def.name.clone(), source })?;
         }
         let now = self.inner.clock.now();
-        let id = options
-            .run_id
-            .unwrap_or_else(|| RunId::from_parts(now, self.inner.entropy.bytes10()));
+        let id = options.run_id.unwrap_or_else(|| RunId::from_parts(now, self.inner.entropy.bytes10()));
         let record = RunRecord {
             id,
             workflow: def.name.clone(),
@@ -471,12 +446,9 @@ impl Engine {
             parent: None,
             created_at: now,
             updated_at: now,
+            wake_at: None,
         };
-        self.inner
-            .store
-            .create_run(record.clone())
-            .await
-            .map_err(EngineError::store(id))?;
+        self.inner.store.create_run(record.clone()).await.map_err(EngineError::store(id))?;
         Ok(record)
     }
 
@@ -485,10 +457,7 @@ impl Engine {
     pub async fn resume(&self, workflow: &Workflow, run: RunId) -> Result<RunReport, EngineError> {
         let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
         if loaded.record.status.is_terminal() {
-            return Err(EngineError::NotResumable {
-                run,
-                status: loaded.record.status,
-            });
+            return Err(EngineError::NotResumable { run, status: loaded.record.status });
         }
         if loaded.record.definition_hash != workflow.hash() {
             return Err(EngineError::DefinitionMismatch {
@@ -536,9 +505,7 @@ impl Engine {
                     "access_denied",
                     format!(
                         "{} is not among its approvers",
-                        by.user
-                            .as_deref()
-                            .map_or("an anonymous caller".to_owned(), |u| format!("user {u:?}"))
+                        by.user.as_deref().map_or("an anonymous caller".to_owned(), |u| format!("user {u:?}"))
                     ),
                 ));
             }
@@ -548,10 +515,8 @@ impl Engine {
                 if let Some(schema) = &request.schema {
                     let validator = jsonschema::validator_for(schema)
                         .map_err(|e| error("invalid_decision", format!("the request's schema is invalid: {e}")))?;
-                    let problems: Vec<String> = validator
-                        .iter_errors(value)
-                        .map(|e| format!("at {}: {e}", e.instance_path()))
-                        .collect();
+                    let problems: Vec<String> =
+                        validator.iter_errors(value).map(|e| format!("at {}: {e}", e.instance_path())).collect();
                     if !problems.is_empty() {
                         return Err(error(
                             "invalid_decision",
@@ -568,10 +533,7 @@ impl Engine {
                 ));
             }
             (InterruptKind::Approval, Decision::Respond { .. }) => {
-                return Err(error(
-                    "invalid_decision",
-                    "an approval takes approve, reject or modify".into(),
-                ));
+                return Err(error("invalid_decision", "an approval takes approve, reject or modify".into()));
             }
             (InterruptKind::Event | InterruptKind::Timer, Decision::Modify { .. }) => {
                 return Err(error("invalid_decision", "only approvals can be modified".into()));
@@ -584,23 +546,14 @@ impl Engine {
             at: now,
             record: Record::InterruptResolved {
                 id: interrupt.clone(),
-                resolution: crate::outcome::Resolution {
-                    decision,
-                    by: by.user.clone(),
-                    at: now,
-                    timed_out: false,
-                },
+                resolution: crate::outcome::Resolution { decision, by: by.user.clone(), at: now, timed_out: false },
             },
         };
-        self.inner
-            .store
-            .resolve_interrupt(run, entry)
-            .await
-            .map_err(|e| match e {
-                StoreError::AlreadyResolved { .. } => error("already_resolved", "another decision won".into()),
-                StoreError::InterruptNotFound { .. } => error("not_found", "no such interrupt in this run".into()),
-                other => EngineError::Store { run, source: other },
-            })
+        self.inner.store.resolve_interrupt(run, entry).await.map_err(|e| match e {
+            StoreError::AlreadyResolved { .. } => error("already_resolved", "another decision won".into()),
+            StoreError::InterruptNotFound { .. } => error("not_found", "no such interrupt in this run".into()),
+            other => EngineError::Store { run, source: other },
+        })
     }
 
     /// Cancels a run. A run executing in this engine sees its steps' tokens fire; a run that
@@ -620,12 +573,9 @@ impl Engine {
             output: None,
             error: Some(StepError::cancelled(reason)),
             at: self.inner.clock.now(),
+            wake_at: None,
         };
-        self.inner
-            .store
-            .set_status(run, update)
-            .await
-            .map_err(EngineError::store(run))?;
+        self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
         Ok(true)
     }
 
@@ -669,32 +619,21 @@ impl Engine {
         });
         let cancel = CancellationToken::new();
         inner.live.lock().expect("poisoned").insert(run_id, cancel.clone());
-        let _live = LiveGuard {
-            engine: inner,
-            run: run_id,
-        };
+        let _live = LiveGuard { engine: inner, run: run_id };
         let running = StatusUpdate {
             status: RunStatus::Running,
             output: None,
             error: None,
             at: inner.clock.now(),
+            wake_at: None,
         };
-        inner
-            .store
-            .set_status(run_id, running)
-            .await
-            .map_err(EngineError::store(run_id))?;
+        inner.store.set_status(run_id, running).await.map_err(EngineError::store(run_id))?;
 
         let input = loaded.record.input.clone();
         let mut scope = Scope::new(input.clone());
-        let env = Env {
-            memory: Memory::default(),
-            cancel: cancel.clone(),
-        };
+        let env = Env { memory: Memory::default(), cancel: cancel.clone() };
         let exec = Exec { run: shared.clone() };
-        let flow = exec
-            .exec_seq(&workflow.inner.body, &StepPath::root(), input, &mut scope, &env)
-            .await;
+        let flow = exec.exec_seq(&workflow.inner.body, &StepPath::root(), input, &mut scope, &env).await;
         let flow = match flow {
             Ok(flow) => flow,
             Err(Crash(source)) => {
@@ -708,9 +647,9 @@ impl Engine {
                     None => Ok(last),
                 };
                 let checked = output.and_then(|output| match &workflow.inner.output_schema {
-                    Some(schema) => schema
-                        .check(&output, ErrorCode::OUTPUT_VALIDATION, "the workflow output")
-                        .map(|()| output),
+                    Some(schema) => {
+                        schema.check(&output, ErrorCode::OUTPUT_VALIDATION, "the workflow output").map(|()| output)
+                    }
                     None => Ok(output),
                 });
                 match checked {
@@ -721,15 +660,7 @@ impl Engine {
             Flow::Skipped(_) => (RunStatus::Completed, Some(Value::Null), None),
             Flow::Suspended => {
                 let yielded = shared.yielded.load(std::sync::atomic::Ordering::Relaxed);
-                (
-                    if yielded {
-                        RunStatus::Pending
-                    } else {
-                        RunStatus::Suspended
-                    },
-                    None,
-                    None,
-                )
+                (if yielded { RunStatus::Pending } else { RunStatus::Suspended }, None, None)
             }
             Flow::Handoff(target, _) => (
                 RunStatus::Failed,
@@ -744,23 +675,17 @@ impl Engine {
             }
             Flow::Failed(error) => (RunStatus::Failed, None, Some(error)),
         };
-        shared
-            .recorder
-            .flush()
-            .await
-            .map_err(|Crash(source)| EngineError::Store { run: run_id, source })?;
+        shared.recorder.flush().await.map_err(|Crash(source)| EngineError::Store { run: run_id, source })?;
+        let wake_at = *shared.wake_at.lock().expect("poisoned");
         let update = StatusUpdate {
             status,
             output: output.clone(),
             error: error.clone(),
             at: inner.clock.now(),
+            // A runner resumes suspended and pending runs when this is due.
+            wake_at: wake_at.filter(|_| matches!(status, RunStatus::Suspended | RunStatus::Pending)),
         };
-        inner
-            .store
-            .set_status(run_id, update)
-            .await
-            .map_err(EngineError::store(run_id))?;
-        let wake_at = *shared.wake_at.lock().expect("poisoned");
+        inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
         if status == RunStatus::Suspended {
             let loaded = inner.store.load(run_id).await.map_err(EngineError::store(run_id))?;
             return Ok(report_from(&loaded, wake_at));
@@ -790,11 +715,7 @@ impl Drop for LiveGuard<'_> {
 fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> RunReport {
     let mut pending = Vec::new();
     if let Ok(index) = ReplayIndex::from_loaded(loaded) {
-        let mut open: Vec<_> = index
-            .interrupts
-            .iter()
-            .filter(|(_, log)| log.resolution.is_none())
-            .collect();
+        let mut open: Vec<_> = index.interrupts.iter().filter(|(_, log)| log.resolution.is_none()).collect();
         open.sort_by(|a, b| a.1.path.cmp(&b.1.path).then(a.0.cmp(b.0)));
         for (id, log) in open {
             pending.push(PendingInterrupt {
@@ -812,11 +733,7 @@ fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> RunReport {
         status: loaded.record.status,
         output: loaded.record.output.clone(),
         error: loaded.record.error.clone(),
-        pending: if loaded.record.status == RunStatus::Suspended {
-            pending
-        } else {
-            Vec::new()
-        },
+        pending: if loaded.record.status == RunStatus::Suspended { pending } else { Vec::new() },
         wake_at,
     }
 }

@@ -52,22 +52,12 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     pub(crate) fn new(store: Arc<dyn Store>, run: RunId, durability: Durability) -> Self {
-        Self {
-            store,
-            run,
-            durability,
-            pending: Mutex::new(JournalBatch::default()),
-            crashed: AtomicBool::new(false),
-        }
+        Self { store, run, durability, pending: Mutex::new(JournalBatch::default()), crashed: AtomicBool::new(false) }
     }
 
     /// Buffers an entry; it is written with the next commit.
     pub(crate) fn note(&self, path: &StepPath, at: Timestamp, record: Record) {
-        self.pending.lock().expect("poisoned").entries.push(JournalEntry {
-            path: path.clone(),
-            at,
-            record,
-        });
+        self.pending.lock().expect("poisoned").entries.push(JournalEntry { path: path.clone(), at, record });
     }
 
     /// Buffers a completion with its output blob and writes everything buffered.
@@ -86,11 +76,7 @@ impl Recorder {
             pending.entries.push(JournalEntry {
                 path: path.clone(),
                 at,
-                record: Record::Completed {
-                    attempt,
-                    output: hash,
-                    cached,
-                },
+                record: Record::Completed { attempt, output: hash, cached },
             });
         }
         self.flush().await
@@ -185,10 +171,7 @@ pub(crate) struct ReplayIndex {
 
 impl ReplayIndex {
     pub(crate) fn from_loaded(loaded: &LoadedRun) -> Result<Self, StoreError> {
-        let mut index = Self {
-            blobs: loaded.blobs.clone(),
-            ..Self::default()
-        };
+        let mut index = Self { blobs: loaded.blobs.clone(), ..Self::default() };
         for entry in &loaded.entries {
             let log = index.paths.entry(entry.path.clone()).or_default();
             match &entry.record {
@@ -201,11 +184,7 @@ impl ReplayIndex {
                     }
                     log.completed = Some((*attempt, *output));
                 }
-                Record::Failed {
-                    attempt,
-                    error,
-                    retry_at,
-                } => log.failures.push((*attempt, error.clone(), *retry_at)),
+                Record::Failed { attempt, error, retry_at } => log.failures.push((*attempt, error.clone(), *retry_at)),
                 Record::Skipped { reason } => log.skipped = Some(reason.clone()),
                 Record::Decided { value } => log.decided = Some(value.clone()),
                 Record::Value { attempt, seq, value } => {
@@ -236,11 +215,7 @@ impl ReplayIndex {
     }
 
     pub(crate) fn path(&self, path: &StepPath) -> Option<&PathLog> {
-        if self.paths.is_empty() {
-            None
-        } else {
-            self.paths.get(path)
-        }
+        if self.paths.is_empty() { None } else { self.paths.get(path) }
     }
 
     pub(crate) fn completed_output(&self, path: &StepPath) -> Option<Arc<Value>> {
@@ -295,15 +270,7 @@ impl RunShared {
         if stored {
             self.recorder.note_blob(hash, Arc::new(value.clone()));
         }
-        self.recorder.note(
-            path,
-            self.clock.now(),
-            Record::Artifact {
-                kind: kind.to_owned(),
-                hash,
-                stored,
-            },
-        );
+        self.recorder.note(path, self.clock.now(), Record::Artifact { kind: kind.to_owned(), hash, stored });
         hash
     }
 }

@@ -58,12 +58,7 @@ impl Log {
 
 /// The journal records at one path.
 pub fn records_at(store: &MemoryStore, run: RunId, path: &str) -> Vec<Record> {
-    store
-        .entries(run)
-        .into_iter()
-        .filter(|e| e.path == StepPath::new(path))
-        .map(|e| e.record)
-        .collect()
+    store.entries(run).into_iter().filter(|e| e.path == StepPath::new(path)).map(|e| e.record).collect()
 }
 
 /// The `(path, attempt)` of every `Failed` entry with a retry time, and that time.
@@ -72,11 +67,7 @@ pub fn retry_times(store: &MemoryStore, run: RunId) -> Vec<(String, u32, Timesta
         .entries(run)
         .into_iter()
         .filter_map(|e| match e.record {
-            Record::Failed {
-                attempt,
-                retry_at: Some(at),
-                ..
-            } => Some((e.path.as_str().to_owned(), attempt, at)),
+            Record::Failed { attempt, retry_at: Some(at), .. } => Some((e.path.as_str().to_owned(), attempt, at)),
             _ => None,
         })
         .collect()

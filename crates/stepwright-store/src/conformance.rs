@@ -1,0 +1,276 @@
+//! The conformance suite every [`Store`] backend must pass.
+//!
+//! Each check takes a fresh, empty store and panics with a message on a violation; a
+//! backend's tests call [`run_all`] (or single checks) with a factory of fresh stores.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use stepwright_core::journal::{JournalBatch, JournalEntry, Retention, RunFilter, RunRecord, StatusUpdate};
+use stepwright_core::{
+    Caller, ContentHash, Decision, InterruptId, InterruptRequest, Record, Resolution, RunId, RunStatus, StepError,
+    StepPath, Store, StoreError, Timestamp,
+};
+
+/// Runs every check, each on a fresh store from `fresh`.
+pub async fn run_all<S, F, Fut>(fresh: F)
+where
+    S: Store,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Arc<S>>,
+{
+    create_and_load(&*fresh().await).await;
+    append_keeps_order_and_blobs(&*fresh().await).await;
+    status_updates(&*fresh().await).await;
+    interrupts_resolve_once(&*fresh().await).await;
+    events_in_order(&*fresh().await).await;
+    list_filters(&*fresh().await).await;
+    erase_and_retention_collect_blobs(&*fresh().await).await;
+    missing_runs_are_errors(&*fresh().await).await;
+}
+
+fn id(n: u8) -> RunId {
+    RunId::from_parts(Timestamp::from_millis(1_700_000_000_000 + i64::from(n)), [n; 10])
+}
+
+fn record(n: u8, workflow: &str, status: RunStatus, at: i64) -> RunRecord {
+    RunRecord {
+        id: id(n),
+        workflow: workflow.to_owned(),
+        version: "1.0.0".into(),
+        definition_hash: ContentHash::of_value(&json!(workflow)),
+        input: Arc::new(json!({ "n": n })),
+        caller: Caller::user(Some("acme"), "ann").with_role("lead"),
+        status,
+        output: None,
+        error: None,
+        parent: None,
+        created_at: Timestamp::from_micros(at),
+        updated_at: Timestamp::from_micros(at),
+        wake_at: None,
+    }
+}
+
+fn entry(path: &str, at: i64, record: Record) -> JournalEntry {
+    JournalEntry { path: StepPath::new(path), at: Timestamp::from_micros(at), record }
+}
+
+fn completed(path: &str, value: serde_json::Value) -> (JournalEntry, (ContentHash, Arc<serde_json::Value>)) {
+    let hash = ContentHash::of_value(&value);
+    (entry(path, 2, Record::Completed { attempt: 1, output: hash, cached: false }), (hash, Arc::new(value)))
+}
+
+/// A created run loads with the same header and an empty journal; a duplicate id fails.
+pub async fn create_and_load(store: &dyn Store) {
+    let run = record(1, "flow", RunStatus::Pending, 10);
+    store.create_run(run.clone()).await.expect("create");
+    let loaded = store.load(run.id).await.expect("load");
+    assert_eq!(loaded.record, run, "the header round-trips");
+    assert!(loaded.entries.is_empty());
+    assert!(matches!(store.create_run(run).await, Err(StoreError::RunExists(_))), "duplicate ids are refused");
+}
+
+/// Appends keep their order; blobs are stored once and loaded for completed entries.
+pub async fn append_keeps_order_and_blobs(store: &dyn Store) {
+    let run = record(2, "flow", RunStatus::Running, 10);
+    store.create_run(run.clone()).await.expect("create");
+    let big = json!({ "text": "long ".repeat(2_000) });
+    let (a, blob_a) = completed("a", json!(1));
+    let (b, blob_b) = completed("b", big.clone());
+    let (c, blob_c) = completed("c", json!(1));
+    let mut first = JournalBatch {
+        entries: vec![entry("a", 1, Record::Started { attempt: 1 }), a],
+        blobs: vec![blob_a],
+        events: vec![],
+    };
+    store.append(run.id, &mut first).await.expect("append");
+    assert!(first.entries.is_empty() && first.blobs.is_empty(), "the store drains the batch");
+    let mut second = JournalBatch { entries: vec![b, c], blobs: vec![blob_b, blob_c], events: vec![] };
+    store.append(run.id, &mut second).await.expect("append");
+    let loaded = store.load(run.id).await.expect("load");
+    let paths: Vec<&str> = loaded.entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["a", "a", "b", "c"], "entries load in append order");
+    assert_eq!(loaded.entries[0].record, Record::Started { attempt: 1 });
+    assert_eq!(*loaded.blobs[&ContentHash::of_value(&big)], big, "a large blob round-trips");
+    assert_eq!(loaded.blobs.len(), 2, "equal values are one blob");
+}
+
+/// Status, output, error and wake-up time are stored.
+pub async fn status_updates(store: &dyn Store) {
+    let run = record(3, "flow", RunStatus::Pending, 10);
+    store.create_run(run.clone()).await.expect("create");
+    let update = StatusUpdate {
+        status: RunStatus::Suspended,
+        output: None,
+        error: None,
+        at: Timestamp::from_micros(20),
+        wake_at: Some(Timestamp::from_micros(99)),
+    };
+    store.set_status(run.id, update).await.expect("status");
+    let loaded = store.load(run.id).await.expect("load").record;
+    assert_eq!(
+        (loaded.status, loaded.wake_at, loaded.updated_at),
+        (RunStatus::Suspended, Some(Timestamp::from_micros(99)), Timestamp::from_micros(20))
+    );
+    let failed = StatusUpdate {
+        status: RunStatus::Failed,
+        output: None,
+        error: Some(StepError::execution_failed("boom")),
+        at: Timestamp::from_micros(30),
+        wake_at: None,
+    };
+    store.set_status(run.id, failed).await.expect("status");
+    let loaded = store.load(run.id).await.expect("load").record;
+    assert_eq!(loaded.error.expect("error").message, "boom");
+    assert_eq!(loaded.wake_at, None);
+}
+
+/// Only an opened interrupt can be resolved, and only once.
+pub async fn interrupts_resolve_once(store: &dyn Store) {
+    let run = record(4, "flow", RunStatus::Running, 10);
+    store.create_run(run.clone()).await.expect("create");
+    let interrupt = InterruptId::new("int_1");
+    let opened = entry(
+        "ask",
+        1,
+        Record::InterruptOpened { id: interrupt.clone(), request: InterruptRequest::approval("ok?"), deadline: None },
+    );
+    store.append(run.id, &mut JournalBatch { entries: vec![opened], ..JournalBatch::default() }).await.expect("append");
+    let resolution = |by: &str| {
+        entry(
+            "ask",
+            2,
+            Record::InterruptResolved {
+                id: interrupt.clone(),
+                resolution: Resolution {
+                    decision: Decision::Approve,
+                    by: Some(by.into()),
+                    at: Timestamp::from_micros(2),
+                    timed_out: false,
+                },
+            },
+        )
+    };
+    let unknown = entry(
+        "ask",
+        2,
+        Record::InterruptResolved {
+            id: InterruptId::new("int_nope"),
+            resolution: Resolution {
+                decision: Decision::Approve,
+                by: None,
+                at: Timestamp::from_micros(2),
+                timed_out: false,
+            },
+        },
+    );
+    assert!(matches!(store.resolve_interrupt(run.id, unknown).await, Err(StoreError::InterruptNotFound { .. })));
+    let (first, second) = futures_util::future::join(
+        store.resolve_interrupt(run.id, resolution("ann")),
+        store.resolve_interrupt(run.id, resolution("bob")),
+    )
+    .await;
+    assert!(first.is_ok() != second.is_ok(), "exactly one of two concurrent decisions wins");
+    let loser = first.err().or(second.err()).expect("one failed");
+    assert!(matches!(loser, StoreError::AlreadyResolved { .. }), "{loser}");
+    let resolved = store
+        .load(run.id)
+        .await
+        .expect("load")
+        .entries
+        .into_iter()
+        .filter(|e| matches!(e.record, Record::InterruptResolved { .. }))
+        .count();
+    assert_eq!(resolved, 1);
+}
+
+/// Events keep their order and stamps.
+pub async fn events_in_order(store: &dyn Store) {
+    let run = record(5, "flow", RunStatus::Running, 10);
+    store.create_run(run.clone()).await.expect("create");
+    let event = |kind: &str, n: i64| stepwright_core::journal::EventRecord {
+        run: run.id,
+        path: StepPath::new("a"),
+        at: Timestamp::from_micros(n),
+        tenant: Some("acme".into()),
+        user: Some("ann".into()),
+        kind: kind.into(),
+        data: json!({ "n": n }),
+    };
+    for (kind, n) in [("one", 1), ("two", 2)] {
+        store
+            .append(run.id, &mut JournalBatch { events: vec![event(kind, n)], ..JournalBatch::default() })
+            .await
+            .expect("append");
+    }
+    let events = store.events(run.id).await.expect("events");
+    assert_eq!(events, vec![event("one", 1), event("two", 2)]);
+}
+
+/// Listing filters by status and workflow, newest first, limited.
+pub async fn list_filters(store: &dyn Store) {
+    for (n, workflow, status) in
+        [(10, "a", RunStatus::Completed), (11, "a", RunStatus::Failed), (12, "b", RunStatus::Completed)]
+    {
+        store.create_run(record(n, workflow, status, i64::from(n))).await.expect("create");
+    }
+    let all = store.list_runs(RunFilter::default()).await.expect("list");
+    assert_eq!(all.iter().map(|r| r.id).collect::<Vec<_>>(), [id(12), id(11), id(10)]);
+    let completed =
+        store.list_runs(RunFilter { status: Some(RunStatus::Completed), ..RunFilter::default() }).await.expect("list");
+    assert_eq!(completed.iter().map(|r| r.id).collect::<Vec<_>>(), [id(12), id(10)]);
+    let of_a = store
+        .list_runs(RunFilter { workflow: Some("a".into()), limit: Some(1), ..RunFilter::default() })
+        .await
+        .expect("list");
+    assert_eq!(of_a.iter().map(|r| r.id).collect::<Vec<_>>(), [id(11)]);
+}
+
+/// Erase removes one run and the blobs only it referenced; retention removes old finished
+/// runs but keeps the newest per workflow and every unfinished run.
+pub async fn erase_and_retention_collect_blobs(store: &dyn Store) {
+    let shared = json!("shared");
+    let runs = [
+        (20, "w", RunStatus::Completed, 100),
+        (21, "w", RunStatus::Completed, 200),
+        (22, "w", RunStatus::Completed, 300),
+        (23, "w", RunStatus::Suspended, 50),
+        (24, "v", RunStatus::Failed, 60),
+    ];
+    for (n, workflow, status, at) in runs {
+        store.create_run(record(n, workflow, status, at)).await.expect("create");
+        let (own, own_blob) = completed("own", json!({ "run": n }));
+        let (common, common_blob) = completed("common", shared.clone());
+        let mut batch = JournalBatch { entries: vec![own, common], blobs: vec![own_blob, common_blob], events: vec![] };
+        store.append(id(n), &mut batch).await.expect("append");
+    }
+    let removed = store.erase_run(id(24)).await.expect("erase");
+    assert_eq!(removed.runs, 1);
+    assert_eq!(removed.blobs, 1, "only the erased run's own blob goes; the shared one stays");
+    assert!(matches!(store.load(id(24)).await, Err(StoreError::RunNotFound(_))));
+
+    let removed = store
+        .apply_retention(Retention { finished_before: Some(Timestamp::from_micros(250)), keep_last: Some(1) })
+        .await
+        .expect("retention");
+    // Runs 20 and 21 are old and finished; 22 is the newest of `w`; 23 is not finished.
+    assert_eq!(removed.runs, 2);
+    assert_eq!(removed.blobs, 2);
+    for n in [22, 23] {
+        let loaded = store.load(id(n)).await.expect("kept");
+        assert_eq!(loaded.blobs.len(), 2, "kept runs keep their blobs");
+    }
+}
+
+/// Operations on unknown runs say so.
+pub async fn missing_runs_are_errors(store: &dyn Store) {
+    let nobody = id(99);
+    assert!(matches!(store.load(nobody).await, Err(StoreError::RunNotFound(_))));
+    assert!(matches!(store.events(nobody).await, Err(StoreError::RunNotFound(_))));
+    let mut batch =
+        JournalBatch { entries: vec![entry("a", 1, Record::Started { attempt: 1 })], ..JournalBatch::default() };
+    assert!(matches!(store.append(nobody, &mut batch).await, Err(StoreError::RunNotFound(_))));
+    let update =
+        StatusUpdate { status: RunStatus::Completed, output: None, error: None, at: Timestamp::EPOCH, wake_at: None };
+    assert!(matches!(store.set_status(nobody, update).await, Err(StoreError::RunNotFound(_))));
+}

@@ -1,0 +1,15 @@
+//! Durable stores for Stepwright.
+//!
+//! [`SqliteStore`] is the embedded default: one file, WAL, one writer thread that commits
+//! many runs' entries in one transaction (group commit), a pool of read connections. The
+//! [`conformance`] module is the suite every `Store` backend must pass; this crate's tests
+//! run it against the memory store and SQLite.
+//!
+//! This crate knows SQL and files; it knows nothing of workflows beyond the journal types
+//! of `stepwright-core`, and nothing of HTTP or YAML.
+
+pub mod conformance;
+mod encoding;
+pub mod sqlite;
+
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};

@@ -1,0 +1,723 @@
+//! The SQLite store.
+//!
+//! One writer thread owns the only read-write connection. Callers send it operations;
+//! it drains everything queued (up to `max_batch`), applies them in one `BEGIN IMMEDIATE`
+//! transaction — each in its own savepoint, so one failing operation does not fail the
+//! others — commits once, then acknowledges each caller. Under load, many runs share one
+//! fsync (group commit); alone, a run pays one commit per step. Reads use a small pool of
+//! read-only connections, which WAL lets run beside the writer.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use serde_json::Value;
+use stepwright_core::journal::{
+    EventRecord, JournalBatch, JournalEntry, LoadedRun, Removed, Retention, RunFilter, RunRecord, StatusUpdate,
+    referenced_blob, retention_victims,
+};
+use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::encoding::{backend, decode_blob, encode_blob};
+
+/// SQLite's `synchronous` setting for the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Every commit is fsynced: a committed step survives power loss (the default).
+    #[default]
+    Full,
+    /// The WAL is fsynced at checkpoints only: a committed step survives a process crash,
+    /// but the last commits may be lost on power loss or an OS crash.
+    Normal,
+}
+
+/// Settings for [`SqliteStore::open_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct SqliteOptions {
+    /// The writer's durability.
+    pub synchronous: Synchronous,
+    /// How many read-only connections to keep.
+    pub read_connections: usize,
+    /// The most operations one transaction commits.
+    pub max_batch: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self { synchronous: Synchronous::Full, read_connections: 4, max_batch: 1024 }
+    }
+}
+
+/// The migrations, in order; each runs once, in a transaction, recorded in
+/// `stepwright_migrations`.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("sqlite/001_initial.sql"))];
+
+/// A durable store in one SQLite file.
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: mpsc::UnboundedSender<Op>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+    fail_next_commit: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+type Ack<T> = oneshot::Sender<Result<T, StoreError>>;
+
+enum Op {
+    Create(RunRecord, Ack<()>),
+    Append(RunId, JournalBatch, Ack<JournalBatch>),
+    SetStatus(RunId, StatusUpdate, Ack<()>),
+    Resolve(RunId, JournalEntry, Ack<()>),
+    Remove(Removal, Ack<Removed>),
+}
+
+enum Removal {
+    Runs(Vec<RunId>),
+    Retention(Retention),
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens (creating if needed) the store at `path`, applying migrations.
+    pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let mut conn = Connection::open(&path).map_err(|e| backend("opening the sqlite database", e))?;
+        configure(&conn, options.synchronous).map_err(|e| backend("configuring the sqlite database", e))?;
+        migrate(&mut conn)?;
+        let mut readers = Vec::new();
+        for _ in 0..options.read_connections.max(1) {
+            let reader = Connection::open_with_flags(
+                &path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+            )
+            .map_err(|e| backend("opening a sqlite read connection", e))?;
+            reader.busy_timeout(std::time::Duration::from_secs(5)).map_err(|e| backend("configuring a reader", e))?;
+            readers.push(reader);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let fail_next_commit = Arc::new(AtomicBool::new(false));
+        let writer = Writer { conn, seqs: HashMap::new(), fail_next_commit: fail_next_commit.clone() };
+        std::thread::Builder::new()
+            .name("stepwright-sqlite-writer".into())
+            .spawn(move || writer.run(rx, options.max_batch.max(1)))
+            .map_err(|e| backend("starting the sqlite writer thread", e))?;
+        Ok(Self { path, writer: tx, readers: Arc::new(Mutex::new(readers)), fail_next_commit })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Fault injection for tests: the next transaction writes everything, then fails
+    /// instead of committing, as if the disk had failed at that point.
+    pub fn fail_next_commit(&self) {
+        self.fail_next_commit.store(true, Ordering::SeqCst);
+    }
+
+    async fn send<T: Send + 'static>(&self, make: impl FnOnce(Ack<T>) -> Op) -> Result<T, StoreError> {
+        let (ack, done) = oneshot::channel();
+        self.writer.send(make(ack)).map_err(|_| writer_gone())?;
+        done.await.map_err(|_| writer_gone())?
+    }
+
+    async fn read<T: Send + 'static>(
+        &self,
+        doing: &'static str,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let readers = self.readers.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let pooled = readers.lock().expect("poisoned").pop();
+            let conn = match pooled {
+                Some(conn) => conn,
+                None => Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+                    .map_err(|e| backend("opening a sqlite read connection", e))?,
+            };
+            let result = f(&conn);
+            readers.lock().expect("poisoned").push(conn);
+            result
+        })
+        .await
+        .map_err(|e| backend(doing, e))?
+    }
+}
+
+fn writer_gone() -> StoreError {
+    StoreError::Backend { doing: "talking to the sqlite writer".into(), source: "the writer thread stopped".into() }
+}
+
+fn configure(conn: &Connection, synchronous: Synchronous) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", if synchronous == Synchronous::Full { "FULL" } else { "NORMAL" })?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let doing = "migrating the sqlite database";
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS stepwright_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
+    )
+    .map_err(|e| backend(doing, e))?;
+    for (version, sql) in MIGRATIONS {
+        let tx =
+            conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| backend(doing, e))?;
+        let done: bool = tx
+            .query_row("SELECT EXISTS (SELECT 1 FROM stepwright_migrations WHERE version = ?1)", [version], |r| {
+                r.get(0)
+            })
+            .map_err(|e| backend(doing, e))?;
+        if !done {
+            tx.execute_batch(sql).map_err(|e| backend(doing, e))?;
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            tx.execute(
+                "INSERT INTO stepwright_migrations (version, applied_at) VALUES (?1, ?2)",
+                params![version, now as i64],
+            )
+            .map_err(|e| backend(doing, e))?;
+        }
+        tx.commit().map_err(|e| backend(doing, e))?;
+    }
+    Ok(())
+}
+
+struct Writer {
+    conn: Connection,
+    /// The next journal and event sequence numbers per run (loaded on first use).
+    seqs: HashMap<RunId, (i64, i64)>,
+    fail_next_commit: Arc<AtomicBool>,
+}
+
+/// What one operation answers, held until its transaction commits.
+enum Done {
+    Unit(Ack<()>, Result<(), StoreError>),
+    Batch(Ack<JournalBatch>, Result<JournalBatch, StoreError>),
+    Removed(Ack<Removed>, Result<Removed, StoreError>),
+}
+
+impl Done {
+    fn fail(self, error: impl Fn() -> StoreError) {
+        match self {
+            Done::Unit(ack, _) => drop(ack.send(Err(error()))),
+            Done::Batch(ack, _) => drop(ack.send(Err(error()))),
+            Done::Removed(ack, _) => drop(ack.send(Err(error()))),
+        }
+    }
+
+    fn send(self) {
+        // A caller that went away no longer needs its answer.
+        match self {
+            Done::Unit(ack, result) => drop(ack.send(result)),
+            Done::Batch(ack, result) => drop(ack.send(result)),
+            Done::Removed(ack, result) => drop(ack.send(result)),
+        }
+    }
+
+    fn is_ok(&self) -> bool {
+        match self {
+            Done::Unit(_, r) => r.is_ok(),
+            Done::Batch(_, r) => r.is_ok(),
+            Done::Removed(_, r) => r.is_ok(),
+        }
+    }
+}
+
+impl Writer {
+    fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>, max_batch: usize) {
+        while let Some(first) = rx.blocking_recv() {
+            let mut ops = vec![first];
+            while ops.len() < max_batch {
+                match rx.try_recv() {
+                    Ok(op) => ops.push(op),
+                    Err(_) => break,
+                }
+            }
+            self.commit(ops);
+        }
+    }
+
+    fn commit(&mut self, ops: Vec<Op>) {
+        let doing = "committing to the sqlite journal";
+        if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
+            let message = e.to_string();
+            for op in ops {
+                answer_err(op, || backend(doing, std::io::Error::other(message.clone())));
+            }
+            return;
+        }
+        let single = ops.len() == 1;
+        let seqs_before = self.seqs.clone();
+        let mut done = Vec::with_capacity(ops.len());
+        for op in ops {
+            if !single {
+                let _ = self.conn.execute_batch("SAVEPOINT op");
+            }
+            let outcome = self.apply(op);
+            if !single {
+                let _ =
+                    self.conn.execute_batch(if outcome.is_ok() { "RELEASE op" } else { "ROLLBACK TO op; RELEASE op" });
+            }
+            done.push(outcome);
+        }
+        let injected = self.fail_next_commit.swap(false, Ordering::SeqCst);
+        let committed = if injected {
+            Err("injected commit failure".to_owned())
+        } else {
+            self.conn.execute_batch("COMMIT").map_err(|e| e.to_string())
+        };
+        match committed {
+            Ok(()) => done.into_iter().for_each(Done::send),
+            Err(message) => {
+                let _ = self.conn.execute_batch("ROLLBACK");
+                // Sequence numbers handed out in the rolled-back transaction are free again.
+                self.seqs = seqs_before;
+                for d in done {
+                    d.fail(|| backend(doing, std::io::Error::other(message.clone())));
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, op: Op) -> Done {
+        match op {
+            Op::Create(record, ack) => Done::Unit(ack, self.create(&record)),
+            Op::Append(run, mut batch, ack) => {
+                let result = self.append(run, &mut batch).map(|()| batch);
+                Done::Batch(ack, result)
+            }
+            Op::SetStatus(run, update, ack) => Done::Unit(ack, self.set_status(run, &update)),
+            Op::Resolve(run, entry, ack) => Done::Unit(ack, self.resolve(run, entry)),
+            Op::Remove(removal, ack) => Done::Removed(ack, self.remove(removal)),
+        }
+    }
+
+    fn create(&mut self, r: &RunRecord) -> Result<(), StoreError> {
+        let doing = "creating a run";
+        let exists: bool = self
+            .conn
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)")
+            .and_then(|mut s| s.query_row([r.id.as_uuid().as_bytes()], |row| row.get(0)))
+            .map_err(|e| backend(doing, e))?;
+        if exists {
+            return Err(StoreError::RunExists(r.id));
+        }
+        self.conn
+            .prepare_cached(
+                "INSERT INTO runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
+                 parent_run, parent_path, created_at, updated_at, wake_at, next_seq, next_event) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 0, 0)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    r.id.as_uuid().as_bytes(),
+                    r.workflow,
+                    r.version,
+                    r.definition_hash.as_bytes(),
+                    json(&*r.input),
+                    json(&r.caller),
+                    status_name(r.status),
+                    r.output.as_ref().map(json),
+                    r.error.as_ref().map(json),
+                    r.parent.as_ref().map(|p| p.run.as_uuid().as_bytes().to_vec()),
+                    r.parent.as_ref().map(|p| p.at.as_str().to_owned()),
+                    r.created_at.as_micros(),
+                    r.updated_at.as_micros(),
+                    r.wake_at.map(Timestamp::as_micros),
+                ])
+            })
+            .map_err(|e| backend(doing, e))?;
+        self.seqs.insert(r.id, (0, 0));
+        Ok(())
+    }
+
+    fn next_seqs(&mut self, run: RunId) -> Result<(i64, i64), StoreError> {
+        if let Some(seqs) = self.seqs.get(&run) {
+            return Ok(*seqs);
+        }
+        let seqs = self
+            .conn
+            .prepare_cached("SELECT next_seq, next_event FROM runs WHERE id = ?1")
+            .and_then(|mut s| s.query_row([run.as_uuid().as_bytes()], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(|e| backend("reading a run's sequence", e))?
+            .ok_or(StoreError::RunNotFound(run))?;
+        self.seqs.insert(run, seqs);
+        Ok(seqs)
+    }
+
+    fn append(&mut self, run: RunId, batch: &mut JournalBatch) -> Result<(), StoreError> {
+        let doing = "appending to the journal";
+        let (mut seq, mut event_seq) = self.next_seqs(run)?;
+        let id = run.as_uuid().into_bytes();
+        {
+            let mut insert_blob = self
+                .conn
+                .prepare_cached("INSERT OR IGNORE INTO blobs (hash, codec, data) VALUES (?1, ?2, ?3)")
+                .map_err(|e| backend(doing, e))?;
+            for (hash, value) in batch.blobs.drain(..) {
+                let (codec, bytes) = encode_blob(&value);
+                insert_blob.execute(params![hash.as_bytes(), codec, bytes]).map_err(|e| backend(doing, e))?;
+            }
+        }
+        {
+            let mut insert_entry = self
+                .conn
+                .prepare_cached(
+                    "INSERT INTO journal (run_id, seq, path, at, record, blob) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(|e| backend(doing, e))?;
+            let mut insert_interrupt = self
+                .conn
+                .prepare_cached("INSERT OR IGNORE INTO interrupts (run_id, id, path, resolved) VALUES (?1, ?2, ?3, 0)")
+                .map_err(|e| backend(doing, e))?;
+            for entry in batch.entries.drain(..) {
+                let blob = referenced_blob(&entry.record).map(|h| h.as_bytes().to_vec());
+                insert_entry
+                    .execute(params![
+                        &id[..],
+                        seq,
+                        entry.path.as_str(),
+                        entry.at.as_micros(),
+                        json(&entry.record),
+                        blob
+                    ])
+                    .map_err(|e| backend(doing, e))?;
+                if let Record::InterruptOpened { id: interrupt, .. } = &entry.record {
+                    insert_interrupt
+                        .execute(params![&id[..], interrupt.as_str(), entry.path.as_str()])
+                        .map_err(|e| backend(doing, e))?;
+                }
+                seq += 1;
+            }
+        }
+        if !batch.events.is_empty() {
+            let mut insert_event = self
+                .conn
+                .prepare_cached(
+                    "INSERT INTO events (run_id, seq, path, at, tenant, user_id, kind, data) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )
+                .map_err(|e| backend(doing, e))?;
+            for event in batch.events.drain(..) {
+                insert_event
+                    .execute(params![
+                        &id[..],
+                        event_seq,
+                        event.path.as_str(),
+                        event.at.as_micros(),
+                        event.tenant,
+                        event.user,
+                        event.kind,
+                        json(&event.data)
+                    ])
+                    .map_err(|e| backend(doing, e))?;
+                event_seq += 1;
+            }
+        }
+        self.conn
+            .prepare_cached("UPDATE runs SET next_seq = ?2, next_event = ?3 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![&id[..], seq, event_seq]))
+            .map_err(|e| backend(doing, e))?;
+        self.seqs.insert(run, (seq, event_seq));
+        Ok(())
+    }
+
+    fn set_status(&mut self, run: RunId, u: &StatusUpdate) -> Result<(), StoreError> {
+        let changed = self
+            .conn
+            .prepare_cached(
+                "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5, wake_at = ?6 WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    run.as_uuid().as_bytes(),
+                    status_name(u.status),
+                    u.output.as_ref().map(json),
+                    u.error.as_ref().map(json),
+                    u.at.as_micros(),
+                    u.wake_at.map(Timestamp::as_micros),
+                ])
+            })
+            .map_err(|e| backend("setting a run's status", e))?;
+        if changed == 0 {
+            return Err(StoreError::RunNotFound(run));
+        }
+        Ok(())
+    }
+
+    fn resolve(&mut self, run: RunId, entry: JournalEntry) -> Result<(), StoreError> {
+        let doing = "resolving an interrupt";
+        let Record::InterruptResolved { id, .. } = &entry.record else {
+            return Err(backend(doing, std::io::Error::other("the entry is not an interrupt resolution")));
+        };
+        let changed = self
+            .conn
+            .prepare_cached("UPDATE interrupts SET resolved = 1 WHERE run_id = ?1 AND id = ?2 AND resolved = 0")
+            .and_then(|mut s| s.execute(params![run.as_uuid().as_bytes(), id.as_str()]))
+            .map_err(|e| backend(doing, e))?;
+        if changed == 0 {
+            let exists: bool = self
+                .conn
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM interrupts WHERE run_id = ?1 AND id = ?2)")
+                .and_then(|mut s| s.query_row(params![run.as_uuid().as_bytes(), id.as_str()], |r| r.get(0)))
+                .map_err(|e| backend(doing, e))?;
+            let interrupt = InterruptId::new(id.as_str());
+            return Err(if exists {
+                StoreError::AlreadyResolved { run, interrupt }
+            } else {
+                StoreError::InterruptNotFound { run, interrupt }
+            });
+        }
+        let mut batch = JournalBatch { entries: vec![entry], ..JournalBatch::default() };
+        self.append(run, &mut batch)
+    }
+
+    fn remove(&mut self, removal: Removal) -> Result<Removed, StoreError> {
+        let doing = "removing runs";
+        let victims = match removal {
+            Removal::Runs(runs) => runs,
+            Removal::Retention(policy) => {
+                let all = all_runs(&self.conn).map_err(|e| backend(doing, e))?;
+                retention_victims(&all, &policy)
+            }
+        };
+        let mut removed = Removed::default();
+        for run in victims {
+            let id = run.as_uuid().into_bytes();
+            for table in ["journal", "events", "interrupts"] {
+                self.conn
+                    .execute(&format!("DELETE FROM {table} WHERE run_id = ?1"), [&id[..]])
+                    .map_err(|e| backend(doing, e))?;
+            }
+            removed.runs +=
+                self.conn.execute("DELETE FROM runs WHERE id = ?1", [&id[..]]).map_err(|e| backend(doing, e))?;
+            self.seqs.remove(&run);
+        }
+        removed.blobs = self
+            .conn
+            .execute("DELETE FROM blobs WHERE NOT EXISTS (SELECT 1 FROM journal WHERE journal.blob = blobs.hash)", [])
+            .map_err(|e| backend(doing, e))?;
+        Ok(removed)
+    }
+}
+
+fn answer_err(op: Op, error: impl Fn() -> StoreError) {
+    match op {
+        Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack) => drop(ack.send(Err(error()))),
+        Op::Append(_, _, ack) => drop(ack.send(Err(error()))),
+        Op::Remove(_, ack) => drop(ack.send(Err(error()))),
+    }
+}
+
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Pending => "pending",
+        RunStatus::Running => "running",
+        RunStatus::Suspended => "suspended",
+        RunStatus::Completed => "completed",
+        RunStatus::Failed => "failed",
+        RunStatus::Cancelled => "cancelled",
+    }
+}
+
+fn parse_status(name: &str) -> rusqlite::Result<RunStatus> {
+    serde_json::from_value(Value::String(name.to_owned()))
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+fn conversion(e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+}
+
+fn bytes_to_id(bytes: &[u8]) -> rusqlite::Result<RunId> {
+    let bytes: [u8; 16] = bytes.try_into().map_err(|_| conversion(std::io::Error::other("a run id is not 16 bytes")))?;
+    Ok(RunId::from_bytes(bytes))
+}
+
+fn hash_from(bytes: &[u8]) -> rusqlite::Result<ContentHash> {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    hex.parse::<ContentHash>().map_err(conversion)
+}
+
+const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
+                           parent_run, parent_path, created_at, updated_at, wake_at";
+
+fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    let parse = |text: Option<String>| -> rusqlite::Result<Option<Value>> {
+        text.map(|t| serde_json::from_str(&t).map_err(conversion)).transpose()
+    };
+    let parent_run: Option<Vec<u8>> = row.get(9)?;
+    let parent_path: Option<String> = row.get(10)?;
+    Ok(RunRecord {
+        id: bytes_to_id(&row.get::<_, Vec<u8>>(0)?)?,
+        workflow: row.get(1)?,
+        version: row.get(2)?,
+        definition_hash: hash_from(&row.get::<_, Vec<u8>>(3)?)?,
+        input: Arc::new(serde_json::from_str(&row.get::<_, String>(4)?).map_err(conversion)?),
+        caller: serde_json::from_str(&row.get::<_, String>(5)?).map_err(conversion)?,
+        status: parse_status(&row.get::<_, String>(6)?)?,
+        output: parse(row.get(7)?)?,
+        error: row.get::<_, Option<String>>(8)?.map(|t| serde_json::from_str(&t).map_err(conversion)).transpose()?,
+        parent: match (parent_run, parent_path) {
+            (Some(run), Some(path)) => {
+                Some(stepwright_core::journal::Lineage { run: bytes_to_id(&run)?, at: StepPath::new(&path) })
+            }
+            _ => None,
+        },
+        created_at: Timestamp::from_micros(row.get(11)?),
+        updated_at: Timestamp::from_micros(row.get(12)?),
+        wake_at: row.get::<_, Option<i64>>(13)?.map(Timestamp::from_micros),
+    })
+}
+
+fn all_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
+    let mut stmt = conn.prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs"))?;
+    let rows = stmt.query_map([], run_from_row)?;
+    rows.collect()
+}
+
+fn load(conn: &Connection, run: RunId) -> Result<LoadedRun, StoreError> {
+    let doing = "loading a run";
+    let id = run.as_uuid().into_bytes();
+    let record = conn
+        .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"))
+        .and_then(|mut s| s.query_row([&id[..]], run_from_row).optional())
+        .map_err(|e| backend(doing, e))?
+        .ok_or(StoreError::RunNotFound(run))?;
+    let mut entries = Vec::new();
+    let mut wanted = Vec::new();
+    {
+        let mut stmt = conn
+            .prepare_cached("SELECT path, at, record FROM journal WHERE run_id = ?1 ORDER BY seq")
+            .map_err(|e| backend(doing, e))?;
+        let mut rows = stmt.query([&id[..]]).map_err(|e| backend(doing, e))?;
+        while let Some(row) = rows.next().map_err(|e| backend(doing, e))? {
+            let path: String = row.get(0).map_err(|e| backend(doing, e))?;
+            let at: i64 = row.get(1).map_err(|e| backend(doing, e))?;
+            let text: String = row.get(2).map_err(|e| backend(doing, e))?;
+            let record: Record = serde_json::from_str(&text).map_err(|e| backend(doing, e))?;
+            if let Record::Completed { output, .. } = &record {
+                wanted.push(*output);
+            }
+            entries.push(JournalEntry { path: StepPath::new(&path), at: Timestamp::from_micros(at), record });
+        }
+    }
+    let mut blobs = HashMap::with_capacity(wanted.len());
+    let mut stmt =
+        conn.prepare_cached("SELECT codec, data FROM blobs WHERE hash = ?1").map_err(|e| backend(doing, e))?;
+    for hash in wanted {
+        if blobs.contains_key(&hash) {
+            continue;
+        }
+        let row: Option<(i64, Vec<u8>)> = stmt
+            .query_row([&hash.as_bytes()[..]], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(|e| backend(doing, e))?;
+        let (codec, data) = row.ok_or(StoreError::Corrupt(hash))?;
+        blobs.insert(hash, decode_blob(hash, codec, &data)?);
+    }
+    Ok(LoadedRun { record, entries, blobs })
+}
+
+impl Store for SqliteStore {
+    fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.send(|ack| Op::Create(record, ack)))
+    }
+
+    fn append<'a>(&'a self, run: RunId, batch: &'a mut JournalBatch) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let owned = std::mem::take(batch);
+            // The writer hands the drained buffers back, so the caller keeps their capacity.
+            *batch = self.send(|ack| Op::Append(run, owned, ack)).await?;
+            Ok(())
+        })
+    }
+
+    fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.send(move |ack| Op::SetStatus(run, update, ack)))
+    }
+
+    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        Box::pin(self.read("loading a run", move |conn| load(conn, run)))
+    }
+
+    fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.send(move |ack| Op::Resolve(run, entry, ack)))
+    }
+
+    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        Box::pin(self.read("reading events", move |conn| {
+            let doing = "reading events";
+            let id = run.as_uuid().into_bytes();
+            let exists: bool = conn
+                .query_row("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)", [&id[..]], |r| r.get(0))
+                .map_err(|e| backend(doing, e))?;
+            if !exists {
+                return Err(StoreError::RunNotFound(run));
+            }
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT path, at, tenant, user_id, kind, data FROM events WHERE run_id = ?1 ORDER BY seq",
+                )
+                .map_err(|e| backend(doing, e))?;
+            let rows = stmt
+                .query_map([&id[..]], |r| {
+                    Ok(EventRecord {
+                        run,
+                        path: StepPath::new(&r.get::<_, String>(0)?),
+                        at: Timestamp::from_micros(r.get(1)?),
+                        tenant: r.get(2)?,
+                        user: r.get(3)?,
+                        kind: r.get(4)?,
+                        data: serde_json::from_str(&r.get::<_, String>(5)?).map_err(conversion)?,
+                    })
+                })
+                .map_err(|e| backend(doing, e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| backend(doing, e))
+        }))
+    }
+
+    fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(self.read("listing runs", move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
+                     ORDER BY created_at DESC, id DESC LIMIT ?3"
+                ))
+                .map_err(|e| backend("listing runs", e))?;
+            let limit = i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX);
+            let rows = stmt
+                .query_map(params![filter.status.map(status_name), filter.workflow, limit], run_from_row)
+                .map_err(|e| backend("listing runs", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| backend("listing runs", e))
+        }))
+    }
+
+    fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        Box::pin(self.send(move |ack| Op::Remove(Removal::Runs(vec![run]), ack)))
+    }
+
+    fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        Box::pin(self.send(move |ack| Op::Remove(Removal::Retention(policy), ack)))
+    }
+}

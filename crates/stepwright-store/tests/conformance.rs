@@ -1,0 +1,36 @@
+//! The store conformance suite against every backend available here.
+
+use std::sync::Arc;
+
+use stepwright_core::MemoryStore;
+use stepwright_store::{SqliteOptions, SqliteStore, Synchronous, conformance};
+
+#[tokio::test]
+async fn memory_store_conforms() {
+    conformance::run_all(|| async { Arc::new(MemoryStore::new()) }).await;
+}
+
+#[tokio::test]
+async fn sqlite_store_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    conformance::run_all(|| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = dir.path().join(format!("conformance-{n}.db"));
+        async move { Arc::new(SqliteStore::open(path).unwrap()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sqlite_store_conforms_with_synchronous_normal_and_batches_of_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    conformance::run_all(|| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = dir.path().join(format!("normal-{n}.db"));
+        let options = SqliteOptions { synchronous: Synchronous::Normal, read_connections: 1, max_batch: 1 };
+        async move { Arc::new(SqliteStore::open_with(path, options).unwrap()) }
+    })
+    .await;
+}

@@ -1,0 +1,127 @@
+//! SQLite-specific behaviour: faults, corruption, persistence across processes, pragmas.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use stepwright_core::journal::{JournalBatch, JournalEntry};
+use stepwright_core::{
+    Caller, ContentHash, Decision, Engine, InterruptRequest, Node, Outcome, Record, RunStatus, StepPath, Store,
+    StoreError, Timestamp, Workflow, dyn_fn_step, fn_step,
+};
+use stepwright_store::{SqliteOptions, SqliteStore, Synchronous};
+
+fn engine(store: Arc<SqliteStore>) -> Engine {
+    Engine::builder().store(store as Arc<dyn Store>).build()
+}
+
+fn two_steps() -> Workflow {
+    Workflow::builder("two")
+        .step(Node::step("double", fn_step(|_c, x: i64| async move { Ok(x * 2) })))
+        .step(Node::dyn_step(
+            "approve",
+            dyn_fn_step("approve", |_c, input| async move {
+                Ok(Outcome::suspended(InterruptRequest::approval("ok?").payload((*input).clone())))
+            }),
+        ))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_failed_commit_leaves_no_partial_entry_and_surfaces_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("fault.db")).unwrap());
+    let workflow = two_steps();
+    let engine = engine(store.clone());
+    let record = engine.create(&workflow, json!(1), Default::default()).await.unwrap();
+    let value = json!("partial?");
+    let hash = ContentHash::of_value(&value);
+    let mut batch = JournalBatch {
+        entries: vec![
+            JournalEntry { path: StepPath::new("a"), at: Timestamp::EPOCH, record: Record::Started { attempt: 1 } },
+            JournalEntry {
+                path: StepPath::new("a"),
+                at: Timestamp::EPOCH,
+                record: Record::Completed { attempt: 1, output: hash, cached: false },
+            },
+        ],
+        blobs: vec![(hash, Arc::new(value))],
+        events: vec![],
+    };
+    store.fail_next_commit();
+    let error = store.append(record.id, &mut batch).await.unwrap_err();
+    assert!(error.to_string().contains("committing to the sqlite journal"), "{error}");
+    let loaded = store.load(record.id).await.unwrap();
+    assert!(loaded.entries.is_empty(), "nothing of the failed transaction is visible");
+    // The next append starts again at sequence 0: the failed one left no gap or clash.
+    let mut again = JournalBatch {
+        entries: vec![JournalEntry {
+            path: StepPath::new("a"),
+            at: Timestamp::EPOCH,
+            record: Record::Started { attempt: 1 },
+        }],
+        ..JournalBatch::default()
+    };
+    store.append(record.id, &mut again).await.unwrap();
+    assert_eq!(store.load(record.id).await.unwrap().entries.len(), 1);
+}
+
+#[tokio::test]
+async fn a_blob_that_no_longer_matches_its_hash_is_detected_on_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("corrupt.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let report = engine(store.clone()).start(&two_steps(), json!(21)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended);
+    assert!(store.load(report.run_id).await.is_ok());
+    // Tamper with the stored output of `double` (42) behind the store's back.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let changed = raw
+        .execute(
+            "UPDATE blobs SET data = CAST('43' AS BLOB) WHERE hash = ?1",
+            [&ContentHash::of_value(&json!(42)).as_bytes()[..]],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    let error = store.load(report.run_id).await.unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(hash) if hash == ContentHash::of_value(&json!(42))), "{error}");
+}
+
+#[tokio::test]
+async fn a_run_suspended_in_one_process_is_approved_and_finished_from_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("handover.db");
+    let workflow = two_steps();
+    let run = {
+        let store = Arc::new(SqliteStore::open(&path).unwrap());
+        let report = engine(store).start(&workflow, json!(5)).await.unwrap();
+        assert_eq!(report.status, RunStatus::Suspended);
+        report
+    };
+    // A fresh store over the same file stands for another process.
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let other = engine(store.clone());
+    let pending = other.report(run.run_id).await.unwrap();
+    assert_eq!(pending.pending.len(), 1);
+    other.resolve(run.run_id, &pending.pending[0].id, Decision::Approve, &Caller::default()).await.unwrap();
+    let done = other.resume(&workflow, run.run_id).await.unwrap();
+    assert_eq!(done.output, Some(json!(10)));
+    let loaded = store.load(run.run_id).await.unwrap();
+    assert_eq!(loaded.record.status, RunStatus::Completed);
+    assert_eq!(loaded.record.output, Some(json!(10)));
+}
+
+#[tokio::test]
+async fn reopening_applies_migrations_once_and_sets_the_pragmas() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pragmas.db");
+    for synchronous in [Synchronous::Full, Synchronous::Normal] {
+        let store = SqliteStore::open_with(&path, SqliteOptions { synchronous, ..SqliteOptions::default() }).unwrap();
+        drop(store);
+    }
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = raw.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+    let migrations: i64 = raw.query_row("SELECT COUNT(*) FROM stepwright_migrations", [], |r| r.get(0)).unwrap();
+    assert_eq!(migrations, 1);
+}
