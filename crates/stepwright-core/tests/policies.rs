@@ -303,6 +303,31 @@ async fn fenced_steps_get_an_intent_and_a_stable_idempotency_key() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_fenced_fallback_gets_the_key_of_the_step_it_replaces() {
+    let (engine, _) = engine();
+    let keys = common::Log::default();
+    let key_step = |id: &str, fail: bool| {
+        let keys = keys.clone();
+        Node::step(
+            id,
+            fn_step(move |ctx: StepContext, _x: Value| {
+                keys.push(ctx.idempotency_key().unwrap().to_owned());
+                async move { if fail { Err(StepError::execution_failed("lost")) } else { Ok(()) } }
+            }),
+        )
+        .effect(Effect::Write)
+    };
+    let workflow = Workflow::builder("reconcile")
+        .step(key_step("pay", true).on_failure(OnFailure::Fallback(Box::new(key_step("reconcile", false)))))
+        .build()
+        .unwrap();
+    engine.start(&workflow, json!(null)).await.unwrap();
+    let keys = keys.take();
+    assert_eq!(keys.len(), 2);
+    assert_eq!(keys[0], keys[1]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn requires_approval_gate_approve_reject_modify() {
     let (engine, _) = engine();
     let counter = Counter::default();

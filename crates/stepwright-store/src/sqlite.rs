@@ -550,7 +550,8 @@ fn conversion(e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Er
 }
 
 fn bytes_to_id(bytes: &[u8]) -> rusqlite::Result<RunId> {
-    let bytes: [u8; 16] = bytes.try_into().map_err(|_| conversion(std::io::Error::other("a run id is not 16 bytes")))?;
+    let bytes: [u8; 16] =
+        bytes.try_into().map_err(|_| conversion(std::io::Error::other("a run id is not 16 bytes")))?;
     Ok(RunId::from_bytes(bytes))
 }
 

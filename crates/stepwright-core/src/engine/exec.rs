@@ -1156,7 +1156,13 @@ impl Exec {
     }
 }
 
-/// The idempotency key of a fenced step: SHA-256 of run id and step path, hex.
+/// The idempotency key of a fenced step: SHA-256 of run id and step path, hex. A fallback
+/// (`step/@fallback`) gets the key of the step it stands in for, so a reconciling fallback
+/// can look up whether the original effect happened.
 pub(crate) fn idempotency_key(run: crate::ids::RunId, path: &StepPath) -> String {
-    ContentHash::of_parts(&[run.as_uuid().as_bytes(), path.as_str().as_bytes()]).to_hex()
+    let mut text = path.as_str();
+    while let Some(stripped) = text.strip_suffix("/@fallback") {
+        text = stripped;
+    }
+    ContentHash::of_parts(&[run.as_uuid().as_bytes(), text.as_bytes()]).to_hex()
 }

@@ -1,0 +1,140 @@
+//! The workflow the crash tests kill and resume, shared by the worker and the harness.
+//!
+//! It has a fork, a loop, a retry and a `write` step. Every step appends `pid path` to an
+//! execution log before it works, so the harness can tell which steps a process ran. The
+//! write step charges a ledger (a file) under its idempotency key; if a crash leaves its
+//! outcome unknown, its fallback reconciles from the ledger, so the charge happens once.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stepwright_core::{
+    Effect, Expr, Fork, Loop, Node, OnFailure, PathResult, RetryPolicy, StepContext, StepError, Verdict, Workflow,
+    fn_step,
+};
+
+/// Where the steps write what they did.
+#[derive(Debug, Clone)]
+pub struct Files {
+    /// `pid path` per step execution.
+    pub log: PathBuf,
+    /// `key amount` per charge.
+    pub ledger: PathBuf,
+}
+
+fn append_line(path: &PathBuf, line: &str) -> Result<(), StepError> {
+    // One small O_APPEND write: whole or nothing, even if the process is killed.
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| StepError::execution_failed("opening a log").with_cause(e))?;
+    file.write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| StepError::execution_failed("writing a log").with_cause(e))
+}
+
+fn logged(ctx: &StepContext) -> Result<Arc<Files>, StepError> {
+    let files = ctx.require::<Files>()?;
+    append_line(&files.log, &format!("{} {} {}", std::process::id(), ctx.run_id(), ctx.path()))?;
+    Ok(files)
+}
+
+/// A step that logs, waits `ms`, then computes `f(input)`.
+fn work(id: &str, ms: u64, f: fn(i64) -> i64) -> Node {
+    Node::step(
+        id,
+        fn_step(move |ctx: StepContext, x: i64| async move {
+            logged(&ctx)?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(f(x))
+        }),
+    )
+}
+
+fn ledger_entry(files: &Files, key: &str) -> Option<i64> {
+    let text = std::fs::read_to_string(&files.ledger).unwrap_or_default();
+    text.lines().find_map(|line| {
+        let (k, amount) = line.split_once(' ')?;
+        (k == key).then(|| amount.parse().ok()).flatten()
+    })
+}
+
+#[allow(clippy::needless_pass_by_value)] // The merge signature hands results over by value.
+fn sum(results: Vec<PathResult>) -> Result<Value, StepError> {
+    let mut total = 0;
+    for result in results {
+        match result {
+            PathResult::Completed(v) => total += v.as_i64().unwrap_or_default(),
+            other => return Err(StepError::execution_failed(format!("a fork path did not complete: {other:?}"))),
+        }
+    }
+    Ok(json!(total))
+}
+
+/// The workflow: prepare → fork(3) → loop(3) → flaky retry → write (with reconcile).
+pub fn workflow() -> Workflow {
+    let charge = Node::step(
+        "charge",
+        fn_step(|ctx: StepContext, amount: i64| async move {
+            let files = logged(&ctx)?;
+            let key = ctx.idempotency_key().unwrap_or_default().to_owned();
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            append_line(&files.ledger, &format!("{key} {amount}"))?;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Ok(json!({ "charged": amount }))
+        }),
+    )
+    .effect(Effect::Write)
+    .on_failure(OnFailure::Fallback(Box::new(
+        Node::step(
+            "reconcile",
+            fn_step(|ctx: StepContext, amount: i64| async move {
+                let files = logged(&ctx)?;
+                // A fallback is handed the key of the step it stands in for.
+                let key = ctx.idempotency_key().unwrap_or_default().to_owned();
+                if ledger_entry(&files, &key).is_none() {
+                    append_line(&files.ledger, &format!("{key} {amount}"))?;
+                }
+                Ok(json!({ "charged": amount }))
+            }),
+        )
+        .effect(Effect::Write)
+        .safe_to_retry(),
+    )));
+    Workflow::builder("crash-test")
+        .version("1.0.0")
+        .step(work("prepare", 2, |x| x * 10))
+        .step(
+            Fork::new("fan")
+                .path([work("plus-one", 3, |x| x + 1)])
+                .path([work("double", 3, |x| x * 2)])
+                .path([work("plus-three", 3, |x| x + 3), work("again", 1, |x| x - 1)])
+                .merge(sum),
+        )
+        .step(Loop::new("refine", 5, [work("grow", 2, |x| x + 7)]).until(Expr::new(|s| {
+            let iteration = s.var("loop").and_then(|l| l["iteration"].as_u64()).unwrap_or(0);
+            if iteration >= 3 { Verdict::done("three rounds") } else { Verdict::again("more") }
+        })))
+        .step(
+            Node::step(
+                "flaky",
+                fn_step(|ctx: StepContext, x: i64| async move {
+                    logged(&ctx)?;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    if ctx.attempt() == 1 {
+                        return Err(
+                            StepError::new(stepwright_core::ErrorCode::new("busy"), "try again").retryable(true)
+                        );
+                    }
+                    Ok(x * 3)
+                }),
+            )
+            .retry(RetryPolicy::new(3).initial_delay(Duration::from_millis(5))),
+        )
+        .step(charge)
+        .build()
+        .expect("the crash-test workflow is valid")
+}
