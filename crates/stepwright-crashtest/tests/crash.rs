@@ -2,6 +2,8 @@
 //! as an uninterrupted run, no step whose completion was committed ran again, and the
 //! write step's effect happened exactly once.
 
+#![allow(clippy::print_stderr)] // The test reports its kill count.
+
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
