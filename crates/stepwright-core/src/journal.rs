@@ -53,6 +53,22 @@ pub struct Lineage {
     pub at: StepPath,
 }
 
+/// A worker's claim on a run: while it holds (until `expires_at`), no other worker executes
+/// the run. `token` grows with every claim; every journal write carries it, and a store
+/// refuses a write whose token is not the current one (a fencing token), so a worker that
+/// lost its lease cannot write after the new owner started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// The run.
+    pub run: RunId,
+    /// The worker holding it.
+    pub owner: String,
+    /// The fencing token.
+    pub token: u64,
+    /// When it lapses unless renewed.
+    pub expires_at: Timestamp,
+}
+
 /// A run's header: everything but its journal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -83,6 +99,9 @@ pub struct RunRecord {
     /// When a timer, retry or deadline it waits on is due (suspended and pending runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_at: Option<Timestamp>,
+    /// The current lease, if a worker holds or held one that has not been released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
 }
 
 /// One journal entry: what happened at a step path, and when.
@@ -260,6 +279,9 @@ pub struct StatusUpdate {
     pub at: Timestamp,
     /// When the run must be resumed (a timer, a retry, a deadline), if it waits on one.
     pub wake_at: Option<Timestamp>,
+    /// The writer's fencing token (`None`: no lease check). Any status but `running`
+    /// releases the lease.
+    pub fence: Option<u64>,
 }
 
 /// Which runs to list.
@@ -317,6 +339,24 @@ pub enum StoreError {
         /// The interrupt.
         interrupt: InterruptId,
     },
+    /// Another worker holds a live lease on the run.
+    #[error("run {run} is leased by {owner} until {until:?}")]
+    Leased {
+        /// The run.
+        run: RunId,
+        /// The holder.
+        owner: String,
+        /// Until when.
+        until: Timestamp,
+    },
+    /// The writer's lease is no longer the current one: another worker claimed the run.
+    #[error("the lease on run {run} was lost (fencing token {token} is stale)")]
+    LeaseLost {
+        /// The run.
+        run: RunId,
+        /// The stale token.
+        token: u64,
+    },
     /// Stored content does not match its hash.
     #[error("blob {0} does not match its content hash")]
     Corrupt(ContentHash),
@@ -337,9 +377,15 @@ pub trait Store: Send + Sync + 'static {
     /// Creates a run (its header); fails if the id exists.
     fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Appends a batch atomically: all of it is visible, or none. The store drains the
-    /// batch (so the caller can reuse its buffers); on error the batch's content is undefined.
-    fn append<'a>(&'a self, run: RunId, batch: &'a mut JournalBatch) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Appends a batch atomically: all of it is visible, or none. With a `fence`, the write
+    /// fails with `LeaseLost` unless it is the run's current lease token. The store drains
+    /// the batch (so the caller can reuse its buffers); on error its content is undefined.
+    fn append<'a>(
+        &'a self,
+        run: RunId,
+        fence: Option<u64>,
+        batch: &'a mut JournalBatch,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// Changes a run's status (and output or error).
     fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>>;
@@ -362,6 +408,70 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes finished runs as the policy says, then every blob no run references.
     fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>>;
+
+    /// Claims one run for `owner` until `now + lease_for`: succeeds if the run is not
+    /// finished and has no live lease held by another owner. Postgres takes `now` from the
+    /// database; other stores use the one given.
+    fn claim(
+        &self,
+        run: RunId,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>>;
+
+    /// Claims up to `limit` runs that are ready: pending, or suspended with `wake_at` due,
+    /// or running under an expired lease (its worker died) — skipping runs another worker
+    /// is claiming at the same moment.
+    fn claim_due(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>>;
+
+    /// Extends a lease; fails with `LeaseLost` if the token is no longer current.
+    fn heartbeat(
+        &self,
+        lease: &Lease,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>>;
+}
+
+/// Whether a run is ready for `claim_due` at `now`.
+pub fn is_due(record: &RunRecord, now: Timestamp) -> bool {
+    let free = record.lease.as_ref().is_none_or(|l| l.expires_at <= now);
+    free && match record.status {
+        RunStatus::Pending => record.wake_at.is_none_or(|w| w <= now),
+        RunStatus::Running => true,
+        RunStatus::Suspended => record.wake_at.is_some_and(|w| w <= now),
+        _ => false,
+    }
+}
+
+/// Checks a claim against a run's header; returns the new lease.
+pub fn try_claim(
+    record: &RunRecord,
+    owner: &str,
+    now: Timestamp,
+    lease_for: std::time::Duration,
+) -> Result<Lease, StoreError> {
+    if record.status.is_terminal() {
+        return Err(StoreError::Leased {
+            run: record.id,
+            owner: format!("nobody: the run is {:?}", record.status).to_lowercase(),
+            until: now,
+        });
+    }
+    if let Some(lease) = &record.lease {
+        if lease.owner != owner && lease.expires_at > now {
+            return Err(StoreError::Leased { run: record.id, owner: lease.owner.clone(), until: lease.expires_at });
+        }
+    }
+    let token = record.lease.as_ref().map_or(0, |l| l.token) + 1;
+    Ok(Lease { run: record.id, owner: owner.to_owned(), token, expires_at: now.plus(lease_for) })
 }
 
 /// Which runs a retention policy removes from a list of headers (shared by the backends,
@@ -481,11 +591,17 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn append<'a>(&'a self, run: RunId, batch: &'a mut JournalBatch) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn append<'a>(
+        &'a self,
+        run: RunId,
+        fence: Option<u64>,
+        batch: &'a mut JournalBatch,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         let result = (|| {
             self.check_fault()?;
             let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
             let mut data = data.lock().expect("poisoned");
+            check_fence(data.record.as_ref(), run, fence)?;
             for (hash, value) in batch.blobs.drain(..) {
                 self.shard(&hash).lock().expect("poisoned").entry(hash).or_insert(value);
             }
@@ -500,7 +616,11 @@ impl Store for MemoryStore {
         let result = (|| {
             let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
             let mut data = data.lock().expect("poisoned");
+            check_fence(data.record.as_ref(), run, update.fence)?;
             let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+            if update.status != RunStatus::Running {
+                record.lease = None;
+            }
             record.status = update.status;
             record.output = update.output;
             record.error = update.error;
@@ -595,6 +715,74 @@ impl Store for MemoryStore {
         let result = self.remove(&retention_victims(&all, &policy));
         Box::pin(std::future::ready(result))
     }
+
+    fn claim(
+        &self,
+        run: RunId,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let result = (|| {
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+            let lease = try_claim(record, owner, now, lease_for)?;
+            record.lease = Some(lease.clone());
+            Ok(lease)
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn claim_due(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        let runs: Vec<Arc<Mutex<MemoryRun>>> = self.runs.read().expect("poisoned").values().cloned().collect();
+        let mut leases = Vec::new();
+        for data in runs {
+            if leases.len() >= limit {
+                break;
+            }
+            let mut data = data.lock().expect("poisoned");
+            let Some(record) = data.record.as_mut() else { continue };
+            if is_due(record, now) {
+                if let Ok(lease) = try_claim(record, owner, now, lease_for) {
+                    record.lease = Some(lease.clone());
+                    leases.push(lease);
+                }
+            }
+        }
+        Box::pin(std::future::ready(Ok(leases)))
+    }
+
+    fn heartbeat(
+        &self,
+        lease: &Lease,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let result = (|| {
+            let data = self.run(lease.run).ok_or(StoreError::RunNotFound(lease.run))?;
+            let mut data = data.lock().expect("poisoned");
+            check_fence(data.record.as_ref(), lease.run, Some(lease.token))?;
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(lease.run))?;
+            let renewed = Lease { expires_at: now.plus(lease_for), ..lease.clone() };
+            record.lease = Some(renewed.clone());
+            Ok(renewed)
+        })();
+        Box::pin(std::future::ready(result))
+    }
+}
+
+/// Refuses a write whose fencing token is not the run's current lease token.
+pub fn check_fence(record: Option<&RunRecord>, run: RunId, fence: Option<u64>) -> Result<(), StoreError> {
+    let Some(token) = fence else { return Ok(()) };
+    let current = record.and_then(|r| r.lease.as_ref()).map(|l| l.token);
+    if current == Some(token) { Ok(()) } else { Err(StoreError::LeaseLost { run, token }) }
 }
 
 impl MemoryStore {

@@ -42,12 +42,12 @@ pub use definition::{
 };
 pub use engine::{
     ArtifactCapture, Durability, Engine, EngineBuilder, EngineConfig, EngineError, MemoryCache, PendingInterrupt,
-    RunReport, StartOptions, StepCache,
+    RunOutcome, RunReport, Runner, StartOptions, StepCache,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;
 pub use ids::{InterruptId, RunId, StepPath, Timestamp};
-pub use journal::{JournalEntry, MemoryStore, Record, RunRecord, RunStatus, Store, StoreError};
+pub use journal::{JournalEntry, Lease, MemoryStore, Record, RunRecord, RunStatus, Store, StoreError};
 pub use outcome::{Decision, Event, InterruptKind, InterruptRequest, Outcome, OutcomeKind, Resolution, TimeoutAction};
 pub use policy::{
     ApprovalGate, Backoff, Effect, FnGuardrail, Guardrail, GuardrailAction, GuardrailCheck, GuardrailStage,

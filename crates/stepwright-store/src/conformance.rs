@@ -27,6 +27,98 @@ where
     list_filters(&*fresh().await).await;
     erase_and_retention_collect_blobs(&*fresh().await).await;
     missing_runs_are_errors(&*fresh().await).await;
+    leases_fence_writes(&*fresh().await).await;
+    claim_due_finds_ready_runs(&*fresh().await).await;
+}
+
+/// A claim fences out the previous holder; heartbeats extend; a live lease blocks others;
+/// a finished status releases it.
+pub async fn leases_fence_writes(store: &dyn Store) {
+    use std::time::Duration;
+    let run = record(30, "flow", RunStatus::Pending, 10);
+    store.create_run(run.clone()).await.expect("create");
+    let t = |micros: i64| Timestamp::from_micros(micros);
+    let first = store.claim(run.id, "a", t(100), Duration::from_micros(50)).await.expect("claim");
+    assert_eq!((first.owner.as_str(), first.token, first.expires_at), ("a", 1, t(150)));
+    let blocked = store.claim(run.id, "b", t(120), Duration::from_micros(50)).await;
+    assert!(matches!(blocked, Err(StoreError::Leased { ref owner, .. }) if owner == "a"), "{blocked:?}");
+    let renewed = store.heartbeat(&first, t(140), Duration::from_micros(50)).await.expect("heartbeat");
+    assert_eq!(renewed.expires_at, t(190));
+    assert!(store.claim(run.id, "b", t(160), Duration::from_micros(50)).await.is_err(), "the heartbeat kept it");
+    // Expired: b takes over; a's writes and heartbeats are refused from then on.
+    let second = store.claim(run.id, "b", t(200), Duration::from_micros(50)).await.expect("takeover");
+    assert_eq!(second.token, 2);
+    let mut batch =
+        JournalBatch { entries: vec![entry("x", 1, Record::Started { attempt: 1 })], ..JournalBatch::default() };
+    let stale = store.append(run.id, Some(first.token), &mut batch).await;
+    assert!(matches!(stale, Err(StoreError::LeaseLost { token: 1, .. })), "{stale:?}");
+    assert!(matches!(
+        store.heartbeat(&first, t(210), Duration::from_micros(50)).await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+    let mut batch =
+        JournalBatch { entries: vec![entry("x", 1, Record::Started { attempt: 1 })], ..JournalBatch::default() };
+    store.append(run.id, Some(second.token), &mut batch).await.expect("the current holder writes");
+    assert_eq!(store.load(run.id).await.expect("load").entries.len(), 1, "the stale write left nothing");
+    let done = StatusUpdate {
+        status: RunStatus::Completed,
+        output: Some(json!(1)),
+        error: None,
+        at: t(220),
+        wake_at: None,
+        fence: Some(second.token),
+    };
+    store.set_status(run.id, done).await.expect("finish");
+    let finished = store.load(run.id).await.expect("load").record;
+    assert_eq!(finished.lease, None, "finishing releases the lease");
+    assert!(
+        store.claim(run.id, "c", t(230), Duration::from_micros(50)).await.is_err(),
+        "a finished run cannot be claimed"
+    );
+}
+
+/// `claim_due` takes pending runs, due suspended runs and runs under expired leases, and
+/// never the same run twice while its lease lives.
+pub async fn claim_due_finds_ready_runs(store: &dyn Store) {
+    use std::time::Duration;
+    let t = |micros: i64| Timestamp::from_micros(micros);
+    let mut due = record(40, "flow", RunStatus::Suspended, 1);
+    due.wake_at = Some(t(50));
+    let mut later = record(41, "flow", RunStatus::Suspended, 2);
+    later.wake_at = Some(t(500));
+    let pending = record(42, "flow", RunStatus::Pending, 3);
+    let done = record(43, "flow", RunStatus::Completed, 4);
+    let waiting = record(44, "flow", RunStatus::Suspended, 5);
+    for r in [due, later, pending, done, waiting] {
+        store.create_run(r).await.expect("create");
+    }
+    let mut abandoned = record(45, "flow", RunStatus::Pending, 6);
+    abandoned.status = RunStatus::Pending;
+    store.create_run(abandoned).await.expect("create");
+    store.claim(id(45), "dead", t(10), Duration::from_micros(20)).await.expect("claim");
+    let running = StatusUpdate {
+        status: RunStatus::Running,
+        output: None,
+        error: None,
+        at: t(11),
+        wake_at: None,
+        fence: Some(1),
+    };
+    store.set_status(id(45), running).await.expect("running");
+
+    let mut claimed: Vec<RunId> = store
+        .claim_due("w1", t(100), Duration::from_micros(1000), 10)
+        .await
+        .expect("claim")
+        .into_iter()
+        .map(|l| l.run)
+        .collect();
+    claimed.sort();
+    assert_eq!(claimed, [id(40), id(42), id(45)], "due, pending and abandoned runs; not later, done or waiting ones");
+    let again = store.claim_due("w2", t(101), Duration::from_micros(1000), 10).await.expect("claim");
+    assert!(again.is_empty(), "claimed runs are not claimed again while leased: {again:?}");
+    let limited = store.claim_due("w3", t(600), Duration::from_micros(10), 1).await.expect("claim");
+    assert_eq!(limited.len(), 1, "the limit holds");
 }
 
 fn id(n: u8) -> RunId {
@@ -48,6 +140,7 @@ fn record(n: u8, workflow: &str, status: RunStatus, at: i64) -> RunRecord {
         created_at: Timestamp::from_micros(at),
         updated_at: Timestamp::from_micros(at),
         wake_at: None,
+        lease: None,
     }
 }
 
@@ -83,10 +176,10 @@ pub async fn append_keeps_order_and_blobs(store: &dyn Store) {
         blobs: vec![blob_a],
         events: vec![],
     };
-    store.append(run.id, &mut first).await.expect("append");
+    store.append(run.id, None, &mut first).await.expect("append");
     assert!(first.entries.is_empty() && first.blobs.is_empty(), "the store drains the batch");
     let mut second = JournalBatch { entries: vec![b, c], blobs: vec![blob_b, blob_c], events: vec![] };
-    store.append(run.id, &mut second).await.expect("append");
+    store.append(run.id, None, &mut second).await.expect("append");
     let loaded = store.load(run.id).await.expect("load");
     let paths: Vec<&str> = loaded.entries.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(paths, ["a", "a", "b", "c"], "entries load in append order");
@@ -105,6 +198,7 @@ pub async fn status_updates(store: &dyn Store) {
         error: None,
         at: Timestamp::from_micros(20),
         wake_at: Some(Timestamp::from_micros(99)),
+        fence: None,
     };
     store.set_status(run.id, update).await.expect("status");
     let loaded = store.load(run.id).await.expect("load").record;
@@ -118,6 +212,7 @@ pub async fn status_updates(store: &dyn Store) {
         error: Some(StepError::execution_failed("boom")),
         at: Timestamp::from_micros(30),
         wake_at: None,
+        fence: None,
     };
     store.set_status(run.id, failed).await.expect("status");
     let loaded = store.load(run.id).await.expect("load").record;
@@ -135,7 +230,10 @@ pub async fn interrupts_resolve_once(store: &dyn Store) {
         1,
         Record::InterruptOpened { id: interrupt.clone(), request: InterruptRequest::approval("ok?"), deadline: None },
     );
-    store.append(run.id, &mut JournalBatch { entries: vec![opened], ..JournalBatch::default() }).await.expect("append");
+    store
+        .append(run.id, None, &mut JournalBatch { entries: vec![opened], ..JournalBatch::default() })
+        .await
+        .expect("append");
     let resolution = |by: &str| {
         entry(
             "ask",
@@ -199,7 +297,7 @@ pub async fn events_in_order(store: &dyn Store) {
     };
     for (kind, n) in [("one", 1), ("two", 2)] {
         store
-            .append(run.id, &mut JournalBatch { events: vec![event(kind, n)], ..JournalBatch::default() })
+            .append(run.id, None, &mut JournalBatch { events: vec![event(kind, n)], ..JournalBatch::default() })
             .await
             .expect("append");
     }
@@ -242,7 +340,7 @@ pub async fn erase_and_retention_collect_blobs(store: &dyn Store) {
         let (own, own_blob) = completed("own", json!({ "run": n }));
         let (common, common_blob) = completed("common", shared.clone());
         let mut batch = JournalBatch { entries: vec![own, common], blobs: vec![own_blob, common_blob], events: vec![] };
-        store.append(id(n), &mut batch).await.expect("append");
+        store.append(id(n), None, &mut batch).await.expect("append");
     }
     let removed = store.erase_run(id(24)).await.expect("erase");
     assert_eq!(removed.runs, 1);
@@ -269,8 +367,14 @@ pub async fn missing_runs_are_errors(store: &dyn Store) {
     assert!(matches!(store.events(nobody).await, Err(StoreError::RunNotFound(_))));
     let mut batch =
         JournalBatch { entries: vec![entry("a", 1, Record::Started { attempt: 1 })], ..JournalBatch::default() };
-    assert!(matches!(store.append(nobody, &mut batch).await, Err(StoreError::RunNotFound(_))));
-    let update =
-        StatusUpdate { status: RunStatus::Completed, output: None, error: None, at: Timestamp::EPOCH, wake_at: None };
+    assert!(matches!(store.append(nobody, None, &mut batch).await, Err(StoreError::RunNotFound(_))));
+    let update = StatusUpdate {
+        status: RunStatus::Completed,
+        output: None,
+        error: None,
+        at: Timestamp::EPOCH,
+        wake_at: None,
+        fence: None,
+    };
     assert!(matches!(store.set_status(nobody, update).await, Err(StoreError::RunNotFound(_))));
 }

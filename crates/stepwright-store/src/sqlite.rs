@@ -16,8 +16,8 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use stepwright_core::journal::{
-    EventRecord, JournalBatch, JournalEntry, LoadedRun, Removed, Retention, RunFilter, RunRecord, StatusUpdate,
-    referenced_blob, retention_victims,
+    EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Removed, Retention, RunFilter, RunRecord, StatusUpdate,
+    check_fence, is_due, referenced_blob, retention_victims, try_claim,
 };
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 use tokio::sync::{mpsc, oneshot};
@@ -54,7 +54,8 @@ impl Default for SqliteOptions {
 
 /// The migrations, in order; each runs once, in a transaction, recorded in
 /// `stepwright_migrations`.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("sqlite/001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str)] =
+    &[(1, include_str!("sqlite/001_initial.sql")), (2, include_str!("sqlite/002_leases.sql"))];
 
 /// A durable store in one SQLite file.
 pub struct SqliteStore {
@@ -74,10 +75,20 @@ type Ack<T> = oneshot::Sender<Result<T, StoreError>>;
 
 enum Op {
     Create(RunRecord, Ack<()>),
-    Append(RunId, JournalBatch, Ack<JournalBatch>),
+    Append(RunId, Option<u64>, JournalBatch, Ack<JournalBatch>),
+    Claim(Claim, Ack<Vec<Lease>>),
+    Heartbeat(Lease, Timestamp, std::time::Duration, Ack<Lease>),
     SetStatus(RunId, StatusUpdate, Ack<()>),
     Resolve(RunId, JournalEntry, Ack<()>),
     Remove(Removal, Ack<Removed>),
+}
+
+struct Claim {
+    run: Option<RunId>,
+    owner: String,
+    now: Timestamp,
+    lease_for: std::time::Duration,
+    limit: usize,
 }
 
 enum Removal {
@@ -210,6 +221,8 @@ enum Done {
     Unit(Ack<()>, Result<(), StoreError>),
     Batch(Ack<JournalBatch>, Result<JournalBatch, StoreError>),
     Removed(Ack<Removed>, Result<Removed, StoreError>),
+    Leases(Ack<Vec<Lease>>, Result<Vec<Lease>, StoreError>),
+    Lease(Ack<Lease>, Result<Lease, StoreError>),
 }
 
 impl Done {
@@ -218,6 +231,8 @@ impl Done {
             Done::Unit(ack, _) => drop(ack.send(Err(error()))),
             Done::Batch(ack, _) => drop(ack.send(Err(error()))),
             Done::Removed(ack, _) => drop(ack.send(Err(error()))),
+            Done::Leases(ack, _) => drop(ack.send(Err(error()))),
+            Done::Lease(ack, _) => drop(ack.send(Err(error()))),
         }
     }
 
@@ -227,6 +242,8 @@ impl Done {
             Done::Unit(ack, result) => drop(ack.send(result)),
             Done::Batch(ack, result) => drop(ack.send(result)),
             Done::Removed(ack, result) => drop(ack.send(result)),
+            Done::Leases(ack, result) => drop(ack.send(result)),
+            Done::Lease(ack, result) => drop(ack.send(result)),
         }
     }
 
@@ -235,6 +252,8 @@ impl Done {
             Done::Unit(_, r) => r.is_ok(),
             Done::Batch(_, r) => r.is_ok(),
             Done::Removed(_, r) => r.is_ok(),
+            Done::Leases(_, r) => r.is_ok(),
+            Done::Lease(_, r) => r.is_ok(),
         }
     }
 }
@@ -298,10 +317,12 @@ impl Writer {
     fn apply(&mut self, op: Op) -> Done {
         match op {
             Op::Create(record, ack) => Done::Unit(ack, self.create(&record)),
-            Op::Append(run, mut batch, ack) => {
-                let result = self.append(run, &mut batch).map(|()| batch);
+            Op::Append(run, fence, mut batch, ack) => {
+                let result = self.check_fence(run, fence).and_then(|()| self.append(run, &mut batch)).map(|()| batch);
                 Done::Batch(ack, result)
             }
+            Op::Claim(claim, ack) => Done::Leases(ack, self.claim(&claim)),
+            Op::Heartbeat(lease, now, lease_for, ack) => Done::Lease(ack, self.heartbeat(&lease, now, lease_for)),
             Op::SetStatus(run, update, ack) => Done::Unit(ack, self.set_status(run, &update)),
             Op::Resolve(run, entry, ack) => Done::Unit(ack, self.resolve(run, entry)),
             Op::Remove(removal, ack) => Done::Removed(ack, self.remove(removal)),
@@ -343,6 +364,9 @@ impl Writer {
                 ])
             })
             .map_err(|e| backend(doing, e))?;
+        if let Some(lease) = &r.lease {
+            self.store_lease(lease)?;
+        }
         self.seqs.insert(r.id, (0, 0));
         Ok(())
     }
@@ -438,7 +462,92 @@ impl Writer {
         Ok(())
     }
 
+    fn record(&self, run: RunId) -> Result<Option<RunRecord>, StoreError> {
+        self.conn
+            .prepare_cached(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"))
+            .and_then(|mut s| s.query_row([run.as_uuid().as_bytes()], run_from_row).optional())
+            .map_err(|e| backend("reading a run", e))
+    }
+
+    fn check_fence(&self, run: RunId, fence: Option<u64>) -> Result<(), StoreError> {
+        if fence.is_none() {
+            return Ok(());
+        }
+        // Read inside the write transaction: no other process can change it until commit.
+        let token: Option<i64> = self
+            .conn
+            .prepare_cached("SELECT lease_token FROM runs WHERE id = ?1")
+            .and_then(|mut s| s.query_row([run.as_uuid().as_bytes()], |r| r.get(0)).optional())
+            .map_err(|e| backend("checking a lease", e))?;
+        let Some(token) = token else { return Err(StoreError::RunNotFound(run)) };
+        let lease = Lease { run, owner: String::new(), token: token as u64, expires_at: Timestamp::EPOCH };
+        check_fence(Some(&RunRecord { lease: Some(lease), ..placeholder(run) }), run, fence)
+    }
+
+    fn store_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached("UPDATE runs SET lease_owner = ?2, lease_token = ?3, lease_expires = ?4 WHERE id = ?1")
+            .and_then(|mut s| {
+                s.execute(params![
+                    lease.run.as_uuid().as_bytes(),
+                    lease.owner,
+                    lease.token as i64,
+                    lease.expires_at.as_micros()
+                ])
+            })
+            .map_err(|e| backend("storing a lease", e))?;
+        Ok(())
+    }
+
+    fn claim(&mut self, claim: &Claim) -> Result<Vec<Lease>, StoreError> {
+        if let Some(run) = claim.run {
+            let record = self.record(run)?.ok_or(StoreError::RunNotFound(run))?;
+            let lease = try_claim(&record, &claim.owner, claim.now, claim.lease_for)?;
+            self.store_lease(&lease)?;
+            return Ok(vec![lease]);
+        }
+        let candidates: Vec<RunRecord> = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'running', 'suspended') \
+                 AND (lease_expires IS NULL OR lease_expires <= ?1) AND (wake_at IS NULL OR wake_at <= ?1) \
+                 ORDER BY created_at LIMIT ?2"
+            ))
+            .and_then(|mut s| {
+                let limit = i64::try_from(claim.limit.saturating_mul(4)).unwrap_or(i64::MAX);
+                s.query_map(params![claim.now.as_micros(), limit], run_from_row)?.collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .map_err(|e| backend("finding due runs", e))?;
+        let mut leases = Vec::new();
+        for record in candidates.iter().filter(|r| is_due(r, claim.now)).take(claim.limit) {
+            let lease = try_claim(record, &claim.owner, claim.now, claim.lease_for)?;
+            self.store_lease(&lease)?;
+            leases.push(lease);
+        }
+        Ok(leases)
+    }
+
+    fn heartbeat(
+        &mut self,
+        lease: &Lease,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        self.check_fence(lease.run, Some(lease.token))?;
+        let renewed = Lease { expires_at: now.plus(lease_for), ..lease.clone() };
+        self.store_lease(&renewed)?;
+        Ok(renewed)
+    }
+
     fn set_status(&mut self, run: RunId, u: &StatusUpdate) -> Result<(), StoreError> {
+        self.check_fence(run, u.fence)?;
+        if u.status != RunStatus::Running {
+            // Any status but running releases the lease (the token stays, so it keeps growing).
+            self.conn
+                .prepare_cached("UPDATE runs SET lease_owner = NULL, lease_expires = NULL WHERE id = ?1")
+                .and_then(|mut s| s.execute([run.as_uuid().as_bytes()]))
+                .map_err(|e| backend("releasing a lease", e))?;
+        }
         let changed = self
             .conn
             .prepare_cached(
@@ -520,8 +629,10 @@ impl Writer {
 fn answer_err(op: Op, error: impl Fn() -> StoreError) {
     match op {
         Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack) => drop(ack.send(Err(error()))),
-        Op::Append(_, _, ack) => drop(ack.send(Err(error()))),
+        Op::Append(_, _, _, ack) => drop(ack.send(Err(error()))),
         Op::Remove(_, ack) => drop(ack.send(Err(error()))),
+        Op::Claim(_, ack) => drop(ack.send(Err(error()))),
+        Op::Heartbeat(_, _, _, ack) => drop(ack.send(Err(error()))),
     }
 }
 
@@ -561,7 +672,27 @@ fn hash_from(bytes: &[u8]) -> rusqlite::Result<ContentHash> {
 }
 
 const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
-                           parent_run, parent_path, created_at, updated_at, wake_at";
+                           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires";
+
+/// A header with only an id, for fence checks.
+fn placeholder(run: RunId) -> RunRecord {
+    RunRecord {
+        id: run,
+        workflow: String::new(),
+        version: String::new(),
+        definition_hash: ContentHash::of_bytes(b""),
+        input: Arc::new(Value::Null),
+        caller: Default::default(),
+        status: RunStatus::Running,
+        output: None,
+        error: None,
+        parent: None,
+        created_at: Timestamp::EPOCH,
+        updated_at: Timestamp::EPOCH,
+        wake_at: None,
+        lease: None,
+    }
+}
 
 fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let parse = |text: Option<String>| -> rusqlite::Result<Option<Value>> {
@@ -588,6 +719,15 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         created_at: Timestamp::from_micros(row.get(11)?),
         updated_at: Timestamp::from_micros(row.get(12)?),
         wake_at: row.get::<_, Option<i64>>(13)?.map(Timestamp::from_micros),
+        lease: match (row.get::<_, Option<String>>(14)?, row.get::<_, Option<i64>>(16)?) {
+            (Some(owner), Some(expires)) => Some(Lease {
+                run: bytes_to_id(&row.get::<_, Vec<u8>>(0)?)?,
+                owner,
+                token: row.get::<_, i64>(15)? as u64,
+                expires_at: Timestamp::from_micros(expires),
+            }),
+            _ => None,
+        },
     })
 }
 
@@ -645,11 +785,16 @@ impl Store for SqliteStore {
         Box::pin(self.send(|ack| Op::Create(record, ack)))
     }
 
-    fn append<'a>(&'a self, run: RunId, batch: &'a mut JournalBatch) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn append<'a>(
+        &'a self,
+        run: RunId,
+        fence: Option<u64>,
+        batch: &'a mut JournalBatch,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let owned = std::mem::take(batch);
             // The writer hands the drained buffers back, so the caller keeps their capacity.
-            *batch = self.send(|ack| Op::Append(run, owned, ack)).await?;
+            *batch = self.send(|ack| Op::Append(run, fence, owned, ack)).await?;
             Ok(())
         })
     }
@@ -720,5 +865,40 @@ impl Store for SqliteStore {
 
     fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>> {
         Box::pin(self.send(move |ack| Op::Remove(Removal::Retention(policy), ack)))
+    }
+
+    fn claim(
+        &self,
+        run: RunId,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let claim = Claim { run: Some(run), owner: owner.to_owned(), now, lease_for, limit: 1 };
+        Box::pin(async move {
+            let mut leases = self.send(|ack| Op::Claim(claim, ack)).await?;
+            leases.pop().ok_or(StoreError::RunNotFound(run))
+        })
+    }
+
+    fn claim_due(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        let claim = Claim { run: None, owner: owner.to_owned(), now, lease_for, limit };
+        Box::pin(self.send(|ack| Op::Claim(claim, ack)))
+    }
+
+    fn heartbeat(
+        &self,
+        lease: &Lease,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let lease = lease.clone();
+        Box::pin(self.send(move |ack| Op::Heartbeat(lease, now, lease_for, ack)))
     }
 }

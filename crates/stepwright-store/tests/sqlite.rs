@@ -49,7 +49,7 @@ async fn a_failed_commit_leaves_no_partial_entry_and_surfaces_an_error() {
         events: vec![],
     };
     store.fail_next_commit();
-    let error = store.append(record.id, &mut batch).await.unwrap_err();
+    let error = store.append(record.id, None, &mut batch).await.unwrap_err();
     assert!(error.to_string().contains("committing to the sqlite journal"), "{error}");
     let loaded = store.load(record.id).await.unwrap();
     assert!(loaded.entries.is_empty(), "nothing of the failed transaction is visible");
@@ -62,7 +62,7 @@ async fn a_failed_commit_leaves_no_partial_entry_and_surfaces_an_error() {
         }],
         ..JournalBatch::default()
     };
-    store.append(record.id, &mut again).await.unwrap();
+    store.append(record.id, None, &mut again).await.unwrap();
     assert_eq!(store.load(record.id).await.unwrap().entries.len(), 1);
 }
 

@@ -2,6 +2,9 @@
 
 pub(crate) mod exec;
 pub(crate) mod run;
+mod runner;
+
+pub use runner::{RunOutcome, Runner};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::AtomicBool;
@@ -19,7 +22,7 @@ use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
 use crate::journal::{
-    JournalEntry, LoadedRun, MemoryStore, Record, RunRecord, RunStatus, StatusUpdate, Store, StoreError,
+    JournalEntry, Lease, LoadedRun, MemoryStore, Record, RunRecord, RunStatus, StatusUpdate, Store, StoreError,
 };
 use crate::outcome::{Decision, InterruptKind};
 use crate::runtime::{Clock, Entropy, SystemEntropy, TokioClock};
@@ -64,6 +67,9 @@ pub struct EngineConfig {
     pub in_process_wait_limit: Duration,
     /// How long a cancelled step may take to stop on its own before its future is dropped.
     pub cancel_grace: Duration,
+    /// How long a worker's claim on a run lasts without a heartbeat; heartbeats come every
+    /// third of it. A worker that dies loses its runs to others after at most this long.
+    pub lease_for: Duration,
 }
 
 impl Default for EngineConfig {
@@ -73,6 +79,7 @@ impl Default for EngineConfig {
             artifacts: ArtifactCapture::Full,
             in_process_wait_limit: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(5),
+            lease_for: Duration::from_secs(30),
         }
     }
 }
@@ -222,6 +229,23 @@ pub enum EngineError {
         #[source]
         source: StoreError,
     },
+    /// Another worker holds the run's lease.
+    #[error("run {run} is being executed by {owner} (lease until {until:?})")]
+    Leased {
+        /// The run.
+        run: RunId,
+        /// The worker holding it.
+        owner: String,
+        /// Until when.
+        until: Timestamp,
+    },
+    /// This worker lost the run's lease while executing it (another worker claimed it, for
+    /// instance after a long pause); it stopped and wrote nothing more.
+    #[error("the lease on run {run} was lost while executing it")]
+    LeaseLost {
+        /// The run.
+        run: RunId,
+    },
     /// The run is finished or running and cannot be resumed.
     #[error("run {run} cannot be resumed: it is {status:?}")]
     NotResumable {
@@ -260,7 +284,11 @@ pub enum EngineError {
 
 impl EngineError {
     fn store(run: RunId) -> impl FnOnce(StoreError) -> Self {
-        move |source| Self::Store { run, source }
+        move |source| match source {
+            StoreError::Leased { run, owner, until } => Self::Leased { run, owner, until },
+            StoreError::LeaseLost { run, .. } => Self::LeaseLost { run },
+            source => Self::Store { run, source },
+        }
     }
 }
 
@@ -282,9 +310,17 @@ pub struct EngineBuilder {
     services: Services,
     observer: Option<Arc<dyn Observer>>,
     cache: Option<Arc<dyn StepCache>>,
+    worker_id: Option<String>,
 }
 
 impl EngineBuilder {
+    /// The name this engine claims runs under (default: `host-pid-random`).
+    #[must_use]
+    pub fn worker_id(mut self, id: &str) -> Self {
+        self.worker_id = Some(id.to_owned());
+        self
+    }
+
     /// The store (default: a fresh [`MemoryStore`]).
     #[must_use]
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
@@ -336,11 +372,17 @@ impl EngineBuilder {
 
     /// Builds the engine.
     pub fn build(self) -> Engine {
+        let entropy: Arc<dyn Entropy> = self.entropy.unwrap_or_else(|| Arc::new(SystemEntropy::new()));
+        let worker_id = self.worker_id.unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
+            format!("{host}-{}-{:08x}", std::process::id(), entropy.next_u64() as u32)
+        });
         Engine {
             inner: Arc::new(EngineInner {
+                worker_id,
                 store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
                 clock: self.clock.unwrap_or_else(|| Arc::new(TokioClock::new())),
-                entropy: self.entropy.unwrap_or_else(|| Arc::new(SystemEntropy::new())),
+                entropy,
                 config: Arc::new(self.config),
                 services: self.services,
                 observer: self.observer,
@@ -359,6 +401,7 @@ pub struct Engine {
 }
 
 struct EngineInner {
+    worker_id: String,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     entropy: Arc<dyn Entropy>,
@@ -393,7 +436,13 @@ impl Engine {
             services: Services::default(),
             observer: None,
             cache: None,
+            worker_id: None,
         }
+    }
+
+    /// The name this engine claims runs under.
+    pub fn worker_id(&self) -> &str {
+        &self.inner.worker_id
     }
 
     /// The store.
@@ -413,9 +462,10 @@ impl Engine {
         input: Value,
         options: StartOptions,
     ) -> Result<RunReport, EngineError> {
-        let record = self.create(workflow, input, options).await?;
+        let (record, lease) = self.create_inner(workflow, input, options, true).await?;
+        let lease = lease.expect("a run created to execute is leased");
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
-        self.execute(workflow, loaded).await
+        self.execute(workflow, loaded, lease).await
     }
 
     /// Creates a run without executing it (status `pending`); `resume` executes it.
@@ -425,6 +475,16 @@ impl Engine {
         input: Value,
         options: StartOptions,
     ) -> Result<RunRecord, EngineError> {
+        Ok(self.create_inner(workflow, input, options, false).await?.0)
+    }
+
+    async fn create_inner(
+        &self,
+        workflow: &Workflow,
+        input: Value,
+        options: StartOptions,
+        leased: bool,
+    ) -> Result<(RunRecord, Option<Lease>), EngineError> {
         let def = &workflow.inner;
         if let Some(schema) = &def.input_schema {
             schema
@@ -447,14 +507,38 @@ impl Engine {
             created_at: now,
             updated_at: now,
             wake_at: None,
+            // A run created to execute at once is created claimed, in the same write.
+            lease: leased.then(|| Lease {
+                run: id,
+                owner: self.inner.worker_id.clone(),
+                token: 1,
+                expires_at: now.plus(self.inner.config.lease_for),
+            }),
         };
         self.inner.store.create_run(record.clone()).await.map_err(EngineError::store(id))?;
-        Ok(record)
+        let lease = record.lease.clone();
+        Ok((record, lease))
     }
 
     /// Continues a run that is pending, suspended, or was left running by a crash: the
     /// definition is re-walked and every recorded result is served from the journal.
     pub async fn resume(&self, workflow: &Workflow, run: RunId) -> Result<RunReport, EngineError> {
+        let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
+        if loaded.record.status.is_terminal() {
+            return Err(EngineError::NotResumable { run, status: loaded.record.status });
+        }
+        let lease = self
+            .inner
+            .store
+            .claim(run, &self.inner.worker_id, self.inner.clock.now(), self.inner.config.lease_for)
+            .await
+            .map_err(EngineError::store(run))?;
+        self.resume_leased(workflow, lease).await
+    }
+
+    /// Executes a run this engine has claimed (see [`Runner`]).
+    pub async fn resume_leased(&self, workflow: &Workflow, lease: Lease) -> Result<RunReport, EngineError> {
+        let run = lease.run;
         let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
         if loaded.record.status.is_terminal() {
             return Err(EngineError::NotResumable { run, status: loaded.record.status });
@@ -467,7 +551,7 @@ impl Engine {
                 given: workflow.hash(),
             });
         }
-        self.execute(workflow, loaded).await
+        self.execute(workflow, loaded, lease).await
     }
 
     /// Resolves an open interrupt (compare-and-set: of concurrent decisions exactly one
@@ -574,6 +658,7 @@ impl Engine {
             error: Some(StepError::cancelled(reason)),
             at: self.inner.clock.now(),
             wake_at: None,
+            fence: None,
         };
         self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
         Ok(true)
@@ -595,7 +680,8 @@ impl Engine {
         Ok(report_from(&loaded, None))
     }
 
-    async fn execute(&self, workflow: &Workflow, loaded: LoadedRun) -> Result<RunReport, EngineError> {
+    async fn execute(&self, workflow: &Workflow, loaded: LoadedRun, lease: Lease) -> Result<RunReport, EngineError> {
+        let fence = Some(lease.token);
         let run_id = loaded.record.id;
         let replay = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(run_id))?;
         let inner = &self.inner;
@@ -608,7 +694,7 @@ impl Engine {
             clock: inner.clock.clone(),
             entropy: inner.entropy.clone(),
             config: inner.config.clone(),
-            recorder: Recorder::new(inner.store.clone(), run_id, inner.config.durability),
+            recorder: Recorder::new(inner.store.clone(), run_id, inner.config.durability, fence),
             replay,
             observer: inner.observer.clone(),
             cache: inner.cache.clone(),
@@ -626,6 +712,7 @@ impl Engine {
             error: None,
             at: inner.clock.now(),
             wake_at: None,
+            fence,
         };
         inner.store.set_status(run_id, running).await.map_err(EngineError::store(run_id))?;
 
@@ -633,12 +720,40 @@ impl Engine {
         let mut scope = Scope::new(input.clone());
         let env = Env { memory: Memory::default(), cancel: cancel.clone() };
         let exec = Exec { run: shared.clone() };
-        let flow = exec.exec_seq(&workflow.inner.body, &StepPath::root(), input, &mut scope, &env).await;
+        let lost = AtomicBool::new(false);
+        let flow = {
+            let root = StepPath::root();
+            let walk = exec.exec_seq(&workflow.inner.body, &root, input, &mut scope, &env);
+            tokio::pin!(walk);
+            // The heartbeat runs beside the walk on this task: it keeps the lease alive, and
+            // if the lease is lost it cancels the run, which then stops writing.
+            let heartbeat = async {
+                let mut lease = lease;
+                let every = inner.config.lease_for / 3;
+                loop {
+                    inner.clock.sleep(every).await;
+                    match inner.store.heartbeat(&lease, inner.clock.now(), inner.config.lease_for).await {
+                        Ok(renewed) => lease = renewed,
+                        Err(_) => {
+                            lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                            cancel.cancel();
+                            return;
+                        }
+                    }
+                }
+            };
+            tokio::select! {
+                biased;
+                flow = &mut walk => flow,
+                () = heartbeat => walk.await,
+            }
+        };
+        if lost.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(EngineError::LeaseLost { run: run_id });
+        }
         let flow = match flow {
             Ok(flow) => flow,
-            Err(Crash(source)) => {
-                return Err(EngineError::Store { run: run_id, source });
-            }
+            Err(Crash(source)) => return Err(EngineError::store(run_id)(source)),
         };
         let (status, output, error) = match flow {
             Flow::Done(last) => {
@@ -675,7 +790,7 @@ impl Engine {
             }
             Flow::Failed(error) => (RunStatus::Failed, None, Some(error)),
         };
-        shared.recorder.flush().await.map_err(|Crash(source)| EngineError::Store { run: run_id, source })?;
+        shared.recorder.flush().await.map_err(|Crash(source)| EngineError::store(run_id)(source))?;
         let wake_at = *shared.wake_at.lock().expect("poisoned");
         let update = StatusUpdate {
             status,
@@ -684,6 +799,8 @@ impl Engine {
             at: inner.clock.now(),
             // A runner resumes suspended and pending runs when this is due.
             wake_at: wake_at.filter(|_| matches!(status, RunStatus::Suspended | RunStatus::Pending)),
+            // Any status but running releases the lease.
+            fence,
         };
         inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
         if status == RunStatus::Suspended {

@@ -48,11 +48,19 @@ pub(crate) struct Recorder {
     durability: Durability,
     pending: Mutex<JournalBatch>,
     crashed: AtomicBool,
+    fence: Option<u64>,
 }
 
 impl Recorder {
-    pub(crate) fn new(store: Arc<dyn Store>, run: RunId, durability: Durability) -> Self {
-        Self { store, run, durability, pending: Mutex::new(JournalBatch::default()), crashed: AtomicBool::new(false) }
+    pub(crate) fn new(store: Arc<dyn Store>, run: RunId, durability: Durability, fence: Option<u64>) -> Self {
+        Self {
+            store,
+            run,
+            durability,
+            pending: Mutex::new(JournalBatch::default()),
+            crashed: AtomicBool::new(false),
+            fence,
+        }
     }
 
     /// Buffers an entry; it is written with the next commit.
@@ -116,7 +124,7 @@ impl Recorder {
             }
             std::mem::take(&mut *pending)
         };
-        match self.store.append(self.run, &mut batch).await {
+        match self.store.append(self.run, self.fence, &mut batch).await {
             Ok(()) => {
                 // Hand the drained buffers back so the next step reuses their capacity.
                 let mut pending = self.pending.lock().expect("poisoned");

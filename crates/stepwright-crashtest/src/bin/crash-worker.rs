@@ -18,7 +18,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let store = Arc::new(SqliteStore::open(db)?);
     let files = Files { log: PathBuf::from(log), ledger: PathBuf::from(ledger) };
-    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).service(Arc::new(files)).build();
+    // A restarted worker keeps its identity, so it takes its own runs back at once.
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .service(Arc::new(files))
+        .worker_id("crash-worker")
+        .build();
     let workflow = workflow();
     let run = run.parse()?;
     let report = match store.load(run).await {

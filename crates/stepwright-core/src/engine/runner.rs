@@ -1,0 +1,135 @@
+//! The runner loop: claims runs that are ready and executes them.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::definition::Workflow;
+use crate::engine::{Engine, EngineError, RunReport};
+use crate::ids::RunId;
+use crate::journal::Lease;
+
+/// A worker loop over an engine's store. It claims runs that are ready — created to run
+/// detached, stopped at a checkpoint, waiting on a timer, retry or deadline that is due, or
+/// left running by a worker whose lease expired — and executes each with the registered
+/// definition that has the run's name and definition hash. Several runners (in one process
+/// or many, on one database) share the work: a claim is a lease, so no run is executed by
+/// two of them at once.
+pub struct Runner {
+    engine: Engine,
+    workflows: HashMap<String, Vec<Workflow>>,
+    max_concurrent: usize,
+    poll: Duration,
+}
+
+/// What one run's execution by the runner ended in.
+pub type RunOutcome = (RunId, Result<RunReport, EngineError>);
+
+impl Runner {
+    /// A runner over `engine` with no workflows registered, polling every second, executing
+    /// up to 64 runs at once.
+    pub fn new(engine: Engine) -> Self {
+        Self { engine, workflows: HashMap::new(), max_concurrent: 64, poll: Duration::from_secs(1) }
+    }
+
+    /// Registers a definition (several versions of one workflow may be registered).
+    #[must_use]
+    pub fn register(mut self, workflow: &Workflow) -> Self {
+        self.workflows.entry(workflow.name().to_owned()).or_default().push(workflow.clone());
+        self
+    }
+
+    /// How often to look for due runs when idle.
+    #[must_use]
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every;
+        self
+    }
+
+    /// How many runs to execute at once.
+    #[must_use]
+    pub fn max_concurrent(mut self, limit: usize) -> Self {
+        self.max_concurrent = limit.max(1);
+        self
+    }
+
+    fn claim_limit(&self, active: usize) -> usize {
+        self.max_concurrent.saturating_sub(active)
+    }
+
+    async fn claim(&self, limit: usize) -> Result<Vec<Lease>, EngineError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let inner = &self.engine.inner;
+        inner
+            .store
+            .claim_due(&inner.worker_id, inner.clock.now(), inner.config.lease_for, limit)
+            .await
+            .map_err(|source| EngineError::Store { run: RunId::from_bytes([0; 16]), source })
+    }
+
+    fn spawn(&self, set: &mut JoinSet<RunOutcome>, lease: Lease) {
+        let engine = self.engine.clone();
+        let workflows = self.workflows.clone();
+        set.spawn(async move {
+            let run = lease.run;
+            let result = async {
+                let loaded = engine.inner.store.load(run).await.map_err(EngineError::store(run))?;
+                let record = &loaded.record;
+                let workflow = workflows
+                    .get(&record.workflow)
+                    .and_then(|versions| versions.iter().find(|w| w.hash() == record.definition_hash))
+                    .ok_or_else(|| EngineError::DefinitionMismatch {
+                        run,
+                        workflow: record.workflow.clone(),
+                        pinned: record.definition_hash,
+                        given: crate::hash::ContentHash::of_bytes(b"no registered definition"),
+                    })?;
+                let workflow = workflow.clone();
+                engine.execute(&workflow, loaded, lease).await
+            }
+            .await;
+            (run, result)
+        });
+    }
+
+    /// Claims every run that is due now (up to the concurrency limit), executes them, and
+    /// returns how each ended.
+    pub async fn tick(&self) -> Result<Vec<RunOutcome>, EngineError> {
+        let mut set = JoinSet::new();
+        for lease in self.claim(self.max_concurrent).await? {
+            self.spawn(&mut set, lease);
+        }
+        let mut outcomes = Vec::new();
+        while let Some(done) = set.join_next().await {
+            outcomes.push(done.map_err(|e| EngineError::Store {
+                run: RunId::from_bytes([0; 16]),
+                source: crate::journal::StoreError::Backend { doing: "executing a run".into(), source: Box::new(e) },
+            })?);
+        }
+        outcomes.sort_by_key(|(run, _)| *run);
+        Ok(outcomes)
+    }
+
+    /// Runs until `stop` fires: claims due runs whenever there is room, and looks again
+    /// every poll interval or as soon as a run finishes. Runs still executing when it stops
+    /// are cancelled and stay resumable.
+    pub async fn run(&self, stop: CancellationToken) -> Result<(), EngineError> {
+        let mut set = JoinSet::new();
+        loop {
+            for lease in self.claim(self.claim_limit(set.len())).await? {
+                self.spawn(&mut set, lease);
+            }
+            tokio::select! {
+                () = stop.cancelled() => break,
+                Some(_) = set.join_next(), if !set.is_empty() => {}
+                () = self.engine.inner.clock.sleep(self.poll) => {}
+            }
+        }
+        set.shutdown().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,174 @@
+//! The runner loop and leases: due runs are picked up, deadlines applied, work shared
+//! between runners with no run executed twice, and a worker that loses its lease stops.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{T0, engine};
+use serde_json::{Value, json};
+use stepwright_core::{
+    ApprovalGate, Clock, Engine, EngineConfig, EngineError, MemoryStore, Node, RunId, RunStatus, Runner, SeededEntropy,
+    StepContext, Store, TimeoutAction, TokioClock, Workflow, fn_step,
+};
+
+fn counting_workflow(counts: Arc<Mutex<HashMap<RunId, usize>>>) -> Workflow {
+    Workflow::builder("counted")
+        .step(Node::step(
+            "work",
+            fn_step(move |ctx: StepContext, x: i64| {
+                let counts = counts.clone();
+                async move {
+                    *counts.lock().unwrap().entry(ctx.run_id()).or_default() += 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    Ok(x + 1)
+                }
+            }),
+        ))
+        .build()
+        .unwrap()
+}
+
+fn engine_on(store: Arc<MemoryStore>, clock: Arc<TokioClock>, worker: &str, config: EngineConfig) -> Engine {
+    Engine::builder()
+        .store(store as Arc<dyn Store>)
+        .clock(clock)
+        .entropy(Arc::new(SeededEntropy::new(9)))
+        .worker_id(worker)
+        .config(config)
+        .build()
+}
+
+#[tokio::test(start_paused = true)]
+async fn two_runners_share_the_work_and_run_each_run_once() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(TokioClock::starting_at(T0));
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    let workflow = counting_workflow(counts.clone());
+    let a = engine_on(store.clone(), clock.clone(), "a", EngineConfig::default());
+    let b = engine_on(store.clone(), clock.clone(), "b", EngineConfig::default());
+    let mut runs = Vec::new();
+    for i in 0..40 {
+        runs.push(a.create(&workflow, json!(i), Default::default()).await.unwrap().id);
+    }
+    let ra = Runner::new(a).register(&workflow).max_concurrent(16);
+    let rb = Runner::new(b).register(&workflow).max_concurrent(16);
+    let (mut done_a, mut done_b) = (0, 0);
+    while done_a + done_b < runs.len() {
+        let (xa, xb) = tokio::join!(ra.tick(), rb.tick());
+        done_a += xa.unwrap().len();
+        done_b += xb.unwrap().len();
+    }
+    assert!(done_a > 0 && done_b > 0, "both runners took work ({done_a} + {done_b})");
+    let counts = counts.lock().unwrap();
+    for run in &runs {
+        assert_eq!(counts.get(run), Some(&1), "run {run} executed exactly once");
+        let record = store.load(*run).await.unwrap().record;
+        assert_eq!(record.status, RunStatus::Completed);
+        assert_eq!(record.lease, None);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_runner_resumes_due_timers_and_applies_deadlines_while_nothing_runs() {
+    let (engine, store) = engine();
+    let sleepy = Workflow::builder("sleepy")
+        .step(Node::sleep("nap", Duration::from_secs(3600)))
+        .step(Node::step("after", fn_step(|_c, _x: Value| async move { Ok("woke") })))
+        .build()
+        .unwrap();
+    let gated = Workflow::builder("gated")
+        .step(
+            Node::step("go", fn_step(|_c, _x: Value| async move { Ok("approved by the deadline") }))
+                .requires_approval(ApprovalGate::new("ok?").timeout(Duration::from_secs(7200), TimeoutAction::Approve)),
+        )
+        .build()
+        .unwrap();
+    let nap = engine.start(&sleepy, json!(null)).await.unwrap();
+    let gate = engine.start(&gated, json!(null)).await.unwrap();
+    assert_eq!((nap.status, gate.status), (RunStatus::Suspended, RunStatus::Suspended));
+    let runner = Runner::new(engine.clone()).register(&sleepy).register(&gated);
+    assert!(runner.tick().await.unwrap().is_empty(), "nothing is due yet");
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let first = runner.tick().await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].1.as_ref().unwrap().output, Some(json!("woke")));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let second = runner.tick().await.unwrap();
+    assert_eq!(second[0].0, gate.run_id);
+    assert_eq!(second[0].1.as_ref().unwrap().output, Some(json!("approved by the deadline")));
+    assert_eq!(store.load(gate.run_id).await.unwrap().record.status, RunStatus::Completed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_run_loop_picks_up_work_until_stopped() {
+    let (engine, store) = engine();
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    let workflow = counting_workflow(counts.clone());
+    let run = engine.create(&workflow, json!(1), Default::default()).await.unwrap().id;
+    let runner = Runner::new(engine.clone()).register(&workflow).poll_interval(Duration::from_millis(100));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopper = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            stop.cancel();
+        })
+    };
+    runner.run(stop).await.unwrap();
+    stopper.await.unwrap();
+    assert_eq!(store.load(run).await.unwrap().record.output, Some(json!(2)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_loses_its_lease_stops_and_writes_nothing_more() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(TokioClock::starting_at(T0));
+    let config = EngineConfig { lease_for: Duration::from_secs(3), ..EngineConfig::default() };
+    let a = engine_on(store.clone(), clock.clone(), "a", config.clone());
+    let workflow = Workflow::builder("slow")
+        .step(Node::step(
+            "long",
+            fn_step(|ctx: StepContext, _x: Value| async move {
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(60)) => Ok("finished"),
+                    () = ctx.cancellation().cancelled() => Err(stepwright_core::StepError::cancelled("lost the lease")),
+                }
+            }),
+        ))
+        .build()
+        .unwrap();
+    let run = a.create(&workflow, json!(null), Default::default()).await.unwrap().id;
+    let executing = {
+        let a = a.clone();
+        let workflow = workflow.clone();
+        tokio::spawn(async move { a.resume(&workflow, run).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Worker b steals the run as if a's lease had expired (a paused, a partition).
+    let stolen =
+        store.claim(run, "b", clock.now().plus(Duration::from_secs(10)), Duration::from_secs(60)).await.unwrap();
+    assert_eq!(stolen.token, 2);
+    let entries_before = store.entries(run).len();
+    let result = executing.await.unwrap();
+    assert!(matches!(result, Err(EngineError::LeaseLost { .. })), "{result:?}");
+    assert_eq!(store.entries(run).len(), entries_before, "the old worker wrote nothing after losing the lease");
+    assert_eq!(store.load(run).await.unwrap().record.lease.map(|l| l.owner), Some("b".to_owned()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn resume_refuses_a_run_another_worker_holds() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(TokioClock::starting_at(T0));
+    let a = engine_on(store.clone(), clock.clone(), "a", EngineConfig::default());
+    let b = engine_on(store.clone(), clock.clone(), "b", EngineConfig::default());
+    let workflow = counting_workflow(Arc::new(Mutex::new(HashMap::new())));
+    let run = a.create(&workflow, json!(1), Default::default()).await.unwrap().id;
+    store.claim(run, "a", clock.now(), Duration::from_secs(30)).await.unwrap();
+    let refused = b.resume(&workflow, run).await.unwrap_err();
+    assert!(matches!(refused, EngineError::Leased { ref owner, .. } if owner == "a"), "{refused}");
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(b.resume(&workflow, run).await.unwrap().output, Some(json!(2)), "an expired lease can be taken over");
+}
