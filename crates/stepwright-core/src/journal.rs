@@ -465,10 +465,11 @@ pub fn try_claim(
             until: now,
         });
     }
-    if let Some(lease) = &record.lease {
-        if lease.owner != owner && lease.expires_at > now {
-            return Err(StoreError::Leased { run: record.id, owner: lease.owner.clone(), until: lease.expires_at });
-        }
+    if let Some(lease) = &record.lease
+        && lease.owner != owner
+        && lease.expires_at > now
+    {
+        return Err(StoreError::Leased { run: record.id, owner: lease.owner.clone(), until: lease.expires_at });
     }
     let token = record.lease.as_ref().map_or(0, |l| l.token) + 1;
     Ok(Lease { run: record.id, owner: owner.to_owned(), token, expires_at: now.plus(lease_for) })
@@ -749,11 +750,11 @@ impl Store for MemoryStore {
             }
             let mut data = data.lock().expect("poisoned");
             let Some(record) = data.record.as_mut() else { continue };
-            if is_due(record, now) {
-                if let Ok(lease) = try_claim(record, owner, now, lease_for) {
-                    record.lease = Some(lease.clone());
-                    leases.push(lease);
-                }
+            if is_due(record, now)
+                && let Ok(lease) = try_claim(record, owner, now, lease_for)
+            {
+                record.lease = Some(lease.clone());
+                leases.push(lease);
             }
         }
         Box::pin(std::future::ready(Ok(leases)))

@@ -74,7 +74,7 @@ impl std::fmt::Debug for SqliteStore {
 type Ack<T> = oneshot::Sender<Result<T, StoreError>>;
 
 enum Op {
-    Create(RunRecord, Ack<()>),
+    Create(Box<RunRecord>, Ack<()>),
     Append(RunId, Option<u64>, JournalBatch, Ack<JournalBatch>),
     Claim(Claim, Ack<Vec<Lease>>),
     Heartbeat(Lease, Timestamp, std::time::Duration, Ack<Lease>),
@@ -782,7 +782,7 @@ fn load(conn: &Connection, run: RunId) -> Result<LoadedRun, StoreError> {
 
 impl Store for SqliteStore {
     fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.send(|ack| Op::Create(record, ack)))
+        Box::pin(self.send(|ack| Op::Create(Box::new(record), ack)))
     }
 
     fn append<'a>(
