@@ -62,7 +62,7 @@ async fn two_runners_share_the_work_and_run_each_run_once() {
         done_b += xb.unwrap().len();
     }
     assert!(done_a > 0 && done_b > 0, "both runners took work ({done_a} + {done_b})");
-    let counts = counts.lock().unwrap();
+    let counts = counts.lock().unwrap().clone();
     for run in &runs {
         assert_eq!(counts.get(run), Some(&1), "run {run} executed exactly once");
         let record = store.load(*run).await.unwrap().record;
