@@ -123,5 +123,5 @@ async fn reopening_applies_migrations_once_and_sets_the_pragmas() {
     let mode: String = raw.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
     let migrations: i64 = raw.query_row("SELECT COUNT(*) FROM stepwright_migrations", [], |r| r.get(0)).unwrap();
-    assert_eq!(migrations, 1);
+    assert_eq!(migrations, 2, "each of the two migrations is recorded once");
 }
