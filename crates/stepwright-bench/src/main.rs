@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use stepwright_core::{Engine, Expr, Fork, MemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow};
+use stepwright_store::{SqliteOptions, SqliteStore, Synchronous};
 
 /// The trivial typed step: `n → n + 1`.
 struct Inc;
@@ -180,6 +181,122 @@ fn w3(runs: usize, child: &str) -> (f64, f64, u64) {
     (median(walls), best, rss)
 }
 
+fn sqlite_engine(dir: &std::path::Path, name: &str, synchronous: Synchronous) -> (Engine, Arc<SqliteStore>) {
+    let options = SqliteOptions { synchronous, ..SqliteOptions::default() };
+    let store = Arc::new(SqliteStore::open_with(dir.join(name), options).expect("open sqlite"));
+    (Engine::builder().store(store.clone() as Arc<dyn Store>).build(), store)
+}
+
+fn inc_chain(name: &str, steps: usize) -> Workflow {
+    let mut builder = Workflow::builder(name);
+    for i in 0..steps {
+        builder = builder.step(Node::step(&format!("s{i}"), Inc));
+    }
+    builder.build().expect("valid")
+}
+
+/// D1: W1 durable — one run, 1,000 trivial steps, `sync` durability on SQLite.
+fn d1(runs: usize, synchronous: Synchronous) -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workflow = inc_chain("d1", 1_000);
+    let rt = current_thread();
+    let mut per_step = Vec::new();
+    rt.block_on(async {
+        let (engine, _store) = sqlite_engine(dir.path(), "d1.db", synchronous);
+        for _ in 0..runs {
+            let start = Instant::now();
+            let report = engine.start(&workflow, json!(0)).await.expect("run");
+            per_step.push(start.elapsed().as_secs_f64() * 1e6 / 1_000.0);
+            assert_eq!(report.output, Some(json!(1_000)));
+        }
+    });
+    let best = per_step.iter().copied().fold(f64::INFINITY, f64::min);
+    (median(per_step), best)
+}
+
+/// D2: W2 durable — one run fanning out to 1,000 branches and joining, FULL.
+fn d2(runs: usize) -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let items: Vec<Value> = (0..1_000u64).map(Value::from).collect();
+    let workflow = Workflow::builder("d2")
+        .step(Fork::map("fan", Expr::new(move |_| items.clone()), "item", [Node::step("inc", Inc)]))
+        .step(Node::step(
+            "join",
+            stepwright_core::fn_step(|_ctx, xs: Vec<u64>| async move { Ok(xs.iter().sum::<u64>()) }),
+        ))
+        .build()
+        .expect("valid");
+    let rt = current_thread();
+    let mut per_run = Vec::new();
+    rt.block_on(async {
+        let (engine, _store) = sqlite_engine(dir.path(), "d2.db", Synchronous::Full);
+        for _ in 0..runs {
+            let start = Instant::now();
+            let report = engine.start(&workflow, json!(null)).await.expect("run");
+            per_run.push(start.elapsed().as_secs_f64() * 1e3);
+            assert_eq!(report.output, Some(json!(500_500)));
+        }
+    });
+    let best = per_run.iter().copied().fold(f64::INFINITY, f64::min);
+    (median(per_run), best)
+}
+
+/// D3 / D4: `concurrent` runs of 10 steps on SQLite FULL, each step optionally awaiting a
+/// 10 ms timer. Returns (wall ms, committed steps per second).
+fn concurrent_sqlite(concurrent: usize, timer: bool) -> (f64, f64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workflow = if timer { chain("d3", 10, || Node::step("tick", Tick)) } else { inc_chain("d4", 10) };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let (engine, _store) = sqlite_engine(dir.path(), "d34.db", Synchronous::Full);
+        let start = Instant::now();
+        let handles: Vec<_> = (0..concurrent)
+            .map(|_| {
+                let engine = engine.clone();
+                let workflow = workflow.clone();
+                tokio::spawn(async move { engine.start(&workflow, json!(0)).await })
+            })
+            .collect();
+        for handle in handles {
+            let report = handle.await.expect("join").expect("run");
+            assert_eq!(report.output, Some(json!(10)));
+        }
+        let wall = start.elapsed().as_secs_f64();
+        (wall * 1e3, (concurrent * 10) as f64 / wall)
+    })
+}
+
+/// D7: journal bytes per trivial step (the database file's growth over 10,000 steps).
+fn d7() -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workflow = inc_chain("d7", 1_000);
+    let rt = current_thread();
+    rt.block_on(async {
+        let (engine, store) = sqlite_engine(dir.path(), "d7.db", Synchronous::Normal);
+        engine.start(&workflow, json!(0)).await.expect("warm-up run");
+        let size = |store: &SqliteStore| -> u64 {
+            let conn = rusqlite_size(store.path());
+            conn
+        };
+        let before = size(&store);
+        for _ in 0..10 {
+            engine.start(&workflow, json!(0)).await.expect("run");
+        }
+        let after = size(&store);
+        (after - before) as f64 / 10_000.0
+    })
+}
+
+/// The size of a SQLite database after a checkpoint (pages in use × page size).
+fn rusqlite_size(path: &std::path::Path) -> u64 {
+    let conn = stepwright_store::raw_connection(path).expect("open");
+    let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
+    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap_or(0);
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0)).unwrap_or(0);
+    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(0);
+    u64::try_from((pages - free) * page_size).unwrap_or(0)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
@@ -217,5 +334,45 @@ fn main() {
             "| W3 | 1,000 concurrent runs × 10 steps × 10 ms timer ({r3} processes) | {median3:.1} ms wall | {best3:.1} ms wall | ≤ 130 ms, floor 100 ms |"
         );
         println!("| W3 | peak RSS of the W3 process (max over runs) | {:.1} MiB | | ≤ 64 MiB |", rss as f64 / 1024.0);
+    }
+    if wanted("d1") {
+        let runs = if quick { 2 } else { 10 };
+        let (full, full_best) = d1(runs, Synchronous::Full);
+        println!(
+            "| D1 | W1 durable: 1,000 trivial steps, `sync`, SQLite FULL ({runs} runs) | {full:.1} µs/step | {full_best:.1} µs/step | ≤ 250 µs/step |"
+        );
+        let (normal, normal_best) = d1(runs, Synchronous::Normal);
+        println!(
+            "| D1 | the same on SQLite NORMAL ({runs} runs) | {normal:.1} µs/step | {normal_best:.1} µs/step | ≤ 30 µs/step |"
+        );
+    }
+    if only.as_deref() == Some("d1-normal") {
+        let (normal, best) = d1(if quick { 2 } else { 10 }, Synchronous::Normal);
+        println!("| D1 | SQLite NORMAL | {normal:.1} µs/step | {best:.1} µs/step | ≤ 30 µs/step |");
+    }
+    if wanted("d2") {
+        let runs = if quick { 2 } else { 10 };
+        let (median, best) = d2(runs);
+        println!(
+            "| D2 | W2 durable: fan-out to 1,000 branches + join, FULL ({runs} runs) | {median:.1} ms/run | {best:.1} ms/run | ≤ 20 ms/run |"
+        );
+    }
+    if wanted("d3") {
+        let (wall, _) = concurrent_sqlite(1_000, true);
+        println!(
+            "| D3 | W3 durable: 1,000 concurrent runs × 10 steps × 10 ms timer, FULL | {wall:.1} ms wall | | ≤ 200 ms |"
+        );
+    }
+    if wanted("d4") {
+        let (wall, rate) = concurrent_sqlite(1_000, false);
+        println!(
+            "| D4 | 1,000 concurrent runs × 10 trivial steps, FULL ({wall:.0} ms wall) | {rate:.0} steps/s | | ≥ 20,000 steps/s |"
+        );
+    }
+    if wanted("d7") {
+        let bytes = d7();
+        println!(
+            "| D7 | journal bytes per trivial step (SQLite file growth over 10,000 steps) | {bytes:.0} B/step | | ≤ 300 B |"
+        );
     }
 }

@@ -140,6 +140,10 @@ pub enum Record {
         /// Whether the output came from the step cache.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         cached: bool,
+        /// When the attempt started, if its `Started` entry was folded into this one (it is
+        /// whenever both are written in the same commit, which saves a row per step).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started_at: Option<Timestamp>,
     },
     /// An attempt failed; `retry_at` is set when another attempt will follow.
     Failed {
@@ -150,6 +154,9 @@ pub enum Record {
         /// When the next attempt is due, if there is one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_at: Option<Timestamp>,
+        /// When the attempt started (see `Completed::started_at`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        started_at: Option<Timestamp>,
     },
     /// The step was skipped; its output is `null`.
     Skipped {

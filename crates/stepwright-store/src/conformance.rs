@@ -150,7 +150,10 @@ fn entry(path: &str, at: i64, record: Record) -> JournalEntry {
 
 fn completed(path: &str, value: serde_json::Value) -> (JournalEntry, (ContentHash, Arc<serde_json::Value>)) {
     let hash = ContentHash::of_value(&value);
-    (entry(path, 2, Record::Completed { attempt: 1, output: hash, cached: false }), (hash, Arc::new(value)))
+    (
+        entry(path, 2, Record::Completed { attempt: 1, output: hash, cached: false, started_at: None }),
+        (hash, Arc::new(value)),
+    )
 }
 
 /// A created run loads with the same header and an empty journal; a duplicate id fails.
@@ -327,7 +330,9 @@ pub async fn list_filters(store: &dyn Store) {
 /// Erase removes one run and the blobs only it referenced; retention removes old finished
 /// runs but keeps the newest per workflow and every unfinished run.
 pub async fn erase_and_retention_collect_blobs(store: &dyn Store) {
-    let shared = json!("shared");
+    // Large enough that every backend stores them as blobs (not inline in the journal).
+    let pad = "x".repeat(600);
+    let shared = json!({ "shared": pad });
     let runs = [
         (20, "w", RunStatus::Completed, 100),
         (21, "w", RunStatus::Completed, 200),
@@ -337,7 +342,7 @@ pub async fn erase_and_retention_collect_blobs(store: &dyn Store) {
     ];
     for (n, workflow, status, at) in runs {
         store.create_run(record(n, workflow, status, at)).await.expect("create");
-        let (own, own_blob) = completed("own", json!({ "run": n }));
+        let (own, own_blob) = completed("own", json!({ "run": n, "pad": pad }));
         let (common, common_blob) = completed("common", shared.clone());
         let mut batch = JournalBatch { entries: vec![own, common], blobs: vec![own_blob, common_blob], events: vec![] };
         store.append(id(n), None, &mut batch).await.expect("append");

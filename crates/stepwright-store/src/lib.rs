@@ -13,3 +13,8 @@ mod encoding;
 pub mod sqlite;
 
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+
+/// A plain read-write connection to a store's file, for inspection and benchmarks.
+pub fn raw_connection(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
+    rusqlite::Connection::open(path)
+}

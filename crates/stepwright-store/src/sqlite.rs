@@ -20,7 +20,7 @@ use stepwright_core::journal::{
     check_fence, is_due, referenced_blob, retention_victims, try_claim,
 };
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::encoding::{backend, decode_blob, encode_blob};
 
@@ -54,13 +54,20 @@ impl Default for SqliteOptions {
 
 /// The migrations, in order; each runs once, in a transaction, recorded in
 /// `stepwright_migrations`.
-const MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("sqlite/001_initial.sql")), (2, include_str!("sqlite/002_leases.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("sqlite/001_initial.sql")),
+    (2, include_str!("sqlite/002_leases.sql")),
+    (3, include_str!("sqlite/003_drop_counters.sql")),
+    (4, include_str!("sqlite/004_inline_values.sql")),
+];
+
+/// Outputs whose JSON is at most this long are stored in their journal row.
+const INLINE_AT_MOST: usize = 256;
 
 /// A durable store in one SQLite file.
 pub struct SqliteStore {
     path: PathBuf,
-    writer: mpsc::UnboundedSender<Op>,
+    shared: Arc<Shared>,
     readers: Arc<Mutex<Vec<Connection>>>,
     fail_next_commit: Arc<AtomicBool>,
 }
@@ -81,6 +88,19 @@ enum Op {
     SetStatus(RunId, StatusUpdate, Ack<()>),
     Resolve(RunId, JournalEntry, Ack<()>),
     Remove(Removal, Ack<Removed>),
+}
+
+impl Op {
+    /// The one run an operation changes, if it changes exactly one.
+    fn run(&self) -> Option<RunId> {
+        match self {
+            Op::Create(record, _) => Some(record.id),
+            Op::Append(run, ..) | Op::SetStatus(run, ..) | Op::Resolve(run, ..) => Some(*run),
+            Op::Heartbeat(lease, ..) => Some(lease.run),
+            Op::Claim(Claim { run, .. }, _) => *run,
+            Op::Remove(..) => None,
+        }
+    }
 }
 
 struct Claim {
@@ -118,14 +138,15 @@ impl SqliteStore {
             reader.busy_timeout(std::time::Duration::from_secs(5)).map_err(|e| backend("configuring a reader", e))?;
             readers.push(reader);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
         let fail_next_commit = Arc::new(AtomicBool::new(false));
-        let writer = Writer { conn, seqs: HashMap::new(), fail_next_commit: fail_next_commit.clone() };
-        std::thread::Builder::new()
-            .name("stepwright-sqlite-writer".into())
-            .spawn(move || writer.run(rx, options.max_batch.max(1)))
-            .map_err(|e| backend("starting the sqlite writer thread", e))?;
-        Ok(Self { path, writer: tx, readers: Arc::new(Mutex::new(readers)), fail_next_commit })
+        let writer =
+            Writer { conn, runs: HashMap::new(), data_version: -1, fail_next_commit: fail_next_commit.clone() };
+        let shared = Arc::new(Shared {
+            writer: Mutex::new(writer),
+            queue: Mutex::new(Vec::new()),
+            max_batch: options.max_batch.max(1),
+        });
+        Ok(Self { path, shared, readers: Arc::new(Mutex::new(readers)), fail_next_commit })
     }
 
     /// The database file.
@@ -141,7 +162,11 @@ impl SqliteStore {
 
     async fn send<T: Send + 'static>(&self, make: impl FnOnce(Ack<T>) -> Op) -> Result<T, StoreError> {
         let (ack, done) = oneshot::channel();
-        self.writer.send(make(ack)).map_err(|_| writer_gone())?;
+        self.shared.queue.lock().expect("poisoned").push(make(ack));
+        // Let every sibling that is ready (the other paths of a fan-out on this task, other
+        // runs on this thread) queue its operation first, so one transaction takes them all.
+        tokio::task::yield_now().await;
+        self.shared.lead();
         done.await.map_err(|_| writer_gone())?
     }
 
@@ -209,10 +234,61 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Group commit without a thread hop: callers queue their operation, and whoever finds
+/// the writer free becomes the leader — it commits everything queued (its own operation and
+/// those that arrived meanwhile) in one transaction and answers each caller, then looks
+/// again. A lone run therefore commits on its own thread with no hand-off, and under load
+/// one fsync covers every queued run.
+struct Shared {
+    writer: Mutex<Writer>,
+    queue: Mutex<Vec<Op>>,
+    max_batch: usize,
+}
+
+impl Shared {
+    fn lead(&self) {
+        loop {
+            let Ok(mut writer) = self.writer.try_lock() else {
+                // The current leader will take our operation: it drains the queue until it
+                // is empty, and looks again after it lets go.
+                return;
+            };
+            loop {
+                let ops: Vec<Op> = {
+                    let mut queue = self.queue.lock().expect("poisoned");
+                    if queue.is_empty() {
+                        break;
+                    }
+                    let take = queue.len().min(self.max_batch);
+                    queue.drain(..take).collect()
+                };
+                writer.commit(ops);
+            }
+            drop(writer);
+            // An operation queued between our last look and letting go would otherwise wait
+            // for the next caller: look once more.
+            if self.queue.lock().expect("poisoned").is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+/// What the writer knows of a run: its next sequence numbers and lease token. Kept across
+/// transactions while no other connection has written (`PRAGMA data_version`), so a run's
+/// steps do not re-read it on every commit.
+#[derive(Debug, Clone, Copy)]
+struct RunState {
+    next_seq: i64,
+    next_event: i64,
+    token: u64,
+}
+
 struct Writer {
     conn: Connection,
-    /// The next journal and event sequence numbers per run (loaded on first use).
-    seqs: HashMap<RunId, (i64, i64)>,
+    runs: HashMap<RunId, RunState>,
+    /// The last `data_version` seen: a change means another connection wrote.
+    data_version: i64,
     fail_next_commit: Arc<AtomicBool>,
 }
 
@@ -259,39 +335,51 @@ impl Done {
 }
 
 impl Writer {
-    fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>, max_batch: usize) {
-        while let Some(first) = rx.blocking_recv() {
-            let mut ops = vec![first];
-            while ops.len() < max_batch {
-                match rx.try_recv() {
-                    Ok(op) => ops.push(op),
-                    Err(_) => break,
-                }
-            }
-            self.commit(ops);
-        }
+    fn exec(&self, sql: &'static str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.execute([]).map(drop)
     }
 
     fn commit(&mut self, ops: Vec<Op>) {
         let doing = "committing to the sqlite journal";
-        if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = self.exec("BEGIN IMMEDIATE") {
             let message = e.to_string();
             for op in ops {
                 answer_err(op, || backend(doing, std::io::Error::other(message.clone())));
             }
             return;
         }
+        // Holding the write lock now: if anyone else wrote since our last transaction, what
+        // we cached may be stale.
+        let version = self.conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0)).unwrap_or(-2);
+        if version != self.data_version {
+            self.runs.clear();
+            self.data_version = version;
+        }
         let single = ops.len() == 1;
-        let seqs_before = self.seqs.clone();
         let mut done = Vec::with_capacity(ops.len());
         for op in ops {
+            // Each operation in its own savepoint, so one that fails leaves the others.
+            let run = op.run();
+            let before = run.and_then(|r| self.runs.get(&r).copied());
             if !single {
-                let _ = self.conn.execute_batch("SAVEPOINT op");
+                let _ = self.exec("SAVEPOINT op");
             }
             let outcome = self.apply(op);
             if !single {
-                let _ =
-                    self.conn.execute_batch(if outcome.is_ok() { "RELEASE op" } else { "ROLLBACK TO op; RELEASE op" });
+                if outcome.is_ok() {
+                    let _ = self.exec("RELEASE op");
+                } else {
+                    let _ = self.exec("ROLLBACK TO op");
+                    let _ = self.exec("RELEASE op");
+                }
+            }
+            if !outcome.is_ok() {
+                if let Some(run) = run {
+                    match before {
+                        Some(state) => self.runs.insert(run, state),
+                        None => self.runs.remove(&run),
+                    };
+                }
             }
             done.push(outcome);
         }
@@ -299,19 +387,36 @@ impl Writer {
         let committed = if injected {
             Err("injected commit failure".to_owned())
         } else {
-            self.conn.execute_batch("COMMIT").map_err(|e| e.to_string())
+            self.exec("COMMIT").map_err(|e| e.to_string())
         };
         match committed {
             Ok(()) => done.into_iter().for_each(Done::send),
             Err(message) => {
-                let _ = self.conn.execute_batch("ROLLBACK");
-                // Sequence numbers handed out in the rolled-back transaction are free again.
-                self.seqs = seqs_before;
+                let _ = self.exec("ROLLBACK");
+                // Counters handed out in the rolled-back transaction are free again.
+                self.runs.clear();
                 for d in done {
                     d.fail(|| backend(doing, std::io::Error::other(message.clone())));
                 }
             }
         }
+    }
+
+    /// The run's state in this transaction, read on first use.
+    fn state(&mut self, run: RunId) -> Result<&mut RunState, StoreError> {
+        if !self.runs.contains_key(&run) {
+            let row: Option<(i64, i64, i64)> = self
+                .conn
+                .prepare_cached(
+                    "SELECT (SELECT COALESCE(MAX(seq) + 1, 0) FROM journal WHERE run_id = ?1), \
+                     (SELECT COALESCE(MAX(seq) + 1, 0) FROM events WHERE run_id = ?1), lease_token FROM runs WHERE id = ?1",
+                )
+                .and_then(|mut s| s.query_row([run.as_uuid().as_bytes()], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional())
+                .map_err(|e| backend("reading a run's counters", e))?;
+            let (next_seq, next_event, token) = row.ok_or(StoreError::RunNotFound(run))?;
+            self.runs.insert(run, RunState { next_seq, next_event, token: token as u64 });
+        }
+        Ok(self.runs.get_mut(&run).expect("inserted above"))
     }
 
     fn apply(&mut self, op: Op) -> Done {
@@ -342,8 +447,8 @@ impl Writer {
         self.conn
             .prepare_cached(
                 "INSERT INTO runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
-                 parent_run, parent_path, created_at, updated_at, wake_at, next_seq, next_event) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, 0, 0)",
+                 parent_run, parent_path, created_at, updated_at, wake_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -367,34 +472,38 @@ impl Writer {
         if let Some(lease) = &r.lease {
             self.store_lease(lease)?;
         }
-        self.seqs.insert(r.id, (0, 0));
+        let token = r.lease.as_ref().map_or(0, |l| l.token);
+        self.runs.insert(r.id, RunState { next_seq: 0, next_event: 0, token });
         Ok(())
-    }
-
-    fn next_seqs(&mut self, run: RunId) -> Result<(i64, i64), StoreError> {
-        if let Some(seqs) = self.seqs.get(&run) {
-            return Ok(*seqs);
-        }
-        let seqs = self
-            .conn
-            .prepare_cached("SELECT next_seq, next_event FROM runs WHERE id = ?1")
-            .and_then(|mut s| s.query_row([run.as_uuid().as_bytes()], |r| Ok((r.get(0)?, r.get(1)?))).optional())
-            .map_err(|e| backend("reading a run's sequence", e))?
-            .ok_or(StoreError::RunNotFound(run))?;
-        self.seqs.insert(run, seqs);
-        Ok(seqs)
     }
 
     fn append(&mut self, run: RunId, batch: &mut JournalBatch) -> Result<(), StoreError> {
         let doing = "appending to the journal";
-        let (mut seq, mut event_seq) = self.next_seqs(run)?;
+        let state = *self.state(run)?;
+        let (mut seq, mut event_seq) = (state.next_seq, state.next_event);
         let id = run.as_uuid().into_bytes();
+        // Small completed outputs go inline in their journal row; everything else that the
+        // entries reference goes to `blobs` once.
+        let mut inline: HashMap<ContentHash, Vec<u8>> = HashMap::new();
+        for entry in &batch.entries {
+            if let Record::Completed { output, .. } = &entry.record {
+                if let Some((_, value)) = batch.blobs.iter().find(|(h, _)| h == output) {
+                    let json = serde_json::to_vec(&**value).unwrap_or_default();
+                    if json.len() <= INLINE_AT_MOST {
+                        inline.insert(*output, json);
+                    }
+                }
+            }
+        }
         {
             let mut insert_blob = self
                 .conn
                 .prepare_cached("INSERT OR IGNORE INTO blobs (hash, codec, data) VALUES (?1, ?2, ?3)")
                 .map_err(|e| backend(doing, e))?;
             for (hash, value) in batch.blobs.drain(..) {
+                if inline.contains_key(&hash) {
+                    continue;
+                }
                 let (codec, bytes) = encode_blob(&value);
                 insert_blob.execute(params![hash.as_bytes(), codec, bytes]).map_err(|e| backend(doing, e))?;
             }
@@ -403,7 +512,7 @@ impl Writer {
             let mut insert_entry = self
                 .conn
                 .prepare_cached(
-                    "INSERT INTO journal (run_id, seq, path, at, record, blob) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    "INSERT INTO journal (run_id, seq, path, at, record, blob, value) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 )
                 .map_err(|e| backend(doing, e))?;
             let mut insert_interrupt = self
@@ -411,7 +520,9 @@ impl Writer {
                 .prepare_cached("INSERT OR IGNORE INTO interrupts (run_id, id, path, resolved) VALUES (?1, ?2, ?3, 0)")
                 .map_err(|e| backend(doing, e))?;
             for entry in batch.entries.drain(..) {
-                let blob = referenced_blob(&entry.record).map(|h| h.as_bytes().to_vec());
+                let referenced = referenced_blob(&entry.record);
+                let value = referenced.and_then(|h| inline.get(&h));
+                let blob = if value.is_some() { None } else { referenced.map(|h| h.as_bytes().to_vec()) };
                 insert_entry
                     .execute(params![
                         &id[..],
@@ -419,7 +530,8 @@ impl Writer {
                         entry.path.as_str(),
                         entry.at.as_micros(),
                         json(&entry.record),
-                        blob
+                        blob,
+                        value
                     ])
                     .map_err(|e| backend(doing, e))?;
                 if let Record::InterruptOpened { id: interrupt, .. } = &entry.record {
@@ -454,11 +566,9 @@ impl Writer {
                 event_seq += 1;
             }
         }
-        self.conn
-            .prepare_cached("UPDATE runs SET next_seq = ?2, next_event = ?3 WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![&id[..], seq, event_seq]))
-            .map_err(|e| backend(doing, e))?;
-        self.seqs.insert(run, (seq, event_seq));
+        let state = self.state(run)?;
+        state.next_seq = seq;
+        state.next_event = event_seq;
         Ok(())
     }
 
@@ -469,22 +579,20 @@ impl Writer {
             .map_err(|e| backend("reading a run", e))
     }
 
-    fn check_fence(&self, run: RunId, fence: Option<u64>) -> Result<(), StoreError> {
+    fn check_fence(&mut self, run: RunId, fence: Option<u64>) -> Result<(), StoreError> {
         if fence.is_none() {
             return Ok(());
         }
         // Read inside the write transaction: no other process can change it until commit.
-        let token: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT lease_token FROM runs WHERE id = ?1")
-            .and_then(|mut s| s.query_row([run.as_uuid().as_bytes()], |r| r.get(0)).optional())
-            .map_err(|e| backend("checking a lease", e))?;
-        let Some(token) = token else { return Err(StoreError::RunNotFound(run)) };
-        let lease = Lease { run, owner: String::new(), token: token as u64, expires_at: Timestamp::EPOCH };
+        let token = self.state(run)?.token;
+        let lease = Lease { run, owner: String::new(), token, expires_at: Timestamp::EPOCH };
         check_fence(Some(&RunRecord { lease: Some(lease), ..placeholder(run) }), run, fence)
     }
 
-    fn store_lease(&self, lease: &Lease) -> Result<(), StoreError> {
+    fn store_lease(&mut self, lease: &Lease) -> Result<(), StoreError> {
+        if let Some(state) = self.runs.get_mut(&lease.run) {
+            state.token = lease.token;
+        }
         self.conn
             .prepare_cached("UPDATE runs SET lease_owner = ?2, lease_token = ?3, lease_expires = ?4 WHERE id = ?1")
             .and_then(|mut s| {
@@ -616,7 +724,7 @@ impl Writer {
             }
             removed.runs +=
                 self.conn.execute("DELETE FROM runs WHERE id = ?1", [&id[..]]).map_err(|e| backend(doing, e))?;
-            self.seqs.remove(&run);
+            self.runs.remove(&run);
         }
         removed.blobs = self
             .conn
@@ -747,9 +855,10 @@ fn load(conn: &Connection, run: RunId) -> Result<LoadedRun, StoreError> {
         .ok_or(StoreError::RunNotFound(run))?;
     let mut entries = Vec::new();
     let mut wanted = Vec::new();
+    let mut inline = HashMap::new();
     {
         let mut stmt = conn
-            .prepare_cached("SELECT path, at, record FROM journal WHERE run_id = ?1 ORDER BY seq")
+            .prepare_cached("SELECT path, at, record, value FROM journal WHERE run_id = ?1 ORDER BY seq")
             .map_err(|e| backend(doing, e))?;
         let mut rows = stmt.query([&id[..]]).map_err(|e| backend(doing, e))?;
         while let Some(row) = rows.next().map_err(|e| backend(doing, e))? {
@@ -757,13 +866,20 @@ fn load(conn: &Connection, run: RunId) -> Result<LoadedRun, StoreError> {
             let at: i64 = row.get(1).map_err(|e| backend(doing, e))?;
             let text: String = row.get(2).map_err(|e| backend(doing, e))?;
             let record: Record = serde_json::from_str(&text).map_err(|e| backend(doing, e))?;
+            let value: Option<Vec<u8>> = row.get(3).map_err(|e| backend(doing, e))?;
             if let Record::Completed { output, .. } = &record {
-                wanted.push(*output);
+                match value {
+                    // An inline output is checked against its hash like any blob.
+                    Some(json) => {
+                        inline.insert(*output, decode_blob(*output, crate::encoding::CODEC_JSON, &json)?);
+                    }
+                    None => wanted.push(*output),
+                }
             }
             entries.push(JournalEntry { path: StepPath::new(&path), at: Timestamp::from_micros(at), record });
         }
     }
-    let mut blobs = HashMap::with_capacity(wanted.len());
+    let mut blobs = inline;
     let mut stmt =
         conn.prepare_cached("SELECT codec, data FROM blobs WHERE hash = ?1").map_err(|e| backend(doing, e))?;
     for hash in wanted {

@@ -42,7 +42,7 @@ async fn a_failed_commit_leaves_no_partial_entry_and_surfaces_an_error() {
             JournalEntry {
                 path: StepPath::new("a"),
                 at: Timestamp::EPOCH,
-                record: Record::Completed { attempt: 1, output: hash, cached: false },
+                record: Record::Completed { attempt: 1, output: hash, cached: false, started_at: None },
             },
         ],
         blobs: vec![(hash, Arc::new(value))],
@@ -67,21 +67,51 @@ async fn a_failed_commit_leaves_no_partial_entry_and_surfaces_an_error() {
 }
 
 #[tokio::test]
-async fn a_blob_that_no_longer_matches_its_hash_is_detected_on_read() {
+async fn stored_content_that_no_longer_matches_its_hash_is_detected_on_read() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("corrupt.db");
     let store = Arc::new(SqliteStore::open(&path).unwrap());
-    let report = engine(store.clone()).start(&two_steps(), json!(21)).await.unwrap();
+    let big = "b".repeat(2_000);
+    let workflow = Workflow::builder("outputs")
+        .step(Node::step("small", fn_step(|_c, x: i64| async move { Ok(x * 2) })))
+        .step(Node::step(
+            "large",
+            fn_step(move |_c, _x: i64| {
+                let big = big.clone();
+                async move { Ok(big) }
+            }),
+        ))
+        .step(Node::dyn_step(
+            "wait",
+            dyn_fn_step("wait", |_c, _i| async move { Ok(Outcome::suspended(InterruptRequest::approval("ok?"))) }),
+        ))
+        .build()
+        .unwrap();
+    let report = engine(store.clone()).start(&workflow, json!(21)).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended);
     assert!(store.load(report.run_id).await.is_ok());
-    // Tamper with the stored output of `double` (42) behind the store's back.
     let raw = rusqlite::Connection::open(&path).unwrap();
-    let changed = raw
-        .execute(
-            "UPDATE blobs SET data = CAST('43' AS BLOB) WHERE hash = ?1",
-            [&ContentHash::of_value(&json!(42)).as_bytes()[..]],
-        )
-        .unwrap();
+
+    // A large output lives in `blobs` (lz4-compressed): tamper with it.
+    let large_hash = ContentHash::of_value(&json!("b".repeat(2_000)));
+    let original: Vec<u8> =
+        raw.query_row("SELECT data FROM blobs WHERE hash = ?1", [&large_hash.as_bytes()[..]], |r| r.get(0)).unwrap();
+    raw.execute(
+        "UPDATE blobs SET codec = 0, data = CAST('\"c\"' AS BLOB) WHERE hash = ?1",
+        [&large_hash.as_bytes()[..]],
+    )
+    .unwrap();
+    let error = store.load(report.run_id).await.unwrap_err();
+    assert!(matches!(error, StoreError::Corrupt(hash) if hash == large_hash), "{error}");
+    raw.execute(
+        "UPDATE blobs SET codec = 1, data = ?2 WHERE hash = ?1",
+        rusqlite::params![&large_hash.as_bytes()[..], original],
+    )
+    .unwrap();
+    assert!(store.load(report.run_id).await.is_ok(), "restored");
+
+    // A small output (42) lives inline in its journal row: tamper with that.
+    let changed = raw.execute("UPDATE journal SET value = CAST('43' AS BLOB) WHERE path = 'small'", []).unwrap();
     assert_eq!(changed, 1);
     let error = store.load(report.run_id).await.unwrap_err();
     assert!(matches!(error, StoreError::Corrupt(hash) if hash == ContentHash::of_value(&json!(42))), "{error}");
@@ -123,5 +153,5 @@ async fn reopening_applies_migrations_once_and_sets_the_pragmas() {
     let mode: String = raw.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
     let migrations: i64 = raw.query_row("SELECT COUNT(*) FROM stepwright_migrations", [], |r| r.get(0)).unwrap();
-    assert_eq!(migrations, 2, "each of the two migrations is recorded once");
+    assert_eq!(migrations, 4, "each of the four migrations is recorded once");
 }

@@ -151,7 +151,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Record::Completed { attempt, output, .. } => {
                 format!("completed (attempt {attempt}) → {}…", &output.to_hex()[..12])
             }
-            Record::Failed { attempt, error, retry_at } => {
+            Record::Failed { attempt, error, retry_at, .. } => {
                 format!("failed (attempt {attempt}): {error}{}", if retry_at.is_some() { ", will retry" } else { "" })
             }
             Record::Decided { value } => format!("decided {value}"),

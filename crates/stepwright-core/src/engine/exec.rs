@@ -337,7 +337,7 @@ impl Exec {
                 let due = self.now().plus(delay);
                 self.run
                     .recorder
-                    .commit(path, self.now(), Record::Failed { attempt, error, retry_at: Some(due) })
+                    .commit(path, self.now(), Record::Failed { attempt, error, retry_at: Some(due), started_at: None })
                     .await?;
                 self.finished(path, "retrying");
                 attempt += 1;
@@ -392,7 +392,11 @@ impl Exec {
     ) -> Res {
         self.run
             .recorder
-            .commit(path, self.now(), Record::Failed { attempt, error: error.clone(), retry_at: None })
+            .commit(
+                path,
+                self.now(),
+                Record::Failed { attempt, error: error.clone(), retry_at: None, started_at: None },
+            )
             .await?;
         self.finished(path, "failed");
         self.on_failure(node, path, error, input, scope, env, attempt).await

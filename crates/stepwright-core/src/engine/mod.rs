@@ -500,14 +500,14 @@ impl Engine {
             definition_hash: def.hash,
             input: Arc::new(input),
             caller: options.caller,
-            status: RunStatus::Pending,
+            // A run created to execute at once is created running and claimed, in one write.
+            status: if leased { RunStatus::Running } else { RunStatus::Pending },
             output: None,
             error: None,
             parent: None,
             created_at: now,
             updated_at: now,
             wake_at: None,
-            // A run created to execute at once is created claimed, in the same write.
             lease: leased.then(|| Lease {
                 run: id,
                 owner: self.inner.worker_id.clone(),
@@ -706,15 +706,18 @@ impl Engine {
         let cancel = CancellationToken::new();
         inner.live.lock().expect("poisoned").insert(run_id, cancel.clone());
         let _live = LiveGuard { engine: inner, run: run_id };
-        let running = StatusUpdate {
-            status: RunStatus::Running,
-            output: None,
-            error: None,
-            at: inner.clock.now(),
-            wake_at: None,
-            fence,
-        };
-        inner.store.set_status(run_id, running).await.map_err(EngineError::store(run_id))?;
+        let fresh = loaded.entries.is_empty() && loaded.record.status == RunStatus::Running;
+        if !fresh {
+            let running = StatusUpdate {
+                status: RunStatus::Running,
+                output: None,
+                error: None,
+                at: inner.clock.now(),
+                wake_at: None,
+                fence,
+            };
+            inner.store.set_status(run_id, running).await.map_err(EngineError::store(run_id))?;
+        }
 
         let input = loaded.record.input.clone();
         let mut scope = Scope::new(input.clone());

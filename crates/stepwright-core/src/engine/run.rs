@@ -63,9 +63,14 @@ impl Recorder {
         }
     }
 
-    /// Buffers an entry; it is written with the next commit.
-    pub(crate) fn note(&self, path: &StepPath, at: Timestamp, record: Record) {
-        self.pending.lock().expect("poisoned").entries.push(JournalEntry { path: path.clone(), at, record });
+    /// Buffers an entry; it is written with the next commit. A completion or failure
+    /// absorbs its attempt's buffered `Started` entry (keeping the start time).
+    pub(crate) fn note(&self, path: &StepPath, at: Timestamp, mut record: Record) {
+        let mut pending = self.pending.lock().expect("poisoned");
+        if let Record::Failed { attempt, started_at, .. } = &mut record {
+            *started_at = take_started(&mut pending.entries, path, *attempt);
+        }
+        pending.entries.push(JournalEntry { path: path.clone(), at, record });
     }
 
     /// Buffers a completion with its output blob and writes everything buffered.
@@ -81,11 +86,9 @@ impl Recorder {
         {
             let mut pending = self.pending.lock().expect("poisoned");
             pending.blobs.push((hash, value));
-            pending.entries.push(JournalEntry {
-                path: path.clone(),
-                at,
-                record: Record::Completed { attempt, output: hash, cached },
-            });
+            let started_at = take_started(&mut pending.entries, path, attempt);
+            let record = Record::Completed { attempt, output: hash, cached, started_at };
+            pending.entries.push(JournalEntry { path: path.clone(), at, record });
         }
         self.flush().await
     }
@@ -145,6 +148,15 @@ impl Recorder {
     }
 }
 
+/// Removes the buffered `Started` entry of `path`'s `attempt`, returning its time. It is
+/// usually the last entry or close to it, so the search is short.
+fn take_started(entries: &mut Vec<JournalEntry>, path: &StepPath, attempt: u32) -> Option<Timestamp> {
+    let index = entries
+        .iter()
+        .rposition(|e| &e.path == path && matches!(e.record, Record::Started { attempt: a } if a == attempt))?;
+    Some(entries.remove(index).at)
+}
+
 /// What the journal says about one step path.
 #[derive(Default, Debug)]
 pub(crate) struct PathLog {
@@ -191,8 +203,13 @@ impl ReplayIndex {
                         return Err(StoreError::Corrupt(*output));
                     }
                     log.completed = Some((*attempt, *output));
+                    // A folded `Started` entry means the completion also marks the attempt.
+                    log.last_attempt = log.last_attempt.max(*attempt);
                 }
-                Record::Failed { attempt, error, retry_at } => log.failures.push((*attempt, error.clone(), *retry_at)),
+                Record::Failed { attempt, error, retry_at, .. } => {
+                    log.failures.push((*attempt, error.clone(), *retry_at));
+                    log.last_attempt = log.last_attempt.max(*attempt);
+                }
                 Record::Skipped { reason } => log.skipped = Some(reason.clone()),
                 Record::Decided { value } => log.decided = Some(value.clone()),
                 Record::Value { attempt, seq, value } => {
