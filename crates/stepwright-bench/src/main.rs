@@ -36,16 +36,13 @@ impl Step for Tick {
     }
 }
 
-fn chain(name: &str, steps: usize, make: impl Fn() -> Node) -> Workflow {
+/// A chain of `steps` leaf steps named `s0`, `s1`, ….
+fn chain(name: &str, steps: usize, make: impl Fn(&str) -> Node) -> Workflow {
     let mut builder = Workflow::builder(name);
     for i in 0..steps {
-        builder = builder.step(rename(make(), &format!("s{i}")));
+        builder = builder.step(make(&format!("s{i}")));
     }
     builder.build().expect("valid workflow")
-}
-
-fn rename(node: Node, id: &str) -> Node {
-    Node::sequence(id, [node])
 }
 
 fn engine() -> Engine {
@@ -112,7 +109,7 @@ fn w2(runs: usize) -> (f64, f64) {
 /// W3 (child process): 1,000 concurrent runs of 10 steps, each awaiting a 10 ms timer.
 /// Prints `wall_ms peak_rss_kib`.
 fn w3_child() {
-    let workflow = chain("w3", 10, || Node::step("tick", Tick));
+    let workflow = chain("w3", 10, |id| Node::step(id, Tick));
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let wall = rt.block_on(async {
         let engine = engine();
@@ -245,10 +242,14 @@ fn d2(runs: usize) -> (f64, f64) {
 /// 10 ms timer. Returns (wall ms, committed steps per second).
 fn concurrent_sqlite(concurrent: usize, timer: bool) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let workflow = if timer { chain("d3", 10, || Node::step("tick", Tick)) } else { inc_chain("d4", 10) };
+    let workflow = if timer { chain("d3", 10, |id| Node::step(id, Tick)) } else { inc_chain("d4", 10) };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let (engine, _store) = sqlite_engine(dir.path(), "d34.db", Synchronous::Full);
+        let (engine, _store) = sqlite_engine(
+            dir.path(),
+            "d34.db",
+            if std::env::var("D3_NORMAL").is_ok() { Synchronous::Normal } else { Synchronous::Full },
+        );
         let start = Instant::now();
         let handles: Vec<_> = (0..concurrent)
             .map(|_| {

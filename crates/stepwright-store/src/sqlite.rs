@@ -293,43 +293,32 @@ struct Writer {
 }
 
 /// What one operation answers, held until its transaction commits.
-enum Done {
-    Unit(Ack<()>, Result<(), StoreError>),
-    Batch(Ack<JournalBatch>, Result<JournalBatch, StoreError>),
-    Removed(Ack<Removed>, Result<Removed, StoreError>),
-    Leases(Ack<Vec<Lease>>, Result<Vec<Lease>, StoreError>),
-    Lease(Ack<Lease>, Result<Lease, StoreError>),
+enum Answer {
+    Unit,
+    Batch,
+    Removed(Removed),
+    Leases(Vec<Lease>),
+    Lease(Lease),
 }
 
-impl Done {
-    fn fail(self, error: impl Fn() -> StoreError) {
-        match self {
-            Done::Unit(ack, _) => drop(ack.send(Err(error()))),
-            Done::Batch(ack, _) => drop(ack.send(Err(error()))),
-            Done::Removed(ack, _) => drop(ack.send(Err(error()))),
-            Done::Leases(ack, _) => drop(ack.send(Err(error()))),
-            Done::Lease(ack, _) => drop(ack.send(Err(error()))),
+/// Answers a caller. An append hands its (now empty) batch back, so the caller keeps the
+/// buffers' capacity. A caller that went away no longer needs its answer.
+fn reply(op: Op, result: Result<Answer, StoreError>) {
+    match (op, result) {
+        (Op::Append(.., mut batch, ack), Ok(_)) => {
+            batch.entries.clear();
+            batch.blobs.clear();
+            batch.events.clear();
+            drop(ack.send(Ok(batch)));
         }
-    }
-
-    fn send(self) {
-        // A caller that went away no longer needs its answer.
-        match self {
-            Done::Unit(ack, result) => drop(ack.send(result)),
-            Done::Batch(ack, result) => drop(ack.send(result)),
-            Done::Removed(ack, result) => drop(ack.send(result)),
-            Done::Leases(ack, result) => drop(ack.send(result)),
-            Done::Lease(ack, result) => drop(ack.send(result)),
-        }
-    }
-
-    fn is_ok(&self) -> bool {
-        match self {
-            Done::Unit(_, r) => r.is_ok(),
-            Done::Batch(_, r) => r.is_ok(),
-            Done::Removed(_, r) => r.is_ok(),
-            Done::Leases(_, r) => r.is_ok(),
-            Done::Lease(_, r) => r.is_ok(),
+        (Op::Remove(_, ack), Ok(Answer::Removed(removed))) => drop(ack.send(Ok(removed))),
+        (Op::Claim(_, ack), Ok(Answer::Leases(leases))) => drop(ack.send(Ok(leases))),
+        (Op::Heartbeat(.., ack), Ok(Answer::Lease(lease))) => drop(ack.send(Ok(lease))),
+        (Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack), Ok(_)) => drop(ack.send(Ok(()))),
+        (op, Ok(_)) => answer_err(op, || backend("answering a store call", std::io::Error::other("mismatched answer"))),
+        (op, Err(error)) => {
+            let error = std::cell::Cell::new(Some(error));
+            answer_err(op, move || error.take().unwrap_or_else(writer_gone));
         }
     }
 }
@@ -355,33 +344,51 @@ impl Writer {
             self.runs.clear();
             self.data_version = version;
         }
-        let single = ops.len() == 1;
-        let mut done = Vec::with_capacity(ops.len());
-        for op in ops {
-            // Each operation in its own savepoint, so one that fails leaves the others.
-            let run = op.run();
-            let before = run.and_then(|r| self.runs.get(&r).copied());
-            if !single {
-                let _ = self.exec("SAVEPOINT op");
+        // Optimistic pass: operations almost never fail, so apply them without savepoints.
+        // If one does, undo the transaction and apply them again, one savepoint each, so
+        // that a failing operation leaves the others.
+        let mut results = Vec::with_capacity(ops.len());
+        let mut clean = true;
+        for op in &ops {
+            match self.apply(op) {
+                Ok(answer) => results.push(Ok(answer)),
+                Err(error) => {
+                    clean = ops.len() == 1;
+                    results.push(Err(error));
+                    break;
+                }
             }
-            let outcome = self.apply(op);
-            if !single {
-                if outcome.is_ok() {
+        }
+        if !clean {
+            let _ = self.exec("ROLLBACK");
+            self.runs.clear();
+            results.clear();
+            if let Err(e) = self.exec("BEGIN IMMEDIATE") {
+                let message = e.to_string();
+                for op in ops {
+                    answer_err(op, || backend(doing, std::io::Error::other(message.clone())));
+                }
+                return;
+            }
+            for op in &ops {
+                let run = op.run();
+                let before = run.and_then(|r| self.runs.get(&r).copied());
+                let _ = self.exec("SAVEPOINT op");
+                let result = self.apply(op);
+                if result.is_ok() {
                     let _ = self.exec("RELEASE op");
                 } else {
                     let _ = self.exec("ROLLBACK TO op");
                     let _ = self.exec("RELEASE op");
+                    if let Some(run) = run {
+                        match before {
+                            Some(state) => self.runs.insert(run, state),
+                            None => self.runs.remove(&run),
+                        };
+                    }
                 }
+                results.push(result);
             }
-            if !outcome.is_ok() {
-                if let Some(run) = run {
-                    match before {
-                        Some(state) => self.runs.insert(run, state),
-                        None => self.runs.remove(&run),
-                    };
-                }
-            }
-            done.push(outcome);
         }
         let injected = self.fail_next_commit.swap(false, Ordering::SeqCst);
         let committed = if injected {
@@ -390,13 +397,17 @@ impl Writer {
             self.exec("COMMIT").map_err(|e| e.to_string())
         };
         match committed {
-            Ok(()) => done.into_iter().for_each(Done::send),
+            Ok(()) => {
+                for (op, result) in ops.into_iter().zip(results) {
+                    reply(op, result);
+                }
+            }
             Err(message) => {
                 let _ = self.exec("ROLLBACK");
                 // Counters handed out in the rolled-back transaction are free again.
                 self.runs.clear();
-                for d in done {
-                    d.fail(|| backend(doing, std::io::Error::other(message.clone())));
+                for op in ops {
+                    answer_err(op, || backend(doing, std::io::Error::other(message.clone())));
                 }
             }
         }
@@ -419,18 +430,18 @@ impl Writer {
         Ok(self.runs.get_mut(&run).expect("inserted above"))
     }
 
-    fn apply(&mut self, op: Op) -> Done {
+    fn apply(&mut self, op: &Op) -> Result<Answer, StoreError> {
         match op {
-            Op::Create(record, ack) => Done::Unit(ack, self.create(&record)),
-            Op::Append(run, fence, mut batch, ack) => {
-                let result = self.check_fence(run, fence).and_then(|()| self.append(run, &mut batch)).map(|()| batch);
-                Done::Batch(ack, result)
+            Op::Create(record, _) => self.create(record).map(|()| Answer::Unit),
+            Op::Append(run, fence, batch, _) => {
+                self.check_fence(*run, *fence)?;
+                self.append(*run, batch).map(|()| Answer::Batch)
             }
-            Op::Claim(claim, ack) => Done::Leases(ack, self.claim(&claim)),
-            Op::Heartbeat(lease, now, lease_for, ack) => Done::Lease(ack, self.heartbeat(&lease, now, lease_for)),
-            Op::SetStatus(run, update, ack) => Done::Unit(ack, self.set_status(run, &update)),
-            Op::Resolve(run, entry, ack) => Done::Unit(ack, self.resolve(run, entry)),
-            Op::Remove(removal, ack) => Done::Removed(ack, self.remove(removal)),
+            Op::Claim(claim, _) => self.claim(claim).map(Answer::Leases),
+            Op::Heartbeat(lease, now, lease_for, _) => self.heartbeat(lease, *now, *lease_for).map(Answer::Lease),
+            Op::SetStatus(run, update, _) => self.set_status(*run, update).map(|()| Answer::Unit),
+            Op::Resolve(run, entry, _) => self.resolve(*run, entry).map(|()| Answer::Unit),
+            Op::Remove(removal, _) => self.remove(removal).map(Answer::Removed),
         }
     }
 
@@ -477,7 +488,7 @@ impl Writer {
         Ok(())
     }
 
-    fn append(&mut self, run: RunId, batch: &mut JournalBatch) -> Result<(), StoreError> {
+    fn append(&mut self, run: RunId, batch: &JournalBatch) -> Result<(), StoreError> {
         let doing = "appending to the journal";
         let state = *self.state(run)?;
         let (mut seq, mut event_seq) = (state.next_seq, state.next_event);
@@ -486,12 +497,12 @@ impl Writer {
         // entries reference goes to `blobs` once.
         let mut inline: HashMap<ContentHash, Vec<u8>> = HashMap::new();
         for entry in &batch.entries {
-            if let Record::Completed { output, .. } = &entry.record {
-                if let Some((_, value)) = batch.blobs.iter().find(|(h, _)| h == output) {
-                    let json = serde_json::to_vec(&**value).unwrap_or_default();
-                    if json.len() <= INLINE_AT_MOST {
-                        inline.insert(*output, json);
-                    }
+            if let Record::Completed { output, .. } = &entry.record
+                && let Some((_, value)) = batch.blobs.iter().find(|(h, _)| h == output)
+            {
+                let json = serde_json::to_vec(&**value).unwrap_or_default();
+                if json.len() <= INLINE_AT_MOST {
+                    inline.insert(*output, json);
                 }
             }
         }
@@ -500,11 +511,11 @@ impl Writer {
                 .conn
                 .prepare_cached("INSERT OR IGNORE INTO blobs (hash, codec, data) VALUES (?1, ?2, ?3)")
                 .map_err(|e| backend(doing, e))?;
-            for (hash, value) in batch.blobs.drain(..) {
-                if inline.contains_key(&hash) {
+            for (hash, value) in &batch.blobs {
+                if inline.contains_key(hash) {
                     continue;
                 }
-                let (codec, bytes) = encode_blob(&value);
+                let (codec, bytes) = encode_blob(value);
                 insert_blob.execute(params![hash.as_bytes(), codec, bytes]).map_err(|e| backend(doing, e))?;
             }
         }
@@ -519,7 +530,7 @@ impl Writer {
                 .conn
                 .prepare_cached("INSERT OR IGNORE INTO interrupts (run_id, id, path, resolved) VALUES (?1, ?2, ?3, 0)")
                 .map_err(|e| backend(doing, e))?;
-            for entry in batch.entries.drain(..) {
+            for entry in &batch.entries {
                 let referenced = referenced_blob(&entry.record);
                 let value = referenced.and_then(|h| inline.get(&h));
                 let blob = if value.is_some() { None } else { referenced.map(|h| h.as_bytes().to_vec()) };
@@ -550,7 +561,7 @@ impl Writer {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 )
                 .map_err(|e| backend(doing, e))?;
-            for event in batch.events.drain(..) {
+            for event in &batch.events {
                 insert_event
                     .execute(params![
                         &id[..],
@@ -678,7 +689,7 @@ impl Writer {
         Ok(())
     }
 
-    fn resolve(&mut self, run: RunId, entry: JournalEntry) -> Result<(), StoreError> {
+    fn resolve(&mut self, run: RunId, entry: &JournalEntry) -> Result<(), StoreError> {
         let doing = "resolving an interrupt";
         let Record::InterruptResolved { id, .. } = &entry.record else {
             return Err(backend(doing, std::io::Error::other("the entry is not an interrupt resolution")));
@@ -701,17 +712,17 @@ impl Writer {
                 StoreError::InterruptNotFound { run, interrupt }
             });
         }
-        let mut batch = JournalBatch { entries: vec![entry], ..JournalBatch::default() };
-        self.append(run, &mut batch)
+        let batch = JournalBatch { entries: vec![entry.clone()], ..JournalBatch::default() };
+        self.append(run, &batch)
     }
 
-    fn remove(&mut self, removal: Removal) -> Result<Removed, StoreError> {
+    fn remove(&mut self, removal: &Removal) -> Result<Removed, StoreError> {
         let doing = "removing runs";
         let victims = match removal {
-            Removal::Runs(runs) => runs,
+            Removal::Runs(runs) => runs.clone(),
             Removal::Retention(policy) => {
                 let all = all_runs(&self.conn).map_err(|e| backend(doing, e))?;
-                retention_victims(&all, &policy)
+                retention_victims(&all, policy)
             }
         };
         let mut removed = Removed::default();
