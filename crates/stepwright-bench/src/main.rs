@@ -275,10 +275,7 @@ fn d7() -> f64 {
     rt.block_on(async {
         let (engine, store) = sqlite_engine(dir.path(), "d7.db", Synchronous::Normal);
         engine.start(&workflow, json!(0)).await.expect("warm-up run");
-        let size = |store: &SqliteStore| -> u64 {
-            let conn = rusqlite_size(store.path());
-            conn
-        };
+        let size = |store: &SqliteStore| rusqlite_size(store.path());
         let before = size(&store);
         for _ in 0..10 {
             engine.start(&workflow, json!(0)).await.expect("run");
