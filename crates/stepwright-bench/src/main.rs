@@ -285,6 +285,122 @@ fn d7() -> f64 {
     })
 }
 
+/// `steps` trivial steps, then a step behind an approval gate that records when it started,
+/// then `after` more trivial steps.
+fn gated_chain(steps: usize, started: Arc<std::sync::Mutex<Option<Instant>>>, after: usize) -> Workflow {
+    let mut builder = Workflow::builder("gated");
+    for i in 0..steps {
+        builder = builder.step(Node::step(&format!("s{i}"), Inc));
+    }
+    builder
+        .step(
+            Node::step(
+                "next",
+                stepwright_core::fn_step(move |_ctx, x: u64| {
+                    let started = started.clone();
+                    async move {
+                        started.lock().expect("poisoned").get_or_insert_with(Instant::now);
+                        Ok(x)
+                    }
+                }),
+            )
+            .requires_approval(stepwright_core::ApprovalGate::new("continue?")),
+        )
+        .steps((0..after).map(|i| Node::step(&format!("t{i}"), Inc)))
+        .build()
+        .expect("valid")
+}
+
+/// Creates a run of `gated_chain(steps)` suspended at its gate, approved, in `db`.
+/// (The W4 shape: 50 steps, the gated 51st, 49 more: 100 in all.)
+async fn approved_run(db: &std::path::Path, steps: usize) -> stepwright_core::RunId {
+    let store = Arc::new(SqliteStore::open(db).expect("open"));
+    let engine = Engine::builder().store(store as Arc<dyn Store>).worker_id("bench").build();
+    let workflow = gated_chain(steps, Arc::default(), 49);
+    let report = engine.start(&workflow, json!(0)).await.expect("run");
+    assert_eq!(report.status, stepwright_core::RunStatus::Suspended);
+    let gate = &report.pending[0].id;
+    engine
+        .resolve(report.run_id, gate, stepwright_core::Decision::Approve, &Default::default())
+        .await
+        .expect("approve");
+    report.run_id
+}
+
+/// D5 child: open the store, resume the run, exit.
+fn d5_child(db: &str, run: &str) {
+    let rt = current_thread();
+    rt.block_on(async {
+        let store = Arc::new(SqliteStore::open(db).expect("open"));
+        let engine = Engine::builder().store(store as Arc<dyn Store>).worker_id("bench").build();
+        let report =
+            engine.resume(&gated_chain(50, Arc::default(), 49), run.parse().expect("run id")).await.expect("resume");
+        assert_eq!(report.status, stepwright_core::RunStatus::Completed);
+    });
+}
+
+/// D5a: a 100-step run stopped after step 50, finished by a new process (process start
+/// included). The run's remaining 50 steps: the approved gate's step, then 49 more.
+fn d5_process(runs: usize) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = std::env::current_exe().expect("exe");
+    let mut walls = Vec::new();
+    for i in 0..runs {
+        let db = dir.path().join(format!("d5-{i}.db"));
+        let run = current_thread().block_on(approved_run(&db, 50));
+        let start = Instant::now();
+        let status = Command::new(&exe)
+            .args(["d5-child", db.to_str().expect("path"), &run.to_string()])
+            .status()
+            .expect("spawn");
+        walls.push(start.elapsed().as_secs_f64() * 1e3);
+        assert!(status.success());
+    }
+    median(walls)
+}
+
+/// D5b / D6: time from `resume` (after `resolve` for D6) to the next step's start, with
+/// `completed` steps already in the journal; the store is freshly opened for D5b.
+fn resume_to_next_step(completed: usize, runs: usize, include_resolve: bool) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rt = current_thread();
+    let mut times = Vec::new();
+    for i in 0..runs {
+        let db = dir.path().join(format!("r-{i}.db"));
+        let started = Arc::new(std::sync::Mutex::new(None));
+        let workflow = gated_chain(completed, started.clone(), 0);
+        rt.block_on(async {
+            let store = Arc::new(SqliteStore::open(&db).expect("open"));
+            let engine = Engine::builder().store(store as Arc<dyn Store>).worker_id("bench").build();
+            let report = engine.start(&workflow, json!(0)).await.expect("run");
+            let gate = report.pending[0].id.clone();
+            let (engine, t0) = if include_resolve {
+                // D6: the same process decides, then continues.
+                let t0 = Instant::now();
+                engine
+                    .resolve(report.run_id, &gate, stepwright_core::Decision::Approve, &Default::default())
+                    .await
+                    .expect("approve");
+                (engine, t0)
+            } else {
+                engine
+                    .resolve(report.run_id, &gate, stepwright_core::Decision::Approve, &Default::default())
+                    .await
+                    .expect("approve");
+                drop(engine);
+                // D5b: a fresh store over the file, as a new process would have.
+                let t0 = Instant::now();
+                let store = Arc::new(SqliteStore::open(&db).expect("open"));
+                (Engine::builder().store(store as Arc<dyn Store>).worker_id("bench").build(), t0)
+            };
+            engine.resume(&workflow, report.run_id).await.expect("resume");
+            let at = started.lock().expect("poisoned").expect("the next step ran");
+            times.push(at.duration_since(t0).as_secs_f64() * 1e3);
+        });
+    }
+    median(times)
+}
+
 /// The size of a SQLite database after a checkpoint (pages in use × page size).
 fn rusqlite_size(path: &std::path::Path) -> u64 {
     let conn = stepwright_store::raw_connection(path).expect("open");
@@ -300,6 +416,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("w3-child") => return w3_child(),
         Some("w3-floor-child") => return w3_floor_child(),
+        Some("d5-child") => return d5_child(&args[1], &args[2]),
         _ => {}
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -371,6 +488,24 @@ fn main() {
         let bytes = d7();
         println!(
             "| D7 | journal bytes per trivial step (SQLite file growth over 10,000 steps) | {bytes:.0} B/step | | ≤ 300 B |"
+        );
+    }
+    if wanted("d5") {
+        let runs = if quick { 3 } else { 15 };
+        let process = d5_process(runs);
+        println!(
+            "| D5 | W4: 100-step run stopped after step 50, finished by a new process, process start included ({runs} runs) | {process:.1} ms | | ≤ 20 ms |"
+        );
+        let to_next = resume_to_next_step(1_000, runs, false);
+        println!(
+            "| D5 | resume of a run with 1,000 completed steps (fresh store): to the next step ({runs} runs) | {to_next:.2} ms | | ≤ 10 ms |"
+        );
+    }
+    if wanted("d6") {
+        let runs = if quick { 3 } else { 25 };
+        let latency = resume_to_next_step(10, runs, true);
+        println!(
+            "| D6 | approval resolved → next step starts, same process ({runs} runs) | {latency:.2} ms | | ≤ 2 ms |"
         );
     }
 }
