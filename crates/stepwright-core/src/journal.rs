@@ -438,6 +438,12 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>>;
 
+    /// Waits until work may have become available (a notification) or `timeout` passes.
+    /// Stores without notifications simply wait out the timeout (runners then poll).
+    fn wait_for_work(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
+        Box::pin(tokio::time::sleep(timeout))
+    }
+
     /// Extends a lease; fails with `LeaseLost` if the token is no longer current.
     fn heartbeat(
         &self,

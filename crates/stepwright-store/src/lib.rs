@@ -10,8 +10,12 @@
 
 pub mod conformance;
 mod encoding;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod sqlite;
 
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 /// A plain read-write connection to a store's file, for inspection and benchmarks.

@@ -126,7 +126,7 @@ impl Runner {
             tokio::select! {
                 () = stop.cancelled() => break,
                 Some(_) = set.join_next(), if !set.is_empty() => {}
-                () = self.engine.inner.clock.sleep(self.poll) => {}
+                () = self.engine.inner.store.wait_for_work(self.poll) => {}
             }
         }
         set.shutdown().await;

@@ -1,0 +1,815 @@
+//! The Postgres store: many workers, one database.
+//!
+//! Every write that touches a run's journal locks the run's row (`SELECT … FOR UPDATE`),
+//! checks the writer's fencing token there, and appends in the same transaction, so a
+//! worker that lost its lease cannot write. Runs are claimed with `FOR UPDATE SKIP LOCKED`
+//! (two workers claiming at once take different runs); lease times come from the
+//! database's clock, so workers whose clocks disagree still agree on expiry. Writes that make
+//! work available send `NOTIFY stepwright_work`; runners listen, and poll as a fallback.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Row, Transaction};
+use stepwright_core::journal::{
+    EventRecord, JournalBatch, JournalEntry, Lease, Lineage, LoadedRun, Removed, Retention, RunFilter, RunRecord,
+    StatusUpdate, referenced_blob, retention_victims,
+};
+use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
+
+use crate::encoding::{CODEC_JSON, backend, decode_blob, encode_blob};
+
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("postgres/001_initial.sql"))];
+
+/// Outputs whose JSON is at most this long are stored in their journal row.
+const INLINE_AT_MOST: usize = 256;
+
+/// The channel runners listen on.
+pub const WORK_CHANNEL: &str = "stepwright_work";
+
+/// A durable store in a Postgres database.
+pub struct PostgresStore {
+    pool: PgPool,
+    listener: tokio::sync::Mutex<Option<PgListener>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore").finish_non_exhaustive()
+    }
+}
+
+fn pg(doing: &str) -> impl Fn(sqlx::Error) -> StoreError + '_ {
+    move |e| backend(doing, e)
+}
+
+impl PostgresStore {
+    /// Connects to `url` (`postgres://…`) and applies migrations.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let options: PgConnectOptions = url.parse().map_err(pg("parsing the postgres url"))?;
+        Self::connect_with(options).await
+    }
+
+    /// Connects with explicit options (a schema through `search_path`, a pool size…).
+    pub async fn connect_with(options: PgConnectOptions) -> Result<Self, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .connect_with(options)
+            .await
+            .map_err(pg("connecting to postgres"))?;
+        migrate(&pool).await?;
+        Ok(Self { pool, listener: tokio::sync::Mutex::new(None) })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn notify(&self, run: RunId) {
+        // A lost notification only delays a runner until its next poll.
+        let _ =
+            sqlx::query("SELECT pg_notify($1, $2)").bind(WORK_CHANNEL).bind(run.to_string()).execute(&self.pool).await;
+    }
+}
+
+async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
+    let doing = "migrating the postgres database";
+    let mut tx = pool.begin().await.map_err(pg(doing))?;
+    // Workers starting together must not apply a migration twice.
+    sqlx::query("SELECT pg_advisory_xact_lock(7270617374657077)").execute(&mut *tx).await.map_err(pg(doing))?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS stepwright_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(pg(doing))?;
+    for (version, sql) in MIGRATIONS {
+        let done: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stepwright_migrations WHERE version = $1)")
+            .bind(version)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(pg(doing))?;
+        if !done {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(*sql)).execute(&mut *tx).await.map_err(pg(doing))?;
+            sqlx::query("INSERT INTO stepwright_migrations (version, applied_at) VALUES ($1, stepwright_now_us())")
+                .bind(version)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg(doing))?;
+        }
+    }
+    tx.commit().await.map_err(pg(doing))
+}
+
+fn status_name(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Pending => "pending",
+        RunStatus::Running => "running",
+        RunStatus::Suspended => "suspended",
+        RunStatus::Completed => "completed",
+        RunStatus::Failed => "failed",
+        RunStatus::Cancelled => "cancelled",
+    }
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+fn from_value<T: serde::de::DeserializeOwned>(doing: &str, value: Value) -> Result<T, StoreError> {
+    serde_json::from_value(value).map_err(|e| backend(doing, e))
+}
+
+const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
+                           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires";
+
+fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
+    let doing = "reading a run";
+    let get = |e: sqlx::Error| backend(doing, e);
+    let id = RunId::from_bytes(row.try_get::<uuid::Uuid, _>(0).map_err(get)?.into_bytes());
+    let hash: Vec<u8> = row.try_get(3).map_err(get)?;
+    let hash_hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    let status: String = row.try_get(6).map_err(get)?;
+    let parent_run: Option<uuid::Uuid> = row.try_get(9).map_err(get)?;
+    let parent_path: Option<String> = row.try_get(10).map_err(get)?;
+    let lease_owner: Option<String> = row.try_get(14).map_err(get)?;
+    let lease_expires: Option<i64> = row.try_get(16).map_err(get)?;
+    Ok(RunRecord {
+        id,
+        workflow: row.try_get(1).map_err(get)?,
+        version: row.try_get(2).map_err(get)?,
+        definition_hash: hash_hex.parse().map_err(|e| backend(doing, e))?,
+        input: Arc::new(row.try_get(4).map_err(get)?),
+        caller: from_value(doing, row.try_get(5).map_err(get)?)?,
+        status: from_value(doing, Value::String(status))?,
+        output: row.try_get(7).map_err(get)?,
+        error: row.try_get::<Option<Value>, _>(8).map_err(get)?.map(|v| from_value(doing, v)).transpose()?,
+        parent: match (parent_run, parent_path) {
+            (Some(run), Some(at)) => Some(Lineage { run: RunId::from_bytes(run.into_bytes()), at: StepPath::new(&at) }),
+            _ => None,
+        },
+        created_at: Timestamp::from_micros(row.try_get(11).map_err(get)?),
+        updated_at: Timestamp::from_micros(row.try_get(12).map_err(get)?),
+        wake_at: row.try_get::<Option<i64>, _>(13).map_err(get)?.map(Timestamp::from_micros),
+        lease: match (lease_owner, lease_expires) {
+            (Some(owner), Some(expires)) => Some(Lease {
+                run: id,
+                owner,
+                token: row.try_get::<i64, _>(15).map_err(get)? as u64,
+                expires_at: Timestamp::from_micros(expires),
+            }),
+            _ => None,
+        },
+    })
+}
+
+fn uuid(run: RunId) -> uuid::Uuid {
+    run.as_uuid()
+}
+
+/// Locks the run's row and returns `(lease_token, next journal seq, next event seq)`.
+async fn lock_run(tx: &mut Transaction<'_, sqlx::Postgres>, run: RunId) -> Result<(u64, i64, i64), StoreError> {
+    let doing = "locking a run";
+    let row = sqlx::query(
+        "SELECT lease_token, \
+         (SELECT COALESCE(MAX(seq) + 1, 0) FROM stepwright_journal WHERE run_id = $1), \
+         (SELECT COALESCE(MAX(seq) + 1, 0) FROM stepwright_events WHERE run_id = $1) \
+         FROM stepwright_runs WHERE id = $1 FOR UPDATE",
+    )
+    .bind(uuid(run))
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(pg(doing))?
+    .ok_or(StoreError::RunNotFound(run))?;
+    Ok((row.get::<i64, _>(0) as u64, row.get(1), row.get(2)))
+}
+
+fn check_token(run: RunId, current: u64, fence: Option<u64>) -> Result<(), StoreError> {
+    match fence {
+        Some(token) if token != current => Err(StoreError::LeaseLost { run, token }),
+        _ => Ok(()),
+    }
+}
+
+/// Appends a batch inside an open transaction whose run row is locked.
+async fn append_locked(
+    tx: &mut Transaction<'_, sqlx::Postgres>,
+    run: RunId,
+    mut seq: i64,
+    mut event_seq: i64,
+    batch: &JournalBatch,
+) -> Result<(), StoreError> {
+    let doing = "appending to the journal";
+    let mut inline: HashMap<ContentHash, Vec<u8>> = HashMap::new();
+    for entry in &batch.entries {
+        if let Record::Completed { output, .. } = &entry.record
+            && let Some((_, value)) = batch.blobs.iter().find(|(h, _)| h == output)
+        {
+            let json = serde_json::to_vec(&**value).unwrap_or_default();
+            if json.len() <= INLINE_AT_MOST {
+                inline.insert(*output, json);
+            }
+        }
+    }
+    let (mut hashes, mut codecs, mut datas) = (Vec::new(), Vec::new(), Vec::new());
+    for (hash, value) in &batch.blobs {
+        if inline.contains_key(hash) || hashes.iter().any(|h: &Vec<u8>| h[..] == hash.as_bytes()[..]) {
+            continue;
+        }
+        let (codec, bytes) = encode_blob(value);
+        hashes.push(hash.as_bytes().to_vec());
+        codecs.push(codec as i16);
+        datas.push(bytes);
+    }
+    if !hashes.is_empty() {
+        sqlx::query(
+            "INSERT INTO stepwright_blobs (hash, codec, data) SELECT * FROM UNNEST($1::bytea[], $2::smallint[], $3::bytea[]) \
+             ON CONFLICT (hash) DO NOTHING",
+        )
+        .bind(&hashes)
+        .bind(&codecs)
+        .bind(&datas)
+        .execute(&mut **tx)
+        .await
+        .map_err(pg(doing))?;
+    }
+    if !batch.entries.is_empty() {
+        let n = batch.entries.len();
+        let (mut seqs, mut paths, mut ats, mut records, mut blobs, mut values) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        let (mut opened_ids, mut opened_paths) = (Vec::new(), Vec::new());
+        for entry in &batch.entries {
+            let referenced = referenced_blob(&entry.record);
+            let value = referenced.and_then(|h| inline.get(&h)).cloned();
+            let blob = if value.is_some() { None } else { referenced.map(|h| h.as_bytes().to_vec()) };
+            if let Record::InterruptOpened { id, .. } = &entry.record {
+                opened_ids.push(id.as_str().to_owned());
+                opened_paths.push(entry.path.as_str().to_owned());
+            }
+            seqs.push(seq);
+            seq += 1;
+            paths.push(entry.path.as_str().to_owned());
+            ats.push(entry.at.as_micros());
+            records.push(to_value(&entry.record));
+            blobs.push(blob);
+            values.push(value);
+        }
+        sqlx::query(
+            "INSERT INTO stepwright_journal (run_id, seq, path, at, record, blob, value) \
+             SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::bigint[], $5::jsonb[], $6::bytea[], $7::bytea[])",
+        )
+        .bind(uuid(run))
+        .bind(&seqs)
+        .bind(&paths)
+        .bind(&ats)
+        .bind(&records)
+        .bind(&blobs)
+        .bind(&values)
+        .execute(&mut **tx)
+        .await
+        .map_err(pg(doing))?;
+        if !opened_ids.is_empty() {
+            sqlx::query(
+                "INSERT INTO stepwright_interrupts (run_id, id, path, resolved) \
+                 SELECT $1, i, p, false FROM UNNEST($2::text[], $3::text[]) AS t(i, p) ON CONFLICT DO NOTHING",
+            )
+            .bind(uuid(run))
+            .bind(&opened_ids)
+            .bind(&opened_paths)
+            .execute(&mut **tx)
+            .await
+            .map_err(pg(doing))?;
+        }
+    }
+    if !batch.events.is_empty() {
+        let n = batch.events.len();
+        let (mut seqs, mut paths, mut ats, mut tenants, mut users, mut kinds, mut datas) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
+        for event in &batch.events {
+            seqs.push(event_seq);
+            event_seq += 1;
+            paths.push(event.path.as_str().to_owned());
+            ats.push(event.at.as_micros());
+            tenants.push(event.tenant.clone());
+            users.push(event.user.clone());
+            kinds.push(event.kind.clone());
+            datas.push(event.data.clone());
+        }
+        sqlx::query(
+            "INSERT INTO stepwright_events (run_id, seq, path, at, tenant, user_id, kind, data) \
+             SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::jsonb[])",
+        )
+        .bind(uuid(run))
+        .bind(&seqs)
+        .bind(&paths)
+        .bind(&ats)
+        .bind(&tenants)
+        .bind(&users)
+        .bind(&kinds)
+        .bind(&datas)
+        .execute(&mut **tx)
+        .await
+        .map_err(pg(doing))?;
+    }
+    Ok(())
+}
+
+/// Why a claim matched no row.
+async fn claim_refusal(pool: &PgPool, run: RunId) -> StoreError {
+    let row = sqlx::query("SELECT status, lease_owner, lease_expires FROM stepwright_runs WHERE id = $1")
+        .bind(uuid(run))
+        .fetch_optional(pool)
+        .await;
+    match row {
+        Ok(Some(row)) => {
+            let status: String = row.get(0);
+            let owner: Option<String> = row.get(1);
+            let until: Option<i64> = row.get(2);
+            StoreError::Leased {
+                run,
+                owner: owner.unwrap_or_else(|| format!("nobody: the run is {status}")),
+                until: Timestamp::from_micros(until.unwrap_or_default()),
+            }
+        }
+        Ok(None) => StoreError::RunNotFound(run),
+        Err(e) => backend("claiming a run", e),
+    }
+}
+
+fn micros(duration: Duration) -> i64 {
+    i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
+}
+
+impl Store for PostgresStore {
+    fn create_run(&self, r: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let doing = "creating a run";
+            let lease = r.lease.as_ref();
+            let created = sqlx::query(
+                "INSERT INTO stepwright_runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
+                 parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+                 CASE WHEN $15::text IS NULL THEN NULL ELSE stepwright_now_us() + $17 END) \
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(uuid(r.id))
+            .bind(&r.workflow)
+            .bind(&r.version)
+            .bind(&r.definition_hash.as_bytes()[..])
+            .bind(&*r.input)
+            .bind(to_value(&r.caller))
+            .bind(status_name(r.status))
+            .bind(&r.output)
+            .bind(r.error.as_ref().map(to_value))
+            .bind(r.parent.as_ref().map(|p| uuid(p.run)))
+            .bind(r.parent.as_ref().map(|p| p.at.as_str().to_owned()))
+            .bind(r.created_at.as_micros())
+            .bind(r.updated_at.as_micros())
+            .bind(r.wake_at.map(Timestamp::as_micros))
+            .bind(lease.map(|l| l.owner.clone()))
+            .bind(lease.map_or(0, |l| l.token as i64))
+            // The lease's length, measured on the database's clock.
+            .bind(lease.map_or(0, |l| (l.expires_at.as_micros() - r.created_at.as_micros()).max(0)))
+            .execute(&self.pool)
+            .await
+            .map_err(pg(doing))?;
+            if created.rows_affected() == 0 {
+                return Err(StoreError::RunExists(r.id));
+            }
+            if r.status == RunStatus::Pending {
+                self.notify(r.id).await;
+            }
+            Ok(())
+        })
+    }
+
+    fn append<'a>(
+        &'a self,
+        run: RunId,
+        fence: Option<u64>,
+        batch: &'a mut JournalBatch,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let doing = "appending to the journal";
+            let mut tx = self.pool.begin().await.map_err(pg(doing))?;
+            let (token, seq, event_seq) = lock_run(&mut tx, run).await?;
+            check_token(run, token, fence)?;
+            append_locked(&mut tx, run, seq, event_seq, batch).await?;
+            tx.commit().await.map_err(pg(doing))?;
+            batch.entries.clear();
+            batch.blobs.clear();
+            batch.events.clear();
+            Ok(())
+        })
+    }
+
+    fn set_status(&self, run: RunId, u: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let doing = "setting a run's status";
+            let mut tx = self.pool.begin().await.map_err(pg(doing))?;
+            let (token, _, _) = lock_run(&mut tx, run).await?;
+            check_token(run, token, u.fence)?;
+            let release = u.status != RunStatus::Running;
+            sqlx::query(
+                "UPDATE stepwright_runs SET status = $2, output = $3, error = $4, updated_at = $5, wake_at = $6, \
+                 lease_owner = CASE WHEN $7 THEN NULL ELSE lease_owner END, \
+                 lease_expires = CASE WHEN $7 THEN NULL ELSE lease_expires END WHERE id = $1",
+            )
+            .bind(uuid(run))
+            .bind(status_name(u.status))
+            .bind(&u.output)
+            .bind(u.error.as_ref().map(to_value))
+            .bind(u.at.as_micros())
+            .bind(u.wake_at.map(Timestamp::as_micros))
+            .bind(release)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg(doing))?;
+            tx.commit().await.map_err(pg(doing))?;
+            if matches!(u.status, RunStatus::Pending | RunStatus::Suspended) {
+                self.notify(run).await;
+            }
+            Ok(())
+        })
+    }
+
+    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        Box::pin(async move {
+            let doing = "loading a run";
+            let row =
+                sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {RUN_COLUMNS} FROM stepwright_runs WHERE id = $1")))
+                    .bind(uuid(run))
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(pg(doing))?
+                    .ok_or(StoreError::RunNotFound(run))?;
+            let record = run_from_row(&row)?;
+            let rows =
+                sqlx::query("SELECT path, at, record, value FROM stepwright_journal WHERE run_id = $1 ORDER BY seq")
+                    .bind(uuid(run))
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(pg(doing))?;
+            let mut entries = Vec::with_capacity(rows.len());
+            let mut blobs = HashMap::new();
+            let mut wanted: Vec<Vec<u8>> = Vec::new();
+            for row in rows {
+                let record: Record = from_value(doing, row.get::<Value, _>(2))?;
+                if let Record::Completed { output, .. } = &record {
+                    match row.get::<Option<Vec<u8>>, _>(3) {
+                        Some(json) => {
+                            blobs.insert(*output, decode_blob(*output, CODEC_JSON, &json)?);
+                        }
+                        None => wanted.push(output.as_bytes().to_vec()),
+                    }
+                }
+                let path: String = row.get(0);
+                entries.push(JournalEntry {
+                    path: StepPath::new(&path),
+                    at: Timestamp::from_micros(row.get(1)),
+                    record,
+                });
+            }
+            if !wanted.is_empty() {
+                let rows = sqlx::query("SELECT hash, codec, data FROM stepwright_blobs WHERE hash = ANY($1)")
+                    .bind(&wanted)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(pg(doing))?;
+                for row in rows {
+                    let hash: Vec<u8> = row.get(0);
+                    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+                    let hash: ContentHash = hex.parse().map_err(|e| backend(doing, e))?;
+                    blobs.insert(hash, decode_blob(hash, i64::from(row.get::<i16, _>(1)), &row.get::<Vec<u8>, _>(2))?);
+                }
+                for hash in &wanted {
+                    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+                    let hash: ContentHash = hex.parse().map_err(|e| backend(doing, e))?;
+                    if !blobs.contains_key(&hash) {
+                        return Err(StoreError::Corrupt(hash));
+                    }
+                }
+            }
+            Ok(LoadedRun { record, entries, blobs })
+        })
+    }
+
+    fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let doing = "resolving an interrupt";
+            let Record::InterruptResolved { id, .. } = &entry.record else {
+                return Err(backend(doing, std::io::Error::other("the entry is not an interrupt resolution")));
+            };
+            let mut tx = self.pool.begin().await.map_err(pg(doing))?;
+            let (_, seq, event_seq) = lock_run(&mut tx, run).await?;
+            let changed = sqlx::query(
+                "UPDATE stepwright_interrupts SET resolved = true WHERE run_id = $1 AND id = $2 AND NOT resolved",
+            )
+            .bind(uuid(run))
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(pg(doing))?;
+            if changed.rows_affected() == 0 {
+                let exists: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM stepwright_interrupts WHERE run_id = $1 AND id = $2)",
+                )
+                .bind(uuid(run))
+                .bind(id.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(pg(doing))?;
+                let interrupt = InterruptId::new(id.as_str());
+                return Err(if exists {
+                    StoreError::AlreadyResolved { run, interrupt }
+                } else {
+                    StoreError::InterruptNotFound { run, interrupt }
+                });
+            }
+            let batch = JournalBatch { entries: vec![entry.clone()], ..JournalBatch::default() };
+            append_locked(&mut tx, run, seq, event_seq, &batch).await?;
+            tx.commit().await.map_err(pg(doing))?;
+            self.notify(run).await;
+            Ok(())
+        })
+    }
+
+    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        Box::pin(async move {
+            let doing = "reading events";
+            let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stepwright_runs WHERE id = $1)")
+                .bind(uuid(run))
+                .fetch_one(&self.pool)
+                .await
+                .map_err(pg(doing))?;
+            if !exists {
+                return Err(StoreError::RunNotFound(run));
+            }
+            let rows = sqlx::query(
+                "SELECT path, at, tenant, user_id, kind, data FROM stepwright_events WHERE run_id = $1 ORDER BY seq",
+            )
+            .bind(uuid(run))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg(doing))?;
+            Ok(rows
+                .into_iter()
+                .map(|r| EventRecord {
+                    run,
+                    path: StepPath::new(&r.get::<String, _>(0)),
+                    at: Timestamp::from_micros(r.get(1)),
+                    tenant: r.get(2),
+                    user: r.get(3),
+                    kind: r.get(4),
+                    data: r.get(5),
+                })
+                .collect())
+        })
+    }
+
+    fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(async move {
+            let doing = "listing runs";
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {RUN_COLUMNS} FROM stepwright_runs WHERE ($1::text IS NULL OR status = $1) \
+                 AND ($2::text IS NULL OR workflow = $2) ORDER BY created_at DESC, id DESC LIMIT $3"
+            )))
+            .bind(filter.status.map(status_name))
+            .bind(filter.workflow)
+            .bind(i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg(doing))?;
+            rows.iter().map(run_from_row).collect()
+        })
+    }
+
+    fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        Box::pin(self.remove(vec![run]))
+    }
+
+    fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        Box::pin(async move {
+            let all = self.list_runs(RunFilter { limit: Some(usize::MAX >> 1), ..RunFilter::default() }).await?;
+            self.remove(retention_victims(&all, &policy)).await
+        })
+    }
+
+    fn claim(
+        &self,
+        run: RunId,
+        owner: &str,
+        _now: Timestamp,
+        lease_for: Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let row = sqlx::query(
+                "UPDATE stepwright_runs SET lease_owner = $2, lease_token = lease_token + 1, \
+                 lease_expires = stepwright_now_us() + $3 \
+                 WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled') \
+                 AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires <= stepwright_now_us()) \
+                 RETURNING lease_token, lease_expires",
+            )
+            .bind(uuid(run))
+            .bind(&owner)
+            .bind(micros(lease_for))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(pg("claiming a run"))?;
+            match row {
+                Some(row) => Ok(Lease {
+                    run,
+                    owner,
+                    token: row.get::<i64, _>(0) as u64,
+                    expires_at: Timestamp::from_micros(row.get(1)),
+                }),
+                None => Err(claim_refusal(&self.pool, run).await),
+            }
+        })
+    }
+
+    fn claim_due(
+        &self,
+        owner: &str,
+        _now: Timestamp,
+        lease_for: Duration,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let rows = sqlx::query(
+                "WITH due AS ( \
+                   SELECT id FROM stepwright_runs \
+                   WHERE status IN ('pending', 'running', 'suspended') \
+                     AND (lease_expires IS NULL OR lease_expires <= stepwright_now_us()) \
+                     AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= stepwright_now_us())) \
+                          OR status = 'running' \
+                          OR (status = 'suspended' AND wake_at <= stepwright_now_us())) \
+                   ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+                 UPDATE stepwright_runs r SET lease_owner = $1, lease_token = r.lease_token + 1, \
+                   lease_expires = stepwright_now_us() + $2 \
+                 FROM due WHERE r.id = due.id RETURNING r.id, r.lease_token, r.lease_expires",
+            )
+            .bind(&owner)
+            .bind(micros(lease_for))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("claiming due runs"))?;
+            Ok(rows
+                .into_iter()
+                .map(|row| Lease {
+                    run: RunId::from_bytes(row.get::<uuid::Uuid, _>(0).into_bytes()),
+                    owner: owner.clone(),
+                    token: row.get::<i64, _>(1) as u64,
+                    expires_at: Timestamp::from_micros(row.get(2)),
+                })
+                .collect())
+        })
+    }
+
+    fn heartbeat(
+        &self,
+        lease: &Lease,
+        _now: Timestamp,
+        lease_for: Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let lease = lease.clone();
+        Box::pin(async move {
+            let row = sqlx::query(
+                "UPDATE stepwright_runs SET lease_expires = stepwright_now_us() + $3 \
+                 WHERE id = $1 AND lease_token = $2 RETURNING lease_expires",
+            )
+            .bind(uuid(lease.run))
+            .bind(lease.token as i64)
+            .bind(micros(lease_for))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(pg("renewing a lease"))?;
+            match row {
+                Some(row) => Ok(Lease { expires_at: Timestamp::from_micros(row.get(0)), ..lease }),
+                None => Err(StoreError::LeaseLost { run: lease.run, token: lease.token }),
+            }
+        })
+    }
+
+    fn wait_for_work(&self, timeout: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let mut guard = self.listener.lock().await;
+            if guard.is_none()
+                && let Ok(mut listener) = PgListener::connect_with(&self.pool).await
+                && listener.listen(WORK_CHANNEL).await.is_ok()
+            {
+                *guard = Some(listener);
+            }
+            match guard.as_mut() {
+                Some(listener) => {
+                    // A notification, or the poll interval: whichever comes first.
+                    let _ = tokio::time::timeout(timeout, listener.recv()).await;
+                }
+                None => tokio::time::sleep(timeout).await,
+            }
+        })
+    }
+}
+
+impl PostgresStore {
+    async fn remove(&self, victims: Vec<RunId>) -> Result<Removed, StoreError> {
+        let doing = "removing runs";
+        let ids: Vec<uuid::Uuid> = victims.iter().map(|r| uuid(*r)).collect();
+        let mut tx = self.pool.begin().await.map_err(pg(doing))?;
+        for table in ["stepwright_journal", "stepwright_events", "stepwright_interrupts"] {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE run_id = ANY($1)")))
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg(doing))?;
+        }
+        let runs = sqlx::query("DELETE FROM stepwright_runs WHERE id = ANY($1)")
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg(doing))?
+            .rows_affected();
+        let blobs = sqlx::query(
+            "DELETE FROM stepwright_blobs b WHERE NOT EXISTS (SELECT 1 FROM stepwright_journal j WHERE j.blob = b.hash)",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(pg(doing))?
+        .rows_affected();
+        tx.commit().await.map_err(pg(doing))?;
+        Ok(Removed { runs: runs as usize, blobs: blobs as usize })
+    }
+}
+
+/// Test support: a store in a fresh schema of the database named by
+/// `STEPWRIGHT_TEST_DATABASE_URL`, or `None` (and a line saying the test is skipped) when
+/// the variable is not set.
+pub async fn test_store(test: &str) -> Option<Arc<PostgresStore>> {
+    let Ok(url) = std::env::var("STEPWRIGHT_TEST_DATABASE_URL") else {
+        // Straight to stderr: the test harness captures `println!`, and a newcomer should see
+        // that these tests did not run.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped {test}: STEPWRIGHT_TEST_DATABASE_URL is not set");
+        return None;
+    };
+    let schema = format!(
+        "sw_test_{}_{:x}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+    );
+    let admin = PgPool::connect(&url).await.expect("connect to STEPWRIGHT_TEST_DATABASE_URL");
+    // Schemas of earlier test runs (older than an hour, by the time in their name) go.
+    let old: Vec<String> = sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'sw_test_%'")
+        .fetch_all(&admin)
+        .await
+        .unwrap_or_default();
+    let hour_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos().saturating_sub(3_600_000_000_000))
+        .unwrap_or(0);
+    for name in old {
+        let created = name.rsplit('_').next().and_then(|hex| u128::from_str_radix(hex, 16).ok()).unwrap_or(0);
+        if created < hour_ago {
+            let _ =
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {name} CASCADE"))).execute(&admin).await;
+        }
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&admin)
+        .await
+        .expect("create a test schema");
+    admin.close().await;
+    let options: PgConnectOptions =
+        url.parse::<PgConnectOptions>().expect("a postgres url").options([("search_path", schema.as_str())]);
+    Some(Arc::new(PostgresStore::connect_with(options).await.expect("connect the test store")))
+}
+
+/// Test support: a second store (another "process") over the same schema as `store`.
+pub async fn same_database(store: &PostgresStore) -> Arc<PostgresStore> {
+    let schema: String = sqlx::query_scalar("SELECT current_schema()").fetch_one(&store.pool).await.expect("schema");
+    let url = std::env::var("STEPWRIGHT_TEST_DATABASE_URL").expect("set");
+    let options: PgConnectOptions =
+        url.parse::<PgConnectOptions>().expect("a postgres url").options([("search_path", schema.as_str())]);
+    Arc::new(PostgresStore::connect_with(options).await.expect("connect"))
+}

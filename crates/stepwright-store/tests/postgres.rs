@@ -1,0 +1,103 @@
+//! The Postgres store: the conformance suite, and what only a shared database shows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use stepwright_core::journal::RunRecord;
+use stepwright_core::{
+    Caller, ContentHash, Decision, Engine, InterruptRequest, Node, Outcome, RunStatus, Store, Timestamp, Workflow,
+    dyn_fn_step,
+};
+use stepwright_store::conformance;
+use stepwright_store::postgres::{same_database, test_store};
+
+#[tokio::test]
+async fn postgres_store_conforms() {
+    if test_store("postgres_store_conforms").await.is_none() {
+        return;
+    }
+    conformance::run_all(|| async { test_store("postgres_store_conforms").await.expect("configured") }).await;
+}
+
+fn pending(n: u8) -> RunRecord {
+    RunRecord {
+        id: stepwright_core::RunId::from_parts(Timestamp::from_millis(1_700_000_000_000), [n; 10]),
+        workflow: "w".into(),
+        version: "1".into(),
+        definition_hash: ContentHash::of_bytes(b"w"),
+        input: Arc::new(json!(n)),
+        caller: Caller::default(),
+        status: RunStatus::Pending,
+        output: None,
+        error: None,
+        parent: None,
+        created_at: Timestamp::from_micros(i64::from(n)),
+        updated_at: Timestamp::from_micros(i64::from(n)),
+        wake_at: None,
+        lease: None,
+    }
+}
+
+#[tokio::test]
+async fn two_workers_claiming_at_once_never_get_the_same_run() {
+    let Some(a) = test_store("two_workers_claiming_at_once_never_get_the_same_run").await else { return };
+    let b = same_database(&a).await;
+    for n in 0..50 {
+        a.create_run(pending(n)).await.unwrap();
+    }
+    let mut seen = std::collections::HashSet::new();
+    loop {
+        let (x, y) = tokio::join!(
+            a.claim_due("a", Timestamp::EPOCH, Duration::from_secs(60), 7),
+            b.claim_due("b", Timestamp::EPOCH, Duration::from_secs(60), 7)
+        );
+        let (x, y) = (x.unwrap(), y.unwrap());
+        if x.is_empty() && y.is_empty() {
+            break;
+        }
+        for lease in x.into_iter().chain(y) {
+            assert!(seen.insert(lease.run), "run {} was claimed twice", lease.run);
+        }
+    }
+    assert_eq!(seen.len(), 50);
+}
+
+#[tokio::test]
+async fn an_approval_from_another_process_finishes_the_run() {
+    let Some(a) = test_store("an_approval_from_another_process_finishes_the_run").await else { return };
+    let b = same_database(&a).await;
+    let workflow = Workflow::builder("approve")
+        .step(Node::dyn_step(
+            "ask",
+            dyn_fn_step("ask", |_c, input| async move {
+                Ok(Outcome::suspended(InterruptRequest::approval("ok?").payload((*input).clone())))
+            }),
+        ))
+        .build()
+        .unwrap();
+    let first = Engine::builder().store(a.clone() as Arc<dyn Store>).worker_id("a").build();
+    let report = first.start(&workflow, json!({ "amount": 3 })).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended);
+    let second = Engine::builder().store(b.clone() as Arc<dyn Store>).worker_id("b").build();
+    let id = report.pending[0].id.clone();
+    let anyone = Caller::default();
+    let (x, y) = tokio::join!(
+        second.resolve(report.run_id, &id, Decision::Approve, &anyone),
+        first.resolve(report.run_id, &id, Decision::Reject { reason: None }, &anyone),
+    );
+    assert!(x.is_ok() != y.is_ok(), "exactly one decision wins across processes");
+    let done = second.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!(done.status, if x.is_ok() { RunStatus::Completed } else { RunStatus::Failed });
+}
+
+#[tokio::test]
+async fn lease_times_come_from_the_database_clock() {
+    let Some(store) = test_store("lease_times_come_from_the_database_clock").await else { return };
+    store.create_run(pending(1)).await.unwrap();
+    // The caller's clock says 1970; the lease still lasts a minute from the database's now.
+    let lease = store.claim(pending(1).id, "w", Timestamp::EPOCH, Duration::from_secs(60)).await.unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    let ahead = lease.expires_at.as_micros() - now;
+    assert!((55_000_000..=65_000_000).contains(&ahead), "lease ends {ahead} µs from now");
+}
