@@ -19,10 +19,21 @@ use stepwright_core::{
 /// Where the steps write what they did.
 #[derive(Debug, Clone)]
 pub struct Files {
-    /// `pid path` per step execution.
+    /// `pid run path micros` per step execution.
     pub log: PathBuf,
-    /// `key amount` per charge.
-    pub ledger: PathBuf,
+    /// A directory with one ledger file per run: `key amount` per charge.
+    pub ledgers: PathBuf,
+}
+
+impl Files {
+    fn ledger(&self, run: stepwright_core::RunId) -> PathBuf {
+        self.ledgers.join(run.to_string())
+    }
+}
+
+/// Microseconds since the Unix epoch, as the engine's clock also reports them.
+pub fn now_micros() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 
 fn append_line(path: &PathBuf, line: &str) -> Result<(), StepError> {
@@ -38,7 +49,7 @@ fn append_line(path: &PathBuf, line: &str) -> Result<(), StepError> {
 
 fn logged(ctx: &StepContext) -> Result<Arc<Files>, StepError> {
     let files = ctx.require::<Files>()?;
-    append_line(&files.log, &format!("{} {} {}", std::process::id(), ctx.run_id(), ctx.path()))?;
+    append_line(&files.log, &format!("{} {} {} {}", std::process::id(), ctx.run_id(), ctx.path(), now_micros()))?;
     Ok(files)
 }
 
@@ -54,8 +65,8 @@ fn work(id: &str, ms: u64, f: fn(i64) -> i64) -> Node {
     )
 }
 
-fn ledger_entry(files: &Files, key: &str) -> Option<i64> {
-    let text = std::fs::read_to_string(&files.ledger).unwrap_or_default();
+fn ledger_entry(files: &Files, run: stepwright_core::RunId, key: &str) -> Option<i64> {
+    let text = std::fs::read_to_string(files.ledger(run)).unwrap_or_default();
     text.lines().find_map(|line| {
         let (k, amount) = line.split_once(' ')?;
         (k == key).then(|| amount.parse().ok()).flatten()
@@ -82,7 +93,7 @@ pub fn workflow() -> Workflow {
             let files = logged(&ctx)?;
             let key = ctx.idempotency_key().unwrap_or_default().to_owned();
             tokio::time::sleep(Duration::from_millis(2)).await;
-            append_line(&files.ledger, &format!("{key} {amount}"))?;
+            append_line(&files.ledger(ctx.run_id()), &format!("{key} {amount}"))?;
             tokio::time::sleep(Duration::from_millis(2)).await;
             Ok(json!({ "charged": amount }))
         }),
@@ -95,8 +106,8 @@ pub fn workflow() -> Workflow {
                 let files = logged(&ctx)?;
                 // A fallback is handed the key of the step it stands in for.
                 let key = ctx.idempotency_key().unwrap_or_default().to_owned();
-                if ledger_entry(&files, &key).is_none() {
-                    append_line(&files.ledger, &format!("{key} {amount}"))?;
+                if ledger_entry(&files, ctx.run_id(), &key).is_none() {
+                    append_line(&files.ledger(ctx.run_id()), &format!("{key} {amount}"))?;
                 }
                 Ok(json!({ "charged": amount }))
             }),

@@ -45,7 +45,7 @@ fn executed_by(log: &Path, pid: u32, run: RunId) -> Vec<String> {
     let (pid, run) = (pid.to_string(), run.to_string());
     text.lines()
         .filter_map(|line| {
-            let mut parts = line.splitn(3, ' ');
+            let mut parts = line.split(' ');
             let (p, r, path) = (parts.next()?, parts.next()?, parts.next()?);
             (p == pid && r == run).then(|| path.to_owned())
         })
@@ -53,7 +53,9 @@ fn executed_by(log: &Path, pid: u32, run: RunId) -> Vec<String> {
 }
 
 async fn reference_output(seed: i64, dir: &Path) -> Value {
-    let files = Files { log: dir.join("reference.log"), ledger: dir.join("reference.ledger") };
+    let ledgers = dir.join("reference-ledgers");
+    std::fs::create_dir_all(&ledgers).unwrap();
+    let files = Files { log: dir.join("reference.log"), ledgers };
     let engine =
         Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(Arc::new(files)).build();
     let report = engine.start(&workflow(), json!(seed)).await.unwrap();
@@ -73,18 +75,21 @@ async fn sigkill_at_random_points_then_resume() {
     for index in 0..RUNS {
         let seed = i64::try_from(index).unwrap();
         let run = RunId::from_parts(Timestamp::from_millis(1_700_000_000_000 + seed), [7; 10]);
-        let ledger = dir.path().join(format!("ledger-{index}"));
+        let ledgers = dir.path().join("ledgers");
+        std::fs::create_dir_all(&ledgers).unwrap();
+        let ledger = ledgers.join(run.to_string());
         let expected = reference_output(seed, dir.path()).await;
         let mut kills_this_run = 0;
         let output = loop {
             let committed = completed_paths(&db, run);
             let mut child = Command::new(worker)
                 .args([
+                    "run",
                     db.to_str().unwrap(),
                     &run.to_string(),
                     &seed.to_string(),
                     log.to_str().unwrap(),
-                    ledger.to_str().unwrap(),
+                    ledgers.to_str().unwrap(),
                 ])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
@@ -126,8 +131,9 @@ async fn sigkill_at_random_points_then_resume() {
         assert_eq!(charges, 1, "run {index}: the write step's effect happened {charges} times");
         // The charge either completed once, or ended outcome_unknown and was reconciled.
         let entries = std::fs::read_to_string(&log).unwrap_or_default();
-        let charged = entries.lines().filter(|l| l.contains(&run.to_string()) && l.ends_with(" charge")).count();
-        let reconciled = entries.lines().any(|l| l.contains(&run.to_string()) && l.ends_with("charge/@fallback"));
+        let on_path = |line: &str, path: &str| line.split(' ').nth(2) == Some(path);
+        let charged = entries.lines().filter(|l| l.contains(&run.to_string()) && on_path(l, "charge")).count();
+        let reconciled = entries.lines().any(|l| l.contains(&run.to_string()) && on_path(l, "charge/@fallback"));
         assert!(charged <= 1 || reconciled, "run {index}: charge ran {charged} times without reconciling");
         if reconciled {
             outcome_unknown_runs += 1;

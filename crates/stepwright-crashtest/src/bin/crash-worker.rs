@@ -1,23 +1,36 @@
-//! `crash-worker DB RUN SEED LOG LEDGER`: starts run RUN of the crash-test workflow with
-//! input `{seed}`, or resumes it if the store has it; prints the final report as JSON.
+//! The crash-test worker.
+//!
+//! `crash-worker run DB RUN SEED LOG LEDGERS`: starts run RUN of the crash-test workflow on
+//! SQLite with input `{seed}`, or resumes it; prints the final report as JSON.
+//!
+//! `crash-worker runner POSTGRES_URL SCHEMA WORKER LOG LEDGERS`: a runner loop on Postgres
+//! (1 s leases) that exits once no run is left unfinished.
 #![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
-use stepwright_core::{Engine, StartOptions, Store, StoreError};
+use stepwright_core::journal::RunFilter;
+use stepwright_core::{Engine, EngineConfig, Runner, StartOptions, Store, StoreError};
 use stepwright_crashtest::{Files, workflow};
 use stepwright_store::SqliteStore;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [db, run, seed, log, ledger] = args.as_slice() else {
-        return Err("usage: crash-worker DB RUN SEED LOG LEDGER".into());
-    };
+    match args.first().map(String::as_str) {
+        Some("run") => run(&args[1..]).await,
+        Some("runner") => runner(&args[1..]).await,
+        _ => Err("usage: crash-worker run DB RUN SEED LOG LEDGERS | runner URL SCHEMA WORKER LOG LEDGERS".into()),
+    }
+}
+
+async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let [db, run, seed, log, ledgers] = args else { return Err("bad arguments".into()) };
     let store = Arc::new(SqliteStore::open(db)?);
-    let files = Files { log: PathBuf::from(log), ledger: PathBuf::from(ledger) };
+    let files = Files { log: PathBuf::from(log), ledgers: PathBuf::from(ledgers) };
     // A restarted worker keeps its identity, so it takes its own runs back at once.
     let engine = Engine::builder()
         .store(store.clone() as Arc<dyn Store>)
@@ -38,4 +51,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+async fn runner(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let [url, schema, worker, log, ledgers] = args else { return Err("bad arguments".into()) };
+    let options: sqlx::postgres::PgConnectOptions =
+        url.parse::<sqlx::postgres::PgConnectOptions>()?.options([("search_path", schema.as_str())]);
+    let store = Arc::new(stepwright_store::PostgresStore::connect_with(options).await?);
+    let files = Files { log: PathBuf::from(log), ledgers: PathBuf::from(ledgers) };
+    let config = EngineConfig { lease_for: Duration::from_secs(1), ..EngineConfig::default() };
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .service(Arc::new(files))
+        .worker_id(worker)
+        .config(config)
+        .build();
+    let runner = Runner::new(engine).register(&workflow()).max_concurrent(16).poll_interval(Duration::from_millis(50));
+    loop {
+        runner.tick().await?;
+        let unfinished = store.list_runs(RunFilter { limit: Some(1_000), ..RunFilter::default() }).await?;
+        if unfinished.iter().all(|r| r.status.is_terminal()) {
+            return Ok(());
+        }
+        store.wait_for_work(Duration::from_millis(50)).await;
+    }
 }
