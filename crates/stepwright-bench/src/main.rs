@@ -401,6 +401,80 @@ fn resume_to_next_step(completed: usize, runs: usize, include_resolve: bool) -> 
     median(times)
 }
 
+async fn postgres_in_schema(url: &str, schema: &str) -> Arc<stepwright_store::PostgresStore> {
+    let options: sqlx::postgres::PgConnectOptions =
+        url.parse::<sqlx::postgres::PgConnectOptions>().expect("url").options([("search_path", schema)]);
+    Arc::new(stepwright_store::PostgresStore::connect_with(options).await.expect("connect"))
+}
+
+/// D8 worker: a runner over the schema until no run is left unfinished.
+fn d8_worker(url: &str, schema: &str, name: &str) {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let store = postgres_in_schema(url, schema).await;
+        let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).worker_id(name).build();
+        let runner = stepwright_core::Runner::new(engine).register(&inc_chain("d8", 10)).max_concurrent(256);
+        loop {
+            let done = runner.tick().await.expect("tick");
+            if done.is_empty() {
+                let open = store
+                    .list_runs(stepwright_core::journal::RunFilter {
+                        limit: Some(1),
+                        status: Some(stepwright_core::RunStatus::Pending),
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("list");
+                if open.is_empty() {
+                    return;
+                }
+            }
+        }
+    });
+}
+
+/// D8: D4 on Postgres — 1,000 runs of 10 trivial steps, created, then executed by
+/// `workers` runner processes; committed steps per second from their start to the last exit.
+fn d8(url: &str, workers: usize) -> (f64, f64) {
+    let schema = format!("sw_bench_{}_{workers}", std::process::id());
+    let rt = current_thread();
+    rt.block_on(async {
+        let admin = sqlx::PgPool::connect(url).await.expect("connect");
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+            .execute(&admin)
+            .await
+            .expect("drop");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("schema");
+        let store = postgres_in_schema(url, &schema).await;
+        let engine = Engine::builder().store(store as Arc<dyn Store>).build();
+        let workflow = inc_chain("d8", 10);
+        for _ in 0..1_000 {
+            engine.create(&workflow, json!(0), Default::default()).await.expect("create");
+        }
+    });
+    let exe = std::env::current_exe().expect("exe");
+    let start = Instant::now();
+    let children: Vec<_> = (0..workers)
+        .map(|i| Command::new(&exe).args(["d8-worker", url, &schema, &format!("w{i}")]).spawn().expect("spawn"))
+        .collect();
+    for mut child in children {
+        assert!(child.wait().expect("wait").success());
+    }
+    let wall = start.elapsed().as_secs_f64();
+    rt.block_on(async {
+        let admin = sqlx::PgPool::connect(url).await.expect("connect");
+        let done: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {schema}.stepwright_runs WHERE status = 'completed'"
+        )))
+        .fetch_one(&admin)
+        .await
+        .expect("count");
+        assert_eq!(done, 1_000, "every run completed");
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await;
+    });
+    (wall * 1e3, 10_000.0 / wall)
+}
+
 /// The size of a SQLite database after a checkpoint (pages in use × page size).
 fn rusqlite_size(path: &std::path::Path) -> u64 {
     let conn = stepwright_store::raw_connection(path).expect("open");
@@ -417,6 +491,7 @@ fn main() {
         Some("w3-child") => return w3_child(),
         Some("w3-floor-child") => return w3_floor_child(),
         Some("d5-child") => return d5_child(&args[1], &args[2]),
+        Some("d8-worker") => return d8_worker(&args[1], &args[2], &args[3]),
         _ => {}
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -507,5 +582,18 @@ fn main() {
         println!(
             "| D6 | approval resolved → next step starts, same process ({runs} runs) | {latency:.2} ms | | ≤ 2 ms |"
         );
+    }
+    if wanted("d8") {
+        match std::env::var("STEPWRIGHT_TEST_DATABASE_URL") {
+            Ok(url) => {
+                for workers in [1, 2] {
+                    let (wall, rate) = d8(&url, workers);
+                    println!(
+                        "| D8 | D4 on Postgres: 1,000 runs × 10 trivial steps, {workers} worker process(es) ({wall:.0} ms wall) | {rate:.0} steps/s | | (report) |"
+                    );
+                }
+            }
+            Err(_) => println!("| D8 | skipped: STEPWRIGHT_TEST_DATABASE_URL is not set | | | |"),
+        }
     }
 }
