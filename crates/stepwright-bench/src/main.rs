@@ -548,9 +548,12 @@ fn main() {
         );
     }
     if wanted("d3") {
-        let (wall, _) = concurrent_sqlite(1_000, true);
+        let runs = if quick { 1 } else { 5 };
+        let walls: Vec<f64> = (0..runs).map(|_| concurrent_sqlite(1_000, true).0).collect();
+        let best = walls.iter().copied().fold(f64::INFINITY, f64::min);
+        let wall = median(walls);
         println!(
-            "| D3 | W3 durable: 1,000 concurrent runs × 10 steps × 10 ms timer, FULL | {wall:.1} ms wall | | ≤ 200 ms |"
+            "| D3 | W3 durable: 1,000 concurrent runs × 10 steps × 10 ms timer, FULL ({runs} runs) | {wall:.1} ms wall | {best:.1} ms wall | ≤ 200 ms |"
         );
     }
     if wanted("d4") {

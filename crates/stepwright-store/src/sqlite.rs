@@ -458,8 +458,8 @@ impl Writer {
         self.conn
             .prepare_cached(
                 "INSERT INTO runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
-                 parent_run, parent_path, created_at, updated_at, wake_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                 parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -477,12 +477,12 @@ impl Writer {
                     r.created_at.as_micros(),
                     r.updated_at.as_micros(),
                     r.wake_at.map(Timestamp::as_micros),
+                    r.lease.as_ref().map(|l| l.owner.clone()),
+                    r.lease.as_ref().map_or(0, |l| l.token as i64),
+                    r.lease.as_ref().map(|l| l.expires_at.as_micros()),
                 ])
             })
             .map_err(|e| backend(doing, e))?;
-        if let Some(lease) = &r.lease {
-            self.store_lease(lease)?;
-        }
         let token = r.lease.as_ref().map_or(0, |l| l.token);
         self.runs.insert(r.id, RunState { next_seq: 0, next_event: 0, token });
         Ok(())
@@ -660,17 +660,13 @@ impl Writer {
 
     fn set_status(&mut self, run: RunId, u: &StatusUpdate) -> Result<(), StoreError> {
         self.check_fence(run, u.fence)?;
-        if u.status != RunStatus::Running {
-            // Any status but running releases the lease (the token stays, so it keeps growing).
-            self.conn
-                .prepare_cached("UPDATE runs SET lease_owner = NULL, lease_expires = NULL WHERE id = ?1")
-                .and_then(|mut s| s.execute([run.as_uuid().as_bytes()]))
-                .map_err(|e| backend("releasing a lease", e))?;
-        }
+        // Any status but running releases the lease (the token stays, so it keeps growing).
         let changed = self
             .conn
             .prepare_cached(
-                "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5, wake_at = ?6 WHERE id = ?1",
+                "UPDATE runs SET status = ?2, output = ?3, error = ?4, updated_at = ?5, wake_at = ?6, \
+                 lease_owner = CASE WHEN ?7 THEN NULL ELSE lease_owner END, \
+                 lease_expires = CASE WHEN ?7 THEN NULL ELSE lease_expires END WHERE id = ?1",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -680,6 +676,7 @@ impl Writer {
                     u.error.as_ref().map(json),
                     u.at.as_micros(),
                     u.wake_at.map(Timestamp::as_micros),
+                    u.status != RunStatus::Running,
                 ])
             })
             .map_err(|e| backend("setting a run's status", e))?;
