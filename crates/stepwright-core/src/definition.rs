@@ -841,6 +841,98 @@ impl Workflow {
     pub fn describe(&self) -> &Value {
         &self.inner.description
     }
+
+    /// Every step path this definition can produce, as patterns: `[*]` stands for any fork
+    /// path or map item, `#*` for any iteration or visit (`drafts[*]/formal`,
+    /// `refine#*/critique`). Used to check a journal against a changed definition.
+    pub fn path_patterns(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        collect_patterns("", &self.inner.body, &mut out);
+        out
+    }
+
+    /// The journal paths (of those given) that have no place in this definition.
+    pub fn unknown_paths<'a>(&self, paths: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let patterns: Vec<regex::Regex> =
+            self.path_patterns().iter().filter_map(|p| regex::Regex::new(&pattern_regex(p)).ok()).collect();
+        let mut unknown: Vec<String> = paths
+            .into_iter()
+            .filter(|path| !path.is_empty())
+            // Engine-internal entries (`@fallback`, `@inbox`, `@due`) belong to their step.
+            .map(|path| path.split("/@").next().unwrap_or(path))
+            .filter(|path| !patterns.iter().any(|p| p.is_match(path)))
+            .map(str::to_owned)
+            .collect();
+        unknown.sort();
+        unknown.dedup();
+        unknown
+    }
+}
+
+/// `drafts[*]/x#*` → `^drafts\[\d+\]/x#\d+$`.
+fn pattern_regex(pattern: &str) -> String {
+    let mut out = String::from("^");
+    let mut rest = pattern;
+    while !rest.is_empty() {
+        if let Some(tail) = rest.strip_prefix("[*]") {
+            out.push_str(r"\[\d+\]");
+            rest = tail;
+        } else if let Some(tail) = rest.strip_prefix("#*") {
+            out.push_str(r"#\d+");
+            rest = tail;
+        } else {
+            let c = rest.chars().next().expect("not empty");
+            out.push_str(&regex::escape(&c.to_string()));
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out.push('$');
+    out
+}
+
+fn collect_patterns(prefix: &str, nodes: &[Node], out: &mut Vec<String>) {
+    for node in nodes {
+        collect_node(&join(prefix, &node.id), node, out);
+    }
+}
+
+fn collect_node(at: &str, node: &Node, out: &mut Vec<String>) {
+    out.push(at.to_owned());
+    if let OnFailure::Fallback(fallback) = &node.policy.on_failure {
+        collect_node(&format!("{at}/@fallback"), fallback, out);
+    }
+    match &node.kind {
+        NodeKind::Step(_) | NodeKind::Sleep(_) => {}
+        NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => collect_patterns(at, body, out),
+        NodeKind::Branch { arms, otherwise } => {
+            for (_, body) in arms {
+                collect_patterns(at, body, out);
+            }
+            if let Some(body) = otherwise {
+                collect_patterns(at, body, out);
+            }
+        }
+        NodeKind::Fork(spec) => {
+            let item = format!("{at}[*]");
+            out.push(item.clone());
+            match &spec.paths {
+                ForkPaths::Static(paths) => paths.iter().for_each(|p| collect_patterns(&item, p, out)),
+                ForkPaths::Dynamic { body, .. } => collect_patterns(&item, body, out),
+            }
+        }
+        NodeKind::Loop(LoopSpec { body, .. }) | NodeKind::Every(EverySpec { body, .. }) => {
+            let iteration = format!("{at}#*");
+            out.push(iteration.clone());
+            collect_patterns(&iteration, body, out);
+        }
+        NodeKind::Graph(spec) => {
+            out.push(format!("{at}#*"));
+            for node in &spec.nodes {
+                collect_node(&format!("{at}/{}#*", node.id), node, out);
+            }
+        }
+        NodeKind::Workflow { workflow, .. } => collect_patterns(at, &workflow.inner.body, out),
+    }
 }
 
 /// Builds a [`Workflow`].

@@ -42,7 +42,7 @@ pub use definition::{
 };
 pub use engine::{
     ArtifactCapture, Durability, Engine, EngineBuilder, EngineConfig, EngineError, MemoryCache, PendingInterrupt,
-    RunOutcome, RunReport, Runner, StartOptions, StepCache,
+    ResumeOptions, RunOutcome, RunReport, Runner, StartOptions, StepCache,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;

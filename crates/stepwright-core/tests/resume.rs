@@ -570,3 +570,75 @@ async fn cancelling_a_live_run_cancels_its_steps() {
     assert_eq!(report.status, RunStatus::Cancelled);
     assert_eq!(saw.take(), ["saw-cancel"]);
 }
+
+fn approval_then(first: &str, after: Option<&str>) -> Workflow {
+    let mut builder = Workflow::builder("evolving")
+        .step(Node::step(first, fn_step(|_c, x: i64| async move { Ok(x + 1) })))
+        .step(Node::dyn_step(
+            "wait",
+            dyn_fn_step("wait", |_c, input| async move {
+                Ok(Outcome::suspended(InterruptRequest::approval("ok?").payload((*input).clone())))
+            }),
+        ));
+    if let Some(after) = after {
+        builder = builder.step(Node::step(after, fn_step(|_c, x: i64| async move { Ok(x * 10) })));
+    }
+    builder.build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renamed_step_fails_the_run_with_nondeterminism_and_a_diff() {
+    let (engine, _) = engine();
+    let v1 = approval_then("prepare", None);
+    let report = engine.start(&v1, json!(1)).await.unwrap();
+    engine.resolve(report.run_id, &report.pending[0].id, Decision::Approve, &Caller::default()).await.unwrap();
+    let renamed = approval_then("setup", None);
+    let options = stepwright_core::ResumeOptions { allow_new_definition: true };
+    let done = engine.resume_with(&renamed, report.run_id, options).await.unwrap();
+    assert_eq!(done.status, RunStatus::Failed);
+    let error = done.error.unwrap();
+    assert_eq!(error.code, ErrorCode::NONDETERMINISM);
+    assert!(error.message.contains("the journal has `prepare`; the definition has no such step"), "{}", error.message);
+    assert!(error.message.contains("the definition's steps: setup, wait"), "{}", error.message);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_compatible_new_definition_resumes_and_serves_recorded_results() {
+    let (engine, _) = engine();
+    let v1 = approval_then("prepare", None);
+    let report = engine.start(&v1, json!(1)).await.unwrap();
+    engine.resolve(report.run_id, &report.pending[0].id, Decision::Approve, &Caller::default()).await.unwrap();
+    let pinned = engine.resume(&approval_then("prepare", Some("finish")), report.run_id).await.unwrap_err();
+    assert!(matches!(pinned, EngineError::DefinitionMismatch { .. }), "runs are pinned unless asked: {pinned}");
+    let v2 = approval_then("prepare", Some("finish"));
+    let options = stepwright_core::ResumeOptions { allow_new_definition: true };
+    let done = engine.resume_with(&v2, report.run_id, options).await.unwrap();
+    assert_eq!(done.output, Some(json!(20)), "prepare's recorded 2 flowed through the approval into the new step");
+}
+
+#[test]
+fn path_patterns_cover_every_operator() {
+    let leaf = |id: &str| Node::step(id, fn_step(|_c, x: Value| async move { Ok(x) }));
+    let workflow = Workflow::builder("shapes")
+        .step(Fork::new("f").path([leaf("a")]).path([leaf("b")]))
+        .step(Loop::new("l", 3, [leaf("c")]))
+        .step(stepwright_core::Graph::new("g", 5).node(leaf("n")))
+        .step(leaf("s").on_failure(OnFailure::Fallback(Box::new(leaf("alt")))))
+        .build()
+        .unwrap();
+    let journal = [
+        "f",
+        "f[0]/a",
+        "f[1]/b",
+        "l#2/c",
+        "l#2",
+        "l#1/@inbox",
+        "g/n#3",
+        "g#1",
+        "s/@fallback",
+        "f[0]/zzz",
+        "l#1/gone",
+        "h",
+    ];
+    assert_eq!(workflow.unknown_paths(journal), ["f[0]/zzz", "h", "l#1/gone"]);
+}

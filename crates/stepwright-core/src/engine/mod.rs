@@ -301,6 +301,16 @@ pub struct StartOptions {
     pub run_id: Option<RunId>,
 }
 
+/// Options for resuming a run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResumeOptions {
+    /// Resume with a definition other than the one the run is pinned to. The journal is
+    /// checked against it first: if a recorded step path has no place in the new definition
+    /// (a step renamed or removed), the run fails with `nondeterminism` and a diff, and
+    /// nothing runs. Reordered steps are not detected.
+    pub allow_new_definition: bool,
+}
+
 /// Builds an [`Engine`].
 pub struct EngineBuilder {
     store: Option<Arc<dyn Store>>,
@@ -523,6 +533,16 @@ impl Engine {
     /// Continues a run that is pending, suspended, or was left running by a crash: the
     /// definition is re-walked and every recorded result is served from the journal.
     pub async fn resume(&self, workflow: &Workflow, run: RunId) -> Result<RunReport, EngineError> {
+        self.resume_with(workflow, run, ResumeOptions::default()).await
+    }
+
+    /// [`Engine::resume`] with options (such as moving the run to a new definition).
+    pub async fn resume_with(
+        &self,
+        workflow: &Workflow,
+        run: RunId,
+        options: ResumeOptions,
+    ) -> Result<RunReport, EngineError> {
         let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
         if loaded.record.status.is_terminal() {
             return Err(EngineError::NotResumable { run, status: loaded.record.status });
@@ -533,17 +553,31 @@ impl Engine {
             .claim(run, &self.inner.worker_id, self.inner.clock.now(), self.inner.config.lease_for)
             .await
             .map_err(EngineError::store(run))?;
-        self.resume_leased(workflow, lease).await
+        self.resume_leased_with(workflow, lease, options).await
     }
 
     /// Executes a run this engine has claimed (see [`Runner`]).
     pub async fn resume_leased(&self, workflow: &Workflow, lease: Lease) -> Result<RunReport, EngineError> {
+        self.resume_leased_with(workflow, lease, ResumeOptions::default()).await
+    }
+
+    async fn resume_leased_with(
+        &self,
+        workflow: &Workflow,
+        lease: Lease,
+        options: ResumeOptions,
+    ) -> Result<RunReport, EngineError> {
         let run = lease.run;
         let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
         if loaded.record.status.is_terminal() {
             return Err(EngineError::NotResumable { run, status: loaded.record.status });
         }
-        if loaded.record.definition_hash != workflow.hash() {
+        if loaded.record.definition_hash != workflow.hash() && options.allow_new_definition {
+            let unknown = workflow.unknown_paths(loaded.entries.iter().map(|e| e.path.as_str()));
+            if !unknown.is_empty() {
+                return self.fail_nondeterministic(workflow, &loaded, &lease, &unknown).await;
+            }
+        } else if loaded.record.definition_hash != workflow.hash() {
             return Err(EngineError::DefinitionMismatch {
                 run,
                 workflow: workflow.name().to_owned(),
@@ -552,6 +586,45 @@ impl Engine {
             });
         }
         self.execute(workflow, loaded, lease).await
+    }
+
+    /// Fails a run whose journal does not fit the definition it was to resume with.
+    async fn fail_nondeterministic(
+        &self,
+        workflow: &Workflow,
+        loaded: &LoadedRun,
+        lease: &Lease,
+        unknown: &[String],
+    ) -> Result<RunReport, EngineError> {
+        let run = loaded.record.id;
+        let mut message = format!(
+            "the journal of run {run} does not fit definition {} of workflow {:?}:\n",
+            &workflow.hash().to_hex()[..12],
+            workflow.name()
+        );
+        for path in unknown {
+            message.push_str(&format!("  - the journal has `{path}`; the definition has no such step\n"));
+        }
+        message.push_str("  the definition's steps: ");
+        message.push_str(&workflow.path_patterns().join(", "));
+        let error = StepError::new(ErrorCode::NONDETERMINISM, message);
+        let update = StatusUpdate {
+            status: RunStatus::Failed,
+            output: None,
+            error: Some(error.clone()),
+            at: self.inner.clock.now(),
+            wake_at: None,
+            fence: Some(lease.token),
+        };
+        self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
+        Ok(RunReport {
+            run_id: run,
+            status: RunStatus::Failed,
+            output: None,
+            error: Some(error),
+            pending: Vec::new(),
+            wake_at: None,
+        })
     }
 
     /// Resolves an open interrupt (compare-and-set: of concurrent decisions exactly one
