@@ -69,6 +69,7 @@ pub struct SqliteStore {
     path: PathBuf,
     shared: Arc<Shared>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    max_readers: usize,
     fail_next_commit: Arc<AtomicBool>,
 }
 
@@ -128,16 +129,9 @@ impl SqliteStore {
         let mut conn = Connection::open(&path).map_err(|e| backend("opening the sqlite database", e))?;
         configure(&conn, options.synchronous).map_err(|e| backend("configuring the sqlite database", e))?;
         migrate(&mut conn)?;
-        let mut readers = Vec::new();
-        for _ in 0..options.read_connections.max(1) {
-            let reader = Connection::open_with_flags(
-                &path,
-                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
-            )
-            .map_err(|e| backend("opening a sqlite read connection", e))?;
-            reader.busy_timeout(std::time::Duration::from_secs(5)).map_err(|e| backend("configuring a reader", e))?;
-            readers.push(reader);
-        }
+        // Read connections open on first use (and are then kept, up to `read_connections`):
+        // a process that only writes, or reads once, does not pay for a pool.
+        let readers = Vec::with_capacity(options.read_connections.max(1));
         let fail_next_commit = Arc::new(AtomicBool::new(false));
         let writer =
             Writer { conn, runs: HashMap::new(), data_version: -1, fail_next_commit: fail_next_commit.clone() };
@@ -146,7 +140,13 @@ impl SqliteStore {
             queue: Mutex::new(Vec::new()),
             max_batch: options.max_batch.max(1),
         });
-        Ok(Self { path, shared, readers: Arc::new(Mutex::new(readers)), fail_next_commit })
+        Ok(Self {
+            path,
+            shared,
+            readers: Arc::new(Mutex::new(readers)),
+            max_readers: options.read_connections.max(1),
+            fail_next_commit,
+        })
     }
 
     /// The database file.
@@ -177,15 +177,27 @@ impl SqliteStore {
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
         let path = self.path.clone();
+        let max_readers = self.max_readers;
         tokio::task::spawn_blocking(move || {
             let pooled = readers.lock().expect("poisoned").pop();
             let conn = match pooled {
                 Some(conn) => conn,
-                None => Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-                    .map_err(|e| backend("opening a sqlite read connection", e))?,
+                None => {
+                    let conn = Connection::open_with_flags(
+                        &path,
+                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
+                    )
+                    .map_err(|e| backend("opening a sqlite read connection", e))?;
+                    conn.busy_timeout(std::time::Duration::from_secs(5))
+                        .map_err(|e| backend("configuring a reader", e))?;
+                    conn
+                }
             };
             let result = f(&conn);
-            readers.lock().expect("poisoned").push(conn);
+            let mut pool = readers.lock().expect("poisoned");
+            if pool.len() < max_readers {
+                pool.push(conn);
+            }
             result
         })
         .await
@@ -211,7 +223,11 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
         "CREATE TABLE IF NOT EXISTS stepwright_migrations (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)",
     )
     .map_err(|e| backend(doing, e))?;
-    for (version, sql) in MIGRATIONS {
+    // Usually everything is applied already: one read says so, without a write transaction.
+    let applied: i64 = conn
+        .query_row("SELECT COALESCE(MAX(version), 0) FROM stepwright_migrations", [], |r| r.get(0))
+        .map_err(|e| backend(doing, e))?;
+    for (version, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > applied) {
         let tx =
             conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| backend(doing, e))?;
         let done: bool = tx
