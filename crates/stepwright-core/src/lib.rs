@@ -41,8 +41,8 @@ pub use definition::{
     PathResult, Predicate, Verdict, Workflow, WorkflowBuilder,
 };
 pub use engine::{
-    ArtifactCapture, Durability, Engine, EngineBuilder, EngineConfig, EngineError, MemoryCache, PendingInterrupt,
-    ResumeOptions, RunOutcome, RunReport, Runner, StartOptions, StepCache,
+    ArtifactCapture, Durability, Engine, EngineBuilder, EngineConfig, EngineError, ForkPatch, MemoryCache,
+    PendingInterrupt, ResumeOptions, RunOutcome, RunReport, Runner, StartOptions, StepCache,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;

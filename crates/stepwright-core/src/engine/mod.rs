@@ -1,9 +1,11 @@
 //! The engine: starts, resumes, resolves and cancels runs.
 
 pub(crate) mod exec;
+mod history;
 pub(crate) mod run;
 mod runner;
 
+pub use history::ForkPatch;
 pub use runner::{RunOutcome, Runner};
 
 use std::collections::{HashMap, VecDeque};
@@ -228,6 +230,14 @@ pub enum EngineError {
         /// The cause.
         #[source]
         source: StoreError,
+    },
+    /// The request does not fit the run (fork at a step it never reached, …).
+    #[error("run {run}: {reason}")]
+    InvalidRequest {
+        /// The run.
+        run: RunId,
+        /// Why not.
+        reason: String,
     },
     /// Another worker holds the run's lease.
     #[error("run {run} is being executed by {owner} (lease until {until:?})")]

@@ -1,0 +1,71 @@
+//! Fork (and replay): new runs from a run's history.
+
+mod common;
+
+use common::{Counter, engine};
+use serde_json::{Value, json};
+use stepwright_core::{EngineError, ForkPatch, Node, RunStatus, StepContext, StepPath, Workflow, fn_step};
+
+fn counted(id: &str, counter: &Counter, f: fn(i64) -> i64) -> Node {
+    let counter = counter.clone();
+    Node::step(
+        id,
+        fn_step(move |_ctx: StepContext, x: i64| {
+            counter.hit();
+            async move { Ok(f(x)) }
+        }),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn fork_continues_from_before_a_step_with_edited_state_and_records_lineage() {
+    let (engine, store) = engine();
+    let (a, b, c) = (Counter::default(), Counter::default(), Counter::default());
+    let workflow = Workflow::builder("forkable")
+        .step(counted("a", &a, |x| x + 1))
+        .step(counted("b", &b, |x| x * 10))
+        .step(counted("c", &c, |x| x - 3))
+        .build()
+        .unwrap();
+    let parent = engine.start(&workflow, json!(1)).await.unwrap();
+    assert_eq!(parent.output, Some(json!(17)));
+
+    // Fork before `b`, claiming `a` had produced 5: b and c run again, a does not.
+    let patch = ForkPatch { outputs: [("a".to_owned(), json!(5))].into(), ..ForkPatch::default() };
+    let child = engine.fork(parent.run_id, &StepPath::new("b"), patch).await.unwrap();
+    assert_eq!(child.status, RunStatus::Pending);
+    assert_eq!(child.parent.as_ref().map(|l| (l.run, l.at.as_str().to_owned())), Some((parent.run_id, "b".to_owned())));
+    let done = engine.resume(&workflow, child.id).await.unwrap();
+    assert_eq!(done.output, Some(json!(47)));
+    assert_eq!((a.get(), b.get(), c.get()), (1, 2, 2), "a ran once (in the parent); b and c again in the fork");
+    // The parent is unchanged.
+    let parent_now = stepwright_core::Store::load(&*store, parent.run_id).await.unwrap();
+    assert_eq!(parent_now.record.output, Some(json!(17)));
+
+    // A fork at the first step with a new input re-runs everything.
+    let patch = ForkPatch { input: Some(json!(100)), ..ForkPatch::default() };
+    let fresh = engine.fork(parent.run_id, &StepPath::new("a"), patch).await.unwrap();
+    assert_eq!(engine.resume(&workflow, fresh.id).await.unwrap().output, Some(json!(1007)));
+}
+
+#[tokio::test]
+async fn fork_refuses_points_and_patches_that_do_not_fit() {
+    let (engine, _) = engine();
+    let workflow = Workflow::builder("small")
+        .step(Node::step("a", fn_step(|_c, x: Value| async move { Ok(x) })))
+        .step(Node::step("b", fn_step(|_c, x: Value| async move { Ok(x) })))
+        .build()
+        .unwrap();
+    let run = engine.start(&workflow, json!(1)).await.unwrap().run_id;
+    let never = engine.fork(run, &StepPath::new("zzz"), ForkPatch::default()).await.unwrap_err();
+    assert!(
+        matches!(&never, EngineError::InvalidRequest { reason, .. } if reason.contains("never reached step `zzz`")),
+        "{never}"
+    );
+    let patch = ForkPatch { outputs: [("b".to_owned(), json!(0))].into(), ..ForkPatch::default() };
+    let late = engine.fork(run, &StepPath::new("b"), patch).await.unwrap_err();
+    assert!(
+        matches!(&late, EngineError::InvalidRequest { reason, .. } if reason.contains("`b` did not complete before `b`")),
+        "{late}"
+    );
+}
