@@ -42,7 +42,8 @@ pub use definition::{
 };
 pub use engine::{
     ArtifactCapture, Durability, Engine, EngineBuilder, EngineConfig, EngineError, ForkPatch, MemoryCache,
-    PendingInterrupt, ResumeOptions, RunOutcome, RunReport, Runner, StartOptions, StepCache,
+    PendingInterrupt, ReplayReport, ResumeOptions, RunOutcome, RunReport, Runner, StartOptions, StepCache,
+    StepComparison, StepReplay,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;

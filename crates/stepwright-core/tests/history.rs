@@ -69,3 +69,85 @@ async fn fork_refuses_points_and_patches_that_do_not_fit() {
         "{late}"
     );
 }
+
+fn replayable(b: fn(i64) -> i64, charges: &Counter, pure_calls: &Counter) -> Workflow {
+    let charges = charges.clone();
+    Workflow::builder("replayable")
+        .step(counted("a", pure_calls, |x| x + 1))
+        .step(counted("b", pure_calls, b))
+        .step(
+            Node::step(
+                "charge",
+                fn_step(move |_c, x: i64| {
+                    charges.hit();
+                    async move { Ok(json!({ "charged": x })) }
+                }),
+            )
+            .effect(stepwright_core::Effect::External),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn replay_serves_effects_and_reports_identical_steps() {
+    let (engine, store) = engine();
+    let (charges, pure) = (Counter::default(), Counter::default());
+    let workflow = replayable(|x| x * 2, &charges, &pure);
+    let run = engine.start(&workflow, json!(1)).await.unwrap();
+    let before = store.entries(run.run_id).len();
+    let report = engine.replay(&workflow, run.run_id).await.unwrap();
+    assert!(report.identical, "{report:#?}");
+    let outcomes: Vec<_> = report.steps.iter().map(|s| (s.path.as_str().to_owned(), s.outcome)).collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("a".to_owned(), stepwright_core::StepReplay::Identical),
+            ("b".to_owned(), stepwright_core::StepReplay::Identical),
+            ("charge".to_owned(), stepwright_core::StepReplay::Served),
+        ]
+    );
+    assert_eq!(charges.get(), 1, "the external effect was served from the journal, not repeated");
+    assert_eq!(pure.get(), 4, "the pure steps ran again");
+    assert_eq!(store.entries(run.run_id).len(), before, "the replay wrote nothing to the engine's store");
+}
+
+#[tokio::test(start_paused = true)]
+async fn replay_with_changed_code_reports_what_differs() {
+    let (engine, _) = engine();
+    let (charges, pure) = (Counter::default(), Counter::default());
+    let run = engine.start(&replayable(|x| x * 2, &charges, &pure), json!(1)).await.unwrap();
+    let changed = replayable(|x| x * 3, &charges, &pure);
+    let report = engine.replay(&changed, run.run_id).await.unwrap();
+    assert!(!report.identical);
+    let b = report.steps.iter().find(|s| s.path.as_str() == "b").unwrap();
+    assert_eq!(b.outcome, stepwright_core::StepReplay::Different);
+    assert_eq!(b.replayed, Some(stepwright_core::ContentHash::of_value(&json!(6))));
+    // The external step's recorded result is served even though its input changed.
+    assert_eq!(report.replayed_output, Some(json!({ "charged": 4 })));
+    assert_eq!(charges.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn replay_re_evaluates_branch_decisions() {
+    let (engine, _) = engine();
+    let route = |threshold: i64| {
+        Workflow::builder("route")
+            .step(
+                stepwright_core::Branch::new("pick")
+                    .when(
+                        stepwright_core::Expr::new(move |s| s.input().as_i64() > Some(threshold)),
+                        [Node::step("big", fn_step(|_c, x: i64| async move { Ok(x) }))],
+                    )
+                    .otherwise([Node::step("small", fn_step(|_c, x: i64| async move { Ok(-x) }))]),
+            )
+            .build()
+            .unwrap()
+    };
+    let run = engine.start(&route(10), json!(5)).await.unwrap();
+    let report = engine.replay(&route(1), run.run_id).await.unwrap();
+    let outcomes: Vec<_> = report.steps.iter().map(|s| (s.path.as_str().to_owned(), s.outcome)).collect();
+    assert!(outcomes.contains(&("pick/small".to_owned(), stepwright_core::StepReplay::Missing)), "{outcomes:?}");
+    assert!(outcomes.contains(&("pick/big".to_owned(), stepwright_core::StepReplay::Added)), "{outcomes:?}");
+    assert_eq!(report.replayed_output, Some(json!(5)));
+}

@@ -129,9 +129,14 @@ impl Exec {
     ) -> Res {
         {
             let replay = &self.run.replay;
-            let log = replay.path(&path);
+            let fenced = node.effect_or_default().is_fenced();
+            let log = replay.path(&path, fenced);
             if let Some(log) = log {
-                if let Some(value) = replay.completed_output(&path) {
+                if let Some(value) = replay.completed_output(&path, fenced) {
+                    if replay.replaying() {
+                        // A replay's own journal shows the served step too, for comparison.
+                        return self.complete(&path, log.last_attempt.max(1), value, false).await;
+                    }
                     return Ok(Flow::Done(value));
                 }
                 if let Some(reason) = &log.skipped {
@@ -243,7 +248,7 @@ impl Exec {
         let fenced = node.effect_or_default().is_fenced();
         let mut attempt = 1;
         let mut wait_until = None;
-        if let Some(log) = self.run.replay.path(path) {
+        if let Some(log) = self.run.replay.path(path, fenced) {
             let last = log.last_attempt;
             match log.failures.iter().rev().find(|f| f.0 == last) {
                 Some((_, _, Some(retry_at))) => {
@@ -580,7 +585,7 @@ impl Exec {
 
     fn context(&self, path: &StepPath, attempt: u32, scope: &Scope, env: &Env, key: Option<String>) -> StepContext {
         let checkpoint =
-            self.run.replay.path(path).and_then(|log| log.checkpoint.as_ref()).map(|(_, state)| state.clone());
+            self.run.replay.path(path, false).and_then(|log| log.checkpoint.as_ref()).map(|(_, state)| state.clone());
         StepContext::new(ContextParts {
             run: self.run.clone(),
             path: path.clone(),
@@ -741,7 +746,7 @@ impl Exec {
             })));
         }
         let decided_winner = if spec.mode == ForkMode::Race {
-            replay.decided(path).and_then(|d| d.get("winner")).and_then(Value::as_u64).map(|w| w as usize)
+            replay.recorded_input(path).and_then(|d| d.get("winner")).and_then(Value::as_u64).map(|w| w as usize)
         } else {
             None
         };
@@ -917,7 +922,7 @@ impl Exec {
             let mut loop_var = json!({ "iteration": iteration });
             if let Some(inbox) = &spec.inbox {
                 let message_path = iteration_path.join("@inbox");
-                let message = match self.run.replay.decided(&message_path) {
+                let message = match self.run.replay.recorded_input(&message_path) {
                     Some(decided) => decided.get("message").cloned(),
                     None => {
                         let message = match retry_message.take() {
@@ -1106,7 +1111,13 @@ impl Exec {
         loop {
             let tick_path = path.ordinal(tick);
             let due_path = tick_path.join("@due");
-            let started = match self.run.replay.decided(&due_path).and_then(|d| d.get("at")).and_then(Value::as_i64) {
+            let started = match self
+                .run
+                .replay
+                .recorded_input(&due_path)
+                .and_then(|d| d.get("at"))
+                .and_then(Value::as_i64)
+            {
                 Some(at) => Timestamp::from_micros(at),
                 None => {
                     let now = self.now();

@@ -5,7 +5,7 @@ mod history;
 pub(crate) mod run;
 mod runner;
 
-pub use history::ForkPatch;
+pub use history::{ForkPatch, ReplayReport, StepComparison, StepReplay};
 pub use runner::{RunOutcome, Runner};
 
 use std::collections::{HashMap, VecDeque};
@@ -764,9 +764,20 @@ impl Engine {
     }
 
     async fn execute(&self, workflow: &Workflow, loaded: LoadedRun, lease: Lease) -> Result<RunReport, EngineError> {
+        let replay = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(loaded.record.id))?;
+        self.execute_indexed(workflow, loaded, lease, replay).await
+    }
+
+    /// Executes a run against a given replay index (a resume's, or a replay's).
+    async fn execute_indexed(
+        &self,
+        workflow: &Workflow,
+        loaded: LoadedRun,
+        lease: Lease,
+        replay: ReplayIndex,
+    ) -> Result<RunReport, EngineError> {
         let fence = Some(lease.token);
         let run_id = loaded.record.id;
-        let replay = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(run_id))?;
         let inner = &self.inner;
         let shared = Arc::new(RunShared {
             run_id,

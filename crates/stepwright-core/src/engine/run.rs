@@ -184,6 +184,9 @@ pub(crate) struct InterruptLog {
 /// fresh run, so the fast path pays only an `is_empty` check.
 #[derive(Default)]
 pub(crate) struct ReplayIndex {
+    /// Replay mode: serve only what must not run again (fenced steps' outputs, journaled
+    /// values, human decisions, timing-dependent inputs); re-evaluate everything else.
+    replaying: bool,
     paths: HashMap<StepPath, PathLog>,
     blobs: HashMap<ContentHash, Arc<Value>>,
     pub(crate) interrupts: HashMap<InterruptId, InterruptLog>,
@@ -239,21 +242,50 @@ impl ReplayIndex {
         Ok(index)
     }
 
-    pub(crate) fn path(&self, path: &StepPath) -> Option<&PathLog> {
+    /// The index for a replay (see `replaying`).
+    pub(crate) fn for_replay(mut self) -> Self {
+        self.replaying = true;
+        self
+    }
+
+    pub(crate) fn replaying(&self) -> bool {
+        self.replaying
+    }
+
+    fn raw(&self, path: &StepPath) -> Option<&PathLog> {
         if self.paths.is_empty() { None } else { self.paths.get(path) }
     }
 
-    pub(crate) fn completed_output(&self, path: &StepPath) -> Option<Arc<Value>> {
-        let (_, hash) = self.path(path)?.completed?;
+    /// What the journal says about a node: always on resume; in a replay only for fenced
+    /// (`write`/`external`) nodes, whose effects must not happen again.
+    pub(crate) fn path(&self, path: &StepPath, fenced: bool) -> Option<&PathLog> {
+        if self.replaying && !fenced { None } else { self.raw(path) }
+    }
+
+    pub(crate) fn completed_output(&self, path: &StepPath, fenced: bool) -> Option<Arc<Value>> {
+        let (_, hash) = self.path(path, fenced)?.completed?;
         self.blobs.get(&hash).cloned()
     }
 
-    pub(crate) fn value(&self, path: &StepPath, attempt: u32, seq: u32) -> Option<&Value> {
-        self.path(path)?.values.get(&(attempt, seq))
+    /// Every recorded completion, by path (for comparing a replay with its original).
+    pub(crate) fn completions(&self) -> impl Iterator<Item = (&StepPath, ContentHash)> {
+        self.paths.iter().filter_map(|(path, log)| log.completed.map(|(_, hash)| (path, hash)))
     }
 
+    pub(crate) fn value(&self, path: &StepPath, attempt: u32, seq: u32) -> Option<&Value> {
+        self.raw(path)?.values.get(&(attempt, seq))
+    }
+
+    /// A decision the code makes (branch arm, map items, loop verdict, graph edge): served
+    /// on resume, re-evaluated in a replay.
     pub(crate) fn decided(&self, path: &StepPath) -> Option<&Value> {
-        self.path(path)?.decided.as_ref()
+        if self.replaying { None } else { self.raw(path)?.decided.as_ref() }
+    }
+
+    /// A recorded input from outside the code (a race's winner, an inbox message, a tick's
+    /// time): always served.
+    pub(crate) fn recorded_input(&self, path: &StepPath) -> Option<&Value> {
+        self.raw(path)?.decided.as_ref()
     }
 
     pub(crate) fn has_interrupts(&self) -> bool {
