@@ -233,6 +233,7 @@ pub(crate) struct Policies {
     pub(crate) condition: Option<Predicate>,
     pub(crate) cache: bool,
     pub(crate) artifact_key: Option<String>,
+    pub(crate) diff_key: Option<String>,
 }
 
 #[derive(Clone)]
@@ -484,6 +485,14 @@ impl Node {
     #[must_use]
     pub fn cache(mut self) -> Self {
         self.policy.cache = true;
+        self
+    }
+
+    /// For recompute diffs: array elements in this node's output are matched by this field
+    /// (`id`, `sku`…) rather than by position, so an insertion shows as one added element.
+    #[must_use]
+    pub fn diff_key(mut self, field: &str) -> Self {
+        self.policy.diff_key = Some(field.to_owned());
         self
     }
 
@@ -809,6 +818,41 @@ impl fmt::Debug for Workflow {
 }
 
 impl Workflow {
+    /// The `diff_key` of the node at `path` (patterns `[*]`, `#*` match any ordinal).
+    pub(crate) fn diff_key_at(&self, path: &str) -> Option<String> {
+        fn find(prefix: &str, nodes: &[Node], path: &str) -> Option<String> {
+            for node in nodes {
+                let at = join(prefix, &node.id);
+                if regex::Regex::new(&pattern_regex(&at)).is_ok_and(|r| r.is_match(path)) {
+                    return node.policy.diff_key.clone();
+                }
+                let children: Vec<(String, &[Node])> = match &node.kind {
+                    NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => vec![(at.clone(), body)],
+                    NodeKind::Branch { arms, otherwise } => arms
+                        .iter()
+                        .map(|(_, b)| (at.clone(), b.as_slice()))
+                        .chain(otherwise.iter().map(|b| (at.clone(), b.as_slice())))
+                        .collect(),
+                    NodeKind::Fork(spec) => match &spec.paths {
+                        ForkPaths::Static(paths) => paths.iter().map(|p| (format!("{at}[*]"), p.as_slice())).collect(),
+                        ForkPaths::Dynamic { body, .. } => vec![(format!("{at}[*]"), body)],
+                    },
+                    NodeKind::Loop(spec) => vec![(format!("{at}#*"), &spec.body)],
+                    NodeKind::Every(spec) => vec![(format!("{at}#*"), &spec.body)],
+                    NodeKind::Workflow { workflow, .. } => vec![(at.clone(), &workflow.inner.body)],
+                    _ => Vec::new(),
+                };
+                for (prefix, body) in children {
+                    if let Some(key) = find(&prefix, body, path) {
+                        return Some(key);
+                    }
+                }
+            }
+            None
+        }
+        find("", &self.inner.body, path)
+    }
+
     /// Starts a definition.
     pub fn builder(name: &str) -> WorkflowBuilder {
         WorkflowBuilder {
@@ -1319,6 +1363,7 @@ fn describe_node(node: &Node) -> Value {
         put("cache", json!(true));
     }
     put("capture_output", p.artifact_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
+    put("diff_key", p.diff_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
     match &node.kind {
         NodeKind::Step(step) => put("step_type", json!(step.type_name())),
         NodeKind::Sequence(body) => put("steps", describe_nodes(body)),

@@ -41,9 +41,9 @@ pub use definition::{
     PathResult, Predicate, Verdict, Workflow, WorkflowBuilder,
 };
 pub use engine::{
-    ArtifactCapture, Durability, Engine, EngineBuilder, EngineConfig, EngineError, ForkPatch, MemoryCache,
-    PendingInterrupt, ReplayReport, ResumeOptions, RunOutcome, RunReport, Runner, StartOptions, StepCache,
-    StepComparison, StepReplay,
+    ArtifactCapture, DecisionChange, Durability, Engine, EngineBuilder, EngineConfig, EngineError, ForkPatch,
+    MemoryCache, PendingInterrupt, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions,
+    RunOutcome, RunReport, Runner, StartOptions, StepCache, StepChange, StepComparison, StepReplay, json_diff,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;

@@ -151,3 +151,138 @@ async fn replay_re_evaluates_branch_decisions() {
     assert!(outcomes.contains(&("pick/big".to_owned(), stepwright_core::StepReplay::Added)), "{outcomes:?}");
     assert_eq!(report.replayed_output, Some(json!(5)));
 }
+
+fn order_flow(lines: fn(i64) -> Value, writes: &Counter, a_calls: &Counter) -> Workflow {
+    let writes = writes.clone();
+    let a_calls = a_calls.clone();
+    Workflow::builder("orders")
+        .step(Node::step(
+            "a",
+            fn_step(move |_c, x: i64| {
+                a_calls.hit();
+                async move { Ok(x) }
+            }),
+        ))
+        .step(Node::step("lines", fn_step(move |_c, x: i64| async move { Ok(lines(x)) })).diff_key("sku"))
+        .step(
+            Node::step(
+                "save",
+                fn_step(move |_c, v: Value| {
+                    writes.hit();
+                    async move { Ok(json!({ "saved": v.as_array().map_or(0, Vec::len) })) }
+                }),
+            )
+            .effect(stepwright_core::Effect::Write),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn recompute_reports_keyed_diffs_and_never_repeats_writes() {
+    let (engine, _) = engine();
+    let (writes, a_calls) = (Counter::default(), Counter::default());
+    let v1 = order_flow(|x| json!([{ "sku": "a", "qty": x }, { "sku": "b", "qty": 1 }]), &writes, &a_calls);
+    let run = engine.start(&v1, json!(2)).await.unwrap();
+    let v2 = order_flow(
+        |x| json!([{ "sku": "new", "qty": 9 }, { "sku": "a", "qty": x * 10 }, { "sku": "b", "qty": 1 }]),
+        &writes,
+        &a_calls,
+    );
+    let report = engine.recompute(&v2, run.run_id, stepwright_core::RecomputeOptions::default()).await.unwrap();
+    assert!(report.changed);
+    let by_path: std::collections::HashMap<_, _> =
+        report.steps.iter().map(|s| (s.path.as_str().to_owned(), s.change.clone())).collect();
+    assert_eq!(by_path["a"], stepwright_core::StepChange::Clean);
+    assert_eq!(
+        by_path["lines"],
+        stepwright_core::StepChange::ValueChanged {
+            diff: vec![
+                r#"[sku="a"]/qty: 2 → 20"#.to_owned(),
+                r#"[sku="new"]: (absent) → {"qty":9,"sku":"new"}"#.to_owned()
+            ]
+        }
+    );
+    assert_eq!(by_path["save"], stepwright_core::StepChange::Served, "a write is never repeated by a recompute");
+    assert_eq!(writes.get(), 1);
+    assert_eq!(report.recomputed_output, Some(json!({ "saved": 2 })), "the served write keeps its recorded result");
+}
+
+#[tokio::test(start_paused = true)]
+async fn recompute_from_a_step_serves_what_came_before_and_can_persist_as_a_fork() {
+    let (engine, store) = engine();
+    let (writes, a_calls) = (Counter::default(), Counter::default());
+    let v1 = order_flow(|x| json!([{ "sku": "a", "qty": x }]), &writes, &a_calls);
+    let run = engine.start(&v1, json!(3)).await.unwrap();
+    let v2 = order_flow(|x| json!([{ "sku": "a", "qty": x + 1 }]), &writes, &a_calls);
+    let options = stepwright_core::RecomputeOptions { from: Some(StepPath::new("lines")), persist: true };
+    let report = engine.recompute(&v2, run.run_id, options).await.unwrap();
+    assert_eq!(a_calls.get(), 1, "`a` came before `lines`: served, not run again");
+    let a = report.steps.iter().find(|s| s.path.as_str() == "a").unwrap();
+    assert_eq!(a.change, stepwright_core::StepChange::Served);
+    let forked = report.forked.expect("persisted");
+    let kept = stepwright_core::Store::load(&*store, forked).await.unwrap();
+    assert_eq!(kept.record.parent.map(|l| (l.run, l.at.as_str().to_owned())), Some((run.run_id, "lines".to_owned())));
+    assert_eq!(kept.record.status, RunStatus::Completed);
+    let lines = kept
+        .entries
+        .iter()
+        .find(|e| e.path.as_str() == "lines" && matches!(e.record, stepwright_core::Record::Completed { .. }));
+    assert!(lines.is_some());
+    let original = stepwright_core::Store::load(&*store, run.run_id).await.unwrap();
+    assert_eq!(original.record.output, run.output, "the original is unchanged");
+}
+
+#[tokio::test(start_paused = true)]
+async fn recompute_reports_schema_violations_and_changed_decisions() {
+    let (engine, _) = engine();
+    // score = input × multiplier, checked against a schema; route picks `high` above 10.
+    let flow = |multiplier: i64, schema_max: i64| {
+        Workflow::builder("checked")
+            .step(
+                Node::step("score", fn_step(move |_c, x: i64| async move { Ok(x * multiplier) }))
+                    .output_schema(json!({ "type": "integer", "maximum": schema_max })),
+            )
+            .step(
+                stepwright_core::Branch::new("route")
+                    .when(
+                        stepwright_core::Expr::new(|s| s.output("score").and_then(Value::as_i64) > Some(10)),
+                        [Node::step("high", fn_step(|_c, x: i64| async move { Ok(x) }))],
+                    )
+                    .otherwise([Node::step("low", fn_step(|_c, x: i64| async move { Ok(x) }))]),
+            )
+            .build()
+            .unwrap()
+    };
+    let run = engine.start(&flow(1, 100), json!(5)).await.unwrap();
+    assert_eq!(run.output, Some(json!(5)), "score 5 took the `low` arm");
+    // A tighter schema that the new score (15) breaks.
+    let strict = engine.recompute(&flow(3, 10), run.run_id, Default::default()).await.unwrap();
+    let score = strict.steps.iter().find(|s| s.path.as_str() == "score").unwrap();
+    assert!(
+        matches!(&score.change, stepwright_core::StepChange::SchemaViolation { message } if message.contains("maximum")),
+        "{score:?}"
+    );
+    assert!(strict.changed);
+    // The same schema: score 15 now takes the `high` arm.
+    let rerouted = engine.recompute(&flow(3, 100), run.run_id, Default::default()).await.unwrap();
+    assert_eq!(rerouted.decisions.len(), 1, "{:?}", rerouted.decisions);
+    assert_eq!(rerouted.decisions[0].path.as_str(), "route");
+    assert_eq!(rerouted.decisions[0].before, Some(json!({ "arm": "otherwise" })));
+    assert_eq!(rerouted.decisions[0].after, Some(json!({ "arm": 0 })));
+    let outcomes: Vec<_> = rerouted.steps.iter().map(|s| (s.path.as_str().to_owned(), s.change.clone())).collect();
+    assert!(outcomes.contains(&("route/low".to_owned(), stepwright_core::StepChange::Missing)), "{outcomes:?}");
+    assert!(outcomes.contains(&("route/high".to_owned(), stepwright_core::StepChange::Added)), "{outcomes:?}");
+}
+
+#[test]
+fn json_diff_by_position_and_by_key() {
+    use stepwright_core::json_diff;
+    assert_eq!(
+        json_diff(&json!({ "a": 1, "b": [1, 2] }), &json!({ "a": 2, "b": [1] }), None),
+        ["/a: 1 → 2", "/b/1: 2 → (absent)"]
+    );
+    assert!(json_diff(&json!({ "x": [1] }), &json!({ "x": [1] }), None).is_empty());
+    let keyed = json_diff(&json!([{ "id": 1, "v": "a" }]), &json!([{ "id": 1, "v": "b" }]), Some("id"));
+    assert_eq!(keyed, ["[id=1]/v: \"a\" → \"b\""]);
+}

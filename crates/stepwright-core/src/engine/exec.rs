@@ -129,10 +129,10 @@ impl Exec {
     ) -> Res {
         {
             let replay = &self.run.replay;
-            let fenced = node.effect_or_default().is_fenced();
-            let log = replay.path(&path, fenced);
+            let class = (node.effect_or_default(), node.policy.safe_to_retry);
+            let log = replay.path(&path, class);
             if let Some(log) = log {
-                if let Some(value) = replay.completed_output(&path, fenced) {
+                if let Some(value) = replay.completed_output(&path, class) {
                     if replay.replaying() {
                         // A replay's own journal shows the served step too, for comparison.
                         return self.complete(&path, log.last_attempt.max(1), value, false).await;
@@ -248,7 +248,7 @@ impl Exec {
         let fenced = node.effect_or_default().is_fenced();
         let mut attempt = 1;
         let mut wait_until = None;
-        if let Some(log) = self.run.replay.path(path, fenced) {
+        if let Some(log) = self.run.replay.path(path, (node.effect_or_default(), policy.safe_to_retry)) {
             let last = log.last_attempt;
             match log.failures.iter().rev().find(|f| f.0 == last) {
                 Some((_, _, Some(retry_at))) => {
@@ -584,8 +584,12 @@ impl Exec {
     }
 
     fn context(&self, path: &StepPath, attempt: u32, scope: &Scope, env: &Env, key: Option<String>) -> StepContext {
-        let checkpoint =
-            self.run.replay.path(path, false).and_then(|log| log.checkpoint.as_ref()).map(|(_, state)| state.clone());
+        let checkpoint = self
+            .run
+            .replay
+            .path(path, (crate::policy::Effect::Pure, false))
+            .and_then(|log| log.checkpoint.as_ref())
+            .map(|(_, state)| state.clone());
         StepContext::new(ContextParts {
             run: self.run.clone(),
             path: path.clone(),

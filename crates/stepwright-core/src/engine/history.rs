@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::definition::Workflow;
-use crate::engine::run::ReplayIndex;
+use crate::engine::run::{ReplayIndex, ReplayMode};
 use crate::engine::{Engine, EngineError, EngineInner, Mailboxes};
 use crate::hash::ContentHash;
 use crate::ids::{RunId, StepPath};
@@ -68,21 +68,150 @@ pub struct ReplayReport {
     pub identical: bool,
 }
 
+/// How a step's output compares in a recompute.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "change", rename_all = "snake_case")]
+pub enum StepChange {
+    /// The same output.
+    Clean,
+    /// Another output; the differences, as `pointer: before → after` lines.
+    ValueChanged {
+        /// The structural differences.
+        diff: Vec<String>,
+    },
+    /// The new output does not match the step's output schema.
+    SchemaViolation {
+        /// What the validation said.
+        message: String,
+    },
+    /// Served from the journal (before the starting point, or an effect not repeated).
+    Served,
+    /// Recorded in the original, not reached now.
+    Missing,
+    /// Reached now, not recorded in the original.
+    Added,
+}
+
+/// One step in a recompute report.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RecomputedStep {
+    /// The step.
+    pub path: StepPath,
+    /// What changed.
+    #[serde(flatten)]
+    pub change: StepChange,
+}
+
+/// A decision (branch arm, map items, loop verdict, graph edge) that came out differently.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DecisionChange {
+    /// Where.
+    pub path: StepPath,
+    /// What the original decided.
+    pub before: Option<Value>,
+    /// What the recompute decided.
+    pub after: Option<Value>,
+}
+
+/// Options for [`Engine::recompute`].
+#[derive(Debug, Clone, Default)]
+pub struct RecomputeOptions {
+    /// Re-execute from this step on (default: from the start); everything recorded before
+    /// it is served from the journal.
+    pub from: Option<StepPath>,
+    /// Keep the result as a new run, forked from the original (lineage recorded).
+    pub persist: bool,
+}
+
+/// What a recompute found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RecomputeReport {
+    /// The run recomputed.
+    pub run: RunId,
+    /// Every step, in path order.
+    pub steps: Vec<RecomputedStep>,
+    /// Decisions that changed.
+    pub decisions: Vec<DecisionChange>,
+    /// The original output.
+    pub recorded_output: Option<Value>,
+    /// The recomputed output.
+    pub recomputed_output: Option<Value>,
+    /// The new run, if persisted.
+    pub forked: Option<RunId>,
+    /// Whether anything changed (a value, a schema violation, a decision, the output).
+    pub changed: bool,
+}
+
+/// Structural differences between two JSON values, as `pointer: before → after` lines.
+/// Arrays of objects are matched by `key` when given, else by position.
+pub fn json_diff(before: &Value, after: &Value, key: Option<&str>) -> Vec<String> {
+    let mut out = Vec::new();
+    diff_into("", before, after, key, &mut out);
+    out
+}
+
+fn show(value: Option<&Value>) -> String {
+    value.map_or_else(|| "(absent)".to_owned(), Value::to_string)
+}
+
+fn diff_into(at: &str, before: &Value, after: &Value, key: Option<&str>, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let here = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
+                match (a.get(k), b.get(k)) {
+                    (Some(x), Some(y)) => diff_into(&here, x, y, key, out),
+                    (x, y) => out.push(format!("{here}: {} → {}", show(x), show(y))),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            let keyed = |items: &Vec<Value>| -> Option<Vec<(String, Value)>> {
+                let key = key?;
+                items.iter().map(|v| v.get(key).map(|k| (k.to_string(), v.clone()))).collect()
+            };
+            if let (Some(a), Some(b)) = (keyed(a), keyed(b)) {
+                for (k, x) in &a {
+                    match b.iter().find(|(kb, _)| kb == k) {
+                        Some((_, y)) => diff_into(&format!("{at}[{}={k}]", key.unwrap_or_default()), x, y, key, out),
+                        None => out.push(format!("{at}[{}={k}]: {} → (absent)", key.unwrap_or_default(), x)),
+                    }
+                }
+                for (k, y) in b.iter().filter(|(k, _)| !a.iter().any(|(ka, _)| ka == k)) {
+                    out.push(format!("{at}[{}={k}]: (absent) → {y}", key.unwrap_or_default()));
+                }
+            } else {
+                for i in 0..a.len().max(b.len()) {
+                    match (a.get(i), b.get(i)) {
+                        (Some(x), Some(y)) => diff_into(&format!("{at}/{i}"), x, y, key, out),
+                        (x, y) => out.push(format!("{at}/{i}: {} → {}", show(x), show(y))),
+                    }
+                }
+            }
+        }
+        (x, y) if x != y => out.push(format!("{}: {x} → {y}", if at.is_empty() { "/" } else { at })),
+        _ => {}
+    }
+}
+
 impl Engine {
-    /// Replays a run with the given (current) definition and code, in a private in-memory
-    /// sandbox: `write`/`external` steps, journaled values and human decisions are served
-    /// from the original journal; everything else (pure and read steps, branch, map, loop
-    /// and graph decisions) runs again. Reports, per step, whether outputs are identical.
-    /// Nothing is written to this engine's store.
-    pub async fn replay(&self, workflow: &Workflow, run: RunId) -> Result<ReplayReport, EngineError> {
-        let original = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
-        let index = ReplayIndex::from_loaded(&original).map_err(EngineError::store(run))?;
-        let recorded: HashMap<StepPath, ContentHash> = index.completions().map(|(p, h)| (p.clone(), h)).collect();
+    /// Runs `workflow` over a copy of `original` in a private in-memory store, with the
+    /// journal used as `index` says. Returns the report and the sandbox store.
+    async fn in_sandbox(
+        &self,
+        workflow: &Workflow,
+        original: &LoadedRun,
+        index: ReplayIndex,
+    ) -> Result<(crate::engine::RunReport, Arc<MemoryStore>), EngineError> {
+        let run = original.record.id;
         let sandbox_store = Arc::new(MemoryStore::new());
         let inner = &self.inner;
         let sandbox = Engine {
             inner: Arc::new(EngineInner {
-                worker_id: format!("{}-replay", inner.worker_id),
+                worker_id: format!("{}-sandbox", inner.worker_id),
                 store: sandbox_store.clone() as Arc<dyn Store>,
                 clock: inner.clock.clone(),
                 entropy: inner.entropy.clone(),
@@ -110,7 +239,175 @@ impl Engine {
         };
         sandbox_store.create_run(record.clone()).await.map_err(EngineError::store(run))?;
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
-        let report = sandbox.execute_indexed(workflow, loaded, lease, index.for_replay()).await?;
+        let report = sandbox.execute_indexed(workflow, loaded, lease, index).await?;
+        Ok((report, sandbox_store))
+    }
+
+    /// Recomputes a run with a new definition (new prompts, models, code), from the start or
+    /// from a step, in a sandbox, and reports what changed step by step. Served from the
+    /// journal: everything recorded before `from`, `write` steps, `external` steps that are
+    /// not `safe_to_retry`, and human decisions; everything else runs again. Nothing is
+    /// written unless `persist`, which keeps the result as a run forked from the original.
+    pub async fn recompute(
+        &self,
+        workflow: &Workflow,
+        run: RunId,
+        options: RecomputeOptions,
+    ) -> Result<RecomputeReport, EngineError> {
+        let original = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
+        let prefix: std::collections::HashSet<StepPath> = match &options.from {
+            None => std::collections::HashSet::new(),
+            Some(from) => {
+                let cut = original.entries.iter().position(|e| e.path.starts_with(from)).ok_or_else(|| {
+                    EngineError::InvalidRequest { run, reason: format!("the run never reached step `{from}`") }
+                })?;
+                original.entries[..cut].iter().map(|e| e.path.clone()).collect()
+            }
+        };
+        let index = ReplayIndex::from_loaded(&original).map_err(EngineError::store(run))?;
+        let recorded: HashMap<StepPath, ContentHash> = index.completions().map(|(p, h)| (p.clone(), h)).collect();
+        let decided_before: HashMap<StepPath, Value> = index.decisions().map(|(p, d)| (p.clone(), d.clone())).collect();
+        let (report, sandbox_store) =
+            self.in_sandbox(workflow, &original, index.with_mode(ReplayMode::Recompute(prefix.clone()))).await?;
+        let journal = sandbox_store.entries(run);
+        let sandbox = sandbox_store.load(run).await.map_err(EngineError::store(run))?;
+        let mut after: HashMap<StepPath, ContentHash> = HashMap::new();
+        let mut violations: HashMap<StepPath, String> = HashMap::new();
+        let mut decided_after: HashMap<StepPath, Value> = HashMap::new();
+        for entry in &journal {
+            match &entry.record {
+                Record::Completed { output, .. } => {
+                    after.insert(entry.path.clone(), *output);
+                }
+                Record::Failed { error, .. } if error.is(&crate::error::ErrorCode::OUTPUT_VALIDATION) => {
+                    violations.insert(entry.path.clone(), error.message.clone());
+                }
+                Record::Decided { value } => {
+                    decided_after.insert(entry.path.clone(), value.clone());
+                }
+                _ => {}
+            }
+        }
+        let served = |path: &StepPath| {
+            prefix.contains(path)
+                || original.entries.iter().any(|e| &e.path == path && matches!(e.record, Record::Intent { .. }))
+                    && !journal.iter().any(|e| &e.path == path && matches!(e.record, Record::Intent { .. }))
+        };
+        let mut paths: Vec<&StepPath> = recorded.keys().chain(after.keys()).chain(violations.keys()).collect();
+        paths.sort();
+        paths.dedup();
+        let steps: Vec<RecomputedStep> = paths
+            .into_iter()
+            .map(|path| {
+                let change = if let Some(message) = violations.get(path) {
+                    StepChange::SchemaViolation { message: message.clone() }
+                } else {
+                    match (recorded.get(path), after.get(path)) {
+                        (Some(_), Some(_)) if served(path) => StepChange::Served,
+                        (Some(a), Some(b)) if a == b => StepChange::Clean,
+                        (Some(a), Some(b)) => {
+                            let key = workflow.diff_key_at(path.as_str());
+                            let (x, y) = (original.blobs.get(a), sandbox.blobs.get(b));
+                            let diff = match (x, y) {
+                                (Some(x), Some(y)) => json_diff(x, y, key.as_deref()),
+                                _ => vec![format!("output {a} → {b}")],
+                            };
+                            StepChange::ValueChanged { diff }
+                        }
+                        (Some(_), None) => StepChange::Missing,
+                        (None, _) => StepChange::Added,
+                    }
+                };
+                RecomputedStep { path: path.clone(), change }
+            })
+            .collect();
+        let mut decision_paths: Vec<&StepPath> = decided_before.keys().chain(decided_after.keys()).collect();
+        decision_paths.sort();
+        decision_paths.dedup();
+        let decisions: Vec<DecisionChange> = decision_paths
+            .into_iter()
+            .filter(|p| !prefix.contains(*p) && decided_before.get(*p) != decided_after.get(*p))
+            .map(|p| DecisionChange {
+                path: p.clone(),
+                before: decided_before.get(p).cloned(),
+                after: decided_after.get(p).cloned(),
+            })
+            .collect();
+        let changed = original.record.output != report.output
+            || !decisions.is_empty()
+            || steps.iter().any(|s| !matches!(s.change, StepChange::Clean | StepChange::Served));
+        let forked = if options.persist {
+            Some(self.keep_recompute(&original, &sandbox, &options, &report).await?)
+        } else {
+            None
+        };
+        Ok(RecomputeReport {
+            run,
+            steps,
+            decisions,
+            recorded_output: original.record.output.clone(),
+            recomputed_output: report.output,
+            forked,
+            changed,
+        })
+    }
+
+    /// Stores a recompute's journal as a new run, forked from the original.
+    async fn keep_recompute(
+        &self,
+        original: &LoadedRun,
+        sandbox: &LoadedRun,
+        options: &RecomputeOptions,
+        report: &crate::engine::RunReport,
+    ) -> Result<RunId, EngineError> {
+        let store = &self.inner.store;
+        let now = self.inner.clock.now();
+        let id = RunId::from_parts(now, self.inner.entropy.bytes10());
+        let record = RunRecord {
+            id,
+            status: RunStatus::Suspended,
+            output: None,
+            error: None,
+            parent: Some(Lineage { run: original.record.id, at: options.from.clone().unwrap_or_else(StepPath::root) }),
+            created_at: now,
+            updated_at: now,
+            wake_at: None,
+            lease: None,
+            ..sandbox.record.clone()
+        };
+        store.create_run(record).await.map_err(EngineError::store(id))?;
+        let mut batch = JournalBatch {
+            entries: sandbox.entries.clone(),
+            blobs: sandbox.blobs.iter().map(|(h, v)| (*h, v.clone())).collect(),
+            events: Vec::new(),
+        };
+        if let Err(e) = store.append(id, None, &mut batch).await {
+            let _ = store.erase_run(id).await;
+            return Err(EngineError::store(id)(e));
+        }
+        let status = if report.status == RunStatus::Running { RunStatus::Pending } else { report.status };
+        let update = StatusUpdate {
+            status,
+            output: report.output.clone(),
+            error: report.error.clone(),
+            at: now,
+            wake_at: None,
+            fence: None,
+        };
+        store.set_status(id, update).await.map_err(EngineError::store(id))?;
+        Ok(id)
+    }
+
+    /// Replays a run with the given (current) definition and code, in a private in-memory
+    /// sandbox: `write`/`external` steps, journaled values and human decisions are served
+    /// from the original journal; everything else (pure and read steps, branch, map, loop
+    /// and graph decisions) runs again. Reports, per step, whether outputs are identical.
+    /// Nothing is written to this engine's store.
+    pub async fn replay(&self, workflow: &Workflow, run: RunId) -> Result<ReplayReport, EngineError> {
+        let original = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
+        let index = ReplayIndex::from_loaded(&original).map_err(EngineError::store(run))?;
+        let recorded: HashMap<StepPath, ContentHash> = index.completions().map(|(p, h)| (p.clone(), h)).collect();
+        let (report, sandbox_store) = self.in_sandbox(workflow, &original, index.with_mode(ReplayMode::Replay)).await?;
         let replayed_journal = sandbox_store.entries(run);
         let mut replayed: HashMap<StepPath, ContentHash> = HashMap::new();
         for entry in &replayed_journal {

@@ -5,7 +5,10 @@ mod history;
 pub(crate) mod run;
 mod runner;
 
-pub use history::{ForkPatch, ReplayReport, StepComparison, StepReplay};
+pub use history::{
+    DecisionChange, ForkPatch, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, StepChange,
+    StepComparison, StepReplay, json_diff,
+};
 pub use runner::{RunOutcome, Runner};
 
 use std::collections::{HashMap, VecDeque};

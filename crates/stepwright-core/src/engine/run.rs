@@ -13,6 +13,7 @@ use crate::hash::ContentHash;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
 use crate::journal::{EventRecord, JournalBatch, JournalEntry, LoadedRun, Record, Store, StoreError};
 use crate::outcome::{InterruptRequest, Resolution};
+use crate::policy::Effect;
 use crate::runtime::{Clock, Entropy};
 
 /// Everything a run's steps share. One per execution (start or resume) of a run.
@@ -182,11 +183,24 @@ pub(crate) struct InterruptLog {
 
 /// The journal of a run, indexed by step path, consulted when a run resumes. Empty for a
 /// fresh run, so the fast path pays only an `is_empty` check.
+/// What a run's journal is used for.
+#[derive(Default)]
+pub(crate) enum ReplayMode {
+    /// Continue the run: serve everything recorded.
+    #[default]
+    Resume,
+    /// Re-execute the run in a sandbox: serve only what must not happen again (fenced steps'
+    /// outputs, human decisions, timing-dependent inputs) and journaled values.
+    Replay,
+    /// Re-execute from a point in a sandbox: serve everything recorded before it (these
+    /// paths), and after it only `write` steps, `external` steps not safe to retry, human
+    /// decisions and timing-dependent inputs.
+    Recompute(std::collections::HashSet<StepPath>),
+}
+
 #[derive(Default)]
 pub(crate) struct ReplayIndex {
-    /// Replay mode: serve only what must not run again (fenced steps' outputs, journaled
-    /// values, human decisions, timing-dependent inputs); re-evaluate everything else.
-    replaying: bool,
+    mode: ReplayMode,
     paths: HashMap<StepPath, PathLog>,
     blobs: HashMap<ContentHash, Arc<Value>>,
     pub(crate) interrupts: HashMap<InterruptId, InterruptLog>,
@@ -242,28 +256,45 @@ impl ReplayIndex {
         Ok(index)
     }
 
-    /// The index for a replay (see `replaying`).
-    pub(crate) fn for_replay(mut self) -> Self {
-        self.replaying = true;
+    /// The same journal, used another way.
+    pub(crate) fn with_mode(mut self, mode: ReplayMode) -> Self {
+        self.mode = mode;
         self
     }
 
+    /// Whether this is a sandbox re-execution (replay or recompute), whose own journal
+    /// records served steps too, for comparison.
     pub(crate) fn replaying(&self) -> bool {
-        self.replaying
+        !matches!(self.mode, ReplayMode::Resume)
+    }
+
+    fn serves_code(&self, path: &StepPath) -> bool {
+        match &self.mode {
+            ReplayMode::Resume => true,
+            ReplayMode::Replay => false,
+            ReplayMode::Recompute(prefix) => prefix.contains(path),
+        }
     }
 
     fn raw(&self, path: &StepPath) -> Option<&PathLog> {
         if self.paths.is_empty() { None } else { self.paths.get(path) }
     }
 
-    /// What the journal says about a node: always on resume; in a replay only for fenced
-    /// (`write`/`external`) nodes, whose effects must not happen again.
-    pub(crate) fn path(&self, path: &StepPath, fenced: bool) -> Option<&PathLog> {
-        if self.replaying && !fenced { None } else { self.raw(path) }
+    /// What the journal says about a node with this effect class (see [`ReplayMode`]).
+    pub(crate) fn path(&self, path: &StepPath, effect: (Effect, bool)) -> Option<&PathLog> {
+        let (effect, safe_to_retry) = effect;
+        let served = match &self.mode {
+            ReplayMode::Resume => true,
+            ReplayMode::Replay => effect.is_fenced(),
+            ReplayMode::Recompute(prefix) => {
+                prefix.contains(path) || effect == Effect::Write || (effect == Effect::External && !safe_to_retry)
+            }
+        };
+        if served { self.raw(path) } else { None }
     }
 
-    pub(crate) fn completed_output(&self, path: &StepPath, fenced: bool) -> Option<Arc<Value>> {
-        let (_, hash) = self.path(path, fenced)?.completed?;
+    pub(crate) fn completed_output(&self, path: &StepPath, effect: (Effect, bool)) -> Option<Arc<Value>> {
+        let (_, hash) = self.path(path, effect)?.completed?;
         self.blobs.get(&hash).cloned()
     }
 
@@ -273,13 +304,21 @@ impl ReplayIndex {
     }
 
     pub(crate) fn value(&self, path: &StepPath, attempt: u32, seq: u32) -> Option<&Value> {
+        if matches!(self.mode, ReplayMode::Recompute(_)) && !self.serves_code(path) {
+            return None;
+        }
         self.raw(path)?.values.get(&(attempt, seq))
     }
 
     /// A decision the code makes (branch arm, map items, loop verdict, graph edge): served
-    /// on resume, re-evaluated in a replay.
+    /// on resume, re-evaluated in a replay (and after a recompute's starting point).
     pub(crate) fn decided(&self, path: &StepPath) -> Option<&Value> {
-        if self.replaying { None } else { self.raw(path)?.decided.as_ref() }
+        if self.serves_code(path) { self.raw(path)?.decided.as_ref() } else { None }
+    }
+
+    /// Every recorded decision, by path (for comparing a recompute with its original).
+    pub(crate) fn decisions(&self) -> impl Iterator<Item = (&StepPath, &Value)> {
+        self.paths.iter().filter_map(|(path, log)| log.decided.as_ref().map(|d| (path, d)))
     }
 
     /// A recorded input from outside the code (a race's winner, an inbox message, a tick's
