@@ -43,6 +43,12 @@ pub enum Durability {
     /// loses nothing that completed; a pure or read step that was running re-runs.
     #[default]
     Sync,
+    /// Completions of steps without effects (and decisions, values) are written in batches,
+    /// at most `EngineConfig::async_max_delay` or `async_max_entries` apart. A crash may lose
+    /// the last batch: those steps run again on resume (they are pure or read, or their
+    /// outcome is recorded as a failure). Fenced steps (`write`, `external`), interrupts and
+    /// checkpoints are still written at once, so no effect is ever done twice.
+    Async,
     /// Nothing is written to the store: runs live in memory only and cannot be resumed
     /// after the process ends (tests, throwaway runs). The loss window is the whole run.
     None,
@@ -75,6 +81,10 @@ pub struct EngineConfig {
     /// How long a worker's claim on a run lasts without a heartbeat; heartbeats come every
     /// third of it. A worker that dies loses its runs to others after at most this long.
     pub lease_for: Duration,
+    /// `async` durability: the longest a deferred journal entry waits to be written.
+    pub async_max_delay: Duration,
+    /// `async` durability: the most entries that wait before a write.
+    pub async_max_entries: usize,
 }
 
 impl Default for EngineConfig {
@@ -85,6 +95,8 @@ impl Default for EngineConfig {
             in_process_wait_limit: Duration::from_secs(60),
             cancel_grace: Duration::from_secs(5),
             lease_for: Duration::from_secs(30),
+            async_max_delay: Duration::from_millis(50),
+            async_max_entries: 512,
         }
     }
 }
@@ -791,7 +803,13 @@ impl Engine {
             clock: inner.clock.clone(),
             entropy: inner.entropy.clone(),
             config: inner.config.clone(),
-            recorder: Recorder::new(inner.store.clone(), run_id, inner.config.durability, fence),
+            recorder: Recorder::new(
+                inner.store.clone(),
+                run_id,
+                inner.config.durability,
+                fence,
+                (inner.config.async_max_delay, inner.config.async_max_entries),
+            ),
             replay,
             observer: inner.observer.clone(),
             cache: inner.cache.clone(),
@@ -842,10 +860,25 @@ impl Engine {
                     }
                 }
             };
+            // `async` durability: the deferred entries are written within the delay even while
+            // a long step runs.
+            let flusher = async {
+                match shared.recorder.async_delay() {
+                    Some(delay) => loop {
+                        inner.clock.sleep(delay).await;
+                        if shared.recorder.flush().await.is_err() {
+                            // The walk sees the failure at its next write.
+                            return std::future::pending().await;
+                        }
+                    },
+                    None => std::future::pending::<()>().await,
+                }
+            };
             tokio::select! {
                 biased;
                 flow = &mut walk => flow,
                 () = heartbeat => walk.await,
+                () = flusher => walk.await,
             }
         };
         if lost.load(std::sync::atomic::Ordering::SeqCst) {

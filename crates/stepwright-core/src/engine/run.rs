@@ -50,10 +50,26 @@ pub(crate) struct Recorder {
     pending: Mutex<JournalBatch>,
     crashed: AtomicBool,
     fence: Option<u64>,
+    /// `async` durability: the longest a deferred entry waits, and the most entries waiting.
+    window: Option<(std::time::Duration, usize)>,
+    /// Paths of fenced steps: once a step's intent is committed, everything about it is
+    /// committed at once, so an effect can never be done twice because its record waited.
+    fenced: Mutex<std::collections::HashSet<StepPath>>,
+    /// When the oldest deferred entry was buffered.
+    oldest: Mutex<Option<tokio::time::Instant>>,
+    /// `async` durability flushes from two places (the walk and the timer): one at a time,
+    /// so that batches reach the store in order.
+    flushing: tokio::sync::Mutex<()>,
 }
 
 impl Recorder {
-    pub(crate) fn new(store: Arc<dyn Store>, run: RunId, durability: Durability, fence: Option<u64>) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        run: RunId,
+        durability: Durability,
+        fence: Option<u64>,
+        window: (std::time::Duration, usize),
+    ) -> Self {
         Self {
             store,
             run,
@@ -61,12 +77,50 @@ impl Recorder {
             pending: Mutex::new(JournalBatch::default()),
             crashed: AtomicBool::new(false),
             fence,
+            window: (durability == Durability::Async).then_some(window),
+            fenced: Mutex::new(std::collections::HashSet::new()),
+            oldest: Mutex::new(None),
+            flushing: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// Whether an entry may wait for the next batch (`async` durability, not a fenced step,
+    /// not an intent, interrupt, checkpoint or handoff).
+    fn deferrable(&self, path: &StepPath, record: &Record) -> bool {
+        self.window.is_some()
+            && matches!(
+                record,
+                Record::Completed { .. }
+                    | Record::Failed { .. }
+                    | Record::Skipped { .. }
+                    | Record::Decided { .. }
+                    | Record::Value { .. }
+            )
+            && !self.fenced.lock().expect("poisoned").contains(path)
+    }
+
+    /// `async` durability: writes the buffer if its oldest entry is due or it is full.
+    async fn flush_if_due(&self) -> Result<(), Crash> {
+        let Some((delay, most)) = self.window else { return self.flush().await };
+        let due = {
+            let oldest = *self.oldest.lock().expect("poisoned");
+            let len = self.pending.lock().expect("poisoned").entries.len();
+            len >= most || oldest.is_some_and(|t| t.elapsed() >= delay)
+        };
+        if due { self.flush().await } else { Ok(()) }
+    }
+
+    /// The longest an entry waits in `async` durability.
+    pub(crate) fn async_delay(&self) -> Option<std::time::Duration> {
+        self.window.map(|(delay, _)| delay)
     }
 
     /// Buffers an entry; it is written with the next commit. A completion or failure
     /// absorbs its attempt's buffered `Started` entry (keeping the start time).
     pub(crate) fn note(&self, path: &StepPath, at: Timestamp, mut record: Record) {
+        if self.window.is_some() {
+            self.oldest.lock().expect("poisoned").get_or_insert_with(tokio::time::Instant::now);
+        }
         let mut pending = self.pending.lock().expect("poisoned");
         if let Record::Failed { attempt, started_at, .. } = &mut record {
             *started_at = take_started(&mut pending.entries, path, *attempt);
@@ -91,6 +145,13 @@ impl Recorder {
             let record = Record::Completed { attempt, output: hash, cached, started_at };
             pending.entries.push(JournalEntry { path: path.clone(), at, record });
         }
+        if self.window.is_some() {
+            self.oldest.lock().expect("poisoned").get_or_insert_with(tokio::time::Instant::now);
+            let probe = Record::Completed { attempt, output: hash, cached, started_at: None };
+            if self.deferrable(path, &probe) {
+                return self.flush_if_due().await;
+            }
+        }
         self.flush().await
     }
 
@@ -105,12 +166,20 @@ impl Recorder {
     /// Buffers an entry and writes everything buffered; returns once the store has it (in
     /// `sync` durability).
     pub(crate) async fn commit(&self, path: &StepPath, at: Timestamp, record: Record) -> Result<(), Crash> {
+        if self.window.is_some() && matches!(record, Record::Intent { .. }) {
+            self.fenced.lock().expect("poisoned").insert(path.clone());
+        }
+        let deferrable = self.deferrable(path, &record);
         self.note(path, at, record);
-        self.flush().await
+        if deferrable { self.flush_if_due().await } else { self.flush().await }
     }
 
     /// Writes everything buffered.
     pub(crate) async fn flush(&self) -> Result<(), Crash> {
+        let _serial = match self.window {
+            Some(_) => Some(self.flushing.lock().await),
+            None => None,
+        };
         if self.crashed.load(Ordering::Relaxed) {
             return Err(Crash(StoreError::Backend {
                 doing: "appending to the journal".into(),
@@ -125,6 +194,9 @@ impl Recorder {
             if self.durability == Durability::None {
                 *pending = JournalBatch::default();
                 return Ok(());
+            }
+            if self.window.is_some() {
+                *self.oldest.lock().expect("poisoned") = None;
             }
             std::mem::take(&mut *pending)
         };

@@ -1,0 +1,197 @@
+//! Durability modes: what `sync`, `async` and `none` write, and what a crash can lose.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Counter, T0, records_at};
+use futures_util::future::BoxFuture;
+use serde_json::json;
+use stepwright_core::journal::{
+    EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Removed, Retention, RunFilter, RunRecord, StatusUpdate,
+};
+use stepwright_core::{
+    Durability, Effect, Engine, EngineConfig, MemoryStore, Node, Record, RunId, SeededEntropy, StartOptions, Store,
+    StoreError, Timestamp, TokioClock, Workflow, fn_step,
+};
+
+/// A memory store that counts appends.
+struct Counting {
+    inner: MemoryStore,
+    appends: AtomicUsize,
+}
+
+impl Store for Counting {
+    fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.create_run(record)
+    }
+    fn append<'a>(
+        &'a self,
+        run: RunId,
+        fence: Option<u64>,
+        batch: &'a mut JournalBatch,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.appends.fetch_add(1, Ordering::SeqCst);
+        self.inner.append(run, fence, batch)
+    }
+    fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.set_status(run, update)
+    }
+    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        self.inner.load(run)
+    }
+    fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.resolve_interrupt(run, entry)
+    }
+    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        self.inner.events(run)
+    }
+    fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        self.inner.list_runs(filter)
+    }
+    fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        self.inner.erase_run(run)
+    }
+    fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        self.inner.apply_retention(policy)
+    }
+    fn claim(
+        &self,
+        run: RunId,
+        owner: &str,
+        now: Timestamp,
+        lease_for: Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        self.inner.claim(run, owner, now, lease_for)
+    }
+    fn claim_due(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_for: Duration,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        self.inner.claim_due(owner, now, lease_for, limit)
+    }
+    fn heartbeat(
+        &self,
+        lease: &Lease,
+        now: Timestamp,
+        lease_for: Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        self.inner.heartbeat(lease, now, lease_for)
+    }
+}
+
+fn engine_on(store: Arc<dyn Store>, durability: Durability, delay: Duration) -> Engine {
+    Engine::builder()
+        .store(store)
+        .clock(Arc::new(TokioClock::starting_at(T0)))
+        .entropy(Arc::new(SeededEntropy::new(5)))
+        .worker_id("w")
+        .config(EngineConfig { durability, async_max_delay: delay, ..EngineConfig::default() })
+        .build()
+}
+
+fn pure(id: &str, calls: &Counter) -> Node {
+    let calls = calls.clone();
+    Node::step(
+        id,
+        fn_step(move |_c, x: i64| {
+            calls.hit();
+            async move { Ok(x + 1) }
+        }),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_writes_batches_sync_writes_every_step() {
+    let workflow = {
+        let calls = Counter::default();
+        Workflow::builder("ten").steps((0..10).map(|i| pure(&format!("s{i}"), &calls))).build().unwrap()
+    };
+    let mut appends = Vec::new();
+    for durability in [Durability::Sync, Durability::Async] {
+        let store = Arc::new(Counting { inner: MemoryStore::new(), appends: AtomicUsize::new(0) });
+        let engine = engine_on(store.clone(), durability, Duration::from_secs(3600));
+        let report = engine.start(&workflow, json!(0)).await.unwrap();
+        assert_eq!(report.output, Some(json!(10)));
+        assert_eq!(store.inner.entries(report.run_id).len(), 10, "{durability:?} records every step in the end");
+        appends.push(store.appends.load(Ordering::SeqCst));
+    }
+    assert_eq!(appends, [10, 1], "sync: one write per step; async: one batch at the end");
+}
+
+#[tokio::test(start_paused = true)]
+async fn async_delay_is_bounded_even_while_a_step_runs() {
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine_on(store.clone(), Durability::Async, Duration::from_millis(50));
+    let calls = Counter::default();
+    let workflow = Workflow::builder("slow-second")
+        .step(pure("quick", &calls))
+        .step(Node::step(
+            "slow",
+            fn_step(|_c, x: i64| async move {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+                Ok(x)
+            }),
+        ))
+        .build()
+        .unwrap();
+    let run: RunId = "01890000-0000-7000-8000-0000000000d1".parse().unwrap();
+    let running = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine.start_with(&workflow, json!(0), StartOptions { run_id: Some(run), ..Default::default() }).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(records_at(&store, run, "quick").is_empty(), "still waiting within the delay");
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(
+        records_at(&store, run, "quick").iter().any(|r| matches!(r, Record::Completed { .. })),
+        "written within the delay while `slow` still runs"
+    );
+    assert_eq!(running.await.unwrap().unwrap().output, Some(json!(1)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_async_crash_reruns_only_unwritten_pure_steps_and_never_a_write() {
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine_on(store.clone(), Durability::Async, Duration::from_secs(3600));
+    let (early, late, writes) = (Counter::default(), Counter::default(), Counter::default());
+    let write = {
+        let writes = writes.clone();
+        Node::step(
+            "write",
+            fn_step(move |_c, x: i64| {
+                writes.hit();
+                async move { Ok(x * 100) }
+            }),
+        )
+        .effect(Effect::Write)
+    };
+    let workflow = Workflow::builder("mixed")
+        .step(pure("p1", &early))
+        .step(pure("p2", &early))
+        .step(write)
+        .step(pure("p3", &late))
+        .step(pure("p4", &late))
+        .build()
+        .unwrap();
+    // Write 1: p1, p2 and the write's intent (the fence flushes what waits); write 2: the
+    // write's completion; write 3, the final batch with p3 and p4, fails: the crash.
+    store.fail_appends_after(2);
+    let run: RunId = "01890000-0000-7000-8000-0000000000d2".parse().unwrap();
+    let crashed =
+        engine.start_with(&workflow, json!(0), StartOptions { run_id: Some(run), ..Default::default() }).await;
+    assert!(crashed.is_err());
+    store.heal();
+    let done = engine.resume(&workflow, run).await.unwrap();
+    assert_eq!(done.output, Some(json!(202)));
+    assert_eq!(early.get(), 2, "p1 and p2 were written with the fence: not run again");
+    assert_eq!(late.get(), 4, "p3 and p4 were lost with the last batch: run again");
+    assert_eq!(writes.get(), 1, "the write is never done twice");
+}
