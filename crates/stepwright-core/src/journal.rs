@@ -438,6 +438,18 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>>;
 
+    /// Stores a message for a loop inbox of a run (the run need not exist yet) and returns
+    /// its sequence number; messages of one inbox are taken in this order.
+    fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// The first message of an inbox after sequence number `after` (from the start if none).
+    fn next_message(
+        &self,
+        run: RunId,
+        inbox: &str,
+        after: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<(u64, Value)>, StoreError>>;
+
     /// Waits until work may have become available (a notification) or `timeout` passes.
     /// Stores without notifications simply wait out the timeout (runners then poll).
     fn wait_for_work(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
@@ -532,6 +544,8 @@ struct MemoryRun {
 #[derive(Default)]
 pub struct MemoryStore {
     runs: RwLock<HashMap<RunId, Arc<Mutex<MemoryRun>>>>,
+    /// Inbox messages: `(run, inbox, seq, message)` in posting order.
+    messages: Mutex<Vec<(RunId, String, u64, Value)>>,
     blobs: [Mutex<HashMap<ContentHash, Arc<Value>>>; BLOB_SHARDS],
     appends_left: AtomicUsize,
     fault_armed: std::sync::atomic::AtomicBool,
@@ -773,6 +787,29 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(leases)))
     }
 
+    fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let mut messages = self.messages.lock().expect("poisoned");
+        let seq = messages.last().map_or(0, |m| m.2 + 1);
+        messages.push((run, inbox.to_owned(), seq, message));
+        Box::pin(std::future::ready(Ok(seq)))
+    }
+
+    fn next_message(
+        &self,
+        run: RunId,
+        inbox: &str,
+        after: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<(u64, Value)>, StoreError>> {
+        let found = self
+            .messages
+            .lock()
+            .expect("poisoned")
+            .iter()
+            .find(|(r, i, seq, _)| *r == run && i == inbox && after.is_none_or(|a| *seq > a))
+            .map(|(_, _, seq, m)| (*seq, m.clone()));
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
     fn heartbeat(
         &self,
         lease: &Lease,
@@ -801,6 +838,7 @@ pub fn check_fence(record: Option<&RunRecord>, run: RunId, fence: Option<u64>) -
 
 impl MemoryStore {
     fn remove(&self, victims: &[RunId]) -> Result<Removed, StoreError> {
+        self.messages.lock().expect("poisoned").retain(|(run, ..)| !victims.contains(run));
         let mut runs = self.runs.write().expect("poisoned");
         let mut removed = Removed::default();
         for id in victims {

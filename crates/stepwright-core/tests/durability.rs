@@ -83,6 +83,22 @@ impl Store for Counting {
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
         self.inner.heartbeat(lease, now, lease_for)
     }
+    fn post_message(
+        &self,
+        run: RunId,
+        inbox: &str,
+        message: serde_json::Value,
+    ) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.inner.post_message(run, inbox, message)
+    }
+    fn next_message(
+        &self,
+        run: RunId,
+        inbox: &str,
+        after: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<(u64, serde_json::Value)>, StoreError>> {
+        self.inner.next_message(run, inbox, after)
+    }
 }
 
 fn engine_on(store: Arc<dyn Store>, durability: Durability, delay: Duration) -> Engine {

@@ -404,7 +404,7 @@ async fn loop_on_error_retry_reuses_the_message_and_skip_moves_on() {
             .unwrap();
         let run_id: stepwright_core::RunId = "01890000-0000-7000-8000-0000000000a1".parse().unwrap();
         for message in ["a", "bad", "c"] {
-            engine.send(run_id, "in", json!(message));
+            engine.send(run_id, "in", json!(message)).await.unwrap();
         }
         let report = engine
             .start_with(
@@ -439,12 +439,12 @@ async fn loop_inbox_keeps_the_loop_alive_until_park_timeout() {
         .build()
         .unwrap();
     let run_id: stepwright_core::RunId = "01890000-0000-7000-8000-000000000001".parse().unwrap();
-    engine.send(run_id, "messages", json!("hi"));
+    engine.send(run_id, "messages", json!("hi")).await.unwrap();
     let sender = {
         let engine = engine.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
-            engine.send(run_id, "messages", json!("again"));
+            engine.send(run_id, "messages", json!("again")).await.unwrap();
         })
     };
     let start = tokio::time::Instant::now();

@@ -27,8 +27,25 @@ where
     list_filters(&*fresh().await).await;
     erase_and_retention_collect_blobs(&*fresh().await).await;
     missing_runs_are_errors(&*fresh().await).await;
+    messages_keep_their_order(&*fresh().await).await;
     leases_fence_writes(&*fresh().await).await;
     claim_due_finds_ready_runs(&*fresh().await).await;
+}
+
+/// Inbox messages come back in posting order, per inbox, and go with an erased run.
+pub async fn messages_keep_their_order(store: &dyn Store) {
+    let run = record(50, "flow", RunStatus::Running, 1);
+    store.create_run(run.clone()).await.expect("create");
+    let first = store.post_message(run.id, "in", json!("one")).await.expect("post");
+    store.post_message(run.id, "other", json!("elsewhere")).await.expect("post");
+    let second = store.post_message(run.id, "in", json!({ "two": 2 })).await.expect("post");
+    assert!(second > first);
+    assert_eq!(store.next_message(run.id, "in", None).await.expect("read"), Some((first, json!("one"))));
+    assert_eq!(store.next_message(run.id, "in", Some(first)).await.expect("read"), Some((second, json!({ "two": 2 }))));
+    assert_eq!(store.next_message(run.id, "in", Some(second)).await.expect("read"), None);
+    assert_eq!(store.next_message(id(51), "in", None).await.expect("read"), None, "inboxes are per run");
+    store.erase_run(run.id).await.expect("erase");
+    assert_eq!(store.next_message(run.id, "in", None).await.expect("read"), None, "erased with the run");
 }
 
 /// Wall time now: lease checks use real time, since some stores (Postgres) take lease times

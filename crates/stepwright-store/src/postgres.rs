@@ -23,7 +23,8 @@ use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPa
 
 use crate::encoding::{CODEC_JSON, backend, decode_blob, encode_blob};
 
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("postgres/001_initial.sql"))];
+const MIGRATIONS: &[(i64, &str)] =
+    &[(1, include_str!("postgres/001_initial.sql")), (2, include_str!("postgres/002_messages.sql"))];
 
 /// Outputs whose JSON is at most this long are stored in their journal row.
 const INLINE_AT_MOST: usize = 256;
@@ -712,6 +713,44 @@ impl Store for PostgresStore {
         })
     }
 
+    fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let inbox = inbox.to_owned();
+        Box::pin(async move {
+            let seq: i64 = sqlx::query_scalar(
+                "INSERT INTO stepwright_messages (run_id, inbox, message) VALUES ($1, $2, $3) RETURNING seq",
+            )
+            .bind(uuid(run))
+            .bind(&inbox)
+            .bind(&message)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(pg("storing a message"))?;
+            self.notify(run).await;
+            Ok(seq as u64)
+        })
+    }
+
+    fn next_message(
+        &self,
+        run: RunId,
+        inbox: &str,
+        after: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<(u64, Value)>, StoreError>> {
+        let inbox = inbox.to_owned();
+        Box::pin(async move {
+            let row = sqlx::query(
+                "SELECT seq, message FROM stepwright_messages WHERE run_id = $1 AND inbox = $2 AND seq > $3 ORDER BY seq LIMIT 1",
+            )
+            .bind(uuid(run))
+            .bind(&inbox)
+            .bind(after.map_or(-1, |a| a as i64))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(pg("reading a message"))?;
+            Ok(row.map(|r| (r.get::<i64, _>(0) as u64, r.get::<Value, _>(1))))
+        })
+    }
+
     fn wait_for_work(&self, timeout: Duration) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let mut guard = self.listener.lock().await;
@@ -737,7 +776,7 @@ impl PostgresStore {
         let doing = "removing runs";
         let ids: Vec<uuid::Uuid> = victims.iter().map(|r| uuid(*r)).collect();
         let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-        for table in ["stepwright_journal", "stepwright_events", "stepwright_interrupts"] {
+        for table in ["stepwright_journal", "stepwright_events", "stepwright_interrupts", "stepwright_messages"] {
             sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE run_id = ANY($1)")))
                 .bind(&ids)
                 .execute(&mut *tx)

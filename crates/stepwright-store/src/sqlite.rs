@@ -59,6 +59,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("sqlite/002_leases.sql")),
     (3, include_str!("sqlite/003_drop_counters.sql")),
     (4, include_str!("sqlite/004_inline_values.sql")),
+    (5, include_str!("sqlite/005_messages.sql")),
 ];
 
 /// Outputs whose JSON is at most this long are stored in their journal row.
@@ -86,6 +87,7 @@ enum Op {
     Append(RunId, Option<u64>, JournalBatch, Ack<JournalBatch>),
     Claim(Claim, Ack<Vec<Lease>>),
     Heartbeat(Lease, Timestamp, std::time::Duration, Ack<Lease>),
+    Post(RunId, String, Value, Ack<u64>),
     SetStatus(RunId, StatusUpdate, Ack<()>),
     Resolve(RunId, JournalEntry, Ack<()>),
     Remove(Removal, Ack<Removed>),
@@ -98,6 +100,7 @@ impl Op {
             Op::Create(record, _) => Some(record.id),
             Op::Append(run, ..) | Op::SetStatus(run, ..) | Op::Resolve(run, ..) => Some(*run),
             Op::Heartbeat(lease, ..) => Some(lease.run),
+            Op::Post(..) => None,
             Op::Claim(Claim { run, .. }, _) => *run,
             Op::Remove(..) => None,
         }
@@ -315,6 +318,7 @@ enum Answer {
     Removed(Removed),
     Leases(Vec<Lease>),
     Lease(Lease),
+    Seq(u64),
 }
 
 /// Answers a caller. An append hands its (now empty) batch back, so the caller keeps the
@@ -330,6 +334,7 @@ fn reply(op: Op, result: Result<Answer, StoreError>) {
         (Op::Remove(_, ack), Ok(Answer::Removed(removed))) => drop(ack.send(Ok(removed))),
         (Op::Claim(_, ack), Ok(Answer::Leases(leases))) => drop(ack.send(Ok(leases))),
         (Op::Heartbeat(.., ack), Ok(Answer::Lease(lease))) => drop(ack.send(Ok(lease))),
+        (Op::Post(.., ack), Ok(Answer::Seq(seq))) => drop(ack.send(Ok(seq))),
         (Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack), Ok(_)) => drop(ack.send(Ok(()))),
         (op, Ok(_)) => answer_err(op, || backend("answering a store call", std::io::Error::other("mismatched answer"))),
         (op, Err(error)) => {
@@ -458,6 +463,12 @@ impl Writer {
             Op::SetStatus(run, update, _) => self.set_status(*run, update).map(|()| Answer::Unit),
             Op::Resolve(run, entry, _) => self.resolve(*run, entry).map(|()| Answer::Unit),
             Op::Remove(removal, _) => self.remove(removal).map(Answer::Removed),
+            Op::Post(run, inbox, message, _) => self
+                .conn
+                .prepare_cached("INSERT INTO messages (run_id, inbox, message) VALUES (?1, ?2, ?3)")
+                .and_then(|mut s| s.insert(params![run.as_uuid().as_bytes(), inbox, json(message)]))
+                .map(|seq| Answer::Seq(seq as u64))
+                .map_err(|e| backend("storing a message", e)),
         }
     }
 
@@ -741,7 +752,7 @@ impl Writer {
         let mut removed = Removed::default();
         for run in victims {
             let id = run.as_uuid().into_bytes();
-            for table in ["journal", "events", "interrupts"] {
+            for table in ["journal", "events", "interrupts", "messages"] {
                 self.conn
                     .execute(&format!("DELETE FROM {table} WHERE run_id = ?1"), [&id[..]])
                     .map_err(|e| backend(doing, e))?;
@@ -765,6 +776,7 @@ fn answer_err(op: Op, error: impl Fn() -> StoreError) {
         Op::Remove(_, ack) => drop(ack.send(Err(error()))),
         Op::Claim(_, ack) => drop(ack.send(Err(error()))),
         Op::Heartbeat(_, _, _, ack) => drop(ack.send(Err(error()))),
+        Op::Post(.., ack) => drop(ack.send(Err(error()))),
     }
 }
 
@@ -1030,6 +1042,31 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
         let claim = Claim { run: None, owner: owner.to_owned(), now, lease_for, limit };
         Box::pin(self.send(|ack| Op::Claim(claim, ack)))
+    }
+
+    fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let inbox = inbox.to_owned();
+        Box::pin(self.send(move |ack| Op::Post(run, inbox, message, ack)))
+    }
+
+    fn next_message(
+        &self,
+        run: RunId,
+        inbox: &str,
+        after: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<(u64, Value)>, StoreError>> {
+        let inbox = inbox.to_owned();
+        Box::pin(self.read("reading a message", move |conn| {
+            let doing = "reading a message";
+            let after = after.map_or(-1, |a| a as i64);
+            let row: Option<(i64, String)> = conn
+                .prepare_cached(
+                    "SELECT seq, message FROM messages WHERE run_id = ?1 AND inbox = ?2 AND seq > ?3 ORDER BY seq LIMIT 1",
+                )
+                .and_then(|mut s| s.query_row(params![run.as_uuid().as_bytes(), inbox, after], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+                .map_err(|e| backend(doing, e))?;
+            row.map(|(seq, text)| Ok((seq as u64, serde_json::from_str(&text).map_err(|e| backend(doing, e))?))).transpose()
+        }))
     }
 
     fn heartbeat(

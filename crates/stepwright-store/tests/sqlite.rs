@@ -153,5 +153,55 @@ async fn reopening_applies_migrations_once_and_sets_the_pragmas() {
     let mode: String = raw.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
     let migrations: i64 = raw.query_row("SELECT COUNT(*) FROM stepwright_migrations", [], |r| r.get(0)).unwrap();
-    assert_eq!(migrations, 4, "each of the four migrations is recorded once");
+    let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/sqlite"))
+        .unwrap()
+        .filter(|f| f.as_ref().unwrap().path().extension().is_some_and(|e| e == "sql"))
+        .count();
+    assert_eq!(migrations as usize, files, "each migration is recorded once, however often the store opens");
+}
+
+#[tokio::test]
+async fn a_message_sent_from_another_process_reaches_a_parked_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.db");
+    let workflow = Workflow::builder("chat")
+        .step(
+            stepwright_core::Loop::new(
+                "chat",
+                10,
+                [Node::step(
+                    "reply",
+                    fn_step(|ctx: stepwright_core::StepContext, _x: serde_json::Value| async move {
+                        Ok(format!("got {}", ctx.scope().var("loop").unwrap()["message"]))
+                    }),
+                )],
+            )
+            .inbox("in", std::time::Duration::from_millis(800)),
+        )
+        .build()
+        .unwrap();
+    let run: stepwright_core::RunId = "01890000-0000-7000-8000-00000000a11b".parse().unwrap();
+    let here = engine(Arc::new(SqliteStore::open(&path).unwrap()));
+    let parked = {
+        let workflow = workflow.clone();
+        tokio::spawn(async move {
+            here.start_with(
+                &workflow,
+                json!(null),
+                stepwright_core::StartOptions { run_id: Some(run), ..Default::default() },
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Another process: its own store over the same file.
+    let there = engine(Arc::new(SqliteStore::open(&path).unwrap()));
+    there.send(run, "in", json!("hello")).await.unwrap();
+    let report = parked.await.unwrap().unwrap();
+    assert_eq!(report.output, Some(json!("got \"hello\"")));
+    // The consumed message is journaled with its sequence number: a later resume of a
+    // new loop iteration would continue after it.
+    let loaded = there.store().load(run).await.unwrap();
+    let taken = loaded.entries.iter().find(|e| e.path.as_str() == "chat#1/@inbox").unwrap();
+    assert!(matches!(&taken.record, Record::Decided { value } if value["message"] == "hello" && value["seq"].is_u64()));
 }

@@ -912,6 +912,8 @@ impl Exec {
         let mut iteration: u32 = 1;
         // `on_error: retry` runs the failed iteration again on the same message.
         let mut retry_message: Option<Value> = None;
+        // The sequence number of the last message taken from the inbox.
+        let mut last_seq: Option<u64> = None;
         loop {
             if iteration > spec.max_iterations {
                 let reason = format!("max_iterations ({}) reached without a done verdict", spec.max_iterations);
@@ -927,28 +929,28 @@ impl Exec {
             if let Some(inbox) = &spec.inbox {
                 let message_path = iteration_path.join("@inbox");
                 let message = match self.run.replay.recorded_input(&message_path) {
-                    Some(decided) => decided.get("message").cloned(),
+                    Some(decided) => {
+                        if let Some(seq) = decided.get("seq").and_then(Value::as_u64) {
+                            last_seq = Some(seq);
+                        }
+                        decided.get("message").cloned()
+                    }
                     None => {
                         let message = match retry_message.take() {
                             Some(message) => Some(message),
                             None => {
-                                let timeout = spec.park_timeout.unwrap_or_default();
-                                let receive = self.run.mailboxes.receive(
-                                    self.run.run_id,
-                                    inbox,
-                                    self.run.clock.as_ref(),
-                                    timeout,
-                                );
-                                tokio::select! {
-                                    message = receive => message,
-                                    () = env.cancel.cancelled() => {
-                                        return Ok(Flow::Failed(StepError::cancelled("cancelled while parked on an inbox")));
+                                match self.receive(inbox, spec.park_timeout.unwrap_or_default(), last_seq, env).await? {
+                                    Ok(Some((seq, message))) => {
+                                        last_seq = Some(seq);
+                                        Some(message)
                                     }
+                                    Ok(None) => None,
+                                    Err(flow) => return Ok(flow),
                                 }
                             }
                         };
                         // A consumed message is durable before the body sees it.
-                        let decided = Record::Decided { value: json!({ "message": message }) };
+                        let decided = Record::Decided { value: json!({ "message": message, "seq": last_seq }) };
                         self.run.recorder.commit(&message_path, self.now(), decided).await?;
                         message
                     }
@@ -1023,6 +1025,43 @@ impl Exec {
                 None => last.clone(),
             };
             iteration += 1;
+        }
+    }
+
+    /// Waits for the next inbox message after `after`, up to `park`: from the store (so
+    /// messages survive crashes and come from any process), woken at once by a send in this
+    /// process and otherwise polling.
+    async fn receive(
+        &self,
+        inbox: &str,
+        park: std::time::Duration,
+        after: Option<u64>,
+        env: &Env,
+    ) -> Result<Result<Option<(u64, Value)>, Flow>, Crash> {
+        const POLL: std::time::Duration = std::time::Duration::from_millis(50);
+        let deadline = self.now().plus(park);
+        let store = self.run.recorder.store();
+        loop {
+            let notified = self.run.mailboxes.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match store.next_message(self.run.run_id, inbox, after).await {
+                Ok(Some(found)) => return Ok(Ok(Some(found))),
+                Ok(None) => {}
+                Err(error) => return Err(Crash(error)),
+            }
+            let now = self.now();
+            if now >= deadline {
+                return Ok(Ok(None));
+            }
+            let wait = deadline.since(now).min(POLL);
+            tokio::select! {
+                () = &mut notified => {}
+                () = self.run.clock.sleep(wait) => {}
+                () = env.cancel.cancelled() => {
+                    return Ok(Err(Flow::Failed(StepError::cancelled("cancelled while parked on an inbox"))));
+                }
+            }
         }
     }
 

@@ -11,7 +11,7 @@ pub use history::{
 };
 pub use runner::{RunOutcome, Runner};
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -125,27 +125,18 @@ impl StepCache for MemoryCache {
     }
 }
 
-/// Messages for loop inboxes and wake-ups for `every` channels, per run.
+/// In-process notifications: a message was stored for some inbox; an `every` channel was
+/// woken.
 #[derive(Default)]
 pub(crate) struct Mailboxes {
-    messages: Mutex<HashMap<(RunId, String), VecDeque<Value>>>,
     wakes: Mutex<HashMap<(RunId, String), u64>>,
-    notify: Notify,
+    pub(crate) notify: Notify,
 }
 
 impl Mailboxes {
-    fn send(&self, run: RunId, inbox: &str, message: Value) {
-        self.messages.lock().expect("poisoned").entry((run, inbox.to_owned())).or_default().push_back(message);
-        self.notify.notify_waiters();
-    }
-
     fn wake(&self, run: RunId, channel: &str) {
         *self.wakes.lock().expect("poisoned").entry((run, channel.to_owned())).or_default() += 1;
         self.notify.notify_waiters();
-    }
-
-    fn take_message(&self, run: RunId, inbox: &str) -> Option<Value> {
-        self.messages.lock().expect("poisoned").get_mut(&(run, inbox.to_owned())).and_then(VecDeque::pop_front)
     }
 
     fn take_wake(&self, run: RunId, channel: &str) -> bool {
@@ -156,24 +147,6 @@ impl Mailboxes {
                 true
             }
             _ => false,
-        }
-    }
-
-    /// The next message on an inbox, or `None` if none arrives within `timeout`.
-    pub(crate) async fn receive(&self, run: RunId, inbox: &str, clock: &dyn Clock, timeout: Duration) -> Option<Value> {
-        let deadline = clock.sleep(timeout);
-        tokio::pin!(deadline);
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(message) = self.take_message(run, inbox) {
-                return Some(message);
-            }
-            tokio::select! {
-                () = &mut notified => {}
-                () = &mut deadline => return self.take_message(run, inbox),
-            }
         }
     }
 
@@ -762,9 +735,13 @@ impl Engine {
         Ok(true)
     }
 
-    /// Sends a message to a loop inbox of a run (delivered to this engine's executions).
-    pub fn send(&self, run: RunId, inbox: &str, message: Value) {
-        self.inner.mailboxes.send(run, inbox, message);
+    /// Sends a message to a loop inbox of a run. The message is stored (it survives a
+    /// crash and reaches a run executing in any process); a loop parked on the inbox in this
+    /// process wakes at once, elsewhere within its poll interval.
+    pub async fn send(&self, run: RunId, inbox: &str, message: Value) -> Result<(), EngineError> {
+        self.inner.store.post_message(run, inbox, message).await.map_err(EngineError::store(run))?;
+        self.inner.mailboxes.notify.notify_waiters();
+        Ok(())
     }
 
     /// Wakes an `every` channel of a run: its next tick runs at once.
