@@ -642,3 +642,32 @@ fn path_patterns_cover_every_operator() {
     ];
     assert_eq!(workflow.unknown_paths(journal), ["f[0]/zzz", "h", "l#1/gone"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_handoff_survives_a_resume() {
+    let (engine, _) = engine();
+    let routed = Counter::default();
+    let router = {
+        let routed = routed.clone();
+        Node::dyn_step(
+            "router",
+            dyn_fn_step("router", move |_c, input| {
+                routed.hit();
+                async move { Ok(Outcome::handoff("review", json!({ "ticket": *input }))) }
+            }),
+        )
+    };
+    let review = Node::step("review", fn_step(|_c, payload: Value| async move { Ok(json!({ "reviewed": payload })) }))
+        .requires_approval(stepwright_core::ApprovalGate::new("review it?"));
+    let workflow = Workflow::builder("handoff-resume")
+        .step(stepwright_core::Graph::new("desk", 5).node(router).node(review))
+        .build()
+        .unwrap();
+    let report = engine.start(&workflow, json!(7)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended);
+    assert_eq!(report.pending[0].step.as_str(), "desk/review#1");
+    engine.resolve(report.run_id, &report.pending[0].id, Decision::Approve, &Caller::default()).await.unwrap();
+    let done = engine.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!(done.output, Some(json!({ "reviewed": { "ticket": 7 } })));
+    assert_eq!(routed.get(), 1, "the recorded handoff was replayed, not decided again");
+}
