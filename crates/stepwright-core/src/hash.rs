@@ -40,6 +40,11 @@ impl ContentHash {
         Self(hasher.finalize().into())
     }
 
+    /// A hash from its 32 raw bytes (as stores keep it); `None` for any other length.
+    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(Self)
+    }
+
     /// The raw digest.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0

@@ -38,6 +38,25 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// The status as stores and the file format spell it (`pending`, `running`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Suspended => "suspended",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses [`RunStatus::as_str`]'s spelling.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Pending, Self::Running, Self::Suspended, Self::Completed, Self::Failed, Self::Cancelled]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+
     /// Whether the run has finished for good.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Cancelled)

@@ -107,15 +107,9 @@ async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
     tx.commit().await.map_err(pg(doing))
 }
 
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Pending => "pending",
-        RunStatus::Running => "running",
-        RunStatus::Suspended => "suspended",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-        RunStatus::Cancelled => "cancelled",
-    }
+fn hash_from(bytes: &[u8]) -> Result<ContentHash, StoreError> {
+    ContentHash::from_slice(bytes)
+        .ok_or_else(|| backend("reading a content hash", std::io::Error::other("a content hash is not 32 bytes")))
 }
 
 fn to_value<T: serde::Serialize>(value: &T) -> Value {
@@ -134,7 +128,6 @@ fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
     let get = |e: sqlx::Error| backend(doing, e);
     let id = RunId::from_bytes(row.try_get::<uuid::Uuid, _>(0).map_err(get)?.into_bytes());
     let hash: Vec<u8> = row.try_get(3).map_err(get)?;
-    let hash_hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
     let status: String = row.try_get(6).map_err(get)?;
     let parent_run: Option<uuid::Uuid> = row.try_get(9).map_err(get)?;
     let parent_path: Option<String> = row.try_get(10).map_err(get)?;
@@ -144,10 +137,11 @@ fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
         id,
         workflow: row.try_get(1).map_err(get)?,
         version: row.try_get(2).map_err(get)?,
-        definition_hash: hash_hex.parse().map_err(|e| backend(doing, e))?,
+        definition_hash: hash_from(&hash)?,
         input: Arc::new(row.try_get(4).map_err(get)?),
         caller: from_value(doing, row.try_get(5).map_err(get)?)?,
-        status: from_value(doing, Value::String(status))?,
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| backend(doing, std::io::Error::other(format!("unknown run status {status:?}"))))?,
         output: row.try_get(7).map_err(get)?,
         error: row.try_get::<Option<Value>, _>(8).map_err(get)?.map(|v| from_value(doing, v)).transpose()?,
         parent: match (parent_run, parent_path) {
@@ -377,7 +371,7 @@ impl Store for PostgresStore {
             .bind(&r.definition_hash.as_bytes()[..])
             .bind(&*r.input)
             .bind(to_value(&r.caller))
-            .bind(status_name(r.status))
+            .bind(RunStatus::as_str(r.status))
             .bind(&r.output)
             .bind(r.error.as_ref().map(to_value))
             .bind(r.parent.as_ref().map(|p| uuid(p.run)))
@@ -435,7 +429,7 @@ impl Store for PostgresStore {
                  lease_expires = CASE WHEN $7 THEN NULL ELSE lease_expires END WHERE id = $1",
             )
             .bind(uuid(run))
-            .bind(status_name(u.status))
+            .bind(RunStatus::as_str(u.status))
             .bind(&u.output)
             .bind(u.error.as_ref().map(to_value))
             .bind(u.at.as_micros())
@@ -497,13 +491,11 @@ impl Store for PostgresStore {
                     .map_err(pg(doing))?;
                 for row in rows {
                     let hash: Vec<u8> = row.get(0);
-                    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-                    let hash: ContentHash = hex.parse().map_err(|e| backend(doing, e))?;
+                    let hash = hash_from(&hash)?;
                     blobs.insert(hash, decode_blob(hash, i64::from(row.get::<i16, _>(1)), &row.get::<Vec<u8>, _>(2))?);
                 }
                 for hash in &wanted {
-                    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
-                    let hash: ContentHash = hex.parse().map_err(|e| backend(doing, e))?;
+                    let hash = hash_from(hash)?;
                     if !blobs.contains_key(&hash) {
                         return Err(StoreError::Corrupt(hash));
                     }
@@ -593,7 +585,7 @@ impl Store for PostgresStore {
                 "SELECT {RUN_COLUMNS} FROM stepwright_runs WHERE ($1::text IS NULL OR status = $1) \
                  AND ($2::text IS NULL OR workflow = $2) ORDER BY created_at DESC, id DESC LIMIT $3"
             )))
-            .bind(filter.status.map(status_name))
+            .bind(filter.status.map(RunStatus::as_str))
             .bind(filter.workflow)
             .bind(i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)

@@ -496,7 +496,7 @@ impl Writer {
                     r.definition_hash.as_bytes(),
                     json(&*r.input),
                     json(&r.caller),
-                    status_name(r.status),
+                    RunStatus::as_str(r.status),
                     r.output.as_ref().map(json),
                     r.error.as_ref().map(json),
                     r.parent.as_ref().map(|p| p.run.as_uuid().as_bytes().to_vec()),
@@ -698,7 +698,7 @@ impl Writer {
             .and_then(|mut s| {
                 s.execute(params![
                     run.as_uuid().as_bytes(),
-                    status_name(u.status),
+                    RunStatus::as_str(u.status),
                     u.output.as_ref().map(json),
                     u.error.as_ref().map(json),
                     u.at.as_micros(),
@@ -784,20 +784,8 @@ fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-fn status_name(status: RunStatus) -> &'static str {
-    match status {
-        RunStatus::Pending => "pending",
-        RunStatus::Running => "running",
-        RunStatus::Suspended => "suspended",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-        RunStatus::Cancelled => "cancelled",
-    }
-}
-
 fn parse_status(name: &str) -> rusqlite::Result<RunStatus> {
-    serde_json::from_value(Value::String(name.to_owned()))
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+    RunStatus::parse(name).ok_or_else(|| conversion(std::io::Error::other(format!("unknown run status {name:?}"))))
 }
 
 fn conversion(e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
@@ -811,8 +799,7 @@ fn bytes_to_id(bytes: &[u8]) -> rusqlite::Result<RunId> {
 }
 
 fn hash_from(bytes: &[u8]) -> rusqlite::Result<ContentHash> {
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    hex.parse::<ContentHash>().map_err(conversion)
+    ContentHash::from_slice(bytes).ok_or_else(|| conversion(std::io::Error::other("a content hash is not 32 bytes")))
 }
 
 const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
@@ -1005,7 +992,7 @@ impl Store for SqliteStore {
                 .map_err(|e| backend("listing runs", e))?;
             let limit = i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX);
             let rows = stmt
-                .query_map(params![filter.status.map(status_name), filter.workflow, limit], run_from_row)
+                .query_map(params![filter.status.map(RunStatus::as_str), filter.workflow, limit], run_from_row)
                 .map_err(|e| backend("listing runs", e))?;
             rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| backend("listing runs", e))
         }))
