@@ -1,0 +1,733 @@
+//! Checking and compiling a workflow file into a core [`Workflow`].
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::path::Path;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stepwright_core::{
+    ApprovalGate, Backoff, Branch, Effect, Expr, Fork, ForkMode, InterruptRequest, Loop, Node as Step, OnFailure,
+    Outcome, RetryPolicy, TimeoutAction, Verdict, Workflow, dyn_fn_step,
+};
+
+use crate::expr;
+use crate::yaml::{self, Node, Pos, Yaml};
+
+/// One problem in a workflow file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diagnostic {
+    /// The file (as given).
+    pub file: String,
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// What is wrong.
+    pub message: String,
+    /// What might fix it.
+    pub hint: Option<String>,
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}:{}: {}", self.file, self.line, self.column, self.message)?;
+        if let Some(hint) = &self.hint {
+            write!(f, " (hint: {hint})")?;
+        }
+        Ok(())
+    }
+}
+
+/// A file that cannot be loaded: every problem found, in file order.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", render(diagnostics))]
+pub struct LoadError {
+    /// The problems.
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+fn render(diagnostics: &[Diagnostic]) -> String {
+    diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
+}
+
+/// Loads a workflow file from disk.
+pub fn load_file(path: &Path) -> Result<Workflow, LoadError> {
+    let file = path.display().to_string();
+    let source = std::fs::read_to_string(path).map_err(|e| LoadError {
+        diagnostics: vec![Diagnostic {
+            file: file.clone(),
+            line: 1,
+            column: 1,
+            message: format!("reading the file: {e}"),
+            hint: None,
+        }],
+    })?;
+    load_str(&source, &file)
+}
+
+/// Loads a workflow from YAML text; `file` names it in diagnostics.
+pub fn load_str(source: &str, file: &str) -> Result<Workflow, LoadError> {
+    let mut c =
+        Compiler { file: file.to_owned(), diagnostics: Vec::new(), positions: HashMap::new(), ids: HashSet::new() };
+    let root = match yaml::parse(source) {
+        Ok(root) => root,
+        Err((pos, message)) => {
+            c.error(pos, message);
+            return Err(c.finish_err());
+        }
+    };
+    let workflow = c.workflow(&root);
+    match workflow {
+        Some(workflow) if c.diagnostics.is_empty() => Ok(workflow),
+        _ => Err(c.finish_err()),
+    }
+}
+
+const WORKFLOW_FIELDS: &[&str] =
+    &["workflow", "version", "description", "input", "output", "steps", "models", "tools", "mcp_servers", "agents"];
+const COMMON_FIELDS: &[&str] =
+    &["id", "description", "if", "output", "retry", "timeout", "on_failure", "effect", "requires_approval"];
+const KINDS: &[&str] = &["set", "branch", "fork", "map", "loop", "sleep", "approval", "input"];
+/// Kinds of the format that need parts not built yet.
+const LATER_KINDS: &[(&str, &str)] = &[
+    ("llm", "model adapters"),
+    ("agent", "model adapters"),
+    ("tool", "tools"),
+    ("workflow", "calls between workflow files"),
+    ("graph", "graphs in workflow files"),
+    ("every", "`every` in workflow files"),
+    ("memory.store", "memory"),
+    ("memory.recall", "memory"),
+];
+
+struct Compiler {
+    file: String,
+    diagnostics: Vec<Diagnostic>,
+    /// Where each step path is declared, to place problems the core's checks find.
+    positions: HashMap<String, Pos>,
+    /// Every step id declared so far, for reference checks.
+    ids: HashSet<String>,
+}
+
+/// The closest of `candidates` to `word` (for "did you mean" hints).
+fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let cur = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(row[j + 1] + 1);
+                prev = cur;
+            }
+        }
+        row[b.len()]
+    }
+    candidates.into_iter().map(|c| (distance(word, c), c)).filter(|(d, _)| *d <= 2).min().map(|(_, c)| c)
+}
+
+impl Compiler {
+    fn error(&mut self, pos: Pos, message: impl Into<String>) {
+        self.diagnostics.push(Diagnostic {
+            file: self.file.clone(),
+            line: pos.line.max(1),
+            column: pos.column.max(1),
+            message: message.into(),
+            hint: None,
+        });
+    }
+
+    fn error_hint(&mut self, pos: Pos, message: impl Into<String>, hint: impl Into<String>) {
+        self.error(pos, message);
+        if let Some(last) = self.diagnostics.last_mut() {
+            last.hint = Some(hint.into());
+        }
+    }
+
+    fn finish_err(mut self) -> LoadError {
+        self.diagnostics.sort_by_key(|d| (d.line, d.column));
+        LoadError { diagnostics: self.diagnostics }
+    }
+
+    fn entries<'a>(&mut self, node: &'a Node, what: &str) -> Option<&'a [(yaml::Key, Node)]> {
+        match &node.value {
+            Yaml::Map(entries) => Some(entries),
+            _ => {
+                self.error(node.pos, format!("{what} must be a mapping, not {}", node.kind()));
+                None
+            }
+        }
+    }
+
+    fn unknown_fields(&mut self, entries: &[(yaml::Key, Node)], allowed: &[&str], what: &str) {
+        for (key, _) in entries {
+            if !allowed.contains(&key.name.as_str()) {
+                let message = format!("unknown field `{}` in {what}", key.name);
+                match closest(&key.name, allowed.iter().copied()) {
+                    Some(near) => self.error_hint(key.pos, message, format!("did you mean `{near}`?")),
+                    None => self.error_hint(key.pos, message, format!("expected one of: {}", allowed.join(", "))),
+                }
+            }
+        }
+    }
+
+    fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+        match &node.value {
+            Yaml::Str(s) => Some(s.clone()),
+            _ => {
+                self.error(node.pos, format!("{what} must be a string, not {}", node.kind()));
+                None
+            }
+        }
+    }
+
+    fn number(&mut self, node: &Node, what: &str) -> Option<u64> {
+        match &node.value {
+            Yaml::Int(i) if *i >= 0 => Some(*i as u64),
+            _ => {
+                self.error(node.pos, format!("{what} must be a whole number, not {}", node.kind()));
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, node: &Node, what: &str) -> Option<Duration> {
+        let text = self.string(node, what)?;
+        match parse_duration(&text) {
+            Some(d) => Some(d),
+            None => {
+                self.error_hint(
+                    node.pos,
+                    format!("{what} `{text}` is not a duration"),
+                    "write it like 500ms, 30s, 5m, 2h or 1d",
+                );
+                None
+            }
+        }
+    }
+
+    /// Checks an expression (syntax and references to steps declared earlier).
+    fn expression(&mut self, node: &Node, what: &str) -> Option<String> {
+        let source = match &node.value {
+            Yaml::Str(s) => expr::single_expression(s).unwrap_or(s).to_owned(),
+            Yaml::Bool(b) => b.to_string(),
+            _ => {
+                self.error(node.pos, format!("{what} must be an expression, not {}", node.kind()));
+                return None;
+            }
+        };
+        if let Err(why) = expr::check_expression(&source) {
+            self.error(node.pos, format!("{what} `{source}` does not parse: {why}"));
+            return None;
+        }
+        self.references(node.pos, &source);
+        Some(source)
+    }
+
+    /// Checks every template string inside a value.
+    fn templates(&mut self, node: &Node) {
+        match &node.value {
+            Yaml::Str(s) => {
+                if let Err(why) = expr::check_template(s) {
+                    self.error(node.pos, format!("the template `{s}` does not parse: {why}"));
+                } else {
+                    self.references(node.pos, s);
+                }
+            }
+            Yaml::Seq(items) => items.iter().for_each(|i| self.templates(i)),
+            Yaml::Map(entries) => entries.iter().for_each(|(_, v)| self.templates(v)),
+            _ => {}
+        }
+    }
+
+    /// `steps.<id>` must name a step declared earlier in the file.
+    fn references(&mut self, pos: Pos, source: &str) {
+        let mut rest = source;
+        while let Some(at) = rest.find("steps.") {
+            let before = rest[..at].chars().last();
+            rest = &rest[at + "steps.".len()..];
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+                continue;
+            }
+            let id: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !id.is_empty() && !self.ids.contains(&id) {
+                let known: Vec<String> = self.ids.iter().cloned().collect();
+                let message = format!("`steps.{id}` refers to no step declared before this point");
+                match closest(&id, known.iter().map(String::as_str)) {
+                    Some(near) => self.error_hint(pos, message, format!("did you mean `{near}`?")),
+                    None => self.error(pos, message),
+                }
+            }
+        }
+    }
+
+    fn workflow(&mut self, root: &Node) -> Option<Workflow> {
+        let entries = self.entries(root, "a workflow file")?;
+        self.unknown_fields(entries, WORKFLOW_FIELDS, "the workflow");
+        for (key, _) in entries {
+            if ["models", "tools", "mcp_servers", "agents"].contains(&key.name.as_str()) {
+                self.error(
+                    key.pos,
+                    format!("`{}` needs the model adapters and tools, which this version does not have yet", key.name),
+                );
+            }
+        }
+        let name = match root.get("workflow") {
+            Some(node) => self.string(node, "`workflow`"),
+            None => {
+                self.error_hint(
+                    root.pos,
+                    "the file has no `workflow` name",
+                    "start the file with `workflow: my-workflow`",
+                );
+                None
+            }
+        };
+        let version = root.get("version").and_then(|v| self.string(v, "`version`")).unwrap_or_else(|| "0.0.0".into());
+        let mut builder = Workflow::builder(name.as_deref().unwrap_or("unnamed")).version(&version);
+        if let Some(schema) = root.get("input") {
+            builder = builder.input_schema(schema.to_json());
+        }
+        let steps = match root.get("steps") {
+            Some(node) => self.steps("", node, &mut HashSet::new()),
+            None => {
+                self.error(root.pos, "the workflow has no `steps`");
+                Vec::new()
+            }
+        };
+        builder = builder.steps(steps);
+        if let Some(output) = root.get("output") {
+            self.templates(output);
+            let template = output.to_json();
+            builder = builder.output(Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())));
+        }
+        match builder.build() {
+            Ok(workflow) if self.diagnostics.is_empty() => Some(workflow),
+            Ok(_) => None,
+            Err(error) => {
+                // Ids are checked here already, with their exact position.
+                let checked_here = |m: &str| m.starts_with("duplicate step id") || m.starts_with("step id:");
+                for problem in error.problems.into_iter().filter(|p| !checked_here(&p.message)) {
+                    let pos = self.positions.get(&problem.at).copied().unwrap_or(root.pos);
+                    self.error(pos, problem.message);
+                }
+                None
+            }
+        }
+    }
+
+    fn steps(&mut self, prefix: &str, node: &Node, scope: &mut HashSet<String>) -> Vec<Step> {
+        let Yaml::Seq(items) = &node.value else {
+            self.error(node.pos, format!("`steps` must be a list, not {}", node.kind()));
+            return Vec::new();
+        };
+        items.iter().filter_map(|item| self.step(prefix, item, scope)).collect()
+    }
+
+    fn step(&mut self, prefix: &str, node: &Node, scope: &mut HashSet<String>) -> Option<Step> {
+        let entries = self.entries(node, "a step")?;
+        let kinds: Vec<&yaml::Key> =
+            entries.iter().map(|(k, _)| k).filter(|k| KINDS.contains(&k.name.as_str())).collect();
+        let later: Vec<&yaml::Key> =
+            entries.iter().map(|(k, _)| k).filter(|k| LATER_KINDS.iter().any(|(kind, _)| *kind == k.name)).collect();
+        let allowed: Vec<&str> =
+            COMMON_FIELDS.iter().chain(KINDS).copied().chain(LATER_KINDS.iter().map(|(k, _)| *k)).collect();
+        let extra: &[&str] = match kinds.first().map(|k| k.name.as_str()) {
+            Some("map") => &[],
+            _ => &[],
+        };
+        let mut allowed_all = allowed.clone();
+        allowed_all.extend_from_slice(extra);
+        self.unknown_fields(entries, &allowed_all, "a step");
+        for key in &later {
+            let needs = LATER_KINDS.iter().find(|(k, _)| *k == key.name).map_or("", |(_, n)| *n);
+            self.error(
+                key.pos,
+                format!("the `{}` step kind needs {needs}, which this version does not have yet", key.name),
+            );
+        }
+        let id = match node.get("id") {
+            Some(id_node) => {
+                let id = self.string(id_node, "a step `id`")?;
+                if let Err(why) = stepwright_core::ids::check_name(&id) {
+                    self.error(id_node.pos, format!("step id: {why}"));
+                }
+                if !scope.insert(id.clone()) {
+                    self.error(id_node.pos, format!("duplicate step id `{id}` in the same scope"));
+                }
+                id
+            }
+            None => {
+                self.error_hint(node.pos, "a step needs an `id`", "add `id: a-name` to the step");
+                return None;
+            }
+        };
+        let path = if prefix.is_empty() { id.clone() } else { format!("{prefix}/{id}") };
+        self.positions.insert(path.clone(), node.pos);
+        match (kinds.len(), later.len()) {
+            (0, 0) => {
+                self.error_hint(
+                    node.pos,
+                    format!("step `{id}` has no kind"),
+                    format!("give it exactly one of: {}", KINDS.join(", ")),
+                );
+                return None;
+            }
+            (0, _) => return None,
+            (1, 0) => {}
+            _ => {
+                let names: Vec<String> = kinds.iter().chain(&later).map(|k| format!("`{}`", k.name)).collect();
+                self.error(
+                    node.pos,
+                    format!("step `{id}` has {} kinds ({}); a step has exactly one", names.len(), names.join(", ")),
+                );
+                return None;
+            }
+        }
+        // Conditions see earlier steps only; the step's own id becomes visible after it.
+        let condition = node.get("if").and_then(|c| self.expression(c, "the `if` condition"));
+        let kind = kinds[0];
+        let body = node.get(&kind.name).expect("the kind key is present");
+        let compiled = self.kind(&path, &id, &kind.name, body);
+        self.ids.insert(id.clone());
+        let mut step = compiled?;
+        if let Some(source) = condition {
+            step = step.only_if(
+                Expr::try_new({
+                    let source = source.clone();
+                    move |scope| expr::truthy(&source, &scope.to_json())
+                })
+                .with_source(source),
+            );
+        }
+        self.policies(step, node)
+    }
+
+    fn kind(&mut self, path: &str, id: &str, kind: &str, body: &Node) -> Option<Step> {
+        match kind {
+            "set" => {
+                self.templates(body);
+                let template = body.to_json();
+                Some(Step::dyn_step(
+                    id,
+                    dyn_fn_step("set", move |ctx, _input| {
+                        let result = expr::eval_value(&template, &ctx.scope().to_json());
+                        async move { result.map(Outcome::completed) }
+                    }),
+                ))
+            }
+            "sleep" => self.duration(body, "`sleep`").map(|d| Step::sleep(id, d)),
+            "approval" => {
+                let entries = self.entries(body, "`approval`")?;
+                self.unknown_fields(entries, &["message", "approvers", "timeout", "on_timeout"], "`approval`");
+                let gate = self.gate(body)?;
+                let message = gate.message.clone();
+                let approvers = gate.approvers.clone();
+                let timeout = gate.timeout;
+                Some(Step::dyn_step(
+                    id,
+                    dyn_fn_step("approval", move |ctx, input| {
+                        let rendered = expr::eval_value(&Value::String(message.clone()), &ctx.scope().to_json());
+                        let approvers = approvers.clone();
+                        async move {
+                            let text = match rendered? {
+                                Value::String(s) => s,
+                                other => other.to_string(),
+                            };
+                            let mut request = InterruptRequest::approval(text).payload((*input).clone());
+                            for approver in &approvers {
+                                request = request.approver(approver);
+                            }
+                            if let Some((after, action)) = timeout {
+                                request = request.timeout(after, action);
+                            }
+                            Ok(Outcome::suspended(request))
+                        }
+                    }),
+                ))
+            }
+            "input" => {
+                let entries = self.entries(body, "`input`")?;
+                self.unknown_fields(entries, &["message", "schema"], "`input`");
+                let message = body.get("message").and_then(|m| self.string(m, "`input.message`")).unwrap_or_default();
+                let schema = body.get("schema").map_or(json!({}), Node::to_json);
+                Some(Step::dyn_step(
+                    id,
+                    dyn_fn_step("input", move |_ctx, _input| {
+                        let request = InterruptRequest::input(message.clone(), schema.clone());
+                        async move { Ok(Outcome::suspended(request)) }
+                    }),
+                ))
+            }
+            "branch" => {
+                let Yaml::Seq(arms) = &body.value else {
+                    self.error(body.pos, format!("`branch` must be a list of arms, not {}", body.kind()));
+                    return None;
+                };
+                let mut branch = Branch::new(id);
+                let mut scope = HashSet::new();
+                for arm in arms {
+                    let Some(entries) = self.entries(arm, "a branch arm") else { continue };
+                    self.unknown_fields(entries, &["when", "steps", "otherwise"], "a branch arm");
+                    if let Some(otherwise) = arm.get("otherwise") {
+                        branch = branch.otherwise(self.steps(path, otherwise, &mut scope));
+                    } else if let Some(when) = arm.get("when") {
+                        let Some(source) = self.expression(when, "`when`") else { continue };
+                        let steps = match arm.get("steps") {
+                            Some(steps) => self.steps(path, steps, &mut scope),
+                            None => {
+                                self.error(arm.pos, "a `when` arm needs `steps`");
+                                continue;
+                            }
+                        };
+                        let condition = Expr::try_new({
+                            let source = source.clone();
+                            move |scope| expr::truthy(&source, &scope.to_json())
+                        })
+                        .with_source(source);
+                        branch = branch.when(condition, steps);
+                    } else {
+                        self.error(arm.pos, "a branch arm needs `when` (with `steps`) or `otherwise`");
+                    }
+                }
+                Some(branch.into())
+            }
+            "fork" => {
+                let entries = self.entries(body, "`fork`")?;
+                self.unknown_fields(entries, &["mode", "concurrency", "paths"], "`fork`");
+                let mut fork = Fork::new(id);
+                if let Some(mode) = body.get("mode") {
+                    match mode.as_str() {
+                        Some("all") => fork = fork.mode(ForkMode::All),
+                        Some("race") => fork = fork.mode(ForkMode::Race),
+                        Some("settle") => fork = fork.mode(ForkMode::Settle),
+                        _ => self.error_hint(mode.pos, "unknown fork `mode`", "one of: all, race, settle"),
+                    }
+                }
+                if let Some(limit) = body.get("concurrency").and_then(|c| self.number(c, "`concurrency`")) {
+                    fork = fork.concurrency(limit as usize);
+                }
+                match body.get("paths").map(|p| &p.value) {
+                    Some(Yaml::Seq(paths)) => {
+                        for (index, p) in paths.iter().enumerate() {
+                            let mut scope = HashSet::new();
+                            fork = fork.path(self.steps(&format!("{path}[{index}]"), p, &mut scope));
+                        }
+                    }
+                    _ => self.error(body.pos, "`fork` needs `paths`, a list of step lists"),
+                }
+                Some(fork.into())
+            }
+            "map" => {
+                let entries = self.entries(body, "`map`")?;
+                self.unknown_fields(entries, &["items", "as", "concurrency", "steps"], "`map`");
+                let items = body.get("items").and_then(|i| self.expression(i, "`items`"));
+                let name = body.get("as").and_then(|a| self.string(a, "`as`")).unwrap_or_else(|| "item".into());
+                let had = self.ids.insert(name.clone());
+                let mut scope = HashSet::new();
+                let steps = match body.get("steps") {
+                    Some(s) => self.steps(&format!("{path}[*]"), s, &mut scope),
+                    None => {
+                        self.error(body.pos, "`map` needs `steps`");
+                        Vec::new()
+                    }
+                };
+                if had {
+                    self.ids.remove(&name);
+                }
+                let source = items?;
+                let items = Expr::try_new({
+                    let source = source.clone();
+                    move |scope| match expr::eval(&source, &scope.to_json())? {
+                        Value::Array(items) => Ok(items),
+                        other => Err(stepwright_core::StepError::new(
+                            stepwright_core::ErrorCode::EXPRESSION,
+                            format!("`items` must evaluate to a list, not {other}"),
+                        )),
+                    }
+                })
+                .with_source(source);
+                let mut map = Fork::map(id, items, &name, steps);
+                if let Some(limit) = body.get("concurrency").and_then(|c| self.number(c, "`concurrency`")) {
+                    map = map.concurrency(limit as usize);
+                }
+                Some(map.into())
+            }
+            "loop" => {
+                let entries = self.entries(body, "`loop`")?;
+                self.unknown_fields(entries, &["steps", "until", "max_iterations"], "`loop`");
+                let max = body.get("max_iterations").and_then(|m| self.number(m, "`max_iterations`")).unwrap_or(10);
+                let mut scope = HashSet::new();
+                let steps = match body.get("steps") {
+                    Some(s) => self.steps(&format!("{path}#*"), s, &mut scope),
+                    None => {
+                        self.error(body.pos, "`loop` needs `steps`");
+                        Vec::new()
+                    }
+                };
+                let mut looped = Loop::new(id, u32::try_from(max).unwrap_or(u32::MAX), steps);
+                if let Some(source) = body.get("until").and_then(|u| self.expression(u, "`until`")) {
+                    looped = looped.until(
+                        Expr::try_new({
+                            let source = source.clone();
+                            move |scope| {
+                                Ok(if expr::truthy(&source, &scope.to_json())? {
+                                    Verdict::done(format!("`{source}` holds"))
+                                } else {
+                                    Verdict::again(format!("`{source}` does not hold yet"))
+                                })
+                            }
+                        })
+                        .with_source(source),
+                    );
+                }
+                Some(looped.into())
+            }
+            _ => None,
+        }
+    }
+
+    /// `requires_approval` / `approval` settings.
+    fn gate(&mut self, node: &Node) -> Option<ApprovalGate> {
+        let message = match node.get("message") {
+            Some(m) => {
+                self.templates(m);
+                self.string(m, "`message`")?
+            }
+            None => "Approve?".into(),
+        };
+        let mut gate = ApprovalGate::new(message);
+        match node.get("approvers").map(|a| &a.value) {
+            Some(Yaml::Seq(items)) => {
+                for item in items {
+                    if let Some(who) = self.string(item, "an approver") {
+                        gate = gate.approver(who);
+                    }
+                }
+            }
+            Some(_) => self.error(node.pos, "`approvers` must be a list like [\"role:lead\", \"user:ann\"]"),
+            None => {}
+        }
+        if let Some(timeout) = node.get("timeout").and_then(|t| self.duration(t, "`timeout`")) {
+            let action = match node.get("on_timeout").map(|a| a.as_str()) {
+                None | Some(Some("reject")) => TimeoutAction::Reject,
+                Some(Some("approve")) => TimeoutAction::Approve,
+                Some(Some("fail")) => TimeoutAction::Fail,
+                Some(_) => {
+                    let pos = node.get("on_timeout").map_or(node.pos, |n| n.pos);
+                    self.error_hint(pos, "unknown `on_timeout`", "one of: reject, approve, fail");
+                    TimeoutAction::Reject
+                }
+            };
+            gate = gate.timeout(timeout, action);
+        }
+        Some(gate)
+    }
+
+    fn policies(&mut self, mut step: Step, node: &Node) -> Option<Step> {
+        if let Some(text) = node.get("description").and_then(|d| self.string(d, "`description`")) {
+            step = step.description(text);
+        }
+        if let Some(schema) = node.get("output") {
+            step = step.output_schema(schema.to_json());
+        }
+        if let Some(timeout) = node.get("timeout").and_then(|t| self.duration(t, "`timeout`")) {
+            step = step.timeout(timeout);
+        }
+        if let Some(retry) = node.get("retry") {
+            if let Some(entries) = self.entries(retry, "`retry`") {
+                self.unknown_fields(
+                    entries,
+                    &["max_attempts", "backoff", "initial_delay", "max_delay", "jitter"],
+                    "`retry`",
+                );
+            }
+            let attempts = retry.get("max_attempts").and_then(|a| self.number(a, "`max_attempts`")).unwrap_or(3);
+            let mut policy = RetryPolicy::new(u32::try_from(attempts).unwrap_or(u32::MAX));
+            if let Some(b) = retry.get("backoff") {
+                match b.as_str() {
+                    Some("fixed") => policy = policy.backoff(Backoff::Fixed),
+                    Some("linear") => policy = policy.backoff(Backoff::Linear),
+                    Some("exponential") => policy = policy.backoff(Backoff::Exponential),
+                    _ => self.error_hint(b.pos, "unknown `backoff`", "one of: fixed, linear, exponential"),
+                }
+            }
+            if let Some(d) = retry.get("initial_delay").and_then(|d| self.duration(d, "`initial_delay`")) {
+                policy = policy.initial_delay(d);
+            }
+            if let Some(d) = retry.get("max_delay").and_then(|d| self.duration(d, "`max_delay`")) {
+                policy = policy.max_delay(d);
+            }
+            if let Some(j) = retry.get("jitter") {
+                match j.value {
+                    Yaml::Float(f) => policy = policy.jitter(f),
+                    Yaml::Int(i) => policy = policy.jitter(i as f64),
+                    _ => self.error(j.pos, "`jitter` must be a number between 0 and 1"),
+                }
+            }
+            step = step.retry(policy);
+        }
+        if let Some(on_failure) = node.get("on_failure") {
+            match on_failure.as_str() {
+                Some("abort") => step = step.on_failure(OnFailure::Abort),
+                Some("skip") => step = step.on_failure(OnFailure::Skip),
+                Some("retry") => step = step.on_failure(OnFailure::Retry),
+                _ => self.error_hint(on_failure.pos, "unknown `on_failure`", "one of: abort, skip, retry"),
+            }
+        }
+        if let Some(effect) = node.get("effect") {
+            match effect.as_str() {
+                Some("pure") => step = step.effect(Effect::Pure),
+                Some("read") => step = step.effect(Effect::Read),
+                Some("write") => step = step.effect(Effect::Write),
+                Some("external") => step = step.effect(Effect::External),
+                Some("human") => step = step.effect(Effect::Human),
+                _ => self.error_hint(effect.pos, "unknown `effect`", "one of: pure, read, write, external, human"),
+            }
+        }
+        if let Some(gate) = node.get("requires_approval") {
+            if let Some(entries) = self.entries(gate, "`requires_approval`") {
+                self.unknown_fields(entries, &["message", "approvers", "timeout", "on_timeout"], "`requires_approval`");
+            }
+            if let Some(gate) = self.gate(gate) {
+                step = step.requires_approval(gate);
+            }
+        }
+        Some(step)
+    }
+}
+
+/// `500ms`, `30s`, `5m`, `2h`, `1d`.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.')?;
+    let (number, unit) = text.split_at(split);
+    let n: f64 = number.parse().ok()?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        "d" => n * 86_400.0,
+        _ => return None,
+    };
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2d"), Some(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("1.5m"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("soon"), None);
+        assert_eq!(parse_duration("10 parsecs"), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! Expressions and templates: minijinja with strict undefined.
+//!
+//! A string that is exactly one `{{ expr }}` evaluates to a JSON value (an object stays an
+//! object); other strings with `{{` render to text. Conditions are bare expressions.
+
+use std::sync::OnceLock;
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::Value;
+use stepwright_core::{ErrorCode, StepError};
+
+fn env() -> &'static Environment<'static> {
+    static ENV: OnceLock<Environment<'static>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env
+    })
+}
+
+fn to_mj(ctx: &Value) -> minijinja::Value {
+    minijinja::Value::from(minijinja::value::Serde(ctx))
+}
+
+/// The expression inside a string that is exactly one `{{ … }}`.
+pub(crate) fn single_expression(text: &str) -> Option<&str> {
+    let inner = text.trim().strip_prefix("{{")?.strip_suffix("}}")?;
+    (!inner.contains("{{") && !inner.contains("}}")).then_some(inner.trim())
+}
+
+/// Checks an expression at load time; the error says what is wrong.
+pub(crate) fn check_expression(source: &str) -> Result<(), String> {
+    env().compile_expression(source).map(drop).map_err(|e| describe(&e))
+}
+
+/// Checks a template string at load time.
+pub(crate) fn check_template(source: &str) -> Result<(), String> {
+    match single_expression(source) {
+        Some(expr) => check_expression(expr),
+        None if source.contains("{{") || source.contains("{%") => {
+            env().template_from_str(source).map(drop).map_err(|e| describe(&e))
+        }
+        None => Ok(()),
+    }
+}
+
+fn describe(e: &minijinja::Error) -> String {
+    e.detail().map_or_else(|| e.to_string(), str::to_owned)
+}
+
+fn failed(what: &str, source: &str, e: &minijinja::Error) -> StepError {
+    StepError::new(ErrorCode::EXPRESSION, format!("evaluating {what} `{source}`: {}", describe(e)))
+}
+
+/// Evaluates an expression against a context.
+pub(crate) fn eval(source: &str, ctx: &Value) -> Result<Value, StepError> {
+    let expr = env().compile_expression(source).map_err(|e| failed("the expression", source, &e))?;
+    let value = expr.eval(to_mj(ctx)).map_err(|e| failed("the expression", source, &e))?;
+    serde_json::to_value(&value)
+        .map_err(|e| StepError::new(ErrorCode::EXPRESSION, format!("converting `{source}`: {e}")))
+}
+
+/// Evaluates a condition: the expression's truthiness.
+pub(crate) fn truthy(source: &str, ctx: &Value) -> Result<bool, StepError> {
+    let expr = env().compile_expression(source).map_err(|e| failed("the condition", source, &e))?;
+    let value = expr.eval(to_mj(ctx)).map_err(|e| failed("the condition", source, &e))?;
+    Ok(value.is_true())
+}
+
+/// Evaluates a templated value: strings that are one `{{ expr }}` become the expression's
+/// value; other strings with `{{` render; lists and objects are evaluated element by element.
+pub(crate) fn eval_value(value: &Value, ctx: &Value) -> Result<Value, StepError> {
+    Ok(match value {
+        Value::String(text) => match single_expression(text) {
+            Some(expr) => eval(expr, ctx)?,
+            None if text.contains("{{") || text.contains("{%") => {
+                Value::String(env().render_str(text, to_mj(ctx)).map_err(|e| failed("the template", text, &e))?)
+            }
+            None => value.clone(),
+        },
+        Value::Array(items) => Value::Array(items.iter().map(|v| eval_value(v, ctx)).collect::<Result<_, _>>()?),
+        Value::Object(map) => Value::Object(
+            map.iter().map(|(k, v)| Ok((k.clone(), eval_value(v, ctx)?))).collect::<Result<_, StepError>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn one_expression_keeps_its_type_and_text_renders() {
+        let ctx = json!({ "input": { "n": 2, "who": "ann" }, "steps": { "a": { "output": { "x": [1, 2] } } } });
+        assert_eq!(eval_value(&json!("{{ steps.a.output }}"), &ctx).unwrap(), json!({ "x": [1, 2] }));
+        assert_eq!(eval_value(&json!("hi {{ input.who }} ({{ input.n * 2 }})"), &ctx).unwrap(), json!("hi ann (4)"));
+        assert_eq!(
+            eval_value(&json!({ "k": "{{ input.n + 1 }}", "plain": 5 }), &ctx).unwrap(),
+            json!({ "k": 3, "plain": 5 })
+        );
+        assert!(truthy("input.n > 1", &ctx).unwrap());
+    }
+
+    #[test]
+    fn undefined_names_are_errors() {
+        let ctx = json!({ "input": {} });
+        let error = eval("input.missing.deeper", &ctx).unwrap_err();
+        assert_eq!(error.code, ErrorCode::EXPRESSION);
+        assert!(check_expression("a ==").is_err());
+        assert!(check_template("{{ unclosed").is_err());
+        assert!(check_template("no templating").is_ok());
+    }
+}

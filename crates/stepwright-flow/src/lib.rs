@@ -1,0 +1,11 @@
+//! The workflow file format (DESIGN §9): YAML parsed with positions, expressions and
+//! templates in minijinja with strict undefined, every problem reported at once as
+//! `file:line:col: message`, compiled to the same core definitions as the Rust API.
+//!
+//! This crate knows YAML and expressions; it knows no SQL and no HTTP.
+
+mod compile;
+mod expr;
+pub mod yaml;
+
+pub use compile::{Diagnostic, LoadError, load_file, load_str};

@@ -1,0 +1,207 @@
+//! A YAML document as a tree in which every node knows its line and column.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use serde_saphyr::Spanned;
+
+/// Where something is in its file (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pos {
+    /// The line.
+    pub line: u64,
+    /// The column.
+    pub column: u64,
+}
+
+/// A node of the tree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Yaml {
+    /// `~` or `null`.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// A sequence.
+    Seq(Vec<Node>),
+    /// A mapping, in file order.
+    Map(Vec<(Key, Node)>),
+}
+
+/// A node and where it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Its value.
+    pub value: Yaml,
+    /// Where it is.
+    pub pos: Pos,
+}
+
+/// A mapping key and where it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Key {
+    /// Its text.
+    pub name: String,
+    /// Where it is.
+    pub pos: Pos,
+}
+
+impl Node {
+    /// The node as plain JSON (positions dropped).
+    pub fn to_json(&self) -> Value {
+        match &self.value {
+            Yaml::Null => Value::Null,
+            Yaml::Bool(b) => Value::Bool(*b),
+            Yaml::Int(i) => Value::from(*i),
+            Yaml::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            Yaml::Str(s) => Value::String(s.clone()),
+            Yaml::Seq(items) => Value::Array(items.iter().map(Node::to_json).collect()),
+            Yaml::Map(entries) => Value::Object(entries.iter().map(|(k, v)| (k.name.clone(), v.to_json())).collect()),
+        }
+    }
+
+    /// The entry of a mapping with this key.
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        match &self.value {
+            Yaml::Map(entries) => entries.iter().find(|(k, _)| k.name == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
+    /// The string, if this is one.
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.value {
+            Yaml::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// What kind of value this is, for messages.
+    pub fn kind(&self) -> &'static str {
+        match &self.value {
+            Yaml::Null => "null",
+            Yaml::Bool(_) => "a boolean",
+            Yaml::Int(_) => "an integer",
+            Yaml::Float(_) => "a number",
+            Yaml::Str(_) => "a string",
+            Yaml::Seq(_) => "a list",
+            Yaml::Map(_) => "a mapping",
+        }
+    }
+}
+
+fn pos(location: &serde_saphyr::Location) -> Pos {
+    Pos { line: location.line(), column: location.column() }
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let spanned = Spanned::<Yaml>::deserialize(deserializer)?;
+        Ok(Node { value: spanned.value, pos: pos(&spanned.referenced) })
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let spanned = Spanned::<String>::deserialize(deserializer)?;
+        Ok(Key { name: spanned.value, pos: pos(&spanned.referenced) })
+    }
+}
+
+impl<'de> Deserialize<'de> for Yaml {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(YamlVisitor)
+    }
+}
+
+struct YamlVisitor;
+
+impl<'de> Visitor<'de> for YamlVisitor {
+    type Value = Yaml;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Yaml, E> {
+        Ok(Yaml::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Yaml, E> {
+        Ok(Yaml::Null)
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Yaml, E> {
+        Ok(Yaml::Bool(v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Yaml, E> {
+        Ok(Yaml::Int(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Yaml, E> {
+        Ok(i64::try_from(v).map_or(Yaml::Float(v as f64), Yaml::Int))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Yaml, E> {
+        Ok(Yaml::Float(v))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Yaml, E> {
+        Ok(Yaml::Str(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Yaml, E> {
+        Ok(Yaml::Str(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Node>()? {
+            items.push(item);
+        }
+        Ok(Yaml::Seq(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Key>()? {
+            let value = map.next_value::<Node>()?;
+            entries.push((key, value));
+        }
+        Ok(Yaml::Map(entries))
+    }
+}
+
+/// Parses a document; a syntax error comes back with its position.
+pub fn parse(source: &str) -> Result<Node, (Pos, String)> {
+    serde_saphyr::from_str::<Node>(source).map_err(|e| {
+        let at = e.location().map(|l| pos(&l)).unwrap_or_default();
+        let message = e.to_string();
+        let first = message.lines().next().unwrap_or("invalid YAML").to_owned();
+        (at, first)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_know_where_they_are() {
+        let doc = parse("workflow: demo\nsteps:\n  - id: a\n    set: 1\n").unwrap();
+        let steps = doc.get("steps").unwrap();
+        assert_eq!(steps.pos.line, 3);
+        let Yaml::Seq(items) = &steps.value else { panic!() };
+        let Yaml::Map(entries) = &items[0].value else { panic!() };
+        assert_eq!(entries[1].0.name, "set");
+        assert_eq!((entries[1].0.pos.line, entries[1].0.pos.column), (4, 5));
+        assert_eq!(doc.to_json()["steps"][0]["set"], 1);
+    }
+}

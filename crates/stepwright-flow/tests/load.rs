@@ -1,0 +1,186 @@
+//! Loading workflow files: they run like Rust-built workflows, and broken ones report every
+//! problem with its position.
+
+use std::sync::Arc;
+
+use serde_json::json;
+use stepwright_core::{Caller, Decision, Engine, MemoryStore, RunStatus, Store};
+use stepwright_flow::load_str;
+
+const TRIAGE: &str = r#"
+workflow: triage
+version: "1.0.0"
+input:
+  type: object
+  required: [tickets]
+  properties: { tickets: { type: array } }
+steps:
+  - id: count
+    set: "{{ input.tickets | length }}"
+  - id: sized
+    set:
+      total: "{{ steps.count.output }}"
+      label: "{{ steps.count.output }} tickets"
+  - id: route
+    branch:
+      - when: steps.count.output > 2
+        steps:
+          - id: busy
+            set: "busy"
+      - otherwise:
+          - id: calm
+            set: "calm"
+  - id: each
+    map:
+      items: "{{ input.tickets }}"
+      as: ticket
+      concurrency: 2
+      steps:
+        - id: shout
+          set: "{{ ticket | upper }}"
+  - id: both
+    fork:
+      mode: all
+      paths:
+        - [ { id: first, set: "{{ steps.each.output[0] }}" } ]
+        - [ { id: last, set: "{{ steps.each.output[-1] }}" } ]
+  - id: skipped
+    if: steps.count.output > 100
+    set: "never"
+  - id: wait
+    sleep: 2s
+  - id: refine
+    loop:
+      max_iterations: 5
+      until: loop.iteration >= 3
+      steps:
+        - id: turn
+          set: "{{ loop.iteration }}"
+  - id: review
+    approval:
+      message: "Ship {{ steps.sized.output.label }}?"
+      approvers: ["role:lead"]
+output:
+  mood: "{{ steps.route.output }}"
+  shouted: "{{ steps.each.output }}"
+  ends: "{{ steps.both.output }}"
+  turns: "{{ steps.refine.output }}"
+  skipped: "{{ steps.skipped.output }}"
+  approved: "{{ steps.review.output }}"
+"#;
+
+#[tokio::test(start_paused = true)]
+async fn a_workflow_file_runs_end_to_end() {
+    let workflow = load_str(TRIAGE, "triage.yaml").unwrap();
+    assert_eq!(workflow.name(), "triage");
+    let engine = Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).build();
+    let report = engine.start(&workflow, json!({ "tickets": ["a", "b", "c"] })).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended);
+    assert_eq!(report.pending[0].message, "Ship 3 tickets?");
+    // An approval's payload is its input (here, the loop's output); approving passes it on.
+    let lead = Caller::user(None, "ann").with_role("lead");
+    engine.resolve(report.run_id, &report.pending[0].id, Decision::Approve, &lead).await.unwrap();
+    let done = engine.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!(
+        done.output,
+        Some(json!({
+            "mood": "busy",
+            "shouted": ["A", "B", "C"],
+            "ends": ["A", "C"],
+            "turns": 3,
+            "skipped": null,
+            "approved": 3,
+        }))
+    );
+    // The workflow's input schema applies.
+    assert!(engine.start(&workflow, json!({})).await.is_err());
+}
+
+const BROKEN: &str = r#"workflow: Bad_Name
+stepz: []
+steps:
+  - id: a
+    set: 1
+    retyr: { max_attempts: 2 }
+  - id: a
+    set: 2
+  - set: 3
+  - id: two
+    set: 1
+    sleep: 1s
+  - id: nothing
+    description: no kind
+  - id: talk
+    llm: { model: fast, prompt: hi }
+  - id: cond
+    if: "steps.a.output =="
+    set: 1
+  - id: ref
+    set: "{{ steps.unknown.output }}"
+  - id: nap
+    sleep: soon
+  - id: fan
+    fork:
+      mode: sideways
+      paths: [ [ { id: x, set: 1 } ] ]
+  - id: never-tries
+    set: 1
+    retry: { max_attempts: 0 }
+"#;
+
+#[test]
+fn a_broken_file_reports_every_problem_with_its_position() {
+    let error = load_str(BROKEN, "broken.yaml").unwrap_err();
+    let lines: Vec<String> = error.diagnostics.iter().map(ToString::to_string).collect();
+    let expected = [
+        "broken.yaml:2:1: unknown field `stepz` in the workflow (hint: did you mean `steps`?)",
+        "broken.yaml:6:5: unknown field `retyr` in a step (hint: did you mean `retry`?)",
+        "broken.yaml:7:9: duplicate step id `a` in the same scope",
+        "broken.yaml:9:5: a step needs an `id` (hint: add `id: a-name` to the step)",
+        "broken.yaml:10:5: step `two` has 2 kinds (`set`, `sleep`); a step has exactly one",
+        "broken.yaml:13:5: step `nothing` has no kind",
+        "broken.yaml:16:5: the `llm` step kind needs model adapters, which this version does not have yet",
+        "broken.yaml:18:9: the `if` condition `steps.a.output ==` does not parse",
+        "broken.yaml:21:10: `steps.unknown` refers to no step declared before this point",
+        "broken.yaml:23:12: `sleep` `soon` is not a duration (hint: write it like 500ms, 30s, 5m, 2h or 1d)",
+        "broken.yaml:26:13: unknown fork `mode` (hint: one of: all, race, settle)",
+        // Found by the core's build checks, placed at the step.
+        "broken.yaml:28:5: retry.max_attempts must be at least 1",
+    ];
+    for want in expected {
+        assert!(lines.iter().any(|l| l.starts_with(want)), "missing {want:?} in:\n{}", lines.join("\n"));
+    }
+    assert!(error.to_string().contains("broken.yaml:2:1"), "the error lists them all");
+}
+
+#[test]
+fn yaml_syntax_errors_have_a_position() {
+    let error = load_str("workflow: x\nsteps: [\n", "syntax.yaml").unwrap_err();
+    assert_eq!(error.diagnostics.len(), 1);
+    assert!(error.diagnostics[0].line >= 2, "{}", error.diagnostics[0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn input_steps_ask_for_a_value_matching_their_schema() {
+    let workflow = load_str(
+        r#"
+workflow: ask
+steps:
+  - id: size
+    input:
+      message: How many?
+      schema: { type: integer, minimum: 1 }
+  - id: double
+    set: "{{ steps.size.output * 2 }}"
+"#,
+        "ask.yaml",
+    )
+    .unwrap();
+    let engine = Engine::default();
+    let report = engine.start(&workflow, json!(null)).await.unwrap();
+    let id = report.pending[0].id.clone();
+    let anyone = Caller::default();
+    assert!(engine.resolve(report.run_id, &id, Decision::Respond { value: json!(0) }, &anyone).await.is_err());
+    engine.resolve(report.run_id, &id, Decision::Respond { value: json!(21) }, &anyone).await.unwrap();
+    assert_eq!(engine.resume(&workflow, report.run_id).await.unwrap().output, Some(json!(42)));
+}
