@@ -1,0 +1,383 @@
+//! `stepwright`: run, validate and inspect workflows (DESIGN §10).
+//!
+//! A thin binary: parse arguments, dispatch, print, exit with the documented code —
+//! 0 completed (or valid), 1 failed, 2 bad usage, file or input, 3 suspended, 130 Ctrl-C.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, anyhow};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+use stepwright_core::journal::RunFilter;
+use stepwright_core::{Engine, Observer, RunId, RunReport, RunStatus, StepPath, Store};
+
+#[derive(Parser)]
+#[command(name = "stepwright", version, about = "A durable engine for AI-agent workflows")]
+struct Cli {
+    /// The store: `sqlite://PATH` or `postgres://…` (default: `STEPWRIGHT_DB`, else
+    /// `sqlite://stepwright.db` in the current directory).
+    #[arg(long, global = true)]
+    db: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a workflow file; live progress, then the output.
+    Run {
+        /// The workflow file.
+        file: PathBuf,
+        /// The input: JSON, or `@file.json`.
+        #[arg(long)]
+        input: Option<String>,
+        /// Print one JSON object: run_id, status, output, error, pending.
+        #[arg(long)]
+        json: bool,
+        /// Create the run and return at once (a worker executes it).
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Load and check a workflow file; every problem as `file:line:col: message`.
+    Validate {
+        /// The workflow file.
+        file: PathBuf,
+    },
+    /// Draw a workflow.
+    Graph {
+        /// The workflow file.
+        file: PathBuf,
+        /// `mermaid` or `dot`.
+        #[arg(long, default_value = "mermaid")]
+        format: String,
+    },
+    /// Inspect runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// A table of runs, newest first.
+    List {
+        /// Only runs with this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run's timeline.
+    Show {
+        /// The run id.
+        run: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A usage, file or input problem: exit code 2.
+#[derive(Debug)]
+struct BadInput(String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("stepwright: starting the runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) if e.is::<BadInput>() => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("stepwright: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    match cli.command {
+        Command::Validate { file } => {
+            load(&file)?;
+            println!("{}: ok", file.display());
+            Ok(0)
+        }
+        Command::Graph { file, format } => {
+            let workflow = load(&file)?;
+            println!("{}", draw(workflow.describe(), &format)?);
+            Ok(0)
+        }
+        Command::Run { file, input, json, detach } => {
+            let workflow = load(&file)?;
+            let input = parse_input(input.as_deref())?;
+            let store = open_store(cli.db.as_deref()).await?;
+            let mut builder = Engine::builder().store(store);
+            if !json {
+                builder = builder.observer(Arc::new(Progress));
+            }
+            let engine = builder.build();
+            if detach {
+                let record = engine.create(&workflow, input, Default::default()).await.map_err(input_error)?;
+                println!(
+                    "{}",
+                    if json {
+                        json!({ "run_id": record.id, "status": record.status }).to_string()
+                    } else {
+                        record.id.to_string()
+                    }
+                );
+                return Ok(0);
+            }
+            let run = engine.start(&workflow, input);
+            tokio::pin!(run);
+            let report = tokio::select! {
+                report = &mut run => report.map_err(input_error)?,
+                _ = tokio::signal::ctrl_c() => {
+                    eprintln!("stepwright: interrupted; the run stays resumable");
+                    return Ok(130);
+                }
+            };
+            print_report(&report, json);
+            Ok(exit_code(report.status))
+        }
+        Command::Runs { command } => {
+            let store = open_store(cli.db.as_deref()).await?;
+            match command {
+                RunsCommand::List { status, workflow, json } => {
+                    let status = status
+                        .map(|s| RunStatus::parse(&s).ok_or_else(|| BadInput(format!("unknown status {s:?}"))))
+                        .transpose()?;
+                    let runs = store.list_runs(RunFilter { status, workflow, limit: Some(100) }).await?;
+                    if json {
+                        for run in runs {
+                            println!(
+                                "{}",
+                                json!({ "run_id": run.id, "workflow": run.workflow, "status": run.status, "created_at": run.created_at })
+                            );
+                        }
+                    } else {
+                        println!("{:<38} {:<24} {:<10}", "RUN", "WORKFLOW", "STATUS");
+                        for run in runs {
+                            println!("{:<38} {:<24} {:<10}", run.id, run.workflow, run.status.as_str());
+                        }
+                    }
+                    Ok(0)
+                }
+                RunsCommand::Show { run, json } => {
+                    let run: RunId = run.parse().map_err(|e| BadInput(format!("{e}")))?;
+                    let engine = Engine::builder().store(store.clone()).build();
+                    let report = engine.report(run).await?;
+                    let loaded = store.load(run).await?;
+                    let steps = timeline(&loaded);
+                    if json {
+                        let mut object = report_json(&report);
+                        object["workflow"] = json!(loaded.record.workflow);
+                        object["steps"] = Value::Array(steps);
+                        println!("{object}");
+                    } else {
+                        println!("run {} ({}) {}", run, loaded.record.workflow, report.status.as_str());
+                        for step in &steps {
+                            println!(
+                                "  {:<32} {:<10} attempts {}",
+                                step["path"].as_str().unwrap_or_default(),
+                                step["status"].as_str().unwrap_or_default(),
+                                step["attempts"]
+                            );
+                        }
+                        for pending in &report.pending {
+                            println!("  waiting: {} at {} — {}", pending.id, pending.step, pending.message);
+                        }
+                    }
+                    Ok(0)
+                }
+            }
+        }
+    }
+}
+
+fn input_error(e: stepwright_core::EngineError) -> anyhow::Error {
+    match e {
+        stepwright_core::EngineError::InvalidInput { .. } => anyhow!(BadInput(e.to_string())),
+        other => anyhow!(other),
+    }
+}
+
+fn load(file: &Path) -> anyhow::Result<stepwright_core::Workflow> {
+    stepwright_flow::load_file(file).map_err(|e| anyhow!(BadInput(e.to_string())))
+}
+
+fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
+    let Some(input) = input else { return Ok(Value::Null) };
+    let text = match input.strip_prefix('@') {
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| BadInput(format!("reading the input file {path}: {e}")))?
+        }
+        None => input.to_owned(),
+    };
+    serde_json::from_str(&text).map_err(|e| anyhow!(BadInput(format!("the input is not JSON: {e}"))))
+}
+
+async fn open_store(db: Option<&str>) -> anyhow::Result<Arc<dyn Store>> {
+    let url = db
+        .map(str::to_owned)
+        .or_else(|| std::env::var("STEPWRIGHT_DB").ok())
+        .unwrap_or_else(|| "sqlite://stepwright.db".into());
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        let store = stepwright_store::SqliteStore::open(path).with_context(|| format!("opening {url}"))?;
+        return Ok(Arc::new(store));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = stepwright_store::PostgresStore::connect(&url).await.with_context(|| "connecting to postgres")?;
+        return Ok(Arc::new(store));
+    }
+    Err(anyhow!(BadInput(format!("--db {url:?}: expected sqlite://PATH or postgres://…"))))
+}
+
+fn exit_code(status: RunStatus) -> u8 {
+    match status {
+        RunStatus::Completed => 0,
+        RunStatus::Suspended | RunStatus::Pending => 3,
+        _ => 1,
+    }
+}
+
+fn report_json(report: &RunReport) -> Value {
+    json!({
+        "run_id": report.run_id,
+        "status": report.status,
+        "output": report.output,
+        "error": report.error.as_ref().map(|e| json!({ "code": e.code, "message": e.message })),
+        "pending": report.pending.iter().map(|p| json!({ "id": p.id, "step": p.step, "kind": p.kind, "message": p.message })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_report(report: &RunReport, as_json: bool) {
+    if as_json {
+        println!("{}", report_json(report));
+        return;
+    }
+    match report.status {
+        RunStatus::Completed => println!("{}", serde_json::to_string_pretty(&report.output).unwrap_or_default()),
+        RunStatus::Suspended => {
+            eprintln!("run {} is waiting:", report.run_id);
+            for p in &report.pending {
+                eprintln!("  {} at {}: {}", p.id, p.step, p.message);
+            }
+        }
+        _ => {
+            if let Some(error) = &report.error {
+                eprintln!("run {} {}: {error}", report.run_id, report.status.as_str());
+            }
+        }
+    }
+}
+
+/// Each step path's last state, in journal order.
+fn timeline(loaded: &stepwright_core::journal::LoadedRun) -> Vec<Value> {
+    use stepwright_core::Record;
+    let mut order: Vec<String> = Vec::new();
+    let mut state: std::collections::HashMap<String, (String, u32)> = std::collections::HashMap::new();
+    for entry in &loaded.entries {
+        let path = entry.path.as_str().to_owned();
+        let (status, attempt) = match &entry.record {
+            Record::Started { attempt } => ("running", *attempt),
+            Record::Completed { attempt, .. } => ("completed", *attempt),
+            Record::Failed { attempt, retry_at: Some(_), .. } => ("retrying", *attempt),
+            Record::Failed { attempt, .. } => ("failed", *attempt),
+            Record::Skipped { .. } => ("skipped", 0),
+            Record::InterruptOpened { .. } => ("waiting", 0),
+            Record::Cancelled { .. } => ("cancelled", 0),
+            _ => continue,
+        };
+        if !state.contains_key(&path) {
+            order.push(path.clone());
+        }
+        let entry = state.entry(path).or_insert_with(|| (String::new(), 0));
+        entry.0 = status.to_owned();
+        entry.1 = entry.1.max(attempt);
+    }
+    order
+        .into_iter()
+        .map(|path| {
+            let (status, attempts) = state[&path].clone();
+            json!({ "path": path, "status": status, "attempts": attempts })
+        })
+        .collect()
+}
+
+/// Mermaid or Graphviz dot of a definition's top-level structure.
+fn draw(description: &Value, format: &str) -> anyhow::Result<String> {
+    let steps = description["steps"].as_array().cloned().unwrap_or_default();
+    let mut lines = Vec::new();
+    match format {
+        "mermaid" => {
+            lines.push("flowchart TD".to_owned());
+            for (i, step) in steps.iter().enumerate() {
+                lines.push(format!(
+                    "  s{i}[\"{} ({})\"]",
+                    step["id"].as_str().unwrap_or("?"),
+                    step["kind"].as_str().unwrap_or("?")
+                ));
+                if i > 0 {
+                    lines.push(format!("  s{} --> s{i}", i - 1));
+                }
+            }
+        }
+        "dot" => {
+            lines.push("digraph workflow {".to_owned());
+            for (i, step) in steps.iter().enumerate() {
+                lines.push(format!(
+                    "  s{i} [label=\"{} ({})\"];",
+                    step["id"].as_str().unwrap_or("?"),
+                    step["kind"].as_str().unwrap_or("?")
+                ));
+                if i > 0 {
+                    lines.push(format!("  s{} -> s{i};", i - 1));
+                }
+            }
+            lines.push("}".to_owned());
+        }
+        other => return Err(anyhow!(BadInput(format!("unknown --format {other:?}: mermaid or dot")))),
+    }
+    Ok(lines.join("\n"))
+}
+
+/// Off-terminal progress: one line per step as it finishes, on stderr.
+struct Progress;
+
+impl Observer for Progress {
+    fn step_finished(&self, _run: RunId, path: &StepPath, status: &str) {
+        eprintln!("{status:<10} {path}");
+    }
+}
