@@ -11,8 +11,8 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
-use stepwright_core::journal::RunFilter;
-use stepwright_core::{Engine, Observer, RunId, RunReport, RunStatus, StepPath, Store};
+use stepwright_core::journal::{DefinitionSource, RunFilter};
+use stepwright_core::{Decision, Engine, Observer, RunId, RunReport, RunStatus, StepPath, Store};
 
 #[derive(Parser)]
 #[command(name = "stepwright", version, about = "A durable engine for AI-agent workflows")]
@@ -59,6 +59,83 @@ enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// Approve an open interrupt (with `--payload`: approve with a corrected value), then
+    /// continue the run.
+    Approve {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        who: Decider,
+        /// Approve with this corrected payload (JSON).
+        #[arg(long)]
+        payload: Option<String>,
+        /// One JSON object, as `run --json` prints.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reject an open interrupt, then continue the run.
+    Reject {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        who: Decider,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer an `input` interrupt with a value, then continue the run.
+    Respond {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        who: Decider,
+        /// The answer (JSON).
+        #[arg(long)]
+        value: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a run left by a crash, Ctrl-C, a checkpoint or a due timer.
+    Resume {
+        /// The run id.
+        run: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run.
+    Cancel {
+        /// The run id.
+        run: String,
+        /// Why.
+        #[arg(long, default_value = "cancelled from the command line")]
+        reason: String,
+    },
+    /// Claim and execute due runs: created with --detach, timers, retries, deadlines, runs
+    /// left by a dead worker. Runs until Ctrl-C.
+    Worker {
+        /// Execute what is due now, then exit.
+        #[arg(long)]
+        once: bool,
+    },
+}
+
+/// Who decides, and which interrupt.
+#[derive(clap::Args)]
+struct Decider {
+    /// The interrupt (default: the run's only open one).
+    #[arg(long)]
+    interrupt: Option<String>,
+    /// Decide as this user.
+    #[arg(long = "as")]
+    user: Option<String>,
+    /// A role of the deciding user (repeatable).
+    #[arg(long = "role")]
+    roles: Vec<String>,
 }
 
 #[derive(Subcommand)]
@@ -72,6 +149,14 @@ enum RunsCommand {
         #[arg(long)]
         workflow: Option<String>,
         /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run's event log.
+    Events {
+        /// The run id.
+        run: String,
+        /// JSON lines.
         #[arg(long)]
         json: bool,
     },
@@ -142,11 +227,12 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             let workflow = load(&file)?;
             let input = parse_input(input.as_deref())?;
             let store = open_store(cli.db.as_deref()).await?;
-            let mut builder = Engine::builder().store(store);
-            if !json {
-                builder = builder.observer(Arc::new(Progress));
-            }
-            let engine = builder.build();
+            // Keep the source: any later command, or a worker elsewhere, rebuilds the
+            // definition from the store.
+            let source = std::fs::read_to_string(&file)?;
+            let definition = DefinitionSource { format: "yaml".into(), name: file.display().to_string(), source };
+            store.put_definition(workflow.hash(), definition).await?;
+            let engine = cli_engine(store, !json);
             if detach {
                 let record = engine.create(&workflow, input, Default::default()).await.map_err(input_error)?;
                 println!(
@@ -171,6 +257,63 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             print_report(&report, json);
             Ok(exit_code(report.status))
         }
+        Command::Approve { run, who, payload, json } => {
+            let decision = match payload {
+                Some(payload) => Decision::Modify { payload: parse_json(&payload, "--payload")? },
+                None => Decision::Approve,
+            };
+            decide(cli.db.as_deref(), &run, &who, decision, json).await
+        }
+        Command::Reject { run, who, reason, json } => {
+            decide(cli.db.as_deref(), &run, &who, Decision::Reject { reason }, json).await
+        }
+        Command::Respond { run, who, value, json } => {
+            let value = parse_json(&value, "--value")?;
+            decide(cli.db.as_deref(), &run, &who, Decision::Respond { value }, json).await
+        }
+        Command::Resume { run, json } => {
+            let run = parse_run(&run)?;
+            let store = open_store(cli.db.as_deref()).await?;
+            let engine = cli_engine(store.clone(), !json);
+            let workflow = definition_of(&store, run).await?;
+            let report = engine.resume(&workflow, run).await?;
+            print_report(&report, json);
+            Ok(exit_code(report.status))
+        }
+        Command::Cancel { run, reason } => {
+            let run = parse_run(&run)?;
+            let store = open_store(cli.db.as_deref()).await?;
+            let engine = Engine::builder().store(store).build();
+            let changed = engine.cancel(run, &reason).await?;
+            println!("{}", if changed { "cancelled" } else { "already finished" });
+            Ok(0)
+        }
+        Command::Worker { once } => {
+            let store = open_store(cli.db.as_deref()).await?;
+            let engine = Engine::builder().store(store.clone()).build();
+            let resolver: stepwright_core::DefinitionResolver = Arc::new(move |record| {
+                let store = store.clone();
+                Box::pin(async move { definition_of(&store, record.id).await.ok() })
+            });
+            let runner = stepwright_core::Runner::new(engine).resolve_with(resolver);
+            if once {
+                for (run, result) in runner.tick().await? {
+                    match result {
+                        Ok(report) => eprintln!("{run} {}", report.status.as_str()),
+                        Err(e) => eprintln!("{run} {e}"),
+                    }
+                }
+                return Ok(0);
+            }
+            let stop = tokio_util_stop();
+            let signal = stop.clone();
+            tokio::spawn(async move {
+                let _ = tokio::signal::ctrl_c().await;
+                signal.cancel();
+            });
+            runner.run(stop).await?;
+            Ok(130)
+        }
         Command::Runs { command } => {
             let store = open_store(cli.db.as_deref()).await?;
             match command {
@@ -190,6 +333,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                         println!("{:<38} {:<24} {:<10}", "RUN", "WORKFLOW", "STATUS");
                         for run in runs {
                             println!("{:<38} {:<24} {:<10}", run.id, run.workflow, run.status.as_str());
+                        }
+                    }
+                    Ok(0)
+                }
+                RunsCommand::Events { run, json } => {
+                    let run = parse_run(&run)?;
+                    for event in store.events(run).await? {
+                        if json {
+                            println!("{}", serde_json::to_string(&event)?);
+                        } else {
+                            println!("{:<20} {:<24} {}", event.path, event.kind, event.data);
                         }
                     }
                     Ok(0)
@@ -224,6 +378,77 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             }
         }
     }
+}
+
+/// Interactive commands on one host share a worker identity, so that `resume` after a
+/// killed `run` takes the run back at once (its fencing token still stops a stale writer).
+fn cli_engine(store: Arc<dyn Store>, progress: bool) -> Engine {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    let mut builder = Engine::builder().store(store).worker_id(&format!("cli@{host}"));
+    if progress {
+        builder = builder.observer(Arc::new(Progress));
+    }
+    builder.build()
+}
+
+fn tokio_util_stop() -> stepwright_core::CancellationToken {
+    stepwright_core::CancellationToken::new()
+}
+
+fn parse_run(text: &str) -> anyhow::Result<RunId> {
+    text.parse().map_err(|e| anyhow!(BadInput(format!("{e}"))))
+}
+
+fn parse_json(text: &str, what: &str) -> anyhow::Result<Value> {
+    serde_json::from_str(text).map_err(|e| anyhow!(BadInput(format!("{what} is not JSON: {e}"))))
+}
+
+/// Rebuilds a run's definition from the source the store keeps.
+async fn definition_of(store: &Arc<dyn Store>, run: RunId) -> anyhow::Result<stepwright_core::Workflow> {
+    let record = store.load(run).await?.record;
+    let source = store.get_definition(record.definition_hash).await?.ok_or_else(|| {
+        anyhow!("run {run} was not started from a workflow file this store knows (workflow {:?})", record.workflow)
+    })?;
+    let workflow =
+        stepwright_flow::load_str(&source.source, &source.name).map_err(|e| anyhow!(BadInput(e.to_string())))?;
+    if workflow.hash() != record.definition_hash {
+        return Err(anyhow!(
+            "the stored source of {} no longer compiles to the definition run {run} is pinned to",
+            source.name
+        ));
+    }
+    Ok(workflow)
+}
+
+/// Resolves an interrupt (the only open one unless `--interrupt`), then continues the run.
+async fn decide(db: Option<&str>, run: &str, who: &Decider, decision: Decision, json: bool) -> anyhow::Result<u8> {
+    let run = parse_run(run)?;
+    let store = open_store(db).await?;
+    let engine = cli_engine(store.clone(), !json);
+    let report = engine.report(run).await?;
+    let interrupt = match &who.interrupt {
+        Some(id) => stepwright_core::InterruptId::new(id),
+        None => match report.pending.as_slice() {
+            [only] => only.id.clone(),
+            [] => return Err(anyhow!(BadInput(format!("run {run} has no open interrupt")))),
+            many => {
+                let ids: Vec<String> = many.iter().map(|p| format!("{} ({})", p.id, p.step)).collect();
+                return Err(anyhow!(BadInput(format!(
+                    "run {run} has several open interrupts; pick one with --interrupt: {}",
+                    ids.join(", ")
+                ))));
+            }
+        },
+    };
+    let caller = stepwright_core::Caller { user: who.user.clone(), roles: who.roles.clone(), ..Default::default() };
+    engine.resolve(run, &interrupt, decision, &caller).await.map_err(|e| match e {
+        stepwright_core::EngineError::Resolve { .. } => anyhow!(BadInput(e.to_string())),
+        other => anyhow!(other),
+    })?;
+    let workflow = definition_of(&store, run).await?;
+    let report = engine.resume(&workflow, run).await?;
+    print_report(&report, json);
+    Ok(exit_code(report.status))
 }
 
 fn input_error(e: stepwright_core::EngineError) -> anyhow::Error {

@@ -113,3 +113,103 @@ fn graph_draws_mermaid_and_dot() {
     assert!(String::from_utf8_lossy(&dot.stdout).contains("s0 -> s1;"));
     assert_eq!(stepwright(dir.path(), &["graph", "greet.yaml", "--format", "svg"]).status.code(), Some(2));
 }
+
+const ASK: &str = r#"
+workflow: ask
+steps:
+  - id: size
+    input: { message: "How many?", schema: { type: integer, minimum: 1 } }
+  - id: double
+    set: "{{ steps.size.output * 2 }}"
+"#;
+
+fn run_id(output: &Output) -> String {
+    serde_json::from_slice::<Value>(&output.stdout).unwrap()["run_id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn a_suspended_run_is_approved_from_a_second_process_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "gated.yaml", GATED);
+    let started = stepwright(dir.path(), &["run", "gated.yaml", "--json"]);
+    assert_eq!(started.status.code(), Some(3));
+    let run = run_id(&started);
+    // Another process; it needs no file: the definition comes from the store.
+    std::fs::remove_file(dir.path().join("gated.yaml")).unwrap();
+    let approved = stepwright(dir.path(), &["approve", &run, "--as", "ann", "--json"]);
+    assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
+    let report: Value = serde_json::from_slice(&approved.stdout).unwrap();
+    assert_eq!(report["status"], "completed");
+    assert_eq!(report["output"], "a draft", "an approval passes its payload on");
+    let again = stepwright(dir.path(), &["approve", &run]);
+    assert_eq!(again.status.code(), Some(2), "nothing is open any more");
+}
+
+#[test]
+fn respond_reject_and_cancel() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "ask.yaml", ASK);
+    write(dir.path(), "gated.yaml", GATED);
+    let asked = stepwright(dir.path(), &["run", "ask.yaml", "--json"]);
+    let run = run_id(&asked);
+    let invalid = stepwright(dir.path(), &["respond", &run, "--value", "0"]);
+    assert_eq!(invalid.status.code(), Some(2), "the answer must match the schema");
+    let answered = stepwright(dir.path(), &["respond", &run, "--value", "21", "--json"]);
+    assert_eq!(serde_json::from_slice::<Value>(&answered.stdout).unwrap()["output"], 42);
+
+    let gated = run_id(&stepwright(dir.path(), &["run", "gated.yaml", "--json"]));
+    let rejected = stepwright(dir.path(), &["reject", &gated, "--reason", "tone", "--json"]);
+    assert_eq!(rejected.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&rejected.stdout).unwrap();
+    assert_eq!(report["error"]["code"], "rejected");
+
+    let other = run_id(&stepwright(dir.path(), &["run", "gated.yaml", "--json"]));
+    assert_eq!(stepwright(dir.path(), &["cancel", &other]).status.code(), Some(0));
+    let shown: Value =
+        serde_json::from_slice(&stepwright(dir.path(), &["runs", "show", &other, "--json"]).stdout).unwrap();
+    assert_eq!(shown["status"], "cancelled");
+}
+
+#[test]
+fn detached_runs_are_executed_by_a_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "greet.yaml", GREET);
+    let created = stepwright(dir.path(), &["run", "greet.yaml", "--input", r#"{"name": "cy"}"#, "--detach", "--json"]);
+    assert_eq!(created.status.code(), Some(0));
+    let run = run_id(&created);
+    let worker = stepwright(dir.path(), &["worker", "--once"]);
+    assert_eq!(worker.status.code(), Some(0), "{}", String::from_utf8_lossy(&worker.stderr));
+    let shown: Value =
+        serde_json::from_slice(&stepwright(dir.path(), &["runs", "show", &run, "--json"]).stdout).unwrap();
+    assert_eq!((shown["status"].as_str(), shown["output"].as_str()), (Some("completed"), Some("HELLO, CY")));
+}
+
+#[test]
+fn a_run_killed_mid_way_is_finished_by_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "slow.yaml",
+        "workflow: slow\nsteps:\n  - id: first\n    set: 1\n  - id: nap\n    sleep: 3s\n  - id: last\n    set: \"{{ steps.first.output + 1 }}\"\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir.path())
+        .env_remove("STEPWRIGHT_DB")
+        .args(["run", "slow.yaml", "--json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    child.kill().unwrap(); // SIGKILL, mid-sleep
+    child.wait().unwrap();
+    let listed = stepwright(dir.path(), &["runs", "list", "--json"]);
+    let line: Value = serde_json::from_str(String::from_utf8_lossy(&listed.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(line["status"], "running", "the killed process left the run running");
+    let run = line["run_id"].as_str().unwrap().to_owned();
+    let resumed = stepwright(dir.path(), &["resume", &run, "--json"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&resumed.stdout).unwrap()["output"], 2);
+    let events = stepwright(dir.path(), &["runs", "events", &run, "--json"]);
+    assert_eq!(events.status.code(), Some(0));
+}

@@ -88,6 +88,18 @@ pub struct Lease {
     pub expires_at: Timestamp,
 }
 
+/// A workflow's source, kept by definition hash so that any process can rebuild the
+/// definition a run is pinned to (workflow files; Rust definitions are registered instead).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefinitionSource {
+    /// The format: `yaml`.
+    pub format: String,
+    /// Where it came from (a file name), for messages.
+    pub name: String,
+    /// The text.
+    pub source: String,
+}
+
 /// A run's header: everything but its journal.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRecord {
@@ -469,6 +481,12 @@ pub trait Store: Send + Sync + 'static {
         after: Option<u64>,
     ) -> BoxFuture<'_, Result<Option<(u64, Value)>, StoreError>>;
 
+    /// Keeps a workflow's source under its definition hash (idempotent).
+    fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The source kept under a definition hash.
+    fn get_definition(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<DefinitionSource>, StoreError>>;
+
     /// Waits until work may have become available (a notification) or `timeout` passes.
     /// Stores without notifications simply wait out the timeout (runners then poll).
     fn wait_for_work(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
@@ -565,6 +583,7 @@ pub struct MemoryStore {
     runs: RwLock<HashMap<RunId, Arc<Mutex<MemoryRun>>>>,
     /// Inbox messages: `(run, inbox, seq, message)` in posting order.
     messages: Mutex<Vec<(RunId, String, u64, Value)>>,
+    definitions: Mutex<HashMap<ContentHash, DefinitionSource>>,
     blobs: [Mutex<HashMap<ContentHash, Arc<Value>>>; BLOB_SHARDS],
     appends_left: AtomicUsize,
     fault_armed: std::sync::atomic::AtomicBool,
@@ -804,6 +823,16 @@ impl Store for MemoryStore {
             }
         }
         Box::pin(std::future::ready(Ok(leases)))
+    }
+
+    fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.definitions.lock().expect("poisoned").entry(hash).or_insert(source);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn get_definition(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<DefinitionSource>, StoreError>> {
+        let found = self.definitions.lock().expect("poisoned").get(&hash).cloned();
+        Box::pin(std::future::ready(Ok(found)))
     }
 
     fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>> {

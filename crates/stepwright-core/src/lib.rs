@@ -41,9 +41,10 @@ pub use definition::{
     PathResult, Predicate, Verdict, Workflow, WorkflowBuilder,
 };
 pub use engine::{
-    ArtifactCapture, DecisionChange, Durability, Engine, EngineBuilder, EngineConfig, EngineError, ForkPatch,
-    MemoryCache, PendingInterrupt, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions,
-    RunOutcome, RunReport, Runner, StartOptions, StepCache, StepChange, StepComparison, StepReplay, json_diff,
+    ArtifactCapture, DecisionChange, DefinitionResolver, Durability, Engine, EngineBuilder, EngineConfig, EngineError,
+    ForkPatch, MemoryCache, PendingInterrupt, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport,
+    ResumeOptions, RunOutcome, RunReport, Runner, StartOptions, StepCache, StepChange, StepComparison, StepReplay,
+    json_diff,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;
@@ -57,3 +58,5 @@ pub use policy::{
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
 pub use step::{DynStep, Step, Typed, dyn_fn_step, fn_step};
+/// The cancellation token steps receive and `Runner::run` stops on.
+pub use tokio_util::sync::CancellationToken;

@@ -99,6 +99,19 @@ impl Store for Counting {
     ) -> BoxFuture<'_, Result<Option<(u64, serde_json::Value)>, StoreError>> {
         self.inner.next_message(run, inbox, after)
     }
+    fn put_definition(
+        &self,
+        hash: stepwright_core::ContentHash,
+        source: stepwright_core::journal::DefinitionSource,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.put_definition(hash, source)
+    }
+    fn get_definition(
+        &self,
+        hash: stepwright_core::ContentHash,
+    ) -> BoxFuture<'_, Result<Option<stepwright_core::journal::DefinitionSource>, StoreError>> {
+        self.inner.get_definition(hash)
+    }
 }
 
 fn engine_on(store: Arc<dyn Store>, durability: Durability, delay: Duration) -> Engine {

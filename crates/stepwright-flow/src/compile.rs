@@ -303,7 +303,9 @@ impl Compiler {
         if let Some(output) = root.get("output") {
             self.templates(output);
             let template = output.to_json();
-            builder = builder.output(Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())));
+            let source = template.to_string();
+            builder = builder
+                .output(Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())).with_source(source));
         }
         match builder.build() {
             Ok(workflow) if self.diagnostics.is_empty() => Some(workflow),
@@ -412,9 +414,11 @@ impl Compiler {
             "set" => {
                 self.templates(body);
                 let template = body.to_json();
+                // The template is part of the step's identity, so of the definition hash.
+                let name = format!("set {template}");
                 Some(Step::dyn_step(
                     id,
-                    dyn_fn_step("set", move |ctx, _input| {
+                    dyn_fn_step(&name, move |ctx, _input| {
                         let result = expr::eval_value(&template, &ctx.scope().to_json());
                         async move { result.map(Outcome::completed) }
                     }),
@@ -428,9 +432,10 @@ impl Compiler {
                 let message = gate.message.clone();
                 let approvers = gate.approvers.clone();
                 let timeout = gate.timeout;
+                let name = format!("approval {}", body.to_json());
                 Some(Step::dyn_step(
                     id,
-                    dyn_fn_step("approval", move |ctx, input| {
+                    dyn_fn_step(&name, move |ctx, input| {
                         let rendered = expr::eval_value(&Value::String(message.clone()), &ctx.scope().to_json());
                         let approvers = approvers.clone();
                         async move {
@@ -455,9 +460,10 @@ impl Compiler {
                 self.unknown_fields(entries, &["message", "schema"], "`input`");
                 let message = body.get("message").and_then(|m| self.string(m, "`input.message`")).unwrap_or_default();
                 let schema = body.get("schema").map_or(json!({}), Node::to_json);
+                let name = format!("input {}", body.to_json());
                 Some(Step::dyn_step(
                     id,
-                    dyn_fn_step("input", move |_ctx, _input| {
+                    dyn_fn_step(&name, move |_ctx, _input| {
                         let request = InterruptRequest::input(message.clone(), schema.clone());
                         async move { Ok(Outcome::suspended(request)) }
                     }),

@@ -184,3 +184,11 @@ steps:
     engine.resolve(report.run_id, &id, Decision::Respond { value: json!(21) }, &anyone).await.unwrap();
     assert_eq!(engine.resume(&workflow, report.run_id).await.unwrap().output, Some(json!(42)));
 }
+
+#[test]
+fn the_definition_hash_covers_templates_and_is_stable() {
+    let a = "workflow: w\nsteps:\n  - id: s\n    set: \"{{ input.x }}\"\n";
+    let b = "workflow: w\nsteps:\n  - id: s\n    set: \"{{ input.y }}\"\n";
+    assert_eq!(load_str(a, "a").unwrap().hash(), load_str(a, "a").unwrap().hash(), "the same file, the same hash");
+    assert_ne!(load_str(a, "a").unwrap().hash(), load_str(b, "b").unwrap().hash(), "a changed template changes it");
+}

@@ -28,8 +28,21 @@ where
     erase_and_retention_collect_blobs(&*fresh().await).await;
     missing_runs_are_errors(&*fresh().await).await;
     messages_keep_their_order(&*fresh().await).await;
+    definitions_are_kept_by_hash(&*fresh().await).await;
     leases_fence_writes(&*fresh().await).await;
     claim_due_finds_ready_runs(&*fresh().await).await;
+}
+
+/// Workflow sources are kept by hash; the first one stays.
+pub async fn definitions_are_kept_by_hash(store: &dyn Store) {
+    use stepwright_core::journal::DefinitionSource;
+    let hash = ContentHash::of_bytes(b"definition");
+    assert_eq!(store.get_definition(hash).await.expect("read"), None);
+    let source = DefinitionSource { format: "yaml".into(), name: "flow.yaml".into(), source: "workflow: x\n".into() };
+    store.put_definition(hash, source.clone()).await.expect("put");
+    let other = DefinitionSource { source: "workflow: y\n".into(), ..source.clone() };
+    store.put_definition(hash, other).await.expect("put again");
+    assert_eq!(store.get_definition(hash).await.expect("read"), Some(source));
 }
 
 /// Inbox messages come back in posting order, per inbox, and go with an erased run.

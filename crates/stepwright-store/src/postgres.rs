@@ -16,15 +16,18 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Row, Transaction};
 use stepwright_core::journal::{
-    EventRecord, JournalBatch, JournalEntry, Lease, Lineage, LoadedRun, Removed, Retention, RunFilter, RunRecord,
-    StatusUpdate, referenced_blob, retention_victims,
+    DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, Lineage, LoadedRun, Removed, Retention,
+    RunFilter, RunRecord, StatusUpdate, referenced_blob, retention_victims,
 };
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 
 use crate::encoding::{CODEC_JSON, backend, decode_blob, encode_blob};
 
-const MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("postgres/001_initial.sql")), (2, include_str!("postgres/002_messages.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("postgres/001_initial.sql")),
+    (2, include_str!("postgres/002_messages.sql")),
+    (3, include_str!("postgres/003_definitions.sql")),
+];
 
 /// Outputs whose JSON is at most this long are stored in their journal row.
 const INLINE_AT_MOST: usize = 256;
@@ -702,6 +705,34 @@ impl Store for PostgresStore {
                 Some(row) => Ok(Lease { expires_at: Timestamp::from_micros(row.get(0)), ..lease }),
                 None => Err(StoreError::LeaseLost { run: lease.run, token: lease.token }),
             }
+        })
+    }
+
+    fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO stepwright_definitions (hash, format, name, source) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (hash) DO NOTHING",
+            )
+            .bind(&hash.as_bytes()[..])
+            .bind(&source.format)
+            .bind(&source.name)
+            .bind(&source.source)
+            .execute(&self.pool)
+            .await
+            .map_err(pg("storing a definition"))?;
+            Ok(())
+        })
+    }
+
+    fn get_definition(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<DefinitionSource>, StoreError>> {
+        Box::pin(async move {
+            let row = sqlx::query("SELECT format, name, source FROM stepwright_definitions WHERE hash = $1")
+                .bind(&hash.as_bytes()[..])
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(pg("reading a definition"))?;
+            Ok(row.map(|r| DefinitionSource { format: r.get(0), name: r.get(1), source: r.get(2) }))
         })
     }
 

@@ -16,8 +16,8 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use stepwright_core::journal::{
-    EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Removed, Retention, RunFilter, RunRecord, StatusUpdate,
-    check_fence, is_due, referenced_blob, retention_victims, try_claim,
+    DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Removed, Retention, RunFilter,
+    RunRecord, StatusUpdate, check_fence, is_due, referenced_blob, retention_victims, try_claim,
 };
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 use tokio::sync::oneshot;
@@ -60,6 +60,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("sqlite/003_drop_counters.sql")),
     (4, include_str!("sqlite/004_inline_values.sql")),
     (5, include_str!("sqlite/005_messages.sql")),
+    (6, include_str!("sqlite/006_definitions.sql")),
 ];
 
 /// Outputs whose JSON is at most this long are stored in their journal row.
@@ -88,6 +89,7 @@ enum Op {
     Claim(Claim, Ack<Vec<Lease>>),
     Heartbeat(Lease, Timestamp, std::time::Duration, Ack<Lease>),
     Post(RunId, String, Value, Ack<u64>),
+    Define(ContentHash, Box<DefinitionSource>, Ack<()>),
     SetStatus(RunId, StatusUpdate, Ack<()>),
     Resolve(RunId, JournalEntry, Ack<()>),
     Remove(Removal, Ack<Removed>),
@@ -100,7 +102,7 @@ impl Op {
             Op::Create(record, _) => Some(record.id),
             Op::Append(run, ..) | Op::SetStatus(run, ..) | Op::Resolve(run, ..) => Some(*run),
             Op::Heartbeat(lease, ..) => Some(lease.run),
-            Op::Post(..) => None,
+            Op::Post(..) | Op::Define(..) => None,
             Op::Claim(Claim { run, .. }, _) => *run,
             Op::Remove(..) => None,
         }
@@ -335,7 +337,9 @@ fn reply(op: Op, result: Result<Answer, StoreError>) {
         (Op::Claim(_, ack), Ok(Answer::Leases(leases))) => drop(ack.send(Ok(leases))),
         (Op::Heartbeat(.., ack), Ok(Answer::Lease(lease))) => drop(ack.send(Ok(lease))),
         (Op::Post(.., ack), Ok(Answer::Seq(seq))) => drop(ack.send(Ok(seq))),
-        (Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack), Ok(_)) => drop(ack.send(Ok(()))),
+        (Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack) | Op::Define(_, _, ack), Ok(_)) => {
+            drop(ack.send(Ok(())));
+        }
         (op, Ok(_)) => answer_err(op, || backend("answering a store call", std::io::Error::other("mismatched answer"))),
         (op, Err(error)) => {
             let error = std::cell::Cell::new(Some(error));
@@ -463,6 +467,14 @@ impl Writer {
             Op::SetStatus(run, update, _) => self.set_status(*run, update).map(|()| Answer::Unit),
             Op::Resolve(run, entry, _) => self.resolve(*run, entry).map(|()| Answer::Unit),
             Op::Remove(removal, _) => self.remove(removal).map(Answer::Removed),
+            Op::Define(hash, source, _) => self
+                .conn
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO definitions (hash, format, name, source) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .and_then(|mut s| s.execute(params![hash.as_bytes(), source.format, source.name, source.source]))
+                .map(|_| Answer::Unit)
+                .map_err(|e| backend("storing a definition", e)),
             Op::Post(run, inbox, message, _) => self
                 .conn
                 .prepare_cached("INSERT INTO messages (run_id, inbox, message) VALUES (?1, ?2, ?3)")
@@ -777,6 +789,7 @@ fn answer_err(op: Op, error: impl Fn() -> StoreError) {
         Op::Claim(_, ack) => drop(ack.send(Err(error()))),
         Op::Heartbeat(_, _, _, ack) => drop(ack.send(Err(error()))),
         Op::Post(.., ack) => drop(ack.send(Err(error()))),
+        Op::Define(.., ack) => drop(ack.send(Err(error()))),
     }
 }
 
@@ -1029,6 +1042,23 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
         let claim = Claim { run: None, owner: owner.to_owned(), now, lease_for, limit };
         Box::pin(self.send(|ack| Op::Claim(claim, ack)))
+    }
+
+    fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.send(move |ack| Op::Define(hash, Box::new(source), ack)))
+    }
+
+    fn get_definition(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<DefinitionSource>, StoreError>> {
+        Box::pin(self.read("reading a definition", move |conn| {
+            conn.prepare_cached("SELECT format, name, source FROM definitions WHERE hash = ?1")
+                .and_then(|mut s| {
+                    s.query_row([&hash.as_bytes()[..]], |r| {
+                        Ok(DefinitionSource { format: r.get(0)?, name: r.get(1)?, source: r.get(2)? })
+                    })
+                    .optional()
+                })
+                .map_err(|e| backend("reading a definition", e))
+        }))
     }
 
     fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>> {

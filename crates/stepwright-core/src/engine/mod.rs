@@ -9,7 +9,7 @@ pub use history::{
     DecisionChange, ForkPatch, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, StepChange,
     StepComparison, StepReplay, json_diff,
 };
-pub use runner::{RunOutcome, Runner};
+pub use runner::{DefinitionResolver, RunOutcome, Runner};
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;

@@ -11,6 +11,12 @@ use crate::engine::{Engine, EngineError, RunReport};
 use crate::ids::RunId;
 use crate::journal::Lease;
 
+/// Finds the definition of a run that no registered workflow matches (a workflow file kept
+/// in the store, for instance).
+pub type DefinitionResolver = std::sync::Arc<
+    dyn Fn(crate::journal::RunRecord) -> futures_util::future::BoxFuture<'static, Option<Workflow>> + Send + Sync,
+>;
+
 /// A worker loop over an engine's store. It claims runs that are ready — created to run
 /// detached, stopped at a checkpoint, waiting on a timer, retry or deadline that is due, or
 /// left running by a worker whose lease expired — and executes each with the registered
@@ -20,6 +26,7 @@ use crate::journal::Lease;
 pub struct Runner {
     engine: Engine,
     workflows: HashMap<String, Vec<Workflow>>,
+    resolver: Option<DefinitionResolver>,
     max_concurrent: usize,
     poll: Duration,
 }
@@ -31,13 +38,20 @@ impl Runner {
     /// A runner over `engine` with no workflows registered, polling every second, executing
     /// up to 64 runs at once.
     pub fn new(engine: Engine) -> Self {
-        Self { engine, workflows: HashMap::new(), max_concurrent: 64, poll: Duration::from_secs(1) }
+        Self { engine, workflows: HashMap::new(), resolver: None, max_concurrent: 64, poll: Duration::from_secs(1) }
     }
 
     /// Registers a definition (several versions of one workflow may be registered).
     #[must_use]
     pub fn register(mut self, workflow: &Workflow) -> Self {
         self.workflows.entry(workflow.name().to_owned()).or_default().push(workflow.clone());
+        self
+    }
+
+    /// Where to find definitions that are not registered.
+    #[must_use]
+    pub fn resolve_with(mut self, resolver: DefinitionResolver) -> Self {
+        self.resolver = Some(resolver);
         self
     }
 
@@ -74,21 +88,29 @@ impl Runner {
     fn spawn(&self, set: &mut JoinSet<RunOutcome>, lease: Lease) {
         let engine = self.engine.clone();
         let workflows = self.workflows.clone();
+        let resolver = self.resolver.clone();
         set.spawn(async move {
             let run = lease.run;
             let result = async {
                 let loaded = engine.inner.store.load(run).await.map_err(EngineError::store(run))?;
                 let record = &loaded.record;
-                let workflow = workflows
+                let registered = workflows
                     .get(&record.workflow)
                     .and_then(|versions| versions.iter().find(|w| w.hash() == record.definition_hash))
-                    .ok_or_else(|| EngineError::DefinitionMismatch {
-                        run,
-                        workflow: record.workflow.clone(),
-                        pinned: record.definition_hash,
-                        given: crate::hash::ContentHash::of_bytes(b"no registered definition"),
-                    })?;
-                let workflow = workflow.clone();
+                    .cloned();
+                let workflow = match (registered, &resolver) {
+                    (Some(workflow), _) => Some(workflow),
+                    (None, Some(resolve)) => {
+                        resolve(record.clone()).await.filter(|w| w.hash() == record.definition_hash)
+                    }
+                    (None, None) => None,
+                };
+                let workflow = workflow.ok_or_else(|| EngineError::DefinitionMismatch {
+                    run,
+                    workflow: record.workflow.clone(),
+                    pinned: record.definition_hash,
+                    given: crate::hash::ContentHash::of_bytes(b"no registered definition"),
+                })?;
                 engine.execute(&workflow, loaded, lease).await
             }
             .await;
