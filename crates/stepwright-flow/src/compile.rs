@@ -69,8 +69,14 @@ pub fn load_file(path: &Path) -> Result<Workflow, LoadError> {
 
 /// Loads a workflow from YAML text; `file` names it in diagnostics.
 pub fn load_str(source: &str, file: &str) -> Result<Workflow, LoadError> {
-    let mut c =
-        Compiler { file: file.to_owned(), diagnostics: Vec::new(), positions: HashMap::new(), ids: HashSet::new() };
+    let mut c = Compiler {
+        file: file.to_owned(),
+        diagnostics: Vec::new(),
+        positions: HashMap::new(),
+        ids: HashSet::new(),
+        current: Vec::new(),
+        troubled: HashSet::new(),
+    };
     let root = match yaml::parse(source) {
         Ok(root) => root,
         Err((pos, message)) => {
@@ -109,6 +115,10 @@ struct Compiler {
     positions: HashMap<String, Pos>,
     /// Every step id declared so far, for reference checks.
     ids: HashSet<String>,
+    /// The step being compiled, innermost last.
+    current: Vec<String>,
+    /// Steps that already have a problem reported, so the core's checks add no echo.
+    troubled: HashSet<String>,
 }
 
 /// The closest of `candidates` to `word` (for "did you mean" hints).
@@ -132,6 +142,7 @@ fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Opt
 
 impl Compiler {
     fn error(&mut self, pos: Pos, message: impl Into<String>) {
+        self.troubled.extend(self.current.iter().cloned());
         self.diagnostics.push(Diagnostic {
             file: self.file.clone(),
             line: pos.line.max(1),
@@ -311,9 +322,18 @@ impl Compiler {
             Ok(workflow) if self.diagnostics.is_empty() => Some(workflow),
             Ok(_) => None,
             Err(error) => {
-                // Ids are checked here already, with their exact position.
+                // Ids are checked here already, with their exact position; a step with a
+                // problem reported here gets no echo from the core (a dropped child makes
+                // its parent look empty); "no steps" only when nothing else was said.
                 let checked_here = |m: &str| m.starts_with("duplicate step id") || m.starts_with("step id:");
-                for problem in error.problems.into_iter().filter(|p| !checked_here(&p.message)) {
+                let said_something = !self.diagnostics.is_empty();
+                let echo = |p: &stepwright_core::BuildProblem| {
+                    checked_here(&p.message)
+                        || self.troubled.contains(&p.at)
+                        || (p.at == "<workflow>" && p.message.contains("at least one step") && said_something)
+                };
+                let problems: Vec<_> = error.problems.into_iter().filter(|p| !echo(p)).collect();
+                for problem in problems {
                     let pos = self.positions.get(&problem.at).copied().unwrap_or(root.pos);
                     self.error(pos, problem.message);
                 }
@@ -370,6 +390,21 @@ impl Compiler {
         };
         let path = if prefix.is_empty() { id.clone() } else { format!("{prefix}/{id}") };
         self.positions.insert(path.clone(), node.pos);
+        self.current.push(path.clone());
+        let step = self.step_body(node, &id, &path, &kinds, &later);
+        self.current.pop();
+        step
+    }
+
+    fn step_body(
+        &mut self,
+        node: &Node,
+        id: &str,
+        path: &str,
+        kinds: &[&yaml::Key],
+        later: &[&yaml::Key],
+    ) -> Option<Step> {
+        let id = id.to_owned();
         match (kinds.len(), later.len()) {
             (0, 0) => {
                 self.error_hint(
@@ -382,7 +417,7 @@ impl Compiler {
             (0, _) => return None,
             (1, 0) => {}
             _ => {
-                let names: Vec<String> = kinds.iter().chain(&later).map(|k| format!("`{}`", k.name)).collect();
+                let names: Vec<String> = kinds.iter().chain(later.iter()).map(|k| format!("`{}`", k.name)).collect();
                 self.error(
                     node.pos,
                     format!("step `{id}` has {} kinds ({}); a step has exactly one", names.len(), names.join(", ")),
@@ -394,7 +429,7 @@ impl Compiler {
         let condition = node.get("if").and_then(|c| self.expression(c, "the `if` condition"));
         let kind = kinds[0];
         let body = node.get(&kind.name).expect("the kind key is present");
-        let compiled = self.kind(&path, &id, &kind.name, body);
+        let compiled = self.kind(path, &id, &kind.name, body);
         self.ids.insert(id.clone());
         let mut step = compiled?;
         if let Some(source) = condition {

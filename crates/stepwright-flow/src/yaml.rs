@@ -184,8 +184,13 @@ pub fn parse(source: &str) -> Result<Node, (Pos, String)> {
     serde_saphyr::from_str::<Node>(source).map_err(|e| {
         let at = e.location().map(|l| pos(&l)).unwrap_or_default();
         let message = e.to_string();
-        let first = message.lines().next().unwrap_or("invalid YAML").to_owned();
-        (at, first)
+        let first = message.lines().next().unwrap_or("invalid YAML");
+        // The position is reported separately; drop the parser's own "error: line L column C: ".
+        let first = match first.find(": ").filter(|_| first.starts_with("error: line")) {
+            Some(i) => first[i + 2..].find(": ").map_or(&first[i + 2..], |j| &first[i + 2 + j + 2..]),
+            None => first.strip_prefix("error: ").unwrap_or(first),
+        };
+        (at, format!("invalid YAML: {first}"))
     })
 }
 
