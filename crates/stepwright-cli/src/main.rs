@@ -115,6 +115,47 @@ enum Command {
         #[arg(long, default_value = "cancelled from the command line")]
         reason: String,
     },
+    /// Re-execute a run with current code (effects and decisions served from the journal)
+    /// and report per step whether outputs are identical. Exit 0 identical, 1 changed.
+    Replay {
+        /// The run id.
+        run: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-execute a run (or from a step) with a new definition, and report what changed.
+    /// Exit 0 clean, 1 changed.
+    Recompute {
+        /// The run id.
+        run: String,
+        /// The new workflow file (default: the run's own definition).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Re-execute from this step on.
+        #[arg(long)]
+        from: Option<String>,
+        /// Keep the result as a new run forked from this one.
+        #[arg(long)]
+        persist: bool,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a new run from the checkpoint before a step.
+    Fork {
+        /// The run id.
+        run: String,
+        /// The step to fork before.
+        #[arg(long)]
+        at: String,
+        /// Edits: `{"input": …, "steps": {"<path>": <output>}}`.
+        #[arg(long)]
+        set: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Claim and execute due runs: created with --detach, timers, retries, deadlines, runs
     /// left by a dead worker. Runs until Ctrl-C.
     Worker {
@@ -314,6 +355,84 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             runner.run(stop).await?;
             Ok(130)
         }
+        Command::Replay { run, json } => {
+            let run = parse_run(&run)?;
+            let store = open_store(cli.db.as_deref()).await?;
+            let workflow = definition_of(&store, run).await?;
+            let report = cli_engine(store, false).replay(&workflow, run).await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                for step in &report.steps {
+                    println!("{:<12} {}", format!("{:?}", step.outcome).to_lowercase(), step.path);
+                }
+                println!("{}", if report.identical { "identical" } else { "changed" });
+            }
+            Ok(u8::from(!report.identical))
+        }
+        Command::Recompute { run, file, from, persist, json } => {
+            let run = parse_run(&run)?;
+            let store = open_store(cli.db.as_deref()).await?;
+            let workflow = match &file {
+                Some(file) => load(file)?,
+                None => definition_of(&store, run).await?,
+            };
+            if let Some(file) = &file {
+                let source = std::fs::read_to_string(file)?;
+                let definition = DefinitionSource { format: "yaml".into(), name: file.display().to_string(), source };
+                store.put_definition(workflow.hash(), definition).await?;
+            }
+            let options = stepwright_core::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
+            let report = cli_engine(store, false).recompute(&workflow, run, options).await.map_err(|e| match e {
+                stepwright_core::EngineError::InvalidRequest { .. } => anyhow!(BadInput(e.to_string())),
+                other => anyhow!(other),
+            })?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                for step in &report.steps {
+                    match &step.change {
+                        stepwright_core::StepChange::ValueChanged { diff } => {
+                            println!("value_changed {}", step.path);
+                            for line in diff {
+                                println!("    {line}");
+                            }
+                        }
+                        other => println!("{:<13} {}", change_name(other), step.path),
+                    }
+                }
+                for decision in &report.decisions {
+                    println!("decision      {}: {} → {}", decision.path, show(&decision.before), show(&decision.after));
+                }
+                if let Some(forked) = report.forked {
+                    println!("kept as run {forked}");
+                }
+                println!("{}", if report.changed { "changed" } else { "clean" });
+            }
+            Ok(u8::from(report.changed))
+        }
+        Command::Fork { run, at, set, json } => {
+            let run = parse_run(&run)?;
+            let store = open_store(cli.db.as_deref()).await?;
+            let mut patch = stepwright_core::ForkPatch::default();
+            if let Some(set) = set {
+                let edits = parse_json(&set, "--set")?;
+                patch.input = edits.get("input").cloned();
+                if let Some(steps) = edits.get("steps").and_then(Value::as_object) {
+                    patch.outputs = steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+                }
+            }
+            let record = cli_engine(store, false).fork(run, &StepPath::new(&at), patch).await.map_err(|e| match e {
+                stepwright_core::EngineError::InvalidRequest { .. } => anyhow!(BadInput(e.to_string())),
+                other => anyhow!(other),
+            })?;
+            if json {
+                println!("{}", json!({ "run_id": record.id, "status": record.status, "parent": run, "at": at }));
+            } else {
+                println!("{}", record.id);
+            }
+            Ok(0)
+        }
         Command::Runs { command } => {
             let store = open_store(cli.db.as_deref()).await?;
             match command {
@@ -389,6 +508,22 @@ fn cli_engine(store: Arc<dyn Store>, progress: bool) -> Engine {
         builder = builder.observer(Arc::new(Progress));
     }
     builder.build()
+}
+
+fn change_name(change: &stepwright_core::StepChange) -> &'static str {
+    use stepwright_core::StepChange;
+    match change {
+        StepChange::Clean => "clean",
+        StepChange::ValueChanged { .. } => "value_changed",
+        StepChange::SchemaViolation { .. } => "schema_violation",
+        StepChange::Served => "served",
+        StepChange::Missing => "missing",
+        StepChange::Added => "added",
+    }
+}
+
+fn show(value: &Option<Value>) -> String {
+    value.as_ref().map_or_else(|| "(none)".to_owned(), Value::to_string)
 }
 
 fn tokio_util_stop() -> stepwright_core::CancellationToken {

@@ -213,3 +213,34 @@ fn a_run_killed_mid_way_is_finished_by_resume() {
     let events = stepwright(dir.path(), &["runs", "events", &run, "--json"]);
     assert_eq!(events.status.code(), Some(0));
 }
+
+#[test]
+fn replay_recompute_and_fork_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "greet.yaml", GREET);
+    let run = run_id(&stepwright(dir.path(), &["run", "greet.yaml", "--input", r#"{"name": "di"}"#, "--json"]));
+
+    let replayed = stepwright(dir.path(), &["replay", &run]);
+    assert_eq!(replayed.status.code(), Some(0), "{}", String::from_utf8_lossy(&replayed.stderr));
+    assert!(String::from_utf8_lossy(&replayed.stdout).trim_end().ends_with("identical"));
+
+    write(dir.path(), "quiet.yaml", &GREET.replace("| upper", "| lower"));
+    let recomputed = stepwright(dir.path(), &["recompute", &run, "--file", "quiet.yaml", "--json"]);
+    assert_eq!(recomputed.status.code(), Some(1), "a change exits 1");
+    let report: Value = serde_json::from_slice(&recomputed.stdout).unwrap();
+    assert_eq!(report["recomputed_output"], "hello, di");
+    let loud = report["steps"].as_array().unwrap().iter().find(|s| s["path"] == "loud").unwrap();
+    assert_eq!(loud["change"], "value_changed");
+    assert_eq!(loud["diff"][0], "/: \"HELLO, DI\" → \"hello, di\"");
+
+    let forked = stepwright(
+        dir.path(),
+        &["fork", &run, "--at", "loud", "--set", r#"{"steps": {"hello": "Bonjour"}}"#, "--json"],
+    );
+    assert_eq!(forked.status.code(), Some(0), "{}", String::from_utf8_lossy(&forked.stderr));
+    let child = run_id(&forked);
+    let resumed = stepwright(dir.path(), &["resume", &child, "--json"]);
+    assert_eq!(serde_json::from_slice::<Value>(&resumed.stdout).unwrap()["output"], "BONJOUR");
+    let never = stepwright(dir.path(), &["fork", &run, "--at", "nowhere"]);
+    assert_eq!(never.status.code(), Some(2));
+}
