@@ -1,5 +1,6 @@
 //! How values are stored: blobs as JSON (compressed when large), ids and hashes as bytes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -7,6 +8,26 @@ use stepwright_core::{ContentHash, StoreError};
 
 /// Blobs of this many bytes or more are compressed (when that saves space).
 pub(crate) const COMPRESS_AT: usize = 1024;
+
+/// Outputs whose JSON is at most this long are stored in their journal row, not as blobs.
+pub(crate) const INLINE_AT_MOST: usize = 256;
+
+/// The completed outputs of a batch small enough to live inline in their journal row, as
+/// their JSON bytes, by hash.
+pub(crate) fn inline_outputs(batch: &stepwright_core::journal::JournalBatch) -> HashMap<ContentHash, Vec<u8>> {
+    let mut inline = HashMap::new();
+    for entry in &batch.entries {
+        if let stepwright_core::Record::Completed { output, .. } = &entry.record
+            && let Some((_, value)) = batch.blobs.iter().find(|(h, _)| h == output)
+        {
+            let json = serde_json::to_vec(&**value).unwrap_or_default();
+            if json.len() <= INLINE_AT_MOST {
+                inline.insert(*output, json);
+            }
+        }
+    }
+    inline
+}
 
 /// Codec tags stored beside each blob.
 pub(crate) const CODEC_JSON: i64 = 0;

@@ -29,9 +29,6 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("postgres/003_definitions.sql")),
 ];
 
-/// Outputs whose JSON is at most this long are stored in their journal row.
-const INLINE_AT_MOST: usize = 256;
-
 /// The channel runners listen on.
 pub const WORK_CHANNEL: &str = "stepwright_work";
 
@@ -203,17 +200,7 @@ async fn append_locked(
     batch: &JournalBatch,
 ) -> Result<(), StoreError> {
     let doing = "appending to the journal";
-    let mut inline: HashMap<ContentHash, Vec<u8>> = HashMap::new();
-    for entry in &batch.entries {
-        if let Record::Completed { output, .. } = &entry.record
-            && let Some((_, value)) = batch.blobs.iter().find(|(h, _)| h == output)
-        {
-            let json = serde_json::to_vec(&**value).unwrap_or_default();
-            if json.len() <= INLINE_AT_MOST {
-                inline.insert(*output, json);
-            }
-        }
-    }
+    let inline = crate::encoding::inline_outputs(batch);
     let (mut hashes, mut codecs, mut datas) = (Vec::new(), Vec::new(), Vec::new());
     for (hash, value) in &batch.blobs {
         if inline.contains_key(hash) || hashes.iter().any(|h: &Vec<u8>| h[..] == hash.as_bytes()[..]) {

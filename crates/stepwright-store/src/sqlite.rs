@@ -63,9 +63,6 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("sqlite/006_definitions.sql")),
 ];
 
-/// Outputs whose JSON is at most this long are stored in their journal row.
-const INLINE_AT_MOST: usize = 256;
-
 /// A durable store in one SQLite file.
 pub struct SqliteStore {
     path: PathBuf,
@@ -534,17 +531,7 @@ impl Writer {
         let id = run.as_uuid().into_bytes();
         // Small completed outputs go inline in their journal row; everything else that the
         // entries reference goes to `blobs` once.
-        let mut inline: HashMap<ContentHash, Vec<u8>> = HashMap::new();
-        for entry in &batch.entries {
-            if let Record::Completed { output, .. } = &entry.record
-                && let Some((_, value)) = batch.blobs.iter().find(|(h, _)| h == output)
-            {
-                let json = serde_json::to_vec(&**value).unwrap_or_default();
-                if json.len() <= INLINE_AT_MOST {
-                    inline.insert(*output, json);
-                }
-            }
-        }
+        let inline = crate::encoding::inline_outputs(batch);
         {
             let mut insert_blob = self
                 .conn
