@@ -193,10 +193,14 @@ enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// A run's event log.
+    /// A run's event log: step lifecycle (`step.started`, `step.completed`, `step.failed`,
+    /// `interrupt.opened`, ...) interleaved with the events its steps emitted.
     Events {
         /// The run id.
         run: String,
+        /// Keep printing as the run goes on, until it finishes (Ctrl-C stops watching).
+        #[arg(long)]
+        follow: bool,
         /// JSON lines.
         #[arg(long)]
         json: bool,
@@ -456,16 +460,33 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     }
                     Ok(0)
                 }
-                RunsCommand::Events { run, json } => {
+                RunsCommand::Events { run, follow, json } => {
                     let run = parse_run(&run)?;
-                    for event in store.events(run).await? {
-                        if json {
-                            println!("{}", serde_json::to_string(&event)?);
-                        } else {
-                            println!("{:<20} {:<24} {}", event.path, event.kind, event.data);
+                    let mut log = EventLog::default();
+                    loop {
+                        for event in log.poll(store.as_ref(), run).await? {
+                            if json {
+                                println!("{}", serde_json::to_string(&event)?);
+                            } else {
+                                println!(
+                                    "{} {:<24} {:<20} {}",
+                                    clock_time(event.at),
+                                    event.kind,
+                                    event.path.as_str(),
+                                    event.data
+                                );
+                            }
+                        }
+                        if !follow || log.finished {
+                            return Ok(0);
+                        }
+                        // Polling keeps `--follow` working on every store and across processes;
+                        // a quarter second is well below what a person watching notices.
+                        tokio::select! {
+                            () = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
+                            _ = tokio::signal::ctrl_c() => return Ok(130),
                         }
                     }
-                    Ok(0)
                 }
                 RunsCommand::Show { run, json } => {
                     let run: RunId = run.parse().map_err(|e| BadInput(format!("{e}")))?;
@@ -694,6 +715,103 @@ fn timeline(loaded: &stepwright_core::journal::LoadedRun) -> Vec<Value> {
             json!({ "path": path, "status": status, "attempts": attempts })
         })
         .collect()
+}
+
+/// A run's event log read incrementally: its journal rendered as lifecycle events,
+/// interleaved with the events its steps emitted, then `run.<status>` once it has finished.
+#[derive(Default)]
+struct EventLog {
+    /// Journal entries already rendered.
+    journal_seen: usize,
+    /// Emitted events already returned.
+    events_seen: usize,
+    /// Whether the final `run.<status>` line has been returned.
+    finished: bool,
+}
+
+impl EventLog {
+    /// What is new since the last call, in time order.
+    async fn poll(
+        &mut self,
+        store: &dyn Store,
+        run: RunId,
+    ) -> anyhow::Result<Vec<stepwright_core::journal::EventRecord>> {
+        use stepwright_core::journal::EventRecord;
+        if self.finished {
+            return Ok(Vec::new());
+        }
+        // The journal is read before the emitted events: a run's status changes only after
+        // its last commit, so once the status read here is final, the events read next are
+        // complete.
+        let loaded = store.load(run).await?;
+        let emitted = store.events(run).await?;
+        let lifecycle = |path: &StepPath, at, kind: &str, data: Value| EventRecord {
+            run,
+            path: path.clone(),
+            at,
+            tenant: None,
+            user: None,
+            kind: kind.to_owned(),
+            data,
+        };
+        // (time, rank, event): an attempt's start sorts before what it emitted, its end after.
+        let mut new: Vec<(stepwright_core::Timestamp, u8, EventRecord)> = Vec::new();
+        for entry in loaded.entries.iter().skip(self.journal_seen) {
+            let mut data = serde_json::to_value(&entry.record)?;
+            let kind = data.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if let Some(object) = data.as_object_mut() {
+                object.remove("type");
+                object.remove("started_at");
+            }
+            let kind = match kind.as_str() {
+                // Draws of `now`/`uuid`/`random` are replay bookkeeping, not progress.
+                "value" => continue,
+                "interrupt_opened" => "interrupt.opened".to_owned(),
+                "interrupt_resolved" => "interrupt.resolved".to_owned(),
+                other => format!("step.{other}"),
+            };
+            match &entry.record {
+                stepwright_core::Record::Completed { attempt, output, started_at, .. } => {
+                    if let Some(started) = started_at {
+                        let started_data = json!({ "attempt": attempt });
+                        new.push((*started, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
+                    }
+                    data["output"] = loaded.blobs.get(output).map_or(Value::Null, |v| (**v).clone());
+                }
+                stepwright_core::Record::Failed { attempt, started_at: Some(started), .. } => {
+                    let started_data = json!({ "attempt": attempt });
+                    new.push((*started, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
+                }
+                _ => {}
+            }
+            let rank = if kind == "step.started" { 0 } else { 2 };
+            new.push((entry.at, rank, lifecycle(&entry.path, entry.at, &kind, data)));
+        }
+        self.journal_seen = loaded.entries.len();
+        for event in emitted.into_iter().skip(self.events_seen) {
+            self.events_seen += 1;
+            new.push((event.at, 1, event));
+        }
+        new.sort_by_key(|(at, rank, _)| (*at, *rank));
+        let mut events: Vec<EventRecord> = new.into_iter().map(|(_, _, event)| event).collect();
+        let record = &loaded.record;
+        if record.status.is_terminal() {
+            self.finished = true;
+            let data = json!({ "output": record.output, "error": record.error });
+            let kind = format!("run.{}", record.status.as_str());
+            events.push(lifecycle(&StepPath::root(), record.updated_at, &kind, data));
+        }
+        Ok(events)
+    }
+}
+
+/// `HH:MM:SS.mmm` (UTC) of a timestamp, for the text form of the event log.
+fn clock_time(at: stepwright_core::Timestamp) -> String {
+    let millis = at.as_micros().div_euclid(1000);
+    let of_day = millis.rem_euclid(86_400_000);
+    let (hours, minutes) = (of_day / 3_600_000, of_day / 60_000 % 60);
+    let (seconds, millis) = (of_day / 1000 % 60, of_day % 1000);
+    format!("{hours:02}:{minutes:02}:{seconds:02}.{millis:03}")
 }
 
 /// Mermaid or Graphviz dot of a definition's top-level structure.

@@ -244,3 +244,74 @@ fn replay_recompute_and_fork_from_the_command_line() {
     let never = stepwright(dir.path(), &["fork", &run, "--at", "nowhere"]);
     assert_eq!(never.status.code(), Some(2));
 }
+
+/// The `kind` and `path` of each JSON line.
+fn kinds(stdout: &[u8]) -> Vec<(String, String)> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|line| {
+            let event: Value = serde_json::from_str(line).unwrap();
+            (event["kind"].as_str().unwrap().to_owned(), event["path"].as_str().unwrap().to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn runs_events_renders_the_journal_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "greet.yaml", GREET);
+    let run = run_id(&stepwright(dir.path(), &["run", "greet.yaml", "--input", r#"{"name": "di"}"#, "--json"]));
+    let events = stepwright(dir.path(), &["runs", "events", &run, "--json"]);
+    assert_eq!(events.status.code(), Some(0));
+    let expected = [
+        ("step.started", "hello"),
+        ("step.completed", "hello"),
+        ("step.started", "loud"),
+        ("step.completed", "loud"),
+        ("run.completed", ""),
+    ];
+    let expected: Vec<(String, String)> = expected.iter().map(|(k, p)| ((*k).to_owned(), (*p).to_owned())).collect();
+    assert_eq!(kinds(&events.stdout), expected);
+    let last: Value = serde_json::from_str(String::from_utf8_lossy(&events.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(last["data"]["output"], "HELLO, DI");
+    let text = String::from_utf8_lossy(&stepwright(dir.path(), &["runs", "events", &run]).stdout).into_owned();
+    assert!(
+        text.lines()
+            .nth(1)
+            .unwrap()
+            .contains(r#"step.completed           hello                {"attempt":1,"output":"Hello, di"}"#),
+        "{text}"
+    );
+}
+
+#[test]
+fn runs_events_follow_watches_a_run_until_it_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "gated.yaml", GATED);
+    let run = run_id(&stepwright(dir.path(), &["run", "gated.yaml", "--json"]));
+    let follower = Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir.path())
+        .env_remove("STEPWRIGHT_DB")
+        .args(["runs", "events", &run, "--follow", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The follower is watching a suspended run: it must still be running.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let mut follower = follower;
+    assert!(follower.try_wait().unwrap().is_none(), "--follow returned before the run finished");
+    assert_eq!(stepwright(dir.path(), &["approve", &run]).status.code(), Some(0));
+    let output = follower.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let seen = kinds(&output.stdout);
+    let position = |kind: &str, path: &str| {
+        seen.iter()
+            .position(|(k, p)| k == kind && p == path)
+            .unwrap_or_else(|| panic!("no {kind} at {path:?}: {seen:?}"))
+    };
+    assert!(position("step.completed", "draft") < position("interrupt.opened", "review"));
+    assert!(position("interrupt.opened", "review") < position("interrupt.resolved", "review"));
+    assert!(position("interrupt.resolved", "review") < position("step.completed", "review"));
+    assert_eq!(seen.last().unwrap().0, "run.completed");
+    assert_eq!(seen.iter().filter(|(k, _)| k == "interrupt.opened").count(), 1, "nothing is printed twice");
+}
