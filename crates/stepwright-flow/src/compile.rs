@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stepwright_core::{
-    ApprovalGate, Backoff, Branch, Effect, Expr, Fork, ForkMode, InterruptRequest, Loop, Node as Step, OnFailure,
-    Outcome, RetryPolicy, TimeoutAction, Verdict, Workflow, dyn_fn_step,
+    ApprovalGate, Backoff, Branch, Effect, Expr, FnGuardrail, Fork, ForkMode, Guardrail, GuardrailAction,
+    GuardrailStage, InterruptRequest, Loop, Node as Step, OnFailure, Outcome, PatternGuardrail, RetryPolicy,
+    TimeoutAction, Verdict, Workflow, dyn_fn_step,
 };
 
 use crate::expr;
@@ -93,8 +94,18 @@ pub fn load_str(source: &str, file: &str) -> Result<Workflow, LoadError> {
 
 const WORKFLOW_FIELDS: &[&str] =
     &["workflow", "version", "description", "input", "output", "steps", "models", "tools", "mcp_servers", "agents"];
-const COMMON_FIELDS: &[&str] =
-    &["id", "description", "if", "output", "retry", "timeout", "on_failure", "effect", "requires_approval"];
+const COMMON_FIELDS: &[&str] = &[
+    "id",
+    "description",
+    "if",
+    "output",
+    "retry",
+    "timeout",
+    "on_failure",
+    "effect",
+    "requires_approval",
+    "guardrails",
+];
 const KINDS: &[&str] = &["set", "branch", "fork", "map", "loop", "sleep", "approval", "input"];
 /// Kinds of the format that need parts not built yet.
 const LATER_KINDS: &[(&str, &str)] = &[
@@ -738,7 +749,101 @@ impl Compiler {
                 step = step.requires_approval(gate);
             }
         }
+        if let Some(list) = node.get("guardrails") {
+            match &list.value {
+                Yaml::Seq(items) => {
+                    for item in items {
+                        if let Some(guardrail) = self.guardrail(item) {
+                            step = step.guardrail(guardrail);
+                        }
+                    }
+                }
+                _ => self.error_hint(
+                    list.pos,
+                    format!("`guardrails` must be a list, not {}", list.kind()),
+                    "like [{ on: output, action: redact, pattern: '\\d{3}-\\d{2}-\\d{4}' }]",
+                ),
+            }
+        }
         Some(step)
+    }
+
+    /// One entry of `guardrails`: where it looks (`on`), what a violation does (`action`),
+    /// and the check, a regular expression (`pattern`) or a condition on `value` (`when`).
+    fn guardrail(&mut self, node: &Node) -> Option<Guardrail> {
+        let entries = self.entries(node, "a guardrail")?;
+        const FIELDS: &[&str] = &["on", "action", "pattern", "when"];
+        self.unknown_fields(entries, FIELDS, "a guardrail");
+        // A misspelt `pattern` already has its diagnostic; "needs a check" would echo it.
+        let misspelt = entries.iter().any(|(key, _)| !FIELDS.contains(&key.name.as_str()));
+        let stage = match node.get("on").map(|n| (n.pos, n.as_str())) {
+            None | Some((_, Some("output"))) => GuardrailStage::Output,
+            Some((_, Some("input"))) => GuardrailStage::Input,
+            Some((pos, _)) => {
+                self.error_hint(pos, "unknown guardrail `on`", "one of: input, output");
+                return None;
+            }
+        };
+        let action = match node.get("action").map(|n| (n.pos, n.as_str())) {
+            None | Some((_, Some("block"))) => GuardrailAction::Block,
+            Some((_, Some("warn"))) => GuardrailAction::Warn,
+            Some((_, Some("redact"))) => GuardrailAction::Redact,
+            Some((pos, _)) => {
+                self.error_hint(pos, "unknown guardrail `action`", "one of: block, warn, redact");
+                return None;
+            }
+        };
+        match (node.get("pattern"), node.get("when")) {
+            (Some(pattern), None) => {
+                let text = self.string(pattern, "`pattern`")?;
+                match PatternGuardrail::new(format!("pattern /{text}/"), &text) {
+                    Ok(check) => Some(Guardrail::new(stage, action, check)),
+                    Err(e) => {
+                        // The regex crate's messages span lines; the last one says what is wrong.
+                        let message = e.to_string();
+                        let why = message.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or_default();
+                        let why = why.trim().trim_start_matches("error: ");
+                        self.error(pattern.pos, format!("`pattern` is not a regular expression: {why}"));
+                        None
+                    }
+                }
+            }
+            (None, Some(when)) => {
+                if action == GuardrailAction::Redact {
+                    self.error_hint(
+                        when.pos,
+                        "a `when` guardrail cannot redact",
+                        "use `pattern` to redact, or action block or warn",
+                    );
+                    return None;
+                }
+                let source = self.expression(when, "the guardrail's `when`")?;
+                let name = format!("when {source}");
+                let check = FnGuardrail::new(name, move |value: &Value| {
+                    // A condition that cannot be evaluated counts as a violation: a guardrail
+                    // fails closed.
+                    match expr::truthy(&source, &json!({ "value": value })) {
+                        Ok(false) => None,
+                        Ok(true) => Some(format!("`{source}` holds")),
+                        Err(e) => Some(format!("`{source}` could not be evaluated: {e}")),
+                    }
+                });
+                Some(Guardrail::new(stage, action, check))
+            }
+            (Some(_), Some(_)) => {
+                self.error(node.pos, "a guardrail has either `pattern` or `when`, not both");
+                None
+            }
+            (None, None) if misspelt => None,
+            (None, None) => {
+                self.error_hint(
+                    node.pos,
+                    "a guardrail needs a check",
+                    "`pattern: <regular expression>` or `when: <condition on value>`",
+                );
+                None
+            }
+        }
     }
 }
 

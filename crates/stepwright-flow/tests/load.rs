@@ -192,3 +192,66 @@ fn the_definition_hash_covers_templates_and_is_stable() {
     assert_eq!(load_str(a, "a").unwrap().hash(), load_str(a, "a").unwrap().hash(), "the same file, the same hash");
     assert_ne!(load_str(a, "a").unwrap().hash(), load_str(b, "b").unwrap().hash(), "a changed template changes it");
 }
+
+const GUARDED: &str = r#"
+workflow: guarded
+input: { type: object }
+steps:
+  - id: letter
+    set: "Dear {{ input.name }}, your SSN 123-45-6789 is on file."
+    guardrails:
+      - { on: output, action: redact, pattern: '\d{3}-\d{2}-\d{4}' }
+      - { on: output, action: warn, when: "value | length > 20" }
+  - id: order
+    set: { amount: "{{ input.amount }}" }
+  # `on: input` sees what the step receives: here the previous step's output.
+  - id: charge
+    set: "{{ steps.order.output.amount }}"
+    guardrails:
+      - { on: input, when: "value.amount > 1000" }
+"#;
+
+#[tokio::test]
+async fn guardrails_in_a_file_redact_warn_and_block() {
+    let workflow = load_str(GUARDED, "guarded.yaml").unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder().store(store.clone()).build();
+    let fine = engine.start(&workflow, json!({ "name": "Ann", "amount": 5 })).await.unwrap();
+    assert_eq!(fine.status, RunStatus::Completed, "{:?}", fine.error);
+    assert_eq!(fine.output, Some(json!(5)));
+    let loaded = store.load(fine.run_id).await.unwrap();
+    let letter = loaded
+        .entries
+        .iter()
+        .find_map(|e| match &e.record {
+            stepwright_core::Record::Completed { output, .. } if e.path.as_str() == "letter" => Some(output),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        *loaded.blobs[letter],
+        json!("Dear Ann, your SSN [REDACTED] is on file."),
+        "redacted before it is recorded"
+    );
+    let warnings: Vec<_> =
+        store.events(fine.run_id).await.unwrap().into_iter().filter(|e| e.kind == "guardrail.warning").collect();
+    // A redaction is recorded too, so the log shows that the output was changed.
+    let guardrails: Vec<_> =
+        warnings.iter().map(|w| (w.path.as_str(), w.data["guardrail"].as_str().unwrap())).collect();
+    assert_eq!(guardrails, [("letter", r"pattern /\d{3}-\d{2}-\d{4}/"), ("letter", "when value | length > 20")]);
+
+    let blocked = engine.start(&workflow, json!({ "name": "Bo", "amount": 5000 })).await.unwrap();
+    assert_eq!(blocked.status, RunStatus::Failed);
+    let error = blocked.error.unwrap();
+    assert_eq!(error.code.as_str(), "guardrail_blocked", "{error:?}");
+}
+
+#[test]
+fn guardrails_are_part_of_the_definition_hash() {
+    let with = |pattern: &str| {
+        format!("workflow: w\nsteps:\n  - id: s\n    set: x\n    guardrails: [{{ pattern: '{pattern}' }}]\n")
+    };
+    let a = load_str(&with("a+"), "a").unwrap().hash();
+    assert_eq!(a, load_str(&with("a+"), "a").unwrap().hash());
+    assert_ne!(a, load_str(&with("b+"), "b").unwrap().hash(), "a changed pattern changes the hash");
+}
