@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stepwright_core::{
-    ApprovalGate, Backoff, Branch, Effect, Expr, FnGuardrail, Fork, ForkMode, Guardrail, GuardrailAction,
-    GuardrailStage, InterruptRequest, Loop, Node as Step, OnFailure, Outcome, PatternGuardrail, RetryPolicy,
-    TimeoutAction, Verdict, Workflow, dyn_fn_step,
+    ApprovalGate, Backoff, Branch, Effect, Every, EveryOnError, Expr, FnGuardrail, Fork, ForkMode, Guardrail,
+    GuardrailAction, GuardrailStage, InterruptRequest, Loop, Node as Step, OnFailure, Outcome, PatternGuardrail,
+    RetryPolicy, TimeoutAction, Verdict, Workflow, dyn_fn_step,
 };
 
 use crate::expr;
@@ -106,7 +106,7 @@ const COMMON_FIELDS: &[&str] = &[
     "requires_approval",
     "guardrails",
 ];
-const KINDS: &[&str] = &["set", "branch", "fork", "map", "loop", "sleep", "approval", "input"];
+const KINDS: &[&str] = &["set", "branch", "fork", "map", "loop", "every", "sleep", "approval", "input"];
 /// Kinds of the format that need parts not built yet.
 const LATER_KINDS: &[(&str, &str)] = &[
     ("llm", "model adapters"),
@@ -114,7 +114,6 @@ const LATER_KINDS: &[(&str, &str)] = &[
     ("tool", "tools"),
     ("workflow", "calls between workflow files"),
     ("graph", "graphs in workflow files"),
-    ("every", "`every` in workflow files"),
     ("memory.store", "memory"),
     ("memory.recall", "memory"),
 ];
@@ -638,6 +637,46 @@ impl Compiler {
                     );
                 }
                 Some(looped.into())
+            }
+            "every" => {
+                let entries = self.entries(body, "`every`")?;
+                self.unknown_fields(entries, &["interval", "jitter", "wake", "on_error", "steps"], "`every`");
+                let interval = match body.get("interval") {
+                    Some(i) => self.duration(i, "`interval`"),
+                    None => {
+                        self.error_hint(body.pos, "`every` needs an `interval`", "like `interval: 1h`");
+                        None
+                    }
+                };
+                let mut scope = HashSet::new();
+                // Each tick's steps see `tick` (1-based) besides the outer scope.
+                let steps = match body.get("steps") {
+                    Some(s) => self.steps(&format!("{path}#*"), s, &mut scope),
+                    None => {
+                        self.error(body.pos, "`every` needs `steps`");
+                        Vec::new()
+                    }
+                };
+                let mut every = Every::new(id, interval?, steps);
+                if let Some(j) = body.get("jitter") {
+                    // Checked here too, so it is reported beside the step's other problems.
+                    match j.value {
+                        Yaml::Float(f) if (0.0..1.0).contains(&f) => every = every.jitter(f),
+                        Yaml::Int(0) => {}
+                        _ => self.error(j.pos, "`jitter` must be a number at least 0 and below 1, like 0.1"),
+                    }
+                }
+                if let Some(channel) = body.get("wake").and_then(|w| self.string(w, "`wake`")) {
+                    every = every.wake_on(&channel);
+                }
+                if let Some(on_error) = body.get("on_error") {
+                    match on_error.as_str() {
+                        Some("continue") => every = every.on_error(EveryOnError::Continue),
+                        Some("fail") => every = every.on_error(EveryOnError::Fail),
+                        _ => self.error_hint(on_error.pos, "unknown `on_error`", "one of: continue, fail"),
+                    }
+                }
+                Some(every.into())
             }
             _ => None,
         }

@@ -255,3 +255,70 @@ fn guardrails_are_part_of_the_definition_hash() {
     assert_eq!(a, load_str(&with("a+"), "a").unwrap().hash());
     assert_ne!(a, load_str(&with("b+"), "b").unwrap().hash(), "a changed pattern changes the hash");
 }
+
+#[tokio::test(start_paused = true)]
+async fn every_in_a_file_ticks_wakes_early_and_runs_until_cancelled() {
+    let workflow = load_str(
+        r#"
+workflow: poller
+steps:
+  - id: poll
+    every:
+      interval: 10s
+      wake: kick
+      on_error: continue
+      steps:
+        - id: tick
+          set: "tick {{ tick }}"
+"#,
+        "poller.yaml",
+    )
+    .unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder().store(store.clone()).build();
+    let run_id: stepwright_core::RunId = "01890000-0000-7000-8000-0000000000f1".parse().unwrap();
+    let driver = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(13)).await;
+            engine.wake(run_id, "kick");
+            tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+            engine.cancel(run_id, "done polling").await.unwrap();
+        })
+    };
+    let options = stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() };
+    let report = engine.start_with(&workflow, json!(null), options).await.unwrap();
+    driver.await.unwrap();
+    assert_eq!(report.status, RunStatus::Cancelled);
+    let loaded = store.load(run_id).await.unwrap();
+    let ticks: Vec<(String, serde_json::Value)> = loaded
+        .entries
+        .iter()
+        .filter_map(|e| match &e.record {
+            stepwright_core::Record::Completed { output, .. } if e.path.as_str().ends_with("/tick") => {
+                Some((e.path.as_str().to_owned(), (*loaded.blobs[output]).clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    // Ticks at 0 and 10 s, then woken at 13 s; cancelled at 18 s, before the next.
+    let expected = [("poll#1/tick", "tick 1"), ("poll#2/tick", "tick 2"), ("poll#3/tick", "tick 3")];
+    let expected: Vec<(String, serde_json::Value)> =
+        expected.iter().map(|(p, v)| ((*p).to_owned(), json!(v))).collect();
+    assert_eq!(ticks, expected);
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_on_error_fail_ends_the_run_and_jitter_is_part_of_the_definition() {
+    let file = |extra: &str| {
+        format!(
+            "workflow: w\nsteps:\n  - id: poll\n    every:\n      interval: 1m\n{extra}      steps:\n        - id: t\n          set: \"{{{{ missing.field }}}}\"\n"
+        )
+    };
+    let failing = load_str(&file("      on_error: fail\n"), "w.yaml").unwrap();
+    let report = Engine::default().start(&failing, json!(null)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed, "the first failed tick ends the run");
+    let plain = load_str(&file(""), "w.yaml").unwrap().hash();
+    assert_ne!(plain, load_str(&file("      jitter: 0.2\n"), "w.yaml").unwrap().hash());
+    assert_ne!(plain, failing.hash());
+}
