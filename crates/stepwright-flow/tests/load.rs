@@ -322,3 +322,58 @@ async fn every_on_error_fail_ends_the_run_and_jitter_is_part_of_the_definition()
     assert_ne!(plain, load_str(&file("      jitter: 0.2\n"), "w.yaml").unwrap().hash());
     assert_ne!(plain, failing.hash());
 }
+
+const REVIEWED: &str = r#"
+workflow: reviewed
+steps:
+  - id: cycle
+    graph:
+      max_steps: 10
+      entry: draft
+      nodes:
+        - id: critique
+          set: { score: "{{ steps.draft.output | length }}" }
+        - id: draft
+          set: "{{ (steps.draft.output if steps.draft is defined else '') ~ 'x' }}"
+        - id: publish
+          set: "published {{ steps.draft.output }}"
+      edges:
+        - { from: draft, to: critique }
+        - { from: critique, to: draft, when: "steps.critique.output.score < 3" }
+        - { from: critique, to: publish }
+"#;
+
+#[tokio::test]
+async fn graphs_in_a_file_route_by_their_edges() {
+    let workflow = load_str(REVIEWED, "reviewed.yaml").unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder().store(store.clone()).build();
+    let report = engine.start(&workflow, json!(null)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
+    assert_eq!(report.output, Some(json!("published xxx")));
+    let visited: Vec<String> = store
+        .load(report.run_id)
+        .await
+        .unwrap()
+        .entries
+        .iter()
+        .filter(|e| matches!(e.record, stepwright_core::Record::Completed { .. }) && e.path.as_str() != "cycle")
+        .map(|e| e.path.as_str().to_owned())
+        .collect();
+    let expected = [
+        "cycle/draft#1",
+        "cycle/critique#1",
+        "cycle/draft#2",
+        "cycle/critique#2",
+        "cycle/draft#3",
+        "cycle/critique#3",
+        "cycle/publish#1",
+    ];
+    assert_eq!(visited, expected);
+
+    // `max_steps` bounds the cycle.
+    let bounded = load_str(&REVIEWED.replace("max_steps: 10", "max_steps: 4"), "bounded.yaml").unwrap();
+    let report = engine.start(&bounded, json!(null)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed);
+    assert_eq!(report.error.unwrap().code.as_str(), "max_steps");
+}
