@@ -1094,6 +1094,8 @@ impl Checker {
     }
 
     fn compile(&mut self, at: &str, what: &str, value: Value) -> Option<Schema> {
+        // Keep in step with `check_schema`, which loaders use to report the same problem
+        // where the schema was written.
         match jsonschema::validator_for(&value) {
             Ok(validator) => Some(Schema { value, validator: Some(Arc::new(validator)) }),
             Err(e) => {
@@ -1440,4 +1442,17 @@ fn describe_node(node: &Node) -> Value {
         NodeKind::Sleep(d) => put("duration_ms", json!(d.as_millis() as u64)),
     }
     d
+}
+
+/// Whether a value is a JSON Schema the engine can validate with; the error says what is
+/// wrong. Loaders call it to report a bad schema at the place it was written; the build
+/// checks the same thing for schemas set from Rust.
+///
+/// ```
+/// use serde_json::json;
+/// assert!(stepwright_core::check_schema(&json!({ "type": "object" })).is_ok());
+/// assert!(stepwright_core::check_schema(&json!({ "type": 12 })).is_err());
+/// ```
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    jsonschema::validator_for(schema).map(|_| ()).map_err(|e| e.to_string())
 }

@@ -38,7 +38,7 @@ pub mod step;
 pub use context::{Caller, InMemoryLayer, Memory, MemoryLayer, Observer, Services, StepContext};
 pub use definition::{
     Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnMaxIterations,
-    PathResult, Predicate, Verdict, Workflow, WorkflowBuilder,
+    PathResult, Predicate, Verdict, Workflow, WorkflowBuilder, check_schema,
 };
 pub use engine::{
     ArtifactCapture, DecisionChange, DefinitionResolver, Durability, Engine, EngineBuilder, EngineConfig, EngineError,

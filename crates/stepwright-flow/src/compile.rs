@@ -248,6 +248,15 @@ impl Compiler {
         Some(source)
     }
 
+    /// A JSON Schema written in the file, reported at its position if it is not one.
+    fn schema(&mut self, node: &Node, what: &str) -> Value {
+        let schema = node.to_json();
+        if let Err(why) = stepwright_core::check_schema(&schema) {
+            self.error(node.pos, format!("{what} is not a valid JSON Schema: {why}"));
+        }
+        schema
+    }
+
     /// Checks every template string inside a value.
     fn templates(&mut self, node: &Node) {
         match &node.value {
@@ -310,7 +319,7 @@ impl Compiler {
         let version = root.get("version").and_then(|v| self.string(v, "`version`")).unwrap_or_else(|| "0.0.0".into());
         let mut builder = Workflow::builder(name.as_deref().unwrap_or("unnamed")).version(&version);
         if let Some(schema) = root.get("input") {
-            builder = builder.input_schema(schema.to_json());
+            builder = builder.input_schema(self.schema(schema, "the workflow's `input`"));
         }
         let steps = match root.get("steps") {
             Some(node) => self.steps("", node, &mut HashSet::new()),
@@ -334,7 +343,11 @@ impl Compiler {
                 // Ids are checked here already, with their exact position; a step with a
                 // problem reported here gets no echo from the core (a dropped child makes
                 // its parent look empty); "no steps" only when nothing else was said.
-                let checked_here = |m: &str| m.starts_with("duplicate step id") || m.starts_with("step id:");
+                let checked_here = |m: &str| {
+                    m.starts_with("duplicate step id")
+                        || m.starts_with("step id:")
+                        || m.contains("not a valid JSON Schema")
+                };
                 let said_something = !self.diagnostics.is_empty();
                 let echo = |p: &stepwright_core::BuildProblem| {
                     checked_here(&p.message)
@@ -503,7 +516,7 @@ impl Compiler {
                 let entries = self.entries(body, "`input`")?;
                 self.unknown_fields(entries, &["message", "schema"], "`input`");
                 let message = body.get("message").and_then(|m| self.string(m, "`input.message`")).unwrap_or_default();
-                let schema = body.get("schema").map_or(json!({}), Node::to_json);
+                let schema = body.get("schema").map_or(json!({}), |s| self.schema(s, "`schema`"));
                 let name = format!("input {}", body.to_json());
                 Some(Step::dyn_step(
                     id,
@@ -819,7 +832,7 @@ impl Compiler {
             step = step.description(text);
         }
         if let Some(schema) = node.get("output") {
-            step = step.output_schema(schema.to_json());
+            step = step.output_schema(self.schema(schema, "`output`"));
         }
         if let Some(timeout) = node.get("timeout").and_then(|t| self.duration(t, "`timeout`")) {
             step = step.timeout(timeout);
