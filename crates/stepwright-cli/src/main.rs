@@ -249,11 +249,26 @@ fn main() -> ExitCode {
             eprintln!("{e}");
             ExitCode::from(2)
         }
-        Err(e) => {
-            eprintln!("stepwright: {e:#}");
-            ExitCode::from(1)
-        }
+        Err(e) => match run_not_found(&e) {
+            // A run id that names no run is the user's mistake, whichever layer noticed it.
+            Some(missing) => {
+                eprintln!("stepwright: {missing}");
+                ExitCode::from(2)
+            }
+            None => {
+                eprintln!("stepwright: {e:#}");
+                ExitCode::from(1)
+            }
+        },
     }
+}
+
+/// The `RunNotFound` somewhere in an error's chain of causes.
+fn run_not_found(error: &anyhow::Error) -> Option<&stepwright_core::StoreError> {
+    error
+        .chain()
+        .filter_map(|cause| cause.downcast_ref::<stepwright_core::StoreError>())
+        .find(|cause| matches!(cause, stepwright_core::StoreError::RunNotFound(_)))
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {

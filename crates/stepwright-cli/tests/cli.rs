@@ -315,3 +315,17 @@ fn runs_events_follow_watches_a_run_until_it_finishes() {
     assert_eq!(seen.last().unwrap().0, "run.completed");
     assert_eq!(seen.iter().filter(|(k, _)| k == "interrupt.opened").count(), 1, "nothing is printed twice");
 }
+
+#[test]
+fn an_unknown_run_id_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let nobody = "01890000-0000-7000-8000-00000000dead";
+    for command in [&["runs", "show"][..], &["runs", "events"], &["approve"], &["resume"], &["cancel"], &["replay"]] {
+        let mut args = command.to_vec();
+        args.push(nobody);
+        let output = stepwright(dir.path(), &args);
+        assert_eq!(output.status.code(), Some(2), "{command:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(stderr.trim(), format!("stepwright: run {nobody} was not found"), "{command:?}");
+    }
+}
