@@ -21,7 +21,7 @@ use stepwright_core::journal::{
 };
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 
-use crate::encoding::{CODEC_JSON, backend, decode_blob, encode_blob};
+use crate::encoding::{CODEC_JSON, EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("postgres/001_initial.sql")),
@@ -200,13 +200,9 @@ async fn append_locked(
     batch: &JournalBatch,
 ) -> Result<(), StoreError> {
     let doing = "appending to the journal";
-    let inline = crate::encoding::inline_outputs(batch);
+    let EncodedBlobs { inline, stored } = encode_batch_blobs(batch);
     let (mut hashes, mut codecs, mut datas) = (Vec::new(), Vec::new(), Vec::new());
-    for (hash, value) in &batch.blobs {
-        if inline.contains_key(hash) || hashes.iter().any(|h: &Vec<u8>| h[..] == hash.as_bytes()[..]) {
-            continue;
-        }
-        let (codec, bytes) = encode_blob(value);
+    for (hash, codec, bytes) in stored {
         hashes.push(hash.as_bytes().to_vec());
         codecs.push(codec as i16);
         datas.push(bytes);

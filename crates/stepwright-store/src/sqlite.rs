@@ -22,7 +22,7 @@ use stepwright_core::journal::{
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 use tokio::sync::oneshot;
 
-use crate::encoding::{backend, decode_blob, encode_blob};
+use crate::encoding::{EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
 /// SQLite's `synchronous` setting for the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -531,17 +531,13 @@ impl Writer {
         let id = run.as_uuid().into_bytes();
         // Small completed outputs go inline in their journal row; everything else that the
         // entries reference goes to `blobs` once.
-        let inline = crate::encoding::inline_outputs(batch);
-        {
+        let EncodedBlobs { inline, stored } = encode_batch_blobs(batch);
+        if !stored.is_empty() {
             let mut insert_blob = self
                 .conn
                 .prepare_cached("INSERT OR IGNORE INTO blobs (hash, codec, data) VALUES (?1, ?2, ?3)")
                 .map_err(|e| backend(doing, e))?;
-            for (hash, value) in &batch.blobs {
-                if inline.contains_key(hash) {
-                    continue;
-                }
-                let (codec, bytes) = encode_blob(value);
+            for (hash, codec, bytes) in stored {
                 insert_blob.execute(params![hash.as_bytes(), codec, bytes]).map_err(|e| backend(doing, e))?;
             }
         }
