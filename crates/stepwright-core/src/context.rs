@@ -17,6 +17,7 @@ use crate::hash::ContentHash;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
 use crate::journal::Record;
 use crate::outcome::{Decision, Event, InterruptKind, InterruptRequest, Resolution};
+use crate::policy::Effect;
 use crate::scope::Scope;
 
 /// Who started a run: tenant, user, roles and free-form metadata.
@@ -147,6 +148,36 @@ impl Memory {
     pub fn names(&self) -> Vec<&str> {
         self.layers.iter().map(|l| l.name()).collect()
     }
+}
+
+/// What a journaled sub-step ([`StepContext::call`]) is, which decides when its recorded
+/// result is served again instead of doing the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// An outside, non-deterministic input such as a model call: served on resume and in a
+    /// replay (a replay never pays for a model call), made again after a recompute's
+    /// starting point (that is what a recompute is for).
+    Input,
+    /// An action with an effect class, such as a tool call: served like a step of that
+    /// class. A `write` or `external` action has its intent committed before it runs; if
+    /// the process died between the intent and the result and the action is not safe to
+    /// retry, the call returns `outcome_unknown` instead of running it twice.
+    Action {
+        /// The action's effect class.
+        effect: Effect,
+        /// Whether running it again is harmless.
+        safe_to_retry: bool,
+    },
+}
+
+/// What the work of a sub-step is told.
+#[derive(Debug, Clone)]
+pub struct CallInfo {
+    /// The sub-step's path (`research/turn.2/tool.0`).
+    pub path: StepPath,
+    /// For fenced actions: the idempotency key (hash of run id and the sub-step's path),
+    /// the same after a crash. Pass it to the system you call.
+    pub idempotency_key: Option<String>,
 }
 
 /// Live, non-durable notifications: progress and streamed tokens (for a terminal view).
@@ -484,6 +515,76 @@ impl StepContext {
             }
             Err(e) => Err(StepError::execution_failed(format!("recording a deadline: {e}"))),
         }
+    }
+
+    /// Runs `work` as a journaled sub-step at `self.path()/name`: its output is committed to
+    /// the journal as soon as it returns, so when the step runs again after a crash or a
+    /// suspension (the same attempt), the recorded output comes back and the work is not
+    /// done again. This is how a model call or a tool call inside an agent is paid for
+    /// once. Names must be unique within the step (`turn.1`, `turn.1/tool.0`). A failure is
+    /// not recorded as a result: the work runs again on the next execution.
+    ///
+    /// ```
+    /// # use stepwright_core::{CallKind, StepContext, StepError};
+    /// # async fn demo(ctx: &StepContext) -> Result<(), StepError> {
+    /// let answer = ctx
+    ///     .call("call.0", CallKind::Input, |_info| async { Ok(serde_json::json!("expensive")) })
+    ///     .await?;
+    /// # let _ = answer; Ok(()) }
+    /// ```
+    pub async fn call<F, Fut>(&self, name: &str, kind: CallKind, work: F) -> Result<Arc<Value>, StepError>
+    where
+        F: FnOnce(CallInfo) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, StepError>>,
+    {
+        use crate::engine::run::RecordedCall;
+        let run = &self.inner.run;
+        let attempt = self.inner.attempt;
+        let path = self.inner.path.join(name);
+        let fenced = matches!(kind, CallKind::Action { effect, .. } if effect.is_fenced());
+        let crash = |doing: &str, e: crate::engine::run::Crash| {
+            StepError::execution_failed(format!("recording sub-step {path} ({doing}): {}", e.0))
+        };
+        match run.replay.call(&path, attempt, kind) {
+            Some(RecordedCall::Output(value)) => {
+                // A sandbox re-execution journals what it served too, for the comparison.
+                if run.replay.replaying() {
+                    let hash = ContentHash::of_value(&value);
+                    run.recorder
+                        .commit_output(&path, run.clock.now(), attempt, hash, value.clone(), false)
+                        .await
+                        .map_err(|e| crash("its served result", e))?;
+                }
+                return Ok(value);
+            }
+            Some(RecordedCall::Unfinished) => {
+                if let CallKind::Action { effect, safe_to_retry: false } = kind {
+                    return Err(StepError::new(
+                        ErrorCode::OUTCOME_UNKNOWN,
+                        format!(
+                            "{path} was interrupted after it started and is not safe to retry; whether its {} effect happened is unknown",
+                            format!("{effect:?}").to_lowercase()
+                        ),
+                    ));
+                }
+            }
+            None => {}
+        }
+        let idempotency_key = fenced.then(|| crate::engine::exec::idempotency_key(run.run_id, &path));
+        if let Some(key) = &idempotency_key {
+            // The fence: the intent is durable before the effect can happen.
+            run.recorder
+                .commit(&path, run.clock.now(), Record::Intent { attempt, key: key.clone() })
+                .await
+                .map_err(|e| crash("its intent", e))?;
+        }
+        let value = Arc::new(work(CallInfo { path: path.clone(), idempotency_key }).await?);
+        let hash = ContentHash::of_value(&value);
+        run.recorder
+            .commit_output(&path, run.clock.now(), attempt, hash, value.clone(), false)
+            .await
+            .map_err(|e| crash("its result", e))?;
+        Ok(value)
     }
 
     /// A durable sleep: the deadline is journaled, so after a crash the step waits only for

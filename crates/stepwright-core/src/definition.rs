@@ -890,6 +890,13 @@ impl Workflow {
     /// path or map item, `#*` for any iteration or visit (`drafts[*]/formal`,
     /// `refine#*/critique`). Used to check a journal against a changed definition.
     pub fn path_patterns(&self) -> Vec<String> {
+        let mut out = self.all_path_patterns();
+        out.retain(|p| !p.ends_with("/**"));
+        out
+    }
+
+    /// The path patterns including leaf steps' sub-step patterns (`agent/**`).
+    fn all_path_patterns(&self) -> Vec<String> {
         let mut out = Vec::new();
         collect_patterns("", &self.inner.body, &mut out);
         out
@@ -898,7 +905,7 @@ impl Workflow {
     /// The journal paths (of those given) that have no place in this definition.
     pub fn unknown_paths<'a>(&self, paths: impl IntoIterator<Item = &'a str>) -> Vec<String> {
         let patterns: Vec<regex::Regex> =
-            self.path_patterns().iter().filter_map(|p| regex::Regex::new(&pattern_regex(p)).ok()).collect();
+            self.all_path_patterns().iter().filter_map(|p| regex::Regex::new(&pattern_regex(p)).ok()).collect();
         let mut unknown: Vec<String> = paths
             .into_iter()
             .filter(|path| !path.is_empty())
@@ -913,13 +920,16 @@ impl Workflow {
     }
 }
 
-/// `drafts[*]/x#*` → `^drafts\[\d+\]/x#\d+$`.
+/// `drafts[*]/x#*` → `^drafts\[\d+\]/x#\d+$`; a trailing `/**` matches any sub-path.
 fn pattern_regex(pattern: &str) -> String {
     let mut out = String::from("^");
     let mut rest = pattern;
     while !rest.is_empty() {
         if let Some(tail) = rest.strip_prefix("[*]") {
             out.push_str(r"\[\d+\]");
+            rest = tail;
+        } else if let Some(tail) = rest.strip_prefix("/**") {
+            out.push_str("/.+");
             rest = tail;
         } else if let Some(tail) = rest.strip_prefix("#*") {
             out.push_str(r"#\d+");
@@ -946,7 +956,9 @@ fn collect_node(at: &str, node: &Node, out: &mut Vec<String>) {
         collect_node(&format!("{at}/@fallback"), fallback, out);
     }
     match &node.kind {
-        NodeKind::Step(_) | NodeKind::Sleep(_) => {}
+        // A leaf step's journaled sub-steps (an agent's `turn.2/tool.0`) belong to it.
+        NodeKind::Step(_) => out.push(format!("{at}/**")),
+        NodeKind::Sleep(_) => {}
         NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => collect_patterns(at, body, out),
         NodeKind::Branch { arms, otherwise } => {
             for (_, body) in arms {

@@ -35,7 +35,7 @@ pub mod runtime;
 pub mod scope;
 pub mod step;
 
-pub use context::{Caller, InMemoryLayer, Memory, MemoryLayer, Observer, Services, StepContext};
+pub use context::{CallInfo, CallKind, Caller, InMemoryLayer, Memory, MemoryLayer, Observer, Services, StepContext};
 pub use definition::{
     Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnMaxIterations,
     PathResult, Predicate, Verdict, Workflow, WorkflowBuilder, check_schema,

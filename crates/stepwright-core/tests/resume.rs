@@ -639,8 +639,13 @@ fn path_patterns_cover_every_operator() {
         "f[0]/zzz",
         "l#1/gone",
         "h",
+        // Journaled sub-steps of a leaf (model and tool calls) belong to it.
+        "f[0]/a/turn.1/tool.0",
+        "s/@fallback/call.0",
+        "l#2/c/call.1",
+        "l#2/call.1",
     ];
-    assert_eq!(workflow.unknown_paths(journal), ["f[0]/zzz", "h", "l#1/gone"]);
+    assert_eq!(workflow.unknown_paths(journal), ["f[0]/zzz", "h", "l#1/gone", "l#2/call.1"]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::context::{Caller, Memory, Observer, Services};
+use crate::context::{CallKind, Caller, Memory, Observer, Services};
 use crate::engine::{ArtifactCapture, Durability, EngineConfig, Mailboxes, StepCache};
 use crate::error::StepError;
 use crate::hash::ContentHash;
@@ -270,6 +270,14 @@ pub(crate) enum ReplayMode {
     Recompute(std::collections::HashSet<StepPath>),
 }
 
+/// A sub-step as the journal knows it.
+pub(crate) enum RecordedCall {
+    /// It completed with this output.
+    Output(Arc<Value>),
+    /// Its intent was committed but nothing after it: it may or may not have happened.
+    Unfinished,
+}
+
 #[derive(Default)]
 pub(crate) struct ReplayIndex {
     mode: ReplayMode,
@@ -384,6 +392,30 @@ impl ReplayIndex {
 
     /// A decision the code makes (branch arm, map items, loop verdict, graph edge): served
     /// on resume, re-evaluated in a replay (and after a recompute's starting point).
+    /// What the journal holds for a sub-step (`StepContext::call`) of the given attempt,
+    /// when this mode serves it: its output, or that it started and did not finish.
+    pub(crate) fn call(&self, path: &StepPath, attempt: u32, kind: CallKind) -> Option<RecordedCall> {
+        let log = match kind {
+            CallKind::Input => match &self.mode {
+                ReplayMode::Resume | ReplayMode::Replay => self.raw(path)?,
+                ReplayMode::Recompute(prefix) => {
+                    if prefix.contains(path) {
+                        self.raw(path)?
+                    } else {
+                        return None;
+                    }
+                }
+            },
+            CallKind::Action { effect, safe_to_retry } => self.path(path, (effect, safe_to_retry))?,
+        };
+        if let Some((done, hash)) = log.completed
+            && done == attempt
+        {
+            return self.blobs.get(&hash).cloned().map(RecordedCall::Output);
+        }
+        (log.intent == Some(attempt)).then_some(RecordedCall::Unfinished)
+    }
+
     pub(crate) fn decided(&self, path: &StepPath) -> Option<&Value> {
         if self.serves_code(path) { self.raw(path)?.decided.as_ref() } else { None }
     }
