@@ -1,0 +1,273 @@
+//! The HTTP plumbing both adapters share: one client, retries that honour `retry-after`,
+//! timeouts, rate limits per provider key, and reading SSE bodies.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde_json::Value;
+
+use crate::error::{ModelError, ModelErrorKind};
+use crate::sse::{SseDecoder, SseEvent};
+
+/// How a binding talks HTTP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpOptions {
+    /// The longest wait for the answer's headers, and then between two chunks of it.
+    pub timeout: Duration,
+    /// Retries of a retryable failure (429, 5xx, 529, connection errors before the first
+    /// byte, timeouts) before giving up.
+    pub max_retries: u32,
+    /// The first backoff when the provider gives no `retry-after`; doubled each retry.
+    pub initial_backoff: Duration,
+    /// The longest backoff, and the longest `retry-after` honoured in process: a provider
+    /// that asks for more fails the call (retryable), so the step's own retry policy, which
+    /// is durable, takes over.
+    pub max_backoff: Duration,
+    /// Requests per minute for this provider key, shared by every binding using the key.
+    pub requests_per_minute: Option<NonZeroU32>,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(120),
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(60),
+            requests_per_minute: None,
+        }
+    }
+}
+
+/// Rate limiters by provider and key, shared by the bindings of one registry.
+#[derive(Default)]
+pub struct RateLimits {
+    limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
+}
+
+impl std::fmt::Debug for RateLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimits").finish_non_exhaustive()
+    }
+}
+
+impl RateLimits {
+    /// The limiter for a provider and key (by a hash of the key, never the key itself). The
+    /// first binding to ask sets the quota.
+    pub(crate) fn limiter(&self, provider: &str, key: &str, per_minute: NonZeroU32) -> Arc<DefaultDirectRateLimiter> {
+        let fingerprint = stepwright_core::ContentHash::of_parts(&[provider.as_bytes(), key.as_bytes()]).to_hex();
+        self.limiters
+            .lock()
+            .expect("poisoned")
+            .entry(fingerprint)
+            .or_insert_with(|| Arc::new(RateLimiter::direct(Quota::per_minute(per_minute))))
+            .clone()
+    }
+}
+
+/// Installs ring as rustls's provider once per process (reqwest is built without one).
+fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // `Err` means another provider is installed already, which serves as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+/// One provider endpoint's client.
+pub(crate) struct Transport {
+    client: reqwest::Client,
+    provider: &'static str,
+    options: HttpOptions,
+    limiter: Option<Arc<DefaultDirectRateLimiter>>,
+}
+
+impl Transport {
+    pub(crate) fn new(
+        provider: &'static str,
+        options: HttpOptions,
+        limits: &RateLimits,
+        key: &str,
+    ) -> Result<Self, ModelError> {
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(options.timeout.min(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| ModelError::new(ModelErrorKind::Config, provider, format!("building an HTTP client: {e}")))?;
+        let limiter = options.requests_per_minute.map(|rpm| limits.limiter(provider, key, rpm));
+        Ok(Self { client, provider, options, limiter })
+    }
+
+    fn error(&self, kind: ModelErrorKind, message: impl Into<String>) -> ModelError {
+        ModelError::new(kind, self.provider, message)
+    }
+
+    /// POSTs a JSON body and returns the successful response (headers read), retrying
+    /// what may be retried.
+    pub(crate) async fn post(
+        &self,
+        url: &str,
+        headers: &[(&'static str, String)],
+        body: &Value,
+    ) -> Result<reqwest::Response, ModelError> {
+        let body = serde_json::to_vec(body).map_err(|e| self.error(ModelErrorKind::Protocol, e.to_string()))?;
+        let mut retries = 0;
+        loop {
+            if let Some(limiter) = &self.limiter {
+                limiter.until_ready().await;
+            }
+            let mut request = self.client.post(url).header("content-type", "application/json").body(body.clone());
+            for (name, value) in headers {
+                request = request.header(*name, value);
+            }
+            let error = match tokio::time::timeout(self.options.timeout, request.send()).await {
+                Err(_) => self.error(
+                    ModelErrorKind::Timeout,
+                    format!("no answer from {url} within {} s", self.options.timeout.as_secs_f64()),
+                ),
+                Ok(Err(e)) => self.error(ModelErrorKind::Connection, format!("sending to {url}: {}", error_chain(&e))),
+                Ok(Ok(response)) if response.status().is_success() => return Ok(response),
+                Ok(Ok(response)) => self.status_error(response).await,
+            };
+            if !error.kind.retryable() || retries >= self.options.max_retries {
+                return Err(error);
+            }
+            let backoff = self.options.initial_backoff.saturating_mul(1 << retries.min(16));
+            let delay = error.retry_after.unwrap_or(backoff.min(self.options.max_backoff));
+            if delay > self.options.max_backoff {
+                return Err(error);
+            }
+            tokio::time::sleep(delay).await;
+            retries += 1;
+        }
+    }
+
+    async fn status_error(&self, response: reqwest::Response) -> ModelError {
+        let status = response.status().as_u16();
+        let retry_after = retry_after(response.headers());
+        let text = match tokio::time::timeout(self.options.timeout, response.text()).await {
+            Ok(Ok(text)) => text,
+            _ => String::new(),
+        };
+        // Both providers wrap their message as `{"error": {"message": …}}`.
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| shorten(&text, 500));
+        ModelError {
+            kind: ModelErrorKind::from_status(status),
+            provider: self.provider.to_owned(),
+            status: Some(status),
+            message: format!("HTTP {status}: {message}"),
+            retry_after,
+        }
+    }
+
+    /// Reads a whole JSON body.
+    pub(crate) async fn json(&self, response: reqwest::Response) -> Result<Value, ModelError> {
+        let bytes = match tokio::time::timeout(self.options.timeout, response.bytes()).await {
+            Err(_) => return Err(self.error(ModelErrorKind::StreamInterrupted, "the answer stopped arriving")),
+            Ok(Err(e)) => {
+                return Err(self.error(ModelErrorKind::StreamInterrupted, format!("reading the answer: {}", error_chain(&e))));
+            }
+            Ok(Ok(bytes)) => bytes,
+        };
+        serde_json::from_slice(&bytes).map_err(|e| {
+            self.error(
+                ModelErrorKind::Protocol,
+                format!("the answer is not JSON ({e}): {}", shorten(&String::from_utf8_lossy(&bytes), 200)),
+            )
+        })
+    }
+
+    /// Reads an SSE body, handing each event to `on_event` as it completes. `on_event`
+    /// returns `Ok(true)` at the stream's end marker. A stream that stops before its end
+    /// marker (a dropped connection, a server that just closes) is `StreamInterrupted`.
+    pub(crate) async fn events(
+        &self,
+        response: reqwest::Response,
+        mut on_event: impl FnMut(SseEvent) -> Result<bool, ModelError>,
+    ) -> Result<(), ModelError> {
+        let mut decoder = SseDecoder::new();
+        let mut body = response.bytes_stream();
+        loop {
+            let chunk = match tokio::time::timeout(self.options.timeout, body.next()).await {
+                Err(_) => return Err(self.error(ModelErrorKind::StreamInterrupted, "the stream went silent")),
+                Ok(None) => {
+                    return Err(self.error(ModelErrorKind::StreamInterrupted, "the stream ended before its end marker"));
+                }
+                Ok(Some(Err(e))) => {
+                    return Err(self.error(ModelErrorKind::StreamInterrupted, format!("the stream broke: {}", error_chain(&e))));
+                }
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            for event in decoder.push(&chunk) {
+                if on_event(event)? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// `retry-after-ms`, then `retry-after` as seconds or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let value = text("retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(std::time::SystemTime::now()).unwrap_or_default())
+}
+
+/// An error with its sources, which is where reqwest keeps the useful part.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+pub(crate) fn shorten(text: &str, most: usize) -> String {
+    if text.chars().count() <= most {
+        text.to_owned()
+    } else {
+        let cut: String = text.chars().take(most).collect();
+        format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_milliseconds_seconds_and_dates() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        assert_eq!(retry_after(&headers), None);
+        headers.insert("retry-after", "7".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(7)));
+        headers.insert("retry-after-ms", "250".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::from_millis(250)), "the precise header wins");
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        assert_eq!(retry_after(&headers), Some(Duration::ZERO), "a date in the past means now");
+        headers.insert("retry-after", "soon".parse().unwrap());
+        assert_eq!(retry_after(&headers), None);
+    }
+}

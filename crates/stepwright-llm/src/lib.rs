@@ -1,0 +1,46 @@
+//! Stepwright's models: adapters for OpenAI-compatible chat completions and Anthropic
+//! Messages on one trait, cassettes that record and replay calls, structured output with
+//! repair turns, and the `llm` step whose every call is a journaled sub-step.
+//!
+//! Architecture invariant: this crate knows providers' wire formats and HTTP; the kernel
+//! (`stepwright-core`) knows none of it, and this crate knows nothing of YAML or SQL.
+
+mod adapter;
+pub mod anthropic;
+mod cassette;
+mod error;
+mod http;
+mod models;
+pub mod openai;
+pub mod schema;
+pub mod sse;
+mod step;
+mod types;
+
+pub use adapter::{ChatModel, TokenSink};
+pub use anthropic::Anthropic;
+pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction};
+pub use error::{ModelError, ModelErrorKind};
+pub use http::{HttpOptions, RateLimits};
+pub use models::{
+    CallRecord, DEFAULT_TIMEOUT, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, Totals, call_event, rollup,
+};
+pub use openai::OpenAi;
+pub use step::{LlmSpec, LlmStep};
+pub use types::{
+    ChatRequest, ChatResponse, FinishReason, Message, ModelParams, OutputFormat, ToolCall, ToolChoice, ToolSpec, Usage,
+};
+
+#[cfg(test)]
+mod send_sync {
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn public_handles_are_send_and_sync() {
+        assert_send_sync::<super::Models>();
+        assert_send_sync::<super::Cassette>();
+        assert_send_sync::<super::OpenAi>();
+        assert_send_sync::<super::Anthropic>();
+        assert_send_sync::<super::LlmStep>();
+    }
+}

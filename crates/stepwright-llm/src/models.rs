@@ -1,0 +1,413 @@
+//! Model bindings: names a workflow uses (`fast`, `local`) bound to a provider, a model,
+//! an endpoint, a key, a price and limits; the registry steps find as a service.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::adapter::{ChatModel, TokenSink};
+use crate::anthropic::Anthropic;
+use crate::cassette::{Cassette, CassetteMode};
+use crate::error::{ModelError, ModelErrorKind};
+use crate::http::{HttpOptions, RateLimits, shorten};
+use crate::openai::OpenAi;
+use crate::types::{ChatRequest, ChatResponse, Message, Usage};
+
+/// A built-in provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Provider {
+    /// OpenAI-compatible chat completions.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+impl Provider {
+    /// Its name in files and specs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
+    /// The environment variable the key is read from by default.
+    pub fn key_variable(self) -> &'static str {
+        match self {
+            Self::Openai => "OPENAI_API_KEY",
+            Self::Anthropic => "ANTHROPIC_API_KEY",
+        }
+    }
+
+    fn default_base_url(self) -> &'static str {
+        match self {
+            Self::Openai => OpenAi::DEFAULT_BASE_URL,
+            Self::Anthropic => Anthropic::DEFAULT_BASE_URL,
+        }
+    }
+}
+
+impl std::str::FromStr for Provider {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "openai" => Ok(Self::Openai),
+            "anthropic" => Ok(Self::Anthropic),
+            other => Err(format!("unknown provider {other:?}: expected openai or anthropic")),
+        }
+    }
+}
+
+/// Prices in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pricing {
+    /// Per million prompt tokens.
+    pub input: f64,
+    /// Per million generated tokens.
+    pub output: f64,
+}
+
+impl Pricing {
+    /// What a call cost.
+    pub fn cost(&self, usage: Usage) -> f64 {
+        (usage.input_tokens as f64 * self.input + usage.output_tokens as f64 * self.output) / 1_000_000.0
+    }
+}
+
+/// How one binding reaches its model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// The provider.
+    pub provider: Provider,
+    /// The provider's model id.
+    pub model: String,
+    /// The endpoint (the provider's public one by default).
+    pub base_url: Option<String>,
+    /// The key itself (prefer `api_key_env`).
+    pub api_key: Option<String>,
+    /// The environment variable holding the key (the provider's usual one by default).
+    pub api_key_env: Option<String>,
+    /// Prices, for cost per call, step and run.
+    pub pricing: Option<Pricing>,
+    /// Timeouts, retries and the rate limit.
+    pub http: HttpOptions,
+}
+
+impl ModelConfig {
+    /// A binding with defaults for everything but provider and model.
+    pub fn new(provider: Provider, model: &str) -> Self {
+        Self {
+            provider,
+            model: model.to_owned(),
+            base_url: None,
+            api_key: None,
+            api_key_env: None,
+            pricing: None,
+            http: HttpOptions::default(),
+        }
+    }
+
+    /// Parses `provider:model[@base_url]` (the CLI's `--model NAME=SPEC`).
+    pub fn parse_spec(spec: &str) -> Result<Self, String> {
+        let (provider, rest) = spec
+            .split_once(':')
+            .ok_or_else(|| format!("{spec:?} is not provider:model[@base_url], e.g. openai:gpt-4o-mini"))?;
+        let provider: Provider = provider.parse()?;
+        let (model, base_url) = match rest.split_once('@') {
+            Some((model, url)) => (model, Some(url.to_owned())),
+            None => (rest, None),
+        };
+        if model.is_empty() {
+            return Err(format!("{spec:?} names no model"));
+        }
+        if let Some(url) = &base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(format!("{spec:?}: the base URL must start with http:// or https://"));
+        }
+        Ok(Self { base_url, ..Self::new(provider, model) })
+    }
+
+    /// Sets the requests-per-minute limit.
+    #[must_use]
+    pub fn requests_per_minute(mut self, rpm: u32) -> Self {
+        self.http.requests_per_minute = NonZeroU32::new(rpm);
+        self
+    }
+
+    fn key(&self) -> Option<String> {
+        self.api_key.clone().or_else(|| {
+            let variable = self.api_key_env.as_deref().unwrap_or(self.provider.key_variable());
+            std::env::var(variable).ok().filter(|k| !k.is_empty())
+        })
+    }
+}
+
+/// One binding: its adapter, the model id sent, and the price.
+struct Binding {
+    model: Arc<dyn ChatModel>,
+    model_id: String,
+    pricing: Option<Pricing>,
+}
+
+/// What one call returned, and what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// The binding name.
+    pub binding: String,
+    /// The provider.
+    pub provider: String,
+    /// The answer.
+    pub response: ChatResponse,
+    /// The request's key (hex), as a cassette knows it.
+    pub request_hash: String,
+    /// Cost in US dollars, if the binding has prices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Wall time of the call.
+    pub latency_ms: u64,
+    /// Whether a cassette played it back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+}
+
+/// The model bindings of an engine, with an optional cassette. Register it as a service
+/// (`Services::with(Arc::new(models))`); `llm` steps find it there.
+#[derive(Default)]
+pub struct Models {
+    bindings: HashMap<String, Binding>,
+    cassette: Option<Arc<Cassette>>,
+    limits: RateLimits,
+}
+
+impl std::fmt::Debug for Models {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&String> = self.bindings.keys().collect();
+        names.sort();
+        f.debug_struct("Models").field("bindings", &names).field("cassette", &self.cassette).finish()
+    }
+}
+
+impl Models {
+    /// No bindings.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Binds a name to a built-in provider. The key is read now (from the config or the
+    /// environment); a binding to a provider's public endpoint without a key fails only
+    /// when it is called, so a cassette can replay it without one.
+    pub fn bind(&mut self, name: &str, config: &ModelConfig) -> Result<(), ModelError> {
+        let key = config.key();
+        let base_url = config.base_url.clone().unwrap_or_else(|| config.provider.default_base_url().to_owned());
+        let model: Arc<dyn ChatModel> = if key.is_none() && config.base_url.is_none() {
+            Arc::new(MissingKey { provider: config.provider, binding: name.to_owned() })
+        } else {
+            match config.provider {
+                Provider::Openai => Arc::new(OpenAi::new(&base_url, key, config.http.clone(), &self.limits)?),
+                Provider::Anthropic => Arc::new(Anthropic::new(&base_url, key, config.http.clone(), &self.limits)?),
+            }
+        };
+        self.bindings.insert(name.to_owned(), Binding { model, model_id: config.model.clone(), pricing: config.pricing });
+        Ok(())
+    }
+
+    /// Binds a name to any adapter (a custom provider, a scripted fake in tests).
+    pub fn bind_adapter(&mut self, name: &str, model_id: &str, model: Arc<dyn ChatModel>, pricing: Option<Pricing>) {
+        self.bindings.insert(name.to_owned(), Binding { model, model_id: model_id.to_owned(), pricing });
+    }
+
+    /// Plays back and records calls through a cassette.
+    #[must_use]
+    pub fn with_cassette(mut self, cassette: Cassette) -> Self {
+        self.cassette = Some(Arc::new(cassette));
+        self
+    }
+
+    /// Whether a binding exists.
+    pub fn has(&self, name: &str) -> bool {
+        self.bindings.contains_key(name)
+    }
+
+    /// The binding names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.bindings.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Calls a binding. `site` names the caller (a step path) for error messages; the
+    /// request's `model` is set to the binding's model id. With a sink, text streams to it.
+    pub async fn chat(
+        &self,
+        site: &str,
+        binding: &str,
+        mut request: ChatRequest,
+        sink: Option<TokenSink<'_>>,
+    ) -> Result<CallRecord, ModelError> {
+        let bound = self.bindings.get(binding).ok_or_else(|| {
+            ModelError::new(
+                ModelErrorKind::Config,
+                "stepwright",
+                format!("{site}: no model is bound to {binding:?} (bound: {})", self.names().join(", ")),
+            )
+        })?;
+        bound.model_id.clone_into(&mut request.model);
+        let provider = bound.model.provider().to_owned();
+        let key = Cassette::key(&provider, &request);
+        let started = Instant::now();
+        if let Some(cassette) = &self.cassette
+            && let Some(response) = cassette.lookup(&key)
+        {
+            if let Some(sink) = sink {
+                // Played back in word-sized pieces, so a live view still shows it arrive.
+                for piece in response.content.split_inclusive(' ') {
+                    sink(piece);
+                }
+            }
+            return Ok(self.record(binding, &provider, bound, response, &key, started, true));
+        }
+        if let Some(cassette) = &self.cassette
+            && cassette.mode() == CassetteMode::Replay
+        {
+            let last = request.messages.iter().rev().find_map(|m| match m {
+                Message::User { content } | Message::System { content } => Some(content.as_str()),
+                _ => None,
+            });
+            return Err(ModelError::new(
+                ModelErrorKind::CassetteMiss,
+                &provider,
+                format!(
+                    "{site}: cassette {} has no recording of this request (model {:?} through binding {binding:?}, key {}, last prompt {:?}); record it with the cassette in record or auto mode",
+                    cassette.path().display(),
+                    request.model,
+                    &key.to_hex()[..12],
+                    shorten(last.unwrap_or_default(), 120),
+                ),
+            ));
+        }
+        let response = match sink {
+            Some(sink) => bound.model.chat_stream(&request, sink).await?,
+            None => bound.model.chat(&request).await?,
+        };
+        if let Some(cassette) = &self.cassette {
+            cassette
+                .record(&provider, &request, &response)
+                .map_err(|e| ModelError::new(ModelErrorKind::Config, &provider, format!("{site}: {e}")))?;
+        }
+        Ok(self.record(binding, &provider, bound, response, &key, started, false))
+    }
+
+    #[allow(clippy::too_many_arguments, clippy::unused_self)]
+    fn record(
+        &self,
+        binding: &str,
+        provider: &str,
+        bound: &Binding,
+        response: ChatResponse,
+        key: &stepwright_core::ContentHash,
+        started: Instant,
+        replayed: bool,
+    ) -> CallRecord {
+        CallRecord {
+            binding: binding.to_owned(),
+            provider: provider.to_owned(),
+            cost_usd: bound.pricing.map(|p| p.cost(response.usage)),
+            response,
+            request_hash: key.to_hex(),
+            latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            replayed,
+        }
+    }
+}
+
+/// The adapter of a binding to a public endpoint with no key: every call says how to fix it.
+struct MissingKey {
+    provider: Provider,
+    binding: String,
+}
+
+impl ChatModel for MissingKey {
+    fn provider(&self) -> &str {
+        self.provider.name()
+    }
+
+    fn chat<'a>(&'a self, _request: &'a ChatRequest) -> futures_util::future::BoxFuture<'a, Result<ChatResponse, ModelError>> {
+        Box::pin(async move {
+            Err(ModelError::new(
+                ModelErrorKind::Config,
+                self.provider.name(),
+                format!(
+                    "model binding {:?} has no API key: set {} (or give the binding a base_url, or replay a cassette)",
+                    self.binding,
+                    self.provider.key_variable()
+                ),
+            ))
+        })
+    }
+}
+
+/// Usage and cost summed over calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Calls made or played back.
+    pub calls: u64,
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+    /// Cost in US dollars (calls without prices count zero).
+    pub cost_usd: f64,
+}
+
+impl Totals {
+    /// Adds one `model.call` event's data.
+    pub fn add(&mut self, event: &serde_json::Value) {
+        self.calls += 1;
+        self.input_tokens += event["usage"]["input_tokens"].as_u64().unwrap_or(0);
+        self.output_tokens += event["usage"]["output_tokens"].as_u64().unwrap_or(0);
+        self.cost_usd += event["cost_usd"].as_f64().unwrap_or(0.0);
+    }
+}
+
+/// The `model.call` event's data for a call (what roll-ups per step and run read).
+pub fn call_event(record: &CallRecord) -> serde_json::Value {
+    json!({
+        "binding": record.binding,
+        "provider": record.provider,
+        "model": record.response.model,
+        "usage": record.response.usage,
+        "cost_usd": record.cost_usd,
+        "latency_ms": record.latency_ms,
+        "request_hash": record.request_hash,
+        "replayed": record.replayed,
+    })
+}
+
+/// Usage and cost per step path and for the whole run, from a run's events.
+pub fn rollup<'a>(
+    events: impl IntoIterator<Item = &'a stepwright_core::journal::EventRecord>,
+) -> (std::collections::BTreeMap<String, Totals>, Totals) {
+    let mut by_step: std::collections::BTreeMap<String, Totals> = std::collections::BTreeMap::new();
+    let mut total = Totals::default();
+    for event in events {
+        if event.kind == MODEL_CALL_EVENT {
+            by_step.entry(event.path.as_str().to_owned()).or_default().add(&event.data);
+            total.add(&event.data);
+        }
+    }
+    (by_step, total)
+}
+
+/// The kind of the event recorded for every model call.
+pub const MODEL_CALL_EVENT: &str = "model.call";
+
+/// The request timeout a binding uses unless configured.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);

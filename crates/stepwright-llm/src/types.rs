@@ -1,0 +1,216 @@
+//! The provider-neutral shapes of a chat: messages, tools, requests and responses.
+//!
+//! These are what the journal, the cassettes and the request hash see; each adapter maps
+//! them to and from its provider's wire format.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// Instructions for the model.
+    System {
+        /// The text.
+        content: String,
+    },
+    /// What the user (or the workflow) says.
+    User {
+        /// The text.
+        content: String,
+    },
+    /// What the model said: text, tool calls, or both.
+    Assistant {
+        /// The text (may be empty when the model only called tools).
+        #[serde(default)]
+        content: String,
+        /// The tools it asked to call.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// A tool's result, answering one tool call.
+    Tool {
+        /// The id of the call it answers.
+        call_id: String,
+        /// The result as text (JSON for structured results).
+        content: String,
+        /// Whether the tool failed (the model is told so).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::System { content: content.into() }
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::User { content: content.into() }
+    }
+
+    /// An assistant message with text only.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::Assistant { content: content.into(), tool_calls: Vec::new() }
+    }
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id for the call; the result must quote it.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments. A model that produced arguments that are not JSON gets them back as a
+    /// string, so the caller can answer with an error instead of failing the turn.
+    pub arguments: Value,
+}
+
+/// A tool offered to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Its name (`lookup_order`, `everything.echo`).
+    pub name: String,
+    /// What it does, for the model.
+    #[serde(default)]
+    pub description: String,
+    /// The JSON Schema of its arguments.
+    pub parameters: Value,
+}
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// No tool calls.
+    None,
+    /// At least one tool call.
+    Required,
+    /// This tool.
+    Tool(String),
+}
+
+/// Sampling parameters. `None` leaves the provider's default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelParams {
+    /// Sampling temperature.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    /// The most tokens to generate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Sequences that end the answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop: Vec<String>,
+}
+
+/// A JSON Schema the answer must match (structured output).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputFormat {
+    /// A name for the schema (`^[a-zA-Z0-9_-]+$`, as providers require).
+    pub name: String,
+    /// The schema, as the workflow wrote it; adapters transform it their provider's way.
+    pub schema: Value,
+}
+
+/// A chat request, provider-neutral.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatRequest {
+    /// The provider's model id (`gpt-4o-mini`).
+    pub model: String,
+    /// The conversation.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    /// Whether and which tool to call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    /// Structured output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputFormat>,
+    /// Sampling parameters.
+    #[serde(default)]
+    pub params: ModelParams,
+}
+
+impl ChatRequest {
+    /// A request with these messages and nothing else.
+    pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
+        Self {
+            model: model.into(),
+            messages,
+            tools: Vec::new(),
+            tool_choice: None,
+            output: None,
+            params: ModelParams::default(),
+        }
+    }
+}
+
+/// Why the model stopped, normalized across providers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// A natural end or a stop sequence.
+    Stop,
+    /// The token limit.
+    Length,
+    /// The model called tools and waits for their results.
+    ToolCalls,
+    /// The provider filtered the content.
+    ContentFilter,
+    /// Anything else, as the provider said it.
+    Other(String),
+}
+
+/// Tokens used by one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Generated tokens.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Input plus output.
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+}
+
+/// A model's answer, provider-neutral.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatResponse {
+    /// The text. For structured output, the JSON text of the answer (an Anthropic forced
+    /// tool call's input is turned into this text too).
+    pub content: String,
+    /// Tools the model asked to call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Why it stopped.
+    pub finish_reason: FinishReason,
+    /// Tokens used.
+    pub usage: Usage,
+    /// The model that answered, as the provider named it.
+    #[serde(default)]
+    pub model: String,
+}
+
+impl ChatResponse {
+    /// The assistant message to append to the conversation.
+    pub fn to_message(&self) -> Message {
+        Message::Assistant { content: self.content.clone(), tool_calls: self.tool_calls.clone() }
+    }
+}
