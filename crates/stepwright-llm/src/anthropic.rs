@@ -56,7 +56,7 @@ impl Anthropic {
             None => decode(&self.transport.json(response).await?, forced),
             Some(sink) => {
                 let mut stream = StreamState::default();
-                self.transport.events(response, |event| stream.event(&event.data, sink, forced)).await?;
+                self.transport.events(response, "message_stop", |event| stream.event(&event.data, sink, forced)).await?;
                 stream.finish(forced)
             }
         }

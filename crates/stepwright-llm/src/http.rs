@@ -57,14 +57,19 @@ impl std::fmt::Debug for RateLimits {
 
 impl RateLimits {
     /// The limiter for a provider and key (by a hash of the key, never the key itself). The
-    /// first binding to ask sets the quota.
+    /// first binding to ask sets the quota; bursts are at most a second's worth of it.
     pub(crate) fn limiter(&self, provider: &str, key: &str, per_minute: NonZeroU32) -> Arc<DefaultDirectRateLimiter> {
         let fingerprint = stepwright_core::ContentHash::of_parts(&[provider.as_bytes(), key.as_bytes()]).to_hex();
         self.limiters
             .lock()
             .expect("poisoned")
             .entry(fingerprint)
-            .or_insert_with(|| Arc::new(RateLimiter::direct(Quota::per_minute(per_minute))))
+            .or_insert_with(|| {
+                // Bursts of at most a second's worth: a full minute's quota at once is what
+                // gets a client a 429 from a provider counting over shorter windows.
+                let burst = NonZeroU32::new(per_minute.get() / 60).unwrap_or(NonZeroU32::MIN);
+                Arc::new(RateLimiter::direct(Quota::per_minute(per_minute).allow_burst(burst)))
+            })
             .clone()
     }
 }
@@ -185,11 +190,12 @@ impl Transport {
     }
 
     /// Reads an SSE body, handing each event to `on_event` as it completes. `on_event`
-    /// returns `Ok(true)` at the stream's end marker. A stream that stops before its end
-    /// marker (a dropped connection, a server that just closes) is `StreamInterrupted`.
+    /// returns `Ok(true)` at the stream's end `marker`. A stream that stops before it (a
+    /// dropped connection, a server that just closes) is `StreamInterrupted`.
     pub(crate) async fn events(
         &self,
         response: reqwest::Response,
+        marker: &str,
         mut on_event: impl FnMut(SseEvent) -> Result<bool, ModelError>,
     ) -> Result<(), ModelError> {
         let mut decoder = SseDecoder::new();
@@ -198,7 +204,7 @@ impl Transport {
             let chunk = match tokio::time::timeout(self.options.timeout, body.next()).await {
                 Err(_) => return Err(self.error(ModelErrorKind::StreamInterrupted, "the stream went silent")),
                 Ok(None) => {
-                    return Err(self.error(ModelErrorKind::StreamInterrupted, "the stream ended before its end marker"));
+                    return Err(self.error(ModelErrorKind::StreamInterrupted, format!("the stream ended before {marker}")));
                 }
                 Ok(Some(Err(e))) => {
                     return Err(self.error(ModelErrorKind::StreamInterrupted, format!("the stream broke: {}", error_chain(&e))));

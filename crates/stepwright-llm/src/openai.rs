@@ -54,7 +54,7 @@ impl OpenAi {
             None => decode(&self.transport.json(response).await?),
             Some(sink) => {
                 let mut stream = StreamState::default();
-                self.transport.events(response, |event| stream.event(&event.data, sink)).await?;
+                self.transport.events(response, "[DONE]", |event| stream.event(&event.data, sink)).await?;
                 stream.finish()
             }
         }

@@ -1,0 +1,277 @@
+//! The OpenAI-compatible adapter against a loopback server speaking chat completions.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use stepwright_llm::{
+    ChatModel, ChatRequest, FinishReason, Message, ModelErrorKind, ModelParams, OpenAi, OutputFormat, RateLimits,
+    ToolCall, ToolChoice, ToolSpec, Usage,
+};
+use support::{FakeServer, Reply, fast_http};
+
+fn adapter(server: &FakeServer) -> OpenAi {
+    OpenAi::new(&format!("{}/v1", server.url), Some("sk-test".into()), fast_http(), &RateLimits::default()).unwrap()
+}
+
+fn lookup_tool() -> ToolSpec {
+    ToolSpec {
+        name: "lookup_order".into(),
+        description: "Look up an order".into(),
+        parameters: json!({ "type": "object", "required": ["order_id"], "properties": { "order_id": { "type": "string" } } }),
+    }
+}
+
+fn request() -> ChatRequest {
+    let mut request = ChatRequest::new(
+        "gpt-4o-mini",
+        vec![
+            Message::system("You resolve tickets."),
+            Message::user("Where is order 42?"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall { id: "call_0".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "41" }) }],
+            },
+            Message::Tool { call_id: "call_0".into(), content: "{\"status\":\"lost\"}".into(), is_error: false },
+        ],
+    );
+    request.tools = vec![lookup_tool()];
+    request.tool_choice = Some(ToolChoice::Auto);
+    request.params = ModelParams { temperature: Some(0.0), top_p: Some(0.5), max_tokens: Some(300), stop: vec!["END".into()] };
+    request
+}
+
+#[tokio::test]
+async fn a_plain_call_sends_the_wire_format_and_reads_parallel_tool_calls() {
+    let server = FakeServer::start(vec![Reply::json(
+        200,
+        json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini-2024-07-18",
+            "choices": [{ "index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": null,
+                "tool_calls": [
+                    { "id": "call_a", "type": "function", "function": { "name": "lookup_order", "arguments": "{\"order_id\":\"42\"}" } },
+                    { "id": "call_b", "type": "function", "function": { "name": "lookup_order", "arguments": "{\"order_id\":" } }
+                ]
+            }}],
+            "usage": { "prompt_tokens": 61, "completion_tokens": 24, "total_tokens": 85 }
+        }),
+    )])
+    .await;
+    let response = adapter(&server).chat(&request()).await.unwrap();
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    assert_eq!(response.usage, Usage { input_tokens: 61, output_tokens: 24 });
+    assert_eq!(response.model, "gpt-4o-mini-2024-07-18");
+    assert_eq!(response.tool_calls[0].arguments, json!({ "order_id": "42" }));
+    assert_eq!(response.tool_calls[1].arguments, json!("{\"order_id\":"), "arguments that are not JSON stay text");
+
+    let sent = &server.requests()[0];
+    assert_eq!(sent.path, "/v1/chat/completions");
+    assert_eq!(sent.headers["authorization"], "Bearer sk-test");
+    assert_eq!(
+        sent.body,
+        json!({
+            "model": "gpt-4o-mini",
+            "messages": [
+                { "role": "system", "content": "You resolve tickets." },
+                { "role": "user", "content": "Where is order 42?" },
+                { "role": "assistant", "content": null, "tool_calls": [
+                    { "id": "call_0", "type": "function", "function": { "name": "lookup_order", "arguments": "{\"order_id\":\"41\"}" } }
+                ]},
+                { "role": "tool", "tool_call_id": "call_0", "content": "{\"status\":\"lost\"}" }
+            ],
+            "tools": [{ "type": "function", "function": {
+                "name": "lookup_order", "description": "Look up an order",
+                "parameters": { "type": "object", "required": ["order_id"], "properties": { "order_id": { "type": "string" } } }
+            }}],
+            "tool_choice": "auto",
+            "temperature": 0.0, "top_p": 0.5, "max_tokens": 300, "stop": ["END"]
+        })
+    );
+}
+
+#[tokio::test]
+async fn structured_output_is_sent_as_a_strict_json_schema() {
+    let server = FakeServer::start(vec![Reply::json(
+        200,
+        json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "role": "assistant", "content": "{\"category\":\"bug\",\"reason\":null}" } }] }),
+    )])
+    .await;
+    let mut request = ChatRequest::new("m", vec![Message::user("Classify: it crashes")]);
+    request.output = Some(OutputFormat {
+        name: "answer".into(),
+        schema: json!({ "type": "object", "required": ["category"], "properties": { "category": { "enum": ["billing", "bug"] }, "reason": { "type": "string" } } }),
+    });
+    let response = adapter(&server).chat(&request).await.unwrap();
+    assert_eq!(response.content, "{\"category\":\"bug\",\"reason\":null}");
+    assert_eq!(
+        server.requests()[0].body["response_format"],
+        json!({ "type": "json_schema", "json_schema": { "name": "answer", "strict": true, "schema": {
+            "type": "object", "additionalProperties": false, "required": ["category", "reason"],
+            "properties": { "category": { "enum": ["billing", "bug"] }, "reason": { "type": ["string", "null"] } }
+        }}})
+    );
+}
+
+/// A real-looking stream: role chunk, text with a multi-byte character, a keep-alive
+/// comment, two tool calls whose arguments arrive in fragments, the finish chunk, the usage
+/// chunk (`choices: []`) and `[DONE]`.
+fn stream_text() -> String {
+    let chunks = [
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "" }, "finish_reason": null }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "content": "Checking — " }, "finish_reason": null }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "content": "one moment 😀" }, "finish_reason": null }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "tool_calls": [{ "index": 0, "id": "call_a", "type": "function", "function": { "name": "lookup_order", "arguments": "" } }] } }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "tool_calls": [{ "index": 0, "function": { "arguments": "{\"order_" } }] } }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "tool_calls": [{ "index": 1, "id": "call_b", "type": "function", "function": { "name": "lookup_order", "arguments": "{\"order_id\": \"7\"}" } }] } }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "tool_calls": [{ "index": 0, "function": { "arguments": "id\": \"42\"}" } }] } }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": {}, "finish_reason": "tool_calls" }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [], "usage": { "prompt_tokens": 50, "completion_tokens": 31, "total_tokens": 81 } }),
+    ];
+    let mut text = String::new();
+    for (i, chunk) in chunks.iter().enumerate() {
+        text.push_str(&format!("data: {chunk}\n\n"));
+        if i == 2 {
+            text.push_str(": keep-alive\n\n");
+        }
+    }
+    text.push_str("data: [DONE]\n\n");
+    text
+}
+
+#[tokio::test]
+async fn a_stream_split_at_awkward_boundaries_accumulates_text_tool_calls_and_usage() {
+    for piece in [7, 13, 64, 4096] {
+        let server = FakeServer::start(vec![Reply::sse(&stream_text(), piece)]).await;
+        let tokens = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = {
+            let tokens = tokens.clone();
+            move |t: &str| tokens.lock().unwrap().push(t.to_owned())
+        };
+        let response = adapter(&server).chat_stream(&request(), &sink).await.unwrap();
+        assert_eq!(response.content, "Checking — one moment 😀", "pieces of {piece} bytes");
+        assert_eq!(tokens.lock().unwrap().concat(), response.content);
+        assert_eq!(tokens.lock().unwrap().len(), 2, "one token per text delta, none for empty deltas");
+        assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(response.usage, Usage { input_tokens: 50, output_tokens: 31 });
+        let calls: Vec<(&str, &Value)> = response.tool_calls.iter().map(|c| (c.id.as_str(), &c.arguments)).collect();
+        assert_eq!(calls, [("call_a", &json!({ "order_id": "42" })), ("call_b", &json!({ "order_id": "7" }))]);
+        let sent = &server.requests()[0].body;
+        assert_eq!(sent["stream"], json!(true));
+        assert_eq!(sent["stream_options"], json!({ "include_usage": true }));
+    }
+}
+
+#[tokio::test]
+async fn a_stream_dropped_midway_or_ending_without_done_is_interrupted_and_not_retried() {
+    let full = stream_text();
+    let cut = full.find("tool_calls").unwrap();
+    let server = FakeServer::start(vec![Reply::sse(&full, 5).dropped_after(cut)]).await;
+    let error = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
+    assert_eq!(error.kind, ModelErrorKind::StreamInterrupted, "{error}");
+    assert_eq!(server.requests().len(), 1, "tokens were streamed already: the adapter does not call again");
+
+    let without_done = full.replace("data: [DONE]\n\n", "");
+    let server = FakeServer::start(vec![Reply::sse(&without_done, 4096)]).await;
+    let error = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
+    assert_eq!(error.kind, ModelErrorKind::StreamInterrupted, "{error}");
+    assert!(error.message.contains("[DONE]"), "{error}");
+}
+
+#[tokio::test]
+async fn an_error_inside_a_stream_is_reported_with_its_message() {
+    let text = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\"}}\n\n";
+    let server = FakeServer::start(vec![Reply::sse(text, 16)]).await;
+    let error = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
+    assert_eq!(error.kind, ModelErrorKind::Server);
+    assert!(error.message.contains("The server had an error"), "{error}");
+}
+
+#[tokio::test]
+async fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
+    let body = json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "content": "ok" } }] });
+    let server = FakeServer::start(vec![
+        Reply::json(429, json!({ "error": { "message": "Rate limit reached", "type": "requests" } })).header("retry-after-ms", "30"),
+        Reply::json(502, json!({ "error": { "message": "bad gateway" } })),
+        Reply::json(200, body),
+    ])
+    .await;
+    let started = std::time::Instant::now();
+    let response = adapter(&server).chat(&request()).await.unwrap();
+    assert_eq!(response.content, "ok");
+    assert_eq!(server.requests().len(), 3);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(30), "waited as retry-after asked");
+}
+
+#[tokio::test]
+async fn retries_stop_at_max_retries_with_the_last_error() {
+    let error = json!({ "error": { "message": "overloaded" } });
+    let server = FakeServer::start(vec![Reply::json(503, error.clone()); 5]).await;
+    let failure = adapter(&server).chat(&request()).await.unwrap_err();
+    assert_eq!(failure.kind, ModelErrorKind::Overloaded);
+    assert_eq!(failure.status, Some(503));
+    assert_eq!(server.requests().len(), 3, "one call and max_retries (2) retries");
+}
+
+#[tokio::test]
+async fn a_retry_after_longer_than_max_backoff_is_left_to_the_step_retry_policy() {
+    let server = FakeServer::start(vec![
+        Reply::json(429, json!({ "error": { "message": "slow down" } })).header("retry-after", "3600"),
+    ])
+    .await;
+    let failure = adapter(&server).chat(&request()).await.unwrap_err();
+    assert_eq!(failure.kind, ModelErrorKind::RateLimited);
+    assert_eq!(failure.retry_after, Some(std::time::Duration::from_secs(3600)));
+    assert_eq!(server.requests().len(), 1);
+    let step_error: stepwright_core::StepError = failure.into();
+    assert!(step_error.retryable);
+    assert_eq!(step_error.code.as_str(), "model_rate_limited");
+}
+
+#[tokio::test]
+async fn client_errors_are_terminal_with_the_providers_message() {
+    for (status, kind) in
+        [(400, ModelErrorKind::BadRequest), (401, ModelErrorKind::Unauthorized), (403, ModelErrorKind::Forbidden)]
+    {
+        let server = FakeServer::start(vec![Reply::json(
+            status,
+            json!({ "error": { "message": format!("provider says {status}"), "type": "invalid_request_error", "code": null } }),
+        )])
+        .await;
+        let failure = adapter(&server).chat(&request()).await.unwrap_err();
+        assert_eq!(failure.kind, kind);
+        assert!(failure.message.contains(&format!("provider says {status}")), "{failure}");
+        assert_eq!(server.requests().len(), 1, "{status} is not retried");
+        let step_error: stepwright_core::StepError = failure.into();
+        assert!(!step_error.retryable);
+    }
+}
+
+#[tokio::test]
+async fn a_connection_refused_is_a_retryable_connection_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    drop(listener);
+    let adapter = OpenAi::new(&url, None, fast_http(), &RateLimits::default()).unwrap();
+    let failure = adapter.chat(&request()).await.unwrap_err();
+    assert_eq!(failure.kind, ModelErrorKind::Connection, "{failure}");
+    assert!(failure.kind.retryable());
+}
+
+#[tokio::test]
+async fn a_rate_limit_per_key_spaces_out_requests() {
+    let body = json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "content": "ok" } }] });
+    let server = FakeServer::start(vec![Reply::json(200, body); 3]).await;
+    let limits = RateLimits::default();
+    let options = stepwright_llm::HttpOptions { requests_per_minute: std::num::NonZeroU32::new(120), ..fast_http() };
+    // Two adapters with the same key share one limiter: 120/min is one per 500 ms, with a
+    // burst of two (a second's worth).
+    let a = OpenAi::new(&format!("{}/v1", server.url), Some("k".into()), options.clone(), &limits).unwrap();
+    let b = OpenAi::new(&format!("{}/v1", server.url), Some("k".into()), options, &limits).unwrap();
+    let started = std::time::Instant::now();
+    a.chat(&request()).await.unwrap();
+    b.chat(&request()).await.unwrap();
+    a.chat(&request()).await.unwrap();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(450), "{:?}", started.elapsed());
+}
