@@ -7,7 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::adapter::{ChatModel, TokenSink};
 use crate::error::{ModelError, ModelErrorKind};
-use crate::http::{HttpOptions, RateLimits, Transport};
+use crate::http::{HttpOptions, RateLimits, Transport, is_event_stream};
 use crate::types::{ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolChoice, Usage};
 
 const PROVIDER: &str = "anthropic";
@@ -54,9 +54,19 @@ impl Anthropic {
         let forced = request.output.as_ref().map(|o| o.name.as_str());
         match sink {
             None => decode(&self.transport.json(response).await?, forced),
+            // Some compatible servers ignore `stream: true` and answer in one piece.
+            Some(sink) if !is_event_stream(&response) => {
+                let whole = decode(&self.transport.json(response).await?, forced)?;
+                if !whole.content.is_empty() {
+                    sink(&whole.content);
+                }
+                Ok(whole)
+            }
             Some(sink) => {
                 let mut stream = StreamState::default();
-                self.transport.events(response, "message_stop", |event| stream.event(&event.data, sink, forced)).await?;
+                self.transport
+                    .events(response, "message_stop", |event| stream.event(&event.data, sink, forced))
+                    .await?;
                 stream.finish(forced)
             }
         }
@@ -276,7 +286,8 @@ impl StreamState {
                         let part = delta["partial_json"].as_str().unwrap_or_default();
                         self.json.entry(index).or_default().push_str(part);
                         // The forced output tool's JSON is the answer: stream it as text.
-                        let is_answer = self.blocks.get(&index).and_then(|b| b["name"].as_str()).is_some_and(|n| Some(n) == forced);
+                        let is_answer =
+                            self.blocks.get(&index).and_then(|b| b["name"].as_str()).is_some_and(|n| Some(n) == forced);
                         if is_answer && !part.is_empty() {
                             sink(part);
                         }
@@ -330,7 +341,11 @@ impl StreamState {
 
     fn finish(self, forced: Option<&str>) -> Result<ChatResponse, ModelError> {
         if !self.done {
-            return Err(ModelError::new(ModelErrorKind::StreamInterrupted, PROVIDER, "the stream ended before message_stop"));
+            return Err(ModelError::new(
+                ModelErrorKind::StreamInterrupted,
+                PROVIDER,
+                "the stream ended before message_stop",
+            ));
         }
         let stop = self.stop.unwrap_or_else(|| "end_turn".into());
         assemble(self.blocks.into_values().collect(), &stop, self.usage, self.model, forced)

@@ -146,8 +146,12 @@ impl Cassette {
     pub fn record(&self, provider: &str, request: &ChatRequest, response: &ChatResponse) -> Result<(), CassetteError> {
         let key = Self::key(provider, request).to_hex();
         let mut file = self.file.lock().expect("poisoned");
-        let interaction =
-            Interaction { key: key.clone(), provider: provider.to_owned(), request: request.clone(), response: response.clone() };
+        let interaction = Interaction {
+            key: key.clone(),
+            provider: provider.to_owned(),
+            request: request.clone(),
+            response: response.clone(),
+        };
         match file.interactions.iter_mut().find(|i| i.key == key) {
             Some(existing) => *existing = interaction,
             None => file.interactions.push(interaction),

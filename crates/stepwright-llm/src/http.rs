@@ -99,10 +99,10 @@ impl Transport {
         key: &str,
     ) -> Result<Self, ModelError> {
         install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .connect_timeout(options.timeout.min(Duration::from_secs(30)))
-            .build()
-            .map_err(|e| ModelError::new(ModelErrorKind::Config, provider, format!("building an HTTP client: {e}")))?;
+        let client =
+            reqwest::Client::builder().connect_timeout(options.timeout.min(Duration::from_secs(30))).build().map_err(
+                |e| ModelError::new(ModelErrorKind::Config, provider, format!("building an HTTP client: {e}")),
+            )?;
         let limiter = options.requests_per_minute.map(|rpm| limits.limiter(provider, key, rpm));
         Ok(Self { client, provider, options, limiter })
     }
@@ -177,7 +177,9 @@ impl Transport {
         let bytes = match tokio::time::timeout(self.options.timeout, response.bytes()).await {
             Err(_) => return Err(self.error(ModelErrorKind::StreamInterrupted, "the answer stopped arriving")),
             Ok(Err(e)) => {
-                return Err(self.error(ModelErrorKind::StreamInterrupted, format!("reading the answer: {}", error_chain(&e))));
+                return Err(
+                    self.error(ModelErrorKind::StreamInterrupted, format!("reading the answer: {}", error_chain(&e)))
+                );
             }
             Ok(Ok(bytes)) => bytes,
         };
@@ -204,10 +206,14 @@ impl Transport {
             let chunk = match tokio::time::timeout(self.options.timeout, body.next()).await {
                 Err(_) => return Err(self.error(ModelErrorKind::StreamInterrupted, "the stream went silent")),
                 Ok(None) => {
-                    return Err(self.error(ModelErrorKind::StreamInterrupted, format!("the stream ended before {marker}")));
+                    return Err(
+                        self.error(ModelErrorKind::StreamInterrupted, format!("the stream ended before {marker}"))
+                    );
                 }
                 Ok(Some(Err(e))) => {
-                    return Err(self.error(ModelErrorKind::StreamInterrupted, format!("the stream broke: {}", error_chain(&e))));
+                    return Err(
+                        self.error(ModelErrorKind::StreamInterrupted, format!("the stream broke: {}", error_chain(&e)))
+                    );
                 }
                 Ok(Some(Ok(chunk))) => chunk,
             };
@@ -218,6 +224,15 @@ impl Transport {
             }
         }
     }
+}
+
+/// Whether a response is an SSE stream (by its content type).
+pub(crate) fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"))
 }
 
 /// `retry-after-ms`, then `retry-after` as seconds or an HTTP date.

@@ -215,7 +215,8 @@ impl Models {
                 Provider::Anthropic => Arc::new(Anthropic::new(&base_url, key, config.http.clone(), &self.limits)?),
             }
         };
-        self.bindings.insert(name.to_owned(), Binding { model, model_id: config.model.clone(), pricing: config.pricing });
+        self.bindings
+            .insert(name.to_owned(), Binding { model, model_id: config.model.clone(), pricing: config.pricing });
         Ok(())
     }
 
@@ -339,7 +340,10 @@ impl ChatModel for MissingKey {
         self.provider.name()
     }
 
-    fn chat<'a>(&'a self, _request: &'a ChatRequest) -> futures_util::future::BoxFuture<'a, Result<ChatResponse, ModelError>> {
+    fn chat<'a>(
+        &'a self,
+        _request: &'a ChatRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<ChatResponse, ModelError>> {
         Box::pin(async move {
             Err(ModelError::new(
                 ModelErrorKind::Config,

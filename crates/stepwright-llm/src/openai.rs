@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::adapter::{ChatModel, TokenSink};
 use crate::error::{ModelError, ModelErrorKind};
-use crate::http::{HttpOptions, RateLimits, Transport};
+use crate::http::{HttpOptions, RateLimits, Transport, is_event_stream};
 use crate::schema::openai_strict;
 use crate::types::{ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolChoice, Usage};
 
@@ -52,6 +52,14 @@ impl OpenAi {
         let response = self.transport.post(&url, &self.headers(), &body).await?;
         match sink {
             None => decode(&self.transport.json(response).await?),
+            // Some compatible servers ignore `stream: true` and answer in one piece.
+            Some(sink) if !is_event_stream(&response) => {
+                let whole = decode(&self.transport.json(response).await?)?;
+                if !whole.content.is_empty() {
+                    sink(&whole.content);
+                }
+                Ok(whole)
+            }
             Some(sink) => {
                 let mut stream = StreamState::default();
                 self.transport.events(response, "[DONE]", |event| stream.event(&event.data, sink)).await?;
@@ -239,7 +247,11 @@ impl StreamState {
             serde_json::from_str(data).map_err(|e| protocol(format!("a stream chunk is not JSON ({e}): {data}")))?;
         if let Some(error) = chunk.get("error") {
             let message = error["message"].as_str().unwrap_or("an error in the stream");
-            let kind = if error["type"] == "server_error" { ModelErrorKind::Server } else { ModelErrorKind::StreamInterrupted };
+            let kind = if error["type"] == "server_error" {
+                ModelErrorKind::Server
+            } else {
+                ModelErrorKind::StreamInterrupted
+            };
             return Err(ModelError::new(kind, PROVIDER, format!("the stream reported an error: {message}")));
         }
         if let Some(model) = chunk["model"].as_str() {

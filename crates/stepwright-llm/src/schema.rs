@@ -9,8 +9,9 @@ use serde_json::{Map, Value, json};
 pub fn openai_strict(schema: &Value) -> Value {
     let Value::Object(map) = schema else { return schema.clone() };
     let mut out = map.clone();
-    let is_object = map.get("type").is_some_and(|t| t == "object" || t.as_array().is_some_and(|a| a.contains(&json!("object"))))
-        || map.contains_key("properties");
+    let is_object =
+        map.get("type").is_some_and(|t| t == "object" || t.as_array().is_some_and(|a| a.contains(&json!("object"))))
+            || map.contains_key("properties");
     if is_object {
         let required = required_names(map);
         let mut properties = Map::new();
@@ -78,7 +79,9 @@ pub fn strip_optional_nulls(schema: &Value, value: &mut Value) {
         Value::Object(fields) => {
             let required = schema.as_object().map(required_names).unwrap_or_default();
             let properties = schema.get("properties").and_then(Value::as_object);
-            fields.retain(|name, v| !(v.is_null() && properties.is_some_and(|p| p.contains_key(name)) && !required.contains(name)));
+            fields.retain(|name, v| {
+                !(v.is_null() && properties.is_some_and(|p| p.contains_key(name)) && !required.contains(name))
+            });
             if let Some(properties) = properties {
                 for (name, v) in fields.iter_mut() {
                     if let Some(property) = properties.get(name) {

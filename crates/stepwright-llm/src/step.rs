@@ -105,9 +105,8 @@ fn messages(spec: &LlmSpec, input: &Value) -> Result<Vec<Message>, StepError> {
     let bad = |message: String| StepError::new(ErrorCode::INPUT_VALIDATION, message);
     let input = match input {
         Value::String(prompt) => PromptInput { prompt: Some(prompt.clone()), system: None, messages: None },
-        other => serde_json::from_value(other.clone()).map_err(|e| {
-            bad(format!("an llm step takes a prompt string, {{prompt, system}} or {{messages}}: {e}"))
-        })?,
+        other => serde_json::from_value(other.clone())
+            .map_err(|e| bad(format!("an llm step takes a prompt string, {{prompt, system}} or {{messages}}: {e}")))?,
     };
     let mut out = Vec::new();
     for system in [&spec.system, &input.system].into_iter().flatten() {
@@ -131,8 +130,7 @@ fn structured(schema: &Value, text: &str) -> Result<Value, Vec<String>> {
         .or_else(|| trimmed.strip_prefix("```"))
         .and_then(|t| t.strip_suffix("```"))
         .unwrap_or(trimmed);
-    let mut value: Value =
-        serde_json::from_str(unfenced).map_err(|e| vec![format!("the answer is not JSON: {e}")])?;
+    let mut value: Value = serde_json::from_str(unfenced).map_err(|e| vec![format!("the answer is not JSON: {e}")])?;
     strip_optional_nulls(schema, &mut value);
     validate(schema, &value).map(|()| value)
 }

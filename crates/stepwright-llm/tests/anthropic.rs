@@ -24,8 +24,16 @@ fn request() -> ChatRequest {
             Message::Assistant {
                 content: "Looking.".into(),
                 tool_calls: vec![
-                    ToolCall { id: "toolu_1".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "41" }) },
-                    ToolCall { id: "toolu_2".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "42" }) },
+                    ToolCall {
+                        id: "toolu_1".into(),
+                        name: "lookup_order".into(),
+                        arguments: json!({ "order_id": "41" }),
+                    },
+                    ToolCall {
+                        id: "toolu_2".into(),
+                        name: "lookup_order".into(),
+                        arguments: json!({ "order_id": "42" }),
+                    },
                 ],
             },
             Message::Tool { call_id: "toolu_1".into(), content: "shipped".into(), is_error: false },
@@ -38,7 +46,8 @@ fn request() -> ChatRequest {
         parameters: json!({ "type": "object", "properties": { "order_id": { "type": "string" } } }),
     }];
     request.tool_choice = Some(ToolChoice::Required);
-    request.params = ModelParams { temperature: Some(0.2), top_p: None, max_tokens: Some(512), stop: vec!["END".into()] };
+    request.params =
+        ModelParams { temperature: Some(0.2), top_p: None, max_tokens: Some(512), stop: vec!["END".into()] };
     request
 }
 
@@ -62,7 +71,10 @@ async fn a_plain_call_sends_system_tool_use_and_tool_results_the_messages_way() 
     assert_eq!(response.content, "Order 41 shipped; let me check 42 again.");
     assert_eq!(response.finish_reason, FinishReason::ToolCalls);
     assert_eq!(response.usage, Usage { input_tokens: 120, output_tokens: 40 });
-    assert_eq!(response.tool_calls, [ToolCall { id: "toolu_3".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "42" }) }]);
+    assert_eq!(
+        response.tool_calls,
+        [ToolCall { id: "toolu_3".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "42" }) }]
+    );
 
     let sent = &server.requests()[0];
     assert_eq!(sent.path, "/v1/messages");
@@ -144,7 +156,10 @@ async fn a_stream_split_at_awkward_boundaries_accumulates_text_and_input_json_de
         assert_eq!(tokens.lock().unwrap().concat(), response.content, "tool input is not streamed as text");
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
         assert_eq!(response.usage, Usage { input_tokens: 90, output_tokens: 57 });
-        assert_eq!(response.tool_calls, [ToolCall { id: "toolu_9".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "42" }) }]);
+        assert_eq!(
+            response.tool_calls,
+            [ToolCall { id: "toolu_9".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "42" }) }]
+        );
         assert_eq!(server.requests()[0].body["stream"], json!(true));
     }
 }
@@ -189,7 +204,8 @@ async fn structured_output_is_a_forced_tool_whose_input_is_the_answer() {
 async fn overloaded_529_is_retried_and_an_error_event_mid_stream_is_classified() {
     let ok = json!({ "content": [{ "type": "text", "text": "fine" }], "stop_reason": "end_turn", "usage": { "input_tokens": 3, "output_tokens": 1 } });
     let server = FakeServer::start(vec![
-        Reply::json(529, json!({ "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } })).header("retry-after", "0"),
+        Reply::json(529, json!({ "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } }))
+            .header("retry-after", "0"),
         Reply::json(200, ok),
     ])
     .await;
@@ -197,7 +213,10 @@ async fn overloaded_529_is_retried_and_an_error_event_mid_stream_is_classified()
     assert_eq!(server.requests().len(), 2);
 
     let stream = [
-        event("message_start", &json!({ "type": "message_start", "message": { "model": "claude", "usage": { "input_tokens": 5 } } })),
+        event(
+            "message_start",
+            &json!({ "type": "message_start", "message": { "model": "claude", "usage": { "input_tokens": 5 } } }),
+        ),
         event("error", &json!({ "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } })),
     ]
     .concat();

@@ -31,14 +31,19 @@ fn request() -> ChatRequest {
             Message::user("Where is order 42?"),
             Message::Assistant {
                 content: String::new(),
-                tool_calls: vec![ToolCall { id: "call_0".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "41" }) }],
+                tool_calls: vec![ToolCall {
+                    id: "call_0".into(),
+                    name: "lookup_order".into(),
+                    arguments: json!({ "order_id": "41" }),
+                }],
             },
             Message::Tool { call_id: "call_0".into(), content: "{\"status\":\"lost\"}".into(), is_error: false },
         ],
     );
     request.tools = vec![lookup_tool()];
     request.tool_choice = Some(ToolChoice::Auto);
-    request.params = ModelParams { temperature: Some(0.0), top_p: Some(0.5), max_tokens: Some(300), stop: vec!["END".into()] };
+    request.params =
+        ModelParams { temperature: Some(0.0), top_p: Some(0.5), max_tokens: Some(300), stop: vec!["END".into()] };
     request
 }
 
@@ -192,7 +197,8 @@ async fn an_error_inside_a_stream_is_reported_with_its_message() {
 async fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
     let body = json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "content": "ok" } }] });
     let server = FakeServer::start(vec![
-        Reply::json(429, json!({ "error": { "message": "Rate limit reached", "type": "requests" } })).header("retry-after-ms", "30"),
+        Reply::json(429, json!({ "error": { "message": "Rate limit reached", "type": "requests" } }))
+            .header("retry-after-ms", "30"),
         Reply::json(502, json!({ "error": { "message": "bad gateway" } })),
         Reply::json(200, body),
     ])

@@ -37,7 +37,11 @@ impl Reply {
     /// An SSE stream cut into pieces of `piece` bytes (cuts land anywhere, inside UTF-8 too).
     pub fn sse(text: &str, piece: usize) -> Self {
         let pieces = text.as_bytes().chunks(piece).map(<[u8]>::to_vec).collect();
-        Self { status: 200, headers: vec![("content-type".into(), "text/event-stream".into())], body: Body::Sse { pieces, complete: true } }
+        Self {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            body: Body::Sse { pieces, complete: true },
+        }
     }
 
     /// The stream is cut off after `bytes` bytes.

@@ -1,0 +1,245 @@
+//! The `llm` step in a running engine: structured output with repair turns, journaled calls
+//! with artifacts and usage events, cassettes, and a crash that does not pay twice.
+
+mod support;
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use stepwright_core::{Engine, ErrorCode, MemoryStore, Node, Record, RunId, RunStatus, StartOptions, Store, Workflow};
+use stepwright_llm::{
+    Cassette, CassetteMode, LlmSpec, LlmStep, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, rollup,
+};
+use support::{FakeServer, Reply, fast_http};
+
+fn answer(content: &str) -> Reply {
+    Reply::json(
+        200,
+        json!({ "model": "gpt-4o-mini", "choices": [{ "finish_reason": "stop", "message": { "role": "assistant", "content": content } }],
+                "usage": { "prompt_tokens": 1000, "completion_tokens": 200 } }),
+    )
+}
+
+fn models(server_url: &str) -> Models {
+    let mut config = ModelConfig::new(Provider::Openai, "gpt-4o-mini");
+    config.base_url = Some(format!("{server_url}/v1"));
+    config.pricing = Some(Pricing { input: 0.15, output: 0.60 });
+    config.http = fast_http();
+    let mut models = Models::new();
+    models.bind("fast", &config).unwrap();
+    models
+}
+
+fn engine(store: Arc<MemoryStore>, models: Models) -> Engine {
+    Engine::builder().store(store as Arc<dyn Store>).service(Arc::new(models)).build()
+}
+
+fn classify() -> Workflow {
+    let mut spec = LlmSpec::new("fast");
+    spec.system = Some("You classify support tickets.".into());
+    spec.output = Some(json!({
+        "type": "object", "required": ["category"],
+        "properties": { "category": { "enum": ["billing", "bug", "other"] }, "confidence": { "type": "number" } }
+    }));
+    Workflow::builder("classify").step(Node::dyn_step("classify", LlmStep::new(spec))).build().unwrap()
+}
+
+#[tokio::test]
+async fn a_wrong_answer_gets_one_repair_turn_that_shows_the_validation_errors() {
+    let server = FakeServer::start(vec![
+        answer("{\"category\": \"sales\"}"),
+        answer("{\"category\": \"billing\", \"confidence\": null}"),
+    ])
+    .await;
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), models(&server.url));
+    let report = engine.start(&classify(), json!("I was charged twice")).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
+    assert_eq!(report.output, Some(json!({ "category": "billing" })), "the strict-mode null was stripped");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let repair = requests[1].body["messages"].as_array().unwrap();
+    assert_eq!(repair[0], json!({ "role": "system", "content": "You classify support tickets." }));
+    assert_eq!(repair[1], json!({ "role": "user", "content": "I was charged twice" }));
+    assert_eq!(repair[2], json!({ "role": "assistant", "content": "{\"category\": \"sales\"}" }));
+    let shown = repair[3]["content"].as_str().unwrap();
+    assert!(shown.contains("at /category:") && shown.contains("sales"), "{shown}");
+
+    // Each call is a journaled sub-step, with both artifacts and a usage event with cost.
+    let entries = store.entries(report.run_id);
+    let completed: Vec<&str> =
+        entries.iter().filter(|e| matches!(e.record, Record::Completed { .. })).map(|e| e.path.as_str()).collect();
+    assert_eq!(completed, ["classify/call.0", "classify/call.1", "classify"]);
+    let artifacts: Vec<&str> = entries
+        .iter()
+        .filter_map(|e| match &e.record {
+            Record::Artifact { kind, .. } => Some(kind.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(artifacts, ["llm-input", "llm-output", "llm-input", "llm-output"]);
+    let events = store.events(report.run_id).await.unwrap();
+    let calls: Vec<&Value> = events.iter().filter(|e| e.kind == MODEL_CALL_EVENT).map(|e| &e.data).collect();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1]["call"], json!("classify/call.1"));
+    assert_eq!(calls[0]["usage"], json!({ "input_tokens": 1000, "output_tokens": 200 }));
+    let (by_step, total) = rollup(&events);
+    assert_eq!(total.calls, 2);
+    assert_eq!(total.input_tokens, 2000);
+    // 2 × (1000 × 0.15 + 200 × 0.60) / 1e6 = 0.00054 dollars.
+    assert!((total.cost_usd - 0.000_54).abs() < 1e-12, "{}", total.cost_usd);
+    assert_eq!(by_step["classify"], total);
+}
+
+#[tokio::test]
+async fn answers_that_stay_wrong_fail_with_output_validation() {
+    let server = FakeServer::start(vec![answer("not json"), answer("{\"category\": 7}")]).await;
+    let engine = engine(Arc::new(MemoryStore::new()), models(&server.url));
+    let report = engine.start(&classify(), json!({ "prompt": "?" })).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed);
+    let error = report.error.unwrap();
+    assert_eq!(error.code, ErrorCode::OUTPUT_VALIDATION);
+    assert!(error.message.contains("after 1 repair turn"), "{}", error.message);
+    assert_eq!(server.requests().len(), 2, "repair turns are bounded");
+}
+
+#[tokio::test]
+async fn a_crash_after_the_first_call_resumes_without_paying_for_it_again() {
+    let server = FakeServer::start(vec![
+        answer("{\"category\": \"sales\"}"),
+        answer("{\"category\": \"bug\"}"),
+        answer("{\"category\": \"bug\"}"),
+    ])
+    .await;
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), models(&server.url));
+    // call.0 is committed; call.1's commit fails as if the process died right after the
+    // provider answered.
+    store.fail_appends_after(1);
+    let run: RunId = "01890000-0000-7000-8000-00000000a11a".parse().unwrap();
+    let crashed = engine
+        .start_with(&classify(), json!("it crashes"), StartOptions { run_id: Some(run), ..Default::default() })
+        .await;
+    assert!(crashed.is_err());
+    store.heal();
+    let report = engine.resume(&classify(), run).await.unwrap();
+    assert_eq!(report.output, Some(json!({ "category": "bug" })));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "call.0 once; call.1 twice (its answer was lost with the process)");
+    assert_eq!(requests[2].body, requests[1].body, "the resumed run went straight to the repair turn");
+}
+
+#[tokio::test]
+async fn a_cassette_records_then_replays_offline_and_a_miss_names_the_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("classify.cassette.json");
+    let server = FakeServer::start(vec![answer("{\"category\": \"bug\"}")]).await;
+    let recording = models(&server.url).with_cassette(Cassette::open(&path, CassetteMode::Record).unwrap());
+    let report = engine(Arc::new(MemoryStore::new()), recording).start(&classify(), json!("it crashes")).await.unwrap();
+    assert_eq!(report.output, Some(json!({ "category": "bug" })));
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(file["version"], json!(1));
+    assert_eq!(file["interactions"].as_array().unwrap().len(), 1);
+
+    // Replay against no server at all, and without a key: the public endpoint is used.
+    let mut offline = Models::new();
+    offline
+        .bind(
+            "fast",
+            &ModelConfig {
+                api_key_env: Some("STEPWRIGHT_TEST_NO_SUCH_KEY".into()),
+                ..ModelConfig::new(Provider::Openai, "gpt-4o-mini")
+            },
+        )
+        .unwrap();
+    let replaying = offline.with_cassette(Cassette::open(&path, CassetteMode::Replay).unwrap());
+    let engine = engine(Arc::new(MemoryStore::new()), replaying);
+    let replayed = engine.start(&classify(), json!("it crashes")).await.unwrap();
+    assert_eq!(replayed.output, Some(json!({ "category": "bug" })));
+    assert_eq!(server.requests().len(), 1, "nothing reached the server");
+
+    let missed = engine.start(&classify(), json!("a different ticket")).await.unwrap();
+    let error = missed.error.unwrap();
+    assert_eq!(error.code.as_str(), "cassette_miss");
+    assert!(error.message.contains("classify/call.0"), "{}", error.message);
+    assert!(error.message.contains("a different ticket"), "{}", error.message);
+    assert!(!error.retryable);
+}
+
+#[tokio::test]
+async fn auto_mode_calls_only_what_is_not_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auto.json");
+    let server = FakeServer::start(vec![answer("{\"category\": \"bug\"}"), answer("{\"category\": \"other\"}")]).await;
+    for (input, expected) in [("one", "bug"), ("one", "bug"), ("two", "other"), ("two", "other")] {
+        let models = models(&server.url).with_cassette(Cassette::open(&path, CassetteMode::Auto).unwrap());
+        let report = engine(Arc::new(MemoryStore::new()), models).start(&classify(), json!(input)).await.unwrap();
+        assert_eq!(report.output, Some(json!({ "category": expected })));
+    }
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_binding_without_a_key_says_which_variable_to_set() {
+    let mut models = Models::new();
+    let config = ModelConfig {
+        api_key_env: Some("STEPWRIGHT_TEST_NO_SUCH_KEY".into()),
+        ..ModelConfig::new(Provider::Anthropic, "claude")
+    };
+    models.bind("fast", &config).unwrap();
+    let report = engine(Arc::new(MemoryStore::new()), models).start(&classify(), json!("x")).await.unwrap();
+    let error = report.error.unwrap();
+    assert_eq!(error.code.as_str(), "model_config");
+    assert!(error.message.contains("ANTHROPIC_API_KEY"), "{}", error.message);
+}
+
+#[test]
+fn model_specs_parse_with_clear_errors() {
+    let spec = ModelConfig::parse_spec("openai:llama3.2@http://127.0.0.1:11434/v1").unwrap();
+    assert_eq!((spec.provider, spec.model.as_str()), (Provider::Openai, "llama3.2"));
+    assert_eq!(spec.base_url.as_deref(), Some("http://127.0.0.1:11434/v1"));
+    assert_eq!(ModelConfig::parse_spec("anthropic:claude-sonnet-4-5").unwrap().base_url, None);
+    assert!(ModelConfig::parse_spec("gpt-4o").unwrap_err().contains("provider:model"));
+    assert!(ModelConfig::parse_spec("mistral:large").unwrap_err().contains("unknown provider"));
+    assert!(ModelConfig::parse_spec("openai:").unwrap_err().contains("no model"));
+    assert!(ModelConfig::parse_spec("openai:m@ftp://x").unwrap_err().contains("http://"));
+}
+
+/// Collects streamed tokens by step path.
+#[derive(Default)]
+struct Tokens(std::sync::Mutex<Vec<(String, String)>>);
+
+impl stepwright_core::Observer for Tokens {
+    fn token(&self, _run: RunId, path: &stepwright_core::StepPath, text: &str) {
+        self.0.lock().unwrap().push((path.as_str().to_owned(), text.to_owned()));
+    }
+}
+
+#[tokio::test]
+async fn tokens_stream_to_the_steps_sink_as_they_arrive() {
+    let chunks = ["Dear ", "customer, ", "sorry."]
+        .iter()
+        .map(|t| format!("data: {}\n\n", json!({ "choices": [{ "index": 0, "delta": { "content": t } }] })))
+        .collect::<String>();
+    let stream = format!(
+        "{chunks}data: {}\n\ndata: [DONE]\n\n",
+        json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] })
+    );
+    let server = FakeServer::start(vec![Reply::sse(&stream, 9)]).await;
+    let tokens = Arc::new(Tokens::default());
+    let engine = Engine::builder()
+        .store(Arc::new(MemoryStore::new()) as Arc<dyn Store>)
+        .service(Arc::new(models(&server.url)))
+        .observer(tokens.clone())
+        .build();
+    let workflow =
+        Workflow::builder("reply").step(Node::dyn_step("draft", LlmStep::new(LlmSpec::new("fast")))).build().unwrap();
+    let report = engine.start(&workflow, json!("Write a reply")).await.unwrap();
+    assert_eq!(report.output, Some(json!("Dear customer, sorry.")));
+    let seen = tokens.0.lock().unwrap().clone();
+    let expected: Vec<(String, String)> =
+        ["Dear ", "customer, ", "sorry."].iter().map(|t| ("draft".to_owned(), (*t).to_owned())).collect();
+    assert_eq!(seen, expected);
+    assert_eq!(server.requests()[0].body["stream"], json!(true));
+}
