@@ -106,6 +106,61 @@ fn w2(runs: usize) -> (f64, f64) {
     (median(per_run), best)
 }
 
+/// A model that answers at once, so that a call costs only what the engine adds.
+struct InstantModel;
+
+impl stepwright_llm::ChatModel for InstantModel {
+    fn provider(&self) -> &str {
+        "instant"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _request: &'a stepwright_llm::ChatRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<stepwright_llm::ChatResponse, stepwright_llm::ModelError>> {
+        Box::pin(async {
+            Ok(stepwright_llm::ChatResponse {
+                content: "{\"category\":\"bug\"}".into(),
+                tool_calls: Vec::new(),
+                finish_reason: stepwright_llm::FinishReason::Stop,
+                usage: stepwright_llm::Usage { input_tokens: 120, output_tokens: 8 },
+                model: "instant-1".into(),
+            })
+        })
+    }
+}
+
+/// L1: engine overhead per model call: a chain of 100 `llm` steps with structured output
+/// against an instant model — request building, the journaled sub-step with its
+/// `llm-input`/`llm-output` artifacts and usage event, answer validation, the step around
+/// it. Returns µs per call (median, best) for the store given.
+fn l1(runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
+    let mut models = stepwright_llm::Models::new();
+    models.bind_adapter("fast", "instant-1", Arc::new(InstantModel), None);
+    let mut spec = stepwright_llm::LlmSpec::new("fast");
+    spec.output =
+        Some(json!({ "type": "object", "required": ["category"], "properties": { "category": { "type": "string" } } }));
+    let mut builder = Workflow::builder("l1");
+    for i in 0..100 {
+        let step = Node::dyn_step(&format!("s{i}"), stepwright_llm::LlmStep::new(spec.clone()));
+        builder = builder.step(step.input(stepwright_core::InputSource::WorkflowInput));
+    }
+    let workflow = builder.build().expect("valid");
+    let rt = current_thread();
+    let mut per_call = Vec::with_capacity(runs);
+    rt.block_on(async {
+        let engine = Engine::builder().store(store).service(Arc::new(models)).build();
+        for _ in 0..runs {
+            let start = Instant::now();
+            let report = engine.start(&workflow, json!("Classify: it crashes")).await.expect("run");
+            per_call.push(start.elapsed().as_secs_f64() * 1e6 / 100.0);
+            assert_eq!(report.status, stepwright_core::RunStatus::Completed, "{:?}", report.error);
+        }
+    });
+    let best = per_call.iter().copied().fold(f64::INFINITY, f64::min);
+    (median(per_call), best)
+}
+
 /// W3 (child process): 1,000 concurrent runs of 10 steps, each awaiting a 10 ms timer.
 /// Prints `wall_ms peak_rss_kib`.
 fn w3_child() {
@@ -611,6 +666,19 @@ fn main() {
         let latency = resume_to_next_step(10, runs, true);
         println!(
             "| D6 | approval resolved → next step starts, same process ({runs} runs) | {latency:.2} ms | | ≤ 2 ms |"
+        );
+    }
+    if wanted("l1") {
+        let runs = if quick { 5 } else { 100 };
+        let (median, best) = l1(runs, Arc::new(MemoryStore::new()));
+        println!(
+            "| L1 | engine overhead per model call: 100 `llm` steps with structured output, instant model, in-memory journal ({runs} runs) | {median:.1} µs/call | {best:.1} µs/call | ≤ 50 µs + the commit |"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, store) = sqlite_engine(dir.path(), "l1.db", Synchronous::Normal);
+        let (median, best) = l1(runs.min(20), store);
+        println!(
+            "| L1 | the same with the commits, SQLite NORMAL | {median:.1} µs/call | {best:.1} µs/call | (reference) |"
         );
     }
     if wanted("d8") {
