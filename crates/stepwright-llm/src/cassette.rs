@@ -143,8 +143,15 @@ impl Cassette {
 
     /// Records an answer and rewrites the file (to a temporary file, then renamed, so a
     /// crash never leaves half a cassette).
-    pub fn record(&self, provider: &str, request: &ChatRequest, response: &ChatResponse) -> Result<(), CassetteError> {
-        let key = Self::key(provider, request).to_hex();
+    /// `key` is [`Cassette::key`] of the provider and request.
+    pub fn record(
+        &self,
+        key: &ContentHash,
+        provider: &str,
+        request: &ChatRequest,
+        response: &ChatResponse,
+    ) -> Result<(), CassetteError> {
+        let key = key.to_hex();
         let mut file = self.file.lock().expect("poisoned");
         let interaction = Interaction {
             key: key.clone(),

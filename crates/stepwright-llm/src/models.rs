@@ -166,8 +166,6 @@ pub struct CallRecord {
     pub provider: String,
     /// The answer.
     pub response: ChatResponse,
-    /// The request's key (hex), as a cassette knows it.
-    pub request_hash: String,
     /// Cost in US dollars, if the binding has prices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
@@ -262,10 +260,11 @@ impl Models {
         })?;
         bound.model_id.clone_into(&mut request.model);
         let provider = bound.model.provider().to_owned();
-        let key = Cassette::key(&provider, &request);
         let started = Instant::now();
-        if let Some(cassette) = &self.cassette
-            && let Some(response) = cassette.lookup(&key)
+        // Hashing a long conversation is not free: only a cassette needs the key.
+        let cassette = self.cassette.as_ref().map(|c| (c, Cassette::key(&provider, &request)));
+        if let Some((cassette, key)) = &cassette
+            && let Some(response) = cassette.lookup(key)
         {
             if let Some(sink) = sink {
                 // Played back in word-sized pieces, so a live view still shows it arrive.
@@ -273,9 +272,9 @@ impl Models {
                     sink(piece);
                 }
             }
-            return Ok(self.record(binding, &provider, bound, response, &key, started, true));
+            return Ok(record(binding, &provider, bound, response, started, true));
         }
-        if let Some(cassette) = &self.cassette
+        if let Some((cassette, key)) = &cassette
             && cassette.mode() == CassetteMode::Replay
         {
             let last = request.messages.iter().rev().find_map(|m| match m {
@@ -298,34 +297,35 @@ impl Models {
             Some(sink) => bound.model.chat_stream(&request, sink).await?,
             None => bound.model.chat(&request).await?,
         };
-        if let Some(cassette) = &self.cassette {
+        if let Some((cassette, key)) = &cassette {
             cassette
-                .record(&provider, &request, &response)
+                .record(key, &provider, &request, &response)
                 .map_err(|e| ModelError::new(ModelErrorKind::Config, &provider, format!("{site}: {e}")))?;
         }
-        Ok(self.record(binding, &provider, bound, response, &key, started, false))
+        Ok(record(binding, &provider, bound, response, started, false))
     }
 
-    #[allow(clippy::too_many_arguments, clippy::unused_self)]
-    fn record(
-        &self,
-        binding: &str,
-        provider: &str,
-        bound: &Binding,
-        response: ChatResponse,
-        key: &stepwright_core::ContentHash,
-        started: Instant,
-        replayed: bool,
-    ) -> CallRecord {
-        CallRecord {
-            binding: binding.to_owned(),
-            provider: provider.to_owned(),
-            cost_usd: bound.pricing.map(|p| p.cost(response.usage)),
-            response,
-            request_hash: key.to_hex(),
-            latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            replayed,
-        }
+    /// The provider's model id a binding sends, if the binding exists.
+    pub fn model_id(&self, binding: &str) -> Option<&str> {
+        self.bindings.get(binding).map(|b| b.model_id.as_str())
+    }
+}
+
+fn record(
+    binding: &str,
+    provider: &str,
+    bound: &Binding,
+    response: ChatResponse,
+    started: Instant,
+    replayed: bool,
+) -> CallRecord {
+    CallRecord {
+        binding: binding.to_owned(),
+        provider: provider.to_owned(),
+        cost_usd: bound.pricing.map(|p| p.cost(response.usage)),
+        response,
+        latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        replayed,
     }
 }
 
@@ -390,7 +390,6 @@ pub fn call_event(record: &CallRecord) -> serde_json::Value {
         "usage": record.response.usage,
         "cost_usd": record.cost_usd,
         "latency_ms": record.latency_ms,
-        "request_hash": record.request_hash,
         "replayed": record.replayed,
     })
 }

@@ -192,8 +192,12 @@ async fn call_model(
     models: &Models,
     spec: &LlmSpec,
     path: stepwright_core::StepPath,
-    request: ChatRequest,
+    mut request: ChatRequest,
 ) -> Result<Value, StepError> {
+    // The artifact shows the model id actually sent, not the binding's name.
+    if let Some(id) = models.model_id(&spec.model) {
+        id.clone_into(&mut request.model);
+    }
     let input_hash = ctx.artifact("llm-input", &serde_json::to_value(&request).expect("a request serializes"));
     let sink = |text: &str| ctx.token(text);
     let sink: Option<crate::adapter::TokenSink<'_>> = if spec.stream { Some(&sink) } else { None };
