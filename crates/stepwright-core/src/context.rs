@@ -412,13 +412,26 @@ impl StepContext {
         self.interrupt_with_ordinal(ordinal, request).await
     }
 
+    /// Like [`interrupt`](Self::interrupt), but identified by a name unique within the step
+    /// (`turn.3/approve.1`) instead of by its order among the step's interrupts. Use it when
+    /// some interrupts may be skipped on a later execution because the work around them is
+    /// served from the journal (an interrupt inside a journaled sub-step).
+    pub async fn interrupt_named(&self, name: &str, request: InterruptRequest) -> Result<Resolution, StepError> {
+        let id = InterruptId::derive(self.inner.run.run_id, &self.inner.path.join(name), 0);
+        self.interrupt_with_id(id, request).await
+    }
+
     pub(crate) async fn interrupt_with_ordinal(
         &self,
         ordinal: u32,
         request: InterruptRequest,
     ) -> Result<Resolution, StepError> {
+        let id = InterruptId::derive(self.inner.run.run_id, &self.inner.path, ordinal);
+        self.interrupt_with_id(id, request).await
+    }
+
+    async fn interrupt_with_id(&self, id: InterruptId, request: InterruptRequest) -> Result<Resolution, StepError> {
         let run = &self.inner.run;
-        let id = InterruptId::derive(run.run_id, &self.inner.path, ordinal);
         let now = run.clock.now();
         let deadline = match run.replay.interrupt(&id) {
             Some(log) => {

@@ -75,7 +75,7 @@ impl RateLimits {
 }
 
 /// Installs ring as rustls's provider once per process (reqwest is built without one).
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // `Err` means another provider is installed already, which serves as well.

@@ -6,6 +6,7 @@
 //! (`stepwright-core`) knows none of it, and this crate knows nothing of YAML or SQL.
 
 mod adapter;
+mod agent;
 pub mod anthropic;
 mod cassette;
 mod error;
@@ -15,9 +16,14 @@ pub mod openai;
 pub mod schema;
 pub mod sse;
 mod step;
+mod tools;
 mod types;
 
 pub use adapter::{ChatModel, TokenSink};
+pub use agent::{
+    AGENT_COMPLETED_EVENT, AGENT_HANDOFF_EVENT, AGENT_STARTED_EVENT, AGENT_STUCK, AGENT_STUCK_EVENT, AgentHooks,
+    AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, HookEvent, OnStuck, TOOL_CALL_EVENT,
+};
 pub use anthropic::Anthropic;
 pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction};
 pub use error::{ModelError, ModelErrorKind};
@@ -27,6 +33,10 @@ pub use models::{
 };
 pub use openai::OpenAi;
 pub use step::{LlmSpec, LlmStep};
+pub use tools::{
+    ArgvFn, CommandTool, FnTool, HttpTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND, TOOL_TIMEOUT, Tool, ToolContext,
+    ToolDef, ToolStep, Tools, fn_tool, model_name,
+};
 pub use types::{
     ChatRequest, ChatResponse, FinishReason, Message, ModelParams, OutputFormat, ToolCall, ToolChoice, ToolSpec, Usage,
 };
@@ -42,5 +52,10 @@ mod send_sync {
         assert_send_sync::<super::OpenAi>();
         assert_send_sync::<super::Anthropic>();
         assert_send_sync::<super::LlmStep>();
+        assert_send_sync::<super::AgentStep>();
+        assert_send_sync::<super::Agents>();
+        assert_send_sync::<super::Tools>();
+        assert_send_sync::<super::CommandTool>();
+        assert_send_sync::<super::HttpTool>();
     }
 }

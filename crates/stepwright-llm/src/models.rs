@@ -305,6 +305,11 @@ impl Models {
         Ok(record(binding, &provider, bound, response, started, false))
     }
 
+    /// A binding's prices, if it has them.
+    pub fn pricing(&self, binding: &str) -> Option<Pricing> {
+        self.bindings.get(binding).and_then(|b| b.pricing)
+    }
+
     /// The provider's model id a binding sends, if the binding exists.
     pub fn model_id(&self, binding: &str) -> Option<&str> {
         self.bindings.get(binding).map(|b| b.model_id.as_str())

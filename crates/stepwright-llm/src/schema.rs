@@ -104,6 +104,11 @@ pub fn strip_optional_nulls(schema: &Value, value: &mut Value) {
 /// Checks a value against a schema; every problem as `at /pointer: message`.
 pub fn validate(schema: &Value, value: &Value) -> Result<(), Vec<String>> {
     let validator = jsonschema::validator_for(schema).map_err(|e| vec![format!("the schema is invalid: {e}")])?;
+    check(&validator, value)
+}
+
+/// Checks a value against a compiled schema; every problem as `at /pointer: message`.
+pub fn check(validator: &jsonschema::Validator, value: &Value) -> Result<(), Vec<String>> {
     let problems: Vec<String> = validator
         .iter_errors(value)
         .map(|e| {

@@ -101,28 +101,29 @@ struct PromptInput {
     messages: Option<Vec<Message>>,
 }
 
-fn messages(spec: &LlmSpec, input: &Value) -> Result<Vec<Message>, StepError> {
+/// The conversation an input asks for, after `system` (the step's own system prompt).
+pub(crate) fn messages(system: Option<&str>, input: &Value) -> Result<Vec<Message>, StepError> {
     let bad = |message: String| StepError::new(ErrorCode::INPUT_VALIDATION, message);
     let input = match input {
         Value::String(prompt) => PromptInput { prompt: Some(prompt.clone()), system: None, messages: None },
         other => serde_json::from_value(other.clone())
-            .map_err(|e| bad(format!("an llm step takes a prompt string, {{prompt, system}} or {{messages}}: {e}")))?,
+            .map_err(|e| bad(format!("a model step takes a prompt string, {{prompt, system}} or {{messages}}: {e}")))?,
     };
     let mut out = Vec::new();
-    for system in [&spec.system, &input.system].into_iter().flatten() {
-        out.push(Message::system(system.clone()));
+    for system in [system, input.system.as_deref()].into_iter().flatten() {
+        out.push(Message::system(system));
     }
     match (input.prompt, input.messages) {
         (Some(prompt), None) => out.push(Message::user(prompt)),
         (None, Some(messages)) if !messages.is_empty() => out.extend(messages),
-        (Some(_), Some(_)) => return Err(bad("an llm step takes `prompt` or `messages`, not both".into())),
-        _ => return Err(bad("an llm step needs a `prompt` or a non-empty `messages`".into())),
+        (Some(_), Some(_)) => return Err(bad("a model step takes `prompt` or `messages`, not both".into())),
+        _ => return Err(bad("a model step needs a `prompt` or a non-empty `messages`".into())),
     }
     Ok(out)
 }
 
 /// The answer as JSON matching `schema`, or what is wrong with it.
-fn structured(schema: &Value, text: &str) -> Result<Value, Vec<String>> {
+pub(crate) fn structured(schema: &Value, text: &str) -> Result<Value, Vec<String>> {
     let trimmed = text.trim();
     // Some models wrap JSON in a Markdown fence even when asked not to.
     let unfenced = trimmed
@@ -135,7 +136,7 @@ fn structured(schema: &Value, text: &str) -> Result<Value, Vec<String>> {
     validate(schema, &value).map(|()| value)
 }
 
-fn repair_prompt(problems: &[String]) -> String {
+pub(crate) fn repair_prompt(problems: &[String]) -> String {
     let mut text = String::from("Your answer does not match the required JSON Schema:\n");
     for problem in problems {
         text.push_str("- ");
@@ -148,7 +149,7 @@ fn repair_prompt(problems: &[String]) -> String {
 
 async fn run(spec: &LlmSpec, ctx: &StepContext, input: &Value) -> Result<Value, StepError> {
     let models = ctx.require::<Models>()?;
-    let mut conversation = messages(spec, input)?;
+    let mut conversation = messages(spec.system.as_deref(), input)?;
     let output = spec.output.as_ref().map(|schema| OutputFormat { name: "answer".into(), schema: schema.clone() });
     let mut problems = Vec::new();
     for turn in 0..=spec.repair_turns {
@@ -161,7 +162,9 @@ async fn run(spec: &LlmSpec, ctx: &StepContext, input: &Value) -> Result<Value, 
             params: spec.params.clone(),
         };
         let recorded = ctx
-            .call(&format!("call.{turn}"), CallKind::Input, |info| call_model(ctx, &models, spec, info.path, request))
+            .call(&format!("call.{turn}"), CallKind::Input, |info| {
+                call_model(ctx, &models, &spec.model, spec.stream, info.path, request)
+            })
             .await?;
         let response: ChatResponse = serde_json::from_value((*recorded).clone())
             .map_err(|e| StepError::execution_failed(format!("reading a recorded model answer: {e}")))?;
@@ -187,21 +190,22 @@ async fn run(spec: &LlmSpec, ctx: &StepContext, input: &Value) -> Result<Value, 
 
 /// One model call: artifacts in, the call (streamed to the step's sink), artifacts and a
 /// `model.call` event out.
-async fn call_model(
+pub(crate) async fn call_model(
     ctx: &StepContext,
     models: &Models,
-    spec: &LlmSpec,
+    binding: &str,
+    stream: bool,
     path: stepwright_core::StepPath,
     mut request: ChatRequest,
 ) -> Result<Value, StepError> {
     // The artifact shows the model id actually sent, not the binding's name.
-    if let Some(id) = models.model_id(&spec.model) {
+    if let Some(id) = models.model_id(binding) {
         id.clone_into(&mut request.model);
     }
     let input_hash = ctx.artifact("llm-input", &serde_json::to_value(&request).expect("a request serializes"));
     let sink = |text: &str| ctx.token(text);
-    let sink: Option<crate::adapter::TokenSink<'_>> = if spec.stream { Some(&sink) } else { None };
-    let record = models.chat(path.as_str(), &spec.model, request, sink).await?;
+    let sink: Option<crate::adapter::TokenSink<'_>> = if stream { Some(&sink) } else { None };
+    let record = models.chat(path.as_str(), binding, request, sink).await?;
     let response = serde_json::to_value(&record.response).expect("a response serializes");
     let output_hash = ctx.artifact("llm-output", &response);
     let mut data = call_event(&record);

@@ -1,0 +1,602 @@
+//! Tools: what an agent (or a `tool` step) can call. A tool declares its name, description,
+//! input schema, effect class, whether it is safe to retry and whether a person must
+//! approve each call; the [`Tools`] registry validates arguments and applies timeouts the
+//! same way for every kind (Rust functions, subprocesses, HTTP endpoints, MCP servers).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use stepwright_core::{DynStep, Effect, ErrorCode, Outcome, StepContext, StepError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::http::shorten;
+use crate::schema::check;
+use crate::types::ToolSpec;
+
+/// A tool failed: the command exited non-zero, the endpoint answered an error status, the
+/// server reported an error.
+pub const TOOL_FAILED: ErrorCode = ErrorCode::from_static("tool_failed");
+/// A tool took longer than its timeout and was stopped.
+pub const TOOL_TIMEOUT: ErrorCode = ErrorCode::from_static("tool_timeout");
+/// No tool has the name asked for.
+pub const TOOL_NOT_FOUND: ErrorCode = ErrorCode::from_static("tool_not_found");
+
+/// What a tool declares about itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    /// Its name (`lookup_order`, `everything.echo`).
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object).
+    pub input_schema: Value,
+    /// What it does to the world. Tools default to `external`: fenced, and not re-run
+    /// after a crash unless marked safe to retry.
+    pub effect: Effect,
+    /// Whether running it twice is harmless (an interrupted call is then re-run).
+    pub safe_to_retry: bool,
+    /// Whether a person approves each call before it runs.
+    pub needs_approval: bool,
+    /// How long a call may take.
+    pub timeout: Option<Duration>,
+}
+
+impl ToolDef {
+    /// A definition with an open object schema and the cautious defaults (`external`,
+    /// not safe to retry, no approval, no timeout).
+    pub fn new(name: &str, description: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema: json!({ "type": "object" }),
+            effect: Effect::External,
+            safe_to_retry: false,
+            needs_approval: false,
+            timeout: None,
+        }
+    }
+
+    /// Sets the argument schema.
+    #[must_use]
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    /// Sets the effect class.
+    #[must_use]
+    pub fn effect(mut self, effect: Effect) -> Self {
+        self.effect = effect;
+        self
+    }
+
+    /// Marks it safe to run again after an interrupted call.
+    #[must_use]
+    pub fn safe_to_retry(mut self) -> Self {
+        self.safe_to_retry = true;
+        self
+    }
+
+    /// Requires a person's approval before each call.
+    #[must_use]
+    pub fn needs_approval(mut self) -> Self {
+        self.needs_approval = true;
+        self
+    }
+
+    /// Bounds each call.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Whether an interrupted call may simply run again: reads and pure computations
+    /// always, anything else only when marked safe to retry.
+    pub fn retry_is_safe(&self) -> bool {
+        self.safe_to_retry || !self.effect.is_fenced()
+    }
+}
+
+/// What a tool call is given besides its arguments.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The calling step's context (services, cancellation, identity).
+    pub step: StepContext,
+    /// For fenced tools: the call's idempotency key, the same after a crash. Pass it on to
+    /// the system the tool changes.
+    pub idempotency_key: Option<String>,
+}
+
+/// A tool. Implement it for a custom kind; the built-in kinds are [`FnTool`],
+/// [`CommandTool`], [`HttpTool`] and the MCP tools of `stepwright-mcp`.
+pub trait Tool: Send + Sync + 'static {
+    /// What the tool declares.
+    fn def(&self) -> &ToolDef;
+
+    /// Runs one call with arguments already validated against the input schema. A failure
+    /// is a [`StepError`]; an agent shows it to the model as an error result.
+    fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>>;
+}
+
+struct Registered {
+    tool: Arc<dyn Tool>,
+    validator: jsonschema::Validator,
+    model_name: String,
+}
+
+/// The tools of an engine. Register it as a service (`Services::with(Arc::new(tools))`);
+/// agents and `tool` steps find it there.
+#[derive(Default)]
+pub struct Tools {
+    by_name: BTreeMap<String, Registered>,
+}
+
+impl std::fmt::Debug for Tools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tools").field("names", &self.names()).finish()
+    }
+}
+
+/// Why a tool could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum RegisterError {
+    /// Two tools with one name.
+    #[error("a tool named {0:?} is registered already")]
+    Duplicate(String),
+    /// Two names that the model would see as one.
+    #[error("tools {0:?} and {1:?} have the same name for the model ({2:?})")]
+    ModelNameClash(String, String, String),
+    /// A name no provider accepts even after escaping.
+    #[error("tool name {0:?} is empty or longer than 64 characters once escaped for the model")]
+    BadName(String),
+    /// The input schema does not compile.
+    #[error("tool {0:?} has an invalid input schema: {1}")]
+    BadSchema(String, String),
+}
+
+/// The name a model sees: providers accept `[A-Za-z0-9_-]{1,64}`, so `server.tool` becomes
+/// `server__tool` and any other character an underscore.
+pub fn model_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    for c in name.chars() {
+        match c {
+            '.' => out.push_str("__"),
+            c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => out.push(c),
+            _ => out.push('_'),
+        }
+    }
+    out
+}
+
+impl Tools {
+    /// No tools.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegisterError> {
+        let def = tool.def();
+        let name = def.name.clone();
+        if self.by_name.contains_key(&name) {
+            return Err(RegisterError::Duplicate(name));
+        }
+        let model_name = model_name(&name);
+        if model_name.is_empty() || model_name.len() > 64 {
+            return Err(RegisterError::BadName(name));
+        }
+        if let Some(other) = self.by_name.values().find(|r| r.model_name == model_name) {
+            return Err(RegisterError::ModelNameClash(other.tool.def().name.clone(), name, model_name));
+        }
+        let validator = jsonschema::validator_for(&def.input_schema)
+            .map_err(|e| RegisterError::BadSchema(name.clone(), e.to_string()))?;
+        self.by_name.insert(name, Registered { tool, validator, model_name });
+        Ok(())
+    }
+
+    /// Adds a tool, builder style.
+    pub fn with(mut self, tool: Arc<dyn Tool>) -> Result<Self, RegisterError> {
+        self.register(tool)?;
+        Ok(self)
+    }
+
+    /// A tool by name.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.by_name.get(name).map(|r| &r.tool)
+    }
+
+    /// The tool a model's name stands for.
+    pub fn by_model_name(&self, model_name: &str) -> Option<&Arc<dyn Tool>> {
+        self.by_name.values().find(|r| r.model_name == model_name).map(|r| &r.tool)
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        self.by_name.keys().map(String::as_str).collect()
+    }
+
+    /// How the model sees a tool.
+    pub fn spec(&self, name: &str) -> Option<ToolSpec> {
+        let registered = self.by_name.get(name)?;
+        let def = registered.tool.def();
+        Some(ToolSpec {
+            name: registered.model_name.clone(),
+            description: def.description.clone(),
+            parameters: def.input_schema.clone(),
+        })
+    }
+
+    /// Runs a call: arguments checked against the input schema (`input_validation` with
+    /// every problem), then the tool, bounded by its timeout (`tool_timeout`).
+    pub async fn invoke(&self, name: &str, cx: ToolContext, args: Value) -> Result<Value, StepError> {
+        let registered = self.by_name.get(name).ok_or_else(|| {
+            StepError::new(TOOL_NOT_FOUND, format!("no tool named {name:?} (registered: {})", self.names().join(", ")))
+        })?;
+        if let Err(problems) = check(&registered.validator, &args) {
+            return Err(StepError::new(
+                ErrorCode::INPUT_VALIDATION,
+                format!("the arguments of tool {name:?} do not match its input schema: {}", problems.join("; ")),
+            ));
+        }
+        let def = registered.tool.def();
+        let call = registered.tool.invoke(cx, args);
+        match def.timeout {
+            Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+                Err(StepError::new(TOOL_TIMEOUT, format!("tool {name:?} did not finish within {limit:?}"))
+                    .retryable(true))
+            }),
+            None => call.await,
+        }
+    }
+}
+
+/// A Rust function as a tool; its input schema is derived from the argument type.
+pub struct FnTool<F, I> {
+    def: ToolDef,
+    f: F,
+    _input: std::marker::PhantomData<fn(I)>,
+}
+
+/// A tool from an async function of a typed argument (its schema derived with schemars).
+///
+/// ```
+/// use stepwright_llm::{fn_tool, Tools, ToolDef};
+/// use stepwright_core::Effect;
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Order { order_id: String }
+///
+/// let lookup = fn_tool(ToolDef::new("lookup_order", "Look up an order").effect(Effect::Read), |_cx, order: Order| async move {
+///     Ok(serde_json::json!({ "id": order.order_id, "status": "shipped" }))
+/// });
+/// let tools = Tools::new().with(lookup).unwrap();
+/// assert_eq!(tools.spec("lookup_order").unwrap().parameters["required"], serde_json::json!(["order_id"]));
+/// ```
+pub fn fn_tool<I, O, F, Fut>(mut def: ToolDef, f: F) -> Arc<FnTool<F, I>>
+where
+    I: DeserializeOwned + schemars::JsonSchema + Send + 'static,
+    O: Serialize,
+    F: Fn(ToolContext, I) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<O, StepError>> + Send + 'static,
+{
+    let mut schema = schemars::schema_for!(I).to_value();
+    if let Some(object) = schema.as_object_mut() {
+        // Providers want the bare object schema.
+        object.remove("$schema");
+        object.remove("title");
+    }
+    def.input_schema = schema;
+    Arc::new(FnTool { def, f, _input: std::marker::PhantomData })
+}
+
+impl<I, O, F, Fut> Tool for FnTool<F, I>
+where
+    I: DeserializeOwned + schemars::JsonSchema + Send + 'static,
+    O: Serialize,
+    F: Fn(ToolContext, I) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<O, StepError>> + Send + 'static,
+{
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
+
+    fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>> {
+        let input: Result<I, _> = serde_path_to_error::deserialize(args);
+        Box::pin(async move {
+            let input = input.map_err(|e| {
+                StepError::new(
+                    ErrorCode::INPUT_VALIDATION,
+                    format!("reading the arguments of {:?}: {e}", self.def.name),
+                )
+            })?;
+            let output = (self.f)(cx, input).await?;
+            serde_json::to_value(output).map_err(|e| {
+                StepError::execution_failed(format!("tool {:?} returned a value that is not JSON: {e}", self.def.name))
+            })
+        })
+    }
+}
+
+/// Computes a command line from a call's arguments (a workflow file's templates).
+pub type ArgvFn = Arc<dyn Fn(&Value) -> Result<Vec<String>, String> + Send + Sync>;
+
+/// A subprocess as a tool: started from an argument vector (never through a shell), given
+/// the arguments as JSON on stdin, its stdout read as JSON (or text). A non-zero exit is
+/// `tool_failed` with the end of stderr; the process is killed when the call is cancelled or
+/// times out.
+pub struct CommandTool {
+    def: ToolDef,
+    argv: Vec<String>,
+    argv_fn: Option<ArgvFn>,
+    cwd: Option<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for CommandTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CommandTool").field("def", &self.def).field("argv", &self.argv).finish_non_exhaustive()
+    }
+}
+
+impl CommandTool {
+    /// A command with a fixed argument vector (`argv[0]` is the program).
+    pub fn new(def: ToolDef, argv: Vec<String>) -> Self {
+        Self { def, argv, argv_fn: None, cwd: None, env: Vec::new() }
+    }
+
+    /// Computes the argument vector from each call's arguments instead.
+    #[must_use]
+    pub fn argv_from(mut self, render: ArgvFn) -> Self {
+        self.argv_fn = Some(render);
+        self
+    }
+
+    /// Runs the command in this directory.
+    #[must_use]
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Sets an environment variable for the command.
+    #[must_use]
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    async fn run(&self, cx: ToolContext, args: Value) -> Result<Value, StepError> {
+        let name = &self.def.name;
+        let argv = match &self.argv_fn {
+            Some(render) => {
+                render(&args).map_err(|e| StepError::new(ErrorCode::INPUT_VALIDATION, format!("tool {name:?}: {e}")))?
+            }
+            None => self.argv.clone(),
+        };
+        let (program, rest) = argv
+            .split_first()
+            .ok_or_else(|| StepError::new(TOOL_FAILED, format!("tool {name:?} has an empty command")))?;
+        let mut command = tokio::process::Command::new(program);
+        command.args(rest).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        if let Some(dir) = &self.cwd {
+            command.current_dir(dir);
+        }
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        if let Some(key) = &cx.idempotency_key {
+            command.env("STEPWRIGHT_IDEMPOTENCY_KEY", key);
+        }
+        let mut child = command.spawn().map_err(|e| {
+            StepError::new(TOOL_FAILED, format!("tool {name:?}: starting {program:?}: {e}")).with_cause(e)
+        })?;
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let mut stderr = child.stderr.take().expect("stderr is piped");
+        let body = serde_json::to_vec(&args).expect("arguments serialize");
+        // Write, read and wait together: a child that answers before it has read all of its
+        // input must not deadlock against a full pipe.
+        let write = async move {
+            // A child that exits without reading its input closes the pipe; that is its choice.
+            let _ = stdin.write_all(&body).await;
+            drop(stdin);
+        };
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let run = async {
+            let ((), read_out, read_err, status) =
+                tokio::join!(write, stdout.read_to_end(&mut out), stderr.read_to_end(&mut err), child.wait());
+            read_out.and(read_err).and(status)
+        };
+        let status = tokio::select! {
+            status = run => status.map_err(|e| StepError::new(TOOL_FAILED, format!("tool {name:?}: running {program:?}: {e}")))?,
+            () = cx.step.cancellation().cancelled() => {
+                return Err(StepError::cancelled(format!("tool {name:?} was cancelled; its process was killed")));
+            }
+        };
+        if !status.success() {
+            let stderr = String::from_utf8_lossy(&err);
+            let how = match status.code() {
+                Some(code) => format!("exited with code {code}"),
+                None => "was killed by a signal".to_owned(),
+            };
+            return Err(StepError::new(
+                TOOL_FAILED,
+                format!("tool {name:?}: {program:?} {how}: {}", shorten(stderr.trim(), 500)),
+            ));
+        }
+        Ok(output_value(&out))
+    }
+}
+
+/// A tool's output: JSON if it parses, otherwise its text; nothing is `null`.
+fn output_value(bytes: &[u8]) -> Value {
+    let text = String::from_utf8_lossy(bytes);
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return Value::Null;
+    }
+    serde_json::from_str(trimmed).unwrap_or_else(|_| Value::String(trimmed.to_owned()))
+}
+
+impl Tool for CommandTool {
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
+
+    fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>> {
+        Box::pin(self.run(cx, args))
+    }
+}
+
+/// An HTTP endpoint as a tool. `GET` and `DELETE` send scalar arguments as the query string;
+/// other methods send the arguments as a JSON body. A fenced call carries its idempotency
+/// key in `Idempotency-Key`. An error status is `tool_failed` (retryable for 429 and 5xx).
+pub struct HttpTool {
+    def: ToolDef,
+    method: reqwest::Method,
+    url: String,
+    headers: Vec<(String, String)>,
+    client: reqwest::Client,
+}
+
+impl std::fmt::Debug for HttpTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpTool")
+            .field("def", &self.def)
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+impl HttpTool {
+    /// A tool calling `method url`.
+    pub fn new(def: ToolDef, method: &str, url: &str) -> Result<Self, String> {
+        let method: reqwest::Method =
+            method.to_ascii_uppercase().parse().map_err(|_| format!("{method:?} is not an HTTP method"))?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("tool {:?}: the URL must start with http:// or https://, got {url:?}", def.name));
+        }
+        crate::http::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| format!("building an HTTP client: {e}"))?;
+        Ok(Self { def, method, url: url.to_owned(), headers: Vec::new(), client })
+    }
+
+    /// Sends this header with every call.
+    #[must_use]
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    async fn run(&self, cx: ToolContext, args: Value) -> Result<Value, StepError> {
+        let name = &self.def.name;
+        let mut url = reqwest::Url::parse(&self.url)
+            .map_err(|e| StepError::new(TOOL_FAILED, format!("tool {name:?}: bad URL {:?}: {e}", self.url)))?;
+        let in_query = matches!(self.method, reqwest::Method::GET | reqwest::Method::DELETE);
+        if in_query && let Some(object) = args.as_object() {
+            let mut pairs = url.query_pairs_mut();
+            for (key, value) in object.iter().filter(|(_, v)| !v.is_null()) {
+                pairs.append_pair(key, &value.as_str().map_or_else(|| value.to_string(), str::to_owned));
+            }
+        }
+        let mut request = self.client.request(self.method.clone(), url);
+        if !in_query {
+            request = request
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(serde_json::to_vec(&args).expect("arguments serialize"));
+        }
+        for (header, value) in &self.headers {
+            request = request.header(header, value);
+        }
+        if let Some(key) = &cx.idempotency_key {
+            request = request.header("Idempotency-Key", key);
+        }
+        let failed = |e: reqwest::Error| {
+            StepError::new(TOOL_FAILED, format!("tool {name:?}: {} {}: {e}", self.method, self.url))
+                .retryable(e.is_connect())
+        };
+        let response = tokio::select! {
+            response = request.send() => response.map_err(failed)?,
+            () = cx.step.cancellation().cancelled() => return Err(StepError::cancelled(format!("tool {name:?} was cancelled"))),
+        };
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(failed)?;
+        if !status.is_success() {
+            let body = String::from_utf8_lossy(&bytes);
+            return Err(StepError::new(
+                TOOL_FAILED,
+                format!("tool {name:?}: {} {} answered {status}: {}", self.method, self.url, shorten(body.trim(), 500)),
+            )
+            .retryable(status.as_u16() == 429 || status.is_server_error()));
+        }
+        Ok(output_value(&bytes))
+    }
+}
+
+impl Tool for HttpTool {
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
+
+    fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>> {
+        Box::pin(self.run(cx, args))
+    }
+}
+
+/// The `tool` step: one call of a registered tool with the step's input as arguments. The
+/// step itself is the journaled unit, so give its node the tool's effect class (and an
+/// approval gate if the tool needs one); [`ToolStep::node`] does both.
+pub struct ToolStep {
+    tool: String,
+    name: String,
+}
+
+impl ToolStep {
+    /// A step calling the tool with this name.
+    pub fn new(tool: &str) -> Arc<Self> {
+        Arc::new(Self { tool: tool.to_owned(), name: format!("tool {tool}") })
+    }
+
+    /// A node calling `tool`, with the effect class, retry safety and approval gate the tool
+    /// declares.
+    pub fn node(id: &str, tools: &Tools, tool: &str) -> Result<stepwright_core::Node, StepError> {
+        let def = tools
+            .get(tool)
+            .ok_or_else(|| StepError::new(TOOL_NOT_FOUND, format!("step {id}: no tool named {tool:?}")))?
+            .def();
+        let mut node = stepwright_core::Node::dyn_step(id, Self::new(tool)).effect(def.effect);
+        if def.safe_to_retry {
+            node = node.safe_to_retry();
+        }
+        if def.needs_approval {
+            node = node.requires_approval(stepwright_core::ApprovalGate::new(format!("Run tool {tool}?")));
+        }
+        Ok(node)
+    }
+}
+
+impl DynStep for ToolStep {
+    fn run<'a>(&'a self, ctx: &'a StepContext, input: Arc<Value>) -> BoxFuture<'a, Result<Outcome<Value>, StepError>> {
+        Box::pin(async move {
+            let tools = ctx.require::<Tools>()?;
+            let cx = ToolContext { step: ctx.clone(), idempotency_key: ctx.idempotency_key().map(str::to_owned) };
+            tools.invoke(&self.tool, cx, (*input).clone()).await.map(Outcome::completed)
+        })
+    }
+
+    fn type_name(&self) -> &str {
+        &self.name
+    }
+}

@@ -1,0 +1,578 @@
+//! The agent loop in a running engine: parallel tool calls, crash and resume, budgets, stuck
+//! detection, approval-gated tools, orphaned calls, delegation, handoff and hooks. The model
+//! is scripted: it answers as a function of the conversation it is sent.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use stepwright_core::{
+    Caller, Decision, Effect, Engine, ErrorCode, MemoryStore, Node, Record, RunId, RunStatus, StartOptions, StepError,
+    Store, Workflow,
+};
+use stepwright_llm::{
+    AGENT_STUCK, AGENT_STUCK_EVENT, AgentHooks, AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, ChatModel,
+    ChatRequest, ChatResponse, FinishReason, HookEvent, Message, ModelError, Models, OnStuck, Pricing, TOOL_CALL_EVENT,
+    ToolCall, ToolContext, ToolDef, Tools, Usage, fn_tool,
+};
+
+type Script = dyn Fn(&ChatRequest) -> ChatResponse + Send + Sync;
+
+/// A model that answers as its script says, and remembers every request.
+struct Scripted {
+    script: Box<Script>,
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+impl Scripted {
+    fn new(script: impl Fn(&ChatRequest) -> ChatResponse + Send + Sync + 'static) -> Arc<Self> {
+        Arc::new(Self { script: Box::new(script), requests: Mutex::new(Vec::new()) })
+    }
+
+    fn requests(&self) -> Vec<ChatRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl ChatModel for Scripted {
+    fn provider(&self) -> &str {
+        "scripted"
+    }
+
+    fn chat<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, ModelError>> {
+        self.requests.lock().unwrap().push(request.clone());
+        let response = (self.script)(request);
+        Box::pin(async move { Ok(response) })
+    }
+}
+
+fn say(text: &str) -> ChatResponse {
+    ChatResponse {
+        content: text.into(),
+        tool_calls: Vec::new(),
+        finish_reason: FinishReason::Stop,
+        usage: Usage { input_tokens: 100, output_tokens: 10 },
+        model: "scripted-1".into(),
+    }
+}
+
+fn use_tools(calls: &[(&str, &str, Value)]) -> ChatResponse {
+    ChatResponse {
+        content: String::new(),
+        tool_calls: calls
+            .iter()
+            .map(|(id, name, arguments)| ToolCall {
+                id: (*id).into(),
+                name: (*name).into(),
+                arguments: arguments.clone(),
+            })
+            .collect(),
+        finish_reason: FinishReason::ToolCalls,
+        usage: Usage { input_tokens: 100, output_tokens: 10 },
+        model: "scripted-1".into(),
+    }
+}
+
+/// The tool results in a request, as (call id, content, is_error).
+fn tool_results(request: &ChatRequest) -> Vec<(String, String, bool)> {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { call_id, content, is_error } => Some((call_id.clone(), content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[derive(Clone, Default)]
+struct Counter(Arc<AtomicU32>);
+
+impl Counter {
+    fn hit(&self) -> u32 {
+        self.0.fetch_add(1, Ordering::SeqCst) + 1
+    }
+    fn get(&self) -> u32 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct City {
+    city: String,
+}
+
+/// `weather` and `time` tools that count their calls. Both wait on one barrier, so they
+/// only finish if they run at the same time.
+fn weather_tools(calls: &Counter, barrier: Option<&Arc<tokio::sync::Barrier>>) -> Tools {
+    let mut tools = Tools::new();
+    for name in ["weather", "time"] {
+        let calls = calls.clone();
+        let barrier = barrier.cloned();
+        let tool = fn_tool(ToolDef::new(name, "Ask about a city").effect(Effect::Read), move |_cx, city: City| {
+            let calls = calls.clone();
+            let barrier = barrier.clone();
+            async move {
+                calls.hit();
+                if let Some(barrier) = barrier {
+                    barrier.wait().await;
+                }
+                Ok(json!(format!("{name} in {}: fine", city.city)))
+            }
+        });
+        tools.register(tool).unwrap();
+    }
+    tools
+}
+
+fn engine(store: Arc<MemoryStore>, model: Arc<Scripted>, tools: Tools, agents: Agents) -> Engine {
+    let mut models = Models::new();
+    models.bind_adapter("fast", "scripted-1", model, Some(Pricing { input: 1.0, output: 2.0 }));
+    Engine::builder()
+        .store(store as Arc<dyn Store>)
+        .service(Arc::new(models))
+        .service(Arc::new(tools))
+        .service(Arc::new(agents))
+        .build()
+}
+
+fn workflow(spec: AgentSpec) -> Workflow {
+    Workflow::builder("agentic").step(Node::dyn_step("agent", AgentStep::new(spec))).build().unwrap()
+}
+
+fn support_agent() -> AgentSpec {
+    let mut spec = AgentSpec::new("support", "fast");
+    spec.instructions = Some("You answer questions about cities.".into());
+    spec.tools = vec!["weather".into(), "time".into()];
+    spec
+}
+
+/// Asks for both tools at once, then answers with what they said.
+fn two_tools_then_answer(request: &ChatRequest) -> ChatResponse {
+    let results = tool_results(request);
+    if results.is_empty() {
+        use_tools(&[("c1", "weather", json!({ "city": "Oslo" })), ("c2", "time", json!({ "city": "Oslo" }))])
+    } else {
+        say(&results.iter().map(|(_, content, _)| content.as_str()).collect::<Vec<_>>().join(" / "))
+    }
+}
+
+fn completed_paths(store: &MemoryStore, run: RunId) -> Vec<String> {
+    store
+        .entries(run)
+        .iter()
+        .filter(|e| matches!(e.record, Record::Completed { .. }))
+        .map(|e| e.path.as_str().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_run_at_once_and_every_call_is_a_journaled_sub_step() {
+    let model = Scripted::new(two_tools_then_answer);
+    let calls = Counter::default();
+    let store = Arc::new(MemoryStore::new());
+    let tools = weather_tools(&calls, Some(&Arc::new(tokio::sync::Barrier::new(2))));
+    let engine = engine(store.clone(), model.clone(), tools, Agents::new());
+    let report =
+        tokio::time::timeout(Duration::from_secs(10), engine.start(&workflow(support_agent()), json!("Oslo?")))
+            .await
+            .expect("the two tools ran at the same time (each waits for the other)")
+            .unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
+    assert_eq!(report.output, Some(json!("weather in Oslo: fine / time in Oslo: fine")));
+
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let offered: Vec<&str> = requests[0].tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(offered, ["weather", "time"]);
+    assert_eq!(requests[0].tools[0].parameters["required"], json!(["city"]), "the schema is derived from the type");
+    assert_eq!(requests[0].messages[0], Message::system("You answer questions about cities."));
+    // The second request carries the assistant's calls, then both results in the model's order.
+    assert_eq!(
+        tool_results(&requests[1]),
+        [
+            ("c1".to_owned(), "weather in Oslo: fine".to_owned(), false),
+            ("c2".to_owned(), "time in Oslo: fine".to_owned(), false)
+        ]
+    );
+    let mut paths = completed_paths(&store, report.run_id);
+    paths[1..3].sort();
+    assert_eq!(
+        paths,
+        ["agent/turn.0/model", "agent/turn.0/tool.0", "agent/turn.0/tool.1", "agent/turn.1/model", "agent"]
+    );
+    let events = store.events(report.run_id).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.kind == TOOL_CALL_EVENT).count(), 2);
+    let (_, total) = stepwright_llm::rollup(&events);
+    assert_eq!((total.calls, total.input_tokens, total.output_tokens), (2, 200, 20));
+}
+
+#[tokio::test]
+async fn a_crash_after_the_first_tool_result_resumes_without_repeating_anything_finished() {
+    let model = Scripted::new(two_tools_then_answer);
+    let calls = Counter::default();
+    let store = Arc::new(MemoryStore::new());
+    let mut spec = support_agent();
+    spec.parallel_tool_calls = false;
+    let engine = engine(store.clone(), model.clone(), weather_tools(&calls, None), Agents::new());
+    // Journal commits: the model call, the first tool's result; the second tool's result is
+    // lost as if the process died as it finished.
+    store.fail_appends_after(2);
+    let run: RunId = "01890000-0000-7000-8000-0000000a9e47".parse().unwrap();
+    let crashed = engine
+        .start_with(&workflow(spec.clone()), json!("Oslo?"), StartOptions { run_id: Some(run), ..Default::default() })
+        .await;
+    assert!(crashed.is_err(), "{crashed:?}");
+    assert_eq!(completed_paths(&store, run), ["agent/turn.0/model", "agent/turn.0/tool.0"]);
+    assert_eq!((model.requests().len(), calls.get()), (1, 2));
+    store.heal();
+    let report = engine.resume(&workflow(spec), run).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
+    assert_eq!(model.requests().len(), 2, "turn.0's model call was served from the journal");
+    assert_eq!(calls.get(), 3, "only the unfinished tool call ran again");
+}
+
+fn counting_tool(name: &str, def: ToolDef, calls: &Counter, fail: bool) -> Arc<dyn stepwright_llm::Tool> {
+    let calls = calls.clone();
+    let name = name.to_owned();
+    fn_tool(def, move |cx: ToolContext, args: Value| {
+        let calls = calls.clone();
+        let name = name.clone();
+        async move {
+            calls.hit();
+            if fail {
+                return Err(StepError::new(ErrorCode::new("not_found"), format!("{name}: nothing for {args}")));
+            }
+            Ok(json!({ "done": args, "key": cx.idempotency_key }))
+        }
+    })
+}
+
+#[tokio::test]
+async fn an_interrupted_call_that_is_not_safe_to_retry_reaches_the_model_as_outcome_unknown() {
+    let model = Scripted::new(|request| {
+        let results = tool_results(request);
+        match results.first() {
+            None => use_tools(&[("pay", "charge", json!({ "amount": 12 }))]),
+            Some((_, content, true)) => say(&format!("I could not tell: {content}")),
+            Some((_, content, false)) => say(content),
+        }
+    });
+    let calls = Counter::default();
+    let mut tools = Tools::new();
+    tools.register(counting_tool("charge", ToolDef::new("charge", "Charge a card"), &calls, false)).unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), model.clone(), tools, Agents::new());
+    let mut spec = AgentSpec::new("payer", "fast");
+    spec.tools = vec!["charge".into()];
+    // The model call, the charge's intent; its result is lost.
+    store.fail_appends_after(2);
+    let run: RunId = "01890000-0000-7000-8000-00000000c4a6".parse().unwrap();
+    let crashed = engine
+        .start_with(&workflow(spec.clone()), json!("pay"), StartOptions { run_id: Some(run), ..Default::default() })
+        .await;
+    assert!(crashed.is_err());
+    assert_eq!(calls.get(), 1, "the charge ran once before the crash");
+    store.heal();
+    let report = engine.resume(&workflow(spec), run).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
+    assert_eq!(calls.get(), 1, "an external tool not safe to retry is never run twice");
+    let answer = report.output.unwrap();
+    assert!(answer.as_str().unwrap().starts_with("I could not tell: the outcome of this call is unknown"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_fenced_tool_gets_an_idempotency_key_that_is_stable_for_the_call() {
+    let model = Scripted::new(|request| match tool_results(request).first() {
+        None => use_tools(&[("pay", "charge", json!({ "amount": 12 }))]),
+        Some((_, content, _)) => say(content),
+    });
+    let calls = Counter::default();
+    let mut tools = Tools::new();
+    let def = ToolDef::new("charge", "Charge a card").effect(Effect::Write).safe_to_retry();
+    tools.register(counting_tool("charge", def, &calls, false)).unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), model, tools, Agents::new());
+    let mut spec = AgentSpec::new("payer", "fast");
+    spec.tools = vec!["charge".into()];
+    let report = engine.start(&workflow(spec), json!("pay")).await.unwrap();
+    let answer: Value = serde_json::from_str(report.output.unwrap().as_str().unwrap()).unwrap();
+    let key = answer["key"].as_str().expect("a fenced call has a key");
+    let intent = store.entries(report.run_id).into_iter().find_map(|e| match e.record {
+        Record::Intent { key, .. } => Some((e.path.as_str().to_owned(), key)),
+        _ => None,
+    });
+    assert_eq!(intent, Some(("agent/turn.0/tool.0".to_owned(), key.to_owned())));
+}
+
+#[tokio::test]
+async fn budgets_end_the_run_with_budget_exceeded() {
+    let always_tools = || Scripted::new(|_| use_tools(&[("c", "weather", json!({ "city": "Oslo" }))]));
+    let calls = Counter::default();
+    let run = |spec: AgentSpec, model: Arc<Scripted>| {
+        let engine = engine(Arc::new(MemoryStore::new()), model, weather_tools(&calls, None), Agents::new());
+        async move { engine.start(&workflow(spec), json!("loop forever")).await.unwrap() }
+    };
+
+    let mut spec = support_agent();
+    spec.max_iterations = 3;
+    let model = always_tools();
+    let report = run(spec, model.clone()).await;
+    assert_eq!(report.status, RunStatus::Failed);
+    let error = report.error.unwrap();
+    assert_eq!(error.code, BUDGET_EXCEEDED);
+    assert!(error.message.contains("3 model calls (max_iterations)"), "{}", error.message);
+    assert_eq!(model.requests().len(), 3);
+
+    let mut spec = support_agent();
+    spec.budget = Budget { tokens: Some(250), ..Budget::default() };
+    let model = always_tools();
+    let error = run(spec, model.clone()).await.error.unwrap();
+    assert_eq!(error.code, BUDGET_EXCEEDED);
+    assert!(error.message.contains("used 330 tokens, over its budget of 250"), "{}", error.message);
+
+    // Each call costs (100 × 1 + 10 × 2) / 1e6 = $0.00012.
+    let mut spec = support_agent();
+    spec.budget = Budget { cost_usd: Some(0.0003), ..Budget::default() };
+    let error = run(spec, always_tools()).await.error.unwrap();
+    assert!(error.message.contains("spent $0.000360"), "{}", error.message);
+
+    let mut spec = support_agent();
+    spec.budget = Budget { iterations: Some(2), ..Budget::default() };
+    let error = run(spec, always_tools()).await.error.unwrap();
+    assert!(error.message.contains("needs model call 3 over a budget of 2"), "{}", error.message);
+
+    // A slow tool makes the wall-time budget run out before the next model call.
+    let mut tools = Tools::new();
+    tools
+        .register(fn_tool(ToolDef::new("weather", "slow").effect(Effect::Read), |_cx, _city: City| async {
+            tokio::time::sleep(Duration::from_millis(80)).await;
+            Ok("slow")
+        }))
+        .unwrap();
+    let engine = engine(Arc::new(MemoryStore::new()), always_tools(), tools, Agents::new());
+    let mut spec = AgentSpec::new("slow", "fast");
+    spec.tools = vec!["weather".into()];
+    spec.budget = Budget { wall_time_ms: Some(50), ..Budget::default() };
+    let error = engine.start(&workflow(spec), json!("go")).await.unwrap().error.unwrap();
+    assert_eq!(error.code, BUDGET_EXCEEDED);
+    assert!(error.message.contains("wall-time budget of 50 ms"), "{}", error.message);
+}
+
+fn failing_tools(calls: &Counter) -> Tools {
+    let mut tools = Tools::new();
+    tools
+        .register(counting_tool("search", ToolDef::new("search", "Search").effect(Effect::Read), calls, true))
+        .unwrap();
+    tools
+}
+
+/// Keeps searching (and failing) until it is given guidance, then answers with it.
+fn searches_until_guided(request: &ChatRequest) -> ChatResponse {
+    let guidance = request.messages.iter().find_map(|m| match m {
+        Message::User { content } if content.starts_with("Guidance from a person: ") => Some(content.clone()),
+        _ => None,
+    });
+    match guidance {
+        Some(text) => say(&format!("following {text}")),
+        None => {
+            let mut response = use_tools(&[("s", "search", json!({ "q": "anything" }))]);
+            response.content = "still looking".into();
+            response
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_stuck_agent_fails_stops_or_escalates_to_a_person() {
+    let calls = Counter::default();
+    let start = |on_stuck: OnStuck, store: Arc<MemoryStore>| {
+        let model = Scripted::new(searches_until_guided);
+        let engine = engine(store, model.clone(), failing_tools(&calls), Agents::new());
+        let mut spec = AgentSpec::new("searcher", "fast");
+        spec.tools = vec!["search".into()];
+        spec.stuck_after = Some(2);
+        spec.on_stuck = on_stuck;
+        (engine, workflow(spec), model)
+    };
+
+    let (engine, flow, model) = start(OnStuck::Fail, Arc::new(MemoryStore::new()));
+    let report = engine.start(&flow, json!("find it")).await.unwrap();
+    let error = report.error.unwrap();
+    assert_eq!(error.code, AGENT_STUCK);
+    assert_eq!(model.requests().len(), 2, "stuck after two iterations without a successful call");
+    // The model saw each failure as an error result.
+    let seen = tool_results(&model.requests()[1]);
+    assert!(seen[0].2 && seen[0].1.starts_with("error (not_found): search: nothing for"), "{seen:?}");
+
+    let (engine, flow, _) = start(OnStuck::Stop, Arc::new(MemoryStore::new()));
+    let report = engine.start(&flow, json!("find it")).await.unwrap();
+    assert_eq!(report.output, Some(json!("still looking")), "stop ends with the last text");
+
+    let store = Arc::new(MemoryStore::new());
+    let (engine, flow, model) = start(OnStuck::Escalate, store.clone());
+    let report = engine.start(&flow, json!("find it")).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended);
+    let events = store.events(report.run_id).await.unwrap();
+    assert_eq!(events.iter().filter(|e| e.kind == AGENT_STUCK_EVENT).count(), 1);
+    let pending = &report.pending[0];
+    let guidance = Decision::Modify { payload: json!({ "guidance": "try the archive" }) };
+    engine.resolve(report.run_id, &pending.id, guidance, &Caller::default()).await.unwrap();
+    let done = engine.resume(&flow, report.run_id).await.unwrap();
+    assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.output, Some(json!("following Guidance from a person: try the archive")));
+    assert_eq!(model.requests().len(), 3, "the two calls before the escalation were served on resume");
+}
+
+#[tokio::test]
+async fn an_approval_gated_tool_waits_for_a_person_and_a_rejection_is_a_result() {
+    let calls = Counter::default();
+    let model = Scripted::new(|request| match tool_results(request).first() {
+        None => use_tools(&[("d", "delete", json!({ "path": "/tmp/x" }))]),
+        Some((_, content, is_error)) => say(&format!("{is_error}: {content}")),
+    });
+    let mut tools = Tools::new();
+    let def = ToolDef::new("delete", "Delete a file").effect(Effect::Write).needs_approval();
+    tools.register(counting_tool("delete", def, &calls, false)).unwrap();
+    let mut spec = AgentSpec::new("cleaner", "fast");
+    spec.tools = vec!["delete".into()];
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), model.clone(), tools, Agents::new());
+    let flow = workflow(spec);
+
+    // Rejected: the tool never runs and the model hears why.
+    let report = engine.start(&flow, json!("clean up")).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended);
+    assert_eq!(calls.get(), 0, "nothing runs before the decision");
+    let opened = store.entries(report.run_id).into_iter().find_map(|e| match e.record {
+        Record::InterruptOpened { request, .. } => Some(request.payload),
+        _ => None,
+    });
+    assert_eq!(opened, Some(json!({ "tool": "delete", "arguments": { "path": "/tmp/x" } })));
+    let reject = Decision::Reject { reason: Some("not that one".into()) };
+    engine.resolve(report.run_id, &report.pending[0].id, reject, &Caller::default()).await.unwrap();
+    let done = engine.resume(&flow, report.run_id).await.unwrap();
+    let answer = done.output.unwrap();
+    assert!(
+        answer.as_str().unwrap().starts_with("true: a person rejected this call of delete: not that one"),
+        "{answer}"
+    );
+    assert_eq!(calls.get(), 0);
+
+    // Modified: it runs once, with the corrected arguments.
+    let report = engine.start(&flow, json!("clean up")).await.unwrap();
+    let modify = Decision::Modify { payload: json!({ "arguments": { "path": "/tmp/y" } }) };
+    engine.resolve(report.run_id, &report.pending[0].id, modify, &Caller::default()).await.unwrap();
+    let done = engine.resume(&flow, report.run_id).await.unwrap();
+    assert_eq!(calls.get(), 1);
+    let answer = done.output.unwrap();
+    assert!(answer.as_str().unwrap().contains("\"path\":\"/tmp/y\""), "{answer}");
+}
+
+#[tokio::test]
+async fn an_agent_delegates_a_task_and_hands_off_to_another() {
+    // The researcher answers tasks; the lead delegates, then hands off to the writer.
+    let model = Scripted::new(|request| {
+        let system = match &request.messages[0] {
+            Message::System { content } => content.clone(),
+            _ => String::new(),
+        };
+        let results = tool_results(request);
+        match (system.as_str(), results.len()) {
+            ("researcher", _) => say("Oslo has 700k people"),
+            ("lead", 0) => use_tools(&[("d", "delegate_to_researcher", json!({ "task": "How big is Oslo?" }))]),
+            ("lead", 1) => use_tools(&[("h", "handoff_to_writer", json!({ "note": "write it up" }))]),
+            ("writer", n) => say(&format!("Report ({n} results seen): {}", results[0].1)),
+            other => panic!("unexpected {other:?}"),
+        }
+    });
+    let agent = |name: &str| {
+        let mut spec = AgentSpec::new(name, "fast");
+        spec.instructions = Some(name.to_owned());
+        spec
+    };
+    let mut lead = agent("lead");
+    lead.delegates = vec!["researcher".into()];
+    lead.handoffs = vec!["writer".into()];
+    let agents = Agents::new().with(agent("researcher")).with(agent("writer"));
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), model.clone(), Tools::new(), agents);
+    let report = engine.start(&workflow(lead.clone()), json!("Tell me about Oslo")).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
+    assert_eq!(report.output, Some(json!("Report (2 results seen): Oslo has 700k people")));
+    let requests = model.requests();
+    assert_eq!(requests.len(), 4);
+    assert_eq!(requests[1].messages, [Message::system("researcher"), Message::user("How big is Oslo?")]);
+    assert!(requests[3].tools.is_empty(), "the writer has no tools of its own");
+    assert_eq!(
+        completed_paths(&store, report.run_id),
+        [
+            "agent/turn.0/model",
+            "agent/turn.0/tool.0/turn.0/model",
+            "agent/turn.0/tool.0",
+            "agent/turn.1/model",
+            "agent/turn.2/model",
+            "agent"
+        ]
+    );
+
+    // Delegation deeper than the budget allows is budget_exceeded.
+    lead.budget = Budget { max_depth: 0, ..Budget::default() };
+    let report = engine.start(&workflow(lead), json!("Tell me about Oslo")).await.unwrap();
+    let error = report.error.unwrap();
+    assert_eq!(error.code, BUDGET_EXCEEDED);
+    assert!(error.message.contains("max_depth of 0"), "{}", error.message);
+}
+
+#[derive(Default)]
+struct Recorded(Mutex<Vec<String>>);
+
+impl AgentHooks for Recorded {
+    fn on_start(&self, event: &HookEvent<'_>) {
+        self.0.lock().unwrap().push(format!("start {}", event.agent));
+    }
+    fn on_complete(&self, event: &HookEvent<'_>) {
+        self.0.lock().unwrap().push(format!("complete {} after {} {}", event.agent, event.iteration, event.detail));
+    }
+    fn on_stuck(&self, event: &HookEvent<'_>) {
+        self.0.lock().unwrap().push(format!("stuck {}", event.agent));
+    }
+}
+
+#[tokio::test]
+async fn hooks_hear_start_complete_and_stuck_and_bad_calls_are_results() {
+    let hooks = Arc::new(Recorded::default());
+    // First an unknown tool and arguments that do not match, then an answer.
+    let model = Scripted::new(|request| match tool_results(request).len() {
+        0 => use_tools(&[("x", "teleport", json!({})), ("y", "weather", json!({ "town": 3 }))]),
+        _ => say(&serde_json::to_string(&tool_results(request)).unwrap()),
+    });
+    let calls = Counter::default();
+    let agents = Agents::new().hook(hooks.clone());
+    let first = engine(Arc::new(MemoryStore::new()), model, weather_tools(&calls, None), agents);
+    let report = first.start(&workflow(support_agent()), json!("?")).await.unwrap();
+    let seen: Vec<(String, String, bool)> = serde_json::from_str(report.output.unwrap().as_str().unwrap()).unwrap();
+    assert!(seen[0].1.starts_with("there is no tool named \"teleport\"; the tools are: time, weather"), "{seen:?}");
+    assert!(seen[0].2 && seen[1].2);
+    assert!(seen[1].1.contains("input_validation") && seen[1].1.contains("city"), "{seen:?}");
+    assert_eq!(calls.get(), 0, "a call with bad arguments never reaches the tool");
+    {
+        let heard = hooks.0.lock().unwrap();
+        assert_eq!(heard[0], "start support");
+        assert!(heard[1].starts_with("complete support after 2 \"[["), "{heard:?}");
+    }
+
+    let mut stuck = AgentSpec::new("searcher", "fast");
+    stuck.tools = vec!["search".into()];
+    stuck.stuck_after = Some(1);
+    let stuck_engine = engine(
+        Arc::new(MemoryStore::new()),
+        Scripted::new(searches_until_guided),
+        failing_tools(&calls),
+        Agents::new().hook(hooks.clone()),
+    );
+    stuck_engine.start(&workflow(stuck), json!("?")).await.unwrap();
+    assert_eq!(hooks.0.lock().unwrap()[2..], ["start searcher".to_owned(), "stuck searcher".to_owned()]);
+}
