@@ -63,6 +63,7 @@ impl Reply {
 /// A request as the server received it.
 #[derive(Debug, Clone)]
 pub struct Captured {
+    pub method: String,
     pub path: String,
     pub headers: HashMap<String, String>,
     pub body: Value,
@@ -121,6 +122,7 @@ async fn serve(
     let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
     let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or_default();
+    let method = request_line.split(' ').next().unwrap_or_default().to_owned();
     let path = request_line.split(' ').nth(1).unwrap_or_default().to_owned();
     let headers: HashMap<String, String> = lines
         .filter_map(|l| l.split_once(':'))
@@ -135,7 +137,7 @@ async fn serve(
         buffer.extend_from_slice(&chunk[..n]);
     }
     let body = serde_json::from_slice(&buffer[head_end..]).unwrap_or(Value::Null);
-    captured.lock().unwrap().push(Captured { path, headers, body });
+    captured.lock().unwrap().push(Captured { method, path, headers, body });
     let reply = script.lock().unwrap().next().unwrap_or_else(|| {
         Reply::json(500, serde_json::json!({ "error": { "message": "the fake server has no more scripted replies" } }))
     });

@@ -1,0 +1,179 @@
+//! Tool kinds through the `tool` step: subprocesses (argv, no shell, JSON in and out, exit
+//! codes, timeouts that kill), HTTP endpoints, and argument validation.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stepwright_core::{Effect, Engine, ErrorCode, MemoryStore, RunReport, RunStatus, Store, Workflow};
+use stepwright_llm::{
+    CommandTool, HttpTool, TOOL_FAILED, TOOL_NOT_FOUND, TOOL_TIMEOUT, Tool, ToolDef, ToolStep, Tools,
+};
+use support::{FakeServer, Reply};
+
+fn argv(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|p| (*p).to_owned()).collect()
+}
+
+/// Runs one `tool` step calling `name` with `args`.
+async fn call(tool: Arc<dyn Tool>, args: Value) -> RunReport {
+    let name = tool.def().name.clone();
+    let tools = Tools::new().with(tool).unwrap();
+    let node = ToolStep::node("call", &tools, &name).unwrap();
+    let workflow = Workflow::builder("tools").step(node).build().unwrap();
+    let engine =
+        Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(Arc::new(tools)).build();
+    engine.start(&workflow, args).await.unwrap()
+}
+
+fn read_only(name: &str) -> ToolDef {
+    ToolDef::new(name, "test tool").effect(Effect::Read)
+}
+
+#[tokio::test]
+async fn a_command_gets_its_arguments_on_stdin_and_answers_json_on_stdout() {
+    let tool = CommandTool::new(read_only("echo_json"), argv(&["sh", "-c", "cat"]));
+    let report = call(Arc::new(tool), json!({ "order_id": "A-1", "n": [1, 2] })).await;
+    assert_eq!(report.output, Some(json!({ "order_id": "A-1", "n": [1, 2] })));
+
+    // Text that is not JSON comes back as a string; nothing at all is null.
+    let tool = CommandTool::new(read_only("hello"), argv(&["sh", "-c", "echo '  hello there '"]));
+    assert_eq!(call(Arc::new(tool), json!({})).await.output, Some(json!("hello there")));
+    let tool = CommandTool::new(read_only("quiet"), argv(&["true"]));
+    assert_eq!(call(Arc::new(tool), json!({})).await.output, Some(Value::Null));
+}
+
+#[tokio::test]
+async fn arguments_reach_argv_verbatim_with_no_shell_in_between() {
+    let hostile = "$(touch /tmp/stepwright-pwned); `id` && echo; *";
+    let tool = CommandTool::new(read_only("say"), Vec::new())
+        .argv_from(Arc::new(|args: &Value| Ok(vec!["echo".into(), args["text"].as_str().unwrap_or_default().into()])));
+    let report = call(Arc::new(tool), json!({ "text": hostile })).await;
+    assert_eq!(report.output, Some(json!(hostile)));
+
+    let tool =
+        CommandTool::new(read_only("env"), argv(&["sh", "-c", "printf %s \"$GREETING\""])).env("GREETING", "hej");
+    assert_eq!(call(Arc::new(tool), json!({})).await.output, Some(json!("hej")));
+    let dir = tempfile::tempdir().unwrap();
+    let tool = CommandTool::new(read_only("pwd"), argv(&["pwd"])).cwd(dir.path());
+    let report = call(Arc::new(tool), json!({})).await;
+    let shown = std::fs::canonicalize(report.output.unwrap().as_str().unwrap()).unwrap();
+    assert_eq!(shown, std::fs::canonicalize(dir.path()).unwrap());
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_is_tool_failed_with_the_end_of_stderr() {
+    let tool = CommandTool::new(read_only("broken"), argv(&["sh", "-c", "echo 'no such order' >&2; exit 3"]));
+    let report = call(Arc::new(tool), json!({})).await;
+    assert_eq!(report.status, RunStatus::Failed);
+    let error = report.error.unwrap();
+    assert_eq!(error.code, TOOL_FAILED);
+    assert!(error.message.contains("\"sh\" exited with code 3: no such order"), "{}", error.message);
+
+    let tool = CommandTool::new(read_only("missing"), argv(&["/nonexistent/stepwright-tool"]));
+    let error = call(Arc::new(tool), json!({})).await.error.unwrap();
+    assert_eq!(error.code, TOOL_FAILED);
+    assert!(error.message.contains("starting \"/nonexistent/stepwright-tool\""), "{}", error.message);
+}
+
+#[tokio::test]
+async fn a_command_past_its_timeout_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!("echo $$ > {}; exec sleep 30", pid_file.display());
+    let def = read_only("sleepy").timeout(Duration::from_millis(300));
+    let report = call(Arc::new(CommandTool::new(def, argv(&["sh", "-c", &script]))), json!({})).await;
+    let error = report.error.unwrap();
+    assert_eq!(error.code, TOOL_TIMEOUT);
+    let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    // The child is killed when the call is dropped; give the kernel a moment to reap it.
+    let mut alive = true;
+    for _ in 0..100 {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for its parent's reaper: either way it no longer runs.
+        if state.is_empty() || state.split(' ').nth(2) == Some("Z") {
+            alive = false;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!alive, "the timed-out command {pid} still runs");
+}
+
+#[tokio::test]
+async fn a_fenced_command_gets_its_idempotency_key() {
+    let def = ToolDef::new("charge", "Charge").effect(Effect::Write);
+    let tool = CommandTool::new(def, argv(&["sh", "-c", "printf %s \"$STEPWRIGHT_IDEMPOTENCY_KEY\""]));
+    let key = call(Arc::new(tool), json!({})).await.output.unwrap();
+    assert_eq!(key.as_str().unwrap().len(), 64, "{key}");
+}
+
+#[tokio::test]
+async fn arguments_that_do_not_match_the_schema_never_reach_the_tool() {
+    let def = read_only("typed").input_schema(json!({
+        "type": "object", "required": ["order_id"], "properties": { "order_id": { "type": "string" } }
+    }));
+    let tool = CommandTool::new(def, argv(&["sh", "-c", "echo ran; exit 9"]));
+    let error = call(Arc::new(tool), json!({ "order_id": 7 })).await.error.unwrap();
+    assert_eq!(error.code, ErrorCode::INPUT_VALIDATION);
+    assert!(error.message.contains("at /order_id"), "{}", error.message);
+}
+
+#[tokio::test]
+async fn an_http_tool_sends_queries_and_bodies_and_maps_error_statuses() {
+    let server = FakeServer::start(vec![
+        Reply::json(200, json!({ "status": "shipped" })),
+        Reply::json(201, json!({ "id": 9 })),
+        Reply::json(503, json!({ "error": "down for maintenance" })),
+    ])
+    .await;
+    let url = format!("{}/orders", server.url);
+    let get = HttpTool::new(read_only("lookup"), "get", &url).unwrap().header("x-api-key", "k1");
+    let report = call(Arc::new(get), json!({ "order_id": "A 1", "full": true })).await;
+    assert_eq!(report.output, Some(json!({ "status": "shipped" })));
+
+    let def = ToolDef::new("create", "Create an order").effect(Effect::Write);
+    let post = HttpTool::new(def, "POST", &url).unwrap();
+    let report = call(Arc::new(post), json!({ "item": "book" })).await;
+    assert_eq!(report.output, Some(json!({ "id": 9 })));
+
+    let post = HttpTool::new(read_only("fails"), "POST", &url).unwrap();
+    let error = call(Arc::new(post), json!({})).await.error.unwrap();
+    assert_eq!(error.code, TOOL_FAILED);
+    assert!(error.retryable, "a 503 may succeed later");
+    assert!(error.message.contains("503") && error.message.contains("down for maintenance"), "{}", error.message);
+
+    let requests = server.requests();
+    assert_eq!((requests[0].method.as_str(), requests[0].path.as_str()), ("GET", "/orders?full=true&order_id=A+1"));
+    assert_eq!(requests[0].headers["x-api-key"], "k1");
+    assert_eq!((requests[1].method.as_str(), &requests[1].body), ("POST", &json!({ "item": "book" })));
+    assert_eq!(requests[1].headers["idempotency-key"].len(), 64, "a write carries its idempotency key");
+    assert!(!requests[2].headers.contains_key("idempotency-key"), "a read does not");
+
+    assert!(HttpTool::new(read_only("bad"), "FETCH IT", &url).is_err());
+    assert!(HttpTool::new(read_only("bad"), "GET", "ftp://example.com").is_err());
+}
+
+#[test]
+fn registration_rejects_duplicates_clashes_and_bad_schemas() {
+    let tool = |name: &str| Arc::new(CommandTool::new(read_only(name), argv(&["true"]))) as Arc<dyn Tool>;
+    let mut tools = Tools::new();
+    tools.register(tool("everything.echo")).unwrap();
+    assert_eq!(tools.spec("everything.echo").unwrap().name, "everything__echo");
+    assert!(tools.by_model_name("everything__echo").is_some());
+    let duplicate = tools.register(tool("everything.echo")).unwrap_err();
+    assert_eq!(duplicate.to_string(), "a tool named \"everything.echo\" is registered already");
+    let clash = tools.register(tool("everything__echo")).unwrap_err();
+    assert!(clash.to_string().contains("same name for the model"), "{clash}");
+    let bad = Arc::new(CommandTool::new(read_only("bad").input_schema(json!({ "type": 12 })), argv(&["true"])));
+    assert!(tools.register(bad).unwrap_err().to_string().contains("invalid input schema"));
+    assert!(tools.register(tool(&"x".repeat(65))).is_err());
+}
+
+#[tokio::test]
+async fn a_tool_step_for_an_unknown_tool_is_a_build_error() {
+    let error = ToolStep::node("call", &Tools::new(), "nope").unwrap_err();
+    assert_eq!(error.code, TOOL_NOT_FOUND);
+}
