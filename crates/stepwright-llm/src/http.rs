@@ -74,8 +74,10 @@ impl RateLimits {
     }
 }
 
-/// Installs ring as rustls's provider once per process (reqwest is built without one).
-pub(crate) fn install_crypto_provider() {
+/// Installs ring as rustls's crypto provider once per process. The workspace builds reqwest
+/// without a provider of its own (aws-lc builds slowly); call this before building any
+/// reqwest client outside this crate.
+pub fn install_crypto_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // `Err` means another provider is installed already, which serves as well.

@@ -27,7 +27,7 @@ pub use agent::{
 pub use anthropic::Anthropic;
 pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction};
 pub use error::{ModelError, ModelErrorKind};
-pub use http::{HttpOptions, RateLimits};
+pub use http::{HttpOptions, RateLimits, install_crypto_provider};
 pub use models::{
     CallRecord, DEFAULT_TIMEOUT, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, Totals, call_event, rollup,
 };

@@ -1,0 +1,450 @@
+//! MCP servers as Stepwright tools. A server is started (stdio) or reached (streamable
+//! HTTP) through the official Rust SDK, its tools are discovered and registered as
+//! `server.tool`, and each call goes through the same [`Tools`] registry as any other tool
+//! (argument validation, timeout, effect fence, approval).
+//!
+//! A server that dies is started again on the next call; an HTTP session the server has
+//! forgotten (it restarted, or expired the session) is initialized again. A call that was
+//! in flight when the connection broke is repeated only if the tool is safe to retry.
+//!
+//! Architecture invariant: this crate knows MCP and nothing of agents, YAML or storage; it
+//! only produces [`Tool`]s.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ServiceExt, model::Tool as McpToolInfo};
+use serde_json::Value;
+use stepwright_core::{Effect, StepError};
+use stepwright_llm::{TOOL_FAILED, Tool, ToolContext, ToolDef, Tools};
+use tokio::sync::Mutex;
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    /// A child process speaking MCP on stdin and stdout (never through a shell).
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment variables.
+        env: Vec<(String, String)>,
+        /// Its working directory.
+        cwd: Option<PathBuf>,
+    },
+    /// Streamable HTTP at this URL.
+    Http {
+        /// The endpoint (`http://127.0.0.1:3001/mcp`).
+        url: String,
+        /// Extra headers (`authorization` goes as the bearer token).
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// What is declared for a server's tools (MCP servers do not say; their annotations are
+/// hints and are not trusted for the effect fence).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolPolicy {
+    /// The effect class (`external` unless declared).
+    pub effect: Effect,
+    /// Whether an interrupted call may run again.
+    pub safe_to_retry: bool,
+    /// Whether each call needs a person's approval.
+    pub needs_approval: bool,
+    /// How long a call may take.
+    pub timeout: Option<Duration>,
+}
+
+impl Default for ToolPolicy {
+    fn default() -> Self {
+        Self { effect: Effect::External, safe_to_retry: false, needs_approval: false, timeout: None }
+    }
+}
+
+/// One server's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerConfig {
+    /// Its name: tools are registered as `name.tool`.
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// The policy for its tools.
+    pub policy: ToolPolicy,
+    /// Per-tool policies, by the server's tool name.
+    pub tool_policies: BTreeMap<String, ToolPolicy>,
+    /// Only these tools are registered (all when empty).
+    pub only: Vec<String>,
+    /// How long starting and initializing may take.
+    pub connect_timeout: Duration,
+    /// How long one call may go unanswered before the connection is taken for broken: it
+    /// is dropped, a new one opened, and the call repeated if that is safe. This is how a
+    /// server that lost the session without saying so (it answers 400 where the spec says
+    /// 404, or never answers) is recovered from. `None` waits for the tool's own timeout.
+    pub call_timeout: Option<Duration>,
+}
+
+impl ServerConfig {
+    /// A server started as a child process.
+    pub fn stdio(name: &str, command: &str, args: &[&str]) -> Self {
+        Self::new(
+            name,
+            Transport::Stdio {
+                command: command.to_owned(),
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
+                env: Vec::new(),
+                cwd: None,
+            },
+        )
+    }
+
+    /// A server reached over streamable HTTP.
+    pub fn http(name: &str, url: &str) -> Self {
+        Self::new(name, Transport::Http { url: url.to_owned(), headers: Vec::new() })
+    }
+
+    fn new(name: &str, transport: Transport) -> Self {
+        Self {
+            name: name.to_owned(),
+            transport,
+            policy: ToolPolicy::default(),
+            tool_policies: BTreeMap::new(),
+            only: Vec::new(),
+            connect_timeout: Duration::from_secs(60),
+            call_timeout: None,
+        }
+    }
+
+    /// Sets the policy of one tool.
+    #[must_use]
+    pub fn tool_policy(mut self, tool: &str, policy: ToolPolicy) -> Self {
+        self.tool_policies.insert(tool.to_owned(), policy);
+        self
+    }
+}
+
+/// Why a server could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    /// Starting the process or opening the connection failed.
+    #[error("starting MCP server {server:?}: {message}")]
+    Start {
+        /// The server.
+        server: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The server did not finish its handshake in time.
+    #[error("MCP server {server:?} did not initialize within {timeout:?}")]
+    StartTimeout {
+        /// The server.
+        server: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// Listing its tools failed.
+    #[error("listing the tools of MCP server {server:?}: {source}")]
+    List {
+        /// The server.
+        server: String,
+        /// Why.
+        #[source]
+        source: ServiceError,
+    },
+    /// A tool named in `only` does not exist.
+    #[error("MCP server {server:?} has no tool {tool:?} (it has: {available})")]
+    MissingTool {
+        /// The server.
+        server: String,
+        /// The tool.
+        tool: String,
+        /// What it has.
+        available: String,
+    },
+    /// Registering a discovered tool failed.
+    #[error("registering the tools of MCP server {server:?}: {source}")]
+    Register {
+        /// The server.
+        server: String,
+        /// Why.
+        #[source]
+        source: stepwright_llm::RegisterError,
+    },
+}
+
+type Client = RunningService<RoleClient, ()>;
+
+/// A connected server. Cheap to share; its tools hold it.
+pub struct McpServer {
+    config: ServerConfig,
+    client: Mutex<Option<Arc<Client>>>,
+    pid: std::sync::Mutex<Option<u32>>,
+    starts: AtomicU32,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer").field("name", &self.config.name).field("starts", &self.starts()).finish()
+    }
+}
+
+impl McpServer {
+    /// Starts (or reaches) a server and completes the MCP handshake.
+    pub async fn connect(config: ServerConfig) -> Result<Arc<Self>, McpError> {
+        let server = Arc::new(Self {
+            config,
+            client: Mutex::new(None),
+            pid: std::sync::Mutex::new(None),
+            starts: AtomicU32::new(0),
+        });
+        server.client().await?;
+        Ok(server)
+    }
+
+    /// Connects to a server and registers its tools (`name.tool`) in `tools`.
+    pub async fn register(config: ServerConfig, tools: &mut Tools) -> Result<Arc<Self>, McpError> {
+        let server = Self::connect(config).await?;
+        for tool in server.tools().await? {
+            tools.register(tool).map_err(|source| McpError::Register { server: server.name().to_owned(), source })?;
+        }
+        Ok(server)
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// How many times it was started (or connected): 1, plus one per restart.
+    pub fn starts(&self) -> u32 {
+        self.starts.load(Ordering::SeqCst)
+    }
+
+    /// The process id of a stdio server.
+    pub fn pid(&self) -> Option<u32> {
+        *self.pid.lock().expect("poisoned")
+    }
+
+    /// Its tools, discovered now, as Stepwright tools named `server.tool`.
+    pub async fn tools(self: &Arc<Self>) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+        let client = self.client().await?;
+        let listed = client
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|source| McpError::List { server: self.config.name.clone(), source })?;
+        for wanted in &self.config.only {
+            if !listed.iter().any(|t| t.name == wanted.as_str()) {
+                let available: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
+                return Err(McpError::MissingTool {
+                    server: self.config.name.clone(),
+                    tool: wanted.clone(),
+                    available: available.join(", "),
+                });
+            }
+        }
+        Ok(listed
+            .into_iter()
+            .filter(|t| self.config.only.is_empty() || self.config.only.iter().any(|o| t.name == o.as_str()))
+            .map(|info| Arc::new(McpTool::new(self.clone(), &info)) as Arc<dyn Tool>)
+            .collect())
+    }
+
+    /// The live client, started again if it is gone.
+    async fn client(&self) -> Result<Arc<Client>, McpError> {
+        let mut slot = self.client.lock().await;
+        if let Some(client) = slot.as_ref()
+            && !client.is_closed()
+        {
+            return Ok(client.clone());
+        }
+        let limit = self.config.connect_timeout;
+        let started = tokio::time::timeout(limit, self.start())
+            .await
+            .map_err(|_| McpError::StartTimeout { server: self.config.name.clone(), timeout: limit })??;
+        let client = Arc::new(started);
+        *slot = Some(client.clone());
+        self.starts.fetch_add(1, Ordering::SeqCst);
+        Ok(client)
+    }
+
+    async fn start(&self) -> Result<Client, McpError> {
+        let failed = |message: String| McpError::Start { server: self.config.name.clone(), message };
+        match &self.config.transport {
+            Transport::Stdio { command, args, env, cwd } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args);
+                for (key, value) in env {
+                    cmd.env(key, value);
+                }
+                if let Some(dir) = cwd {
+                    cmd.current_dir(dir);
+                }
+                let (process, _stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .map_err(|e| failed(format!("running {command:?}: {e}")))?;
+                *self.pid.lock().expect("poisoned") = process.id();
+                ().serve(process).await.map_err(|e| failed(format!("the MCP handshake failed: {e}")))
+            }
+            Transport::Http { url, headers } => {
+                let mut config =
+                    StreamableHttpClientTransportConfig::with_uri(url.as_str()).reinit_on_expired_session(true);
+                let mut custom = HashMap::new();
+                for (name, value) in headers {
+                    if name.eq_ignore_ascii_case("authorization") {
+                        let token = value.strip_prefix("Bearer ").unwrap_or(value);
+                        config = config.auth_header(token.to_owned());
+                        continue;
+                    }
+                    let header = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                        .map_err(|e| failed(format!("header {name:?}: {e}")))?;
+                    let value = reqwest::header::HeaderValue::from_str(value)
+                        .map_err(|e| failed(format!("header {name:?}: {e}")))?;
+                    custom.insert(header, value);
+                }
+                if !custom.is_empty() {
+                    config = config.custom_headers(custom);
+                }
+                stepwright_llm::install_crypto_provider();
+                let transport = StreamableHttpClientTransport::from_config(config);
+                ().serve(transport).await.map_err(|e| failed(format!("initializing the session at {url}: {e}")))
+            }
+        }
+    }
+
+    /// Forgets a client whose connection broke, so the next call starts a new one.
+    async fn drop_client(&self, broken: &Arc<Client>) {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, broken)) {
+            *slot = None;
+        }
+    }
+
+    async fn call(&self, tool: &str, args: Value, retry_is_safe: bool) -> Result<Value, StepError> {
+        let server = &self.config.name;
+        let arguments = match args {
+            Value::Object(map) => Some(map),
+            Value::Null => None,
+            other => {
+                return Err(StepError::new(
+                    stepwright_core::ErrorCode::INPUT_VALIDATION,
+                    format!("MCP tool {server}.{tool} takes an object of arguments, not {other}"),
+                ));
+            }
+        };
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = arguments;
+        let unavailable = |e: &McpError| StepError::new(TOOL_FAILED, e.to_string()).retryable(true);
+        let client = self.client().await.map_err(|e| unavailable(&e))?;
+        let first = match self.config.call_timeout {
+            Some(limit) => tokio::time::timeout(limit, client.peer().call_tool(params.clone())).await.ok(),
+            None => Some(client.peer().call_tool(params.clone()).await),
+        };
+        let broken = match first {
+            Some(Ok(result)) => return convert(server, tool, result),
+            Some(Err(error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
+                // A send that failed never reached the server; anything else may have.
+                let delivered = !matches!(error, ServiceError::TransportSend(_));
+                (error.to_string(), delivered)
+            }
+            Some(Err(error)) => return Err(call_failed(server, tool, &error)),
+            None => (format!("no answer within {:?}", self.config.call_timeout.unwrap_or_default()), true),
+        };
+        // The server died or forgot us. Start it (or a session) again; repeat the call only
+        // if that is harmless, since the first one may have reached it.
+        self.drop_client(&client).await;
+        let client = self.client().await.map_err(|e| unavailable(&e))?;
+        let (why, delivered) = broken;
+        if delivered && !retry_is_safe {
+            return Err(StepError::new(
+                TOOL_FAILED,
+                format!(
+                    "the connection to MCP server {server:?} broke during a call of {tool} ({why}); it was opened again, but the call is not safe to repeat and may or may not have happened"
+                ),
+            ));
+        }
+        match client.peer().call_tool(params).await {
+            Ok(result) => convert(server, tool, result),
+            Err(error) => Err(call_failed(server, tool, &error)),
+        }
+    }
+}
+
+fn call_failed(server: &str, tool: &str, error: &ServiceError) -> StepError {
+    let retryable = matches!(error, ServiceError::TransportClosed | ServiceError::TransportSend(_));
+    StepError::new(TOOL_FAILED, format!("calling MCP tool {server}.{tool}: {error}")).retryable(retryable)
+}
+
+/// A tool result as a value: the structured content if there is one; else a single text
+/// block (as JSON if it parses); else the content blocks. An error result is `tool_failed`
+/// with its text.
+fn convert(server: &str, tool: &str, result: CallToolResult) -> Result<Value, StepError> {
+    let texts: Vec<&str> = result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.as_str())).collect();
+    if result.is_error == Some(true) {
+        return Err(StepError::new(TOOL_FAILED, format!("MCP tool {server}.{tool} failed: {}", texts.join("\n"))));
+    }
+    if let Some(structured) = result.structured_content {
+        return Ok(structured);
+    }
+    if texts.len() == 1 && result.content.len() == 1 {
+        let text = texts[0];
+        return Ok(serde_json::from_str(text.trim())
+            .ok()
+            .filter(|v: &Value| v.is_object() || v.is_array())
+            .unwrap_or_else(|| Value::String(text.to_owned())));
+    }
+    serde_json::to_value(&result.content)
+        .map_err(|e| StepError::execution_failed(format!("reading the result of {server}.{tool}: {e}")))
+}
+
+/// One tool of a server.
+struct McpTool {
+    server: Arc<McpServer>,
+    tool: String,
+    def: ToolDef,
+}
+
+impl McpTool {
+    fn new(server: Arc<McpServer>, info: &McpToolInfo) -> Self {
+        let policy = server.config.tool_policies.get(info.name.as_ref()).unwrap_or(&server.config.policy).clone();
+        let mut def = ToolDef::new(
+            &format!("{}.{}", server.config.name, info.name),
+            info.description.as_deref().unwrap_or_default(),
+        )
+        .input_schema(Value::Object((*info.input_schema).clone()))
+        .effect(policy.effect);
+        def.safe_to_retry = policy.safe_to_retry;
+        def.needs_approval = policy.needs_approval;
+        def.timeout = policy.timeout;
+        Self { server, tool: info.name.to_string(), def }
+    }
+}
+
+impl Tool for McpTool {
+    fn def(&self) -> &ToolDef {
+        &self.def
+    }
+
+    fn invoke(&self, _cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>> {
+        Box::pin(self.server.call(&self.tool, args, self.def.retry_is_safe()))
+    }
+}
+
+#[cfg(test)]
+mod send_sync {
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn public_handles_are_send_and_sync() {
+        assert_send_sync::<super::McpServer>();
+    }
+}
