@@ -161,6 +161,83 @@ fn l1(runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
     (median(per_call), best)
 }
 
+/// A model that answers at once: one tool call per turn until it has seen `turns` results,
+/// then a final answer.
+struct LoopingModel {
+    turns: usize,
+}
+
+impl stepwright_llm::ChatModel for LoopingModel {
+    fn provider(&self) -> &str {
+        "instant"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        request: &'a stepwright_llm::ChatRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<stepwright_llm::ChatResponse, stepwright_llm::ModelError>> {
+        let seen = request.messages.iter().filter(|m| matches!(m, stepwright_llm::Message::Tool { .. })).count();
+        let tool_calls = if seen < self.turns {
+            vec![stepwright_llm::ToolCall {
+                id: format!("call_{seen}"),
+                name: "lookup".into(),
+                arguments: json!({ "order_id": format!("A-{seen}") }),
+            }]
+        } else {
+            Vec::new()
+        };
+        Box::pin(async move {
+            Ok(stepwright_llm::ChatResponse {
+                content: if tool_calls.is_empty() { "done".into() } else { String::new() },
+                tool_calls,
+                finish_reason: stepwright_llm::FinishReason::Stop,
+                usage: stepwright_llm::Usage { input_tokens: 120, output_tokens: 8 },
+                model: "instant-1".into(),
+            })
+        })
+    }
+}
+
+/// A1: engine overhead per agent turn: an agent that makes `turns` turns (each a model call
+/// and one tool call, both journaled sub-steps with artifacts and events), then answers,
+/// against an instant model and an instant tool. Returns µs per turn (median, best).
+fn a1(turns: usize, runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Order {
+        #[allow(dead_code)] // Deserialized to check the arguments; the tool ignores it.
+        order_id: String,
+    }
+    let mut models = stepwright_llm::Models::new();
+    models.bind_adapter("fast", "instant-1", Arc::new(LoopingModel { turns }), None);
+    let mut tools = stepwright_llm::Tools::new();
+    let lookup = stepwright_llm::fn_tool(
+        stepwright_llm::ToolDef::new("lookup", "Look up an order").effect(stepwright_core::Effect::Read),
+        |_cx, _order: Order| async { Ok(json!({ "status": "shipped" })) },
+    );
+    tools.register(lookup).expect("one tool");
+    let mut spec = stepwright_llm::AgentSpec::new("support", "fast");
+    spec.instructions = Some("You resolve support tickets.".into());
+    spec.tools = vec!["lookup".into()];
+    spec.max_iterations = u32::try_from(turns).expect("small") + 1;
+    let workflow = Workflow::builder("a1")
+        .step(Node::dyn_step("agent", stepwright_llm::AgentStep::new(spec)))
+        .build()
+        .expect("valid");
+    let rt = current_thread();
+    let mut per_turn = Vec::with_capacity(runs);
+    rt.block_on(async {
+        let engine = Engine::builder().store(store).service(Arc::new(models)).service(Arc::new(tools)).build();
+        for _ in 0..runs {
+            let start = Instant::now();
+            let report = engine.start(&workflow, json!("Where is my order?")).await.expect("run");
+            per_turn.push(start.elapsed().as_secs_f64() * 1e6 / turns as f64);
+            assert_eq!(report.status, stepwright_core::RunStatus::Completed, "{:?}", report.error);
+        }
+    });
+    let best = per_turn.iter().copied().fold(f64::INFINITY, f64::min);
+    (median(per_turn), best)
+}
+
 /// W3 (child process): 1,000 concurrent runs of 10 steps, each awaiting a 10 ms timer.
 /// Prints `wall_ms peak_rss_kib`.
 fn w3_child() {
@@ -679,6 +756,21 @@ fn main() {
         let (median, best) = l1(runs.min(20), store);
         println!(
             "| L1 | the same with the commits, SQLite NORMAL | {median:.1} µs/call | {best:.1} µs/call | (reference) |"
+        );
+    }
+    if wanted("a1") {
+        let runs = if quick { 5 } else { 100 };
+        for turns in [10, 50] {
+            let (median, best) = a1(turns, runs, Arc::new(MemoryStore::new()));
+            println!(
+                "| A1 | engine overhead per agent turn (model call + tool call, both journaled): {turns}-turn agent, instant model and tool, in-memory journal ({runs} runs) | {median:.1} µs/turn | {best:.1} µs/turn | ≤ 50 µs + the commit |"
+            );
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_, store) = sqlite_engine(dir.path(), "a1.db", Synchronous::Normal);
+        let (median, best) = a1(10, runs.min(20), store);
+        println!(
+            "| A1 | the 10-turn agent with the commits, SQLite NORMAL | {median:.1} µs/turn | {best:.1} µs/turn | (reference) |"
         );
     }
     if wanted("d8") {

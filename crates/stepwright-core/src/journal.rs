@@ -614,6 +614,11 @@ impl MemoryStore {
         self.run(run).map(|r| r.lock().expect("poisoned").entries.clone()).unwrap_or_default()
     }
 
+    /// A stored blob (a step output or an artifact) by its hash.
+    pub fn blob(&self, hash: &ContentHash) -> Option<Arc<Value>> {
+        self.shard(hash).lock().expect("poisoned").get(hash).cloned()
+    }
+
     /// The number of distinct blobs.
     pub fn blob_count(&self) -> usize {
         self.blobs.iter().map(|shard| shard.lock().expect("poisoned").len()).sum()

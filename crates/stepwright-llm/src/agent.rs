@@ -21,7 +21,7 @@ use stepwright_core::{
 use tokio::time::Instant;
 
 use crate::models::Models;
-use crate::step::{call_model, messages, repair_prompt, structured};
+use crate::step::{Continues, call_model, messages, repair_prompt, structured};
 use crate::tools::{ToolContext, Tools, model_name};
 use crate::types::{ChatRequest, ChatResponse, Message, ModelParams, ToolCall, ToolChoice, ToolSpec};
 
@@ -488,6 +488,9 @@ impl AgentRun<'_> {
             let mut repairs = 0u32;
             let mut problems = Vec::new();
             let mut escalations = 0u32;
+            // The previous model call and how many messages it was sent, so each call's
+            // input artifact holds only what is new.
+            let mut earlier: Option<(String, usize)> = None;
             self.started_event(&agent, &prefix, iterations);
             loop {
                 if iterations >= agent.max_iterations {
@@ -509,11 +512,15 @@ impl AgentRun<'_> {
                 };
                 let models = &self.models;
                 let (binding, stream) = (agent.model.as_str(), agent.stream);
+                let sent = conversation.len();
+                let continues = earlier.as_ref().map(|(call, from)| Continues { call: call.as_str(), from: *from });
+                let call = format!("{prefix}turn.{turn}/model");
                 let recorded = ctx
-                    .call(&format!("{prefix}turn.{turn}/model"), CallKind::Input, |info| {
-                        call_model(ctx, models, binding, stream, info.path, request)
+                    .call(&call, CallKind::Input, |info| {
+                        call_model(ctx, models, binding, stream, info.path, request, continues)
                     })
                     .await?;
+                earlier = Some((ctx.path().join(&call).as_str().to_owned(), sent));
                 let response: ChatResponse = serde_json::from_value((*recorded).clone())
                     .map_err(|e| StepError::execution_failed(format!("reading a recorded model answer: {e}")))?;
                 iterations += 1;
@@ -565,7 +572,9 @@ impl AgentRun<'_> {
                         AGENT_HANDOFF_EVENT,
                         json!({ "from": agent.name, "to": next.name, "note": note, "turn": format!("{prefix}turn.{}", turn - 1) }),
                     ));
-                    // The next agent keeps the conversation under its own instructions.
+                    // The next agent keeps the conversation under its own instructions; the
+                    // history is rewritten, so the next input artifact is whole again.
+                    earlier = None;
                     conversation.retain(|m| !matches!(m, Message::System { .. }));
                     if let Some(instructions) = &next.instructions {
                         conversation.insert(0, Message::system(instructions.clone()));

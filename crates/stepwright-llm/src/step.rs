@@ -163,7 +163,7 @@ async fn run(spec: &LlmSpec, ctx: &StepContext, input: &Value) -> Result<Value, 
         };
         let recorded = ctx
             .call(&format!("call.{turn}"), CallKind::Input, |info| {
-                call_model(ctx, &models, &spec.model, spec.stream, info.path, request)
+                call_model(ctx, &models, &spec.model, spec.stream, info.path, request, None)
             })
             .await?;
         let response: ChatResponse = serde_json::from_value((*recorded).clone())
@@ -188,8 +188,19 @@ async fn run(spec: &LlmSpec, ctx: &StepContext, input: &Value) -> Result<Value, 
     ))
 }
 
+/// Where a conversation's earlier messages are recorded: the `llm-input` artifact of an
+/// earlier call of the same step holds the messages before `from`.
+pub(crate) struct Continues<'a> {
+    /// The earlier call's sub-step path.
+    pub(crate) call: &'a str,
+    /// How many messages that call's input (with its own predecessors) holds.
+    pub(crate) from: usize,
+}
+
 /// One model call: artifacts in, the call (streamed to the step's sink), artifacts and a
-/// `model.call` event out.
+/// `model.call` event out. When the conversation continues an earlier call's, the `llm-input`
+/// artifact holds only the new messages and names the earlier call, so a conversation that
+/// grows turn by turn stores (and hashes) each message once.
 pub(crate) async fn call_model(
     ctx: &StepContext,
     models: &Models,
@@ -197,12 +208,30 @@ pub(crate) async fn call_model(
     stream: bool,
     path: stepwright_core::StepPath,
     mut request: ChatRequest,
+    continues: Option<Continues<'_>>,
 ) -> Result<Value, StepError> {
     // The artifact shows the model id actually sent, not the binding's name.
     if let Some(id) = models.model_id(binding) {
         id.clone_into(&mut request.model);
     }
-    let input_hash = ctx.artifact("llm-input", &serde_json::to_value(&request).expect("a request serializes"));
+    let input = match &continues {
+        Some(earlier) if earlier.from <= request.messages.len() => {
+            let new = ChatRequest {
+                model: request.model.clone(),
+                messages: request.messages[earlier.from..].to_vec(),
+                tools: request.tools.clone(),
+                tool_choice: request.tool_choice.clone(),
+                output: request.output.clone(),
+                params: request.params.clone(),
+            };
+            let mut value = serde_json::to_value(&new).expect("a request serializes");
+            value["continues"] = Value::String(earlier.call.to_owned());
+            value["messages_from"] = Value::from(earlier.from);
+            value
+        }
+        _ => serde_json::to_value(&request).expect("a request serializes"),
+    };
+    let input_hash = ctx.artifact("llm-input", &input);
     let sink = |text: &str| ctx.token(text);
     let sink: Option<crate::adapter::TokenSink<'_>> = if stream { Some(&sink) } else { None };
     let record = models.chat(path.as_str(), binding, request, sink).await?;

@@ -203,6 +203,23 @@ async fn parallel_tool_calls_run_at_once_and_every_call_is_a_journaled_sub_step(
         paths,
         ["agent/turn.0/model", "agent/turn.0/tool.0", "agent/turn.0/tool.1", "agent/turn.1/model", "agent"]
     );
+    // The second call's input artifact holds only the new messages and names the first.
+    let inputs: Vec<Arc<Value>> = store
+        .entries(report.run_id)
+        .iter()
+        .filter_map(|e| match &e.record {
+            Record::Artifact { kind, hash, .. } if kind == "llm-input" => store.blob(hash),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(inputs.len(), 2);
+    assert_eq!(inputs[0]["messages"].as_array().unwrap().len(), 2, "system and user");
+    assert!(inputs[0].get("continues").is_none());
+    assert_eq!(inputs[1]["continues"], json!("agent/turn.0/model"));
+    assert_eq!(inputs[1]["messages_from"], json!(2));
+    let new: Vec<&str> =
+        inputs[1]["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(new, ["assistant", "tool", "tool"], "each message is stored once");
     let events = store.events(report.run_id).await.unwrap();
     assert_eq!(events.iter().filter(|e| e.kind == TOOL_CALL_EVENT).count(), 2);
     let (_, total) = stepwright_llm::rollup(&events);
