@@ -508,21 +508,36 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     let engine = Engine::builder().store(store.clone()).build();
                     let report = engine.report(run).await?;
                     let loaded = store.load(run).await?;
-                    let steps = timeline(&loaded);
+                    let mut steps = timeline(&loaded);
+                    // Model usage and cost, summed per step from the `model.call` events.
+                    let events = store.events(run).await?;
+                    let (by_step, total) = stepwright_llm::rollup(&events);
+                    for step in &mut steps {
+                        if let Some(usage) = step["path"].as_str().and_then(|p| by_step.get(p)) {
+                            step["usage"] = json!(usage);
+                        }
+                    }
                     if json {
                         let mut object = report_json(&report);
                         object["workflow"] = json!(loaded.record.workflow);
                         object["steps"] = Value::Array(steps);
+                        if total.calls > 0 {
+                            object["usage"] = json!(total);
+                        }
                         println!("{object}");
                     } else {
                         println!("run {} ({}) {}", run, loaded.record.workflow, report.status.as_str());
                         for step in &steps {
+                            let usage = step.get("usage").map(|u| usage_text(u)).unwrap_or_default();
                             println!(
-                                "  {:<32} {:<10} attempts {}",
+                                "  {:<32} {:<10} attempts {}{usage}",
                                 step["path"].as_str().unwrap_or_default(),
                                 step["status"].as_str().unwrap_or_default(),
                                 step["attempts"]
                             );
+                        }
+                        if total.calls > 0 {
+                            println!("  model usage:{}", usage_text(&json!(total)));
                         }
                         for pending in &report.pending {
                             println!("  waiting: {} at {} — {}", pending.id, pending.step, pending.message);
@@ -556,6 +571,17 @@ fn change_name(change: &stepwright_core::StepChange) -> &'static str {
         StepChange::Missing => "missing",
         StepChange::Added => "added",
     }
+}
+
+/// `  3 calls, 1200 in / 80 out tokens, $0.000420` from a usage roll-up.
+fn usage_text(usage: &Value) -> String {
+    format!(
+        "  {} call(s), {} in / {} out tokens, ${:.6}",
+        usage["calls"],
+        usage["input_tokens"],
+        usage["output_tokens"],
+        usage["cost_usd"].as_f64().unwrap_or(0.0)
+    )
 }
 
 fn show(value: &Option<Value>) -> String {

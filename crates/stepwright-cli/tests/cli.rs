@@ -329,3 +329,63 @@ fn an_unknown_run_id_is_a_usage_error() {
         assert_eq!(stderr.trim(), format!("stepwright: run {nobody} was not found"), "{command:?}");
     }
 }
+
+/// A model that answers at once with fixed usage.
+struct Instant;
+
+impl stepwright_llm::ChatModel for Instant {
+    fn provider(&self) -> &str {
+        "instant"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _request: &'a stepwright_llm::ChatRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<stepwright_llm::ChatResponse, stepwright_llm::ModelError>> {
+        Box::pin(async {
+            Ok(stepwright_llm::ChatResponse {
+                content: "fine".into(),
+                tool_calls: Vec::new(),
+                finish_reason: stepwright_llm::FinishReason::Stop,
+                usage: stepwright_llm::Usage { input_tokens: 1000, output_tokens: 100 },
+                model: "instant-1".into(),
+            })
+        })
+    }
+}
+
+#[test]
+fn runs_show_sums_model_usage_and_cost_per_step() {
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let store = Arc::new(stepwright_store::SqliteStore::open(&path).unwrap());
+        let mut models = stepwright_llm::Models::new();
+        let pricing = stepwright_llm::Pricing { input: 2.0, output: 10.0 };
+        models.bind_adapter("fast", "instant-1", Arc::new(Instant), Some(pricing));
+        let ask = |id: &str| {
+            stepwright_core::Node::dyn_step(id, stepwright_llm::LlmStep::new(stepwright_llm::LlmSpec::new("fast")))
+                .input(stepwright_core::InputSource::WorkflowInput)
+        };
+        let workflow =
+            stepwright_core::Workflow::builder("asks").step(ask("first")).step(ask("second")).build().unwrap();
+        let engine = stepwright_core::Engine::builder()
+            .store(store as Arc<dyn stepwright_core::Store>)
+            .service(Arc::new(models))
+            .build();
+        engine.start(&workflow, serde_json::json!("how are you?")).await.unwrap().run_id.to_string()
+    });
+    let db = format!("sqlite://{}", path.display());
+    let show = stepwright(dir.path(), &["--db", &db, "runs", "show", &run, "--json"]);
+    assert_eq!(show.status.code(), Some(0), "{}", String::from_utf8_lossy(&show.stderr));
+    let shown: Value = serde_json::from_slice(&show.stdout).unwrap();
+    // Each call: 1000 × $2 + 100 × $10 per million = $0.003.
+    assert_eq!(shown["usage"]["calls"], 2);
+    assert_eq!(shown["usage"]["input_tokens"], 2000);
+    assert!((shown["usage"]["cost_usd"].as_f64().unwrap() - 0.006).abs() < 1e-12, "{}", shown["usage"]);
+    assert_eq!(shown["steps"][0]["usage"]["output_tokens"], 100);
+    let text = stepwright(dir.path(), &["--db", &db, "runs", "show", &run]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("model usage:  2 call(s), 2000 in / 200 out tokens, $0.006000"), "{text}");
+}
