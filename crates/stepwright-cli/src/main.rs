@@ -528,7 +528,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     } else {
                         println!("run {} ({}) {}", run, loaded.record.workflow, report.status.as_str());
                         for step in &steps {
-                            let usage = step.get("usage").map(|u| usage_text(u)).unwrap_or_default();
+                            let usage = step.get("usage").map(usage_text).unwrap_or_default();
                             println!(
                                 "  {:<32} {:<10} attempts {}{usage}",
                                 step["path"].as_str().unwrap_or_default(),
