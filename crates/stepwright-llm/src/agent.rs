@@ -113,7 +113,8 @@ pub struct AgentSpec {
     /// Agents it may hand the conversation to for good (`handoff_to_NAME`).
     #[serde(default)]
     pub handoffs: Vec<String>,
-    /// Model calls before it must have answered.
+    /// Model calls before it must have answered (counted over the conversation, including
+    /// calls made by the agents that handed it over).
     #[serde(default = "default_max_iterations")]
     pub max_iterations: u32,
     /// Iterations in a row without a successful tool call after which it is stuck.
@@ -579,8 +580,9 @@ impl AgentRun<'_> {
                     if let Some(instructions) = &next.instructions {
                         conversation.insert(0, Message::system(instructions.clone()));
                     }
+                    // `iterations` is not reset: the conversation's model calls count against
+                    // whichever agent holds it, so agents handing it back and forth still stop.
                     agent = next;
-                    iterations = 0;
                     since_success = 0;
                     repairs = 0;
                     self.started_event(&agent, &prefix, iterations);

@@ -593,3 +593,32 @@ async fn hooks_hear_start_complete_and_stuck_and_bad_calls_are_results() {
     stuck_engine.start(&workflow(stuck), json!("?")).await.unwrap();
     assert_eq!(hooks.0.lock().unwrap()[2..], ["start searcher".to_owned(), "stuck searcher".to_owned()]);
 }
+
+#[tokio::test]
+async fn agents_handing_a_conversation_back_and_forth_still_stop() {
+    let model = Scripted::new(|request| {
+        let me = match &request.messages[0] {
+            Message::System { content } => content.clone(),
+            _ => String::new(),
+        };
+        let other = if me == "ping" { "pong" } else { "ping" };
+        use_tools(&[("h", &format!("handoff_to_{other}"), json!({}))])
+    });
+    let agent = |name: &str, other: &str| {
+        let mut spec = AgentSpec::new(name, "fast");
+        spec.instructions = Some(name.to_owned());
+        spec.handoffs = vec![other.to_owned()];
+        spec.max_iterations = 4;
+        spec
+    };
+    let agents = Agents::new().with(agent("ping", "pong")).with(agent("pong", "ping"));
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), model.clone(), Tools::new(), agents);
+    let report = engine.start(&workflow(agent("ping", "pong")), json!("go")).await.unwrap();
+    assert_eq!(report.error.unwrap().code, BUDGET_EXCEEDED);
+    assert_eq!(model.requests().len(), 4, "max_iterations counts the whole conversation");
+    let events = store.events(report.run_id).await.unwrap();
+    let handoffs: Vec<&str> =
+        events.iter().filter(|e| e.kind == "agent.handoff").map(|e| e.data["to"].as_str().unwrap()).collect();
+    assert_eq!(handoffs, ["pong", "ping", "pong", "ping"]);
+}
