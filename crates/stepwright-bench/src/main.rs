@@ -107,27 +107,14 @@ fn w2(runs: usize) -> (f64, f64) {
 }
 
 /// A model that answers at once, so that a call costs only what the engine adds.
-struct InstantModel;
-
-impl stepwright_llm::ChatModel for InstantModel {
-    fn provider(&self) -> &str {
-        "instant"
-    }
-
-    fn chat<'a>(
-        &'a self,
-        _request: &'a stepwright_llm::ChatRequest,
-    ) -> futures_util::future::BoxFuture<'a, Result<stepwright_llm::ChatResponse, stepwright_llm::ModelError>> {
-        Box::pin(async {
-            Ok(stepwright_llm::ChatResponse {
-                content: "{\"category\":\"bug\"}".into(),
-                tool_calls: Vec::new(),
-                finish_reason: stepwright_llm::FinishReason::Stop,
-                usage: stepwright_llm::Usage { input_tokens: 120, output_tokens: 8 },
-                model: "instant-1".into(),
-            })
-        })
-    }
+fn instant_model() -> stepwright_llm::ScriptedModel {
+    stepwright_llm::ScriptedModel::new(|_request| stepwright_llm::ChatResponse {
+        content: "{\"category\":\"bug\"}".into(),
+        tool_calls: Vec::new(),
+        finish_reason: stepwright_llm::FinishReason::Stop,
+        usage: stepwright_llm::Usage { input_tokens: 120, output_tokens: 8 },
+        model: "instant-1".into(),
+    })
 }
 
 /// L1: engine overhead per model call: a chain of 100 `llm` steps with structured output
@@ -136,7 +123,7 @@ impl stepwright_llm::ChatModel for InstantModel {
 /// it. Returns µs per call (median, best) for the store given.
 fn l1(runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
     let mut models = stepwright_llm::Models::new();
-    models.bind_adapter("fast", "instant-1", Arc::new(InstantModel), None);
+    models.bind_adapter("fast", "instant-1", Arc::new(instant_model()), None);
     let mut spec = stepwright_llm::LlmSpec::new("fast");
     spec.output =
         Some(json!({ "type": "object", "required": ["category"], "properties": { "category": { "type": "string" } } }));
@@ -163,21 +150,10 @@ fn l1(runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
 
 /// A model that answers at once: one tool call per turn until it has seen `turns` results,
 /// then a final answer.
-struct LoopingModel {
-    turns: usize,
-}
-
-impl stepwright_llm::ChatModel for LoopingModel {
-    fn provider(&self) -> &str {
-        "instant"
-    }
-
-    fn chat<'a>(
-        &'a self,
-        request: &'a stepwright_llm::ChatRequest,
-    ) -> futures_util::future::BoxFuture<'a, Result<stepwright_llm::ChatResponse, stepwright_llm::ModelError>> {
+fn looping_model(turns: usize) -> stepwright_llm::ScriptedModel {
+    stepwright_llm::ScriptedModel::new(move |request| {
         let seen = request.messages.iter().filter(|m| matches!(m, stepwright_llm::Message::Tool { .. })).count();
-        let tool_calls = if seen < self.turns {
+        let tool_calls = if seen < turns {
             vec![stepwright_llm::ToolCall {
                 id: format!("call_{seen}"),
                 name: "lookup".into(),
@@ -186,16 +162,14 @@ impl stepwright_llm::ChatModel for LoopingModel {
         } else {
             Vec::new()
         };
-        Box::pin(async move {
-            Ok(stepwright_llm::ChatResponse {
-                content: if tool_calls.is_empty() { "done".into() } else { String::new() },
-                tool_calls,
-                finish_reason: stepwright_llm::FinishReason::Stop,
-                usage: stepwright_llm::Usage { input_tokens: 120, output_tokens: 8 },
-                model: "instant-1".into(),
-            })
-        })
-    }
+        stepwright_llm::ChatResponse {
+            content: if tool_calls.is_empty() { "done".into() } else { String::new() },
+            tool_calls,
+            finish_reason: stepwright_llm::FinishReason::Stop,
+            usage: stepwright_llm::Usage { input_tokens: 120, output_tokens: 8 },
+            model: "instant-1".into(),
+        }
+    })
 }
 
 /// A1: engine overhead per agent turn: an agent that makes `turns` turns (each a model call
@@ -208,7 +182,7 @@ fn a1(turns: usize, runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
         order_id: String,
     }
     let mut models = stepwright_llm::Models::new();
-    models.bind_adapter("fast", "instant-1", Arc::new(LoopingModel { turns }), None);
+    models.bind_adapter("fast", "instant-1", Arc::new(looping_model(turns)), None);
     let mut tools = stepwright_llm::Tools::new();
     let lookup = stepwright_llm::fn_tool(
         stepwright_llm::ToolDef::new("lookup", "Look up an order").effect(stepwright_core::Effect::Read),

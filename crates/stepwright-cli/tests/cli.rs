@@ -331,27 +331,14 @@ fn an_unknown_run_id_is_a_usage_error() {
 }
 
 /// A model that answers at once with fixed usage.
-struct Instant;
-
-impl stepwright_llm::ChatModel for Instant {
-    fn provider(&self) -> &str {
-        "instant"
-    }
-
-    fn chat<'a>(
-        &'a self,
-        _request: &'a stepwright_llm::ChatRequest,
-    ) -> futures_util::future::BoxFuture<'a, Result<stepwright_llm::ChatResponse, stepwright_llm::ModelError>> {
-        Box::pin(async {
-            Ok(stepwright_llm::ChatResponse {
-                content: "fine".into(),
-                tool_calls: Vec::new(),
-                finish_reason: stepwright_llm::FinishReason::Stop,
-                usage: stepwright_llm::Usage { input_tokens: 1000, output_tokens: 100 },
-                model: "instant-1".into(),
-            })
-        })
-    }
+fn instant_model() -> stepwright_llm::ScriptedModel {
+    stepwright_llm::ScriptedModel::new(|_request| stepwright_llm::ChatResponse {
+        content: "fine".into(),
+        tool_calls: Vec::new(),
+        finish_reason: stepwright_llm::FinishReason::Stop,
+        usage: stepwright_llm::Usage { input_tokens: 1000, output_tokens: 100 },
+        model: "instant-1".into(),
+    })
 }
 
 #[test]
@@ -363,7 +350,7 @@ fn runs_show_sums_model_usage_and_cost_per_step() {
         let store = Arc::new(stepwright_store::SqliteStore::open(&path).unwrap());
         let mut models = stepwright_llm::Models::new();
         let pricing = stepwright_llm::Pricing { input: 2.0, output: 10.0 };
-        models.bind_adapter("fast", "instant-1", Arc::new(Instant), Some(pricing));
+        models.bind_adapter("fast", "instant-1", Arc::new(instant_model()), Some(pricing));
         let ask = |id: &str| {
             stepwright_core::Node::dyn_step(id, stepwright_llm::LlmStep::new(stepwright_llm::LlmSpec::new("fast")))
                 .input(stepwright_core::InputSource::WorkflowInput)

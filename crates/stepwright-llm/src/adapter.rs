@@ -61,3 +61,66 @@ pub trait ChatModel: Send + Sync + 'static {
         })
     }
 }
+
+type Script = dyn Fn(&ChatRequest) -> ChatResponse + Send + Sync;
+
+/// A model that answers at once with what a function of the request says: for tests,
+/// benchmarks and demos that must not reach a provider (a cassette replays real answers;
+/// this one makes them up). It can remember every request it was sent.
+///
+/// ```
+/// use stepwright_llm::{ChatResponse, FinishReason, ScriptedModel, Usage};
+///
+/// let model = ScriptedModel::new(|request| ChatResponse {
+///     content: format!("{} messages", request.messages.len()),
+///     tool_calls: Vec::new(),
+///     finish_reason: FinishReason::Stop,
+///     usage: Usage::default(),
+///     model: "scripted-1".into(),
+/// })
+/// .recording();
+/// # let _ = model;
+/// ```
+pub struct ScriptedModel {
+    script: Box<Script>,
+    requests: Option<std::sync::Mutex<Vec<ChatRequest>>>,
+}
+
+impl std::fmt::Debug for ScriptedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedModel").field("recording", &self.requests.is_some()).finish_non_exhaustive()
+    }
+}
+
+impl ScriptedModel {
+    /// A model answering with `script(request)`.
+    pub fn new(script: impl Fn(&ChatRequest) -> ChatResponse + Send + Sync + 'static) -> Self {
+        Self { script: Box::new(script), requests: None }
+    }
+
+    /// Remembers every request (a copy each; leave it off where the cost matters).
+    #[must_use]
+    pub fn recording(mut self) -> Self {
+        self.requests = Some(std::sync::Mutex::new(Vec::new()));
+        self
+    }
+
+    /// The requests sent so far, if recording.
+    pub fn requests(&self) -> Vec<ChatRequest> {
+        self.requests.as_ref().map(|r| r.lock().expect("poisoned").clone()).unwrap_or_default()
+    }
+}
+
+impl ChatModel for ScriptedModel {
+    fn provider(&self) -> &str {
+        "scripted"
+    }
+
+    fn chat<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, ModelError>> {
+        if let Some(requests) = &self.requests {
+            requests.lock().expect("poisoned").push(request.clone());
+        }
+        let response = (self.script)(request);
+        Box::pin(std::future::ready(Ok(response)))
+    }
+}

@@ -19,7 +19,7 @@ mod step;
 mod tools;
 mod types;
 
-pub use adapter::{ChatModel, TokenSink};
+pub use adapter::{ChatModel, ScriptedModel, TokenSink};
 pub use agent::{
     AGENT_COMPLETED_EVENT, AGENT_HANDOFF_EVENT, AGENT_STARTED_EVENT, AGENT_STUCK, AGENT_STUCK_EVENT, AgentHooks,
     AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, HookEvent, OnStuck, TOOL_CALL_EVENT,

@@ -6,46 +6,20 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use stepwright_core::{
     Caller, Decision, Effect, Engine, ErrorCode, MemoryStore, Node, Record, RunId, RunStatus, StartOptions, StepError,
     Store, Workflow,
 };
 use stepwright_llm::{
-    AGENT_STUCK, AGENT_STUCK_EVENT, AgentHooks, AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, ChatModel,
-    ChatRequest, ChatResponse, FinishReason, HookEvent, Message, ModelError, Models, OnStuck, Pricing, TOOL_CALL_EVENT,
-    ToolCall, ToolContext, ToolDef, Tools, Usage, fn_tool,
+    AGENT_STUCK, AGENT_STUCK_EVENT, AgentHooks, AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, ChatRequest,
+    ChatResponse, FinishReason, HookEvent, Message, Models, OnStuck, Pricing, ScriptedModel, TOOL_CALL_EVENT, ToolCall,
+    ToolContext, ToolDef, Tools, Usage, fn_tool,
 };
 
-type Script = dyn Fn(&ChatRequest) -> ChatResponse + Send + Sync;
-
 /// A model that answers as its script says, and remembers every request.
-struct Scripted {
-    script: Box<Script>,
-    requests: Mutex<Vec<ChatRequest>>,
-}
-
-impl Scripted {
-    fn new(script: impl Fn(&ChatRequest) -> ChatResponse + Send + Sync + 'static) -> Arc<Self> {
-        Arc::new(Self { script: Box::new(script), requests: Mutex::new(Vec::new()) })
-    }
-
-    fn requests(&self) -> Vec<ChatRequest> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-impl ChatModel for Scripted {
-    fn provider(&self) -> &str {
-        "scripted"
-    }
-
-    fn chat<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, ModelError>> {
-        self.requests.lock().unwrap().push(request.clone());
-        let response = (self.script)(request);
-        Box::pin(async move { Ok(response) })
-    }
+fn scripted(script: impl Fn(&ChatRequest) -> ChatResponse + Send + Sync + 'static) -> Arc<ScriptedModel> {
+    Arc::new(ScriptedModel::new(script).recording())
 }
 
 fn say(text: &str) -> ChatResponse {
@@ -127,7 +101,7 @@ fn weather_tools(calls: &Counter, barrier: Option<&Arc<tokio::sync::Barrier>>) -
     tools
 }
 
-fn engine(store: Arc<MemoryStore>, model: Arc<Scripted>, tools: Tools, agents: Agents) -> Engine {
+fn engine(store: Arc<MemoryStore>, model: Arc<ScriptedModel>, tools: Tools, agents: Agents) -> Engine {
     let mut models = Models::new();
     models.bind_adapter("fast", "scripted-1", model, Some(Pricing { input: 1.0, output: 2.0 }));
     Engine::builder()
@@ -170,7 +144,7 @@ fn completed_paths(store: &MemoryStore, run: RunId) -> Vec<String> {
 
 #[tokio::test]
 async fn parallel_tool_calls_run_at_once_and_every_call_is_a_journaled_sub_step() {
-    let model = Scripted::new(two_tools_then_answer);
+    let model = scripted(two_tools_then_answer);
     let calls = Counter::default();
     let store = Arc::new(MemoryStore::new());
     let tools = weather_tools(&calls, Some(&Arc::new(tokio::sync::Barrier::new(2))));
@@ -228,7 +202,7 @@ async fn parallel_tool_calls_run_at_once_and_every_call_is_a_journaled_sub_step(
 
 #[tokio::test]
 async fn a_crash_after_the_first_tool_result_resumes_without_repeating_anything_finished() {
-    let model = Scripted::new(two_tools_then_answer);
+    let model = scripted(two_tools_then_answer);
     let calls = Counter::default();
     let store = Arc::new(MemoryStore::new());
     let mut spec = support_agent();
@@ -269,7 +243,7 @@ fn counting_tool(name: &str, def: ToolDef, calls: &Counter, fail: bool) -> Arc<d
 
 #[tokio::test]
 async fn an_interrupted_call_that_is_not_safe_to_retry_reaches_the_model_as_outcome_unknown() {
-    let model = Scripted::new(|request| {
+    let model = scripted(|request| {
         let results = tool_results(request);
         match results.first() {
             None => use_tools(&[("pay", "charge", json!({ "amount": 12 }))]),
@@ -302,7 +276,7 @@ async fn an_interrupted_call_that_is_not_safe_to_retry_reaches_the_model_as_outc
 
 #[tokio::test]
 async fn a_fenced_tool_gets_an_idempotency_key_that_is_stable_for_the_call() {
-    let model = Scripted::new(|request| match tool_results(request).first() {
+    let model = scripted(|request| match tool_results(request).first() {
         None => use_tools(&[("pay", "charge", json!({ "amount": 12 }))]),
         Some((_, content, _)) => say(content),
     });
@@ -326,9 +300,9 @@ async fn a_fenced_tool_gets_an_idempotency_key_that_is_stable_for_the_call() {
 
 #[tokio::test]
 async fn budgets_end_the_run_with_budget_exceeded() {
-    let always_tools = || Scripted::new(|_| use_tools(&[("c", "weather", json!({ "city": "Oslo" }))]));
+    let always_tools = || scripted(|_| use_tools(&[("c", "weather", json!({ "city": "Oslo" }))]));
     let calls = Counter::default();
-    let run = |spec: AgentSpec, model: Arc<Scripted>| {
+    let run = |spec: AgentSpec, model: Arc<ScriptedModel>| {
         let engine = engine(Arc::new(MemoryStore::new()), model, weather_tools(&calls, None), Agents::new());
         async move { engine.start(&workflow(spec), json!("loop forever")).await.unwrap() }
     };
@@ -406,7 +380,7 @@ fn searches_until_guided(request: &ChatRequest) -> ChatResponse {
 async fn a_stuck_agent_fails_stops_or_escalates_to_a_person() {
     let calls = Counter::default();
     let start = |on_stuck: OnStuck, store: Arc<MemoryStore>| {
-        let model = Scripted::new(searches_until_guided);
+        let model = scripted(searches_until_guided);
         let engine = engine(store, model.clone(), failing_tools(&calls), Agents::new());
         let mut spec = AgentSpec::new("searcher", "fast");
         spec.tools = vec!["search".into()];
@@ -446,7 +420,7 @@ async fn a_stuck_agent_fails_stops_or_escalates_to_a_person() {
 #[tokio::test]
 async fn an_approval_gated_tool_waits_for_a_person_and_a_rejection_is_a_result() {
     let calls = Counter::default();
-    let model = Scripted::new(|request| match tool_results(request).first() {
+    let model = scripted(|request| match tool_results(request).first() {
         None => use_tools(&[("d", "delete", json!({ "path": "/tmp/x" }))]),
         Some((_, content, is_error)) => say(&format!("{is_error}: {content}")),
     });
@@ -491,7 +465,7 @@ async fn an_approval_gated_tool_waits_for_a_person_and_a_rejection_is_a_result()
 #[tokio::test]
 async fn an_agent_delegates_a_task_and_hands_off_to_another() {
     // The researcher answers tasks; the lead delegates, then hands off to the writer.
-    let model = Scripted::new(|request| {
+    let model = scripted(|request| {
         let system = match &request.messages[0] {
             Message::System { content } => content.clone(),
             _ => String::new(),
@@ -562,7 +536,7 @@ impl AgentHooks for Recorded {
 async fn hooks_hear_start_complete_and_stuck_and_bad_calls_are_results() {
     let hooks = Arc::new(Recorded::default());
     // First an unknown tool and arguments that do not match, then an answer.
-    let model = Scripted::new(|request| match tool_results(request).len() {
+    let model = scripted(|request| match tool_results(request).len() {
         0 => use_tools(&[("x", "teleport", json!({})), ("y", "weather", json!({ "town": 3 }))]),
         _ => say(&serde_json::to_string(&tool_results(request)).unwrap()),
     });
@@ -586,7 +560,7 @@ async fn hooks_hear_start_complete_and_stuck_and_bad_calls_are_results() {
     stuck.stuck_after = Some(1);
     let stuck_engine = engine(
         Arc::new(MemoryStore::new()),
-        Scripted::new(searches_until_guided),
+        scripted(searches_until_guided),
         failing_tools(&calls),
         Agents::new().hook(hooks.clone()),
     );
@@ -596,7 +570,7 @@ async fn hooks_hear_start_complete_and_stuck_and_bad_calls_are_results() {
 
 #[tokio::test]
 async fn agents_handing_a_conversation_back_and_forth_still_stop() {
-    let model = Scripted::new(|request| {
+    let model = scripted(|request| {
         let me = match &request.messages[0] {
             Message::System { content } => content.clone(),
             _ => String::new(),

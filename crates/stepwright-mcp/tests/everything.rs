@@ -7,15 +7,14 @@
 //! `STEPWRIGHT_TEST_MCP_EVERYTHING` to its `dist/index.js`; without the variable these tests
 //! say they were skipped.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use stepwright_core::{Effect, Engine, MemoryStore, Node, RunStatus, Store, Workflow};
 use stepwright_llm::{
-    AgentSpec, AgentStep, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, Models, ToolCall,
-    ToolStep, Tools, Usage,
+    AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, Message, Models, ScriptedModel, ToolCall, ToolStep,
+    Tools, Usage,
 };
 use stepwright_mcp::{McpServer, ServerConfig, ToolPolicy};
 
@@ -77,45 +76,33 @@ async fn stdio_tools_are_discovered_called_and_survive_a_killed_server() {
 }
 
 /// Asks for both reference tools at once, then answers with their results.
-struct Planner(Mutex<Vec<ChatRequest>>);
-
-impl ChatModel for Planner {
-    fn provider(&self) -> &str {
-        "scripted"
-    }
-
-    fn chat<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, ModelError>> {
-        self.0.lock().unwrap().push(request.clone());
-        let results: Vec<String> = request
-            .messages
-            .iter()
-            .filter_map(|m| match m {
-                Message::Tool { content, .. } => Some(content.clone()),
-                _ => None,
-            })
-            .collect();
-        let (content, tool_calls) = if results.is_empty() {
-            let call =
-                |id: &str, name: &str, arguments: Value| ToolCall { id: id.into(), name: name.into(), arguments };
-            (
-                String::new(),
-                vec![
-                    call("1", "everything__echo", json!({ "message": "ping" })),
-                    call("2", "everything__get-sum", json!({ "a": 1, "b": 2 })),
-                ],
-            )
-        } else {
-            (results.join(" | "), Vec::new())
-        };
-        Box::pin(async move {
-            Ok(ChatResponse {
-                content,
-                tool_calls,
-                finish_reason: FinishReason::Stop,
-                usage: Usage::default(),
-                model: "planner".into(),
-            })
+fn planner(request: &ChatRequest) -> ChatResponse {
+    let results: Vec<String> = request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool { content, .. } => Some(content.clone()),
+            _ => None,
         })
+        .collect();
+    let (content, tool_calls) = if results.is_empty() {
+        let call = |id: &str, name: &str, arguments: Value| ToolCall { id: id.into(), name: name.into(), arguments };
+        (
+            String::new(),
+            vec![
+                call("1", "everything__echo", json!({ "message": "ping" })),
+                call("2", "everything__get-sum", json!({ "a": 1, "b": 2 })),
+            ],
+        )
+    } else {
+        (results.join(" | "), Vec::new())
+    };
+    ChatResponse {
+        content,
+        tool_calls,
+        finish_reason: FinishReason::Stop,
+        usage: Usage::default(),
+        model: "planner".into(),
     }
 }
 
@@ -125,7 +112,7 @@ async fn an_agent_calls_mcp_tools_in_parallel() {
     let mut tools = Tools::new();
     McpServer::register(stdio_config(&script), &mut tools).await.unwrap();
     let mut models = Models::new();
-    let planner = Arc::new(Planner(Mutex::new(Vec::new())));
+    let planner = Arc::new(ScriptedModel::new(planner).recording());
     models.bind_adapter("fast", "planner", planner.clone(), None);
     let mut spec = AgentSpec::new("mcp-user", "fast");
     spec.tools = vec!["everything.echo".into(), "everything.get-sum".into()];
@@ -138,7 +125,7 @@ async fn an_agent_calls_mcp_tools_in_parallel() {
     let report = engine.start(&workflow, json!("use both")).await.unwrap();
     assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
     assert_eq!(report.output, Some(json!("Echo: ping | The sum of 1 and 2 is 3.")));
-    let offered: Vec<String> = planner.0.lock().unwrap()[0].tools.iter().map(|t| t.name.clone()).collect();
+    let offered: Vec<String> = planner.requests()[0].tools.iter().map(|t| t.name.clone()).collect();
     assert_eq!(offered, ["everything__echo", "everything__get-sum"]);
 }
 

@@ -12,12 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use stepwright_core::{Effect, Engine, Node, StartOptions, Store, StoreError, Workflow};
 use stepwright_llm::{
-    AgentSpec, AgentStep, ChatModel, ChatRequest, ChatResponse, FinishReason, Message, ModelError, Models, ToolCall,
-    ToolDef, Tools, Usage, fn_tool,
+    AgentSpec, AgentStep, ChatResponse, FinishReason, Message, Models, ScriptedModel, ToolCall, ToolDef, Tools, Usage,
+    fn_tool,
 };
 use stepwright_store::SqliteStore;
 
@@ -27,16 +26,9 @@ fn append(log: &Path, line: &str) {
     file.write_all(format!("{} {line}\n", std::process::id()).as_bytes()).expect("the log is written");
 }
 
-struct Scripted {
-    log: PathBuf,
-}
-
-impl ChatModel for Scripted {
-    fn provider(&self) -> &str {
-        "scripted"
-    }
-
-    fn chat<'a>(&'a self, request: &'a ChatRequest) -> BoxFuture<'a, Result<ChatResponse, ModelError>> {
+/// Asks for both tools at once, then answers with their results; logs every call.
+fn scripted(log: PathBuf) -> ScriptedModel {
+    ScriptedModel::new(move |request| {
         let results: Vec<&str> = request
             .messages
             .iter()
@@ -45,23 +37,21 @@ impl ChatModel for Scripted {
                 _ => None,
             })
             .collect();
-        append(&self.log, &format!("model {}", results.len()));
+        append(&log, &format!("model {}", results.len()));
         let (content, tool_calls) = if results.is_empty() {
             let call = |id: &str, name: &str| ToolCall { id: id.into(), name: name.into(), arguments: json!({}) };
             (String::new(), vec![call("a", "fast"), call("b", "slow")])
         } else {
             (results.join(" | "), Vec::new())
         };
-        Box::pin(async move {
-            Ok(ChatResponse {
-                content,
-                tool_calls,
-                finish_reason: FinishReason::Stop,
-                usage: Usage { input_tokens: 10, output_tokens: 5 },
-                model: "scripted-1".into(),
-            })
-        })
-    }
+        ChatResponse {
+            content,
+            tool_calls,
+            finish_reason: FinishReason::Stop,
+            usage: Usage { input_tokens: 10, output_tokens: 5 },
+            model: "scripted-1".into(),
+        }
+    })
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
@@ -91,7 +81,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let log = PathBuf::from(log);
     let store = Arc::new(SqliteStore::open(db)?);
     let mut models = Models::new();
-    models.bind_adapter("fast", "scripted-1", Arc::new(Scripted { log: log.clone() }), None);
+    models.bind_adapter("fast", "scripted-1", Arc::new(scripted(log.clone())), None);
     let engine = Engine::builder()
         .store(store.clone() as Arc<dyn Store>)
         .service(Arc::new(models))
