@@ -3,25 +3,15 @@
 //! is done again: the first model call is not repeated and the first tool does not run
 //! again; only the unfinished tool (a read, safe to re-run) runs a second time.
 
-use std::collections::HashSet;
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use stepwright_core::RunId;
-
-fn completed_paths(db: &Path, run: RunId) -> HashSet<String> {
-    let Ok(conn) = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) else {
-        return HashSet::new();
-    };
-    let Ok(mut stmt) =
-        conn.prepare("SELECT path FROM journal WHERE run_id = ?1 AND json_extract(record, '$.type') = 'completed'")
-    else {
-        return HashSet::new(); // The worker has not created the schema yet.
-    };
-    stmt.query_map([&run.as_uuid().as_bytes()[..]], |r| r.get::<_, String>(0)).unwrap().map(Result::unwrap).collect()
-}
+use support::completed_paths;
 
 /// What each process did: (pid, "model N" | "tool NAME").
 fn actions(log: &Path) -> Vec<(String, String)> {

@@ -4,7 +4,8 @@
 
 #![allow(clippy::print_stderr)] // The test reports its kill count.
 
-use std::collections::HashSet;
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use stepwright_core::{Engine, MemoryStore, RunId, Store, Timestamp};
 use stepwright_crashtest::{Files, workflow};
+use support::completed_paths;
 
 const RUNS: u64 = 100;
 const MIN_KILLS: usize = 200;
@@ -25,18 +27,6 @@ impl Lcg {
         self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         (self.0 >> 33) % below
     }
-}
-
-fn completed_paths(db: &Path, run: RunId) -> HashSet<String> {
-    let Ok(conn) = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) else {
-        return HashSet::new();
-    };
-    let Ok(mut stmt) =
-        conn.prepare("SELECT path FROM journal WHERE run_id = ?1 AND json_extract(record, '$.type') = 'completed'")
-    else {
-        return HashSet::new(); // The worker has not created the schema yet.
-    };
-    stmt.query_map([&run.as_uuid().as_bytes()[..]], |r| r.get::<_, String>(0)).unwrap().map(Result::unwrap).collect()
 }
 
 /// The paths a process ran for a run, from the execution log.

@@ -492,6 +492,8 @@ impl AgentRun<'_> {
             // The previous model call and how many messages it was sent, so each call's
             // input artifact holds only what is new.
             let mut earlier: Option<(String, usize)> = None;
+            // What the agent is offered is the same every turn, until a handoff.
+            let (mut specs, mut targets) = self.offer(&agent)?;
             self.started_event(&agent, &prefix, iterations);
             loop {
                 if iterations >= agent.max_iterations {
@@ -502,12 +504,11 @@ impl AgentRun<'_> {
                 }
                 self.check_time(&agent.name)?;
                 self.charge_iteration(&agent.name)?;
-                let (specs, targets) = self.offer(&agent)?;
                 let request = ChatRequest {
                     model: String::new(),
                     messages: conversation.clone(),
                     tool_choice: (!specs.is_empty()).then_some(ToolChoice::Auto),
-                    tools: specs,
+                    tools: specs.clone(),
                     output: None,
                     params: agent.params.clone(),
                 };
@@ -583,6 +584,7 @@ impl AgentRun<'_> {
                     // `iterations` is not reset: the conversation's model calls count against
                     // whichever agent holds it, so agents handing it back and forth still stop.
                     agent = next;
+                    (specs, targets) = self.offer(&agent)?;
                     since_success = 0;
                     repairs = 0;
                     self.started_event(&agent, &prefix, iterations);
