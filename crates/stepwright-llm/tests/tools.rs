@@ -177,3 +177,28 @@ async fn a_tool_step_for_an_unknown_tool_is_a_build_error() {
     let error = ToolStep::node("call", &Tools::new(), "nope").unwrap_err();
     assert_eq!(error.code, TOOL_NOT_FOUND);
 }
+
+#[tokio::test]
+async fn a_tool_node_carries_the_tools_approval_gate_and_effect_fence() {
+    let def = ToolDef::new("wipe", "Wipe a disk").effect(Effect::Write).needs_approval();
+    let tool = Arc::new(CommandTool::new(def, argv(&["sh", "-c", "printf wiped"])));
+    let tools = Tools::new().with(tool).unwrap();
+    let node = ToolStep::node("call", &tools, "wipe").unwrap();
+    let workflow = Workflow::builder("tools").step(node).build().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).service(Arc::new(tools)).build();
+    let report = engine.start(&workflow, json!({})).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended, "nothing runs before a person approves");
+    let id = report.pending[0].id.clone();
+    engine
+        .resolve(report.run_id, &id, stepwright_core::Decision::Approve, &stepwright_core::Caller::default())
+        .await
+        .unwrap();
+    let done = engine.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!(done.output, Some(json!("wiped")));
+    let fenced = store
+        .entries(report.run_id)
+        .iter()
+        .any(|e| matches!(e.record, stepwright_core::Record::Intent { .. }) && e.path.as_str() == "call");
+    assert!(fenced, "a write tool's step commits its intent first");
+}
