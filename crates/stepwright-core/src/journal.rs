@@ -398,6 +398,12 @@ pub enum StoreError {
     /// Stored content does not match its hash.
     #[error("blob {0} does not match its content hash")]
     Corrupt(ContentHash),
+    /// The caller may not read or change this (a session another user owns).
+    #[error("access denied: {0}")]
+    AccessDenied(String),
+    /// The request itself is invalid (an empty session id, a memory key too long…).
+    #[error("invalid request: {0}")]
+    Invalid(String),
     /// The backend failed.
     #[error("store backend failed while {doing}")]
     Backend {
@@ -584,6 +590,10 @@ pub struct MemoryStore {
     /// Inbox messages: `(run, inbox, seq, message)` in posting order.
     messages: Mutex<Vec<(RunId, String, u64, Value)>>,
     definitions: Mutex<HashMap<ContentHash, DefinitionSource>>,
+    /// Sessions by id (see [`crate::session`]).
+    pub(crate) sessions: Mutex<HashMap<String, crate::session::MemorySession>>,
+    /// Memory bank items (see [`crate::bank`]).
+    pub(crate) bank: Mutex<HashMap<crate::bank::MemoryAddress, crate::bank::MemoryItem>>,
     blobs: [Mutex<HashMap<ContentHash, Arc<Value>>>; BLOB_SHARDS],
     appends_left: AtomicUsize,
     fault_armed: std::sync::atomic::AtomicBool,
@@ -892,6 +902,10 @@ pub fn check_fence(record: Option<&RunRecord>, run: RunId, fence: Option<u64>) -
 impl MemoryStore {
     fn remove(&self, victims: &[RunId]) -> Result<Removed, StoreError> {
         self.messages.lock().expect("poisoned").retain(|(run, ..)| !victims.contains(run));
+        // A run's own memory goes with it.
+        self.bank.lock().expect("poisoned").retain(
+            |address, _| !matches!(&address.scope, crate::bank::MemoryScope::Run(run) if victims.contains(run)),
+        );
         let mut runs = self.runs.write().expect("poisoned");
         let mut removed = Removed::default();
         for id in victims {

@@ -22,6 +22,7 @@
 //!
 //! This crate knows no SQL, no HTTP and no YAML.
 
+pub mod bank;
 pub mod context;
 pub mod definition;
 pub mod engine;
@@ -33,8 +34,10 @@ pub mod outcome;
 pub mod policy;
 pub mod runtime;
 pub mod scope;
+pub mod session;
 pub mod step;
 
+pub use bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
 pub use context::{CallInfo, CallKind, Caller, InMemoryLayer, Memory, MemoryLayer, Observer, Services, StepContext};
 pub use definition::{
     Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnMaxIterations,
@@ -57,6 +60,7 @@ pub use policy::{
 };
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
+pub use session::{SessionAppend, SessionMessage, SessionOwner, SessionStore};
 pub use step::{DynStep, Step, Typed, dyn_fn_step, fn_step};
 /// The cancellation token steps receive and `Runner::run` stops on.
 pub use tokio_util::sync::CancellationToken;

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use stepwright_core::bank::{MemoryAddress, MemoryBank, MemoryItem, MemoryScope, MemorySearch};
 use stepwright_core::journal::{JournalBatch, JournalEntry, Retention, RunFilter, RunRecord, StatusUpdate};
+use stepwright_core::session::{SessionAppend, SessionOwner, SessionStore};
 use stepwright_core::{
     Caller, ContentHash, Decision, InterruptId, InterruptRequest, Record, Resolution, RunId, RunStatus, StepError,
     StepPath, Store, StoreError, Timestamp,
@@ -15,7 +17,7 @@ use stepwright_core::{
 /// Runs every check, each on a fresh store from `fresh`.
 pub async fn run_all<S, F, Fut>(fresh: F)
 where
-    S: Store,
+    S: Store + SessionStore + MemoryBank,
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Arc<S>>,
 {
@@ -31,6 +33,9 @@ where
     definitions_are_kept_by_hash(&*fresh().await).await;
     leases_fence_writes(&*fresh().await).await;
     claim_due_finds_ready_runs(&*fresh().await).await;
+    sessions_keep_history_for_their_owner(&*fresh().await).await;
+    memory_bank_stores_and_recalls(&*fresh().await).await;
+    run_memory_goes_with_its_run(&*fresh().await).await;
 }
 
 /// Workflow sources are kept by hash; the first one stays.
@@ -419,4 +424,176 @@ pub async fn missing_runs_are_errors(store: &dyn Store) {
         fence: None,
     };
     assert!(matches!(store.set_status(nobody, update).await, Err(StoreError::RunNotFound(_))));
+}
+
+fn owner(tenant: Option<&str>, user: Option<&str>) -> SessionOwner {
+    SessionOwner { tenant: tenant.map(str::to_owned), user: user.map(str::to_owned) }
+}
+
+fn append(session: &str, owner: &SessionOwner, key: &str, messages: &[serde_json::Value], max: usize) -> SessionAppend {
+    SessionAppend {
+        session: session.into(),
+        owner: owner.clone(),
+        key: key.into(),
+        messages: messages.to_vec(),
+        max_stored: max,
+        at: Timestamp::from_micros(1_000),
+    }
+}
+
+/// Sessions: history in order, newest `limit`, idempotent appends, trimming to the cap,
+/// and every operation refused to anyone but the owner (tenant and user).
+pub async fn sessions_keep_history_for_their_owner<S: SessionStore + ?Sized>(store: &S) {
+    let alice = owner(Some("acme"), Some("alice"));
+    assert!(store.session_history("s-1", &alice, 10).await.expect("read").is_empty(), "no session, no history");
+    let first =
+        [json!({ "role": "user", "content": "héllo ✓" }), json!({ "role": "assistant", "content": "hi" }), json!(3)];
+    let done = store.append_to_session(append("s-1", &alice, "run-a/step", &first, 100)).await.expect("append");
+    assert!(done.applied);
+    assert_eq!(done.stored, 3);
+    let history = store.session_history("s-1", &alice, 10).await.expect("read");
+    assert_eq!(history.iter().map(|m| m.message.clone()).collect::<Vec<_>>(), first.to_vec());
+    assert_eq!(history.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![0, 1, 2]);
+    let newest = store.session_history("s-1", &alice, 2).await.expect("read");
+    assert_eq!(newest.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2], "the newest two, oldest first");
+
+    let again = store.append_to_session(append("s-1", &alice, "run-a/step", &first, 100)).await.expect("append");
+    assert_eq!((again.applied, again.stored), (false, 3), "a repeated append key changes nothing");
+
+    let more = [json!("four"), json!("five")];
+    let trimmed = store.append_to_session(append("s-1", &alice, "run-b/step", &more, 4)).await.expect("append");
+    assert_eq!((trimmed.applied, trimmed.stored), (true, 4));
+    let history = store.session_history("s-1", &alice, 100).await.expect("read");
+    assert_eq!(history.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4], "the oldest beyond the cap go");
+    assert_eq!(history[3].message, json!("five"));
+
+    for stranger in [owner(Some("acme"), Some("bob")), owner(Some("other"), Some("alice")), owner(None, None)] {
+        let denied = store.session_history("s-1", &stranger, 10).await.expect_err("another owner may not read");
+        assert!(matches!(&denied, StoreError::AccessDenied(m) if !m.contains("alice")), "{denied}");
+        let denied = store.append_to_session(append("s-1", &stranger, "x", &more, 10)).await.expect_err("nor write");
+        assert!(matches!(denied, StoreError::AccessDenied(_)), "{denied}");
+        let denied = store.delete_session("s-1", &stranger).await.expect_err("nor delete");
+        assert!(matches!(denied, StoreError::AccessDenied(_)), "{denied}");
+    }
+    assert_eq!(store.session_history("s-1", &alice, 100).await.expect("read").len(), 4, "nothing changed");
+
+    // A session's owner is whoever wrote first, anonymous included.
+    let nobody = owner(None, None);
+    store.append_to_session(append("s-2", &nobody, "k", &more, 10)).await.expect("anonymous session");
+    assert_eq!(store.session_history("s-2", &nobody, 10).await.expect("read").len(), 2);
+    assert!(matches!(store.session_history("s-2", &alice, 10).await, Err(StoreError::AccessDenied(_))));
+
+    let invalid = store.session_history("", &alice, 10).await.expect_err("an empty id");
+    assert!(matches!(invalid, StoreError::Invalid(_)), "{invalid}");
+    let invalid =
+        store.append_to_session(append(&"x".repeat(201), &alice, "k", &more, 10)).await.expect_err("too long");
+    assert!(matches!(invalid, StoreError::Invalid(_)), "{invalid}");
+
+    assert!(store.delete_session("s-1", &alice).await.expect("delete"));
+    assert!(!store.delete_session("s-1", &alice).await.expect("delete again"));
+    assert!(store.session_history("s-1", &alice, 10).await.expect("read").is_empty());
+    let bob = owner(Some("acme"), Some("bob"));
+    let reborn = store.append_to_session(append("s-1", &bob, "run-a/step", &more, 10)).await.expect("a new session");
+    assert_eq!((reborn.applied, reborn.stored), (true, 2), "a deleted session's append keys go with it");
+}
+
+fn address(tenant: &str, scope: MemoryScope, namespace: &str, key: &str) -> MemoryAddress {
+    MemoryAddress { tenant: tenant.into(), scope, namespace: namespace.into(), key: key.into() }
+}
+
+fn item(address: MemoryAddress, value: serde_json::Value, at: i64) -> MemoryItem {
+    MemoryItem::new(address, value, Timestamp::from_micros(at))
+}
+
+fn keys(hits: &[stepwright_core::MemoryHit]) -> Vec<&str> {
+    hits.iter().map(|h| h.item.address.key.as_str()).collect()
+}
+
+/// The memory bank: put, get, replace, delete, full-text search (any word, ranked, whole
+/// words, case-insensitive), listing without a query, limits, and isolation between
+/// tenants, scopes and namespaces.
+pub async fn memory_bank_stores_and_recalls<S: MemoryBank + ?Sized>(store: &S) {
+    let alice = MemoryScope::User("alice".into());
+    let at = |key: &str| address("acme", alice.clone(), "facts", key);
+    let search = |query: Option<&str>, limit: usize| MemorySearch {
+        tenant: "acme".into(),
+        scope: alice.clone(),
+        namespace: "facts".into(),
+        query: query.map(str::to_owned),
+        limit,
+    };
+    let tea = item(at("tea"), json!("Alice likes green tea and hiking"), 1);
+    store.memory_put(tea.clone()).await.expect("put");
+    store.memory_put(item(at("coffee"), json!("Bob prefers coffee"), 2)).await.expect("put");
+    let mail = item(at("mail"), json!({ "note": "her address is alice@example.com", "floor": 42, "ok": true }), 3);
+    assert_eq!(mail.text, "42 her address is alice@example.com", "strings and numbers, members in key order");
+    store.memory_put(mail.clone()).await.expect("put");
+    // The same key elsewhere: another tenant, another user, another namespace, a session.
+    store.memory_put(item(address("other", alice.clone(), "facts", "tea"), json!("green tea"), 4)).await.expect("put");
+    store
+        .memory_put(item(address("acme", MemoryScope::User("bob".into()), "facts", "tea"), json!("green"), 4))
+        .await
+        .expect("put");
+    store.memory_put(item(address("acme", alice.clone(), "prefs", "tea"), json!("green"), 4)).await.expect("put");
+    store
+        .memory_put(item(address("acme", MemoryScope::Session("s".into()), "facts", "tea"), json!("green"), 4))
+        .await
+        .expect("put");
+    store.memory_put(item(address("acme", MemoryScope::Global, "facts", "tea"), json!("green"), 4)).await.expect("put");
+
+    assert_eq!(store.memory_get(at("tea")).await.expect("get"), Some(tea.clone()));
+    assert_eq!(store.memory_get(at("nothing")).await.expect("get"), None);
+
+    let hits = store.memory_search(search(Some("GREEN tea?"), 10)).await.expect("search");
+    assert_eq!(keys(&hits), vec!["tea"], "one tenant, scope and namespace; case-insensitive");
+    assert_eq!(hits[0].item, tea);
+    assert!(hits[0].score > 0.0);
+    let hits = store.memory_search(search(Some("alice hiking"), 10)).await.expect("search");
+    assert_eq!(keys(&hits), vec!["tea", "mail"], "any word matches; more words rank higher");
+    let hits = store.memory_search(search(Some("mail to alice@example.com"), 10)).await.expect("search");
+    assert_eq!(keys(&hits), vec!["mail", "tea"], "an address is searched by its words");
+    assert!(store.memory_search(search(Some("hik"), 10)).await.expect("search").is_empty(), "whole words only");
+    assert!(store.memory_search(search(Some("?! -"), 10)).await.expect("search").is_empty(), "no words, no hits");
+    assert_eq!(keys(&store.memory_search(search(Some("42"), 10)).await.expect("search")), vec!["mail"]);
+    assert_eq!(keys(&store.memory_search(search(Some("alice hiking"), 1)).await.expect("search")), vec!["tea"]);
+
+    let newest = store.memory_search(search(None, 2)).await.expect("list");
+    assert_eq!(keys(&newest), vec!["mail", "coffee"], "without a query: the newest first");
+    assert!(newest.iter().all(|h| h.score == 0.0));
+
+    // Writing an address again replaces the item and its text in the index.
+    let replaced = item(at("tea"), json!({ "drink": "black coffee" }), 5);
+    store.memory_put(replaced.clone()).await.expect("replace");
+    assert_eq!(store.memory_get(at("tea")).await.expect("get"), Some(replaced));
+    assert!(store.memory_search(search(Some("green hiking"), 10)).await.expect("search").is_empty());
+    assert_eq!(keys(&store.memory_search(search(Some("coffee"), 10)).await.expect("search")).len(), 2);
+
+    assert!(store.memory_delete(at("coffee")).await.expect("delete"));
+    assert!(!store.memory_delete(at("coffee")).await.expect("delete again"));
+    assert_eq!(keys(&store.memory_search(search(Some("coffee"), 10)).await.expect("search")), vec!["tea"]);
+    let elsewhere = store.memory_get(address("other", alice.clone(), "facts", "tea")).await.expect("get");
+    assert_eq!(elsewhere.map(|i| i.value), Some(json!("green tea")), "other tenants are untouched");
+
+    let invalid = store.memory_put(item(at(""), json!(1), 6)).await.expect_err("an empty key");
+    assert!(matches!(invalid, StoreError::Invalid(_)), "{invalid}");
+    let invalid = store
+        .memory_put(item(address("acme", alice.clone(), &"n".repeat(201), "k"), json!(1), 6))
+        .await
+        .expect_err("a long namespace");
+    assert!(matches!(invalid, StoreError::Invalid(_)), "{invalid}");
+}
+
+/// Items scoped to a run are erased with it; other scopes stay.
+pub async fn run_memory_goes_with_its_run<S: Store + MemoryBank + ?Sized>(store: &S) {
+    let run = record(70, "flow", RunStatus::Completed, 1);
+    store.create_run(run.clone()).await.expect("create");
+    let own = address("", MemoryScope::Run(run.id), "scratch", "k");
+    let kept = address("", MemoryScope::Global, "scratch", "k");
+    store.memory_put(item(own.clone(), json!("draft one"), 1)).await.expect("put");
+    store.memory_put(item(kept.clone(), json!("draft two"), 1)).await.expect("put");
+    let found = store.memory_get(own.clone()).await.expect("get").expect("stored");
+    assert_eq!(found.address.scope, MemoryScope::Run(run.id), "the scope reads back");
+    store.erase_run(run.id).await.expect("erase");
+    assert_eq!(store.memory_get(own).await.expect("get"), None);
+    assert!(store.memory_get(kept).await.expect("get").is_some());
 }

@@ -23,10 +23,14 @@ use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPa
 
 use crate::encoding::{CODEC_JSON, EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
+mod bank;
+mod sessions;
+
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("postgres/001_initial.sql")),
     (2, include_str!("postgres/002_messages.sql")),
     (3, include_str!("postgres/003_definitions.sql")),
+    (4, include_str!("postgres/004_sessions_memory.sql")),
 ];
 
 /// The channel runners listen on.
@@ -44,7 +48,7 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
-fn pg(doing: &str) -> impl Fn(sqlx::Error) -> StoreError + '_ {
+pub(crate) fn pg(doing: &str) -> impl Fn(sqlx::Error) -> StoreError + '_ {
     move |e| backend(doing, e)
 }
 
@@ -785,6 +789,15 @@ impl PostgresStore {
         for table in ["stepwright_journal", "stepwright_events", "stepwright_interrupts", "stepwright_messages"] {
             sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE run_id = ANY($1)")))
                 .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg(doing))?;
+        }
+        // A run's own memory goes with it.
+        {
+            let owners: Vec<String> = victims.iter().map(ToString::to_string).collect();
+            sqlx::query("DELETE FROM stepwright_memory_items WHERE scope = 'run' AND owner = ANY($1)")
+                .bind(&owners)
                 .execute(&mut *tx)
                 .await
                 .map_err(pg(doing))?;

@@ -24,6 +24,9 @@ use tokio::sync::oneshot;
 
 use crate::encoding::{EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
+mod bank;
+mod sessions;
+
 /// SQLite's `synchronous` setting for the writer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Synchronous {
@@ -61,6 +64,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("sqlite/004_inline_values.sql")),
     (5, include_str!("sqlite/005_messages.sql")),
     (6, include_str!("sqlite/006_definitions.sql")),
+    (7, include_str!("sqlite/007_sessions_memory.sql")),
 ];
 
 /// A durable store in one SQLite file.
@@ -90,7 +94,14 @@ enum Op {
     SetStatus(RunId, StatusUpdate, Ack<()>),
     Resolve(RunId, JournalEntry, Ack<()>),
     Remove(Removal, Ack<Removed>),
+    /// A write of a table the journal does not know (sessions, the memory bank): it runs
+    /// in the writer's transaction like every other operation. `Fn`, not `FnOnce`: after a
+    /// sibling fails, the transaction is rolled back and every operation is applied again.
+    Write(Box<WriteFn>, Ack<Box<dyn std::any::Any + Send>>),
 }
+
+/// A [`Op::Write`] operation.
+type WriteFn = dyn Fn(&Connection) -> Result<Box<dyn std::any::Any + Send>, StoreError> + Send;
 
 impl Op {
     /// The one run an operation changes, if it changes exactly one.
@@ -99,7 +110,7 @@ impl Op {
             Op::Create(record, _) => Some(record.id),
             Op::Append(run, ..) | Op::SetStatus(run, ..) | Op::Resolve(run, ..) => Some(*run),
             Op::Heartbeat(lease, ..) => Some(lease.run),
-            Op::Post(..) | Op::Define(..) => None,
+            Op::Post(..) | Op::Define(..) | Op::Write(..) => None,
             Op::Claim(Claim { run, .. }, _) => *run,
             Op::Remove(..) => None,
         }
@@ -204,6 +215,23 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| backend(doing, e))?
+    }
+}
+
+impl SqliteStore {
+    /// Runs `write` in the writer's next transaction (group-committed with everything else
+    /// queued) and returns its answer once that transaction has committed.
+    async fn write<T: Send + 'static>(
+        &self,
+        write: impl Fn(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let erased: Box<WriteFn> =
+            Box::new(move |conn| write(conn).map(|answer| Box::new(answer) as Box<dyn std::any::Any + Send>));
+        let answer = self.send(|ack| Op::Write(erased, ack)).await?;
+        answer
+            .downcast::<T>()
+            .map(|answer| *answer)
+            .map_err(|_| backend("answering a store call", std::io::Error::other("mismatched answer")))
     }
 }
 
@@ -318,6 +346,7 @@ enum Answer {
     Leases(Vec<Lease>),
     Lease(Lease),
     Seq(u64),
+    Any(Box<dyn std::any::Any + Send>),
 }
 
 /// Answers a caller. An append hands its (now empty) batch back, so the caller keeps the
@@ -334,6 +363,7 @@ fn reply(op: Op, result: Result<Answer, StoreError>) {
         (Op::Claim(_, ack), Ok(Answer::Leases(leases))) => drop(ack.send(Ok(leases))),
         (Op::Heartbeat(.., ack), Ok(Answer::Lease(lease))) => drop(ack.send(Ok(lease))),
         (Op::Post(.., ack), Ok(Answer::Seq(seq))) => drop(ack.send(Ok(seq))),
+        (Op::Write(_, ack), Ok(Answer::Any(answer))) => drop(ack.send(Ok(answer))),
         (Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack) | Op::Define(_, _, ack), Ok(_)) => {
             drop(ack.send(Ok(())));
         }
@@ -472,6 +502,7 @@ impl Writer {
                 .and_then(|mut s| s.execute(params![hash.as_bytes(), source.format, source.name, source.source]))
                 .map(|_| Answer::Unit)
                 .map_err(|e| backend("storing a definition", e)),
+            Op::Write(write, _) => write(&self.conn).map(Answer::Any),
             Op::Post(run, inbox, message, _) => self
                 .conn
                 .prepare_cached("INSERT INTO messages (run_id, inbox, message) VALUES (?1, ?2, ?3)")
@@ -752,6 +783,10 @@ impl Writer {
                     .execute(&format!("DELETE FROM {table} WHERE run_id = ?1"), [&id[..]])
                     .map_err(|e| backend(doing, e))?;
             }
+            // A run's own memory goes with it.
+            self.conn
+                .execute("DELETE FROM memory_items WHERE scope = 'run' AND owner = ?1", [run.to_string()])
+                .map_err(|e| backend(doing, e))?;
             removed.runs +=
                 self.conn.execute("DELETE FROM runs WHERE id = ?1", [&id[..]]).map_err(|e| backend(doing, e))?;
             self.runs.remove(&run);
@@ -773,6 +808,7 @@ fn answer_err(op: Op, error: impl Fn() -> StoreError) {
         Op::Heartbeat(_, _, _, ack) => drop(ack.send(Err(error()))),
         Op::Post(.., ack) => drop(ack.send(Err(error()))),
         Op::Define(.., ack) => drop(ack.send(Err(error()))),
+        Op::Write(_, ack) => drop(ack.send(Err(error()))),
     }
 }
 

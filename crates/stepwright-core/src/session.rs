@@ -1,0 +1,179 @@
+//! Sessions: a conversation's history kept across runs, message by message.
+//!
+//! A session is an ordered list of messages (JSON values; the kernel does not know their
+//! shape) under a session id, owned by the tenant and user that first wrote to it. Every
+//! operation names its caller, and a caller who is not the owner gets
+//! [`StoreError::AccessDenied`] — never the history, and never a hint of whose it is.
+//!
+//! Appends carry a key (the writing run and step): a second append with the same key is a
+//! no-op, so a step that appended and crashed before journaling it can append again safely.
+//! An append keeps only the newest `max_stored` messages of the session.
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::Caller;
+use crate::ids::Timestamp;
+use crate::journal::{MemoryStore, StoreError};
+
+/// The longest session id accepted.
+pub const MAX_SESSION_ID_LEN: usize = 200;
+
+/// Who a session belongs to: the tenant and user of the run that first wrote to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionOwner {
+    /// The tenant, if the run had one.
+    pub tenant: Option<String>,
+    /// The user, if the run had one.
+    pub user: Option<String>,
+}
+
+impl From<&Caller> for SessionOwner {
+    fn from(caller: &Caller) -> Self {
+        Self { tenant: caller.tenant.clone(), user: caller.user.clone() }
+    }
+}
+
+/// One stored message and its position in the session (increasing, never reused).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionMessage {
+    /// Its sequence number in the session.
+    pub seq: u64,
+    /// The message.
+    pub message: Value,
+}
+
+/// Messages to add to the end of a session.
+#[derive(Debug, Clone)]
+pub struct SessionAppend {
+    /// The session; created, owned by `owner`, if it does not exist.
+    pub session: String,
+    /// Who is writing.
+    pub owner: SessionOwner,
+    /// Makes the append idempotent: a second append with this key changes nothing.
+    pub key: String,
+    /// The messages, in order.
+    pub messages: Vec<Value>,
+    /// Keep at most this many messages (the newest); older ones are deleted.
+    pub max_stored: usize,
+    /// When.
+    pub at: Timestamp,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// False if an append with the same key was applied before (nothing changed now).
+    pub applied: bool,
+    /// How many messages the session holds afterwards.
+    pub stored: u64,
+}
+
+/// Where sessions are kept. Implemented by every store.
+pub trait SessionStore: Send + Sync + 'static {
+    /// The newest `limit` messages of a session, oldest first; none if it does not exist.
+    fn session_history(
+        &self,
+        session: &str,
+        owner: &SessionOwner,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<SessionMessage>, StoreError>>;
+
+    /// Appends messages (idempotent per key), creating the session if needed, then trims it
+    /// to `max_stored` messages — all in one transaction.
+    fn append_to_session(&self, append: SessionAppend) -> BoxFuture<'_, Result<Appended, StoreError>>;
+
+    /// Deletes a session and its messages; false if there was none.
+    fn delete_session(&self, session: &str, owner: &SessionOwner) -> BoxFuture<'_, Result<bool, StoreError>>;
+}
+
+/// Checks a session id: 1 to [`MAX_SESSION_ID_LEN`] bytes, no control characters.
+pub fn check_session_id(session: &str) -> Result<(), String> {
+    if session.is_empty() {
+        return Err("a session id must not be empty".into());
+    }
+    if session.len() > MAX_SESSION_ID_LEN {
+        return Err(format!("a session id must be at most {MAX_SESSION_ID_LEN} bytes, this one has {}", session.len()));
+    }
+    if session.chars().any(char::is_control) {
+        return Err(format!("session id {session:?} contains a control character"));
+    }
+    Ok(())
+}
+
+/// The error for a caller who does not own a session. It says neither who does nor whether
+/// the session has messages.
+pub fn session_denied(session: &str) -> StoreError {
+    StoreError::AccessDenied(format!("session {session:?} belongs to another user or tenant"))
+}
+
+/// The error for an invalid session id.
+pub fn bad_session_id(problem: String) -> StoreError {
+    StoreError::Invalid(problem)
+}
+
+/// A session as [`MemoryStore`] keeps it.
+#[derive(Debug, Default)]
+pub(crate) struct MemorySession {
+    owner: SessionOwner,
+    next_seq: u64,
+    messages: std::collections::VecDeque<SessionMessage>,
+    keys: std::collections::HashSet<String>,
+}
+
+impl SessionStore for MemoryStore {
+    fn session_history(
+        &self,
+        session: &str,
+        owner: &SessionOwner,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<SessionMessage>, StoreError>> {
+        let result = (|| {
+            check_session_id(session).map_err(bad_session_id)?;
+            let sessions = self.sessions.lock().expect("poisoned");
+            let Some(found) = sessions.get(session) else { return Ok(Vec::new()) };
+            if &found.owner != owner {
+                return Err(session_denied(session));
+            }
+            let skip = found.messages.len().saturating_sub(limit);
+            Ok(found.messages.iter().skip(skip).cloned().collect())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn append_to_session(&self, append: SessionAppend) -> BoxFuture<'_, Result<Appended, StoreError>> {
+        let result = (|| {
+            check_session_id(&append.session).map_err(bad_session_id)?;
+            let mut sessions = self.sessions.lock().expect("poisoned");
+            let found = sessions
+                .entry(append.session.clone())
+                .or_insert_with(|| MemorySession { owner: append.owner.clone(), ..MemorySession::default() });
+            if found.owner != append.owner {
+                return Err(session_denied(&append.session));
+            }
+            if !found.keys.insert(append.key) {
+                return Ok(Appended { applied: false, stored: found.messages.len() as u64 });
+            }
+            for message in append.messages {
+                found.messages.push_back(SessionMessage { seq: found.next_seq, message });
+                found.next_seq += 1;
+            }
+            while found.messages.len() > append.max_stored {
+                found.messages.pop_front();
+            }
+            Ok(Appended { applied: true, stored: found.messages.len() as u64 })
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn delete_session(&self, session: &str, owner: &SessionOwner) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let mut sessions = self.sessions.lock().expect("poisoned");
+        let result = match sessions.get(session) {
+            None => Ok(false),
+            Some(found) if &found.owner != owner => Err(session_denied(session)),
+            Some(_) => Ok(sessions.remove(session).is_some()),
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
