@@ -591,7 +591,16 @@ impl StepContext {
                 .await
                 .map_err(|e| crash("its intent", e))?;
         }
-        let value = Arc::new(work(CallInfo { path: path.clone(), idempotency_key }).await?);
+        // A cancelled step stops waiting at once: the work is dropped (an HTTP request's
+        // connection closes, a child process started with kill-on-drop is killed), whether
+        // or not the work watches the token itself.
+        let work = work(CallInfo { path: path.clone(), idempotency_key });
+        let value = tokio::select! {
+            result = work => Arc::new(result?),
+            () = self.inner.cancel.cancelled() => {
+                return Err(StepError::cancelled(format!("{path} was cancelled while it ran")));
+            }
+        };
         let hash = ContentHash::of_value(&value);
         run.recorder
             .commit_output(&path, run.clock.now(), attempt, hash, value.clone(), false)

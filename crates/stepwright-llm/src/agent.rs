@@ -20,6 +20,7 @@ use stepwright_core::{
 };
 use tokio::time::Instant;
 
+use crate::memory::Sessions;
 use crate::models::Models;
 use crate::step::{Continues, call_model, messages, repair_prompt, structured};
 use crate::tools::{ToolContext, Tools, model_name};
@@ -141,6 +142,10 @@ pub struct AgentSpec {
     /// Whether text streams to the step's token sink.
     #[serde(default = "default_true")]
     pub stream: bool,
+    /// The most messages a session keeps when this agent saves to it (the newest); by
+    /// default the [`Sessions`] service's cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_stored_messages: Option<usize>,
 }
 
 fn default_max_iterations() -> u32 {
@@ -175,6 +180,7 @@ impl AgentSpec {
             repair_turns: default_repair_turns(),
             parallel_tool_calls: true,
             stream: true,
+            max_stored_messages: None,
         }
     }
 }
@@ -247,6 +253,13 @@ impl Agents {
 /// The `agent` step. Its input is a prompt (a string or `{ "prompt": … }`) or a conversation
 /// (`{ "messages": [...] }`); it needs [`Models`], [`Tools`] if it has tools, and [`Agents`]
 /// if it delegates, hands off or has hooks.
+///
+/// With a `"session": "ID"` in its input (and the [`Sessions`] service), the agent continues
+/// that session: its history (at most `max_stored_messages`) comes before the new messages,
+/// and when the agent answers, the messages this run added (the input, tool calls and
+/// results, the answer; not the system prompt) are appended to it. Loading and saving are
+/// the journaled sub-steps `session.load` and `session.save`; a session owned by another
+/// user or tenant fails the step with `access_denied`. An agent that fails saves nothing.
 pub struct AgentStep {
     spec: AgentSpec,
     name: String,
@@ -264,7 +277,33 @@ impl AgentStep {
 impl DynStep for AgentStep {
     fn run<'a>(&'a self, ctx: &'a StepContext, input: Arc<Value>) -> BoxFuture<'a, Result<Outcome<Value>, StepError>> {
         Box::pin(async move {
-            let conversation = messages(self.spec.instructions.as_deref(), &input)?;
+            let (input, session) = split_session(&input)?;
+            let mut conversation = messages(self.spec.instructions.as_deref(), &input)?;
+            let sessions = match &session {
+                Some(_) => Some(ctx.require::<Sessions>().map_err(|e| {
+                    StepError::execution_failed(format!(
+                        "agent {:?} was given a session: {}",
+                        self.spec.name, e.message
+                    ))
+                })?),
+                None => None,
+            };
+            let max_stored =
+                sessions.as_ref().map(|s| self.spec.max_stored_messages.unwrap_or(s.default_max_stored_messages()));
+            // The session's history goes after the system prompt, before the new messages.
+            let mut earlier = 0;
+            if let (Some(id), Some(sessions), Some(limit)) = (&session, &sessions, max_stored) {
+                let history = sessions.load(ctx, id, limit).await?;
+                let history: Vec<Message> =
+                    history
+                        .into_iter()
+                        .map(serde_json::from_value)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| StepError::execution_failed(format!("reading session {id:?}'s history: {e}")))?;
+                earlier = history.len();
+                let at = conversation.iter().take_while(|m| matches!(m, Message::System { .. })).count();
+                conversation.splice(at..at, history);
+            }
             let run = AgentRun {
                 ctx,
                 models: ctx.require::<Models>()?,
@@ -274,7 +313,19 @@ impl DynStep for AgentStep {
                 spent: Mutex::new(Spent::default()),
                 started: Instant::now(),
             };
-            run.run(self.spec.clone(), String::new(), 0, conversation).await.map(Outcome::completed)
+            let (answer, conversation) = run.run(self.spec.clone(), String::new(), 0, conversation).await?;
+            if let (Some(id), Some(sessions), Some(limit)) = (&session, &sessions, max_stored) {
+                // Handoffs only change system prompts, so the non-system messages are the
+                // history followed by what this run added.
+                let added: Vec<Value> = conversation
+                    .iter()
+                    .filter(|m| !matches!(m, Message::System { .. }))
+                    .skip(earlier)
+                    .map(|m| serde_json::to_value(m).expect("a message serializes"))
+                    .collect();
+                sessions.save(ctx, id, added, limit).await?;
+            }
+            Ok(Outcome::completed(answer))
         })
     }
 
@@ -479,7 +530,7 @@ impl AgentRun<'_> {
         prefix: String,
         depth: u32,
         mut conversation: Vec<Message>,
-    ) -> BoxFuture<'_, Result<Value, StepError>> {
+    ) -> BoxFuture<'_, Result<(Value, Vec<Message>), StepError>> {
         Box::pin(async move {
             let ctx = self.ctx;
             let mut agent = spec;
@@ -555,7 +606,8 @@ impl AgentRun<'_> {
                         },
                     };
                     self.completed_event(&agent, &prefix, iterations, &answer);
-                    return Ok(answer);
+                    conversation.push(response.to_message());
+                    return Ok((answer, conversation));
                 }
 
                 conversation.push(response.to_message());
@@ -618,7 +670,7 @@ impl AgentRun<'_> {
                         OnStuck::Stop => {
                             let answer = Value::String(response.content.clone());
                             self.completed_event(&agent, &prefix, iterations, &answer);
-                            return Ok(answer);
+                            return Ok((answer, conversation));
                         }
                         OnStuck::Escalate => {
                             let request = InterruptRequest::approval(format!(
@@ -788,7 +840,7 @@ impl AgentRun<'_> {
             let outcome = ctx
                 .call(&name, CallKind::Action { effect: Effect::Pure, safe_to_retry: true }, |_| async {
                     match self.run(other.clone(), inner_prefix.clone(), depth + 1, conversation).await {
-                        Ok(answer) => Ok(json!({ "ok": answer })),
+                        Ok((answer, _)) => Ok(json!({ "ok": answer })),
                         Err(e) if ends_the_step(&e) => Err(e),
                         Err(e) => Ok(json!({ "error": { "code": e.code.as_str(), "message": e.message } })),
                     }
@@ -853,4 +905,19 @@ impl AgentRun<'_> {
 fn names(targets: &BTreeMap<String, Target>) -> String {
     let names: Vec<&str> = targets.keys().map(String::as_str).collect();
     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+}
+
+/// Takes the `session` id out of an agent step's input, leaving the prompt or messages.
+fn split_session(input: &Value) -> Result<(Value, Option<String>), StepError> {
+    let Value::Object(fields) = input else { return Ok((input.clone(), None)) };
+    let Some(session) = fields.get("session") else { return Ok((input.clone(), None)) };
+    let Value::String(session) = session else {
+        return Err(StepError::new(
+            ErrorCode::INPUT_VALIDATION,
+            format!("an agent's `session` must be a string id, not {session}"),
+        ));
+    };
+    let mut rest = fields.clone();
+    rest.remove("session");
+    Ok((Value::Object(rest), Some(session.clone())))
 }

@@ -11,6 +11,7 @@ pub mod anthropic;
 mod cassette;
 mod error;
 mod http;
+mod memory;
 mod models;
 pub mod openai;
 pub mod schema;
@@ -28,6 +29,10 @@ pub use anthropic::Anthropic;
 pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction};
 pub use error::{ModelError, ModelErrorKind};
 pub use http::{HttpOptions, RateLimits, install_crypto_provider};
+pub use memory::{
+    ACCESS_DENIED, DEFAULT_MAX_STORED_MESSAGES, Memories, MemoryRecallSpec, MemoryRecallStep, MemoryStoreSpec,
+    MemoryStoreStep, ScopeKind, Sessions,
+};
 pub use models::{
     CallRecord, DEFAULT_TIMEOUT, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, Totals, call_event, rollup,
 };

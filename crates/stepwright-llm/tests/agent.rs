@@ -596,3 +596,104 @@ async fn agents_handing_a_conversation_back_and_forth_still_stop() {
         events.iter().filter(|e| e.kind == "agent.handoff").map(|e| e.data["to"].as_str().unwrap()).collect();
     assert_eq!(handoffs, ["pong", "ping", "pong", "ping"]);
 }
+
+/// A model call that never answers and says when it is dropped.
+struct HangingModel {
+    dropped: Arc<tokio::sync::Notify>,
+    calls: Counter,
+}
+
+struct SignalOnDrop(Arc<tokio::sync::Notify>);
+
+impl Drop for SignalOnDrop {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+impl stepwright_llm::ChatModel for HangingModel {
+    fn provider(&self) -> &str {
+        "hanging"
+    }
+
+    fn chat<'a>(
+        &'a self,
+        _request: &'a ChatRequest,
+    ) -> futures_util::future::BoxFuture<'a, Result<ChatResponse, stepwright_llm::ModelError>> {
+        self.calls.hit();
+        let guard = SignalOnDrop(self.dropped.clone());
+        Box::pin(async move {
+            let _guard = guard;
+            std::future::pending().await
+        })
+    }
+}
+
+/// Waits until `/proc/PID` is gone or a zombie (it no longer runs).
+async fn process_ends(pid: &str) -> bool {
+    for _ in 0..250 {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if state.is_empty() || state.split(' ').nth(2) == Some("Z") {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn cancelling_a_run_kills_a_running_tool_and_drops_a_waiting_model_call() {
+    // A command tool that runs for 30 s: the agent is cancelled while it runs.
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let script = format!("echo $$ > {}.tmp && mv {0}.tmp {0}; exec sleep 30", pid_file.display());
+    let mut tools = Tools::new();
+    let def = ToolDef::new("slow", "Takes its time").effect(Effect::Read);
+    tools.register(Arc::new(stepwright_llm::CommandTool::new(def, vec!["sh".into(), "-c".into(), script]))).unwrap();
+    let model = scripted(|request| match tool_results(request).first() {
+        None => use_tools(&[("s", "slow", json!({}))]),
+        Some((_, content, _)) => say(content),
+    });
+    let store = Arc::new(MemoryStore::new());
+    let engine = engine(store.clone(), model.clone(), tools, Agents::new());
+    let mut spec = AgentSpec::new("waiter", "fast");
+    spec.tools = vec!["slow".into()];
+    let run: RunId = "01890000-0000-7000-8000-0000000ca9c1".parse().unwrap();
+    let running = tokio::spawn({
+        let (engine, flow) = (engine.clone(), workflow(spec.clone()));
+        async move { engine.start_with(&flow, json!("go"), StartOptions { run_id: Some(run), ..Default::default() }).await }
+    });
+    let pid = loop {
+        if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+            break pid.trim().to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(engine.cancel(run, "the user gave up").await.unwrap());
+    let report = tokio::time::timeout(Duration::from_secs(10), running).await.expect("the run ends").unwrap().unwrap();
+    assert_eq!(report.status, RunStatus::Cancelled, "{:?}", report.error);
+    assert!(process_ends(&pid).await, "the cancelled tool's process {pid} still runs");
+    assert_eq!(model.requests().len(), 1, "nothing after the cancel reached the model");
+    assert!(!completed_paths(&store, run).iter().any(|p| p.ends_with("tool.0")), "the tool call never completed");
+
+    // A model call waiting for its answer is dropped (its connection would close).
+    let dropped = Arc::new(tokio::sync::Notify::new());
+    let calls = Counter::default();
+    let hanging = Arc::new(HangingModel { dropped: dropped.clone(), calls: calls.clone() });
+    let mut models = Models::new();
+    models.bind_adapter("fast", "hanging-1", hanging, None);
+    let engine =
+        Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(Arc::new(models)).build();
+    let run: RunId = "01890000-0000-7000-8000-0000000ca9c2".parse().unwrap();
+    let running = tokio::spawn({
+        let (engine, flow) = (engine.clone(), workflow(AgentSpec::new("waiter", "fast")));
+        async move { engine.start_with(&flow, json!("go"), StartOptions { run_id: Some(run), ..Default::default() }).await }
+    });
+    while calls.get() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(engine.cancel(run, "too slow").await.unwrap());
+    tokio::time::timeout(Duration::from_secs(5), dropped.notified()).await.expect("the model call was dropped");
+    let report = tokio::time::timeout(Duration::from_secs(5), running).await.expect("the run ends").unwrap().unwrap();
+    assert_eq!(report.status, RunStatus::Cancelled, "{:?}", report.error);
+}
