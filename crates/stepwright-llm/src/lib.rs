@@ -39,8 +39,8 @@ pub use models::{
 pub use openai::OpenAi;
 pub use step::{LlmSpec, LlmStep};
 pub use tools::{
-    ArgvFn, CommandTool, FnTool, HttpTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND, TOOL_TIMEOUT, Tool, ToolContext,
-    ToolDef, ToolStep, Tools, fn_tool, model_name,
+    ArgvFn, CommandTool, DEFAULT_MAX_OUTPUT_BYTES, FnTool, HttpTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND,
+    TOOL_TIMEOUT, Tool, ToolContext, ToolDef, ToolStep, Tools, fn_tool, model_name,
 };
 pub use types::{
     ChatRequest, ChatResponse, FinishReason, Message, ModelParams, OutputFormat, ToolCall, ToolChoice, ToolSpec, Usage,

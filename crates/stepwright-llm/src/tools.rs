@@ -338,7 +338,15 @@ pub struct CommandTool {
     argv_fn: Option<ArgvFn>,
     cwd: Option<PathBuf>,
     env: Vec<(String, String)>,
+    max_output_bytes: usize,
 }
+
+/// The most stdout a command may write unless told otherwise (16 MiB): a tool result goes
+/// to a model and into the journal, so a runaway command must not fill memory.
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 16 << 20;
+
+/// How much of a command's stderr is kept (its end), for the error message.
+const STDERR_TAIL: usize = 64 << 10;
 
 impl std::fmt::Debug for CommandTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -349,7 +357,14 @@ impl std::fmt::Debug for CommandTool {
 impl CommandTool {
     /// A command with a fixed argument vector (`argv[0]` is the program).
     pub fn new(def: ToolDef, argv: Vec<String>) -> Self {
-        Self { def, argv, argv_fn: None, cwd: None, env: Vec::new() }
+        Self { def, argv, argv_fn: None, cwd: None, env: Vec::new(), max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES }
+    }
+
+    /// Fails the call (`tool_failed`, the process killed) once stdout passes `max` bytes.
+    #[must_use]
+    pub fn max_output_bytes(mut self, max: usize) -> Self {
+        self.max_output_bytes = max;
+        self
     }
 
     /// Computes the argument vector from each call's arguments instead.
@@ -410,10 +425,42 @@ impl CommandTool {
             drop(stdin);
         };
         let (mut out, mut err) = (Vec::new(), Vec::new());
+        let cap = self.max_output_bytes;
+        let read_out = async {
+            let read = (&mut stdout).take(cap as u64 + 1).read_to_end(&mut out).await?;
+            if read > cap {
+                // Stop here: returning the error ends the join, and dropping the child kills it.
+                return Err(std::io::Error::other(format!(
+                    "it wrote more than {cap} bytes to stdout (max_output_bytes)"
+                )));
+            }
+            Ok(())
+        };
+        let read_err = async {
+            // Only the end of stderr is shown, so only the end is kept.
+            let mut chunk = [0u8; 8192];
+            loop {
+                let read = stderr.read(&mut chunk).await?;
+                if read == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+                err.extend_from_slice(&chunk[..read]);
+                if err.len() > 2 * STDERR_TAIL {
+                    err.drain(..err.len() - STDERR_TAIL);
+                }
+            }
+        };
         let run = async {
-            let ((), read_out, read_err, status) =
-                tokio::join!(write, stdout.read_to_end(&mut out), stderr.read_to_end(&mut err), child.wait());
-            read_out.and(read_err).and(status)
+            let ((), (), (), status) = tokio::try_join!(
+                async {
+                    write.await;
+                    Ok(())
+                },
+                read_out,
+                read_err,
+                child.wait()
+            )?;
+            Ok::<_, std::io::Error>(status)
         };
         let status = tokio::select! {
             status = run => status.map_err(|e| StepError::new(TOOL_FAILED, format!("tool {name:?}: running {program:?}: {e}")))?,
@@ -429,11 +476,21 @@ impl CommandTool {
             };
             return Err(StepError::new(
                 TOOL_FAILED,
-                format!("tool {name:?}: {program:?} {how}: {}", shorten(stderr.trim(), 500)),
+                format!("tool {name:?}: {program:?} {how}: {}", tail(stderr.trim(), 500)),
             ));
         }
         Ok(output_value(&out))
     }
+}
+
+/// The last `most` characters of a text (where a failing command says why), marked as cut.
+fn tail(text: &str, most: usize) -> String {
+    let count = text.chars().count();
+    if count <= most {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().skip(count - most).collect();
+    format!("…{cut}")
 }
 
 /// A tool's output: JSON if it parses, otherwise its text; nothing is `null`.

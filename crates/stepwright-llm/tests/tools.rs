@@ -202,3 +202,23 @@ async fn a_tool_node_carries_the_tools_approval_gate_and_effect_fence() {
         .any(|e| matches!(e.record, stepwright_core::Record::Intent { .. }) && e.path.as_str() == "call");
     assert!(fenced, "a write tool's step commits its intent first");
 }
+
+#[tokio::test]
+async fn a_command_that_writes_too_much_is_stopped() {
+    // `yes` writes forever: the call must end at the cap, not when memory runs out.
+    let tool = CommandTool::new(read_only("chatty"), argv(&["yes", "stepwright"])).max_output_bytes(1 << 20);
+    let report = tokio::time::timeout(Duration::from_secs(10), call(Arc::new(tool), json!({})))
+        .await
+        .expect("the call ends at the cap");
+    let error = report.error.unwrap();
+    assert_eq!(error.code, TOOL_FAILED);
+    assert!(error.message.contains("more than 1048576 bytes to stdout"), "{}", error.message);
+
+    // Stderr is kept only at its end, and output under the cap is whole.
+    let script = "head -c 300000 /dev/zero | tr '\\0' e >&2; echo the-end >&2; printf '{\"ok\":1}'; exit 4";
+    let tool = CommandTool::new(read_only("noisy"), argv(&["sh", "-c", script])).max_output_bytes(8);
+    let error = call(Arc::new(tool), json!({})).await.error.unwrap();
+    assert!(error.message.contains("exited with code 4") && error.message.ends_with("the-end"), "{}", error.message);
+    let tool = CommandTool::new(read_only("exact"), argv(&["printf", "{\"ok\":1}"])).max_output_bytes(8);
+    assert_eq!(call(Arc::new(tool), json!({})).await.output, Some(json!({ "ok": 1 })));
+}

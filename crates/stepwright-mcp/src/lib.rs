@@ -329,7 +329,13 @@ impl McpServer {
         }
     }
 
-    async fn call(&self, tool: &str, args: Value, retry_is_safe: bool) -> Result<Value, StepError> {
+    async fn call(
+        &self,
+        tool: &str,
+        args: Value,
+        idempotency_key: Option<&str>,
+        retry_is_safe: bool,
+    ) -> Result<Value, StepError> {
         let server = &self.config.name;
         let arguments = match args {
             Value::Object(map) => Some(map),
@@ -341,8 +347,7 @@ impl McpServer {
                 ));
             }
         };
-        let mut params = CallToolRequestParams::new(tool.to_owned());
-        params.arguments = arguments;
+        let params = call_params(tool, arguments, idempotency_key);
         let unavailable = |e: &McpError| StepError::new(TOOL_FAILED, e.to_string()).retryable(true);
         let client = self.client().await.map_err(|e| unavailable(&e))?;
         let first = match self.config.call_timeout {
@@ -434,8 +439,48 @@ impl Tool for McpTool {
         &self.def
     }
 
-    fn invoke(&self, _cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>> {
-        Box::pin(self.server.call(&self.tool, args, self.def.retry_is_safe()))
+    fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>> {
+        Box::pin(async move {
+            self.server.call(&self.tool, args, cx.idempotency_key.as_deref(), self.def.retry_is_safe()).await
+        })
+    }
+}
+
+/// The `_meta` key a fenced call's idempotency key travels under. MCP has no standard
+/// place for one; a server that deduplicates calls can read it here (and a repeated call
+/// after a reconnect carries the same key).
+pub const IDEMPOTENCY_META_KEY: &str = "io.stepwright/idempotencyKey";
+
+/// A `tools/call` request's parameters.
+fn call_params(
+    tool: &str,
+    arguments: Option<serde_json::Map<String, Value>>,
+    idempotency_key: Option<&str>,
+) -> CallToolRequestParams {
+    let mut params = CallToolRequestParams::new(tool.to_owned());
+    params.arguments = arguments;
+    if let Some(key) = idempotency_key {
+        let mut meta = rmcp::model::RequestMetaObject::default();
+        meta.0.0.insert(IDEMPOTENCY_META_KEY.to_owned(), Value::String(key.to_owned()));
+        params.meta = Some(meta);
+    }
+    params
+}
+
+#[cfg(test)]
+mod params {
+    use serde_json::json;
+
+    #[test]
+    fn a_fenced_call_carries_its_idempotency_key_in_meta() {
+        let arguments = json!({ "message": "hi" }).as_object().cloned();
+        let fenced = serde_json::to_value(super::call_params("echo", arguments.clone(), Some("k-1"))).unwrap();
+        assert_eq!(
+            fenced,
+            json!({ "name": "echo", "arguments": { "message": "hi" }, "_meta": { "io.stepwright/idempotencyKey": "k-1" } })
+        );
+        let plain = serde_json::to_value(super::call_params("echo", arguments, None)).unwrap();
+        assert_eq!(plain, json!({ "name": "echo", "arguments": { "message": "hi" } }));
     }
 }
 
