@@ -16,6 +16,11 @@ use stepwright_core::{
 use crate::expr;
 use crate::yaml::{self, Node, Pos, Yaml};
 
+mod resources;
+
+pub use resources::Loaded;
+use resources::{RESOURCE_KINDS, Resources, kind_fields};
+
 /// One problem in a workflow file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diagnostic {
@@ -53,8 +58,18 @@ fn render(diagnostics: &[Diagnostic]) -> String {
     diagnostics.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
 }
 
-/// Loads a workflow file from disk.
+/// Loads a workflow file from disk (the workflow only; see [`load`] for what its steps use).
 pub fn load_file(path: &Path) -> Result<Workflow, LoadError> {
+    load(path).map(|loaded| loaded.workflow)
+}
+
+/// Loads a workflow from YAML text (the workflow only; see [`load_source`]).
+pub fn load_str(source: &str, file: &str) -> Result<Workflow, LoadError> {
+    load_source(source, file).map(|loaded| loaded.workflow)
+}
+
+/// Loads a workflow file from disk with its models, tools and agents.
+pub fn load(path: &Path) -> Result<Loaded, LoadError> {
     let file = path.display().to_string();
     let source = std::fs::read_to_string(path).map_err(|e| LoadError {
         diagnostics: vec![Diagnostic {
@@ -65,12 +80,14 @@ pub fn load_file(path: &Path) -> Result<Workflow, LoadError> {
             hint: None,
         }],
     })?;
-    load_str(&source, &file)
+    load_source(&source, &file)
 }
 
-/// Loads a workflow from YAML text; `file` names it in diagnostics.
-pub fn load_str(source: &str, file: &str) -> Result<Workflow, LoadError> {
+/// Loads a workflow from YAML text with its models, tools and agents; `file` names it in
+/// diagnostics.
+pub fn load_source(source: &str, file: &str) -> Result<Loaded, LoadError> {
     let mut c = Compiler {
+        resources: Resources::default(),
         file: file.to_owned(),
         diagnostics: Vec::new(),
         positions: HashMap::new(),
@@ -87,7 +104,12 @@ pub fn load_str(source: &str, file: &str) -> Result<Workflow, LoadError> {
     };
     let workflow = c.workflow(&root);
     match workflow {
-        Some(workflow) if c.diagnostics.is_empty() => Ok(workflow),
+        Some(workflow) if c.diagnostics.is_empty() => {
+            let resources = std::mem::take(&mut c.resources);
+            let agents =
+                resources.agents.into_values().fold(stepwright_llm::Agents::new(), |agents, spec| agents.with(spec));
+            Ok(Loaded { workflow, models: resources.models, tools: resources.tools, agents })
+        }
         _ => Err(c.finish_err()),
     }
 }
@@ -108,16 +130,11 @@ const COMMON_FIELDS: &[&str] = &[
 ];
 const KINDS: &[&str] = &["set", "branch", "fork", "map", "loop", "graph", "every", "sleep", "approval", "input"];
 /// Kinds of the format that need parts not built yet.
-const LATER_KINDS: &[(&str, &str)] = &[
-    ("llm", "model adapters"),
-    ("agent", "model adapters"),
-    ("tool", "tools"),
-    ("workflow", "calls between workflow files"),
-    ("memory.store", "memory"),
-    ("memory.recall", "memory"),
-];
+const LATER_KINDS: &[(&str, &str)] = &[("workflow", "calls between workflow files")];
 
 struct Compiler {
+    /// What the file declares for its steps (models, tools, agents).
+    resources: Resources,
     file: String,
     diagnostics: Vec<Diagnostic>,
     /// Where each step path is declared, to place problems the core's checks find.
@@ -298,13 +315,11 @@ impl Compiler {
         let entries = self.entries(root, "a workflow file")?;
         self.unknown_fields(entries, WORKFLOW_FIELDS, "the workflow");
         for (key, _) in entries {
-            if ["models", "tools", "mcp_servers", "agents"].contains(&key.name.as_str()) {
-                self.error(
-                    key.pos,
-                    format!("`{}` needs the model adapters and tools, which this version does not have yet", key.name),
-                );
+            if key.name == "mcp_servers" {
+                self.error(key.pos, "`mcp_servers` in a workflow file is not supported by this version yet");
             }
         }
+        self.resources(root);
         let name = match root.get("workflow") {
             Some(node) => self.string(node, "`workflow`"),
             None => {
@@ -374,16 +389,21 @@ impl Compiler {
 
     fn step(&mut self, prefix: &str, node: &Node, scope: &mut HashSet<String>) -> Option<Step> {
         let entries = self.entries(node, "a step")?;
-        let kinds: Vec<&yaml::Key> =
-            entries.iter().map(|(k, _)| k).filter(|k| KINDS.contains(&k.name.as_str())).collect();
+        let kinds: Vec<&yaml::Key> = entries
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| KINDS.contains(&k.name.as_str()) || RESOURCE_KINDS.contains(&k.name.as_str()))
+            .collect();
         let later: Vec<&yaml::Key> =
             entries.iter().map(|(k, _)| k).filter(|k| LATER_KINDS.iter().any(|(kind, _)| *kind == k.name)).collect();
-        let allowed: Vec<&str> =
-            COMMON_FIELDS.iter().chain(KINDS).copied().chain(LATER_KINDS.iter().map(|(k, _)| *k)).collect();
-        let extra: &[&str] = match kinds.first().map(|k| k.name.as_str()) {
-            Some("map") => &[],
-            _ => &[],
-        };
+        let allowed: Vec<&str> = COMMON_FIELDS
+            .iter()
+            .chain(KINDS)
+            .chain(RESOURCE_KINDS)
+            .copied()
+            .chain(LATER_KINDS.iter().map(|(k, _)| *k))
+            .collect();
+        let extra: &[&str] = kinds.first().map_or(&[], |k| kind_fields(&k.name));
         let mut allowed_all = allowed.clone();
         allowed_all.extend_from_slice(extra);
         self.unknown_fields(entries, &allowed_all, "a step");
@@ -432,7 +452,7 @@ impl Compiler {
                 self.error_hint(
                     node.pos,
                     format!("step `{id}` has no kind"),
-                    format!("give it exactly one of: {}", KINDS.join(", ")),
+                    format!("give it exactly one of: {}, {}", KINDS.join(", "), RESOURCE_KINDS.join(", ")),
                 );
                 return None;
             }
@@ -451,7 +471,11 @@ impl Compiler {
         let condition = node.get("if").and_then(|c| self.expression(c, "the `if` condition"));
         let kind = kinds[0];
         let body = node.get(&kind.name).expect("the kind key is present");
-        let compiled = self.kind(path, &id, &kind.name, body);
+        let compiled = if RESOURCE_KINDS.contains(&kind.name.as_str()) {
+            self.resource_kind(&id, &kind.name, body, node)
+        } else {
+            self.kind(path, &id, &kind.name, body)
+        };
         self.ids.insert(id.clone());
         let mut step = compiled?;
         if let Some(source) = condition {

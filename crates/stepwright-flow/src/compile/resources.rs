@@ -1,0 +1,597 @@
+//! What a workflow file declares for its steps to use — the `models`, `tools` and `agents`
+//! sections — and the step kinds that use them: `llm`, `agent`, `tool`, `memory.store`,
+//! `memory.recall`. Every reference (a step's model, an agent's tools, a delegate) is checked
+//! when the file loads and reported at its position.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use stepwright_core::{Effect, Expr, InputSource, Node as Step};
+use stepwright_llm::{
+    AgentSpec, AgentStep, Agents, CommandTool, HttpTool, LlmSpec, LlmStep, MemoryRecallSpec, MemoryRecallStep,
+    MemoryStoreSpec, MemoryStoreStep, ModelConfig, ModelParams, Pricing, Provider, ScopeKind, ToolDef, ToolStep, Tools,
+};
+
+use super::{Compiler, closest};
+use crate::expr;
+use crate::yaml::{Node, Yaml};
+
+/// A loaded workflow file: the workflow and what its steps use, ready to hand to an engine
+/// as services (the models as configurations, since keys, cassettes and `--model`
+/// overrides are the caller's to apply).
+pub struct Loaded {
+    /// The workflow.
+    pub workflow: stepwright_core::Workflow,
+    /// The `models` section, by binding name.
+    pub models: BTreeMap<String, ModelConfig>,
+    /// The `tools` section.
+    pub tools: Tools,
+    /// The `agents` section.
+    pub agents: Agents,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("workflow", &self.workflow.name())
+            .field("models", &self.models.keys().collect::<Vec<_>>())
+            .field("tools", &self.tools.names())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The declared resources, while compiling.
+#[derive(Default)]
+pub(super) struct Resources {
+    pub(super) models: BTreeMap<String, ModelConfig>,
+    pub(super) tools: Tools,
+    pub(super) agents: BTreeMap<String, AgentSpec>,
+    /// Every agent declared, including those with problems.
+    pub(super) agent_names: Vec<String>,
+}
+
+const MODEL_FIELDS: &[&str] = &["provider", "model", "base_url", "api_key_env", "pricing", "timeout", "max_retries"];
+const TOOL_FIELDS: &[&str] =
+    &["description", "input", "command", "http", "effect", "safe_to_retry", "needs_approval", "timeout", "cwd", "env"];
+const LLM_FIELDS: &[&str] =
+    &["model", "prompt", "messages", "system", "temperature", "top_p", "max_tokens", "stop", "repair_turns", "stream"];
+
+/// The step fields each resource kind adds to the common ones.
+pub(super) fn kind_fields(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "agent" => &["prompt", "session"],
+        "tool" | "memory.store" | "memory.recall" => &["with"],
+        _ => &[],
+    }
+}
+
+/// The step kinds this module compiles.
+pub(super) const RESOURCE_KINDS: &[&str] = &["llm", "agent", "tool", "memory.store", "memory.recall"];
+
+fn parse_effect(text: &str) -> Option<Effect> {
+    Some(match text {
+        "pure" => Effect::Pure,
+        "read" => Effect::Read,
+        "write" => Effect::Write,
+        "external" => Effect::External,
+        "human" => Effect::Human,
+        _ => return None,
+    })
+}
+
+/// A node's input computed from a template over the scope when the step runs.
+fn templated_input(template: Value) -> InputSource {
+    let source = template.to_string();
+    InputSource::Expr(Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())).with_source(source))
+}
+
+impl Compiler {
+    /// Reads `models`, `tools` and `agents` (in that order: agents refer to the others).
+    pub(super) fn resources(&mut self, root: &Node) {
+        if let Some(models) = root.get("models") {
+            self.models_section(models);
+        }
+        if let Some(tools) = root.get("tools") {
+            self.tools_section(tools);
+        }
+        if let Some(agents) = root.get("agents") {
+            self.agents_section(agents);
+        }
+    }
+
+    fn models_section(&mut self, section: &Node) {
+        let Some(entries) = self.entries(section, "`models`") else { return };
+        for (key, node) in entries {
+            let Some(fields) = self.entries(node, &format!("model `{}`", key.name)) else { continue };
+            self.unknown_fields(fields, MODEL_FIELDS, &format!("model `{}`", key.name));
+            let provider = match node.get("provider") {
+                Some(p) => match self.string(p, "`provider`").map(|s| s.parse::<Provider>()) {
+                    Some(Ok(provider)) => Some(provider),
+                    Some(Err(why)) => {
+                        self.error(p.pos, why);
+                        None
+                    }
+                    None => None,
+                },
+                None => {
+                    self.error_hint(node.pos, format!("model `{}` has no `provider`", key.name), "openai or anthropic");
+                    None
+                }
+            };
+            let model = match node.get("model") {
+                Some(m) => self.string(m, "`model`"),
+                None => {
+                    self.error_hint(
+                        node.pos,
+                        format!("model `{}` has no `model`", key.name),
+                        "like `model: gpt-4o-mini`",
+                    );
+                    None
+                }
+            };
+            let (Some(provider), Some(model)) = (provider, model) else { continue };
+            let mut config = ModelConfig::new(provider, &model);
+            if let Some(url) = node.get("base_url") {
+                config.base_url = self.string(url, "`base_url`");
+                if let Some(text) = &config.base_url
+                    && !(text.starts_with("http://") || text.starts_with("https://"))
+                {
+                    self.error(url.pos, format!("`base_url` {text:?} is not an http:// or https:// URL"));
+                }
+            }
+            if let Some(env) = node.get("api_key_env") {
+                config.api_key_env = self.string(env, "`api_key_env`");
+            }
+            if let Some(pricing) = node.get("pricing") {
+                config.pricing = self.pricing(pricing);
+            }
+            if let Some(timeout) = node.get("timeout").and_then(|t| self.duration(t, "`timeout`")) {
+                config.http.timeout = timeout;
+            }
+            if let Some(retries) = node.get("max_retries").and_then(|r| self.number(r, "`max_retries`")) {
+                config.http.max_retries = u32::try_from(retries).unwrap_or(u32::MAX);
+            }
+            self.resources.models.insert(key.name.clone(), config);
+        }
+    }
+
+    fn pricing(&mut self, node: &Node) -> Option<Pricing> {
+        let fields = self.entries(node, "`pricing`")?;
+        self.unknown_fields(fields, &["input", "output"], "`pricing`");
+        let mut price = |name: &str| -> Option<f64> {
+            let Some(value) = node.get(name) else {
+                self.error_hint(node.pos, format!("`pricing` needs `{name}`"), "US dollars per million tokens");
+                return None;
+            };
+            match value.value {
+                Yaml::Int(i) if i >= 0 => Some(i as f64),
+                Yaml::Float(f) if f >= 0.0 => Some(f),
+                _ => {
+                    self.error(value.pos, format!("`pricing.{name}` must be a number of dollars at least 0"));
+                    None
+                }
+            }
+        };
+        let input = price("input");
+        let output = price("output");
+        Some(Pricing { input: input?, output: output? })
+    }
+
+    fn tools_section(&mut self, section: &Node) {
+        let Some(entries) = self.entries(section, "`tools`") else { return };
+        for (key, node) in entries {
+            let name = &key.name;
+            let Some(fields) = self.entries(node, &format!("tool `{name}`")) else { continue };
+            self.unknown_fields(fields, TOOL_FIELDS, &format!("tool `{name}`"));
+            let description = node.get("description").and_then(|d| self.string(d, "`description`")).unwrap_or_default();
+            let mut def = ToolDef::new(name, &description);
+            let before = self.diagnostics.len();
+            if let Some(schema) = node.get("input") {
+                def = def.input_schema(self.schema(schema, "the tool's `input`"));
+            }
+            // A schema reported here is not reported again by the registry.
+            let schema_ok = self.diagnostics.len() == before;
+            if let Some(effect) = node.get("effect") {
+                match self.string(effect, "`effect`").map(|e| parse_effect(&e)) {
+                    Some(Some(effect)) => def = def.effect(effect),
+                    Some(None) => {
+                        self.error_hint(effect.pos, "unknown `effect`", "one of: pure, read, write, external, human");
+                    }
+                    None => {}
+                }
+            }
+            if self.flag(node, "safe_to_retry") {
+                def = def.safe_to_retry();
+            }
+            if self.flag(node, "needs_approval") {
+                def = def.needs_approval();
+            }
+            if let Some(timeout) = node.get("timeout").and_then(|t| self.duration(t, "`timeout`")) {
+                def = def.timeout(timeout);
+            }
+            let tool: Option<Arc<dyn stepwright_llm::Tool>> = match (node.get("command"), node.get("http")) {
+                (Some(command), None) => self.command_tool(def, node, command).map(|t| Arc::new(t) as _),
+                (None, Some(http)) => self.http_tool(def, node, http).map(|t| Arc::new(t) as _),
+                (Some(_), Some(_)) => {
+                    self.error(node.pos, format!("tool `{name}` has both `command` and `http`; it has one"));
+                    None
+                }
+                (None, None) => {
+                    self.error_hint(
+                        node.pos,
+                        format!("tool `{name}` has neither `command` nor `http`"),
+                        "like `command: [\"./scripts/lookup\", \"{{ args.id }}\"]`",
+                    );
+                    None
+                }
+            };
+            if let Some(tool) = tool
+                && schema_ok
+                && let Err(why) = self.resources.tools.register(tool)
+            {
+                self.error(key.pos, why.to_string());
+            }
+        }
+    }
+
+    fn flag(&mut self, node: &Node, field: &str) -> bool {
+        match node.get(field).map(|f| (f.pos, &f.value)) {
+            None => false,
+            Some((_, Yaml::Bool(b))) => *b,
+            Some((pos, _)) => {
+                self.error(pos, format!("`{field}` must be true or false"));
+                false
+            }
+        }
+    }
+
+    fn command_tool(&mut self, def: ToolDef, node: &Node, command: &Node) -> Option<CommandTool> {
+        let Yaml::Seq(parts) = &command.value else {
+            self.error_hint(
+                command.pos,
+                "`command` must be a list: the program, then its arguments",
+                "no shell is involved; like [\"./scripts/lookup\", \"{{ args.id }}\"]",
+            );
+            return None;
+        };
+        if parts.is_empty() {
+            self.error(command.pos, "`command` is empty");
+            return None;
+        }
+        let mut templates = Vec::new();
+        for part in parts {
+            self.templates(part);
+            templates.push(Value::String(self.string(part, "a `command` part")?));
+        }
+        let render = Arc::new(move |args: &Value| -> Result<Vec<String>, String> {
+            let scope = serde_json::json!({ "args": args });
+            templates
+                .iter()
+                .map(|t| match expr::eval_value(t, &scope).map_err(|e| e.message)? {
+                    Value::String(s) => Ok(s),
+                    other => Ok(other.to_string()),
+                })
+                .collect()
+        });
+        let mut tool = CommandTool::new(def, Vec::new()).argv_from(render);
+        if let Some(cwd) = node.get("cwd").and_then(|c| self.string(c, "`cwd`")) {
+            tool = tool.cwd(cwd);
+        }
+        if let Some(env) = node.get("env") {
+            for (key, value) in self.entries(env, "`env`").unwrap_or_default() {
+                if let Some(value) = self.string(value, "an `env` value") {
+                    tool = tool.env(&key.name, &value);
+                }
+            }
+        }
+        Some(tool)
+    }
+
+    fn http_tool(&mut self, def: ToolDef, node: &Node, http: &Node) -> Option<HttpTool> {
+        for field in ["cwd", "env"] {
+            if let Some(f) = node.get(field) {
+                self.error(f.pos, format!("`{field}` is for `command` tools"));
+            }
+        }
+        let fields = self.entries(http, "`http`")?;
+        self.unknown_fields(fields, &["url", "method", "headers"], "`http`");
+        let url = match http.get("url") {
+            Some(u) => self.string(u, "`url`")?,
+            None => {
+                self.error(http.pos, "`http` needs a `url`");
+                return None;
+            }
+        };
+        let method = http.get("method").and_then(|m| self.string(m, "`method`")).unwrap_or_else(|| "POST".into());
+        let mut tool = match HttpTool::new(def, &method, &url) {
+            Ok(tool) => tool,
+            Err(why) => {
+                self.error(http.pos, why);
+                return None;
+            }
+        };
+        if let Some(headers) = http.get("headers") {
+            for (key, value) in self.entries(headers, "`headers`").unwrap_or_default() {
+                if let Some(value) = self.string(value, "a header value") {
+                    tool = tool.header(&key.name, &value);
+                }
+            }
+        }
+        Some(tool)
+    }
+
+    fn agents_section(&mut self, section: &Node) {
+        let Some(entries) = self.entries(section, "`agents`") else { return };
+        // Every agent's name first: agents may delegate to agents declared after them.
+        let names: Vec<String> = entries.iter().map(|(k, _)| k.name.clone()).collect();
+        self.resources.agent_names.clone_from(&names);
+        for (key, node) in entries {
+            let Some(fields) = self.entries(node, &format!("agent `{}`", key.name)) else { continue };
+            if let Some(output) = node.get("output") {
+                self.schema(output, "the agent's `output`");
+            }
+            // References first, from the file, so they are reported even if the rest of the
+            // agent does not parse.
+            if let Some(model) = node.get("model").and_then(|m| m.as_str()) {
+                self.check_model(node.get("model"), model);
+            }
+            for (field, known) in [("tools", None), ("delegates", Some(&names)), ("handoffs", Some(&names))] {
+                let Some(Yaml::Seq(items)) = node.get(field).map(|n| &n.value) else { continue };
+                for item in items {
+                    let Some(name) = item.as_str() else { continue };
+                    match known {
+                        None => {
+                            self.check_tool(item.pos, name);
+                        }
+                        Some(agents) if !agents.iter().any(|a| a == name) => {
+                            let message = format!("`{field}` names `{name}`, which is not an agent of this file");
+                            match closest(name, agents.iter().map(String::as_str)) {
+                                Some(near) => self.error_hint(item.pos, message, format!("did you mean `{near}`?")),
+                                None => self.error(item.pos, message),
+                            }
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+            let mut json = node.to_json();
+            if let Value::Object(map) = &mut json {
+                if map.contains_key("name") {
+                    let pos = fields.iter().find(|(k, _)| k.name == "name").map_or(node.pos, |(k, _)| k.pos);
+                    self.error(pos, "an agent's name is its key under `agents`; remove `name`");
+                    continue;
+                }
+                map.insert("name".into(), Value::String(key.name.clone()));
+            }
+            let spec: AgentSpec = match serde_json::from_value(json) {
+                Ok(spec) => spec,
+                Err(why) => {
+                    // serde names the problem but not where; the field it names is found
+                    // by its key when it is one of the agent's own.
+                    let text = why.to_string();
+                    let pos = fields
+                        .iter()
+                        .find(|(k, _)| text.contains(&format!("`{}`", k.name)))
+                        .map_or(node.pos, |(k, _)| k.pos);
+                    self.error(pos, format!("agent `{}`: {text}", key.name));
+                    continue;
+                }
+            };
+            self.resources.agents.insert(key.name.clone(), spec);
+        }
+    }
+
+    fn check_model(&mut self, node: Option<&Node>, name: &str) -> bool {
+        if self.resources.models.contains_key(name) {
+            return true;
+        }
+        let pos = node.map_or(crate::yaml::Pos::default(), |n| n.pos);
+        let message = format!("model `{name}` is not declared under `models`");
+        let known: Vec<String> = self.resources.models.keys().cloned().collect();
+        match closest(name, known.iter().map(String::as_str)) {
+            Some(near) => self.error_hint(pos, message, format!("did you mean `{near}`?")),
+            None if known.is_empty() => {
+                self.error_hint(pos, message, "add `models: { NAME: { provider: openai, model: gpt-4o-mini } }`");
+            }
+            None => self.error_hint(pos, message, format!("the models are: {}", known.join(", "))),
+        }
+        false
+    }
+
+    fn check_tool(&mut self, pos: crate::yaml::Pos, name: &str) -> bool {
+        if self.resources.tools.get(name).is_some() {
+            return true;
+        }
+        let message = format!("tool `{name}` is not declared under `tools`");
+        let known: Vec<String> = self.resources.tools.names().into_iter().map(str::to_owned).collect();
+        match closest(name, known.iter().map(String::as_str)) {
+            Some(near) => self.error_hint(pos, message, format!("did you mean `{near}`?")),
+            None => self.error(pos, message),
+        }
+        false
+    }
+
+    /// Compiles a step of one of [`RESOURCE_KINDS`]; `step` is the whole step (for `prompt`,
+    /// `with`, `session` and `output`).
+    pub(super) fn resource_kind(&mut self, id: &str, kind: &str, body: &Node, step: &Node) -> Option<Step> {
+        match kind {
+            "llm" => self.llm_step(id, body, step),
+            "agent" => {
+                let name = self.string(body, "`agent`")?;
+                let Some(spec) = self.resources.agents.get(&name).cloned() else {
+                    if self.resources.agent_names.contains(&name) {
+                        // Declared, with a problem reported there already.
+                        return None;
+                    }
+                    let message = format!("agent `{name}` is not declared under `agents`");
+                    let known = self.resources.agent_names.clone();
+                    match closest(&name, known.iter().map(String::as_str)) {
+                        Some(near) => self.error_hint(body.pos, message, format!("did you mean `{near}`?")),
+                        None => self.error(body.pos, message),
+                    }
+                    return None;
+                };
+                let Some(prompt) = step.get("prompt") else {
+                    self.error_hint(
+                        step.pos,
+                        "an `agent` step needs a `prompt`",
+                        "like `prompt: \"Investigate: {{ input.ticket }}\"`",
+                    );
+                    return None;
+                };
+                self.templates(prompt);
+                let mut input = Map::new();
+                input.insert("prompt".into(), prompt.to_json());
+                if let Some(session) = step.get("session") {
+                    self.templates(session);
+                    input.insert("session".into(), session.to_json());
+                }
+                Some(Step::dyn_step(id, AgentStep::new(spec)).input(templated_input(Value::Object(input))))
+            }
+            "tool" => {
+                let name = self.string(body, "`tool`")?;
+                if !self.check_tool(body.pos, &name) {
+                    return None;
+                }
+                let node = ToolStep::node(id, &self.resources.tools, &name).ok()?;
+                Some(node.input(self.with_input(step, Value::Object(Map::new()))))
+            }
+            "memory.store" => {
+                let (namespace, scope) = self.memory_target(body, "memory.store", &["namespace", "scope"])?;
+                if step.get("with").is_none() {
+                    self.error_hint(
+                        step.pos,
+                        "a `memory.store` step needs `with`",
+                        "like `with: { key: name, value: \"{{ input.name }}\" }`",
+                    );
+                    return None;
+                }
+                let node = MemoryStoreStep::node(id, MemoryStoreSpec { namespace, scope });
+                Some(node.input(self.with_input(step, Value::Null)))
+            }
+            "memory.recall" => {
+                let (namespace, scope) = self.memory_target(body, "memory.recall", &["namespace", "scope", "limit"])?;
+                let limit = body.get("limit").and_then(|l| self.number(l, "`limit`")).unwrap_or(5);
+                let spec = MemoryRecallSpec { namespace, scope, limit: usize::try_from(limit).unwrap_or(usize::MAX) };
+                Some(MemoryRecallStep::node(id, spec).input(self.with_input(step, Value::Null)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The input a step's `with` renders to (`default` without one).
+    fn with_input(&mut self, step: &Node, default: Value) -> InputSource {
+        match step.get("with") {
+            Some(with) => {
+                self.templates(with);
+                templated_input(with.to_json())
+            }
+            None => InputSource::Value(default),
+        }
+    }
+
+    fn memory_target(&mut self, body: &Node, kind: &str, allowed: &[&str]) -> Option<(String, ScopeKind)> {
+        let fields = self.entries(body, &format!("`{kind}`"))?;
+        self.unknown_fields(fields, allowed, &format!("`{kind}`"));
+        let namespace = match body.get("namespace") {
+            Some(n) => self.string(n, "`namespace`")?,
+            None => {
+                self.error_hint(body.pos, format!("`{kind}` needs a `namespace`"), "like `namespace: facts`");
+                return None;
+            }
+        };
+        let scope = match body.get("scope") {
+            None => ScopeKind::Run,
+            Some(s) => match s.as_str() {
+                Some("run") => ScopeKind::Run,
+                Some("session") => ScopeKind::Session,
+                Some("user") => ScopeKind::User,
+                Some("global") => ScopeKind::Global,
+                _ => {
+                    self.error_hint(s.pos, "unknown memory `scope`", "one of: run, session, user, global");
+                    return None;
+                }
+            },
+        };
+        Some((namespace, scope))
+    }
+
+    fn llm_step(&mut self, id: &str, body: &Node, step: &Node) -> Option<Step> {
+        let fields = self.entries(body, "`llm`")?;
+        self.unknown_fields(fields, LLM_FIELDS, "`llm`");
+        let model = match body.get("model") {
+            Some(m) => self.string(m, "`model`")?,
+            None => {
+                self.error_hint(body.pos, "`llm` needs a `model`", "a name declared under `models`");
+                return None;
+            }
+        };
+        let known = self.check_model(body.get("model"), &model);
+        let mut input = Map::new();
+        match (body.get("prompt"), body.get("messages")) {
+            (Some(prompt), None) => {
+                self.templates(prompt);
+                input.insert("prompt".into(), prompt.to_json());
+            }
+            (None, Some(messages)) => {
+                self.templates(messages);
+                input.insert("messages".into(), messages.to_json());
+            }
+            (Some(_), Some(_)) => {
+                self.error(body.pos, "`llm` takes `prompt` or `messages`, not both");
+                return None;
+            }
+            (None, None) => {
+                self.error_hint(
+                    body.pos,
+                    "`llm` needs a `prompt` (or `messages`)",
+                    "like `prompt: \"Summarize {{ input.text }}\"`",
+                );
+                return None;
+            }
+        }
+        if let Some(system) = body.get("system") {
+            self.templates(system);
+            input.insert("system".into(), system.to_json());
+        }
+        let mut params = ModelParams::default();
+        let float = |c: &mut Self, name: &str| -> Option<f64> {
+            let node = body.get(name)?;
+            match node.value {
+                Yaml::Int(i) => Some(i as f64),
+                Yaml::Float(f) => Some(f),
+                _ => {
+                    c.error(node.pos, format!("`{name}` must be a number"));
+                    None
+                }
+            }
+        };
+        params.temperature = float(self, "temperature");
+        params.top_p = float(self, "top_p");
+        params.max_tokens = body.get("max_tokens").and_then(|m| self.number(m, "`max_tokens`")).map(|m| m as u32);
+        if let Some(stop) = body.get("stop") {
+            match &stop.value {
+                Yaml::Str(s) => params.stop = vec![s.clone()],
+                Yaml::Seq(items) => {
+                    params.stop = items.iter().filter_map(|i| self.string(i, "a `stop` sequence")).collect();
+                }
+                _ => self.error(stop.pos, "`stop` must be a string or a list of strings"),
+            }
+        }
+        let mut spec = LlmSpec::new(&model);
+        spec.params = params;
+        // The step's `output` schema is also what the model is asked to answer in.
+        spec.output = step.get("output").map(crate::yaml::Node::to_json);
+        if let Some(turns) = body.get("repair_turns").and_then(|r| self.number(r, "`repair_turns`")) {
+            spec.repair_turns = u32::try_from(turns).unwrap_or(u32::MAX);
+        }
+        if body.get("stream").is_some() {
+            spec.stream = self.flag(body, "stream");
+        }
+        if !known {
+            return None;
+        }
+        Some(Step::dyn_step(id, LlmStep::new(spec)).input(templated_input(Value::Object(input))))
+    }
+}

@@ -1,0 +1,172 @@
+//! Workflow files that declare models, tools and agents, and the steps that use them
+//! (`llm`, `agent`, `tool`, `memory.store`, `memory.recall`), run in an engine with a
+//! scripted model.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use stepwright_core::{Caller, Effect, Engine, MemoryBank, MemoryStore, RunStatus, StartOptions, Store};
+use stepwright_flow::load_source;
+use stepwright_llm::{
+    ChatRequest, ChatResponse, FinishReason, Memories, Message, Models, Provider, ScriptedModel, Sessions, ToolCall,
+    Usage,
+};
+
+const FILE: &str = r#"
+workflow: support
+input:
+  type: object
+  required: [ticket, session]
+  properties: { ticket: { type: string }, session: { type: string } }
+models:
+  fast: { provider: openai, model: gpt-4o-mini, pricing: { input: 0.15, output: 0.6 }, timeout: 20s }
+  careful: { provider: anthropic, model: claude-sonnet, base_url: "http://127.0.0.1:9/v1", api_key_env: MY_KEY }
+tools:
+  shout:
+    description: Upper-cases text
+    input: { type: object, required: [text], properties: { text: { type: string } } }
+    command: [sh, -c, "printf '%s' \"$1\" | tr a-z A-Z", sh, "{{ args.text }}"]
+    effect: read
+    timeout: 5s
+agents:
+  helper:
+    model: fast
+    instructions: You shout.
+    tools: [shout]
+    max_iterations: 4
+steps:
+  - id: classify
+    llm: { model: fast, prompt: "Classify: {{ input.ticket }}", system: "Be terse.", temperature: 0, max_tokens: 50, stop: END }
+    output:
+      type: object
+      required: [category]
+      properties: { category: { enum: [billing, bug] } }
+  - id: remember
+    memory.store: { namespace: tickets, scope: user }
+    with: { key: last, value: "{{ steps.classify.output.category }}" }
+  - id: recall
+    memory.recall: { namespace: tickets, scope: user, limit: 3 }
+    with: "billing please"
+  - id: loud
+    tool: shout
+    with: { text: "{{ input.ticket }}" }
+  - id: assist
+    agent: helper
+    prompt: "Shout {{ steps.loud.output }}"
+    session: "{{ input.session }}"
+output:
+  category: "{{ steps.classify.output.category }}"
+  recalled: "{{ steps.recall.output[0].value }}"
+  loud: "{{ steps.loud.output }}"
+  assist: "{{ steps.assist.output }}"
+"#;
+
+fn answer(content: &str, calls: Vec<ToolCall>) -> ChatResponse {
+    ChatResponse {
+        content: content.into(),
+        finish_reason: if calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls },
+        tool_calls: calls,
+        usage: Usage { input_tokens: 20, output_tokens: 5 },
+        model: "scripted".into(),
+    }
+}
+
+/// Answers structured requests with a category, calls the first offered tool once, then
+/// reports the tool's result.
+fn script(request: &ChatRequest) -> ChatResponse {
+    if request.output.is_some() {
+        return answer(r#"{"category": "billing"}"#, Vec::new());
+    }
+    let result = request.messages.iter().find_map(|m| match m {
+        Message::Tool { content, .. } => Some(content.clone()),
+        _ => None,
+    });
+    match (result, request.tools.first()) {
+        (Some(result), _) => answer(&format!("done: {result}"), Vec::new()),
+        (None, Some(tool)) => {
+            let call = ToolCall { id: "t1".into(), name: tool.name.clone(), arguments: json!({ "text": "quiet" }) };
+            answer("", vec![call])
+        }
+        (None, None) => answer("nothing to do", Vec::new()),
+    }
+}
+
+#[tokio::test]
+async fn a_file_with_models_tools_and_agents_runs_every_resource_step() {
+    let loaded = load_source(FILE, "support.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(loaded.models.len(), 2);
+    let fast = &loaded.models["fast"];
+    assert_eq!((fast.provider, fast.model.as_str()), (Provider::Openai, "gpt-4o-mini"));
+    assert_eq!(fast.pricing.map(|p| (p.input, p.output)), Some((0.15, 0.6)));
+    assert_eq!(fast.http.timeout, std::time::Duration::from_secs(20));
+    let careful = &loaded.models["careful"];
+    assert_eq!(careful.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+    assert_eq!(careful.api_key_env.as_deref(), Some("MY_KEY"));
+    let shout = loaded.tools.get("shout").unwrap().def();
+    assert_eq!((shout.effect, shout.timeout), (Effect::Read, Some(std::time::Duration::from_secs(5))));
+    assert_eq!(loaded.agents.get("helper").unwrap().max_iterations, 4);
+
+    let model = Arc::new(ScriptedModel::new(script).recording());
+    let mut models = Models::new();
+    models.bind_adapter("fast", "gpt-4o-mini", model.clone(), loaded.models["fast"].pricing);
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .service(Arc::new(models))
+        .service(Arc::new(loaded.tools))
+        .service(Arc::new(loaded.agents))
+        .service(Arc::new(Sessions::new(store.clone())))
+        .service(Arc::new(Memories::new(store.clone() as Arc<dyn MemoryBank>)))
+        .build();
+    let options = StartOptions { caller: Caller::user(Some("acme"), "ann"), ..StartOptions::default() };
+    let input = json!({ "ticket": "refund me", "session": "s-1" });
+    let report = engine.start_with(&loaded.workflow, input, options).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
+    assert_eq!(
+        report.output,
+        Some(json!({ "category": "billing", "recalled": "billing", "loud": "REFUND ME", "assist": "done: QUIET" }))
+    );
+
+    let requests = model.requests();
+    let classify = &requests[0];
+    assert_eq!(classify.messages[0], Message::system("Be terse."));
+    assert_eq!(classify.messages[1], Message::user("Classify: refund me"));
+    assert_eq!(classify.params.temperature, Some(0.0));
+    assert_eq!(classify.params.max_tokens, Some(50));
+    assert_eq!(classify.params.stop, ["END"]);
+    assert_eq!(classify.output.as_ref().unwrap().schema["required"], json!(["category"]), "the step's output schema");
+    let agent = &requests[1];
+    assert_eq!(agent.messages[0], Message::system("You shout."));
+    assert_eq!(agent.messages[1], Message::user("Shout REFUND ME"));
+    assert_eq!(agent.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["shout"]);
+    // The agent's session was saved under the caller.
+    let owner = stepwright_core::SessionOwner::from(&Caller::user(Some("acme"), "ann"));
+    let history = stepwright_core::SessionStore::session_history(&*store, "s-1", &owner, 10).await.unwrap();
+    assert_eq!(history.len(), 4, "prompt, tool call, tool result, answer");
+}
+
+#[tokio::test]
+async fn a_tool_step_carries_the_tools_effect_and_approval_gate() {
+    let file = r#"
+workflow: pay
+tools:
+  charge:
+    command: [echo, "charged {{ args.amount }}"]
+    effect: write
+    needs_approval: true
+steps:
+  - id: pay
+    tool: charge
+    with: { amount: "{{ input }}" }
+"#;
+    let loaded = load_source(file, "pay.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let engine =
+        Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(Arc::new(loaded.tools)).build();
+    let report = engine.start(&loaded.workflow, json!(12)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended, "the tool's approval gate holds the step");
+    let pending = &report.pending[0];
+    assert!(pending.message.contains("charge"), "{}", pending.message);
+    engine.resolve(report.run_id, &pending.id, stepwright_core::Decision::Approve, &Caller::default()).await.unwrap();
+    let report = engine.resume(&loaded.workflow, report.run_id).await.unwrap();
+    assert_eq!(report.output, Some(Value::String("charged 12".into())));
+}
