@@ -12,7 +12,9 @@ use anyhow::{Context, anyhow};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 use stepwright_core::journal::{DefinitionSource, RunFilter};
-use stepwright_core::{Decision, Engine, Observer, RunId, RunReport, RunStatus, StepPath, Store};
+use stepwright_core::{
+    Decision, Engine, EngineBuilder, MemoryBank, Observer, RunId, RunReport, RunStatus, SessionStore, StepPath, Store,
+};
 
 #[derive(Parser)]
 #[command(name = "stepwright", version, about = "A durable engine for AI-agent workflows")]
@@ -21,9 +23,31 @@ struct Cli {
     /// `sqlite://stepwright.db` in the current directory).
     #[arg(long, global = true)]
     db: Option<String>,
+    #[command(flatten)]
+    models: ModelFlags,
     #[command(subcommand)]
     command: Command,
 }
+
+/// How a workflow file's models are reached (every command that runs steps).
+#[derive(clap::Args, Clone, Debug, Default)]
+struct ModelFlags {
+    /// Replace a model binding of the file: `NAME=provider:model[@base_url]` (repeatable).
+    #[arg(long = "model", value_name = "NAME=SPEC", global = true)]
+    overrides: Vec<String>,
+    /// Record model calls to, or replay them from, this file.
+    #[arg(long, value_name = "FILE", global = true)]
+    cassette: Option<PathBuf>,
+    /// `auto` (replay what is recorded, call and record the rest), `replay` (never call a
+    /// model: a missing recording fails the step) or `record`.
+    #[arg(long, value_name = "MODE", default_value = "auto", global = true)]
+    cassette_mode: String,
+}
+
+/// A store with everything the CLI's steps use: the journal, sessions and memory.
+trait CliStore: Store + SessionStore + MemoryBank {}
+
+impl<T: Store + SessionStore + MemoryBank> CliStore for T {}
 
 #[derive(Subcommand)]
 enum Command {
@@ -272,19 +296,21 @@ fn run_not_found(error: &anyhow::Error) -> Option<&stepwright_core::StoreError> 
 }
 
 async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let flags = cli.models.clone();
+    let flags = &flags;
     match cli.command {
         Command::Validate { file } => {
-            load(&file)?;
+            load(&file, flags)?;
             println!("{}: ok", file.display());
             Ok(0)
         }
         Command::Graph { file, format } => {
-            let workflow = load(&file)?;
+            let workflow = load(&file, flags)?;
             println!("{}", draw(workflow.describe(), &format)?);
             Ok(0)
         }
         Command::Run { file, input, json, detach } => {
-            let workflow = load(&file)?;
+            let workflow = load(&file, flags)?;
             let input = parse_input(input.as_deref())?;
             let store = open_store(cli.db.as_deref()).await?;
             // Keep the source: any later command, or a worker elsewhere, rebuilds the
@@ -292,7 +318,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             let source = std::fs::read_to_string(&file)?;
             let definition = DefinitionSource { format: "yaml".into(), name: file.display().to_string(), source };
             store.put_definition(workflow.hash(), definition).await?;
-            let engine = cli_engine(store, !json);
+            let engine = cli_engine(&store, !json);
             if detach {
                 let record = engine.create(&workflow, input, Default::default()).await.map_err(input_error)?;
                 println!(
@@ -322,20 +348,20 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 Some(payload) => Decision::Modify { payload: parse_json(&payload, "--payload")? },
                 None => Decision::Approve,
             };
-            decide(cli.db.as_deref(), &run, &who, decision, json).await
+            decide(cli.db.as_deref(), flags, &run, &who, decision, json).await
         }
         Command::Reject { run, who, reason, json } => {
-            decide(cli.db.as_deref(), &run, &who, Decision::Reject { reason }, json).await
+            decide(cli.db.as_deref(), flags, &run, &who, Decision::Reject { reason }, json).await
         }
         Command::Respond { run, who, value, json } => {
             let value = parse_json(&value, "--value")?;
-            decide(cli.db.as_deref(), &run, &who, Decision::Respond { value }, json).await
+            decide(cli.db.as_deref(), flags, &run, &who, Decision::Respond { value }, json).await
         }
         Command::Resume { run, json } => {
             let run = parse_run(&run)?;
             let store = open_store(cli.db.as_deref()).await?;
-            let engine = cli_engine(store.clone(), !json);
-            let workflow = definition_of(&store, run).await?;
+            let engine = cli_engine(&store, !json);
+            let workflow = definition_of(&store, run, flags).await?;
             let report = engine.resume(&workflow, run).await?;
             print_report(&report, json);
             Ok(exit_code(report.status))
@@ -343,17 +369,18 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Cancel { run, reason } => {
             let run = parse_run(&run)?;
             let store = open_store(cli.db.as_deref()).await?;
-            let engine = Engine::builder().store(store).build();
+            let engine = engine_over(&store).build();
             let changed = engine.cancel(run, &reason).await?;
             println!("{}", if changed { "cancelled" } else { "already finished" });
             Ok(0)
         }
         Command::Worker { once } => {
             let store = open_store(cli.db.as_deref()).await?;
-            let engine = Engine::builder().store(store.clone()).build();
+            let engine = engine_over(&store).build();
+            let worker_flags = flags.clone();
             let resolver: stepwright_core::DefinitionResolver = Arc::new(move |record| {
-                let store = store.clone();
-                Box::pin(async move { definition_of(&store, record.id).await.ok() })
+                let (store, flags) = (store.clone(), worker_flags.clone());
+                Box::pin(async move { definition_of(&store, record.id, &flags).await.ok() })
             });
             let runner = stepwright_core::Runner::new(engine).resolve_with(resolver);
             if once {
@@ -377,8 +404,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Replay { run, json } => {
             let run = parse_run(&run)?;
             let store = open_store(cli.db.as_deref()).await?;
-            let workflow = definition_of(&store, run).await?;
-            let report = cli_engine(store, false).replay(&workflow, run).await?;
+            let workflow = definition_of(&store, run, flags).await?;
+            let report = cli_engine(&store, false).replay(&workflow, run).await?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
@@ -393,8 +420,8 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             let run = parse_run(&run)?;
             let store = open_store(cli.db.as_deref()).await?;
             let workflow = match &file {
-                Some(file) => load(file)?,
-                None => definition_of(&store, run).await?,
+                Some(file) => load(file, flags)?,
+                None => definition_of(&store, run, flags).await?,
             };
             if let Some(file) = &file {
                 let source = std::fs::read_to_string(file)?;
@@ -402,7 +429,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 store.put_definition(workflow.hash(), definition).await?;
             }
             let options = stepwright_core::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
-            let report = cli_engine(store, false).recompute(&workflow, run, options).await.map_err(|e| match e {
+            let report = cli_engine(&store, false).recompute(&workflow, run, options).await.map_err(|e| match e {
                 stepwright_core::EngineError::InvalidRequest { .. } => anyhow!(BadInput(e.to_string())),
                 other => anyhow!(other),
             })?;
@@ -441,7 +468,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     patch.outputs = steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                 }
             }
-            let record = cli_engine(store, false).fork(run, &StepPath::new(&at), patch).await.map_err(|e| match e {
+            let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await.map_err(|e| match e {
                 stepwright_core::EngineError::InvalidRequest { .. } => anyhow!(BadInput(e.to_string())),
                 other => anyhow!(other),
             })?;
@@ -505,7 +532,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 }
                 RunsCommand::Show { run, json } => {
                     let run: RunId = run.parse().map_err(|e| BadInput(format!("{e}")))?;
-                    let engine = Engine::builder().store(store.clone()).build();
+                    let engine = engine_over(&store).build();
                     let report = engine.report(run).await?;
                     let loaded = store.load(run).await?;
                     let mut steps = timeline(&loaded);
@@ -552,9 +579,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 
 /// Interactive commands on one host share a worker identity, so that `resume` after a
 /// killed `run` takes the run back at once (its fencing token still stops a stale writer).
-fn cli_engine(store: Arc<dyn Store>, progress: bool) -> Engine {
+fn cli_engine(store: &Arc<dyn CliStore>, progress: bool) -> Engine {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
-    let mut builder = Engine::builder().store(store).worker_id(&format!("cli@{host}"));
+    let mut builder = engine_over(store).worker_id(&format!("cli@{host}"));
     if progress {
         builder = builder.observer(Arc::new(Progress));
     }
@@ -601,13 +628,18 @@ fn parse_json(text: &str, what: &str) -> anyhow::Result<Value> {
 }
 
 /// Rebuilds a run's definition from the source the store keeps.
-async fn definition_of(store: &Arc<dyn Store>, run: RunId) -> anyhow::Result<stepwright_core::Workflow> {
+async fn definition_of(
+    store: &Arc<dyn CliStore>,
+    run: RunId,
+    flags: &ModelFlags,
+) -> anyhow::Result<stepwright_core::Workflow> {
     let record = store.load(run).await?.record;
     let source = store.get_definition(record.definition_hash).await?.ok_or_else(|| {
         anyhow!("run {run} was not started from a workflow file this store knows (workflow {:?})", record.workflow)
     })?;
-    let workflow =
-        stepwright_flow::load_str(&source.source, &source.name).map_err(|e| anyhow!(BadInput(e.to_string())))?;
+    let loaded =
+        stepwright_flow::load_source(&source.source, &source.name).map_err(|e| anyhow!(BadInput(e.to_string())))?;
+    let workflow = prepare(loaded, flags)?;
     if workflow.hash() != record.definition_hash {
         return Err(anyhow!(
             "the stored source of {} no longer compiles to the definition run {run} is pinned to",
@@ -618,10 +650,17 @@ async fn definition_of(store: &Arc<dyn Store>, run: RunId) -> anyhow::Result<ste
 }
 
 /// Resolves an interrupt (the only open one unless `--interrupt`), then continues the run.
-async fn decide(db: Option<&str>, run: &str, who: &Decider, decision: Decision, json: bool) -> anyhow::Result<u8> {
+async fn decide(
+    db: Option<&str>,
+    flags: &ModelFlags,
+    run: &str,
+    who: &Decider,
+    decision: Decision,
+    json: bool,
+) -> anyhow::Result<u8> {
     let run = parse_run(run)?;
     let store = open_store(db).await?;
-    let engine = cli_engine(store.clone(), !json);
+    let engine = cli_engine(&store, !json);
     let report = engine.report(run).await?;
     let interrupt = match &who.interrupt {
         Some(id) => stepwright_core::InterruptId::new(id),
@@ -642,7 +681,7 @@ async fn decide(db: Option<&str>, run: &str, who: &Decider, decision: Decision, 
         stepwright_core::EngineError::Resolve { .. } => anyhow!(BadInput(e.to_string())),
         other => anyhow!(other),
     })?;
-    let workflow = definition_of(&store, run).await?;
+    let workflow = definition_of(&store, run, flags).await?;
     let report = engine.resume(&workflow, run).await?;
     print_report(&report, json);
     Ok(exit_code(report.status))
@@ -655,8 +694,51 @@ fn input_error(e: stepwright_core::EngineError) -> anyhow::Error {
     }
 }
 
-fn load(file: &Path) -> anyhow::Result<stepwright_core::Workflow> {
-    stepwright_flow::load_file(file).map_err(|e| anyhow!(BadInput(e.to_string())))
+fn load(file: &Path, flags: &ModelFlags) -> anyhow::Result<stepwright_core::Workflow> {
+    let loaded = stepwright_flow::load(file).map_err(|e| anyhow!(BadInput(e.to_string())))?;
+    prepare(loaded, flags)
+}
+
+/// Binds a loaded file's models (with `--model` overrides and `--cassette`) and hands them
+/// to its workflow as a service, beside the file's tools and agents.
+fn prepare(loaded: stepwright_flow::Loaded, flags: &ModelFlags) -> anyhow::Result<stepwright_core::Workflow> {
+    let mut configs = loaded.models;
+    for entry in &flags.overrides {
+        let (name, spec) = entry
+            .split_once('=')
+            .ok_or_else(|| BadInput(format!("--model {entry:?}: expected NAME=provider:model[@base_url]")))?;
+        if !configs.contains_key(name) {
+            let known: Vec<&str> = configs.keys().map(String::as_str).collect();
+            return Err(anyhow!(BadInput(format!(
+                "--model {name}=…: the workflow declares no model {name:?} (its models: {})",
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            ))));
+        }
+        let config =
+            stepwright_llm::ModelConfig::parse_spec(spec).map_err(|e| BadInput(format!("--model {entry:?}: {e}")))?;
+        configs.insert(name.to_owned(), config);
+    }
+    let mut models = stepwright_llm::Models::new();
+    for (name, config) in &configs {
+        models.bind(name, config).map_err(|e| BadInput(format!("model {name:?}: {e}")))?;
+    }
+    if let Some(path) = &flags.cassette {
+        let mode: stepwright_llm::CassetteMode =
+            flags.cassette_mode.parse().map_err(|e: String| BadInput(format!("--cassette-mode: {e}")))?;
+        let cassette = stepwright_llm::Cassette::open(path, mode)
+            .map_err(|e| BadInput(format!("--cassette {}: {e}", path.display())))?;
+        models = models.with_cassette(cassette);
+    }
+    Ok(loaded.workflow.with_service(Arc::new(models)))
+}
+
+/// An engine over the store, with the store's sessions and memory for agent and memory
+/// steps.
+fn engine_over(store: &Arc<dyn CliStore>) -> EngineBuilder {
+    Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .service(Arc::new(stepwright_llm::Sessions::new(store.clone() as Arc<dyn SessionStore>)))
+        .service(Arc::new(stepwright_llm::Memories::new(store.clone() as Arc<dyn MemoryBank>)))
 }
 
 fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
@@ -670,7 +752,7 @@ fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
     serde_json::from_str(&text).map_err(|e| anyhow!(BadInput(format!("the input is not JSON: {e}"))))
 }
 
-async fn open_store(db: Option<&str>) -> anyhow::Result<Arc<dyn Store>> {
+async fn open_store(db: Option<&str>) -> anyhow::Result<Arc<dyn CliStore>> {
     let url = db
         .map(str::to_owned)
         .or_else(|| std::env::var("STEPWRIGHT_DB").ok())

@@ -75,6 +75,16 @@ impl Services {
     pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
         self.map.get(&TypeId::of::<T>()).and_then(|s| s.clone().downcast::<T>().ok())
     }
+
+    /// These services with `over`'s on top (a workflow's own over the engine's).
+    pub fn layered(&self, over: &Services) -> Services {
+        if over.map.is_empty() {
+            return self.clone();
+        }
+        let mut map = (*self.map).clone();
+        map.extend(over.map.iter().map(|(k, v)| (*k, v.clone())));
+        Services { map: Arc::new(map) }
+    }
 }
 
 /// A memory layer made available to descendant steps by a `provide` node.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::context::MemoryLayer;
+use crate::context::{MemoryLayer, Services};
 use crate::error::{BuildError, BuildProblem, ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::ids::check_name;
@@ -794,6 +794,10 @@ impl From<Every> for Node {
 #[derive(Clone)]
 pub struct Workflow {
     pub(crate) inner: Arc<WorkflowDef>,
+    /// Services this workflow brings (a workflow file's tools and agents), layered over the
+    /// engine's for its runs. Not part of the definition hash: like the engine's services,
+    /// they are what the steps are given, not what the steps are.
+    pub(crate) services: Services,
 }
 
 pub(crate) struct WorkflowDef {
@@ -818,6 +822,20 @@ impl fmt::Debug for Workflow {
 }
 
 impl Workflow {
+    /// Adds a service for this workflow's runs; it wins over an engine service of the same
+    /// type. A workflow file's tools and agents reach its steps this way, so one engine (a
+    /// worker) can run files that declare different tools under the same names.
+    #[must_use]
+    pub fn with_service<T: std::any::Any + Send + Sync>(mut self, service: Arc<T>) -> Self {
+        self.services = self.services.with(service);
+        self
+    }
+
+    /// The services this workflow brings.
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
     /// The `diff_key` of the node at `path` (patterns `[*]`, `#*` match any ordinal).
     pub(crate) fn diff_key_at(&self, path: &str) -> Option<String> {
         fn find(prefix: &str, nodes: &[Node], path: &str) -> Option<String> {
@@ -1079,6 +1097,7 @@ impl WorkflowBuilder {
         });
         let hash = ContentHash::of_value(&description);
         Ok(Workflow {
+            services: Services::default(),
             inner: Arc::new(WorkflowDef {
                 name: self.name,
                 version: self.version,

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use std::time::Duration;
 
@@ -108,7 +109,10 @@ pub fn load_source(source: &str, file: &str) -> Result<Loaded, LoadError> {
             let resources = std::mem::take(&mut c.resources);
             let agents =
                 resources.agents.into_values().fold(stepwright_llm::Agents::new(), |agents, spec| agents.with(spec));
-            Ok(Loaded { workflow, models: resources.models, tools: resources.tools, agents })
+            // The file's tools and agents travel with its workflow, so an engine running
+            // several files gives each its own.
+            let workflow = workflow.with_service(Arc::new(resources.tools)).with_service(Arc::new(agents));
+            Ok(Loaded { workflow, models: resources.models })
         }
         _ => Err(c.finish_err()),
     }

@@ -139,7 +139,7 @@ fn a_broken_file_reports_every_problem_with_its_position() {
         "broken.yaml:9:5: a step needs an `id` (hint: add `id: a-name` to the step)",
         "broken.yaml:10:5: step `two` has 2 kinds (`set`, `sleep`); a step has exactly one",
         "broken.yaml:13:5: step `nothing` has no kind",
-        "broken.yaml:16:5: the `llm` step kind needs model adapters, which this version does not have yet",
+        "broken.yaml:16:19: model `fast` is not declared under `models`",
         "broken.yaml:18:9: the `if` condition `steps.a.output ==` does not parse",
         "broken.yaml:21:10: `steps.unknown` refers to no step declared before this point",
         "broken.yaml:23:12: `sleep` `soon` is not a duration (hint: write it like 500ms, 30s, 5m, 2h or 1d)",

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 use stepwright_core::{Caller, Effect, Engine, MemoryBank, MemoryStore, RunStatus, StartOptions, Store};
 use stepwright_flow::load_source;
 use stepwright_llm::{
-    ChatRequest, ChatResponse, FinishReason, Memories, Message, Models, Provider, ScriptedModel, Sessions, ToolCall,
-    Usage,
+    Agents, ChatRequest, ChatResponse, FinishReason, Memories, Message, Models, Provider, ScriptedModel, Sessions,
+    ToolCall, Tools, Usage,
 };
 
 const FILE: &str = r#"
@@ -102,9 +102,11 @@ async fn a_file_with_models_tools_and_agents_runs_every_resource_step() {
     let careful = &loaded.models["careful"];
     assert_eq!(careful.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
     assert_eq!(careful.api_key_env.as_deref(), Some("MY_KEY"));
-    let shout = loaded.tools.get("shout").unwrap().def();
+    let tools = loaded.workflow.services().get::<Tools>().expect("the file's tools travel with the workflow");
+    let shout = tools.get("shout").unwrap().def();
     assert_eq!((shout.effect, shout.timeout), (Effect::Read, Some(std::time::Duration::from_secs(5))));
-    assert_eq!(loaded.agents.get("helper").unwrap().max_iterations, 4);
+    let agents = loaded.workflow.services().get::<Agents>().unwrap();
+    assert_eq!(agents.get("helper").unwrap().max_iterations, 4);
 
     let model = Arc::new(ScriptedModel::new(script).recording());
     let mut models = Models::new();
@@ -113,8 +115,6 @@ async fn a_file_with_models_tools_and_agents_runs_every_resource_step() {
     let engine = Engine::builder()
         .store(store.clone() as Arc<dyn Store>)
         .service(Arc::new(models))
-        .service(Arc::new(loaded.tools))
-        .service(Arc::new(loaded.agents))
         .service(Arc::new(Sessions::new(store.clone())))
         .service(Arc::new(Memories::new(store.clone() as Arc<dyn MemoryBank>)))
         .build();
@@ -160,8 +160,7 @@ steps:
     with: { amount: "{{ input }}" }
 "#;
     let loaded = load_source(file, "pay.yaml").unwrap_or_else(|e| panic!("{e}"));
-    let engine =
-        Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(Arc::new(loaded.tools)).build();
+    let engine = Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).build();
     let report = engine.start(&loaded.workflow, json!(12)).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended, "the tool's approval gate holds the step");
     let pending = &report.pending[0];

@@ -776,7 +776,7 @@ impl Engine {
             workflow: Arc::from(workflow.name()),
             version: Arc::from(workflow.version()),
             caller: loaded.record.caller.clone(),
-            services: inner.services.clone(),
+            services: inner.services.layered(workflow.services()),
             clock: inner.clock.clone(),
             entropy: inner.entropy.clone(),
             config: inner.config.clone(),

@@ -9,36 +9,23 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use stepwright_core::{Effect, Expr, InputSource, Node as Step};
 use stepwright_llm::{
-    AgentSpec, AgentStep, Agents, CommandTool, HttpTool, LlmSpec, LlmStep, MemoryRecallSpec, MemoryRecallStep,
-    MemoryStoreSpec, MemoryStoreStep, ModelConfig, ModelParams, Pricing, Provider, ScopeKind, ToolDef, ToolStep, Tools,
+    AgentSpec, AgentStep, CommandTool, HttpTool, LlmSpec, LlmStep, MemoryRecallSpec, MemoryRecallStep, MemoryStoreSpec,
+    MemoryStoreStep, ModelConfig, ModelParams, Pricing, Provider, ScopeKind, ToolDef, ToolStep, Tools,
 };
 
 use super::{Compiler, closest};
 use crate::expr;
 use crate::yaml::{Node, Yaml};
 
-/// A loaded workflow file: the workflow and what its steps use, ready to hand to an engine
-/// as services (the models as configurations, since keys, cassettes and `--model`
-/// overrides are the caller's to apply).
+/// A loaded workflow file: the workflow, carrying the file's tools and agents as its own
+/// services ([`stepwright_core::Workflow::services`]), and the file's models as
+/// configurations — binding them (keys, cassettes, `--model` overrides) is the caller's job.
+#[derive(Debug)]
 pub struct Loaded {
     /// The workflow.
     pub workflow: stepwright_core::Workflow,
     /// The `models` section, by binding name.
     pub models: BTreeMap<String, ModelConfig>,
-    /// The `tools` section.
-    pub tools: Tools,
-    /// The `agents` section.
-    pub agents: Agents,
-}
-
-impl std::fmt::Debug for Loaded {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Loaded")
-            .field("workflow", &self.workflow.name())
-            .field("models", &self.models.keys().collect::<Vec<_>>())
-            .field("tools", &self.tools.names())
-            .finish_non_exhaustive()
-    }
 }
 
 /// The declared resources, while compiling.

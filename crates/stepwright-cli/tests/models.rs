@@ -1,0 +1,196 @@
+//! Workflow files with models, tools and agents through the binary: a run against a fake
+//! OpenAI-compatible server on loopback recorded to a cassette, the same run replayed
+//! offline from it, and `--model` overrides.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+
+fn stepwright(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir)
+        .env_remove("STEPWRIGHT_DB")
+        .env("STEPWRIGHT_TEST_FAKE_KEY", "sk-test")
+        .args(args)
+        .output()
+        .expect("run stepwright")
+}
+
+/// What the fake model answers to a chat completions request body.
+fn answer(request: &Value) -> Value {
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    let tool_result = messages.iter().find(|m| m["role"] == "tool").map(|m| m["content"].clone());
+    let offered = request["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let (content, calls) = if request.get("response_format").is_some() {
+        (json!(r#"{"category": "billing"}"#), Value::Null)
+    } else if let Some(result) = tool_result {
+        (json!(format!("done: {}", result.as_str().unwrap_or_default())), Value::Null)
+    } else if offered {
+        let call = json!({ "id": "t1", "type": "function", "function": { "name": "shout", "arguments": "{\"text\":\"quiet\"}" } });
+        (Value::Null, json!([call]))
+    } else {
+        (json!("hello"), Value::Null)
+    };
+    let mut message = json!({ "role": "assistant", "content": content });
+    if !calls.is_null() {
+        message["tool_calls"] = calls;
+    }
+    json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": request["model"],
+        "choices": [{ "index": 0, "message": message, "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" } }],
+        "usage": { "prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16 }
+    })
+}
+
+/// A chat completions server on loopback (HTTP/1.1, keep-alive). Returns its port and a
+/// count of requests served.
+fn fake_openai() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let count = count.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut length = 0;
+                    loop {
+                        let mut header = String::new();
+                        reader.read_line(&mut header).unwrap();
+                        if header.trim().is_empty() {
+                            break;
+                        }
+                        if let Some((name, value)) = header.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    assert!(line.starts_with("POST /v1/chat/completions"), "{line}");
+                    let request: Value = serde_json::from_slice(&body).unwrap();
+                    let reply = answer(&request).to_string();
+                    count.fetch_add(1, Ordering::SeqCst);
+                    write!(
+                        writer,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+                        reply.len()
+                    )
+                    .unwrap();
+                }
+            });
+        }
+    });
+    (port, served)
+}
+
+fn workflow(port: u16) -> String {
+    format!(
+        r#"
+workflow: assist
+models:
+  fast: {{ provider: openai, model: gpt-test, base_url: "http://127.0.0.1:{port}/v1", api_key_env: STEPWRIGHT_TEST_FAKE_KEY }}
+tools:
+  shout:
+    description: Upper-cases text
+    input: {{ type: object, required: [text], properties: {{ text: {{ type: string }} }} }}
+    command: [sh, -c, "printf '%s' \"$1\" | tr a-z A-Z", sh, "{{{{ args.text }}}}"]
+    effect: read
+agents:
+  helper: {{ model: fast, tools: [shout], stream: false }}
+steps:
+  - id: classify
+    llm: {{ model: fast, prompt: "Classify: {{{{ input }}}}", stream: false }}
+    output: {{ type: object, required: [category], properties: {{ category: {{ type: string }} }} }}
+  - id: assist
+    agent: helper
+    prompt: "Help with {{{{ steps.classify.output.category }}}}"
+output: {{ category: "{{{{ steps.classify.output.category }}}}", assist: "{{{{ steps.assist.output }}}}" }}
+"#
+    )
+}
+
+fn report(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!("not JSON: {}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    })
+}
+
+#[test]
+fn a_run_is_recorded_to_a_cassette_and_replayed_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, served) = fake_openai();
+    std::fs::write(dir.path().join("assist.yaml"), workflow(port)).unwrap();
+    let args = ["run", "assist.yaml", "--input", "\"refund me\"", "--json", "--cassette", "calls.json"];
+    let recorded =
+        stepwright(dir.path(), &[&args[..], &["--cassette-mode", "record", "--db", "sqlite://one.db"]].concat());
+    assert_eq!(recorded.status.code(), Some(0), "{}", String::from_utf8_lossy(&recorded.stderr));
+    let first = report(&recorded);
+    assert_eq!(first["output"], json!({ "category": "billing", "assist": "done: QUIET" }));
+    assert_eq!(served.load(Ordering::SeqCst), 3, "classify, then the agent's two turns");
+    let cassette: Value = serde_json::from_slice(&std::fs::read(dir.path().join("calls.json")).unwrap()).unwrap();
+    assert_eq!(cassette["interactions"].as_array().unwrap().len(), 3);
+
+    // Offline: a fresh store, replay only. The server stays up but is never asked.
+    let replayed =
+        stepwright(dir.path(), &[&args[..], &["--cassette-mode", "replay", "--db", "sqlite://two.db"]].concat());
+    assert_eq!(replayed.status.code(), Some(0), "{}", String::from_utf8_lossy(&replayed.stderr));
+    assert_eq!(report(&replayed)["output"], first["output"]);
+    assert_eq!(served.load(Ordering::SeqCst), 3, "the replay made no model call");
+
+    // `runs show` sums what the replayed calls cost in tokens.
+    let run = report(&replayed)["run_id"].as_str().unwrap().to_owned();
+    let show = stepwright(dir.path(), &["runs", "show", &run, "--json", "--db", "sqlite://two.db"]);
+    let shown = report(&show);
+    assert_eq!(shown["usage"]["input_tokens"], json!(36), "{shown}");
+
+    // Another model under the same name is another request: not on the cassette.
+    let other = format!("fast=openai:gpt-other@http://127.0.0.1:{port}/v1");
+    let missed = stepwright(
+        dir.path(),
+        &[&args[..], &["--cassette-mode", "replay", "--db", "sqlite://three.db", "--model", &other]].concat(),
+    );
+    assert_eq!(missed.status.code(), Some(1), "{}", String::from_utf8_lossy(&missed.stderr));
+    assert_eq!(report(&missed)["error"]["code"], json!("cassette_miss"));
+    assert_eq!(served.load(Ordering::SeqCst), 3);
+
+    // With auto, the override calls the model and records the new request.
+    let auto = stepwright(
+        dir.path(),
+        &[&args[..], &["--cassette-mode", "auto", "--db", "sqlite://four.db", "--model", &other]].concat(),
+    );
+    assert_eq!(auto.status.code(), Some(0), "{}", String::from_utf8_lossy(&auto.stderr));
+    assert_eq!(served.load(Ordering::SeqCst), 6);
+}
+
+#[test]
+fn model_flags_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("assist.yaml"), workflow(9)).unwrap();
+    for (flags, expect) in [
+        (&["--model", "slow=openai:gpt-4o"][..], "the workflow declares no model \"slow\" (its models: fast)"),
+        (&["--model", "fast"][..], "expected NAME=provider:model[@base_url]"),
+        (&["--model", "fast=openia:gpt-4o"][..], "unknown provider"),
+        (&["--cassette", "c.json", "--cassette-mode", "sometimes"][..], "unknown cassette mode"),
+        (&["--cassette", "missing.json", "--cassette-mode", "replay"][..], "missing.json"),
+    ] {
+        let output = stepwright(dir.path(), &[&["run", "assist.yaml", "--input", "\"x\""][..], flags].concat());
+        assert_eq!(output.status.code(), Some(2), "{flags:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expect), "{flags:?}: {stderr}");
+    }
+}
