@@ -468,10 +468,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     patch.outputs = steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
                 }
             }
-            let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await.map_err(|e| match e {
-                stepwright_core::EngineError::InvalidRequest { .. } => anyhow!(BadInput(e.to_string())),
-                other => anyhow!(other),
-            })?;
+            let record =
+                cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await.map_err(|e| match e {
+                    stepwright_core::EngineError::InvalidRequest { .. } => anyhow!(BadInput(e.to_string())),
+                    other => anyhow!(other),
+                })?;
             if json {
                 println!("{}", json!({ "run_id": record.id, "status": record.status, "parent": run, "at": at }));
             } else {

@@ -29,6 +29,14 @@ pub struct SessionOwner {
     pub user: Option<String>,
 }
 
+impl SessionOwner {
+    /// The owner as stores keep it: `(tenant, user)` with "" for none, so owners compare
+    /// with `=` in SQL.
+    pub fn stored(&self) -> (String, String) {
+        (self.tenant.clone().unwrap_or_default(), self.user.clone().unwrap_or_default())
+    }
+}
+
 impl From<&Caller> for SessionOwner {
     fn from(caller: &Caller) -> Self {
         Self { tenant: caller.tenant.clone(), user: caller.user.clone() }

@@ -2,6 +2,10 @@
 //! detection, approval-gated tools, orphaned calls, delegation, handoff and hooks. The model
 //! is scripted: it answers as a function of the conversation it is sent.
 
+mod support;
+
+use support::completed_paths;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -131,15 +135,6 @@ fn two_tools_then_answer(request: &ChatRequest) -> ChatResponse {
     } else {
         say(&results.iter().map(|(_, content, _)| content.as_str()).collect::<Vec<_>>().join(" / "))
     }
-}
-
-fn completed_paths(store: &MemoryStore, run: RunId) -> Vec<String> {
-    store
-        .entries(run)
-        .iter()
-        .filter(|e| matches!(e.record, Record::Completed { .. }))
-        .map(|e| e.path.as_str().to_owned())
-        .collect()
 }
 
 #[tokio::test]

@@ -2,15 +2,17 @@
 //! across runs, the session cap, ownership (`access_denied`), a crash right after a session
 //! save, and the `memory.store` / `memory.recall` steps with their scopes.
 
+mod support;
+
+use support::completed_paths;
+
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use stepwright_core::bank::{MemoryAddress, MemoryBank, MemoryScope};
 use stepwright_core::session::{Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore};
-use stepwright_core::{
-    Caller, Engine, MemoryStore, Node, Record, RunId, RunStatus, StartOptions, Store, StoreError, Workflow,
-};
+use stepwright_core::{Caller, Engine, MemoryStore, Node, RunId, RunStatus, StartOptions, Store, StoreError, Workflow};
 use stepwright_llm::{
     AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, Memories, MemoryRecallSpec, MemoryRecallStep,
     MemoryStoreSpec, MemoryStoreStep, Message, Models, ScopeKind, ScriptedModel, Sessions, Usage,
@@ -73,15 +75,6 @@ fn say(session: &str, prompt: &str) -> Value {
 async fn history(store: &MemoryStore, session: &str, owner: &Caller) -> Vec<Value> {
     let history = store.session_history(session, &SessionOwner::from(owner), 1000).await.unwrap();
     history.into_iter().map(|m| m.message).collect()
-}
-
-fn completed_paths(store: &MemoryStore, run: RunId) -> Vec<String> {
-    store
-        .entries(run)
-        .iter()
-        .filter(|e| matches!(e.record, Record::Completed { .. }))
-        .map(|e| e.path.as_str().to_owned())
-        .collect()
 }
 
 #[tokio::test]

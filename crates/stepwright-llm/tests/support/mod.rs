@@ -183,3 +183,13 @@ pub fn fast_http() -> stepwright_llm::HttpOptions {
         requests_per_minute: None,
     }
 }
+
+/// The paths a run completed, in journal order (steps and sub-steps).
+pub fn completed_paths(store: &stepwright_core::MemoryStore, run: stepwright_core::RunId) -> Vec<String> {
+    store
+        .entries(run)
+        .iter()
+        .filter(|e| matches!(e.record, stepwright_core::Record::Completed { .. }))
+        .map(|e| e.path.as_str().to_owned())
+        .collect()
+}

@@ -12,11 +12,6 @@ use stepwright_core::session::{
 
 use super::{PostgresStore, pg};
 
-/// The owner as stored: '' for none, so owners compare with `=`.
-fn stored(owner: &SessionOwner) -> (String, String) {
-    (owner.tenant.clone().unwrap_or_default(), owner.user.clone().unwrap_or_default())
-}
-
 impl SessionStore for PostgresStore {
     fn session_history(
         &self,
@@ -37,7 +32,7 @@ impl SessionStore for PostgresStore {
                     .map_err(pg(doing))?;
             match found {
                 None => return Ok(Vec::new()),
-                Some(found) if found != stored(&owner) => return Err(session_denied(&session)),
+                Some(found) if found != owner.stored() => return Err(session_denied(&session)),
                 Some(_) => {}
             }
             let rows = sqlx::query(
@@ -66,7 +61,7 @@ impl SessionStore for PostgresStore {
         Box::pin(async move {
             check_session_id(&append.session).map_err(bad_session_id)?;
             let doing = "appending to a session";
-            let (tenant, user) = stored(&append.owner);
+            let (tenant, user) = append.owner.stored();
             let at = append.at.as_micros();
             let mut tx = self.pool().begin().await.map_err(pg(doing))?;
             sqlx::query(
@@ -153,7 +148,7 @@ impl SessionStore for PostgresStore {
                     .map_err(pg(doing))?;
             match found {
                 None => return Ok(false),
-                Some(found) if found != stored(&owner) => return Err(session_denied(&session)),
+                Some(found) if found != owner.stored() => return Err(session_denied(&session)),
                 Some(_) => {}
             }
             // Foreign keys cascade to the messages and append keys.

@@ -11,11 +11,6 @@ use stepwright_core::session::{
 use super::SqliteStore;
 use crate::encoding::backend;
 
-/// The owner as stored: '' for none, so owners compare with `=`.
-fn stored(owner: &SessionOwner) -> (String, String) {
-    (owner.tenant.clone().unwrap_or_default(), owner.user.clone().unwrap_or_default())
-}
-
 /// Whether the session exists, and fails with `AccessDenied` if it is someone else's.
 fn check_owner(conn: &Connection, session: &str, owner: &SessionOwner, doing: &str) -> Result<bool, StoreError> {
     let found: Option<(String, String)> = conn
@@ -24,7 +19,7 @@ fn check_owner(conn: &Connection, session: &str, owner: &SessionOwner, doing: &s
         .map_err(|e| backend(doing, e))?;
     match found {
         None => Ok(false),
-        Some(found) if found == stored(owner) => Ok(true),
+        Some(found) if found == owner.stored() => Ok(true),
         Some(_) => Err(session_denied(session)),
     }
 }
@@ -78,7 +73,7 @@ impl SessionStore for SqliteStore {
                 let at = append.at.as_micros();
                 let sql = |e| backend(doing, e);
                 if !check_owner(conn, &append.session, &append.owner, doing)? {
-                    let (tenant, user) = stored(&append.owner);
+                    let (tenant, user) = append.owner.stored();
                     conn.prepare_cached(
                         "INSERT INTO sessions (id, tenant, user_id, next_seq, created_at, updated_at) VALUES (?1, ?2, ?3, 0, ?4, ?4)",
                     )
