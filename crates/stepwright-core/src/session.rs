@@ -116,6 +116,16 @@ pub fn session_denied(session: &str) -> StoreError {
     StoreError::AccessDenied(format!("session {session:?} belongs to another user or tenant"))
 }
 
+/// Whether a session exists, given its stored owner as a backend read it (`None`: no such
+/// session); `AccessDenied` if it is someone else's. Every backend decides through this.
+pub fn check_owner(session: &str, stored: Option<(String, String)>, caller: &SessionOwner) -> Result<bool, StoreError> {
+    match stored {
+        None => Ok(false),
+        Some(found) if found == caller.stored() => Ok(true),
+        Some(_) => Err(session_denied(session)),
+    }
+}
+
 /// The error for an invalid session id.
 pub fn bad_session_id(problem: String) -> StoreError {
     StoreError::Invalid(problem)

@@ -15,6 +15,26 @@ use crate::encoding::backend;
 
 const ITEM_COLUMNS: &str = "tenant, scope, owner, namespace, key, value, text, updated_at";
 
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// Binding where items live, in the column order every statement here uses.
+trait BindPlace<'q> {
+    /// The next four parameters: tenant, scope, owner, namespace.
+    fn bind_place(self, tenant: &'q str, scope: &MemoryScope, namespace: &'q str) -> Self;
+    /// The next five: an item's address.
+    fn bind_address(self, address: &'q MemoryAddress) -> Self;
+}
+
+impl<'q> BindPlace<'q> for PgQuery<'q> {
+    fn bind_place(self, tenant: &'q str, scope: &MemoryScope, namespace: &'q str) -> Self {
+        self.bind(tenant).bind(scope.kind()).bind(scope.owner()).bind(namespace)
+    }
+
+    fn bind_address(self, a: &'q MemoryAddress) -> Self {
+        self.bind_place(&a.tenant, &a.scope, &a.namespace).bind(&a.key)
+    }
+}
+
 fn hit_from_row(row: &PgRow) -> Result<MemoryHit, StoreError> {
     let doing = "reading a memory item";
     let get = pg(doing);
@@ -50,11 +70,7 @@ impl MemoryBank for PostgresStore {
                  ON CONFLICT (tenant, scope, owner, namespace, key) DO UPDATE SET \
                  value = excluded.value, text = excluded.text, words = excluded.words, updated_at = excluded.updated_at",
             )
-            .bind(&a.tenant)
-            .bind(a.scope.kind())
-            .bind(a.scope.owner())
-            .bind(&a.namespace)
-            .bind(&a.key)
+            .bind_address(a)
             .bind(&value)
             .bind(&item.text)
             .bind(query_terms(&item.text).join(" "))
@@ -72,11 +88,7 @@ impl MemoryBank for PostgresStore {
                 "SELECT {ITEM_COLUMNS}, 0::real FROM stepwright_memory_items \
                  WHERE tenant = $1 AND scope = $2 AND owner = $3 AND namespace = $4 AND key = $5"
             )))
-            .bind(&address.tenant)
-            .bind(address.scope.kind())
-            .bind(address.scope.owner())
-            .bind(&address.namespace)
-            .bind(&address.key)
+            .bind_address(&address)
             .fetch_optional(self.pool())
             .await
             .map_err(pg("reading a memory item"))?;
@@ -95,10 +107,7 @@ impl MemoryBank for PostgresStore {
                          WHERE tenant = $1 AND scope = $2 AND owner = $3 AND namespace = $4 \
                          ORDER BY updated_at DESC, key LIMIT $5"
                 )))
-                .bind(&search.tenant)
-                .bind(search.scope.kind())
-                .bind(search.scope.owner())
-                .bind(&search.namespace)
+                .bind_place(&search.tenant, &search.scope, &search.namespace)
                 .bind(limit)
                 .fetch_all(self.pool())
                 .await
@@ -119,10 +128,7 @@ impl MemoryBank for PostgresStore {
                          ORDER BY score DESC, updated_at DESC, key LIMIT $6"
                     )))
                     .bind(&matching)
-                    .bind(&search.tenant)
-                    .bind(search.scope.kind())
-                    .bind(search.scope.owner())
-                    .bind(&search.namespace)
+                    .bind_place(&search.tenant, &search.scope, &search.namespace)
                     .bind(limit)
                     .fetch_all(self.pool())
                     .await
@@ -141,11 +147,7 @@ impl MemoryBank for PostgresStore {
                 "DELETE FROM stepwright_memory_items \
                  WHERE tenant = $1 AND scope = $2 AND owner = $3 AND namespace = $4 AND key = $5",
             )
-            .bind(&address.tenant)
-            .bind(address.scope.kind())
-            .bind(address.scope.owner())
-            .bind(&address.namespace)
-            .bind(&address.key)
+            .bind_address(&address)
             .execute(self.pool())
             .await
             .map_err(pg("deleting a memory item"))?

@@ -6,11 +6,29 @@ use futures_util::future::BoxFuture;
 use sqlx::Row;
 use stepwright_core::StoreError;
 use stepwright_core::session::{
-    Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore, bad_session_id, check_session_id,
-    session_denied,
+    self, Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore, bad_session_id, check_session_id,
 };
 
 use super::{PostgresStore, pg};
+
+/// Whether the session exists (reading its owner, locking the row with `for_update`), and
+/// `AccessDenied` if it is someone else's.
+async fn owner_check(
+    tx: &mut sqlx::PgConnection,
+    session: &str,
+    owner: &SessionOwner,
+    for_update: bool,
+    doing: &str,
+) -> Result<bool, StoreError> {
+    let sql = if for_update {
+        "SELECT tenant, user_id FROM stepwright_sessions WHERE id = $1 FOR UPDATE"
+    } else {
+        "SELECT tenant, user_id FROM stepwright_sessions WHERE id = $1"
+    };
+    let found: Option<(String, String)> =
+        sqlx::query_as(sql).bind(session).fetch_optional(tx).await.map_err(pg(doing))?;
+    session::check_owner(session, found, owner)
+}
 
 impl SessionStore for PostgresStore {
     fn session_history(
@@ -24,16 +42,8 @@ impl SessionStore for PostgresStore {
             check_session_id(&session).map_err(bad_session_id)?;
             let doing = "reading a session";
             let mut tx = self.pool().begin().await.map_err(pg(doing))?;
-            let found: Option<(String, String)> =
-                sqlx::query_as("SELECT tenant, user_id FROM stepwright_sessions WHERE id = $1")
-                    .bind(&session)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(pg(doing))?;
-            match found {
-                None => return Ok(Vec::new()),
-                Some(found) if found != owner.stored() => return Err(session_denied(&session)),
-                Some(_) => {}
+            if !owner_check(&mut tx, &session, &owner, false, doing).await? {
+                return Ok(Vec::new());
             }
             let rows = sqlx::query(
                 "SELECT seq, message FROM (SELECT seq, message FROM stepwright_session_messages \
@@ -81,9 +91,7 @@ impl SessionStore for PostgresStore {
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(pg(doing))?;
-            if (owner_tenant, owner_user) != (tenant, user) {
-                return Err(session_denied(&append.session));
-            }
+            session::check_owner(&append.session, Some((owner_tenant, owner_user)), &append.owner)?;
             let fresh = sqlx::query(
                 "INSERT INTO stepwright_session_appends (session_id, append_key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             )
@@ -140,16 +148,8 @@ impl SessionStore for PostgresStore {
         Box::pin(async move {
             let doing = "deleting a session";
             let mut tx = self.pool().begin().await.map_err(pg(doing))?;
-            let found: Option<(String, String)> =
-                sqlx::query_as("SELECT tenant, user_id FROM stepwright_sessions WHERE id = $1 FOR UPDATE")
-                    .bind(&session)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(pg(doing))?;
-            match found {
-                None => return Ok(false),
-                Some(found) if found != owner.stored() => return Err(session_denied(&session)),
-                Some(_) => {}
+            if !owner_check(&mut tx, &session, &owner, true, doing).await? {
+                return Ok(false);
             }
             // Foreign keys cascade to the messages and append keys.
             sqlx::query("DELETE FROM stepwright_sessions WHERE id = $1")

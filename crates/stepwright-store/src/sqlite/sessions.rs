@@ -4,24 +4,19 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 use stepwright_core::StoreError;
 use stepwright_core::session::{
-    Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore, bad_session_id, check_session_id,
-    session_denied,
+    self, Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore, bad_session_id, check_session_id,
 };
 
 use super::SqliteStore;
 use crate::encoding::backend;
 
 /// Whether the session exists, and fails with `AccessDenied` if it is someone else's.
-fn check_owner(conn: &Connection, session: &str, owner: &SessionOwner, doing: &str) -> Result<bool, StoreError> {
+fn owner_check(conn: &Connection, session: &str, owner: &SessionOwner, doing: &str) -> Result<bool, StoreError> {
     let found: Option<(String, String)> = conn
         .prepare_cached("SELECT tenant, user_id FROM sessions WHERE id = ?1")
         .and_then(|mut s| s.query_row([session], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(|e| backend(doing, e))?;
-    match found {
-        None => Ok(false),
-        Some(found) if found == owner.stored() => Ok(true),
-        Some(_) => Err(session_denied(session)),
-    }
+    session::check_owner(session, found, owner)
 }
 
 impl SessionStore for SqliteStore {
@@ -36,7 +31,7 @@ impl SessionStore for SqliteStore {
             check_session_id(&session).map_err(bad_session_id)?;
             let doing = "reading a session";
             self.read(doing, move |conn| {
-                if !check_owner(conn, &session, &owner, doing)? {
+                if !owner_check(conn, &session, &owner, doing)? {
                     return Ok(Vec::new());
                 }
                 let mut newest_first = conn
@@ -72,7 +67,7 @@ impl SessionStore for SqliteStore {
                 let doing = "appending to a session";
                 let at = append.at.as_micros();
                 let sql = |e| backend(doing, e);
-                if !check_owner(conn, &append.session, &append.owner, doing)? {
+                if !owner_check(conn, &append.session, &append.owner, doing)? {
                     let (tenant, user) = append.owner.stored();
                     conn.prepare_cached(
                         "INSERT INTO sessions (id, tenant, user_id, next_seq, created_at, updated_at) VALUES (?1, ?2, ?3, 0, ?4, ?4)",
@@ -120,7 +115,7 @@ impl SessionStore for SqliteStore {
         Box::pin(async move {
             self.write(move |conn| {
                 let doing = "deleting a session";
-                if !check_owner(conn, &session, &owner, doing)? {
+                if !owner_check(conn, &session, &owner, doing)? {
                     return Ok(false);
                 }
                 // Foreign keys cascade to the messages and append keys.
