@@ -152,7 +152,7 @@ fn l1(runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
 /// then a final answer.
 fn looping_model(turns: usize) -> stepwright_llm::ScriptedModel {
     stepwright_llm::ScriptedModel::new(move |request| {
-        let seen = request.messages.iter().filter(|m| matches!(m, stepwright_llm::Message::Tool { .. })).count();
+        let seen = request.tool_results().count();
         let tool_calls = if seen < turns {
             vec![stepwright_llm::ToolCall {
                 id: format!("call_{seen}"),

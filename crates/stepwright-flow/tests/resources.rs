@@ -77,10 +77,7 @@ fn script(request: &ChatRequest) -> ChatResponse {
     if request.output.is_some() {
         return answer(r#"{"category": "billing"}"#, Vec::new());
     }
-    let result = request.messages.iter().find_map(|m| match m {
-        Message::Tool { content, .. } => Some(content.clone()),
-        _ => None,
-    });
+    let result = request.tool_results().next().map(|(_, content, _)| content);
     match (result, request.tools.first()) {
         (Some(result), _) => answer(&format!("done: {result}"), Vec::new()),
         (None, Some(tool)) => {

@@ -145,6 +145,15 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
+    /// The tool results in the conversation, in order, as `(call_id, content, is_error)` —
+    /// what a scripted model usually answers from.
+    pub fn tool_results(&self) -> impl Iterator<Item = (&str, &str, bool)> + '_ {
+        self.messages.iter().filter_map(|m| match m {
+            Message::Tool { call_id, content, is_error } => Some((call_id.as_str(), content.as_str(), *is_error)),
+            _ => None,
+        })
+    }
+
     /// A request with these messages and nothing else.
     pub fn new(model: impl Into<String>, messages: Vec<Message>) -> Self {
         Self {

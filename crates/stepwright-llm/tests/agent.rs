@@ -55,14 +55,7 @@ fn use_tools(calls: &[(&str, &str, Value)]) -> ChatResponse {
 
 /// The tool results in a request, as (call id, content, is_error).
 fn tool_results(request: &ChatRequest) -> Vec<(String, String, bool)> {
-    request
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { call_id, content, is_error } => Some((call_id.clone(), content.clone(), *is_error)),
-            _ => None,
-        })
-        .collect()
+    request.tool_results().map(|(id, content, error)| (id.to_owned(), content.to_owned(), error)).collect()
 }
 
 #[derive(Clone, Default)]

@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use stepwright_core::{Effect, Engine, MemoryStore, Node, RunStatus, Store, Workflow};
 use stepwright_llm::{
-    AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, Message, Models, ScriptedModel, ToolCall, ToolStep,
-    Tools, Usage,
+    AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, Models, ScriptedModel, ToolCall, ToolStep, Tools,
+    Usage,
 };
 use stepwright_mcp::{McpServer, ServerConfig, ToolPolicy};
 
@@ -77,14 +77,7 @@ async fn stdio_tools_are_discovered_called_and_survive_a_killed_server() {
 
 /// Asks for both reference tools at once, then answers with their results.
 fn planner(request: &ChatRequest) -> ChatResponse {
-    let results: Vec<String> = request
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool { content, .. } => Some(content.clone()),
-            _ => None,
-        })
-        .collect();
+    let results: Vec<&str> = request.tool_results().map(|(_, content, _)| content).collect();
     let (content, tool_calls) = if results.is_empty() {
         let call = |id: &str, name: &str, arguments: Value| ToolCall { id: id.into(), name: name.into(), arguments };
         (

@@ -15,8 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use stepwright_core::{Effect, Engine, Node, StartOptions, Store, StoreError, Workflow};
 use stepwright_llm::{
-    AgentSpec, AgentStep, ChatResponse, FinishReason, Message, Models, ScriptedModel, ToolCall, ToolDef, Tools, Usage,
-    fn_tool,
+    AgentSpec, AgentStep, ChatResponse, FinishReason, Models, ScriptedModel, ToolCall, ToolDef, Tools, Usage, fn_tool,
 };
 use stepwright_store::SqliteStore;
 
@@ -29,14 +28,7 @@ fn append(log: &Path, line: &str) {
 /// Asks for both tools at once, then answers with their results; logs every call.
 fn scripted(log: PathBuf) -> ScriptedModel {
     ScriptedModel::new(move |request| {
-        let results: Vec<&str> = request
-            .messages
-            .iter()
-            .filter_map(|m| match m {
-                Message::Tool { content, .. } => Some(content.as_str()),
-                _ => None,
-            })
-            .collect();
+        let results: Vec<&str> = request.tool_results().map(|(_, content, _)| content).collect();
         append(&log, &format!("model {}", results.len()));
         let (content, tool_calls) = if results.is_empty() {
             let call = |id: &str, name: &str| ToolCall { id: id.into(), name: name.into(), arguments: json!({}) };
