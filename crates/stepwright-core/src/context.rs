@@ -220,6 +220,7 @@ struct Inner {
     attempt: u32,
     scope: Scope,
     memory: Memory,
+    services: Services,
     cancel: CancellationToken,
     idempotency_key: Option<String>,
     checkpoint: Option<Value>,
@@ -249,6 +250,7 @@ pub(crate) struct ContextParts {
     pub(crate) attempt: u32,
     pub(crate) scope: Scope,
     pub(crate) memory: Memory,
+    pub(crate) services: Services,
     pub(crate) cancel: CancellationToken,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) checkpoint: Option<Value>,
@@ -263,6 +265,7 @@ impl StepContext {
                 attempt: parts.attempt,
                 scope: parts.scope,
                 memory: parts.memory,
+                services: parts.services,
                 cancel: parts.cancel,
                 idempotency_key: parts.idempotency_key,
                 checkpoint: parts.checkpoint,
@@ -313,7 +316,7 @@ impl StepContext {
 
     /// A registered service.
     pub fn service<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.inner.run.services.get::<T>()
+        self.inner.services.get::<T>()
     }
 
     /// A registered service, or an `execution_failed` error naming the missing type.

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use std::time::Duration;
@@ -17,6 +17,7 @@ use stepwright_core::{
 use crate::expr;
 use crate::yaml::{self, Node, Pos, Yaml};
 
+mod call;
 mod resources;
 
 pub use resources::Loaded;
@@ -87,8 +88,16 @@ pub fn load(path: &Path) -> Result<Loaded, LoadError> {
 /// Loads a workflow from YAML text with its models, tools and agents; `file` names it in
 /// diagnostics.
 pub fn load_source(source: &str, file: &str) -> Result<Loaded, LoadError> {
+    let here = Path::new(file);
+    load_nested(source, file, vec![here.canonicalize().unwrap_or_else(|_| here.to_path_buf())])
+}
+
+/// Loads one file of a chain of `workflow` calls; `stack` holds the files being loaded, this
+/// one last, so that a call back into any of them is reported as a cycle.
+fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>) -> Result<Loaded, LoadError> {
     let mut c = Compiler {
         resources: Resources::default(),
+        stack,
         file: file.to_owned(),
         diagnostics: Vec::new(),
         positions: HashMap::new(),
@@ -132,13 +141,14 @@ const COMMON_FIELDS: &[&str] = &[
     "requires_approval",
     "guardrails",
 ];
-const KINDS: &[&str] = &["set", "branch", "fork", "map", "loop", "graph", "every", "sleep", "approval", "input"];
-/// Kinds of the format that need parts not built yet.
-const LATER_KINDS: &[(&str, &str)] = &[("workflow", "calls between workflow files")];
+const KINDS: &[&str] =
+    &["set", "branch", "fork", "map", "loop", "graph", "every", "sleep", "approval", "input", "workflow"];
 
 struct Compiler {
     /// What the file declares for its steps (models, tools, agents).
     resources: Resources,
+    /// The files being loaded through `workflow` calls, outermost first, this one last.
+    stack: Vec<PathBuf>,
     file: String,
     diagnostics: Vec<Diagnostic>,
     /// Where each step path is declared, to place problems the core's checks find.
@@ -190,7 +200,10 @@ impl Compiler {
     }
 
     fn finish_err(mut self) -> LoadError {
-        self.diagnostics.sort_by_key(|d| (d.line, d.column));
+        // This file's problems in file order, then those of the files it calls, each file's
+        // in its own order (the sort is stable).
+        let file = self.file.clone();
+        self.diagnostics.sort_by_key(|d| if d.file == file { (0, d.line, d.column) } else { (1, 0, 0) });
         LoadError { diagnostics: self.diagnostics }
     }
 
@@ -398,26 +411,10 @@ impl Compiler {
             .map(|(k, _)| k)
             .filter(|k| KINDS.contains(&k.name.as_str()) || RESOURCE_KINDS.contains(&k.name.as_str()))
             .collect();
-        let later: Vec<&yaml::Key> =
-            entries.iter().map(|(k, _)| k).filter(|k| LATER_KINDS.iter().any(|(kind, _)| *kind == k.name)).collect();
-        let allowed: Vec<&str> = COMMON_FIELDS
-            .iter()
-            .chain(KINDS)
-            .chain(RESOURCE_KINDS)
-            .copied()
-            .chain(LATER_KINDS.iter().map(|(k, _)| *k))
-            .collect();
         let extra: &[&str] = kinds.first().map_or(&[], |k| kind_fields(&k.name));
-        let mut allowed_all = allowed.clone();
-        allowed_all.extend_from_slice(extra);
-        self.unknown_fields(entries, &allowed_all, "a step");
-        for key in &later {
-            let needs = LATER_KINDS.iter().find(|(k, _)| *k == key.name).map_or("", |(_, n)| *n);
-            self.error(
-                key.pos,
-                format!("the `{}` step kind needs {needs}, which this version does not have yet", key.name),
-            );
-        }
+        let allowed: Vec<&str> =
+            COMMON_FIELDS.iter().chain(KINDS).chain(RESOURCE_KINDS).chain(extra).copied().collect();
+        self.unknown_fields(entries, &allowed, "a step");
         let id = match node.get("id") {
             Some(id_node) => {
                 let id = self.string(id_node, "a step `id`")?;
@@ -437,22 +434,15 @@ impl Compiler {
         let path = if prefix.is_empty() { id.clone() } else { format!("{prefix}/{id}") };
         self.positions.insert(path.clone(), node.pos);
         self.current.push(path.clone());
-        let step = self.step_body(node, &id, &path, &kinds, &later);
+        let step = self.step_body(node, &id, &path, &kinds);
         self.current.pop();
         step
     }
 
-    fn step_body(
-        &mut self,
-        node: &Node,
-        id: &str,
-        path: &str,
-        kinds: &[&yaml::Key],
-        later: &[&yaml::Key],
-    ) -> Option<Step> {
+    fn step_body(&mut self, node: &Node, id: &str, path: &str, kinds: &[&yaml::Key]) -> Option<Step> {
         let id = id.to_owned();
-        match (kinds.len(), later.len()) {
-            (0, 0) => {
+        match kinds.len() {
+            0 => {
                 self.error_hint(
                     node.pos,
                     format!("step `{id}` has no kind"),
@@ -460,10 +450,9 @@ impl Compiler {
                 );
                 return None;
             }
-            (0, _) => return None,
-            (1, 0) => {}
+            1 => {}
             _ => {
-                let names: Vec<String> = kinds.iter().chain(later.iter()).map(|k| format!("`{}`", k.name)).collect();
+                let names: Vec<String> = kinds.iter().map(|k| format!("`{}`", k.name)).collect();
                 self.error(
                     node.pos,
                     format!("step `{id}` has {} kinds ({}); a step has exactly one", names.len(), names.join(", ")),
@@ -478,7 +467,7 @@ impl Compiler {
         let compiled = if RESOURCE_KINDS.contains(&kind.name.as_str()) {
             self.resource_kind(&id, &kind.name, body, node)
         } else {
-            self.kind(path, &id, &kind.name, body)
+            self.kind(path, &id, &kind.name, body, node)
         };
         self.ids.insert(id.clone());
         let mut step = compiled?;
@@ -494,7 +483,7 @@ impl Compiler {
         self.policies(step, node)
     }
 
-    fn kind(&mut self, path: &str, id: &str, kind: &str, body: &Node) -> Option<Step> {
+    fn kind(&mut self, path: &str, id: &str, kind: &str, body: &Node, step: &Node) -> Option<Step> {
         match kind {
             "set" => {
                 self.templates(body);
@@ -679,6 +668,7 @@ impl Compiler {
                 Some(looped.into())
             }
             "graph" => self.graph(path, id, body),
+            "workflow" => self.call(id, body, step),
             "every" => {
                 let entries = self.entries(body, "`every`")?;
                 self.unknown_fields(entries, &["interval", "jitter", "wake", "on_error", "steps"], "`every`");

@@ -12,7 +12,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{ContextParts, Memory, StepContext};
+use crate::context::{ContextParts, Memory, Services, StepContext};
 use crate::definition::{
     EveryOnError, ForkMode, ForkPaths, ForkSpec, GraphSpec, InputSource, LoopOnError, LoopSpec, Node, NodeKind,
     OnMaxIterations, PathResult, Verdict,
@@ -44,6 +44,9 @@ pub(crate) type Res = Result<Flow, Crash>;
 pub(crate) struct Env {
     pub(crate) memory: Memory,
     pub(crate) cancel: CancellationToken,
+    /// The services steps here see: the run's, with each enclosing subworkflow's own on top
+    /// (a called file's tools and agents are its own, not its caller's).
+    pub(crate) services: Services,
 }
 
 /// Interrupt ordinals the engine itself uses at a step path (a step's own `ctx.interrupt`
@@ -455,7 +458,8 @@ impl Exec {
         };
         // The work gets its own token: a timeout cancels it (and everything below it), and
         // dropping the future stops it at its next await point.
-        let local = Env { memory: env.memory.clone(), cancel: env.cancel.child_token() };
+        let local =
+            Env { memory: env.memory.clone(), cancel: env.cancel.child_token(), services: env.services.clone() };
         let work = self.run_kind(node, path, attempt, input, scope, &local, key);
         tokio::select! {
             result = work => result,
@@ -481,7 +485,8 @@ impl Exec {
             NodeKind::Step(step) => self.run_leaf(step.as_ref(), path, attempt, input, scope, env, key).await,
             NodeKind::Sequence(body) => self.exec_seq(body, path, input, scope, env).await,
             NodeKind::Provide { layers, body } => {
-                let inner = Env { memory: env.memory.with(layers), cancel: env.cancel.clone() };
+                let inner =
+                    Env { memory: env.memory.with(layers), cancel: env.cancel.clone(), services: env.services.clone() };
                 self.exec_seq(body, path, input, scope, &inner).await
             }
             NodeKind::Branch { arms, otherwise } => {
@@ -550,7 +555,8 @@ impl Exec {
                     return Ok(Flow::Failed(error));
                 }
                 let memory = if spawn.is_some() { self.run.root_memory.clone() } else { env.memory.clone() };
-                let inner = Env { memory, cancel: env.cancel.child_token() };
+                let services = env.services.layered(workflow.services());
+                let inner = Env { memory, cancel: env.cancel.child_token(), services };
                 let mut child_scope = Scope::isolated(input.clone());
                 let body = self.exec_seq(&def.body, path, input, &mut child_scope, &inner);
                 let flow = match spawn {
@@ -596,6 +602,7 @@ impl Exec {
             attempt,
             scope: scope.clone(),
             memory: env.memory.clone(),
+            services: env.services.clone(),
             // Nothing cancels one leaf alone: timeouts and fork paths already own a child
             // token, so the leaf shares its parent's (a child token costs two locks).
             cancel: env.cancel.clone(),
@@ -766,7 +773,8 @@ impl Exec {
             if let Some(name) = &spec.item_name {
                 child.bind_var(name, item.clone());
             }
-            let child_env = Env { memory: env.memory.clone(), cancel: fork_cancel.child_token() };
+            let child_env =
+                Env { memory: env.memory.clone(), cancel: fork_cancel.child_token(), services: env.services.clone() };
             let path = path.index(index);
             async move {
                 let result = self.exec_seq(body, &path, item, &mut child, &child_env).await;

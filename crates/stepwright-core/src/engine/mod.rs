@@ -813,7 +813,7 @@ impl Engine {
 
         let input = loaded.record.input.clone();
         let mut scope = Scope::new(input.clone());
-        let env = Env { memory: Memory::default(), cancel: cancel.clone() };
+        let env = Env { memory: Memory::default(), cancel: cancel.clone(), services: shared.services.clone() };
         let exec = Exec { run: shared.clone() };
         let lost = AtomicBool::new(false);
         let flow = {

@@ -44,11 +44,11 @@ const TOOL_FIELDS: &[&str] =
 const LLM_FIELDS: &[&str] =
     &["model", "prompt", "messages", "system", "temperature", "top_p", "max_tokens", "stop", "repair_turns", "stream"];
 
-/// The step fields each resource kind adds to the common ones.
+/// The step fields a kind adds to the common ones.
 pub(super) fn kind_fields(kind: &str) -> &'static [&'static str] {
     match kind {
         "agent" => &["prompt", "session"],
-        "tool" | "memory.store" | "memory.recall" => &["with"],
+        "tool" | "memory.store" | "memory.recall" | "workflow" => &["with"],
         _ => &[],
     }
 }
@@ -468,7 +468,7 @@ impl Compiler {
     }
 
     /// The input a step's `with` renders to (`default` without one).
-    fn with_input(&mut self, step: &Node, default: Value) -> InputSource {
+    pub(super) fn with_input(&mut self, step: &Node, default: Value) -> InputSource {
         match step.get("with") {
             Some(with) => {
                 self.templates(with);

@@ -1,0 +1,93 @@
+//! The `workflow` step kind: a call into another workflow file, loaded (and checked) with
+//! the file that calls it. The path is relative to the calling file; a chain of calls that
+//! comes back to a file already being loaded is a cycle and does not load.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use stepwright_core::Node as Step;
+
+use super::{Compiler, load_nested};
+use crate::yaml::Node;
+
+impl Compiler {
+    /// `workflow: ./other.yaml` with an optional `with` (the called workflow's input; without
+    /// it, the previous step's output as for any step).
+    pub(super) fn call(&mut self, id: &str, body: &Node, step: &Node) -> Option<Step> {
+        let target = self.string(body, "`workflow`")?;
+        let here = self.stack.last().cloned().unwrap_or_else(|| PathBuf::from(&self.file));
+        let dir = here.parent().map(Path::to_path_buf).unwrap_or_default();
+        let path = dir.join(&target);
+        let canonical = match path.canonicalize() {
+            Ok(canonical) => canonical,
+            Err(e) => {
+                self.error_hint(
+                    body.pos,
+                    format!("the called workflow `{target}` cannot be read: {e}"),
+                    "a `workflow` path is relative to the file that calls it",
+                );
+                return None;
+            }
+        };
+        if let Some(start) = self.stack.iter().position(|file| *file == canonical) {
+            let chain: Vec<String> =
+                self.stack[start..].iter().chain([&canonical]).map(|file| short_name(file)).collect();
+            self.error_hint(
+                body.pos,
+                format!("a `workflow` call cycle: {}", chain.join(" → ")),
+                "a workflow cannot call itself, directly or through others; use `loop` or `graph` to repeat",
+            );
+            return None;
+        }
+        let source = match std::fs::read_to_string(&canonical) {
+            Ok(source) => source,
+            Err(e) => {
+                self.error(body.pos, format!("the called workflow `{target}` cannot be read: {e}"));
+                return None;
+            }
+        };
+        let mut stack = self.stack.clone();
+        stack.push(canonical);
+        let shown = path.display().to_string();
+        let loaded = match load_nested(&source, &shown, stack) {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                let count = error.diagnostics.len();
+                self.error(
+                    body.pos,
+                    format!(
+                        "the called workflow `{target}` does not load ({count} problem{} listed below)",
+                        if count == 1 { "" } else { "s" }
+                    ),
+                );
+                self.diagnostics.extend(error.diagnostics);
+                return None;
+            }
+        };
+        // The called file's models join this file's: the caller binds them (keys, cassettes,
+        // `--model`), so one name must mean one model across the files.
+        for (name, config) in loaded.models {
+            match self.resources.models.get(&name) {
+                Some(mine) if *mine != config => self.error_hint(
+                    body.pos,
+                    format!("model `{name}` is declared differently here and in `{target}`"),
+                    "give one of them another name",
+                ),
+                Some(_) => {}
+                None => {
+                    self.resources.models.insert(name, config);
+                }
+            }
+        }
+        let mut node = Step::workflow(id, &loaded.workflow);
+        if step.get("with").is_some() {
+            node = node.input(self.with_input(step, Value::Null));
+        }
+        Some(node)
+    }
+}
+
+/// A file's name for a cycle message (the whole path says little more and is long).
+fn short_name(file: &Path) -> String {
+    file.file_name().map_or_else(|| file.display().to_string(), |name| name.to_string_lossy().into_owned())
+}
