@@ -300,17 +300,17 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let flags = &flags;
     match cli.command {
         Command::Validate { file } => {
-            load(&file, flags)?;
+            load(&file, flags, Servers::Declared).await?;
             println!("{}: ok", file.display());
             Ok(0)
         }
         Command::Graph { file, format } => {
-            let workflow = load(&file, flags)?;
+            let workflow = load(&file, flags, Servers::Declared).await?;
             println!("{}", draw(workflow.describe(), &format)?);
             Ok(0)
         }
         Command::Run { file, input, json, detach } => {
-            let workflow = load(&file, flags)?;
+            let workflow = load(&file, flags, Servers::Connected).await?;
             let input = parse_input(input.as_deref())?;
             let store = open_store(cli.db.as_deref()).await?;
             // Keep the source: any later command, or a worker elsewhere, rebuilds the
@@ -420,7 +420,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             let run = parse_run(&run)?;
             let store = open_store(cli.db.as_deref()).await?;
             let workflow = match &file {
-                Some(file) => load(file, flags)?,
+                Some(file) => load(file, flags, Servers::Connected).await?,
                 None => definition_of(&store, run, flags).await?,
             };
             if let Some(file) = &file {
@@ -640,7 +640,7 @@ async fn definition_of(
     })?;
     let loaded =
         stepwright_flow::load_source(&source.source, &source.name).map_err(|e| anyhow!(BadInput(e.to_string())))?;
-    let workflow = prepare(loaded, flags)?;
+    let workflow = prepare(loaded, flags, Servers::Connected).await?;
     if workflow.hash() != record.definition_hash {
         return Err(anyhow!(
             "the stored source of {} no longer compiles to the definition run {run} is pinned to",
@@ -695,15 +695,29 @@ fn input_error(e: stepwright_core::EngineError) -> anyhow::Error {
     }
 }
 
-fn load(file: &Path, flags: &ModelFlags) -> anyhow::Result<stepwright_core::Workflow> {
+/// Whether preparing a workflow starts the MCP servers its file declares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Servers {
+    /// Only declared: checking or drawing a file starts no process.
+    Declared,
+    /// Connected and their tools registered, to run steps.
+    Connected,
+}
+
+async fn load(file: &Path, flags: &ModelFlags, servers: Servers) -> anyhow::Result<stepwright_core::Workflow> {
     let loaded = stepwright_flow::load(file).map_err(|e| anyhow!(BadInput(e.to_string())))?;
-    prepare(loaded, flags)
+    prepare(loaded, flags, servers).await
 }
 
 /// Binds a loaded file's models (with `--model` overrides and `--cassette`) and hands them
-/// to its workflow as a service, beside the file's tools and agents.
-fn prepare(loaded: stepwright_flow::Loaded, flags: &ModelFlags) -> anyhow::Result<stepwright_core::Workflow> {
-    let mut configs = loaded.models;
+/// to its workflow as a service, beside the file's tools and agents; with
+/// [`Servers::Connected`], also starts its MCP servers and adds their tools.
+async fn prepare(
+    loaded: stepwright_flow::Loaded,
+    flags: &ModelFlags,
+    servers: Servers,
+) -> anyhow::Result<stepwright_core::Workflow> {
+    let stepwright_flow::Loaded { workflow, models: mut configs, mcp_servers, mcp_tool_uses } = loaded;
     for entry in &flags.overrides {
         let (name, spec) = entry
             .split_once('=')
@@ -730,7 +744,47 @@ fn prepare(loaded: stepwright_flow::Loaded, flags: &ModelFlags) -> anyhow::Resul
             .map_err(|e| BadInput(format!("--cassette {}: {e}", path.display())))?;
         models = models.with_cassette(cassette);
     }
-    Ok(loaded.workflow.with_service(Arc::new(models)))
+    let workflow = workflow.with_service(Arc::new(models));
+    if servers == Servers::Declared || mcp_servers.is_empty() {
+        return Ok(workflow);
+    }
+    connect_servers(workflow, mcp_servers, &mcp_tool_uses).await
+}
+
+/// Connects a file's MCP servers, adds their tools to the workflow's, and checks every use
+/// the file makes of them (which tools a server has is known only now).
+async fn connect_servers(
+    workflow: stepwright_core::Workflow,
+    servers: Vec<stepwright_mcp::ServerConfig>,
+    uses: &[stepwright_flow::McpToolUse],
+) -> anyhow::Result<stepwright_core::Workflow> {
+    let mut tools = workflow.services().get::<stepwright_llm::Tools>().map(|t| (*t).clone()).unwrap_or_default();
+    for config in servers {
+        let name = config.name.clone();
+        stepwright_mcp::McpServer::register(config, &mut tools)
+            .await
+            .with_context(|| format!("starting MCP server {name:?}"))?;
+    }
+    let problems: Vec<String> = uses
+        .iter()
+        .filter(|used| tools.get(&used.tool).is_none())
+        .map(|used| {
+            let (server, tool) = used.tool.split_once('.').unwrap_or_default();
+            let prefix = format!("{server}.");
+            let offered: Vec<&str> = tools.names().into_iter().filter_map(|n| n.strip_prefix(&prefix)).collect();
+            format!(
+                "{}:{}:{}: MCP server `{server}` has no tool `{tool}` (hint: it has: {})",
+                used.file,
+                used.line,
+                used.column,
+                offered.join(", ")
+            )
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Err(anyhow!(BadInput(problems.join("\n"))));
+    }
+    Ok(workflow.with_service(Arc::new(tools)))
 }
 
 /// An engine over the store, with the store's sessions and memory for agent and memory

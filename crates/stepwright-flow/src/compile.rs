@@ -18,8 +18,10 @@ use crate::expr;
 use crate::yaml::{self, Node, Pos, Yaml};
 
 mod call;
+mod mcp;
 mod resources;
 
+pub use mcp::McpToolUse;
 pub use resources::Loaded;
 use resources::{RESOURCE_KINDS, Resources, kind_fields};
 
@@ -121,7 +123,12 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>) -> Result<Loaded, 
             // The file's tools and agents travel with its workflow, so an engine running
             // several files gives each its own.
             let workflow = workflow.with_service(Arc::new(resources.tools)).with_service(Arc::new(agents));
-            Ok(Loaded { workflow, models: resources.models })
+            Ok(Loaded {
+                workflow,
+                models: resources.models,
+                mcp_servers: resources.mcp_servers.into_values().collect(),
+                mcp_tool_uses: resources.mcp_uses,
+            })
         }
         _ => Err(c.finish_err()),
     }
@@ -331,11 +338,6 @@ impl Compiler {
     fn workflow(&mut self, root: &Node) -> Option<Workflow> {
         let entries = self.entries(root, "a workflow file")?;
         self.unknown_fields(entries, WORKFLOW_FIELDS, "the workflow");
-        for (key, _) in entries {
-            if key.name == "mcp_servers" {
-                self.error(key.pos, "`mcp_servers` in a workflow file is not supported by this version yet");
-            }
-        }
         self.resources(root);
         let name = match root.get("workflow") {
             Some(node) => self.string(node, "`workflow`"),

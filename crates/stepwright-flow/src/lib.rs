@@ -2,12 +2,12 @@
 //! templates in minijinja with strict undefined, every problem reported at once as
 //! `file:line:col: message`, compiled to the same core definitions as the Rust API.
 //!
-//! This crate knows YAML and expressions; it knows no SQL and no HTTP. The models, tools
-//! and agents a file declares become `stepwright-llm` values ([`Loaded`]); connecting to
-//! providers is left to the caller.
+//! This crate knows YAML and expressions; it knows no SQL and no HTTP. The models, tools,
+//! MCP servers and agents a file declares become `stepwright-llm` and `stepwright-mcp`
+//! values ([`Loaded`]); connecting to providers and servers is left to the caller.
 
 mod compile;
 mod expr;
 pub mod yaml;
 
-pub use compile::{Diagnostic, LoadError, Loaded, load, load_file, load_source, load_str};
+pub use compile::{Diagnostic, LoadError, Loaded, McpToolUse, load, load_file, load_source, load_str};

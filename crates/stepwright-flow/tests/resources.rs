@@ -166,3 +166,96 @@ steps:
     let report = engine.resume(&loaded.workflow, report.run_id).await.unwrap();
     assert_eq!(report.output, Some(Value::String("charged 12".into())));
 }
+
+#[test]
+fn mcp_servers_are_declared_with_every_option_and_their_tools_checked() {
+    use std::time::Duration;
+    use stepwright_mcp::{ToolPolicy, Transport};
+    let file = r#"
+workflow: with-mcp
+mcp_servers:
+  local:
+    command: node
+    args: [server.js, --quiet]
+    env: { LOG: "0" }
+    cwd: /srv/mcp
+    tools: [echo, get-sum]
+    effect: write
+    safe_to_retry: true
+    timeout: 5s
+    connect_timeout: 20s
+    call_timeout: 3s
+    tool_policies:
+      get-sum: { effect: pure, needs_approval: true }
+  remote:
+    url: "http://127.0.0.1:3001/mcp"
+    headers: { authorization: "Bearer t" }
+agents:
+  helper:
+    model: fast
+    instructions: Use the tools.
+    tools: [local.echo, remote.anything]
+models:
+  fast: { provider: openai, model: gpt-4o-mini }
+steps:
+  - id: sum
+    tool: local.get-sum
+    with: { a: 1, b: 2 }
+  - id: echo
+    tool: local.echo
+    with: { message: hi }
+  - id: ask
+    agent: helper
+    prompt: hi
+"#;
+    let loaded = load_source(file, "mcp.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let [local, remote] = loaded.mcp_servers.as_slice() else { panic!("{:?}", loaded.mcp_servers) };
+    assert_eq!(local.name, "local");
+    assert_eq!(
+        local.transport,
+        Transport::Stdio {
+            command: "node".into(),
+            args: vec!["server.js".into(), "--quiet".into()],
+            env: vec![("LOG".into(), "0".into())],
+            cwd: Some("/srv/mcp".into()),
+        }
+    );
+    assert_eq!(local.only, ["echo", "get-sum"]);
+    let server_policy = ToolPolicy {
+        effect: Effect::Write,
+        safe_to_retry: true,
+        needs_approval: false,
+        timeout: Some(Duration::from_secs(5)),
+    };
+    assert_eq!(local.policy, server_policy);
+    assert_eq!(local.connect_timeout, Duration::from_secs(20));
+    assert_eq!(local.call_timeout, Some(Duration::from_secs(3)));
+    // A tool's own policy overrides what it names and keeps the server's for the rest.
+    assert_eq!(
+        local.tool_policies["get-sum"],
+        ToolPolicy { effect: Effect::Pure, needs_approval: true, ..server_policy }
+    );
+    assert_eq!(
+        remote.transport,
+        Transport::Http {
+            url: "http://127.0.0.1:3001/mcp".into(),
+            headers: vec![("authorization".into(), "Bearer t".into())]
+        }
+    );
+    assert_eq!(remote.policy, ToolPolicy::default(), "MCP tools are `external` and not retried unless declared");
+    // Every use is recorded with its position, to be checked once the servers are connected.
+    let uses: Vec<(&str, u64, u64)> =
+        loaded.mcp_tool_uses.iter().map(|u| (u.tool.as_str(), u.line, u.column)).collect();
+    assert_eq!(
+        uses,
+        [("local.echo", 24, 13), ("remote.anything", 24, 25), ("local.get-sum", 29, 11), ("local.echo", 32, 11)]
+    );
+    // A `tool` step on an MCP tool takes the declared policy.
+    let described = loaded.workflow.describe();
+    let steps = described["steps"].as_array().unwrap();
+    assert_eq!(steps[0]["effect"], json!("pure"), "{}", steps[0]);
+    assert_eq!(steps[0]["requires_approval"]["message"], json!("Run tool local.get-sum?"), "{}", steps[0]);
+    assert_eq!(steps[1]["effect"], json!("write"), "{}", steps[1]);
+    assert_eq!(steps[1]["safe_to_retry"], json!(true), "{}", steps[1]);
+    assert!(steps[1].get("requires_approval").is_none(), "{}", steps[1]);
+}

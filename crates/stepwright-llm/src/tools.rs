@@ -133,10 +133,11 @@ struct Registered {
 }
 
 /// The tools of an engine. Register it as a service (`Services::with(Arc::new(tools))`);
-/// agents and `tool` steps find it there.
-#[derive(Default)]
+/// agents and `tool` steps find it there. Cloning is cheap (the registrations are shared), so
+/// a set of tools can be extended, for instance with an MCP server's once it is connected.
+#[derive(Default, Clone)]
 pub struct Tools {
-    by_name: BTreeMap<String, Registered>,
+    by_name: BTreeMap<String, Arc<Registered>>,
 }
 
 impl std::fmt::Debug for Tools {
@@ -198,7 +199,7 @@ impl Tools {
         }
         let validator = jsonschema::validator_for(&def.input_schema)
             .map_err(|e| RegisterError::BadSchema(name.clone(), e.to_string()))?;
-        self.by_name.insert(name, Registered { tool, validator, model_name });
+        self.by_name.insert(name, Arc::new(Registered { tool, validator, model_name }));
         Ok(())
     }
 
@@ -633,14 +634,28 @@ impl ToolStep {
             .get(tool)
             .ok_or_else(|| StepError::new(TOOL_NOT_FOUND, format!("step {id}: no tool named {tool:?}")))?
             .def();
-        let mut node = stepwright_core::Node::dyn_step(id, Self::new(tool)).effect(def.effect);
-        if def.safe_to_retry {
+        Ok(Self::declared_node(id, tool, def.effect, def.safe_to_retry, def.needs_approval))
+    }
+
+    /// A node calling `tool` with an effect class, retry safety and approval gate declared
+    /// here, for a tool that is not registered yet (an MCP server's, connected when the run
+    /// starts).
+    pub fn declared_node(
+        id: &str,
+        tool: &str,
+        effect: Effect,
+        safe_to_retry: bool,
+        needs_approval: bool,
+    ) -> stepwright_core::Node {
+        let mut node = stepwright_core::Node::dyn_step(id, Self::new(tool)).effect(effect);
+        // Reads and pure calls are retried anyway; the mark means something for fenced ones.
+        if safe_to_retry && effect.is_fenced() {
             node = node.safe_to_retry();
         }
-        if def.needs_approval {
+        if needs_approval {
             node = node.requires_approval(stepwright_core::ApprovalGate::new(format!("Run tool {tool}?")));
         }
-        Ok(node)
+        node
     }
 }
 

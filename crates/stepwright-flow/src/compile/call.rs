@@ -64,6 +64,14 @@ impl Compiler {
                 return None;
             }
         };
+        if !loaded.mcp_servers.is_empty() {
+            self.error_hint(
+                body.pos,
+                format!("the called workflow `{target}` declares `mcp_servers`, which this version connects only for the file a run starts from"),
+                "call its steps' tools from the calling file, or move the steps there",
+            );
+            return None;
+        }
         // The called file's models join this file's: the caller binds them (keys, cassettes,
         // `--model`), so one name must mean one model across the files.
         for (name, config) in loaded.models {

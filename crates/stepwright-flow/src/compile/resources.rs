@@ -26,6 +26,12 @@ pub struct Loaded {
     pub workflow: stepwright_core::Workflow,
     /// The `models` section, by binding name.
     pub models: BTreeMap<String, ModelConfig>,
+    /// The `mcp_servers` section, to connect before a run and register in the workflow's
+    /// tools.
+    pub mcp_servers: Vec<stepwright_mcp::ServerConfig>,
+    /// Every use the file makes of an MCP server's tool, to check once the server says
+    /// which tools it has.
+    pub mcp_tool_uses: Vec<super::mcp::McpToolUse>,
 }
 
 /// The declared resources, while compiling.
@@ -36,6 +42,10 @@ pub(super) struct Resources {
     pub(super) agents: BTreeMap<String, AgentSpec>,
     /// Every agent declared, including those with problems.
     pub(super) agent_names: Vec<String>,
+    pub(super) mcp_servers: BTreeMap<String, stepwright_mcp::ServerConfig>,
+    /// Every MCP server declared, including those with problems.
+    pub(super) mcp_names: Vec<String>,
+    pub(super) mcp_uses: Vec<super::mcp::McpToolUse>,
 }
 
 const MODEL_FIELDS: &[&str] = &["provider", "model", "base_url", "api_key_env", "pricing", "timeout", "max_retries"];
@@ -56,7 +66,7 @@ pub(super) fn kind_fields(kind: &str) -> &'static [&'static str] {
 /// The step kinds this module compiles.
 pub(super) const RESOURCE_KINDS: &[&str] = &["llm", "agent", "tool", "memory.store", "memory.recall"];
 
-fn parse_effect(text: &str) -> Option<Effect> {
+pub(super) fn parse_effect(text: &str) -> Option<Effect> {
     Some(match text {
         "pure" => Effect::Pure,
         "read" => Effect::Read,
@@ -74,13 +84,17 @@ fn templated_input(template: Value) -> InputSource {
 }
 
 impl Compiler {
-    /// Reads `models`, `tools` and `agents` (in that order: agents refer to the others).
+    /// Reads `models`, `tools`, `mcp_servers` and `agents` (in that order: agents refer to
+    /// the others).
     pub(super) fn resources(&mut self, root: &Node) {
         if let Some(models) = root.get("models") {
             self.models_section(models);
         }
         if let Some(tools) = root.get("tools") {
             self.tools_section(tools);
+        }
+        if let Some(servers) = root.get("mcp_servers") {
+            self.mcp_section(servers);
         }
         if let Some(agents) = root.get("agents") {
             self.agents_section(agents);
@@ -222,7 +236,7 @@ impl Compiler {
         }
     }
 
-    fn flag(&mut self, node: &Node, field: &str) -> bool {
+    pub(super) fn flag(&mut self, node: &Node, field: &str) -> bool {
         match node.get(field).map(|f| (f.pos, &f.value)) {
             None => false,
             Some((_, Yaml::Bool(b))) => *b,
@@ -390,6 +404,9 @@ impl Compiler {
         if self.resources.tools.get(name).is_some() {
             return true;
         }
+        if let Some(known) = self.mcp_tool(pos, name) {
+            return known;
+        }
         let message = format!("tool `{name}` is not declared under `tools`");
         let known: Vec<String> = self.resources.tools.names().into_iter().map(str::to_owned).collect();
         match closest(name, known.iter().map(String::as_str)) {
@@ -441,7 +458,14 @@ impl Compiler {
                 if !self.check_tool(body.pos, &name) {
                     return None;
                 }
-                let node = ToolStep::node(id, &self.resources.tools, &name).ok()?;
+                let node = match self.mcp_policy(&name) {
+                    // An MCP server's tool is registered when the server is connected; its
+                    // node takes the policy the file declares for it.
+                    Some(policy) if self.resources.tools.get(&name).is_none() => {
+                        ToolStep::declared_node(id, &name, policy.effect, policy.safe_to_retry, policy.needs_approval)
+                    }
+                    _ => ToolStep::node(id, &self.resources.tools, &name).ok()?,
+                };
                 Some(node.input(self.with_input(step, Value::Object(Map::new()))))
             }
             "memory.store" => {
