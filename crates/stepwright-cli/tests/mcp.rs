@@ -13,7 +13,11 @@ fn everything() -> Option<String> {
     let script = std::env::var("STEPWRIGHT_TEST_MCP_EVERYTHING").ok();
     if script.is_none() {
         #[allow(clippy::print_stderr)] // A skipped test says so.
-        eprintln!("skipped: STEPWRIGHT_TEST_MCP_EVERYTHING is not set (the path of server-everything's dist/index.js)");
+        {
+            eprintln!(
+                "skipped: STEPWRIGHT_TEST_MCP_EVERYTHING is not set (the path of server-everything's dist/index.js)"
+            );
+        }
     }
     script
 }
