@@ -2,14 +2,14 @@
 //! OpenAI-compatible server on loopback recorded to a cassette, the same run replayed
 //! offline from it, and `--model` overrides.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
+use support::{Reply, Tokens, contents};
 
 fn stepwright(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_stepwright"))
@@ -21,81 +21,23 @@ fn stepwright(dir: &Path, args: &[&str]) -> Output {
         .expect("run stepwright")
 }
 
-/// What the fake model answers to a chat completions request body.
-fn answer(request: &Value) -> Value {
-    let messages = request["messages"].as_array().cloned().unwrap_or_default();
-    let tool_result = messages.iter().find(|m| m["role"] == "tool").map(|m| m["content"].clone());
+/// What the fake model answers.
+fn answer(request: &Value) -> Reply {
+    let tool_result = contents(request, "tool").first().map(|r| (*r).to_owned());
     let offered = request["tools"].as_array().is_some_and(|t| !t.is_empty());
-    let (content, calls) = if request.get("response_format").is_some() {
-        (json!(r#"{"category": "billing"}"#), Value::Null)
+    if request.get("response_format").is_some() {
+        Reply::Text(r#"{"category": "billing"}"#.into())
     } else if let Some(result) = tool_result {
-        (json!(format!("done: {}", result.as_str().unwrap_or_default())), Value::Null)
+        Reply::Text(format!("done: {result}"))
     } else if offered {
-        let call = json!({ "id": "t1", "type": "function", "function": { "name": "shout", "arguments": "{\"text\":\"quiet\"}" } });
-        (Value::Null, json!([call]))
+        Reply::Calls(vec![("t1".into(), "shout".into(), json!({ "text": "quiet" }))])
     } else {
-        (json!("hello"), Value::Null)
-    };
-    let mut message = json!({ "role": "assistant", "content": content });
-    if !calls.is_null() {
-        message["tool_calls"] = calls;
+        Reply::Text("hello".into())
     }
-    json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": request["model"],
-        "choices": [{ "index": 0, "message": message, "finish_reason": if message.get("tool_calls").is_some() { "tool_calls" } else { "stop" } }],
-        "usage": { "prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16 }
-    })
 }
 
-/// A chat completions server on loopback (HTTP/1.1, keep-alive). Returns its port and a
-/// count of requests served.
-fn fake_openai() -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let served = Arc::new(AtomicUsize::new(0));
-    let count = served.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { continue };
-            let count = count.clone();
-            std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut writer = stream;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    let mut length = 0;
-                    loop {
-                        let mut header = String::new();
-                        reader.read_line(&mut header).unwrap();
-                        if header.trim().is_empty() {
-                            break;
-                        }
-                        if let Some((name, value)) = header.split_once(':')
-                            && name.eq_ignore_ascii_case("content-length")
-                        {
-                            length = value.trim().parse().unwrap();
-                        }
-                    }
-                    let mut body = vec![0; length];
-                    reader.read_exact(&mut body).unwrap();
-                    assert!(line.starts_with("POST /v1/chat/completions"), "{line}");
-                    let request: Value = serde_json::from_slice(&body).unwrap();
-                    let reply = answer(&request).to_string();
-                    count.fetch_add(1, Ordering::SeqCst);
-                    write!(
-                        writer,
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
-                        reply.len()
-                    )
-                    .unwrap();
-                }
-            });
-        }
-    });
-    (port, served)
+fn fake_openai() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    support::fake_openai(answer, Tokens::Fixed(12, 4))
 }
 
 fn workflow(port: u16) -> String {

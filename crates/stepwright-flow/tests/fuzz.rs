@@ -6,9 +6,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 fn seeds() -> Vec<String> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
-    let mut seeds: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seeds: Vec<String> = [root.join("tests/corpus"), root.join("../../examples")]
+        .iter()
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap())
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .map(|p| std::fs::read_to_string(p).unwrap())

@@ -933,7 +933,10 @@ impl Exec {
             }
             let iteration_path = path.ordinal(u64::from(iteration));
             let mut child = scope.child();
-            let mut loop_var = json!({ "iteration": iteration });
+            // `loop.input` is what this iteration starts from: the loop's input first, then the
+            // last iteration's output (or `prepare_next`'s), so an iteration can build on the
+            // one before it.
+            let mut loop_var = json!({ "iteration": iteration, "input": input.as_ref() });
             if let Some(inbox) = &spec.inbox {
                 let message_path = iteration_path.join("@inbox");
                 let message = match self.run.replay.recorded_input(&message_path) {
