@@ -70,6 +70,9 @@ enum Command {
         /// The workflow file.
         file: PathBuf,
     },
+    /// Print the JSON Schema of the workflow file format, for editors (YAML language
+    /// servers read it from a `# yaml-language-server: $schema=…` comment).
+    Schema,
     /// Draw a workflow.
     Graph {
         /// The workflow file.
@@ -299,6 +302,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let flags = cli.models.clone();
     let flags = &flags;
     match cli.command {
+        Command::Schema => {
+            println!("{}", serde_json::to_string_pretty(&stepwright_flow::file_schema())?);
+            Ok(0)
+        }
         Command::Validate { file } => {
             load(&file, flags, Servers::Declared).await?;
             println!("{}: ok", file.display());

@@ -8,6 +8,8 @@
 
 mod compile;
 mod expr;
+mod schema;
 pub mod yaml;
 
 pub use compile::{Diagnostic, LoadError, Loaded, McpToolUse, load, load_file, load_source, load_str};
+pub use schema::file_schema;

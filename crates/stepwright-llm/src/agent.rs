@@ -44,7 +44,7 @@ pub const AGENT_HANDOFF_EVENT: &str = "agent.handoff";
 pub const TOOL_CALL_EVENT: &str = "tool.call";
 
 /// What an agent does when it is stuck.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OnStuck {
     /// End with its last text as the answer.
@@ -59,7 +59,7 @@ pub enum OnStuck {
 
 /// Limits on what one agent step (with everything it delegates to) may spend. Exceeding
 /// any is `budget_exceeded`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Budget {
     /// Prompt plus generated tokens, over every model call.
@@ -91,7 +91,7 @@ impl Default for Budget {
 }
 
 /// An agent's configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentSpec {
     /// Its name (for delegation, handoff, events and hooks).

@@ -97,7 +97,7 @@ pub enum ToolChoice {
 }
 
 /// Sampling parameters. `None` leaves the provider's default.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModelParams {
     /// Sampling temperature.

@@ -1,0 +1,486 @@
+//! The JSON Schema of the workflow file format, generated from the types below for editors
+//! (completion, hover text, unknown-field warnings as you type). The loader does not read a
+//! file through these types (it keeps YAML positions for its diagnostics); they describe
+//! what it accepts, and `tests/schema.rs` keeps the two in step: every example and every
+//! test file that loads is valid against the schema, and every corpus file with an unknown
+//! field is not. Agents are described by `stepwright_llm::AgentSpec` itself, the type the
+//! loader reads them into.
+
+#![allow(dead_code)] // The types exist for their schema only.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde_json::Value;
+
+/// A Stepwright workflow file.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WorkflowFile {
+    /// The workflow's name.
+    workflow: String,
+    /// Its version, such as "1.0.0".
+    version: Option<String>,
+    /// What it does.
+    description: Option<String>,
+    /// A JSON Schema the run input must match.
+    input: Option<Value>,
+    /// The run's output: a template over `input` and `steps` (default: the last step's output).
+    output: Option<Value>,
+    /// The steps, in order.
+    steps: Vec<Step>,
+    /// Models by binding name (`llm` steps and agents refer to them).
+    models: Option<BTreeMap<String, Model>>,
+    /// Tools by name (agents and `tool` steps refer to them).
+    tools: Option<BTreeMap<String, Tool>>,
+    /// MCP servers by name; their tools are `server.tool`.
+    mcp_servers: Option<BTreeMap<String, McpServer>>,
+    /// Agents by name.
+    agents: Option<BTreeMap<String, stepwright_llm::AgentSpec>>,
+}
+
+/// A duration: 500ms, 30s, 5m, 2h or 1d.
+#[derive(JsonSchema)]
+struct Duration(#[schemars(regex(pattern = r"^[0-9]+(\.[0-9]+)?(ms|s|m|h|d)$"))] String);
+
+/// An effect class: what running the step does to the world.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Effect {
+    /// Computes from its input only.
+    Pure,
+    /// Reads the world.
+    Read,
+    /// Changes the world.
+    Write,
+    /// Calls another system.
+    External,
+    /// Asks a person.
+    Human,
+}
+
+/// One step: exactly one kind key (`set`, `llm`, `agent`, ...) and any common fields.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Step {
+    /// Its id: lowercase letters, digits and '-', unique among its siblings.
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9-]*$"))]
+    id: String,
+    /// What it does.
+    description: Option<String>,
+    /// Runs the step only when this condition holds (a bare expression).
+    #[serde(rename = "if")]
+    condition: Option<Value>,
+    /// A JSON Schema the step's output must match (for `llm`, also the structured-output schema).
+    output: Option<Value>,
+    /// Retry policy.
+    retry: Option<Retry>,
+    /// How long one attempt may take.
+    timeout: Option<Duration>,
+    /// What a failure does.
+    on_failure: Option<OnFailure>,
+    /// The step's effect class.
+    effect: Option<Effect>,
+    /// A person approves before the step runs.
+    requires_approval: Option<Approval>,
+    /// Checks on the step's input or output.
+    guardrails: Option<Vec<Guardrail>>,
+
+    /// Kind: computes a value from a template.
+    set: Option<Value>,
+    /// Kind: the steps of the first arm whose `when` holds.
+    branch: Option<Vec<BranchArm>>,
+    /// Kind: paths run at the same time.
+    fork: Option<Fork>,
+    /// Kind: the same steps for each item of a list.
+    map: Option<Map>,
+    /// Kind: the same steps again until a condition holds.
+    #[serde(rename = "loop")]
+    repeat: Option<Loop>,
+    /// Kind: nodes visited along edges.
+    graph: Option<Graph>,
+    /// Kind: the same steps on an interval.
+    every: Option<Every>,
+    /// Kind: a durable timer.
+    sleep: Option<Duration>,
+    /// Kind: a person approves or rejects.
+    approval: Option<Approval>,
+    /// Kind: a person gives a value matching a schema.
+    input: Option<HumanInput>,
+    /// Kind: calls another workflow file (relative to this one).
+    workflow: Option<String>,
+    /// Kind: one model call.
+    llm: Option<Llm>,
+    /// Kind: an agent of `agents`, given `prompt`.
+    agent: Option<String>,
+    /// Kind: a tool of `tools` (or `server.tool`), called with `with`.
+    tool: Option<String>,
+    /// Kind: stores a memory item (`with: { key, value, text?, session? }`).
+    #[serde(rename = "memory.store")]
+    memory_store: Option<MemoryTarget>,
+    /// Kind: recalls memory items (`with`: a query, `{ query }`, `{ key }` or `{}`).
+    #[serde(rename = "memory.recall")]
+    memory_recall: Option<MemoryRecall>,
+
+    /// For `agent`: the prompt (a template).
+    prompt: Option<String>,
+    /// For `agent`: the session whose conversation it continues (a template).
+    session: Option<String>,
+    /// For `tool`, `workflow`, `memory.store` and `memory.recall`: the input (a template).
+    with: Option<Value>,
+}
+
+/// Retry policy.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Retry {
+    /// Attempts in all (default 3).
+    max_attempts: Option<u32>,
+    /// How the delay grows.
+    backoff: Option<Backoff>,
+    /// The first delay.
+    initial_delay: Option<Duration>,
+    /// The longest delay.
+    max_delay: Option<Duration>,
+    /// A random share of each delay, 0 to 1.
+    jitter: Option<f64>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Backoff {
+    Fixed,
+    Linear,
+    Exponential,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum OnFailure {
+    /// The run fails.
+    Abort,
+    /// The step is skipped and the run goes on.
+    Skip,
+    /// The step is retried.
+    Retry,
+}
+
+/// An approval.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Approval {
+    /// What the person is asked (a template).
+    message: Option<String>,
+    /// Who may decide: `user:ann`, `role:lead`.
+    approvers: Option<Vec<String>>,
+    /// How long to wait.
+    timeout: Option<Duration>,
+    /// What happens when nobody decides in time.
+    on_timeout: Option<OnTimeout>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum OnTimeout {
+    Reject,
+    Approve,
+    Fail,
+}
+
+/// A guardrail: a regular expression (`pattern`, can redact) or a condition on `value` (`when`).
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Guardrail {
+    /// Where it looks (default output).
+    on: Option<GuardrailStage>,
+    /// What a violation does (default block).
+    action: Option<GuardrailAction>,
+    /// A regular expression.
+    pattern: Option<String>,
+    /// A condition on `value`.
+    when: Option<String>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum GuardrailStage {
+    Input,
+    Output,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum GuardrailAction {
+    Block,
+    Warn,
+    Redact,
+}
+
+/// An arm of a branch: `when` with `steps`, or `otherwise`.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct BranchArm {
+    /// The condition (a bare expression).
+    when: Option<Value>,
+    /// The steps when it holds.
+    steps: Option<Vec<Step>>,
+    /// The steps when no arm's condition holds.
+    otherwise: Option<Vec<Step>>,
+}
+
+/// Paths run at the same time; the output is the list of their outputs.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Fork {
+    /// all (every path must finish), race (the first to finish wins) or settle (every path, failures kept).
+    mode: Option<ForkMode>,
+    /// How many paths run at once.
+    concurrency: Option<u32>,
+    /// The paths, each a list of steps.
+    paths: Vec<Vec<Step>>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum ForkMode {
+    All,
+    Race,
+    Settle,
+}
+
+/// The same steps for each item of a list; the output is the list of their outputs.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Map {
+    /// An expression giving the list.
+    items: Value,
+    /// The name each item has in the steps (default `item`).
+    #[serde(rename = "as")]
+    name: Option<String>,
+    /// How many items run at once.
+    concurrency: Option<u32>,
+    /// The steps.
+    steps: Vec<Step>,
+}
+
+/// The same steps again; `loop.iteration` and `loop.input` inside.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Loop {
+    /// The steps of one iteration.
+    steps: Vec<Step>,
+    /// Stops when this condition holds after an iteration.
+    until: Option<Value>,
+    /// The most iterations (default 10).
+    max_iterations: Option<u32>,
+}
+
+/// Nodes visited along edges.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Graph {
+    /// The nodes (steps).
+    nodes: Vec<Step>,
+    /// Edges tried in order after a node.
+    edges: Option<Vec<Edge>>,
+    /// The first node (default: the first listed).
+    entry: Option<String>,
+    /// The most node visits (default 25).
+    max_steps: Option<u32>,
+}
+
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Edge {
+    from: String,
+    to: String,
+    /// Taken only when this condition holds.
+    when: Option<Value>,
+}
+
+/// The same steps on an interval; `tick` inside.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Every {
+    interval: Duration,
+    /// A random share of each interval, 0 to below 1.
+    jitter: Option<f64>,
+    /// A channel whose wake-up runs the next tick at once.
+    wake: Option<String>,
+    /// What a failed tick does.
+    on_error: Option<EveryOnError>,
+    steps: Vec<Step>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum EveryOnError {
+    Continue,
+    Fail,
+}
+
+/// A value asked of a person.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct HumanInput {
+    message: Option<String>,
+    /// A JSON Schema the value must match.
+    schema: Option<Value>,
+}
+
+/// One model call.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Llm {
+    /// A model of `models`.
+    model: String,
+    /// The user message (a template); or `messages`.
+    prompt: Option<String>,
+    /// The messages (`role`, `content`), templates inside.
+    messages: Option<Vec<Value>>,
+    /// The system message.
+    system: Option<String>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    max_tokens: Option<u32>,
+    /// Stop sequences: one or a list.
+    stop: Option<Value>,
+    /// How many times a non-matching structured answer is shown its errors (default 1).
+    repair_turns: Option<u32>,
+    /// Whether text streams as it arrives (default true).
+    stream: Option<bool>,
+}
+
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct MemoryTarget {
+    namespace: String,
+    scope: Option<MemoryScope>,
+}
+
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct MemoryRecall {
+    namespace: String,
+    scope: Option<MemoryScope>,
+    /// The most items (default 5).
+    limit: Option<u32>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum MemoryScope {
+    Run,
+    Session,
+    User,
+    Global,
+}
+
+/// A model binding.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Model {
+    /// openai (any OpenAI-compatible endpoint) or anthropic.
+    provider: Provider,
+    /// The provider's model id.
+    model: String,
+    /// The endpoint (default: the provider's).
+    base_url: Option<String>,
+    /// The environment variable with the key (default OPENAI_API_KEY or ANTHROPIC_API_KEY).
+    api_key_env: Option<String>,
+    /// Dollars per million tokens.
+    pricing: Option<Pricing>,
+    timeout: Option<Duration>,
+    max_retries: Option<u32>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum Provider {
+    Openai,
+    Anthropic,
+}
+
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Pricing {
+    input: f64,
+    output: f64,
+}
+
+/// A tool: a command (argv templates over `args`, never a shell) or an HTTP call.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Tool {
+    description: Option<String>,
+    /// A JSON Schema of its arguments.
+    input: Option<Value>,
+    /// The program and its arguments.
+    command: Option<Vec<String>>,
+    http: Option<HttpCall>,
+    effect: Option<Effect>,
+    safe_to_retry: Option<bool>,
+    needs_approval: Option<bool>,
+    timeout: Option<Duration>,
+    /// For `command`: the working directory.
+    cwd: Option<String>,
+    /// For `command`: extra environment variables.
+    env: Option<BTreeMap<String, String>>,
+}
+
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct HttpCall {
+    url: String,
+    /// Default POST.
+    method: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+}
+
+/// An MCP server: started with `command` (stdio) or reached at `url` (streamable HTTP).
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct McpServer {
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    cwd: Option<String>,
+    url: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    /// Only these tools (all when absent).
+    tools: Option<Vec<String>>,
+    /// The effect class of its tools (default external).
+    effect: Option<Effect>,
+    safe_to_retry: Option<bool>,
+    needs_approval: Option<bool>,
+    timeout: Option<Duration>,
+    connect_timeout: Option<Duration>,
+    call_timeout: Option<Duration>,
+    /// Policies of single tools, over the server's.
+    tool_policies: Option<BTreeMap<String, ToolPolicy>>,
+}
+
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ToolPolicy {
+    effect: Option<Effect>,
+    safe_to_retry: Option<bool>,
+    needs_approval: Option<bool>,
+    timeout: Option<Duration>,
+}
+
+/// The JSON Schema (draft 2020-12) of a workflow file.
+pub fn file_schema() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(WorkflowFile)).unwrap_or_default();
+    schema["$id"] = Value::String("https://stepwright.dev/schemas/workflow.json".into());
+    // An agent's name is its key under `agents`, not a field.
+    if let Some(agent) = schema.pointer_mut("/$defs/AgentSpec") {
+        if let Some(properties) = agent.get_mut("properties").and_then(Value::as_object_mut) {
+            properties.remove("name");
+        }
+        if let Some(required) = agent.get_mut("required").and_then(Value::as_array_mut) {
+            required.retain(|r| r != "name");
+        }
+    }
+    schema
+}
