@@ -376,3 +376,27 @@ fn runs_show_sums_model_usage_and_cost_per_step() {
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("model usage:  2 call(s), 2000 in / 200 out tokens, $0.006000"), "{text}");
 }
+
+#[test]
+fn schema_prints_the_file_formats_json_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = stepwright(dir.path(), &["schema"]);
+    assert_eq!(out.status.code(), Some(0));
+    let schema: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(schema["required"], serde_json::json!(["workflow", "steps"]), "{}", schema["required"]);
+    let step = &schema["$defs"]["Step"]["properties"];
+    for kind in ["set", "llm", "agent", "tool", "workflow", "memory.store", "loop", "if"] {
+        assert!(step.get(kind).is_some(), "no `{kind}` in a step's schema");
+    }
+    // A reader that stops early is not an error.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .arg("schema")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
