@@ -1,18 +1,12 @@
 //! The `stepwright` binary end to end: exit codes, `--json` shapes, diagnostics.
 
+mod support;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn stepwright(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stepwright"))
-        .current_dir(dir)
-        .env_remove("STEPWRIGHT_DB")
-        .args(args)
-        .output()
-        .expect("run stepwright")
-}
+use support::stepwright;
 
 fn write(dir: &Path, name: &str, text: &str) {
     std::fs::write(dir.join(name), text).unwrap();

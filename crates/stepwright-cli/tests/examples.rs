@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::{Value, json};
-use support::{Reply, Tokens, contents};
+use support::{Reply, Tokens, contents, stepwright};
 
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").canonicalize().unwrap()
@@ -17,17 +17,6 @@ fn examples_dir() -> PathBuf {
 
 /// The examples this file knows how to check; a new example must be added here.
 const EXAMPLES: &[&str] = &["mcp-agent", "refine", "research", "ticket-triage"];
-
-fn stepwright(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stepwright"))
-        .current_dir(dir)
-        .env_remove("STEPWRIGHT_DB")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .args(args)
-        .output()
-        .expect("run stepwright")
-}
 
 fn json_of(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {

@@ -4,10 +4,10 @@
 //! connects the server and calls its tools, and a use of a tool the server does not have is
 //! reported at its position once the server says what it has.
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod support;
 
 use serde_json::{Value, json};
+use support::stepwright;
 
 fn everything() -> Option<String> {
     let script = std::env::var("STEPWRIGHT_TEST_MCP_EVERYTHING").ok();
@@ -20,15 +20,6 @@ fn everything() -> Option<String> {
         }
     }
     script
-}
-
-fn stepwright(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stepwright"))
-        .current_dir(dir)
-        .env_remove("STEPWRIGHT_DB")
-        .args(args)
-        .output()
-        .expect("run stepwright")
 }
 
 fn file(script: &str, tool: &str) -> String {

@@ -4,22 +4,11 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::Ordering;
 
 use serde_json::{Value, json};
-use support::{Reply, Tokens, contents};
-
-fn stepwright(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stepwright"))
-        .current_dir(dir)
-        .env_remove("STEPWRIGHT_DB")
-        .env("STEPWRIGHT_TEST_FAKE_KEY", "sk-test")
-        .args(args)
-        .output()
-        .expect("run stepwright")
-}
+use support::{Reply, Tokens, contents, stepwright};
 
 /// What the fake model answers.
 fn answer(request: &Value) -> Reply {

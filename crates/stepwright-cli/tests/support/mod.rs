@@ -1,15 +1,32 @@
-//! A fake OpenAI-compatible chat completions server on loopback, speaking the real wire
-//! format: a JSON body, or server-sent `chat.completion.chunk` events ending in `[DONE]` when
-//! the request asks to stream (with the usage chunk `stream_options.include_usage` asks for).
+//! What the binary's tests share: running `stepwright`, and a fake OpenAI-compatible chat
+//! completions server on loopback speaking the real wire format — a JSON body, or
+//! server-sent `chat.completion.chunk` events ending in `[DONE]` when the request asks to
+//! stream (with the usage chunk `stream_options.include_usage` asks for).
 
 #![allow(dead_code)] // Each test file uses part of it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
+
+/// Runs the binary in `dir` with no store or provider key from the environment (only the
+/// fake key the tests' model files name).
+pub(crate) fn stepwright(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir)
+        .env_remove("STEPWRIGHT_DB")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("STEPWRIGHT_TEST_FAKE_KEY", "sk-test")
+        .args(args)
+        .output()
+        .expect("run stepwright")
+}
 
 /// What the model says to one request: text, or tool calls as `(id, name, arguments)`.
 pub(crate) enum Reply {
