@@ -1,7 +1,8 @@
 //! Every workflow in `examples/` end to end through the binary, offline: the model calls are
 //! played back from each example's cassette (no API key, no network), tools and MCP servers
-//! run for real. `record_example_cassettes` (ignored; `cargo test -p stepwright-cli --test
-//! examples -- --ignored`) records the cassettes again against a scripted model on loopback.
+//! run for real. The cassettes are recordings against a scripted model on loopback (the
+//! `screenplay`): a test records every example again and checks the committed cassette is
+//! exactly what it records now (`STEPWRIGHT_BLESS=1` rewrites them).
 
 mod support;
 
@@ -234,24 +235,37 @@ fn screenplay(request: &Value) -> Reply {
     panic!("the screenplay has no line for this request: {request}");
 }
 
+/// A cassette's recordings by key (the file's order follows which call finished first).
+fn recordings(path: &Path) -> std::collections::BTreeMap<String, Value> {
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    file["interactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["key"].as_str().unwrap().to_owned(), i.clone()))
+        .collect()
+}
+
 #[test]
-#[ignore = "records the examples' cassettes again; run on purpose"]
-fn record_example_cassettes() {
-    let (port, _served) = support::fake_openai(screenplay, Tokens::Proportional);
+fn recording_the_examples_again_reproduces_their_cassettes() {
+    let (port, served) = support::fake_openai(screenplay, Tokens::Proportional);
     let base = format!("http://127.0.0.1:{port}/v1");
+    let bless = std::env::var("STEPWRIGHT_BLESS").is_ok();
     for name in EXAMPLES {
         let dir = tempfile::tempdir().unwrap();
-        let file = runnable(name, dir.path()).expect("recording needs every example, MCP included");
+        let Some(file) = runnable(name, dir.path()) else { continue };
         let source = std::fs::read_to_string(&file).unwrap();
         let loaded = stepwright_flow::load_source(&source, &file.display().to_string()).unwrap();
-        let cassette = cassette(name);
-        let _ = std::fs::remove_file(&cassette);
+        let recorded = dir.path().join("recorded.cassette.json");
         let mut args: Vec<String> = vec!["run".into(), file.display().to_string(), "--json".into()];
-        args.extend(["--cassette".into(), cassette.clone(), "--cassette-mode".into(), "record".into()]);
+        args.extend(["--cassette".into(), recorded.display().to_string(), "--cassette-mode".into(), "record".into()]);
+        // Every model binding points at the scripted model; the cassette key leaves the
+        // endpoint out, so the recording plays back against the file's own models.
         for (binding, config) in &loaded.models {
             args.extend(["--model".into(), format!("{binding}=openai:{}@{base}", config.model)]);
         }
         args.extend(["--input".into(), input_of(name).into()]);
+        let before = served.load(std::sync::atomic::Ordering::SeqCst);
         let output = Command::new(env!("CARGO_BIN_EXE_stepwright"))
             .current_dir(dir.path())
             .env_remove("STEPWRIGHT_DB")
@@ -264,6 +278,17 @@ fn record_example_cassettes() {
             "{name}: {}\n{}",
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
+        );
+        let calls = served.load(std::sync::atomic::Ordering::SeqCst) - before;
+        let committed = PathBuf::from(cassette(name));
+        if bless {
+            std::fs::copy(&recorded, &committed).unwrap();
+        }
+        let (fresh, kept) = (recordings(&recorded), recordings(&committed));
+        assert_eq!(fresh.len(), calls, "{name}: every call the model answered is recorded");
+        assert!(
+            fresh == kept,
+            "{name}: the committed cassette is not what the example records now; STEPWRIGHT_BLESS=1 rewrites it"
         );
     }
 }
