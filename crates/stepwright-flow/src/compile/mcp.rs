@@ -175,7 +175,8 @@ impl Compiler {
         }
     }
 
-    fn string_map(&mut self, node: &Node, what: &str) -> Vec<(String, String)> {
+    /// A mapping of names to strings (`env`, `headers`), each bad value reported.
+    pub(super) fn string_map(&mut self, node: &Node, what: &str) -> Vec<(String, String)> {
         let entries = self.entries(node, what).unwrap_or_default();
         entries
             .iter()

@@ -280,10 +280,8 @@ impl Compiler {
             tool = tool.cwd(cwd);
         }
         if let Some(env) = node.get("env") {
-            for (key, value) in self.entries(env, "`env`").unwrap_or_default() {
-                if let Some(value) = self.string(value, "an `env` value") {
-                    tool = tool.env(&key.name, &value);
-                }
+            for (name, value) in self.string_map(env, "`env`") {
+                tool = tool.env(&name, &value);
             }
         }
         Some(tool)
@@ -313,10 +311,8 @@ impl Compiler {
             }
         };
         if let Some(headers) = http.get("headers") {
-            for (key, value) in self.entries(headers, "`headers`").unwrap_or_default() {
-                if let Some(value) = self.string(value, "a header value") {
-                    tool = tool.header(&key.name, &value);
-                }
+            for (name, value) in self.string_map(headers, "`headers`") {
+                tool = tool.header(&name, &value);
             }
         }
         Some(tool)
