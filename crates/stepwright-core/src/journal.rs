@@ -435,14 +435,28 @@ pub trait Store: Send + Sync + 'static {
     fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Loads a run for resume.
-    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>>;
+    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        self.load_from(run, 0)
+    }
+
+    /// Loads a run's header and its journal from position `from` on (entries are numbered
+    /// from 0 in append order), with the blobs those entries reference: what a follower of a
+    /// live run has not seen yet. The header is read before the entries, and a run's status
+    /// changes only after its last append, so once the header says the run has finished the
+    /// entries returned are the last there are.
+    fn load_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<LoadedRun, StoreError>>;
 
     /// Appends an `InterruptResolved` entry if and only if the interrupt is open and not yet
     /// resolved (compare-and-set: of two concurrent decisions exactly one wins).
     fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// A run's events, in order.
-    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>>;
+    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        self.events_from(run, 0)
+    }
+
+    /// A run's events from position `from` on (numbered from 0 in append order).
+    fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>>;
 
     /// Runs matching a filter, newest first.
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
@@ -478,6 +492,12 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a message for a loop inbox of a run (the run need not exist yet) and returns
     /// its sequence number; messages of one inbox are taken in this order.
     fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>>;
+
+    /// Brings a run's timer forward: if the run is suspended with a `wake_at` later than
+    /// `now`, it becomes `now`, so that a runner claims the run at once (a wake channel was
+    /// woken from outside). Returns whether it did. Runs waiting on nothing but a person
+    /// (no `wake_at`) are left alone. Postgres takes `now` from the database.
+    fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// The first message of an inbox after sequence number `after` (from the start if none).
     fn next_message(
@@ -712,20 +732,21 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+    fn load_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
         let result = (|| {
             let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
             let data = data.lock().expect("poisoned");
             let record = data.record.clone().ok_or(StoreError::RunNotFound(run))?;
+            let entries = data.entries.get(usize::try_from(from).unwrap_or(usize::MAX)..).unwrap_or_default();
             let mut blobs = HashMap::new();
-            for entry in &data.entries {
+            for entry in entries {
                 if let Record::Completed { output, .. } = &entry.record
                     && let Some(value) = self.shard(output).lock().expect("poisoned").get(output)
                 {
                     blobs.insert(*output, value.clone());
                 }
             }
-            Ok(LoadedRun { record, entries: data.entries.clone(), blobs })
+            Ok(LoadedRun { record, entries: entries.to_vec(), blobs })
         })();
         Box::pin(std::future::ready(result))
     }
@@ -759,9 +780,29 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
-        let result =
-            self.run(run).map(|r| r.lock().expect("poisoned").events.clone()).ok_or(StoreError::RunNotFound(run));
+    fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        let result = self
+            .run(run)
+            .map(|r| {
+                let events = &r.lock().expect("poisoned").events;
+                events.get(usize::try_from(from).unwrap_or(usize::MAX)..).unwrap_or_default().to_vec()
+            })
+            .ok_or(StoreError::RunNotFound(run));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let result = (|| {
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+            let later = record.wake_at.is_some_and(|at| at > now);
+            if record.status == RunStatus::Suspended && later {
+                record.wake_at = Some(now);
+                return Ok(true);
+            }
+            Ok(false)
+        })();
         Box::pin(std::future::ready(result))
     }
 

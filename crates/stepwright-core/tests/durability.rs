@@ -39,14 +39,17 @@ impl Store for Counting {
     fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
         self.inner.set_status(run, update)
     }
-    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
-        self.inner.load(run)
+    fn load_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        self.inner.load_from(run, from)
     }
     fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>> {
         self.inner.resolve_interrupt(run, entry)
     }
-    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
-        self.inner.events(run)
+    fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        self.inner.events_from(run, from)
+    }
+    fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.inner.wake_run(run, now)
     }
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         self.inner.list_runs(filter)

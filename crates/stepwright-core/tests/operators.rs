@@ -646,7 +646,7 @@ async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
         let engine = engine.clone();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(13)).await;
-            engine.wake(run_id, "kick");
+            engine.wake(run_id, "kick").await.unwrap();
             tokio::time::sleep(Duration::from_secs(12)).await;
             engine.cancel(run_id, "done polling").await.unwrap();
         })
@@ -672,6 +672,99 @@ async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
         .unwrap();
     let report = engine.start(&failing, json!(null)).await.unwrap();
     assert_eq!(report.error.unwrap().message, "always");
+}
+
+/// An `every` whose tick logs `tick@seconds`.
+fn poller(interval: Duration, ticks: &Log) -> Workflow {
+    let ticks = ticks.clone();
+    Workflow::builder("poller")
+        .step(
+            Every::new(
+                "poll",
+                interval,
+                [Node::step(
+                    "tick",
+                    fn_step(move |ctx: StepContext, _x: Value| {
+                        let ticks = ticks.clone();
+                        async move {
+                            let tick = ctx.scope().var("tick").unwrap().as_i64().unwrap();
+                            ticks.push(format!("{tick}@{}", ctx.now().since(T0).as_secs()));
+                            Ok(tick)
+                        }
+                    }),
+                )],
+            )
+            .wake_on("kick"),
+        )
+        .build()
+        .unwrap()
+}
+
+/// The wake-up each recorded tick was started by, in tick order (`None`: its timer).
+async fn ticks_woken(store: &stepwright_core::MemoryStore, run: stepwright_core::RunId) -> Vec<Option<u64>> {
+    let loaded = stepwright_core::Store::load(store, run).await.unwrap();
+    loaded
+        .entries
+        .iter()
+        .filter(|e| e.path.as_str().ends_with("@due"))
+        .map(|e| match &e.record {
+            Record::Decided { value } => value.get("wake").and_then(Value::as_u64),
+            other => panic!("a tick's start is a decision, not {other:?}"),
+        })
+        .collect()
+}
+
+/// Wake-ups go through the store: one sent by another engine (as from another process —
+/// the two share nothing but the store) reaches an `every` waiting in its process, and one
+/// that suspended until its next tick is made due and ticks when a runner resumes it.
+#[tokio::test(start_paused = true)]
+async fn every_is_woken_through_the_store_from_another_engine() {
+    let (engine, store) = engine();
+    let other = Engine::builder()
+        .store(store.clone() as Arc<dyn stepwright_core::Store>)
+        .clock(Arc::new(stepwright_core::TokioClock::starting_at(T0)))
+        .build();
+
+    // Waiting in process: a 30 s interval, woken at 5 s from the other engine.
+    let ticks = Log::default();
+    let run_id: stepwright_core::RunId = "01890000-0000-7000-8000-0000000000e2".parse().unwrap();
+    let driver = {
+        let (engine, other) = (engine.clone(), other.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            other.wake(run_id, "kick").await.unwrap();
+            other.wake(run_id, "kick").await.unwrap();
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            engine.cancel(run_id, "done polling").await.unwrap();
+        })
+    };
+    let options = stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() };
+    let report = engine.start_with(&poller(Duration::from_secs(30), &ticks), json!(null), options).await.unwrap();
+    driver.await.unwrap();
+    assert_eq!(report.status, RunStatus::Cancelled);
+    // Two wake-ups sent together start one tick; the next is 30 s after it, past the cancel.
+    assert_eq!(ticks.take(), ["1@0", "2@5"]);
+    let woken = ticks_woken(&store, run_id).await;
+    assert!(matches!(woken[..], [None, Some(_)]), "{woken:?}");
+
+    // Suspended: a one-hour interval is longer than the engine waits in process.
+    let ticks = Log::default();
+    let hourly = poller(Duration::from_secs(3600), &ticks);
+    let report = engine.start(&hourly, json!(null)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended);
+    let run_id = report.run_id;
+    let runner = stepwright_core::Runner::new(engine.clone()).register(&hourly);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(runner.tick().await.unwrap().is_empty(), "not due for an hour");
+    other.wake(run_id, "kick").await.unwrap();
+    let resumed = runner.tick().await.unwrap();
+    assert_eq!(resumed.len(), 1, "the wake-up made the run due");
+    assert_eq!(resumed[0].1.as_ref().unwrap().status, RunStatus::Suspended, "and it waits for the next tick");
+    // Started at 15 s (after the first run), woken at 25 s.
+    assert_eq!(ticks.take(), ["1@15", "2@25"]);
+    assert!(runner.tick().await.unwrap().is_empty(), "a wake-up is taken once");
+    let woken = ticks_woken(&store, run_id).await;
+    assert!(matches!(woken[..], [None, Some(_)]), "{woken:?}");
 }
 
 #[tokio::test(start_paused = true)]

@@ -281,7 +281,7 @@ steps:
         let engine = engine.clone();
         tokio::spawn(async move {
             tokio::time::sleep(std::time::Duration::from_secs(13)).await;
-            engine.wake(run_id, "kick");
+            engine.wake(run_id, "kick").await.unwrap();
             tokio::time::sleep(std::time::Duration::from_secs(5)).await;
             engine.cancel(run_id, "done polling").await.unwrap();
         })

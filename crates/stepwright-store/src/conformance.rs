@@ -26,6 +26,8 @@ where
     status_updates(&*fresh().await).await;
     interrupts_resolve_once(&*fresh().await).await;
     events_in_order(&*fresh().await).await;
+    reads_from_a_position(&*fresh().await).await;
+    waking_brings_a_timer_forward(&*fresh().await).await;
     list_filters(&*fresh().await).await;
     erase_and_retention_collect_blobs(&*fresh().await).await;
     missing_runs_are_errors(&*fresh().await).await;
@@ -348,6 +350,89 @@ pub async fn events_in_order(store: &dyn Store) {
     }
     let events = store.events(run.id).await.expect("events");
     assert_eq!(events, vec![event("one", 1), event("two", 2)]);
+}
+
+/// A follower reads only what it has not seen: the journal and the events from a position
+/// on, with the blobs of the entries returned and the current header.
+pub async fn reads_from_a_position(store: &dyn Store) {
+    let run = record(6, "flow", RunStatus::Running, 10);
+    store.create_run(run.clone()).await.expect("create");
+    let event = |n: i64| stepwright_core::journal::EventRecord {
+        run: run.id,
+        path: StepPath::new("a"),
+        at: Timestamp::from_micros(n),
+        tenant: None,
+        user: None,
+        kind: "tick".into(),
+        data: json!({ "n": n }),
+    };
+    let (a, blob_a) = completed("a", json!("first"));
+    let (b, blob_b) = completed("b", json!("second"));
+    let mut first = JournalBatch {
+        entries: vec![entry("a", 1, Record::Started { attempt: 1 }), a],
+        blobs: vec![blob_a],
+        events: vec![event(1)],
+    };
+    store.append(run.id, None, &mut first).await.expect("append");
+    let mut second = JournalBatch { entries: vec![b], blobs: vec![blob_b], events: vec![event(2), event(3)] };
+    store.append(run.id, None, &mut second).await.expect("append");
+
+    let tail = store.load_from(run.id, 2).await.expect("load from 2");
+    assert_eq!(tail.record, run, "the header comes with the tail");
+    let paths: Vec<&str> = tail.entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["b"], "entries before the position are skipped");
+    assert_eq!(tail.blobs.len(), 1, "only the blobs of the entries returned");
+    assert_eq!(*tail.blobs[&ContentHash::of_value(&json!("second"))], json!("second"));
+    assert_eq!(store.load_from(run.id, 1).await.expect("load from 1").entries.len(), 2);
+    assert!(store.load_from(run.id, 3).await.expect("load at the end").entries.is_empty());
+    assert!(store.load_from(run.id, u64::MAX).await.expect("load past the end").entries.is_empty());
+
+    assert_eq!(store.events_from(run.id, 1).await.expect("events from 1"), vec![event(2), event(3)]);
+    assert_eq!(store.events_from(run.id, 0).await.expect("events from 0").len(), 3);
+    assert!(store.events_from(run.id, 3).await.expect("events at the end").is_empty());
+    assert!(store.events_from(run.id, u64::MAX).await.expect("events past the end").is_empty());
+
+    let missing = id(240);
+    assert!(matches!(store.load_from(missing, 0).await, Err(StoreError::RunNotFound(_))));
+    assert!(matches!(store.events_from(missing, 0).await, Err(StoreError::RunNotFound(_))));
+}
+
+/// Waking a run suspended on a timer makes it due now; a run waiting on nothing but a
+/// person, a running run and a run whose timer is already due are left as they are.
+pub async fn waking_brings_a_timer_forward(store: &dyn Store) {
+    // Far in the future by any clock, the database's included.
+    let far = Timestamp::from_micros(i64::MAX / 2);
+    let now = Timestamp::from_micros(1_000);
+    let suspend = |wake_at| StatusUpdate {
+        status: RunStatus::Suspended,
+        output: None,
+        error: None,
+        at: Timestamp::from_micros(20),
+        wake_at,
+        fence: None,
+    };
+    let timer = record(7, "flow", RunStatus::Pending, 10);
+    store.create_run(timer.clone()).await.expect("create");
+    store.set_status(timer.id, suspend(Some(far))).await.expect("suspend");
+    assert!(store.claim_due("w", now, std::time::Duration::from_secs(30), 10).await.expect("claim").is_empty());
+    assert!(store.wake_run(timer.id, now).await.expect("wake"), "a far timer is brought forward");
+    let woken = store.load(timer.id).await.expect("load").record;
+    assert_eq!(woken.status, RunStatus::Suspended);
+    assert!(woken.wake_at.is_some_and(|at| at < far), "the timer moved: {:?}", woken.wake_at);
+    assert!(!store.wake_run(timer.id, now).await.expect("wake again"), "a due timer stays as it is");
+
+    let person = record(8, "flow", RunStatus::Pending, 10);
+    store.create_run(person.clone()).await.expect("create");
+    store.set_status(person.id, suspend(None)).await.expect("suspend");
+    assert!(!store.wake_run(person.id, now).await.expect("wake"), "no timer, nothing to bring forward");
+    assert_eq!(store.load(person.id).await.expect("load").record.wake_at, None);
+
+    let running = record(9, "flow", RunStatus::Running, 10);
+    store.create_run(running.clone()).await.expect("create");
+    assert!(!store.wake_run(running.id, now).await.expect("wake"), "a running run is left alone");
+
+    let missing = id(241);
+    assert!(matches!(store.wake_run(missing, now).await, Err(StoreError::RunNotFound(_))));
 }
 
 /// Listing filters by status and workflow, newest first, limited.

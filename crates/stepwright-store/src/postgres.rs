@@ -343,6 +343,11 @@ fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
+/// A position in a run's journal or events as Postgres stores it.
+fn position(from: u64) -> i64 {
+    i64::try_from(from).unwrap_or(i64::MAX)
+}
+
 impl Store for PostgresStore {
     fn create_run(&self, r: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
@@ -436,7 +441,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+    fn load_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
         Box::pin(async move {
             let doing = "loading a run";
             let row =
@@ -448,8 +453,9 @@ impl Store for PostgresStore {
                     .ok_or(StoreError::RunNotFound(run))?;
             let record = run_from_row(&row)?;
             let rows =
-                sqlx::query("SELECT path, at, record, value FROM stepwright_journal WHERE run_id = $1 ORDER BY seq")
+                sqlx::query("SELECT path, at, record, value FROM stepwright_journal WHERE run_id = $1 AND seq >= $2 ORDER BY seq")
                     .bind(uuid(run))
+                    .bind(position(from))
                     .fetch_all(&self.pool)
                     .await
                     .map_err(pg(doing))?;
@@ -535,7 +541,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+    fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
         Box::pin(async move {
             let doing = "reading events";
             let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stepwright_runs WHERE id = $1)")
@@ -547,9 +553,11 @@ impl Store for PostgresStore {
                 return Err(StoreError::RunNotFound(run));
             }
             let rows = sqlx::query(
-                "SELECT path, at, tenant, user_id, kind, data FROM stepwright_events WHERE run_id = $1 ORDER BY seq",
+                "SELECT path, at, tenant, user_id, kind, data FROM stepwright_events WHERE run_id = $1 AND seq >= $2 \
+                 ORDER BY seq",
             )
             .bind(uuid(run))
+            .bind(position(from))
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;
@@ -720,6 +728,35 @@ impl Store for PostgresStore {
                 .await
                 .map_err(pg("reading a definition"))?;
             Ok(row.map(|r| DefinitionSource { format: r.get(0), name: r.get(1), source: r.get(2) }))
+        })
+    }
+
+    fn wake_run(&self, run: RunId, _now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let doing = "bringing a run's timer forward";
+            // The database's clock, as `claim_due` uses: a worker's clock may be off.
+            let changed = sqlx::query(
+                "UPDATE stepwright_runs SET wake_at = stepwright_now_us() \
+                 WHERE id = $1 AND status = 'suspended' AND wake_at > stepwright_now_us()",
+            )
+            .bind(uuid(run))
+            .execute(&self.pool)
+            .await
+            .map_err(pg(doing))?
+            .rows_affected();
+            if changed == 0 {
+                let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stepwright_runs WHERE id = $1)")
+                    .bind(uuid(run))
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(pg(doing))?;
+                if !exists {
+                    return Err(StoreError::RunNotFound(run));
+                }
+                return Ok(false);
+            }
+            self.notify(run).await;
+            Ok(true)
         })
     }
 

@@ -900,7 +900,12 @@ fn all_runs(conn: &Connection) -> rusqlite::Result<Vec<RunRecord>> {
     rows.collect()
 }
 
-fn load(conn: &Connection, run: RunId) -> Result<LoadedRun, StoreError> {
+/// A position in a run's journal or events as SQLite stores it.
+fn position(from: u64) -> i64 {
+    i64::try_from(from).unwrap_or(i64::MAX)
+}
+
+fn load_from(conn: &Connection, run: RunId, from: u64) -> Result<LoadedRun, StoreError> {
     let doing = "loading a run";
     let id = run.as_uuid().into_bytes();
     let record = conn
@@ -913,9 +918,9 @@ fn load(conn: &Connection, run: RunId) -> Result<LoadedRun, StoreError> {
     let mut inline = HashMap::new();
     {
         let mut stmt = conn
-            .prepare_cached("SELECT path, at, record, value FROM journal WHERE run_id = ?1 ORDER BY seq")
+            .prepare_cached("SELECT path, at, record, value FROM journal WHERE run_id = ?1 AND seq >= ?2 ORDER BY seq")
             .map_err(|e| backend(doing, e))?;
-        let mut rows = stmt.query([&id[..]]).map_err(|e| backend(doing, e))?;
+        let mut rows = stmt.query(params![&id[..], position(from)]).map_err(|e| backend(doing, e))?;
         while let Some(row) = rows.next().map_err(|e| backend(doing, e))? {
             let path: String = row.get(0).map_err(|e| backend(doing, e))?;
             let at: i64 = row.get(1).map_err(|e| backend(doing, e))?;
@@ -974,15 +979,15 @@ impl Store for SqliteStore {
         Box::pin(self.send(move |ack| Op::SetStatus(run, update, ack)))
     }
 
-    fn load(&self, run: RunId) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
-        Box::pin(self.read("loading a run", move |conn| load(conn, run)))
+    fn load_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        Box::pin(self.read("loading a run", move |conn| load_from(conn, run, from)))
     }
 
     fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(self.send(move |ack| Op::Resolve(run, entry, ack)))
     }
 
-    fn events(&self, run: RunId) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+    fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
         Box::pin(self.read("reading events", move |conn| {
             let doing = "reading events";
             let id = run.as_uuid().into_bytes();
@@ -994,11 +999,11 @@ impl Store for SqliteStore {
             }
             let mut stmt = conn
                 .prepare_cached(
-                    "SELECT path, at, tenant, user_id, kind, data FROM events WHERE run_id = ?1 ORDER BY seq",
+                    "SELECT path, at, tenant, user_id, kind, data FROM events WHERE run_id = ?1 AND seq >= ?2 ORDER BY seq",
                 )
                 .map_err(|e| backend(doing, e))?;
             let rows = stmt
-                .query_map([&id[..]], |r| {
+                .query_map(params![&id[..], position(from)], |r| {
                     Ok(EventRecord {
                         run,
                         path: StepPath::new(&r.get::<_, String>(0)?),
@@ -1083,6 +1088,28 @@ impl Store for SqliteStore {
     fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>> {
         let inbox = inbox.to_owned();
         Box::pin(self.send(move |ack| Op::Post(run, inbox, message, ack)))
+    }
+
+    fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.write(move |conn| {
+            let doing = "bringing a run's timer forward";
+            let id = run.as_uuid().into_bytes();
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE runs SET wake_at = ?2 WHERE id = ?1 AND status = 'suspended' AND wake_at > ?2",
+                )
+                .and_then(|mut s| s.execute(params![&id[..], now.as_micros()]))
+                .map_err(|e| backend(doing, e))?;
+            if changed == 0 {
+                let exists: bool = conn
+                    .query_row("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)", [&id[..]], |r| r.get(0))
+                    .map_err(|e| backend(doing, e))?;
+                if !exists {
+                    return Err(StoreError::RunNotFound(run));
+                }
+            }
+            Ok(changed > 0)
+        }))
     }
 
     fn next_message(

@@ -39,6 +39,10 @@ pub(crate) enum Flow {
 
 pub(crate) type Res = Result<Flow, Crash>;
 
+/// How often a step parked on a mailbox (an inbox, a wake channel) looks at the store for
+/// what another process sent; sends in this process wake it at once.
+const MAILBOX_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// What descendants inherit.
 #[derive(Clone)]
 pub(crate) struct Env {
@@ -1049,7 +1053,6 @@ impl Exec {
         after: Option<u64>,
         env: &Env,
     ) -> Result<Result<Option<(u64, Value)>, Flow>, Crash> {
-        const POLL: std::time::Duration = std::time::Duration::from_millis(50);
         let deadline = self.now().plus(park);
         let store = self.run.recorder.store();
         loop {
@@ -1065,13 +1068,41 @@ impl Exec {
             if now >= deadline {
                 return Ok(Ok(None));
             }
-            let wait = deadline.since(now).min(POLL);
+            let wait = deadline.since(now).min(MAILBOX_POLL);
             tokio::select! {
                 () = &mut notified => {}
                 () = self.run.clock.sleep(wait) => {}
                 () = env.cancel.cancelled() => {
                     return Ok(Err(Flow::Failed(StepError::cancelled("cancelled while parked on an inbox"))));
                 }
+            }
+        }
+    }
+
+    /// The newest wake-up stored on an `every` wake inbox after `after`, if any: several
+    /// waiting wake-ups start one tick.
+    async fn pending_wake(&self, inbox: &str, after: Option<u64>) -> Result<Option<u64>, Crash> {
+        let store = self.run.recorder.store();
+        let mut newest = None;
+        while let Some((seq, _)) = store.next_message(self.run.run_id, inbox, newest.or(after)).await.map_err(Crash)? {
+            newest = Some(seq);
+        }
+        Ok(newest)
+    }
+
+    /// Waits for a wake-up on an `every` wake inbox after `after`: at once when it is sent
+    /// in this process, within the poll interval when another process sends it.
+    async fn wait_for_wake(&self, inbox: &str, after: Option<u64>) -> Result<u64, Crash> {
+        loop {
+            let notified = self.run.mailboxes.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(seq) = self.pending_wake(inbox, after).await? {
+                return Ok(seq);
+            }
+            tokio::select! {
+                () = &mut notified => {}
+                () = self.run.clock.sleep(MAILBOX_POLL) => {}
             }
         }
     }
@@ -1162,39 +1193,56 @@ impl Exec {
     ) -> Res {
         let mut tick: u64 = 1;
         let mut due = self.now();
+        let wake_inbox = spec.wake.as_deref().map(crate::engine::wake_inbox);
+        // The sequence number of the last wake-up taken, journaled with the tick it started.
+        let mut last_wake: Option<u64> = None;
         loop {
             let tick_path = path.ordinal(tick);
             let due_path = tick_path.join("@due");
-            let started = match self
-                .run
-                .replay
-                .recorded_input(&due_path)
-                .and_then(|d| d.get("at"))
-                .and_then(Value::as_i64)
-            {
+            let recorded = self.run.replay.recorded_input(&due_path);
+            if let Some(seq) = recorded.as_ref().and_then(|d| d.get("wake")).and_then(Value::as_u64) {
+                last_wake = Some(seq);
+            }
+            let started = match recorded.as_ref().and_then(|d| d.get("at")).and_then(Value::as_i64) {
                 Some(at) => Timestamp::from_micros(at),
                 None => {
                     let now = self.now();
+                    let mut woken_by = None;
                     if due > now {
-                        if due.since(now) > self.run.config.in_process_wait_limit {
-                            self.run.note_wake_at(due);
-                            self.run.recorder.flush().await?;
-                            return Ok(Flow::Suspended);
+                        // A wake-up already waiting (sent while the last tick ran, or while
+                        // this run was suspended) starts the tick at once.
+                        if let Some(inbox) = &wake_inbox {
+                            woken_by = self.pending_wake(inbox, last_wake).await?;
                         }
-                        let woken = async {
-                            match &spec.wake {
-                                Some(channel) => self.run.mailboxes.wait_wake(self.run.run_id, channel).await,
-                                None => std::future::pending().await,
+                        if woken_by.is_none() {
+                            if due.since(now) > self.run.config.in_process_wait_limit {
+                                if let Some(inbox) = &wake_inbox {
+                                    self.run.note_wake_check(inbox.clone(), last_wake);
+                                }
+                                self.run.note_wake_at(due);
+                                self.run.recorder.flush().await?;
+                                return Ok(Flow::Suspended);
                             }
-                        };
-                        tokio::select! {
-                            () = self.run.clock.sleep_until(due) => {}
-                            () = woken => {}
-                            () = env.cancel.cancelled() => return Ok(Flow::Failed(StepError::cancelled("every was cancelled"))),
+                            let woken = async {
+                                match &wake_inbox {
+                                    Some(inbox) => self.wait_for_wake(inbox, last_wake).await,
+                                    None => std::future::pending().await,
+                                }
+                            };
+                            tokio::select! {
+                                () = self.run.clock.sleep_until(due) => {}
+                                found = woken => woken_by = Some(found?),
+                                () = env.cancel.cancelled() => return Ok(Flow::Failed(StepError::cancelled("every was cancelled"))),
+                            }
                         }
                     }
                     let at = self.now();
-                    self.run.recorder.note(&due_path, at, Record::Decided { value: json!({ "at": at.as_micros() }) });
+                    let mut decided = json!({ "at": at.as_micros() });
+                    if let Some(seq) = woken_by {
+                        last_wake = Some(seq);
+                        decided["wake"] = json!(seq);
+                    }
+                    self.run.recorder.note(&due_path, at, Record::Decided { value: decided });
                     at
                 }
             };

@@ -125,43 +125,18 @@ impl StepCache for MemoryCache {
     }
 }
 
-/// In-process notifications: a message was stored for some inbox; an `every` channel was
-/// woken.
+/// In-process notifications: a message (an inbox message or a wake-up) was stored, so
+/// steps parked on one look now instead of at their next poll.
 #[derive(Default)]
 pub(crate) struct Mailboxes {
-    wakes: Mutex<HashMap<(RunId, String), u64>>,
     pub(crate) notify: Notify,
 }
 
-impl Mailboxes {
-    fn wake(&self, run: RunId, channel: &str) {
-        *self.wakes.lock().expect("poisoned").entry((run, channel.to_owned())).or_default() += 1;
-        self.notify.notify_waiters();
-    }
-
-    fn take_wake(&self, run: RunId, channel: &str) -> bool {
-        let mut wakes = self.wakes.lock().expect("poisoned");
-        match wakes.get_mut(&(run, channel.to_owned())) {
-            Some(count) if *count > 0 => {
-                *count = 0;
-                true
-            }
-            _ => false,
-        }
-    }
-
-    /// Completes when the channel is woken (a wake-up sent earlier counts once).
-    pub(crate) async fn wait_wake(&self, run: RunId, channel: &str) {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.take_wake(run, channel) {
-                return;
-            }
-            notified.await;
-        }
-    }
+/// The inbox that carries the wake-ups of an `every` wake channel. Wake-ups are stored like
+/// inbox messages, so they reach a run executing in any process and survive a crash; the
+/// `@` keeps them apart from the inboxes a workflow names.
+pub(crate) fn wake_inbox(channel: &str) -> String {
+    format!("@wake/{channel}")
 }
 
 /// An open interrupt, as reported to callers.
@@ -744,9 +719,20 @@ impl Engine {
         Ok(())
     }
 
-    /// Wakes an `every` channel of a run: its next tick runs at once.
-    pub fn wake(&self, run: RunId, channel: &str) {
-        self.inner.mailboxes.wake(run, channel);
+    /// Wakes an `every` channel of a run: its next tick runs at once. The wake-up is stored,
+    /// so it reaches the run in whichever process executes it (at once in this one, within
+    /// the poll interval elsewhere), and a run that suspended until its next tick is made
+    /// due, so a runner resumes it now. Wake-ups sent while a tick runs count once. A wake-up
+    /// for a run that does not exist yet is kept for it, as inbox messages are.
+    pub async fn wake(&self, run: RunId, channel: &str) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        store.post_message(run, &wake_inbox(channel), Value::Null).await.map_err(EngineError::store(run))?;
+        match store.wake_run(run, self.inner.clock.now()).await {
+            Ok(_) | Err(StoreError::RunNotFound(_)) => {}
+            Err(error) => return Err(EngineError::store(run)(error)),
+        }
+        self.inner.mailboxes.notify.notify_waiters();
+        Ok(())
     }
 
     /// The report of a run as the store has it.
@@ -793,6 +779,7 @@ impl Engine {
             mailboxes: inner.mailboxes.clone(),
             root_memory: Memory::default(),
             wake_at: Mutex::new(None),
+            wake_checks: Mutex::new(Vec::new()),
             yielded: AtomicBool::new(false),
         });
         let cancel = CancellationToken::new();
@@ -914,6 +901,17 @@ impl Engine {
         };
         inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
         if status == RunStatus::Suspended {
+            // A wake-up sent while this run was deciding to suspend found it still running,
+            // so `wake` left its timer alone; now that the suspension is written, look once
+            // more. One of the two sides always sees the other.
+            let checks = std::mem::take(&mut *shared.wake_checks.lock().expect("poisoned"));
+            for (inbox, after) in checks {
+                let waiting = inner.store.next_message(run_id, &inbox, after).await.map_err(EngineError::store(run_id))?;
+                if waiting.is_some() {
+                    inner.store.wake_run(run_id, inner.clock.now()).await.map_err(EngineError::store(run_id))?;
+                    break;
+                }
+            }
             let loaded = inner.store.load(run_id).await.map_err(EngineError::store(run_id))?;
             return Ok(report_from(&loaded, wake_at));
         }

@@ -33,6 +33,9 @@ pub(crate) struct RunShared {
     pub(crate) mailboxes: Arc<Mailboxes>,
     pub(crate) root_memory: Memory,
     pub(crate) wake_at: Mutex<Option<Timestamp>>,
+    /// Wake inboxes of `every` steps that suspended until their next tick, each with the
+    /// last wake-up taken: checked once more after the suspension is written.
+    pub(crate) wake_checks: Mutex<Vec<(String, Option<u64>)>>,
     pub(crate) yielded: AtomicBool,
 }
 
@@ -445,6 +448,12 @@ impl RunShared {
     pub(crate) fn note_wake_at(&self, at: Timestamp) {
         let mut wake = self.wake_at.lock().expect("poisoned");
         *wake = Some(wake.map_or(at, |w| w.min(at)));
+    }
+
+    /// Notes that the run suspends with an `every` whose wake inbox must be looked at once
+    /// more after the suspension is written (see `Engine::execute_indexed`).
+    pub(crate) fn note_wake_check(&self, inbox: String, after: Option<u64>) {
+        self.wake_checks.lock().expect("poisoned").push((inbox, after));
     }
 
     /// Notes that a step stopped at a checkpoint (`continue`).
