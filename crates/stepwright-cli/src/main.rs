@@ -4,6 +4,8 @@
 //! 0 completed (or valid), 1 failed, 2 bad usage, file or input, 3 suspended, 130 Ctrl-C.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod progress;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,7 +15,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 use stepwright_core::journal::{DefinitionSource, RunFilter};
 use stepwright_core::{
-    Decision, Engine, EngineBuilder, MemoryBank, Observer, RunId, RunReport, RunStatus, SessionStore, StepPath, Store,
+    Decision, Engine, EngineBuilder, MemoryBank, RunId, RunReport, RunStatus, SessionStore, StepPath, Store,
 };
 
 #[derive(Parser)]
@@ -601,7 +603,7 @@ fn cli_engine(store: &Arc<dyn CliStore>, progress: bool) -> Engine {
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
     let mut builder = engine_over(store).worker_id(&format!("cli@{host}"));
     if progress {
-        builder = builder.observer(Arc::new(Progress));
+        builder = builder.observer(Arc::new(progress::Progress::for_stderr()));
     }
     builder.build()
 }
@@ -917,9 +919,9 @@ fn timeline(loaded: &stepwright_core::journal::LoadedRun) -> Vec<Value> {
 #[derive(Default)]
 struct EventLog {
     /// Journal entries already rendered.
-    journal_seen: usize,
+    journal_seen: u64,
     /// Emitted events already returned.
-    events_seen: usize,
+    events_seen: u64,
     /// Whether the final `run.<status>` line has been returned.
     finished: bool,
 }
@@ -935,11 +937,11 @@ impl EventLog {
         if self.finished {
             return Ok(Vec::new());
         }
-        // The journal is read before the emitted events: a run's status changes only after
-        // its last commit, so once the status read here is final, the events read next are
-        // complete.
-        let loaded = store.load(run).await?;
-        let emitted = store.events(run).await?;
+        // Only what has not been seen is read. The header and journal are read before the
+        // emitted events: a run's status changes only after its last commit, so once the
+        // status read here is final, the entries and events read with it are the last.
+        let loaded = store.load_from(run, self.journal_seen).await?;
+        let emitted = store.events_from(run, self.events_seen).await?;
         let lifecycle = |path: &StepPath, at, kind: &str, data: Value| EventRecord {
             run,
             path: path.clone(),
@@ -951,7 +953,7 @@ impl EventLog {
         };
         // (time, rank, event): an attempt's start sorts before what it emitted, its end after.
         let mut new: Vec<(stepwright_core::Timestamp, u8, EventRecord)> = Vec::new();
-        for entry in loaded.entries.iter().skip(self.journal_seen) {
+        for entry in &loaded.entries {
             let mut data = serde_json::to_value(&entry.record)?;
             let kind = data.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
             if let Some(object) = data.as_object_mut() {
@@ -982,9 +984,9 @@ impl EventLog {
             let rank = if kind == "step.started" { 0 } else { 2 };
             new.push((entry.at, rank, lifecycle(&entry.path, entry.at, &kind, data)));
         }
-        self.journal_seen = loaded.entries.len();
-        for event in emitted.into_iter().skip(self.events_seen) {
-            self.events_seen += 1;
+        self.journal_seen += loaded.entries.len() as u64;
+        self.events_seen += emitted.len() as u64;
+        for event in emitted {
             new.push((event.at, 1, event));
         }
         new.sort_by_key(|(at, rank, _)| (*at, *rank));
@@ -1044,13 +1046,4 @@ fn draw(description: &Value, format: &str) -> anyhow::Result<String> {
         other => return Err(anyhow!(BadInput(format!("unknown --format {other:?}: mermaid or dot")))),
     }
     Ok(lines.join("\n"))
-}
-
-/// Off-terminal progress: one line per step as it finishes, on stderr.
-struct Progress;
-
-impl Observer for Progress {
-    fn step_finished(&self, _run: RunId, path: &StepPath, status: &str) {
-        eprintln!("{status:<10} {path}");
-    }
 }

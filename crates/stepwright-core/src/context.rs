@@ -198,6 +198,9 @@ pub trait Observer: Send + Sync + 'static {
     fn step_finished(&self, _run: RunId, _path: &StepPath, _status: &str) {}
     /// A step streamed a token.
     fn token(&self, _run: RunId, _path: &StepPath, _text: &str) {}
+    /// A step emitted an event (a model call with its usage and cost, a tool call…) as it
+    /// is recorded, before it is committed.
+    fn event(&self, _run: RunId, _path: &StepPath, _kind: &str, _data: &Value) {}
 }
 
 #[derive(Default)]

@@ -59,6 +59,16 @@ pub(crate) enum Tokens {
 /// Starts the server; `script` answers each request body. Returns the port and a count of
 /// requests served.
 pub(crate) fn fake_openai(script: fn(&Value) -> Reply, tokens: Tokens) -> (u16, Arc<AtomicUsize>) {
+    fake_openai_paced(script, tokens, std::time::Duration::ZERO)
+}
+
+/// As [`fake_openai`], but a streamed answer arrives one event every `pace` (a chunked
+/// body, as a provider sends while the model generates) instead of all at once.
+pub(crate) fn fake_openai_paced(
+    script: fn(&Value) -> Reply,
+    tokens: Tokens,
+    pace: std::time::Duration,
+) -> (u16, Arc<AtomicUsize>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let served = Arc::new(AtomicUsize::new(0));
@@ -97,7 +107,7 @@ pub(crate) fn fake_openai(script: fn(&Value) -> Reply, tokens: Tokens) -> (u16, 
                     let streamed = request["stream"] == json!(true);
                     let usage = usage(&request, &reply, tokens);
                     let written = if streamed {
-                        respond_streamed(&mut writer, &request, &reply, usage)
+                        respond_streamed(&mut writer, &request, &reply, usage, pace)
                     } else {
                         respond_whole(&mut writer, &request, &reply, &usage)
                     };
@@ -150,7 +160,13 @@ fn respond_whole(writer: &mut impl Write, request: &Value, reply: &Reply, usage:
     write!(writer, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len())
 }
 
-fn respond_streamed(writer: &mut impl Write, request: &Value, reply: &Reply, usage: Value) -> std::io::Result<()> {
+fn respond_streamed(
+    writer: &mut impl Write,
+    request: &Value,
+    reply: &Reply,
+    usage: Value,
+    pace: std::time::Duration,
+) -> std::io::Result<()> {
     let chunk = |choices: Value, usage: Value| {
         let mut chunk = json!({ "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": request["model"], "choices": choices });
         if !usage.is_null() {
@@ -177,6 +193,18 @@ fn respond_streamed(writer: &mut impl Write, request: &Value, reply: &Reply, usa
     events.push(chunk(json!([{ "index": 0, "delta": {}, "finish_reason": finish }]), Value::Null));
     events.push(chunk(json!([]), usage));
     events.push("data: [DONE]\n\n".to_owned());
+    if !pace.is_zero() {
+        write!(
+            writer,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+        )?;
+        for event in events {
+            std::thread::sleep(pace);
+            write!(writer, "{:x}\r\n{event}\r\n", event.len())?;
+            writer.flush()?;
+        }
+        return write!(writer, "0\r\n\r\n");
+    }
     let body = events.concat();
     write!(
         writer,

@@ -462,6 +462,9 @@ impl RunShared {
     }
 
     pub(crate) fn event(&self, path: &StepPath, kind: &str, data: Value) {
+        if let Some(observer) = &self.observer {
+            observer.event(self.run_id, path, kind, &data);
+        }
         self.recorder.note_event(EventRecord {
             run: self.run_id,
             path: path.clone(),
