@@ -574,15 +574,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                         println!("{object}");
                     } else {
                         println!("run {} ({}) {}", run, loaded.record.workflow, report.status.as_str());
-                        for step in &steps {
-                            let usage = step.get("usage").map(usage_text).unwrap_or_default();
-                            println!(
-                                "  {:<32} {:<10} attempts {}{usage}",
-                                step["path"].as_str().unwrap_or_default(),
-                                step["status"].as_str().unwrap_or_default(),
-                                step["attempts"]
-                            );
-                        }
+                        print_timeline(&steps);
                         if total.calls > 0 {
                             println!("  model usage:{}", usage_text(&json!(total)));
                         }
@@ -881,37 +873,89 @@ fn print_report(report: &RunReport, as_json: bool) {
     }
 }
 
-/// Each step path's last state, in journal order.
+/// Each step path's last state, in journal order: status, attempts, how long it took from
+/// its first start to its end (`duration_ms`, when both are journaled) and its output.
 fn timeline(loaded: &stepwright_core::journal::LoadedRun) -> Vec<Value> {
-    use stepwright_core::Record;
+    use stepwright_core::{Record, Timestamp};
+    #[derive(Default)]
+    struct Row {
+        status: &'static str,
+        attempts: u32,
+        started: Option<Timestamp>,
+        ended: Option<Timestamp>,
+        output: Option<Value>,
+    }
     let mut order: Vec<String> = Vec::new();
-    let mut state: std::collections::HashMap<String, (String, u32)> = std::collections::HashMap::new();
+    let mut rows: std::collections::HashMap<String, Row> = std::collections::HashMap::new();
     for entry in &loaded.entries {
-        let path = entry.path.as_str().to_owned();
-        let (status, attempt) = match &entry.record {
-            Record::Started { attempt } => ("running", *attempt),
-            Record::Completed { attempt, .. } => ("completed", *attempt),
-            Record::Failed { attempt, retry_at: Some(_), .. } => ("retrying", *attempt),
-            Record::Failed { attempt, .. } => ("failed", *attempt),
-            Record::Skipped { .. } => ("skipped", 0),
-            Record::InterruptOpened { .. } => ("waiting", 0),
-            Record::Cancelled { .. } => ("cancelled", 0),
+        let (status, attempt, started, ended) = match &entry.record {
+            Record::Started { attempt } => ("running", *attempt, Some(entry.at), None),
+            Record::Completed { attempt, started_at, .. } => ("completed", *attempt, *started_at, Some(entry.at)),
+            Record::Failed { attempt, retry_at: Some(_), started_at, .. } => ("retrying", *attempt, *started_at, None),
+            Record::Failed { attempt, started_at, .. } => ("failed", *attempt, *started_at, Some(entry.at)),
+            Record::Skipped { .. } => ("skipped", 0, None, Some(entry.at)),
+            Record::InterruptOpened { .. } => ("waiting", 0, None, None),
+            Record::Cancelled { .. } => ("cancelled", 0, None, Some(entry.at)),
             _ => continue,
         };
-        if !state.contains_key(&path) {
-            order.push(path.clone());
+        let path = entry.path.as_str();
+        if !rows.contains_key(path) {
+            order.push(path.to_owned());
         }
-        let entry = state.entry(path).or_insert_with(|| (String::new(), 0));
-        entry.0 = status.to_owned();
-        entry.1 = entry.1.max(attempt);
+        let row = rows.entry(path.to_owned()).or_default();
+        row.status = status;
+        row.attempts = row.attempts.max(attempt);
+        row.started = row.started.or(started);
+        row.ended = ended;
+        if let Record::Completed { output, .. } = &entry.record {
+            row.output = loaded.blobs.get(output).map(|v| (**v).clone());
+        }
     }
     order
         .into_iter()
         .map(|path| {
-            let (status, attempts) = state[&path].clone();
-            json!({ "path": path, "status": status, "attempts": attempts })
+            let row = &rows[&path];
+            let mut step = json!({ "path": path, "status": row.status, "attempts": row.attempts });
+            if let (Some(started), Some(ended)) = (row.started, row.ended) {
+                step["duration_ms"] = json!(ended.since(started).as_secs_f64() * 1000.0);
+            }
+            if let Some(output) = &row.output {
+                step["output"] = output.clone();
+            }
+            step
         })
         .collect()
+}
+
+/// The timeline as a table for people: a row per step path, outputs shortened.
+fn print_timeline(steps: &[Value]) {
+    println!("  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  OUTPUT", "STEP", "STATUS", "TRIES", "DURATION", "TOKENS", "COST");
+    for step in steps {
+        let duration = step["duration_ms"]
+            .as_f64()
+            .map_or_else(|| "-".to_owned(), |ms| progress::duration(std::time::Duration::from_secs_f64(ms / 1000.0)));
+        let usage = &step["usage"];
+        let tokens = usage["input_tokens"].as_u64().map(|i| i + usage["output_tokens"].as_u64().unwrap_or(0));
+        let cost = usage["cost_usd"].as_f64().filter(|c| *c > 0.0);
+        println!(
+            "  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  {}",
+            step["path"].as_str().unwrap_or_default(),
+            step["status"].as_str().unwrap_or_default(),
+            step["attempts"].as_u64().unwrap_or_default(),
+            duration,
+            tokens.map_or_else(|| "-".to_owned(), |t| t.to_string()),
+            cost.map_or_else(|| "-".to_owned(), progress::dollars),
+            step.get("output").map(|o| shortened(&o.to_string(), 48)).unwrap_or_default(),
+        );
+    }
+}
+
+/// `text` cut to `width` characters, marked with `…` when cut.
+fn shortened(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    format!("{}…", text.chars().take(width - 1).collect::<String>())
 }
 
 /// A run's event log read incrementally: its journal rendered as lifecycle events,

@@ -149,14 +149,19 @@ fn figures(attempt: u32, usage: &Totals) -> String {
     if usage.calls > 0 {
         text.push_str(&format!("  {} tokens", usage.input_tokens + usage.output_tokens));
         if usage.cost_usd > 0.0 {
-            text.push_str(&format!("  ${:.4}", usage.cost_usd));
+            text.push_str(&format!("  {}", dollars(usage.cost_usd)));
         }
     }
     text
 }
 
+/// `$0.0021`; a cost too small for four places keeps two significant digits (`$0.000032`).
+pub(crate) fn dollars(cost: f64) -> String {
+    if cost >= 0.0001 { format!("${cost:.4}") } else { format!("${cost:.6}") }
+}
+
 /// `312ms`, `4.2s`, `3m07s`.
-fn duration(elapsed: Duration) -> String {
+pub(crate) fn duration(elapsed: Duration) -> String {
     let millis = elapsed.as_millis();
     if millis < 1000 {
         format!("{millis}ms")
@@ -341,6 +346,8 @@ mod tests {
         assert_eq!(duration(Duration::from_millis(312)), "312ms");
         assert_eq!(duration(Duration::from_millis(4_240)), "4.2s");
         assert_eq!(duration(Duration::from_secs(187)), "3m07s");
+        assert_eq!(dollars(0.002_14), "$0.0021");
+        assert_eq!(dollars(0.000_032), "$0.000032");
     }
 
     #[test]

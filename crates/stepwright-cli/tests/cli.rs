@@ -94,6 +94,25 @@ fn runs_list_and_show_read_the_store() {
         .map(|s| (s["path"].as_str().unwrap().to_owned(), s["status"].as_str().unwrap().to_owned()))
         .collect();
     assert_eq!(steps, [("hello".to_owned(), "completed".to_owned()), ("loud".to_owned(), "completed".to_owned())]);
+    assert_eq!(shown["steps"][0]["output"], "Hello, bo");
+    assert_eq!(shown["steps"][1]["attempts"], 1);
+    assert!(shown["steps"][1]["duration_ms"].as_f64().is_some_and(|ms| ms >= 0.0), "{}", shown["steps"][1]);
+
+    // For people: a table with a row per step, its output shortened to fit.
+    let long = format!(r#"{{"name": "{}"}}"#, "b".repeat(80));
+    let done = stepwright(dir.path(), &["--db", &db, "run", "greet.yaml", "--input", &long, "--json"]);
+    let run = serde_json::from_slice::<Value>(&done.stdout).unwrap()["run_id"].as_str().unwrap().to_owned();
+    let table = stepwright(dir.path(), &["--db", &db, "runs", "show", &run]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0], format!("run {run} (greet) completed"));
+    let header: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(header, ["STEP", "STATUS", "TRIES", "DURATION", "TOKENS", "COST", "OUTPUT"]);
+    let hello: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(&hello[..3], ["hello", "completed", "1"], "{table}");
+    assert!(hello[3].ends_with("ms") || hello[3].ends_with('s'), "a duration: {table}");
+    assert_eq!(&hello[4..6], ["-", "-"], "no model calls: {table}");
+    assert!(lines[2].ends_with(&format!(r#""Hello, {}…"#, "b".repeat(39))), "{table}");
 }
 
 #[test]
