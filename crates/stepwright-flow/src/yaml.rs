@@ -180,8 +180,13 @@ impl<'de> Visitor<'de> for YamlVisitor {
 }
 
 /// Parses a document; a syntax error comes back with its position.
+///
+/// Scalars follow YAML 1.2's core schema, as editors' YAML servers do: only `true` and
+/// `false` are booleans, so `id: n` or `answer: yes` are the strings they look like, not
+/// YAML 1.1's booleans.
 pub fn parse(source: &str) -> Result<Node, (Pos, String)> {
-    serde_saphyr::from_str::<Node>(source).map_err(|e| {
+    let options = serde_saphyr::options! { strict_booleans: true };
+    serde_saphyr::from_str_with_options::<Node>(source, options).map_err(|e| {
         let at = e.location().map(|l| pos(&l)).unwrap_or_default();
         let message = e.to_string();
         let first = message.lines().next().unwrap_or("invalid YAML");
@@ -208,5 +213,12 @@ mod tests {
         assert_eq!(entries[1].0.name, "set");
         assert_eq!((entries[1].0.pos.line, entries[1].0.pos.column), (4, 5));
         assert_eq!(doc.to_json()["steps"][0]["set"], 1);
+    }
+
+    #[test]
+    fn only_true_and_false_are_booleans() {
+        let doc = parse("a: y\nb: no\nc: on\nd: Yes\ne: true\nf: false\ng: 'true'\n").unwrap();
+        let json = doc.to_json();
+        assert_eq!(json, serde_json::json!({ "a": "y", "b": "no", "c": "on", "d": "Yes", "e": true, "f": false, "g": "true" }));
     }
 }
