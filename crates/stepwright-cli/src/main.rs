@@ -929,7 +929,10 @@ fn timeline(loaded: &stepwright_core::journal::LoadedRun) -> Vec<Value> {
 
 /// The timeline as a table for people: a row per step path, outputs shortened.
 fn print_timeline(steps: &[Value]) {
-    println!("  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  OUTPUT", "STEP", "STATUS", "TRIES", "DURATION", "TOKENS", "COST");
+    println!(
+        "  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  OUTPUT",
+        "STEP", "STATUS", "TRIES", "DURATION", "TOKENS", "COST"
+    );
     for step in steps {
         let duration = step["duration_ms"]
             .as_f64()

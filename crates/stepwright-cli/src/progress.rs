@@ -112,7 +112,11 @@ impl Steps {
     /// step stays known for its next attempt).
     fn finished(&self, path: &StepPath, status: &str) -> String {
         let mut steps = self.steps.lock().expect("poisoned");
-        let state = if status == "retrying" { steps.get(path).map(Summary::of) } else { steps.remove(path).as_ref().map(Summary::of) };
+        let state = if status == "retrying" {
+            steps.get(path).map(Summary::of)
+        } else {
+            steps.remove(path).as_ref().map(Summary::of)
+        };
         closing_line(status, path, state.as_ref())
     }
 }
@@ -231,7 +235,8 @@ impl LiveView {
             row.streamed.drain(..cut);
         }
         let stream = row.stream.get_or_insert_with(|| {
-            let style = ProgressStyle::with_template("    {msg:.dim}").unwrap_or_else(|_| ProgressStyle::default_spinner());
+            let style =
+                ProgressStyle::with_template("    {msg:.dim}").unwrap_or_else(|_| ProgressStyle::default_spinner());
             self.multi.insert_after(&row.bar, ProgressBar::new_spinner().with_style(style))
         });
         stream.set_message(tail_that_fits(&row.streamed, width_for_stream()));

@@ -57,9 +57,8 @@ fn a_terminal_gets_the_live_view_and_a_pipe_gets_plain_lines() {
     let (port, _) = support::fake_openai_paced(answer, Tokens::Fixed(30, 9), Duration::from_millis(120));
     std::fs::write(dir.path().join("live.yaml"), workflow(port)).unwrap();
 
-    let command = [env!("CARGO_BIN_EXE_stepwright"), "run", "live.yaml", "--input", "\"engines\""]
-        .map(quoted)
-        .join(" ");
+    let command =
+        [env!("CARGO_BIN_EXE_stepwright"), "run", "live.yaml", "--input", "\"engines\""].map(quoted).join(" ");
     let on_terminal = Command::new("script")
         .args(["--quiet", "--return", "--command", &command, "/dev/null"])
         .current_dir(dir.path())

@@ -219,6 +219,9 @@ mod tests {
     fn only_true_and_false_are_booleans() {
         let doc = parse("a: y\nb: no\nc: on\nd: Yes\ne: true\nf: false\ng: 'true'\n").unwrap();
         let json = doc.to_json();
-        assert_eq!(json, serde_json::json!({ "a": "y", "b": "no", "c": "on", "d": "Yes", "e": true, "f": false, "g": "true" }));
+        assert_eq!(
+            json,
+            serde_json::json!({ "a": "y", "b": "no", "c": "on", "d": "Yes", "e": true, "f": false, "g": "true" })
+        );
     }
 }

@@ -452,13 +452,14 @@ impl Store for PostgresStore {
                     .map_err(pg(doing))?
                     .ok_or(StoreError::RunNotFound(run))?;
             let record = run_from_row(&row)?;
-            let rows =
-                sqlx::query("SELECT path, at, record, value FROM stepwright_journal WHERE run_id = $1 AND seq >= $2 ORDER BY seq")
-                    .bind(uuid(run))
-                    .bind(position(from))
-                    .fetch_all(&self.pool)
-                    .await
-                    .map_err(pg(doing))?;
+            let rows = sqlx::query(
+                "SELECT path, at, record, value FROM stepwright_journal WHERE run_id = $1 AND seq >= $2 ORDER BY seq",
+            )
+            .bind(uuid(run))
+            .bind(position(from))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg(doing))?;
             let mut entries = Vec::with_capacity(rows.len());
             let mut blobs = HashMap::new();
             let mut wanted: Vec<Vec<u8>> = Vec::new();

@@ -1095,9 +1095,7 @@ impl Store for SqliteStore {
             let doing = "bringing a run's timer forward";
             let id = run.as_uuid().into_bytes();
             let changed = conn
-                .prepare_cached(
-                    "UPDATE runs SET wake_at = ?2 WHERE id = ?1 AND status = 'suspended' AND wake_at > ?2",
-                )
+                .prepare_cached("UPDATE runs SET wake_at = ?2 WHERE id = ?1 AND status = 'suspended' AND wake_at > ?2")
                 .and_then(|mut s| s.execute(params![&id[..], now.as_micros()]))
                 .map_err(|e| backend(doing, e))?;
             if changed == 0 {

@@ -906,7 +906,8 @@ impl Engine {
             // more. One of the two sides always sees the other.
             let checks = std::mem::take(&mut *shared.wake_checks.lock().expect("poisoned"));
             for (inbox, after) in checks {
-                let waiting = inner.store.next_message(run_id, &inbox, after).await.map_err(EngineError::store(run_id))?;
+                let waiting =
+                    inner.store.next_message(run_id, &inbox, after).await.map_err(EngineError::store(run_id))?;
                 if waiting.is_some() {
                     inner.store.wake_run(run_id, inner.clock.now()).await.map_err(EngineError::store(run_id))?;
                     break;
