@@ -612,35 +612,7 @@ async fn provide_makes_memory_layers_visible_to_descendants() {
 async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
     let (engine, _) = engine();
     let ticks = Log::default();
-    let workflow = {
-        let ticks = ticks.clone();
-        Workflow::builder("poller")
-            .step(
-                Every::new(
-                    "poll",
-                    Duration::from_secs(10),
-                    [Node::step(
-                        "tick",
-                        fn_step(move |ctx: StepContext, _x: Value| {
-                            let ticks = ticks.clone();
-                            async move {
-                                let tick = ctx.scope().var("tick").unwrap().as_i64().unwrap();
-                                ticks.push(format!("{tick}@{}", ctx.now().since(T0).as_secs()));
-                                if tick == 2 {
-                                    Err(StepError::new(ErrorCode::new("flaky"), "tick 2 fails"))
-                                } else {
-                                    Ok(tick)
-                                }
-                            }
-                        }),
-                    )],
-                )
-                .wake_on("kick")
-                .on_error(EveryOnError::Continue),
-            )
-            .build()
-            .unwrap()
-    };
+    let workflow = poller(Duration::from_secs(10), &ticks, Some(2));
     let run_id: stepwright_core::RunId = "01890000-0000-7000-8000-0000000000e1".parse().unwrap();
     let driver = {
         let engine = engine.clone();
@@ -674,8 +646,9 @@ async fn every_ticks_on_interval_wakes_early_and_runs_until_cancelled() {
     assert_eq!(report.error.unwrap().message, "always");
 }
 
-/// An `every` whose tick logs `tick@seconds`.
-fn poller(interval: Duration, ticks: &Log) -> Workflow {
+/// An `every` on the wake channel `kick` whose tick logs `tick@seconds` (and fails on
+/// `failing_tick`; a failed tick does not stop it).
+fn poller(interval: Duration, ticks: &Log, failing_tick: Option<i64>) -> Workflow {
     let ticks = ticks.clone();
     Workflow::builder("poller")
         .step(
@@ -689,12 +662,17 @@ fn poller(interval: Duration, ticks: &Log) -> Workflow {
                         async move {
                             let tick = ctx.scope().var("tick").unwrap().as_i64().unwrap();
                             ticks.push(format!("{tick}@{}", ctx.now().since(T0).as_secs()));
-                            Ok(tick)
+                            if Some(tick) == failing_tick {
+                                Err(StepError::new(ErrorCode::new("flaky"), format!("tick {tick} fails")))
+                            } else {
+                                Ok(tick)
+                            }
                         }
                     }),
                 )],
             )
-            .wake_on("kick"),
+            .wake_on("kick")
+            .on_error(EveryOnError::Continue),
         )
         .build()
         .unwrap()
@@ -739,7 +717,7 @@ async fn every_is_woken_through_the_store_from_another_engine() {
         })
     };
     let options = stepwright_core::StartOptions { run_id: Some(run_id), ..Default::default() };
-    let report = engine.start_with(&poller(Duration::from_secs(30), &ticks), json!(null), options).await.unwrap();
+    let report = engine.start_with(&poller(Duration::from_secs(30), &ticks, None), json!(null), options).await.unwrap();
     driver.await.unwrap();
     assert_eq!(report.status, RunStatus::Cancelled);
     // Two wake-ups sent together start one tick; the next is 30 s after it, past the cancel.
@@ -749,7 +727,7 @@ async fn every_is_woken_through_the_store_from_another_engine() {
 
     // Suspended: a one-hour interval is longer than the engine waits in process.
     let ticks = Log::default();
-    let hourly = poller(Duration::from_secs(3600), &ticks);
+    let hourly = poller(Duration::from_secs(3600), &ticks, None);
     let report = engine.start(&hourly, json!(null)).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended);
     let run_id = report.run_id;

@@ -343,6 +343,18 @@ fn micros(duration: Duration) -> i64 {
     i64::try_from(duration.as_micros()).unwrap_or(i64::MAX)
 }
 
+impl PostgresStore {
+    /// `RunNotFound` unless the run exists.
+    async fn check_exists(&self, run: RunId, doing: &str) -> Result<(), StoreError> {
+        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stepwright_runs WHERE id = $1)")
+            .bind(uuid(run))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(pg(doing))?;
+        if exists { Ok(()) } else { Err(StoreError::RunNotFound(run)) }
+    }
+}
+
 /// A position in a run's journal or events as Postgres stores it.
 fn position(from: u64) -> i64 {
     i64::try_from(from).unwrap_or(i64::MAX)
@@ -545,14 +557,7 @@ impl Store for PostgresStore {
     fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
         Box::pin(async move {
             let doing = "reading events";
-            let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stepwright_runs WHERE id = $1)")
-                .bind(uuid(run))
-                .fetch_one(&self.pool)
-                .await
-                .map_err(pg(doing))?;
-            if !exists {
-                return Err(StoreError::RunNotFound(run));
-            }
+            self.check_exists(run, doing).await?;
             let rows = sqlx::query(
                 "SELECT path, at, tenant, user_id, kind, data FROM stepwright_events WHERE run_id = $1 AND seq >= $2 \
                  ORDER BY seq",
@@ -746,14 +751,7 @@ impl Store for PostgresStore {
             .map_err(pg(doing))?
             .rows_affected();
             if changed == 0 {
-                let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stepwright_runs WHERE id = $1)")
-                    .bind(uuid(run))
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(pg(doing))?;
-                if !exists {
-                    return Err(StoreError::RunNotFound(run));
-                }
+                self.check_exists(run, doing).await?;
                 return Ok(false);
             }
             self.notify(run).await;
