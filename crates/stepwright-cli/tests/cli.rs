@@ -227,6 +227,123 @@ fn a_run_killed_mid_way_is_finished_by_resume() {
     assert_eq!(events.status.code(), Some(0));
 }
 
+/// The runs in a store, as `runs list --json` prints them.
+fn listed(dir: &Path, db: &[&str]) -> Vec<Value> {
+    let mut args = db.to_vec();
+    args.extend(["runs", "list", "--json"]);
+    let output = stepwright(dir, &args);
+    String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn ctrl_c_stops_a_run_cleanly_and_resume_finishes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "slow.yaml",
+        "workflow: slow\nsteps:\n  - id: first\n    set: 1\n  - id: nap\n    sleep: 2s\n  - id: last\n    set: \"{{ steps.first.output + 1 }}\"\n",
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir.path())
+        .env_remove("STEPWRIGHT_DB")
+        .args(["run", "slow.yaml", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the run is in the store, the command is waiting on it and on Ctrl-C.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while listed(dir.path(), &[]).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the run never appeared in the store");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let interrupt = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(interrupt.success());
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(130), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("interrupted; the run stays resumable"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.stdout.is_empty(), "no output for a run that did not finish");
+    let runs = listed(dir.path(), &[]);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["status"], "running", "the run is left as it was, to be resumed");
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let resumed = stepwright(dir.path(), &["resume", &run, "--json"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let report: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    assert_eq!((report["status"].as_str(), &report["output"]), (Some("completed"), &serde_json::json!(2)));
+    // `first` ran once: the resumed run took its output from the journal.
+    let shown: Value =
+        serde_json::from_slice(&stepwright(dir.path(), &["runs", "show", &run, "--json"]).stdout).unwrap();
+    assert_eq!(shown["steps"][0]["path"], "first");
+    assert_eq!(shown["steps"][0]["attempts"], 1);
+}
+
+#[test]
+fn workers_share_one_postgres_database() {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let Some(url) = runtime.block_on(stepwright_store::postgres::test_url("workers_share_one_postgres_database"))
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "double.yaml",
+        "workflow: double\nsteps:\n  - id: nap\n    sleep: 300ms\n  - id: twice\n    set: \"{{ input.n * 2 }}\"\n",
+    );
+    let db = ["--db", url.as_str()];
+    let mut runs = Vec::new();
+    for n in 0..8 {
+        let input = format!(r#"{{"n": {n}}}"#);
+        let created = stepwright(
+            dir.path(),
+            &[&db[..], &["run", "double.yaml", "--detach", "--json", "--input", &input]].concat(),
+        );
+        assert_eq!(created.status.code(), Some(0), "{}", String::from_utf8_lossy(&created.stderr));
+        runs.push((run_id(&created), n));
+    }
+    let workers: Vec<std::process::Child> = (0..2)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_stepwright"))
+                .current_dir(dir.path())
+                .args(["--db", &url, "worker"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let finished = loop {
+        let done = listed(dir.path(), &db).iter().filter(|r| r["status"] == "completed").count();
+        if done == runs.len() || std::time::Instant::now() > deadline {
+            break done;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    for mut worker in workers {
+        let _ = worker.kill();
+        let _ = worker.wait();
+    }
+    assert_eq!(finished, runs.len(), "the two workers finished every run");
+    for (run, n) in runs {
+        let shown: Value = serde_json::from_slice(
+            &stepwright(dir.path(), &[&db[..], &["runs", "show", &run, "--json"]].concat()).stdout,
+        )
+        .unwrap();
+        assert_eq!(shown["output"], n * 2, "{shown}");
+        // Each step completed on its first attempt.
+        for step in shown["steps"].as_array().unwrap() {
+            assert_eq!(step["attempts"], 1, "{shown}");
+        }
+    }
+}
+
 #[test]
 fn replay_recompute_and_fork_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();

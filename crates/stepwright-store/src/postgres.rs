@@ -860,6 +860,25 @@ impl PostgresStore {
 /// `STEPWRIGHT_TEST_DATABASE_URL`, or `None` (and a line saying the test is skipped) when
 /// the variable is not set.
 pub async fn test_store(test: &str) -> Option<Arc<PostgresStore>> {
+    let url = test_database_url(test)?;
+    let schema = fresh_schema(&url).await;
+    let options: PgConnectOptions =
+        url.parse::<PgConnectOptions>().expect("a postgres url").options([("search_path", schema.as_str())]);
+    Some(Arc::new(PostgresStore::connect_with(options).await.expect("connect the test store")))
+}
+
+/// Test support: a `postgres://` URL of the test database whose connections use a fresh
+/// schema, for tests that hand the database to other processes (`stepwright --db URL`), or
+/// `None` (and a line saying the test is skipped) when the variable is not set.
+pub async fn test_url(test: &str) -> Option<String> {
+    let url = test_database_url(test)?;
+    let schema = fresh_schema(&url).await;
+    let separator = if url.contains('?') { '&' } else { '?' };
+    Some(format!("{url}{separator}options=-c%20search_path%3D{schema}"))
+}
+
+/// `STEPWRIGHT_TEST_DATABASE_URL`, or `None` after saying that `test` is skipped.
+fn test_database_url(test: &str) -> Option<String> {
     let Ok(url) = std::env::var("STEPWRIGHT_TEST_DATABASE_URL") else {
         // Straight to stderr: the test harness captures `println!`, and a newcomer should see
         // that these tests did not run.
@@ -867,12 +886,18 @@ pub async fn test_store(test: &str) -> Option<Arc<PostgresStore>> {
         let _ = writeln!(std::io::stderr(), "skipped {test}: STEPWRIGHT_TEST_DATABASE_URL is not set");
         return None;
     };
+    Some(url)
+}
+
+/// Creates a schema of its own for one test (dropping those of test runs over an hour old)
+/// and returns its name.
+async fn fresh_schema(url: &str) -> String {
     let schema = format!(
         "sw_test_{}_{:x}",
         std::process::id(),
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
     );
-    let admin = PgPool::connect(&url).await.expect("connect to STEPWRIGHT_TEST_DATABASE_URL");
+    let admin = PgPool::connect(url).await.expect("connect to STEPWRIGHT_TEST_DATABASE_URL");
     // Schemas of earlier test runs (older than an hour, by the time in their name) go.
     let old: Vec<String> = sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'sw_test_%'")
         .fetch_all(&admin)
@@ -894,9 +919,7 @@ pub async fn test_store(test: &str) -> Option<Arc<PostgresStore>> {
         .await
         .expect("create a test schema");
     admin.close().await;
-    let options: PgConnectOptions =
-        url.parse::<PgConnectOptions>().expect("a postgres url").options([("search_path", schema.as_str())]);
-    Some(Arc::new(PostgresStore::connect_with(options).await.expect("connect the test store")))
+    schema
 }
 
 /// Test support: a second store (another "process") over the same schema as `store`.
