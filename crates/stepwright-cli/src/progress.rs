@@ -24,7 +24,7 @@ const STREAM_TAIL: usize = 400;
 /// Where progress goes.
 pub(crate) enum Progress {
     /// A terminal: redrawn lines.
-    Live(LiveView),
+    Live(Box<LiveView>),
     /// Anything else: one plain line per step as it ends.
     Plain(Steps),
 }
@@ -35,7 +35,7 @@ impl Progress {
         use std::io::IsTerminal;
         let dumb = std::env::var_os("TERM").is_some_and(|t| t == "dumb");
         if std::io::stderr().is_terminal() && !dumb {
-            Self::Live(LiveView::new(ProgressDrawTarget::stderr_with_hz(20)))
+            Self::Live(Box::new(LiveView::new(ProgressDrawTarget::stderr_with_hz(20))))
         } else {
             Self::Plain(Steps::default())
         }
@@ -190,20 +190,40 @@ pub(crate) struct LiveView {
     multi: MultiProgress,
     steps: Steps,
     rows: Mutex<HashMap<StepPath, Row>>,
+    /// How a running step's line looks, and the streamed line under it (parsed once).
+    row_style: ProgressStyle,
+    stream_style: ProgressStyle,
+    /// How much of a streamed line fits: the terminal's width less the indent.
+    stream_width: usize,
 }
 
 impl LiveView {
     pub(crate) fn new(target: ProgressDrawTarget) -> Self {
-        Self { multi: MultiProgress::with_draw_target(target), steps: Steps::default(), rows: Mutex::default() }
+        let style =
+            |template| ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner());
+        // Read once: a resize mid-run only makes the streamed line shorter or wrap.
+        // A terminal that reports no size (0 columns) gets a common width.
+        let columns = console::Term::stderr()
+            .size_checked()
+            .map(|(_, columns)| usize::from(columns))
+            .filter(|columns| *columns > 0)
+            .unwrap_or(100);
+        Self {
+            multi: MultiProgress::with_draw_target(target),
+            steps: Steps::default(),
+            rows: Mutex::default(),
+            row_style: style("{spinner:.cyan} {prefix:<32} running {elapsed:>4} {msg}"),
+            stream_style: style("    {msg:.dim}"),
+            stream_width: columns.saturating_sub(6).max(20),
+        }
     }
 
     fn started(&self, path: &StepPath, attempt: u32) {
         self.steps.started(path, attempt);
         let mut rows = self.rows.lock().expect("poisoned");
         let row = rows.entry(path.clone()).or_insert_with(|| {
-            let style = ProgressStyle::with_template("{spinner:.cyan} {prefix:<32} running {elapsed:>4} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner());
-            let bar = self.multi.add(ProgressBar::new_spinner().with_style(style).with_prefix(path.to_string()));
+            let spinner = ProgressBar::new_spinner().with_style(self.row_style.clone()).with_prefix(path.to_string());
+            let bar = self.multi.add(spinner);
             bar.enable_steady_tick(REDRAW);
             Row { bar, stream: None, streamed: String::new() }
         });
@@ -235,11 +255,9 @@ impl LiveView {
             row.streamed.drain(..cut);
         }
         let stream = row.stream.get_or_insert_with(|| {
-            let style =
-                ProgressStyle::with_template("    {msg:.dim}").unwrap_or_else(|_| ProgressStyle::default_spinner());
-            self.multi.insert_after(&row.bar, ProgressBar::new_spinner().with_style(style))
+            self.multi.insert_after(&row.bar, ProgressBar::new_spinner().with_style(self.stream_style.clone()))
         });
-        stream.set_message(tail_that_fits(&row.streamed, width_for_stream()));
+        stream.set_message(tail_that_fits(&row.streamed, self.stream_width));
     }
 
     fn finished(&self, path: &StepPath, status: &str) {
@@ -291,12 +309,6 @@ fn mark(status: &str) -> &'static str {
         "suspended" => "⏸",
         _ => "·",
     }
-}
-
-/// How wide the streamed line may be: the terminal's width less its indent.
-fn width_for_stream() -> usize {
-    // `COLUMNS` when the shell exports it, else a common terminal width.
-    std::env::var("COLUMNS").ok().and_then(|c| c.parse::<usize>().ok()).unwrap_or(100).saturating_sub(6).max(20)
 }
 
 /// The end of `text` that fits in `width` characters, marked with `…` when cut.
