@@ -23,6 +23,7 @@ where
 {
     create_and_load(&*fresh().await).await;
     append_keeps_order_and_blobs(&*fresh().await).await;
+    concurrent_appends_to_one_run(&*fresh().await).await;
     status_updates(&*fresh().await).await;
     interrupts_resolve_once(&*fresh().await).await;
     events_in_order(&*fresh().await).await;
@@ -233,6 +234,65 @@ pub async fn append_keeps_order_and_blobs(store: &dyn Store) {
     assert_eq!(loaded.entries[0].record, Record::Started { attempt: 1 });
     assert_eq!(*loaded.blobs[&ContentHash::of_value(&big)], big, "a large blob round-trips");
     assert_eq!(loaded.blobs.len(), 2, "equal values are one blob");
+}
+
+/// Many writers appending to one run at once (a fork's paths, a map's items, another
+/// process): every batch lands whole, in one piece, and positions never collide. Pass two
+/// handles on one database to check two processes; pass the same store twice for tasks.
+pub async fn concurrent_appends_to_one_run(store: &dyn Store) {
+    concurrent_appends_from(store, store).await;
+}
+
+/// [`concurrent_appends_to_one_run`] with writers split over two handles on one store.
+pub async fn concurrent_appends_from(one: &dyn Store, other: &dyn Store) {
+    const WRITERS: usize = 24;
+    const ROUNDS: usize = 4;
+    let run = record(20, "fanout", RunStatus::Running, 10);
+    one.create_run(run.clone()).await.expect("create");
+    let write = |writer: usize, round: usize| {
+        let store = if writer % 2 == 0 { one } else { other };
+        let path = format!("f/{writer}/r{round}");
+        let (done, blob) =
+            completed(&path, json!({ "writer": writer, "round": round, "pad": "x".repeat(writer * 100) }));
+        let mut batch = JournalBatch {
+            entries: vec![entry(&path, 1, Record::Started { attempt: 1 }), done],
+            blobs: vec![blob],
+            events: vec![stepwright_core::journal::EventRecord {
+                run: run.id,
+                path: StepPath::new(&path),
+                at: Timestamp::from_micros(1),
+                tenant: None,
+                user: None,
+                kind: "step.completed".into(),
+                data: json!(writer),
+            }],
+        };
+        async move { store.append(run.id, None, &mut batch).await }
+    };
+    for round in 0..ROUNDS {
+        let results = futures_util::future::join_all((0..WRITERS).map(|writer| write(writer, round))).await;
+        for (writer, result) in results.into_iter().enumerate() {
+            if let Err(error) = result {
+                panic!("concurrent append {writer} of round {round} failed: {error}");
+            }
+        }
+    }
+    let loaded = other.load(run.id).await.expect("load");
+    assert_eq!(loaded.entries.len(), WRITERS * ROUNDS * 2, "every entry of every concurrent batch is kept");
+    for pair in loaded.entries.chunks(2) {
+        assert_eq!(pair[0].path, pair[1].path, "a batch's entries stay together, in order");
+        assert!(matches!(pair[0].record, Record::Started { .. }) && matches!(pair[1].record, Record::Completed { .. }));
+    }
+    let mut paths: Vec<&str> = loaded.entries.iter().map(|e| e.path.as_str()).collect();
+    paths.sort_unstable();
+    paths.dedup();
+    assert_eq!(paths.len(), WRITERS * ROUNDS, "no batch is written twice");
+    assert_eq!(loaded.blobs.len(), WRITERS * ROUNDS);
+    let events = one.events(run.id).await.expect("events");
+    assert_eq!(events.len(), WRITERS * ROUNDS, "every event is kept");
+    let tail = one.load_from(run.id, (WRITERS * ROUNDS * 2 - 2) as u64).await.expect("load from");
+    assert_eq!(tail.entries.len(), 2, "positions count the entries with no gap");
+    assert_eq!(one.events_from(run.id, (WRITERS * ROUNDS - 1) as u64).await.expect("events from").len(), 1);
 }
 
 /// Status, output, error and wake-up time are stored.

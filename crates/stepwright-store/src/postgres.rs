@@ -31,6 +31,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (2, include_str!("postgres/002_messages.sql")),
     (3, include_str!("postgres/003_definitions.sql")),
     (4, include_str!("postgres/004_sessions_memory.sql")),
+    (5, include_str!("postgres/005_counters_cancel.sql")),
 ];
 
 /// The channel runners listen on.
@@ -171,16 +172,27 @@ fn uuid(run: RunId) -> uuid::Uuid {
     run.as_uuid()
 }
 
-/// Locks the run's row and returns `(lease_token, next journal seq, next event seq)`.
-async fn lock_run(tx: &mut Transaction<'_, sqlx::Postgres>, run: RunId) -> Result<(u64, i64, i64), StoreError> {
+/// Locks the run's row, reserves `entries` journal and `events` event positions, and
+/// returns `(lease_token, first reserved journal seq, first reserved event seq)`. The
+/// counters live on the row and are bumped by the locking `UPDATE` itself: a writer that
+/// waited for the lock sees the row as the previous writer committed it (READ COMMITTED
+/// re-reads an updated row), so two concurrent appends to one run never take the same seq.
+/// A refused write rolls back, and its reservation with it.
+async fn lock_run(
+    tx: &mut Transaction<'_, sqlx::Postgres>,
+    run: RunId,
+    entries: usize,
+    events: usize,
+) -> Result<(u64, i64, i64), StoreError> {
     let doing = "locking a run";
+    let (entries, events) = (entries as i64, events as i64);
     let row = sqlx::query(
-        "SELECT lease_token, \
-         (SELECT COALESCE(MAX(seq) + 1, 0) FROM stepwright_journal WHERE run_id = $1), \
-         (SELECT COALESCE(MAX(seq) + 1, 0) FROM stepwright_events WHERE run_id = $1) \
-         FROM stepwright_runs WHERE id = $1 FOR UPDATE",
+        "UPDATE stepwright_runs SET journal_next = journal_next + $2, event_next = event_next + $3 \
+         WHERE id = $1 RETURNING lease_token, journal_next - $2, event_next - $3",
     )
     .bind(uuid(run))
+    .bind(entries)
+    .bind(events)
     .fetch_optional(&mut **tx)
     .await
     .map_err(pg(doing))?
@@ -412,7 +424,7 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let doing = "appending to the journal";
             let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-            let (token, seq, event_seq) = lock_run(&mut tx, run).await?;
+            let (token, seq, event_seq) = lock_run(&mut tx, run, batch.entries.len(), batch.events.len()).await?;
             check_token(run, token, fence)?;
             append_locked(&mut tx, run, seq, event_seq, batch).await?;
             tx.commit().await.map_err(pg(doing))?;
@@ -427,7 +439,7 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let doing = "setting a run's status";
             let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-            let (token, _, _) = lock_run(&mut tx, run).await?;
+            let (token, _, _) = lock_run(&mut tx, run, 0, 0).await?;
             check_token(run, token, u.fence)?;
             let release = u.status != RunStatus::Running;
             sqlx::query(
@@ -521,7 +533,7 @@ impl Store for PostgresStore {
                 return Err(backend(doing, std::io::Error::other("the entry is not an interrupt resolution")));
             };
             let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-            let (_, seq, event_seq) = lock_run(&mut tx, run).await?;
+            let (_, seq, event_seq) = lock_run(&mut tx, run, 1, 0).await?;
             let changed = sqlx::query(
                 "UPDATE stepwright_interrupts SET resolved = true WHERE run_id = $1 AND id = $2 AND NOT resolved",
             )

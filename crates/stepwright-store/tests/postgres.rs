@@ -20,6 +20,15 @@ async fn postgres_store_conforms() {
     conformance::run_all(|| async { test_store("postgres_store_conforms").await.expect("configured") }).await;
 }
 
+/// Two connection pools on one database, as two processes have: appends to one run from
+/// both at once never collide.
+#[tokio::test]
+async fn appends_from_two_pools_to_one_run() {
+    let Some(store) = test_store("appends_from_two_pools_to_one_run").await else { return };
+    let other = same_database(&store).await;
+    conformance::concurrent_appends_from(&*store, &*other).await;
+}
+
 fn pending(n: u8) -> RunRecord {
     RunRecord {
         id: stepwright_core::RunId::from_parts(Timestamp::from_millis(1_700_000_000_000), [n; 10]),
