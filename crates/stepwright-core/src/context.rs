@@ -470,13 +470,10 @@ impl StepContext {
         if let Some(deadline) = deadline {
             let wait = deadline.since(now);
             if deadline <= now || wait <= run.config.in_process_wait_limit {
-                if !wait.is_zero() {
-                    tokio::select! {
-                        () = run.clock.sleep_until(deadline) => {}
-                        () = self.inner.cancel.cancelled() => {
-                            return Err(StepError::cancelled("cancelled while waiting on a timer"));
-                        }
-                    }
+                if !wait.is_zero()
+                    && let Some(resolution) = self.wait_for_decision(&id, deadline).await?
+                {
+                    return Ok(resolution);
                 }
                 return self.apply_timeout(&id, &request, deadline).await;
             }
@@ -486,6 +483,44 @@ impl StepContext {
         }
         self.inner.local.lock().expect("poisoned").pending.push(id.clone());
         Err(suspended_signal(&id))
+    }
+
+    /// Waits in process for a decision on an interrupt until its deadline. The interrupt is
+    /// committed first, so any process can see it and decide; a decision made in this
+    /// process is seen at once, one made elsewhere within `decision_poll`. `None`: the
+    /// deadline came with no decision.
+    async fn wait_for_decision(&self, id: &InterruptId, deadline: Timestamp) -> Result<Option<Resolution>, StepError> {
+        let run = &self.inner.run;
+        let recorded =
+            |e: crate::engine::run::Crash| StepError::execution_failed(format!("recording an interrupt: {}", e.0));
+        run.recorder.flush().await.map_err(recorded)?;
+        let from = run.recorder.position();
+        let deadline_passed = run.clock.sleep_until(deadline);
+        tokio::pin!(deadline_passed);
+        loop {
+            let decided_here = run.mailboxes.notify.notified();
+            tokio::select! {
+                () = &mut deadline_passed => return Ok(None),
+                () = self.inner.cancel.cancelled() => {
+                    return Err(StepError::cancelled("cancelled while waiting on an interrupt"));
+                }
+                () = decided_here => {}
+                () = run.clock.sleep(run.config.decision_poll) => {}
+            }
+            let loaded = run
+                .recorder
+                .store()
+                .load_from(run.run_id, from)
+                .await
+                .map_err(|e| StepError::execution_failed(format!("looking for a decision: {e}")))?;
+            let decided = loaded.entries.into_iter().find_map(|e| match e.record {
+                Record::InterruptResolved { id: done, resolution } if &done == id => Some(resolution),
+                _ => None,
+            });
+            if decided.is_some() {
+                return Ok(decided);
+            }
+        }
     }
 
     async fn apply_timeout(

@@ -133,6 +133,88 @@ pub struct RunRecord {
     /// The current lease, if a worker holds or held one that has not been released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
+    /// A cancel someone asked for (kept once the run is cancelled, to say who and why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<CancelRequest>,
+}
+
+/// A cancel asked for by someone, stored with the run: the process executing the run sees
+/// it and stops, wherever it runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelRequest {
+    /// Who asked (a user), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// When it was asked (the caller's clock).
+    pub at: Timestamp,
+}
+
+impl CancelRequest {
+    /// The error a run cancelled by this request ends with.
+    pub fn error(&self) -> StepError {
+        StepError::cancelled(match &self.by {
+            Some(by) => format!("cancelled by {by}: {}", self.reason),
+            None => format!("cancelled: {}", self.reason),
+        })
+    }
+}
+
+/// What asking to cancel a run did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The run had already finished; nothing changed.
+    Finished(RunStatus),
+    /// Nobody was executing the run: it is now cancelled.
+    Cancelled,
+    /// A live process executes the run: the request is stored, and that process stops the
+    /// run (its running steps see their tokens fire, no later step starts).
+    Requested {
+        /// The worker executing it.
+        owner: String,
+        /// Until when its lease runs unless renewed.
+        until: Timestamp,
+    },
+}
+
+/// Decides what a cancel request does to a run as a store has it at `now` (shared by the
+/// backends, so they agree).
+pub fn decide_cancel(record: &RunRecord, now: Timestamp) -> CancelOutcome {
+    if record.status.is_terminal() {
+        return CancelOutcome::Finished(record.status);
+    }
+    match &record.lease {
+        Some(lease) if record.status == RunStatus::Running && lease.expires_at > now => {
+            CancelOutcome::Requested { owner: lease.owner.clone(), until: lease.expires_at }
+        }
+        _ => CancelOutcome::Cancelled,
+    }
+}
+
+/// The status change a store actually writes for `update` on a run whose status is
+/// `current`: a finished run never changes again (`Finished`), and a run with a cancel
+/// request that would stop without finishing (suspend, yield) is cancelled instead, so a
+/// cancel that raced with a suspension is not lost.
+pub fn effective_update(
+    run: RunId,
+    current: RunStatus,
+    cancel: Option<&CancelRequest>,
+    update: StatusUpdate,
+) -> Result<StatusUpdate, StoreError> {
+    if current.is_terminal() {
+        return Err(StoreError::Finished { run, status: current });
+    }
+    match cancel {
+        Some(request) if matches!(update.status, RunStatus::Suspended | RunStatus::Pending) => Ok(StatusUpdate {
+            status: RunStatus::Cancelled,
+            output: None,
+            error: Some(request.error()),
+            wake_at: None,
+            ..update
+        }),
+        _ => Ok(update),
+    }
 }
 
 /// One journal entry: what happened at a step path, and when.
@@ -387,6 +469,14 @@ pub enum StoreError {
         /// Until when.
         until: Timestamp,
     },
+    /// The run has finished (completed, failed or cancelled); its status never changes again.
+    #[error("run {run} has already finished ({status:?})")]
+    Finished {
+        /// The run.
+        run: RunId,
+        /// How it finished.
+        status: RunStatus,
+    },
     /// The writer's lease is no longer the current one: another worker claimed the run.
     #[error("the lease on run {run} was lost (fencing token {token} is stale)")]
     LeaseLost {
@@ -489,6 +579,38 @@ pub trait Store: Send + Sync + 'static {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>>;
 
+    /// Takes over a run whose lease `from` holds, however fresh, because that owner is known
+    /// to be gone (a process on this host that no longer exists); a run with no live lease
+    /// is claimed as by [`Store::claim`]. Fails with `Leased` if someone else holds it.
+    fn take_over(
+        &self,
+        run: RunId,
+        from: &str,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>>;
+
+    /// Asks for a run to be cancelled (see [`decide_cancel`]): a run nobody executes is
+    /// cancelled at once (its lease token grows, so a stalled holder can no longer write); a
+    /// run a live process executes keeps the request, which that process sees through
+    /// [`Store::cancel_requests`]. Postgres takes `now` from the database.
+    fn request_cancel(
+        &self,
+        run: RunId,
+        request: CancelRequest,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<CancelOutcome, StoreError>>;
+
+    /// The cancel requests stored for any of `runs` (the runs a process executes).
+    fn cancel_requests(&self, runs: &[RunId]) -> BoxFuture<'_, Result<Vec<(RunId, CancelRequest)>, StoreError>>;
+
+    /// Waits until a cancel may have been requested (a notification) or `timeout` passes.
+    /// Stores without notifications simply wait out the timeout (callers then poll).
+    fn wait_for_cancel(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
+        Box::pin(tokio::time::sleep(timeout))
+    }
+
     /// Stores a message for a loop inbox of a run (the run need not exist yet) and returns
     /// its sequence number; messages of one inbox are taken in this order.
     fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>>;
@@ -553,14 +675,35 @@ pub fn try_claim(
             until: now,
         });
     }
+    // A live lease is a live owner, whoever it is: even the same worker name must not run
+    // a run twice at once (two `resume`s in one process, a server's two requests).
     if let Some(lease) = &record.lease
-        && lease.owner != owner
         && lease.expires_at > now
     {
         return Err(StoreError::Leased { run: record.id, owner: lease.owner.clone(), until: lease.expires_at });
     }
     let token = record.lease.as_ref().map_or(0, |l| l.token) + 1;
     Ok(Lease { run: record.id, owner: owner.to_owned(), token, expires_at: now.plus(lease_for) })
+}
+
+/// Checks a take-over (see [`Store::take_over`]) against a run's header; returns the new
+/// lease.
+pub fn try_take_over(
+    record: &RunRecord,
+    from: &str,
+    owner: &str,
+    now: Timestamp,
+    lease_for: std::time::Duration,
+) -> Result<Lease, StoreError> {
+    match &record.lease {
+        Some(lease) if lease.owner == from && !record.status.is_terminal() => Ok(Lease {
+            run: record.id,
+            owner: owner.to_owned(),
+            token: lease.token + 1,
+            expires_at: now.plus(lease_for),
+        }),
+        _ => try_claim(record, owner, now, lease_for),
+    }
 }
 
 /// Which runs a retention policy removes from a list of headers (shared by the backends,
@@ -719,6 +862,7 @@ impl Store for MemoryStore {
             let mut data = data.lock().expect("poisoned");
             check_fence(data.record.as_ref(), run, update.fence)?;
             let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+            let update = effective_update(run, record.status, record.cancel.as_ref(), update)?;
             if update.status != RunStatus::Running {
                 record.lease = None;
             }
@@ -854,6 +998,68 @@ impl Store for MemoryStore {
             Ok(lease)
         })();
         Box::pin(std::future::ready(result))
+    }
+
+    fn take_over(
+        &self,
+        run: RunId,
+        from: &str,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let result = (|| {
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+            let lease = try_take_over(record, from, owner, now, lease_for)?;
+            record.lease = Some(lease.clone());
+            Ok(lease)
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn request_cancel(
+        &self,
+        run: RunId,
+        request: CancelRequest,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<CancelOutcome, StoreError>> {
+        let result = (|| {
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+            let outcome = decide_cancel(record, now);
+            match &outcome {
+                CancelOutcome::Finished(_) => {}
+                CancelOutcome::Requested { .. } => record.cancel = Some(request),
+                CancelOutcome::Cancelled => {
+                    record.status = RunStatus::Cancelled;
+                    record.output = None;
+                    record.error = Some(request.error());
+                    record.updated_at = now;
+                    record.wake_at = None;
+                    // The token grows, so a holder that stalled past its lease cannot write.
+                    record.lease = record.lease.take().map(|l| Lease { token: l.token + 1, expires_at: now, ..l });
+                    record.cancel = Some(request);
+                }
+            }
+            Ok(outcome)
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn cancel_requests(&self, runs: &[RunId]) -> BoxFuture<'_, Result<Vec<(RunId, CancelRequest)>, StoreError>> {
+        let found = runs
+            .iter()
+            .filter_map(|run| {
+                let data = self.run(*run)?;
+                let data = data.lock().expect("poisoned");
+                let record = data.record.as_ref()?;
+                record.cancel.clone().map(|request| (*run, request))
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(found)))
     }
 
     fn claim_due(

@@ -52,7 +52,9 @@ pub use engine::{
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;
 pub use ids::{InterruptId, RunId, StepPath, Timestamp};
-pub use journal::{JournalEntry, Lease, MemoryStore, Record, RunRecord, RunStatus, Store, StoreError};
+pub use journal::{
+    CancelOutcome, CancelRequest, JournalEntry, Lease, MemoryStore, Record, RunRecord, RunStatus, Store, StoreError,
+};
 pub use outcome::{Decision, Event, InterruptKind, InterruptRequest, Outcome, OutcomeKind, Resolution, TimeoutAction};
 pub use policy::{
     ApprovalGate, Backoff, Effect, FnGuardrail, Guardrail, GuardrailAction, GuardrailCheck, GuardrailStage,

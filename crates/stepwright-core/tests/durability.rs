@@ -69,6 +69,30 @@ impl Store for Counting {
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
         self.inner.claim(run, owner, now, lease_for)
     }
+    fn take_over(
+        &self,
+        run: RunId,
+        from: &str,
+        owner: &str,
+        now: Timestamp,
+        lease_for: Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        self.inner.take_over(run, from, owner, now, lease_for)
+    }
+    fn request_cancel(
+        &self,
+        run: RunId,
+        request: stepwright_core::CancelRequest,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<stepwright_core::CancelOutcome, StoreError>> {
+        self.inner.request_cancel(run, request, now)
+    }
+    fn cancel_requests(
+        &self,
+        runs: &[RunId],
+    ) -> BoxFuture<'_, Result<Vec<(RunId, stepwright_core::CancelRequest)>, StoreError>> {
+        self.inner.cancel_requests(runs)
+    }
     fn claim_due(
         &self,
         owner: &str,

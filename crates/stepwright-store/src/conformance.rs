@@ -186,6 +186,7 @@ fn record(n: u8, workflow: &str, status: RunStatus, at: i64) -> RunRecord {
         updated_at: Timestamp::from_micros(at),
         wake_at: None,
         lease: None,
+        cancel: None,
     }
 }
 

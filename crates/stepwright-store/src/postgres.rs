@@ -16,8 +16,9 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Row, Transaction};
 use stepwright_core::journal::{
-    DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, Lineage, LoadedRun, Removed, Retention,
-    RunFilter, RunRecord, StatusUpdate, referenced_blob, retention_victims,
+    CancelOutcome, CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, Lineage, LoadedRun,
+    Removed, Retention, RunFilter, RunRecord, StatusUpdate, decide_cancel, effective_update, referenced_blob,
+    retention_victims,
 };
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 
@@ -37,10 +38,15 @@ const MIGRATIONS: &[(i64, &str)] = &[
 /// The channel runners listen on.
 pub const WORK_CHANNEL: &str = "stepwright_work";
 
+/// The channel a cancel request is announced on (the payload is the run id), so the process
+/// executing the run sees it at once rather than at its next poll.
+pub const CANCEL_CHANNEL: &str = "stepwright_cancel";
+
 /// A durable store in a Postgres database.
 pub struct PostgresStore {
     pool: PgPool,
     listener: tokio::sync::Mutex<Option<PgListener>>,
+    cancel_listener: tokio::sync::Mutex<Option<PgListener>>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -68,7 +74,7 @@ impl PostgresStore {
             .await
             .map_err(pg("connecting to postgres"))?;
         migrate(&pool).await?;
-        Ok(Self { pool, listener: tokio::sync::Mutex::new(None) })
+        Ok(Self { pool, listener: tokio::sync::Mutex::new(None), cancel_listener: tokio::sync::Mutex::new(None) })
     }
 
     /// The connection pool.
@@ -126,7 +132,8 @@ fn from_value<T: serde::de::DeserializeOwned>(doing: &str, value: Value) -> Resu
 }
 
 const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
-                           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires";
+                           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
+                           cancel_request";
 
 fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
     let doing = "reading a run";
@@ -165,6 +172,7 @@ fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
             }),
             _ => None,
         },
+        cancel: row.get::<Option<Value>, _>(17).map(|v| from_value(doing, v)).transpose()?,
     })
 }
 
@@ -184,11 +192,31 @@ async fn lock_run(
     entries: usize,
     events: usize,
 ) -> Result<(u64, i64, i64), StoreError> {
+    let locked = lock_run_row(tx, run, entries, events).await?;
+    Ok((locked.token, locked.seq, locked.event_seq))
+}
+
+/// What [`lock_run_row`] read of a locked run.
+struct Locked {
+    token: u64,
+    seq: i64,
+    event_seq: i64,
+    status: RunStatus,
+    cancel: Option<CancelRequest>,
+}
+
+/// [`lock_run`], also returning the run's status and cancel request.
+async fn lock_run_row(
+    tx: &mut Transaction<'_, sqlx::Postgres>,
+    run: RunId,
+    entries: usize,
+    events: usize,
+) -> Result<Locked, StoreError> {
     let doing = "locking a run";
     let (entries, events) = (entries as i64, events as i64);
     let row = sqlx::query(
         "UPDATE stepwright_runs SET journal_next = journal_next + $2, event_next = event_next + $3 \
-         WHERE id = $1 RETURNING lease_token, journal_next - $2, event_next - $3",
+         WHERE id = $1 RETURNING lease_token, journal_next - $2, event_next - $3, status, cancel_request",
     )
     .bind(uuid(run))
     .bind(entries)
@@ -197,7 +225,15 @@ async fn lock_run(
     .await
     .map_err(pg(doing))?
     .ok_or(StoreError::RunNotFound(run))?;
-    Ok((row.get::<i64, _>(0) as u64, row.get(1), row.get(2)))
+    let status: String = row.get(3);
+    Ok(Locked {
+        token: row.get::<i64, _>(0) as u64,
+        seq: row.get(1),
+        event_seq: row.get(2),
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| backend(doing, std::io::Error::other(format!("unknown run status {status:?}"))))?,
+        cancel: row.get::<Option<Value>, _>(4).map(|v| from_value(doing, v)).transpose()?,
+    })
 }
 
 fn check_token(run: RunId, current: u64, fence: Option<u64>) -> Result<(), StoreError> {
@@ -439,8 +475,9 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let doing = "setting a run's status";
             let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-            let (token, _, _) = lock_run(&mut tx, run, 0, 0).await?;
-            check_token(run, token, u.fence)?;
+            let locked = lock_run_row(&mut tx, run, 0, 0).await?;
+            check_token(run, locked.token, u.fence)?;
+            let u = effective_update(run, locked.status, locked.cancel.as_ref(), u)?;
             let release = u.status != RunStatus::Running;
             sqlx::query(
                 "UPDATE stepwright_runs SET status = $2, output = $3, error = $4, updated_at = $5, wake_at = $6, \
@@ -635,7 +672,7 @@ impl Store for PostgresStore {
                 "UPDATE stepwright_runs SET lease_owner = $2, lease_token = lease_token + 1, \
                  lease_expires = stepwright_now_us() + $3 \
                  WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled') \
-                 AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires <= stepwright_now_us()) \
+                 AND (lease_owner IS NULL OR lease_expires <= stepwright_now_us()) \
                  RETURNING lease_token, lease_expires",
             )
             .bind(uuid(run))
@@ -652,6 +689,136 @@ impl Store for PostgresStore {
                     expires_at: Timestamp::from_micros(row.get(1)),
                 }),
                 None => Err(claim_refusal(&self.pool, run).await),
+            }
+        })
+    }
+
+    fn take_over(
+        &self,
+        run: RunId,
+        from: &str,
+        owner: &str,
+        _now: Timestamp,
+        lease_for: Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let (from, owner) = (from.to_owned(), owner.to_owned());
+        Box::pin(async move {
+            let row = sqlx::query(
+                "UPDATE stepwright_runs SET lease_owner = $3, lease_token = lease_token + 1, \
+                 lease_expires = stepwright_now_us() + $4 \
+                 WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled') \
+                 AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires <= stepwright_now_us()) \
+                 RETURNING lease_token, lease_expires",
+            )
+            .bind(uuid(run))
+            .bind(&from)
+            .bind(&owner)
+            .bind(micros(lease_for))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(pg("taking over a run"))?;
+            match row {
+                Some(row) => Ok(Lease {
+                    run,
+                    owner,
+                    token: row.get::<i64, _>(0) as u64,
+                    expires_at: Timestamp::from_micros(row.get(1)),
+                }),
+                None => Err(claim_refusal(&self.pool, run).await),
+            }
+        })
+    }
+
+    fn request_cancel(
+        &self,
+        run: RunId,
+        request: CancelRequest,
+        _now: Timestamp,
+    ) -> BoxFuture<'_, Result<CancelOutcome, StoreError>> {
+        Box::pin(async move {
+            let doing = "cancelling a run";
+            let mut tx = self.pool.begin().await.map_err(pg(doing))?;
+            let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {RUN_COLUMNS}, stepwright_now_us() FROM stepwright_runs WHERE id = $1 FOR UPDATE"
+            )))
+            .bind(uuid(run))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(pg(doing))?
+            .ok_or(StoreError::RunNotFound(run))?;
+            let record = run_from_row(&row)?;
+            let now = Timestamp::from_micros(row.get(18));
+            let outcome = decide_cancel(&record, now);
+            match &outcome {
+                CancelOutcome::Finished(_) => return Ok(outcome),
+                CancelOutcome::Requested { .. } => {
+                    sqlx::query("UPDATE stepwright_runs SET cancel_request = $2 WHERE id = $1")
+                        .bind(uuid(run))
+                        .bind(to_value(&request))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(pg(doing))?;
+                }
+                CancelOutcome::Cancelled => {
+                    // The token grows, so a holder that stalled past its lease cannot write.
+                    sqlx::query(
+                        "UPDATE stepwright_runs SET status = 'cancelled', output = NULL, error = $2, updated_at = $3, \
+                         wake_at = NULL, lease_owner = NULL, lease_expires = NULL, lease_token = lease_token + 1, \
+                         cancel_request = $4 WHERE id = $1",
+                    )
+                    .bind(uuid(run))
+                    .bind(to_value(&request.error()))
+                    .bind(now.as_micros())
+                    .bind(to_value(&request))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(pg(doing))?;
+                }
+            }
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CANCEL_CHANNEL)
+                .bind(run.to_string())
+                .execute(&mut *tx)
+                .await
+                .map_err(pg(doing))?;
+            tx.commit().await.map_err(pg(doing))?;
+            Ok(outcome)
+        })
+    }
+
+    fn cancel_requests(&self, runs: &[RunId]) -> BoxFuture<'_, Result<Vec<(RunId, CancelRequest)>, StoreError>> {
+        let ids: Vec<uuid::Uuid> = runs.iter().map(|r| uuid(*r)).collect();
+        Box::pin(async move {
+            let doing = "reading cancel requests";
+            let rows = sqlx::query(
+                "SELECT id, cancel_request FROM stepwright_runs WHERE id = ANY($1) AND cancel_request IS NOT NULL",
+            )
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg(doing))?;
+            rows.into_iter()
+                .map(|row| {
+                    let run = RunId::from_bytes(row.get::<uuid::Uuid, _>(0).into_bytes());
+                    Ok((run, from_value(doing, row.get::<Value, _>(1))?))
+                })
+                .collect()
+        })
+    }
+
+    fn wait_for_cancel(&self, timeout: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let mut guard = self.cancel_listener.lock().await;
+            if guard.is_none()
+                && let Ok(mut listener) = PgListener::connect_with(&self.pool).await
+                && listener.listen(CANCEL_CHANNEL).await.is_ok()
+            {
+                *guard = Some(listener);
+            }
+            match guard.as_mut() {
+                // A notification, or the poll interval: whichever comes first.
+                Some(listener) => drop(tokio::time::timeout(timeout, listener.recv()).await),
+                None => tokio::time::sleep(timeout).await,
             }
         })
     }

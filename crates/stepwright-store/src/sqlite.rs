@@ -16,8 +16,9 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use stepwright_core::journal::{
-    DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Removed, Retention, RunFilter,
-    RunRecord, StatusUpdate, check_fence, is_due, referenced_blob, retention_victims, try_claim,
+    CancelOutcome, CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Removed,
+    Retention, RunFilter, RunRecord, StatusUpdate, check_fence, decide_cancel, effective_update, is_due,
+    referenced_blob, retention_victims, try_claim, try_take_over,
 };
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 use tokio::sync::oneshot;
@@ -65,6 +66,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("sqlite/005_messages.sql")),
     (6, include_str!("sqlite/006_definitions.sql")),
     (7, include_str!("sqlite/007_sessions_memory.sql")),
+    (8, include_str!("sqlite/008_cancel_requests.sql")),
 ];
 
 /// A durable store in one SQLite file.
@@ -94,6 +96,7 @@ enum Op {
     SetStatus(RunId, StatusUpdate, Ack<()>),
     Resolve(RunId, JournalEntry, Ack<()>),
     Remove(Removal, Ack<Removed>),
+    Cancel(RunId, CancelRequest, Timestamp, Ack<CancelOutcome>),
     /// A write of a table the journal does not know (sessions, the memory bank): it runs
     /// in the writer's transaction like every other operation. `Fn`, not `FnOnce`: after a
     /// sibling fails, the transaction is rolled back and every operation is applied again.
@@ -108,7 +111,7 @@ impl Op {
     fn run(&self) -> Option<RunId> {
         match self {
             Op::Create(record, _) => Some(record.id),
-            Op::Append(run, ..) | Op::SetStatus(run, ..) | Op::Resolve(run, ..) => Some(*run),
+            Op::Append(run, ..) | Op::SetStatus(run, ..) | Op::Resolve(run, ..) | Op::Cancel(run, ..) => Some(*run),
             Op::Heartbeat(lease, ..) => Some(lease.run),
             Op::Post(..) | Op::Define(..) | Op::Write(..) => None,
             Op::Claim(Claim { run, .. }, _) => *run,
@@ -119,6 +122,8 @@ impl Op {
 
 struct Claim {
     run: Option<RunId>,
+    /// Take the run over from this owner, however fresh its lease (it is known to be gone).
+    take_from: Option<String>,
     owner: String,
     now: Timestamp,
     lease_for: std::time::Duration,
@@ -346,6 +351,7 @@ enum Answer {
     Leases(Vec<Lease>),
     Lease(Lease),
     Seq(u64),
+    Cancel(CancelOutcome),
     Any(Box<dyn std::any::Any + Send>),
 }
 
@@ -364,6 +370,7 @@ fn reply(op: Op, result: Result<Answer, StoreError>) {
         (Op::Heartbeat(.., ack), Ok(Answer::Lease(lease))) => drop(ack.send(Ok(lease))),
         (Op::Post(.., ack), Ok(Answer::Seq(seq))) => drop(ack.send(Ok(seq))),
         (Op::Write(_, ack), Ok(Answer::Any(answer))) => drop(ack.send(Ok(answer))),
+        (Op::Cancel(.., ack), Ok(Answer::Cancel(outcome))) => drop(ack.send(Ok(outcome))),
         (Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack) | Op::Define(_, _, ack), Ok(_)) => {
             drop(ack.send(Ok(())));
         }
@@ -494,6 +501,7 @@ impl Writer {
             Op::SetStatus(run, update, _) => self.set_status(*run, update).map(|()| Answer::Unit),
             Op::Resolve(run, entry, _) => self.resolve(*run, entry).map(|()| Answer::Unit),
             Op::Remove(removal, _) => self.remove(removal).map(Answer::Removed),
+            Op::Cancel(run, request, now, _) => self.cancel(*run, request, *now).map(Answer::Cancel),
             Op::Define(hash, source, _) => self
                 .conn
                 .prepare_cached(
@@ -674,7 +682,10 @@ impl Writer {
     fn claim(&mut self, claim: &Claim) -> Result<Vec<Lease>, StoreError> {
         if let Some(run) = claim.run {
             let record = self.record(run)?.ok_or(StoreError::RunNotFound(run))?;
-            let lease = try_claim(&record, &claim.owner, claim.now, claim.lease_for)?;
+            let lease = match &claim.take_from {
+                Some(from) => try_take_over(&record, from, &claim.owner, claim.now, claim.lease_for)?,
+                None => try_claim(&record, &claim.owner, claim.now, claim.lease_for)?,
+            };
             self.store_lease(&lease)?;
             return Ok(vec![lease]);
         }
@@ -713,6 +724,18 @@ impl Writer {
 
     fn set_status(&mut self, run: RunId, u: &StatusUpdate) -> Result<(), StoreError> {
         self.check_fence(run, u.fence)?;
+        let (current, cancel): (String, Option<String>) = self
+            .conn
+            .prepare_cached("SELECT status, cancel_request FROM runs WHERE id = ?1")
+            .and_then(|mut s| s.query_row([run.as_uuid().as_bytes()], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(|e| backend("setting a run's status", e))?
+            .ok_or(StoreError::RunNotFound(run))?;
+        let current = parse_status(&current).map_err(|e| backend("setting a run's status", e))?;
+        let cancel: Option<CancelRequest> = cancel
+            .map(|text| serde_json::from_str(&text))
+            .transpose()
+            .map_err(|e| backend("reading a cancel request", e))?;
+        let u = &effective_update(run, current, cancel.as_ref(), u.clone())?;
         // Any status but running releases the lease (the token stays, so it keeps growing).
         let changed = self
             .conn
@@ -737,6 +760,37 @@ impl Writer {
             return Err(StoreError::RunNotFound(run));
         }
         Ok(())
+    }
+
+    fn cancel(&mut self, run: RunId, request: &CancelRequest, now: Timestamp) -> Result<CancelOutcome, StoreError> {
+        let doing = "cancelling a run";
+        let record = self.record(run)?.ok_or(StoreError::RunNotFound(run))?;
+        let outcome = decide_cancel(&record, now);
+        let id = run.as_uuid().into_bytes();
+        match &outcome {
+            CancelOutcome::Finished(_) => {}
+            CancelOutcome::Requested { .. } => {
+                self.conn
+                    .prepare_cached("UPDATE runs SET cancel_request = ?2 WHERE id = ?1")
+                    .and_then(|mut s| s.execute(params![&id[..], json(request)]))
+                    .map_err(|e| backend(doing, e))?;
+            }
+            CancelOutcome::Cancelled => {
+                // The token grows, so a holder that stalled past its lease cannot write.
+                self.conn
+                    .prepare_cached(
+                        "UPDATE runs SET status = 'cancelled', output = NULL, error = ?2, updated_at = ?3, \
+                         wake_at = NULL, lease_owner = NULL, lease_expires = NULL, lease_token = lease_token + 1, \
+                         cancel_request = ?4 WHERE id = ?1",
+                    )
+                    .and_then(|mut s| {
+                        s.execute(params![&id[..], json(&request.error()), now.as_micros(), json(request)])
+                    })
+                    .map_err(|e| backend(doing, e))?;
+                self.runs.remove(&run);
+            }
+        }
+        Ok(outcome)
     }
 
     fn resolve(&mut self, run: RunId, entry: &JournalEntry) -> Result<(), StoreError> {
@@ -809,6 +863,7 @@ fn answer_err(op: Op, error: impl Fn() -> StoreError) {
         Op::Post(.., ack) => drop(ack.send(Err(error()))),
         Op::Define(.., ack) => drop(ack.send(Err(error()))),
         Op::Write(_, ack) => drop(ack.send(Err(error()))),
+        Op::Cancel(.., ack) => drop(ack.send(Err(error()))),
     }
 }
 
@@ -835,7 +890,8 @@ fn hash_from(bytes: &[u8]) -> rusqlite::Result<ContentHash> {
 }
 
 const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
-                           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires";
+                           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
+                           cancel_request";
 
 /// A header with only an id, for fence checks.
 fn placeholder(run: RunId) -> RunRecord {
@@ -854,6 +910,7 @@ fn placeholder(run: RunId) -> RunRecord {
         updated_at: Timestamp::EPOCH,
         wake_at: None,
         lease: None,
+        cancel: None,
     }
 }
 
@@ -891,6 +948,7 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
             }),
             _ => None,
         },
+        cancel: row.get::<_, Option<String>>(17)?.map(|t| serde_json::from_str(&t).map_err(conversion)).transpose()?,
     })
 }
 
@@ -1050,11 +1108,57 @@ impl Store for SqliteStore {
         now: Timestamp,
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
-        let claim = Claim { run: Some(run), owner: owner.to_owned(), now, lease_for, limit: 1 };
+        let claim = Claim { run: Some(run), take_from: None, owner: owner.to_owned(), now, lease_for, limit: 1 };
         Box::pin(async move {
             let mut leases = self.send(|ack| Op::Claim(claim, ack)).await?;
             leases.pop().ok_or(StoreError::RunNotFound(run))
         })
+    }
+
+    fn take_over(
+        &self,
+        run: RunId,
+        from: &str,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let take_from = Some(from.to_owned());
+        let claim = Claim { run: Some(run), take_from, owner: owner.to_owned(), now, lease_for, limit: 1 };
+        Box::pin(async move {
+            let mut leases = self.send(|ack| Op::Claim(claim, ack)).await?;
+            leases.pop().ok_or(StoreError::RunNotFound(run))
+        })
+    }
+
+    fn request_cancel(
+        &self,
+        run: RunId,
+        request: CancelRequest,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<CancelOutcome, StoreError>> {
+        Box::pin(self.send(move |ack| Op::Cancel(run, request, now, ack)))
+    }
+
+    fn cancel_requests(&self, runs: &[RunId]) -> BoxFuture<'_, Result<Vec<(RunId, CancelRequest)>, StoreError>> {
+        let runs = runs.to_vec();
+        Box::pin(self.read("reading cancel requests", move |conn| {
+            let doing = "reading cancel requests";
+            let mut found = Vec::new();
+            let mut stmt = conn
+                .prepare_cached("SELECT cancel_request FROM runs WHERE id = ?1 AND cancel_request IS NOT NULL")
+                .map_err(|e| backend(doing, e))?;
+            for run in runs {
+                let text: Option<String> = stmt
+                    .query_row([run.as_uuid().as_bytes()], |r| r.get(0))
+                    .optional()
+                    .map_err(|e| backend(doing, e))?;
+                if let Some(text) = text {
+                    found.push((run, serde_json::from_str(&text).map_err(|e| backend(doing, e))?));
+                }
+            }
+            Ok(found)
+        }))
     }
 
     fn claim_due(
@@ -1064,7 +1168,7 @@ impl Store for SqliteStore {
         lease_for: std::time::Duration,
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
-        let claim = Claim { run: None, owner: owner.to_owned(), now, lease_for, limit };
+        let claim = Claim { run: None, take_from: None, owner: owner.to_owned(), now, lease_for, limit };
         Box::pin(self.send(|ack| Op::Claim(claim, ack)))
     }
 

@@ -45,6 +45,7 @@ fn pending(n: u8) -> RunRecord {
         updated_at: Timestamp::from_micros(i64::from(n)),
         wake_at: None,
         lease: None,
+        cancel: None,
     }
 }
 

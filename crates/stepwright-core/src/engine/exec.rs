@@ -95,6 +95,11 @@ impl Exec {
         Box::pin(async move {
             let mut previous = input;
             for node in nodes {
+                // A cancelled run starts no later step, whether or not the step before it
+                // looked at its token.
+                if env.cancel.is_cancelled() {
+                    return Ok(Flow::Failed(StepError::cancelled("the run was cancelled")));
+                }
                 let path = prefix.join_id(&node.id);
                 match self.exec_node(node, path, previous.clone(), scope, env).await? {
                     Flow::Done(value) => {

@@ -221,6 +221,8 @@ impl Engine {
                 cache: Arc::new(crate::engine::MemoryCache::default()),
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: std::sync::Mutex::new(HashMap::new()),
+                cancels: std::sync::Mutex::new(HashMap::new()),
+                watching: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         let now = inner.clock.now();
@@ -235,6 +237,7 @@ impl Engine {
             output: None,
             error: None,
             lease: Some(lease.clone()),
+            cancel: None,
             ..original.record.clone()
         };
         sandbox_store.create_run(record.clone()).await.map_err(EngineError::store(run))?;
@@ -373,6 +376,7 @@ impl Engine {
             updated_at: now,
             wake_at: None,
             lease: None,
+            cancel: None,
             ..sandbox.record.clone()
         };
         store.create_run(record).await.map_err(EngineError::store(id))?;
@@ -496,6 +500,7 @@ impl Engine {
             updated_at: now,
             wake_at: None,
             lease: None,
+            cancel: None,
             ..parent.record.clone()
         };
         store.create_run(record.clone()).await.map_err(EngineError::store(id))?;

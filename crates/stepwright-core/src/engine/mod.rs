@@ -2,6 +2,7 @@
 
 pub(crate) mod exec;
 mod history;
+pub mod owner;
 pub(crate) mod run;
 mod runner;
 
@@ -27,7 +28,8 @@ use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
 use crate::journal::{
-    JournalEntry, Lease, LoadedRun, MemoryStore, Record, RunRecord, RunStatus, StatusUpdate, Store, StoreError,
+    CancelOutcome, CancelRequest, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, MemoryStore, Record,
+    RunRecord, RunStatus, StatusUpdate, Store, StoreError,
 };
 use crate::outcome::{Decision, InterruptKind};
 use crate::runtime::{Clock, Entropy, SystemEntropy, TokioClock};
@@ -85,6 +87,13 @@ pub struct EngineConfig {
     pub async_max_delay: Duration,
     /// `async` durability: the most entries that wait before a write.
     pub async_max_entries: usize,
+    /// How often an engine executing runs asks the store whether any of them was asked to
+    /// cancel from elsewhere (another process, the API). Stores that announce cancels
+    /// (Postgres: `NOTIFY`) answer sooner; this is the fallback.
+    pub cancel_poll: Duration,
+    /// How often a run waiting in process on an interrupt asks the store whether someone
+    /// decided it from elsewhere.
+    pub decision_poll: Duration,
 }
 
 impl Default for EngineConfig {
@@ -97,6 +106,8 @@ impl Default for EngineConfig {
             lease_for: Duration::from_secs(30),
             async_max_delay: Duration::from_millis(50),
             async_max_entries: 512,
+            cancel_poll: Duration::from_millis(100),
+            decision_poll: Duration::from_millis(100),
         }
     }
 }
@@ -297,7 +308,9 @@ pub struct EngineBuilder {
 }
 
 impl EngineBuilder {
-    /// The name this engine claims runs under (default: `host-pid-random`).
+    /// The name this engine claims runs under (default: `engine@{host}:{pid}:{nonce}`, see
+    /// [`owner::local_worker_id`]; a name of that shape lets another process on the host
+    /// take this one's runs over at once if it dies).
     #[must_use]
     pub fn worker_id(mut self, id: &str) -> Self {
         self.worker_id = Some(id.to_owned());
@@ -356,10 +369,7 @@ impl EngineBuilder {
     /// Builds the engine.
     pub fn build(self) -> Engine {
         let entropy: Arc<dyn Entropy> = self.entropy.unwrap_or_else(|| Arc::new(SystemEntropy::new()));
-        let worker_id = self.worker_id.unwrap_or_else(|| {
-            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "worker".into());
-            format!("{host}-{}-{:08x}", std::process::id(), entropy.next_u64() as u32)
-        });
+        let worker_id = self.worker_id.unwrap_or_else(|| owner::local_worker_id("engine", entropy.as_ref()));
         Engine {
             inner: Arc::new(EngineInner {
                 worker_id,
@@ -372,6 +382,8 @@ impl EngineBuilder {
                 cache: self.cache.unwrap_or_else(|| Arc::new(MemoryCache::default())),
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: Mutex::new(HashMap::new()),
+                cancels: Mutex::new(HashMap::new()),
+                watching: AtomicBool::new(false),
             }),
         }
     }
@@ -393,7 +405,12 @@ struct EngineInner {
     observer: Option<Arc<dyn Observer>>,
     cache: Arc<dyn StepCache>,
     mailboxes: Arc<Mailboxes>,
+    /// The runs this engine executes now, with their root tokens.
     live: Mutex<HashMap<RunId, CancellationToken>>,
+    /// Cancel requests seen for live runs: who asked and why, for the run's final error.
+    cancels: Mutex<HashMap<RunId, CancelRequest>>,
+    /// Whether a cancel watcher task runs (one per engine while it has live runs).
+    watching: AtomicBool,
 }
 
 impl Default for Engine {
@@ -497,6 +514,7 @@ impl Engine {
                 token: 1,
                 expires_at: now.plus(self.inner.config.lease_for),
             }),
+            cancel: None,
         };
         self.inner.store.create_run(record.clone()).await.map_err(EngineError::store(id))?;
         let lease = record.lease.clone();
@@ -520,13 +538,30 @@ impl Engine {
         if loaded.record.status.is_terminal() {
             return Err(EngineError::NotResumable { run, status: loaded.record.status });
         }
-        let lease = self
-            .inner
-            .store
-            .claim(run, &self.inner.worker_id, self.inner.clock.now(), self.inner.config.lease_for)
-            .await
-            .map_err(EngineError::store(run))?;
+        let lease = self.claim_for_resume(run).await?;
         self.resume_leased_with(workflow, lease, options).await
+    }
+
+    /// Claims a run to resume it. A live lease refuses the claim (`Leased`: who and until
+    /// when), except a lease whose holder is known to be gone: this engine's own name on a
+    /// run it does not execute (an execution that ended in an error), or a process on this
+    /// host that no longer exists (see [`owner::is_dead_local_process`]).
+    async fn claim_for_resume(&self, run: RunId) -> Result<Lease, EngineError> {
+        let inner = &self.inner;
+        let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
+        match inner.store.claim(run, &inner.worker_id, now, lease_for).await {
+            Err(StoreError::Leased { owner, .. })
+                if (owner == inner.worker_id && !inner.live.lock().expect("poisoned").contains_key(&run))
+                    || owner::is_dead_local_process(&owner) =>
+            {
+                inner
+                    .store
+                    .take_over(run, &owner, &inner.worker_id, now, lease_for)
+                    .await
+                    .map_err(EngineError::store(run))
+            }
+            other => other.map_err(EngineError::store(run)),
+        }
     }
 
     /// Executes a run this engine has claimed (see [`Runner`]).
@@ -545,6 +580,11 @@ impl Engine {
         if loaded.record.status.is_terminal() {
             return Err(EngineError::NotResumable { run, status: loaded.record.status });
         }
+        // Asked to cancel while its last owner executed it, and that owner died first: the
+        // cancel stands, and nothing more runs.
+        if let Some(request) = loaded.record.cancel.clone() {
+            return self.finish_cancelled(run, &lease, &request).await;
+        }
         if loaded.record.definition_hash != workflow.hash() && options.allow_new_definition {
             let unknown = workflow.unknown_paths(loaded.entries.iter().map(|e| e.path.as_str()));
             if !unknown.is_empty() {
@@ -559,6 +599,36 @@ impl Engine {
             });
         }
         self.execute(workflow, loaded, lease).await
+    }
+
+    /// Ends a claimed run as cancelled by an earlier request, running nothing.
+    async fn finish_cancelled(
+        &self,
+        run: RunId,
+        lease: &Lease,
+        request: &CancelRequest,
+    ) -> Result<RunReport, EngineError> {
+        let now = self.inner.clock.now();
+        let mut batch = JournalBatch { events: vec![cancelled_event(run, request, now)], ..Default::default() };
+        self.inner.store.append(run, Some(lease.token), &mut batch).await.map_err(EngineError::store(run))?;
+        let error = request.error();
+        let update = StatusUpdate {
+            status: RunStatus::Cancelled,
+            output: None,
+            error: Some(error.clone()),
+            at: now,
+            wake_at: None,
+            fence: Some(lease.token),
+        };
+        self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
+        Ok(RunReport {
+            run_id: run,
+            status: RunStatus::Cancelled,
+            output: None,
+            error: Some(error),
+            pending: Vec::new(),
+            wake_at: None,
+        })
     }
 
     /// Fails a run whose journal does not fit the definition it was to resume with.
@@ -683,31 +753,48 @@ impl Engine {
             StoreError::AlreadyResolved { .. } => error("already_resolved", "another decision won".into()),
             StoreError::InterruptNotFound { .. } => error("not_found", "no such interrupt in this run".into()),
             other => EngineError::Store { run, source: other },
-        })
+        })?;
+        // A run of this engine waiting on it in process looks at once.
+        self.inner.mailboxes.notify.notify_waiters();
+        Ok(())
     }
 
-    /// Cancels a run. A run executing in this engine sees its steps' tokens fire; a run that
-    /// is not executing is marked cancelled in the store. Returns whether anything changed.
+    /// Cancels a run on behalf of nobody in particular: see [`Engine::cancel_by`]. Returns
+    /// whether the run was still going (so the cancel took or will take effect).
     pub async fn cancel(&self, run: RunId, reason: &str) -> Result<bool, EngineError> {
+        let outcome = self.cancel_by(run, reason, None).await?;
+        Ok(!matches!(outcome, CancelOutcome::Finished(_)))
+    }
+
+    /// Cancels a run, wherever it executes. The request is stored with who asked and why: a
+    /// run nobody executes is cancelled at once (with a `run.cancelled` event); a run a live
+    /// process executes (this one or another) is stopped by that process, which sees the
+    /// request within [`EngineConfig::cancel_poll`]: its running steps' tokens fire, no
+    /// later step starts, and it ends `cancelled` with the request's reason. A finished run
+    /// is left as it is.
+    pub async fn cancel_by(&self, run: RunId, reason: &str, by: Option<&str>) -> Result<CancelOutcome, EngineError> {
+        let now = self.inner.clock.now();
+        let request = CancelRequest { by: by.map(str::to_owned), reason: reason.to_owned(), at: now };
+        let outcome =
+            self.inner.store.request_cancel(run, request.clone(), now).await.map_err(EngineError::store(run))?;
+        match &outcome {
+            CancelOutcome::Finished(_) => {}
+            CancelOutcome::Cancelled => {
+                let mut batch =
+                    JournalBatch { events: vec![cancelled_event(run, &request, now)], ..Default::default() };
+                self.inner.store.append(run, None, &mut batch).await.map_err(EngineError::store(run))?;
+            }
+            CancelOutcome::Requested { .. } => {}
+        }
+        // Executing here: stop at once rather than at the next poll.
         let live = self.inner.live.lock().expect("poisoned").get(&run).cloned();
-        if let Some(token) = live {
+        if let Some(token) = live
+            && !matches!(outcome, CancelOutcome::Finished(_))
+        {
+            self.inner.cancels.lock().expect("poisoned").insert(run, request);
             token.cancel();
-            return Ok(true);
         }
-        let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
-        if loaded.record.status.is_terminal() {
-            return Ok(false);
-        }
-        let update = StatusUpdate {
-            status: RunStatus::Cancelled,
-            output: None,
-            error: Some(StepError::cancelled(reason)),
-            at: self.inner.clock.now(),
-            wake_at: None,
-            fence: None,
-        };
-        self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
-        Ok(true)
+        Ok(outcome)
     }
 
     /// Sends a message to a loop inbox of a run. The message is stored (it survives a
@@ -772,6 +859,7 @@ impl Engine {
                 inner.config.durability,
                 fence,
                 (inner.config.async_max_delay, inner.config.async_max_entries),
+                loaded.entries.len(),
             ),
             replay,
             observer: inner.observer.clone(),
@@ -785,6 +873,9 @@ impl Engine {
         let cancel = CancellationToken::new();
         inner.live.lock().expect("poisoned").insert(run_id, cancel.clone());
         let _live = LiveGuard { engine: inner, run: run_id };
+        if !inner.watching.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tokio::spawn(watch_cancels(Arc::downgrade(&self.inner)));
+        }
         let fresh = loaded.entries.is_empty() && loaded.record.status == RunStatus::Running;
         if !fresh {
             let running = StatusUpdate {
@@ -883,7 +974,14 @@ impl Engine {
                 )),
             ),
             Flow::Failed(error) if cancel.is_cancelled() && error.is(&ErrorCode::CANCELLED) => {
-                (RunStatus::Cancelled, None, Some(error))
+                let requested = inner.cancels.lock().expect("poisoned").remove(&run_id);
+                match requested {
+                    Some(request) => {
+                        shared.recorder.note_event(cancelled_event(run_id, &request, inner.clock.now()));
+                        (RunStatus::Cancelled, None, Some(request.error()))
+                    }
+                    None => (RunStatus::Cancelled, None, Some(error)),
+                }
             }
             Flow::Failed(error) => (RunStatus::Failed, None, Some(error)),
         };
@@ -935,6 +1033,54 @@ struct LiveGuard<'a> {
 impl Drop for LiveGuard<'_> {
     fn drop(&mut self) {
         self.engine.live.lock().expect("poisoned").remove(&self.run);
+        self.engine.cancels.lock().expect("poisoned").remove(&self.run);
+    }
+}
+
+/// The `run.cancelled` event: who asked and why.
+fn cancelled_event(run: RunId, request: &CancelRequest, at: Timestamp) -> EventRecord {
+    EventRecord {
+        run,
+        path: StepPath::root(),
+        at,
+        tenant: None,
+        user: request.by.clone(),
+        kind: "run.cancelled".into(),
+        data: serde_json::json!({ "by": request.by, "reason": request.reason, "requested_at": request.at }),
+    }
+}
+
+/// Watches the store for cancel requests of the runs an engine executes, one task per
+/// engine while it has live runs (one query per poll, however many runs): a run asked to
+/// cancel from another process has its root token fired here. It holds the engine weakly,
+/// so a dropped engine stops it.
+async fn watch_cancels(engine: std::sync::Weak<EngineInner>) {
+    use std::sync::atomic::Ordering::SeqCst;
+    loop {
+        let Some((store, poll)) = engine.upgrade().map(|inner| (inner.store.clone(), inner.config.cancel_poll)) else {
+            return;
+        };
+        store.wait_for_cancel(poll).await;
+        let Some(inner) = engine.upgrade() else { return };
+        let live: Vec<RunId> = inner.live.lock().expect("poisoned").keys().copied().collect();
+        if live.is_empty() {
+            inner.watching.store(false, SeqCst);
+            // A run that started after the look above found `watching` set and started no
+            // watcher of its own: this one goes on for it, unless another took over.
+            if inner.live.lock().expect("poisoned").is_empty() || inner.watching.swap(true, SeqCst) {
+                return;
+            }
+            continue;
+        }
+        // A store that cannot answer now is asked again at the next poll.
+        let Ok(found) = store.cancel_requests(&live).await else { continue };
+        for (run, request) in found {
+            let token = inner.live.lock().expect("poisoned").get(&run).cloned();
+            if let Some(token) = token {
+                inner.cancels.lock().expect("poisoned").entry(run).or_insert(request);
+                token.cancel();
+            }
+        }
     }
 }
 

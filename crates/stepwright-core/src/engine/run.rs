@@ -63,6 +63,10 @@ pub(crate) struct Recorder {
     /// `async` durability flushes from two places (the walk and the timer): one at a time,
     /// so that batches reach the store in order.
     flushing: tokio::sync::Mutex<()>,
+    /// How many journal entries of the run the store held when this execution began plus
+    /// those this recorder wrote since: a lower bound of the journal's length (others may
+    /// have appended decisions), so reading from here misses nothing new.
+    written: std::sync::atomic::AtomicU64,
 }
 
 impl Recorder {
@@ -72,6 +76,7 @@ impl Recorder {
         durability: Durability,
         fence: Option<u64>,
         window: (std::time::Duration, usize),
+        already: usize,
     ) -> Self {
         Self {
             store,
@@ -84,7 +89,14 @@ impl Recorder {
             fenced: Mutex::new(std::collections::HashSet::new()),
             oldest: Mutex::new(None),
             flushing: tokio::sync::Mutex::new(()),
+            written: std::sync::atomic::AtomicU64::new(already as u64),
         }
+    }
+
+    /// A position in the run's journal at or before every entry not yet seen by this
+    /// execution (see `written`).
+    pub(crate) fn position(&self) -> u64 {
+        self.written.load(Ordering::SeqCst)
     }
 
     /// Whether an entry may wait for the next batch (`async` durability, not a fenced step,
@@ -203,8 +215,10 @@ impl Recorder {
             }
             std::mem::take(&mut *pending)
         };
+        let entries = batch.entries.len() as u64;
         match self.store.append(self.run, self.fence, &mut batch).await {
             Ok(()) => {
+                self.written.fetch_add(entries, Ordering::SeqCst);
                 // Hand the drained buffers back so the next step reuses their capacity.
                 let mut pending = self.pending.lock().expect("poisoned");
                 if pending.is_empty() && batch.is_empty() {
