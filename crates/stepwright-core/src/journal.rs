@@ -860,9 +860,12 @@ impl Store for MemoryStore {
         let result = (|| {
             let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
             let mut data = data.lock().expect("poisoned");
+            let record = data.record.as_ref().ok_or(StoreError::RunNotFound(run))?;
+            // A finished run says so first, whatever the writer's token (this store drops
+            // the lease of a finished run, where the SQL stores keep its token).
+            let update = effective_update(run, record.status, record.cancel.as_ref(), update)?;
             check_fence(data.record.as_ref(), run, update.fence)?;
             let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
-            let update = effective_update(run, record.status, record.cancel.as_ref(), update)?;
             if update.status != RunStatus::Running {
                 record.lease = None;
             }

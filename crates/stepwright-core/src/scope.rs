@@ -15,6 +15,8 @@ use serde_json::{Map, Value};
 pub struct Scope {
     input: Arc<Value>,
     frame: Arc<Frame>,
+    /// The run, as templates see it (`run.id`, `run.tenant`, `run.user`, `run.roles`).
+    run: Option<Arc<Value>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -27,7 +29,19 @@ struct Frame {
 impl Scope {
     /// A root scope over a workflow input.
     pub fn new(input: Arc<Value>) -> Self {
-        Self { input, frame: Arc::new(Frame::default()) }
+        Self { input, frame: Arc::new(Frame::default()), run: None }
+    }
+
+    /// This scope, seeing the run it belongs to as `run`.
+    #[must_use]
+    pub fn with_run(mut self, run: Value) -> Self {
+        self.run = Some(Arc::new(run));
+        self
+    }
+
+    /// The run this scope belongs to, if known.
+    pub fn run(&self) -> Option<&Value> {
+        self.run.as_deref()
     }
 
     /// The workflow input.
@@ -76,12 +90,13 @@ impl Scope {
         Self {
             input: self.input.clone(),
             frame: Arc::new(Frame { parent: Some(self.frame.clone()), outputs: Vec::new(), vars: Vec::new() }),
+            run: self.run.clone(),
         }
     }
 
-    /// A scope that sees only `input` (an isolated subworkflow or spawn).
-    pub(crate) fn isolated(input: Arc<Value>) -> Self {
-        Self::new(input)
+    /// A scope that sees only `input` and the run (an isolated subworkflow or spawn).
+    pub(crate) fn isolated(&self, input: Arc<Value>) -> Self {
+        Self { run: self.run.clone(), ..Self::new(input) }
     }
 
     pub(crate) fn bind_output(&mut self, id: &Arc<str>, value: Arc<Value>) {
@@ -116,6 +131,9 @@ impl Scope {
         }
         root.insert("input".into(), (*self.input).clone());
         root.insert("steps".into(), Value::Object(steps));
+        if let Some(run) = &self.run {
+            root.insert("run".into(), (**run).clone());
+        }
         Value::Object(root)
     }
 }

@@ -106,6 +106,8 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>) -> Result<Loaded, 
         ids: HashSet::new(),
         current: Vec::new(),
         troubled: HashSet::new(),
+        bound: Vec::new(),
+        roots_only: None,
     };
     let root = match yaml::parse(source) {
         Ok(root) => root,
@@ -166,7 +168,16 @@ struct Compiler {
     current: Vec<String>,
     /// Steps that already have a problem reported, so the core's checks add no echo.
     troubled: HashSet<String>,
+    /// Names that enclosing operators bind for the expressions inside them (a map's `as`,
+    /// `loop`, `tick`), innermost last.
+    bound: Vec<String>,
+    /// The only names expressions may start from here, where they see something other
+    /// than the run's scope (a guardrail's `value`, a command tool's `args`).
+    roots_only: Option<&'static [&'static str]>,
 }
+
+/// The names every expression over a run's scope may start from.
+const SCOPE_ROOTS: &[&str] = &["input", "steps", "run"];
 
 /// The closest of `candidates` to `word` (for "did you mean" hints).
 fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
@@ -286,7 +297,36 @@ impl Compiler {
             return None;
         }
         self.references(node.pos, &source);
+        self.roots(node.pos, &expr::expression_roots(&source));
         Some(source)
+    }
+
+    /// Every name an expression starts from must be one it can see here: a typo such as
+    /// `inptu` or `stpes` is reported at load time, not found null at run time.
+    fn roots(&mut self, pos: Pos, used: &[String]) {
+        let known: Vec<String> = match self.roots_only {
+            Some(only) => only.iter().map(|n| (*n).to_owned()).collect(),
+            None => SCOPE_ROOTS.iter().map(|n| (*n).to_owned()).chain(self.bound.iter().cloned()).collect(),
+        };
+        for name in used {
+            if known.contains(name) || expr::is_global(name) {
+                continue;
+            }
+            let message = format!("`{name}` is not a name an expression can use here");
+            let hint = match closest(name, known.iter().map(String::as_str)) {
+                Some(near) => format!("did you mean `{near}`? it can use: {}", known.join(", ")),
+                None => format!("it can use: {}", known.join(", ")),
+            };
+            self.error_hint(pos, message, hint);
+        }
+    }
+
+    /// Compiles `inner` with `name` bound for the expressions inside it.
+    fn binding<T>(&mut self, name: &str, inner: impl FnOnce(&mut Self) -> T) -> T {
+        self.bound.push(name.to_owned());
+        let result = inner(self);
+        self.bound.pop();
+        result
     }
 
     /// A JSON Schema written in the file, reported at its position if it is not one.
@@ -306,6 +346,7 @@ impl Compiler {
                     self.error(node.pos, format!("the template `{s}` does not parse: {why}"));
                 } else {
                     self.references(node.pos, s);
+                    self.roots(node.pos, &expr::template_roots(s));
                 }
             }
             Yaml::Seq(items) => items.iter().for_each(|i| self.templates(i)),
@@ -612,7 +653,7 @@ impl Compiler {
                 let had = self.ids.insert(name.clone());
                 let mut scope = HashSet::new();
                 let steps = match body.get("steps") {
-                    Some(s) => self.steps(&format!("{path}[*]"), s, &mut scope),
+                    Some(s) => self.binding(&name, |c| c.steps(&format!("{path}[*]"), s, &mut scope)),
                     None => {
                         self.error(body.pos, "`map` needs `steps`");
                         Vec::new()
@@ -645,14 +686,15 @@ impl Compiler {
                 let max = body.get("max_iterations").and_then(|m| self.number(m, "`max_iterations`")).unwrap_or(10);
                 let mut scope = HashSet::new();
                 let steps = match body.get("steps") {
-                    Some(s) => self.steps(&format!("{path}#*"), s, &mut scope),
+                    Some(s) => self.binding("loop", |c| c.steps(&format!("{path}#*"), s, &mut scope)),
                     None => {
                         self.error(body.pos, "`loop` needs `steps`");
                         Vec::new()
                     }
                 };
                 let mut looped = Loop::new(id, u32::try_from(max).unwrap_or(u32::MAX), steps);
-                if let Some(source) = body.get("until").and_then(|u| self.expression(u, "`until`")) {
+                let until = body.get("until").and_then(|u| self.binding("loop", |c| c.expression(u, "`until`")));
+                if let Some(source) = until {
                     looped = looped.until(
                         Expr::try_new({
                             let source = source.clone();
@@ -684,7 +726,7 @@ impl Compiler {
                 let mut scope = HashSet::new();
                 // Each tick's steps see `tick` (1-based) besides the outer scope.
                 let steps = match body.get("steps") {
-                    Some(s) => self.steps(&format!("{path}#*"), s, &mut scope),
+                    Some(s) => self.binding("tick", |c| c.steps(&format!("{path}#*"), s, &mut scope)),
                     None => {
                         self.error(body.pos, "`every` needs `steps`");
                         Vec::new()
@@ -984,7 +1026,10 @@ impl Compiler {
                     );
                     return None;
                 }
-                let source = self.expression(when, "the guardrail's `when`")?;
+                let outer = self.roots_only.replace(&["value"]);
+                let source = self.expression(when, "the guardrail's `when`");
+                self.roots_only = outer;
+                let source = source?;
                 let name = format!("when {source}");
                 let check = FnGuardrail::new(name, move |value: &Value| {
                     // A condition that cannot be evaluated counts as a violation: a guardrail

@@ -44,6 +44,67 @@ pub(crate) fn check_template(source: &str) -> Result<(), String> {
     }
 }
 
+/// The names an expression starts from (`input` in `input.name | upper`), sorted.
+pub(crate) fn expression_roots(source: &str) -> Vec<String> {
+    let mut roots: Vec<String> = env()
+        .compile_expression(source)
+        .map(|e| e.undeclared_variables(false).into_iter().collect())
+        .unwrap_or_default();
+    roots.sort();
+    roots
+}
+
+/// The names a template string starts from.
+pub(crate) fn template_roots(source: &str) -> Vec<String> {
+    if let Some(expr) = single_expression(source) {
+        return expression_roots(expr);
+    }
+    let mut roots: Vec<String> = env()
+        .template_from_str(source)
+        .map(|t| t.undeclared_variables(false).into_iter().collect())
+        .unwrap_or_default();
+    roots.sort();
+    roots
+}
+
+/// Whether `name` is one of the template language's own globals (`range`, `dict`…).
+pub(crate) fn is_global(name: &str) -> bool {
+    env().globals().any(|(global, _)| global == name)
+}
+
+/// A value that is undefined somewhere (a misspelt name or field) is an error with strict
+/// undefined, even when nothing prints it: a one-expression template would otherwise
+/// quietly become `null`.
+fn check_defined(source: &str, value: &minijinja::Value) -> Result<(), StepError> {
+    fn first_undefined(value: &minijinja::Value, depth: usize) -> bool {
+        if value.is_undefined() {
+            return true;
+        }
+        if depth > 64 {
+            return false;
+        }
+        match value.kind() {
+            minijinja::value::ValueKind::Seq | minijinja::value::ValueKind::Iterable => {
+                value.try_iter().map(|mut items| items.any(|item| first_undefined(&item, depth + 1))).unwrap_or(false)
+            }
+            minijinja::value::ValueKind::Map => value
+                .try_iter()
+                .map(|mut keys| {
+                    keys.any(|key| value.get_item(&key).is_ok_and(|item| first_undefined(&item, depth + 1)))
+                })
+                .unwrap_or(false),
+            _ => false,
+        }
+    }
+    if first_undefined(value, 0) {
+        return Err(StepError::new(
+            ErrorCode::EXPRESSION,
+            format!("evaluating `{source}`: undefined value (a name or field that does not exist)"),
+        ));
+    }
+    Ok(())
+}
+
 fn describe(e: &minijinja::Error) -> String {
     e.detail().map_or_else(|| e.to_string(), str::to_owned)
 }
@@ -56,6 +117,7 @@ fn failed(what: &str, source: &str, e: &minijinja::Error) -> StepError {
 pub(crate) fn eval(source: &str, ctx: &Value) -> Result<Value, StepError> {
     let expr = env().compile_expression(source).map_err(|e| failed("the expression", source, &e))?;
     let value = expr.eval(to_mj(ctx)).map_err(|e| failed("the expression", source, &e))?;
+    check_defined(source, &value)?;
     serde_json::to_value(&value)
         .map_err(|e| StepError::new(ErrorCode::EXPRESSION, format!("converting `{source}`: {e}")))
 }
@@ -64,6 +126,7 @@ pub(crate) fn eval(source: &str, ctx: &Value) -> Result<Value, StepError> {
 pub(crate) fn truthy(source: &str, ctx: &Value) -> Result<bool, StepError> {
     let expr = env().compile_expression(source).map_err(|e| failed("the condition", source, &e))?;
     let value = expr.eval(to_mj(ctx)).map_err(|e| failed("the condition", source, &e))?;
+    check_defined(source, &value)?;
     Ok(value.is_true())
 }
 

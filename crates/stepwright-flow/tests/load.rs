@@ -312,7 +312,7 @@ steps:
 async fn every_on_error_fail_ends_the_run_and_jitter_is_part_of_the_definition() {
     let file = |extra: &str| {
         format!(
-            "workflow: w\nsteps:\n  - id: poll\n    every:\n      interval: 1m\n{extra}      steps:\n        - id: t\n          set: \"{{{{ missing.field }}}}\"\n"
+            "workflow: w\nsteps:\n  - id: poll\n    every:\n      interval: 1m\n{extra}      steps:\n        - id: t\n          set: \"{{{{ input.missing.field }}}}\"\n"
         )
     };
     let failing = load_str(&file("      on_error: fail\n"), "w.yaml").unwrap();
@@ -376,4 +376,40 @@ async fn graphs_in_a_file_route_by_their_edges() {
     let report = engine.start(&bounded, json!(null)).await.unwrap();
     assert_eq!(report.status, RunStatus::Failed);
     assert_eq!(report.error.unwrap().code.as_str(), "max_steps");
+}
+
+/// Strict undefined holds for a string that is one expression too: a misspelt field fails
+/// the step with an `expression` error that names it, instead of quietly becoming `null`.
+#[tokio::test]
+async fn a_misspelt_field_in_one_expression_fails_the_step() {
+    let workflow = load_str("workflow: w\nsteps:\n  - id: greet\n    set: \"{{ input.nmae }}\"\n", "w.yaml").unwrap();
+    let report = Engine::default().start(&workflow, json!({ "name": "ann" })).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed);
+    let error = report.error.expect("an error");
+    assert_eq!(error.code.as_str(), "expression");
+    assert!(error.message.contains("input.nmae"), "{}", error.message);
+    let nested = load_str("workflow: w\nsteps:\n  - id: greet\n    set: \"{{ [input.nmae] }}\"\n", "w.yaml").unwrap();
+    let report = Engine::default().start(&nested, json!({ "name": "ann" })).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed, "an undefined value inside a list is caught too");
+    let condition =
+        load_str("workflow: w\nsteps:\n  - id: greet\n    if: input.flagg\n    set: 1\n", "w.yaml").unwrap();
+    let report = Engine::default().start(&condition, json!({ "flag": true })).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed, "a condition on a misspelt field is an error, not false");
+}
+
+/// Templates see the run: its id, workflow, tenant, user and roles.
+#[tokio::test]
+async fn templates_see_the_run_and_who_started_it() {
+    let workflow = load_str(
+        "workflow: who\nsteps:\n  - id: me\n    set: { id: \"{{ run.id }}\", line: \"{{ run.user }}@{{ run.tenant }} as {{ run.roles | join(',') }} in {{ run.workflow }}\" }\n",
+        "who.yaml",
+    )
+    .unwrap();
+    let caller = Caller::user(Some("acme"), "ann").with_role("lead").with_role("ops");
+    let options = stepwright_core::StartOptions { caller, ..Default::default() };
+    let report = Engine::default().start_with(&workflow, json!(null), options).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
+    let output = report.output.unwrap();
+    assert_eq!(output["id"], json!(report.run_id.to_string()));
+    assert_eq!(output["line"], json!("ann@acme as lead,ops in who"));
 }

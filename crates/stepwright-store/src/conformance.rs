@@ -35,6 +35,8 @@ where
     messages_keep_their_order(&*fresh().await).await;
     definitions_are_kept_by_hash(&*fresh().await).await;
     leases_fence_writes(&*fresh().await).await;
+    a_live_lease_is_never_shared(&*fresh().await).await;
+    cancels_reach_executing_runs(&*fresh().await).await;
     claim_due_finds_ready_runs(&*fresh().await).await;
     sessions_keep_history_for_their_owner(&*fresh().await).await;
     memory_bank_stores_and_recalls(&*fresh().await).await;
@@ -122,6 +124,106 @@ pub async fn leases_fence_writes(store: &dyn Store) {
     let finished = store.load(run.id).await.expect("load").record;
     assert_eq!(finished.lease, None, "finishing releases the lease");
     assert!(store.claim(run.id, "c", wall(), short).await.is_err(), "a finished run cannot be claimed");
+}
+
+/// A live lease refuses every claim, its own owner's too; `take_over` from the named
+/// holder (known to be gone) succeeds and fences the old holder out.
+pub async fn a_live_lease_is_never_shared(store: &dyn Store) {
+    use std::time::Duration;
+    let long = Duration::from_secs(60);
+    let run = record(31, "flow", RunStatus::Pending, 10);
+    store.create_run(run.clone()).await.expect("create");
+    let first = store.claim(run.id, "a", wall(), long).await.expect("claim");
+    let again = store.claim(run.id, "a", wall(), long).await;
+    assert!(
+        matches!(again, Err(StoreError::Leased { ref owner, .. }) if owner == "a"),
+        "the same owner may not claim a live lease twice: {again:?}"
+    );
+    let stolen = store.take_over(run.id, "b", "c", wall(), long).await;
+    assert!(matches!(stolen, Err(StoreError::Leased { .. })), "only the named holder's lease is taken: {stolen:?}");
+    let taken = store.take_over(run.id, "a", "c", wall(), long).await.expect("take over");
+    assert_eq!((taken.owner.as_str(), taken.token), ("c", first.token + 1));
+    let mut batch =
+        JournalBatch { entries: vec![entry("x", 1, Record::Started { attempt: 1 })], ..JournalBatch::default() };
+    let stale = store.append(run.id, Some(first.token), &mut batch).await;
+    assert!(matches!(stale, Err(StoreError::LeaseLost { .. })), "the old holder is fenced out: {stale:?}");
+    assert_eq!(store.load(run.id).await.expect("load").record.lease.map(|l| l.owner), Some("c".into()));
+}
+
+/// A cancel asked for a run that a live lease holds is stored for its holder to see and
+/// turns its next stop (suspend, yield) into `cancelled`; one for a run nobody holds
+/// cancels it at once and fences a stalled holder out; a finished run stays as it is and
+/// its status never changes again.
+pub async fn cancels_reach_executing_runs(store: &dyn Store) {
+    use std::time::Duration;
+    use stepwright_core::{CancelOutcome, CancelRequest};
+    let long = Duration::from_secs(60);
+    let request = |why: &str| CancelRequest { by: Some("ann".into()), reason: why.into(), at: wall() };
+    let status = |run: RunId| async move { store.load(run).await.expect("load").record };
+    let update = |status: RunStatus, fence: Option<u64>| StatusUpdate {
+        status,
+        output: None,
+        error: None,
+        at: wall(),
+        wake_at: None,
+        fence,
+    };
+
+    // Executing: the request waits for the holder.
+    let live = record(32, "flow", RunStatus::Pending, 10);
+    store.create_run(live.clone()).await.expect("create");
+    let lease = store.claim(live.id, "w", wall(), long).await.expect("claim");
+    store.set_status(live.id, update(RunStatus::Running, Some(lease.token))).await.expect("running");
+    assert!(store.cancel_requests(&[live.id]).await.expect("poll").is_empty(), "nothing asked yet");
+    let outcome = store.request_cancel(live.id, request("too slow"), wall()).await.expect("cancel");
+    assert!(matches!(outcome, CancelOutcome::Requested { ref owner, .. } if owner == "w"), "{outcome:?}");
+    assert_eq!(status(live.id).await.status, RunStatus::Running, "the holder decides when it stops");
+    let seen = store.cancel_requests(&[live.id, id(99)]).await.expect("poll");
+    assert_eq!(seen.len(), 1);
+    assert_eq!((seen[0].0, seen[0].1.reason.as_str(), seen[0].1.by.as_deref()), (live.id, "too slow", Some("ann")));
+    // The holder suspends before it saw the request: the run is cancelled instead.
+    store.set_status(live.id, update(RunStatus::Suspended, Some(lease.token))).await.expect("stop");
+    let stopped = status(live.id).await;
+    assert_eq!(stopped.status, RunStatus::Cancelled, "a cancel that raced with a suspension is not lost");
+    assert!(stopped.error.expect("error").message.contains("too slow"));
+    let late = store.set_status(live.id, update(RunStatus::Completed, Some(lease.token))).await;
+    assert!(matches!(late, Err(StoreError::Finished { status: RunStatus::Cancelled, .. })), "{late:?}");
+    assert_eq!(status(live.id).await.status, RunStatus::Cancelled, "nothing overwrites a cancellation");
+
+    // Held by nobody (suspended): cancelled at once.
+    let idle = record(33, "flow", RunStatus::Suspended, 10);
+    store.create_run(idle.clone()).await.expect("create");
+    let outcome = store.request_cancel(idle.id, request("not needed"), wall()).await.expect("cancel");
+    assert_eq!(outcome, CancelOutcome::Cancelled);
+    let cancelled = status(idle.id).await;
+    assert_eq!(cancelled.status, RunStatus::Cancelled);
+    assert_eq!(cancelled.cancel.map(|c| c.reason), Some("not needed".into()), "who and why are kept");
+    assert!(store.claim(idle.id, "w", wall(), long).await.is_err(), "a cancelled run cannot be claimed");
+
+    // Running under a lapsed lease (its holder stalled or died): cancelled at once, and the
+    // stalled holder can no longer write.
+    let stalled = record(34, "flow", RunStatus::Pending, 10);
+    store.create_run(stalled.clone()).await.expect("create");
+    let old = store.claim(stalled.id, "w", wall(), Duration::from_millis(30)).await.expect("claim");
+    store.set_status(stalled.id, update(RunStatus::Running, Some(old.token))).await.expect("running");
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(
+        store.request_cancel(stalled.id, request("stuck"), wall()).await.expect("cancel"),
+        CancelOutcome::Cancelled
+    );
+    let mut batch =
+        JournalBatch { entries: vec![entry("x", 1, Record::Started { attempt: 1 })], ..JournalBatch::default() };
+    let write = store.append(stalled.id, Some(old.token), &mut batch).await;
+    assert!(matches!(write, Err(StoreError::LeaseLost { .. })), "{write:?}");
+
+    // Finished: left alone.
+    let done = record(35, "flow", RunStatus::Completed, 10);
+    store.create_run(done.clone()).await.expect("create");
+    let outcome = store.request_cancel(done.id, request("late"), wall()).await.expect("cancel");
+    assert_eq!(outcome, CancelOutcome::Finished(RunStatus::Completed));
+    assert_eq!(status(done.id).await.cancel, None);
+    let missing = store.request_cancel(id(98), request("who?"), wall()).await;
+    assert!(matches!(missing, Err(StoreError::RunNotFound(_))), "{missing:?}");
 }
 
 /// `claim_due` takes pending runs, due suspended runs and runs under expired leases, and
@@ -251,7 +353,7 @@ pub async fn concurrent_appends_from(one: &dyn Store, other: &dyn Store) {
     let run = record(20, "fanout", RunStatus::Running, 10);
     one.create_run(run.clone()).await.expect("create");
     let write = |writer: usize, round: usize| {
-        let store = if writer % 2 == 0 { one } else { other };
+        let store = if writer.is_multiple_of(2) { one } else { other };
         let path = format!("f/{writer}/r{round}");
         let (done, blob) =
             completed(&path, json!({ "writer": writer, "round": round, "pad": "x".repeat(writer * 100) }));

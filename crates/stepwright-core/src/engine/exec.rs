@@ -534,7 +534,7 @@ impl Exec {
             NodeKind::Loop(spec) => Box::pin(self.run_loop(spec, path, input, scope, env)).await,
             NodeKind::Graph(spec) => Box::pin(self.run_graph(spec, path, input, scope, env)).await,
             NodeKind::Workflow { workflow, spawn } => {
-                Box::pin(self.run_subworkflow(workflow, *spawn, path, input, env)).await
+                Box::pin(self.run_subworkflow(workflow, *spawn, path, input, scope, env)).await
             }
             NodeKind::Every(spec) => Box::pin(self.run_every(spec, path, input, scope, env)).await,
             NodeKind::Sleep(duration) => {
@@ -553,6 +553,7 @@ impl Exec {
         spawn: Option<std::time::Duration>,
         path: &StepPath,
         input: Arc<Value>,
+        scope: &Scope,
         env: &Env,
     ) -> Res {
         {
@@ -566,7 +567,7 @@ impl Exec {
                 let memory = if spawn.is_some() { self.run.root_memory.clone() } else { env.memory.clone() };
                 let services = env.services.layered(workflow.services());
                 let inner = Env { memory, cancel: env.cancel.child_token(), services };
-                let mut child_scope = Scope::isolated(input.clone());
+                let mut child_scope = scope.isolated(input.clone());
                 let body = self.exec_seq(&def.body, path, input, &mut child_scope, &inner);
                 let flow = match spawn {
                     None => body.await?,

@@ -890,7 +890,14 @@ impl Engine {
         }
 
         let input = loaded.record.input.clone();
-        let mut scope = Scope::new(input.clone());
+        let caller = &loaded.record.caller;
+        let mut scope = Scope::new(input.clone()).with_run(serde_json::json!({
+            "id": run_id,
+            "workflow": workflow.name(),
+            "tenant": caller.tenant,
+            "user": caller.user,
+            "roles": caller.roles,
+        }));
         let env = Env { memory: Memory::default(), cancel: cancel.clone(), services: shared.services.clone() };
         let exec = Exec { run: shared.clone() };
         let lost = AtomicBool::new(false);

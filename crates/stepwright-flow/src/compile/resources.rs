@@ -262,7 +262,9 @@ impl Compiler {
         }
         let mut templates = Vec::new();
         for part in parts {
+            let outer = self.roots_only.replace(&["args"]);
             self.templates(part);
+            self.roots_only = outer;
             templates.push(Value::String(self.string(part, "a `command` part")?));
         }
         let render = Arc::new(move |args: &Value| -> Result<Vec<String>, String> {
