@@ -66,6 +66,8 @@ enum Command {
         /// Create the run and return at once (a worker executes it).
         #[arg(long)]
         detach: bool,
+        #[command(flatten)]
+        who: Identity,
     },
     /// Load and check a workflow file; every problem as `file:line:col: message`.
     Validate {
@@ -128,21 +130,35 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Continue a run left by a crash, Ctrl-C, a checkpoint or a due timer.
+    /// Continue a run left by a crash, Ctrl-C, a checkpoint or a due timer. A run another
+    /// live process executes is not taken (exit 2, saying who holds it and until when); one
+    /// whose process died on this host is taken over at once, others once their lease
+    /// lapses. A finished run is shown with its status's exit code.
     Resume {
         /// The run id.
         run: String,
         /// One JSON object.
         #[arg(long)]
         json: bool,
+        /// Resume only a run of this tenant (another tenant's run is refused).
+        #[arg(long)]
+        tenant: Option<String>,
     },
-    /// Cancel a run.
+    /// Cancel a run, wherever it executes: a run nobody executes is cancelled at once; a run
+    /// a live process executes is stopped by that process (its running steps and tools are
+    /// stopped, no later step starts), and this waits for it to end.
     Cancel {
         /// The run id.
         run: String,
         /// Why.
         #[arg(long, default_value = "cancelled from the command line")]
         reason: String,
+        /// Who asks (kept with the cancellation).
+        #[arg(long = "as")]
+        user: Option<String>,
+        /// How long to wait for a run executing elsewhere to stop (`10s`, `1m`).
+        #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
+        wait: std::time::Duration,
     },
     /// Re-execute a run with current code (effects and decisions served from the journal)
     /// and report per step whether outputs are identical. Exit 0 identical, 1 changed.
@@ -191,7 +207,53 @@ enum Command {
         /// Execute what is due now, then exit.
         #[arg(long)]
         once: bool,
+        /// `text` (a line per claim, finished run, stopped run and store error, on stderr)
+        /// or `json` (the same as JSON lines).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
     },
+}
+
+/// Who starts a run: templates see it as `run.tenant`, `run.user`, `run.roles`; sessions
+/// and user-scoped memory belong to it (DESIGN §14: whoever may open the database is
+/// trusted to say who they are).
+#[derive(clap::Args)]
+struct Identity {
+    /// The tenant (namespace) the run belongs to.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// The user starting it.
+    #[arg(long = "as")]
+    user: Option<String>,
+    /// A role of that user (repeatable).
+    #[arg(long = "role")]
+    roles: Vec<String>,
+}
+
+impl Identity {
+    fn caller(&self) -> stepwright_core::Caller {
+        stepwright_core::Caller {
+            tenant: self.tenant.clone(),
+            user: self.user.clone(),
+            roles: self.roles.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// `500ms`, `10s`, `5m`, `1h` as a duration.
+fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 500ms, 10s, 5m or 1h"))?;
+    let unit = match unit {
+        "ms" => std::time::Duration::from_millis(1),
+        "s" | "" => std::time::Duration::from_secs(1),
+        "m" => std::time::Duration::from_secs(60),
+        "h" => std::time::Duration::from_secs(3600),
+        _ => return Err(format!("{text:?} is not a duration like 500ms, 10s, 5m or 1h")),
+    };
+    Ok(unit * u32::try_from(n).map_err(|_| format!("{text:?} is too long"))?)
 }
 
 /// Who decides, and which interrupt.
@@ -206,11 +268,15 @@ struct Decider {
     /// A role of the deciding user (repeatable).
     #[arg(long = "role")]
     roles: Vec<String>,
+    /// The deciding user's tenant: a run of another tenant is refused.
+    #[arg(long)]
+    tenant: Option<String>,
 }
 
 #[derive(Subcommand)]
 enum RunsCommand {
-    /// A table of runs, newest first.
+    /// A table of runs, newest first, a page at a time (the next page's command is printed
+    /// on stderr when more exist).
     List {
         /// Only runs with this status.
         #[arg(long)]
@@ -218,6 +284,12 @@ enum RunsCommand {
         /// Only runs of this workflow.
         #[arg(long)]
         workflow: Option<String>,
+        /// At most this many runs.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Only runs older than this one (the last run of the previous page).
+        #[arg(long)]
+        before: Option<String>,
         /// JSON lines instead of a table.
         #[arg(long)]
         json: bool,
@@ -328,7 +400,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             println!("{}", draw(workflow.describe(), &format)?);
             Ok(0)
         }
-        Command::Run { file, input, json, detach } => {
+        Command::Run { file, input, json, detach, who } => {
             let workflow = load(&file, flags, Servers::Connected).await?;
             let input = parse_input(input.as_deref())?;
             let store = open_store(cli.db.as_deref()).await?;
@@ -338,8 +410,9 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             let definition = DefinitionSource { format: "yaml".into(), name: file.display().to_string(), source };
             store.put_definition(workflow.hash(), definition).await?;
             let engine = cli_engine(&store, !json);
+            let options = stepwright_core::StartOptions { caller: who.caller(), ..Default::default() };
             if detach {
-                let record = engine.create(&workflow, input, Default::default()).await.map_err(input_error)?;
+                let record = engine.create(&workflow, input, options).await.map_err(input_error)?;
                 println!(
                     "{}",
                     if json {
@@ -350,7 +423,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 );
                 return Ok(0);
             }
-            let run = engine.start(&workflow, input);
+            let run = engine.start_with(&workflow, input, options);
             tokio::pin!(run);
             let report = tokio::select! {
                 report = &mut run => report.map_err(input_error)?,
@@ -376,39 +449,45 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             let value = parse_json(&value, "--value")?;
             decide(cli.db.as_deref(), flags, &run, &who, Decision::Respond { value }, json).await
         }
-        Command::Resume { run, json } => {
+        Command::Resume { run, json, tenant } => {
             let run = parse_run(&run)?;
             let store = open_store(cli.db.as_deref()).await?;
             let engine = cli_engine(&store, !json);
+            let report = engine.report(run).await?;
+            check_tenant(store.as_ref(), run, tenant.as_deref()).await?;
+            if report.status.is_terminal() {
+                // Nothing to continue: say how it ended, as `run` did.
+                print_report(&report, json);
+                return Ok(exit_code(report.status));
+            }
             let workflow = definition_of(&store, run, flags).await?;
-            let report = engine.resume(&workflow, run).await?;
+            let report = engine.resume(&workflow, run).await.map_err(held_elsewhere)?;
             print_report(&report, json);
             Ok(exit_code(report.status))
         }
-        Command::Cancel { run, reason } => {
+        Command::Cancel { run, reason, user, wait } => {
             let run = parse_run(&run)?;
             let store = open_store(cli.db.as_deref()).await?;
             let engine = engine_over(&store).build();
-            let changed = engine.cancel(run, &reason).await?;
-            println!("{}", if changed { "cancelled" } else { "already finished" });
-            Ok(0)
+            cancel(&engine, run, &reason, user.as_deref(), wait).await
         }
-        Command::Worker { once } => {
+        Command::Worker { once, log_format } => {
             let store = open_store(cli.db.as_deref()).await?;
-            let engine = engine_over(&store).build();
+            let engine = engine_over(&store)
+                .worker_id(&stepwright_core::engine::owner::local_worker_id(
+                    "worker",
+                    &stepwright_core::SystemEntropy::new(),
+                ))
+                .build();
             let worker_flags = flags.clone();
             let resolver: stepwright_core::DefinitionResolver = Arc::new(move |record| {
                 let (store, flags) = (store.clone(), worker_flags.clone());
                 Box::pin(async move { definition_of(&store, record.id, &flags).await.ok() })
             });
-            let runner = stepwright_core::Runner::new(engine).resolve_with(resolver);
+            let log = worker_log(log_format == "json", engine.worker_id().to_owned());
+            let runner = stepwright_core::Runner::new(engine).resolve_with(resolver).log_to(log);
             if once {
-                for (run, result) in runner.tick().await? {
-                    match result {
-                        Ok(report) => eprintln!("{run} {}", report.status.as_str()),
-                        Err(e) => eprintln!("{run} {e}"),
-                    }
-                }
+                runner.tick().await?;
                 return Ok(0);
             }
             let stop = tokio_util_stop();
@@ -502,23 +581,49 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Runs { command } => {
             let store = open_store(cli.db.as_deref()).await?;
             match command {
-                RunsCommand::List { status, workflow, json } => {
+                RunsCommand::List { status, workflow, limit, before, json } => {
                     let status = status
                         .map(|s| RunStatus::parse(&s).ok_or_else(|| BadInput(format!("unknown status {s:?}"))))
                         .transpose()?;
-                    let runs = store.list_runs(RunFilter { status, workflow, limit: Some(100) }).await?;
+                    if limit == 0 {
+                        return Err(anyhow!(BadInput("--limit must be at least 1".into())));
+                    }
+                    let before = before.as_deref().map(parse_run).transpose()?;
+                    // One more than shown says whether another page exists.
+                    let filter =
+                        RunFilter { status, workflow, limit: Some(limit + 1), before, headers_only: true };
+                    let mut runs = store.list_runs(filter).await?;
+                    let more = runs.len() > limit;
+                    runs.truncate(limit);
+                    let now = wall_now();
                     if json {
-                        for run in runs {
+                        for run in &runs {
                             println!(
                                 "{}",
-                                json!({ "run_id": run.id, "workflow": run.workflow, "status": run.status, "created_at": run.created_at })
+                                json!({
+                                    "run_id": run.id,
+                                    "workflow": run.workflow,
+                                    "status": run.status,
+                                    "created_at": run.created_at,
+                                    "owner": run.lease.as_ref().map(|l| &l.owner),
+                                    "lease_expires_at": run.lease.as_ref().map(|l| l.expires_at),
+                                })
                             );
                         }
                     } else {
-                        println!("{:<38} {:<24} {:<10}", "RUN", "WORKFLOW", "STATUS");
-                        for run in runs {
-                            println!("{:<38} {:<24} {:<10}", run.id, run.workflow, run.status.as_str());
+                        println!("{:<38} {:<24} {:<10} OWNER", "RUN", "WORKFLOW", "STATUS");
+                        for run in &runs {
+                            println!(
+                                "{:<38} {:<24} {:<10} {}",
+                                run.id,
+                                run.workflow,
+                                run.status.as_str(),
+                                owner_text(run, now)
+                            );
                         }
+                    }
+                    if more && let Some(last) = runs.last() {
+                        eprintln!("more runs: stepwright runs list --before {} --limit {limit}", last.id);
                     }
                     Ok(0)
                 }
@@ -567,6 +672,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     if json {
                         let mut object = report_json(&report);
                         object["workflow"] = json!(loaded.record.workflow);
+                        if let Some(lease) = &loaded.record.lease {
+                            object["owner"] = json!(lease.owner);
+                            object["lease_expires_at"] = json!(lease.expires_at);
+                        }
                         object["steps"] = Value::Array(steps);
                         if total.calls > 0 {
                             object["usage"] = json!(total);
@@ -574,6 +683,16 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                         println!("{object}");
                     } else {
                         println!("run {} ({}) {}", run, loaded.record.workflow, report.status.as_str());
+                        if !report.status.is_terminal() && loaded.record.lease.is_some() {
+                            println!("  executed by {}", owner_text(&loaded.record, wall_now()));
+                        }
+                        if let Some(cancel) = &loaded.record.cancel {
+                            println!(
+                                "  cancel asked{}: {}",
+                                cancel.by.as_deref().map(|by| format!(" by {by}")).unwrap_or_default(),
+                                cancel.reason
+                            );
+                        }
                         print_timeline(&steps);
                         if total.calls > 0 {
                             println!("  model usage:{}", usage_text(&json!(total)));
@@ -589,11 +708,11 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
-/// Interactive commands on one host share a worker identity, so that `resume` after a
-/// killed `run` takes the run back at once (its fencing token still stops a stale writer).
+/// Each command is its own worker (`cli@host:pid:nonce`): a run it executes is not taken by
+/// another command while it lives, and is taken over at once once it is gone.
 fn cli_engine(store: &Arc<dyn CliStore>, progress: bool) -> Engine {
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
-    let mut builder = engine_over(store).worker_id(&format!("cli@{host}"));
+    let name = stepwright_core::engine::owner::local_worker_id("cli", &stepwright_core::SystemEntropy::new());
+    let mut builder = engine_over(store).worker_id(&name);
     if progress {
         builder = builder.observer(Arc::new(progress::Progress::for_stderr()));
     }
@@ -688,15 +807,147 @@ async fn decide(
             }
         },
     };
-    let caller = stepwright_core::Caller { user: who.user.clone(), roles: who.roles.clone(), ..Default::default() };
+    check_tenant(store.as_ref(), run, who.tenant.as_deref()).await?;
+    let caller = stepwright_core::Caller {
+        tenant: who.tenant.clone(),
+        user: who.user.clone(),
+        roles: who.roles.clone(),
+        ..Default::default()
+    };
     engine.resolve(run, &interrupt, decision, &caller).await.map_err(|e| match e {
         stepwright_core::EngineError::Resolve { .. } => anyhow!(BadInput(e.to_string())),
         other => anyhow!(other),
     })?;
     let workflow = definition_of(&store, run, flags).await?;
-    let report = engine.resume(&workflow, run).await?;
-    print_report(&report, json);
-    Ok(exit_code(report.status))
+    match engine.resume(&workflow, run).await {
+        Ok(report) => {
+            print_report(&report, json);
+            Ok(exit_code(report.status))
+        }
+        // The run waits on this interrupt in a live process, which continues it now.
+        Err(stepwright_core::EngineError::Leased { owner, .. }) => {
+            if json {
+                println!("{}", json!({ "run_id": run, "status": "running", "decided": interrupt, "executed_by": owner }));
+            } else {
+                eprintln!("decided {interrupt}; run {run} goes on in {owner}, which was waiting for it");
+            }
+            Ok(0)
+        }
+        Err(other) => Err(anyhow!(other)),
+    }
+}
+
+/// Refuses a run of another tenant than the one the caller names.
+async fn check_tenant(store: &dyn Store, run: RunId, tenant: Option<&str>) -> anyhow::Result<()> {
+    let Some(tenant) = tenant else { return Ok(()) };
+    let record = store.load_from(run, u64::MAX).await?.record;
+    if record.caller.tenant.as_deref() != Some(tenant) {
+        return Err(anyhow!(BadInput(format!("access denied: run {run} does not belong to tenant {tenant:?}"))));
+    }
+    Ok(())
+}
+
+/// A resume refused because a live process executes the run: the caller's to know (exit 2).
+fn held_elsewhere(error: stepwright_core::EngineError) -> anyhow::Error {
+    match error {
+        stepwright_core::EngineError::Leased { run, owner, until } => anyhow!(BadInput(format!(
+            "run {run} is being executed by {owner} (its lease runs until {} UTC unless renewed); \
+             it is not taken from a live process — cancel it, or resume it once that process is gone",
+            clock_time(until)
+        ))),
+        other => anyhow!(other),
+    }
+}
+
+/// Who executes a run, for people: the owner and until when, or that its lease lapsed.
+fn owner_text(run: &stepwright_core::RunRecord, now: stepwright_core::Timestamp) -> String {
+    use stepwright_core::engine::owner::is_dead_local_process;
+    match &run.lease {
+        _ if run.status.is_terminal() => "-".to_owned(),
+        None => "-".to_owned(),
+        Some(lease) if lease.expires_at <= now => {
+            format!("{} (lease lapsed at {} UTC: presumed dead)", lease.owner, clock_time(lease.expires_at))
+        }
+        Some(lease) if is_dead_local_process(&lease.owner) => {
+            format!("{} (that process is gone; taken over on resume)", lease.owner)
+        }
+        Some(lease) => format!("{} until {} UTC", lease.owner, clock_time(lease.expires_at)),
+    }
+}
+
+/// `cancel`: asks, then (for a run another process executes) waits until it has stopped.
+async fn cancel(
+    engine: &Engine,
+    run: RunId,
+    reason: &str,
+    user: Option<&str>,
+    wait: std::time::Duration,
+) -> anyhow::Result<u8> {
+    use stepwright_core::CancelOutcome;
+    match engine.cancel_by(run, reason, user).await? {
+        CancelOutcome::Finished(status) => {
+            eprintln!("run {run} had already finished: {}", status.as_str());
+            Ok(if status == RunStatus::Cancelled { 0 } else { 1 })
+        }
+        CancelOutcome::Cancelled => {
+            println!("cancelled");
+            Ok(0)
+        }
+        CancelOutcome::Requested { owner, .. } => {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                let status = engine.report(run).await?.status;
+                if status.is_terminal() {
+                    if status == RunStatus::Cancelled {
+                        println!("cancelled");
+                        return Ok(0);
+                    }
+                    eprintln!("run {run} {} before the cancel reached it", status.as_str());
+                    return Ok(1);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    eprintln!("cancel of run {run} asked; {owner} executes it and has not stopped it yet");
+                    return Ok(0);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The worker's log: a line per claim, finished run, stopped run and store failure.
+fn worker_log(as_json: bool, worker: String) -> stepwright_core::RunnerLog {
+    use stepwright_core::RunnerEvent;
+    Arc::new(move |event: RunnerEvent<'_>| {
+        let at = wall_now();
+        let (kind, run, status, detail) = match &event {
+            RunnerEvent::Claimed { run } => ("claimed", Some(*run), None, None),
+            RunnerEvent::Finished { run, report } => (
+                "finished",
+                Some(*run),
+                Some(report.status.as_str()),
+                report.error.as_ref().map(ToString::to_string),
+            ),
+            RunnerEvent::Stopped { run, error } => ("stopped", Some(*run), None, Some(error.to_string())),
+            RunnerEvent::StoreFailed { error } => ("store_error", None, None, Some(format!("{error:#}"))),
+        };
+        if as_json {
+            let line = json!({ "at": at, "worker": worker, "event": kind, "run_id": run, "status": status, "detail": detail });
+            eprintln!("{line}");
+        } else {
+            let mut line = format!("{} {kind:<11}", clock_time(at));
+            if let Some(run) = run {
+                line.push_str(&format!(" {run}"));
+            }
+            if let Some(status) = status {
+                line.push_str(&format!(" {status}"));
+            }
+            if let Some(detail) = detail {
+                line.push_str(&format!(": {detail}"));
+            }
+            eprintln!("{line}");
+        }
+    })
 }
 
 fn input_error(e: stepwright_core::EngineError) -> anyhow::Error {
@@ -1093,4 +1344,10 @@ fn draw(description: &Value, format: &str) -> anyhow::Result<String> {
         other => return Err(anyhow!(BadInput(format!("unknown --format {other:?}: mermaid or dot")))),
     }
     Ok(lines.join("\n"))
+}
+
+/// The wall clock as a timestamp (for showing leases; the engine keeps its own clock).
+fn wall_now() -> stepwright_core::Timestamp {
+    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+    stepwright_core::Timestamp::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
 }

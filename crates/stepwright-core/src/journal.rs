@@ -413,6 +413,12 @@ pub struct RunFilter {
     pub workflow: Option<String>,
     /// At most this many, newest first (default 100).
     pub limit: Option<usize>,
+    /// Only runs older than this one (created before it, or at the same time with a
+    /// smaller id): the cursor of the next page after a page ending with it.
+    pub before: Option<RunId>,
+    /// Leave inputs, outputs and errors out (they come back `null`): a listing that shows
+    /// only headers does not read megabytes of input per run.
+    pub headers_only: bool,
 }
 
 /// What retention deletes: finished runs (completed, failed, cancelled) updated before
@@ -963,8 +969,24 @@ impl Store for MemoryStore {
             .filter(|r| filter.status.is_none_or(|s| s == r.status))
             .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
             .collect();
+        if let Some(before) = filter.before {
+            let cursor = self
+                .run(before)
+                .and_then(|data| data.lock().expect("poisoned").record.as_ref().map(|r| (r.created_at, r.id)));
+            match cursor {
+                Some(cursor) => runs.retain(|r| (r.created_at, r.id) < cursor),
+                None => runs.clear(),
+            }
+        }
         runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
         runs.truncate(filter.limit.unwrap_or(100));
+        if filter.headers_only {
+            for run in &mut runs {
+                run.input = Arc::new(Value::Null);
+                run.output = None;
+                run.error = None;
+            }
+        }
         Box::pin(std::future::ready(Ok(runs)))
     }
 

@@ -46,7 +46,7 @@ pub use definition::{
 pub use engine::{
     ArtifactCapture, DecisionChange, DefinitionResolver, Durability, Engine, EngineBuilder, EngineConfig, EngineError,
     ForkPatch, MemoryCache, PendingInterrupt, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport,
-    ResumeOptions, RunOutcome, RunReport, Runner, StartOptions, StepCache, StepChange, StepComparison, StepReplay,
+    ResumeOptions, RunOutcome, RunReport, Runner, RunnerEvent, RunnerLog, StartOptions, StepCache, StepChange, StepComparison, StepReplay,
     json_diff,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};

@@ -615,6 +615,28 @@ pub async fn list_filters(store: &dyn Store) {
         .await
         .expect("list");
     assert_eq!(of_a.iter().map(|r| r.id).collect::<Vec<_>>(), [id(11)]);
+    // Pages: the next page starts after the last run of the one before, whatever filters.
+    let page = |before: Option<RunId>, status: Option<RunStatus>| RunFilter {
+        limit: Some(1),
+        before,
+        status,
+        ..RunFilter::default()
+    };
+    let first = store.list_runs(page(None, None)).await.expect("list");
+    let second = store.list_runs(page(Some(first[0].id), None)).await.expect("list");
+    let third = store.list_runs(page(Some(second[0].id), None)).await.expect("list");
+    let last = store.list_runs(page(Some(third[0].id), None)).await.expect("list");
+    assert_eq!([first[0].id, second[0].id, third[0].id], [id(12), id(11), id(10)]);
+    assert!(last.is_empty());
+    let completed_after = store.list_runs(page(Some(id(11)), Some(RunStatus::Completed))).await.expect("list");
+    assert_eq!(completed_after.iter().map(|r| r.id).collect::<Vec<_>>(), [id(10)], "the cursor need not match");
+    // Headers only: no input, output or error is read.
+    let headers =
+        store.list_runs(RunFilter { headers_only: true, ..RunFilter::default() }).await.expect("list headers");
+    assert_eq!(headers.len(), 3);
+    assert!(headers.iter().all(|r| *r.input == serde_json::Value::Null && r.output.is_none()));
+    assert_eq!(headers[0].workflow, "b");
+    assert_eq!(headers[0].caller, all[0].caller, "the rest of the header is there");
 }
 
 /// Erase removes one run and the blobs only it referenced; retention removes old finished

@@ -135,6 +135,11 @@ const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
                            cancel_request";
 
+/// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
+const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null'::jsonb, caller, status, NULL::jsonb, \
+                                  NULL::jsonb, parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, \
+                                  lease_token, lease_expires, cancel_request";
+
 fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
     let doing = "reading a run";
     let get = |e: sqlx::Error| backend(doing, e);
@@ -634,13 +639,17 @@ impl Store for PostgresStore {
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         Box::pin(async move {
             let doing = "listing runs";
+            let columns = if filter.headers_only { RUN_HEADER_COLUMNS } else { RUN_COLUMNS };
             let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT {RUN_COLUMNS} FROM stepwright_runs WHERE ($1::text IS NULL OR status = $1) \
-                 AND ($2::text IS NULL OR workflow = $2) ORDER BY created_at DESC, id DESC LIMIT $3"
+                "SELECT {columns} FROM stepwright_runs WHERE ($1::text IS NULL OR status = $1) \
+                 AND ($2::text IS NULL OR workflow = $2) \
+                 AND ($4::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM stepwright_runs WHERE id = $4)) \
+                 ORDER BY created_at DESC, id DESC LIMIT $3"
             )))
             .bind(filter.status.map(RunStatus::as_str))
             .bind(filter.workflow)
             .bind(i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX))
+            .bind(filter.before.map(uuid))
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;

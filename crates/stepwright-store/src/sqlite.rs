@@ -893,6 +893,11 @@ const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
                            cancel_request";
 
+/// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
+const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null', caller, status, NULL, NULL, \
+                                  parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, \
+                                  lease_expires, cancel_request";
+
 /// A header with only an id, for fence checks.
 fn placeholder(run: RunId) -> RunRecord {
     RunRecord {
@@ -1079,15 +1084,18 @@ impl Store for SqliteStore {
 
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         Box::pin(self.read("listing runs", move |conn| {
+            let columns = if filter.headers_only { RUN_HEADER_COLUMNS } else { RUN_COLUMNS };
             let mut stmt = conn
                 .prepare_cached(&format!(
-                    "SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
+                    "SELECT {columns} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
+                     AND (?4 IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?4)) \
                      ORDER BY created_at DESC, id DESC LIMIT ?3"
                 ))
                 .map_err(|e| backend("listing runs", e))?;
             let limit = i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX);
+            let before = filter.before.map(|run| run.as_uuid().as_bytes().to_vec());
             let rows = stmt
-                .query_map(params![filter.status.map(RunStatus::as_str), filter.workflow, limit], run_from_row)
+                .query_map(params![filter.status.map(RunStatus::as_str), filter.workflow, limit, before], run_from_row)
                 .map_err(|e| backend("listing runs", e))?;
             rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| backend("listing runs", e))
         }))

@@ -10,7 +10,7 @@ pub use history::{
     DecisionChange, ForkPatch, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, StepChange,
     StepComparison, StepReplay, json_diff,
 };
-pub use runner::{DefinitionResolver, RunOutcome, Runner};
+pub use runner::{DefinitionResolver, RunOutcome, Runner, RunnerEvent, RunnerLog};
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;

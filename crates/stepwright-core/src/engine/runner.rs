@@ -29,16 +29,70 @@ pub struct Runner {
     resolver: Option<DefinitionResolver>,
     max_concurrent: usize,
     poll: Duration,
+    log: Option<RunnerLog>,
 }
 
 /// What one run's execution by the runner ended in.
 pub type RunOutcome = (RunId, Result<RunReport, EngineError>);
 
+/// What a runner does, as it does it: for a worker's log.
+#[derive(Debug)]
+pub enum RunnerEvent<'a> {
+    /// It claimed a run and starts executing it.
+    Claimed {
+        /// The run.
+        run: RunId,
+    },
+    /// A run's execution ended (completed, failed, suspended, cancelled…).
+    Finished {
+        /// The run.
+        run: RunId,
+        /// How it ended.
+        report: &'a RunReport,
+    },
+    /// A run's execution stopped with an error (its lease lost, its definition missing, the
+    /// store failing): the run stays resumable.
+    Stopped {
+        /// The run.
+        run: RunId,
+        /// Why.
+        error: &'a EngineError,
+    },
+    /// Looking for due runs failed; the runner tries again at its next poll.
+    StoreFailed {
+        /// Why.
+        error: &'a EngineError,
+    },
+}
+
+/// Receives a runner's events.
+pub type RunnerLog = std::sync::Arc<dyn Fn(RunnerEvent<'_>) + Send + Sync>;
+
 impl Runner {
     /// A runner over `engine` with no workflows registered, polling every second, executing
     /// up to 64 runs at once.
     pub fn new(engine: Engine) -> Self {
-        Self { engine, workflows: HashMap::new(), resolver: None, max_concurrent: 64, poll: Duration::from_secs(1) }
+        Self {
+            engine,
+            workflows: HashMap::new(),
+            resolver: None,
+            max_concurrent: 64,
+            poll: Duration::from_secs(1),
+            log: None,
+        }
+    }
+
+    /// Tells `log` about every claim, finished run, stopped run and store failure.
+    #[must_use]
+    pub fn log_to(mut self, log: RunnerLog) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    fn tell(&self, event: RunnerEvent<'_>) {
+        if let Some(log) = &self.log {
+            log(event);
+        }
     }
 
     /// Registers a definition (several versions of one workflow may be registered).
@@ -86,6 +140,8 @@ impl Runner {
     }
 
     fn spawn(&self, set: &mut JoinSet<RunOutcome>, lease: Lease) {
+        self.tell(RunnerEvent::Claimed { run: lease.run });
+        let log = self.log.clone();
         let engine = self.engine.clone();
         let workflows = self.workflows.clone();
         let resolver = self.resolver.clone();
@@ -114,6 +170,12 @@ impl Runner {
                 engine.execute(&workflow, loaded, lease).await
             }
             .await;
+            if let Some(log) = &log {
+                match &result {
+                    Ok(report) => log(RunnerEvent::Finished { run, report }),
+                    Err(error) => log(RunnerEvent::Stopped { run, error }),
+                }
+            }
             (run, result)
         });
     }
@@ -142,8 +204,15 @@ impl Runner {
     pub async fn run(&self, stop: CancellationToken) -> Result<(), EngineError> {
         let mut set = JoinSet::new();
         loop {
-            for lease in self.claim(self.claim_limit(set.len())).await? {
-                self.spawn(&mut set, lease);
+            // A store that fails (a database restarting) is asked again at the next poll;
+            // the runs executing meanwhile go on.
+            match self.claim(self.claim_limit(set.len())).await {
+                Ok(leases) => {
+                    for lease in leases {
+                        self.spawn(&mut set, lease);
+                    }
+                }
+                Err(error) => self.tell(RunnerEvent::StoreFailed { error: &error }),
             }
             tokio::select! {
                 () = stop.cancelled() => break,
