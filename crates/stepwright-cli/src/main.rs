@@ -590,8 +590,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     }
                     let before = before.as_deref().map(parse_run).transpose()?;
                     // One more than shown says whether another page exists.
-                    let filter =
-                        RunFilter { status, workflow, limit: Some(limit + 1), before, headers_only: true };
+                    let filter = RunFilter { status, workflow, limit: Some(limit + 1), before, headers_only: true };
                     let mut runs = store.list_runs(filter).await?;
                     let more = runs.len() > limit;
                     runs.truncate(limit);
@@ -827,7 +826,10 @@ async fn decide(
         // The run waits on this interrupt in a live process, which continues it now.
         Err(stepwright_core::EngineError::Leased { owner, .. }) => {
             if json {
-                println!("{}", json!({ "run_id": run, "status": "running", "decided": interrupt, "executed_by": owner }));
+                println!(
+                    "{}",
+                    json!({ "run_id": run, "status": "running", "decided": interrupt, "executed_by": owner })
+                );
             } else {
                 eprintln!("decided {interrupt}; run {run} goes on in {owner}, which was waiting for it");
             }
@@ -922,17 +924,15 @@ fn worker_log(as_json: bool, worker: String) -> stepwright_core::RunnerLog {
         let at = wall_now();
         let (kind, run, status, detail) = match &event {
             RunnerEvent::Claimed { run } => ("claimed", Some(*run), None, None),
-            RunnerEvent::Finished { run, report } => (
-                "finished",
-                Some(*run),
-                Some(report.status.as_str()),
-                report.error.as_ref().map(ToString::to_string),
-            ),
+            RunnerEvent::Finished { run, report } => {
+                ("finished", Some(*run), Some(report.status.as_str()), report.error.as_ref().map(ToString::to_string))
+            }
             RunnerEvent::Stopped { run, error } => ("stopped", Some(*run), None, Some(error.to_string())),
             RunnerEvent::StoreFailed { error } => ("store_error", None, None, Some(format!("{error:#}"))),
         };
         if as_json {
-            let line = json!({ "at": at, "worker": worker, "event": kind, "run_id": run, "status": status, "detail": detail });
+            let line =
+                json!({ "at": at, "worker": worker, "event": kind, "run_id": run, "status": status, "detail": detail });
             eprintln!("{line}");
         } else {
             let mut line = format!("{} {kind:<11}", clock_time(at));

@@ -46,8 +46,8 @@ pub use definition::{
 pub use engine::{
     ArtifactCapture, DecisionChange, DefinitionResolver, Durability, Engine, EngineBuilder, EngineConfig, EngineError,
     ForkPatch, MemoryCache, PendingInterrupt, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport,
-    ResumeOptions, RunOutcome, RunReport, Runner, RunnerEvent, RunnerLog, StartOptions, StepCache, StepChange, StepComparison, StepReplay,
-    json_diff,
+    ResumeOptions, RunOutcome, RunReport, Runner, RunnerEvent, RunnerLog, StartOptions, StepCache, StepChange,
+    StepComparison, StepReplay, json_diff,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;

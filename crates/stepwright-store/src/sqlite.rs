@@ -145,8 +145,21 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let mut conn = Connection::open(&path).map_err(|e| backend("opening the sqlite database", e))?;
-        configure(&conn, options.synchronous).map_err(|e| backend("configuring the sqlite database", e))?;
-        migrate(&mut conn)?;
+        // Another process creating or migrating the same file holds locks that switching to
+        // WAL does not wait for through the busy handler: wait for it here, as a second
+        // command started at the same moment as the first must.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let ready = configure(&conn, options.synchronous)
+                .map_err(|e| backend("configuring the sqlite database", e))
+                .and_then(|()| migrate(&mut conn));
+            match ready {
+                Err(error) if is_busy(&error) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other?,
+            }
+        }
         // Read connections open on first use (and are then kept, up to `read_connections`):
         // a process that only writes, or reads once, does not pay for a pool.
         let readers = Vec::with_capacity(options.read_connections.max(1));
@@ -238,6 +251,14 @@ impl SqliteStore {
             .map(|answer| *answer)
             .map_err(|_| backend("answering a store call", std::io::Error::other("mismatched answer")))
     }
+}
+
+/// Whether a store error is SQLite saying another connection holds the lock it needs.
+fn is_busy(error: &StoreError) -> bool {
+    let StoreError::Backend { source, .. } = error else { return false };
+    source.downcast_ref::<rusqlite::Error>().is_some_and(|e| {
+        matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+    })
 }
 
 fn writer_gone() -> StoreError {

@@ -1112,7 +1112,12 @@ fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> RunReport {
         status: loaded.record.status,
         output: loaded.record.output.clone(),
         error: loaded.record.error.clone(),
-        pending: if loaded.record.status == RunStatus::Suspended { pending } else { Vec::new() },
+        // A running run may be waiting on an interrupt in process: it is open all the same.
+        pending: if matches!(loaded.record.status, RunStatus::Suspended | RunStatus::Running) {
+            pending
+        } else {
+            Vec::new()
+        },
         wake_at,
     }
 }

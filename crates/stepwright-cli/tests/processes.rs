@@ -1,0 +1,414 @@
+//! Many processes, one run: every scenario runs real `stepwright` processes against one
+//! store — SQLite, and Postgres when `STEPWRIGHT_TEST_DATABASE_URL` is set (a schema per
+//! test) — as an API process, workers and a person's shell would share it.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// One store the processes share, as `--db` arguments.
+struct Db {
+    name: &'static str,
+    url: String,
+}
+
+impl Db {
+    fn args<'a>(&'a self, rest: &[&'a str]) -> Vec<&'a str> {
+        let mut args = vec!["--db", self.url.as_str()];
+        args.extend_from_slice(rest);
+        args
+    }
+}
+
+/// SQLite in `dir`, and Postgres in a schema of its own when configured.
+fn stores(dir: &Path, test: &str) -> Vec<Db> {
+    let mut stores = vec![Db { name: "sqlite", url: format!("sqlite://{}", dir.join("shared.db").display()) }];
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    if let Some(url) = runtime.block_on(stepwright_store::postgres::test_url(test)) {
+        stores.push(Db { name: "postgres", url });
+    }
+    stores
+}
+
+fn stepwright(dir: &Path, args: &[&str]) -> Output {
+    support::stepwright(dir, args)
+}
+
+/// Starts `stepwright` in the background.
+fn spawn(dir: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir)
+        .env_remove("STEPWRIGHT_DB")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stepwright")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json_of(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&output.stdout), text(&output.stderr)))
+}
+
+/// Waits (at most a minute) until `ready` holds.
+fn wait_for(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ready() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// The runs in the store, newest first.
+fn runs(dir: &Path, db: &Db) -> Vec<Value> {
+    let output = stepwright(dir, &db.args(&["runs", "list", "--json", "--limit", "500"]));
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    text(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn shown(dir: &Path, db: &Db, run: &str) -> Value {
+    json_of(&stepwright(dir, &db.args(&["runs", "show", run, "--json"])))
+}
+
+fn events(dir: &Path, db: &Db, run: &str) -> Vec<Value> {
+    let output = stepwright(dir, &db.args(&["runs", "events", run, "--json"]));
+    text(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The one run in the store once it exists.
+fn the_run(dir: &Path, db: &Db) -> String {
+    let mut found = None;
+    wait_for("the run to be created", || {
+        found = runs(dir, db).first().and_then(|r| r["run_id"].as_str().map(str::to_owned));
+        found.is_some()
+    });
+    found.unwrap()
+}
+
+fn step_status(dir: &Path, db: &Db, run: &str, path: &str) -> Option<String> {
+    shown(dir, db, run)["steps"]
+        .as_array()?
+        .iter()
+        .find(|s| s["path"] == path)
+        .and_then(|s| s["status"].as_str().map(str::to_owned))
+}
+
+fn process_alive(pid: u32) -> bool {
+    // A zombie (exited, not yet reaped by its parent) counts as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+}
+
+fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    path
+}
+
+/// Parallel paths on one run: a fork of two `set` steps and a map of 100 items, 16 at
+/// once, each item committing on its own — every path's entries land (Postgres used to
+/// fail the first parallel commit on a duplicate journal key).
+#[test]
+fn fork_and_map_with_parallel_commits_complete_on_every_store() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "fan.yaml",
+        "workflow: fan\nsteps:\n  - id: f\n    fork: { mode: all, paths: [ [ { id: a, set: 1 } ], [ { id: b, set: 2 } ] ] }\n  \
+         - id: m\n    map:\n      items: \"{{ range(100) | list }}\"\n      as: n\n      concurrency: 16\n      steps:\n        \
+         - id: double\n          set: \"{{ n * 2 }}\"\n        - id: plus\n          set: \"{{ steps.double.output + 1 }}\"\n",
+    );
+    for db in stores(dir.path(), "fork_and_map_with_parallel_commits") {
+        let output = stepwright(dir.path(), &db.args(&["run", "fan.yaml", "--json"]));
+        assert_eq!(output.status.code(), Some(0), "{}: {}", db.name, text(&output.stderr));
+        let report = json_of(&output);
+        let expected: Vec<Value> = (0..100).map(|n| json!(n * 2 + 1)).collect();
+        assert_eq!(report["output"], Value::Array(expected), "{}", db.name);
+        let steps = shown(dir.path(), &db, report["run_id"].as_str().unwrap())["steps"].as_array().unwrap().len();
+        assert!(steps >= 2 + 100 * 2, "{}: every path's steps are in the journal ({steps})", db.name);
+    }
+}
+
+/// A file whose second step runs a tool process for half a minute (its pid written first,
+/// so the test can see it die), then a step that must never start once cancelled.
+const SLOW_TOOL: &str = r#"
+workflow: slow-tool
+tools:
+  nap:
+    command: [sh, -c, "echo $$ > \"$1\"; exec sleep 30", sh, "{{ args.pidfile }}"]
+    effect: read
+steps:
+  - id: first
+    set: 1
+  - id: wait
+    tool: nap
+    with: { pidfile: "{{ input.pidfile }}" }
+  - id: after
+    set: "never"
+"#;
+
+/// `cancel` from a second process reaches a run that a `run` process executes: the tool's
+/// process is killed, the next step never starts, the run ends `cancelled` with who and
+/// why, and its `run.cancelled` event; nothing overwrites that status.
+#[test]
+fn cancel_from_another_process_stops_a_running_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "slow.yaml", SLOW_TOOL);
+    for db in stores(dir.path(), "cancel_from_another_process_stops_a_running_tool") {
+        let pidfile = dir.path().join(format!("{}.pid", db.name));
+        let input = json!({ "pidfile": pidfile }).to_string();
+        let mut child = spawn(dir.path(), &db.args(&["run", "slow.yaml", "--json", "--input", &input]));
+        wait_for("the tool to start", || {
+            std::fs::read_to_string(&pidfile).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
+        });
+        let tool: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        let run = runs(dir.path(), &db)[0]["run_id"].as_str().unwrap().to_owned();
+        let started = Instant::now();
+        let cancelled = stepwright(dir.path(), &db.args(&["cancel", &run, "--as", "ann", "--reason", "too slow"]));
+        let took = started.elapsed();
+        assert_eq!(cancelled.status.code(), Some(0), "{}: {}", db.name, text(&cancelled.stderr));
+        assert_eq!(text(&cancelled.stdout).trim(), "cancelled");
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{}: a cancelled run exits 1: {}", db.name, text(&output.stderr));
+        let report = json_of(&output);
+        assert_eq!(report["status"], "cancelled");
+        assert_eq!(report["error"]["message"], "cancelled by ann: too slow");
+        wait_for("the tool process to be gone", || !process_alive(tool));
+        let show = shown(dir.path(), &db, &run);
+        assert_eq!(show["status"], "cancelled");
+        assert!(show["steps"].as_array().unwrap().iter().all(|s| s["path"] != "after"), "{show}");
+        let events = events(dir.path(), &db, &run);
+        let cancelled_event = events.iter().find(|e| e["kind"] == "run.cancelled").expect("a run.cancelled event");
+        assert_eq!(
+            (cancelled_event["data"]["by"].as_str(), cancelled_event["data"]["reason"].as_str()),
+            (Some("ann"), Some("too slow"))
+        );
+        // Asking again changes nothing.
+        let again = stepwright(dir.path(), &db.args(&["cancel", &run]));
+        assert_eq!(again.status.code(), Some(0));
+        assert!(text(&again.stderr).contains("already finished: cancelled"), "{}", text(&again.stderr));
+        eprintln!("{}: cancel answered after {took:?}", db.name);
+    }
+}
+
+/// A cancelled `every` stops ticking, in the process that runs it.
+#[test]
+fn cancel_stops_an_every_loop_in_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "poll.yaml",
+        "workflow: poll\nsteps:\n  - id: poll\n    every:\n      interval: 200ms\n      steps:\n        - id: t\n          set: \"{{ tick }}\"\n",
+    );
+    for db in stores(dir.path(), "cancel_stops_an_every_loop") {
+        let mut child = spawn(dir.path(), &db.args(&["run", "poll.yaml", "--json"]));
+        let run = the_run(dir.path(), &db);
+        let ticks = |dir: &Path| {
+            shown(dir, &db, &run)["steps"]
+                .as_array()
+                .map_or(0, |s| s.iter().filter(|s| s["path"].as_str().is_some_and(|p| p.ends_with("/t"))).count())
+        };
+        wait_for("two ticks", || ticks(dir.path()) >= 2);
+        let cancelled = stepwright(dir.path(), &db.args(&["cancel", &run]));
+        assert_eq!(cancelled.status.code(), Some(0), "{}: {}", db.name, text(&cancelled.stderr));
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(json_of(&output)["status"], "cancelled", "{}", db.name);
+        let after = ticks(dir.path());
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(ticks(dir.path()), after, "{}: no tick after the cancel", db.name);
+        assert_eq!(shown(dir.path(), &db, &run)["status"], "cancelled");
+    }
+}
+
+/// A cancel reaches a run a `worker` executes; the worker lives on and says what happened.
+#[test]
+fn cancel_reaches_a_run_a_worker_executes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "slow.yaml", SLOW_TOOL);
+    for db in stores(dir.path(), "cancel_reaches_a_run_a_worker_executes") {
+        let pidfile = dir.path().join(format!("worker-{}.pid", db.name));
+        let input = json!({ "pidfile": pidfile }).to_string();
+        let created = stepwright(dir.path(), &db.args(&["run", "slow.yaml", "--detach", "--json", "--input", &input]));
+        assert_eq!(created.status.code(), Some(0), "{}", text(&created.stderr));
+        let run = json_of(&created)["run_id"].as_str().unwrap().to_owned();
+        let mut worker = spawn(dir.path(), &db.args(&["worker", "--log-format", "json"]));
+        wait_for("the tool to start", || {
+            std::fs::read_to_string(&pidfile).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
+        });
+        let listed = runs(dir.path(), &db);
+        let owner = listed[0]["owner"].as_str().unwrap_or_default().to_owned();
+        assert!(owner.starts_with("worker@"), "{}: the run shows its owner: {listed:?}", db.name);
+        let cancelled = stepwright(dir.path(), &db.args(&["cancel", &run, "--reason", "stop"]));
+        assert_eq!(cancelled.status.code(), Some(0), "{}: {}", db.name, text(&cancelled.stderr));
+        assert_eq!(shown(dir.path(), &db, &run)["status"], "cancelled");
+        assert!(worker.try_wait().unwrap().is_none(), "the worker goes on");
+        let _ = Command::new("kill").args(["-INT", &worker.id().to_string()]).status();
+        let output = worker.wait_with_output().unwrap();
+        let log: Vec<Value> = text(&output.stderr).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let of_run: Vec<(&str, Option<&str>)> = log
+            .iter()
+            .filter(|l| l["run_id"] == json!(run))
+            .map(|l| (l["event"].as_str().unwrap(), l["status"].as_str()))
+            .collect();
+        assert_eq!(
+            of_run,
+            [("claimed", None), ("finished", Some("cancelled"))],
+            "{}: {}",
+            db.name,
+            text(&output.stderr)
+        );
+        assert!(log.iter().all(|l| l["worker"] == json!(owner)), "every line names the worker");
+    }
+}
+
+/// An approval whose deadline is short enough to wait for in process is in the store the
+/// moment the run waits on it: a person approves from another process, and the waiting
+/// process — not the approving one — continues the run, once.
+#[test]
+fn an_approval_waited_on_in_process_is_decided_from_another() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "gate.yaml",
+        "workflow: gate\nsteps:\n  - id: ask\n    approval: { message: \"Ship it?\", timeout: 5s, on_timeout: reject }\n  \
+         - id: ship\n    set: \"{{ steps.ask.output }}\"\n",
+    );
+    for db in stores(dir.path(), "an_approval_waited_on_in_process") {
+        let child = spawn(dir.path(), &db.args(&["run", "gate.yaml", "--json"]));
+        let run = the_run(dir.path(), &db);
+        wait_for("the approval to be open", || step_status(dir.path(), &db, &run, "ask").as_deref() == Some("waiting"));
+        let approved = stepwright(dir.path(), &db.args(&["approve", &run, "--as", "ann"]));
+        assert_eq!(approved.status.code(), Some(0), "{}: {}", db.name, text(&approved.stderr));
+        assert!(text(&approved.stderr).contains("goes on in cli@"), "{}", text(&approved.stderr));
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}: {}", db.name, text(&output.stderr));
+        assert_eq!(json_of(&output)["status"], "completed");
+        let log = events(dir.path(), &db, &run);
+        let resolved: Vec<&Value> = log.iter().filter(|e| e["kind"] == "interrupt.resolved").collect();
+        assert_eq!(resolved.len(), 1, "{}: decided once", db.name);
+        assert_eq!(resolved[0]["data"]["resolution"]["by"], "ann");
+        assert_eq!(resolved[0]["data"]["resolution"]["timed_out"], false);
+        let ship: Vec<&Value> = log.iter().filter(|e| e["kind"] == "step.completed" && e["path"] == "ship").collect();
+        assert_eq!(ship.len(), 1, "{}: the run continued once", db.name);
+    }
+}
+
+/// `resume` never takes a run from a live process (exit 2, naming the holder); once that
+/// process is killed, `resume` takes the run over at once (no lease wait) and finishes it
+/// without running finished steps again.
+#[test]
+fn resume_refuses_a_live_run_and_takes_over_a_dead_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "nap.yaml",
+        "workflow: nap\nsteps:\n  - id: first\n    set: 1\n  - id: nap\n    sleep: 6s\n  - id: last\n    set: 2\n",
+    );
+    for db in stores(dir.path(), "resume_refuses_a_live_run") {
+        let mut child = spawn(dir.path(), &db.args(&["run", "nap.yaml", "--json"]));
+        let run = the_run(dir.path(), &db);
+        wait_for("the first step", || step_status(dir.path(), &db, &run, "first").as_deref() == Some("completed"));
+        let refused = stepwright(dir.path(), &db.args(&["resume", &run]));
+        assert_eq!(refused.status.code(), Some(2), "{}: {}", db.name, text(&refused.stderr));
+        let why = text(&refused.stderr);
+        assert!(why.contains("is being executed by cli@") && why.contains("lease runs until"), "{why}");
+        let shown_live = stepwright(dir.path(), &db.args(&["runs", "show", &run]));
+        assert!(text(&shown_live.stdout).contains("executed by cli@"), "{}", text(&shown_live.stdout));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let shown_dead = stepwright(dir.path(), &db.args(&["runs", "show", &run]));
+        assert!(text(&shown_dead.stdout).contains("that process is gone"), "{}", text(&shown_dead.stdout));
+        let started = Instant::now();
+        let resumed = stepwright(dir.path(), &db.args(&["resume", &run, "--json"]));
+        assert_eq!(resumed.status.code(), Some(0), "{}: {}", db.name, text(&resumed.stderr));
+        assert!(started.elapsed() < Duration::from_secs(30), "{}: taken over without waiting out the lease", db.name);
+        assert_eq!(json_of(&resumed)["output"], 2);
+        let first = shown(dir.path(), &db, &run)["steps"][0].clone();
+        assert_eq!((first["path"].as_str(), first["attempts"].as_u64()), (Some("first"), Some(1)));
+        // A finished run is shown, with its status's exit code.
+        let again = stepwright(dir.path(), &db.args(&["resume", &run, "--json"]));
+        assert_eq!(again.status.code(), Some(0));
+        assert_eq!(json_of(&again)["status"], "completed");
+    }
+}
+
+/// Two `resume`s started together: exactly one executes the run.
+#[test]
+fn of_two_resumes_at_once_exactly_one_executes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "once.yaml",
+        "workflow: once\nsteps:\n  - id: nap\n    sleep: 2s\n  - id: done\n    set: \"{{ run.id }}\"\n",
+    );
+    for db in stores(dir.path(), "of_two_resumes_at_once") {
+        let created = stepwright(dir.path(), &db.args(&["run", "once.yaml", "--detach", "--json"]));
+        let run = json_of(&created)["run_id"].as_str().unwrap().to_owned();
+        let first = spawn(dir.path(), &db.args(&["resume", &run, "--json"]));
+        let second = spawn(dir.path(), &db.args(&["resume", &run, "--json"]));
+        let outputs = [first.wait_with_output().unwrap(), second.wait_with_output().unwrap()];
+        let mut codes: Vec<i32> = outputs.iter().map(|o| o.status.code().unwrap()).collect();
+        codes.sort_unstable();
+        assert_eq!(codes, [0, 2], "{}: {:?}", db.name, outputs.iter().map(|o| text(&o.stderr)).collect::<Vec<_>>());
+        let winner = outputs.iter().find(|o| o.status.code() == Some(0)).unwrap();
+        assert_eq!(json_of(winner)["output"], json!(run), "templates see run.id");
+        let nap = shown(dir.path(), &db, &run)["steps"][0].clone();
+        assert_eq!(nap["attempts"], 1, "{}: the step ran once", db.name);
+    }
+}
+
+/// Who started a run is what its templates and its user-scoped memory see; another user
+/// of the same database does not see that memory, another tenant cannot decide its
+/// approvals.
+#[test]
+fn identity_reaches_templates_memory_and_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "me.yaml",
+        "workflow: me\nsteps:\n  - id: who\n    set: \"{{ run.user }}@{{ run.tenant }} ({{ run.roles | join(',') }})\"\n  \
+         - id: remember\n    memory.store: { namespace: notes, scope: user }\n    with: { key: color, value: \"{{ input.color }}\", text: \"favourite color {{ input.color }}\" }\n  \
+         - id: recall\n    memory.recall: { namespace: notes, scope: user }\n    with: { key: color }\n  \
+         - id: gate\n    approval: { message: ok? }\n",
+    );
+    write(
+        dir.path(),
+        "peek.yaml",
+        "workflow: peek\nsteps:\n  - id: recall\n    memory.recall: { namespace: notes, scope: user }\n    with: { key: color }\n",
+    );
+    for db in stores(dir.path(), "identity_reaches_templates_memory") {
+        let ann = ["--tenant", "acme", "--as", "ann", "--role", "lead"];
+        let started = stepwright(
+            dir.path(),
+            &[db.args(&["run", "me.yaml", "--json", "--input", r#"{"color": "teal"}"#]), ann.to_vec()].concat(),
+        );
+        assert_eq!(started.status.code(), Some(3), "{}: {}", db.name, text(&started.stderr));
+        let run = json_of(&started)["run_id"].as_str().unwrap().to_owned();
+        let show = shown(dir.path(), &db, &run);
+        let output_of = |path: &str| {
+            show["steps"].as_array().unwrap().iter().find(|s| s["path"] == path).unwrap()["output"].clone()
+        };
+        assert_eq!(output_of("who"), "ann@acme (lead)");
+        assert_eq!(output_of("recall")[0]["value"], "teal");
+        // Ann sees her memory from another run; Bob, in the same tenant, does not.
+        let again = stepwright(dir.path(), &[db.args(&["run", "peek.yaml", "--json"]), ann.to_vec()].concat());
+        assert_eq!(json_of(&again)["output"][0]["value"], "teal", "{}", db.name);
+        let bob = stepwright(dir.path(), &db.args(&["run", "peek.yaml", "--json", "--tenant", "acme", "--as", "bob"]));
+        assert_eq!(json_of(&bob)["output"], json!([]), "{}: another user's memory is not seen", db.name);
+        // Another tenant may not decide; Ann's tenant may.
+        let foreign = stepwright(dir.path(), &db.args(&["approve", &run, "--as", "eve", "--tenant", "globex"]));
+        assert_eq!(foreign.status.code(), Some(2), "{}", text(&foreign.stderr));
+        assert!(text(&foreign.stderr).contains("does not belong to tenant"), "{}", text(&foreign.stderr));
+        let approved = stepwright(dir.path(), &db.args(&["approve", &run, "--as", "ann", "--tenant", "acme"]));
+        assert_eq!(approved.status.code(), Some(0), "{}: {}", db.name, text(&approved.stderr));
+    }
+}
