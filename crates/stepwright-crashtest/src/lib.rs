@@ -85,16 +85,18 @@ fn sum(results: Vec<PathResult>) -> Result<Value, StepError> {
     Ok(json!(total))
 }
 
-/// The workflow: prepare → fork(3) → loop(3) → flaky retry → write (with reconcile).
-pub fn workflow() -> Workflow {
-    let charge = Node::step(
-        "charge",
-        fn_step(|ctx: StepContext, amount: i64| async move {
+/// A `write` step that charges `input` to the run's ledger under its idempotency key, taking
+/// `ms` on either side of the write; if a crash leaves its outcome unknown, its fallback
+/// reconciles from the ledger, so the charge happens once.
+fn charge(id: &str, ms: u64) -> Node {
+    Node::step(
+        id,
+        fn_step(move |ctx: StepContext, amount: i64| async move {
             let files = logged(&ctx)?;
             let key = ctx.idempotency_key().unwrap_or_default().to_owned();
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
             append_line(&files.ledger(ctx.run_id()), &format!("{key} {amount}"))?;
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
             Ok(json!({ "charged": amount }))
         }),
     )
@@ -114,7 +116,54 @@ pub fn workflow() -> Workflow {
         )
         .effect(Effect::Write)
         .safe_to_retry(),
-    )));
+    )))
+}
+
+/// The map the Postgres harness adds: six items, four at once, each computing and then
+/// charging its own amount (a `write` per item).
+pub const MAPPED_ITEMS: i64 = 6;
+
+/// The workflow the Postgres harness kills: prepare → fork(3) → map(6 items, 4 at once,
+/// each with a write) → write. Steps take tens of milliseconds, so a killed worker dies with
+/// many paths of a run in flight.
+pub fn mapped_workflow() -> Workflow {
+    Workflow::builder("crash-test-mapped")
+        .version("1.0.0")
+        .step(work("prepare", 20, |x| x * 10))
+        .step(
+            Fork::new("fan")
+                .path([work("plus-one", 30, |x| x + 1)])
+                .path([work("double", 25, |x| x * 2)])
+                .path([work("plus-three", 20, |x| x + 3), work("again", 10, |x| x - 1)])
+                .merge(sum),
+        )
+        .step(
+            Fork::map(
+                "items",
+                Expr::new(|s| {
+                    let base = s.input().as_i64().unwrap_or_default();
+                    (0..MAPPED_ITEMS).map(|i| json!(base + i)).collect()
+                }),
+                "item",
+                [work("price", 15, |x| x * 3 + 1), charge("ship", 5)],
+            )
+            .concurrency(4),
+        )
+        .step(Node::step(
+            "total",
+            fn_step(|ctx: StepContext, items: Vec<Value>| async move {
+                logged(&ctx)?;
+                Ok(items.iter().map(|v| v["charged"].as_i64().unwrap_or_default()).sum::<i64>())
+            }),
+        ))
+        .step(charge("charge", 5))
+        .build()
+        .expect("the mapped crash-test workflow is valid")
+}
+
+/// The workflow: prepare → fork(3) → loop(3) → flaky retry → write (with reconcile).
+pub fn workflow() -> Workflow {
+    let charge = charge("charge", 2);
     Workflow::builder("crash-test")
         .version("1.0.0")
         .step(work("prepare", 2, |x| x * 10))

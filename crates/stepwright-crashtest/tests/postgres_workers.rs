@@ -1,22 +1,28 @@
-//! Two runner processes on one Postgres database, one of them killed with SIGKILL again
-//! and again: every run finishes with the output of an uninterrupted run, no step runs again
-//! after its completion was committed, and every charge happens exactly once.
+//! Two runner processes on one Postgres database, one of them killed with SIGKILL again and
+//! again (at least 200 times) while runs with a fork, a map of six items four at a time and
+//! a write per item keep arriving: every run finishes with the output of an uninterrupted
+//! run, no step runs again after its completion was committed, every charge happens exactly
+//! once, and every outcome left unknown was left so by a killed process.
 #![allow(clippy::print_stderr)] // The test reports its kill count.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use stepwright_core::journal::RunFilter;
 use stepwright_core::{Engine, MemoryStore, Record, RunId, RunStatus, StartOptions, Store, Timestamp};
-use stepwright_crashtest::{Files, workflow};
+use stepwright_crashtest::{Files, MAPPED_ITEMS, mapped_workflow};
 use stepwright_store::PostgresStore;
 
-const RUNS: i64 = 100;
+const MIN_KILLS: usize = 200;
+/// Runs created before the first kill, and with every further wave.
+const WAVE: i64 = 12;
+/// A wave of runs comes with every this many kills, so there is always work to kill.
+const KILLS_PER_WAVE: usize = 12;
 
 #[tokio::test]
 async fn two_workers_one_killed_repeatedly() {
@@ -40,34 +46,52 @@ async fn two_workers_one_killed_repeatedly() {
     std::fs::create_dir_all(&ledgers).unwrap();
     let reference_ledgers = dir.path().join("reference-ledgers");
     std::fs::create_dir_all(&reference_ledgers).unwrap();
+    let stop = dir.path().join("no-more-runs");
 
-    // The runs, created detached; and what an uninterrupted run of each outputs.
+    // Runs are created detached, in waves; beside each, what an uninterrupted run outputs.
     let creator = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
     let reference = Engine::builder()
         .store(Arc::new(MemoryStore::new()) as Arc<dyn Store>)
         .service(Arc::new(Files { log: dir.path().join("reference.log"), ledgers: reference_ledgers }))
         .build();
-    let mut expected = HashMap::new();
-    for seed in 0..RUNS {
-        let run = RunId::from_parts(Timestamp::from_millis(1_700_000_000_000 + seed), [9; 10]);
-        creator
-            .create(&workflow(), json!(seed), StartOptions { run_id: Some(run), ..Default::default() })
-            .await
-            .unwrap();
-        expected.insert(run, reference.start(&workflow(), json!(seed)).await.unwrap().output.unwrap());
-    }
+    let mut expected: HashMap<RunId, Value> = HashMap::new();
+    let mut next_seed = 0;
+    let mut wave = async |expected: &mut HashMap<RunId, Value>| {
+        for _ in 0..WAVE {
+            let seed = next_seed;
+            next_seed += 1;
+            let run = RunId::from_parts(Timestamp::from_millis(1_700_000_000_000 + seed), [9; 10]);
+            let report = reference.start(&mapped_workflow(), json!(seed)).await.unwrap();
+            expected.insert(run, report.output.unwrap());
+            creator
+                .create(&mapped_workflow(), json!(seed), StartOptions { run_id: Some(run), ..Default::default() })
+                .await
+                .unwrap();
+        }
+    };
+    wave(&mut expected).await;
 
     let worker = env!("CARGO_BIN_EXE_crash-worker");
-    let spawn = |name: &str| {
+    let spawn = |name: &str, concurrency: &str| -> Child {
         Command::new(worker)
-            .args(["runner", &url, &schema, name, log.to_str().unwrap(), ledgers.to_str().unwrap()])
+            .args([
+                "runner",
+                &url,
+                &schema,
+                name,
+                log.to_str().unwrap(),
+                ledgers.to_str().unwrap(),
+                concurrency,
+                stop.to_str().unwrap(),
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     };
     let started = Instant::now();
-    let mut steady = spawn("steady");
+    // The steady worker takes two runs at a time, so the victims always find work.
+    let mut steady = spawn("steady", "2");
     let steady_pid = steady.id().to_string();
     let mut kills = 0;
     let mut seed = 0x9e37_79b9_u64;
@@ -75,22 +99,37 @@ async fn two_workers_one_killed_repeatedly() {
         if let Some(status) = steady.try_wait().unwrap() {
             break status;
         }
-        assert!(started.elapsed() < Duration::from_secs(120), "the workers did not finish in two minutes");
-        let mut victim = spawn(&format!("victim-{kills}"));
+        assert!(started.elapsed() < Duration::from_secs(240), "the workers did not finish in four minutes");
+        if kills >= MIN_KILLS && !stop.exists() {
+            std::fs::write(&stop, b"done").unwrap();
+        }
+        let mut victim = spawn(&format!("victim-{kills}"), "16");
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-        tokio::time::sleep(Duration::from_millis(50 + (seed >> 33) % 350)).await;
+        tokio::time::sleep(Duration::from_millis(40 + (seed >> 33) % 160)).await;
         if victim.try_wait().unwrap().is_none() {
             victim.kill().unwrap(); // SIGKILL
             kills += 1;
+            if kills % KILLS_PER_WAVE == 0 && kills < MIN_KILLS {
+                wave(&mut expected).await;
+            }
         }
         victim.wait().unwrap();
     };
     assert!(finished.success(), "the steady worker failed: {:?}", steady.wait_with_output().unwrap().stderr);
 
-    let runs = store.list_runs(RunFilter { limit: Some(1_000), ..RunFilter::default() }).await.unwrap();
-    assert_eq!(runs.len(), RUNS as usize);
+    let runs = store.list_runs(RunFilter { limit: Some(100_000), ..RunFilter::default() }).await.unwrap();
+    assert_eq!(runs.len(), expected.len());
     let executions = std::fs::read_to_string(&log).unwrap();
-    let mut reconciled = 0;
+    // (run, path) → the processes that executed it, in order.
+    let mut executed: HashMap<(String, String), Vec<(String, i64)>> = HashMap::new();
+    for line in executions.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        executed
+            .entry((fields[1].to_owned(), fields[2].to_owned()))
+            .or_default()
+            .push((fields[0].to_owned(), fields[3].parse().unwrap()));
+    }
+    let (mut reconciled, mut charges_total) = (0, 0);
     for record in runs {
         let run = record.id;
         assert_eq!(record.status, RunStatus::Completed, "run {run}: {:?}", record.error);
@@ -99,32 +138,45 @@ async fn two_workers_one_killed_repeatedly() {
             Some(&expected[&run]),
             "run {run}: output differs from an uninterrupted run"
         );
-        let charges = std::fs::read_to_string(ledgers.join(run.to_string())).unwrap_or_default().lines().count();
-        assert_eq!(charges, 1, "run {run}: charged {charges} times");
+        // Every write happened once: one ledger line per idempotency key, one key per write.
+        let ledger = std::fs::read_to_string(ledgers.join(run.to_string())).unwrap_or_default();
+        let keys: Vec<&str> = ledger.lines().filter_map(|l| l.split(' ').next()).collect();
+        let distinct: HashSet<&str> = keys.iter().copied().collect();
+        assert_eq!(keys.len(), distinct.len(), "run {run}: a write happened twice: {ledger}");
+        assert_eq!(keys.len(), usize::try_from(MAPPED_ITEMS).unwrap() + 1, "run {run}: {ledger}");
+        charges_total += keys.len();
         // No step of this run executed after its completion was committed.
         let loaded = store.load(run).await.unwrap();
-        let completed: HashMap<String, i64> = loaded
-            .entries
-            .iter()
-            .filter(|e| matches!(e.record, Record::Completed { .. }))
-            .map(|e| (e.path.as_str().to_owned(), e.at.as_micros()))
-            .collect();
-        for line in executions.lines().filter(|l| l.split(' ').nth(1) == Some(&run.to_string())) {
-            let fields: Vec<&str> = line.split(' ').collect();
-            let (path, at): (&str, i64) = (fields[2], fields[3].parse().unwrap());
-            if let Some(done) = completed.get(path) {
-                assert!(at <= done + 5_000, "run {run}: {path} ran at {at}, after its completion at {done}");
+        for entry in loaded.entries.iter().filter(|e| matches!(e.record, Record::Completed { .. })) {
+            let done = entry.at.as_micros();
+            for (_, at) in executed.get(&(run.to_string(), entry.path.as_str().to_owned())).into_iter().flatten() {
+                assert!(*at <= done + 5_000, "run {run}: {} ran at {at}, after its completion at {done}", entry.path);
             }
-            if path == "charge/@fallback" {
-                reconciled += 1;
+        }
+        // An outcome left unknown (its fallback ran) was left so by a killed process: the
+        // write it stands in for was last started by a process that is not the steady one.
+        for ((of, path), runs_of_it) in &executed {
+            let Some(write) = path.strip_suffix("/@fallback") else { continue };
+            if of != &run.to_string() {
+                continue;
+            }
+            reconciled += runs_of_it.len();
+            // A write with no execution at all was stopped between its intent and its start,
+            // which only a kill does (the steady worker never dies mid-step).
+            if let Some((pid, _)) = executed.get(&(of.clone(), write.to_owned())).and_then(|a| a.last()) {
+                assert_ne!(pid, &steady_pid, "run {run}: {write} was left unknown by a process nobody killed");
             }
         }
     }
-    assert!(kills >= 5, "only {kills} kills happened");
+    assert!(kills >= MIN_KILLS, "only {kills} kills happened");
     let by_victims = executions.lines().filter(|l| l.split(' ').next() != Some(steady_pid.as_str())).count();
-    assert!(by_victims >= 50, "the killed worker must have held runs: only {by_victims} step executions were its");
+    assert!(by_victims >= 200, "the killed workers must have held runs: only {by_victims} step executions were theirs");
     eprintln!(
-        "postgres workers: {RUNS} runs, {kills} SIGKILLs of the second worker ({by_victims} step executions in killed processes), {reconciled} reconciled charges, {:.1} s",
+        "postgres workers: {} runs (fork, map of {MAPPED_ITEMS} at 4, {} writes each), {kills} SIGKILLs of the second worker \
+         ({by_victims} step executions in killed processes), {charges_total} charges each made once, {reconciled} \
+         reconciled after an outcome a kill left unknown, {:.1} s",
+        expected.len(),
+        MAPPED_ITEMS + 1,
         started.elapsed().as_secs_f64()
     );
     let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await;

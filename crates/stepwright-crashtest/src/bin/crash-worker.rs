@@ -3,8 +3,10 @@
 //! `crash-worker run DB RUN SEED LOG LEDGERS`: starts run RUN of the crash-test workflow on
 //! SQLite with input `{seed}`, or resumes it; prints the final report as JSON.
 //!
-//! `crash-worker runner POSTGRES_URL SCHEMA WORKER LOG LEDGERS`: a runner loop on Postgres
-//! (1 s leases) that exits once no run is left unfinished.
+//! `crash-worker runner POSTGRES_URL SCHEMA WORKER LOG LEDGERS [CONCURRENCY [STOP_FILE]]`: a
+//! runner loop on Postgres (1 s leases, both crash-test workflows registered, 16 runs at once
+//! unless told) that exits once no run is left unfinished — and, given a stop file, only
+//! once that file exists too (the harness is done adding runs).
 #![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
@@ -14,7 +16,7 @@ use std::time::Duration;
 use serde_json::json;
 use stepwright_core::journal::RunFilter;
 use stepwright_core::{Engine, EngineConfig, Runner, StartOptions, Store, StoreError};
-use stepwright_crashtest::{Files, workflow};
+use stepwright_crashtest::{Files, mapped_workflow, workflow};
 use stepwright_store::SqliteStore;
 
 #[tokio::main(flavor = "current_thread")]
@@ -23,7 +25,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     match args.first().map(String::as_str) {
         Some("run") => run(&args[1..]).await,
         Some("runner") => runner(&args[1..]).await,
-        _ => Err("usage: crash-worker run DB RUN SEED LOG LEDGERS | runner URL SCHEMA WORKER LOG LEDGERS".into()),
+        _ => Err(
+            "usage: crash-worker run DB RUN SEED LOG LEDGERS | runner URL SCHEMA WORKER LOG LEDGERS [CONCURRENCY [STOP]]"
+                .into(),
+        ),
     }
 }
 
@@ -54,7 +59,12 @@ async fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn runner(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
-    let [url, schema, worker, log, ledgers] = args else { return Err("bad arguments".into()) };
+    let (Some([url, schema, worker, log, ledgers]), extra) = (args.first_chunk::<5>(), &args[5.min(args.len())..])
+    else {
+        return Err("bad arguments".into());
+    };
+    let concurrency: usize = extra.first().map(|c| c.parse()).transpose()?.unwrap_or(16);
+    let stop = extra.get(1).map(PathBuf::from);
     let options: sqlx::postgres::PgConnectOptions =
         url.parse::<sqlx::postgres::PgConnectOptions>()?.options([("search_path", schema.as_str())]);
     let store = Arc::new(stepwright_store::PostgresStore::connect_with(options).await?);
@@ -66,11 +76,17 @@ async fn runner(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         .worker_id(worker)
         .config(config)
         .build();
-    let runner = Runner::new(engine).register(&workflow()).max_concurrent(16).poll_interval(Duration::from_millis(50));
+    let runner = Runner::new(engine)
+        .register(&workflow())
+        .register(&mapped_workflow())
+        .max_concurrent(concurrency)
+        .poll_interval(Duration::from_millis(50));
     loop {
         runner.tick().await?;
-        let unfinished = store.list_runs(RunFilter { limit: Some(1_000), ..RunFilter::default() }).await?;
-        if unfinished.iter().all(|r| r.status.is_terminal()) {
+        let done_adding = stop.as_ref().is_none_or(|stop| stop.exists());
+        let unfinished =
+            store.list_runs(RunFilter { limit: Some(100_000), headers_only: true, ..RunFilter::default() }).await?;
+        if done_adding && unfinished.iter().all(|r| r.status.is_terminal()) {
             return Ok(());
         }
         store.wait_for_work(Duration::from_millis(50)).await;
