@@ -1,6 +1,7 @@
 //! Many processes, one run: every scenario runs real `stepwright` processes against one
 //! store — SQLite, and Postgres when `STEPWRIGHT_TEST_DATABASE_URL` is set (a schema per
 //! test) — as an API process, workers and a person's shell would share it.
+#![allow(clippy::print_stderr)] // The cancel test reports how long the cancel took.
 
 mod support;
 
@@ -166,7 +167,7 @@ fn cancel_from_another_process_stops_a_running_tool() {
     for db in stores(dir.path(), "cancel_from_another_process_stops_a_running_tool") {
         let pidfile = dir.path().join(format!("{}.pid", db.name));
         let input = json!({ "pidfile": pidfile }).to_string();
-        let mut child = spawn(dir.path(), &db.args(&["run", "slow.yaml", "--json", "--input", &input]));
+        let child = spawn(dir.path(), &db.args(&["run", "slow.yaml", "--json", "--input", &input]));
         wait_for("the tool to start", || {
             std::fs::read_to_string(&pidfile).is_ok_and(|p| p.trim().parse::<u32>().is_ok())
         });
@@ -210,7 +211,7 @@ fn cancel_stops_an_every_loop_in_another_process() {
         "workflow: poll\nsteps:\n  - id: poll\n    every:\n      interval: 200ms\n      steps:\n        - id: t\n          set: \"{{ tick }}\"\n",
     );
     for db in stores(dir.path(), "cancel_stops_an_every_loop") {
-        let mut child = spawn(dir.path(), &db.args(&["run", "poll.yaml", "--json"]));
+        let child = spawn(dir.path(), &db.args(&["run", "poll.yaml", "--json"]));
         let run = the_run(dir.path(), &db);
         let ticks = |dir: &Path| {
             shown(dir, &db, &run)["steps"]
