@@ -31,9 +31,14 @@ struct Cli {
     command: Command,
 }
 
-/// How a workflow file's models are reached (every command that runs steps).
+/// How workflow files are loaded and their models reached (every command that loads a
+/// file or runs steps).
 #[derive(clap::Args, Clone, Debug, Default)]
 struct ModelFlags {
+    /// A directory that `workflow:` calls may reach besides the first file's own directory
+    /// tree (repeatable).
+    #[arg(long = "allow-dir", value_name = "DIR", global = true)]
+    allow_dirs: Vec<PathBuf>,
     /// Replace a model binding of the file: `NAME=provider:model[@base_url]` (repeatable).
     #[arg(long = "model", value_name = "NAME=SPEC", global = true)]
     overrides: Vec<String>,
@@ -45,6 +50,15 @@ struct ModelFlags {
     #[arg(long, value_name = "MODE", default_value = "auto", global = true)]
     cassette_mode: String,
 }
+
+impl ModelFlags {
+    fn load_options(&self) -> stepwright_flow::LoadOptions {
+        stepwright_flow::LoadOptions { allowed_dirs: self.allow_dirs.clone(), ..Default::default() }
+    }
+}
+
+/// The largest `--input @FILE` read (16 MiB).
+const MAX_INPUT_BYTES: u64 = 16 << 20;
 
 /// A store with everything the CLI's steps use: the journal, sessions and memory.
 trait CliStore: Store + SessionStore + MemoryBank {}
@@ -767,8 +781,8 @@ async fn definition_of(
     let source = store.get_definition(record.definition_hash).await?.ok_or_else(|| {
         anyhow!("run {run} was not started from a workflow file this store knows (workflow {:?})", record.workflow)
     })?;
-    let loaded =
-        stepwright_flow::load_source(&source.source, &source.name).map_err(|e| anyhow!(BadInput(e.to_string())))?;
+    let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &flags.load_options())
+        .map_err(|e| anyhow!(BadInput(e.to_string())))?;
     let workflow = prepare(loaded, flags, Servers::Connected).await?;
     if workflow.hash() != record.definition_hash {
         return Err(anyhow!(
@@ -967,7 +981,8 @@ enum Servers {
 }
 
 async fn load(file: &Path, flags: &ModelFlags, servers: Servers) -> anyhow::Result<stepwright_core::Workflow> {
-    let loaded = stepwright_flow::load(file).map_err(|e| anyhow!(BadInput(e.to_string())))?;
+    let loaded =
+        stepwright_flow::load_with(file, &flags.load_options()).map_err(|e| anyhow!(BadInput(e.to_string())))?;
     prepare(loaded, flags, servers).await
 }
 
@@ -1061,9 +1076,8 @@ fn engine_over(store: &Arc<dyn CliStore>) -> EngineBuilder {
 fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
     let Some(input) = input else { return Ok(Value::Null) };
     let text = match input.strip_prefix('@') {
-        Some(path) => {
-            std::fs::read_to_string(path).map_err(|e| BadInput(format!("reading the input file {path}: {e}")))?
-        }
+        Some(path) => stepwright_flow::read_limited(Path::new(path), MAX_INPUT_BYTES)
+            .map_err(|why| BadInput(format!("the input file {path} cannot be read: {why}")))?,
         None => input.to_owned(),
     };
     serde_json::from_str(&text).map_err(|e| anyhow!(BadInput(format!("the input is not JSON: {e}"))))

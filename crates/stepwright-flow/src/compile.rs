@@ -72,32 +72,88 @@ pub fn load_str(source: &str, file: &str) -> Result<Workflow, LoadError> {
     load_source(source, file).map(|loaded| loaded.workflow)
 }
 
+/// What loading may read.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The largest workflow file read, the first or one it calls, in bytes.
+    pub max_file_bytes: u64,
+    /// Directories a `workflow:` call may reach besides the first file's own directory tree
+    /// (which is always allowed).
+    pub allowed_dirs: Vec<PathBuf>,
+}
+
+/// Workflow files are at most this large by default (1 MiB: a few thousand steps).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { max_file_bytes: MAX_FILE_BYTES, allowed_dirs: Vec::new() }
+    }
+}
+
+/// Reads a text file of at most `limit` bytes. Only a regular file is read (not a device or
+/// a pipe, which could stream without end), never more than the limit, and the error says
+/// what is wrong without quoting what the file holds.
+pub fn read_limited(path: &Path, limit: u64) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let metadata = file.metadata().map_err(|e| e.to_string())?;
+    if !metadata.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    if metadata.len() > limit {
+        return Err(format!("it is {} bytes; the limit is {limit}", metadata.len()));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("it is over {limit} bytes, the limit"));
+    }
+    String::from_utf8(bytes).map_err(|e| format!("it is not UTF-8 text (at byte {})", e.utf8_error().valid_up_to()))
+}
+
 /// Loads a workflow file from disk with its models, tools and agents.
 pub fn load(path: &Path) -> Result<Loaded, LoadError> {
+    load_with(path, &LoadOptions::default())
+}
+
+/// [`load`] with limits and the directories `workflow:` calls may reach.
+pub fn load_with(path: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
     let file = path.display().to_string();
-    let source = std::fs::read_to_string(path).map_err(|e| LoadError {
+    let source = read_limited(path, options.max_file_bytes).map_err(|why| LoadError {
         diagnostics: vec![Diagnostic {
             file: file.clone(),
             line: 1,
             column: 1,
-            message: format!("reading the file: {e}"),
+            message: format!("the file cannot be read: {why}"),
             hint: None,
         }],
     })?;
-    load_source(&source, &file)
+    load_source_with(&source, &file, options)
 }
 
 /// Loads a workflow from YAML text with its models, tools and agents; `file` names it in
 /// diagnostics.
 pub fn load_source(source: &str, file: &str) -> Result<Loaded, LoadError> {
+    load_source_with(source, file, &LoadOptions::default())
+}
+
+/// [`load_source`] with limits and the directories `workflow:` calls may reach.
+pub fn load_source_with(source: &str, file: &str, options: &LoadOptions) -> Result<Loaded, LoadError> {
     let here = Path::new(file);
-    load_nested(source, file, vec![here.canonicalize().unwrap_or_else(|_| here.to_path_buf())])
+    let here = here.canonicalize().unwrap_or_else(|_| here.to_path_buf());
+    let mut allowed = vec![here.parent().map(Path::to_path_buf).unwrap_or_default()];
+    allowed.extend(options.allowed_dirs.iter().map(|dir| dir.canonicalize().unwrap_or_else(|_| dir.clone())));
+    let options = LoadOptions { allowed_dirs: allowed, ..options.clone() };
+    load_nested(source, file, vec![here], &options)
 }
 
 /// Loads one file of a chain of `workflow` calls; `stack` holds the files being loaded, this
-/// one last, so that a call back into any of them is reported as a cycle.
-fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>) -> Result<Loaded, LoadError> {
+/// one last, so that a call back into any of them is reported as a cycle. `options` carries
+/// every directory calls may reach (the first file's first).
+fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOptions) -> Result<Loaded, LoadError> {
     let mut c = Compiler {
+        options: options.clone(),
         resources: Resources::default(),
         stack,
         file: file.to_owned(),
@@ -154,6 +210,8 @@ const KINDS: &[&str] =
     &["set", "branch", "fork", "map", "loop", "graph", "every", "sleep", "approval", "input", "workflow"];
 
 struct Compiler {
+    /// Limits, and the directories calls may reach.
+    options: LoadOptions,
     /// What the file declares for its steps (models, tools, agents).
     resources: Resources,
     /// The files being loaded through `workflow` calls, outermost first, this one last.

@@ -14,9 +14,16 @@ fn env() -> &'static Environment<'static> {
     ENV.get_or_init(|| {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
+        // A template runs on the run's task and cannot be interrupted, so a step's timeout
+        // cannot stop a runaway loop; fuel does: every evaluation may take this many
+        // instructions (well over a second of work for none but runaway templates).
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env
     })
 }
+
+/// The instructions one expression or template may take before it fails.
+pub(crate) const TEMPLATE_FUEL: u64 = 5_000_000;
 
 fn to_mj(ctx: &Value) -> minijinja::Value {
     minijinja::Value::from(minijinja::value::Serde(ctx))
@@ -164,6 +171,21 @@ mod tests {
             json!({ "k": 3, "plain": 5 })
         );
         assert!(truthy("input.n > 1", &ctx).unwrap());
+    }
+
+    #[test]
+    fn a_runaway_template_runs_out_of_fuel() {
+        let error = eval_value(
+            &json!("{% for a in range(10000) %}{% for b in range(10000) %}{{ a * b }}{% endfor %}{% endfor %}"),
+            &json!({}),
+        )
+        .unwrap_err();
+        assert_eq!(error.code, ErrorCode::EXPRESSION);
+        assert!(error.message.contains("fuel"), "{}", error.message);
+        // An ordinary large template has fuel to spare.
+        let items: Vec<i64> = (0..10_000).collect();
+        let total = eval("items | sum", &json!({ "items": items })).unwrap();
+        assert_eq!(total, json!(49_995_000));
     }
 
     #[test]

@@ -11,5 +11,8 @@ mod expr;
 mod schema;
 pub mod yaml;
 
-pub use compile::{Diagnostic, LoadError, Loaded, McpToolUse, load, load_file, load_source, load_str};
+pub use compile::{
+    Diagnostic, LoadError, LoadOptions, Loaded, MAX_FILE_BYTES, McpToolUse, load, load_file, load_source,
+    load_source_with, load_str, load_with, read_limited,
+};
 pub use schema::file_schema;

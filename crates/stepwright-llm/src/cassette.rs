@@ -40,7 +40,7 @@ impl std::str::FromStr for CassetteMode {
 #[derive(Debug, thiserror::Error)]
 pub enum CassetteError {
     /// Reading or writing the file failed.
-    #[error("{doing} cassette {path}")]
+    #[error("{doing} cassette {path}: {source}")]
     Io {
         /// What was being done.
         doing: &'static str,
@@ -58,6 +58,28 @@ pub enum CassetteError {
         /// What is wrong.
         message: String,
     },
+}
+
+/// A cassette is at most this large (64 MiB: thousands of recorded calls).
+pub const MAX_CASSETTE_BYTES: u64 = 64 << 20;
+
+/// Reads a cassette file: a regular file of at most [`MAX_CASSETTE_BYTES`].
+fn read_cassette(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "it is not a regular file"));
+    }
+    if metadata.len() > MAX_CASSETTE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("it is {} bytes; the limit is {MAX_CASSETTE_BYTES}", metadata.len()),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_CASSETTE_BYTES).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// One recorded call.
@@ -93,8 +115,10 @@ impl Cassette {
     /// Opens a cassette. `replay` needs the file; `record` starts empty (the file is written
     /// at the first call); `auto` reads the file if it exists.
     pub fn open(path: impl AsRef<Path>, mode: CassetteMode) -> Result<Self, CassetteError> {
+        // The longest a cassette may be: a cassette is read whole, so a device or a huge file
+        // must not be.
         let path = path.as_ref().to_owned();
-        let file = match (mode, std::fs::read(&path)) {
+        let file = match (mode, read_cassette(&path)) {
             (CassetteMode::Record, _) => CassetteFile { version: 1, interactions: Vec::new() },
             (CassetteMode::Auto, Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 CassetteFile { version: 1, interactions: Vec::new() }

@@ -26,7 +26,7 @@ pub use agent::{
     AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, HookEvent, OnStuck, TOOL_CALL_EVENT,
 };
 pub use anthropic::Anthropic;
-pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction};
+pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction, MAX_CASSETTE_BYTES};
 pub use error::{ModelError, ModelErrorKind};
 pub use http::{HttpOptions, RateLimits, install_crypto_provider};
 pub use memory::{

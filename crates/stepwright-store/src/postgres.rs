@@ -35,6 +35,9 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("postgres/005_counters_cancel.sql")),
 ];
 
+/// How long connecting to the database may take before it is reported as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The channel runners listen on.
 pub const WORK_CHANNEL: &str = "stepwright_work";
 
@@ -68,8 +71,30 @@ impl PostgresStore {
 
     /// Connects with explicit options (a schema through `search_path`, a pool size…).
     pub async fn connect_with(options: PgConnectOptions) -> Result<Self, StoreError> {
+        // One plain connection first: a pool retries until its timeout and then says only
+        // that it timed out, where this says why (refused, unknown host, bad password, no
+        // such database) at once.
+        let probe =
+            tokio::time::timeout(CONNECT_TIMEOUT, <sqlx::PgConnection as sqlx::Connection>::connect_with(&options))
+                .await
+                .map_err(|_| {
+                    backend(
+                        "connecting to postgres",
+                        std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "no answer from {}:{} within {CONNECT_TIMEOUT:?}",
+                                options.get_host(),
+                                options.get_port()
+                            ),
+                        ),
+                    )
+                })?
+                .map_err(pg("connecting to postgres"))?;
+        drop(probe);
         let pool = PgPoolOptions::new()
             .max_connections(16)
+            .acquire_timeout(CONNECT_TIMEOUT)
             .connect_with(options)
             .await
             .map_err(pg("connecting to postgres"))?;

@@ -39,17 +39,29 @@ impl Compiler {
             );
             return None;
         }
-        let source = match std::fs::read_to_string(&canonical) {
+        // A file may call only into its own directory tree (or a directory it was allowed):
+        // a workflow file from elsewhere must not make the loader read `/etc/shadow`.
+        if !self.options.allowed_dirs.iter().any(|dir| canonical.starts_with(dir)) {
+            let first = self.options.allowed_dirs.first().map(|d| d.display().to_string()).unwrap_or_default();
+            self.error_hint(
+                body.pos,
+                format!("the called workflow `{target}` is outside the directory tree of the first file ({first})"),
+                "call files beside or below it, or allow another directory (`stepwright --allow-dir DIR`)",
+            );
+            return None;
+        }
+        let source = match crate::compile::read_limited(&canonical, self.options.max_file_bytes) {
             Ok(source) => source,
-            Err(e) => {
-                self.error(body.pos, format!("the called workflow `{target}` cannot be read: {e}"));
+            Err(why) => {
+                self.error(body.pos, format!("the called workflow `{target}` cannot be read: {why}"));
                 return None;
             }
         };
         let mut stack = self.stack.clone();
         stack.push(canonical);
         let shown = path.display().to_string();
-        let loaded = match load_nested(&source, &shown, stack) {
+        let options = self.options.clone();
+        let loaded = match load_nested(&source, &shown, stack, &options) {
             Ok(loaded) => loaded,
             Err(error) => {
                 let count = error.diagnostics.len();
