@@ -60,7 +60,7 @@ fn encode_blob(value: &Value) -> (i64, Vec<u8>) {
 }
 
 /// Encodes a blob's JSON: `(codec, bytes)`, compressed when large and when that helps.
-fn encode_json(json: Vec<u8>) -> (i64, Vec<u8>) {
+pub(crate) fn encode_json(json: Vec<u8>) -> (i64, Vec<u8>) {
     if json.len() >= COMPRESS_AT {
         let compressed = lz4_flex::compress_prepend_size(&json);
         if compressed.len() < json.len() {

@@ -563,10 +563,10 @@ impl Writer {
                     r.workflow,
                     r.version,
                     r.definition_hash.as_bytes(),
-                    json(&*r.input),
+                    stored_json(&r.input),
                     json(&r.caller),
                     RunStatus::as_str(r.status),
-                    r.output.as_ref().map(json),
+                    r.output.as_ref().map(stored_json),
                     r.error.as_ref().map(json),
                     r.parent.as_ref().map(|p| p.run.as_uuid().as_bytes().to_vec()),
                     r.parent.as_ref().map(|p| p.at.as_str().to_owned()),
@@ -769,7 +769,7 @@ impl Writer {
                 s.execute(params![
                     run.as_uuid().as_bytes(),
                     RunStatus::as_str(u.status),
-                    u.output.as_ref().map(json),
+                    u.output.as_ref().map(stored_json),
                     u.error.as_ref().map(json),
                     u.at.as_micros(),
                     u.wake_at.map(Timestamp::as_micros),
@@ -888,6 +888,31 @@ fn answer_err(op: Op, error: impl Fn() -> StoreError) {
     }
 }
 
+/// A run's input or output as the runs table keeps it: its JSON as text, or, from
+/// `COMPRESS_AT` bytes on when that is smaller, lz4-compressed JSON as a BLOB (as blobs are).
+fn stored_json(value: &Value) -> rusqlite::types::Value {
+    match crate::encoding::encode_json(serde_json::to_vec(value).unwrap_or_default()) {
+        (crate::encoding::CODEC_LZ4_JSON, bytes) => rusqlite::types::Value::Blob(bytes),
+        (_, json) => rusqlite::types::Value::Text(String::from_utf8(json).unwrap_or_default()),
+    }
+}
+
+/// Reads what [`stored_json`] wrote (and the plain JSON text of older rows).
+fn read_json(stored: rusqlite::types::ValueRef<'_>) -> rusqlite::Result<Option<Value>> {
+    use rusqlite::types::ValueRef;
+    match stored {
+        ValueRef::Null => Ok(None),
+        ValueRef::Text(text) => serde_json::from_slice(text).map(Some).map_err(conversion),
+        ValueRef::Blob(bytes) => {
+            let json = lz4_flex::decompress_size_prepended(bytes).map_err(conversion)?;
+            serde_json::from_slice(&json).map(Some).map_err(conversion)
+        }
+        ValueRef::Integer(_) | ValueRef::Real(_) => {
+            Err(conversion(std::io::Error::other("a run's input or output is neither JSON text nor compressed JSON")))
+        }
+    }
+}
+
 fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
@@ -941,9 +966,6 @@ fn placeholder(run: RunId) -> RunRecord {
 }
 
 fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
-    let parse = |text: Option<String>| -> rusqlite::Result<Option<Value>> {
-        text.map(|t| serde_json::from_str(&t).map_err(conversion)).transpose()
-    };
     let parent_run: Option<Vec<u8>> = row.get(9)?;
     let parent_path: Option<String> = row.get(10)?;
     Ok(RunRecord {
@@ -951,10 +973,10 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         workflow: row.get(1)?,
         version: row.get(2)?,
         definition_hash: hash_from(&row.get::<_, Vec<u8>>(3)?)?,
-        input: Arc::new(serde_json::from_str(&row.get::<_, String>(4)?).map_err(conversion)?),
+        input: Arc::new(read_json(row.get_ref(4)?)?.unwrap_or(Value::Null)),
         caller: serde_json::from_str(&row.get::<_, String>(5)?).map_err(conversion)?,
         status: parse_status(&row.get::<_, String>(6)?)?,
-        output: parse(row.get(7)?)?,
+        output: read_json(row.get_ref(7)?)?,
         error: row.get::<_, Option<String>>(8)?.map(|t| serde_json::from_str(&t).map_err(conversion)).transpose()?,
         parent: match (parent_run, parent_path) {
             (Some(run), Some(path)) => {

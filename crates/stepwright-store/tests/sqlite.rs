@@ -205,3 +205,39 @@ async fn a_message_sent_from_another_process_reaches_a_parked_loop() {
     let taken = loaded.entries.iter().find(|e| e.path.as_str() == "chat#1/@inbox").unwrap();
     assert!(matches!(&taken.record, Record::Decided { value } if value["message"] == "hello" && value["seq"].is_u64()));
 }
+
+/// A large input and output are stored compressed, as blobs are, and read back whole; small
+/// ones stay readable JSON text.
+#[tokio::test]
+async fn large_run_inputs_and_outputs_are_stored_compressed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("compressed.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let workflow = Workflow::builder("echo")
+        .step(Node::step("same", fn_step(|_c, x: serde_json::Value| async move { Ok(x) })))
+        .build()
+        .unwrap();
+    let big = json!({ "text": "all work and no play ".repeat(10_000) });
+    let report = engine(store.clone()).start(&workflow, big.clone()).await.unwrap();
+    assert_eq!(report.output.as_ref(), Some(&big));
+    let small = engine(store.clone()).start(&workflow, json!("hi")).await.unwrap();
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let stored = |run: stepwright_core::RunId| -> (String, i64, String, i64) {
+        raw.query_row(
+            "SELECT typeof(input), length(input), typeof(output), length(output) FROM runs WHERE id = ?1",
+            [run.as_uuid().as_bytes()],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap()
+    };
+    let json_len = i64::try_from(serde_json::to_vec(&big).unwrap().len()).unwrap();
+    let (input_type, input_len, output_type, output_len) = stored(report.run_id);
+    assert_eq!((input_type.as_str(), output_type.as_str()), ("blob", "blob"));
+    assert!(input_len * 20 < json_len && output_len * 20 < json_len, "{input_len} and {output_len} of {json_len}");
+    assert_eq!(stored(small.run_id).0, "text", "small values stay JSON text");
+    // Read back whole, by this process and by a fresh one.
+    let reopened = SqliteStore::open(&path).unwrap();
+    let loaded = reopened.load(report.run_id).await.unwrap().record;
+    assert_eq!((*loaded.input).clone(), big);
+    assert_eq!(loaded.output, Some(big));
+}
