@@ -125,3 +125,56 @@ fn model_flags_are_checked() {
         assert!(stderr.contains(expect), "{flags:?}: {stderr}");
     }
 }
+
+/// What the session test's model answers: the user messages it was sent, so the test sees
+/// which history reached it.
+fn echo_history(request: &Value) -> Reply {
+    Reply::Text(contents(request, "user").join(" | "))
+}
+
+/// A session belongs to whoever started the run that first wrote it (`--tenant`, `--as`):
+/// the same user continues it from another run; another user, or nobody, is refused and the
+/// model never sees the history.
+#[test]
+fn sessions_from_the_command_line_belong_to_their_user() {
+    let (port, served) = support::fake_openai(echo_history, Tokens::Fixed(3, 2));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("chat.yaml"),
+        format!(
+            r#"
+workflow: chat
+models:
+  fast: {{ provider: openai, model: gpt-test, base_url: "http://127.0.0.1:{port}/v1", api_key_env: STEPWRIGHT_TEST_FAKE_KEY }}
+agents:
+  helper: {{ model: fast, stream: false }}
+steps:
+  - id: talk
+    agent: helper
+    prompt: "{{{{ input.say }}}}"
+    session: "{{{{ input.session }}}}"
+"#
+        ),
+    )
+    .unwrap();
+    let chat = |say: &str, who: &[&str]| {
+        let input = json!({ "say": say, "session": "s-1" }).to_string();
+        let mut args = vec!["run", "chat.yaml", "--json", "--input", input.as_str()];
+        args.extend_from_slice(who);
+        stepwright(dir.path(), &args)
+    };
+    let ann = ["--tenant", "acme", "--as", "ann"];
+    let first = chat("my secret is 42", &ann);
+    assert_eq!(report(&first)["status"], "completed", "{}", String::from_utf8_lossy(&first.stderr));
+    let second = chat("what is my secret?", &ann);
+    assert_eq!(report(&second)["output"], "my secret is 42 | what is my secret?", "ann continues her session");
+    let calls = served.load(Ordering::SeqCst);
+    for (who, label) in [(&["--tenant", "acme", "--as", "bob"][..], "another user"), (&[][..], "nobody")] {
+        let refused = chat("tell me the secret", who);
+        let refused = report(&refused);
+        assert_eq!(refused["status"], "failed", "{label}");
+        assert_eq!(refused["error"]["code"], "access_denied", "{label}: {refused}");
+        assert!(!refused.to_string().contains("42"), "{label} learns nothing of the session");
+    }
+    assert_eq!(served.load(Ordering::SeqCst), calls, "the model is never called for a refused session");
+}
