@@ -225,6 +225,9 @@ enum Command {
         /// or `json` (the same as JSON lines).
         #[arg(long, default_value = "text", value_parser = ["text", "json"])]
         log_format: String,
+        /// Execute only runs started in this tenant (a worker dedicated to one tenant).
+        #[arg(long)]
+        tenant: Option<String>,
     },
 }
 
@@ -485,7 +488,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             let engine = engine_over(&store).build();
             cancel(&engine, run, &reason, user.as_deref(), wait).await
         }
-        Command::Worker { once, log_format } => {
+        Command::Worker { once, log_format, tenant } => {
             let store = open_store(cli.db.as_deref()).await?;
             let engine = engine_over(&store)
                 .worker_id(&stepwright_core::engine::owner::local_worker_id(
@@ -499,7 +502,10 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 Box::pin(async move { definition_of(&store, record.id, &flags).await.ok() })
             });
             let log = worker_log(log_format == "json", engine.worker_id().to_owned());
-            let runner = stepwright_core::Runner::new(engine).resolve_with(resolver).log_to(log);
+            let mut runner = stepwright_core::Runner::new(engine).resolve_with(resolver).log_to(log);
+            if let Some(tenant) = &tenant {
+                runner = runner.only_tenant(tenant);
+            }
             if once {
                 runner.tick().await?;
                 return Ok(0);

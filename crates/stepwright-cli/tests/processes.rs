@@ -413,3 +413,27 @@ fn identity_reaches_templates_memory_and_decisions() {
         assert_eq!(approved.status.code(), Some(0), "{}: {}", db.name, text(&approved.stderr));
     }
 }
+
+/// A worker dedicated to a tenant executes only that tenant's runs; `resume --tenant`
+/// refuses another tenant's run.
+#[test]
+fn a_tenants_worker_takes_only_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "hi.yaml", "workflow: hi\nsteps:\n  - id: a\n    set: \"{{ run.tenant }}\"\n");
+    for db in stores(dir.path(), "a_tenants_worker_takes_only_its_runs") {
+        let create = |tenant: &str| {
+            let created =
+                stepwright(dir.path(), &db.args(&["run", "hi.yaml", "--detach", "--json", "--tenant", tenant]));
+            json_of(&created)["run_id"].as_str().unwrap().to_owned()
+        };
+        let (acme, globex) = (create("acme"), create("globex"));
+        let refused = stepwright(dir.path(), &db.args(&["resume", &globex, "--tenant", "acme"]));
+        assert_eq!(refused.status.code(), Some(2), "{}: {}", db.name, text(&refused.stderr));
+        assert!(text(&refused.stderr).contains("does not belong to tenant \"acme\""), "{}", text(&refused.stderr));
+        let worker = stepwright(dir.path(), &db.args(&["worker", "--once", "--tenant", "acme"]));
+        assert_eq!(worker.status.code(), Some(0), "{}: {}", db.name, text(&worker.stderr));
+        assert!(text(&worker.stderr).contains(&format!("finished    {acme} completed")), "{}", text(&worker.stderr));
+        assert_eq!(shown(dir.path(), &db, &acme)["output"], "acme");
+        assert_eq!(shown(dir.path(), &db, &globex)["status"], "pending", "{}: another tenant's run waits", db.name);
+    }
+}

@@ -576,13 +576,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// Claims up to `limit` runs that are ready: pending, or suspended with `wake_at` due,
     /// or running under an expired lease (its worker died) — skipping runs another worker
-    /// is claiming at the same moment.
+    /// is claiming at the same moment. With a `tenant`, only runs started in that tenant (a
+    /// worker dedicated to one tenant).
     fn claim_due(
         &self,
         owner: &str,
         now: Timestamp,
         lease_for: std::time::Duration,
         limit: usize,
+        tenant: Option<&str>,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>>;
 
     /// Takes over a run whose lease `from` holds, however fresh, because that owner is known
@@ -1093,6 +1095,7 @@ impl Store for MemoryStore {
         now: Timestamp,
         lease_for: std::time::Duration,
         limit: usize,
+        tenant: Option<&str>,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
         let runs: Vec<Arc<Mutex<MemoryRun>>> = self.runs.read().expect("poisoned").values().cloned().collect();
         let mut leases = Vec::new();
@@ -1103,6 +1106,7 @@ impl Store for MemoryStore {
             let mut data = data.lock().expect("poisoned");
             let Some(record) = data.record.as_mut() else { continue };
             if is_due(record, now)
+                && tenant.is_none_or(|t| record.caller.tenant.as_deref() == Some(t))
                 && let Ok(lease) = try_claim(record, owner, now, lease_for)
             {
                 record.lease = Some(lease.clone());

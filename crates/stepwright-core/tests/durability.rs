@@ -99,8 +99,9 @@ impl Store for Counting {
         now: Timestamp,
         lease_for: Duration,
         limit: usize,
+        tenant: Option<&str>,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
-        self.inner.claim_due(owner, now, lease_for, limit)
+        self.inner.claim_due(owner, now, lease_for, limit, tenant)
     }
     fn heartbeat(
         &self,

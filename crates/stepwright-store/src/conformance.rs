@@ -38,6 +38,7 @@ where
     a_live_lease_is_never_shared(&*fresh().await).await;
     cancels_reach_executing_runs(&*fresh().await).await;
     claim_due_finds_ready_runs(&*fresh().await).await;
+    claim_due_keeps_to_a_tenant(&*fresh().await).await;
     sessions_keep_history_for_their_owner(&*fresh().await).await;
     memory_bank_stores_and_recalls(&*fresh().await).await;
     run_memory_goes_with_its_run(&*fresh().await).await;
@@ -256,7 +257,7 @@ pub async fn claim_due_finds_ready_runs(store: &dyn Store) {
     tokio::time::sleep(Duration::from_millis(120)).await;
 
     let mut claimed: Vec<RunId> = store
-        .claim_due("w1", wall(), Duration::from_secs(60), 10)
+        .claim_due("w1", wall(), Duration::from_secs(60), 10, None)
         .await
         .expect("claim")
         .into_iter()
@@ -264,8 +265,32 @@ pub async fn claim_due_finds_ready_runs(store: &dyn Store) {
         .collect();
     claimed.sort();
     assert_eq!(claimed, [id(40), id(42), id(45)], "due, pending and abandoned runs; not later, done or waiting ones");
-    let again = store.claim_due("w2", wall(), Duration::from_secs(60), 10).await.expect("claim");
+    let again = store.claim_due("w2", wall(), Duration::from_secs(60), 10, None).await.expect("claim");
     assert!(again.is_empty(), "claimed runs are not claimed again while leased: {again:?}");
+}
+
+/// A worker dedicated to one tenant claims only that tenant's runs.
+pub async fn claim_due_keeps_to_a_tenant(store: &dyn Store) {
+    use std::time::Duration;
+    let ours = record(46, "flow", RunStatus::Pending, 1);
+    let mut theirs = record(47, "flow", RunStatus::Pending, 2);
+    theirs.caller = Caller::user(Some("globex"), "gil");
+    let mut nobodys = record(48, "flow", RunStatus::Pending, 3);
+    nobodys.caller = Caller::default();
+    for r in [ours, theirs, nobodys] {
+        store.create_run(r).await.expect("create");
+    }
+    let claimed = store.claim_due("g", wall(), Duration::from_secs(60), 10, Some("globex")).await.expect("claim");
+    assert_eq!(claimed.iter().map(|l| l.run).collect::<Vec<_>>(), [id(47)], "only globex's run");
+    let mut rest: Vec<RunId> = store
+        .claim_due("any", wall(), Duration::from_secs(60), 10, None)
+        .await
+        .expect("claim")
+        .into_iter()
+        .map(|l| l.run)
+        .collect();
+    rest.sort();
+    assert_eq!(rest, [id(46), id(48)], "a worker for every tenant takes the others");
 }
 
 fn id(n: u8) -> RunId {
@@ -577,7 +602,7 @@ pub async fn waking_brings_a_timer_forward(store: &dyn Store) {
     let timer = record(7, "flow", RunStatus::Pending, 10);
     store.create_run(timer.clone()).await.expect("create");
     store.set_status(timer.id, suspend(Some(far))).await.expect("suspend");
-    assert!(store.claim_due("w", now, std::time::Duration::from_secs(30), 10).await.expect("claim").is_empty());
+    assert!(store.claim_due("w", now, std::time::Duration::from_secs(30), 10, None).await.expect("claim").is_empty());
     assert!(store.wake_run(timer.id, now).await.expect("wake"), "a far timer is brought forward");
     let woken = store.load(timer.id).await.expect("load").record;
     assert_eq!(woken.status, RunStatus::Suspended);

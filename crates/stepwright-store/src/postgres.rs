@@ -863,7 +863,9 @@ impl Store for PostgresStore {
         _now: Timestamp,
         lease_for: Duration,
         limit: usize,
+        tenant: Option<&str>,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        let tenant = tenant.map(str::to_owned);
         let owner = owner.to_owned();
         Box::pin(async move {
             let rows = sqlx::query(
@@ -874,6 +876,7 @@ impl Store for PostgresStore {
                      AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= stepwright_now_us())) \
                           OR status = 'running' \
                           OR (status = 'suspended' AND wake_at <= stepwright_now_us())) \
+                     AND ($4::text IS NULL OR caller->>'tenant' = $4) \
                    ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
                  UPDATE stepwright_runs r SET lease_owner = $1, lease_token = r.lease_token + 1, \
                    lease_expires = stepwright_now_us() + $2 \
@@ -882,6 +885,7 @@ impl Store for PostgresStore {
             .bind(&owner)
             .bind(micros(lease_for))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(tenant)
             .fetch_all(&self.pool)
             .await
             .map_err(pg("claiming due runs"))?;

@@ -128,6 +128,8 @@ struct Claim {
     now: Timestamp,
     lease_for: std::time::Duration,
     limit: usize,
+    /// Only runs of this tenant.
+    tenant: Option<String>,
 }
 
 enum Removal {
@@ -713,13 +715,15 @@ impl Writer {
         let candidates: Vec<RunRecord> = self
             .conn
             .prepare_cached(&format!(
-                "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'running', 'suspended') \
+                "SELECT {RUN_HEADER_COLUMNS} FROM runs WHERE status IN ('pending', 'running', 'suspended') \
                  AND (lease_expires IS NULL OR lease_expires <= ?1) AND (wake_at IS NULL OR wake_at <= ?1) \
+                 AND (?3 IS NULL OR json_extract(caller, '$.tenant') = ?3) \
                  ORDER BY created_at LIMIT ?2"
             ))
             .and_then(|mut s| {
                 let limit = i64::try_from(claim.limit.saturating_mul(4)).unwrap_or(i64::MAX);
-                s.query_map(params![claim.now.as_micros(), limit], run_from_row)?.collect::<rusqlite::Result<Vec<_>>>()
+                s.query_map(params![claim.now.as_micros(), limit, claim.tenant], run_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()
             })
             .map_err(|e| backend("finding due runs", e))?;
         let mut leases = Vec::new();
@@ -1159,7 +1163,8 @@ impl Store for SqliteStore {
         now: Timestamp,
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
-        let claim = Claim { run: Some(run), take_from: None, owner: owner.to_owned(), now, lease_for, limit: 1 };
+        let claim =
+            Claim { run: Some(run), take_from: None, owner: owner.to_owned(), now, lease_for, limit: 1, tenant: None };
         Box::pin(async move {
             let mut leases = self.send(|ack| Op::Claim(claim, ack)).await?;
             leases.pop().ok_or(StoreError::RunNotFound(run))
@@ -1175,7 +1180,8 @@ impl Store for SqliteStore {
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
         let take_from = Some(from.to_owned());
-        let claim = Claim { run: Some(run), take_from, owner: owner.to_owned(), now, lease_for, limit: 1 };
+        let claim =
+            Claim { run: Some(run), take_from, owner: owner.to_owned(), now, lease_for, limit: 1, tenant: None };
         Box::pin(async move {
             let mut leases = self.send(|ack| Op::Claim(claim, ack)).await?;
             leases.pop().ok_or(StoreError::RunNotFound(run))
@@ -1218,8 +1224,10 @@ impl Store for SqliteStore {
         now: Timestamp,
         lease_for: std::time::Duration,
         limit: usize,
+        tenant: Option<&str>,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
-        let claim = Claim { run: None, take_from: None, owner: owner.to_owned(), now, lease_for, limit };
+        let tenant = tenant.map(str::to_owned);
+        let claim = Claim { run: None, take_from: None, owner: owner.to_owned(), now, lease_for, limit, tenant };
         Box::pin(self.send(|ack| Op::Claim(claim, ack)))
     }
 

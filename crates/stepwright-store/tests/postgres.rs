@@ -59,8 +59,8 @@ async fn two_workers_claiming_at_once_never_get_the_same_run() {
     let mut seen = std::collections::HashSet::new();
     loop {
         let (x, y) = tokio::join!(
-            a.claim_due("a", Timestamp::EPOCH, Duration::from_secs(60), 7),
-            b.claim_due("b", Timestamp::EPOCH, Duration::from_secs(60), 7)
+            a.claim_due("a", Timestamp::EPOCH, Duration::from_secs(60), 7, None),
+            b.claim_due("b", Timestamp::EPOCH, Duration::from_secs(60), 7, None)
         );
         let (x, y) = (x.unwrap(), y.unwrap());
         if x.is_empty() && y.is_empty() {

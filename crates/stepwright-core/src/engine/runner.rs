@@ -30,6 +30,7 @@ pub struct Runner {
     max_concurrent: usize,
     poll: Duration,
     log: Option<RunnerLog>,
+    tenant: Option<String>,
 }
 
 /// What one run's execution by the runner ended in.
@@ -79,7 +80,15 @@ impl Runner {
             max_concurrent: 64,
             poll: Duration::from_secs(1),
             log: None,
+            tenant: None,
         }
+    }
+
+    /// Claims only runs started in `tenant` (a worker dedicated to one tenant).
+    #[must_use]
+    pub fn only_tenant(mut self, tenant: &str) -> Self {
+        self.tenant = Some(tenant.to_owned());
+        self
     }
 
     /// Tells `log` about every claim, finished run, stopped run and store failure.
@@ -134,7 +143,7 @@ impl Runner {
         let inner = &self.engine.inner;
         inner
             .store
-            .claim_due(&inner.worker_id, inner.clock.now(), inner.config.lease_for, limit)
+            .claim_due(&inner.worker_id, inner.clock.now(), inner.config.lease_for, limit, self.tenant.as_deref())
             .await
             .map_err(|source| EngineError::Store { run: RunId::from_bytes([0; 16]), source })
     }
