@@ -608,6 +608,75 @@ fn cli_figures(runs: usize) -> (f64, f64) {
     (validate, run)
 }
 
+/// X1: how long a cancel from another process takes to stop a running step. A `stepwright
+/// run` executes a tool process (which writes its pid, then sleeps); a `stepwright cancel`
+/// process is started, and the time from its start to the tool process's death and to the
+/// run process's exit is taken (each polled every 0.5 ms). Median over `runs` per store.
+fn cancel_figures(runs: usize, db: &str) -> (f64, f64) {
+    let exe = std::env::current_exe().expect("exe");
+    let cli = exe.with_file_name("stepwright");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("slow.yaml"),
+        "workflow: slow
+tools:
+  nap:
+    command: [sh, -c, \"echo $$ > \\\"$1\\\"; exec sleep 30\", sh, \"{{ args.pidfile }}\"]\n    effect: read\nsteps:\n  - id: wait\n    tool: nap\n    with: { pidfile: \"{{ input.pidfile }}\" }\n",
+    )
+    .expect("write");
+    let db = if db == "sqlite" { format!("sqlite://{}", dir.path().join("x1.db").display()) } else { db.to_owned() };
+    let alive = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    let (mut to_step, mut to_exit) = (Vec::new(), Vec::new());
+    for i in 0..runs {
+        let pidfile = dir.path().join(format!("tool-{i}.pid"));
+        let input = format!("{{\"pidfile\": {:?}}}", pidfile.display().to_string());
+        let mut run = Command::new(&cli)
+            .current_dir(dir.path())
+            .args(["--db", &db, "run", "slow.yaml", "--json", "--input", &input])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn run");
+        let tool = loop {
+            if let Some(pid) = std::fs::read_to_string(&pidfile).ok().filter(|p| p.ends_with('\n')) {
+                break pid.trim().to_owned();
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let listed = Command::new(&cli)
+            .current_dir(dir.path())
+            .args(["--db", &db, "runs", "list", "--json", "--limit", "1"])
+            .output()
+            .expect("list");
+        let line = String::from_utf8_lossy(&listed.stdout).into_owned();
+        let run_id = serde_json::from_str::<serde_json::Value>(line.lines().next().expect("a run"))
+            .expect("json")["run_id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+        let start = Instant::now();
+        let mut cancel = Command::new(&cli)
+            .current_dir(dir.path())
+            .args(["--db", &db, "cancel", &run_id])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn cancel");
+        while alive(&tool) {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        to_step.push(start.elapsed().as_secs_f64() * 1e3);
+        while run.try_wait().expect("wait").is_none() {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        to_exit.push(start.elapsed().as_secs_f64() * 1e3);
+        assert!(cancel.wait().expect("cancel").success());
+    }
+    (median(to_step), median(to_exit))
+}
+
 /// The size of a SQLite database after a checkpoint (pages in use × page size).
 fn rusqlite_size(path: &std::path::Path) -> u64 {
     let conn = stepwright_store::raw_connection(path).expect("open");
@@ -761,6 +830,22 @@ fn main() {
         }
     }
     let cli_built = std::env::current_exe().map(|e| e.with_file_name("stepwright").exists()).unwrap_or(false);
+    if wanted("x1") && cli_built {
+        let runs = if quick { 3 } else { 20 };
+        let mut stores = vec![("SQLite".to_owned(), "sqlite".to_owned())];
+        if let Ok(url) = std::env::var("STEPWRIGHT_TEST_DATABASE_URL") {
+            stores.push(("Postgres".to_owned(), url));
+        }
+        for (name, db) in stores {
+            let (step, exit) = cancel_figures(runs, &db);
+            println!(
+                "| X1 | `stepwright cancel` from another process → the running step's tool process is gone, {name}, cancel process start included ({runs} runs) | {step:.1} ms | | ≤ 250 ms |"
+            );
+            println!(
+                "| X1 | the same → the `run` process has exited with the run `cancelled` ({runs} runs) | {exit:.1} ms | | (report) |"
+            );
+        }
+    }
     if wanted("cli") && !cli_built {
         println!("| CLI | skipped: build it first with `cargo build --release -p stepwright-cli` | | | |");
     }
