@@ -652,11 +652,11 @@ tools:
             .output()
             .expect("list");
         let line = String::from_utf8_lossy(&listed.stdout).into_owned();
-        let run_id = serde_json::from_str::<serde_json::Value>(line.lines().next().expect("a run"))
-            .expect("json")["run_id"]
-            .as_str()
-            .expect("id")
-            .to_owned();
+        let run_id =
+            serde_json::from_str::<serde_json::Value>(line.lines().next().expect("a run")).expect("json")["run_id"]
+                .as_str()
+                .expect("id")
+                .to_owned();
         let start = Instant::now();
         let mut cancel = Command::new(&cli)
             .current_dir(dir.path())

@@ -258,19 +258,9 @@ impl Identity {
     }
 }
 
-/// `500ms`, `10s`, `5m`, `1h` as a duration.
+/// A duration argument, written as in workflow files (`500ms`, `10s`, `5m`, `1h`).
 fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a duration like 500ms, 10s, 5m or 1h"))?;
-    let unit = match unit {
-        "ms" => std::time::Duration::from_millis(1),
-        "s" | "" => std::time::Duration::from_secs(1),
-        "m" => std::time::Duration::from_secs(60),
-        "h" => std::time::Duration::from_secs(3600),
-        _ => return Err(format!("{text:?} is not a duration like 500ms, 10s, 5m or 1h")),
-    };
-    Ok(unit * u32::try_from(n).map_err(|_| format!("{text:?} is too long"))?)
+    stepwright_flow::parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 500ms, 10s, 5m or 1h"))
 }
 
 /// Who decides, and which interrupt.

@@ -1117,8 +1117,9 @@ impl Compiler {
     }
 }
 
-/// `500ms`, `30s`, `5m`, `2h`, `1d`.
-fn parse_duration(text: &str) -> Option<Duration> {
+/// A duration as workflow files and the command line write it: `500ms`, `30s`, `5m`, `2h`,
+/// `1d`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
     let text = text.trim();
     let split = text.find(|c: char| !c.is_ascii_digit() && c != '.')?;
     let (number, unit) = text.split_at(split);

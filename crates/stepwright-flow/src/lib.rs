@@ -13,6 +13,6 @@ pub mod yaml;
 
 pub use compile::{
     Diagnostic, LoadError, LoadOptions, Loaded, MAX_FILE_BYTES, McpToolUse, load, load_file, load_source,
-    load_source_with, load_str, load_with, read_limited,
+    load_source_with, load_str, load_with, parse_duration, read_limited,
 };
 pub use schema::file_schema;
