@@ -422,6 +422,40 @@ fn micros(duration: Duration) -> i64 {
 }
 
 impl PostgresStore {
+    /// Claims one run for `owner`: free, under a lapsed lease, or (taking over) held by
+    /// `from`, who is known to be gone.
+    async fn claim_one(
+        &self,
+        run: RunId,
+        from: Option<String>,
+        owner: String,
+        lease_for: Duration,
+    ) -> Result<Lease, StoreError> {
+        let row = sqlx::query(
+            "UPDATE stepwright_runs SET lease_owner = $3, lease_token = lease_token + 1, \
+             lease_expires = stepwright_now_us() + $4 \
+             WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled') \
+             AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires <= stepwright_now_us()) \
+             RETURNING lease_token, lease_expires",
+        )
+        .bind(uuid(run))
+        .bind(&from)
+        .bind(&owner)
+        .bind(micros(lease_for))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(pg("claiming a run"))?;
+        match row {
+            Some(row) => Ok(Lease {
+                run,
+                owner,
+                token: row.get::<i64, _>(0) as u64,
+                expires_at: Timestamp::from_micros(row.get(1)),
+            }),
+            None => Err(claim_refusal(&self.pool, run).await),
+        }
+    }
+
     /// `RunNotFound` unless the run exists.
     async fn check_exists(&self, run: RunId, doing: &str) -> Result<(), StoreError> {
         let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stepwright_runs WHERE id = $1)")
@@ -700,31 +734,7 @@ impl Store for PostgresStore {
         _now: Timestamp,
         lease_for: Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
-        let owner = owner.to_owned();
-        Box::pin(async move {
-            let row = sqlx::query(
-                "UPDATE stepwright_runs SET lease_owner = $2, lease_token = lease_token + 1, \
-                 lease_expires = stepwright_now_us() + $3 \
-                 WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled') \
-                 AND (lease_owner IS NULL OR lease_expires <= stepwright_now_us()) \
-                 RETURNING lease_token, lease_expires",
-            )
-            .bind(uuid(run))
-            .bind(&owner)
-            .bind(micros(lease_for))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(pg("claiming a run"))?;
-            match row {
-                Some(row) => Ok(Lease {
-                    run,
-                    owner,
-                    token: row.get::<i64, _>(0) as u64,
-                    expires_at: Timestamp::from_micros(row.get(1)),
-                }),
-                None => Err(claim_refusal(&self.pool, run).await),
-            }
-        })
+        Box::pin(self.claim_one(run, None, owner.to_owned(), lease_for))
     }
 
     fn take_over(
@@ -735,32 +745,7 @@ impl Store for PostgresStore {
         _now: Timestamp,
         lease_for: Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
-        let (from, owner) = (from.to_owned(), owner.to_owned());
-        Box::pin(async move {
-            let row = sqlx::query(
-                "UPDATE stepwright_runs SET lease_owner = $3, lease_token = lease_token + 1, \
-                 lease_expires = stepwright_now_us() + $4 \
-                 WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled') \
-                 AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires <= stepwright_now_us()) \
-                 RETURNING lease_token, lease_expires",
-            )
-            .bind(uuid(run))
-            .bind(&from)
-            .bind(&owner)
-            .bind(micros(lease_for))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(pg("taking over a run"))?;
-            match row {
-                Some(row) => Ok(Lease {
-                    run,
-                    owner,
-                    token: row.get::<i64, _>(0) as u64,
-                    expires_at: Timestamp::from_micros(row.get(1)),
-                }),
-                None => Err(claim_refusal(&self.pool, run).await),
-            }
-        })
+        Box::pin(self.claim_one(run, Some(from.to_owned()), owner.to_owned(), lease_for))
     }
 
     fn request_cancel(

@@ -263,6 +263,23 @@ fn is_busy(error: &StoreError) -> bool {
     })
 }
 
+impl SqliteStore {
+    /// Claims one run for `owner`: free, under a lapsed lease, or (taking over) held by
+    /// `from`, who is known to be gone.
+    async fn claim_one(
+        &self,
+        run: RunId,
+        take_from: Option<String>,
+        owner: String,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> Result<Lease, StoreError> {
+        let claim = Claim { run: Some(run), take_from, owner, now, lease_for, limit: 1, tenant: None };
+        let mut leases = self.send(|ack| Op::Claim(claim, ack)).await?;
+        leases.pop().ok_or(StoreError::RunNotFound(run))
+    }
+}
+
 fn writer_gone() -> StoreError {
     StoreError::Backend { doing: "talking to the sqlite writer".into(), source: "the writer thread stopped".into() }
 }
@@ -1163,12 +1180,7 @@ impl Store for SqliteStore {
         now: Timestamp,
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
-        let claim =
-            Claim { run: Some(run), take_from: None, owner: owner.to_owned(), now, lease_for, limit: 1, tenant: None };
-        Box::pin(async move {
-            let mut leases = self.send(|ack| Op::Claim(claim, ack)).await?;
-            leases.pop().ok_or(StoreError::RunNotFound(run))
-        })
+        Box::pin(self.claim_one(run, None, owner.to_owned(), now, lease_for))
     }
 
     fn take_over(
@@ -1179,13 +1191,7 @@ impl Store for SqliteStore {
         now: Timestamp,
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
-        let take_from = Some(from.to_owned());
-        let claim =
-            Claim { run: Some(run), take_from, owner: owner.to_owned(), now, lease_for, limit: 1, tenant: None };
-        Box::pin(async move {
-            let mut leases = self.send(|ack| Op::Claim(claim, ack)).await?;
-            leases.pop().ok_or(StoreError::RunNotFound(run))
-        })
+        Box::pin(self.claim_one(run, Some(from.to_owned()), owner.to_owned(), now, lease_for))
     }
 
     fn request_cancel(
