@@ -1356,8 +1356,8 @@ fn draw(description: &Value, format: &str) -> anyhow::Result<String> {
     Ok(lines.join("\n"))
 }
 
-/// The wall clock as a timestamp (for showing leases; the engine keeps its own clock).
+/// The wall clock as a timestamp (for showing leases and log lines).
 fn wall_now() -> stepwright_core::Timestamp {
-    let micros = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
-    stepwright_core::Timestamp::from_micros(i64::try_from(micros).unwrap_or(i64::MAX))
+    use stepwright_core::Clock;
+    stepwright_core::TokioClock::new().now()
 }

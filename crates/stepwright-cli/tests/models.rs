@@ -157,25 +157,35 @@ steps:
         ),
     )
     .unwrap();
-    let chat = |say: &str, who: &[&str]| {
-        let input = json!({ "say": say, "session": "s-1" }).to_string();
-        let mut args = vec!["run", "chat.yaml", "--json", "--input", input.as_str()];
-        args.extend_from_slice(who);
-        stepwright(dir.path(), &args)
-    };
-    let ann = ["--tenant", "acme", "--as", "ann"];
-    let first = chat("my secret is 42", &ann);
-    assert_eq!(report(&first)["status"], "completed", "{}", String::from_utf8_lossy(&first.stderr));
-    let second = chat("what is my secret?", &ann);
-    assert_eq!(report(&second)["output"], "my secret is 42 | what is my secret?", "ann continues her session");
-    let calls = served.load(Ordering::SeqCst);
-    for (who, label) in [(&["--tenant", "acme", "--as", "bob"][..], "another user"), (&[][..], "nobody")] {
-        let refused = chat("tell me the secret", who);
-        let refused = report(&refused);
-        assert_eq!(refused["status"], "failed", "{label}");
-        assert_eq!(refused["error"]["code"], "access_denied", "{label}: {refused}");
-        assert!(refused["output"].is_null(), "{label}: {refused}");
-        assert!(!refused["error"].to_string().contains("secret is"), "{label} learns nothing of the session");
+    // On SQLite, and on Postgres (a schema of its own) when configured.
+    let mut stores = vec![format!("sqlite://{}", dir.path().join("chat.db").display())];
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    stores.extend(runtime.block_on(stepwright_store::postgres::test_url("sessions_from_the_command_line")));
+    for db in &stores {
+        let chat = |say: &str, who: &[&str]| {
+            let input = json!({ "say": say, "session": "s-1" }).to_string();
+            let mut args = vec!["--db", db.as_str(), "run", "chat.yaml", "--json", "--input", input.as_str()];
+            args.extend_from_slice(who);
+            stepwright(dir.path(), &args)
+        };
+        let ann = ["--tenant", "acme", "--as", "ann"];
+        let first = chat("my secret is 42", &ann);
+        assert_eq!(report(&first)["status"], "completed", "{db}: {}", String::from_utf8_lossy(&first.stderr));
+        let second = chat("what is my secret?", &ann);
+        assert_eq!(
+            report(&second)["output"],
+            "my secret is 42 | what is my secret?",
+            "{db}: ann continues her session"
+        );
+        let calls = served.load(Ordering::SeqCst);
+        for (who, label) in [(&["--tenant", "acme", "--as", "bob"][..], "another user"), (&[][..], "nobody")] {
+            let refused = chat("tell me the secret", who);
+            let refused = report(&refused);
+            assert_eq!(refused["status"], "failed", "{db}: {label}");
+            assert_eq!(refused["error"]["code"], "access_denied", "{db}: {label}: {refused}");
+            assert!(refused["output"].is_null(), "{label}: {refused}");
+            assert!(!refused["error"].to_string().contains("secret is"), "{label} learns nothing of the session");
+        }
+        assert_eq!(served.load(Ordering::SeqCst), calls, "{db}: the model is never called for a refused session");
     }
-    assert_eq!(served.load(Ordering::SeqCst), calls, "the model is never called for a refused session");
 }

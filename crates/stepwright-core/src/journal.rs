@@ -809,6 +809,17 @@ impl MemoryStore {
         self.runs.read().expect("poisoned").get(&run).cloned()
     }
 
+    /// Runs `change` on a run's header under the run's lock.
+    fn with_record<T>(
+        &self,
+        run: RunId,
+        change: impl FnOnce(&mut RunRecord) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+        let mut data = data.lock().expect("poisoned");
+        change(data.record.as_mut().ok_or(StoreError::RunNotFound(run))?)
+    }
+
     fn shard(&self, hash: &ContentHash) -> &Mutex<HashMap<ContentHash, Arc<Value>>> {
         &self.blobs[usize::from(hash.as_bytes()[0]) % BLOB_SHARDS]
     }
@@ -1016,14 +1027,11 @@ impl Store for MemoryStore {
         now: Timestamp,
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
-        let result = (|| {
-            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
-            let mut data = data.lock().expect("poisoned");
-            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+        let result = self.with_record(run, |record| {
             let lease = try_claim(record, owner, now, lease_for)?;
             record.lease = Some(lease.clone());
             Ok(lease)
-        })();
+        });
         Box::pin(std::future::ready(result))
     }
 
@@ -1035,14 +1043,11 @@ impl Store for MemoryStore {
         now: Timestamp,
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
-        let result = (|| {
-            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
-            let mut data = data.lock().expect("poisoned");
-            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+        let result = self.with_record(run, |record| {
             let lease = try_take_over(record, from, owner, now, lease_for)?;
             record.lease = Some(lease.clone());
             Ok(lease)
-        })();
+        });
         Box::pin(std::future::ready(result))
     }
 
@@ -1052,10 +1057,7 @@ impl Store for MemoryStore {
         request: CancelRequest,
         now: Timestamp,
     ) -> BoxFuture<'_, Result<CancelOutcome, StoreError>> {
-        let result = (|| {
-            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
-            let mut data = data.lock().expect("poisoned");
-            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+        let result = self.with_record(run, |record| {
             let outcome = decide_cancel(record, now);
             match &outcome {
                 CancelOutcome::Finished(_) => {}
@@ -1072,7 +1074,7 @@ impl Store for MemoryStore {
                 }
             }
             Ok(outcome)
-        })();
+        });
         Box::pin(std::future::ready(result))
     }
 
