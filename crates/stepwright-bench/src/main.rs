@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stepwright_core::{Engine, Expr, Fork, MemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow};
+use stepwright_core::{
+    Engine, Expr, Fork, InMemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow,
+};
 use stepwright_store::{SqliteOptions, SqliteStore, Synchronous};
 
 /// The trivial typed step: `n → n + 1`.
@@ -46,7 +48,7 @@ fn chain(name: &str, steps: usize, make: impl Fn(&str) -> Node) -> Workflow {
 }
 
 fn engine() -> Engine {
-    Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).build()
+    Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).build()
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -524,7 +526,7 @@ fn d8_worker(url: &str, schema: &str, name: &str) {
             let done = runner.tick().await.expect("tick");
             if done.is_empty() {
                 let open = store
-                    .list_runs(stepwright_core::journal::RunFilter {
+                    .list_runs(stepwright_core::store::RunFilter {
                         limit: Some(1),
                         status: Some(stepwright_core::RunStatus::Pending),
                         ..Default::default()
@@ -790,7 +792,7 @@ fn main() {
     }
     if wanted("l1") {
         let runs = if quick { 5 } else { 100 };
-        let (median, best) = l1(runs, Arc::new(MemoryStore::new()));
+        let (median, best) = l1(runs, Arc::new(InMemoryStore::new()));
         println!(
             "| L1 | engine overhead per model call: 100 `llm` steps with structured output, instant model, in-memory journal ({runs} runs) | {median:.1} µs/call | {best:.1} µs/call | ≤ 50 µs + the commit |"
         );
@@ -804,7 +806,7 @@ fn main() {
     if wanted("a1") {
         let runs = if quick { 5 } else { 100 };
         for turns in [10, 50] {
-            let (median, best) = a1(turns, runs, Arc::new(MemoryStore::new()));
+            let (median, best) = a1(turns, runs, Arc::new(InMemoryStore::new()));
             println!(
                 "| A1 | engine overhead per agent turn (model call + tool call, both journaled): {turns}-turn agent, instant model and tool, in-memory journal ({runs} runs) | {median:.1} µs/turn | {best:.1} µs/turn | ≤ 50 µs + the commit |"
             );

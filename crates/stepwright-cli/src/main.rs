@@ -13,7 +13,8 @@ use std::sync::Arc;
 use anyhow::{Context, anyhow};
 use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
-use stepwright_core::journal::{DefinitionSource, RunFilter};
+use stepwright_core::journal::DefinitionSource;
+use stepwright_core::store::RunFilter;
 use stepwright_core::{
     Decision, Engine, EngineBuilder, MemoryBank, RunId, RunReport, RunStatus, SessionStore, StepPath, Store,
 };
@@ -481,7 +482,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Worker { once, log_format, tenant } => {
             let store = open_store(cli.db.as_deref()).await?;
             let engine = engine_over(&store)
-                .worker_id(&stepwright_core::engine::owner::local_worker_id(
+                .worker_id(&stepwright_core::local_worker_id(
                     "worker",
                     &stepwright_core::SystemEntropy::new(),
                 ))
@@ -720,7 +721,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
 /// Each command is its own worker (`cli@host:pid:nonce`): a run it executes is not taken by
 /// another command while it lives, and is taken over at once once it is gone.
 fn cli_engine(store: &Arc<dyn CliStore>, progress: bool) -> Engine {
-    let name = stepwright_core::engine::owner::local_worker_id("cli", &stepwright_core::SystemEntropy::new());
+    let name = stepwright_core::local_worker_id("cli", &stepwright_core::SystemEntropy::new());
     let mut builder = engine_over(store).worker_id(&name);
     if progress {
         builder = builder.observer(Arc::new(progress::Progress::for_stderr()));
@@ -873,7 +874,7 @@ fn held_elsewhere(error: stepwright_core::EngineError) -> anyhow::Error {
 
 /// Who executes a run, for people: the owner and until when, or that its lease lapsed.
 fn owner_text(run: &stepwright_core::RunRecord, now: stepwright_core::Timestamp) -> String {
-    use stepwright_core::engine::owner::is_dead_local_process;
+    use stepwright_core::is_dead_local_process;
     match &run.lease {
         _ if run.status.is_terminal() => "-".to_owned(),
         None => "-".to_owned(),

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::{RunId, Timestamp};
-use crate::journal::{MemoryStore, StoreError};
+use crate::store::StoreError;
 
 /// The longest namespace or key accepted.
 pub const MAX_MEMORY_NAME_LEN: usize = 200;
@@ -162,99 +162,4 @@ pub trait MemoryBank: Send + Sync + 'static {
 
     /// Deletes the item at an address; false if there was none.
     fn memory_delete(&self, address: MemoryAddress) -> BoxFuture<'_, Result<bool, StoreError>>;
-}
-
-/// The words of a query, as every backend matches them: maximal runs of letters and digits,
-/// lowercased, each once, in order of first appearance. A query with no words finds nothing.
-pub fn query_terms(query: &str) -> Vec<String> {
-    let mut terms: Vec<String> = Vec::new();
-    for word in query.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()) {
-        let word = word.to_lowercase();
-        if !terms.contains(&word) {
-            terms.push(word);
-        }
-    }
-    terms
-}
-
-/// Checks an address's namespace and key: 1 to [`MAX_MEMORY_NAME_LEN`] bytes, no control
-/// characters.
-pub fn check_address(address: &MemoryAddress) -> Result<(), StoreError> {
-    check_name("namespace", &address.namespace)?;
-    check_name("key", &address.key)
-}
-
-/// Checks a namespace or key.
-pub fn check_name(what: &str, name: &str) -> Result<(), StoreError> {
-    if name.is_empty() {
-        return Err(StoreError::Invalid(format!("a memory {what} must not be empty")));
-    }
-    if name.len() > MAX_MEMORY_NAME_LEN {
-        return Err(StoreError::Invalid(format!(
-            "a memory {what} must be at most {MAX_MEMORY_NAME_LEN} bytes, {name:.40?}… has {}",
-            name.len()
-        )));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(StoreError::Invalid(format!("memory {what} {name:?} contains a control character")));
-    }
-    Ok(())
-}
-
-/// Orders hits as every backend must: score (higher first), then the newest update, then
-/// the key.
-pub fn sort_hits(hits: &mut [MemoryHit]) {
-    hits.sort_by(|a, b| {
-        b.score
-            .total_cmp(&a.score)
-            .then(b.item.updated_at.cmp(&a.item.updated_at))
-            .then_with(|| a.item.address.key.cmp(&b.item.address.key))
-    });
-}
-
-impl MemoryBank for MemoryStore {
-    fn memory_put(&self, item: MemoryItem) -> BoxFuture<'_, Result<(), StoreError>> {
-        let result = check_address(&item.address).map(|()| {
-            self.bank.lock().expect("poisoned").insert(item.address.clone(), item);
-        });
-        Box::pin(std::future::ready(result))
-    }
-
-    fn memory_get(&self, address: MemoryAddress) -> BoxFuture<'_, Result<Option<MemoryItem>, StoreError>> {
-        let found = self.bank.lock().expect("poisoned").get(&address).cloned();
-        Box::pin(std::future::ready(Ok(found)))
-    }
-
-    fn memory_search(&self, search: MemorySearch) -> BoxFuture<'_, Result<Vec<MemoryHit>, StoreError>> {
-        let bank = self.bank.lock().expect("poisoned");
-        let mut hits: Vec<MemoryHit> = Vec::new();
-        let terms = search.query.as_deref().map(query_terms);
-        for item in bank.values().filter(|item| {
-            let a = &item.address;
-            a.tenant == search.tenant && a.scope == search.scope && a.namespace == search.namespace
-        }) {
-            let score = match &terms {
-                None => 0.0,
-                Some(terms) => {
-                    let words = query_terms(&item.text);
-                    // How many of the query's words the item has: a plain stand-in for the
-                    // backends' relevance scores, with the same ordering promise.
-                    let matched = terms.iter().filter(|t| words.contains(t)).count();
-                    if matched == 0 {
-                        continue;
-                    }
-                    matched as f64
-                }
-            };
-            hits.push(MemoryHit { item: item.clone(), score });
-        }
-        sort_hits(&mut hits);
-        hits.truncate(search.limit);
-        Box::pin(std::future::ready(Ok(hits)))
-    }
-
-    fn memory_delete(&self, address: MemoryAddress) -> BoxFuture<'_, Result<bool, StoreError>> {
-        let removed = self.bank.lock().expect("poisoned").remove(&address).is_some();
-        Box::pin(std::future::ready(Ok(removed)))
-    }
 }

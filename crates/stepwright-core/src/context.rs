@@ -1,207 +1,23 @@
 //! What a step receives: identity, caller, scope, services, memory, cancellation, and the
 //! journaled helpers.
 
-use std::any::{Any, TypeId};
-use std::collections::HashMap;
+use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::run::RunShared;
 use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
+use crate::identity::Caller;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
 use crate::journal::Record;
 use crate::outcome::{Decision, Event, InterruptKind, InterruptRequest, Resolution};
-use crate::policy::Effect;
+use crate::recording::RunShared;
 use crate::scope::Scope;
-
-/// Who started a run: tenant, user, roles and free-form metadata.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Caller {
-    /// The tenant.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    /// The user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// The user's roles.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub roles: Vec<String>,
-    /// Anything else.
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
-    pub metadata: Map<String, Value>,
-}
-
-impl Caller {
-    /// A user in a tenant.
-    pub fn user(tenant: Option<&str>, user: &str) -> Self {
-        Self { tenant: tenant.map(str::to_owned), user: Some(user.to_owned()), ..Self::default() }
-    }
-
-    /// Adds a role.
-    #[must_use]
-    pub fn with_role(mut self, role: &str) -> Self {
-        self.roles.push(role.to_owned());
-        self
-    }
-}
-
-/// Typed services available to steps (dependency injection): a map from type to instance.
-#[derive(Clone, Default)]
-pub struct Services {
-    map: Arc<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>,
-}
-
-impl fmt::Debug for Services {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Services({} registered)", self.map.len())
-    }
-}
-
-impl Services {
-    /// Registers a service, replacing one of the same type.
-    #[must_use]
-    pub fn with<T: Any + Send + Sync>(mut self, service: Arc<T>) -> Self {
-        Arc::make_mut(&mut self.map).insert(TypeId::of::<T>(), service);
-        self
-    }
-
-    /// The service of type `T`, if registered.
-    pub fn get<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
-        self.map.get(&TypeId::of::<T>()).and_then(|s| s.clone().downcast::<T>().ok())
-    }
-
-    /// These services with `over`'s on top (a workflow's own over the engine's).
-    pub fn layered(&self, over: &Services) -> Services {
-        if over.map.is_empty() {
-            return self.clone();
-        }
-        let mut map = (*self.map).clone();
-        map.extend(over.map.iter().map(|(k, v)| (*k, v.clone())));
-        Services { map: Arc::new(map) }
-    }
-}
-
-/// A memory layer made available to descendant steps by a `provide` node.
-pub trait MemoryLayer: Send + Sync + 'static {
-    /// The layer's name (steps look layers up by it).
-    fn name(&self) -> &str;
-    /// Reads a key.
-    fn recall(&self, key: &str) -> Option<Value>;
-    /// Writes a key.
-    fn store(&self, key: &str, value: Value);
-}
-
-/// A memory layer in a hash map.
-#[derive(Debug, Default)]
-pub struct InMemoryLayer {
-    name: String,
-    entries: Mutex<HashMap<String, Value>>,
-}
-
-impl InMemoryLayer {
-    /// An empty layer.
-    pub fn new(name: &str) -> Self {
-        Self { name: name.to_owned(), entries: Mutex::new(HashMap::new()) }
-    }
-}
-
-impl MemoryLayer for InMemoryLayer {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn recall(&self, key: &str) -> Option<Value> {
-        self.entries.lock().expect("poisoned").get(key).cloned()
-    }
-
-    fn store(&self, key: &str, value: Value) {
-        self.entries.lock().expect("poisoned").insert(key.to_owned(), value);
-    }
-}
-
-/// The memory layers visible to a step, innermost last.
-#[derive(Clone, Default)]
-pub struct Memory {
-    layers: Arc<Vec<Arc<dyn MemoryLayer>>>,
-}
-
-impl fmt::Debug for Memory {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.layers.iter().map(|l| l.name())).finish()
-    }
-}
-
-impl Memory {
-    pub(crate) fn with(&self, more: &[Arc<dyn MemoryLayer>]) -> Self {
-        let mut layers = (*self.layers).clone();
-        layers.extend(more.iter().cloned());
-        Self { layers: Arc::new(layers) }
-    }
-
-    /// The innermost layer with this name.
-    pub fn layer(&self, name: &str) -> Option<&Arc<dyn MemoryLayer>> {
-        self.layers.iter().rev().find(|l| l.name() == name)
-    }
-
-    /// Reads a key from the innermost layer that has it.
-    pub fn recall(&self, key: &str) -> Option<Value> {
-        self.layers.iter().rev().find_map(|l| l.recall(key))
-    }
-
-    /// The layer names, outermost first.
-    pub fn names(&self) -> Vec<&str> {
-        self.layers.iter().map(|l| l.name()).collect()
-    }
-}
-
-/// What a journaled sub-step ([`StepContext::call`]) is, which decides when its recorded
-/// result is served again instead of doing the work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallKind {
-    /// An outside, non-deterministic input such as a model call: served on resume and in a
-    /// replay (a replay never pays for a model call), made again after a recompute's
-    /// starting point (that is what a recompute is for).
-    Input,
-    /// An action with an effect class, such as a tool call: served like a step of that
-    /// class. A `write` or `external` action has its intent committed before it runs; if
-    /// the process died between the intent and the result and the action is not safe to
-    /// retry, the call returns `outcome_unknown` instead of running it twice.
-    Action {
-        /// The action's effect class.
-        effect: Effect,
-        /// Whether running it again is harmless.
-        safe_to_retry: bool,
-    },
-}
-
-/// What the work of a sub-step is told.
-#[derive(Debug, Clone)]
-pub struct CallInfo {
-    /// The sub-step's path (`research/turn.2/tool.0`).
-    pub path: StepPath,
-    /// For fenced actions: the idempotency key (hash of run id and the sub-step's path),
-    /// the same after a crash. Pass it to the system you call.
-    pub idempotency_key: Option<String>,
-}
-
-/// Live, non-durable notifications: progress and streamed tokens (for a terminal view).
-pub trait Observer: Send + Sync + 'static {
-    /// A step path started an attempt.
-    fn step_started(&self, _run: RunId, _path: &StepPath, _attempt: u32) {}
-    /// A step path finished (completed, failed, skipped, suspended...).
-    fn step_finished(&self, _run: RunId, _path: &StepPath, _status: &str) {}
-    /// A step streamed a token.
-    fn token(&self, _run: RunId, _path: &StepPath, _text: &str) {}
-    /// A step emitted an event (a model call with its usage and cost, a tool call…) as it
-    /// is recorded, before it is committed.
-    fn event(&self, _run: RunId, _path: &StepPath, _kind: &str, _data: &Value) {}
-}
+use crate::services::{CallInfo, CallKind, ProvidedLayers, Services};
 
 #[derive(Default)]
 struct Local {
@@ -222,7 +38,7 @@ struct Inner {
     path: StepPath,
     attempt: u32,
     scope: Scope,
-    memory: Memory,
+    layers: ProvidedLayers,
     services: Services,
     cancel: CancellationToken,
     idempotency_key: Option<String>,
@@ -252,7 +68,7 @@ pub(crate) struct ContextParts {
     pub(crate) path: StepPath,
     pub(crate) attempt: u32,
     pub(crate) scope: Scope,
-    pub(crate) memory: Memory,
+    pub(crate) layers: ProvidedLayers,
     pub(crate) services: Services,
     pub(crate) cancel: CancellationToken,
     pub(crate) idempotency_key: Option<String>,
@@ -267,7 +83,7 @@ impl StepContext {
                 path: parts.path,
                 attempt: parts.attempt,
                 scope: parts.scope,
-                memory: parts.memory,
+                layers: parts.layers,
                 services: parts.services,
                 cancel: parts.cancel,
                 idempotency_key: parts.idempotency_key,
@@ -333,8 +149,8 @@ impl StepContext {
     }
 
     /// The memory layers provided by enclosing `provide` nodes.
-    pub fn memory(&self) -> &Memory {
-        &self.inner.memory
+    pub fn provided(&self) -> &ProvidedLayers {
+        &self.inner.layers
     }
 
     /// The cancellation token; a step must stop soon after it fires.
@@ -492,7 +308,7 @@ impl StepContext {
     async fn wait_for_decision(&self, id: &InterruptId, deadline: Timestamp) -> Result<Option<Resolution>, StepError> {
         let run = &self.inner.run;
         let recorded =
-            |e: crate::engine::run::Crash| StepError::execution_failed(format!("recording an interrupt: {}", e.0));
+            |e: crate::recording::StoreFailed| StepError::execution_failed(format!("recording an interrupt: {}", e.0));
         run.recorder.flush().await.map_err(recorded)?;
         let from = run.recorder.position();
         let deadline_passed = run.clock.sleep_until(deadline);
@@ -557,7 +373,7 @@ impl StepContext {
             .map_err(|c| StepError::execution_failed(format!("recording a deadline: {}", c.0)))?;
         match run.recorder.store().resolve_interrupt(run.run_id, entry).await {
             Ok(()) => Ok(resolution),
-            Err(crate::journal::StoreError::AlreadyResolved { .. }) => {
+            Err(crate::store::StoreError::AlreadyResolved { .. }) => {
                 let loaded = run
                     .recorder
                     .store()
@@ -573,7 +389,7 @@ impl StepContext {
                     })
                     .ok_or_else(|| StepError::execution_failed("an interrupt resolution vanished"))
             }
-            Err(e) if run.config.durability == crate::engine::Durability::None => {
+            Err(e) if run.config.durability == crate::config::Durability::None => {
                 let _ = e;
                 Ok(resolution)
             }
@@ -601,12 +417,12 @@ impl StepContext {
         F: FnOnce(CallInfo) -> Fut,
         Fut: std::future::Future<Output = Result<Value, StepError>>,
     {
-        use crate::engine::run::RecordedCall;
+        use crate::recording::RecordedCall;
         let run = &self.inner.run;
         let attempt = self.inner.attempt;
         let path = self.inner.path.join(name);
         let fenced = matches!(kind, CallKind::Action { effect, .. } if effect.is_fenced());
-        let crash = |doing: &str, e: crate::engine::run::Crash| {
+        let crash = |doing: &str, e: crate::recording::StoreFailed| {
             StepError::execution_failed(format!("recording sub-step {path} ({doing}): {}", e.0))
         };
         match run.replay.call(&path, attempt, kind) {
@@ -634,7 +450,7 @@ impl StepContext {
             }
             None => {}
         }
-        let idempotency_key = fenced.then(|| crate::engine::exec::idempotency_key(run.run_id, &path));
+        let idempotency_key = fenced.then(|| crate::ids::idempotency_key(run.run_id, &path));
         if let Some(key) = &idempotency_key {
             // The fence: the intent is durable before the effect can happen.
             run.recorder

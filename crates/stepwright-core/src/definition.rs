@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::context::{MemoryLayer, Services};
 use crate::error::{BuildError, BuildProblem, ErrorCode, StepError};
 use crate::hash::ContentHash;
-use crate::ids::check_name;
-use crate::policy::{ApprovalGate, Effect, Guardrail, GuardrailAction, OnFailure, RetryPolicy};
+use crate::ids::check_step_name as check_name;
+use crate::policy::{ApprovalGate, Effect, Guardrail, GuardrailAction, RetryPolicy};
 use crate::scope::Scope;
+use crate::services::{ProvidedLayer, Services};
 use crate::step::{DynStep, Step, Typed};
 
 type ScopeFn<T> = Arc<dyn Fn(&Scope) -> Result<T, StepError> + Send + Sync>;
@@ -132,7 +132,7 @@ pub enum PathResult {
 }
 
 /// An explicit merge of fork path results (in path order) into the fork's output.
-pub type Merge = Arc<dyn Fn(Vec<PathResult>) -> Result<Value, StepError> + Send + Sync>;
+pub(crate) type Merge = Arc<dyn Fn(Vec<PathResult>) -> Result<Value, StepError> + Send + Sync>;
 
 /// What a loop does when an iteration fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -171,6 +171,38 @@ pub enum EveryOnError {
     Fail,
 }
 
+/// What happens when a step fails for good (after its retries).
+#[derive(Clone, Default)]
+pub enum OnFailure {
+    /// The failure propagates (the default).
+    #[default]
+    Abort,
+    /// The step is recorded as skipped (output `null`) and the run goes on.
+    Skip,
+    /// Retry every failure, retryable or not, under the step's `retry` policy (which is
+    /// required); abort when attempts run out. Without it, only retryable errors retry.
+    Retry,
+    /// Run this node instead, with the same input; its output becomes the step's output.
+    Fallback(Box<Node>),
+}
+
+impl fmt::Debug for OnFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl OnFailure {
+    /// The policy's name as the file format spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Abort => "abort",
+            Self::Skip => "skip",
+            Self::Retry => "retry",
+            Self::Fallback(_) => "fallback",
+        }
+    }
+}
 /// A node: a step or an operator, with an id, an input source, optional schemas and policies.
 #[derive(Clone)]
 pub struct Node {
@@ -245,7 +277,7 @@ pub(crate) enum NodeKind {
     Loop(LoopSpec),
     Graph(GraphSpec),
     Workflow { workflow: Workflow, spawn: Option<Duration> },
-    Provide { layers: Vec<Arc<dyn MemoryLayer>>, body: Vec<Node> },
+    Provide { layers: Vec<Arc<dyn ProvidedLayer>>, body: Vec<Node> },
     Every(EverySpec),
     Sleep(Duration),
 }
@@ -366,7 +398,7 @@ impl Node {
     /// Make memory layers available to every descendant of `body`.
     pub fn provide(
         id: &str,
-        layers: impl IntoIterator<Item = Arc<dyn MemoryLayer>>,
+        layers: impl IntoIterator<Item = Arc<dyn ProvidedLayer>>,
         body: impl IntoIterator<Item = Node>,
     ) -> Self {
         Self::with_kind(

@@ -119,8 +119,9 @@ impl<'de> Deserialize<'de> for ContentHash {
     }
 }
 
-/// Returns the canonical JSON encoding of a value.
-pub fn canonical_json(value: &Value) -> Vec<u8> {
+/// Returns the canonical JSON encoding of a value (what [`ContentHash::of_value`] hashes).
+#[cfg(test)]
+fn canonical_json(value: &Value) -> Vec<u8> {
     let mut out = Vec::new();
     write_canonical(value, &mut out);
     out

@@ -222,7 +222,7 @@ impl fmt::Display for InterruptId {
 }
 
 /// Checks a workflow or step name against `^[a-z][a-z0-9-]*$`; returns why it fails.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_step_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     match chars.next() {
         None => return Err("names must not be empty".into()),
@@ -235,6 +235,17 @@ pub fn check_name(name: &str) -> Result<(), String> {
         return Err(format!("{name:?} contains {bad:?}; names may use only a-z, 0-9 and '-'"));
     }
     Ok(())
+}
+
+/// The idempotency key of a fenced step: SHA-256 of run id and step path, hex. A fallback
+/// (`step/@fallback`) gets the key of the step it stands in for, so a reconciling fallback
+/// can look up whether the original effect happened.
+pub(crate) fn idempotency_key(run: RunId, path: &StepPath) -> String {
+    let mut text = path.as_str();
+    while let Some(stripped) = text.strip_suffix("/@fallback") {
+        text = stripped;
+    }
+    ContentHash::of_parts(&[run.as_uuid().as_bytes(), text.as_bytes()]).to_hex()
 }
 
 #[cfg(test)]
@@ -254,11 +265,11 @@ mod tests {
 
     #[test]
     fn names_are_checked() {
-        assert!(check_name("ticket-triage2").is_ok());
-        assert!(check_name("Ticket").is_err());
-        assert!(check_name("9a").is_err());
-        assert!(check_name("a_b").is_err());
-        assert!(check_name("").is_err());
+        assert!(check_step_name("ticket-triage2").is_ok());
+        assert!(check_step_name("Ticket").is_err());
+        assert!(check_step_name("9a").is_err());
+        assert!(check_step_name("a_b").is_err());
+        assert!(check_step_name("").is_err());
     }
 
     #[test]

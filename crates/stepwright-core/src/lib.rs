@@ -22,47 +22,55 @@
 //!
 //! This crate knows no SQL, no HTTP and no YAML.
 
+// Modules in dependency order: each uses only those above it (see ARCHITECTURE.md).
 pub mod bank;
-pub mod context;
-pub mod definition;
-pub mod engine;
-pub mod error;
-pub mod hash;
-pub mod ids;
+mod config;
+mod context;
+mod definition;
+mod engine;
+mod error;
+mod hash;
+mod identity;
+mod ids;
 pub mod journal;
-pub mod outcome;
-pub mod policy;
-pub mod runtime;
-pub mod scope;
+mod outcome;
+mod policy;
+mod recording;
+mod runtime;
+mod scope;
+mod services;
 pub mod session;
-pub mod step;
+mod step;
+pub mod store;
 
 pub use bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
-pub use context::{CallInfo, CallKind, Caller, InMemoryLayer, Memory, MemoryLayer, Observer, Services, StepContext};
+pub use config::{ArtifactCapture, Durability, EngineConfig, InMemoryStepCache, StepCache};
+pub use context::StepContext;
 pub use definition::{
-    Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnMaxIterations,
-    PathResult, Predicate, Verdict, Workflow, WorkflowBuilder, check_schema,
+    Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnFailure,
+    OnMaxIterations, PathResult, Predicate, Verdict, Workflow, WorkflowBuilder, check_schema,
 };
+pub use engine::owner::{is_dead_local_process, local_worker_id};
 pub use engine::{
-    ArtifactCapture, DecisionChange, DefinitionResolver, Durability, Engine, EngineBuilder, EngineConfig, EngineError,
-    ForkPatch, MemoryCache, PendingInterrupt, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport,
-    ResumeOptions, RunOutcome, RunReport, Runner, RunnerEvent, RunnerLog, StartOptions, StepCache, StepChange,
-    StepComparison, StepReplay, json_diff,
+    DecisionChange, DefinitionResolver, Engine, EngineBuilder, EngineError, ForkPatch, PendingInterrupt,
+    RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions, RunOutcome, RunReport, Runner,
+    RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepReplay, json_diff,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;
-pub use ids::{InterruptId, RunId, StepPath, Timestamp};
-pub use journal::{
-    CancelOutcome, CancelRequest, JournalEntry, Lease, MemoryStore, Record, RunRecord, RunStatus, Store, StoreError,
-};
+pub use identity::Caller;
+pub use ids::{InterruptId, RunId, StepPath, Timestamp, check_step_name};
+pub use journal::{CancelRequest, JournalEntry, Lease, Record, RunRecord, RunStatus};
 pub use outcome::{Decision, Event, InterruptKind, InterruptRequest, Outcome, OutcomeKind, Resolution, TimeoutAction};
 pub use policy::{
     ApprovalGate, Backoff, Effect, FnGuardrail, Guardrail, GuardrailAction, GuardrailCheck, GuardrailStage,
-    GuardrailVerdict, OnFailure, PatternGuardrail, RetryPolicy,
+    GuardrailVerdict, PatternGuardrail, RetryPolicy,
 };
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
+pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services};
 pub use session::{SessionAppend, SessionMessage, SessionOwner, SessionStore};
 pub use step::{DynStep, Step, Typed, dyn_fn_step, fn_step};
+pub use store::{CancelOutcome, InMemoryStore, Store, StoreError};
 /// The cancellation token steps receive and `Runner::run` stops on.
 pub use tokio_util::sync::CancellationToken;

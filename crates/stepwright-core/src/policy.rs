@@ -103,39 +103,6 @@ impl RetryPolicy {
     }
 }
 
-/// What happens when a step fails for good (after its retries).
-#[derive(Clone, Default)]
-pub enum OnFailure {
-    /// The failure propagates (the default).
-    #[default]
-    Abort,
-    /// The step is recorded as skipped (output `null`) and the run goes on.
-    Skip,
-    /// Retry every failure, retryable or not, under the step's `retry` policy (which is
-    /// required); abort when attempts run out. Without it, only retryable errors retry.
-    Retry,
-    /// Run this node instead, with the same input; its output becomes the step's output.
-    Fallback(Box<crate::definition::Node>),
-}
-
-impl fmt::Debug for OnFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl OnFailure {
-    /// The policy's name as the file format spells it.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Self::Abort => "abort",
-            Self::Skip => "skip",
-            Self::Retry => "retry",
-            Self::Fallback(_) => "fallback",
-        }
-    }
-}
-
 /// What a step does to the world; decides the effect fence and what is safe to re-run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

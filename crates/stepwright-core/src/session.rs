@@ -13,9 +13,9 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::context::Caller;
+use crate::identity::Caller;
 use crate::ids::Timestamp;
-use crate::journal::{MemoryStore, StoreError};
+use crate::store::StoreError;
 
 /// The longest session id accepted.
 pub const MAX_SESSION_ID_LEN: usize = 200;
@@ -94,104 +94,4 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// Deletes a session and its messages; false if there was none.
     fn delete_session(&self, session: &str, owner: &SessionOwner) -> BoxFuture<'_, Result<bool, StoreError>>;
-}
-
-/// Checks a session id: 1 to [`MAX_SESSION_ID_LEN`] bytes, no control characters.
-pub fn check_session_id(session: &str) -> Result<(), String> {
-    if session.is_empty() {
-        return Err("a session id must not be empty".into());
-    }
-    if session.len() > MAX_SESSION_ID_LEN {
-        return Err(format!("a session id must be at most {MAX_SESSION_ID_LEN} bytes, this one has {}", session.len()));
-    }
-    if session.chars().any(char::is_control) {
-        return Err(format!("session id {session:?} contains a control character"));
-    }
-    Ok(())
-}
-
-/// The error for a caller who does not own a session. It says neither who does nor whether
-/// the session has messages.
-pub fn session_denied(session: &str) -> StoreError {
-    StoreError::AccessDenied(format!("session {session:?} belongs to another user or tenant"))
-}
-
-/// Whether a session exists, given its stored owner as a backend read it (`None`: no such
-/// session); `AccessDenied` if it is someone else's. Every backend decides through this.
-pub fn check_owner(session: &str, stored: Option<(String, String)>, caller: &SessionOwner) -> Result<bool, StoreError> {
-    match stored {
-        None => Ok(false),
-        Some(found) if found == caller.stored() => Ok(true),
-        Some(_) => Err(session_denied(session)),
-    }
-}
-
-/// The error for an invalid session id.
-pub fn bad_session_id(problem: String) -> StoreError {
-    StoreError::Invalid(problem)
-}
-
-/// A session as [`MemoryStore`] keeps it.
-#[derive(Debug, Default)]
-pub(crate) struct MemorySession {
-    owner: SessionOwner,
-    next_seq: u64,
-    messages: std::collections::VecDeque<SessionMessage>,
-    keys: std::collections::HashSet<String>,
-}
-
-impl SessionStore for MemoryStore {
-    fn session_history(
-        &self,
-        session: &str,
-        owner: &SessionOwner,
-        limit: usize,
-    ) -> BoxFuture<'_, Result<Vec<SessionMessage>, StoreError>> {
-        let result = (|| {
-            check_session_id(session).map_err(bad_session_id)?;
-            let sessions = self.sessions.lock().expect("poisoned");
-            let Some(found) = sessions.get(session) else { return Ok(Vec::new()) };
-            if &found.owner != owner {
-                return Err(session_denied(session));
-            }
-            let skip = found.messages.len().saturating_sub(limit);
-            Ok(found.messages.iter().skip(skip).cloned().collect())
-        })();
-        Box::pin(std::future::ready(result))
-    }
-
-    fn append_to_session(&self, append: SessionAppend) -> BoxFuture<'_, Result<Appended, StoreError>> {
-        let result = (|| {
-            check_session_id(&append.session).map_err(bad_session_id)?;
-            let mut sessions = self.sessions.lock().expect("poisoned");
-            let found = sessions
-                .entry(append.session.clone())
-                .or_insert_with(|| MemorySession { owner: append.owner.clone(), ..MemorySession::default() });
-            if found.owner != append.owner {
-                return Err(session_denied(&append.session));
-            }
-            if !found.keys.insert(append.key) {
-                return Ok(Appended { applied: false, stored: found.messages.len() as u64 });
-            }
-            for message in append.messages {
-                found.messages.push_back(SessionMessage { seq: found.next_seq, message });
-                found.next_seq += 1;
-            }
-            while found.messages.len() > append.max_stored {
-                found.messages.pop_front();
-            }
-            Ok(Appended { applied: true, stored: found.messages.len() as u64 })
-        })();
-        Box::pin(std::future::ready(result))
-    }
-
-    fn delete_session(&self, session: &str, owner: &SessionOwner) -> BoxFuture<'_, Result<bool, StoreError>> {
-        let mut sessions = self.sessions.lock().expect("poisoned");
-        let result = match sessions.get(session) {
-            None => Ok(false),
-            Some(found) if &found.owner != owner => Err(session_denied(session)),
-            Some(_) => Ok(sessions.remove(session).is_some()),
-        };
-        Box::pin(std::future::ready(result))
-    }
 }

@@ -175,7 +175,7 @@ where
 }
 
 /// A dynamic step from a closure over JSON that returns a full [`Outcome`].
-pub struct DynFnStep<F> {
+pub(crate) struct DynFnStep<F> {
     f: F,
     name: String,
 }

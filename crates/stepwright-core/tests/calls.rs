@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::{Counter, engine};
 use serde_json::{Value, json};
 use stepwright_core::{
-    CallKind, Caller, Decision, Effect, EngineError, ErrorCode, InterruptRequest, MemoryStore, Node, Record,
+    CallKind, Caller, Decision, Effect, EngineError, ErrorCode, InMemoryStore, InterruptRequest, Node, Record,
     RetryPolicy, RunId, RunStatus, StartOptions, StepContext, StepError, Workflow, fn_step,
 };
 
@@ -167,7 +167,7 @@ fn one_write(effects: &Counter, safe_to_retry: bool) -> Workflow {
 #[tokio::test(start_paused = true)]
 async fn an_interrupted_write_that_is_not_safe_to_retry_reports_outcome_unknown() {
     for safe in [false, true] {
-        let store = Arc::new(MemoryStore::new());
+        let store = Arc::new(InMemoryStore::new());
         let engine = stepwright_core::Engine::builder().store(store.clone()).build();
         let effects = Counter::default();
         let workflow = one_write(&effects, safe);

@@ -9,17 +9,16 @@ use std::time::Duration;
 use common::{Counter, T0, records_at};
 use futures_util::future::BoxFuture;
 use serde_json::json;
-use stepwright_core::journal::{
-    EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Removed, Retention, RunFilter, RunRecord, StatusUpdate,
-};
+use stepwright_core::journal::{EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, RunRecord};
+use stepwright_core::store::{Removed, Retention, RunFilter, StatusUpdate};
 use stepwright_core::{
-    Durability, Effect, Engine, EngineConfig, MemoryStore, Node, Record, RunId, SeededEntropy, StartOptions, Store,
+    Durability, Effect, Engine, EngineConfig, InMemoryStore, Node, Record, RunId, SeededEntropy, StartOptions, Store,
     StoreError, Timestamp, TokioClock, Workflow, fn_step,
 };
 
 /// A memory store that counts appends.
 struct Counting {
-    inner: MemoryStore,
+    inner: InMemoryStore,
     appends: AtomicUsize,
 }
 
@@ -171,7 +170,7 @@ async fn async_writes_batches_sync_writes_every_step() {
     };
     let mut appends = Vec::new();
     for durability in [Durability::Sync, Durability::Async] {
-        let store = Arc::new(Counting { inner: MemoryStore::new(), appends: AtomicUsize::new(0) });
+        let store = Arc::new(Counting { inner: InMemoryStore::new(), appends: AtomicUsize::new(0) });
         let engine = engine_on(store.clone(), durability, Duration::from_secs(3600));
         let report = engine.start(&workflow, json!(0)).await.unwrap();
         assert_eq!(report.output, Some(json!(10)));
@@ -183,7 +182,7 @@ async fn async_writes_batches_sync_writes_every_step() {
 
 #[tokio::test(start_paused = true)]
 async fn async_delay_is_bounded_even_while_a_step_runs() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine_on(store.clone(), Durability::Async, Duration::from_millis(50));
     let calls = Counter::default();
     let workflow = Workflow::builder("slow-second")
@@ -216,7 +215,7 @@ async fn async_delay_is_bounded_even_while_a_step_runs() {
 
 #[tokio::test(start_paused = true)]
 async fn an_async_crash_reruns_only_unwritten_pure_steps_and_never_a_write() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine_on(store.clone(), Durability::Async, Duration::from_secs(3600));
     let (early, late, writes) = (Counter::default(), Counter::default(), Counter::default());
     let write = {

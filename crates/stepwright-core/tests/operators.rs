@@ -9,8 +9,8 @@ use std::time::Duration;
 use common::{Log, T0, engine, records_at};
 use serde_json::{Value, json};
 use stepwright_core::{
-    Branch, Engine, ErrorCode, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InMemoryLayer, InputSource, Loop,
-    LoopOnError, MemoryLayer, Node, OnMaxIterations, Outcome, PathResult, Record, RunStatus, Step, StepContext,
+    Branch, Engine, ErrorCode, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError,
+    MapLayer, Node, OnMaxIterations, Outcome, PathResult, ProvidedLayer, Record, RunStatus, Step, StepContext,
     StepError, Verdict, Workflow, fn_step,
 };
 
@@ -53,7 +53,7 @@ fn sleeper(id: &str, ms: u64, output: Value, log: Log) -> Node {
 async fn run(
     workflow: &Workflow,
     input: Value,
-) -> (stepwright_core::RunReport, Engine, Arc<stepwright_core::MemoryStore>) {
+) -> (stepwright_core::RunReport, Engine, Arc<stepwright_core::InMemoryStore>) {
     let (engine, store) = engine();
     let report = engine.start(workflow, input).await.unwrap();
     (report, engine, store)
@@ -554,12 +554,12 @@ async fn subworkflow_nests_its_journal_and_checks_its_schemas() {
 
 #[tokio::test(start_paused = true)]
 async fn spawn_is_isolated_and_times_out() {
-    let layer: Arc<dyn MemoryLayer> = Arc::new(InMemoryLayer::new("notes"));
+    let layer: Arc<dyn ProvidedLayer> = Arc::new(MapLayer::new("notes"));
     let child = Workflow::builder("child")
         .step(Node::step(
             "look",
             fn_step(|ctx: StepContext, ms: u64| async move {
-                let names: Vec<String> = ctx.memory().names().into_iter().map(str::to_owned).collect();
+                let names: Vec<String> = ctx.provided().names().into_iter().map(str::to_owned).collect();
                 tokio::time::sleep(Duration::from_millis(ms)).await;
                 Ok(names)
             }),
@@ -588,17 +588,17 @@ async fn spawn_is_isolated_and_times_out() {
 
 #[tokio::test(start_paused = true)]
 async fn provide_makes_memory_layers_visible_to_descendants() {
-    let outer = Arc::new(InMemoryLayer::new("facts"));
+    let outer = Arc::new(MapLayer::new("facts"));
     outer.store("color", json!("blue"));
-    let inner = Arc::new(InMemoryLayer::new("scratch"));
+    let inner = Arc::new(MapLayer::new("scratch"));
     inner.store("color", json!("red"));
     let reader =
-        || Node::step("read", fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.memory().recall("color")) }));
+        || Node::step("read", fn_step(|ctx: StepContext, _x: Value| async move { Ok(ctx.provided().recall("color")) }));
     let workflow = Workflow::builder("provide")
         .step(Node::provide(
             "outer",
-            [outer as Arc<dyn MemoryLayer>],
-            [Node::sequence("a", [reader()]), Node::provide("inner", [inner as Arc<dyn MemoryLayer>], [reader()])],
+            [outer as Arc<dyn ProvidedLayer>],
+            [Node::sequence("a", [reader()]), Node::provide("inner", [inner as Arc<dyn ProvidedLayer>], [reader()])],
         ))
         .step(Node::sequence("outside", [reader()]))
         .output(Expr::new(|s| json!([s.output("a"), s.output("inner"), s.output("outside")])))
@@ -679,7 +679,7 @@ fn poller(interval: Duration, ticks: &Log, failing_tick: Option<i64>) -> Workflo
 }
 
 /// The wake-up each recorded tick was started by, in tick order (`None`: its timer).
-async fn ticks_woken(store: &stepwright_core::MemoryStore, run: stepwright_core::RunId) -> Vec<Option<u64>> {
+async fn ticks_woken(store: &stepwright_core::InMemoryStore, run: stepwright_core::RunId) -> Vec<Option<u64>> {
     let loaded = stepwright_core::Store::load(store, run).await.unwrap();
     loaded
         .entries

@@ -11,9 +11,9 @@ use common::{Counter, Log, T0, engine, records_at};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use stepwright_core::{
-    Branch, Caller, Decision, Effect, Engine, EngineError, ErrorCode, Expr, Fork, InterruptRequest, Loop, MemoryStore,
-    Node, OnFailure, Outcome, Record, RetryPolicy, RunId, RunStatus, SeededEntropy, StartOptions, Step, StepContext,
-    StepError, Store, TokioClock, Verdict, Workflow, dyn_fn_step, fn_step,
+    Branch, Caller, Decision, Effect, Engine, EngineError, ErrorCode, Expr, Fork, InMemoryStore, InterruptRequest,
+    Loop, Node, OnFailure, Outcome, Record, RetryPolicy, RunId, RunStatus, SeededEntropy, StartOptions, Step,
+    StepContext, StepError, Store, TokioClock, Verdict, Workflow, dyn_fn_step, fn_step,
 };
 
 #[derive(Debug, Clone)]
@@ -151,16 +151,16 @@ impl LastNumber for stepwright_core::Scope {
     }
 }
 
-fn engine_over(store: Arc<MemoryStore>) -> Engine {
+fn engine_over(store: Arc<InMemoryStore>) -> Engine {
     engine_at(store, Arc::new(TokioClock::starting_at(T0)))
 }
 
 /// Engines that stand for different processes share the wall clock.
-fn engine_at(store: Arc<MemoryStore>, clock: Arc<TokioClock>) -> Engine {
+fn engine_at(store: Arc<InMemoryStore>, clock: Arc<TokioClock>) -> Engine {
     Engine::builder().store(store as Arc<dyn Store>).clock(clock).entropy(Arc::new(SeededEntropy::new(3))).build()
 }
 
-fn completed_paths(store: &MemoryStore, run: RunId) -> HashSet<String> {
+fn completed_paths(store: &InMemoryStore, run: RunId) -> HashSet<String> {
     store
         .entries(run)
         .into_iter()
@@ -172,10 +172,10 @@ fn completed_paths(store: &MemoryStore, run: RunId) -> HashSet<String> {
 async fn check_resume_equivalence(shapes: Vec<Shape>, crashes: Vec<usize>, input: i64) -> Result<(), TestCaseError> {
     let log = Log::default();
     let workflow = build(&shapes, &log);
-    let reference = engine_over(Arc::new(MemoryStore::new())).start(&workflow, json!(input)).await.unwrap();
+    let reference = engine_over(Arc::new(InMemoryStore::new())).start(&workflow, json!(input)).await.unwrap();
     prop_assert_eq!(reference.status, RunStatus::Completed);
 
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine_over(store.clone());
     let run: RunId = "01890000-0000-7000-8000-00000000abcd".parse().unwrap();
     let mut finished = None;
@@ -259,7 +259,7 @@ impl Step for AskTwice {
 
 #[tokio::test(start_paused = true)]
 async fn interrupt_mid_step_returns_the_decision_after_resume_in_another_engine() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let workflow = Workflow::builder("ask").step(Node::step("ask", AskTwice)).build().unwrap();
     let first = engine_over(store.clone());
     let report = first.start(&workflow, json!(null)).await.unwrap();
@@ -433,7 +433,7 @@ async fn a_fenced_step_interrupted_after_its_intent_is_outcome_unknown() {
         (false, OnFailure::Skip, Ok(Value::Null)),
         (true, OnFailure::Abort, Ok(json!("charged"))),
     ] {
-        let store = Arc::new(MemoryStore::new());
+        let store = Arc::new(InMemoryStore::new());
         let engine = engine_over(store.clone());
         let charges = Counter::default();
         let mut charge = {
@@ -472,7 +472,7 @@ async fn a_fenced_step_interrupted_after_its_intent_is_outcome_unknown() {
 
 #[tokio::test(start_paused = true)]
 async fn retries_are_durable_a_resumed_run_waits_out_the_recorded_backoff() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let clock = Arc::new(TokioClock::starting_at(T0));
     let engine = engine_at(store.clone(), clock.clone());
     let attempts = Log::default();

@@ -10,8 +10,8 @@ use std::time::Duration;
 use common::{T0, engine};
 use serde_json::{Value, json};
 use stepwright_core::{
-    ApprovalGate, Clock, Engine, EngineConfig, EngineError, MemoryStore, Node, RunId, RunStatus, Runner, SeededEntropy,
-    StepContext, Store, TimeoutAction, TokioClock, Workflow, fn_step,
+    ApprovalGate, Clock, Engine, EngineConfig, EngineError, InMemoryStore, Node, RunId, RunStatus, Runner,
+    SeededEntropy, StepContext, Store, TimeoutAction, TokioClock, Workflow, fn_step,
 };
 
 fn counting_workflow(counts: Arc<Mutex<HashMap<RunId, usize>>>) -> Workflow {
@@ -31,7 +31,7 @@ fn counting_workflow(counts: Arc<Mutex<HashMap<RunId, usize>>>) -> Workflow {
         .unwrap()
 }
 
-fn engine_on(store: Arc<MemoryStore>, clock: Arc<TokioClock>, worker: &str, config: EngineConfig) -> Engine {
+fn engine_on(store: Arc<InMemoryStore>, clock: Arc<TokioClock>, worker: &str, config: EngineConfig) -> Engine {
     Engine::builder()
         .store(store as Arc<dyn Store>)
         .clock(clock)
@@ -43,7 +43,7 @@ fn engine_on(store: Arc<MemoryStore>, clock: Arc<TokioClock>, worker: &str, conf
 
 #[tokio::test(start_paused = true)]
 async fn two_runners_share_the_work_and_run_each_run_once() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let clock = Arc::new(TokioClock::starting_at(T0));
     let counts = Arc::new(Mutex::new(HashMap::new()));
     let workflow = counting_workflow(counts.clone());
@@ -124,7 +124,7 @@ async fn the_run_loop_picks_up_work_until_stopped() {
 
 #[tokio::test(start_paused = true)]
 async fn a_worker_that_loses_its_lease_stops_and_writes_nothing_more() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let clock = Arc::new(TokioClock::starting_at(T0));
     let config = EngineConfig { lease_for: Duration::from_secs(3), ..EngineConfig::default() };
     let a = engine_on(store.clone(), clock.clone(), "a", config.clone());
@@ -160,7 +160,7 @@ async fn a_worker_that_loses_its_lease_stops_and_writes_nothing_more() {
 
 #[tokio::test(start_paused = true)]
 async fn resume_refuses_a_run_another_worker_holds() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let clock = Arc::new(TokioClock::starting_at(T0));
     let a = engine_on(store.clone(), clock.clone(), "a", EngineConfig::default());
     let b = engine_on(store.clone(), clock.clone(), "b", EngineConfig::default());

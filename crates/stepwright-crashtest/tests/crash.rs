@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stepwright_core::{Engine, MemoryStore, RunId, Store, Timestamp};
+use stepwright_core::{Engine, InMemoryStore, RunId, Store, Timestamp};
 use stepwright_crashtest::{Files, workflow};
 use support::completed_paths;
 
@@ -47,7 +47,7 @@ async fn reference_output(seed: i64, dir: &Path) -> Value {
     std::fs::create_dir_all(&ledgers).unwrap();
     let files = Files { log: dir.join("reference.log"), ledgers };
     let engine =
-        Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(Arc::new(files)).build();
+        Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).service(Arc::new(files)).build();
     let report = engine.start(&workflow(), json!(seed)).await.unwrap();
     report.output.expect("the reference run completes")
 }

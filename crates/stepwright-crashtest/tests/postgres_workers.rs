@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPool};
-use stepwright_core::journal::RunFilter;
-use stepwright_core::{Engine, MemoryStore, Record, RunId, RunStatus, StartOptions, Store, Timestamp};
+use stepwright_core::store::RunFilter;
+use stepwright_core::{Engine, InMemoryStore, Record, RunId, RunStatus, StartOptions, Store, Timestamp};
 use stepwright_crashtest::{Files, MAPPED_ITEMS, mapped_workflow};
 use stepwright_store::PostgresStore;
 
@@ -51,7 +51,7 @@ async fn two_workers_one_killed_repeatedly() {
     // Runs are created detached, in waves; beside each, what an uninterrupted run outputs.
     let creator = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
     let reference = Engine::builder()
-        .store(Arc::new(MemoryStore::new()) as Arc<dyn Store>)
+        .store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>)
         .service(Arc::new(Files { log: dir.path().join("reference.log"), ledgers: reference_ledgers }))
         .build();
     let mut expected: HashMap<RunId, Value> = HashMap::new();

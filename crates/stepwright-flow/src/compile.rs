@@ -519,7 +519,7 @@ impl Compiler {
         let id = match node.get("id") {
             Some(id_node) => {
                 let id = self.string(id_node, "a step `id`")?;
-                if let Err(why) = stepwright_core::ids::check_name(&id) {
+                if let Err(why) = stepwright_core::check_step_name(&id) {
                     self.error(id_node.pos, format!("step id: {why}"));
                 }
                 if !scope.insert(id.clone()) {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::json;
-use stepwright_core::{Engine, MemoryStore, RunStatus, Store};
+use stepwright_core::{Engine, InMemoryStore, RunStatus, Store};
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     let path = dir.join(name);
@@ -69,7 +69,7 @@ output: { mine: "{{ steps.mine.output }}", called: "{{ steps.relay.output }}" }
 "#,
     );
     let loaded = stepwright_flow::load(&parent).unwrap_or_else(|e| panic!("{e}"));
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
     let report = engine.start(&loaded.workflow, json!({ "word": "hi" })).await.unwrap();
     assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use stepwright_core::{Caller, Decision, Engine, MemoryStore, RunStatus, Store};
+use stepwright_core::{Caller, Decision, Engine, InMemoryStore, RunStatus, Store};
 use stepwright_flow::load_str;
 
 const TRIAGE: &str = r#"
@@ -73,7 +73,7 @@ output:
 async fn a_workflow_file_runs_end_to_end() {
     let workflow = load_str(TRIAGE, "triage.yaml").unwrap();
     assert_eq!(workflow.name(), "triage");
-    let engine = Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).build();
+    let engine = Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).build();
     let report = engine.start(&workflow, json!({ "tickets": ["a", "b", "c"] })).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended);
     assert_eq!(report.pending[0].message, "Ship 3 tickets?");
@@ -214,7 +214,7 @@ steps:
 #[tokio::test]
 async fn guardrails_in_a_file_redact_warn_and_block() {
     let workflow = load_str(GUARDED, "guarded.yaml").unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder().store(store.clone()).build();
     let fine = engine.start(&workflow, json!({ "name": "Ann", "amount": 5 })).await.unwrap();
     assert_eq!(fine.status, RunStatus::Completed, "{:?}", fine.error);
@@ -274,7 +274,7 @@ steps:
         "poller.yaml",
     )
     .unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder().store(store.clone()).build();
     let run_id: stepwright_core::RunId = "01890000-0000-7000-8000-0000000000f1".parse().unwrap();
     let driver = {
@@ -346,7 +346,7 @@ steps:
 #[tokio::test]
 async fn graphs_in_a_file_route_by_their_edges() {
     let workflow = load_str(REVIEWED, "reviewed.yaml").unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder().store(store.clone()).build();
     let report = engine.start(&workflow, json!(null)).await.unwrap();
     assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);

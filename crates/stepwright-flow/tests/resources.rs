@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stepwright_core::{Caller, Effect, Engine, MemoryBank, MemoryStore, RunStatus, StartOptions, Store};
+use stepwright_core::{Caller, Effect, Engine, InMemoryStore, MemoryBank, RunStatus, StartOptions, Store};
 use stepwright_flow::load_source;
 use stepwright_llm::{
     Agents, ChatRequest, ChatResponse, FinishReason, Memories, Message, Models, Provider, ScriptedModel, Sessions,
@@ -108,7 +108,7 @@ async fn a_file_with_models_tools_and_agents_runs_every_resource_step() {
     let model = Arc::new(ScriptedModel::new(script).recording());
     let mut models = Models::new();
     models.bind_adapter("fast", "gpt-4o-mini", model.clone(), loaded.models["fast"].pricing);
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder()
         .store(store.clone() as Arc<dyn Store>)
         .service(Arc::new(models))
@@ -157,7 +157,7 @@ steps:
     with: { amount: "{{ input }}" }
 "#;
     let loaded = load_source(file, "pay.yaml").unwrap_or_else(|e| panic!("{e}"));
-    let engine = Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).build();
+    let engine = Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).build();
     let report = engine.start(&loaded.workflow, json!(12)).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended, "the tool's approval gate holds the step");
     let pending = &report.pending[0];

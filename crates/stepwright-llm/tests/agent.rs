@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stepwright_core::{
-    Caller, Decision, Effect, Engine, ErrorCode, MemoryStore, Node, Record, RunId, RunStatus, StartOptions, StepError,
-    Store, Workflow,
+    Caller, Decision, Effect, Engine, ErrorCode, InMemoryStore, Node, Record, RunId, RunStatus, StartOptions,
+    StepError, Store, Workflow,
 };
 use stepwright_llm::{
     AGENT_STUCK, AGENT_STUCK_EVENT, AgentHooks, AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, ChatRequest,
@@ -98,7 +98,7 @@ fn weather_tools(calls: &Counter, barrier: Option<&Arc<tokio::sync::Barrier>>) -
     tools
 }
 
-fn engine(store: Arc<MemoryStore>, model: Arc<ScriptedModel>, tools: Tools, agents: Agents) -> Engine {
+fn engine(store: Arc<InMemoryStore>, model: Arc<ScriptedModel>, tools: Tools, agents: Agents) -> Engine {
     let mut models = Models::new();
     models.bind_adapter("fast", "scripted-1", model, Some(Pricing { input: 1.0, output: 2.0 }));
     Engine::builder()
@@ -134,7 +134,7 @@ fn two_tools_then_answer(request: &ChatRequest) -> ChatResponse {
 async fn parallel_tool_calls_run_at_once_and_every_call_is_a_journaled_sub_step() {
     let model = scripted(two_tools_then_answer);
     let calls = Counter::default();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let tools = weather_tools(&calls, Some(&Arc::new(tokio::sync::Barrier::new(2))));
     let engine = engine(store.clone(), model.clone(), tools, Agents::new());
     let report =
@@ -192,7 +192,7 @@ async fn parallel_tool_calls_run_at_once_and_every_call_is_a_journaled_sub_step(
 async fn a_crash_after_the_first_tool_result_resumes_without_repeating_anything_finished() {
     let model = scripted(two_tools_then_answer);
     let calls = Counter::default();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let mut spec = support_agent();
     spec.parallel_tool_calls = false;
     let engine = engine(store.clone(), model.clone(), weather_tools(&calls, None), Agents::new());
@@ -242,7 +242,7 @@ async fn an_interrupted_call_that_is_not_safe_to_retry_reaches_the_model_as_outc
     let calls = Counter::default();
     let mut tools = Tools::new();
     tools.register(counting_tool("charge", ToolDef::new("charge", "Charge a card"), &calls, false)).unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), model.clone(), tools, Agents::new());
     let mut spec = AgentSpec::new("payer", "fast");
     spec.tools = vec!["charge".into()];
@@ -272,7 +272,7 @@ async fn a_fenced_tool_gets_an_idempotency_key_that_is_stable_for_the_call() {
     let mut tools = Tools::new();
     let def = ToolDef::new("charge", "Charge a card").effect(Effect::Write).safe_to_retry();
     tools.register(counting_tool("charge", def, &calls, false)).unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), model, tools, Agents::new());
     let mut spec = AgentSpec::new("payer", "fast");
     spec.tools = vec!["charge".into()];
@@ -291,7 +291,7 @@ async fn budgets_end_the_run_with_budget_exceeded() {
     let always_tools = || scripted(|_| use_tools(&[("c", "weather", json!({ "city": "Oslo" }))]));
     let calls = Counter::default();
     let run = |spec: AgentSpec, model: Arc<ScriptedModel>| {
-        let engine = engine(Arc::new(MemoryStore::new()), model, weather_tools(&calls, None), Agents::new());
+        let engine = engine(Arc::new(InMemoryStore::new()), model, weather_tools(&calls, None), Agents::new());
         async move { engine.start(&workflow(spec), json!("loop forever")).await.unwrap() }
     };
 
@@ -331,7 +331,7 @@ async fn budgets_end_the_run_with_budget_exceeded() {
             Ok("slow")
         }))
         .unwrap();
-    let engine = engine(Arc::new(MemoryStore::new()), always_tools(), tools, Agents::new());
+    let engine = engine(Arc::new(InMemoryStore::new()), always_tools(), tools, Agents::new());
     let mut spec = AgentSpec::new("slow", "fast");
     spec.tools = vec!["weather".into()];
     spec.budget = Budget { wall_time_ms: Some(50), ..Budget::default() };
@@ -367,7 +367,7 @@ fn searches_until_guided(request: &ChatRequest) -> ChatResponse {
 #[tokio::test]
 async fn a_stuck_agent_fails_stops_or_escalates_to_a_person() {
     let calls = Counter::default();
-    let start = |on_stuck: OnStuck, store: Arc<MemoryStore>| {
+    let start = |on_stuck: OnStuck, store: Arc<InMemoryStore>| {
         let model = scripted(searches_until_guided);
         let engine = engine(store, model.clone(), failing_tools(&calls), Agents::new());
         let mut spec = AgentSpec::new("searcher", "fast");
@@ -377,7 +377,7 @@ async fn a_stuck_agent_fails_stops_or_escalates_to_a_person() {
         (engine, workflow(spec), model)
     };
 
-    let (engine, flow, model) = start(OnStuck::Fail, Arc::new(MemoryStore::new()));
+    let (engine, flow, model) = start(OnStuck::Fail, Arc::new(InMemoryStore::new()));
     let report = engine.start(&flow, json!("find it")).await.unwrap();
     let error = report.error.unwrap();
     assert_eq!(error.code, AGENT_STUCK);
@@ -386,11 +386,11 @@ async fn a_stuck_agent_fails_stops_or_escalates_to_a_person() {
     let seen = tool_results(&model.requests()[1]);
     assert!(seen[0].2 && seen[0].1.starts_with("error (not_found): search: nothing for"), "{seen:?}");
 
-    let (engine, flow, _) = start(OnStuck::Stop, Arc::new(MemoryStore::new()));
+    let (engine, flow, _) = start(OnStuck::Stop, Arc::new(InMemoryStore::new()));
     let report = engine.start(&flow, json!("find it")).await.unwrap();
     assert_eq!(report.output, Some(json!("still looking")), "stop ends with the last text");
 
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let (engine, flow, model) = start(OnStuck::Escalate, store.clone());
     let report = engine.start(&flow, json!("find it")).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended);
@@ -417,7 +417,7 @@ async fn an_approval_gated_tool_waits_for_a_person_and_a_rejection_is_a_result()
     tools.register(counting_tool("delete", def, &calls, false)).unwrap();
     let mut spec = AgentSpec::new("cleaner", "fast");
     spec.tools = vec!["delete".into()];
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), model.clone(), tools, Agents::new());
     let flow = workflow(spec);
 
@@ -476,7 +476,7 @@ async fn an_agent_delegates_a_task_and_hands_off_to_another() {
     lead.delegates = vec!["researcher".into()];
     lead.handoffs = vec!["writer".into()];
     let agents = Agents::new().with(agent("researcher")).with(agent("writer"));
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), model.clone(), Tools::new(), agents);
     let report = engine.start(&workflow(lead.clone()), json!("Tell me about Oslo")).await.unwrap();
     assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
@@ -530,7 +530,7 @@ async fn hooks_hear_start_complete_and_stuck_and_bad_calls_are_results() {
     });
     let calls = Counter::default();
     let agents = Agents::new().hook(hooks.clone());
-    let first = engine(Arc::new(MemoryStore::new()), model, weather_tools(&calls, None), agents);
+    let first = engine(Arc::new(InMemoryStore::new()), model, weather_tools(&calls, None), agents);
     let report = first.start(&workflow(support_agent()), json!("?")).await.unwrap();
     let seen: Vec<(String, String, bool)> = serde_json::from_str(report.output.unwrap().as_str().unwrap()).unwrap();
     assert!(seen[0].1.starts_with("there is no tool named \"teleport\"; the tools are: time, weather"), "{seen:?}");
@@ -547,7 +547,7 @@ async fn hooks_hear_start_complete_and_stuck_and_bad_calls_are_results() {
     stuck.tools = vec!["search".into()];
     stuck.stuck_after = Some(1);
     let stuck_engine = engine(
-        Arc::new(MemoryStore::new()),
+        Arc::new(InMemoryStore::new()),
         scripted(searches_until_guided),
         failing_tools(&calls),
         Agents::new().hook(hooks.clone()),
@@ -574,7 +574,7 @@ async fn agents_handing_a_conversation_back_and_forth_still_stop() {
         spec
     };
     let agents = Agents::new().with(agent("ping", "pong")).with(agent("pong", "ping"));
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), model.clone(), Tools::new(), agents);
     let report = engine.start(&workflow(agent("ping", "pong")), json!("go")).await.unwrap();
     assert_eq!(report.error.unwrap().code, BUDGET_EXCEEDED);
@@ -642,7 +642,7 @@ async fn cancelling_a_run_kills_a_running_tool_and_drops_a_waiting_model_call() 
         None => use_tools(&[("s", "slow", json!({}))]),
         Some((_, content, _)) => say(content),
     });
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), model.clone(), tools, Agents::new());
     let mut spec = AgentSpec::new("waiter", "fast");
     spec.tools = vec!["slow".into()];
@@ -671,7 +671,7 @@ async fn cancelling_a_run_kills_a_running_tool_and_drops_a_waiting_model_call() 
     let mut models = Models::new();
     models.bind_adapter("fast", "hanging-1", hanging, None);
     let engine =
-        Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(Arc::new(models)).build();
+        Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).service(Arc::new(models)).build();
     let run: RunId = "01890000-0000-7000-8000-0000000ca9c2".parse().unwrap();
     let running = tokio::spawn({
         let (engine, flow) = (engine.clone(), workflow(AgentSpec::new("waiter", "fast")));

@@ -6,7 +6,9 @@ mod support;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stepwright_core::{Engine, ErrorCode, MemoryStore, Node, Record, RunId, RunStatus, StartOptions, Store, Workflow};
+use stepwright_core::{
+    Engine, ErrorCode, InMemoryStore, Node, Record, RunId, RunStatus, StartOptions, Store, Workflow,
+};
 use stepwright_llm::{
     Cassette, CassetteMode, LlmSpec, LlmStep, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, rollup,
 };
@@ -30,7 +32,7 @@ fn models(server_url: &str) -> Models {
     models
 }
 
-fn engine(store: Arc<MemoryStore>, models: Models) -> Engine {
+fn engine(store: Arc<InMemoryStore>, models: Models) -> Engine {
     Engine::builder().store(store as Arc<dyn Store>).service(Arc::new(models)).build()
 }
 
@@ -51,7 +53,7 @@ async fn a_wrong_answer_gets_one_repair_turn_that_shows_the_validation_errors() 
         answer("{\"category\": \"billing\", \"confidence\": null}"),
     ])
     .await;
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), models(&server.url));
     let report = engine.start(&classify(), json!("I was charged twice")).await.unwrap();
     assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
@@ -95,7 +97,7 @@ async fn a_wrong_answer_gets_one_repair_turn_that_shows_the_validation_errors() 
 #[tokio::test]
 async fn answers_that_stay_wrong_fail_with_output_validation() {
     let server = FakeServer::start(vec![answer("not json"), answer("{\"category\": 7}")]).await;
-    let engine = engine(Arc::new(MemoryStore::new()), models(&server.url));
+    let engine = engine(Arc::new(InMemoryStore::new()), models(&server.url));
     let report = engine.start(&classify(), json!({ "prompt": "?" })).await.unwrap();
     assert_eq!(report.status, RunStatus::Failed);
     let error = report.error.unwrap();
@@ -112,7 +114,7 @@ async fn a_crash_after_the_first_call_resumes_without_paying_for_it_again() {
         answer("{\"category\": \"bug\"}"),
     ])
     .await;
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), models(&server.url));
     // call.0 is committed; call.1's commit fails as if the process died right after the
     // provider answered.
@@ -136,7 +138,8 @@ async fn a_cassette_records_then_replays_offline_and_a_miss_names_the_step() {
     let path = dir.path().join("classify.cassette.json");
     let server = FakeServer::start(vec![answer("{\"category\": \"bug\"}")]).await;
     let recording = models(&server.url).with_cassette(Cassette::open(&path, CassetteMode::Record).unwrap());
-    let report = engine(Arc::new(MemoryStore::new()), recording).start(&classify(), json!("it crashes")).await.unwrap();
+    let report =
+        engine(Arc::new(InMemoryStore::new()), recording).start(&classify(), json!("it crashes")).await.unwrap();
     assert_eq!(report.output, Some(json!({ "category": "bug" })));
     let file: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(file["version"], json!(1));
@@ -154,7 +157,7 @@ async fn a_cassette_records_then_replays_offline_and_a_miss_names_the_step() {
         )
         .unwrap();
     let replaying = offline.with_cassette(Cassette::open(&path, CassetteMode::Replay).unwrap());
-    let engine = engine(Arc::new(MemoryStore::new()), replaying);
+    let engine = engine(Arc::new(InMemoryStore::new()), replaying);
     let replayed = engine.start(&classify(), json!("it crashes")).await.unwrap();
     assert_eq!(replayed.output, Some(json!({ "category": "bug" })));
     assert_eq!(server.requests().len(), 1, "nothing reached the server");
@@ -174,7 +177,7 @@ async fn auto_mode_calls_only_what_is_not_recorded() {
     let server = FakeServer::start(vec![answer("{\"category\": \"bug\"}"), answer("{\"category\": \"other\"}")]).await;
     for (input, expected) in [("one", "bug"), ("one", "bug"), ("two", "other"), ("two", "other")] {
         let models = models(&server.url).with_cassette(Cassette::open(&path, CassetteMode::Auto).unwrap());
-        let report = engine(Arc::new(MemoryStore::new()), models).start(&classify(), json!(input)).await.unwrap();
+        let report = engine(Arc::new(InMemoryStore::new()), models).start(&classify(), json!(input)).await.unwrap();
         assert_eq!(report.output, Some(json!({ "category": expected })));
     }
     assert_eq!(server.requests().len(), 2);
@@ -188,7 +191,7 @@ async fn a_binding_without_a_key_says_which_variable_to_set() {
         ..ModelConfig::new(Provider::Anthropic, "claude")
     };
     models.bind("fast", &config).unwrap();
-    let report = engine(Arc::new(MemoryStore::new()), models).start(&classify(), json!("x")).await.unwrap();
+    let report = engine(Arc::new(InMemoryStore::new()), models).start(&classify(), json!("x")).await.unwrap();
     let error = report.error.unwrap();
     assert_eq!(error.code.as_str(), "model_config");
     assert!(error.message.contains("ANTHROPIC_API_KEY"), "{}", error.message);
@@ -229,7 +232,7 @@ async fn tokens_stream_to_the_steps_sink_as_they_arrive() {
     let server = FakeServer::start(vec![Reply::sse(&stream, 9)]).await;
     let tokens = Arc::new(Tokens::default());
     let engine = Engine::builder()
-        .store(Arc::new(MemoryStore::new()) as Arc<dyn Store>)
+        .store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>)
         .service(Arc::new(models(&server.url)))
         .observer(tokens.clone())
         .build();

@@ -12,7 +12,9 @@ use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use stepwright_core::bank::{MemoryAddress, MemoryBank, MemoryScope};
 use stepwright_core::session::{Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore};
-use stepwright_core::{Caller, Engine, MemoryStore, Node, RunId, RunStatus, StartOptions, Store, StoreError, Workflow};
+use stepwright_core::{
+    Caller, Engine, InMemoryStore, Node, RunId, RunStatus, StartOptions, Store, StoreError, Workflow,
+};
 use stepwright_llm::{
     AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, Memories, MemoryRecallSpec, MemoryRecallStep,
     MemoryStoreSpec, MemoryStoreStep, Message, Models, ScopeKind, ScriptedModel, Sessions, Usage,
@@ -43,7 +45,7 @@ fn echo_model() -> Arc<ScriptedModel> {
     )
 }
 
-fn engine(store: Arc<MemoryStore>, sessions: Arc<dyn SessionStore>, model: Arc<ScriptedModel>) -> Engine {
+fn engine(store: Arc<InMemoryStore>, sessions: Arc<dyn SessionStore>, model: Arc<ScriptedModel>) -> Engine {
     let mut models = Models::new();
     models.bind_adapter("fast", "scripted-1", model, None);
     Engine::builder()
@@ -72,14 +74,14 @@ fn say(session: &str, prompt: &str) -> Value {
     json!({ "prompt": prompt, "session": session })
 }
 
-async fn history(store: &MemoryStore, session: &str, owner: &Caller) -> Vec<Value> {
+async fn history(store: &InMemoryStore, session: &str, owner: &Caller) -> Vec<Value> {
     let history = store.session_history(session, &SessionOwner::from(owner), 1000).await.unwrap();
     history.into_iter().map(|m| m.message).collect()
 }
 
 #[tokio::test]
 async fn an_agent_continues_its_session_across_runs() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let model = echo_model();
     let engine = engine(store.clone(), store.clone(), model.clone());
     let first = engine.start_with(&chat(assistant()), say("s-1", "My name is Alice."), alice()).await.unwrap();
@@ -119,7 +121,7 @@ async fn an_agent_continues_its_session_across_runs() {
 
 #[tokio::test]
 async fn a_session_keeps_only_its_newest_messages() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let model = echo_model();
     let engine = engine(store.clone(), store.clone(), model.clone());
     let mut spec = assistant();
@@ -138,7 +140,7 @@ async fn a_session_keeps_only_its_newest_messages() {
     assert_eq!(stored[1], serde_json::to_value(Message::user("three")).unwrap());
 
     // The service's cap applies to agents that set none.
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let model = echo_model();
     let mut models = Models::new();
     models.bind_adapter("fast", "scripted-1", model.clone(), None);
@@ -154,7 +156,7 @@ async fn a_session_keeps_only_its_newest_messages() {
 
 #[tokio::test]
 async fn someone_elses_session_is_access_denied() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let model = echo_model();
     let engine = engine(store.clone(), store.clone(), model.clone());
     engine.start_with(&chat(assistant()), say("s-1", "secret plans"), alice()).await.unwrap();
@@ -176,7 +178,7 @@ async fn someone_elses_session_is_access_denied() {
 /// Saves to the session, then (the first time) makes the next journal commit fail, as if
 /// the process died right after the session append and before the journal recorded it.
 struct CrashAfterSave {
-    inner: Arc<MemoryStore>,
+    inner: Arc<InMemoryStore>,
     armed: std::sync::atomic::AtomicBool,
 }
 
@@ -207,7 +209,7 @@ impl SessionStore for CrashAfterSave {
 
 #[tokio::test]
 async fn a_crash_right_after_a_session_save_does_not_save_twice() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let model = echo_model();
     let engine =
         engine(store.clone(), Arc::new(CrashAfterSave { inner: store.clone(), armed: true.into() }), model.clone());
@@ -243,7 +245,7 @@ fn memory_flow(scope: ScopeKind, limit: usize) -> Workflow {
 
 #[tokio::test]
 async fn memory_store_and_recall_by_query_key_and_newest() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), store.clone(), echo_model());
     let flow = memory_flow(ScopeKind::User, 5);
     let facts = [
@@ -291,7 +293,7 @@ async fn memory_store_and_recall_by_query_key_and_newest() {
 
 #[tokio::test]
 async fn memory_scopes_resolve_against_the_run() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), store.clone(), echo_model());
 
     // Run scope: each run sees only its own items, and erasing the run erases them.
@@ -349,7 +351,7 @@ fn only_global() -> Workflow {
 
 #[tokio::test]
 async fn memory_steps_reject_bad_input() {
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), store.clone(), echo_model());
     for (input, expect) in [
         (json!({ "store": { "key": "k" } }), "memory.store takes"),

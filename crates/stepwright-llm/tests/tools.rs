@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stepwright_core::{Effect, Engine, ErrorCode, MemoryStore, RunReport, RunStatus, Store, Workflow};
+use stepwright_core::{Effect, Engine, ErrorCode, InMemoryStore, RunReport, RunStatus, Store, Workflow};
 use stepwright_llm::{
     CommandTool, HttpTool, TOOL_FAILED, TOOL_NOT_FOUND, TOOL_TIMEOUT, Tool, ToolDef, ToolStep, Tools,
 };
@@ -24,7 +24,7 @@ async fn call(tool: Arc<dyn Tool>, args: Value) -> RunReport {
     let node = ToolStep::node("call", &tools, &name).unwrap();
     let workflow = Workflow::builder("tools").step(node).build().unwrap();
     let engine =
-        Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(Arc::new(tools)).build();
+        Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).service(Arc::new(tools)).build();
     engine.start(&workflow, args).await.unwrap()
 }
 
@@ -185,7 +185,7 @@ async fn a_tool_node_carries_the_tools_approval_gate_and_effect_fence() {
     let tools = Tools::new().with(tool).unwrap();
     let node = ToolStep::node("call", &tools, "wipe").unwrap();
     let workflow = Workflow::builder("tools").step(node).build().unwrap();
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).service(Arc::new(tools)).build();
     let report = engine.start(&workflow, json!({})).await.unwrap();
     assert_eq!(report.status, RunStatus::Suspended, "nothing runs before a person approves");

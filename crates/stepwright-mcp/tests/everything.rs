@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stepwright_core::{Effect, Engine, MemoryStore, Node, RunStatus, Store, Workflow};
+use stepwright_core::{Effect, Engine, InMemoryStore, Node, RunStatus, Store, Workflow};
 use stepwright_llm::{
     AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, Models, ScriptedModel, ToolCall, ToolStep, Tools,
     Usage,
@@ -43,7 +43,8 @@ fn stdio_config(script: &str) -> ServerConfig {
 async fn call(tools: &Arc<Tools>, tool: &str, args: Value) -> Value {
     let node = ToolStep::node("call", tools, tool).unwrap();
     let workflow = Workflow::builder("mcp").step(node).build().unwrap();
-    let engine = Engine::builder().store(Arc::new(MemoryStore::new()) as Arc<dyn Store>).service(tools.clone()).build();
+    let engine =
+        Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).service(tools.clone()).build();
     let report = engine.start(&workflow, args).await.unwrap();
     assert_eq!(report.status, RunStatus::Completed, "{:?}", report.error);
     report.output.unwrap()
@@ -111,7 +112,7 @@ async fn an_agent_calls_mcp_tools_in_parallel() {
     spec.tools = vec!["everything.echo".into(), "everything.get-sum".into()];
     let workflow = Workflow::builder("agent").step(Node::dyn_step("agent", AgentStep::new(spec))).build().unwrap();
     let engine = Engine::builder()
-        .store(Arc::new(MemoryStore::new()) as Arc<dyn Store>)
+        .store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>)
         .service(Arc::new(models))
         .service(Arc::new(tools))
         .build();

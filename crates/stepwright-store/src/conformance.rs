@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use serde_json::json;
 use stepwright_core::bank::{MemoryAddress, MemoryBank, MemoryItem, MemoryScope, MemorySearch};
-use stepwright_core::journal::{JournalBatch, JournalEntry, Retention, RunFilter, RunRecord, StatusUpdate};
+use stepwright_core::journal::{JournalBatch, JournalEntry, RunRecord};
 use stepwright_core::session::{SessionAppend, SessionOwner, SessionStore};
+use stepwright_core::store::{Retention, RunFilter, StatusUpdate};
 use stepwright_core::{
     Caller, ContentHash, Decision, InterruptId, InterruptRequest, Record, Resolution, RunId, RunStatus, StepError,
     StepPath, Store, StoreError, Timestamp,

@@ -16,10 +16,10 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Row, Transaction};
 use stepwright_core::journal::{
-    CancelOutcome, CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, Lineage, LoadedRun,
-    Removed, Retention, RunFilter, RunRecord, StatusUpdate, decide_cancel, effective_update, referenced_blob,
-    retention_victims,
+    CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, Lineage, LoadedRun, RunRecord,
 };
+use stepwright_core::store::backend::{decide_cancel, effective_update, referenced_blob, retention_victims};
+use stepwright_core::store::{CancelOutcome, Removed, Retention, RunFilter, StatusUpdate};
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 
 use crate::encoding::{CODEC_JSON, EncodedBlobs, backend, decode_blob, encode_batch_blobs};

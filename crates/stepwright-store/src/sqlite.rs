@@ -16,10 +16,12 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use stepwright_core::journal::{
-    CancelOutcome, CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Removed,
-    Retention, RunFilter, RunRecord, StatusUpdate, check_fence, decide_cancel, effective_update, is_due,
-    referenced_blob, retention_victims, try_claim, try_take_over,
+    CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, RunRecord,
 };
+use stepwright_core::store::backend::{
+    check_fence, decide_cancel, effective_update, is_due, referenced_blob, retention_victims, try_claim, try_take_over,
+};
+use stepwright_core::store::{CancelOutcome, Removed, Retention, RunFilter, StatusUpdate};
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
 use tokio::sync::oneshot;
 

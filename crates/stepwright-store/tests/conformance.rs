@@ -2,12 +2,12 @@
 
 use std::sync::Arc;
 
-use stepwright_core::MemoryStore;
+use stepwright_core::InMemoryStore;
 use stepwright_store::{SqliteOptions, SqliteStore, Synchronous, conformance};
 
 #[tokio::test]
 async fn memory_store_conforms() {
-    conformance::run_all(|| async { Arc::new(MemoryStore::new()) }).await;
+    conformance::run_all(|| async { Arc::new(InMemoryStore::new()) }).await;
 }
 
 #[tokio::test]

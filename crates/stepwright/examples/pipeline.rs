@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use stepwright::{
-    Backoff, Effect, Engine, ErrorCode, Event, Expr, Fork, ForkMode, Loop, MemoryStore, Node, Outcome, PathResult,
+    Backoff, Effect, Engine, ErrorCode, Event, Expr, Fork, ForkMode, InMemoryStore, Loop, Node, Outcome, PathResult,
     Record, RetryPolicy, Step, StepContext, StepError, Store, Verdict, Workflow, fn_step,
 };
 
@@ -135,7 +135,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .build()?;
 
-    let store = Arc::new(MemoryStore::new());
+    let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
     let report = engine.start(&workflow, json!({ "product": "Stepwright", "max_words": 8 })).await?;
 

@@ -12,19 +12,21 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{ContextParts, Memory, Services, StepContext};
+use crate::context::{ContextParts, StepContext};
+use crate::definition::OnFailure;
 use crate::definition::{
     EveryOnError, ForkMode, ForkPaths, ForkSpec, GraphSpec, InputSource, LoopOnError, LoopSpec, Node, NodeKind,
     OnMaxIterations, PathResult, Verdict,
 };
-use crate::engine::run::{Crash, RunShared};
 use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::ids::{InterruptId, StepPath, Timestamp};
 use crate::journal::Record;
 use crate::outcome::{Decision, InterruptRequest, OutcomeKind};
-use crate::policy::{GuardrailStage, OnFailure, apply_guardrails};
+use crate::policy::{GuardrailStage, apply_guardrails};
+use crate::recording::{RunShared, StoreFailed};
 use crate::scope::Scope;
+use crate::services::{ProvidedLayers, Services};
 
 /// How a node ended, as seen by its parent.
 #[derive(Debug, Clone)]
@@ -37,7 +39,7 @@ pub(crate) enum Flow {
     Failed(StepError),
 }
 
-pub(crate) type Res = Result<Flow, Crash>;
+pub(crate) type Res = Result<Flow, StoreFailed>;
 
 /// How often a step parked on a mailbox (an inbox, a wake channel) looks at the store for
 /// what another process sent; sends in this process wake it at once.
@@ -46,7 +48,7 @@ const MAILBOX_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 /// What descendants inherit.
 #[derive(Clone)]
 pub(crate) struct Env {
-    pub(crate) memory: Memory,
+    pub(crate) layers: ProvidedLayers,
     pub(crate) cancel: CancellationToken,
     /// The services steps here see: the run's, with each enclosing subworkflow's own on top
     /// (a called file's tools and agents are its own, not its caller's).
@@ -296,7 +298,7 @@ impl Exec {
             if let Some(observer) = &self.run.observer {
                 observer.step_started(self.run.run_id, path, attempt);
             }
-            let key = fenced.then(|| idempotency_key(self.run.run_id, path));
+            let key = fenced.then(|| crate::ids::idempotency_key(self.run.run_id, path));
             if let Some(key) = &key {
                 // The fence: the intent is durable before the effect can happen.
                 self.run.recorder.commit(path, self.now(), Record::Intent { attempt, key: key.clone() }).await?;
@@ -367,7 +369,7 @@ impl Exec {
 
     /// Waits for a journaled time. `Some(flow)` when the run must stop instead (cancelled, or
     /// the wait is longer than the engine waits in process).
-    async fn wait_until(&self, due: Timestamp, env: &Env) -> Result<Option<Flow>, Crash> {
+    async fn wait_until(&self, due: Timestamp, env: &Env) -> Result<Option<Flow>, StoreFailed> {
         let now = self.now();
         if due <= now {
             return Ok(None);
@@ -468,7 +470,7 @@ impl Exec {
         // The work gets its own token: a timeout cancels it (and everything below it), and
         // dropping the future stops it at its next await point.
         let local =
-            Env { memory: env.memory.clone(), cancel: env.cancel.child_token(), services: env.services.clone() };
+            Env { layers: env.layers.clone(), cancel: env.cancel.child_token(), services: env.services.clone() };
         let work = self.run_kind(node, path, attempt, input, scope, &local, key);
         tokio::select! {
             result = work => result,
@@ -495,7 +497,7 @@ impl Exec {
             NodeKind::Sequence(body) => self.exec_seq(body, path, input, scope, env).await,
             NodeKind::Provide { layers, body } => {
                 let inner =
-                    Env { memory: env.memory.with(layers), cancel: env.cancel.clone(), services: env.services.clone() };
+                    Env { layers: env.layers.with(layers), cancel: env.cancel.clone(), services: env.services.clone() };
                 self.exec_seq(body, path, input, scope, &inner).await
             }
             NodeKind::Branch { arms, otherwise } => {
@@ -564,9 +566,9 @@ impl Exec {
                 {
                     return Ok(Flow::Failed(error));
                 }
-                let memory = if spawn.is_some() { self.run.root_memory.clone() } else { env.memory.clone() };
+                let layers = if spawn.is_some() { self.run.root_layers.clone() } else { env.layers.clone() };
                 let services = env.services.layered(workflow.services());
-                let inner = Env { memory, cancel: env.cancel.child_token(), services };
+                let inner = Env { layers, cancel: env.cancel.child_token(), services };
                 let mut child_scope = scope.isolated(input.clone());
                 let body = self.exec_seq(&def.body, path, input, &mut child_scope, &inner);
                 let flow = match spawn {
@@ -611,7 +613,7 @@ impl Exec {
             path: path.clone(),
             attempt,
             scope: scope.clone(),
-            memory: env.memory.clone(),
+            layers: env.layers.clone(),
             services: env.services.clone(),
             // Nothing cancels one leaf alone: timeouts and fork paths already own a child
             // token, so the leaf shares its parent's (a child token costs two locks).
@@ -628,7 +630,7 @@ impl Exec {
         ctx: &StepContext,
         ordinal: u32,
         request: InterruptRequest,
-    ) -> Result<Result<Decision, Flow>, Crash> {
+    ) -> Result<Result<Decision, Flow>, StoreFailed> {
         let result = ctx.interrupt_with_ordinal(ordinal, request).await;
         let (pending, failure) = ctx.take_pending();
         if !pending.is_empty() {
@@ -784,7 +786,7 @@ impl Exec {
                 child.bind_var(name, item.clone());
             }
             let child_env =
-                Env { memory: env.memory.clone(), cancel: fork_cancel.child_token(), services: env.services.clone() };
+                Env { layers: env.layers.clone(), cancel: fork_cancel.child_token(), services: env.services.clone() };
             let path = path.index(index);
             async move {
                 let result = self.exec_seq(body, &path, item, &mut child, &child_env).await;
@@ -1058,7 +1060,7 @@ impl Exec {
         park: std::time::Duration,
         after: Option<u64>,
         env: &Env,
-    ) -> Result<Result<Option<(u64, Value)>, Flow>, Crash> {
+    ) -> Result<Result<Option<(u64, Value)>, Flow>, StoreFailed> {
         let deadline = self.now().plus(park);
         let store = self.run.recorder.store();
         loop {
@@ -1068,7 +1070,7 @@ impl Exec {
             match store.next_message(self.run.run_id, inbox, after).await {
                 Ok(Some(found)) => return Ok(Ok(Some(found))),
                 Ok(None) => {}
-                Err(error) => return Err(Crash(error)),
+                Err(error) => return Err(StoreFailed(error)),
             }
             let now = self.now();
             if now >= deadline {
@@ -1087,10 +1089,12 @@ impl Exec {
 
     /// The newest wake-up stored on an `every` wake inbox after `after`, if any: several
     /// waiting wake-ups start one tick.
-    async fn pending_wake(&self, inbox: &str, after: Option<u64>) -> Result<Option<u64>, Crash> {
+    async fn pending_wake(&self, inbox: &str, after: Option<u64>) -> Result<Option<u64>, StoreFailed> {
         let store = self.run.recorder.store();
         let mut newest = None;
-        while let Some((seq, _)) = store.next_message(self.run.run_id, inbox, newest.or(after)).await.map_err(Crash)? {
+        while let Some((seq, _)) =
+            store.next_message(self.run.run_id, inbox, newest.or(after)).await.map_err(StoreFailed)?
+        {
             newest = Some(seq);
         }
         Ok(newest)
@@ -1098,7 +1102,7 @@ impl Exec {
 
     /// Waits for a wake-up on an `every` wake inbox after `after`: at once when it is sent
     /// in this process, within the poll interval when another process sends it.
-    async fn wait_for_wake(&self, inbox: &str, after: Option<u64>) -> Result<u64, Crash> {
+    async fn wait_for_wake(&self, inbox: &str, after: Option<u64>) -> Result<u64, StoreFailed> {
         loop {
             let notified = self.run.mailboxes.notify.notified();
             tokio::pin!(notified);
@@ -1277,15 +1281,4 @@ impl Exec {
             tick += 1;
         }
     }
-}
-
-/// The idempotency key of a fenced step: SHA-256 of run id and step path, hex. A fallback
-/// (`step/@fallback`) gets the key of the step it stands in for, so a reconciling fallback
-/// can look up whether the original effect happened.
-pub(crate) fn idempotency_key(run: crate::ids::RunId, path: &StepPath) -> String {
-    let mut text = path.as_str();
-    while let Some(stripped) = text.strip_suffix("/@fallback") {
-        text = stripped;
-    }
-    ContentHash::of_parts(&[run.as_uuid().as_bytes(), text.as_bytes()]).to_hex()
 }

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::definition::Workflow;
-use crate::engine::run::{ReplayIndex, ReplayMode};
-use crate::engine::{Engine, EngineError, EngineInner, Mailboxes};
+use crate::engine::{Engine, EngineError, EngineInner};
 use crate::hash::ContentHash;
 use crate::ids::{RunId, StepPath};
-use crate::journal::{
-    JournalBatch, Lease, Lineage, LoadedRun, MemoryStore, Record, RunRecord, RunStatus, StatusUpdate, Store,
-};
+use crate::journal::{JournalBatch, Lease, Lineage, LoadedRun, Record, RunRecord, RunStatus};
+use crate::recording::Mailboxes;
+use crate::recording::{ReplayIndex, ReplayMode};
+use crate::store::{InMemoryStore, StatusUpdate, Store};
 
 /// Edits applied to a fork: a new workflow input, and replacement outputs for steps that
 /// completed before the fork point.
@@ -205,9 +205,9 @@ impl Engine {
         workflow: &Workflow,
         original: &LoadedRun,
         index: ReplayIndex,
-    ) -> Result<(crate::engine::RunReport, Arc<MemoryStore>), EngineError> {
+    ) -> Result<(crate::engine::RunReport, Arc<InMemoryStore>), EngineError> {
         let run = original.record.id;
-        let sandbox_store = Arc::new(MemoryStore::new());
+        let sandbox_store = Arc::new(InMemoryStore::new());
         let inner = &self.inner;
         let sandbox = Engine {
             inner: Arc::new(EngineInner {
@@ -218,7 +218,7 @@ impl Engine {
                 config: inner.config.clone(),
                 services: inner.services.clone(),
                 observer: None,
-                cache: Arc::new(crate::engine::MemoryCache::default()),
+                cache: Arc::new(crate::config::InMemoryStepCache::default()),
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: std::sync::Mutex::new(HashMap::new()),
                 cancels: std::sync::Mutex::new(HashMap::new()),

@@ -2,8 +2,7 @@
 
 pub(crate) mod exec;
 mod history;
-pub mod owner;
-pub(crate) mod run;
+pub(crate) mod owner;
 mod runner;
 
 pub use history::{
@@ -15,133 +14,27 @@ pub use runner::{DefinitionResolver, RunOutcome, Runner, RunnerEvent, RunnerLog}
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::{Caller, Memory, Observer, Services};
+use crate::config::{EngineConfig, InMemoryStepCache, StepCache};
 use crate::definition::Workflow;
 use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
+use crate::identity::Caller;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
 use crate::journal::{
-    CancelOutcome, CancelRequest, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, MemoryStore, Record,
-    RunRecord, RunStatus, StatusUpdate, Store, StoreError,
+    CancelRequest, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Record, RunRecord, RunStatus,
 };
 use crate::outcome::{Decision, InterruptKind};
+use crate::recording::{Mailboxes, Recorder, ReplayIndex, RunShared, StoreFailed};
 use crate::runtime::{Clock, Entropy, SystemEntropy, TokioClock};
 use crate::scope::Scope;
+use crate::services::{Observer, ProvidedLayers, Services};
+use crate::store::{CancelOutcome, InMemoryStore, StatusUpdate, Store, StoreError};
 use exec::{Env, Exec, Flow};
-use run::{Crash, Recorder, ReplayIndex, RunShared};
-
-/// When a step's result must be durable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Durability {
-    /// A step's result is committed before the run moves past it (the default). A crash
-    /// loses nothing that completed; a pure or read step that was running re-runs.
-    #[default]
-    Sync,
-    /// Completions of steps without effects (and decisions, values) are written in batches,
-    /// at most `EngineConfig::async_max_delay` or `async_max_entries` apart. A crash may lose
-    /// the last batch: those steps run again on resume (they are pure or read, or their
-    /// outcome is recorded as a failure). Fenced steps (`write`, `external`), interrupts and
-    /// checkpoints are still written at once, so no effect is ever done twice.
-    Async,
-    /// Nothing is written to the store: runs live in memory only and cannot be resumed
-    /// after the process ends (tests, throwaway runs). The loss window is the whole run.
-    None,
-}
-
-/// What is kept of artifacts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArtifactCapture {
-    /// Content and hash.
-    #[default]
-    Full,
-    /// Only the hash (compliance: prove what was seen without keeping it).
-    HashOnly,
-}
-
-/// Engine settings.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// When results must be durable.
-    pub durability: Durability,
-    /// What is kept of artifacts.
-    pub artifacts: ArtifactCapture,
-    /// Timers, retry backoffs and interrupt deadlines up to this long are waited for in
-    /// process; longer ones leave the run suspended with a wake-up time, for a runner to
-    /// resume when due.
-    pub in_process_wait_limit: Duration,
-    /// How long a cancelled step may take to stop on its own before its future is dropped.
-    pub cancel_grace: Duration,
-    /// How long a worker's claim on a run lasts without a heartbeat; heartbeats come every
-    /// third of it. A worker that dies loses its runs to others after at most this long.
-    pub lease_for: Duration,
-    /// `async` durability: the longest a deferred journal entry waits to be written.
-    pub async_max_delay: Duration,
-    /// `async` durability: the most entries that wait before a write.
-    pub async_max_entries: usize,
-    /// How often an engine executing runs asks the store whether any of them was asked to
-    /// cancel from elsewhere (another process, the API). Stores that announce cancels
-    /// (Postgres: `NOTIFY`) answer sooner; this is the fallback.
-    pub cancel_poll: Duration,
-    /// How often a run waiting in process on an interrupt asks the store whether someone
-    /// decided it from elsewhere.
-    pub decision_poll: Duration,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        Self {
-            durability: Durability::Sync,
-            artifacts: ArtifactCapture::Full,
-            in_process_wait_limit: Duration::from_secs(60),
-            cancel_grace: Duration::from_secs(5),
-            lease_for: Duration::from_secs(30),
-            async_max_delay: Duration::from_millis(50),
-            async_max_entries: 512,
-            cancel_poll: Duration::from_millis(100),
-            decision_poll: Duration::from_millis(100),
-        }
-    }
-}
-
-/// Memoized outputs of pure steps, keyed by step identity and input hash.
-pub trait StepCache: Send + Sync + 'static {
-    /// A cached output.
-    fn get(&self, key: &ContentHash) -> Option<Arc<Value>>;
-    /// Stores an output.
-    fn put(&self, key: ContentHash, value: Arc<Value>);
-}
-
-/// A step cache in memory.
-#[derive(Debug, Default)]
-pub struct MemoryCache {
-    entries: Mutex<HashMap<ContentHash, Arc<Value>>>,
-}
-
-impl StepCache for MemoryCache {
-    fn get(&self, key: &ContentHash) -> Option<Arc<Value>> {
-        self.entries.lock().expect("poisoned").get(key).cloned()
-    }
-
-    fn put(&self, key: ContentHash, value: Arc<Value>) {
-        self.entries.lock().expect("poisoned").insert(key, value);
-    }
-}
-
-/// In-process notifications: a message (an inbox message or a wake-up) was stored, so
-/// steps parked on one look now instead of at their next poll.
-#[derive(Default)]
-pub(crate) struct Mailboxes {
-    pub(crate) notify: Notify,
-}
 
 /// The inbox that carries the wake-ups of an `every` wake channel. Wake-ups are stored like
 /// inbox messages, so they reach a run executing in any process and survive a crash; the
@@ -317,7 +210,7 @@ impl EngineBuilder {
         self
     }
 
-    /// The store (default: a fresh [`MemoryStore`]).
+    /// The store (default: a fresh [`InMemoryStore`]).
     #[must_use]
     pub fn store(mut self, store: Arc<dyn Store>) -> Self {
         self.store = Some(store);
@@ -373,13 +266,13 @@ impl EngineBuilder {
         Engine {
             inner: Arc::new(EngineInner {
                 worker_id,
-                store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+                store: self.store.unwrap_or_else(|| Arc::new(InMemoryStore::new())),
                 clock: self.clock.unwrap_or_else(|| Arc::new(TokioClock::new())),
                 entropy,
                 config: Arc::new(self.config),
                 services: self.services,
                 observer: self.observer,
-                cache: self.cache.unwrap_or_else(|| Arc::new(MemoryCache::default())),
+                cache: self.cache.unwrap_or_else(|| Arc::new(InMemoryStepCache::default())),
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: Mutex::new(HashMap::new()),
                 cancels: Mutex::new(HashMap::new()),
@@ -865,7 +758,7 @@ impl Engine {
             observer: inner.observer.clone(),
             cache: inner.cache.clone(),
             mailboxes: inner.mailboxes.clone(),
-            root_memory: Memory::default(),
+            root_layers: ProvidedLayers::default(),
             wake_at: Mutex::new(None),
             wake_checks: Mutex::new(Vec::new()),
             yielded: AtomicBool::new(false),
@@ -898,7 +791,7 @@ impl Engine {
             "user": caller.user,
             "roles": caller.roles,
         }));
-        let env = Env { memory: Memory::default(), cancel: cancel.clone(), services: shared.services.clone() };
+        let env = Env { layers: ProvidedLayers::default(), cancel: cancel.clone(), services: shared.services.clone() };
         let exec = Exec { run: shared.clone() };
         let lost = AtomicBool::new(false);
         let flow = {
@@ -948,7 +841,7 @@ impl Engine {
         }
         let flow = match flow {
             Ok(flow) => flow,
-            Err(Crash(source)) => return Err(EngineError::store(run_id)(source)),
+            Err(StoreFailed(source)) => return Err(EngineError::store(run_id)(source)),
         };
         let (status, output, error) = match flow {
             Flow::Done(last) => {
@@ -992,7 +885,7 @@ impl Engine {
             }
             Flow::Failed(error) => (RunStatus::Failed, None, Some(error)),
         };
-        shared.recorder.flush().await.map_err(|Crash(source)| EngineError::store(run_id)(source))?;
+        shared.recorder.flush().await.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))?;
         let wake_at = *shared.wake_at.lock().expect("poisoned");
         let update = StatusUpdate {
             status,

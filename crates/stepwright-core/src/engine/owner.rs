@@ -8,7 +8,7 @@
 use crate::runtime::Entropy;
 
 /// This machine's name: the kernel's, else `$HOSTNAME`, else `localhost`.
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|name| name.trim().to_owned())
@@ -23,7 +23,7 @@ pub fn local_worker_id(role: &str, entropy: &dyn Entropy) -> String {
 }
 
 /// The host and process id a worker name made by [`local_worker_id`] carries.
-pub fn parse_local(owner: &str) -> Option<(&str, u32)> {
+pub(crate) fn parse_local(owner: &str) -> Option<(&str, u32)> {
     let (_, place) = owner.split_once('@')?;
     let mut parts = place.rsplitn(3, ':');
     let _nonce = parts.next()?;

@@ -200,7 +200,7 @@ impl Runner {
         while let Some(done) = set.join_next().await {
             outcomes.push(done.map_err(|e| EngineError::Store {
                 run: RunId::from_bytes([0; 16]),
-                source: crate::journal::StoreError::Backend { doing: "executing a run".into(), source: Box::new(e) },
+                source: crate::store::StoreError::Backend { doing: "executing a run".into(), source: Box::new(e) },
             })?);
         }
         outcomes.sort_by_key(|(run, _)| *run);

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use stepwright_core::{
-    Engine, EngineConfig, MemoryStore, Record, RunId, SeededEntropy, StepPath, Store, Timestamp, TokioClock,
+    Engine, EngineConfig, InMemoryStore, Record, RunId, SeededEntropy, StepPath, Store, Timestamp, TokioClock,
 };
 
 /// The fixed wall time tests start at.
@@ -13,12 +13,12 @@ pub const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
 /// An engine over a memory store with a clock at `T0` (pause tokio's clock for exact timing)
 /// and seeded entropy.
-pub fn engine() -> (Engine, Arc<MemoryStore>) {
+pub fn engine() -> (Engine, Arc<InMemoryStore>) {
     engine_with(EngineConfig::default())
 }
 
-pub fn engine_with(config: EngineConfig) -> (Engine, Arc<MemoryStore>) {
-    let store = Arc::new(MemoryStore::new());
+pub fn engine_with(config: EngineConfig) -> (Engine, Arc<InMemoryStore>) {
+    let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder()
         .store(store.clone() as Arc<dyn Store>)
         .clock(Arc::new(TokioClock::starting_at(T0)))
@@ -57,12 +57,12 @@ impl Log {
 }
 
 /// The journal records at one path.
-pub fn records_at(store: &MemoryStore, run: RunId, path: &str) -> Vec<Record> {
+pub fn records_at(store: &InMemoryStore, run: RunId, path: &str) -> Vec<Record> {
     store.entries(run).into_iter().filter(|e| e.path == StepPath::new(path)).map(|e| e.record).collect()
 }
 
 /// The `(path, attempt)` of every `Failed` entry with a retry time, and that time.
-pub fn retry_times(store: &MemoryStore, run: RunId) -> Vec<(String, u32, Timestamp)> {
+pub fn retry_times(store: &InMemoryStore, run: RunId) -> Vec<(String, u32, Timestamp)> {
     store
         .entries(run)
         .into_iter()

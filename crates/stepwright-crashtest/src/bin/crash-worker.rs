@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use stepwright_core::journal::RunFilter;
+use stepwright_core::store::RunFilter;
 use stepwright_core::{Engine, EngineConfig, Runner, StartOptions, Store, StoreError};
 use stepwright_crashtest::{Files, mapped_workflow, workflow};
 use stepwright_store::SqliteStore;

@@ -185,7 +185,7 @@ pub fn fast_http() -> stepwright_llm::HttpOptions {
 }
 
 /// The paths a run completed, in journal order (steps and sub-steps).
-pub fn completed_paths(store: &stepwright_core::MemoryStore, run: stepwright_core::RunId) -> Vec<String> {
+pub fn completed_paths(store: &stepwright_core::InMemoryStore, run: stepwright_core::RunId) -> Vec<String> {
     store
         .entries(run)
         .iter()

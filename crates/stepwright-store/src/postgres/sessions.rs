@@ -5,9 +5,8 @@
 use futures_util::future::BoxFuture;
 use sqlx::Row;
 use stepwright_core::StoreError;
-use stepwright_core::session::{
-    self, Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore, bad_session_id, check_session_id,
-};
+use stepwright_core::session::{Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore};
+use stepwright_core::store::backend::{bad_session_id, check_owner, check_session_id};
 
 use super::{PostgresStore, pg};
 
@@ -27,7 +26,7 @@ async fn owner_check(
     };
     let found: Option<(String, String)> =
         sqlx::query_as(sql).bind(session).fetch_optional(tx).await.map_err(pg(doing))?;
-    session::check_owner(session, found, owner)
+    check_owner(session, found, owner)
 }
 
 impl SessionStore for PostgresStore {
@@ -91,7 +90,7 @@ impl SessionStore for PostgresStore {
                     .fetch_one(&mut *tx)
                     .await
                     .map_err(pg(doing))?;
-            session::check_owner(&append.session, Some((owner_tenant, owner_user)), &append.owner)?;
+            check_owner(&append.session, Some((owner_tenant, owner_user)), &append.owner)?;
             let fresh = sqlx::query(
                 "INSERT INTO stepwright_session_appends (session_id, append_key) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             )

@@ -2,10 +2,8 @@
 
 use futures_util::future::BoxFuture;
 use rusqlite::{OptionalExtension, Row, params};
-use stepwright_core::bank::{
-    MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch, check_address, check_name,
-    query_terms, sort_hits,
-};
+use stepwright_core::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
+use stepwright_core::store::backend::{check_address, check_memory_name, query_terms, sort_hits};
 use stepwright_core::{StoreError, Timestamp};
 
 use super::SqliteStore;
@@ -122,7 +120,7 @@ impl MemoryBank for SqliteStore {
 
     fn memory_search(&self, search: MemorySearch) -> BoxFuture<'_, Result<Vec<MemoryHit>, StoreError>> {
         Box::pin(async move {
-            check_name("namespace", &search.namespace)?;
+            check_memory_name("namespace", &search.namespace)?;
             let doing = "searching memory";
             let limit = i64::try_from(search.limit).unwrap_or(i64::MAX);
             let scope = (search.scope.kind(), search.scope.owner());

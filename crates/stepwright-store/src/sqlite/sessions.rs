@@ -3,9 +3,8 @@
 use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, params};
 use stepwright_core::StoreError;
-use stepwright_core::session::{
-    self, Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore, bad_session_id, check_session_id,
-};
+use stepwright_core::session::{Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore};
+use stepwright_core::store::backend::{bad_session_id, check_owner, check_session_id};
 
 use super::SqliteStore;
 use crate::encoding::backend;
@@ -16,7 +15,7 @@ fn owner_check(conn: &Connection, session: &str, owner: &SessionOwner, doing: &s
         .prepare_cached("SELECT tenant, user_id FROM sessions WHERE id = ?1")
         .and_then(|mut s| s.query_row([session], |r| Ok((r.get(0)?, r.get(1)?))).optional())
         .map_err(|e| backend(doing, e))?;
-    session::check_owner(session, found, owner)
+    check_owner(session, found, owner)
 }
 
 impl SessionStore for SqliteStore {

@@ -1,20 +1,24 @@
-//! Per-run shared state: the recording point and the replay index.
+//! The recording protocol: per-run shared state ([`RunShared`]), the single recording point
+//! ([`Recorder`]) and the replay index that serves what a run already recorded.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
+use tokio::sync::Notify;
 
-use crate::context::{CallKind, Caller, Memory, Observer, Services};
-use crate::engine::{ArtifactCapture, Durability, EngineConfig, Mailboxes, StepCache};
+use crate::config::{ArtifactCapture, Durability, EngineConfig, StepCache};
 use crate::error::StepError;
 use crate::hash::ContentHash;
+use crate::identity::Caller;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
-use crate::journal::{EventRecord, JournalBatch, JournalEntry, LoadedRun, Record, Store, StoreError};
+use crate::journal::{EventRecord, JournalBatch, JournalEntry, LoadedRun, Record};
 use crate::outcome::{InterruptRequest, Resolution};
 use crate::policy::Effect;
 use crate::runtime::{Clock, Entropy};
+use crate::services::{CallKind, Observer, ProvidedLayers, Services};
+use crate::store::{Store, StoreError};
 
 /// Everything a run's steps share. One per execution (start or resume) of a run.
 pub(crate) struct RunShared {
@@ -31,7 +35,7 @@ pub(crate) struct RunShared {
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) cache: Arc<dyn StepCache>,
     pub(crate) mailboxes: Arc<Mailboxes>,
-    pub(crate) root_memory: Memory,
+    pub(crate) root_layers: ProvidedLayers,
     pub(crate) wake_at: Mutex<Option<Timestamp>>,
     /// Wake inboxes of `every` steps that suspended until their next tick, each with the
     /// last wake-up taken: checked once more after the suspension is written.
@@ -42,7 +46,7 @@ pub(crate) struct RunShared {
 /// The store failed: the run stops at once, as a crashed process would, and can be resumed
 /// from what was committed.
 #[derive(Debug)]
-pub(crate) struct Crash(pub(crate) StoreError);
+pub(crate) struct StoreFailed(pub(crate) StoreError);
 
 /// The single recording point. Entries are buffered and written to the store in one batch
 /// at the next commit, so a step costs one store write (its completion), not one per entry.
@@ -115,7 +119,7 @@ impl Recorder {
     }
 
     /// `async` durability: writes the buffer if its oldest entry is due or it is full.
-    async fn flush_if_due(&self) -> Result<(), Crash> {
+    async fn flush_if_due(&self) -> Result<(), StoreFailed> {
         let Some((delay, most)) = self.window else { return self.flush().await };
         let due = {
             let oldest = *self.oldest.lock().expect("poisoned");
@@ -152,7 +156,7 @@ impl Recorder {
         hash: ContentHash,
         value: Arc<Value>,
         cached: bool,
-    ) -> Result<(), Crash> {
+    ) -> Result<(), StoreFailed> {
         {
             let mut pending = self.pending.lock().expect("poisoned");
             pending.blobs.push((hash, value));
@@ -180,7 +184,7 @@ impl Recorder {
 
     /// Buffers an entry and writes everything buffered; returns once the store has it (in
     /// `sync` durability).
-    pub(crate) async fn commit(&self, path: &StepPath, at: Timestamp, record: Record) -> Result<(), Crash> {
+    pub(crate) async fn commit(&self, path: &StepPath, at: Timestamp, record: Record) -> Result<(), StoreFailed> {
         if self.window.is_some() && matches!(record, Record::Intent { .. }) {
             self.fenced.lock().expect("poisoned").insert(path.clone());
         }
@@ -190,13 +194,13 @@ impl Recorder {
     }
 
     /// Writes everything buffered.
-    pub(crate) async fn flush(&self) -> Result<(), Crash> {
+    pub(crate) async fn flush(&self) -> Result<(), StoreFailed> {
         let _serial = match self.window {
             Some(_) => Some(self.flushing.lock().await),
             None => None,
         };
         if self.crashed.load(Ordering::Relaxed) {
-            return Err(Crash(StoreError::Backend {
+            return Err(StoreFailed(StoreError::Backend {
                 doing: "appending to the journal".into(),
                 source: "an earlier write failed; the run stopped".into(),
             }));
@@ -228,7 +232,7 @@ impl Recorder {
             }
             Err(e) => {
                 self.crashed.store(true, Ordering::Relaxed);
-                Err(Crash(e))
+                Err(StoreFailed(e))
             }
         }
     }
@@ -499,4 +503,11 @@ impl RunShared {
         self.recorder.note(path, self.clock.now(), Record::Artifact { kind: kind.to_owned(), hash, stored });
         hash
     }
+}
+
+/// In-process notifications: a message (an inbox message or a wake-up) was stored, so
+/// steps parked on one look now instead of at their next poll.
+#[derive(Default)]
+pub(crate) struct Mailboxes {
+    pub(crate) notify: Notify,
 }

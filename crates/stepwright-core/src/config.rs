@@ -1,0 +1,110 @@
+//! How an engine behaves: durability, artifact capture, in-process waits, leases, polls, and
+//! the step cache. Read by the recorder and the executor; set by whoever builds the engine.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::hash::ContentHash;
+
+/// When a step's result must be durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// A step's result is committed before the run moves past it (the default). A crash
+    /// loses nothing that completed; a pure or read step that was running re-runs.
+    #[default]
+    Sync,
+    /// Completions of steps without effects (and decisions, values) are written in batches,
+    /// at most `EngineConfig::async_max_delay` or `async_max_entries` apart. A crash may lose
+    /// the last batch: those steps run again on resume (they are pure or read, or their
+    /// outcome is recorded as a failure). Fenced steps (`write`, `external`), interrupts and
+    /// checkpoints are still written at once, so no effect is ever done twice.
+    Async,
+    /// Nothing is written to the store: runs live in memory only and cannot be resumed
+    /// after the process ends (tests, throwaway runs). The loss window is the whole run.
+    None,
+}
+
+/// What is kept of artifacts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactCapture {
+    /// Content and hash.
+    #[default]
+    Full,
+    /// Only the hash (compliance: prove what was seen without keeping it).
+    HashOnly,
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// When results must be durable.
+    pub durability: Durability,
+    /// What is kept of artifacts.
+    pub artifacts: ArtifactCapture,
+    /// Timers, retry backoffs and interrupt deadlines up to this long are waited for in
+    /// process; longer ones leave the run suspended with a wake-up time, for a runner to
+    /// resume when due.
+    pub in_process_wait_limit: Duration,
+    /// How long a cancelled step may take to stop on its own before its future is dropped.
+    pub cancel_grace: Duration,
+    /// How long a worker's claim on a run lasts without a heartbeat; heartbeats come every
+    /// third of it. A worker that dies loses its runs to others after at most this long.
+    pub lease_for: Duration,
+    /// `async` durability: the longest a deferred journal entry waits to be written.
+    pub async_max_delay: Duration,
+    /// `async` durability: the most entries that wait before a write.
+    pub async_max_entries: usize,
+    /// How often an engine executing runs asks the store whether any of them was asked to
+    /// cancel from elsewhere (another process, the API). Stores that announce cancels
+    /// (Postgres: `NOTIFY`) answer sooner; this is the fallback.
+    pub cancel_poll: Duration,
+    /// How often a run waiting in process on an interrupt asks the store whether someone
+    /// decided it from elsewhere.
+    pub decision_poll: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Sync,
+            artifacts: ArtifactCapture::Full,
+            in_process_wait_limit: Duration::from_secs(60),
+            cancel_grace: Duration::from_secs(5),
+            lease_for: Duration::from_secs(30),
+            async_max_delay: Duration::from_millis(50),
+            async_max_entries: 512,
+            cancel_poll: Duration::from_millis(100),
+            decision_poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Memoized outputs of pure steps, keyed by step identity and input hash.
+pub trait StepCache: Send + Sync + 'static {
+    /// A cached output.
+    fn get(&self, key: &ContentHash) -> Option<Arc<Value>>;
+    /// Stores an output.
+    fn put(&self, key: ContentHash, value: Arc<Value>);
+}
+
+/// A step cache in memory.
+#[derive(Debug, Default)]
+pub struct InMemoryStepCache {
+    entries: Mutex<HashMap<ContentHash, Arc<Value>>>,
+}
+
+impl StepCache for InMemoryStepCache {
+    fn get(&self, key: &ContentHash) -> Option<Arc<Value>> {
+        self.entries.lock().expect("poisoned").get(key).cloned()
+    }
+
+    fn put(&self, key: ContentHash, value: Arc<Value>) {
+        self.entries.lock().expect("poisoned").insert(key, value);
+    }
+}

@@ -1,0 +1,591 @@
+//! [`InMemoryStore`]: the store in memory, with all its impls ([`Store`], [`SessionStore`],
+//! [`MemoryBank`]). Replay uses it as a sandbox; tests and examples use it as a store.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+use super::backend::{
+    bad_session_id, check_address, check_fence, check_session_id, decide_cancel, effective_update, is_due, query_terms,
+    referenced_blob, retention_victims, session_denied, sort_hits, try_claim, try_take_over,
+};
+use super::{CancelOutcome, Removed, Retention, RunFilter, StatusUpdate, Store, StoreError};
+use crate::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
+use crate::hash::ContentHash;
+use crate::ids::{RunId, Timestamp};
+use crate::journal::{
+    CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Record, RunRecord,
+    RunStatus,
+};
+use crate::session::{Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore};
+
+#[derive(Default)]
+struct MemoryRun {
+    record: Option<RunRecord>,
+    entries: Vec<JournalEntry>,
+    events: Vec<EventRecord>,
+}
+
+/// A store in memory: for tests, examples, and runs that need no durability.
+///
+/// Each run has its own lock and blobs are sharded, so concurrent runs on several threads
+/// rarely wait for each other.
+#[derive(Default)]
+pub struct InMemoryStore {
+    runs: RwLock<HashMap<RunId, Arc<Mutex<MemoryRun>>>>,
+    /// Inbox messages: `(run, inbox, seq, message)` in posting order.
+    messages: Mutex<Vec<(RunId, String, u64, Value)>>,
+    definitions: Mutex<HashMap<ContentHash, DefinitionSource>>,
+    /// Sessions by id (see [`crate::session`]).
+    pub(crate) sessions: Mutex<HashMap<String, MemorySession>>,
+    /// Memory bank items (see [`crate::bank`]).
+    pub(crate) bank: Mutex<HashMap<MemoryAddress, MemoryItem>>,
+    blobs: [Mutex<HashMap<ContentHash, Arc<Value>>>; BLOB_SHARDS],
+    appends_left: AtomicUsize,
+    fault_armed: std::sync::atomic::AtomicBool,
+}
+
+const BLOB_SHARDS: usize = 16;
+
+impl InMemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fault injection for tests: the next `n` appends succeed, every later one fails
+    /// without writing anything, as a process that died at that point would leave it.
+    pub fn fail_appends_after(&self, n: usize) {
+        self.appends_left.store(n, Ordering::SeqCst);
+        self.fault_armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Turns fault injection off.
+    pub fn heal(&self) {
+        self.fault_armed.store(false, Ordering::SeqCst);
+    }
+
+    /// Every entry of a run, in order (for tests and inspection).
+    pub fn entries(&self, run: RunId) -> Vec<JournalEntry> {
+        self.run(run).map(|r| r.lock().expect("poisoned").entries.clone()).unwrap_or_default()
+    }
+
+    /// A stored blob (a step output or an artifact) by its hash.
+    pub fn blob(&self, hash: &ContentHash) -> Option<Arc<Value>> {
+        self.shard(hash).lock().expect("poisoned").get(hash).cloned()
+    }
+
+    /// The number of distinct blobs.
+    pub fn blob_count(&self) -> usize {
+        self.blobs.iter().map(|shard| shard.lock().expect("poisoned").len()).sum()
+    }
+
+    fn run(&self, run: RunId) -> Option<Arc<Mutex<MemoryRun>>> {
+        self.runs.read().expect("poisoned").get(&run).cloned()
+    }
+
+    /// Runs `change` on a run's header under the run's lock.
+    fn with_record<T>(
+        &self,
+        run: RunId,
+        change: impl FnOnce(&mut RunRecord) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+        let mut data = data.lock().expect("poisoned");
+        change(data.record.as_mut().ok_or(StoreError::RunNotFound(run))?)
+    }
+
+    fn shard(&self, hash: &ContentHash) -> &Mutex<HashMap<ContentHash, Arc<Value>>> {
+        &self.blobs[usize::from(hash.as_bytes()[0]) % BLOB_SHARDS]
+    }
+
+    fn check_fault(&self) -> Result<(), StoreError> {
+        if !self.fault_armed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let left = self.appends_left.load(Ordering::SeqCst);
+        if left == 0 {
+            return Err(StoreError::Backend {
+                doing: "appending to the journal".into(),
+                source: "injected fault".into(),
+            });
+        }
+        self.appends_left.store(left - 1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+impl Store for InMemoryStore {
+    fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = (|| {
+            let mut runs = self.runs.write().expect("poisoned");
+            if runs.contains_key(&record.id) {
+                return Err(StoreError::RunExists(record.id));
+            }
+            let id = record.id;
+            runs.insert(id, Arc::new(Mutex::new(MemoryRun { record: Some(record), ..MemoryRun::default() })));
+            Ok(())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn append<'a>(
+        &'a self,
+        run: RunId,
+        fence: Option<u64>,
+        batch: &'a mut JournalBatch,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let result = (|| {
+            self.check_fault()?;
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            check_fence(data.record.as_ref(), run, fence)?;
+            for (hash, value) in batch.blobs.drain(..) {
+                self.shard(&hash).lock().expect("poisoned").entry(hash).or_insert(value);
+            }
+            data.entries.append(&mut batch.entries);
+            data.events.append(&mut batch.events);
+            Ok(())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = (|| {
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            let record = data.record.as_ref().ok_or(StoreError::RunNotFound(run))?;
+            // A finished run says so first, whatever the writer's token (this store drops
+            // the lease of a finished run, where the SQL stores keep its token).
+            let update = effective_update(run, record.status, record.cancel.as_ref(), update)?;
+            check_fence(data.record.as_ref(), run, update.fence)?;
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+            if update.status != RunStatus::Running {
+                record.lease = None;
+            }
+            record.status = update.status;
+            record.output = update.output;
+            record.error = update.error;
+            record.updated_at = update.at;
+            record.wake_at = update.wake_at;
+            Ok(())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn load_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        let result = (|| {
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let data = data.lock().expect("poisoned");
+            let record = data.record.clone().ok_or(StoreError::RunNotFound(run))?;
+            let entries = data.entries.get(usize::try_from(from).unwrap_or(usize::MAX)..).unwrap_or_default();
+            let mut blobs = HashMap::new();
+            for entry in entries {
+                if let Record::Completed { output, .. } = &entry.record
+                    && let Some(value) = self.shard(output).lock().expect("poisoned").get(output)
+                {
+                    blobs.insert(*output, value.clone());
+                }
+            }
+            Ok(LoadedRun { record, entries: entries.to_vec(), blobs })
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = (|| {
+            let Record::InterruptResolved { id, .. } = &entry.record else {
+                return Err(StoreError::Backend {
+                    doing: "resolving an interrupt".into(),
+                    source: "the entry is not an interrupt resolution".into(),
+                });
+            };
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            let mut opened = false;
+            for e in &data.entries {
+                match &e.record {
+                    Record::InterruptOpened { id: open, .. } if open == id => opened = true,
+                    Record::InterruptResolved { id: done, .. } if done == id => {
+                        return Err(StoreError::AlreadyResolved { run, interrupt: id.clone() });
+                    }
+                    _ => {}
+                }
+            }
+            if !opened {
+                return Err(StoreError::InterruptNotFound { run, interrupt: id.clone() });
+            }
+            data.entries.push(entry);
+            Ok(())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        let result = self
+            .run(run)
+            .map(|r| {
+                let events = &r.lock().expect("poisoned").events;
+                events.get(usize::try_from(from).unwrap_or(usize::MAX)..).unwrap_or_default().to_vec()
+            })
+            .ok_or(StoreError::RunNotFound(run));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let result = (|| {
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let mut data = data.lock().expect("poisoned");
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(run))?;
+            let later = record.wake_at.is_some_and(|at| at > now);
+            if record.status == RunStatus::Suspended && later {
+                record.wake_at = Some(now);
+                return Ok(true);
+            }
+            Ok(false)
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        let mut runs: Vec<RunRecord> = self
+            .runs
+            .read()
+            .expect("poisoned")
+            .values()
+            .filter_map(|r| r.lock().expect("poisoned").record.clone())
+            .filter(|r| filter.status.is_none_or(|s| s == r.status))
+            .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
+            .collect();
+        if let Some(before) = filter.before {
+            let cursor = self
+                .run(before)
+                .and_then(|data| data.lock().expect("poisoned").record.as_ref().map(|r| (r.created_at, r.id)));
+            match cursor {
+                Some(cursor) => runs.retain(|r| (r.created_at, r.id) < cursor),
+                None => runs.clear(),
+            }
+        }
+        runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        runs.truncate(filter.limit.unwrap_or(100));
+        if filter.headers_only {
+            for run in &mut runs {
+                run.input = Arc::new(Value::Null);
+                run.output = None;
+                run.error = None;
+            }
+        }
+        Box::pin(std::future::ready(Ok(runs)))
+    }
+
+    fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        let result = self.remove(&[run]);
+        Box::pin(std::future::ready(result))
+    }
+
+    fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        let all: Vec<RunRecord> = self
+            .runs
+            .read()
+            .expect("poisoned")
+            .values()
+            .filter_map(|r| r.lock().expect("poisoned").record.clone())
+            .collect();
+        let result = self.remove(&retention_victims(&all, &policy));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn claim(
+        &self,
+        run: RunId,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let result = self.with_record(run, |record| {
+            let lease = try_claim(record, owner, now, lease_for)?;
+            record.lease = Some(lease.clone());
+            Ok(lease)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn take_over(
+        &self,
+        run: RunId,
+        from: &str,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let result = self.with_record(run, |record| {
+            let lease = try_take_over(record, from, owner, now, lease_for)?;
+            record.lease = Some(lease.clone());
+            Ok(lease)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn request_cancel(
+        &self,
+        run: RunId,
+        request: CancelRequest,
+        now: Timestamp,
+    ) -> BoxFuture<'_, Result<CancelOutcome, StoreError>> {
+        let result = self.with_record(run, |record| {
+            let outcome = decide_cancel(record, now);
+            match &outcome {
+                CancelOutcome::Finished(_) => {}
+                CancelOutcome::Requested { .. } => record.cancel = Some(request),
+                CancelOutcome::Cancelled => {
+                    record.status = RunStatus::Cancelled;
+                    record.output = None;
+                    record.error = Some(request.error());
+                    record.updated_at = now;
+                    record.wake_at = None;
+                    // The token grows, so a holder that stalled past its lease cannot write.
+                    record.lease = record.lease.take().map(|l| Lease { token: l.token + 1, expires_at: now, ..l });
+                    record.cancel = Some(request);
+                }
+            }
+            Ok(outcome)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn cancel_requests(&self, runs: &[RunId]) -> BoxFuture<'_, Result<Vec<(RunId, CancelRequest)>, StoreError>> {
+        let found = runs
+            .iter()
+            .filter_map(|run| {
+                let data = self.run(*run)?;
+                let data = data.lock().expect("poisoned");
+                let record = data.record.as_ref()?;
+                record.cancel.clone().map(|request| (*run, request))
+            })
+            .collect();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn claim_due(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+        limit: usize,
+        tenant: Option<&str>,
+    ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        let runs: Vec<Arc<Mutex<MemoryRun>>> = self.runs.read().expect("poisoned").values().cloned().collect();
+        let mut leases = Vec::new();
+        for data in runs {
+            if leases.len() >= limit {
+                break;
+            }
+            let mut data = data.lock().expect("poisoned");
+            let Some(record) = data.record.as_mut() else { continue };
+            if is_due(record, now)
+                && tenant.is_none_or(|t| record.caller.tenant.as_deref() == Some(t))
+                && let Ok(lease) = try_claim(record, owner, now, lease_for)
+            {
+                record.lease = Some(lease.clone());
+                leases.push(lease);
+            }
+        }
+        Box::pin(std::future::ready(Ok(leases)))
+    }
+
+    fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.definitions.lock().expect("poisoned").entry(hash).or_insert(source);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn get_definition(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<DefinitionSource>, StoreError>> {
+        let found = self.definitions.lock().expect("poisoned").get(&hash).cloned();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn post_message(&self, run: RunId, inbox: &str, message: Value) -> BoxFuture<'_, Result<u64, StoreError>> {
+        let mut messages = self.messages.lock().expect("poisoned");
+        let seq = messages.last().map_or(0, |m| m.2 + 1);
+        messages.push((run, inbox.to_owned(), seq, message));
+        Box::pin(std::future::ready(Ok(seq)))
+    }
+
+    fn next_message(
+        &self,
+        run: RunId,
+        inbox: &str,
+        after: Option<u64>,
+    ) -> BoxFuture<'_, Result<Option<(u64, Value)>, StoreError>> {
+        let found = self
+            .messages
+            .lock()
+            .expect("poisoned")
+            .iter()
+            .find(|(r, i, seq, _)| *r == run && i == inbox && after.is_none_or(|a| *seq > a))
+            .map(|(_, _, seq, m)| (*seq, m.clone()));
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn heartbeat(
+        &self,
+        lease: &Lease,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let result = (|| {
+            let data = self.run(lease.run).ok_or(StoreError::RunNotFound(lease.run))?;
+            let mut data = data.lock().expect("poisoned");
+            check_fence(data.record.as_ref(), lease.run, Some(lease.token))?;
+            let record = data.record.as_mut().ok_or(StoreError::RunNotFound(lease.run))?;
+            let renewed = Lease { expires_at: now.plus(lease_for), ..lease.clone() };
+            record.lease = Some(renewed.clone());
+            Ok(renewed)
+        })();
+        Box::pin(std::future::ready(result))
+    }
+}
+
+impl InMemoryStore {
+    fn remove(&self, victims: &[RunId]) -> Result<Removed, StoreError> {
+        self.messages.lock().expect("poisoned").retain(|(run, ..)| !victims.contains(run));
+        // A run's own memory goes with it.
+        self.bank
+            .lock()
+            .expect("poisoned")
+            .retain(|address, _| !matches!(&address.scope, MemoryScope::Run(run) if victims.contains(run)));
+        let mut runs = self.runs.write().expect("poisoned");
+        let mut removed = Removed::default();
+        for id in victims {
+            if runs.remove(id).is_some() {
+                removed.runs += 1;
+            }
+        }
+        let mut live = std::collections::HashSet::new();
+        for run in runs.values() {
+            for entry in &run.lock().expect("poisoned").entries {
+                live.extend(referenced_blob(&entry.record));
+            }
+        }
+        for shard in &self.blobs {
+            let mut shard = shard.lock().expect("poisoned");
+            let before = shard.len();
+            shard.retain(|hash, _| live.contains(hash));
+            removed.blobs += before - shard.len();
+        }
+        Ok(removed)
+    }
+}
+
+/// A session as [`InMemoryStore`] keeps it.
+#[derive(Debug, Default)]
+pub(crate) struct MemorySession {
+    owner: SessionOwner,
+    next_seq: u64,
+    messages: std::collections::VecDeque<SessionMessage>,
+    keys: std::collections::HashSet<String>,
+}
+impl SessionStore for InMemoryStore {
+    fn session_history(
+        &self,
+        session: &str,
+        owner: &SessionOwner,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<SessionMessage>, StoreError>> {
+        let result = (|| {
+            check_session_id(session).map_err(bad_session_id)?;
+            let sessions = self.sessions.lock().expect("poisoned");
+            let Some(found) = sessions.get(session) else { return Ok(Vec::new()) };
+            if &found.owner != owner {
+                return Err(session_denied(session));
+            }
+            let skip = found.messages.len().saturating_sub(limit);
+            Ok(found.messages.iter().skip(skip).cloned().collect())
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn append_to_session(&self, append: SessionAppend) -> BoxFuture<'_, Result<Appended, StoreError>> {
+        let result = (|| {
+            check_session_id(&append.session).map_err(bad_session_id)?;
+            let mut sessions = self.sessions.lock().expect("poisoned");
+            let found = sessions
+                .entry(append.session.clone())
+                .or_insert_with(|| MemorySession { owner: append.owner.clone(), ..MemorySession::default() });
+            if found.owner != append.owner {
+                return Err(session_denied(&append.session));
+            }
+            if !found.keys.insert(append.key) {
+                return Ok(Appended { applied: false, stored: found.messages.len() as u64 });
+            }
+            for message in append.messages {
+                found.messages.push_back(SessionMessage { seq: found.next_seq, message });
+                found.next_seq += 1;
+            }
+            while found.messages.len() > append.max_stored {
+                found.messages.pop_front();
+            }
+            Ok(Appended { applied: true, stored: found.messages.len() as u64 })
+        })();
+        Box::pin(std::future::ready(result))
+    }
+
+    fn delete_session(&self, session: &str, owner: &SessionOwner) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let mut sessions = self.sessions.lock().expect("poisoned");
+        let result = match sessions.get(session) {
+            None => Ok(false),
+            Some(found) if &found.owner != owner => Err(session_denied(session)),
+            Some(_) => Ok(sessions.remove(session).is_some()),
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
+
+impl MemoryBank for InMemoryStore {
+    fn memory_put(&self, item: MemoryItem) -> BoxFuture<'_, Result<(), StoreError>> {
+        let result = check_address(&item.address).map(|()| {
+            self.bank.lock().expect("poisoned").insert(item.address.clone(), item);
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn memory_get(&self, address: MemoryAddress) -> BoxFuture<'_, Result<Option<MemoryItem>, StoreError>> {
+        let found = self.bank.lock().expect("poisoned").get(&address).cloned();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn memory_search(&self, search: MemorySearch) -> BoxFuture<'_, Result<Vec<MemoryHit>, StoreError>> {
+        let bank = self.bank.lock().expect("poisoned");
+        let mut hits: Vec<MemoryHit> = Vec::new();
+        let terms = search.query.as_deref().map(query_terms);
+        for item in bank.values().filter(|item| {
+            let a = &item.address;
+            a.tenant == search.tenant && a.scope == search.scope && a.namespace == search.namespace
+        }) {
+            let score = match &terms {
+                None => 0.0,
+                Some(terms) => {
+                    let words = query_terms(&item.text);
+                    // How many of the query's words the item has: a plain stand-in for the
+                    // backends' relevance scores, with the same ordering promise.
+                    let matched = terms.iter().filter(|t| words.contains(t)).count();
+                    if matched == 0 {
+                        continue;
+                    }
+                    matched as f64
+                }
+            };
+            hits.push(MemoryHit { item: item.clone(), score });
+        }
+        sort_hits(&mut hits);
+        hits.truncate(search.limit);
+        Box::pin(std::future::ready(Ok(hits)))
+    }
+
+    fn memory_delete(&self, address: MemoryAddress) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let removed = self.bank.lock().expect("poisoned").remove(&address).is_some();
+        Box::pin(std::future::ready(Ok(removed)))
+    }
+}
