@@ -482,10 +482,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Worker { once, log_format, tenant } => {
             let store = open_store(cli.db.as_deref()).await?;
             let engine = engine_over(&store)
-                .worker_id(&stepwright_core::local_worker_id(
-                    "worker",
-                    &stepwright_core::SystemEntropy::new(),
-                ))
+                .worker_id(&stepwright_core::local_worker_id("worker", &stepwright_core::SystemEntropy::new()))
                 .build();
             let worker_flags = flags.clone();
             let resolver: stepwright_core::DefinitionResolver = Arc::new(move |record| {

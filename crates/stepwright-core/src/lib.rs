@@ -22,28 +22,26 @@
 //!
 //! This crate knows no SQL, no HTTP and no YAML.
 
-// Modules in dependency order: each uses only those above it (see ARCHITECTURE.md).
-pub mod bank;
-mod config;
-mod context;
-mod definition;
-mod engine;
-mod error;
+// Modules in dependency order: each uses only those above it (checked by `layers` below;
+// see ARCHITECTURE.md for what each one holds).
 mod hash;
-mod identity;
 mod ids;
-pub mod journal;
-mod outcome;
-mod policy;
-mod recording;
+mod identity;
+mod error;
 mod runtime;
 mod scope;
-mod services;
-pub mod session;
-mod step;
+mod outcome;
+pub mod journal;
 pub mod store;
+mod policy;
+mod config;
+mod services;
+mod recording;
+mod context;
+mod step;
+mod definition;
+mod engine;
 
-pub use bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
 pub use config::{ArtifactCapture, Durability, EngineConfig, InMemoryStepCache, StepCache};
 pub use context::StepContext;
 pub use definition::{
@@ -69,8 +67,68 @@ pub use policy::{
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
 pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services};
-pub use session::{SessionAppend, SessionMessage, SessionOwner, SessionStore};
 pub use step::{DynStep, Step, Typed, dyn_fn_step, fn_step};
+pub use store::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
+pub use store::session::{SessionAppend, SessionMessage, SessionOwner, SessionStore};
 pub use store::{CancelOutcome, InMemoryStore, Store, StoreError};
+/// Sessions and the memory bank: the stores' other two seams.
+pub use store::{bank, session};
 /// The cancellation token steps receive and `Runner::run` stops on.
 pub use tokio_util::sync::CancellationToken;
+
+/// Architecture invariant: the modules form layers. Each module (a file, or a directory's
+/// files) uses only the modules declared above it in this file, so the order above is the
+/// real dependency order and a newcomer can read the core top to bottom.
+#[cfg(test)]
+mod layers {
+    use std::path::Path;
+
+    fn declared_order() -> Vec<String> {
+        include_str!("lib.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub mod ").or_else(|| line.strip_prefix("mod ")))
+            .filter_map(|rest| rest.strip_suffix(';'))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn sources(module: &str) -> Vec<String> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let file = root.join(format!("{module}.rs"));
+        if file.exists() {
+            return vec![std::fs::read_to_string(file).expect("readable")];
+        }
+        let mut out = Vec::new();
+        let mut dirs = vec![root.join(module)];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).expect("a module file or directory") {
+                let path = entry.expect("readable").path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    out.push(std::fs::read_to_string(path).expect("readable"));
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn each_module_uses_only_modules_above_it() {
+        let order = declared_order();
+        assert!(order.len() > 10, "lib.rs declares the modules: {order:?}");
+        let mut violations = Vec::new();
+        for (rank, module) in order.iter().enumerate() {
+            for text in sources(module) {
+                for (later_rank, later) in order.iter().enumerate().skip(rank + 1) {
+                    if text.contains(&format!("crate::{later}::")) {
+                        violations.push(format!("{module} (layer {rank}) uses {later} (layer {later_rank})"));
+                    }
+                }
+            }
+        }
+        violations.sort();
+        violations.dedup();
+        assert!(violations.is_empty(), "back-edges between core modules:\n{}", violations.join("\n"));
+    }
+}

@@ -7,17 +7,18 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::{ArtifactCapture, Durability, EngineConfig, StepCache};
-use crate::error::StepError;
+use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::identity::Caller;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
 use crate::journal::{EventRecord, JournalBatch, JournalEntry, LoadedRun, Record};
-use crate::outcome::{InterruptRequest, Resolution};
+use crate::outcome::{Decision, InterruptRequest, Resolution};
 use crate::policy::Effect;
 use crate::runtime::{Clock, Entropy};
-use crate::services::{CallKind, Observer, ProvidedLayers, Services};
+use crate::services::{CallInfo, CallKind, Observer, ProvidedLayers, Services};
 use crate::store::{Store, StoreError};
 
 /// Everything a run's steps share. One per execution (start or resume) of a run.
@@ -510,4 +511,266 @@ impl RunShared {
 #[derive(Default)]
 pub(crate) struct Mailboxes {
     pub(crate) notify: Notify,
+}
+
+/// The signal `ctx.interrupt()` returns while the answer is not there yet: propagate it
+/// with `?`. The engine suspends the step; on resume the step runs again and the same call
+/// returns the decision.
+pub(crate) fn suspended_signal(id: &InterruptId) -> StepError {
+    StepError::new(ErrorCode::from_static("suspended"), format!("waiting on interrupt {id}"))
+}
+
+#[derive(Default)]
+struct Local {
+    value_seq: u32,
+    interrupt_seq: u32,
+    pending: Vec<InterruptId>,
+    interrupt_failure: Option<StepError>,
+}
+
+/// One step execution's side of the recording protocol: the journaled values, interrupts and
+/// sub-steps that `StepContext`'s helpers delegate to. Each asks the replay index first and
+/// records only what it decides anew.
+pub(crate) struct StepRecording {
+    pub(crate) run: Arc<RunShared>,
+    pub(crate) path: StepPath,
+    pub(crate) attempt: u32,
+    pub(crate) cancel: CancellationToken,
+    local: Mutex<Local>,
+}
+
+impl StepRecording {
+    pub(crate) fn new(run: Arc<RunShared>, path: StepPath, attempt: u32, cancel: CancellationToken) -> Self {
+        Self { run, path, attempt, cancel, local: Mutex::new(Local::default()) }
+    }
+
+    /// The next interrupt ordinal of this step execution.
+    pub(crate) fn next_interrupt_ordinal(&self) -> u32 {
+        let mut local = self.local.lock().expect("poisoned");
+        local.interrupt_seq += 1;
+        local.interrupt_seq - 1
+    }
+
+    pub(crate) fn value(&self, draw: impl FnOnce(&RunShared) -> Value) -> Value {
+        let run = &self.run;
+        let seq = {
+            let mut local = self.local.lock().expect("poisoned");
+            local.value_seq += 1;
+            local.value_seq
+        };
+        if let Some(value) = run.replay.value(&self.path, self.attempt, seq) {
+            return value.clone();
+        }
+        let value = draw(run);
+        run.recorder.note(
+            &self.path,
+            run.clock.now(),
+            Record::Value { attempt: self.attempt, seq, value: value.clone() },
+        );
+        value
+    }
+
+    pub(crate) async fn interrupt(&self, id: InterruptId, request: InterruptRequest) -> Result<Resolution, StepError> {
+        let run = &self.run;
+        let now = run.clock.now();
+        let deadline = match run.replay.interrupt(&id) {
+            Some(log) => {
+                if let Some(resolution) = &log.resolution {
+                    return Ok(resolution.clone());
+                }
+                log.deadline
+            }
+            None => {
+                let deadline = request.timeout.map(|t| now.plus(t));
+                run.recorder.note(
+                    &self.path,
+                    now,
+                    Record::InterruptOpened { id: id.clone(), request: request.clone(), deadline },
+                );
+                deadline
+            }
+        };
+        // A deadline that has passed (or is close enough to wait for here) decides now.
+        if let Some(deadline) = deadline {
+            let wait = deadline.since(now);
+            if deadline <= now || wait <= run.config.in_process_wait_limit {
+                if !wait.is_zero()
+                    && let Some(resolution) = self.wait_for_decision(&id, deadline).await?
+                {
+                    return Ok(resolution);
+                }
+                return self.apply_timeout(&id, &request, deadline).await;
+            }
+        }
+        if let Some(deadline) = deadline {
+            run.note_wake_at(deadline);
+        }
+        self.local.lock().expect("poisoned").pending.push(id.clone());
+        Err(suspended_signal(&id))
+    }
+
+    /// Waits in process for a decision on an interrupt until its deadline. The interrupt is
+    /// committed first, so any process can see it and decide; a decision made in this
+    /// process is seen at once, one made elsewhere within `decision_poll`. `None`: the
+    /// deadline came with no decision.
+    async fn wait_for_decision(&self, id: &InterruptId, deadline: Timestamp) -> Result<Option<Resolution>, StepError> {
+        let run = &self.run;
+        let recorded =
+            |e: crate::recording::StoreFailed| StepError::execution_failed(format!("recording an interrupt: {}", e.0));
+        run.recorder.flush().await.map_err(recorded)?;
+        let from = run.recorder.position();
+        let deadline_passed = run.clock.sleep_until(deadline);
+        tokio::pin!(deadline_passed);
+        loop {
+            let decided_here = run.mailboxes.notify.notified();
+            tokio::select! {
+                () = &mut deadline_passed => return Ok(None),
+                () = self.cancel.cancelled() => {
+                    return Err(StepError::cancelled("cancelled while waiting on an interrupt"));
+                }
+                () = decided_here => {}
+                () = run.clock.sleep(run.config.decision_poll) => {}
+            }
+            let loaded = run
+                .recorder
+                .store()
+                .load_from(run.run_id, from)
+                .await
+                .map_err(|e| StepError::execution_failed(format!("looking for a decision: {e}")))?;
+            let decided = loaded.entries.into_iter().find_map(|e| match e.record {
+                Record::InterruptResolved { id: done, resolution } if &done == id => Some(resolution),
+                _ => None,
+            });
+            if decided.is_some() {
+                return Ok(decided);
+            }
+        }
+    }
+
+    async fn apply_timeout(
+        &self,
+        id: &InterruptId,
+        request: &InterruptRequest,
+        deadline: Timestamp,
+    ) -> Result<Resolution, StepError> {
+        use crate::outcome::TimeoutAction;
+        let run = &self.run;
+        let decision = match request.on_timeout {
+            TimeoutAction::Approve => Decision::Approve,
+            TimeoutAction::Reject => Decision::Reject { reason: Some("the deadline passed".into()) },
+            TimeoutAction::Fail => {
+                let error = StepError::new(
+                    ErrorCode::INTERRUPT_TIMEOUT,
+                    format!("waiting on interrupt {id}: the deadline passed with no decision"),
+                );
+                self.local.lock().expect("poisoned").interrupt_failure = Some(error.clone());
+                return Err(error);
+            }
+        };
+        let resolution = Resolution { decision, by: None, at: deadline, timed_out: true };
+        // Resolution goes through the store's compare-and-set, like a human decision: if a
+        // person decided first, theirs stands.
+        let entry = crate::journal::JournalEntry {
+            path: self.path.clone(),
+            at: run.clock.now(),
+            record: Record::InterruptResolved { id: id.clone(), resolution: resolution.clone() },
+        };
+        run.recorder
+            .flush()
+            .await
+            .map_err(|c| StepError::execution_failed(format!("recording a deadline: {}", c.0)))?;
+        match run.recorder.store().resolve_interrupt(run.run_id, entry).await {
+            Ok(()) => Ok(resolution),
+            Err(crate::store::StoreError::AlreadyResolved { .. }) => {
+                let loaded = run
+                    .recorder
+                    .store()
+                    .load(run.run_id)
+                    .await
+                    .map_err(|e| StepError::execution_failed(format!("reloading a resolved interrupt: {e}")))?;
+                loaded
+                    .entries
+                    .iter()
+                    .find_map(|e| match &e.record {
+                        Record::InterruptResolved { id: done, resolution } if done == id => Some(resolution.clone()),
+                        _ => None,
+                    })
+                    .ok_or_else(|| StepError::execution_failed("an interrupt resolution vanished"))
+            }
+            Err(e) if run.config.durability == crate::config::Durability::None => {
+                let _ = e;
+                Ok(resolution)
+            }
+            Err(e) => Err(StepError::execution_failed(format!("recording a deadline: {e}"))),
+        }
+    }
+
+    pub(crate) async fn call<F, Fut>(&self, name: &str, kind: CallKind, work: F) -> Result<Arc<Value>, StepError>
+    where
+        F: FnOnce(CallInfo) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, StepError>>,
+    {
+        use crate::recording::RecordedCall;
+        let run = &self.run;
+        let attempt = self.attempt;
+        let path = self.path.join(name);
+        let fenced = matches!(kind, CallKind::Action { effect, .. } if effect.is_fenced());
+        let crash = |doing: &str, e: crate::recording::StoreFailed| {
+            StepError::execution_failed(format!("recording sub-step {path} ({doing}): {}", e.0))
+        };
+        match run.replay.call(&path, attempt, kind) {
+            Some(RecordedCall::Output(value)) => {
+                // A sandbox re-execution journals what it served too, for the comparison.
+                if run.replay.replaying() {
+                    let hash = ContentHash::of_value(&value);
+                    run.recorder
+                        .commit_output(&path, run.clock.now(), attempt, hash, value.clone(), false)
+                        .await
+                        .map_err(|e| crash("its served result", e))?;
+                }
+                return Ok(value);
+            }
+            Some(RecordedCall::Unfinished) => {
+                if let CallKind::Action { effect, safe_to_retry: false } = kind {
+                    return Err(StepError::new(
+                        ErrorCode::OUTCOME_UNKNOWN,
+                        format!(
+                            "{path} was interrupted after it started and is not safe to retry; whether its {} effect happened is unknown",
+                            format!("{effect:?}").to_lowercase()
+                        ),
+                    ));
+                }
+            }
+            None => {}
+        }
+        let idempotency_key = fenced.then(|| crate::ids::idempotency_key(run.run_id, &path));
+        if let Some(key) = &idempotency_key {
+            // The fence: the intent is durable before the effect can happen.
+            run.recorder
+                .commit(&path, run.clock.now(), Record::Intent { attempt, key: key.clone() })
+                .await
+                .map_err(|e| crash("its intent", e))?;
+        }
+        // A cancelled step stops waiting at once: the work is dropped (an HTTP request's
+        // connection closes, a child process started with kill-on-drop is killed), whether
+        // or not the work watches the token itself.
+        let work = work(CallInfo { path: path.clone(), idempotency_key });
+        let value = tokio::select! {
+            result = work => Arc::new(result?),
+            () = self.cancel.cancelled() => {
+                return Err(StepError::cancelled(format!("{path} was cancelled while it ran")));
+            }
+        };
+        let hash = ContentHash::of_value(&value);
+        run.recorder
+            .commit_output(&path, run.clock.now(), attempt, hash, value.clone(), false)
+            .await
+            .map_err(|e| crash("its result", e))?;
+        Ok(value)
+    }
+
+    pub(crate) fn take_pending(&self) -> (Vec<InterruptId>, Option<StepError>) {
+        let mut local = self.local.lock().expect("poisoned");
+        (std::mem::take(&mut local.pending), local.interrupt_failure.take())
+    }
 }

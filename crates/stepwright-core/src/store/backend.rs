@@ -5,11 +5,11 @@
 
 use std::collections::HashMap;
 
-use crate::bank::{MAX_MEMORY_NAME_LEN, MemoryAddress, MemoryHit};
 use crate::hash::ContentHash;
 use crate::ids::{RunId, Timestamp};
 use crate::journal::{CancelRequest, Lease, Record, RunRecord, RunStatus};
-use crate::session::{MAX_SESSION_ID_LEN, SessionOwner};
+use crate::store::bank::{MAX_MEMORY_NAME_LEN, MemoryAddress, MemoryHit};
+use crate::store::session::{MAX_SESSION_ID_LEN, SessionOwner};
 use crate::store::{CancelOutcome, Retention, StatusUpdate, StoreError};
 
 /// Decides what a cancel request does to a run as a store has it at `now` (shared by the

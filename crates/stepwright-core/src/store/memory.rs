@@ -13,14 +13,14 @@ use super::backend::{
     referenced_blob, retention_victims, session_denied, sort_hits, try_claim, try_take_over,
 };
 use super::{CancelOutcome, Removed, Retention, RunFilter, StatusUpdate, Store, StoreError};
-use crate::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
 use crate::hash::ContentHash;
 use crate::ids::{RunId, Timestamp};
 use crate::journal::{
     CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Record, RunRecord,
     RunStatus,
 };
-use crate::session::{Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore};
+use crate::store::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
+use crate::store::session::{Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore};
 
 #[derive(Default)]
 struct MemoryRun {

@@ -3,7 +3,9 @@
 //! Helpers shared by the implementations (so that they agree) are in [`backend`].
 
 pub mod backend;
+pub mod bank;
 mod memory;
+pub mod session;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
