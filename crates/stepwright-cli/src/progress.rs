@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
-use stepwright_core::{Observer, RunId, StepPath};
+use stepwright_core::{Observer, RunId, StepPath, StepStatus};
 use stepwright_llm::{MODEL_CALL_EVENT, Totals};
 
 /// How often the live view redraws (spinners turn, durations count).
@@ -50,7 +50,7 @@ impl Observer for Progress {
         }
     }
 
-    fn step_finished(&self, _run: RunId, path: &StepPath, status: &str) {
+    fn step_finished(&self, _run: RunId, path: &StepPath, status: StepStatus) {
         match self {
             Self::Live(view) => view.finished(path, status),
             Self::Plain(steps) => eprintln!("{}", steps.finished(path, status)),
@@ -110,9 +110,9 @@ impl Steps {
 
     /// The closing line of a step that ended with `status` (a retry is a line too, and the
     /// step stays known for its next attempt).
-    fn finished(&self, path: &StepPath, status: &str) -> String {
+    fn finished(&self, path: &StepPath, status: StepStatus) -> String {
         let mut steps = self.steps.lock().expect("poisoned");
-        let state = if status == "retrying" {
+        let state = if status == StepStatus::Retrying {
             steps.get(path).map(Summary::of)
         } else {
             steps.remove(path).as_ref().map(Summary::of)
@@ -136,8 +136,8 @@ impl Summary {
 
 /// `completed  path  1.2s  attempt 2  612 tokens  $0.0021`: the figures a step ended with.
 /// A step the run did not start in this process (replayed on resume) has none.
-fn closing_line(status: &str, path: &StepPath, summary: Option<&Summary>) -> String {
-    let mut line = format!("{status:<10} {path}");
+fn closing_line(status: StepStatus, path: &StepPath, summary: Option<&Summary>) -> String {
+    let mut line = format!("{:<10} {path}", status.as_str());
     if let Some(summary) = summary {
         line = format!("{line:<44} {:>7}{}", duration(summary.elapsed), figures(summary.attempt, &summary.usage));
     }
@@ -260,10 +260,10 @@ impl LiveView {
         stream.set_message(tail_that_fits(&row.streamed, self.stream_width));
     }
 
-    fn finished(&self, path: &StepPath, status: &str) {
+    fn finished(&self, path: &StepPath, status: StepStatus) {
         let line = self.steps.finished(path, status);
         let mut rows = self.rows.lock().expect("poisoned");
-        if status == "retrying" {
+        if status == StepStatus::Retrying {
             if let Some(row) = rows.get_mut(path) {
                 row.streamed.clear();
                 if let Some(stream) = row.stream.take() {
@@ -302,11 +302,11 @@ impl Drop for LiveView {
 }
 
 /// The mark in front of a step's closing line on a terminal.
-fn mark(status: &str) -> &'static str {
+fn mark(status: StepStatus) -> &'static str {
     match status {
-        "completed" => "✓",
-        "failed" | "cancelled" => "✗",
-        "suspended" => "⏸",
+        StepStatus::Completed => "✓",
+        StepStatus::Failed | StepStatus::Cancelled => "✗",
+        StepStatus::Suspended => "⏸",
         _ => "·",
     }
 }
@@ -336,17 +336,17 @@ mod tests {
         let path = StepPath::new("draft");
         steps.started(&path, 1);
         steps.model_call(&path, &usage(100, 20, 0.001));
-        let retry = steps.finished(&path, "retrying");
+        let retry = steps.finished(&path, StepStatus::Retrying);
         assert!(retry.starts_with("retrying   draft"), "{retry}");
         assert!(retry.ends_with("  120 tokens  $0.0010"), "{retry}");
         steps.started(&path, 2);
         steps.model_call(&path, &usage(50, 10, 0.0));
-        let done = steps.finished(&path, "completed");
+        let done = steps.finished(&path, StepStatus::Completed);
         assert!(done.starts_with("completed  draft"), "{done}");
         assert!(done.ends_with("  attempt 2  180 tokens  $0.0010"), "{done}");
         assert!(done.contains("ms ") || done.contains("s "), "a duration: {done}");
         // The step is forgotten once it ended: a replayed step has no figures.
-        assert_eq!(steps.finished(&path, "completed"), "completed  draft");
+        assert_eq!(steps.finished(&path, StepStatus::Completed), "completed  draft");
     }
 
     #[test]
@@ -354,7 +354,7 @@ mod tests {
         let steps = Steps::default();
         let path = StepPath::new("send");
         steps.started(&path, 1);
-        let line = steps.finished(&path, "failed");
+        let line = steps.finished(&path, StepStatus::Failed);
         assert!(!line.contains("tokens") && !line.contains("attempt"), "{line}");
     }
 
@@ -391,10 +391,10 @@ mod tests {
         }
         view.model_call(&a, &usage(7, 3, 0.0));
         assert_eq!(view.rows.lock().unwrap()[&a].bar.message(), "10 tokens");
-        view.finished(&a, "retrying");
+        view.finished(&a, StepStatus::Retrying);
         assert!(view.rows.lock().unwrap()[&a].stream.is_none(), "a retry starts its stream afresh");
-        view.finished(&a, "completed");
-        view.finished(&b, "failed");
+        view.finished(&a, StepStatus::Completed);
+        view.finished(&b, StepStatus::Failed);
         assert!(view.rows.lock().unwrap().is_empty());
     }
 }

@@ -41,6 +41,10 @@ impl ErrorCode {
     pub const UNKNOWN_HANDOFF_TARGET: Self = Self::from_static("unknown_handoff_target");
     /// An expression (condition, input mapping) could not be evaluated.
     pub const EXPRESSION: Self = Self::from_static("expression");
+    /// Not a failure: the step is waiting on an interrupt (`ctx.interrupt`, `ctx.sleep`) and
+    /// the run suspends. Propagate it with `?`; code that turns errors into results (a tool
+    /// wrapper) must let it through: see [`StepError::is_control_flow`].
+    pub const SUSPENDED: Self = Self::from_static("suspended");
     /// An interrupt's deadline passed and its `on_timeout` says fail.
     pub const INTERRUPT_TIMEOUT: Self = Self::from_static("interrupt_timeout");
 
@@ -130,6 +134,14 @@ impl StepError {
     /// Whether this error's code is `code`.
     pub fn is(&self, code: &ErrorCode) -> bool {
         &self.code == code
+    }
+
+    /// Whether this is a control signal rather than a failure: the run is suspending
+    /// (`suspended`) or being cancelled (`cancelled`). Code that turns a step's errors into
+    /// data (a tool's result for a model, a `settle` fork's path result) must propagate
+    /// these instead, or "wait for a human" becomes "the tool failed".
+    pub fn is_control_flow(&self) -> bool {
+        self.is(&ErrorCode::SUSPENDED) || self.is(&ErrorCode::CANCELLED)
     }
 }
 

@@ -220,11 +220,11 @@ pub enum Record {
         /// Why.
         reason: String,
     },
-    /// A decision replayed on resume: a branch's arm, a map's items, a loop's verdict, a
-    /// graph's next node, a tick's due time.
+    /// What an operator chose, replayed on resume: see [`Choice`].
     Decided {
-        /// The decision.
-        value: Value,
+        /// The choice.
+        #[serde(rename = "value")]
+        choice: Choice,
     },
     /// A journaled non-deterministic value (`now`, `uuid`, `random`) inside a step.
     Value {
@@ -282,6 +282,102 @@ pub enum Record {
     },
 }
 
+/// What an operator chose at a step path, recorded once and served on every later
+/// execution, so a resumed run takes the way it took before.
+///
+/// The stored form of each variant is its fields alone (`{"arm": 0}`, `{"winner": 1}`):
+/// the journal's encoding since the first release. Every variant refuses fields it does not
+/// know, so a choice of one shape never decodes as another, and the executor fails a run
+/// with `nondeterminism` when it finds a choice of another kind where it expects one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+#[non_exhaustive]
+pub enum Choice {
+    /// A branch's arm: its index or `otherwise`; `None` when no arm matched.
+    Arm {
+        /// The arm taken.
+        arm: Option<Arm>,
+    },
+    /// A dynamic fork's or a map's items, in order: one path each.
+    Items {
+        /// The items.
+        items: Vec<Value>,
+    },
+    /// A race's winner: the index of the first path to finish.
+    Winner {
+        /// The path's index.
+        winner: usize,
+    },
+    /// A loop's verdict after an iteration (the fields of [`Verdict`](crate::Verdict)).
+    Verdict {
+        /// Whether the loop stops.
+        done: bool,
+        /// Why.
+        reason: String,
+    },
+    /// When an `every` tick ran, and the wake-up that started it early, if any.
+    Due {
+        /// When the tick's body started.
+        at: Timestamp,
+        /// The sequence number of the wake-up taken.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wake: Option<u64>,
+    },
+    /// The inbox message a loop iteration consumed (`None`: none came within the park
+    /// timeout), and the newest message sequence taken.
+    Message {
+        /// The message.
+        message: Option<Value>,
+        /// Its sequence number in the inbox.
+        seq: Option<u64>,
+    },
+    /// A graph's next node after a visit; `None` when no edge was taken (the graph ends).
+    Next {
+        /// The node's id.
+        next: Option<String>,
+    },
+}
+
+impl Choice {
+    /// Whether this choice came from outside the code (a race's winner, an inbox message, a
+    /// tick's time): such a choice is served even where a recompute runs the code again,
+    /// since running it again could not reproduce it.
+    pub fn is_outside_input(&self) -> bool {
+        matches!(self, Self::Winner { .. } | Self::Message { .. } | Self::Due { .. })
+    }
+
+    /// The kind's name, for errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Arm { .. } => "branch arm",
+            Self::Items { .. } => "items",
+            Self::Winner { .. } => "race winner",
+            Self::Verdict { .. } => "loop verdict",
+            Self::Due { .. } => "tick",
+            Self::Message { .. } => "inbox message",
+            Self::Next { .. } => "graph edge",
+        }
+    }
+}
+
+/// A branch arm as recorded: its index among the `when` arms, or `otherwise`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Arm {
+    /// The index-th `when` arm.
+    When(usize),
+    /// The `otherwise` arm (stored as the string `"otherwise"`).
+    Otherwise(OtherwiseArm),
+}
+
+/// The marker stored for a branch's `otherwise` arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OtherwiseArm {
+    /// `"otherwise"`.
+    #[serde(rename = "otherwise")]
+    Otherwise,
+}
+
 /// An audit event: typed, timestamped, stamped with run, step path, tenant and user.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
@@ -328,4 +424,37 @@ pub struct LoadedRun {
     pub entries: Vec<JournalEntry>,
     /// Blobs by hash.
     pub blobs: HashMap<ContentHash, Arc<Value>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn choices_keep_the_stored_shapes_and_refuse_others() {
+        let shapes = [
+            (json!({ "arm": 1 }), Choice::Arm { arm: Some(Arm::When(1)) }),
+            (json!({ "arm": "otherwise" }), Choice::Arm { arm: Some(Arm::Otherwise(OtherwiseArm::Otherwise)) }),
+            (json!({ "arm": null }), Choice::Arm { arm: None }),
+            (json!({ "items": [1, "a"] }), Choice::Items { items: vec![json!(1), json!("a")] }),
+            (json!({ "winner": 2 }), Choice::Winner { winner: 2 }),
+            (json!({ "done": true, "reason": "ok" }), Choice::Verdict { done: true, reason: "ok".into() }),
+            (json!({ "at": 5 }), Choice::Due { at: Timestamp::from_micros(5), wake: None }),
+            (json!({ "at": 5, "wake": 3 }), Choice::Due { at: Timestamp::from_micros(5), wake: Some(3) }),
+            (json!({ "message": "hi", "seq": 4 }), Choice::Message { message: Some(json!("hi")), seq: Some(4) }),
+            (json!({ "next": "review" }), Choice::Next { next: Some("review".into()) }),
+            (json!({ "next": null }), Choice::Next { next: None }),
+        ];
+        for (stored, choice) in shapes {
+            assert_eq!(serde_json::from_value::<Choice>(stored.clone()).unwrap(), choice, "{stored}");
+            assert_eq!(serde_json::to_value(&choice).unwrap(), stored);
+        }
+        for corrupt in
+            [json!({ "arm": 1, "extra": true }), json!({ "winner": "x" }), json!({ "arm": "other" }), json!(7)]
+        {
+            assert!(serde_json::from_value::<Choice>(corrupt.clone()).is_err(), "{corrupt} must not decode");
+        }
+    }
 }

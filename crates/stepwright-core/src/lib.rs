@@ -66,7 +66,7 @@ pub use policy::{
 };
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
-pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services};
+pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services, StepStatus};
 pub use step::{DynStep, Step, Typed, dyn_fn_step, fn_step};
 pub use store::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
 pub use store::session::{SessionAppend, SessionMessage, SessionOwner, SessionStore};

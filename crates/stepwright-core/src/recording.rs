@@ -14,7 +14,7 @@ use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::identity::Caller;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
-use crate::journal::{EventRecord, JournalBatch, JournalEntry, LoadedRun, Record};
+use crate::journal::{Choice, EventRecord, JournalBatch, JournalEntry, LoadedRun, Record};
 use crate::outcome::{Decision, InterruptRequest, Resolution};
 use crate::policy::Effect;
 use crate::runtime::{Clock, Entropy};
@@ -260,7 +260,7 @@ pub(crate) struct PathLog {
     pub(crate) failures: Vec<(u32, StepError, Option<Timestamp>)>,
     pub(crate) intent: Option<u32>,
     pub(crate) skipped: Option<String>,
-    pub(crate) decided: Option<Value>,
+    pub(crate) decided: Option<Choice>,
     pub(crate) values: HashMap<(u32, u32), Value>,
     pub(crate) checkpoint: Option<(u32, Value)>,
     pub(crate) handoff: Option<(String, Value)>,
@@ -330,7 +330,7 @@ impl ReplayIndex {
                     log.last_attempt = log.last_attempt.max(*attempt);
                 }
                 Record::Skipped { reason } => log.skipped = Some(reason.clone()),
-                Record::Decided { value } => log.decided = Some(value.clone()),
+                Record::Decided { choice } => log.decided = Some(choice.clone()),
                 Record::Value { attempt, seq, value } => {
                     log.values.insert((*attempt, *seq), value.clone());
                 }
@@ -438,19 +438,17 @@ impl ReplayIndex {
         (log.intent == Some(attempt)).then_some(RecordedCall::Unfinished)
     }
 
-    pub(crate) fn decided(&self, path: &StepPath) -> Option<&Value> {
-        if self.serves_code(path) { self.raw(path)?.decided.as_ref() } else { None }
+    /// The choice recorded at `path`, when this execution serves it: one that came from
+    /// outside the code ([`Choice::is_outside_input`]) always, one the code made (an arm,
+    /// items, a verdict, an edge) where code is served (see [`ReplayMode`]).
+    pub(crate) fn choice(&self, path: &StepPath) -> Option<&Choice> {
+        let choice = self.raw(path)?.decided.as_ref()?;
+        (choice.is_outside_input() || self.serves_code(path)).then_some(choice)
     }
 
-    /// Every recorded decision, by path (for comparing a recompute with its original).
-    pub(crate) fn decisions(&self) -> impl Iterator<Item = (&StepPath, &Value)> {
+    /// Every recorded choice, by path (for comparing a recompute with its original).
+    pub(crate) fn choices(&self) -> impl Iterator<Item = (&StepPath, &Choice)> {
         self.paths.iter().filter_map(|(path, log)| log.decided.as_ref().map(|d| (path, d)))
-    }
-
-    /// A recorded input from outside the code (a race's winner, an inbox message, a tick's
-    /// time): always served.
-    pub(crate) fn recorded_input(&self, path: &StepPath) -> Option<&Value> {
-        self.raw(path)?.decided.as_ref()
     }
 
     pub(crate) fn has_interrupts(&self) -> bool {
@@ -517,7 +515,7 @@ pub(crate) struct Mailboxes {
 /// with `?`. The engine suspends the step; on resume the step runs again and the same call
 /// returns the decision.
 pub(crate) fn suspended_signal(id: &InterruptId) -> StepError {
-    StepError::new(ErrorCode::from_static("suspended"), format!("waiting on interrupt {id}"))
+    StepError::new(ErrorCode::SUSPENDED, format!("waiting on interrupt {id}"))
 }
 
 #[derive(Default)]

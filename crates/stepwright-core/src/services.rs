@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::{RunId, StepPath};
@@ -151,12 +152,54 @@ pub struct CallInfo {
     pub idempotency_key: Option<String>,
 }
 
+/// How one execution of a step path ended, as observers and renderers see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StepStatus {
+    /// It produced its output.
+    Completed,
+    /// It failed for good (after its retries and `on_failure`).
+    Failed,
+    /// Its condition was false, or `on_failure: skip` turned a failure into `null`.
+    Skipped,
+    /// It waits on an interrupt; the run suspends.
+    Suspended,
+    /// It handed control to another node of its graph.
+    Handoff,
+    /// It was stopped: the run was cancelled, or a sibling's failure or a race ended it.
+    Cancelled,
+    /// This attempt failed and another one follows.
+    Retrying,
+}
+
+impl StepStatus {
+    /// The status as every surface spells it (`completed`, `retrying`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Skipped => "skipped",
+            Self::Suspended => "suspended",
+            Self::Handoff => "handoff",
+            Self::Cancelled => "cancelled",
+            Self::Retrying => "retrying",
+        }
+    }
+}
+
+impl fmt::Display for StepStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Live, non-durable notifications: progress and streamed tokens (for a terminal view).
 pub trait Observer: Send + Sync + 'static {
     /// A step path started an attempt.
     fn step_started(&self, _run: RunId, _path: &StepPath, _attempt: u32) {}
     /// A step path finished (completed, failed, skipped, suspended...).
-    fn step_finished(&self, _run: RunId, _path: &StepPath, _status: &str) {}
+    fn step_finished(&self, _run: RunId, _path: &StepPath, _status: StepStatus) {}
     /// A step streamed a token.
     fn token(&self, _run: RunId, _path: &StepPath, _text: &str) {}
     /// A step emitted an event (a model call with its usage and cost, a tool call…) as it

@@ -10,7 +10,8 @@ use common::{Log, engine, engine_with, records_at};
 use serde_json::{Value, json};
 use stepwright_core::{
     Caller, Decision, Durability, EngineConfig, ErrorCode, Fork, Graph, InterruptRequest, Node, Observer, Outcome,
-    Record, RunId, RunStatus, StartOptions, StepContext, StepError, StepPath, Workflow, dyn_fn_step, fn_step,
+    Record, RunId, RunStatus, StartOptions, StepContext, StepError, StepPath, StepStatus, Workflow, dyn_fn_step,
+    fn_step,
 };
 
 struct Recording(Log);
@@ -20,7 +21,7 @@ impl Observer for Recording {
         self.0.push(format!("start {path} #{attempt}"));
     }
 
-    fn step_finished(&self, _run: RunId, path: &StepPath, status: &str) {
+    fn step_finished(&self, _run: RunId, path: &StepPath, status: StepStatus) {
         self.0.push(format!("{status} {path}"));
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use common::{Log, T0, engine, records_at};
 use serde_json::{Value, json};
+use stepwright_core::journal::Choice;
 use stepwright_core::{
     Branch, Engine, ErrorCode, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError,
     MapLayer, Node, OnMaxIterations, Outcome, PathResult, ProvidedLayer, Record, RunStatus, Step, StepContext,
@@ -94,6 +95,48 @@ async fn input_sources_pick_where_input_comes_from() {
     assert_eq!(report.output, Some(json!(2104)));
 }
 
+/// A choice of another kind where an operator expects one (a corrupt or hand-edited
+/// journal) fails the run with `nondeterminism`; it is never re-interpreted.
+#[tokio::test(start_paused = true)]
+async fn a_recorded_choice_of_another_kind_fails_with_nondeterminism() {
+    let wait = Node::step(
+        "wait",
+        fn_step(|ctx: StepContext, x: i64| async move {
+            ctx.interrupt(stepwright_core::InterruptRequest::approval("go on?")).await?;
+            Ok(x)
+        }),
+    );
+    // The arm's step suspends, so the branch itself has no output yet and a resume asks
+    // the journal which arm it took.
+    let workflow = Workflow::builder("branch-then-wait")
+        .step(Branch::new("route").when(Expr::new(|s| s.input().as_i64() > Some(0)), [wait]).otherwise([add(-1)]))
+        .build()
+        .unwrap();
+    let (report, _, store) = run(&workflow, json!(5)).await;
+    assert_eq!(report.status, RunStatus::Suspended);
+    let loaded = stepwright_core::Store::load(store.as_ref(), report.run_id).await.unwrap();
+    let mut entries = loaded.entries.clone();
+    let decided = entries
+        .iter_mut()
+        .find(|e| e.path.as_str() == "route" && matches!(e.record, Record::Decided { choice: Choice::Arm { .. } }))
+        .expect("the branch recorded its arm");
+    decided.record = Record::Decided { choice: Choice::Winner { winner: 0 } };
+
+    let (engine, copy) = engine();
+    stepwright_core::Store::create_run(copy.as_ref(), loaded.record.clone()).await.unwrap();
+    let mut batch = stepwright_core::journal::JournalBatch {
+        entries,
+        blobs: loaded.blobs.iter().map(|(hash, value)| (*hash, value.clone())).collect(),
+        events: Vec::new(),
+    };
+    stepwright_core::Store::append(copy.as_ref(), report.run_id, None, &mut batch).await.unwrap();
+    let resumed = engine.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!(resumed.status, RunStatus::Failed);
+    let error = resumed.error.unwrap();
+    assert_eq!(error.code, ErrorCode::NONDETERMINISM);
+    assert!(error.message.contains("route recorded a race winner"), "{}", error.message);
+}
+
 #[tokio::test(start_paused = true)]
 async fn branch_takes_first_true_arm_and_journals_the_decision() {
     let branch = |id: &str| -> Node {
@@ -107,7 +150,10 @@ async fn branch_takes_first_true_arm_and_journals_the_decision() {
     for (input, expected, arm) in [(20, 120, json!(0)), (5, 6, json!(1)), (-5, -6, json!("otherwise"))] {
         let (report, _, store) = run(&workflow, json!(input)).await;
         assert_eq!(report.output, Some(json!(expected)));
-        assert!(records_at(&store, report.run_id, "route").contains(&Record::Decided { value: json!({ "arm": arm }) }));
+        assert!(
+            records_at(&store, report.run_id, "route")
+                .contains(&Record::Decided { choice: serde_json::from_value(json!({ "arm": arm })).unwrap() })
+        );
     }
     // No match and no otherwise: skipped, output null.
     let only =
@@ -182,7 +228,7 @@ async fn race_first_success_wins_and_losers_are_cancelled() {
     let (report, _, store) = run(&workflow, json!(null)).await;
     assert_eq!(report.output, Some(json!("w")));
     assert_eq!(log.take(), ["winner:done", "loser:saw-cancel"]);
-    assert!(records_at(&store, report.run_id, "r").contains(&Record::Decided { value: json!({ "winner": 1 }) }));
+    assert!(records_at(&store, report.run_id, "r").contains(&Record::Decided { choice: Choice::Winner { winner: 1 } }));
     assert!(records_at(&store, report.run_id, "r[2]").iter().any(|r| matches!(r, Record::Cancelled { .. })));
 }
 
@@ -258,7 +304,8 @@ async fn dynamic_paths_and_explicit_merge() {
     let (report, _, store) = run(&workflow, json!([1, -2, 3])).await;
     assert_eq!(report.output, Some(json!({ "sum": 40, "failed": 1 })));
     assert!(
-        records_at(&store, report.run_id, "d").contains(&Record::Decided { value: json!({ "items": [1, -2, 3] }) })
+        records_at(&store, report.run_id, "d")
+            .contains(&Record::Decided { choice: Choice::Items { items: vec![json!(1), json!(-2), json!(3)] } })
     );
 }
 
@@ -321,7 +368,7 @@ async fn loop_until_verdict_with_prepare_next() {
     assert_eq!(report.output, Some(json!({ "value": 24, "iteration": 3, "path": "refine#3/improve" })));
     assert!(
         records_at(&store, report.run_id, "refine#3")
-            .contains(&Record::Decided { value: json!({ "done": true, "reason": "24 is good enough" }) })
+            .contains(&Record::Decided { choice: Choice::Verdict { done: true, reason: "24 is good enough".into() } })
     );
     let events = engine.store().events(report.run_id).await.unwrap();
     assert_eq!(events.last().unwrap().data["reason"], "24 is good enough");
@@ -480,7 +527,10 @@ async fn graph_follows_conditional_edges_and_cycles_are_bounded() {
     let (report, _, store) = run(&graph(10), json!(0)).await;
     assert_eq!(report.output, Some(json!({ "final": 3 })));
     assert!(records_at(&store, report.run_id, "g/count#3").iter().any(|r| matches!(r, Record::Completed { .. })));
-    assert!(records_at(&store, report.run_id, "g#3").contains(&Record::Decided { value: json!({ "next": "finish" }) }));
+    assert!(
+        records_at(&store, report.run_id, "g#3")
+            .contains(&Record::Decided { choice: Choice::Next { next: Some("finish".into()) } })
+    );
 
     let (report, _, _) = run(&graph(2), json!(0)).await;
     let error = report.error.unwrap();
@@ -686,7 +736,7 @@ async fn ticks_woken(store: &stepwright_core::InMemoryStore, run: stepwright_cor
         .iter()
         .filter(|e| e.path.as_str().ends_with("@due"))
         .map(|e| match &e.record {
-            Record::Decided { value } => value.get("wake").and_then(Value::as_u64),
+            Record::Decided { choice: Choice::Due { wake, .. } } => *wake,
             other => panic!("a tick's start is a decision, not {other:?}"),
         })
         .collect()

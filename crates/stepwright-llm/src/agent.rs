@@ -404,7 +404,7 @@ fn text_of(value: &Value) -> String {
 /// Errors that end the step rather than becoming a result the model sees: the run is
 /// suspending, being cancelled, could not record, or spent its budget.
 fn ends_the_step(error: &StepError) -> bool {
-    matches!(error.code.as_str(), "suspended" | "cancelled" | "execution_failed" | "budget_exceeded")
+    error.is_control_flow() || error.is(&ErrorCode::EXECUTION_FAILED) || error.is(&BUDGET_EXCEEDED)
 }
 
 impl AgentRun<'_> {
@@ -883,7 +883,7 @@ impl AgentRun<'_> {
                 ));
                 match outcome {
                     Ok(value) => Ok(json!({ "ok": value })),
-                    Err(e) if matches!(e.code.as_str(), "suspended" | "cancelled") => Err(e),
+                    Err(e) if e.is_control_flow() => Err(e),
                     Err(e) => Ok(json!({ "error": { "code": e.code.as_str(), "message": e.message } })),
                 }
             })

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use stepwright_core::journal::Choice;
 use stepwright_core::journal::{JournalBatch, JournalEntry};
 use stepwright_core::{
     Caller, ContentHash, Decision, Engine, InterruptRequest, Node, Outcome, Record, RunStatus, StepPath, Store,
@@ -203,7 +204,9 @@ async fn a_message_sent_from_another_process_reaches_a_parked_loop() {
     // new loop iteration would continue after it.
     let loaded = there.store().load(run).await.unwrap();
     let taken = loaded.entries.iter().find(|e| e.path.as_str() == "chat#1/@inbox").unwrap();
-    assert!(matches!(&taken.record, Record::Decided { value } if value["message"] == "hello" && value["seq"].is_u64()));
+    assert!(
+        matches!(&taken.record, Record::Decided { choice: Choice::Message { message: Some(message), seq: Some(_) } } if message == "hello")
+    );
 }
 
 /// A large input and output are stored compressed, as blobs are, and read back whole; small

@@ -154,7 +154,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             Record::Failed { attempt, error, retry_at, .. } => {
                 format!("failed (attempt {attempt}): {error}{}", if retry_at.is_some() { ", will retry" } else { "" })
             }
-            Record::Decided { value } => format!("decided {value}"),
+            Record::Decided { choice } => format!("decided {}", serde_json::to_value(choice).unwrap_or_default()),
             other => format!("{other:?}"),
         };
         println!("  {:<22} {what}", entry.path.as_str());

@@ -21,12 +21,12 @@ use crate::definition::{
 use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::ids::{InterruptId, StepPath, Timestamp};
-use crate::journal::Record;
+use crate::journal::{Arm, Choice, OtherwiseArm, Record};
 use crate::outcome::{Decision, InterruptRequest, OutcomeKind};
 use crate::policy::{GuardrailStage, apply_guardrails};
 use crate::recording::{RunShared, StoreFailed};
 use crate::scope::Scope;
-use crate::services::{ProvidedLayers, Services};
+use crate::services::{ProvidedLayers, Services, StepStatus};
 
 /// How a node ended, as seen by its parent.
 #[derive(Debug, Clone)]
@@ -79,7 +79,42 @@ impl Exec {
         self.run.clock.now()
     }
 
-    fn finished(&self, path: &StepPath, status: &str) {
+    /// The choice this run recorded at `path`, if this execution serves it, read as the kind
+    /// `read` expects. A choice of another kind means the definition changed under the run:
+    /// that fails with `nondeterminism` instead of being re-interpreted.
+    fn recorded_choice<T>(
+        &self,
+        path: &StepPath,
+        read: impl FnOnce(&Choice) -> Option<T>,
+    ) -> Result<Option<T>, StepError> {
+        let Some(choice) = self.run.replay.choice(path) else { return Ok(None) };
+        let kind = choice.kind();
+        read(choice).map(Some).ok_or_else(|| {
+            StepError::new(
+                ErrorCode::NONDETERMINISM,
+                format!("{path} recorded a {kind}, but this definition decides something else there"),
+            )
+        })
+    }
+
+    /// The one way an operator decides: served from the journal when this run already chose
+    /// at `path`, else chosen now by `choose` and recorded (with the next commit).
+    fn decide_once<T>(
+        &self,
+        path: &StepPath,
+        read: impl Fn(&Choice) -> Option<T>,
+        choose: impl FnOnce() -> Result<Choice, StepError>,
+    ) -> Result<T, StepError> {
+        if let Some(served) = self.recorded_choice(path, &read)? {
+            return Ok(served);
+        }
+        let choice = choose()?;
+        let chosen = read(&choice).expect("a choice is read as the kind it was made as");
+        self.run.recorder.note(path, self.now(), Record::Decided { choice });
+        Ok(chosen)
+    }
+
+    fn finished(&self, path: &StepPath, status: StepStatus) {
         if let Some(observer) = &self.run.observer {
             observer.step_finished(self.run.run_id, path, status);
         }
@@ -167,7 +202,7 @@ impl Exec {
                     Ok(false) => {
                         let reason = "condition is false".to_owned();
                         self.run.recorder.note(&path, self.now(), Record::Skipped { reason: reason.clone() });
-                        self.finished(&path, "skipped");
+                        self.finished(&path, StepStatus::Skipped);
                         return Ok(Flow::Skipped(reason));
                     }
                     Err(error) => {
@@ -244,7 +279,7 @@ impl Exec {
     async fn complete(&self, path: &StepPath, attempt: u32, value: Arc<Value>, cached: bool) -> Res {
         let hash = ContentHash::of_value(&value);
         self.run.recorder.commit_output(path, self.now(), attempt, hash, value.clone(), cached).await?;
-        self.finished(path, "completed");
+        self.finished(path, StepStatus::Completed);
         Ok(Flow::Done(value))
     }
 
@@ -320,12 +355,12 @@ impl Exec {
                 Flow::Failed(error) => error,
                 Flow::Skipped(reason) => {
                     self.run.recorder.commit(path, self.now(), Record::Skipped { reason: reason.clone() }).await?;
-                    self.finished(path, "skipped");
+                    self.finished(path, StepStatus::Skipped);
                     return Ok(Flow::Skipped(reason));
                 }
                 Flow::Suspended => {
                     self.run.recorder.flush().await?;
-                    self.finished(path, "suspended");
+                    self.finished(path, StepStatus::Suspended);
                     return Ok(Flow::Suspended);
                 }
                 Flow::Handoff(target, payload) => {
@@ -337,13 +372,13 @@ impl Exec {
                             Record::Handoff { target: target.clone(), payload: (*payload).clone() },
                         )
                         .await?;
-                    self.finished(path, "handoff");
+                    self.finished(path, StepStatus::Handoff);
                     return Ok(Flow::Handoff(target, payload));
                 }
             };
             if error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled() {
                 self.run.recorder.note(path, self.now(), Record::Cancelled { reason: error.message.clone() });
-                self.finished(path, "cancelled");
+                self.finished(path, StepStatus::Cancelled);
                 return Ok(Flow::Failed(error));
             }
             let retry_all = matches!(policy.on_failure, OnFailure::Retry);
@@ -358,7 +393,7 @@ impl Exec {
                     .recorder
                     .commit(path, self.now(), Record::Failed { attempt, error, retry_at: Some(due), started_at: None })
                     .await?;
-                self.finished(path, "retrying");
+                self.finished(path, StepStatus::Retrying);
                 attempt += 1;
                 wait_until = Some(due);
                 continue;
@@ -417,7 +452,7 @@ impl Exec {
                 Record::Failed { attempt, error: error.clone(), retry_at: None, started_at: None },
             )
             .await?;
-        self.finished(path, "failed");
+        self.finished(path, StepStatus::Failed);
         self.on_failure(node, path, error, input, scope, env, attempt).await
     }
 
@@ -440,7 +475,7 @@ impl Exec {
             OnFailure::Skip => {
                 let reason = format!("failed and on_failure is skip: {error}");
                 self.run.recorder.commit(path, self.now(), Record::Skipped { reason: reason.clone() }).await?;
-                self.finished(path, "skipped");
+                self.finished(path, StepStatus::Skipped);
                 Ok(Flow::Skipped(reason))
             }
             OnFailure::Fallback(fallback) => {
@@ -501,31 +536,26 @@ impl Exec {
                 self.exec_seq(body, path, input, scope, &inner).await
             }
             NodeKind::Branch { arms, otherwise } => {
-                let arm = match self.run.replay.decided(path) {
-                    Some(decided) => decided.get("arm").cloned().unwrap_or(Value::Null),
-                    None => {
-                        let mut chosen = Value::Null;
+                let chosen = self.decide_once(
+                    path,
+                    |choice| match choice {
+                        Choice::Arm { arm } => Some(*arm),
+                        _ => None,
+                    },
+                    || {
                         for (index, (condition, _)) in arms.iter().enumerate() {
-                            match condition.eval(scope) {
-                                Ok(true) => {
-                                    chosen = json!(index);
-                                    break;
-                                }
-                                Ok(false) => {}
-                                Err(error) => return Ok(Flow::Failed(error)),
+                            if condition.eval(scope)? {
+                                return Ok(Choice::Arm { arm: Some(Arm::When(index)) });
                             }
                         }
-                        if chosen.is_null() && otherwise.is_some() {
-                            chosen = json!("otherwise");
-                        }
-                        self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "arm": chosen }) });
-                        chosen
-                    }
-                };
-                let body = match &arm {
-                    Value::Number(n) => n.as_u64().and_then(|i| arms.get(i as usize)).map(|(_, b)| b),
-                    Value::String(_) => otherwise.as_ref(),
-                    _ => None,
+                        Ok(Choice::Arm { arm: otherwise.as_ref().map(|_| Arm::Otherwise(OtherwiseArm::Otherwise)) })
+                    },
+                );
+                let body = match chosen {
+                    Ok(Some(Arm::When(index))) => arms.get(index).map(|(_, body)| body),
+                    Ok(Some(Arm::Otherwise(_))) => otherwise.as_ref(),
+                    Ok(None) => None,
+                    Err(error) => return Ok(Flow::Failed(error)),
                 };
                 match body {
                     Some(body) => self.exec_seq(body, path, input, scope, env).await,
@@ -733,22 +763,22 @@ impl Exec {
     }
 
     async fn run_fork(&self, spec: &ForkSpec, path: &StepPath, input: Arc<Value>, scope: &Scope, env: &Env) -> Res {
-        let replay = &self.run.replay;
         // The list of path inputs: static paths all get the fork's input; dynamic ones get
         // the computed items, journaled so that a resume fans out over the same list.
         let (bodies, inputs): (Vec<&[Node]>, Vec<Arc<Value>>) = match &spec.paths {
             ForkPaths::Static(paths) => (paths.iter().map(Vec::as_slice).collect(), vec![input; paths.len()]),
             ForkPaths::Dynamic { items, body } => {
-                let items: Vec<Value> = match replay.decided(path).and_then(|d| d.get("items")) {
-                    Some(Value::Array(items)) => items.clone(),
-                    _ => {
-                        let items = match items.eval(scope) {
-                            Ok(items) => items,
-                            Err(error) => return Ok(Flow::Failed(error)),
-                        };
-                        self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "items": items }) });
-                        items
-                    }
+                let items = self.decide_once(
+                    path,
+                    |choice| match choice {
+                        Choice::Items { items } => Some(items.clone()),
+                        _ => None,
+                    },
+                    || Ok(Choice::Items { items: items.eval(scope)? }),
+                );
+                let items = match items {
+                    Ok(items) => items,
+                    Err(error) => return Ok(Flow::Failed(error)),
                 };
                 (vec![body.as_slice(); items.len()], items.into_iter().map(Arc::new).collect())
             }
@@ -769,7 +799,13 @@ impl Exec {
             })));
         }
         let decided_winner = if spec.mode == ForkMode::Race {
-            replay.recorded_input(path).and_then(|d| d.get("winner")).and_then(Value::as_u64).map(|w| w as usize)
+            match self.recorded_choice(path, |choice| match choice {
+                Choice::Winner { winner } => Some(*winner),
+                _ => None,
+            }) {
+                Ok(winner) => winner,
+                Err(error) => return Ok(Flow::Failed(error)),
+            }
         } else {
             None
         };
@@ -809,7 +845,11 @@ impl Exec {
             match (&flow, spec.mode) {
                 (Flow::Done(_) | Flow::Skipped(_), ForkMode::Race) if winner.is_none() => {
                     winner = Some(index);
-                    self.run.recorder.note(path, self.now(), Record::Decided { value: json!({ "winner": index }) });
+                    self.run.recorder.note(
+                        path,
+                        self.now(),
+                        Record::Decided { choice: Choice::Winner { winner: index } },
+                    );
                     fork_cancel.cancel();
                     stop = true;
                 }
@@ -951,14 +991,19 @@ impl Exec {
             let mut loop_var = json!({ "iteration": iteration, "input": input.as_ref() });
             if let Some(inbox) = &spec.inbox {
                 let message_path = iteration_path.join("@inbox");
-                let message = match self.run.replay.recorded_input(&message_path) {
-                    Some(decided) => {
-                        if let Some(seq) = decided.get("seq").and_then(Value::as_u64) {
-                            last_seq = Some(seq);
+                let recorded = self.recorded_choice(&message_path, |choice| match choice {
+                    Choice::Message { message, seq } => Some((message.clone(), *seq)),
+                    _ => None,
+                });
+                let message = match recorded {
+                    Err(error) => return Ok(Flow::Failed(error)),
+                    Ok(Some((message, seq))) => {
+                        if seq.is_some() {
+                            last_seq = seq;
                         }
-                        decided.get("message").cloned()
+                        message
                     }
-                    None => {
+                    Ok(None) => {
                         let message = match retry_message.take() {
                             Some(message) => Some(message),
                             None => {
@@ -973,7 +1018,8 @@ impl Exec {
                             }
                         };
                         // A consumed message is durable before the body sees it.
-                        let decided = Record::Decided { value: json!({ "message": message, "seq": last_seq }) };
+                        let decided =
+                            Record::Decided { choice: Choice::Message { message: message.clone(), seq: last_seq } };
                         self.run.recorder.commit(&message_path, self.now(), decided).await?;
                         message
                     }
@@ -1018,23 +1064,23 @@ impl Exec {
                 }
                 other => return Ok(other),
             }
-            let verdict = match self.run.replay.decided(&iteration_path) {
-                Some(decided) => serde_json::from_value(decided.clone()).unwrap_or(Verdict::again("replayed")),
-                None => {
+            let verdict = self.decide_once(
+                &iteration_path,
+                |choice| match choice {
+                    Choice::Verdict { done, reason } => Some(Verdict { done: *done, reason: reason.clone() }),
+                    _ => None,
+                },
+                || {
                     let verdict = match &spec.until {
-                        Some(until) => match until.eval(&child) {
-                            Ok(verdict) => verdict,
-                            Err(error) => return Ok(Flow::Failed(error)),
-                        },
+                        Some(until) => until.eval(&child)?,
                         None => Verdict::again("no until condition"),
                     };
-                    self.run.recorder.note(
-                        &iteration_path,
-                        self.now(),
-                        Record::Decided { value: serde_json::to_value(&verdict).unwrap_or_default() },
-                    );
-                    verdict
-                }
+                    Ok(Choice::Verdict { done: verdict.done, reason: verdict.reason })
+                },
+            );
+            let verdict = match verdict {
+                Ok(verdict) => verdict,
+                Err(error) => return Ok(Flow::Failed(error)),
             };
             if verdict.done {
                 self.run.event(path, "loop.stopped", json!({ "iterations": iteration, "reason": verdict.reason }));
@@ -1161,34 +1207,29 @@ impl Exec {
                 other => return Ok(other),
             }
             let decision_path = path.ordinal(u64::from(step));
-            let next = match self.run.replay.decided(&decision_path) {
-                Some(decided) => decided.get("next").and_then(Value::as_str).map(str::to_owned),
-                None => {
-                    let mut next = None;
+            let next = self.decide_once(
+                &decision_path,
+                |choice| match choice {
+                    Choice::Next { next } => Some(next.clone()),
+                    _ => None,
+                },
+                || {
                     for edge in spec.edges.iter().filter(|e| e.from == current) {
                         let take = match &edge.when {
                             None => true,
-                            Some(when) => match when.eval(&child) {
-                                Ok(take) => take,
-                                Err(error) => return Ok(Flow::Failed(error)),
-                            },
+                            Some(when) => when.eval(&child)?,
                         };
                         if take {
-                            next = Some(edge.to.clone());
-                            break;
+                            return Ok(Choice::Next { next: Some(edge.to.clone()) });
                         }
                     }
-                    self.run.recorder.note(
-                        &decision_path,
-                        self.now(),
-                        Record::Decided { value: json!({ "next": next }) },
-                    );
-                    next
-                }
-            };
+                    Ok(Choice::Next { next: None })
+                },
+            );
             match next {
-                Some(next) => current = next,
-                None => return Ok(Flow::Done(last)),
+                Ok(Some(next)) => current = next,
+                Ok(None) => return Ok(Flow::Done(last)),
+                Err(error) => return Ok(Flow::Failed(error)),
             }
         }
     }
@@ -1209,13 +1250,19 @@ impl Exec {
         loop {
             let tick_path = path.ordinal(tick);
             let due_path = tick_path.join("@due");
-            let recorded = self.run.replay.recorded_input(&due_path);
-            if let Some(seq) = recorded.as_ref().and_then(|d| d.get("wake")).and_then(Value::as_u64) {
-                last_wake = Some(seq);
-            }
-            let started = match recorded.as_ref().and_then(|d| d.get("at")).and_then(Value::as_i64) {
-                Some(at) => Timestamp::from_micros(at),
-                None => {
+            let recorded = self.recorded_choice(&due_path, |choice| match choice {
+                Choice::Due { at, wake } => Some((*at, *wake)),
+                _ => None,
+            });
+            let started = match recorded {
+                Err(error) => return Ok(Flow::Failed(error)),
+                Ok(Some((at, wake))) => {
+                    if wake.is_some() {
+                        last_wake = wake;
+                    }
+                    at
+                }
+                Ok(None) => {
                     let now = self.now();
                     let mut woken_by = None;
                     if due > now {
@@ -1247,12 +1294,14 @@ impl Exec {
                         }
                     }
                     let at = self.now();
-                    let mut decided = json!({ "at": at.as_micros() });
-                    if let Some(seq) = woken_by {
-                        last_wake = Some(seq);
-                        decided["wake"] = json!(seq);
+                    if woken_by.is_some() {
+                        last_wake = woken_by;
                     }
-                    self.run.recorder.note(&due_path, at, Record::Decided { value: decided });
+                    self.run.recorder.note(
+                        &due_path,
+                        at,
+                        Record::Decided { choice: Choice::Due { at, wake: woken_by } },
+                    );
                     at
                 }
             };

@@ -9,7 +9,7 @@ use crate::definition::Workflow;
 use crate::engine::{Engine, EngineError, EngineInner};
 use crate::hash::ContentHash;
 use crate::ids::{RunId, StepPath};
-use crate::journal::{JournalBatch, Lease, Lineage, LoadedRun, Record, RunRecord, RunStatus};
+use crate::journal::{Choice, JournalBatch, Lease, Lineage, LoadedRun, Record, RunRecord, RunStatus};
 use crate::recording::Mailboxes;
 use crate::recording::{ReplayIndex, ReplayMode};
 use crate::store::{InMemoryStore, StatusUpdate, Store};
@@ -269,14 +269,14 @@ impl Engine {
         };
         let index = ReplayIndex::from_loaded(&original).map_err(EngineError::store(run))?;
         let recorded: HashMap<StepPath, ContentHash> = index.completions().map(|(p, h)| (p.clone(), h)).collect();
-        let decided_before: HashMap<StepPath, Value> = index.decisions().map(|(p, d)| (p.clone(), d.clone())).collect();
+        let decided_before: HashMap<StepPath, Choice> = index.choices().map(|(p, d)| (p.clone(), d.clone())).collect();
         let (report, sandbox_store) =
             self.in_sandbox(workflow, &original, index.with_mode(ReplayMode::Recompute(prefix.clone()))).await?;
         let journal = sandbox_store.entries(run);
         let sandbox = sandbox_store.load(run).await.map_err(EngineError::store(run))?;
         let mut after: HashMap<StepPath, ContentHash> = HashMap::new();
         let mut violations: HashMap<StepPath, String> = HashMap::new();
-        let mut decided_after: HashMap<StepPath, Value> = HashMap::new();
+        let mut decided_after: HashMap<StepPath, Choice> = HashMap::new();
         for entry in &journal {
             match &entry.record {
                 Record::Completed { output, .. } => {
@@ -285,8 +285,8 @@ impl Engine {
                 Record::Failed { error, .. } if error.is(&crate::error::ErrorCode::OUTPUT_VALIDATION) => {
                     violations.insert(entry.path.clone(), error.message.clone());
                 }
-                Record::Decided { value } => {
-                    decided_after.insert(entry.path.clone(), value.clone());
+                Record::Decided { choice } => {
+                    decided_after.insert(entry.path.clone(), choice.clone());
                 }
                 _ => {}
             }
@@ -332,8 +332,8 @@ impl Engine {
             .filter(|p| !prefix.contains(*p) && decided_before.get(*p) != decided_after.get(*p))
             .map(|p| DecisionChange {
                 path: p.clone(),
-                before: decided_before.get(p).cloned(),
-                after: decided_after.get(p).cloned(),
+                before: decided_before.get(p).and_then(|c| serde_json::to_value(c).ok()),
+                after: decided_after.get(p).and_then(|c| serde_json::to_value(c).ok()),
             })
             .collect();
         let changed = original.record.output != report.output
