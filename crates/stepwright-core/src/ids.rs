@@ -156,6 +156,17 @@ impl StepPath {
         Self(Arc::from(format!("{}#{ordinal}", self.0)))
     }
 
+    /// `self/@fallback`: where this step's fallback runs, in its place.
+    pub fn fallback(&self) -> Self {
+        self.join(FALLBACK)
+    }
+
+    /// The step an engine-internal entry belongs to: `a/b` for `a/b/@inbox`, `a/b/@fallback`
+    /// or `a/b/@due` (the first `@` segment and all after it removed).
+    pub fn owning_step(&self) -> &str {
+        self.0.split("/@").next().unwrap_or(&self.0)
+    }
+
     /// `self/name.ordinal`: a numbered sub-step such as an agent's `turn.2`.
     pub fn sub(&self, name: &str, ordinal: u64) -> Self {
         self.join(&format!("{name}.{ordinal}"))
@@ -190,6 +201,77 @@ impl fmt::Debug for StepPath {
         write!(f, "StepPath({:?})", &*self.0)
     }
 }
+
+/// A pattern over step paths: the grammar of [`StepPath`] with `[*]` for any fork path or
+/// map item, `#*` for any iteration or visit, and a trailing `/**` for any sub-path
+/// (`drafts[*]/formal`, `refine#*/critique`, `research/**`). What a definition can produce.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct PathPattern(String);
+
+impl PathPattern {
+    /// The workflow body itself.
+    pub(crate) fn root() -> Self {
+        Self(String::new())
+    }
+
+    /// `self/id`.
+    pub(crate) fn join(&self, id: &str) -> Self {
+        if self.0.is_empty() { Self(id.to_owned()) } else { Self(format!("{}/{id}", self.0)) }
+    }
+
+    /// `self[*]`: any fork path or map item (see [`StepPath::index`]).
+    pub(crate) fn any_index(&self) -> Self {
+        Self(format!("{}[*]", self.0))
+    }
+
+    /// `self#*`: any iteration or visit (see [`StepPath::ordinal`]).
+    pub(crate) fn any_ordinal(&self) -> Self {
+        Self(format!("{}#*", self.0))
+    }
+
+    /// `self/@fallback`: where a step's fallback runs (see [`StepPath::fallback`]).
+    pub(crate) fn fallback(&self) -> Self {
+        self.join(FALLBACK)
+    }
+
+    /// `self/**`: a leaf step's journaled sub-steps (an agent's `turn.2/tool.0`).
+    pub(crate) fn any_sub_path(&self) -> Self {
+        Self(format!("{}/**", self.0))
+    }
+
+    /// The textual form.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The pattern as an anchored regular expression over paths' textual form.
+    pub(crate) fn regex(&self) -> regex::Regex {
+        let mut out = String::from("^");
+        let mut rest = self.0.as_str();
+        while !rest.is_empty() {
+            if let Some(tail) = rest.strip_prefix("[*]") {
+                out.push_str(r"\[\d+\]");
+                rest = tail;
+            } else if let Some(tail) = rest.strip_prefix("/**") {
+                out.push_str("/.+");
+                rest = tail;
+            } else if let Some(tail) = rest.strip_prefix("#*") {
+                out.push_str(r"#\d+");
+                rest = tail;
+            } else {
+                let c = rest.chars().next().expect("not empty");
+                out.push_str(&regex::escape(&c.to_string()));
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        out.push('$');
+        regex::Regex::new(&out).expect("an escaped pattern is a valid regex")
+    }
+}
+
+/// The segment a step's fallback runs under: `step/@fallback`. Segments that start with `@`
+/// are the engine's own (`@fallback`, `@inbox`, `@due`); step ids cannot start with one.
+const FALLBACK: &str = "@fallback";
 
 /// The stable id of an interrupt: derived from the run, the step path and the interrupt's
 /// ordinal within that step, so a re-executed step asks for the same interrupt again.
@@ -242,7 +324,7 @@ pub fn check_step_name(name: &str) -> Result<(), String> {
 /// can look up whether the original effect happened.
 pub(crate) fn idempotency_key(run: RunId, path: &StepPath) -> String {
     let mut text = path.as_str();
-    while let Some(stripped) = text.strip_suffix("/@fallback") {
+    while let Some(stripped) = text.strip_suffix(FALLBACK).and_then(|t| t.strip_suffix('/')) {
         text = stripped;
     }
     ContentHash::of_parts(&[run.as_uuid().as_bytes(), text.as_bytes()]).to_hex()

@@ -120,3 +120,71 @@ fn the_definition_hash_follows_structure() {
 fn an_empty_workflow_is_rejected() {
     assert_eq!(problems(Workflow::builder("empty")), ["<workflow>: a workflow needs at least one step"]);
 }
+
+/// A workflow with every operator and policy, for the compatibility checks below.
+fn every_kind() -> Workflow {
+    let sub = Workflow::builder("sub").step(noop("inner")).build().unwrap();
+    let when = |source: &str| Expr::new(|_| true).with_source(source);
+    Workflow::builder("every-kind")
+        .version("1.2.0")
+        .input_schema(json!({ "type": "object" }))
+        .step(noop("first").retry(RetryPolicy::new(3)).timeout(Duration::from_secs(2)).diff_key("id"))
+        .step(Node::sequence("seq", [noop("a"), noop("b").on_failure(OnFailure::Fallback(Box::new(noop("spare"))))]))
+        .step(Branch::new("route").when(when("input.x > 1"), [noop("big")]).otherwise([noop("small")]))
+        .step(Fork::new("fan").path([noop("left")]).path([noop("right")]).mode(ForkMode::Settle))
+        .step(Fork::map("each", Expr::new(|_| Vec::new()).with_source("input.items"), "item", [noop("one")]))
+        .step(Loop::new("refine", 3, [noop("draft")]).until(Expr::new(|_| stepwright_core::Verdict::done("ok"))))
+        .step(Graph::new("g", 5).node(noop("plan")).node(noop("act")).edge("plan", "act"))
+        .step(Every::new("tick", Duration::from_secs(60), [noop("poll")]))
+        .step(Node::workflow("call", &sub))
+        .step(Node::sleep("nap", Duration::from_secs(1)))
+        .build()
+        .unwrap()
+}
+
+/// Stored runs are pinned to their definition's hash, so the canonical description must not
+/// change shape between releases: a change here means existing runs could not be resumed.
+#[test]
+fn a_definitions_hash_does_not_change_across_releases() {
+    assert_eq!(every_kind().hash().to_hex(), "55b4408303aeb88872a31f7e0b79841b5488bd8384c28f4b517de25ce18c884d");
+}
+
+/// The path patterns a definition produces (what a resume checks a journal against).
+#[test]
+fn path_patterns_cover_every_operator() {
+    assert_eq!(
+        every_kind().path_patterns(),
+        [
+            "first",
+            "seq",
+            "seq/a",
+            "seq/b",
+            "seq/b/@fallback",
+            "route",
+            "route/big",
+            "route/small",
+            "fan",
+            "fan[*]",
+            "fan[*]/left",
+            "fan[*]/right",
+            "each",
+            "each[*]",
+            "each[*]/one",
+            "refine",
+            "refine#*",
+            "refine#*/draft",
+            "g",
+            "g#*",
+            "g/plan#*",
+            "g/act#*",
+            "tick",
+            "tick#*",
+            "tick#*/poll",
+            "call",
+            "call/inner",
+            "nap",
+        ]
+    );
+    let journal = ["seq/b/@fallback", "g/plan#2", "refine#3/draft", "each[4]/one", "gone", "fan[0]/missing"];
+    assert_eq!(every_kind().unknown_paths(journal), ["fan[0]/missing", "gone"]);
+}

@@ -1,0 +1,226 @@
+//! The checks a workflow passes when it is built: every option that cannot be honoured is
+//! reported with the node's path, all problems at once.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::walk::Segment;
+use super::{ForkMode, ForkPaths, Node, NodeKind, OnFailure, Schema};
+use crate::error::BuildProblem;
+use crate::ids::check_step_name as check_name;
+use crate::policy::{Effect, GuardrailAction};
+
+#[derive(Default)]
+pub(super) struct Checker {
+    pub(super) problems: Vec<BuildProblem>,
+}
+
+impl Checker {
+    pub(super) fn problem(&mut self, at: &str, message: impl Into<String>) {
+        self.problems.push(BuildProblem {
+            at: if at.is_empty() { "<workflow>".into() } else { at.to_owned() },
+            message: message.into(),
+        });
+    }
+
+    pub(super) fn nodes(&mut self, segment: Segment, parent: &str, nodes: &[Node]) {
+        let mut seen = HashSet::new();
+        for node in nodes {
+            let at = segment.display(parent, &node.id);
+            if !seen.insert(node.id.clone()) {
+                self.problem(&at, format!("duplicate step id {:?} in the same scope", &*node.id));
+            }
+            self.node(&at, node);
+        }
+    }
+
+    fn node(&mut self, at: &str, node: &Node) {
+        if let Err(why) = check_name(&node.id) {
+            self.problem(at, format!("step id: {why}"));
+        }
+        for (what, schema) in [("input", &node.input_schema), ("output", &node.output_schema)] {
+            if let Some(Schema { validator: Err(why), .. }) = schema {
+                self.problem(at, format!("{what} schema is not a valid JSON Schema: {why}"));
+            }
+        }
+        let is_leaf = matches!(node.kind, NodeKind::Step(_));
+        let policy = &node.policy;
+        let mut problems: Vec<String> = Vec::new();
+        if let Some(retry) = &policy.retry {
+            if retry.max_attempts == 0 {
+                problems.push("retry.max_attempts must be at least 1".into());
+            }
+            if retry.initial_delay > retry.max_delay {
+                problems.push(format!(
+                    "retry.initial_delay ({:?}) is larger than retry.max_delay ({:?})",
+                    retry.initial_delay, retry.max_delay
+                ));
+            }
+            if !(0.0..=1.0).contains(&retry.jitter) {
+                problems.push(format!("retry.jitter must be within 0..=1, not {}", retry.jitter));
+            }
+        }
+        if policy.timeout == Some(Duration::ZERO) {
+            problems.push("timeout must be longer than zero".into());
+        }
+        if matches!(policy.on_failure, OnFailure::Retry) && policy.retry.is_none() {
+            problems.push("on_failure: retry needs a retry policy (max_attempts, backoff)".into());
+        }
+        if policy.cache {
+            if !is_leaf {
+                problems.push(format!("cache applies to steps, not to a {}", node.kind.name()));
+            } else if node.effect_or_default() != Effect::Pure {
+                problems.push(
+                    format!("cache needs a pure step, but this step's effect is {:?}", node.effect_or_default())
+                        .to_lowercase(),
+                );
+            }
+        }
+        if policy.effect.is_some() && !is_leaf {
+            problems.push(format!("effect applies to steps, not to a {}", node.kind.name()));
+        }
+        if policy.safe_to_retry && !node.effect_or_default().is_fenced() {
+            problems.push("safe_to_retry applies only to write or external steps".into());
+        }
+        for guardrail in &policy.guardrails {
+            if guardrail.action == GuardrailAction::Redact && !guardrail.check.can_redact() {
+                problems.push(format!(
+                    "guardrail {:?} cannot redact, so its action cannot be redact",
+                    guardrail.check.name()
+                ));
+            }
+        }
+        for p in problems {
+            self.problem(at, p);
+        }
+        self.kind(at, node);
+        for (segment, group) in node.children() {
+            self.nodes(segment, at, group);
+        }
+    }
+
+    /// The checks of each operator's own options (its children are checked by the walk).
+    fn kind(&mut self, at: &str, node: &Node) {
+        let kind_name = node.kind.name();
+        match &node.kind {
+            NodeKind::Step(_) | NodeKind::Sleep(_) => {
+                if let NodeKind::Sleep(d) = node.kind
+                    && d.is_zero()
+                {
+                    self.problem(at, "sleep duration must be longer than zero");
+                }
+            }
+            NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => {
+                if body.is_empty() {
+                    self.problem(at, format!("{kind_name} needs at least one step"));
+                }
+            }
+            NodeKind::Branch { arms, .. } => {
+                if arms.is_empty() {
+                    self.problem(at, "branch needs at least one `when` arm");
+                }
+            }
+            NodeKind::Fork(spec) => {
+                let kind = if spec.is_map { "map" } else { "fork" };
+                if spec.concurrency == Some(0) {
+                    self.problem(
+                        at,
+                        format!("{kind} concurrency must be at least 1 (and paths cannot mix static and dynamic)"),
+                    );
+                }
+                if spec.is_map && spec.mode != ForkMode::All {
+                    self.problem(at, "map always fails fast; use a fork with dynamic paths for race or settle");
+                }
+                match &spec.paths {
+                    ForkPaths::Static(paths) => {
+                        if paths.is_empty() {
+                            self.problem(at, "fork needs at least one path");
+                        }
+                        for (index, path) in paths.iter().enumerate() {
+                            if path.is_empty() {
+                                self.problem(&format!("{at}[{index}]"), "a fork path needs at least one step");
+                            }
+                        }
+                    }
+                    ForkPaths::Dynamic { body, .. } => {
+                        if body.is_empty() {
+                            self.problem(at, format!("{kind} body needs at least one step"));
+                        }
+                    }
+                }
+                if let Some(name) = &spec.item_name
+                    && check_name(name).is_err()
+                    && !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                {
+                    self.problem(at, format!("map `as` name {name:?} must be an identifier"));
+                }
+            }
+            NodeKind::Loop(spec) => {
+                if spec.max_iterations == 0 {
+                    self.problem(at, "loop max_iterations must be at least 1");
+                }
+                if spec.body.is_empty() {
+                    self.problem(at, "loop needs at least one step");
+                }
+                if spec.park_timeout == Some(Duration::ZERO) {
+                    self.problem(at, "loop park_timeout must be longer than zero");
+                }
+            }
+            NodeKind::Graph(spec) => {
+                if spec.max_steps == 0 {
+                    self.problem(at, "graph max_steps must be at least 1");
+                }
+                if spec.nodes.is_empty() {
+                    self.problem(at, "graph needs at least one node");
+                }
+                let names: HashSet<String> = spec.nodes.iter().map(|n| n.id.to_string()).collect();
+                if let Some(entry) = &spec.entry
+                    && !names.contains(entry)
+                {
+                    self.problem(at, format!("graph entry {entry:?} is not one of its nodes"));
+                }
+                for edge in &spec.edges {
+                    for end in [&edge.from, &edge.to] {
+                        if !names.contains(end) {
+                            self.problem(
+                                at,
+                                format!("graph edge {:?} -> {:?} names unknown node {end:?}", edge.from, edge.to),
+                            );
+                        }
+                    }
+                }
+            }
+            NodeKind::Workflow { spawn, .. } => {
+                if *spawn == Some(Duration::ZERO) {
+                    self.problem(at, "spawn timeout must be longer than zero");
+                }
+            }
+            NodeKind::Every(spec) => {
+                if spec.interval.is_zero() {
+                    self.problem(at, "every interval must be longer than zero");
+                }
+                if !(0.0..1.0).contains(&spec.jitter) {
+                    self.problem(at, format!("every jitter must be within 0..1, not {}", spec.jitter));
+                }
+                if spec.body.is_empty() {
+                    self.problem(at, "every needs at least one step");
+                }
+            }
+        }
+    }
+}
+
+/// Whether a value is a JSON Schema the engine can validate with; the error says what is
+/// wrong. Loaders call it to report a bad schema at the place it was written; the build
+/// checks the same thing for schemas set from Rust.
+///
+/// ```
+/// use serde_json::json;
+/// assert!(stepwright_core::check_schema(&json!({ "type": "object" })).is_ok());
+/// assert!(stepwright_core::check_schema(&json!({ "type": 12 })).is_err());
+/// ```
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    jsonschema::validator_for(schema).map(|_| ()).map_err(|e| e.to_string())
+}

@@ -1,0 +1,601 @@
+//! Workflow definitions: nodes (steps and operators), their policies, and the checks that
+//! reject an option that cannot be honoured when the workflow is built.
+//!
+//! `mod.rs` holds the node and the workflow; `expr` the expressions and small option types;
+//! `operators` the operator builders; `walk` the tree's shape (each node's children);
+//! `check` the build checks; `describe` the canonical description that is hashed; `paths`
+//! the path patterns a definition can produce.
+
+mod check;
+mod describe;
+mod expr;
+mod operators;
+mod paths;
+mod walk;
+
+use check::Checker;
+pub use check::check_schema;
+use describe::describe_nodes;
+pub(crate) use expr::Merge;
+pub use expr::{
+    EveryOnError, Expr, ForkMode, InputSource, LoopOnError, OnMaxIterations, PathResult, Predicate, Verdict,
+};
+pub use operators::{Branch, Every, Fork, Graph, Loop};
+use walk::Segment;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::error::{BuildError, ErrorCode, StepError};
+use crate::hash::ContentHash;
+use crate::ids::check_step_name as check_name;
+use crate::policy::{ApprovalGate, Effect, Guardrail, RetryPolicy};
+use crate::scope::Scope;
+use crate::services::{ProvidedLayer, Services};
+use crate::step::{DynStep, Step, Typed};
+
+/// What happens when a step fails for good (after its retries).
+#[derive(Clone, Default)]
+pub enum OnFailure {
+    /// The failure propagates (the default).
+    #[default]
+    Abort,
+    /// The step is recorded as skipped (output `null`) and the run goes on.
+    Skip,
+    /// Retry every failure, retryable or not, under the step's `retry` policy (which is
+    /// required); abort when attempts run out. Without it, only retryable errors retry.
+    Retry,
+    /// Run this node instead, with the same input; its output becomes the step's output.
+    Fallback(Box<Node>),
+}
+
+impl fmt::Debug for OnFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl OnFailure {
+    /// The policy's name as the file format spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Abort => "abort",
+            Self::Skip => "skip",
+            Self::Retry => "retry",
+            Self::Fallback(_) => "fallback",
+        }
+    }
+}
+/// A node: a step or an operator, with an id, an input source, optional schemas and policies.
+#[derive(Clone)]
+pub struct Node {
+    pub(crate) id: Arc<str>,
+    pub(crate) description: Option<String>,
+    pub(crate) kind: NodeKind,
+    pub(crate) input: InputSource,
+    pub(crate) input_schema: Option<Schema>,
+    pub(crate) output_schema: Option<Schema>,
+    pub(crate) policy: Policies,
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Node").field("id", &self.id).field("kind", &self.kind.name()).finish_non_exhaustive()
+    }
+}
+
+/// A JSON Schema, compiled when it is set; a schema that does not compile is reported by
+/// the build's checks (so a built workflow has only compiled schemas).
+#[derive(Clone)]
+pub(crate) struct Schema {
+    pub(crate) value: Value,
+    pub(crate) validator: Result<Arc<jsonschema::Validator>, String>,
+}
+
+impl Schema {
+    fn new(value: Value) -> Self {
+        // Keep in step with `check_schema`, which loaders use to report the same problem
+        // where the schema was written.
+        let validator = jsonschema::validator_for(&value).map(Arc::new).map_err(|e| e.to_string());
+        Self { value, validator }
+    }
+
+    /// Validates, returning every violation with its JSON-pointer path.
+    pub(crate) fn check(&self, value: &Value, code: ErrorCode, what: &str) -> Result<(), StepError> {
+        let Ok(validator) = &self.validator else {
+            return Ok(());
+        };
+        if validator.is_valid(value) {
+            return Ok(());
+        }
+        let problems: Vec<String> = validator
+            .iter_errors(value)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                format!("at {}: {e}", if at.is_empty() { "/" } else { &at })
+            })
+            .collect();
+        Err(StepError::new(code, format!("{what} does not match its schema: {}", problems.join("; "))))
+    }
+}
+
+/// Policies that apply to any node.
+#[derive(Clone, Default)]
+pub(crate) struct Policies {
+    pub(crate) retry: Option<RetryPolicy>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) on_failure: OnFailure,
+    pub(crate) effect: Option<Effect>,
+    pub(crate) safe_to_retry: bool,
+    pub(crate) approval: Option<ApprovalGate>,
+    pub(crate) guardrails: Vec<Guardrail>,
+    pub(crate) condition: Option<Predicate>,
+    pub(crate) cache: bool,
+    pub(crate) artifact_key: Option<String>,
+    pub(crate) diff_key: Option<String>,
+}
+
+#[derive(Clone)]
+pub(crate) enum NodeKind {
+    Step(Arc<dyn DynStep>),
+    Sequence(Vec<Node>),
+    Branch { arms: Vec<(Predicate, Vec<Node>)>, otherwise: Option<Vec<Node>> },
+    Fork(ForkSpec),
+    Loop(LoopSpec),
+    Graph(GraphSpec),
+    Workflow { workflow: Workflow, spawn: Option<Duration> },
+    Provide { layers: Vec<Arc<dyn ProvidedLayer>>, body: Vec<Node> },
+    Every(EverySpec),
+    Sleep(Duration),
+}
+
+impl NodeKind {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Step(_) => "step",
+            Self::Sequence(_) => "sequence",
+            Self::Branch { .. } => "branch",
+            Self::Fork(f) if f.is_map => "map",
+            Self::Fork(_) => "fork",
+            Self::Loop(_) => "loop",
+            Self::Graph(_) => "graph",
+            Self::Workflow { spawn: None, .. } => "workflow",
+            Self::Workflow { spawn: Some(_), .. } => "spawn",
+            Self::Provide { .. } => "provide",
+            Self::Every(_) => "every",
+            Self::Sleep(_) => "sleep",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct ForkSpec {
+    pub(crate) mode: ForkMode,
+    pub(crate) concurrency: Option<usize>,
+    pub(crate) paths: ForkPaths,
+    pub(crate) merge: Option<Merge>,
+    pub(crate) is_map: bool,
+    pub(crate) item_name: Option<String>,
+}
+
+#[derive(Clone)]
+pub(crate) enum ForkPaths {
+    Static(Vec<Vec<Node>>),
+    Dynamic { items: Expr<Vec<Value>>, body: Vec<Node> },
+}
+
+#[derive(Clone)]
+pub(crate) struct LoopSpec {
+    pub(crate) body: Vec<Node>,
+    pub(crate) until: Option<Expr<Verdict>>,
+    pub(crate) max_iterations: u32,
+    pub(crate) prepare_next: Option<Expr<Value>>,
+    pub(crate) on_error: LoopOnError,
+    pub(crate) on_max: OnMaxIterations,
+    pub(crate) inbox: Option<String>,
+    pub(crate) park_timeout: Option<Duration>,
+}
+
+#[derive(Clone)]
+pub(crate) struct GraphSpec {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) edges: Vec<Edge>,
+    pub(crate) entry: Option<String>,
+    pub(crate) max_steps: u32,
+}
+
+#[derive(Clone)]
+pub(crate) struct Edge {
+    pub(crate) from: String,
+    pub(crate) to: String,
+    pub(crate) when: Option<Predicate>,
+}
+
+#[derive(Clone)]
+pub(crate) struct EverySpec {
+    pub(crate) interval: Duration,
+    pub(crate) jitter: f64,
+    pub(crate) wake: Option<String>,
+    pub(crate) on_error: EveryOnError,
+    pub(crate) body: Vec<Node>,
+}
+
+impl Node {
+    fn with_kind(id: &str, kind: NodeKind) -> Self {
+        Self {
+            id: Arc::from(id),
+            description: None,
+            kind,
+            input: InputSource::Previous,
+            input_schema: None,
+            output_schema: None,
+            policy: Policies::default(),
+        }
+    }
+
+    /// A typed step. Its input is checked by deserializing into `S::Input` (errors name the
+    /// JSON path), its output is `S::Output` serialized.
+    pub fn step<S: Step>(id: &str, step: S) -> Self {
+        Self::with_kind(id, NodeKind::Step(Arc::new(Typed::new(step))))
+    }
+
+    /// A step in its dynamic JSON form (how workflow files drive steps).
+    pub fn dyn_step(id: &str, step: Arc<dyn DynStep>) -> Self {
+        Self::with_kind(id, NodeKind::Step(step))
+    }
+
+    /// A named group of nodes run in order; its output is the last node's.
+    pub fn sequence(id: &str, nodes: impl IntoIterator<Item = Node>) -> Self {
+        Self::with_kind(id, NodeKind::Sequence(nodes.into_iter().collect()))
+    }
+
+    /// Call another workflow: its input and output are checked against its schemas, its
+    /// journal nests under this node's path, and it sees only its own input (not the caller's
+    /// earlier outputs). Memory layers and services are inherited.
+    pub fn workflow(id: &str, workflow: &Workflow) -> Self {
+        Self::with_kind(id, NodeKind::Workflow { workflow: workflow.clone(), spawn: None })
+    }
+
+    /// Like [`Node::workflow`] with an isolated context (no inherited memory layers) and a
+    /// timeout that cancels the whole child.
+    pub fn spawn(id: &str, workflow: &Workflow, timeout: Duration) -> Self {
+        Self::with_kind(id, NodeKind::Workflow { workflow: workflow.clone(), spawn: Some(timeout) })
+    }
+
+    /// Make memory layers available to every descendant of `body`.
+    pub fn provide(
+        id: &str,
+        layers: impl IntoIterator<Item = Arc<dyn ProvidedLayer>>,
+        body: impl IntoIterator<Item = Node>,
+    ) -> Self {
+        Self::with_kind(
+            id,
+            NodeKind::Provide { layers: layers.into_iter().collect(), body: body.into_iter().collect() },
+        )
+    }
+
+    /// A durable timer: the deadline is journaled; a short wait happens in process, a long
+    /// one (over the engine's threshold) suspends the run until the deadline.
+    pub fn sleep(id: &str, duration: Duration) -> Self {
+        Self::with_kind(id, NodeKind::Sleep(duration))
+    }
+
+    /// The node's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The node's kind as the file format spells it (`step`, `fork`, `map`, ...).
+    pub fn kind_name(&self) -> &'static str {
+        self.kind.name()
+    }
+
+    /// Sets a description.
+    #[must_use]
+    pub fn description(mut self, text: impl Into<String>) -> Self {
+        self.description = Some(text.into());
+        self
+    }
+
+    /// Sets where the input comes from.
+    #[must_use]
+    pub fn input(mut self, source: InputSource) -> Self {
+        self.input = source;
+        self
+    }
+
+    /// Takes the input from an expression over the scope.
+    #[must_use]
+    pub fn input_from(self, f: impl Fn(&Scope) -> Value + Send + Sync + 'static) -> Self {
+        self.input(InputSource::Expr(Expr::new(f)))
+    }
+
+    /// Declares a JSON Schema the input must match (checked before the step runs).
+    #[must_use]
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = Some(Schema::new(schema));
+        self
+    }
+
+    /// Declares a JSON Schema the output must match (checked after the step runs).
+    #[must_use]
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(Schema::new(schema));
+        self
+    }
+
+    /// Retries failures under this policy.
+    #[must_use]
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.policy.retry = Some(policy);
+        self
+    }
+
+    /// Cancels the work (not just the wait) after `duration`; fails with `timeout`.
+    #[must_use]
+    pub fn timeout(mut self, duration: Duration) -> Self {
+        self.policy.timeout = Some(duration);
+        self
+    }
+
+    /// What happens on a final failure.
+    #[must_use]
+    pub fn on_failure(mut self, policy: OnFailure) -> Self {
+        self.policy.on_failure = policy;
+        self
+    }
+
+    /// Declares the step's effect class (default `pure`).
+    #[must_use]
+    pub fn effect(mut self, effect: Effect) -> Self {
+        self.policy.effect = Some(effect);
+        self
+    }
+
+    /// Marks a fenced (`write`/`external`) step as safe to run again after a crash.
+    #[must_use]
+    pub fn safe_to_retry(mut self) -> Self {
+        self.policy.safe_to_retry = true;
+        self
+    }
+
+    /// Requires an approval before the step runs. `modify` replaces the step's input.
+    #[must_use]
+    pub fn requires_approval(mut self, gate: ApprovalGate) -> Self {
+        self.policy.approval = Some(gate);
+        self
+    }
+
+    /// Adds a guardrail.
+    #[must_use]
+    pub fn guardrail(mut self, guardrail: Guardrail) -> Self {
+        self.policy.guardrails.push(guardrail);
+        self
+    }
+
+    /// Skips the node (output `null`) unless the condition holds.
+    #[must_use]
+    pub fn only_if(mut self, condition: Predicate) -> Self {
+        self.policy.condition = Some(condition);
+        self
+    }
+
+    /// Memoizes a pure step by its input's hash, across runs of this engine.
+    #[must_use]
+    pub fn cache(mut self) -> Self {
+        self.policy.cache = true;
+        self
+    }
+
+    /// For recompute diffs: array elements in this node's output are matched by this field
+    /// (`id`, `sku`…) rather than by position, so an insertion shows as one added element.
+    #[must_use]
+    pub fn diff_key(mut self, field: &str) -> Self {
+        self.policy.diff_key = Some(field.to_owned());
+        self
+    }
+
+    /// Captures the node's output as an artifact of this kind (content-addressed).
+    #[must_use]
+    pub fn capture_output(mut self, kind: impl Into<String>) -> Self {
+        self.policy.artifact_key = Some(kind.into());
+        self
+    }
+
+    pub(crate) fn effect_or_default(&self) -> Effect {
+        self.policy.effect.unwrap_or_default()
+    }
+}
+
+/// A built, checked workflow definition. Cheap to clone.
+#[derive(Clone)]
+pub struct Workflow {
+    pub(crate) inner: Arc<WorkflowDef>,
+    /// Services this workflow brings (a workflow file's tools and agents), layered over the
+    /// engine's for its runs. Not part of the definition hash: like the engine's services,
+    /// they are what the steps are given, not what the steps are.
+    pub(crate) services: Services,
+}
+
+pub(crate) struct WorkflowDef {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) input_schema: Option<Schema>,
+    pub(crate) output_schema: Option<Schema>,
+    pub(crate) body: Vec<Node>,
+    pub(crate) output: Option<Expr<Value>>,
+    pub(crate) hash: ContentHash,
+    pub(crate) description: Value,
+}
+
+impl fmt::Debug for Workflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workflow")
+            .field("name", &self.inner.name)
+            .field("version", &self.inner.version)
+            .field("hash", &self.inner.hash)
+            .finish()
+    }
+}
+
+impl Workflow {
+    /// Adds a service for this workflow's runs; it wins over an engine service of the same
+    /// type. A workflow file's tools and agents reach its steps this way, so one engine (a
+    /// worker) can run files that declare different tools under the same names.
+    #[must_use]
+    pub fn with_service<T: std::any::Any + Send + Sync>(mut self, service: Arc<T>) -> Self {
+        self.services = self.services.with(service);
+        self
+    }
+
+    /// The services this workflow brings.
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
+    /// Starts a definition.
+    pub fn builder(name: &str) -> WorkflowBuilder {
+        WorkflowBuilder {
+            name: name.to_owned(),
+            version: "0.0.0".to_owned(),
+            input_schema: None,
+            output_schema: None,
+            body: Vec::new(),
+            output: None,
+        }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The version.
+    pub fn version(&self) -> &str {
+        &self.inner.version
+    }
+
+    /// The content hash of the definition's structure (ids, kinds, schemas, policies, step
+    /// types, expression sources). Runs are pinned to it.
+    pub fn hash(&self) -> ContentHash {
+        self.inner.hash
+    }
+
+    /// The structure as JSON (what the hash covers); used to draw and diff definitions.
+    pub fn describe(&self) -> &Value {
+        &self.inner.description
+    }
+}
+
+/// Builds a [`Workflow`].
+pub struct WorkflowBuilder {
+    name: String,
+    version: String,
+    input_schema: Option<Value>,
+    output_schema: Option<Value>,
+    body: Vec<Node>,
+    output: Option<Expr<Value>>,
+}
+
+impl WorkflowBuilder {
+    /// Sets the version.
+    #[must_use]
+    pub fn version(mut self, version: &str) -> Self {
+        self.version = version.to_owned();
+        self
+    }
+
+    /// Declares the input schema (checked when a run starts).
+    #[must_use]
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = Some(schema);
+        self
+    }
+
+    /// Declares the input schema from a type.
+    #[must_use]
+    pub fn input_type<T: schemars::JsonSchema>(self) -> Self {
+        self.input_schema(schemars::schema_for!(T).to_value())
+    }
+
+    /// Declares the output schema (checked when the run completes).
+    #[must_use]
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
+    }
+
+    /// Appends a node to the body.
+    #[must_use]
+    pub fn step(mut self, node: impl Into<Node>) -> Self {
+        self.body.push(node.into());
+        self
+    }
+
+    /// Appends nodes to the body.
+    #[must_use]
+    pub fn steps(mut self, nodes: impl IntoIterator<Item = Node>) -> Self {
+        self.body.extend(nodes);
+        self
+    }
+
+    /// The workflow's output (default: the last node's output).
+    #[must_use]
+    pub fn output(mut self, output: Expr<Value>) -> Self {
+        self.output = Some(output);
+        self
+    }
+
+    /// Checks every node and policy, compiles schemas, and computes the definition hash.
+    /// Every problem is reported, not only the first.
+    pub fn build(mut self) -> Result<Workflow, BuildError> {
+        let mut checker = Checker::default();
+        if let Err(why) = check_name(&self.name) {
+            checker.problem("<workflow>", format!("workflow name: {why}"));
+        }
+        if self.version.trim().is_empty() {
+            checker.problem("<workflow>", "version must not be empty");
+        }
+        let mut schema = |what: &str, value: Option<Value>| {
+            let schema = Schema::new(value?);
+            if let Err(why) = &schema.validator {
+                checker.problem("<workflow>", format!("{what} schema is not a valid JSON Schema: {why}"));
+            }
+            Some(schema)
+        };
+        let input_schema = schema("input", self.input_schema.take());
+        let output_schema = schema("output", self.output_schema.take());
+        checker.nodes(Segment::Body, "", &self.body);
+        if self.body.is_empty() {
+            checker.problem("<workflow>", "a workflow needs at least one step");
+        }
+        if !checker.problems.is_empty() {
+            return Err(BuildError { workflow: self.name, problems: checker.problems });
+        }
+        let description = json!({
+            "workflow": self.name,
+            "version": self.version,
+            "input": input_schema.as_ref().map(|s| &s.value),
+            "output_schema": output_schema.as_ref().map(|s| &s.value),
+            "output": self.output.as_ref().map(Expr::describe),
+            "steps": describe_nodes(&self.body),
+        });
+        let hash = ContentHash::of_value(&description);
+        Ok(Workflow {
+            services: Services::default(),
+            inner: Arc::new(WorkflowDef {
+                name: self.name,
+                version: self.version,
+                input_schema,
+                output_schema,
+                body: self.body,
+                output: self.output,
+                hash,
+                description,
+            }),
+        })
+    }
+}
