@@ -1,0 +1,271 @@
+//! A node's attempts: retries with backoff, timeouts, output checks, the step cache, and
+//! what `on_failure` does when the attempts run out.
+
+use crate::definition::OnFailure;
+use crate::definition::{Node, NodeKind};
+use crate::error::{ErrorCode, StepError};
+use crate::hash::ContentHash;
+use crate::ids::{StepPath, Timestamp};
+use crate::journal::Record;
+use crate::policy::{GuardrailStage, apply_guardrails};
+use crate::recording::StoreFailed;
+use crate::services::StepStatus;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+use super::{Env, Exec, Flow, Frame, Res};
+
+/// Errors that no retry policy retries: a retry could not change them.
+fn is_never_retried(error: &StepError) -> bool {
+    [ErrorCode::INPUT_VALIDATION, ErrorCode::CANCELLED, ErrorCode::NONDETERMINISM, ErrorCode::REJECTED]
+        .contains(&error.code)
+}
+
+impl Exec {
+    pub(super) async fn attempts(
+        &self,
+        frame: &mut Frame<'_>,
+        input: Arc<Value>,
+        cache_key: Option<ContentHash>,
+    ) -> Res {
+        let Frame { node, path, env, .. } = *frame;
+        let policy = &node.policy;
+        let fenced = node.effect_or_default().is_fenced();
+        let mut attempt = 1;
+        let mut wait_until = None;
+        if let Some(log) = self.run.replay.path(path, (node.effect_or_default(), policy.safe_to_retry)) {
+            let last = log.last_attempt;
+            match log.failures.iter().rev().find(|f| f.0 == last) {
+                Some((_, _, Some(retry_at))) => {
+                    attempt = last + 1;
+                    wait_until = Some(*retry_at);
+                }
+                Some((_, error, None)) => {
+                    return self.on_failure(frame, error.clone(), input, last).await;
+                }
+                None if last == 0 => {}
+                None => {
+                    attempt = last;
+                    if fenced && log.intent == Some(last) && !policy.safe_to_retry {
+                        let error = StepError::new(
+                            ErrorCode::OUTCOME_UNKNOWN,
+                            format!(
+                                "the {} step was interrupted after it started and is not safe to retry; whether its effect happened is unknown",
+                                format!("{:?}", node.effect_or_default()).to_lowercase()
+                            ),
+                        );
+                        return self.fail(frame, error, input, attempt).await;
+                    }
+                }
+            }
+        }
+        loop {
+            if let Some(due) = wait_until.take()
+                && let Some(flow) = self.wait_until(due, env).await?
+            {
+                return Ok(flow);
+            }
+            self.run.recorder.note(path, self.now(), Record::Started { attempt });
+            if let Some(observer) = &self.run.observer {
+                observer.step_started(self.run.run_id, path, attempt);
+            }
+            let key = fenced.then(|| crate::ids::idempotency_key(self.run.run_id, path));
+            if let Some(key) = &key {
+                // The fence: the intent is durable before the effect can happen.
+                self.run.recorder.commit(path, self.now(), Record::Intent { attempt, key: key.clone() }).await?;
+            }
+            let flow = self.run_with_timeout(frame, attempt, input.clone(), key).await?;
+            let error = match flow {
+                Flow::Done(value) => match self.check_output(node, path, value) {
+                    Ok(value) => {
+                        if let Some(kind) = &policy.artifact_key {
+                            self.run.artifact(path, kind, &value);
+                        }
+                        if let Some(key) = cache_key {
+                            self.run.cache.put(key, value.clone());
+                        }
+                        return self.complete(path, attempt, value, false).await;
+                    }
+                    Err(error) => error,
+                },
+                Flow::Failed(error) => error,
+                Flow::Skipped(reason) => {
+                    self.run.recorder.commit(path, self.now(), Record::Skipped { reason: reason.clone() }).await?;
+                    self.finished(path, StepStatus::Skipped);
+                    return Ok(Flow::Skipped(reason));
+                }
+                Flow::Suspended => {
+                    self.run.recorder.flush().await?;
+                    self.finished(path, StepStatus::Suspended);
+                    return Ok(Flow::Suspended);
+                }
+                Flow::Handoff(target, payload) => {
+                    self.run
+                        .recorder
+                        .commit(
+                            path,
+                            self.now(),
+                            Record::Handoff { target: target.clone(), payload: (*payload).clone() },
+                        )
+                        .await?;
+                    self.finished(path, StepStatus::Handoff);
+                    return Ok(Flow::Handoff(target, payload));
+                }
+            };
+            if error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled() {
+                self.run.recorder.note(path, self.now(), Record::Cancelled { reason: error.message.clone() });
+                self.finished(path, StepStatus::Cancelled);
+                return Ok(Flow::Failed(error));
+            }
+            let retry_all = matches!(policy.on_failure, OnFailure::Retry);
+            if let Some(retry) = &policy.retry
+                && attempt < retry.max_attempts
+                && (error.retryable || retry_all)
+                && !is_never_retried(&error)
+            {
+                let delay = retry.delay_after(attempt, self.run.entropy.next_f64());
+                let due = self.now().plus(delay);
+                self.run
+                    .recorder
+                    .commit(path, self.now(), Record::Failed { attempt, error, retry_at: Some(due), started_at: None })
+                    .await?;
+                self.finished(path, StepStatus::Retrying);
+                attempt += 1;
+                wait_until = Some(due);
+                continue;
+            }
+            return self.fail(frame, error, input, attempt).await;
+        }
+    }
+
+    /// Waits for a journaled time. `Some(flow)` when the run must stop instead (cancelled, or
+    /// the wait is longer than the engine waits in process).
+    pub(super) async fn wait_until(&self, due: Timestamp, env: &Env) -> Result<Option<Flow>, StoreFailed> {
+        let now = self.now();
+        if due <= now {
+            return Ok(None);
+        }
+        if due.since(now) > self.run.config.in_process_wait_limit {
+            self.run.note_wake_at(due);
+            self.run.recorder.flush().await?;
+            return Ok(Some(Flow::Suspended));
+        }
+        tokio::select! {
+            () = self.run.clock.sleep_until(due) => Ok(None),
+            () = env.cancel.cancelled() => Ok(Some(Flow::Failed(StepError::cancelled("cancelled while waiting to retry")))),
+        }
+    }
+
+    pub(super) fn check_output(
+        &self,
+        node: &Node,
+        path: &StepPath,
+        value: Arc<Value>,
+    ) -> Result<Arc<Value>, StepError> {
+        if let Some(schema) = &node.output_schema {
+            schema.check(&value, ErrorCode::OUTPUT_VALIDATION, "the output")?;
+        }
+        if node.policy.guardrails.is_empty() {
+            return Ok(value);
+        }
+        let (value, warnings) = apply_guardrails(&node.policy.guardrails, GuardrailStage::Output, value)?;
+        self.warn(path, &warnings);
+        Ok(value)
+    }
+
+    pub(super) fn cache_key(&self, node: &Node, input: &Value) -> ContentHash {
+        let step_type = match &node.kind {
+            NodeKind::Step(step) => step.type_name().to_owned(),
+            other => other.name().to_owned(),
+        };
+        ContentHash::of_parts(&[
+            self.run.workflow.as_bytes(),
+            node.id.as_bytes(),
+            step_type.as_bytes(),
+            ContentHash::of_value(input).as_bytes(),
+        ])
+    }
+
+    pub(super) fn warn(&self, path: &StepPath, warnings: &[(String, String)]) {
+        for (name, message) in warnings {
+            self.run.event(path, "guardrail.warning", json!({ "guardrail": name, "message": message }));
+        }
+    }
+
+    pub(super) async fn complete(&self, path: &StepPath, attempt: u32, value: Arc<Value>, cached: bool) -> Res {
+        let hash = ContentHash::of_value(&value);
+        self.run.recorder.commit_output(path, self.now(), attempt, hash, value.clone(), cached).await?;
+        self.finished(path, StepStatus::Completed);
+        Ok(Flow::Done(value))
+    }
+
+    /// Records a final failure and applies `on_failure`.
+    pub(super) async fn fail(&self, frame: &mut Frame<'_>, error: StepError, input: Arc<Value>, attempt: u32) -> Res {
+        let Frame { path, .. } = *frame;
+        self.run
+            .recorder
+            .commit(
+                path,
+                self.now(),
+                Record::Failed { attempt, error: error.clone(), retry_at: None, started_at: None },
+            )
+            .await?;
+        self.finished(path, StepStatus::Failed);
+        self.on_failure(frame, error, input, attempt).await
+    }
+
+    pub(super) async fn on_failure(
+        &self,
+        frame: &mut Frame<'_>,
+        error: StepError,
+        input: Arc<Value>,
+        attempt: u32,
+    ) -> Res {
+        let Frame { node, path, env, .. } = *frame;
+        if error.is(&ErrorCode::CANCELLED) && env.cancel.is_cancelled() {
+            return Ok(Flow::Failed(error));
+        }
+        match &node.policy.on_failure {
+            OnFailure::Abort | OnFailure::Retry => Ok(Flow::Failed(error)),
+            OnFailure::Skip => {
+                let reason = format!("failed and on_failure is skip: {error}");
+                self.run.recorder.commit(path, self.now(), Record::Skipped { reason: reason.clone() }).await?;
+                self.finished(path, StepStatus::Skipped);
+                Ok(Flow::Skipped(reason))
+            }
+            OnFailure::Fallback(fallback) => {
+                let fallback_path = path.join("@fallback");
+                match Box::pin(self.exec_node(fallback, fallback_path, input, frame.scope, env)).await? {
+                    Flow::Done(value) => self.complete(path, attempt, value, false).await,
+                    other => Ok(other),
+                }
+            }
+        }
+    }
+
+    pub(super) async fn run_with_timeout(
+        &self,
+        frame: &mut Frame<'_>,
+        attempt: u32,
+        input: Arc<Value>,
+        key: Option<String>,
+    ) -> Res {
+        let Frame { node, path, env, .. } = *frame;
+        let Some(limit) = node.policy.timeout else {
+            return self.run_kind(frame, attempt, input, key).await;
+        };
+        // The work gets its own token: a timeout cancels it (and everything below it), and
+        // dropping the future stops it at its next await point.
+        let local =
+            Env { layers: env.layers.clone(), cancel: env.cancel.child_token(), services: env.services.clone() };
+        let mut frame = Frame { node, path, scope: &mut *frame.scope, env: &local };
+        let work = self.run_kind(&mut frame, attempt, input, key);
+        tokio::select! {
+            result = work => result,
+            () = self.run.clock.sleep(limit) => {
+                local.cancel.cancel();
+                Ok(Flow::Failed(StepError::timeout(format!("the step did not finish within {limit:?}; its work was cancelled"))))
+            }
+        }
+    }
+}

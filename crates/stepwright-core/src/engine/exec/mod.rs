@@ -1,0 +1,337 @@
+//! The walk: executes a definition tree on one task, journaling every step execution through
+//! the recorder and serving recorded results on resume. Fan-out (fork, map) runs its paths
+//! concurrently on the same task; nothing here spawns.
+
+mod attempt;
+mod branch;
+mod every;
+mod fork;
+mod graph;
+mod leaf;
+mod loops;
+mod mailbox;
+mod subworkflow;
+
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::{ContextParts, StepContext};
+use crate::definition::{InputSource, Node, NodeKind};
+use crate::error::{ErrorCode, StepError};
+use crate::ids::{StepPath, Timestamp};
+use crate::journal::{Choice, Record};
+use crate::outcome::{Decision, InterruptRequest};
+use crate::policy::{GuardrailStage, apply_guardrails};
+use crate::recording::{RunShared, StoreFailed};
+use crate::scope::Scope;
+use crate::services::{ProvidedLayers, Services, StepStatus};
+
+/// The node being executed and where: what the attempt, failure and dispatch functions
+/// share (the input and the attempt number vary within one frame, so they travel apart).
+pub(crate) struct Frame<'a> {
+    pub(crate) node: &'a Node,
+    pub(crate) path: &'a StepPath,
+    pub(crate) scope: &'a mut Scope,
+    pub(crate) env: &'a Env,
+}
+
+/// How a node ended, as seen by its parent.
+#[derive(Debug, Clone)]
+pub(crate) enum Flow {
+    Done(Arc<Value>),
+    Skipped(String),
+    /// Waiting on an interrupt, a checkpoint, or a timer too long to wait for in process.
+    Suspended,
+    Handoff(String, Arc<Value>),
+    Failed(StepError),
+}
+
+pub(crate) type Res = Result<Flow, StoreFailed>;
+
+/// What descendants inherit.
+#[derive(Clone)]
+pub(crate) struct Env {
+    pub(crate) layers: ProvidedLayers,
+    pub(crate) cancel: CancellationToken,
+    /// The services steps here see: the run's, with each enclosing subworkflow's own on top
+    /// (a called file's tools and agents are its own, not its caller's).
+    pub(crate) services: Services,
+}
+
+/// Interrupt ordinals the engine itself uses at a step path (a step's own `ctx.interrupt`
+/// calls count up from 0, so these cannot collide).
+const GATE_ORDINAL: u32 = u32::MAX - 1;
+const OUTCOME_ORDINAL: u32 = u32::MAX;
+
+/// The shared `null` output (skipped steps, sleeps), allocated once.
+fn null() -> Arc<Value> {
+    static NULL: std::sync::OnceLock<Arc<Value>> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| Arc::new(Value::Null)).clone()
+}
+
+pub(crate) struct Exec {
+    pub(crate) run: Arc<RunShared>,
+}
+
+impl Exec {
+    fn now(&self) -> Timestamp {
+        self.run.clock.now()
+    }
+
+    /// The choice this run recorded at `path`, if this execution serves it, read as the kind
+    /// `read` expects. A choice of another kind means the definition changed under the run:
+    /// that fails with `nondeterminism` instead of being re-interpreted.
+    fn recorded_choice<T>(
+        &self,
+        path: &StepPath,
+        read: impl FnOnce(&Choice) -> Option<T>,
+    ) -> Result<Option<T>, StepError> {
+        let Some(choice) = self.run.replay.choice(path) else { return Ok(None) };
+        let kind = choice.kind();
+        read(choice).map(Some).ok_or_else(|| {
+            StepError::new(
+                ErrorCode::NONDETERMINISM,
+                format!("{path} recorded a {kind}, but this definition decides something else there"),
+            )
+        })
+    }
+
+    /// The one way an operator decides: served from the journal when this run already chose
+    /// at `path`, else chosen now by `choose` and recorded (with the next commit).
+    fn decide_once<T>(
+        &self,
+        path: &StepPath,
+        read: impl Fn(&Choice) -> Option<T>,
+        choose: impl FnOnce() -> Result<Choice, StepError>,
+    ) -> Result<T, StepError> {
+        if let Some(served) = self.recorded_choice(path, &read)? {
+            return Ok(served);
+        }
+        let choice = choose()?;
+        let chosen = read(&choice).expect("a choice is read as the kind it was made as");
+        self.run.recorder.note(path, self.now(), Record::Decided { choice });
+        Ok(chosen)
+    }
+
+    fn finished(&self, path: &StepPath, status: StepStatus) {
+        if let Some(observer) = &self.run.observer {
+            observer.step_finished(self.run.run_id, path, status);
+        }
+    }
+
+    /// Runs nodes in order, binding each output into `scope`; the output is the last one's.
+    pub(crate) fn exec_seq<'a>(
+        &'a self,
+        nodes: &'a [Node],
+        prefix: &'a StepPath,
+        input: Arc<Value>,
+        scope: &'a mut Scope,
+        env: &'a Env,
+    ) -> BoxFuture<'a, Res> {
+        Box::pin(async move {
+            let mut previous = input;
+            for node in nodes {
+                // A cancelled run starts no later step, whether or not the step before it
+                // looked at its token.
+                if env.cancel.is_cancelled() {
+                    return Ok(Flow::Failed(StepError::cancelled("the run was cancelled")));
+                }
+                let path = prefix.join_id(&node.id);
+                match self.exec_node(node, path, previous.clone(), scope, env).await? {
+                    Flow::Done(value) => {
+                        scope.bind_output(&node.id, value.clone());
+                        previous = value;
+                    }
+                    Flow::Skipped(_) => {
+                        scope.bind_output(&node.id, null());
+                        previous = null();
+                    }
+                    other => return Ok(other),
+                }
+            }
+            Ok(Flow::Done(previous))
+        })
+    }
+
+    fn resolve_input(&self, node: &Node, previous: Arc<Value>, scope: &Scope) -> Result<Arc<Value>, StepError> {
+        Ok(match &node.input {
+            InputSource::Previous => previous,
+            InputSource::WorkflowInput => scope.input_arc().clone(),
+            InputSource::Output(id) => scope.output_arc(id).cloned().ok_or_else(|| {
+                StepError::new(ErrorCode::EXPRESSION, format!("resolving the input: no earlier step {id:?} in scope"))
+            })?,
+            InputSource::Value(value) => Arc::new(value.clone()),
+            InputSource::Expr(expr) => Arc::new(expr.eval(scope)?),
+        })
+    }
+
+    /// One node with its policies: replay, `if`, input, guardrails, approval gate, cache,
+    /// attempts with retry and timeout, effect fence, on_failure.
+    pub(crate) async fn exec_node(
+        &self,
+        node: &Node,
+        path: StepPath,
+        previous: Arc<Value>,
+        scope: &mut Scope,
+        env: &Env,
+    ) -> Res {
+        let frame = &mut Frame { node, path: &path, scope, env };
+        {
+            let replay = &self.run.replay;
+            let class = (node.effect_or_default(), node.policy.safe_to_retry);
+            let log = replay.path(&path, class);
+            if let Some(log) = log {
+                if let Some(value) = replay.completed_output(&path, class) {
+                    if replay.replaying() {
+                        // A replay's own journal shows the served step too, for comparison.
+                        return self.complete(&path, log.last_attempt.max(1), value, false).await;
+                    }
+                    return Ok(Flow::Done(value));
+                }
+                if let Some(reason) = &log.skipped {
+                    return Ok(Flow::Skipped(reason.clone()));
+                }
+                if let Some((target, payload)) = &log.handoff {
+                    return Ok(Flow::Handoff(target.clone(), Arc::new(payload.clone())));
+                }
+            }
+            let policy = &node.policy;
+            if let Some(condition) = &policy.condition {
+                match condition.eval(frame.scope) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let reason = "condition is false".to_owned();
+                        self.run.recorder.note(&path, self.now(), Record::Skipped { reason: reason.clone() });
+                        self.finished(&path, StepStatus::Skipped);
+                        return Ok(Flow::Skipped(reason));
+                    }
+                    Err(error) => {
+                        return self.fail(frame, error, null(), 1).await;
+                    }
+                }
+            }
+            let mut input = match self.resolve_input(node, previous, frame.scope) {
+                Ok(input) => input,
+                Err(error) => return self.fail(frame, error, null(), 1).await,
+            };
+            if let Some(schema) = &node.input_schema
+                && let Err(error) = schema.check(&input, ErrorCode::INPUT_VALIDATION, "the input")
+            {
+                return self.fail(frame, error, input, 1).await;
+            }
+            if !policy.guardrails.is_empty() {
+                match apply_guardrails(&policy.guardrails, GuardrailStage::Input, input.clone()) {
+                    Ok((value, warnings)) => {
+                        self.warn(&path, &warnings);
+                        input = value;
+                    }
+                    Err(error) => return self.fail(frame, error, input, 1).await,
+                }
+            }
+            if let Some(gate) = &policy.approval {
+                let ctx = self.context(&path, 0, frame.scope, env, None);
+                let request = gate.request(&input);
+                match self.interrupt_at(&ctx, GATE_ORDINAL, request).await? {
+                    Err(flow) => return Ok(flow),
+                    Ok(Decision::Approve | Decision::Respond { .. }) => {}
+                    Ok(Decision::Modify { payload }) => input = Arc::new(payload),
+                    Ok(Decision::Reject { reason }) => {
+                        let error = StepError::new(
+                            ErrorCode::REJECTED,
+                            format!(
+                                "the approval before this step was rejected{}",
+                                reason.map(|r| format!(": {r}")).unwrap_or_default()
+                            ),
+                        );
+                        return self.fail(frame, error, input, 1).await;
+                    }
+                }
+            }
+            let cache_key = if policy.cache { Some(self.cache_key(node, &input)) } else { None };
+            if let Some(key) = &cache_key
+                && let Some(value) = self.run.cache.get(key)
+            {
+                return self.complete(&path, 1, value, true).await;
+            }
+            self.attempts(frame, input, cache_key).await
+        }
+    }
+
+    async fn run_kind(&self, frame: &mut Frame<'_>, attempt: u32, input: Arc<Value>, key: Option<String>) -> Res {
+        let Frame { node, path, env, .. } = *frame;
+        match &node.kind {
+            NodeKind::Step(step) => self.run_leaf(step.as_ref(), frame, attempt, input, key).await,
+            NodeKind::Sequence(body) => self.exec_seq(body, path, input, frame.scope, env).await,
+            NodeKind::Provide { layers, body } => {
+                let inner =
+                    Env { layers: env.layers.with(layers), cancel: env.cancel.clone(), services: env.services.clone() };
+                self.exec_seq(body, path, input, frame.scope, &inner).await
+            }
+            NodeKind::Branch { arms, otherwise } => {
+                self.run_branch(arms, otherwise.as_deref(), path, input, frame.scope, env).await
+            }
+            NodeKind::Fork(spec) => Box::pin(self.run_fork(spec, path, input, frame.scope, env)).await,
+            NodeKind::Loop(spec) => Box::pin(self.run_loop(spec, path, input, frame.scope, env)).await,
+            NodeKind::Graph(spec) => Box::pin(self.run_graph(spec, path, input, frame.scope, env)).await,
+            NodeKind::Workflow { workflow, spawn } => {
+                Box::pin(self.run_subworkflow(workflow, *spawn, path, input, frame.scope, env)).await
+            }
+            NodeKind::Every(spec) => Box::pin(self.run_every(spec, path, input, frame.scope, env)).await,
+            NodeKind::Sleep(duration) => {
+                let ctx = self.context(path, attempt, frame.scope, env, None);
+                match self.interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(*duration)).await? {
+                    Err(flow) => Ok(flow),
+                    Ok(_) => Ok(Flow::Done(null())),
+                }
+            }
+        }
+    }
+
+    fn context(&self, path: &StepPath, attempt: u32, scope: &Scope, env: &Env, key: Option<String>) -> StepContext {
+        let checkpoint = self
+            .run
+            .replay
+            .path(path, (crate::policy::Effect::Pure, false))
+            .and_then(|log| log.checkpoint.as_ref())
+            .map(|(_, state)| state.clone());
+        StepContext::new(ContextParts {
+            run: self.run.clone(),
+            path: path.clone(),
+            attempt,
+            scope: scope.clone(),
+            layers: env.layers.clone(),
+            services: env.services.clone(),
+            // Nothing cancels one leaf alone: timeouts and fork paths already own a child
+            // token, so the leaf shares its parent's (a child token costs two locks).
+            cancel: env.cancel.clone(),
+            idempotency_key: key,
+            checkpoint,
+        })
+    }
+
+    /// Opens (or replays) an engine-owned interrupt at a path. `Ok(Err(flow))` when the node
+    /// must stop: suspended, or failed at the deadline.
+    async fn interrupt_at(
+        &self,
+        ctx: &StepContext,
+        ordinal: u32,
+        request: InterruptRequest,
+    ) -> Result<Result<Decision, Flow>, StoreFailed> {
+        let result = ctx.interrupt_with_ordinal(ordinal, request).await;
+        let (pending, failure) = ctx.take_pending();
+        if !pending.is_empty() {
+            self.run.recorder.flush().await?;
+            return Ok(Err(Flow::Suspended));
+        }
+        if let Some(error) = failure {
+            return Ok(Err(Flow::Failed(error)));
+        }
+        match result {
+            Ok(resolution) => Ok(Ok(resolution.decision)),
+            Err(error) => Ok(Err(Flow::Failed(error))),
+        }
+    }
+}
