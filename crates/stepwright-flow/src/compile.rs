@@ -9,21 +9,24 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stepwright_core::{
-    ApprovalGate, Backoff, Branch, Effect, Every, EveryOnError, Expr, FnGuardrail, Fork, ForkMode, Graph, Guardrail,
-    GuardrailAction, GuardrailStage, InterruptRequest, Loop, Node as Step, OnFailure, Outcome, PatternGuardrail,
-    RetryPolicy, TimeoutAction, Verdict, Workflow, dyn_fn_step,
+    ApprovalGate, Backoff, Effect, Expr, FnGuardrail, Graph, Guardrail, GuardrailAction, GuardrailStage, Node as Step,
+    OnFailure, PatternGuardrail, RetryPolicy, TimeoutAction, Workflow,
 };
 
 use crate::expr;
 use crate::yaml::{self, Node, Pos, Yaml};
 
 mod call;
+mod kinds;
+mod scalars;
 mod mcp;
 mod resources;
 
+use kinds::{KINDS, KindSite};
 pub use mcp::McpToolUse;
 pub use resources::Loaded;
-use resources::{RESOURCE_KINDS, Resources, kind_fields};
+use resources::Resources;
+pub use scalars::parse_duration;
 
 /// One problem in a workflow file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,8 +209,6 @@ const COMMON_FIELDS: &[&str] = &[
     "requires_approval",
     "guardrails",
 ];
-const KINDS: &[&str] =
-    &["set", "branch", "fork", "map", "loop", "graph", "every", "sleep", "approval", "input", "workflow"];
 
 struct Compiler {
     /// Limits, and the directories calls may reach.
@@ -507,14 +508,11 @@ impl Compiler {
 
     fn step(&mut self, prefix: &str, node: &Node, scope: &mut HashSet<String>) -> Option<Step> {
         let entries = self.entries(node, "a step")?;
-        let kinds: Vec<&yaml::Key> = entries
-            .iter()
-            .map(|(k, _)| k)
-            .filter(|k| KINDS.contains(&k.name.as_str()) || RESOURCE_KINDS.contains(&k.name.as_str()))
-            .collect();
-        let extra: &[&str] = kinds.first().map_or(&[], |k| kind_fields(&k.name));
+        let kinds: Vec<&yaml::Key> =
+            entries.iter().map(|(k, _)| k).filter(|k| kinds::kind(&k.name).is_some()).collect();
+        let extra: &[&str] = kinds.first().and_then(|k| kinds::kind(&k.name)).map_or(&[], |k| k.fields);
         let allowed: Vec<&str> =
-            COMMON_FIELDS.iter().chain(KINDS).chain(RESOURCE_KINDS).chain(extra).copied().collect();
+            COMMON_FIELDS.iter().copied().chain(KINDS.iter().map(|k| k.name)).chain(extra.iter().copied()).collect();
         self.unknown_fields(entries, &allowed, "a step");
         let id = match node.get("id") {
             Some(id_node) => {
@@ -547,7 +545,7 @@ impl Compiler {
                 self.error_hint(
                     node.pos,
                     format!("step `{id}` has no kind"),
-                    format!("give it exactly one of: {}, {}", KINDS.join(", "), RESOURCE_KINDS.join(", ")),
+                    format!("give it exactly one of: {}", KINDS.iter().map(|k| k.name).collect::<Vec<_>>().join(", ")),
                 );
                 return None;
             }
@@ -565,11 +563,8 @@ impl Compiler {
         let condition = node.get("if").and_then(|c| self.expression(c, "the `if` condition"));
         let kind = kinds[0];
         let body = node.get(&kind.name).expect("the kind key is present");
-        let compiled = if RESOURCE_KINDS.contains(&kind.name.as_str()) {
-            self.resource_kind(&id, &kind.name, body, node)
-        } else {
-            self.kind(path, &id, &kind.name, body, node)
-        };
+        let spec = kinds::kind(&kind.name).expect("only known kinds are collected");
+        let compiled = (spec.compile)(self, &KindSite { path, id: &id, body, step: node });
         self.ids.insert(id.clone());
         let mut step = compiled?;
         if let Some(source) = condition {
@@ -582,237 +577,6 @@ impl Compiler {
             );
         }
         self.policies(step, node)
-    }
-
-    fn kind(&mut self, path: &str, id: &str, kind: &str, body: &Node, step: &Node) -> Option<Step> {
-        match kind {
-            "set" => {
-                self.templates(body);
-                let template = body.to_json();
-                // The template is part of the step's identity, so of the definition hash.
-                let name = format!("set {template}");
-                Some(Step::dyn_step(
-                    id,
-                    dyn_fn_step(&name, move |ctx, _input| {
-                        let result = expr::eval_value(&template, &ctx.scope().to_json());
-                        async move { result.map(Outcome::completed) }
-                    }),
-                ))
-            }
-            "sleep" => self.duration(body, "`sleep`").map(|d| Step::sleep(id, d)),
-            "approval" => {
-                let entries = self.entries(body, "`approval`")?;
-                self.unknown_fields(entries, &["message", "approvers", "timeout", "on_timeout"], "`approval`");
-                let gate = self.gate(body)?;
-                let message = gate.message.clone();
-                let approvers = gate.approvers.clone();
-                let timeout = gate.timeout;
-                let name = format!("approval {}", body.to_json());
-                Some(Step::dyn_step(
-                    id,
-                    dyn_fn_step(&name, move |ctx, input| {
-                        let rendered = expr::eval_value(&Value::String(message.clone()), &ctx.scope().to_json());
-                        let approvers = approvers.clone();
-                        async move {
-                            let text = match rendered? {
-                                Value::String(s) => s,
-                                other => other.to_string(),
-                            };
-                            let mut request = InterruptRequest::approval(text).payload((*input).clone());
-                            for approver in &approvers {
-                                request = request.approver(approver);
-                            }
-                            if let Some((after, action)) = timeout {
-                                request = request.timeout(after, action);
-                            }
-                            Ok(Outcome::suspended(request))
-                        }
-                    }),
-                ))
-            }
-            "input" => {
-                let entries = self.entries(body, "`input`")?;
-                self.unknown_fields(entries, &["message", "schema"], "`input`");
-                let message = body.get("message").and_then(|m| self.string(m, "`input.message`")).unwrap_or_default();
-                let schema = body.get("schema").map_or(json!({}), |s| self.schema(s, "`schema`"));
-                let name = format!("input {}", body.to_json());
-                Some(Step::dyn_step(
-                    id,
-                    dyn_fn_step(&name, move |_ctx, _input| {
-                        let request = InterruptRequest::input(message.clone(), schema.clone());
-                        async move { Ok(Outcome::suspended(request)) }
-                    }),
-                ))
-            }
-            "branch" => {
-                let Yaml::Seq(arms) = &body.value else {
-                    self.error(body.pos, format!("`branch` must be a list of arms, not {}", body.kind()));
-                    return None;
-                };
-                let mut branch = Branch::new(id);
-                let mut scope = HashSet::new();
-                for arm in arms {
-                    let Some(entries) = self.entries(arm, "a branch arm") else { continue };
-                    self.unknown_fields(entries, &["when", "steps", "otherwise"], "a branch arm");
-                    if let Some(otherwise) = arm.get("otherwise") {
-                        branch = branch.otherwise(self.steps(path, otherwise, &mut scope));
-                    } else if let Some(when) = arm.get("when") {
-                        let Some(source) = self.expression(when, "`when`") else { continue };
-                        let steps = match arm.get("steps") {
-                            Some(steps) => self.steps(path, steps, &mut scope),
-                            None => {
-                                self.error(arm.pos, "a `when` arm needs `steps`");
-                                continue;
-                            }
-                        };
-                        let condition = Expr::try_new({
-                            let source = source.clone();
-                            move |scope| expr::truthy(&source, &scope.to_json())
-                        })
-                        .with_source(source);
-                        branch = branch.when(condition, steps);
-                    } else {
-                        self.error(arm.pos, "a branch arm needs `when` (with `steps`) or `otherwise`");
-                    }
-                }
-                Some(branch.into())
-            }
-            "fork" => {
-                let entries = self.entries(body, "`fork`")?;
-                self.unknown_fields(entries, &["mode", "concurrency", "paths"], "`fork`");
-                let mut fork = Fork::new(id);
-                if let Some(mode) = body.get("mode") {
-                    match mode.as_str() {
-                        Some("all") => fork = fork.mode(ForkMode::All),
-                        Some("race") => fork = fork.mode(ForkMode::Race),
-                        Some("settle") => fork = fork.mode(ForkMode::Settle),
-                        _ => self.error_hint(mode.pos, "unknown fork `mode`", "one of: all, race, settle"),
-                    }
-                }
-                if let Some(limit) = body.get("concurrency").and_then(|c| self.number(c, "`concurrency`")) {
-                    fork = fork.concurrency(limit as usize);
-                }
-                match body.get("paths").map(|p| &p.value) {
-                    Some(Yaml::Seq(paths)) => {
-                        for (index, p) in paths.iter().enumerate() {
-                            let mut scope = HashSet::new();
-                            fork = fork.path(self.steps(&format!("{path}[{index}]"), p, &mut scope));
-                        }
-                    }
-                    _ => self.error(body.pos, "`fork` needs `paths`, a list of step lists"),
-                }
-                Some(fork.into())
-            }
-            "map" => {
-                let entries = self.entries(body, "`map`")?;
-                self.unknown_fields(entries, &["items", "as", "concurrency", "steps"], "`map`");
-                let items = body.get("items").and_then(|i| self.expression(i, "`items`"));
-                let name = body.get("as").and_then(|a| self.string(a, "`as`")).unwrap_or_else(|| "item".into());
-                let had = self.ids.insert(name.clone());
-                let mut scope = HashSet::new();
-                let steps = match body.get("steps") {
-                    Some(s) => self.binding(&name, |c| c.steps(&format!("{path}[*]"), s, &mut scope)),
-                    None => {
-                        self.error(body.pos, "`map` needs `steps`");
-                        Vec::new()
-                    }
-                };
-                if had {
-                    self.ids.remove(&name);
-                }
-                let source = items?;
-                let items = Expr::try_new({
-                    let source = source.clone();
-                    move |scope| match expr::eval(&source, &scope.to_json())? {
-                        Value::Array(items) => Ok(items),
-                        other => Err(stepwright_core::StepError::new(
-                            stepwright_core::ErrorCode::EXPRESSION,
-                            format!("`items` must evaluate to a list, not {other}"),
-                        )),
-                    }
-                })
-                .with_source(source);
-                let mut map = Fork::map(id, items, &name, steps);
-                if let Some(limit) = body.get("concurrency").and_then(|c| self.number(c, "`concurrency`")) {
-                    map = map.concurrency(limit as usize);
-                }
-                Some(map.into())
-            }
-            "loop" => {
-                let entries = self.entries(body, "`loop`")?;
-                self.unknown_fields(entries, &["steps", "until", "max_iterations"], "`loop`");
-                let max = body.get("max_iterations").and_then(|m| self.number(m, "`max_iterations`")).unwrap_or(10);
-                let mut scope = HashSet::new();
-                let steps = match body.get("steps") {
-                    Some(s) => self.binding("loop", |c| c.steps(&format!("{path}#*"), s, &mut scope)),
-                    None => {
-                        self.error(body.pos, "`loop` needs `steps`");
-                        Vec::new()
-                    }
-                };
-                let mut looped = Loop::new(id, u32::try_from(max).unwrap_or(u32::MAX), steps);
-                let until = body.get("until").and_then(|u| self.binding("loop", |c| c.expression(u, "`until`")));
-                if let Some(source) = until {
-                    looped = looped.until(
-                        Expr::try_new({
-                            let source = source.clone();
-                            move |scope| {
-                                Ok(if expr::truthy(&source, &scope.to_json())? {
-                                    Verdict::done(format!("`{source}` holds"))
-                                } else {
-                                    Verdict::again(format!("`{source}` does not hold yet"))
-                                })
-                            }
-                        })
-                        .with_source(source),
-                    );
-                }
-                Some(looped.into())
-            }
-            "graph" => self.graph(path, id, body),
-            "workflow" => self.call(id, body, step),
-            "every" => {
-                let entries = self.entries(body, "`every`")?;
-                self.unknown_fields(entries, &["interval", "jitter", "wake", "on_error", "steps"], "`every`");
-                let interval = match body.get("interval") {
-                    Some(i) => self.duration(i, "`interval`"),
-                    None => {
-                        self.error_hint(body.pos, "`every` needs an `interval`", "like `interval: 1h`");
-                        None
-                    }
-                };
-                let mut scope = HashSet::new();
-                // Each tick's steps see `tick` (1-based) besides the outer scope.
-                let steps = match body.get("steps") {
-                    Some(s) => self.binding("tick", |c| c.steps(&format!("{path}#*"), s, &mut scope)),
-                    None => {
-                        self.error(body.pos, "`every` needs `steps`");
-                        Vec::new()
-                    }
-                };
-                let mut every = Every::new(id, interval?, steps);
-                if let Some(j) = body.get("jitter") {
-                    // Checked here too, so it is reported beside the step's other problems.
-                    match j.value {
-                        Yaml::Float(f) if (0.0..1.0).contains(&f) => every = every.jitter(f),
-                        Yaml::Int(0) => {}
-                        _ => self.error(j.pos, "`jitter` must be a number at least 0 and below 1, like 0.1"),
-                    }
-                }
-                if let Some(channel) = body.get("wake").and_then(|w| self.string(w, "`wake`")) {
-                    every = every.wake_on(&channel);
-                }
-                if let Some(on_error) = body.get("on_error") {
-                    match on_error.as_str() {
-                        Some("continue") => every = every.on_error(EveryOnError::Continue),
-                        Some("fail") => every = every.on_error(EveryOnError::Fail),
-                        _ => self.error_hint(on_error.pos, "unknown `on_error`", "one of: continue, fail"),
-                    }
-                }
-                Some(every.into())
-            }
-            _ => None,
-        }
     }
 
     /// A `graph`: `nodes` (steps, each visited any number of times), `edges` tried in order
@@ -1115,24 +879,6 @@ impl Compiler {
             }
         }
     }
-}
-
-/// A duration as workflow files and the command line write it: `500ms`, `30s`, `5m`, `2h`,
-/// `1d`.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.')?;
-    let (number, unit) = text.split_at(split);
-    let n: f64 = number.parse().ok()?;
-    let seconds = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        "d" => n * 86_400.0,
-        _ => return None,
-    };
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use stepwright_mcp::{ServerConfig, ToolPolicy, Transport};
 
-use super::resources::parse_effect;
+use super::scalars::parse_effect;
 use super::{Compiler, closest};
 use crate::yaml::{Node, Pos, Yaml};
 

@@ -7,12 +7,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use stepwright_core::{Effect, Expr, InputSource, Node as Step};
+use stepwright_core::{Expr, InputSource, Node as Step};
 use stepwright_llm::{
     AgentSpec, AgentStep, CommandTool, HttpTool, LlmSpec, LlmStep, MemoryRecallSpec, MemoryRecallStep, MemoryStoreSpec,
     MemoryStoreStep, ModelConfig, ModelParams, Pricing, Provider, ScopeKind, ToolDef, ToolStep, Tools,
 };
 
+use super::kinds::KindSite;
+use super::scalars::parse_effect;
 use super::{Compiler, closest};
 use crate::expr;
 use crate::yaml::{Node, Yaml};
@@ -53,29 +55,6 @@ const TOOL_FIELDS: &[&str] =
     &["description", "input", "command", "http", "effect", "safe_to_retry", "needs_approval", "timeout", "cwd", "env"];
 const LLM_FIELDS: &[&str] =
     &["model", "prompt", "messages", "system", "temperature", "top_p", "max_tokens", "stop", "repair_turns", "stream"];
-
-/// The step fields a kind adds to the common ones.
-pub(super) fn kind_fields(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "agent" => &["prompt", "session"],
-        "tool" | "memory.store" | "memory.recall" | "workflow" => &["with"],
-        _ => &[],
-    }
-}
-
-/// The step kinds this module compiles.
-pub(super) const RESOURCE_KINDS: &[&str] = &["llm", "agent", "tool", "memory.store", "memory.recall"];
-
-pub(super) fn parse_effect(text: &str) -> Option<Effect> {
-    Some(match text {
-        "pure" => Effect::Pure,
-        "read" => Effect::Read,
-        "write" => Effect::Write,
-        "external" => Effect::External,
-        "human" => Effect::Human,
-        _ => return None,
-    })
-}
 
 /// A node's input computed from a template over the scope when the step runs.
 fn templated_input(template: Value) -> InputSource {
@@ -414,79 +393,82 @@ impl Compiler {
         false
     }
 
-    /// Compiles a step of one of [`RESOURCE_KINDS`]; `step` is the whole step (for `prompt`,
-    /// `with`, `session` and `output`).
-    pub(super) fn resource_kind(&mut self, id: &str, kind: &str, body: &Node, step: &Node) -> Option<Step> {
-        match kind {
-            "llm" => self.llm_step(id, body, step),
-            "agent" => {
-                let name = self.string(body, "`agent`")?;
-                let Some(spec) = self.resources.agents.get(&name).cloned() else {
-                    if self.resources.agent_names.contains(&name) {
-                        // Declared, with a problem reported there already.
-                        return None;
-                    }
-                    let message = format!("agent `{name}` is not declared under `agents`");
-                    let known = self.resources.agent_names.clone();
-                    match closest(&name, known.iter().map(String::as_str)) {
-                        Some(near) => self.error_hint(body.pos, message, format!("did you mean `{near}`?")),
-                        None => self.error(body.pos, message),
-                    }
-                    return None;
-                };
-                let Some(prompt) = step.get("prompt") else {
-                    self.error_hint(
-                        step.pos,
-                        "an `agent` step needs a `prompt`",
-                        "like `prompt: \"Investigate: {{ input.ticket }}\"`",
-                    );
-                    return None;
-                };
-                self.templates(prompt);
-                let mut input = Map::new();
-                input.insert("prompt".into(), prompt.to_json());
-                if let Some(session) = step.get("session") {
-                    self.templates(session);
-                    input.insert("session".into(), session.to_json());
-                }
-                Some(Step::dyn_step(id, AgentStep::new(spec)).input(templated_input(Value::Object(input))))
+    /// `agent`: a declared agent, given a `prompt` (and a `session`).
+    pub(super) fn agent_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { id, body, step, .. } = *site;
+        let name = self.string(body, "`agent`")?;
+        let Some(spec) = self.resources.agents.get(&name).cloned() else {
+            if self.resources.agent_names.contains(&name) {
+                // Declared, with a problem reported there already.
+                return None;
             }
-            "tool" => {
-                let name = self.string(body, "`tool`")?;
-                if !self.check_tool(body.pos, &name) {
-                    return None;
-                }
-                let node = match self.mcp_policy(&name) {
-                    // An MCP server's tool is registered when the server is connected; its
-                    // node takes the policy the file declares for it.
-                    Some(policy) if self.resources.tools.get(&name).is_none() => {
-                        ToolStep::declared_node(id, &name, policy.effect, policy.safe_to_retry, policy.needs_approval)
-                    }
-                    _ => ToolStep::node(id, &self.resources.tools, &name).ok()?,
-                };
-                Some(node.input(self.with_input(step, Value::Object(Map::new()))))
+            let message = format!("agent `{name}` is not declared under `agents`");
+            let known = self.resources.agent_names.clone();
+            match closest(&name, known.iter().map(String::as_str)) {
+                Some(near) => self.error_hint(body.pos, message, format!("did you mean `{near}`?")),
+                None => self.error(body.pos, message),
             }
-            "memory.store" => {
-                let (namespace, scope) = self.memory_target(body, "memory.store", &["namespace", "scope"])?;
-                if step.get("with").is_none() {
-                    self.error_hint(
-                        step.pos,
-                        "a `memory.store` step needs `with`",
-                        "like `with: { key: name, value: \"{{ input.name }}\" }`",
-                    );
-                    return None;
-                }
-                let node = MemoryStoreStep::node(id, MemoryStoreSpec { namespace, scope });
-                Some(node.input(self.with_input(step, Value::Null)))
-            }
-            "memory.recall" => {
-                let (namespace, scope) = self.memory_target(body, "memory.recall", &["namespace", "scope", "limit"])?;
-                let limit = body.get("limit").and_then(|l| self.number(l, "`limit`")).unwrap_or(5);
-                let spec = MemoryRecallSpec { namespace, scope, limit: usize::try_from(limit).unwrap_or(usize::MAX) };
-                Some(MemoryRecallStep::node(id, spec).input(self.with_input(step, Value::Null)))
-            }
-            _ => None,
+            return None;
+        };
+        let Some(prompt) = step.get("prompt") else {
+            self.error_hint(
+                step.pos,
+                "an `agent` step needs a `prompt`",
+                "like `prompt: \"Investigate: {{ input.ticket }}\"`",
+            );
+            return None;
+        };
+        self.templates(prompt);
+        let mut input = Map::new();
+        input.insert("prompt".into(), prompt.to_json());
+        if let Some(session) = step.get("session") {
+            self.templates(session);
+            input.insert("session".into(), session.to_json());
         }
+        Some(Step::dyn_step(id, AgentStep::new(spec)).input(templated_input(Value::Object(input))))
+    }
+
+    /// `tool`: a declared tool (or an MCP server's), called `with` an input.
+    pub(super) fn tool_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { id, body, step, .. } = *site;
+        let name = self.string(body, "`tool`")?;
+        if !self.check_tool(body.pos, &name) {
+            return None;
+        }
+        let node = match self.mcp_policy(&name) {
+            // An MCP server's tool is registered when the server is connected; its
+            // node takes the policy the file declares for it.
+            Some(policy) if self.resources.tools.get(&name).is_none() => {
+                ToolStep::declared_node(id, &name, policy.effect, policy.safe_to_retry, policy.needs_approval)
+            }
+            _ => ToolStep::node(id, &self.resources.tools, &name).ok()?,
+        };
+        Some(node.input(self.with_input(step, Value::Object(Map::new()))))
+    }
+
+    /// `memory.store`: writes the step's `with` (key, value) to the memory bank.
+    pub(super) fn memory_store_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { id, body, step, .. } = *site;
+        let (namespace, scope) = self.memory_target(body, "memory.store", &["namespace", "scope"])?;
+        if step.get("with").is_none() {
+            self.error_hint(
+                step.pos,
+                "a `memory.store` step needs `with`",
+                "like `with: { key: name, value: \"{{ input.name }}\" }`",
+            );
+            return None;
+        }
+        let node = MemoryStoreStep::node(id, MemoryStoreSpec { namespace, scope });
+        Some(node.input(self.with_input(step, Value::Null)))
+    }
+
+    /// `memory.recall`: searches the memory bank for the step's `with` query.
+    pub(super) fn memory_recall_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { id, body, step, .. } = *site;
+        let (namespace, scope) = self.memory_target(body, "memory.recall", &["namespace", "scope", "limit"])?;
+        let limit = body.get("limit").and_then(|l| self.number(l, "`limit`")).unwrap_or(5);
+        let spec = MemoryRecallSpec { namespace, scope, limit: usize::try_from(limit).unwrap_or(usize::MAX) };
+        Some(MemoryRecallStep::node(id, spec).input(self.with_input(step, Value::Null)))
     }
 
     /// The input a step's `with` renders to (`default` without one).
@@ -526,7 +508,7 @@ impl Compiler {
         Some((namespace, scope))
     }
 
-    fn llm_step(&mut self, id: &str, body: &Node, step: &Node) -> Option<Step> {
+    pub(super) fn llm_step(&mut self, id: &str, body: &Node, step: &Node) -> Option<Step> {
         let fields = self.entries(body, "`llm`")?;
         self.unknown_fields(fields, LLM_FIELDS, "`llm`");
         let model = match body.get("model") {

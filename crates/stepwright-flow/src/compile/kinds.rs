@@ -1,0 +1,313 @@
+//! The step kinds of the file format, in one table: each kind's key, the step fields it adds
+//! to the common ones, and the function that compiles its body. The field checks, the "has
+//! no kind" hint and the dispatch all read [`KINDS`]; a new kind is one entry here, its
+//! compile function, and its schema (`schema.rs`).
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+use stepwright_core::{
+    Branch, Every, EveryOnError, Expr, Fork, ForkMode, InterruptRequest, Loop, Node as Step, Outcome, Verdict,
+    dyn_fn_step,
+};
+
+use super::Compiler;
+use crate::expr;
+use crate::yaml::{Node, Yaml};
+
+/// Where a kind's body is being compiled.
+#[derive(Clone, Copy)]
+pub(super) struct KindSite<'a> {
+    /// The step's path (`triage`, `drafts[*]/write`), for its children's positions.
+    pub(super) path: &'a str,
+    /// The step's id.
+    pub(super) id: &'a str,
+    /// The value under the kind's key.
+    pub(super) body: &'a Node,
+    /// The whole step (for fields a kind adds, such as `with` or `prompt`).
+    pub(super) step: &'a Node,
+}
+
+/// A step kind: its key, the step fields it adds, and how its body compiles.
+pub(super) struct KindSpec {
+    pub(super) name: &'static str,
+    pub(super) fields: &'static [&'static str],
+    pub(super) compile: fn(&mut Compiler, &KindSite<'_>) -> Option<Step>,
+}
+
+/// Every step kind, in the order the "has no kind" hint lists them.
+pub(super) const KINDS: &[KindSpec] = &[
+    KindSpec { name: "set", fields: &[], compile: Compiler::set_step },
+    KindSpec { name: "branch", fields: &[], compile: Compiler::branch_step },
+    KindSpec { name: "fork", fields: &[], compile: Compiler::fork_step },
+    KindSpec { name: "map", fields: &[], compile: Compiler::map_step },
+    KindSpec { name: "loop", fields: &[], compile: Compiler::loop_step },
+    KindSpec { name: "graph", fields: &[], compile: |c, site| c.graph(site.path, site.id, site.body) },
+    KindSpec { name: "every", fields: &[], compile: Compiler::every_step },
+    KindSpec {
+        name: "sleep",
+        fields: &[],
+        compile: |c, site| c.duration(site.body, "`sleep`").map(|d| Step::sleep(site.id, d)),
+    },
+    KindSpec { name: "approval", fields: &[], compile: Compiler::approval_step },
+    KindSpec { name: "input", fields: &[], compile: Compiler::input_step },
+    KindSpec { name: "workflow", fields: &["with"], compile: |c, site| c.call(site.id, site.body, site.step) },
+    KindSpec { name: "llm", fields: &[], compile: |c, site| c.llm_step(site.id, site.body, site.step) },
+    KindSpec { name: "agent", fields: &["prompt", "session"], compile: Compiler::agent_step },
+    KindSpec { name: "tool", fields: &["with"], compile: Compiler::tool_step },
+    KindSpec { name: "memory.store", fields: &["with"], compile: Compiler::memory_store_step },
+    KindSpec { name: "memory.recall", fields: &["with"], compile: Compiler::memory_recall_step },
+];
+
+/// The kind named `name`.
+pub(super) fn kind(name: &str) -> Option<&'static KindSpec> {
+    KINDS.iter().find(|k| k.name == name)
+}
+
+impl Compiler {
+    /// `set`: a value rendered from its template over the scope.
+    fn set_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { id, body, .. } = *site;
+        self.templates(body);
+        let template = body.to_json();
+        // The template is part of the step's identity, so of the definition hash.
+        let name = format!("set {template}");
+        Some(Step::dyn_step(
+            id,
+            dyn_fn_step(&name, move |ctx, _input| {
+                let result = expr::eval_value(&template, &ctx.scope().to_json());
+                async move { result.map(Outcome::completed) }
+            }),
+        ))
+    }
+
+    /// `approval`: asks a person, with a rendered message, for a decision on the input.
+    fn approval_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { id, body, .. } = *site;
+        let entries = self.entries(body, "`approval`")?;
+        self.unknown_fields(entries, &["message", "approvers", "timeout", "on_timeout"], "`approval`");
+        let gate = self.gate(body)?;
+        let message = gate.message.clone();
+        let approvers = gate.approvers.clone();
+        let timeout = gate.timeout;
+        let name = format!("approval {}", body.to_json());
+        Some(Step::dyn_step(
+            id,
+            dyn_fn_step(&name, move |ctx, input| {
+                let rendered = expr::eval_value(&Value::String(message.clone()), &ctx.scope().to_json());
+                let approvers = approvers.clone();
+                async move {
+                    let text = match rendered? {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    let mut request = InterruptRequest::approval(text).payload((*input).clone());
+                    for approver in &approvers {
+                        request = request.approver(approver);
+                    }
+                    if let Some((after, action)) = timeout {
+                        request = request.timeout(after, action);
+                    }
+                    Ok(Outcome::suspended(request))
+                }
+            }),
+        ))
+    }
+
+    /// `input`: asks a person for a value matching a schema.
+    fn input_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { id, body, .. } = *site;
+        let entries = self.entries(body, "`input`")?;
+        self.unknown_fields(entries, &["message", "schema"], "`input`");
+        let message = body.get("message").and_then(|m| self.string(m, "`input.message`")).unwrap_or_default();
+        let schema = body.get("schema").map_or(json!({}), |s| self.schema(s, "`schema`"));
+        let name = format!("input {}", body.to_json());
+        Some(Step::dyn_step(
+            id,
+            dyn_fn_step(&name, move |_ctx, _input| {
+                let request = InterruptRequest::input(message.clone(), schema.clone());
+                async move { Ok(Outcome::suspended(request)) }
+            }),
+        ))
+    }
+
+    /// `branch`: arms of `when` + `steps`, and an optional `otherwise`.
+    fn branch_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { path, id, body, .. } = *site;
+        let Yaml::Seq(arms) = &body.value else {
+            self.error(body.pos, format!("`branch` must be a list of arms, not {}", body.kind()));
+            return None;
+        };
+        let mut branch = Branch::new(id);
+        let mut scope = HashSet::new();
+        for arm in arms {
+            let Some(entries) = self.entries(arm, "a branch arm") else { continue };
+            self.unknown_fields(entries, &["when", "steps", "otherwise"], "a branch arm");
+            if let Some(otherwise) = arm.get("otherwise") {
+                branch = branch.otherwise(self.steps(path, otherwise, &mut scope));
+            } else if let Some(when) = arm.get("when") {
+                let Some(source) = self.expression(when, "`when`") else { continue };
+                let steps = match arm.get("steps") {
+                    Some(steps) => self.steps(path, steps, &mut scope),
+                    None => {
+                        self.error(arm.pos, "a `when` arm needs `steps`");
+                        continue;
+                    }
+                };
+                let condition = Expr::try_new({
+                    let source = source.clone();
+                    move |scope| expr::truthy(&source, &scope.to_json())
+                })
+                .with_source(source);
+                branch = branch.when(condition, steps);
+            } else {
+                self.error(arm.pos, "a branch arm needs `when` (with `steps`) or `otherwise`");
+            }
+        }
+        Some(branch.into())
+    }
+
+    /// `fork`: static `paths`, run concurrently under a `mode`.
+    fn fork_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { path, id, body, .. } = *site;
+        let entries = self.entries(body, "`fork`")?;
+        self.unknown_fields(entries, &["mode", "concurrency", "paths"], "`fork`");
+        let mut fork = Fork::new(id);
+        if let Some(mode) = body.get("mode") {
+            match mode.as_str() {
+                Some("all") => fork = fork.mode(ForkMode::All),
+                Some("race") => fork = fork.mode(ForkMode::Race),
+                Some("settle") => fork = fork.mode(ForkMode::Settle),
+                _ => self.error_hint(mode.pos, "unknown fork `mode`", "one of: all, race, settle"),
+            }
+        }
+        if let Some(limit) = body.get("concurrency").and_then(|c| self.number(c, "`concurrency`")) {
+            fork = fork.concurrency(limit as usize);
+        }
+        match body.get("paths").map(|p| &p.value) {
+            Some(Yaml::Seq(paths)) => {
+                for (index, p) in paths.iter().enumerate() {
+                    let mut scope = HashSet::new();
+                    fork = fork.path(self.steps(&format!("{path}[{index}]"), p, &mut scope));
+                }
+            }
+            _ => self.error(body.pos, "`fork` needs `paths`, a list of step lists"),
+        }
+        Some(fork.into())
+    }
+
+    /// `map`: the same `steps` for each of the `items`, bound `as` a name.
+    fn map_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { path, id, body, .. } = *site;
+        let entries = self.entries(body, "`map`")?;
+        self.unknown_fields(entries, &["items", "as", "concurrency", "steps"], "`map`");
+        let items = body.get("items").and_then(|i| self.expression(i, "`items`"));
+        let name = body.get("as").and_then(|a| self.string(a, "`as`")).unwrap_or_else(|| "item".into());
+        let had = self.ids.insert(name.clone());
+        let mut scope = HashSet::new();
+        let steps = match body.get("steps") {
+            Some(s) => self.binding(&name, |c| c.steps(&format!("{path}[*]"), s, &mut scope)),
+            None => {
+                self.error(body.pos, "`map` needs `steps`");
+                Vec::new()
+            }
+        };
+        if had {
+            self.ids.remove(&name);
+        }
+        let source = items?;
+        let items = Expr::try_new({
+            let source = source.clone();
+            move |scope| match expr::eval(&source, &scope.to_json())? {
+                Value::Array(items) => Ok(items),
+                other => Err(stepwright_core::StepError::new(
+                    stepwright_core::ErrorCode::EXPRESSION,
+                    format!("`items` must evaluate to a list, not {other}"),
+                )),
+            }
+        })
+        .with_source(source);
+        let mut map = Fork::map(id, items, &name, steps);
+        if let Some(limit) = body.get("concurrency").and_then(|c| self.number(c, "`concurrency`")) {
+            map = map.concurrency(limit as usize);
+        }
+        Some(map.into())
+    }
+
+    /// `loop`: `steps` until `until` holds or `max_iterations` runs out.
+    fn loop_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { path, id, body, .. } = *site;
+        let entries = self.entries(body, "`loop`")?;
+        self.unknown_fields(entries, &["steps", "until", "max_iterations"], "`loop`");
+        let max = body.get("max_iterations").and_then(|m| self.number(m, "`max_iterations`")).unwrap_or(10);
+        let mut scope = HashSet::new();
+        let steps = match body.get("steps") {
+            Some(s) => self.binding("loop", |c| c.steps(&format!("{path}#*"), s, &mut scope)),
+            None => {
+                self.error(body.pos, "`loop` needs `steps`");
+                Vec::new()
+            }
+        };
+        let mut looped = Loop::new(id, u32::try_from(max).unwrap_or(u32::MAX), steps);
+        let until = body.get("until").and_then(|u| self.binding("loop", |c| c.expression(u, "`until`")));
+        if let Some(source) = until {
+            looped = looped.until(
+                Expr::try_new({
+                    let source = source.clone();
+                    move |scope| {
+                        Ok(if expr::truthy(&source, &scope.to_json())? {
+                            Verdict::done(format!("`{source}` holds"))
+                        } else {
+                            Verdict::again(format!("`{source}` does not hold yet"))
+                        })
+                    }
+                })
+                .with_source(source),
+            );
+        }
+        Some(looped.into())
+    }
+
+    /// `every`: `steps` on an `interval`, with `jitter`, a `wake` channel and `on_error`.
+    fn every_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+        let KindSite { path, id, body, .. } = *site;
+        let entries = self.entries(body, "`every`")?;
+        self.unknown_fields(entries, &["interval", "jitter", "wake", "on_error", "steps"], "`every`");
+        let interval = match body.get("interval") {
+            Some(i) => self.duration(i, "`interval`"),
+            None => {
+                self.error_hint(body.pos, "`every` needs an `interval`", "like `interval: 1h`");
+                None
+            }
+        };
+        let mut scope = HashSet::new();
+        // Each tick's steps see `tick` (1-based) besides the outer scope.
+        let steps = match body.get("steps") {
+            Some(s) => self.binding("tick", |c| c.steps(&format!("{path}#*"), s, &mut scope)),
+            None => {
+                self.error(body.pos, "`every` needs `steps`");
+                Vec::new()
+            }
+        };
+        let mut every = Every::new(id, interval?, steps);
+        if let Some(j) = body.get("jitter") {
+            // Checked here too, so it is reported beside the step's other problems.
+            match j.value {
+                Yaml::Float(f) if (0.0..1.0).contains(&f) => every = every.jitter(f),
+                Yaml::Int(0) => {}
+                _ => self.error(j.pos, "`jitter` must be a number at least 0 and below 1, like 0.1"),
+            }
+        }
+        if let Some(channel) = body.get("wake").and_then(|w| self.string(w, "`wake`")) {
+            every = every.wake_on(&channel);
+        }
+        if let Some(on_error) = body.get("on_error") {
+            match on_error.as_str() {
+                Some("continue") => every = every.on_error(EveryOnError::Continue),
+                Some("fail") => every = every.on_error(EveryOnError::Fail),
+                _ => self.error_hint(on_error.pos, "unknown `on_error`", "one of: continue, fail"),
+            }
+        }
+        Some(every.into())
+    }
+}
