@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use stepwright_core::{
-    ApprovalGate, Backoff, Effect, Expr, FnGuardrail, Graph, Guardrail, GuardrailAction, GuardrailStage, Node as Step,
+    ApprovalGate, Backoff, Effect, Expr, FnGuardrail, Graph, Guardrail, GuardrailAction, GuardrailStage, Node,
     OnFailure, PatternGuardrail, RetryPolicy, TimeoutAction, Workflow,
 };
 
 use crate::expr;
-use crate::yaml::{self, Node, Pos, Yaml};
+use crate::yaml::{self, Item, Pos, Yaml};
 
 mod call;
 mod kinds;
@@ -284,7 +284,7 @@ impl Compiler {
         LoadError { diagnostics: self.diagnostics }
     }
 
-    fn entries<'a>(&mut self, node: &'a Node, what: &str) -> Option<&'a [(yaml::Key, Node)]> {
+    fn entries<'a>(&mut self, node: &'a Item, what: &str) -> Option<&'a [(yaml::Key, Item)]> {
         match &node.value {
             Yaml::Map(entries) => Some(entries),
             _ => {
@@ -294,7 +294,7 @@ impl Compiler {
         }
     }
 
-    fn unknown_fields(&mut self, entries: &[(yaml::Key, Node)], allowed: &[&str], what: &str) {
+    fn unknown_fields(&mut self, entries: &[(yaml::Key, Item)], allowed: &[&str], what: &str) {
         for (key, _) in entries {
             if !allowed.contains(&key.name.as_str()) {
                 let message = format!("unknown field `{}` in {what}", key.name);
@@ -306,7 +306,7 @@ impl Compiler {
         }
     }
 
-    fn string(&mut self, node: &Node, what: &str) -> Option<String> {
+    fn string(&mut self, node: &Item, what: &str) -> Option<String> {
         match &node.value {
             Yaml::Str(s) => Some(s.clone()),
             _ => {
@@ -316,7 +316,7 @@ impl Compiler {
         }
     }
 
-    fn number(&mut self, node: &Node, what: &str) -> Option<u64> {
+    fn number(&mut self, node: &Item, what: &str) -> Option<u64> {
         match &node.value {
             Yaml::Int(i) if *i >= 0 => Some(*i as u64),
             _ => {
@@ -326,7 +326,7 @@ impl Compiler {
         }
     }
 
-    fn duration(&mut self, node: &Node, what: &str) -> Option<Duration> {
+    fn duration(&mut self, node: &Item, what: &str) -> Option<Duration> {
         let text = self.string(node, what)?;
         match parse_duration(&text) {
             Some(d) => Some(d),
@@ -342,7 +342,7 @@ impl Compiler {
     }
 
     /// Checks an expression (syntax and references to steps declared earlier).
-    fn expression(&mut self, node: &Node, what: &str) -> Option<String> {
+    fn expression(&mut self, node: &Item, what: &str) -> Option<String> {
         let source = match &node.value {
             Yaml::Str(s) => expr::single_expression(s).unwrap_or(s).to_owned(),
             Yaml::Bool(b) => b.to_string(),
@@ -389,7 +389,7 @@ impl Compiler {
     }
 
     /// A JSON Schema written in the file, reported at its position if it is not one.
-    fn schema(&mut self, node: &Node, what: &str) -> Value {
+    fn schema(&mut self, node: &Item, what: &str) -> Value {
         let schema = node.to_json();
         if let Err(why) = stepwright_core::check_schema(&schema) {
             self.error(node.pos, format!("{what} is not a valid JSON Schema: {why}"));
@@ -398,7 +398,7 @@ impl Compiler {
     }
 
     /// Checks every template string inside a value.
-    fn templates(&mut self, node: &Node) {
+    fn templates(&mut self, node: &Item) {
         match &node.value {
             Yaml::Str(s) => {
                 if let Err(why) = expr::check_template(s) {
@@ -435,7 +435,7 @@ impl Compiler {
         }
     }
 
-    fn workflow(&mut self, root: &Node) -> Option<Workflow> {
+    fn workflow(&mut self, root: &Item) -> Option<Workflow> {
         let entries = self.entries(root, "a workflow file")?;
         self.unknown_fields(entries, WORKFLOW_FIELDS, "the workflow");
         self.resources(root);
@@ -498,7 +498,7 @@ impl Compiler {
         }
     }
 
-    fn steps(&mut self, prefix: &str, node: &Node, scope: &mut HashSet<String>) -> Vec<Step> {
+    fn steps(&mut self, prefix: &str, node: &Item, scope: &mut HashSet<String>) -> Vec<Node> {
         let Yaml::Seq(items) = &node.value else {
             self.error(node.pos, format!("`steps` must be a list, not {}", node.kind()));
             return Vec::new();
@@ -506,7 +506,7 @@ impl Compiler {
         items.iter().filter_map(|item| self.step(prefix, item, scope)).collect()
     }
 
-    fn step(&mut self, prefix: &str, node: &Node, scope: &mut HashSet<String>) -> Option<Step> {
+    fn step(&mut self, prefix: &str, node: &Item, scope: &mut HashSet<String>) -> Option<Node> {
         let entries = self.entries(node, "a step")?;
         let kinds: Vec<&yaml::Key> =
             entries.iter().map(|(k, _)| k).filter(|k| kinds::kind(&k.name).is_some()).collect();
@@ -538,7 +538,7 @@ impl Compiler {
         step
     }
 
-    fn step_body(&mut self, node: &Node, id: &str, path: &str, kinds: &[&yaml::Key]) -> Option<Step> {
+    fn step_body(&mut self, node: &Item, id: &str, path: &str, kinds: &[&yaml::Key]) -> Option<Node> {
         let id = id.to_owned();
         match kinds.len() {
             0 => {
@@ -582,7 +582,7 @@ impl Compiler {
     /// A `graph`: `nodes` (steps, each visited any number of times), `edges` tried in order
     /// after a node (`from`, `to`, optional `when`; none taken ends the graph with that
     /// node's output), an `entry` (default: the first node) and `max_steps` (default 25).
-    fn graph(&mut self, path: &str, id: &str, body: &Node) -> Option<Step> {
+    fn graph(&mut self, path: &str, id: &str, body: &Item) -> Option<Node> {
         let entries = self.entries(body, "`graph`")?;
         self.unknown_fields(entries, &["nodes", "edges", "entry", "max_steps"], "`graph`");
         let max_steps = body.get("max_steps").and_then(|m| self.number(m, "`max_steps`")).unwrap_or(25);
@@ -619,7 +619,7 @@ impl Compiler {
                 .collect();
             self.positions.extend(aliases);
         }
-        let name = |c: &mut Self, node: Option<&Node>, what: &str| -> Option<String> {
+        let name = |c: &mut Self, node: Option<&Item>, what: &str| -> Option<String> {
             let node = node?;
             let text = c.string(node, what)?;
             if names.contains(&text) {
@@ -675,7 +675,7 @@ impl Compiler {
     }
 
     /// `requires_approval` / `approval` settings.
-    fn gate(&mut self, node: &Node) -> Option<ApprovalGate> {
+    fn gate(&mut self, node: &Item) -> Option<ApprovalGate> {
         let message = match node.get("message") {
             Some(m) => {
                 self.templates(m);
@@ -711,7 +711,7 @@ impl Compiler {
         Some(gate)
     }
 
-    fn policies(&mut self, mut step: Step, node: &Node) -> Option<Step> {
+    fn policies(&mut self, mut step: Node, node: &Item) -> Option<Node> {
         if let Some(text) = node.get("description").and_then(|d| self.string(d, "`description`")) {
             step = step.description(text);
         }
@@ -801,7 +801,7 @@ impl Compiler {
 
     /// One entry of `guardrails`: where it looks (`on`), what a violation does (`action`),
     /// and the check, a regular expression (`pattern`) or a condition on `value` (`when`).
-    fn guardrail(&mut self, node: &Node) -> Option<Guardrail> {
+    fn guardrail(&mut self, node: &Item) -> Option<Guardrail> {
         let entries = self.entries(node, "a guardrail")?;
         const FIELDS: &[&str] = &["on", "action", "pattern", "when"];
         self.unknown_fields(entries, FIELDS, "a guardrail");

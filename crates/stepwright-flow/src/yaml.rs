@@ -29,17 +29,18 @@ pub enum Yaml {
     /// A string.
     Str(String),
     /// A sequence.
-    Seq(Vec<Node>),
+    Seq(Vec<Item>),
     /// A mapping, in file order.
-    Map(Vec<(Key, Node)>),
+    Map(Vec<(Key, Item)>),
 }
 
-/// A node and where it is.
+/// A YAML item (a scalar, a list or a map) and where the file has it. (Called an item,
+/// not a node, so as not to be confused with the workflow nodes the compiler builds.)
 #[derive(Debug, Clone, PartialEq)]
-pub struct Node {
-    /// Its value.
+pub struct Item {
+    /// The scalar, list or map.
     pub value: Yaml,
-    /// Where it is.
+    /// Where the item starts, for diagnostics.
     pub pos: Pos,
 }
 
@@ -52,7 +53,7 @@ pub struct Key {
     pub pos: Pos,
 }
 
-impl Node {
+impl Item {
     /// The node as plain JSON (positions dropped).
     pub fn to_json(&self) -> Value {
         match &self.value {
@@ -61,13 +62,13 @@ impl Node {
             Yaml::Int(i) => Value::from(*i),
             Yaml::Float(f) => serde_json::Number::from_f64(*f).map_or(Value::Null, Value::Number),
             Yaml::Str(s) => Value::String(s.clone()),
-            Yaml::Seq(items) => Value::Array(items.iter().map(Node::to_json).collect()),
+            Yaml::Seq(items) => Value::Array(items.iter().map(Item::to_json).collect()),
             Yaml::Map(entries) => Value::Object(entries.iter().map(|(k, v)| (k.name.clone(), v.to_json())).collect()),
         }
     }
 
     /// The entry of a mapping with this key.
-    pub fn get(&self, key: &str) -> Option<&Node> {
+    pub fn get(&self, key: &str) -> Option<&Item> {
         match &self.value {
             Yaml::Map(entries) => entries.iter().find(|(k, _)| k.name == key).map(|(_, v)| v),
             _ => None,
@@ -100,10 +101,10 @@ fn pos(location: &serde_saphyr::Location) -> Pos {
     Pos { line: location.line(), column: location.column() }
 }
 
-impl<'de> Deserialize<'de> for Node {
+impl<'de> Deserialize<'de> for Item {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let spanned = Spanned::<Yaml>::deserialize(deserializer)?;
-        Ok(Node { value: spanned.value, pos: pos(&spanned.referenced) })
+        Ok(Item { value: spanned.value, pos: pos(&spanned.referenced) })
     }
 }
 
@@ -163,7 +164,7 @@ impl<'de> Visitor<'de> for YamlVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<Node>()? {
+        while let Some(item) = seq.next_element::<Item>()? {
             items.push(item);
         }
         Ok(Yaml::Seq(items))
@@ -172,7 +173,7 @@ impl<'de> Visitor<'de> for YamlVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
         let mut entries = Vec::new();
         while let Some(key) = map.next_key::<Key>()? {
-            let value = map.next_value::<Node>()?;
+            let value = map.next_value::<Item>()?;
             entries.push((key, value));
         }
         Ok(Yaml::Map(entries))
@@ -184,9 +185,9 @@ impl<'de> Visitor<'de> for YamlVisitor {
 /// Scalars follow YAML 1.2's core schema, as editors' YAML servers do: only `true` and
 /// `false` are booleans, so `id: n` or `answer: yes` are the strings they look like, not
 /// YAML 1.1's booleans.
-pub fn parse(source: &str) -> Result<Node, (Pos, String)> {
+pub fn parse(source: &str) -> Result<Item, (Pos, String)> {
     let options = serde_saphyr::options! { strict_booleans: true };
-    serde_saphyr::from_str_with_options::<Node>(source, options).map_err(|e| {
+    serde_saphyr::from_str_with_options::<Item>(source, options).map_err(|e| {
         let at = e.location().map(|l| pos(&l)).unwrap_or_default();
         let message = e.to_string();
         let first = message.lines().next().unwrap_or("invalid YAML");

@@ -5,15 +5,15 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use stepwright_core::Node as Step;
+use stepwright_core::Node;
 
 use super::{Compiler, load_nested};
-use crate::yaml::Node;
+use crate::yaml::Item;
 
 impl Compiler {
     /// `workflow: ./other.yaml` with an optional `with` (the called workflow's input; without
     /// it, the previous step's output as for any step).
-    pub(super) fn call(&mut self, id: &str, body: &Node, step: &Node) -> Option<Step> {
+    pub(super) fn call(&mut self, id: &str, body: &Item, step: &Item) -> Option<Node> {
         let target = self.string(body, "`workflow`")?;
         let here = self.stack.last().cloned().unwrap_or_else(|| PathBuf::from(&self.file));
         let dir = here.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -99,7 +99,7 @@ impl Compiler {
                 }
             }
         }
-        let mut node = Step::workflow(id, &loaded.workflow);
+        let mut node = Node::workflow(id, &loaded.workflow);
         if step.get("with").is_some() {
             node = node.input(self.with_input(step, Value::Null));
         }

@@ -7,13 +7,12 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 use stepwright_core::{
-    Branch, Every, EveryOnError, Expr, Fork, ForkMode, InterruptRequest, Loop, Node as Step, Outcome, Verdict,
-    dyn_fn_step,
+    Branch, Every, EveryOnError, Expr, Fork, ForkMode, InterruptRequest, Loop, Node, Outcome, Verdict, dyn_fn_step,
 };
 
 use super::Compiler;
 use crate::expr;
-use crate::yaml::{Node, Yaml};
+use crate::yaml::{Item, Yaml};
 
 /// Where a kind's body is being compiled.
 #[derive(Clone, Copy)]
@@ -23,16 +22,16 @@ pub(super) struct KindSite<'a> {
     /// The step's id.
     pub(super) id: &'a str,
     /// The value under the kind's key.
-    pub(super) body: &'a Node,
+    pub(super) body: &'a Item,
     /// The whole step (for fields a kind adds, such as `with` or `prompt`).
-    pub(super) step: &'a Node,
+    pub(super) step: &'a Item,
 }
 
 /// A step kind: its key, the step fields it adds, and how its body compiles.
 pub(super) struct KindSpec {
     pub(super) name: &'static str,
     pub(super) fields: &'static [&'static str],
-    pub(super) compile: fn(&mut Compiler, &KindSite<'_>) -> Option<Step>,
+    pub(super) compile: fn(&mut Compiler, &KindSite<'_>) -> Option<Node>,
 }
 
 /// Every step kind, in the order the "has no kind" hint lists them.
@@ -47,7 +46,7 @@ pub(super) const KINDS: &[KindSpec] = &[
     KindSpec {
         name: "sleep",
         fields: &[],
-        compile: |c, site| c.duration(site.body, "`sleep`").map(|d| Step::sleep(site.id, d)),
+        compile: |c, site| c.duration(site.body, "`sleep`").map(|d| Node::sleep(site.id, d)),
     },
     KindSpec { name: "approval", fields: &[], compile: Compiler::approval_step },
     KindSpec { name: "input", fields: &[], compile: Compiler::input_step },
@@ -66,13 +65,13 @@ pub(super) fn kind(name: &str) -> Option<&'static KindSpec> {
 
 impl Compiler {
     /// `set`: a value rendered from its template over the scope.
-    fn set_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    fn set_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, .. } = *site;
         self.templates(body);
         let template = body.to_json();
         // The template is part of the step's identity, so of the definition hash.
         let name = format!("set {template}");
-        Some(Step::dyn_step(
+        Some(Node::dyn_step(
             id,
             dyn_fn_step(&name, move |ctx, _input| {
                 let result = expr::eval_value(&template, &ctx.scope().to_json());
@@ -82,7 +81,7 @@ impl Compiler {
     }
 
     /// `approval`: asks a person, with a rendered message, for a decision on the input.
-    fn approval_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    fn approval_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, .. } = *site;
         let entries = self.entries(body, "`approval`")?;
         self.unknown_fields(entries, &["message", "approvers", "timeout", "on_timeout"], "`approval`");
@@ -91,7 +90,7 @@ impl Compiler {
         let approvers = gate.approvers.clone();
         let timeout = gate.timeout;
         let name = format!("approval {}", body.to_json());
-        Some(Step::dyn_step(
+        Some(Node::dyn_step(
             id,
             dyn_fn_step(&name, move |ctx, input| {
                 let rendered = expr::eval_value(&Value::String(message.clone()), &ctx.scope().to_json());
@@ -115,14 +114,14 @@ impl Compiler {
     }
 
     /// `input`: asks a person for a value matching a schema.
-    fn input_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    fn input_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, .. } = *site;
         let entries = self.entries(body, "`input`")?;
         self.unknown_fields(entries, &["message", "schema"], "`input`");
         let message = body.get("message").and_then(|m| self.string(m, "`input.message`")).unwrap_or_default();
         let schema = body.get("schema").map_or(json!({}), |s| self.schema(s, "`schema`"));
         let name = format!("input {}", body.to_json());
-        Some(Step::dyn_step(
+        Some(Node::dyn_step(
             id,
             dyn_fn_step(&name, move |_ctx, _input| {
                 let request = InterruptRequest::input(message.clone(), schema.clone());
@@ -132,7 +131,7 @@ impl Compiler {
     }
 
     /// `branch`: arms of `when` + `steps`, and an optional `otherwise`.
-    fn branch_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    fn branch_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { path, id, body, .. } = *site;
         let Yaml::Seq(arms) = &body.value else {
             self.error(body.pos, format!("`branch` must be a list of arms, not {}", body.kind()));
@@ -168,7 +167,7 @@ impl Compiler {
     }
 
     /// `fork`: static `paths`, run concurrently under a `mode`.
-    fn fork_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    fn fork_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { path, id, body, .. } = *site;
         let entries = self.entries(body, "`fork`")?;
         self.unknown_fields(entries, &["mode", "concurrency", "paths"], "`fork`");
@@ -197,7 +196,7 @@ impl Compiler {
     }
 
     /// `map`: the same `steps` for each of the `items`, bound `as` a name.
-    fn map_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    fn map_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { path, id, body, .. } = *site;
         let entries = self.entries(body, "`map`")?;
         self.unknown_fields(entries, &["items", "as", "concurrency", "steps"], "`map`");
@@ -235,7 +234,7 @@ impl Compiler {
     }
 
     /// `loop`: `steps` until `until` holds or `max_iterations` runs out.
-    fn loop_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    fn loop_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { path, id, body, .. } = *site;
         let entries = self.entries(body, "`loop`")?;
         self.unknown_fields(entries, &["steps", "until", "max_iterations"], "`loop`");
@@ -269,7 +268,7 @@ impl Compiler {
     }
 
     /// `every`: `steps` on an `interval`, with `jitter`, a `wake` channel and `on_error`.
-    fn every_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    fn every_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { path, id, body, .. } = *site;
         let entries = self.entries(body, "`every`")?;
         self.unknown_fields(entries, &["interval", "jitter", "wake", "on_error", "steps"], "`every`");

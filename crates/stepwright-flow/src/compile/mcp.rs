@@ -8,7 +8,7 @@ use stepwright_mcp::{ServerConfig, ToolPolicy, Transport};
 
 use super::scalars::parse_effect;
 use super::{Compiler, closest};
-use crate::yaml::{Node, Pos, Yaml};
+use crate::yaml::{Item, Pos, Yaml};
 
 const SERVER_FIELDS: &[&str] = &[
     "command",
@@ -43,7 +43,7 @@ pub struct McpToolUse {
 }
 
 impl Compiler {
-    pub(super) fn mcp_section(&mut self, section: &Node) {
+    pub(super) fn mcp_section(&mut self, section: &Item) {
         let Some(entries) = self.entries(section, "`mcp_servers`") else { return };
         for (key, node) in entries {
             let name = &key.name;
@@ -89,7 +89,7 @@ impl Compiler {
         }
     }
 
-    fn transport(&mut self, node: &Node, what: &str) -> Option<Transport> {
+    fn transport(&mut self, node: &Item, what: &str) -> Option<Transport> {
         match (node.get("command"), node.get("url")) {
             (Some(command), None) => {
                 for field in ["headers"] {
@@ -136,12 +136,12 @@ impl Compiler {
         }
     }
 
-    fn tool_policy(&mut self, node: &Node) -> ToolPolicy {
+    fn tool_policy(&mut self, node: &Item) -> ToolPolicy {
         self.tool_policy_over(node, ToolPolicy::default())
     }
 
     /// `effect`, `safe_to_retry`, `needs_approval` and `timeout` of `node` over `base`.
-    fn tool_policy_over(&mut self, node: &Node, mut policy: ToolPolicy) -> ToolPolicy {
+    fn tool_policy_over(&mut self, node: &Item, mut policy: ToolPolicy) -> ToolPolicy {
         if let Some(effect) = node.get("effect") {
             match self.string(effect, "`effect`").map(|e| parse_effect(&e)) {
                 Some(Some(effect)) => policy.effect = effect,
@@ -163,7 +163,7 @@ impl Compiler {
         policy
     }
 
-    fn string_list(&mut self, node: &Node, what: &str) -> Vec<String> {
+    fn string_list(&mut self, node: &Item, what: &str) -> Vec<String> {
         match &node.value {
             Yaml::Seq(items) => {
                 items.iter().filter_map(|item| self.string(item, &format!("an item of {what}"))).collect()
@@ -176,7 +176,7 @@ impl Compiler {
     }
 
     /// A mapping of names to strings (`env`, `headers`), each bad value reported.
-    pub(super) fn string_map(&mut self, node: &Node, what: &str) -> Vec<(String, String)> {
+    pub(super) fn string_map(&mut self, node: &Item, what: &str) -> Vec<(String, String)> {
         let entries = self.entries(node, what).unwrap_or_default();
         entries
             .iter()

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use stepwright_core::{Expr, InputSource, Node as Step};
+use stepwright_core::{Expr, InputSource, Node};
 use stepwright_llm::{
     AgentSpec, AgentStep, CommandTool, HttpTool, LlmSpec, LlmStep, MemoryRecallSpec, MemoryRecallStep, MemoryStoreSpec,
     MemoryStoreStep, ModelConfig, ModelParams, Pricing, Provider, ScopeKind, ToolDef, ToolStep, Tools,
@@ -17,7 +17,7 @@ use super::kinds::KindSite;
 use super::scalars::parse_effect;
 use super::{Compiler, closest};
 use crate::expr;
-use crate::yaml::{Node, Yaml};
+use crate::yaml::{Item, Yaml};
 
 /// A loaded workflow file: the workflow, carrying the file's tools and agents as its own
 /// services ([`stepwright_core::Workflow::services`]), and the file's models as
@@ -65,7 +65,7 @@ fn templated_input(template: Value) -> InputSource {
 impl Compiler {
     /// Reads `models`, `tools`, `mcp_servers` and `agents` (in that order: agents refer to
     /// the others).
-    pub(super) fn resources(&mut self, root: &Node) {
+    pub(super) fn resources(&mut self, root: &Item) {
         if let Some(models) = root.get("models") {
             self.models_section(models);
         }
@@ -80,7 +80,7 @@ impl Compiler {
         }
     }
 
-    fn models_section(&mut self, section: &Node) {
+    fn models_section(&mut self, section: &Item) {
         let Some(entries) = self.entries(section, "`models`") else { return };
         for (key, node) in entries {
             let Some(fields) = self.entries(node, &format!("model `{}`", key.name)) else { continue };
@@ -136,7 +136,7 @@ impl Compiler {
         }
     }
 
-    fn pricing(&mut self, node: &Node) -> Option<Pricing> {
+    fn pricing(&mut self, node: &Item) -> Option<Pricing> {
         let fields = self.entries(node, "`pricing`")?;
         self.unknown_fields(fields, &["input", "output"], "`pricing`");
         let mut price = |name: &str| -> Option<f64> {
@@ -158,7 +158,7 @@ impl Compiler {
         Some(Pricing { input: input?, output: output? })
     }
 
-    fn tools_section(&mut self, section: &Node) {
+    fn tools_section(&mut self, section: &Item) {
         let Some(entries) = self.entries(section, "`tools`") else { return };
         for (key, node) in entries {
             let name = &key.name;
@@ -215,7 +215,7 @@ impl Compiler {
         }
     }
 
-    pub(super) fn flag(&mut self, node: &Node, field: &str) -> bool {
+    pub(super) fn flag(&mut self, node: &Item, field: &str) -> bool {
         match node.get(field).map(|f| (f.pos, &f.value)) {
             None => false,
             Some((_, Yaml::Bool(b))) => *b,
@@ -226,7 +226,7 @@ impl Compiler {
         }
     }
 
-    fn command_tool(&mut self, def: ToolDef, node: &Node, command: &Node) -> Option<CommandTool> {
+    fn command_tool(&mut self, def: ToolDef, node: &Item, command: &Item) -> Option<CommandTool> {
         let Yaml::Seq(parts) = &command.value else {
             self.error_hint(
                 command.pos,
@@ -268,7 +268,7 @@ impl Compiler {
         Some(tool)
     }
 
-    fn http_tool(&mut self, def: ToolDef, node: &Node, http: &Node) -> Option<HttpTool> {
+    fn http_tool(&mut self, def: ToolDef, node: &Item, http: &Item) -> Option<HttpTool> {
         for field in ["cwd", "env"] {
             if let Some(f) = node.get(field) {
                 self.error(f.pos, format!("`{field}` is for `command` tools"));
@@ -299,7 +299,7 @@ impl Compiler {
         Some(tool)
     }
 
-    fn agents_section(&mut self, section: &Node) {
+    fn agents_section(&mut self, section: &Item) {
         let Some(entries) = self.entries(section, "`agents`") else { return };
         // Every agent's name first: agents may delegate to agents declared after them.
         let names: Vec<String> = entries.iter().map(|(k, _)| k.name.clone()).collect();
@@ -360,7 +360,7 @@ impl Compiler {
         }
     }
 
-    fn check_model(&mut self, node: Option<&Node>, name: &str) -> bool {
+    fn check_model(&mut self, node: Option<&Item>, name: &str) -> bool {
         if self.resources.models.contains_key(name) {
             return true;
         }
@@ -394,7 +394,7 @@ impl Compiler {
     }
 
     /// `agent`: a declared agent, given a `prompt` (and a `session`).
-    pub(super) fn agent_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    pub(super) fn agent_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, step, .. } = *site;
         let name = self.string(body, "`agent`")?;
         let Some(spec) = self.resources.agents.get(&name).cloned() else {
@@ -425,11 +425,11 @@ impl Compiler {
             self.templates(session);
             input.insert("session".into(), session.to_json());
         }
-        Some(Step::dyn_step(id, AgentStep::new(spec)).input(templated_input(Value::Object(input))))
+        Some(Node::dyn_step(id, AgentStep::new(spec)).input(templated_input(Value::Object(input))))
     }
 
     /// `tool`: a declared tool (or an MCP server's), called `with` an input.
-    pub(super) fn tool_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    pub(super) fn tool_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, step, .. } = *site;
         let name = self.string(body, "`tool`")?;
         if !self.check_tool(body.pos, &name) {
@@ -447,7 +447,7 @@ impl Compiler {
     }
 
     /// `memory.store`: writes the step's `with` (key, value) to the memory bank.
-    pub(super) fn memory_store_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    pub(super) fn memory_store_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, step, .. } = *site;
         let (namespace, scope) = self.memory_target(body, "memory.store", &["namespace", "scope"])?;
         if step.get("with").is_none() {
@@ -463,7 +463,7 @@ impl Compiler {
     }
 
     /// `memory.recall`: searches the memory bank for the step's `with` query.
-    pub(super) fn memory_recall_step(&mut self, site: &KindSite<'_>) -> Option<Step> {
+    pub(super) fn memory_recall_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, step, .. } = *site;
         let (namespace, scope) = self.memory_target(body, "memory.recall", &["namespace", "scope", "limit"])?;
         let limit = body.get("limit").and_then(|l| self.number(l, "`limit`")).unwrap_or(5);
@@ -472,7 +472,7 @@ impl Compiler {
     }
 
     /// The input a step's `with` renders to (`default` without one).
-    pub(super) fn with_input(&mut self, step: &Node, default: Value) -> InputSource {
+    pub(super) fn with_input(&mut self, step: &Item, default: Value) -> InputSource {
         match step.get("with") {
             Some(with) => {
                 self.templates(with);
@@ -482,7 +482,7 @@ impl Compiler {
         }
     }
 
-    fn memory_target(&mut self, body: &Node, kind: &str, allowed: &[&str]) -> Option<(String, ScopeKind)> {
+    fn memory_target(&mut self, body: &Item, kind: &str, allowed: &[&str]) -> Option<(String, ScopeKind)> {
         let fields = self.entries(body, &format!("`{kind}`"))?;
         self.unknown_fields(fields, allowed, &format!("`{kind}`"));
         let namespace = match body.get("namespace") {
@@ -508,7 +508,7 @@ impl Compiler {
         Some((namespace, scope))
     }
 
-    pub(super) fn llm_step(&mut self, id: &str, body: &Node, step: &Node) -> Option<Step> {
+    pub(super) fn llm_step(&mut self, id: &str, body: &Item, step: &Item) -> Option<Node> {
         let fields = self.entries(body, "`llm`")?;
         self.unknown_fields(fields, LLM_FIELDS, "`llm`");
         let model = match body.get("model") {
@@ -573,7 +573,7 @@ impl Compiler {
         let mut spec = LlmSpec::new(&model);
         spec.params = params;
         // The step's `output` schema is also what the model is asked to answer in.
-        spec.output = step.get("output").map(crate::yaml::Node::to_json);
+        spec.output = step.get("output").map(crate::yaml::Item::to_json);
         if let Some(turns) = body.get("repair_turns").and_then(|r| self.number(r, "`repair_turns`")) {
             spec.repair_turns = u32::try_from(turns).unwrap_or(u32::MAX);
         }
@@ -583,6 +583,6 @@ impl Compiler {
         if !known {
             return None;
         }
-        Some(Step::dyn_step(id, LlmStep::new(spec)).input(templated_input(Value::Object(input))))
+        Some(Node::dyn_step(id, LlmStep::new(spec)).input(templated_input(Value::Object(input))))
     }
 }
