@@ -50,8 +50,17 @@ pub trait DynStep: Send + Sync + 'static {
     /// Runs the step on a JSON input.
     fn run<'a>(&'a self, ctx: &'a StepContext, input: Arc<Value>) -> BoxFuture<'a, Result<Outcome<Value>, StepError>>;
 
-    /// A stable name for the step's implementation (part of the definition hash).
+    /// A short name for the step's implementation, for people: `agent`, `llm`, a Rust type's
+    /// name.
     fn type_name(&self) -> &str;
+
+    /// What identifies the step's behaviour: its implementation and its configuration (an
+    /// agent's spec, a prompt). It is part of the definition hash, so a changed
+    /// configuration is a changed definition, and of the step cache's key. Defaults to
+    /// [`type_name`](Self::type_name), for steps whose code is their whole configuration.
+    fn identity(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(self.type_name())
+    }
 
     /// The input schema, if known.
     fn input_schema(&self) -> Option<Value> {

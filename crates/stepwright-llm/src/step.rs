@@ -64,15 +64,16 @@ impl LlmSpec {
 /// conversation (`{ "messages": [...] }`); it needs a [`Models`] service.
 pub struct LlmStep {
     spec: LlmSpec,
-    name: String,
+    /// The kind and the whole spec: what the definition hash covers.
+    identity: String,
 }
 
 impl LlmStep {
     /// A step for this spec.
     pub fn new(spec: LlmSpec) -> Arc<Self> {
         // The spec is part of the step's identity, so of the definition hash.
-        let name = format!("llm {}", serde_json::to_string(&spec).expect("a spec serializes"));
-        Arc::new(Self { spec, name })
+        let identity = format!("llm {}", serde_json::to_string(&spec).expect("a spec serializes"));
+        Arc::new(Self { spec, identity })
     }
 }
 
@@ -82,7 +83,11 @@ impl DynStep for LlmStep {
     }
 
     fn type_name(&self) -> &str {
-        &self.name
+        "llm"
+    }
+
+    fn identity(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(&self.identity)
     }
 
     fn output_schema(&self) -> Option<Value> {

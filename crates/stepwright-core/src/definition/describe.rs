@@ -70,7 +70,7 @@ fn describe_node(node: &Node) -> Value {
     put("capture_output", p.artifact_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
     put("diff_key", p.diff_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
     match &node.kind {
-        NodeKind::Step(step) => put("step_type", json!(step.type_name())),
+        NodeKind::Step(step) => put("step_type", json!(step.identity())),
         NodeKind::Sequence(body) => put("steps", describe_nodes(body)),
         NodeKind::Provide { layers, body } => {
             put("layers", Value::Array(layers.iter().map(|l| json!(l.name())).collect()));

@@ -59,15 +59,16 @@ pub const TOOL_CALL_EVENT: &str = "tool.call";
 /// user or tenant fails the step with `access_denied`. An agent that fails saves nothing.
 pub struct AgentStep {
     spec: AgentSpec,
-    name: String,
+    /// The kind and the whole spec: what the definition hash covers.
+    identity: String,
 }
 
 impl AgentStep {
     /// A step running this agent.
     pub fn new(spec: AgentSpec) -> Arc<Self> {
         // The configuration is part of the step's identity, so of the definition hash.
-        let name = format!("agent {}", serde_json::to_string(&spec).expect("a spec serializes"));
-        Arc::new(Self { spec, name })
+        let identity = format!("agent {}", serde_json::to_string(&spec).expect("a spec serializes"));
+        Arc::new(Self { spec, identity })
     }
 }
 
@@ -127,7 +128,11 @@ impl DynStep for AgentStep {
     }
 
     fn type_name(&self) -> &str {
-        &self.name
+        "agent"
+    }
+
+    fn identity(&self) -> std::borrow::Cow<'_, str> {
+        std::borrow::Cow::Borrowed(&self.identity)
     }
 
     fn output_schema(&self) -> Option<Value> {
@@ -320,4 +325,22 @@ fn split_session(input: &Value) -> Result<(Value, Option<String>), StepError> {
     let mut rest = fields.clone();
     rest.remove("session");
     Ok((Value::Object(rest), Some(session.clone())))
+}
+
+#[cfg(test)]
+mod tests {
+    use stepwright_core::DynStep;
+
+    use super::{AgentSpec, AgentStep};
+
+    /// People see the kind; the definition hash sees the kind and the whole spec, in the
+    /// form stored runs were pinned with.
+    #[test]
+    fn an_agent_step_is_named_by_kind_and_identified_by_its_spec() {
+        let step = AgentStep::new(AgentSpec::new("triage", "fast"));
+        assert_eq!(step.type_name(), "agent");
+        let identity = step.identity();
+        assert!(identity.starts_with("agent {"), "{identity}");
+        assert!(identity.contains(r#""name":"triage""#) && identity.contains(r#""model":"fast""#), "{identity}");
+    }
 }

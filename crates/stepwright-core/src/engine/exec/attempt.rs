@@ -175,7 +175,7 @@ impl Exec {
 
     pub(super) fn cache_key(&self, node: &Node, input: &Value) -> ContentHash {
         let step_type = match &node.kind {
-            NodeKind::Step(step) => step.type_name().to_owned(),
+            NodeKind::Step(step) => step.identity().into_owned(),
             other => other.name().to_owned(),
         };
         ContentHash::of_parts(&[
