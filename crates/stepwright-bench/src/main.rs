@@ -681,12 +681,7 @@ tools:
 
 /// The size of a SQLite database after a checkpoint (pages in use × page size).
 fn rusqlite_size(path: &std::path::Path) -> u64 {
-    let conn = stepwright_store::raw_connection(path).expect("open");
-    let _ = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
-    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap_or(0);
-    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0)).unwrap_or(0);
-    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap_or(0);
-    u64::try_from((pages - free) * page_size).unwrap_or(0)
+    stepwright_store::used_bytes(path).expect("a store file's size")
 }
 
 fn main() {

@@ -9,7 +9,7 @@
 mod compile;
 mod expr;
 mod schema;
-pub mod yaml;
+mod yaml;
 
 pub use compile::{
     Diagnostic, LoadError, LoadOptions, Loaded, MAX_FILE_BYTES, McpToolUse, load, load_file, load_source,

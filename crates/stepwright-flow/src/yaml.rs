@@ -8,27 +8,20 @@ use serde_saphyr::Spanned;
 
 /// Where something is in its file (1-based).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Pos {
-    /// The line.
+pub(crate) struct Pos {
     pub line: u64,
-    /// The column.
     pub column: u64,
 }
 
-/// A node of the tree.
+/// A YAML value.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Yaml {
+pub(crate) enum Yaml {
     /// `~` or `null`.
     Null,
-    /// A boolean.
     Bool(bool),
-    /// An integer.
     Int(i64),
-    /// A float.
     Float(f64),
-    /// A string.
     Str(String),
-    /// A sequence.
     Seq(Vec<Item>),
     /// A mapping, in file order.
     Map(Vec<(Key, Item)>),
@@ -37,7 +30,7 @@ pub enum Yaml {
 /// A YAML item (a scalar, a list or a map) and where the file has it. (Called an item,
 /// not a node, so as not to be confused with the workflow nodes the compiler builds.)
 #[derive(Debug, Clone, PartialEq)]
-pub struct Item {
+pub(crate) struct Item {
     /// The scalar, list or map.
     pub value: Yaml,
     /// Where the item starts, for diagnostics.
@@ -46,16 +39,14 @@ pub struct Item {
 
 /// A mapping key and where it is.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Key {
-    /// Its text.
+pub(crate) struct Key {
     pub name: String,
-    /// Where it is.
     pub pos: Pos,
 }
 
 impl Item {
     /// The node as plain JSON (positions dropped).
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         match &self.value {
             Yaml::Null => Value::Null,
             Yaml::Bool(b) => Value::Bool(*b),
@@ -68,7 +59,7 @@ impl Item {
     }
 
     /// The entry of a mapping with this key.
-    pub fn get(&self, key: &str) -> Option<&Item> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Item> {
         match &self.value {
             Yaml::Map(entries) => entries.iter().find(|(k, _)| k.name == key).map(|(_, v)| v),
             _ => None,
@@ -76,7 +67,7 @@ impl Item {
     }
 
     /// The string, if this is one.
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match &self.value {
             Yaml::Str(s) => Some(s),
             _ => None,
@@ -84,7 +75,7 @@ impl Item {
     }
 
     /// What kind of value this is, for messages.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match &self.value {
             Yaml::Null => "null",
             Yaml::Bool(_) => "a boolean",
@@ -185,7 +176,7 @@ impl<'de> Visitor<'de> for YamlVisitor {
 /// Scalars follow YAML 1.2's core schema, as editors' YAML servers do: only `true` and
 /// `false` are booleans, so `id: n` or `answer: yes` are the strings they look like, not
 /// YAML 1.1's booleans.
-pub fn parse(source: &str) -> Result<Item, (Pos, String)> {
+pub(crate) fn parse(source: &str) -> Result<Item, (Pos, String)> {
     let options = serde_saphyr::options! { strict_booleans: true };
     serde_saphyr::from_str_with_options::<Item>(source, options).map_err(|e| {
         let at = e.location().map(|l| pos(&l)).unwrap_or_default();

@@ -94,7 +94,7 @@ impl ChatModel for Anthropic {
 /// The request body. System messages become the `system` field; tool results are content
 /// blocks of a user turn; consecutive turns of one role are merged, as the API requires.
 /// Structured output is a forced tool named after the output format.
-pub fn encode(request: &ChatRequest, stream: bool) -> Value {
+pub(crate) fn encode(request: &ChatRequest, stream: bool) -> Value {
     let mut system = Vec::new();
     let mut turns: Vec<(&str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, block: Value| match turns.last_mut() {
@@ -224,7 +224,7 @@ fn assemble(
 }
 
 /// A whole (non-streamed) response.
-pub fn decode(body: &Value, forced: Option<&str>) -> Result<ChatResponse, ModelError> {
+pub(crate) fn decode(body: &Value, forced: Option<&str>) -> Result<ChatResponse, ModelError> {
     let blocks = body["content"].as_array().ok_or_else(|| protocol(format!("the answer has no content: {body}")))?;
     let usage = Usage {
         input_tokens: body["usage"]["input_tokens"].as_u64().unwrap_or(0),

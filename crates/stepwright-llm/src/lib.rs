@@ -7,15 +7,15 @@
 
 mod adapter;
 mod agent;
-pub mod anthropic;
+mod anthropic;
 mod cassette;
 mod error;
 mod http;
 mod memory;
 mod models;
-pub mod openai;
-pub mod schema;
-pub mod sse;
+mod openai;
+mod schema;
+mod sse;
 mod step;
 mod tools;
 mod types;
@@ -25,7 +25,7 @@ pub use agent::{
     AGENT_COMPLETED_EVENT, AGENT_HANDOFF_EVENT, AGENT_STARTED_EVENT, AGENT_STUCK, AGENT_STUCK_EVENT, AgentHooks,
     AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, HookEvent, OnStuck, TOOL_CALL_EVENT,
 };
-pub use anthropic::Anthropic;
+pub use anthropic::{Anthropic, DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS};
 pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction, MAX_CASSETTE_BYTES};
 pub use error::{ModelError, ModelErrorKind};
 pub use http::{HttpOptions, RateLimits, install_crypto_provider};

@@ -88,7 +88,7 @@ impl ChatModel for OpenAi {
 }
 
 /// The request body.
-pub fn encode(request: &ChatRequest, stream: bool) -> Value {
+pub(crate) fn encode(request: &ChatRequest, stream: bool) -> Value {
     let messages: Vec<Value> = request
         .messages
         .iter()
@@ -192,7 +192,7 @@ fn arguments(raw: &str) -> Value {
 }
 
 /// A whole (non-streamed) response.
-pub fn decode(body: &Value) -> Result<ChatResponse, ModelError> {
+pub(crate) fn decode(body: &Value) -> Result<ChatResponse, ModelError> {
     let choice = body["choices"].get(0).ok_or_else(|| protocol(format!("the answer has no choices: {body}")))?;
     let message = &choice["message"];
     let tool_calls = message["tool_calls"]

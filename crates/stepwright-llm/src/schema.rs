@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 /// OpenAI's strict mode: every object lists all its properties as `required` and has
 /// `additionalProperties: false`; a property the original did not require becomes nullable
 /// instead (and [`strip_optional_nulls`] removes the nulls from the answer again).
-pub fn openai_strict(schema: &Value) -> Value {
+pub(crate) fn openai_strict(schema: &Value) -> Value {
     let Value::Object(map) = schema else { return schema.clone() };
     let mut out = map.clone();
     let is_object =
@@ -74,7 +74,7 @@ fn nullable(schema: Value) -> Value {
 
 /// Removes the `null`s a strict-mode answer put in properties the original schema does not
 /// require (recursively), so the answer is checked against the schema as written.
-pub fn strip_optional_nulls(schema: &Value, value: &mut Value) {
+pub(crate) fn strip_optional_nulls(schema: &Value, value: &mut Value) {
     match value {
         Value::Object(fields) => {
             let required = schema.as_object().map(required_names).unwrap_or_default();
@@ -102,13 +102,13 @@ pub fn strip_optional_nulls(schema: &Value, value: &mut Value) {
 }
 
 /// Checks a value against a schema; every problem as `at /pointer: message`.
-pub fn validate(schema: &Value, value: &Value) -> Result<(), Vec<String>> {
+pub(crate) fn validate(schema: &Value, value: &Value) -> Result<(), Vec<String>> {
     let validator = jsonschema::validator_for(schema).map_err(|e| vec![format!("the schema is invalid: {e}")])?;
     check(&validator, value)
 }
 
 /// Checks a value against a compiled schema; every problem as `at /pointer: message`.
-pub fn check(validator: &jsonschema::Validator, value: &Value) -> Result<(), Vec<String>> {
+pub(crate) fn check(validator: &jsonschema::Validator, value: &Value) -> Result<(), Vec<String>> {
     let problems: Vec<String> = validator
         .iter_errors(value)
         .map(|e| {

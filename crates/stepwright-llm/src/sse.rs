@@ -7,7 +7,7 @@
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     /// The `event:` field, if any (Anthropic names every event; OpenAI names none).
     pub event: Option<String>,
     /// The `data:` lines joined by `\n`.
@@ -16,7 +16,7 @@ pub struct SseEvent {
 
 /// Incremental decoder: feed chunks with [`SseDecoder::push`], take complete events.
 #[derive(Debug, Default)]
-pub struct SseDecoder {
+pub(crate) struct SseDecoder {
     pending: Vec<u8>,
     event: Option<String>,
     data: String,
@@ -25,12 +25,12 @@ pub struct SseDecoder {
 
 impl SseDecoder {
     /// A fresh decoder.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Feeds a chunk; returns the events it completed, in order.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         self.pending.extend_from_slice(chunk);
         let mut events = Vec::new();
         let mut start = 0;
@@ -53,7 +53,8 @@ impl SseDecoder {
 
     /// Whether bytes of an unfinished line or event are held (a stream that ends here was
     /// cut short).
-    pub fn is_mid_event(&self) -> bool {
+    #[cfg(test)]
+    fn is_mid_event(&self) -> bool {
         !self.pending.is_empty() || self.has_data
     }
 

@@ -115,7 +115,7 @@ async fn max_tokens_defaults_because_the_api_requires_it() {
     )])
     .await;
     adapter(&server).chat(&ChatRequest::new("claude", vec![Message::user("hi")])).await.unwrap();
-    assert_eq!(server.requests()[0].body["max_tokens"], json!(stepwright_llm::anthropic::DEFAULT_MAX_TOKENS));
+    assert_eq!(server.requests()[0].body["max_tokens"], json!(stepwright_llm::ANTHROPIC_DEFAULT_MAX_TOKENS));
 }
 
 fn event(name: &str, data: &Value) -> String {

@@ -3,7 +3,8 @@
 //! [`SqliteStore`] is the embedded default: one file, WAL, one writer thread that commits
 //! many runs' entries in one transaction (group commit), a pool of read connections. The
 //! [`conformance`] module is the suite every `Store` backend must pass; this crate's tests
-//! run it against the memory store and SQLite.
+//! run it against the memory store, SQLite and (with the `postgres` feature and a database
+//! to reach) Postgres.
 //!
 //! This crate knows SQL and files; it knows nothing of workflows beyond the journal types
 //! of `stepwright-core`, and nothing of HTTP or YAML.
@@ -16,9 +17,4 @@ pub mod sqlite;
 
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
-
-/// A plain read-write connection to a store's file, for inspection and benchmarks.
-pub fn raw_connection(path: &std::path::Path) -> rusqlite::Result<rusqlite::Connection> {
-    rusqlite::Connection::open(path)
-}
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous, used_bytes};

@@ -1311,3 +1311,19 @@ impl Store for SqliteStore {
         Box::pin(self.send(move |ack| Op::Heartbeat(lease, now, lease_for, ack)))
     }
 }
+/// The bytes a store's file holds in pages in use, after its write-ahead log is folded in
+/// (free pages not counted): what a store costs on disk once it is quiet.
+pub fn used_bytes(path: &Path) -> Result<u64, StoreError> {
+    let failed = |doing: &str| {
+        let doing = doing.to_owned();
+        move |e: rusqlite::Error| StoreError::Backend { doing, source: Box::new(e) }
+    };
+    let conn = Connection::open(path).map_err(failed("opening the store file"))?;
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").map_err(failed("checkpointing the log"))?;
+    let pragma = |name: &str| -> Result<i64, StoreError> {
+        conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0)).map_err(failed("reading the page counts"))
+    };
+    let used = (pragma("page_count")? - pragma("freelist_count")?) * pragma("page_size")?;
+    Ok(u64::try_from(used).unwrap_or(0))
+}
+

@@ -244,3 +244,23 @@ async fn large_run_inputs_and_outputs_are_stored_compressed() {
     assert_eq!((*loaded.input).clone(), big);
     assert_eq!(loaded.output, Some(big));
 }
+
+/// `used_bytes` counts the pages a store's runs occupy once its log is folded in: it grows
+/// with what is stored, and a file that is not there is an error, not zero.
+#[tokio::test]
+async fn used_bytes_grows_with_what_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("size.db");
+    let store = Arc::new(SqliteStore::open(&path).unwrap());
+    let empty = stepwright_store::used_bytes(&path).unwrap();
+    assert!(empty > 0, "the schema takes pages");
+    let engine = engine(store.clone());
+    for n in 0..50 {
+        // Hashes do not compress, so the input takes its size on disk.
+        let padding: String = (0..30).map(|i| ContentHash::of_value(&json!([n, i])).to_hex()).collect();
+        engine.start(&two_steps(), json!({ "n": n, "padding": padding })).await.unwrap();
+    }
+    let full = stepwright_store::used_bytes(&path).unwrap();
+    assert!(full > empty + 50 * 1_000, "{empty} → {full}");
+    assert!(stepwright_store::used_bytes(&dir.path().join("missing/none.db")).is_err());
+}
