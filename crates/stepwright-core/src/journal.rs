@@ -175,6 +175,7 @@ pub struct JournalEntry {
 /// What a journal entry records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Record {
     /// An attempt started.
     Started {

@@ -52,7 +52,7 @@ pub use engine::owner::{is_dead_local_process, local_worker_id};
 pub use engine::{
     DecisionChange, DefinitionResolver, Engine, EngineBuilder, EngineError, ForkPatch, PendingInterrupt,
     RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions, RunOutcome, RunReport, Runner,
-    RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepReplay, json_diff,
+    RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepReplay,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
 pub use hash::ContentHash;
@@ -67,7 +67,7 @@ pub use policy::{
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
 pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services, StepStatus};
-pub use step::{DynStep, Step, Typed, dyn_fn_step, fn_step};
+pub use step::{DynStep, Step, TypedStep, dyn_fn_step, fn_step};
 pub use store::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
 pub use store::session::{SessionAppend, SessionMessage, SessionOwner, SessionStore};
 pub use store::{CancelOutcome, InMemoryStore, Store, StoreError};

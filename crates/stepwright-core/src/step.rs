@@ -44,7 +44,7 @@ pub trait Step: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Outcome<Self::Output>, StepError>> + Send;
 }
 
-/// The dynamic JSON form the engine drives: Rust steps (through [`Typed`]) and steps from
+/// The dynamic JSON form the engine drives: Rust steps (through [`TypedStep`]) and steps from
 /// workflow files run through the same machinery.
 pub trait DynStep: Send + Sync + 'static {
     /// Runs the step on a JSON input.
@@ -74,11 +74,11 @@ pub trait DynStep: Send + Sync + 'static {
 }
 
 /// Adapts a typed [`Step`] to [`DynStep`].
-pub struct Typed<S> {
+pub struct TypedStep<S> {
     step: S,
 }
 
-impl<S: Step> Typed<S> {
+impl<S: Step> TypedStep<S> {
     /// Wraps a typed step.
     pub fn new(step: S) -> Self {
         Self { step }
@@ -113,7 +113,7 @@ fn encode_output<T: Serialize>(output: T) -> Result<Value, StepError> {
         .map_err(|e| StepError::new(ErrorCode::OUTPUT_VALIDATION, format!("serializing the output: {e}")))
 }
 
-impl<S: Step> DynStep for Typed<S> {
+impl<S: Step> DynStep for TypedStep<S> {
     fn run<'a>(&'a self, ctx: &'a StepContext, input: Arc<Value>) -> BoxFuture<'a, Result<Outcome<Value>, StepError>> {
         Box::pin(async move {
             let typed: S::Input = decode_input(&input)?;

@@ -274,15 +274,3 @@ async fn recompute_reports_schema_violations_and_changed_decisions() {
     assert!(outcomes.contains(&("route/low".to_owned(), stepwright_core::StepChange::Missing)), "{outcomes:?}");
     assert!(outcomes.contains(&("route/high".to_owned(), stepwright_core::StepChange::Added)), "{outcomes:?}");
 }
-
-#[test]
-fn json_diff_by_position_and_by_key() {
-    use stepwright_core::json_diff;
-    assert_eq!(
-        json_diff(&json!({ "a": 1, "b": [1, 2] }), &json!({ "a": 2, "b": [1] }), None),
-        ["/a: 1 → 2", "/b/1: 2 → (absent)"]
-    );
-    assert!(json_diff(&json!({ "x": [1] }), &json!({ "x": [1] }), None).is_empty());
-    let keyed = json_diff(&json!([{ "id": 1, "v": "a" }]), &json!([{ "id": 1, "v": "b" }]), Some("id"));
-    assert_eq!(keyed, ["[id=1]/v: \"a\" → \"b\""]);
-}

@@ -6,6 +6,7 @@ use stepwright_core::{ErrorCode, StepError};
 
 /// What went wrong with a model call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ModelErrorKind {
     /// 429: too many requests.
     RateLimited,

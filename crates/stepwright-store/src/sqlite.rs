@@ -1326,4 +1326,3 @@ pub fn used_bytes(path: &Path) -> Result<u64, StoreError> {
     let used = (pragma("page_count")? - pragma("freelist_count")?) * pragma("page_size")?;
     Ok(u64::try_from(used).unwrap_or(0))
 }
-

@@ -35,7 +35,7 @@ use crate::ids::check_step_name as check_name;
 use crate::policy::{ApprovalGate, Effect, Guardrail, RetryPolicy};
 use crate::scope::Scope;
 use crate::services::{ProvidedLayer, Services};
-use crate::step::{DynStep, Step, Typed};
+use crate::step::{DynStep, Step, TypedStep};
 
 /// What happens when a step fails for good (after its retries).
 #[derive(Clone, Default)]
@@ -239,7 +239,7 @@ impl Node {
     /// A typed step. Its input is checked by deserializing into `S::Input` (errors name the
     /// JSON path), its output is `S::Output` serialized.
     pub fn step<S: Step>(id: &str, step: S) -> Self {
-        Self::with_kind(id, NodeKind::Step(Arc::new(Typed::new(step))))
+        Self::with_kind(id, NodeKind::Step(Arc::new(TypedStep::new(step))))
     }
 
     /// A step in its dynamic JSON form (how workflow files drive steps).

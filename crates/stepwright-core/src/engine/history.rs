@@ -144,7 +144,7 @@ pub struct RecomputeReport {
 
 /// Structural differences between two JSON values, as `pointer: before → after` lines.
 /// Arrays of objects are matched by `key` when given, else by position.
-pub fn json_diff(before: &Value, after: &Value, key: Option<&str>) -> Vec<String> {
+pub(crate) fn json_diff(before: &Value, after: &Value, key: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
     diff_into("", before, after, key, &mut out);
     out
@@ -513,5 +513,23 @@ impl Engine {
             StatusUpdate { status: RunStatus::Pending, output: None, error: None, at: now, wake_at: None, fence: None };
         store.set_status(id, ready).await.map_err(EngineError::store(id))?;
         Ok(RunRecord { status: RunStatus::Pending, ..record })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::json_diff;
+
+    #[test]
+    fn json_diff_by_position_and_by_key() {
+        assert_eq!(
+            json_diff(&json!({ "a": 1, "b": [1, 2] }), &json!({ "a": 2, "b": [1] }), None),
+            ["/a: 1 → 2", "/b/1: 2 → (absent)"]
+        );
+        assert!(json_diff(&json!({ "x": [1] }), &json!({ "x": [1] }), None).is_empty());
+        let keyed = json_diff(&json!([{ "id": 1, "v": "a" }]), &json!([{ "id": 1, "v": "b" }]), Some("id"));
+        assert_eq!(keyed, ["[id=1]/v: \"a\" → \"b\""]);
     }
 }

@@ -7,7 +7,7 @@ mod runner;
 
 pub use history::{
     DecisionChange, ForkPatch, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, StepChange,
-    StepComparison, StepReplay, json_diff,
+    StepComparison, StepReplay,
 };
 pub use runner::{DefinitionResolver, RunOutcome, Runner, RunnerEvent, RunnerLog};
 
@@ -79,6 +79,7 @@ pub struct RunReport {
 
 /// Errors from engine operations.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The workflow input does not match the workflow's input schema; nothing was created.
     #[error("starting workflow {workflow:?}: {source}")]

@@ -92,6 +92,7 @@ pub struct Removed {
 
 /// Errors from a store operation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// No run with this id.
     #[error("run {0} was not found")]
