@@ -1064,7 +1064,7 @@ fn engine_over(store: &Arc<dyn CliStore>) -> EngineBuilder {
     Engine::builder()
         .store(store.clone() as Arc<dyn Store>)
         .service(Arc::new(stepwright_llm::Sessions::new(store.clone() as Arc<dyn SessionStore>)))
-        .service(Arc::new(stepwright_llm::Memories::new(store.clone() as Arc<dyn MemoryBank>)))
+        .service(Arc::new(stepwright_llm::MemoryService::new(store.clone() as Arc<dyn MemoryBank>)))
 }
 
 fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {

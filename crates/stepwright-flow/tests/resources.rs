@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use stepwright_core::{Caller, Effect, Engine, InMemoryStore, MemoryBank, RunStatus, StartOptions, Store};
 use stepwright_flow::load_source;
 use stepwright_llm::{
-    Agents, ChatRequest, ChatResponse, FinishReason, Memories, Message, Models, Provider, ScriptedModel, Sessions,
+    Agents, ChatRequest, ChatResponse, FinishReason, MemoryService, Message, Models, Provider, ScriptedModel, Sessions,
     ToolCall, Tools, Usage,
 };
 
@@ -113,7 +113,7 @@ async fn a_file_with_models_tools_and_agents_runs_every_resource_step() {
         .store(store.clone() as Arc<dyn Store>)
         .service(Arc::new(models))
         .service(Arc::new(Sessions::new(store.clone())))
-        .service(Arc::new(Memories::new(store.clone() as Arc<dyn MemoryBank>)))
+        .service(Arc::new(MemoryService::new(store.clone() as Arc<dyn MemoryBank>)))
         .build();
     let options = StartOptions { caller: Caller::user(Some("acme"), "ann"), ..StartOptions::default() };
     let input = json!({ "ticket": "refund me", "session": "s-1" });

@@ -30,8 +30,8 @@ pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction, MAX_CASSE
 pub use error::{ModelError, ModelErrorKind};
 pub use http::{HttpOptions, RateLimits, install_crypto_provider};
 pub use memory::{
-    ACCESS_DENIED, DEFAULT_MAX_STORED_MESSAGES, Memories, MemoryRecallSpec, MemoryRecallStep, MemoryStoreSpec,
-    MemoryStoreStep, ScopeKind, Sessions,
+    ACCESS_DENIED, DEFAULT_MAX_STORED_MESSAGES, MemoryService, RecallSpec, RecallStep, RememberSpec, RememberStep,
+    ScopeKind, Sessions,
 };
 pub use models::{
     CallRecord, DEFAULT_TIMEOUT, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, Totals, call_event, rollup,

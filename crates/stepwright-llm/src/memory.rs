@@ -1,4 +1,4 @@
-//! Sessions and long-term memory as steps see them: the [`Sessions`] and [`Memories`]
+//! Sessions and long-term memory as steps see them: the [`Sessions`] and [`MemoryService`]
 //! services over a store, and the `memory.store` / `memory.recall` steps.
 //!
 //! A session is a conversation kept across runs (an agent step given a `session` id loads
@@ -119,19 +119,19 @@ impl Sessions {
 }
 
 /// The memory service: where `memory.store` writes and `memory.recall` looks. Register it
-/// with the engine (`.service(Arc::new(Memories::new(store)))`).
+/// with the engine (`.service(Arc::new(MemoryService::new(store)))`).
 #[derive(Clone)]
-pub struct Memories {
+pub struct MemoryService {
     bank: Arc<dyn MemoryBank>,
 }
 
-impl std::fmt::Debug for Memories {
+impl std::fmt::Debug for MemoryService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Memories").finish_non_exhaustive()
+        f.debug_struct("MemoryService").finish_non_exhaustive()
     }
 }
 
-impl Memories {
+impl MemoryService {
     /// Memory kept in `bank`.
     pub fn new(bank: Arc<dyn MemoryBank>) -> Self {
         Self { bank }
@@ -194,7 +194,7 @@ fn tenant(ctx: &StepContext) -> String {
 /// What a `memory.store` step writes to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MemoryStoreSpec {
+pub struct RememberSpec {
     /// The namespace.
     pub namespace: String,
     /// Whose memory.
@@ -217,26 +217,26 @@ struct StoreInput {
 
 /// The `memory.store` step: writes `{key, value, text?, session?}` to its namespace and
 /// scope, replacing what the key held. Its output is the item's address.
-pub struct MemoryStoreStep {
-    spec: MemoryStoreSpec,
+pub struct RememberStep {
+    spec: RememberSpec,
     name: String,
 }
 
-impl MemoryStoreStep {
+impl RememberStep {
     /// A step writing as `spec` says.
-    pub fn new(spec: MemoryStoreSpec) -> Arc<Self> {
+    pub fn new(spec: RememberSpec) -> Arc<Self> {
         let name = format!("memory.store {}", serde_json::to_string(&spec).expect("a spec serializes"));
         Arc::new(Self { spec, name })
     }
 
     /// A node running this step as a write that is safe to retry (writing the same item
     /// twice leaves the same item).
-    pub fn node(id: &str, spec: MemoryStoreSpec) -> Node {
+    pub fn node(id: &str, spec: RememberSpec) -> Node {
         Node::dyn_step(id, Self::new(spec)).effect(Effect::Write).safe_to_retry()
     }
 }
 
-impl DynStep for MemoryStoreStep {
+impl DynStep for RememberStep {
     fn run<'a>(&'a self, ctx: &'a StepContext, input: Arc<Value>) -> BoxFuture<'a, Result<Outcome<Value>, StepError>> {
         Box::pin(async move {
             let input: StoreInput = serde_json::from_value((*input).clone()).map_err(|e| {
@@ -245,7 +245,7 @@ impl DynStep for MemoryStoreStep {
                     format!("memory.store takes {{key, value, text?, session?}}: {e}"),
                 )
             })?;
-            let memories = ctx.require::<Memories>()?;
+            let memories = ctx.require::<MemoryService>()?;
             let scope = resolve_scope(ctx, self.spec.scope, input.session.as_deref()).await?;
             let address = MemoryAddress {
                 tenant: tenant(ctx),
@@ -272,7 +272,7 @@ impl DynStep for MemoryStoreStep {
 /// What a `memory.recall` step reads.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MemoryRecallSpec {
+pub struct RecallSpec {
     /// The namespace.
     pub namespace: String,
     /// Whose memory.
@@ -302,25 +302,25 @@ struct RecallInput {
 /// The `memory.recall` step. Its input is a query string, or `{query}` (full-text search,
 /// most relevant first), `{key}` (one item), or `{}` (the newest items), each with an
 /// optional `session`. Its output is a list of `{key, value, text, score, updated_at}`.
-pub struct MemoryRecallStep {
-    spec: MemoryRecallSpec,
+pub struct RecallStep {
+    spec: RecallSpec,
     name: String,
 }
 
-impl MemoryRecallStep {
+impl RecallStep {
     /// A step reading as `spec` says.
-    pub fn new(spec: MemoryRecallSpec) -> Arc<Self> {
+    pub fn new(spec: RecallSpec) -> Arc<Self> {
         let name = format!("memory.recall {}", serde_json::to_string(&spec).expect("a spec serializes"));
         Arc::new(Self { spec, name })
     }
 
     /// A node running this step as a read.
-    pub fn node(id: &str, spec: MemoryRecallSpec) -> Node {
+    pub fn node(id: &str, spec: RecallSpec) -> Node {
         Node::dyn_step(id, Self::new(spec)).effect(Effect::Read)
     }
 }
 
-impl DynStep for MemoryRecallStep {
+impl DynStep for RecallStep {
     fn run<'a>(&'a self, ctx: &'a StepContext, input: Arc<Value>) -> BoxFuture<'a, Result<Outcome<Value>, StepError>> {
         Box::pin(async move {
             let input: RecallInput = match &*input {
@@ -339,7 +339,7 @@ impl DynStep for MemoryRecallStep {
                     "memory.recall takes a `key` or a `query`, not both",
                 ));
             }
-            let memories = ctx.require::<Memories>()?;
+            let memories = ctx.require::<MemoryService>()?;
             let scope = resolve_scope(ctx, self.spec.scope, input.session.as_deref()).await?;
             let hits = match input.key {
                 Some(key) => {

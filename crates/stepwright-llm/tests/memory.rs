@@ -16,8 +16,8 @@ use stepwright_core::{
     Caller, Engine, InMemoryStore, Node, RunId, RunStatus, StartOptions, Store, StoreError, Workflow,
 };
 use stepwright_llm::{
-    AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, Memories, MemoryRecallSpec, MemoryRecallStep,
-    MemoryStoreSpec, MemoryStoreStep, Message, Models, ScopeKind, ScriptedModel, Sessions, Usage,
+    AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, MemoryService, Message, Models, RecallSpec,
+    RecallStep, RememberSpec, RememberStep, ScopeKind, ScriptedModel, Sessions, Usage,
 };
 
 /// A model that says how many messages it was sent and repeats the last user message.
@@ -52,7 +52,7 @@ fn engine(store: Arc<InMemoryStore>, sessions: Arc<dyn SessionStore>, model: Arc
         .store(store.clone() as Arc<dyn Store>)
         .service(Arc::new(models))
         .service(Arc::new(Sessions::new(sessions)))
-        .service(Arc::new(Memories::new(store as Arc<dyn MemoryBank>)))
+        .service(Arc::new(MemoryService::new(store as Arc<dyn MemoryBank>)))
         .build()
 }
 
@@ -230,12 +230,12 @@ async fn a_crash_right_after_a_session_save_does_not_save_twice() {
 }
 
 fn remember(scope: ScopeKind) -> Node {
-    MemoryStoreStep::node("remember", MemoryStoreSpec { namespace: "facts".into(), scope })
+    RememberStep::node("remember", RememberSpec { namespace: "facts".into(), scope })
         .input_from(|scope| scope.input().get("store").cloned().unwrap_or(Value::Null))
 }
 
 fn recall(scope: ScopeKind, limit: usize) -> Node {
-    MemoryRecallStep::node("recall", MemoryRecallSpec { namespace: "facts".into(), scope, limit })
+    RecallStep::node("recall", RecallSpec { namespace: "facts".into(), scope, limit })
         .input_from(|scope| scope.input().get("recall").cloned().unwrap_or(Value::Null))
 }
 

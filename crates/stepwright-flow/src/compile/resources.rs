@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use stepwright_core::{Expr, InputSource, Node};
 use stepwright_llm::{
-    AgentSpec, AgentStep, CommandTool, HttpTool, LlmSpec, LlmStep, MemoryRecallSpec, MemoryRecallStep, MemoryStoreSpec,
-    MemoryStoreStep, ModelConfig, ModelParams, Pricing, Provider, ScopeKind, ToolDef, ToolStep, Tools,
+    AgentSpec, AgentStep, CommandTool, HttpTool, LlmSpec, LlmStep, ModelConfig, ModelParams, Pricing, Provider,
+    RecallSpec, RecallStep, RememberSpec, RememberStep, ScopeKind, ToolDef, ToolStep, Tools,
 };
 
 use super::kinds::KindSite;
@@ -458,7 +458,7 @@ impl Compiler {
             );
             return None;
         }
-        let node = MemoryStoreStep::node(id, MemoryStoreSpec { namespace, scope });
+        let node = RememberStep::node(id, RememberSpec { namespace, scope });
         Some(node.input(self.with_input(step, Value::Null)))
     }
 
@@ -467,8 +467,8 @@ impl Compiler {
         let KindSite { id, body, step, .. } = *site;
         let (namespace, scope) = self.memory_target(body, "memory.recall", &["namespace", "scope", "limit"])?;
         let limit = body.get("limit").and_then(|l| self.number(l, "`limit`")).unwrap_or(5);
-        let spec = MemoryRecallSpec { namespace, scope, limit: usize::try_from(limit).unwrap_or(usize::MAX) };
-        Some(MemoryRecallStep::node(id, spec).input(self.with_input(step, Value::Null)))
+        let spec = RecallSpec { namespace, scope, limit: usize::try_from(limit).unwrap_or(usize::MAX) };
+        Some(RecallStep::node(id, spec).input(self.with_input(step, Value::Null)))
     }
 
     /// The input a step's `with` renders to (`default` without one).
