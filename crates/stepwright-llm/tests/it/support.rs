@@ -1,7 +1,6 @@
 //! A scripted HTTP/1.1 server on loopback that speaks what the providers speak: JSON
 //! answers with a length, SSE answers in chunked encoding written piece by piece (so the
 //! client sees them split where the test says), and connections dropped mid-stream.
-#![allow(dead_code, unreachable_pub)]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +12,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// How a reply's body is sent.
 #[derive(Clone)]
-pub enum Body {
+pub(crate) enum Body {
     /// A JSON document with `content-length`.
     Json(Value),
     /// SSE: these pieces, each written and flushed on its own; `complete: false` closes the
@@ -23,19 +22,19 @@ pub enum Body {
 
 /// One scripted reply.
 #[derive(Clone)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Body,
 }
 
 impl Reply {
-    pub fn json(status: u16, body: Value) -> Self {
+    pub(crate) fn json(status: u16, body: Value) -> Self {
         Self { status, headers: Vec::new(), body: Body::Json(body) }
     }
 
     /// An SSE stream cut into pieces of `piece` bytes (cuts land anywhere, inside UTF-8 too).
-    pub fn sse(text: &str, piece: usize) -> Self {
+    pub(crate) fn sse(text: &str, piece: usize) -> Self {
         let pieces = text.as_bytes().chunks(piece).map(<[u8]>::to_vec).collect();
         Self {
             status: 200,
@@ -45,7 +44,7 @@ impl Reply {
     }
 
     /// The stream is cut off after `bytes` bytes.
-    pub fn dropped_after(mut self, bytes: usize) -> Self {
+    pub(crate) fn dropped_after(mut self, bytes: usize) -> Self {
         if let Body::Sse { pieces, complete } = &mut self.body {
             let all: Vec<u8> = pieces.concat();
             *pieces = vec![all[..bytes.min(all.len())].to_vec()];
@@ -54,7 +53,7 @@ impl Reply {
         self
     }
 
-    pub fn header(mut self, name: &str, value: &str) -> Self {
+    pub(crate) fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.to_owned(), value.to_owned()));
         self
     }
@@ -62,7 +61,7 @@ impl Reply {
 
 /// A request as the server received it.
 #[derive(Debug, Clone)]
-pub struct Captured {
+pub(crate) struct Captured {
     pub method: String,
     pub path: String,
     pub headers: HashMap<String, String>,
@@ -70,13 +69,13 @@ pub struct Captured {
 }
 
 /// The server: replies in order, one per request; past the script, a 500 that says so.
-pub struct FakeServer {
+pub(crate) struct FakeServer {
     pub url: String,
     captured: Arc<Mutex<Vec<Captured>>>,
 }
 
 impl FakeServer {
-    pub async fn start(replies: Vec<Reply>) -> Self {
+    pub(crate) async fn start(replies: Vec<Reply>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let captured = Arc::new(Mutex::new(Vec::new()));
@@ -97,7 +96,7 @@ impl FakeServer {
         Self { url, captured }
     }
 
-    pub fn requests(&self) -> Vec<Captured> {
+    pub(crate) fn requests(&self) -> Vec<Captured> {
         self.captured.lock().unwrap().clone()
     }
 }
@@ -174,7 +173,7 @@ async fn serve(
 }
 
 /// Adapter options for tests: short backoffs and timeouts.
-pub fn fast_http() -> stepwright_llm::HttpOptions {
+pub(crate) fn fast_http() -> stepwright_llm::HttpOptions {
     stepwright_llm::HttpOptions {
         timeout: Duration::from_secs(5),
         max_retries: 2,
@@ -185,7 +184,7 @@ pub fn fast_http() -> stepwright_llm::HttpOptions {
 }
 
 /// The paths a run completed, in journal order (steps and sub-steps).
-pub fn completed_paths(store: &stepwright_core::InMemoryStore, run: stepwright_core::RunId) -> Vec<String> {
+pub(crate) fn completed_paths(store: &stepwright_core::InMemoryStore, run: stepwright_core::RunId) -> Vec<String> {
     store
         .entries(run)
         .iter()

@@ -1,13 +1,11 @@
 //! Resume from the journal: an interrupted run, continued, equals an uninterrupted one; and
 //! interrupts, checkpoints and the effect fence across resumes.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Counter, Log, T0, engine, records_at};
+use crate::common::{Counter, Log, T0, engine, records_at};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use stepwright_core::{

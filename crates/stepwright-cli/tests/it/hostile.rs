@@ -2,11 +2,9 @@
 //! must get — a clear message, the documented exit code, nothing read that should not be,
 //! nothing echoed from a file that should not be shown, and no unbounded memory or time.
 
-mod support;
-
 use std::path::Path;
 
-use support::stepwright;
+use crate::support::stepwright;
 
 /// One hostile input: the files it needs, the command, and what must come of it.
 struct Case {

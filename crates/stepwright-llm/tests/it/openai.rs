@@ -1,15 +1,13 @@
 //! The OpenAI-compatible adapter against a loopback server speaking chat completions.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 
+use crate::support::{FakeServer, Reply, fast_http};
 use serde_json::{Value, json};
 use stepwright_llm::{
     ChatModel, ChatRequest, FinishReason, Message, ModelErrorKind, ModelParams, OpenAi, OutputFormat, RateLimits,
     ToolCall, ToolChoice, ToolSpec, Usage,
 };
-use support::{FakeServer, Reply, fast_http};
 
 fn adapter(server: &FakeServer) -> OpenAi {
     OpenAi::new(&format!("{}/v1", server.url), Some("sk-test".into()), fast_http(), &RateLimits::default()).unwrap()

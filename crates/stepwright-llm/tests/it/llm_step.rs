@@ -1,10 +1,9 @@
 //! The `llm` step in a running engine: structured output with repair turns, journaled calls
 //! with artifacts and usage events, cassettes, and a crash that does not pay twice.
 
-mod support;
-
 use std::sync::Arc;
 
+use crate::support::{FakeServer, Reply, fast_http};
 use serde_json::{Value, json};
 use stepwright_core::{
     Engine, ErrorCode, InMemoryStore, Node, Record, RunId, RunStatus, StartOptions, Store, Workflow,
@@ -12,7 +11,6 @@ use stepwright_core::{
 use stepwright_llm::{
     Cassette, CassetteMode, LlmSpec, LlmStep, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, rollup,
 };
-use support::{FakeServer, Reply, fast_http};
 
 fn answer(content: &str) -> Reply {
     Reply::json(

@@ -2,9 +2,7 @@
 //! across runs, the session cap, ownership (`access_denied`), a crash right after a session
 //! save, and the `memory.store` / `memory.recall` steps with their scopes.
 
-mod support;
-
-use support::completed_paths;
+use crate::support::completed_paths;
 
 use std::sync::Arc;
 

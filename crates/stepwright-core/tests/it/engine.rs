@@ -1,12 +1,10 @@
 //! The engine's API: observers, durability modes, create/report, artifacts of outputs,
 //! cancellation grace, event interrupts, graph entry, descriptions.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Log, engine, engine_with, records_at};
+use crate::common::{Log, engine, engine_with, records_at};
 use serde_json::{Value, json};
 use stepwright_core::{
     Caller, Decision, Durability, EngineConfig, ErrorCode, Fork, Graph, InterruptRequest, Node, Observer, Outcome,
@@ -192,7 +190,7 @@ fn descriptions_are_part_of_the_definition() {
 #[tokio::test(start_paused = true)]
 async fn paths_not_started_before_a_cancellation_never_run() {
     let (engine, store) = engine();
-    let started = common::Counter::default();
+    let started = crate::common::Counter::default();
     let later = |id: &str| {
         let started = started.clone();
         Node::step(

@@ -1,8 +1,6 @@
 //! Fork (and replay): new runs from a run's history.
 
-mod common;
-
-use common::{Counter, engine};
+use crate::common::{Counter, engine};
 use serde_json::{Value, json};
 use stepwright_core::{EngineError, ForkPatch, Node, RunStatus, StepContext, StepPath, Workflow, fn_step};
 

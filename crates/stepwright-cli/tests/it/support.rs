@@ -3,8 +3,6 @@
 //! server-sent `chat.completion.chunk` events ending in `[DONE]` when the request asks to
 //! stream (with the usage chunk `stream_options.include_usage` asks for).
 
-#![allow(dead_code)] // Each test file uses part of it.
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;

@@ -4,10 +4,8 @@
 //! connects the server and calls its tools, and a use of a tool the server does not have is
 //! reported at its position once the server says what it has.
 
-mod support;
-
+use crate::support::stepwright;
 use serde_json::{Value, json};
-use support::stepwright;
 
 fn everything() -> Option<String> {
     let script = std::env::var("STEPWRIGHT_TEST_MCP_EVERYTHING").ok();

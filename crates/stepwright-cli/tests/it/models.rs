@@ -2,13 +2,11 @@
 //! OpenAI-compatible server on loopback recorded to a cassette, the same run replayed
 //! offline from it, and `--model` overrides.
 
-mod support;
-
 use std::process::Output;
 use std::sync::atomic::Ordering;
 
+use crate::support::{Reply, Tokens, contents, stepwright};
 use serde_json::{Value, json};
-use support::{Reply, Tokens, contents, stepwright};
 
 /// What the fake model answers.
 fn answer(request: &Value) -> Reply {
@@ -26,7 +24,7 @@ fn answer(request: &Value) -> Reply {
 }
 
 fn fake_openai() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    support::fake_openai(answer, Tokens::Fixed(12, 4))
+    crate::support::fake_openai(answer, Tokens::Fixed(12, 4))
 }
 
 fn workflow(port: u16) -> String {
@@ -137,7 +135,7 @@ fn echo_history(request: &Value) -> Reply {
 /// model never sees the history.
 #[test]
 fn sessions_from_the_command_line_belong_to_their_user() {
-    let (port, served) = support::fake_openai(echo_history, Tokens::Fixed(3, 2));
+    let (port, served) = crate::support::fake_openai(echo_history, Tokens::Fixed(3, 2));
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("chat.yaml"),

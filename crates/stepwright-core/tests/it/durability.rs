@@ -1,12 +1,10 @@
 //! Durability modes: what `sync`, `async` and `none` write, and what a crash can lose.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Counter, T0, records_at};
+use crate::common::{Counter, T0, records_at};
 use futures_util::future::BoxFuture;
 use serde_json::json;
 use stepwright_core::journal::{EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, RunRecord};

@@ -1,13 +1,11 @@
 //! The runner loop and leases: due runs are picked up, deadlines applied, work shared
 //! between runners with no run executed twice, and a worker that loses its lease stops.
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{T0, engine};
+use crate::common::{T0, engine};
 use serde_json::{Value, json};
 use stepwright_core::{
     ApprovalGate, Clock, Engine, EngineConfig, EngineError, InMemoryStore, Node, RunId, RunStatus, Runner,

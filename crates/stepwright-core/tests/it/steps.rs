@@ -1,10 +1,8 @@
 //! The step contract: typed input/output validation, outcomes, context, events, artifacts.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{T0, engine, engine_with};
+use crate::common::{T0, engine, engine_with};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

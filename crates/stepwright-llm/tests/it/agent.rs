@@ -2,9 +2,7 @@
 //! detection, approval-gated tools, orphaned calls, delegation, handoff and hooks. The model
 //! is scripted: it answers as a function of the conversation it is sent.
 
-mod support;
-
-use support::completed_paths;
+use crate::support::completed_paths;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,11 +1,9 @@
 //! Journaled sub-steps (`StepContext::call`): a finished call is never made again by the
 //! same attempt, whether the step re-runs after a crash, a suspension or in a replay.
 
-mod common;
-
 use std::sync::Arc;
 
-use common::{Counter, engine};
+use crate::common::{Counter, engine};
 use serde_json::{Value, json};
 use stepwright_core::{
     CallKind, Caller, Decision, Effect, EngineError, ErrorCode, InMemoryStore, InterruptRequest, Node, Record,

@@ -3,8 +3,6 @@
 //! test) — as an API process, workers and a person's shell would share it.
 #![allow(clippy::print_stderr)] // The cancel test reports how long the cancel took.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -36,7 +34,7 @@ fn stores(dir: &Path, test: &str) -> Vec<Db> {
 }
 
 fn stepwright(dir: &Path, args: &[&str]) -> Output {
-    support::stepwright(dir, args)
+    crate::support::stepwright(dir, args)
 }
 
 /// Starts `stepwright` in the background.

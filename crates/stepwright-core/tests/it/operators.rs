@@ -1,12 +1,10 @@
 //! Operators: sequence, branch, fork (all, race, settle), map, loop, graph, subworkflow,
 //! spawn, provide, every, sleep.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Log, T0, engine, records_at};
+use crate::common::{Log, T0, engine, records_at};
 use serde_json::{Value, json};
 use stepwright_core::journal::Choice;
 use stepwright_core::{
@@ -426,7 +424,7 @@ async fn loop_on_error_retry_reuses_the_message_and_skip_moves_on() {
     for (policy, expected) in [(LoopOnError::Retry, vec!["a", "bad", "c"]), (LoopOnError::Skip, vec!["a", "c"])] {
         let (engine, _) = engine();
         let handled = Log::default();
-        let bad_seen = common::Counter::default();
+        let bad_seen = crate::common::Counter::default();
         let body = {
             let handled = handled.clone();
             Node::step(

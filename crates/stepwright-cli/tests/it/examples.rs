@@ -4,13 +4,11 @@
 //! `screenplay`): a test records every example again and checks the committed cassette is
 //! exactly what it records now (`STEPWRIGHT_BLESS=1` rewrites them).
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::support::{Reply, Tokens, contents, stepwright};
 use serde_json::{Value, json};
-use support::{Reply, Tokens, contents, stepwright};
 
 fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").canonicalize().unwrap()
@@ -248,7 +246,7 @@ fn recordings(path: &Path) -> std::collections::BTreeMap<String, Value> {
 
 #[test]
 fn recording_the_examples_again_reproduces_their_cassettes() {
-    let (port, served) = support::fake_openai(screenplay, Tokens::Proportional);
+    let (port, served) = crate::support::fake_openai(screenplay, Tokens::Proportional);
     let base = format!("http://127.0.0.1:{port}/v1");
     let bless = std::env::var("STEPWRIGHT_BLESS").is_ok();
     for name in EXAMPLES {

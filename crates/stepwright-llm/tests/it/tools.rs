@@ -1,17 +1,15 @@
 //! Tool kinds through the `tool` step: subprocesses (argv, no shell, JSON in and out, exit
 //! codes, timeouts that kill), HTTP endpoints, and argument validation.
 
-mod support;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{FakeServer, Reply};
 use serde_json::{Value, json};
 use stepwright_core::{Effect, Engine, ErrorCode, InMemoryStore, RunReport, RunStatus, Store, Workflow};
 use stepwright_llm::{
     CommandTool, HttpTool, TOOL_FAILED, TOOL_NOT_FOUND, TOOL_TIMEOUT, Tool, ToolDef, ToolStep, Tools,
 };
-use support::{FakeServer, Reply};
 
 fn argv(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|p| (*p).to_owned()).collect()

@@ -1,12 +1,10 @@
 //! The `stepwright` binary end to end: exit codes, `--json` shapes, diagnostics.
 
-mod support;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::support::stepwright;
 use serde_json::Value;
-use support::stepwright;
 
 fn write(dir: &Path, name: &str, text: &str) {
     std::fs::write(dir.join(name), text).unwrap();

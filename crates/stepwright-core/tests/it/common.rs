@@ -1,5 +1,4 @@
 //! Helpers shared by the integration tests.
-#![allow(dead_code, unreachable_pub)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,15 +8,15 @@ use stepwright_core::{
 };
 
 /// The fixed wall time tests start at.
-pub const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+pub(crate) const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
 /// An engine over a memory store with a clock at `T0` (pause tokio's clock for exact timing)
 /// and seeded entropy.
-pub fn engine() -> (Engine, Arc<InMemoryStore>) {
+pub(crate) fn engine() -> (Engine, Arc<InMemoryStore>) {
     engine_with(EngineConfig::default())
 }
 
-pub fn engine_with(config: EngineConfig) -> (Engine, Arc<InMemoryStore>) {
+pub(crate) fn engine_with(config: EngineConfig) -> (Engine, Arc<InMemoryStore>) {
     let store = Arc::new(InMemoryStore::new());
     let engine = Engine::builder()
         .store(store.clone() as Arc<dyn Store>)
@@ -30,39 +29,39 @@ pub fn engine_with(config: EngineConfig) -> (Engine, Arc<InMemoryStore>) {
 
 /// Counts calls.
 #[derive(Clone, Default)]
-pub struct Counter(Arc<AtomicUsize>);
+pub(crate) struct Counter(Arc<AtomicUsize>);
 
 impl Counter {
-    pub fn hit(&self) -> usize {
+    pub(crate) fn hit(&self) -> usize {
         self.0.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    pub fn get(&self) -> usize {
+    pub(crate) fn get(&self) -> usize {
         self.0.load(Ordering::SeqCst)
     }
 }
 
 /// Records strings in order.
 #[derive(Clone, Default)]
-pub struct Log(Arc<Mutex<Vec<String>>>);
+pub(crate) struct Log(Arc<Mutex<Vec<String>>>);
 
 impl Log {
-    pub fn push(&self, s: impl Into<String>) {
+    pub(crate) fn push(&self, s: impl Into<String>) {
         self.0.lock().unwrap().push(s.into());
     }
 
-    pub fn take(&self) -> Vec<String> {
+    pub(crate) fn take(&self) -> Vec<String> {
         self.0.lock().unwrap().clone()
     }
 }
 
 /// The journal records at one path.
-pub fn records_at(store: &InMemoryStore, run: RunId, path: &str) -> Vec<Record> {
+pub(crate) fn records_at(store: &InMemoryStore, run: RunId, path: &str) -> Vec<Record> {
     store.entries(run).into_iter().filter(|e| e.path == StepPath::new(path)).map(|e| e.record).collect()
 }
 
 /// The `(path, attempt)` of every `Failed` entry with a retry time, and that time.
-pub fn retry_times(store: &InMemoryStore, run: RunId) -> Vec<(String, u32, Timestamp)> {
+pub(crate) fn retry_times(store: &InMemoryStore, run: RunId) -> Vec<(String, u32, Timestamp)> {
     store
         .entries(run)
         .into_iter()

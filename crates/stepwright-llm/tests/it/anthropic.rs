@@ -1,15 +1,13 @@
 //! The Anthropic adapter against a loopback server speaking the Messages API.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 
+use crate::support::{FakeServer, Reply, fast_http};
 use serde_json::{Value, json};
 use stepwright_llm::{
     Anthropic, ChatModel, ChatRequest, FinishReason, Message, ModelErrorKind, ModelParams, OutputFormat, RateLimits,
     ToolCall, ToolChoice, ToolSpec, Usage,
 };
-use support::{FakeServer, Reply, fast_http};
 
 fn adapter(server: &FakeServer) -> Anthropic {
     Anthropic::new(&server.url, Some("sk-ant-test".into()), fast_http(), &RateLimits::default()).unwrap()

@@ -1,13 +1,11 @@
 //! What `run` shows while it works: the live view on a terminal (driven here through a
 //! pseudo-terminal from util-linux `script`), plain lines anywhere else.
 
-mod support;
-
 use std::process::Command;
 use std::time::Duration;
 
+use crate::support::{Reply, Tokens, stepwright};
 use serde_json::Value;
-use support::{Reply, Tokens, stepwright};
 
 /// The words the model streams. The workflow's output is not this text, so on the
 /// terminal it can only have come from the live view.
@@ -54,7 +52,7 @@ fn a_terminal_gets_the_live_view_and_a_pipe_gets_plain_lines() {
     }
     let dir = tempfile::tempdir().unwrap();
     // One event every 120 ms: the step runs for about a second, long enough to be drawn.
-    let (port, _) = support::fake_openai_paced(answer, Tokens::Fixed(30, 9), Duration::from_millis(120));
+    let (port, _) = crate::support::fake_openai_paced(answer, Tokens::Fixed(30, 9), Duration::from_millis(120));
     std::fs::write(dir.path().join("live.yaml"), workflow(port)).unwrap();
 
     let command =

@@ -1,0 +1,14 @@
+//! The binary end to end: each test runs `stepwright` as a real process (several, where the claim is about processes) against real stores and loopback model servers.
+//!
+//! One test binary for the crate: each module is one area (a file per area, as before),
+//! linked once instead of once per file.
+
+mod support;
+
+mod cli;
+mod examples;
+mod hostile;
+mod mcp;
+mod models;
+mod processes;
+mod terminal;

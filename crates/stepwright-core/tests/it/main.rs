@@ -1,0 +1,17 @@
+//! The kernel's integration tests: the engine driven through its public API.
+//!
+//! One test binary for the crate: each module is one area (a file per area, as before),
+//! linked once instead of once per file.
+
+mod common;
+
+mod build;
+mod calls;
+mod durability;
+mod engine;
+mod history;
+mod operators;
+mod policies;
+mod resume;
+mod runner;
+mod steps;
