@@ -738,32 +738,7 @@ impl Engine {
         let fence = Some(lease.token);
         let run_id = loaded.record.id;
         let inner = &self.inner;
-        let shared = Arc::new(RunShared {
-            run_id,
-            workflow: Arc::from(workflow.name()),
-            version: Arc::from(workflow.version()),
-            caller: loaded.record.caller.clone(),
-            services: inner.services.layered(workflow.services()),
-            clock: inner.clock.clone(),
-            entropy: inner.entropy.clone(),
-            config: inner.config.clone(),
-            recorder: Recorder::new(
-                inner.store.clone(),
-                run_id,
-                inner.config.durability,
-                fence,
-                (inner.config.async_max_delay, inner.config.async_max_entries),
-                loaded.entries.len(),
-            ),
-            replay,
-            observer: inner.observer.clone(),
-            cache: inner.cache.clone(),
-            mailboxes: inner.mailboxes.clone(),
-            root_layers: ProvidedLayers::default(),
-            wake_at: Mutex::new(None),
-            wake_checks: Mutex::new(Vec::new()),
-            yielded: AtomicBool::new(false),
-        });
+        let shared = self.run_shared(workflow, &loaded, fence, replay);
         let cancel = CancellationToken::new();
         inner.live.lock().expect("poisoned").insert(run_id, cancel.clone());
         let _live = LiveGuard { engine: inner, run: run_id };
@@ -792,15 +767,97 @@ impl Engine {
             "user": caller.user,
             "roles": caller.roles,
         }));
-        let env = Env { layers: ProvidedLayers::default(), cancel: cancel.clone(), services: shared.services.clone() };
+        let env = Env { layers: ProvidedLayers::default(), cancel, services: shared.services.clone() };
+        let flow = self.walk(workflow, &shared, lease, input, &mut scope, &env).await?;
+        let (status, output, error) = self.ending(workflow, flow, &scope, &shared, &env.cancel);
+        shared.recorder.flush().await.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))?;
+        let wake_at = *shared.wake_at.lock().expect("poisoned");
+        let update = StatusUpdate {
+            status,
+            output: output.clone(),
+            error: error.clone(),
+            at: inner.clock.now(),
+            // A runner resumes suspended and pending runs when this is due.
+            wake_at: wake_at.filter(|_| matches!(status, RunStatus::Suspended | RunStatus::Pending)),
+            // Any status but running releases the lease.
+            fence,
+        };
+        inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
+        if status == RunStatus::Suspended {
+            self.wake_if_woken_meanwhile(&shared).await?;
+            let loaded = inner.store.load(run_id).await.map_err(EngineError::store(run_id))?;
+            return Ok(report_from(&loaded, wake_at));
+        }
+        Ok(RunReport {
+            run_id,
+            status,
+            output,
+            error,
+            pending: Vec::new(),
+            wake_at: wake_at.filter(|_| status == RunStatus::Pending),
+        })
+    }
+
+    /// What one execution of a run shares: identity, services, the recorder (fenced by the
+    /// lease's token) and the replay index.
+    fn run_shared(
+        &self,
+        workflow: &Workflow,
+        loaded: &LoadedRun,
+        fence: Option<u64>,
+        replay: ReplayIndex,
+    ) -> Arc<RunShared> {
+        let inner = &self.inner;
+        let run_id = loaded.record.id;
+        Arc::new(RunShared {
+            run_id,
+            workflow: Arc::from(workflow.name()),
+            version: Arc::from(workflow.version()),
+            caller: loaded.record.caller.clone(),
+            services: inner.services.layered(workflow.services()),
+            clock: inner.clock.clone(),
+            entropy: inner.entropy.clone(),
+            config: inner.config.clone(),
+            recorder: Recorder::new(
+                inner.store.clone(),
+                run_id,
+                inner.config.durability,
+                fence,
+                (inner.config.async_max_delay, inner.config.async_max_entries),
+                loaded.entries.len(),
+            ),
+            replay,
+            observer: inner.observer.clone(),
+            cache: inner.cache.clone(),
+            mailboxes: inner.mailboxes.clone(),
+            root_layers: ProvidedLayers::default(),
+            wake_at: Mutex::new(None),
+            wake_checks: Mutex::new(Vec::new()),
+            yielded: AtomicBool::new(false),
+        })
+    }
+
+    /// Walks the workflow body on this task, with the lease's heartbeat and (`async`
+    /// durability) the deferred-entry flusher beside it. A lost lease cancels the walk,
+    /// which then stops writing, and is reported as `LeaseLost`.
+    async fn walk(
+        &self,
+        workflow: &Workflow,
+        shared: &Arc<RunShared>,
+        lease: Lease,
+        input: Arc<Value>,
+        scope: &mut Scope,
+        env: &Env,
+    ) -> Result<Flow, EngineError> {
+        let inner = &self.inner;
+        let run_id = shared.run_id;
         let exec = Exec { run: shared.clone() };
         let lost = AtomicBool::new(false);
         let flow = {
             let root = StepPath::root();
-            let walk = exec.exec_seq(&workflow.inner.body, &root, input, &mut scope, &env);
+            let walk = exec.exec_seq(&workflow.inner.body, &root, input, scope, env);
             tokio::pin!(walk);
-            // The heartbeat runs beside the walk on this task: it keeps the lease alive, and
-            // if the lease is lost it cancels the run, which then stops writing.
+            // The heartbeat keeps the lease alive; if the lease is lost it cancels the run.
             let heartbeat = async {
                 let mut lease = lease;
                 let every = inner.config.lease_for / 3;
@@ -810,7 +867,7 @@ impl Engine {
                         Ok(renewed) => lease = renewed,
                         Err(_) => {
                             lost.store(true, std::sync::atomic::Ordering::SeqCst);
-                            cancel.cancel();
+                            env.cancel.cancel();
                             return;
                         }
                     }
@@ -840,14 +897,22 @@ impl Engine {
         if lost.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(EngineError::LeaseLost { run: run_id });
         }
-        let flow = match flow {
-            Ok(flow) => flow,
-            Err(StoreFailed(source)) => return Err(EngineError::store(run_id)(source)),
-        };
-        let (status, output, error) = match flow {
+        flow.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))
+    }
+
+    /// The status, output and error a walk's flow ends the run with.
+    fn ending(
+        &self,
+        workflow: &Workflow,
+        flow: Flow,
+        scope: &Scope,
+        shared: &RunShared,
+        cancel: &CancellationToken,
+    ) -> (RunStatus, Option<Value>, Option<StepError>) {
+        match flow {
             Flow::Done(last) => {
                 let output = match &workflow.inner.output {
-                    Some(expr) => expr.eval(&scope).map(Arc::new),
+                    Some(expr) => expr.eval(scope).map(Arc::new),
                     None => Ok(last),
                 };
                 let checked = output.and_then(|output| match &workflow.inner.output_schema {
@@ -875,54 +940,34 @@ impl Engine {
                 )),
             ),
             Flow::Failed(error) if cancel.is_cancelled() && error.is(&ErrorCode::CANCELLED) => {
-                let requested = inner.cancels.lock().expect("poisoned").remove(&run_id);
+                let requested = self.inner.cancels.lock().expect("poisoned").remove(&shared.run_id);
                 match requested {
                     Some(request) => {
-                        shared.recorder.note_event(cancelled_event(run_id, &request, inner.clock.now()));
+                        let event = cancelled_event(shared.run_id, &request, self.inner.clock.now());
+                        shared.recorder.note_event(event);
                         (RunStatus::Cancelled, None, Some(request.error()))
                     }
                     None => (RunStatus::Cancelled, None, Some(error)),
                 }
             }
             Flow::Failed(error) => (RunStatus::Failed, None, Some(error)),
-        };
-        shared.recorder.flush().await.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))?;
-        let wake_at = *shared.wake_at.lock().expect("poisoned");
-        let update = StatusUpdate {
-            status,
-            output: output.clone(),
-            error: error.clone(),
-            at: inner.clock.now(),
-            // A runner resumes suspended and pending runs when this is due.
-            wake_at: wake_at.filter(|_| matches!(status, RunStatus::Suspended | RunStatus::Pending)),
-            // Any status but running releases the lease.
-            fence,
-        };
-        inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
-        if status == RunStatus::Suspended {
-            // A wake-up sent while this run was deciding to suspend found it still running,
-            // so `wake` left its timer alone; now that the suspension is written, look once
-            // more. One of the two sides always sees the other.
-            let checks = std::mem::take(&mut *shared.wake_checks.lock().expect("poisoned"));
-            for (inbox, after) in checks {
-                let waiting =
-                    inner.store.next_message(run_id, &inbox, after).await.map_err(EngineError::store(run_id))?;
-                if waiting.is_some() {
-                    inner.store.wake_run(run_id, inner.clock.now()).await.map_err(EngineError::store(run_id))?;
-                    break;
-                }
-            }
-            let loaded = inner.store.load(run_id).await.map_err(EngineError::store(run_id))?;
-            return Ok(report_from(&loaded, wake_at));
         }
-        Ok(RunReport {
-            run_id,
-            status,
-            output,
-            error,
-            pending: Vec::new(),
-            wake_at: wake_at.filter(|_| status == RunStatus::Pending),
-        })
+    }
+
+    /// A wake-up sent while this run was deciding to suspend found it still running, so
+    /// `wake` left its timer alone; now that the suspension is written, look once more. One
+    /// of the two sides always sees the other.
+    async fn wake_if_woken_meanwhile(&self, shared: &RunShared) -> Result<(), EngineError> {
+        let (inner, run_id) = (&self.inner, shared.run_id);
+        let checks = std::mem::take(&mut *shared.wake_checks.lock().expect("poisoned"));
+        for (inbox, after) in checks {
+            let waiting = inner.store.next_message(run_id, &inbox, after).await.map_err(EngineError::store(run_id))?;
+            if waiting.is_some() {
+                inner.store.wake_run(run_id, inner.clock.now()).await.map_err(EngineError::store(run_id))?;
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
