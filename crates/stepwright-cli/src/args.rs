@@ -1,0 +1,302 @@
+//! The command line: clap's types for every command and flag.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "stepwright", version, about = "A durable engine for AI-agent workflows")]
+pub(crate) struct Cli {
+    /// The store: `sqlite://PATH` or `postgres://…` (default: `STEPWRIGHT_DB`, else
+    /// `sqlite://stepwright.db` in the current directory).
+    #[arg(long, global = true)]
+    pub(crate) db: Option<String>,
+    #[command(flatten)]
+    pub(crate) models: ModelFlags,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// How workflow files are loaded and their models reached (every command that loads a
+/// file or runs steps).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub(crate) struct ModelFlags {
+    /// A directory that `workflow:` calls may reach besides the first file's own directory
+    /// tree (repeatable).
+    #[arg(long = "allow-dir", value_name = "DIR", global = true)]
+    pub(crate) allow_dirs: Vec<PathBuf>,
+    /// Replace a model binding of the file: `NAME=provider:model[@base_url]` (repeatable).
+    #[arg(long = "model", value_name = "NAME=SPEC", global = true)]
+    pub(crate) overrides: Vec<String>,
+    /// Record model calls to, or replay them from, this file.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub(crate) cassette: Option<PathBuf>,
+    /// `auto` (replay what is recorded, call and record the rest), `replay` (never call a
+    /// model: a missing recording fails the step) or `record`.
+    #[arg(long, value_name = "MODE", default_value = "auto", global = true)]
+    pub(crate) cassette_mode: String,
+}
+
+impl ModelFlags {
+    pub(crate) fn load_options(&self) -> stepwright_flow::LoadOptions {
+        stepwright_flow::LoadOptions { allowed_dirs: self.allow_dirs.clone(), ..Default::default() }
+    }
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Run a workflow file; live progress, then the output.
+    Run {
+        /// The workflow file.
+        file: PathBuf,
+        /// The input: JSON, or `@file.json`.
+        #[arg(long)]
+        input: Option<String>,
+        /// Print one JSON object: run_id, status, output, error, pending.
+        #[arg(long)]
+        json: bool,
+        /// Create the run and return at once (a worker executes it).
+        #[arg(long)]
+        detach: bool,
+        #[command(flatten)]
+        who: Identity,
+    },
+    /// Load and check a workflow file; every problem as `file:line:col: message`.
+    Validate {
+        /// The workflow file.
+        file: PathBuf,
+    },
+    /// Print the JSON Schema of the workflow file format, for editors (YAML language
+    /// servers read it from a `# yaml-language-server: $schema=…` comment).
+    Schema,
+    /// Draw a workflow.
+    Graph {
+        /// The workflow file.
+        file: PathBuf,
+        /// `mermaid` or `dot`.
+        #[arg(long, default_value = "mermaid")]
+        format: String,
+    },
+    /// Inspect runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Approve an open interrupt (with `--payload`: approve with a corrected value), then
+    /// continue the run.
+    Approve {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        who: Decider,
+        /// Approve with this corrected payload (JSON).
+        #[arg(long)]
+        payload: Option<String>,
+        /// One JSON object, as `run --json` prints.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reject an open interrupt, then continue the run.
+    Reject {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        who: Decider,
+        /// Why.
+        #[arg(long)]
+        reason: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer an `input` interrupt with a value, then continue the run.
+    Respond {
+        /// The run id.
+        run: String,
+        #[command(flatten)]
+        who: Decider,
+        /// The answer (JSON).
+        #[arg(long)]
+        value: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a run left by a crash, Ctrl-C, a checkpoint or a due timer. A run another
+    /// live process executes is not taken (exit 2, saying who holds it and until when); one
+    /// whose process died on this host is taken over at once, others once their lease
+    /// lapses. A finished run is shown with its status's exit code.
+    Resume {
+        /// The run id.
+        run: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Resume only a run of this tenant (another tenant's run is refused).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Cancel a run, wherever it executes: a run nobody executes is cancelled at once; a run
+    /// a live process executes is stopped by that process (its running steps and tools are
+    /// stopped, no later step starts), and this waits for it to end.
+    Cancel {
+        /// The run id.
+        run: String,
+        /// Why.
+        #[arg(long, default_value = "cancelled from the command line")]
+        reason: String,
+        /// Who asks (kept with the cancellation).
+        #[arg(long = "as")]
+        user: Option<String>,
+        /// How long to wait for a run executing elsewhere to stop (`10s`, `1m`).
+        #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
+        wait: std::time::Duration,
+    },
+    /// Re-execute a run with current code (effects and decisions served from the journal)
+    /// and report per step whether outputs are identical. Exit 0 identical, 1 changed.
+    Replay {
+        /// The run id.
+        run: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-execute a run (or from a step) with a new definition, and report what changed.
+    /// Exit 0 clean, 1 changed.
+    Recompute {
+        /// The run id.
+        run: String,
+        /// The new workflow file (default: the run's own definition).
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Re-execute from this step on.
+        #[arg(long)]
+        from: Option<String>,
+        /// Keep the result as a new run forked from this one.
+        #[arg(long)]
+        persist: bool,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a new run from the checkpoint before a step.
+    Fork {
+        /// The run id.
+        run: String,
+        /// The step to fork before.
+        #[arg(long)]
+        at: String,
+        /// Edits: `{"input": …, "steps": {"<path>": <output>}}`.
+        #[arg(long)]
+        set: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Claim and execute due runs: created with --detach, timers, retries, deadlines, runs
+    /// left by a dead worker. Runs until Ctrl-C.
+    Worker {
+        /// Execute what is due now, then exit.
+        #[arg(long)]
+        once: bool,
+        /// `text` (a line per claim, finished run, stopped run and store error, on stderr)
+        /// or `json` (the same as JSON lines).
+        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+        log_format: String,
+        /// Execute only runs started in this tenant (a worker dedicated to one tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+}
+
+/// Who starts a run: templates see it as `run.tenant`, `run.user`, `run.roles`; sessions
+/// and user-scoped memory belong to it (DESIGN §14: whoever may open the database is
+/// trusted to say who they are).
+#[derive(clap::Args)]
+pub(crate) struct Identity {
+    /// The tenant (namespace) the run belongs to.
+    #[arg(long)]
+    pub(crate) tenant: Option<String>,
+    /// The user starting it.
+    #[arg(long = "as")]
+    pub(crate) user: Option<String>,
+    /// A role of that user (repeatable).
+    #[arg(long = "role")]
+    pub(crate) roles: Vec<String>,
+}
+
+impl Identity {
+    pub(crate) fn caller(&self) -> stepwright_core::Caller {
+        stepwright_core::Caller {
+            tenant: self.tenant.clone(),
+            user: self.user.clone(),
+            roles: self.roles.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+/// A duration argument, written as in workflow files (`500ms`, `10s`, `5m`, `1h`).
+pub(crate) fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    stepwright_flow::parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 500ms, 10s, 5m or 1h"))
+}
+
+/// Who decides, and which interrupt.
+#[derive(clap::Args)]
+pub(crate) struct Decider {
+    /// The interrupt (default: the run's only open one).
+    #[arg(long)]
+    pub(crate) interrupt: Option<String>,
+    /// Decide as this user.
+    #[arg(long = "as")]
+    pub(crate) user: Option<String>,
+    /// A role of the deciding user (repeatable).
+    #[arg(long = "role")]
+    pub(crate) roles: Vec<String>,
+    /// The deciding user's tenant: a run of another tenant is refused.
+    #[arg(long)]
+    pub(crate) tenant: Option<String>,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum RunsCommand {
+    /// A table of runs, newest first, a page at a time (the next page's command is printed
+    /// on stderr when more exist).
+    List {
+        /// Only runs with this status.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only runs of this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// At most this many runs.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Only runs older than this one (the last run of the previous page).
+        #[arg(long)]
+        before: Option<String>,
+        /// JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run's event log: step lifecycle (`step.started`, `step.completed`, `step.failed`,
+    /// `interrupt.opened`, ...) interleaved with the events its steps emitted.
+    Events {
+        /// The run id.
+        run: String,
+        /// Keep printing as the run goes on, until it finishes (Ctrl-C stops watching).
+        #[arg(long)]
+        follow: bool,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run's timeline.
+    Show {
+        /// The run id.
+        run: String,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}

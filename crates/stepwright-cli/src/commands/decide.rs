@@ -1,0 +1,166 @@
+//! `approve`, `reject`, `respond` and `cancel`: decisions on a run, wherever it executes.
+
+use anyhow::anyhow;
+use serde_json::json;
+use stepwright_core::{Decision, Engine, RunId, RunStatus};
+
+use crate::args::{Decider, ModelFlags};
+use crate::commands::Globals;
+use crate::exit::{BadInput, exit_code};
+use crate::host::{check_tenant, cli_engine, definition_of, engine_over, open_store, parse_json, parse_run};
+use crate::render::print_report;
+
+/// Resolves an interrupt (the only open one unless `--interrupt`), then continues the run.
+pub(crate) async fn decide(
+    db: Option<&str>,
+    flags: &ModelFlags,
+    run: &str,
+    who: &Decider,
+    decision: Decision,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let run = parse_run(run)?;
+    let store = open_store(db).await?;
+    let engine = cli_engine(&store, !json);
+    let report = engine.report(run).await?;
+    let interrupt = match &who.interrupt {
+        Some(id) => stepwright_core::InterruptId::new(id),
+        None => match report.pending.as_slice() {
+            [only] => only.id.clone(),
+            [] => return Err(anyhow!(BadInput(format!("run {run} has no open interrupt")))),
+            many => {
+                let ids: Vec<String> = many.iter().map(|p| format!("{} ({})", p.id, p.step)).collect();
+                return Err(anyhow!(BadInput(format!(
+                    "run {run} has several open interrupts; pick one with --interrupt: {}",
+                    ids.join(", ")
+                ))));
+            }
+        },
+    };
+    check_tenant(store.as_ref(), run, who.tenant.as_deref()).await?;
+    let caller = stepwright_core::Caller {
+        tenant: who.tenant.clone(),
+        user: who.user.clone(),
+        roles: who.roles.clone(),
+        ..Default::default()
+    };
+    engine.resolve(run, &interrupt, decision, &caller).await.map_err(|e| match e {
+        stepwright_core::EngineError::Resolve { .. } => anyhow!(BadInput(e.to_string())),
+        other => anyhow!(other),
+    })?;
+    let workflow = definition_of(&store, run, flags).await?;
+    match engine.resume(&workflow, run).await {
+        Ok(report) => {
+            print_report(&report, json);
+            Ok(exit_code(report.status))
+        }
+        // The run waits on this interrupt in a live process, which continues it now.
+        Err(stepwright_core::EngineError::Leased { owner, .. }) => {
+            if json {
+                println!(
+                    "{}",
+                    json!({ "run_id": run, "status": "running", "decided": interrupt, "executed_by": owner })
+                );
+            } else {
+                eprintln!("decided {interrupt}; run {run} goes on in {owner}, which was waiting for it");
+            }
+            Ok(0)
+        }
+        Err(other) => Err(anyhow!(other)),
+    }
+}
+
+/// `cancel`: asks, then (for a run another process executes) waits until it has stopped.
+pub(crate) async fn cancel(
+    engine: &Engine,
+    run: RunId,
+    reason: &str,
+    user: Option<&str>,
+    wait: std::time::Duration,
+) -> anyhow::Result<u8> {
+    use stepwright_core::CancelOutcome;
+    match engine.cancel_by(run, reason, user).await? {
+        CancelOutcome::Finished(status) => {
+            eprintln!("run {run} had already finished: {}", status.as_str());
+            Ok(if status == RunStatus::Cancelled { 0 } else { 1 })
+        }
+        CancelOutcome::Cancelled => {
+            println!("cancelled");
+            Ok(0)
+        }
+        CancelOutcome::Requested { owner, .. } => {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                let status = engine.report(run).await?.status;
+                if status.is_terminal() {
+                    if status == RunStatus::Cancelled {
+                        println!("cancelled");
+                        return Ok(0);
+                    }
+                    eprintln!("run {run} {} before the cancel reached it", status.as_str());
+                    return Ok(1);
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    eprintln!("cancel of run {run} asked; {owner} executes it and has not stopped it yet");
+                    return Ok(0);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// `approve`: approves (or, with `--payload`, modifies) the open interrupt, then continues.
+pub(crate) async fn approve(
+    g: &Globals<'_>,
+    run: String,
+    who: Decider,
+    payload: Option<String>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    let decision = match payload {
+        Some(payload) => Decision::Modify { payload: parse_json(&payload, "--payload")? },
+        None => Decision::Approve,
+    };
+    decide(g.db, flags, &run, &who, decision, json).await
+}
+
+/// `reject`: rejects the open interrupt, then continues.
+pub(crate) async fn reject(
+    g: &Globals<'_>,
+    run: String,
+    who: Decider,
+    reason: Option<String>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    decide(g.db, flags, &run, &who, Decision::Reject { reason }, json).await
+}
+
+/// `respond`: answers the open input request, then continues.
+pub(crate) async fn respond(
+    g: &Globals<'_>,
+    run: String,
+    who: Decider,
+    value: String,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    let value = parse_json(&value, "--value")?;
+    decide(g.db, flags, &run, &who, Decision::Respond { value }, json).await
+}
+
+/// `cancel`: asks the run to stop, wherever it executes.
+pub(crate) async fn cancel_run(
+    g: &Globals<'_>,
+    run: String,
+    reason: String,
+    user: Option<String>,
+    wait: std::time::Duration,
+) -> anyhow::Result<u8> {
+    let run = parse_run(&run)?;
+    let store = open_store(g.db).await?;
+    let engine = engine_over(&store).build();
+    cancel(&engine, run, &reason, user.as_deref(), wait).await
+}

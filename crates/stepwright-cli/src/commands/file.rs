@@ -1,0 +1,29 @@
+//! `schema`, `validate` and `graph`: commands on a workflow file, which open no store.
+
+use std::path::PathBuf;
+
+use crate::commands::Globals;
+use crate::host::{Servers, load};
+use crate::render::draw;
+
+/// `schema`: prints the file format's JSON Schema.
+pub(crate) fn schema() -> anyhow::Result<u8> {
+    println!("{}", serde_json::to_string_pretty(&stepwright_flow::file_schema())?);
+    Ok(0)
+}
+
+/// `validate`: loads a file (connecting nothing) and reports every problem.
+pub(crate) async fn validate(g: &Globals<'_>, file: PathBuf) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    load(&file, flags, Servers::Declared).await?;
+    println!("{}: ok", file.display());
+    Ok(0)
+}
+
+/// `graph`: draws a file's definition as Mermaid or dot.
+pub(crate) async fn graph(g: &Globals<'_>, file: PathBuf, format: String) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    let workflow = load(&file, flags, Servers::Declared).await?;
+    println!("{}", draw(workflow.describe(), &format)?);
+    Ok(0)
+}

@@ -1,0 +1,107 @@
+//! `replay`, `recompute` and `fork`: new executions from a run's history.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use stepwright_core::StepPath;
+
+use crate::commands::Globals;
+use crate::exit::request_error;
+use crate::host::{Servers, cli_engine, definition_of, keep_source, load, open_store, parse_json, parse_run};
+use crate::render::{change_name, value_or_none};
+
+/// `replay`: re-executes a run in a sandbox, serving every recorded result, and compares.
+pub(crate) async fn replay(g: &Globals<'_>, run: String, json: bool) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    let run = parse_run(&run)?;
+    let store = open_store(g.db).await?;
+    let workflow = definition_of(&store, run, flags).await?;
+    let report = cli_engine(&store, false).replay(&workflow, run).await?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        for step in &report.steps {
+            println!("{:<12} {}", format!("{:?}", step.outcome).to_lowercase(), step.path);
+        }
+        println!("{}", if report.identical { "identical" } else { "changed" });
+    }
+    Ok(u8::from(!report.identical))
+}
+
+/// `recompute`: re-executes a run from a step on (or with a changed file) and diffs.
+pub(crate) async fn recompute(
+    g: &Globals<'_>,
+    run: String,
+    file: Option<PathBuf>,
+    from: Option<String>,
+    persist: bool,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    let run = parse_run(&run)?;
+    let store = open_store(g.db).await?;
+    let workflow = match &file {
+        Some(file) => load(file, flags, Servers::Connected).await?,
+        None => definition_of(&store, run, flags).await?,
+    };
+    if let Some(file) = &file {
+        keep_source(&store, &workflow, file).await?;
+    }
+    let options = stepwright_core::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
+    let report = cli_engine(&store, false).recompute(&workflow, run, options).await.map_err(request_error)?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        for step in &report.steps {
+            match &step.change {
+                stepwright_core::StepChange::ValueChanged { diff } => {
+                    println!("value_changed {}", step.path);
+                    for line in diff {
+                        println!("    {line}");
+                    }
+                }
+                other => println!("{:<13} {}", change_name(other), step.path),
+            }
+        }
+        for decision in &report.decisions {
+            println!(
+                "decision      {}: {} → {}",
+                decision.path,
+                value_or_none(&decision.before),
+                value_or_none(&decision.after)
+            );
+        }
+        if let Some(forked) = report.forked {
+            println!("kept as run {forked}");
+        }
+        println!("{}", if report.changed { "changed" } else { "clean" });
+    }
+    Ok(u8::from(report.changed))
+}
+
+/// `fork`: a new run from a run's history up to a step, with edits.
+pub(crate) async fn fork(
+    g: &Globals<'_>,
+    run: String,
+    at: String,
+    set: Option<String>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let run = parse_run(&run)?;
+    let store = open_store(g.db).await?;
+    let mut patch = stepwright_core::ForkPatch::default();
+    if let Some(set) = set {
+        let edits = parse_json(&set, "--set")?;
+        patch.input = edits.get("input").cloned();
+        if let Some(steps) = edits.get("steps").and_then(Value::as_object) {
+            patch.outputs = steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        }
+    }
+    let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await.map_err(request_error)?;
+    if json {
+        println!("{}", json!({ "run_id": record.id, "status": record.status, "parent": run, "at": at }));
+    } else {
+        println!("{}", record.id);
+    }
+    Ok(0)
+}

@@ -1,0 +1,41 @@
+//! One function per command, nextest-style: `dispatch` only routes.
+
+mod decide;
+mod file;
+mod history;
+mod run;
+mod runs;
+mod worker;
+
+use crate::args::{Cli, Command, ModelFlags};
+
+/// What every command gets besides its own arguments: where the store is, and how workflow
+/// files are loaded and their models reached.
+pub(crate) struct Globals<'a> {
+    /// `--db`, if given.
+    pub(crate) db: Option<&'a str>,
+    pub(crate) flags: &'a ModelFlags,
+}
+
+/// Runs the command; the exit code on success.
+pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let g = Globals { db: cli.db.as_deref(), flags: &cli.models };
+    match cli.command {
+        Command::Schema => file::schema(),
+        Command::Validate { file } => file::validate(&g, file).await,
+        Command::Graph { file, format } => file::graph(&g, file, format).await,
+        Command::Run { file, input, json, detach, who } => run::run(&g, file, input, json, detach, who).await,
+        Command::Resume { run, json, tenant } => run::resume(&g, run, json, tenant).await,
+        Command::Approve { run, who, payload, json } => decide::approve(&g, run, who, payload, json).await,
+        Command::Reject { run, who, reason, json } => decide::reject(&g, run, who, reason, json).await,
+        Command::Respond { run, who, value, json } => decide::respond(&g, run, who, value, json).await,
+        Command::Cancel { run, reason, user, wait } => decide::cancel_run(&g, run, reason, user, wait).await,
+        Command::Worker { once, log_format, tenant } => worker::worker(&g, once, log_format, tenant).await,
+        Command::Replay { run, json } => history::replay(&g, run, json).await,
+        Command::Recompute { run, file, from, persist, json } => {
+            history::recompute(&g, run, file, from, persist, json).await
+        }
+        Command::Fork { run, at, set, json } => history::fork(&g, run, at, set, json).await,
+        Command::Runs { command } => runs::runs(&g, command).await,
+    }
+}

@@ -1,0 +1,73 @@
+//! `run` and `resume`: execute a workflow here, from its file or from the store.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::args::Identity;
+use crate::commands::Globals;
+use crate::exit::{exit_code, held_elsewhere, input_error};
+use crate::host::{
+    Servers, check_tenant, cli_engine, definition_of, keep_source, load, open_store, parse_input, parse_run,
+};
+use crate::render::print_report;
+
+/// `run`: starts a run of a file (or, with `--detach`, creates it for a worker).
+pub(crate) async fn run(
+    g: &Globals<'_>,
+    file: PathBuf,
+    input: Option<String>,
+    json: bool,
+    detach: bool,
+    who: Identity,
+) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    let workflow = load(&file, flags, Servers::Connected).await?;
+    let input = parse_input(input.as_deref())?;
+    let store = open_store(g.db).await?;
+    keep_source(&store, &workflow, &file).await?;
+    let engine = cli_engine(&store, !json);
+    let options = stepwright_core::StartOptions { caller: who.caller(), ..Default::default() };
+    if detach {
+        let record = engine.create(&workflow, input, options).await.map_err(input_error)?;
+        println!(
+            "{}",
+            if json {
+                json!({ "run_id": record.id, "status": record.status }).to_string()
+            } else {
+                record.id.to_string()
+            }
+        );
+        return Ok(0);
+    }
+    let run = engine.start_with(&workflow, input, options);
+    tokio::pin!(run);
+    let report = tokio::select! {
+        report = &mut run => report.map_err(input_error)?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("stepwright: interrupted; the run stays resumable");
+            return Ok(130);
+        }
+    };
+    print_report(&report, json);
+    Ok(exit_code(report.status))
+}
+
+/// `resume`: continues a run that nobody executes, from its stored definition.
+pub(crate) async fn resume(g: &Globals<'_>, run: String, json: bool, tenant: Option<String>) -> anyhow::Result<u8> {
+    let flags = g.flags;
+    let run = parse_run(&run)?;
+    let store = open_store(g.db).await?;
+    let engine = cli_engine(&store, !json);
+    let report = engine.report(run).await?;
+    check_tenant(store.as_ref(), run, tenant.as_deref()).await?;
+    if report.status.is_terminal() {
+        // Nothing to continue: say how it ended, as `run` did.
+        print_report(&report, json);
+        return Ok(exit_code(report.status));
+    }
+    let workflow = definition_of(&store, run, flags).await?;
+    let report = engine.resume(&workflow, run).await.map_err(held_elsewhere)?;
+    print_report(&report, json);
+    Ok(exit_code(report.status))
+}

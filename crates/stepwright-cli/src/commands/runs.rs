@@ -1,0 +1,147 @@
+//! `runs list`, `runs show` and `runs events`: what the store knows about runs.
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use serde_json::{Value, json};
+use stepwright_core::store::RunFilter;
+use stepwright_core::{RunId, RunStatus};
+
+use crate::args::RunsCommand;
+use crate::commands::Globals;
+use crate::exit::BadInput;
+use crate::host::{CliStore, engine_over, open_store, parse_run, wall_now};
+use crate::render::{EventLog, clock_time, owner_text, print_timeline, report_json, timeline, usage_text};
+
+/// `runs`: opens the store, then the subcommand.
+pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
+    let store = open_store(g.db).await?;
+    match command {
+        RunsCommand::List { status, workflow, limit, before, json } => {
+            list(&store, status, workflow, limit, before, json).await
+        }
+        RunsCommand::Events { run, follow, json } => events(&store, run, follow, json).await,
+        RunsCommand::Show { run, json } => show(&store, run, json).await,
+    }
+}
+
+/// `runs list`: the newest runs first, a page at a time.
+pub(crate) async fn list(
+    store: &Arc<dyn CliStore>,
+    status: Option<String>,
+    workflow: Option<String>,
+    limit: usize,
+    before: Option<String>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let status =
+        status.map(|s| RunStatus::parse(&s).ok_or_else(|| BadInput(format!("unknown status {s:?}")))).transpose()?;
+    if limit == 0 {
+        return Err(anyhow!(BadInput("--limit must be at least 1".into())));
+    }
+    let before = before.as_deref().map(parse_run).transpose()?;
+    // One more than shown says whether another page exists.
+    let filter = RunFilter { status, workflow, limit: Some(limit + 1), before, headers_only: true };
+    let mut runs = store.list_runs(filter).await?;
+    let more = runs.len() > limit;
+    runs.truncate(limit);
+    let now = wall_now();
+    if json {
+        for run in &runs {
+            println!(
+                "{}",
+                json!({
+                    "run_id": run.id,
+                    "workflow": run.workflow,
+                    "status": run.status,
+                    "created_at": run.created_at,
+                    "owner": run.lease.as_ref().map(|l| &l.owner),
+                    "lease_expires_at": run.lease.as_ref().map(|l| l.expires_at),
+                })
+            );
+        }
+    } else {
+        println!("{:<38} {:<24} {:<10} OWNER", "RUN", "WORKFLOW", "STATUS");
+        for run in &runs {
+            println!("{:<38} {:<24} {:<10} {}", run.id, run.workflow, run.status.as_str(), owner_text(run, now));
+        }
+    }
+    if more && let Some(last) = runs.last() {
+        eprintln!("more runs: stepwright runs list --before {} --limit {limit}", last.id);
+    }
+    Ok(0)
+}
+
+/// `runs events`: a run's lifecycle and audit events (and, with `--follow`, those to come).
+pub(crate) async fn events(store: &Arc<dyn CliStore>, run: String, follow: bool, json: bool) -> anyhow::Result<u8> {
+    let run = parse_run(&run)?;
+    let mut log = EventLog::default();
+    loop {
+        for event in log.poll(store.as_ref(), run).await? {
+            if json {
+                println!("{}", serde_json::to_string(&event)?);
+            } else {
+                println!("{} {:<24} {:<20} {}", clock_time(event.at), event.kind, event.path.as_str(), event.data);
+            }
+        }
+        if !follow || log.finished {
+            return Ok(0);
+        }
+        // Polling keeps `--follow` working on every store and across processes;
+        // a quarter second is well below what a person watching notices.
+        tokio::select! {
+            () = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(130),
+        }
+    }
+}
+
+/// `runs show`: a run's status, owner, steps, usage and open interrupts.
+pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> anyhow::Result<u8> {
+    let run: RunId = run.parse().map_err(|e| BadInput(format!("{e}")))?;
+    let engine = engine_over(store).build();
+    let report = engine.report(run).await?;
+    let loaded = store.load(run).await?;
+    let mut steps = timeline(&loaded);
+    // Model usage and cost, summed per step from the `model.call` events.
+    let events = store.events(run).await?;
+    let (by_step, total) = stepwright_llm::rollup(&events);
+    for step in &mut steps {
+        if let Some(usage) = step["path"].as_str().and_then(|p| by_step.get(p)) {
+            step["usage"] = json!(usage);
+        }
+    }
+    if json {
+        let mut object = report_json(&report);
+        object["workflow"] = json!(loaded.record.workflow);
+        if let Some(lease) = &loaded.record.lease {
+            object["owner"] = json!(lease.owner);
+            object["lease_expires_at"] = json!(lease.expires_at);
+        }
+        object["steps"] = Value::Array(steps);
+        if total.calls > 0 {
+            object["usage"] = json!(total);
+        }
+        println!("{object}");
+    } else {
+        println!("run {} ({}) {}", run, loaded.record.workflow, report.status.as_str());
+        if !report.status.is_terminal() && loaded.record.lease.is_some() {
+            println!("  executed by {}", owner_text(&loaded.record, wall_now()));
+        }
+        if let Some(cancel) = &loaded.record.cancel {
+            println!(
+                "  cancel asked{}: {}",
+                cancel.by.as_deref().map(|by| format!(" by {by}")).unwrap_or_default(),
+                cancel.reason
+            );
+        }
+        print_timeline(&steps);
+        if total.calls > 0 {
+            println!("  model usage:{}", usage_text(&json!(total)));
+        }
+        for pending in &report.pending {
+            println!("  waiting: {} at {} — {}", pending.id, pending.step, pending.message);
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,64 @@
+//! From errors to exit codes, in one place: 2 for the user's mistakes (bad input, a run id
+//! that names no run, a run held elsewhere), 1 for everything else.
+
+use anyhow::anyhow;
+use stepwright_core::RunStatus;
+
+use crate::render::clock_time;
+
+/// A usage, file or input problem: exit code 2.
+#[derive(Debug)]
+pub(crate) struct BadInput(pub(crate) String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// The `RunNotFound` somewhere in an error's chain of causes.
+pub(crate) fn run_not_found(error: &anyhow::Error) -> Option<&stepwright_core::StoreError> {
+    error
+        .chain()
+        .filter_map(|cause| cause.downcast_ref::<stepwright_core::StoreError>())
+        .find(|cause| matches!(cause, stepwright_core::StoreError::RunNotFound(_)))
+}
+
+/// A resume refused because a live process executes the run: the caller's to know (exit 2).
+pub(crate) fn held_elsewhere(error: stepwright_core::EngineError) -> anyhow::Error {
+    match error {
+        stepwright_core::EngineError::Leased { run, owner, until } => anyhow!(BadInput(format!(
+            "run {run} is being executed by {owner} (its lease runs until {} UTC unless renewed); \
+             it is not taken from a live process — cancel it, or resume it once that process is gone",
+            clock_time(until)
+        ))),
+        other => anyhow!(other),
+    }
+}
+
+/// A request the engine refused as invalid (a fork point or recompute start that does not
+/// exist) is the user's mistake.
+pub(crate) fn request_error(e: stepwright_core::EngineError) -> anyhow::Error {
+    match e {
+        stepwright_core::EngineError::InvalidRequest { .. } => anyhow!(BadInput(e.to_string())),
+        other => anyhow!(other),
+    }
+}
+
+/// An input that does not match the workflow's schema is the user's mistake.
+pub(crate) fn input_error(e: stepwright_core::EngineError) -> anyhow::Error {
+    match e {
+        stepwright_core::EngineError::InvalidInput { .. } => anyhow!(BadInput(e.to_string())),
+        other => anyhow!(other),
+    }
+}
+
+pub(crate) fn exit_code(status: RunStatus) -> u8 {
+    match status {
+        RunStatus::Completed => 0,
+        RunStatus::Suspended | RunStatus::Pending => 3,
+        _ => 1,
+    }
+}

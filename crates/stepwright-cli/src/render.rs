@@ -1,0 +1,340 @@
+//! What the commands print: reports, timelines, event logs, graphs, the worker's log.
+
+use std::sync::Arc;
+
+use anyhow::anyhow;
+use serde_json::{Value, json};
+use stepwright_core::{RunId, RunReport, RunStatus, StepPath, Store};
+
+use crate::exit::BadInput;
+use crate::host::wall_now;
+use crate::progress;
+
+pub(crate) fn change_name(change: &stepwright_core::StepChange) -> &'static str {
+    use stepwright_core::StepChange;
+    match change {
+        StepChange::Clean => "clean",
+        StepChange::ValueChanged { .. } => "value_changed",
+        StepChange::SchemaViolation { .. } => "schema_violation",
+        StepChange::Served => "served",
+        StepChange::Missing => "missing",
+        StepChange::Added => "added",
+    }
+}
+
+/// `  3 calls, 1200 in / 80 out tokens, $0.000420` from a usage roll-up.
+pub(crate) fn usage_text(usage: &Value) -> String {
+    format!(
+        "  {} call(s), {} in / {} out tokens, ${:.6}",
+        usage["calls"],
+        usage["input_tokens"],
+        usage["output_tokens"],
+        usage["cost_usd"].as_f64().unwrap_or(0.0)
+    )
+}
+
+pub(crate) fn value_or_none(value: &Option<Value>) -> String {
+    value.as_ref().map_or_else(|| "(none)".to_owned(), Value::to_string)
+}
+
+/// Who executes a run, for people: the owner and until when, or that its lease lapsed.
+pub(crate) fn owner_text(run: &stepwright_core::RunRecord, now: stepwright_core::Timestamp) -> String {
+    use stepwright_core::is_dead_local_process;
+    match &run.lease {
+        _ if run.status.is_terminal() => "-".to_owned(),
+        None => "-".to_owned(),
+        Some(lease) if lease.expires_at <= now => {
+            format!("{} (lease lapsed at {} UTC: presumed dead)", lease.owner, clock_time(lease.expires_at))
+        }
+        Some(lease) if is_dead_local_process(&lease.owner) => {
+            format!("{} (that process is gone; taken over on resume)", lease.owner)
+        }
+        Some(lease) => format!("{} until {} UTC", lease.owner, clock_time(lease.expires_at)),
+    }
+}
+
+/// The worker's log: a line per claim, finished run, stopped run and store failure.
+pub(crate) fn worker_log(as_json: bool, worker: String) -> stepwright_core::RunnerLog {
+    use stepwright_core::RunnerEvent;
+    Arc::new(move |event: RunnerEvent<'_>| {
+        let at = wall_now();
+        let (kind, run, status, detail) = match &event {
+            RunnerEvent::Claimed { run } => ("claimed", Some(*run), None, None),
+            RunnerEvent::Finished { run, report } => {
+                ("finished", Some(*run), Some(report.status.as_str()), report.error.as_ref().map(ToString::to_string))
+            }
+            RunnerEvent::Stopped { run, error } => ("stopped", Some(*run), None, Some(error.to_string())),
+            RunnerEvent::StoreFailed { error } => ("store_error", None, None, Some(format!("{error:#}"))),
+        };
+        if as_json {
+            let line =
+                json!({ "at": at, "worker": worker, "event": kind, "run_id": run, "status": status, "detail": detail });
+            eprintln!("{line}");
+        } else {
+            let mut line = format!("{} {kind:<11}", clock_time(at));
+            if let Some(run) = run {
+                line.push_str(&format!(" {run}"));
+            }
+            if let Some(status) = status {
+                line.push_str(&format!(" {status}"));
+            }
+            if let Some(detail) = detail {
+                line.push_str(&format!(": {detail}"));
+            }
+            eprintln!("{line}");
+        }
+    })
+}
+
+pub(crate) fn report_json(report: &RunReport) -> Value {
+    json!({
+        "run_id": report.run_id,
+        "status": report.status,
+        "output": report.output,
+        "error": report.error.as_ref().map(|e| json!({ "code": e.code, "message": e.message })),
+        "pending": report.pending.iter().map(|p| json!({ "id": p.id, "step": p.step, "kind": p.kind, "message": p.message })).collect::<Vec<_>>(),
+    })
+}
+
+pub(crate) fn print_report(report: &RunReport, as_json: bool) {
+    if as_json {
+        println!("{}", report_json(report));
+        return;
+    }
+    match report.status {
+        RunStatus::Completed => println!("{}", serde_json::to_string_pretty(&report.output).unwrap_or_default()),
+        RunStatus::Suspended => {
+            eprintln!("run {} is waiting:", report.run_id);
+            for p in &report.pending {
+                eprintln!("  {} at {}: {}", p.id, p.step, p.message);
+            }
+        }
+        _ => {
+            if let Some(error) = &report.error {
+                eprintln!("run {} {}: {error}", report.run_id, report.status.as_str());
+            }
+        }
+    }
+}
+
+/// Each step path's last state, in journal order: status, attempts, how long it took from
+/// its first start to its end (`duration_ms`, when both are journaled) and its output.
+pub(crate) fn timeline(loaded: &stepwright_core::journal::LoadedRun) -> Vec<Value> {
+    use stepwright_core::{Record, Timestamp};
+    #[derive(Default)]
+    struct Row {
+        status: &'static str,
+        attempts: u32,
+        started: Option<Timestamp>,
+        ended: Option<Timestamp>,
+        output: Option<Value>,
+    }
+    let mut order: Vec<String> = Vec::new();
+    let mut rows: std::collections::HashMap<String, Row> = std::collections::HashMap::new();
+    for entry in &loaded.entries {
+        let (status, attempt, started, ended) = match &entry.record {
+            Record::Started { attempt } => ("running", *attempt, Some(entry.at), None),
+            Record::Completed { attempt, started_at, .. } => ("completed", *attempt, *started_at, Some(entry.at)),
+            Record::Failed { attempt, retry_at: Some(_), started_at, .. } => ("retrying", *attempt, *started_at, None),
+            Record::Failed { attempt, started_at, .. } => ("failed", *attempt, *started_at, Some(entry.at)),
+            Record::Skipped { .. } => ("skipped", 0, None, Some(entry.at)),
+            Record::InterruptOpened { .. } => ("waiting", 0, None, None),
+            Record::Cancelled { .. } => ("cancelled", 0, None, Some(entry.at)),
+            _ => continue,
+        };
+        let path = entry.path.as_str();
+        if !rows.contains_key(path) {
+            order.push(path.to_owned());
+        }
+        let row = rows.entry(path.to_owned()).or_default();
+        row.status = status;
+        row.attempts = row.attempts.max(attempt);
+        row.started = row.started.or(started);
+        row.ended = ended;
+        if let Record::Completed { output, .. } = &entry.record {
+            row.output = loaded.blobs.get(output).map(|v| (**v).clone());
+        }
+    }
+    order
+        .into_iter()
+        .map(|path| {
+            let row = &rows[&path];
+            let mut step = json!({ "path": path, "status": row.status, "attempts": row.attempts });
+            if let (Some(started), Some(ended)) = (row.started, row.ended) {
+                step["duration_ms"] = json!(ended.since(started).as_secs_f64() * 1000.0);
+            }
+            if let Some(output) = &row.output {
+                step["output"] = output.clone();
+            }
+            step
+        })
+        .collect()
+}
+
+/// The timeline as a table for people: a row per step path, outputs shortened.
+pub(crate) fn print_timeline(steps: &[Value]) {
+    println!(
+        "  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  OUTPUT",
+        "STEP", "STATUS", "TRIES", "DURATION", "TOKENS", "COST"
+    );
+    for step in steps {
+        let duration = step["duration_ms"]
+            .as_f64()
+            .map_or_else(|| "-".to_owned(), |ms| progress::duration(std::time::Duration::from_secs_f64(ms / 1000.0)));
+        let usage = &step["usage"];
+        let tokens = usage["input_tokens"].as_u64().map(|i| i + usage["output_tokens"].as_u64().unwrap_or(0));
+        let cost = usage["cost_usd"].as_f64().filter(|c| *c > 0.0);
+        println!(
+            "  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  {}",
+            step["path"].as_str().unwrap_or_default(),
+            step["status"].as_str().unwrap_or_default(),
+            step["attempts"].as_u64().unwrap_or_default(),
+            duration,
+            tokens.map_or_else(|| "-".to_owned(), |t| t.to_string()),
+            cost.map_or_else(|| "-".to_owned(), progress::dollars),
+            step.get("output").map(|o| shortened(&o.to_string(), 48)).unwrap_or_default(),
+        );
+    }
+}
+
+/// `text` cut to `width` characters, marked with `…` when cut.
+pub(crate) fn shortened(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    format!("{}…", text.chars().take(width - 1).collect::<String>())
+}
+
+/// A run's event log read incrementally: its journal rendered as lifecycle events,
+/// interleaved with the events its steps emitted, then `run.<status>` once it has finished.
+#[derive(Default)]
+pub(crate) struct EventLog {
+    /// Journal entries already rendered.
+    pub(crate) journal_seen: u64,
+    /// Emitted events already returned.
+    pub(crate) events_seen: u64,
+    /// Whether the final `run.<status>` line has been returned.
+    pub(crate) finished: bool,
+}
+
+impl EventLog {
+    /// What is new since the last call, in time order.
+    pub(crate) async fn poll(
+        &mut self,
+        store: &dyn Store,
+        run: RunId,
+    ) -> anyhow::Result<Vec<stepwright_core::journal::EventRecord>> {
+        use stepwright_core::journal::EventRecord;
+        if self.finished {
+            return Ok(Vec::new());
+        }
+        // Only what has not been seen is read. The header and journal are read before the
+        // emitted events: a run's status changes only after its last commit, so once the
+        // status read here is final, the entries and events read with it are the last.
+        let loaded = store.load_from(run, self.journal_seen).await?;
+        let emitted = store.events_from(run, self.events_seen).await?;
+        let lifecycle = |path: &StepPath, at, kind: &str, data: Value| EventRecord {
+            run,
+            path: path.clone(),
+            at,
+            tenant: None,
+            user: None,
+            kind: kind.to_owned(),
+            data,
+        };
+        // (time, rank, event): an attempt's start sorts before what it emitted, its end after.
+        let mut new: Vec<(stepwright_core::Timestamp, u8, EventRecord)> = Vec::new();
+        for entry in &loaded.entries {
+            let mut data = serde_json::to_value(&entry.record)?;
+            let kind = data.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
+            if let Some(object) = data.as_object_mut() {
+                object.remove("type");
+                object.remove("started_at");
+            }
+            let kind = match kind.as_str() {
+                // Draws of `now`/`uuid`/`random` are replay bookkeeping, not progress.
+                "value" => continue,
+                "interrupt_opened" => "interrupt.opened".to_owned(),
+                "interrupt_resolved" => "interrupt.resolved".to_owned(),
+                other => format!("step.{other}"),
+            };
+            match &entry.record {
+                stepwright_core::Record::Completed { attempt, output, started_at, .. } => {
+                    if let Some(started) = started_at {
+                        let started_data = json!({ "attempt": attempt });
+                        new.push((*started, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
+                    }
+                    data["output"] = loaded.blobs.get(output).map_or(Value::Null, |v| (**v).clone());
+                }
+                stepwright_core::Record::Failed { attempt, started_at: Some(started), .. } => {
+                    let started_data = json!({ "attempt": attempt });
+                    new.push((*started, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
+                }
+                _ => {}
+            }
+            let rank = if kind == "step.started" { 0 } else { 2 };
+            new.push((entry.at, rank, lifecycle(&entry.path, entry.at, &kind, data)));
+        }
+        self.journal_seen += loaded.entries.len() as u64;
+        self.events_seen += emitted.len() as u64;
+        for event in emitted {
+            new.push((event.at, 1, event));
+        }
+        new.sort_by_key(|(at, rank, _)| (*at, *rank));
+        let mut events: Vec<EventRecord> = new.into_iter().map(|(_, _, event)| event).collect();
+        let record = &loaded.record;
+        if record.status.is_terminal() {
+            self.finished = true;
+            let data = json!({ "output": record.output, "error": record.error });
+            let kind = format!("run.{}", record.status.as_str());
+            events.push(lifecycle(&StepPath::root(), record.updated_at, &kind, data));
+        }
+        Ok(events)
+    }
+}
+
+/// `HH:MM:SS.mmm` (UTC) of a timestamp, for the text form of the event log.
+pub(crate) fn clock_time(at: stepwright_core::Timestamp) -> String {
+    let millis = at.as_micros().div_euclid(1000);
+    let of_day = millis.rem_euclid(86_400_000);
+    let (hours, minutes) = (of_day / 3_600_000, of_day / 60_000 % 60);
+    let (seconds, millis) = (of_day / 1000 % 60, of_day % 1000);
+    format!("{hours:02}:{minutes:02}:{seconds:02}.{millis:03}")
+}
+
+/// Mermaid or Graphviz dot of a definition's top-level structure.
+pub(crate) fn draw(description: &Value, format: &str) -> anyhow::Result<String> {
+    let steps = description["steps"].as_array().cloned().unwrap_or_default();
+    let mut lines = Vec::new();
+    match format {
+        "mermaid" => {
+            lines.push("flowchart TD".to_owned());
+            for (i, step) in steps.iter().enumerate() {
+                lines.push(format!(
+                    "  s{i}[\"{} ({})\"]",
+                    step["id"].as_str().unwrap_or("?"),
+                    step["kind"].as_str().unwrap_or("?")
+                ));
+                if i > 0 {
+                    lines.push(format!("  s{} --> s{i}", i - 1));
+                }
+            }
+        }
+        "dot" => {
+            lines.push("digraph workflow {".to_owned());
+            for (i, step) in steps.iter().enumerate() {
+                lines.push(format!(
+                    "  s{i} [label=\"{} ({})\"];",
+                    step["id"].as_str().unwrap_or("?"),
+                    step["kind"].as_str().unwrap_or("?")
+                ));
+                if i > 0 {
+                    lines.push(format!("  s{} -> s{i};", i - 1));
+                }
+            }
+            lines.push("}".to_owned());
+        }
+        other => return Err(anyhow!(BadInput(format!("unknown --format {other:?}: mermaid or dot")))),
+    }
+    Ok(lines.join("\n"))
+}
