@@ -245,19 +245,13 @@ impl EventLog {
         // (time, rank, event): an attempt's start sorts before what it emitted, its end after.
         let mut new: Vec<(stepwright_core::Timestamp, u8, EventRecord)> = Vec::new();
         for entry in &loaded.entries {
+            // Draws of `now`/`uuid`/`random` are replay bookkeeping, not progress.
+            let Some(kind) = entry.record.event_name() else { continue };
             let mut data = serde_json::to_value(&entry.record)?;
-            let kind = data.get("type").and_then(Value::as_str).unwrap_or_default().to_owned();
             if let Some(object) = data.as_object_mut() {
                 object.remove("type");
                 object.remove("started_at");
             }
-            let kind = match kind.as_str() {
-                // Draws of `now`/`uuid`/`random` are replay bookkeeping, not progress.
-                "value" => continue,
-                "interrupt_opened" => "interrupt.opened".to_owned(),
-                "interrupt_resolved" => "interrupt.resolved".to_owned(),
-                other => format!("step.{other}"),
-            };
             match &entry.record {
                 stepwright_core::Record::Completed { attempt, output, started_at, .. } => {
                     if let Some(started) = started_at {
@@ -273,7 +267,7 @@ impl EventLog {
                 _ => {}
             }
             let rank = if kind == "step.started" { 0 } else { 2 };
-            new.push((entry.at, rank, lifecycle(&entry.path, entry.at, &kind, data)));
+            new.push((entry.at, rank, lifecycle(&entry.path, entry.at, kind, data)));
         }
         self.journal_seen += loaded.entries.len() as u64;
         self.events_seen += emitted.len() as u64;

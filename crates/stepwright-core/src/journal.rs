@@ -283,6 +283,30 @@ pub enum Record {
     },
 }
 
+impl Record {
+    /// The public event this entry stands for in a run's event stream (`runs events`, and
+    /// the API's stream): `step.completed`, `interrupt.opened`, and so on; `None` for replay
+    /// bookkeeping (`now`/`uuid`/`random` draws). An explicit mapping, so renaming a variant
+    /// or its storage encoding never renames a public event.
+    pub fn event_name(&self) -> Option<&'static str> {
+        Some(match self {
+            Self::Started { .. } => "step.started",
+            Self::Intent { .. } => "step.intent",
+            Self::Completed { .. } => "step.completed",
+            Self::Failed { .. } => "step.failed",
+            Self::Skipped { .. } => "step.skipped",
+            Self::Decided { .. } => "step.decided",
+            Self::Value { .. } => return None,
+            Self::InterruptOpened { .. } => "interrupt.opened",
+            Self::InterruptResolved { .. } => "interrupt.resolved",
+            Self::Checkpoint { .. } => "step.checkpoint",
+            Self::Handoff { .. } => "step.handoff",
+            Self::Artifact { .. } => "step.artifact",
+            Self::Cancelled { .. } => "step.cancelled",
+        })
+    }
+}
+
 /// What an operator chose at a step path, recorded once and served on every later
 /// execution, so a resumed run takes the way it took before.
 ///
@@ -432,6 +456,24 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The public names are the ones the event stream has always had; this pins them.
+    #[test]
+    fn records_name_their_public_events_explicitly() {
+        let id = InterruptId::new("int_1");
+        let request = InterruptRequest::approval("ok?");
+        let cases = [
+            (Record::Started { attempt: 1 }, Some("step.started")),
+            (Record::Skipped { reason: "no".into() }, Some("step.skipped")),
+            (Record::Decided { choice: Choice::Winner { winner: 0 } }, Some("step.decided")),
+            (Record::Value { attempt: 1, seq: 1, value: json!(1) }, None),
+            (Record::InterruptOpened { id: id.clone(), request, deadline: None }, Some("interrupt.opened")),
+            (Record::Cancelled { reason: "stop".into() }, Some("step.cancelled")),
+        ];
+        for (record, name) in cases {
+            assert_eq!(record.event_name(), name, "{record:?}");
+        }
+    }
 
     #[test]
     fn choices_keep_the_stored_shapes_and_refuse_others() {
