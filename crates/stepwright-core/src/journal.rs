@@ -467,7 +467,7 @@ mod tests {
             (Record::Skipped { reason: "no".into() }, Some("step.skipped")),
             (Record::Decided { choice: Choice::Winner { winner: 0 } }, Some("step.decided")),
             (Record::Value { attempt: 1, seq: 1, value: json!(1) }, None),
-            (Record::InterruptOpened { id: id.clone(), request, deadline: None }, Some("interrupt.opened")),
+            (Record::InterruptOpened { id, request, deadline: None }, Some("interrupt.opened")),
             (Record::Cancelled { reason: "stop".into() }, Some("step.cancelled")),
         ];
         for (record, name) in cases {
