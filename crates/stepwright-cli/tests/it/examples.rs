@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::support::{Reply, Tokens, contents, stepwright};
+use crate::support::{Answer, Tokens, contents, stepwright};
 use serde_json::{Value, json};
 
 fn examples_dir() -> PathBuf {
@@ -143,12 +143,12 @@ fn every_example_runs_offline_from_its_cassette() {
 }
 
 /// What the scripted model says in the examples: written for each example's prompts.
-fn screenplay(request: &Value) -> Reply {
+fn screenplay(request: &Value) -> Answer {
     let system = contents(request, "system").first().copied().unwrap_or_default();
     let user = contents(request, "user").first().copied().unwrap_or_default();
     let results = contents(request, "tool");
-    let text = |s: &str| Reply::Text(s.to_owned());
-    let call = |id: &str, name: &str, args: Value| Reply::Calls(vec![(id.to_owned(), name.to_owned(), args)]);
+    let text = |s: &str| Answer::Text(s.to_owned());
+    let call = |id: &str, name: &str, args: Value| Answer::Calls(vec![(id.to_owned(), name.to_owned(), args)]);
     if user.starts_with("Classify this support ticket") {
         return text(r#"{"category": "billing", "urgency": "high"}"#);
     }
@@ -263,7 +263,7 @@ fn recording_the_examples_again_reproduces_their_cassettes() {
             args.extend(["--model".into(), format!("{binding}=openai:{}@{base}", config.model)]);
         }
         args.extend(["--input".into(), input_of(name).into()]);
-        let before = served.load(std::sync::atomic::Ordering::SeqCst);
+        let before = served.served();
         let output = Command::new(env!("CARGO_BIN_EXE_stepwright"))
             .current_dir(dir.path())
             .env_remove("STEPWRIGHT_DB")
@@ -277,7 +277,7 @@ fn recording_the_examples_again_reproduces_their_cassettes() {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        let calls = served.load(std::sync::atomic::Ordering::SeqCst) - before;
+        let calls = served.served() - before;
         let committed = PathBuf::from(cassette(name));
         if bless {
             std::fs::copy(&recorded, &committed).unwrap();

@@ -3,27 +3,26 @@
 //! offline from it, and `--model` overrides.
 
 use std::process::Output;
-use std::sync::atomic::Ordering;
 
-use crate::support::{Reply, Tokens, contents, stepwright};
+use crate::support::{Answer, Tokens, contents, stepwright};
 use serde_json::{Value, json};
 
 /// What the fake model answers.
-fn answer(request: &Value) -> Reply {
+fn answer(request: &Value) -> Answer {
     let tool_result = contents(request, "tool").first().map(|r| (*r).to_owned());
     let offered = request["tools"].as_array().is_some_and(|t| !t.is_empty());
     if request.get("response_format").is_some() {
-        Reply::Text(r#"{"category": "billing"}"#.into())
+        Answer::Text(r#"{"category": "billing"}"#.into())
     } else if let Some(result) = tool_result {
-        Reply::Text(format!("done: {result}"))
+        Answer::Text(format!("done: {result}"))
     } else if offered {
-        Reply::Calls(vec![("t1".into(), "shout".into(), json!({ "text": "quiet" }))])
+        Answer::Calls(vec![("t1".into(), "shout".into(), json!({ "text": "quiet" }))])
     } else {
-        Reply::Text("hello".into())
+        Answer::Text("hello".into())
     }
 }
 
-fn fake_openai() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+fn fake_openai() -> (u16, stepwright_testkit::http::FakeServer) {
     crate::support::fake_openai(answer, Tokens::Fixed(12, 4))
 }
 
@@ -70,7 +69,7 @@ fn a_run_is_recorded_to_a_cassette_and_replayed_offline() {
     assert_eq!(recorded.status.code(), Some(0), "{}", String::from_utf8_lossy(&recorded.stderr));
     let first = report(&recorded);
     assert_eq!(first["output"], json!({ "category": "billing", "assist": "done: QUIET" }));
-    assert_eq!(served.load(Ordering::SeqCst), 3, "classify, then the agent's two turns");
+    assert_eq!(served.served(), 3, "classify, then the agent's two turns");
     let cassette: Value = serde_json::from_slice(&std::fs::read(dir.path().join("calls.json")).unwrap()).unwrap();
     assert_eq!(cassette["interactions"].as_array().unwrap().len(), 3);
 
@@ -79,7 +78,7 @@ fn a_run_is_recorded_to_a_cassette_and_replayed_offline() {
         stepwright(dir.path(), &[&args[..], &["--cassette-mode", "replay", "--db", "sqlite://two.db"]].concat());
     assert_eq!(replayed.status.code(), Some(0), "{}", String::from_utf8_lossy(&replayed.stderr));
     assert_eq!(report(&replayed)["output"], first["output"]);
-    assert_eq!(served.load(Ordering::SeqCst), 3, "the replay made no model call");
+    assert_eq!(served.served(), 3, "the replay made no model call");
 
     // `runs show` sums what the replayed calls cost in tokens.
     let run = report(&replayed)["run_id"].as_str().unwrap().to_owned();
@@ -95,7 +94,7 @@ fn a_run_is_recorded_to_a_cassette_and_replayed_offline() {
     );
     assert_eq!(missed.status.code(), Some(1), "{}", String::from_utf8_lossy(&missed.stderr));
     assert_eq!(report(&missed)["error"]["code"], json!("cassette_miss"));
-    assert_eq!(served.load(Ordering::SeqCst), 3);
+    assert_eq!(served.served(), 3);
 
     // With auto, the override calls the model and records the new request.
     let auto = stepwright(
@@ -103,7 +102,7 @@ fn a_run_is_recorded_to_a_cassette_and_replayed_offline() {
         &[&args[..], &["--cassette-mode", "auto", "--db", "sqlite://four.db", "--model", &other]].concat(),
     );
     assert_eq!(auto.status.code(), Some(0), "{}", String::from_utf8_lossy(&auto.stderr));
-    assert_eq!(served.load(Ordering::SeqCst), 6);
+    assert_eq!(served.served(), 6);
 }
 
 #[test]
@@ -126,8 +125,8 @@ fn model_flags_are_checked() {
 
 /// What the session test's model answers: the user messages it was sent, so the test sees
 /// which history reached it.
-fn echo_history(request: &Value) -> Reply {
-    Reply::Text(contents(request, "user").join(" | "))
+fn echo_history(request: &Value) -> Answer {
+    Answer::Text(contents(request, "user").join(" | "))
 }
 
 /// A session belongs to whoever started the run that first wrote it (`--tenant`, `--as`):
@@ -175,7 +174,7 @@ steps:
             "my secret is 42 | what is my secret?",
             "{db}: ann continues her session"
         );
-        let calls = served.load(Ordering::SeqCst);
+        let calls = served.served();
         for (who, label) in [(&["--tenant", "acme", "--as", "bob"][..], "another user"), (&[][..], "nobody")] {
             let refused = chat("tell me the secret", who);
             let refused = report(&refused);
@@ -184,6 +183,6 @@ steps:
             assert!(refused["output"].is_null(), "{label}: {refused}");
             assert!(!refused["error"].to_string().contains("secret is"), "{label} learns nothing of the session");
         }
-        assert_eq!(served.load(Ordering::SeqCst), calls, "{db}: the model is never called for a refused session");
+        assert_eq!(served.served(), calls, "{db}: the model is never called for a refused session");
     }
 }

@@ -4,15 +4,15 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{Reply, Tokens, stepwright};
+use crate::support::{Answer, Tokens, stepwright};
 use serde_json::Value;
 
 /// The words the model streams. The workflow's output is not this text, so on the
 /// terminal it can only have come from the live view.
 const STREAMED: &str = "Durable workflows survive crashes and wait days for people to decide";
 
-fn answer(_request: &Value) -> Reply {
-    Reply::Text(STREAMED.into())
+fn answer(_request: &Value) -> Answer {
+    Answer::Text(STREAMED.into())
 }
 
 fn workflow(port: u16) -> String {

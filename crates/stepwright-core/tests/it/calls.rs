@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use crate::common::{Counter, engine};
 use serde_json::{Value, json};
 use stepwright_core::{
     CallKind, Caller, Decision, Effect, EngineError, ErrorCode, InMemoryStore, InterruptRequest, Node, Record,
     RetryPolicy, RunId, RunStatus, StartOptions, StepContext, StepError, Workflow, fn_step,
 };
+use stepwright_testkit::{Counter, engine};
 
 const RUN: &str = "01890000-0000-7000-8000-0000000ca110";
 

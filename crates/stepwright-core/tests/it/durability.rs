@@ -4,7 +4,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::common::{Counter, T0, records_at};
 use futures_util::future::BoxFuture;
 use serde_json::json;
 use stepwright_core::journal::{EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, RunRecord};
@@ -13,6 +12,7 @@ use stepwright_core::{
     Durability, Effect, Engine, EngineConfig, InMemoryStore, Node, Record, RunId, SeededEntropy, StartOptions, Store,
     StoreError, Timestamp, TokioClock, Workflow, fn_step,
 };
+use stepwright_testkit::{Counter, T0, records_at};
 
 /// A memory store that counts appends.
 struct Counting {

@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{Log, engine, engine_with, records_at};
 use serde_json::{Value, json};
 use stepwright_core::{
     Caller, Decision, Durability, EngineConfig, ErrorCode, Fork, Graph, InterruptRequest, Node, Observer, Outcome,
     Record, RunId, RunStatus, StartOptions, StepContext, StepError, StepPath, StepStatus, Workflow, dyn_fn_step,
     fn_step,
 };
+use stepwright_testkit::{Log, engine, engine_with, records_at};
 
 struct Recording(Log);
 
@@ -190,7 +190,7 @@ fn descriptions_are_part_of_the_definition() {
 #[tokio::test(start_paused = true)]
 async fn paths_not_started_before_a_cancellation_never_run() {
     let (engine, store) = engine();
-    let started = crate::common::Counter::default();
+    let started = stepwright_testkit::Counter::default();
     let later = |id: &str| {
         let started = started.clone();
         Node::step(

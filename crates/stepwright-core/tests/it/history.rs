@@ -1,8 +1,8 @@
 //! Fork (and replay): new runs from a run's history.
 
-use crate::common::{Counter, engine};
 use serde_json::{Value, json};
 use stepwright_core::{EngineError, ForkPatch, Node, RunStatus, StepContext, StepPath, Workflow, fn_step};
+use stepwright_testkit::{Counter, engine};
 
 fn counted(id: &str, counter: &Counter, f: fn(i64) -> i64) -> Node {
     let counter = counter.clone();

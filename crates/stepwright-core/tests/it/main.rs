@@ -3,8 +3,6 @@
 //! One test binary for the crate: each module is one area (a file per area, as before),
 //! linked once instead of once per file.
 
-mod common;
-
 mod build;
 mod calls;
 mod durability;

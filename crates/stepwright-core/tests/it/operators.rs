@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{Log, T0, engine, records_at};
 use serde_json::{Value, json};
 use stepwright_core::journal::Choice;
 use stepwright_core::{
@@ -12,6 +11,7 @@ use stepwright_core::{
     MapLayer, Node, OnMaxIterations, Outcome, PathResult, ProvidedLayer, Record, RunStatus, Step, StepContext,
     StepError, Verdict, Workflow, fn_step,
 };
+use stepwright_testkit::{Log, T0, engine, records_at};
 
 fn add(n: i64) -> Node {
     Node::step(&format!("add-{n}"), fn_step(move |_ctx, x: i64| async move { Ok(x + n) }))
@@ -424,7 +424,7 @@ async fn loop_on_error_retry_reuses_the_message_and_skip_moves_on() {
     for (policy, expected) in [(LoopOnError::Retry, vec!["a", "bad", "c"]), (LoopOnError::Skip, vec!["a", "c"])] {
         let (engine, _) = engine();
         let handled = Log::default();
-        let bad_seen = crate::common::Counter::default();
+        let bad_seen = stepwright_testkit::Counter::default();
         let body = {
             let handled = handled.clone();
             Node::step(

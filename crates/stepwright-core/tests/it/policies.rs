@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::common::{Counter, T0, engine, records_at, retry_times};
 use serde_json::{Value, json};
 use stepwright_core::{
     ApprovalGate, Backoff, Caller, Decision, Effect, ErrorCode, Expr, FnGuardrail, Guardrail, GuardrailAction,
     GuardrailStage, Node, OnFailure, PatternGuardrail, Record, RetryPolicy, RunStatus, StepContext, StepError,
     TimeoutAction, Workflow, fn_step,
 };
+use stepwright_testkit::{Counter, T0, engine, records_at, retry_times};
 
 /// Fails `failures` times with a retryable (or not) error, then returns the attempt number.
 fn flaky(counter: Counter, failures: usize, retryable: bool) -> Node {
@@ -262,7 +262,7 @@ async fn panics_become_execution_failed() {
 #[tokio::test(start_paused = true)]
 async fn fenced_steps_get_an_intent_and_a_stable_idempotency_key() {
     let (engine, store) = engine();
-    let keys = crate::common::Log::default();
+    let keys = stepwright_testkit::Log::default();
     let write = {
         let keys = keys.clone();
         let counter = Counter::default();
@@ -303,7 +303,7 @@ async fn fenced_steps_get_an_intent_and_a_stable_idempotency_key() {
 #[tokio::test(start_paused = true)]
 async fn a_fenced_fallback_gets_the_key_of_the_step_it_replaces() {
     let (engine, _) = engine();
-    let keys = crate::common::Log::default();
+    let keys = stepwright_testkit::Log::default();
     let key_step = |id: &str, fail: bool| {
         let keys = keys.clone();
         Node::step(

@@ -5,7 +5,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{Counter, Log, T0, engine, records_at};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use stepwright_core::{
@@ -13,6 +12,7 @@ use stepwright_core::{
     Loop, Node, OnFailure, Outcome, Record, RetryPolicy, RunId, RunStatus, SeededEntropy, StartOptions, Step,
     StepContext, StepError, Store, TokioClock, Verdict, Workflow, dyn_fn_step, fn_step,
 };
+use stepwright_testkit::{Counter, Log, T0, completed_paths, engine, records_at};
 
 #[derive(Debug, Clone)]
 enum Shape {
@@ -158,15 +158,6 @@ fn engine_at(store: Arc<InMemoryStore>, clock: Arc<TokioClock>) -> Engine {
     Engine::builder().store(store as Arc<dyn Store>).clock(clock).entropy(Arc::new(SeededEntropy::new(3))).build()
 }
 
-fn completed_paths(store: &InMemoryStore, run: RunId) -> HashSet<String> {
-    store
-        .entries(run)
-        .into_iter()
-        .filter(|e| matches!(e.record, Record::Completed { .. }))
-        .map(|e| e.path.as_str().to_owned())
-        .collect()
-}
-
 async fn check_resume_equivalence(shapes: Vec<Shape>, crashes: Vec<usize>, input: i64) -> Result<(), TestCaseError> {
     let log = Log::default();
     let workflow = build(&shapes, &log);
@@ -180,7 +171,7 @@ async fn check_resume_equivalence(shapes: Vec<Shape>, crashes: Vec<usize>, input
     let mut first = true;
     for after in crashes {
         store.fail_appends_after(after);
-        let before = completed_paths(&store, run);
+        let before = completed_paths(&store, run).into_iter().collect::<HashSet<_>>();
         let executions_before = log.take().len();
         let result = if first {
             first = false;
@@ -206,7 +197,7 @@ async fn check_resume_equivalence(shapes: Vec<Shape>, crashes: Vec<usize>, input
     let report = match finished {
         Some(report) => report,
         None => {
-            let before = completed_paths(&store, run);
+            let before = completed_paths(&store, run).into_iter().collect::<HashSet<_>>();
             let executions_before = log.take().len();
             let report = if first {
                 engine

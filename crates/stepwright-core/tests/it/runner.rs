@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{T0, engine};
 use serde_json::{Value, json};
 use stepwright_core::{
     ApprovalGate, Clock, Engine, EngineConfig, EngineError, InMemoryStore, Node, RunId, RunStatus, Runner,
     SeededEntropy, StepContext, Store, TimeoutAction, TokioClock, Workflow, fn_step,
 };
+use stepwright_testkit::{T0, engine};
 
 fn counting_workflow(counts: Arc<Mutex<HashMap<RunId, usize>>>) -> Workflow {
     Workflow::builder("counted")

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use crate::common::{T0, engine, engine_with};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -10,6 +9,7 @@ use stepwright_core::{
     ArtifactCapture, Caller, ContentHash, EngineConfig, ErrorCode, Event, Node, Outcome, Record, RunStatus,
     StartOptions, Step, StepContext, StepError, Workflow, dyn_fn_step, fn_step,
 };
+use stepwright_testkit::{T0, engine, engine_with};
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -2,7 +2,7 @@
 //! detection, approval-gated tools, orphaned calls, delegation, handoff and hooks. The model
 //! is scripted: it answers as a function of the conversation it is sent.
 
-use crate::support::completed_paths;
+use stepwright_testkit::completed_paths;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -2,12 +2,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::support::{FakeServer, Reply, fast_http};
+use crate::support::fast_http;
 use serde_json::{Value, json};
 use stepwright_llm::{
     Anthropic, ChatModel, ChatRequest, FinishReason, Message, ModelErrorKind, ModelParams, OutputFormat, RateLimits,
     ToolCall, ToolChoice, ToolSpec, Usage,
 };
+use stepwright_testkit::http::{FakeServer, Reply};
 
 fn adapter(server: &FakeServer) -> Anthropic {
     Anthropic::new(&server.url, Some("sk-ant-test".into()), fast_http(), &RateLimits::default()).unwrap()
@@ -51,7 +52,7 @@ fn request() -> ChatRequest {
 
 #[tokio::test]
 async fn a_plain_call_sends_system_tool_use_and_tool_results_the_messages_way() {
-    let server = FakeServer::start(vec![Reply::json(
+    let server = FakeServer::scripted(vec![Reply::json(
         200,
         json!({
             "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
@@ -63,8 +64,7 @@ async fn a_plain_call_sends_system_tool_use_and_tool_results_the_messages_way() 
             "stop_reason": "tool_use", "stop_sequence": null,
             "usage": { "input_tokens": 120, "output_tokens": 40 }
         }),
-    )])
-    .await;
+    )]);
     let response = adapter(&server).chat(&request()).await.unwrap();
     assert_eq!(response.content, "Order 41 shipped; let me check 42 again.");
     assert_eq!(response.finish_reason, FinishReason::ToolCalls);
@@ -107,11 +107,10 @@ async fn a_plain_call_sends_system_tool_use_and_tool_results_the_messages_way() 
 
 #[tokio::test]
 async fn max_tokens_defaults_because_the_api_requires_it() {
-    let server = FakeServer::start(vec![Reply::json(
+    let server = FakeServer::scripted(vec![Reply::json(
         200,
         json!({ "content": [{ "type": "text", "text": "hi" }], "stop_reason": "end_turn", "usage": { "input_tokens": 1, "output_tokens": 1 } }),
-    )])
-    .await;
+    )]);
     adapter(&server).chat(&ChatRequest::new("claude", vec![Message::user("hi")])).await.unwrap();
     assert_eq!(server.requests()[0].body["max_tokens"], json!(stepwright_llm::ANTHROPIC_DEFAULT_MAX_TOKENS));
 }
@@ -143,7 +142,7 @@ fn stream_text() -> String {
 #[tokio::test]
 async fn a_stream_split_at_awkward_boundaries_accumulates_text_and_input_json_deltas() {
     for piece in [7, 13, 64, 4096] {
-        let server = FakeServer::start(vec![Reply::sse(&stream_text(), piece)]).await;
+        let server = FakeServer::scripted(vec![Reply::sse(&stream_text(), piece)]);
         let tokens = Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = {
             let tokens = tokens.clone();
@@ -175,15 +174,14 @@ async fn structured_output_is_a_forced_tool_whose_input_is_the_answer() {
         event("message_stop", &json!({ "type": "message_stop" })),
     ]
     .concat();
-    let server = FakeServer::start(vec![
+    let server = FakeServer::scripted(vec![
         Reply::json(
             200,
             json!({ "content": [{ "type": "tool_use", "id": "toolu_0", "name": "answer", "input": { "category": "billing" } }],
                     "stop_reason": "tool_use", "usage": { "input_tokens": 20, "output_tokens": 9 } }),
         ),
         Reply::sse(&stream, 11),
-    ])
-    .await;
+    ]);
     let mut request = ChatRequest::new("claude", vec![Message::user("Classify: refund please")]);
     request.output = Some(OutputFormat { name: "answer".into(), schema: schema.clone() });
     let plain = adapter(&server).chat(&request).await.unwrap();
@@ -201,12 +199,11 @@ async fn structured_output_is_a_forced_tool_whose_input_is_the_answer() {
 #[tokio::test]
 async fn overloaded_529_is_retried_and_an_error_event_mid_stream_is_classified() {
     let ok = json!({ "content": [{ "type": "text", "text": "fine" }], "stop_reason": "end_turn", "usage": { "input_tokens": 3, "output_tokens": 1 } });
-    let server = FakeServer::start(vec![
+    let server = FakeServer::scripted(vec![
         Reply::json(529, json!({ "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } }))
             .header("retry-after", "0"),
         Reply::json(200, ok),
-    ])
-    .await;
+    ]);
     assert_eq!(adapter(&server).chat(&request()).await.unwrap().content, "fine");
     assert_eq!(server.requests().len(), 2);
 
@@ -218,7 +215,7 @@ async fn overloaded_529_is_retried_and_an_error_event_mid_stream_is_classified()
         event("error", &json!({ "type": "error", "error": { "type": "overloaded_error", "message": "Overloaded" } })),
     ]
     .concat();
-    let server = FakeServer::start(vec![Reply::sse(&stream, 9)]).await;
+    let server = FakeServer::scripted(vec![Reply::sse(&stream, 9)]);
     let failure = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
     assert_eq!(failure.kind, ModelErrorKind::Overloaded);
     assert!(failure.message.contains("Overloaded"), "{failure}");
@@ -227,15 +224,14 @@ async fn overloaded_529_is_retried_and_an_error_event_mid_stream_is_classified()
 #[tokio::test]
 async fn a_dropped_stream_is_interrupted_and_a_401_is_terminal() {
     let text = stream_text();
-    let server = FakeServer::start(vec![Reply::sse(&text, 10).dropped_after(text.len() / 2)]).await;
+    let server = FakeServer::scripted(vec![Reply::sse(&text, 10).dropped_after(text.len() / 2)]);
     let failure = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
     assert_eq!(failure.kind, ModelErrorKind::StreamInterrupted, "{failure}");
 
-    let server = FakeServer::start(vec![Reply::json(
+    let server = FakeServer::scripted(vec![Reply::json(
         401,
         json!({ "type": "error", "error": { "type": "authentication_error", "message": "invalid x-api-key" } }),
-    )])
-    .await;
+    )]);
     let failure = adapter(&server).chat(&request()).await.unwrap_err();
     assert_eq!(failure.kind, ModelErrorKind::Unauthorized);
     assert!(failure.message.contains("invalid x-api-key"), "{failure}");

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::support::{FakeServer, Reply, fast_http};
+use crate::support::fast_http;
 use serde_json::{Value, json};
 use stepwright_core::{
     Engine, ErrorCode, InMemoryStore, Node, Record, RunId, RunStatus, StartOptions, Store, Workflow,
@@ -11,6 +11,7 @@ use stepwright_core::{
 use stepwright_llm::{
     Cassette, CassetteMode, LlmSpec, LlmStep, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, rollup,
 };
+use stepwright_testkit::http::{FakeServer, Reply};
 
 fn answer(content: &str) -> Reply {
     Reply::json(
@@ -46,11 +47,10 @@ fn classify() -> Workflow {
 
 #[tokio::test]
 async fn a_wrong_answer_gets_one_repair_turn_that_shows_the_validation_errors() {
-    let server = FakeServer::start(vec![
+    let server = FakeServer::scripted(vec![
         answer("{\"category\": \"sales\"}"),
         answer("{\"category\": \"billing\", \"confidence\": null}"),
-    ])
-    .await;
+    ]);
     let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), models(&server.url));
     let report = engine.start(&classify(), json!("I was charged twice")).await.unwrap();
@@ -94,7 +94,7 @@ async fn a_wrong_answer_gets_one_repair_turn_that_shows_the_validation_errors() 
 
 #[tokio::test]
 async fn answers_that_stay_wrong_fail_with_output_validation() {
-    let server = FakeServer::start(vec![answer("not json"), answer("{\"category\": 7}")]).await;
+    let server = FakeServer::scripted(vec![answer("not json"), answer("{\"category\": 7}")]);
     let engine = engine(Arc::new(InMemoryStore::new()), models(&server.url));
     let report = engine.start(&classify(), json!({ "prompt": "?" })).await.unwrap();
     assert_eq!(report.status, RunStatus::Failed);
@@ -106,12 +106,11 @@ async fn answers_that_stay_wrong_fail_with_output_validation() {
 
 #[tokio::test]
 async fn a_crash_after_the_first_call_resumes_without_paying_for_it_again() {
-    let server = FakeServer::start(vec![
+    let server = FakeServer::scripted(vec![
         answer("{\"category\": \"sales\"}"),
         answer("{\"category\": \"bug\"}"),
         answer("{\"category\": \"bug\"}"),
-    ])
-    .await;
+    ]);
     let store = Arc::new(InMemoryStore::new());
     let engine = engine(store.clone(), models(&server.url));
     // call.0 is committed; call.1's commit fails as if the process died right after the
@@ -134,7 +133,7 @@ async fn a_crash_after_the_first_call_resumes_without_paying_for_it_again() {
 async fn a_cassette_records_then_replays_offline_and_a_miss_names_the_step() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("classify.cassette.json");
-    let server = FakeServer::start(vec![answer("{\"category\": \"bug\"}")]).await;
+    let server = FakeServer::scripted(vec![answer("{\"category\": \"bug\"}")]);
     let recording = models(&server.url).with_cassette(Cassette::open(&path, CassetteMode::Record).unwrap());
     let report =
         engine(Arc::new(InMemoryStore::new()), recording).start(&classify(), json!("it crashes")).await.unwrap();
@@ -172,7 +171,7 @@ async fn a_cassette_records_then_replays_offline_and_a_miss_names_the_step() {
 async fn auto_mode_calls_only_what_is_not_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("auto.json");
-    let server = FakeServer::start(vec![answer("{\"category\": \"bug\"}"), answer("{\"category\": \"other\"}")]).await;
+    let server = FakeServer::scripted(vec![answer("{\"category\": \"bug\"}"), answer("{\"category\": \"other\"}")]);
     for (input, expected) in [("one", "bug"), ("one", "bug"), ("two", "other"), ("two", "other")] {
         let models = models(&server.url).with_cassette(Cassette::open(&path, CassetteMode::Auto).unwrap());
         let report = engine(Arc::new(InMemoryStore::new()), models).start(&classify(), json!(input)).await.unwrap();
@@ -227,7 +226,7 @@ async fn tokens_stream_to_the_steps_sink_as_they_arrive() {
         "{chunks}data: {}\n\ndata: [DONE]\n\n",
         json!({ "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] })
     );
-    let server = FakeServer::start(vec![Reply::sse(&stream, 9)]).await;
+    let server = FakeServer::scripted(vec![Reply::sse(&stream, 9)]);
     let tokens = Arc::new(Tokens::default());
     let engine = Engine::builder()
         .store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>)

@@ -2,7 +2,7 @@
 //! across runs, the session cap, ownership (`access_denied`), a crash right after a session
 //! save, and the `memory.store` / `memory.recall` steps with their scopes.
 
-use crate::support::completed_paths;
+use stepwright_testkit::completed_paths;
 
 use std::sync::Arc;
 

@@ -2,12 +2,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::support::{FakeServer, Reply, fast_http};
+use crate::support::fast_http;
 use serde_json::{Value, json};
 use stepwright_llm::{
     ChatModel, ChatRequest, FinishReason, Message, ModelErrorKind, ModelParams, OpenAi, OutputFormat, RateLimits,
     ToolCall, ToolChoice, ToolSpec, Usage,
 };
+use stepwright_testkit::http::{FakeServer, Reply};
 
 fn adapter(server: &FakeServer) -> OpenAi {
     OpenAi::new(&format!("{}/v1", server.url), Some("sk-test".into()), fast_http(), &RateLimits::default()).unwrap()
@@ -47,7 +48,7 @@ fn request() -> ChatRequest {
 
 #[tokio::test]
 async fn a_plain_call_sends_the_wire_format_and_reads_parallel_tool_calls() {
-    let server = FakeServer::start(vec![Reply::json(
+    let server = FakeServer::scripted(vec![Reply::json(
         200,
         json!({
             "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini-2024-07-18",
@@ -60,8 +61,7 @@ async fn a_plain_call_sends_the_wire_format_and_reads_parallel_tool_calls() {
             }}],
             "usage": { "prompt_tokens": 61, "completion_tokens": 24, "total_tokens": 85 }
         }),
-    )])
-    .await;
+    )]);
     let response = adapter(&server).chat(&request()).await.unwrap();
     assert_eq!(response.finish_reason, FinishReason::ToolCalls);
     assert_eq!(response.usage, Usage { input_tokens: 61, output_tokens: 24 });
@@ -96,11 +96,10 @@ async fn a_plain_call_sends_the_wire_format_and_reads_parallel_tool_calls() {
 
 #[tokio::test]
 async fn structured_output_is_sent_as_a_strict_json_schema() {
-    let server = FakeServer::start(vec![Reply::json(
+    let server = FakeServer::scripted(vec![Reply::json(
         200,
         json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "role": "assistant", "content": "{\"category\":\"bug\",\"reason\":null}" } }] }),
-    )])
-    .await;
+    )]);
     let mut request = ChatRequest::new("m", vec![Message::user("Classify: it crashes")]);
     request.output = Some(OutputFormat {
         name: "answer".into(),
@@ -146,7 +145,7 @@ fn stream_text() -> String {
 #[tokio::test]
 async fn a_stream_split_at_awkward_boundaries_accumulates_text_tool_calls_and_usage() {
     for piece in [7, 13, 64, 4096] {
-        let server = FakeServer::start(vec![Reply::sse(&stream_text(), piece)]).await;
+        let server = FakeServer::scripted(vec![Reply::sse(&stream_text(), piece)]);
         let tokens = Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = {
             let tokens = tokens.clone();
@@ -170,13 +169,13 @@ async fn a_stream_split_at_awkward_boundaries_accumulates_text_tool_calls_and_us
 async fn a_stream_dropped_midway_or_ending_without_done_is_interrupted_and_not_retried() {
     let full = stream_text();
     let cut = full.find("tool_calls").unwrap();
-    let server = FakeServer::start(vec![Reply::sse(&full, 5).dropped_after(cut)]).await;
+    let server = FakeServer::scripted(vec![Reply::sse(&full, 5).dropped_after(cut)]);
     let error = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
     assert_eq!(error.kind, ModelErrorKind::StreamInterrupted, "{error}");
     assert_eq!(server.requests().len(), 1, "tokens were streamed already: the adapter does not call again");
 
     let without_done = full.replace("data: [DONE]\n\n", "");
-    let server = FakeServer::start(vec![Reply::sse(&without_done, 4096)]).await;
+    let server = FakeServer::scripted(vec![Reply::sse(&without_done, 4096)]);
     let error = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
     assert_eq!(error.kind, ModelErrorKind::StreamInterrupted, "{error}");
     assert!(error.message.contains("[DONE]"), "{error}");
@@ -185,7 +184,7 @@ async fn a_stream_dropped_midway_or_ending_without_done_is_interrupted_and_not_r
 #[tokio::test]
 async fn an_error_inside_a_stream_is_reported_with_its_message() {
     let text = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\"}}\n\n";
-    let server = FakeServer::start(vec![Reply::sse(text, 16)]).await;
+    let server = FakeServer::scripted(vec![Reply::sse(text, 16)]);
     let error = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
     assert_eq!(error.kind, ModelErrorKind::Server);
     assert!(error.message.contains("The server had an error"), "{error}");
@@ -194,13 +193,12 @@ async fn an_error_inside_a_stream_is_reported_with_its_message() {
 #[tokio::test]
 async fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
     let body = json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "content": "ok" } }] });
-    let server = FakeServer::start(vec![
+    let server = FakeServer::scripted(vec![
         Reply::json(429, json!({ "error": { "message": "Rate limit reached", "type": "requests" } }))
             .header("retry-after-ms", "30"),
         Reply::json(502, json!({ "error": { "message": "bad gateway" } })),
         Reply::json(200, body),
-    ])
-    .await;
+    ]);
     let started = std::time::Instant::now();
     let response = adapter(&server).chat(&request()).await.unwrap();
     assert_eq!(response.content, "ok");
@@ -211,7 +209,7 @@ async fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
 #[tokio::test]
 async fn retries_stop_at_max_retries_with_the_last_error() {
     let error = json!({ "error": { "message": "overloaded" } });
-    let server = FakeServer::start(vec![Reply::json(503, error.clone()); 5]).await;
+    let server = FakeServer::scripted(vec![Reply::json(503, error.clone()); 5]);
     let failure = adapter(&server).chat(&request()).await.unwrap_err();
     assert_eq!(failure.kind, ModelErrorKind::Overloaded);
     assert_eq!(failure.status, Some(503));
@@ -220,10 +218,9 @@ async fn retries_stop_at_max_retries_with_the_last_error() {
 
 #[tokio::test]
 async fn a_retry_after_longer_than_max_backoff_is_left_to_the_step_retry_policy() {
-    let server = FakeServer::start(vec![
+    let server = FakeServer::scripted(vec![
         Reply::json(429, json!({ "error": { "message": "slow down" } })).header("retry-after", "3600"),
-    ])
-    .await;
+    ]);
     let failure = adapter(&server).chat(&request()).await.unwrap_err();
     assert_eq!(failure.kind, ModelErrorKind::RateLimited);
     assert_eq!(failure.retry_after, Some(std::time::Duration::from_secs(3600)));
@@ -238,11 +235,10 @@ async fn client_errors_are_terminal_with_the_providers_message() {
     for (status, kind) in
         [(400, ModelErrorKind::BadRequest), (401, ModelErrorKind::Unauthorized), (403, ModelErrorKind::Forbidden)]
     {
-        let server = FakeServer::start(vec![Reply::json(
+        let server = FakeServer::scripted(vec![Reply::json(
             status,
             json!({ "error": { "message": format!("provider says {status}"), "type": "invalid_request_error", "code": null } }),
-        )])
-        .await;
+        )]);
         let failure = adapter(&server).chat(&request()).await.unwrap_err();
         assert_eq!(failure.kind, kind);
         assert!(failure.message.contains(&format!("provider says {status}")), "{failure}");
@@ -266,7 +262,7 @@ async fn a_connection_refused_is_a_retryable_connection_error() {
 #[tokio::test]
 async fn a_rate_limit_per_key_spaces_out_requests() {
     let body = json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "content": "ok" } }] });
-    let server = FakeServer::start(vec![Reply::json(200, body); 3]).await;
+    let server = FakeServer::scripted(vec![Reply::json(200, body); 3]);
     let limits = RateLimits::default();
     let options = stepwright_llm::HttpOptions { requests_per_minute: std::num::NonZeroU32::new(120), ..fast_http() };
     // Two adapters with the same key share one limiter: 120/min is one per 500 ms, with a

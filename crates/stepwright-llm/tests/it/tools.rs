@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::{FakeServer, Reply};
 use serde_json::{Value, json};
 use stepwright_core::{Effect, Engine, ErrorCode, InMemoryStore, RunReport, RunStatus, Store, Workflow};
 use stepwright_llm::{
     CommandTool, HttpTool, TOOL_FAILED, TOOL_NOT_FOUND, TOOL_TIMEOUT, Tool, ToolDef, ToolStep, Tools,
 };
+use stepwright_testkit::http::{FakeServer, Reply};
 
 fn argv(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|p| (*p).to_owned()).collect()
@@ -121,12 +121,11 @@ async fn arguments_that_do_not_match_the_schema_never_reach_the_tool() {
 
 #[tokio::test]
 async fn an_http_tool_sends_queries_and_bodies_and_maps_error_statuses() {
-    let server = FakeServer::start(vec![
+    let server = FakeServer::scripted(vec![
         Reply::json(200, json!({ "status": "shipped" })),
         Reply::json(201, json!({ "id": 9 })),
         Reply::json(503, json!({ "error": "down for maintenance" })),
-    ])
-    .await;
+    ]);
     let url = format!("{}/orders", server.url);
     let get = HttpTool::new(read_only("lookup"), "get", &url).unwrap().header("x-api-key", "k1");
     let report = call(Arc::new(get), json!({ "order_id": "A 1", "full": true })).await;
