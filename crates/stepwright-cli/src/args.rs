@@ -19,7 +19,7 @@ pub(crate) struct Cli {
 
 /// How workflow files are loaded and their models reached (every command that loads a
 /// file or runs steps).
-#[derive(clap::Args, Clone, Debug, Default)]
+#[derive(clap::Args, Clone, Debug)]
 pub(crate) struct ModelFlags {
     /// A directory that `workflow:` calls may reach besides the first file's own directory
     /// tree (repeatable).
@@ -33,8 +33,8 @@ pub(crate) struct ModelFlags {
     pub(crate) cassette: Option<PathBuf>,
     /// `auto` (replay what is recorded, call and record the rest), `replay` (never call a
     /// model: a missing recording fails the step) or `record`.
-    #[arg(long, value_name = "MODE", default_value = "auto", global = true)]
-    pub(crate) cassette_mode: String,
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_cassette_mode, global = true)]
+    pub(crate) cassette_mode: stepwright_llm::CassetteMode,
 }
 
 impl ModelFlags {
@@ -74,8 +74,8 @@ pub(crate) enum Command {
         /// The workflow file.
         file: PathBuf,
         /// `mermaid` or `dot`.
-        #[arg(long, default_value = "mermaid")]
-        format: String,
+        #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
+        format: GraphFormat,
     },
     /// Inspect runs.
     Runs {
@@ -201,8 +201,8 @@ pub(crate) enum Command {
         once: bool,
         /// `text` (a line per claim, finished run, stopped run and store error, on stderr)
         /// or `json` (the same as JSON lines).
-        #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-        log_format: String,
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
         /// Execute only runs started in this tenant (a worker dedicated to one tenant).
         #[arg(long)]
         tenant: Option<String>,
@@ -264,8 +264,8 @@ pub(crate) enum RunsCommand {
     /// on stderr when more exist).
     List {
         /// Only runs with this status.
-        #[arg(long)]
-        status: Option<String>,
+        #[arg(long, value_parser = parse_status)]
+        status: Option<stepwright_core::RunStatus>,
         /// Only runs of this workflow.
         #[arg(long)]
         workflow: Option<String>,
@@ -299,4 +299,31 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// How `graph` draws.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GraphFormat {
+    /// A Mermaid flowchart.
+    Mermaid,
+    /// Graphviz dot.
+    Dot,
+}
+
+/// How `worker` logs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LogFormat {
+    /// A line of text per event.
+    Text,
+    /// A JSON object per line.
+    Json,
+}
+
+fn parse_cassette_mode(text: &str) -> Result<stepwright_llm::CassetteMode, String> {
+    text.parse()
+}
+
+fn parse_status(text: &str) -> Result<stepwright_core::RunStatus, String> {
+    stepwright_core::RunStatus::parse(text)
+        .ok_or_else(|| format!("unknown status {text:?}: pending, running, suspended, completed, failed or cancelled"))
 }

@@ -121,9 +121,7 @@ pub(crate) async fn prepare(
         models.bind(name, config).map_err(|e| BadInput(format!("model {name:?}: {e}")))?;
     }
     if let Some(path) = &flags.cassette {
-        let mode: stepwright_llm::CassetteMode =
-            flags.cassette_mode.parse().map_err(|e: String| BadInput(format!("--cassette-mode: {e}")))?;
-        let cassette = stepwright_llm::Cassette::open(path, mode)
+        let cassette = stepwright_llm::Cassette::open(path, flags.cassette_mode)
             .map_err(|e| BadInput(format!("--cassette {}: {e}", path.display())))?;
         models = models.with_cassette(cassette);
     }

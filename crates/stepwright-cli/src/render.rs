@@ -2,11 +2,10 @@
 
 use std::sync::Arc;
 
-use anyhow::anyhow;
 use serde_json::{Value, json};
 use stepwright_core::{RunId, RunReport, RunStatus, StepPath, Store};
 
-use crate::exit::BadInput;
+use crate::args::GraphFormat;
 use crate::host::wall_now;
 use crate::progress;
 
@@ -297,11 +296,11 @@ pub(crate) fn clock_time(at: stepwright_core::Timestamp) -> String {
 }
 
 /// Mermaid or Graphviz dot of a definition's top-level structure.
-pub(crate) fn draw(description: &Value, format: &str) -> anyhow::Result<String> {
+pub(crate) fn draw(description: &Value, format: GraphFormat) -> String {
     let steps = description["steps"].as_array().cloned().unwrap_or_default();
     let mut lines = Vec::new();
     match format {
-        "mermaid" => {
+        GraphFormat::Mermaid => {
             lines.push("flowchart TD".to_owned());
             for (i, step) in steps.iter().enumerate() {
                 lines.push(format!(
@@ -314,7 +313,7 @@ pub(crate) fn draw(description: &Value, format: &str) -> anyhow::Result<String> 
                 }
             }
         }
-        "dot" => {
+        GraphFormat::Dot => {
             lines.push("digraph workflow {".to_owned());
             for (i, step) in steps.iter().enumerate() {
                 lines.push(format!(
@@ -328,7 +327,6 @@ pub(crate) fn draw(description: &Value, format: &str) -> anyhow::Result<String> 
             }
             lines.push("}".to_owned());
         }
-        other => return Err(anyhow!(BadInput(format!("unknown --format {other:?}: mermaid or dot")))),
     }
-    Ok(lines.join("\n"))
+    lines.join("\n")
 }

@@ -78,7 +78,7 @@ pub struct Lineage {
 /// lost its lease cannot write after the new owner started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lease {
-    /// The run.
+    /// The run it leases.
     pub run: RunId,
     /// The worker holding it.
     pub owner: String,
@@ -96,7 +96,7 @@ pub struct DefinitionSource {
     pub format: String,
     /// Where it came from (a file name), for messages.
     pub name: String,
-    /// The text.
+    /// The file's whole text, compiled again to rebuild the definition.
     pub source: String,
 }
 
@@ -115,7 +115,7 @@ pub struct RunRecord {
     pub input: Arc<Value>,
     /// Who started it.
     pub caller: Caller,
-    /// Its status.
+    /// Where it stands; only the store changes it, through `set_status`.
     pub status: RunStatus,
     /// Its output, once completed.
     pub output: Option<Value>,
@@ -207,7 +207,7 @@ pub enum Record {
     Failed {
         /// The attempt that failed.
         attempt: u32,
-        /// The error.
+        /// Why, with its stable code.
         error: StepError,
         /// When the next attempt is due, if there is one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -223,7 +223,7 @@ pub enum Record {
     },
     /// What an operator chose, replayed on resume: see [`Choice`].
     Decided {
-        /// The choice.
+        /// Stored under `value`, the field's name before choices were typed.
         #[serde(rename = "value")]
         choice: Choice,
     },
@@ -233,7 +233,7 @@ pub enum Record {
         attempt: u32,
         /// Its ordinal within the attempt.
         seq: u32,
-        /// The value.
+        /// What was drawn, served again on every later execution of the attempt.
         value: Value,
     },
     /// An interrupt was opened.
@@ -248,14 +248,14 @@ pub enum Record {
     },
     /// An interrupt was resolved (exactly once: stores compare-and-set).
     InterruptResolved {
-        /// Its id.
+        /// The interrupt resolved.
         id: InterruptId,
-        /// The decision.
+        /// Who decided what, and when (or that the deadline did).
         resolution: Resolution,
     },
     /// The step saved a checkpoint and stopped (`continue`).
     Checkpoint {
-        /// The attempt.
+        /// The attempt that saved it; the step is re-entered with it.
         attempt: u32,
         /// The saved state.
         state: Value,
@@ -264,7 +264,7 @@ pub enum Record {
     Handoff {
         /// The target node.
         target: String,
-        /// Its input.
+        /// The input the target node is given.
         payload: Value,
     },
     /// An artifact was captured.
@@ -325,7 +325,7 @@ pub enum Choice {
     },
     /// A dynamic fork's or a map's items, in order: one path each.
     Items {
-        /// The items.
+        /// Each path's input, in path order.
         items: Vec<Value>,
     },
     /// A race's winner: the index of the first path to finish.
@@ -351,7 +351,7 @@ pub enum Choice {
     /// The inbox message a loop iteration consumed (`None`: none came within the park
     /// timeout), and the newest message sequence taken.
     Message {
-        /// The message.
+        /// The message the iteration sees as `loop.message`.
         message: Option<Value>,
         /// Its sequence number in the inbox.
         seq: Option<u64>,
@@ -406,7 +406,7 @@ pub enum OtherwiseArm {
 /// An audit event: typed, timestamped, stamped with run, step path, tenant and user.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventRecord {
-    /// The run.
+    /// The run it happened in.
     pub run: RunId,
     /// The step that emitted it.
     pub path: StepPath,
@@ -418,7 +418,7 @@ pub struct EventRecord {
     pub user: Option<String>,
     /// The event's type.
     pub kind: String,
-    /// Its payload.
+    /// The event's own fields (its shape depends on `kind`).
     pub data: Value,
 }
 
@@ -443,7 +443,7 @@ impl JournalBatch {
 /// A run as loaded for resume: header, journal in order, and the blobs it references.
 #[derive(Debug, Clone)]
 pub struct LoadedRun {
-    /// The header.
+    /// The run's header as of the load.
     pub record: RunRecord,
     /// The journal, in append order.
     pub entries: Vec<JournalEntry>,

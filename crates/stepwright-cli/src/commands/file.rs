@@ -21,9 +21,9 @@ pub(crate) async fn validate(g: &Globals<'_>, file: PathBuf) -> anyhow::Result<u
 }
 
 /// `graph`: draws a file's definition as Mermaid or dot.
-pub(crate) async fn graph(g: &Globals<'_>, file: PathBuf, format: String) -> anyhow::Result<u8> {
+pub(crate) async fn graph(g: &Globals<'_>, file: PathBuf, format: crate::args::GraphFormat) -> anyhow::Result<u8> {
     let flags = g.flags;
     let workflow = load(&file, flags, Servers::Declared).await?;
-    println!("{}", draw(workflow.describe(), &format)?);
+    println!("{}", draw(workflow.describe(), format));
     Ok(0)
 }

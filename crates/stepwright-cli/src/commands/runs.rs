@@ -28,14 +28,12 @@ pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Resul
 /// `runs list`: the newest runs first, a page at a time.
 pub(crate) async fn list(
     store: &Arc<dyn CliStore>,
-    status: Option<String>,
+    status: Option<RunStatus>,
     workflow: Option<String>,
     limit: usize,
     before: Option<String>,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let status =
-        status.map(|s| RunStatus::parse(&s).ok_or_else(|| BadInput(format!("unknown status {s:?}")))).transpose()?;
     if limit == 0 {
         return Err(anyhow!(BadInput("--limit must be at least 1".into())));
     }

@@ -10,7 +10,7 @@ use crate::render::worker_log;
 pub(crate) async fn worker(
     g: &Globals<'_>,
     once: bool,
-    log_format: String,
+    log_format: crate::args::LogFormat,
     tenant: Option<String>,
 ) -> anyhow::Result<u8> {
     let flags = g.flags;
@@ -21,9 +21,11 @@ pub(crate) async fn worker(
     let worker_flags = flags.clone();
     let resolver: stepwright_core::DefinitionResolver = Arc::new(move |record| {
         let (store, flags) = (store.clone(), worker_flags.clone());
-        Box::pin(async move { definition_of(&store, record.id, &flags).await.ok() })
+        // Why a definition cannot be built (its source is gone, an MCP server will not start)
+        // goes to the worker's log with the run, instead of the run being skipped silently.
+        Box::pin(async move { definition_of(&store, record.id, &flags).await.map_err(|e| format!("{e:#}")) })
     });
-    let log = worker_log(log_format == "json", engine.worker_id().to_owned());
+    let log = worker_log(log_format == crate::args::LogFormat::Json, engine.worker_id().to_owned());
     let mut runner = stepwright_core::Runner::new(engine).resolve_with(resolver).log_to(log);
     if let Some(tenant) = &tenant {
         runner = runner.only_tenant(tenant);

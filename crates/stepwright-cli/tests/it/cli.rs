@@ -81,6 +81,11 @@ fn runs_list_and_show_read_the_store() {
     let list = stepwright(dir.path(), &["--db", &db, "runs", "list", "--json"]);
     let first: Value = serde_json::from_str(String::from_utf8_lossy(&list.stdout).lines().next().unwrap()).unwrap();
     assert_eq!((first["run_id"].as_str(), first["status"].as_str()), (Some(run.as_str()), Some("completed")));
+    // `--status` keeps to runs with that status.
+    let completed = stepwright(dir.path(), &["--db", &db, "runs", "list", "--json", "--status", "completed"]);
+    assert_eq!(String::from_utf8_lossy(&completed.stdout).lines().count(), 1);
+    let failed = stepwright(dir.path(), &["--db", &db, "runs", "list", "--json", "--status", "failed"]);
+    assert_eq!((failed.status.code(), String::from_utf8_lossy(&failed.stdout).lines().count()), (Some(0), 0));
     let show = stepwright(dir.path(), &["--db", &db, "runs", "show", &run, "--json"]);
     assert_eq!(show.status.code(), Some(0));
     let shown: Value = serde_json::from_slice(&show.stdout).unwrap();

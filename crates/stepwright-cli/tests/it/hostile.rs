@@ -157,6 +157,14 @@ const CASES: &[Case] = &[
         never_says: &[],
     },
     Case {
+        name: "a status that is not one",
+        files: &[],
+        args: &["runs", "list", "--status", "done"],
+        code: 2,
+        says: "unknown status \"done\": pending, running, suspended, completed, failed or cancelled",
+        never_says: &[],
+    },
+    Case {
         name: "a cursor that is not a run id",
         files: &[],
         args: &["runs", "list", "--before", "yesterday"],

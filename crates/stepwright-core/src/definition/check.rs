@@ -224,3 +224,15 @@ impl Checker {
 pub fn check_schema(schema: &Value) -> Result<(), String> {
     jsonschema::validator_for(schema).map(|_| ()).map_err(|e| e.to_string())
 }
+
+/// Every way `value` breaks a compiled schema, each as `at /pointer: message` (`/` for the
+/// value itself): how every schema violation reads, wherever it is found.
+pub(crate) fn schema_violations(validator: &jsonschema::Validator, value: &Value) -> Vec<String> {
+    validator
+        .iter_errors(value)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            format!("at {}: {e}", if at.is_empty() { "/" } else { &at })
+        })
+        .collect()
+}

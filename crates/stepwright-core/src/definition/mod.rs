@@ -15,6 +15,7 @@ mod walk;
 
 use check::Checker;
 pub use check::check_schema;
+pub(crate) use check::schema_violations;
 use describe::describe_nodes;
 pub(crate) use expr::Merge;
 pub use expr::{
@@ -111,13 +112,7 @@ impl Schema {
         if validator.is_valid(value) {
             return Ok(());
         }
-        let problems: Vec<String> = validator
-            .iter_errors(value)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                format!("at {}: {e}", if at.is_empty() { "/" } else { &at })
-            })
-            .collect();
+        let problems = check::schema_violations(validator, value);
         Err(StepError::new(code, format!("{what} does not match its schema: {}", problems.join("; "))))
     }
 }

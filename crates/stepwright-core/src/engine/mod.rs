@@ -50,9 +50,9 @@ pub struct PendingInterrupt {
     pub id: InterruptId,
     /// The step that asked.
     pub step: StepPath,
-    /// Its kind.
+    /// What is asked: an approval, an input, an event or a timer.
     pub kind: InterruptKind,
-    /// Its message.
+    /// What the person deciding is shown.
     pub message: String,
     /// When its `on_timeout` applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,9 +62,9 @@ pub struct PendingInterrupt {
 /// Where a run stands after an execution returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
-    /// The run.
+    /// The run executed.
     pub run_id: RunId,
-    /// Its status.
+    /// Where it stands now (`running` only when another process continues it).
     pub status: RunStatus,
     /// Its output, if completed.
     pub output: Option<Value>,
@@ -131,6 +131,17 @@ pub enum EngineError {
         run: RunId,
         /// Its status.
         status: RunStatus,
+    },
+    /// A runner found no definition to execute the run with: none registered has its hash,
+    /// and the resolver (if any) said why it could not build one. The run stays resumable.
+    #[error("run {run} of workflow {workflow:?} has no definition to execute it with: {reason}")]
+    Unresolved {
+        /// The run.
+        run: RunId,
+        /// The run's workflow.
+        workflow: String,
+        /// Why no definition was found.
+        reason: String,
     },
     /// The run was started from another workflow definition.
     #[error(
@@ -506,14 +517,7 @@ impl Engine {
         let mut batch = JournalBatch { events: vec![cancelled_event(run, request, now)], ..Default::default() };
         self.inner.store.append(run, Some(lease.token), &mut batch).await.map_err(EngineError::store(run))?;
         let error = request.error();
-        let update = StatusUpdate {
-            status: RunStatus::Cancelled,
-            output: None,
-            error: Some(error.clone()),
-            at: now,
-            wake_at: None,
-            fence: Some(lease.token),
-        };
+        let update = StatusUpdate::ended(RunStatus::Cancelled, error.clone(), now, Some(lease.token));
         self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
         Ok(RunReport {
             run_id: run,
@@ -545,14 +549,7 @@ impl Engine {
         message.push_str("  the definition's steps: ");
         message.push_str(&workflow.path_patterns().join(", "));
         let error = StepError::new(ErrorCode::NONDETERMINISM, message);
-        let update = StatusUpdate {
-            status: RunStatus::Failed,
-            output: None,
-            error: Some(error.clone()),
-            at: self.inner.clock.now(),
-            wake_at: None,
-            fence: Some(lease.token),
-        };
+        let update = StatusUpdate::ended(RunStatus::Failed, error.clone(), self.inner.clock.now(), Some(lease.token));
         self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
         Ok(RunReport {
             run_id: run,
@@ -609,8 +606,7 @@ impl Engine {
                 if let Some(schema) = &request.schema {
                     let validator = jsonschema::validator_for(schema)
                         .map_err(|e| error("invalid_decision", format!("the request's schema is invalid: {e}")))?;
-                    let problems: Vec<String> =
-                        validator.iter_errors(value).map(|e| format!("at {}: {e}", e.instance_path())).collect();
+                    let problems = crate::definition::schema_violations(&validator, value);
                     if !problems.is_empty() {
                         return Err(error(
                             "invalid_decision",
@@ -747,14 +743,7 @@ impl Engine {
         }
         let fresh = loaded.entries.is_empty() && loaded.record.status == RunStatus::Running;
         if !fresh {
-            let running = StatusUpdate {
-                status: RunStatus::Running,
-                output: None,
-                error: None,
-                at: inner.clock.now(),
-                wake_at: None,
-                fence,
-            };
+            let running = StatusUpdate::running(inner.clock.now(), fence);
             inner.store.set_status(run_id, running).await.map_err(EngineError::store(run_id))?;
         }
 

@@ -12,9 +12,12 @@ use crate::ids::RunId;
 use crate::journal::Lease;
 
 /// Finds the definition of a run that no registered workflow matches (a workflow file kept
-/// in the store, for instance).
+/// in the store, for instance). `Err` says why it could not (the source is missing, a
+/// server it needs does not start): the run stops with that reason, for the worker's log.
 pub type DefinitionResolver = std::sync::Arc<
-    dyn Fn(crate::journal::RunRecord) -> futures_util::future::BoxFuture<'static, Option<Workflow>> + Send + Sync,
+    dyn Fn(crate::journal::RunRecord) -> futures_util::future::BoxFuture<'static, Result<Workflow, String>>
+        + Send
+        + Sync,
 >;
 
 /// A worker loop over an engine's store. It claims runs that are ready — created to run
@@ -163,19 +166,23 @@ impl Runner {
                     .get(&record.workflow)
                     .and_then(|versions| versions.iter().find(|w| w.hash() == record.definition_hash))
                     .cloned();
+                let unresolved =
+                    |reason: String| EngineError::Unresolved { run, workflow: record.workflow.clone(), reason };
                 let workflow = match (registered, &resolver) {
-                    (Some(workflow), _) => Some(workflow),
-                    (None, Some(resolve)) => {
-                        resolve(record.clone()).await.filter(|w| w.hash() == record.definition_hash)
+                    (Some(workflow), _) => workflow,
+                    (None, Some(resolve)) => resolve(record.clone()).await.map_err(unresolved)?,
+                    (None, None) => {
+                        return Err(unresolved("no registered workflow has its definition".into()));
                     }
-                    (None, None) => None,
                 };
-                let workflow = workflow.ok_or_else(|| EngineError::DefinitionMismatch {
-                    run,
-                    workflow: record.workflow.clone(),
-                    pinned: record.definition_hash,
-                    given: crate::hash::ContentHash::of_bytes(b"no registered definition"),
-                })?;
+                if workflow.hash() != record.definition_hash {
+                    return Err(EngineError::DefinitionMismatch {
+                        run,
+                        workflow: record.workflow.clone(),
+                        pinned: record.definition_hash,
+                        given: workflow.hash(),
+                    });
+                }
                 engine.execute(&workflow, loaded, lease).await
             }
             .await;

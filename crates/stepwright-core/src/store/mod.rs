@@ -54,6 +54,18 @@ pub struct StatusUpdate {
     pub fence: Option<u64>,
 }
 
+impl StatusUpdate {
+    /// The run is executing again (a resume): no output, no error, no wake-up.
+    pub fn running(at: Timestamp, fence: Option<u64>) -> Self {
+        Self { status: RunStatus::Running, output: None, error: None, at, wake_at: None, fence }
+    }
+
+    /// The run ended without finishing: failed or cancelled with `error`.
+    pub fn ended(status: RunStatus, error: StepError, at: Timestamp, fence: Option<u64>) -> Self {
+        Self { status, output: None, error: Some(error), at, wake_at: None, fence }
+    }
+}
+
 /// Which runs to list.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {

@@ -170,3 +170,51 @@ async fn resume_refuses_a_run_another_worker_holds() {
     tokio::time::sleep(Duration::from_secs(31)).await;
     assert_eq!(b.resume(&workflow, run).await.unwrap().output, Some(json!(2)), "an expired lease can be taken over");
 }
+
+/// A run whose definition the runner cannot find stops with the reason (for the worker's
+/// log), not silently: no resolver, a resolver that fails and says why, and a resolver that
+/// builds another definition (its hash is reported). The run stays resumable, and a runner
+/// that can resolve it finishes it.
+#[tokio::test(start_paused = true)]
+async fn a_run_without_a_definition_stops_with_the_reason() {
+    let (engine, _store) = engine();
+    let counts = Arc::new(Mutex::new(HashMap::new()));
+    let workflow = counting_workflow(counts.clone());
+    let run = engine.create(&workflow, json!(1), Default::default()).await.unwrap().id;
+    // A runner that could not execute the run keeps its lease until it lapses (a back-off:
+    // it does not claim the run again at every poll); the next runner claims it after that.
+    let lapse = || tokio::time::advance(EngineConfig::default().lease_for + Duration::from_secs(1));
+    let stopped = |outcomes: Vec<stepwright_core::RunOutcome>| -> EngineError {
+        let (id, result) = outcomes.into_iter().next().expect("the run was claimed");
+        assert_eq!(id, run);
+        result.expect_err("the run cannot execute")
+    };
+
+    let error = stopped(Runner::new(engine.clone()).tick().await.unwrap());
+    assert!(matches!(&error, EngineError::Unresolved { reason, .. } if reason.contains("no registered workflow")));
+
+    lapse().await;
+    let failing: stepwright_core::DefinitionResolver =
+        Arc::new(|_record| Box::pin(async { Err("its MCP server would not start".to_owned()) }));
+    let error = stopped(Runner::new(engine.clone()).resolve_with(failing).tick().await.unwrap());
+    assert!(error.to_string().contains("its MCP server would not start"), "{error}");
+
+    lapse().await;
+    let other = Workflow::builder("counted").version("2").step(Node::sleep("nap", Duration::from_secs(1))).build();
+    let other = other.unwrap();
+    let wrong: stepwright_core::DefinitionResolver = Arc::new(move |_record| {
+        let other = other.clone();
+        Box::pin(async move { Ok(other) })
+    });
+    let error = stopped(Runner::new(engine.clone()).resolve_with(wrong).tick().await.unwrap());
+    assert!(matches!(error, EngineError::DefinitionMismatch { .. }), "{error}");
+    assert!(counts.lock().unwrap().is_empty(), "nothing executed");
+
+    lapse().await;
+    let right: stepwright_core::DefinitionResolver = Arc::new(move |_record| {
+        let workflow = workflow.clone();
+        Box::pin(async move { Ok(workflow) })
+    });
+    let outcomes = Runner::new(engine.clone()).resolve_with(right).tick().await.unwrap();
+    assert_eq!(outcomes[0].1.as_ref().unwrap().status, RunStatus::Completed);
+}

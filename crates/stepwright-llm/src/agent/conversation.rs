@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
-use stepwright_core::{CallKind, Decision, ErrorCode, Event, InterruptRequest, StepError};
+use stepwright_core::{CallKind, Decision, ErrorCode, Event, InterruptRequest, StepError, StepPath};
 
 use super::tools::Target;
 use super::{
@@ -20,8 +20,9 @@ use crate::types::{ChatRequest, ChatResponse, Message, ToolChoice, ToolSpec};
 struct Conversation {
     /// The agent holding the conversation (another one after a handoff).
     agent: AgentSpec,
-    /// Where its sub-steps are journaled, below the step (`""`, or `turn.2/delegate.0/`).
-    prefix: String,
+    /// Where its sub-steps are journaled, relative to the step: the step itself (the root
+    /// path), or a delegation's call (`turn.2/tool.0`).
+    prefix: StepPath,
     /// How deep in delegations this agent runs (0: the step's own agent).
     depth: u32,
     messages: Vec<Message>,
@@ -55,12 +56,13 @@ enum Turn {
 }
 
 impl Conversation {
-    fn model_call_name(&self) -> String {
-        format!("{}turn.{}/model", self.prefix, self.turn)
+    fn model_call_name(&self) -> StepPath {
+        self.turn_path(self.turn).join("model")
     }
 
-    fn turn_name(&self, turn: u32) -> String {
-        format!("{}turn.{turn}", self.prefix)
+    /// `turn.N` below the prefix: a turn's sub-steps are named below it.
+    fn turn_path(&self, turn: u32) -> StepPath {
+        self.prefix.sub("turn", u64::from(turn))
     }
 
     /// Calls the model once (a journaled sub-step: served on every later execution), within
@@ -89,11 +91,11 @@ impl Conversation {
         let continues = self.earlier.as_ref().map(|(call, from)| Continues { call: call.as_str(), from: *from });
         let call = self.model_call_name();
         let recorded = ctx
-            .call(&call, CallKind::Input, |info| {
+            .call(call.as_str(), CallKind::Input, |info| {
                 call_model(ctx, models, binding, stream, info.path, request, continues)
             })
             .await?;
-        self.earlier = Some((ctx.path().join(&call).as_str().to_owned(), sent));
+        self.earlier = Some((ctx.path().join(call.as_str()).as_str().to_owned(), sent));
         let response: ChatResponse = serde_json::from_value((*recorded).clone())
             .map_err(|e| StepError::execution_failed(format!("reading a recorded model answer: {e}")))?;
         self.iterations += 1;
@@ -140,7 +142,7 @@ impl Conversation {
     fn hand_off(&mut self, run: &AgentRun<'_>, next: AgentSpec, note: &Value) -> Result<(), StepError> {
         run.ctx.emit(Event::new(
             AGENT_HANDOFF_EVENT,
-            json!({ "from": self.agent.name, "to": next.name, "note": note, "turn": self.turn_name(self.turn - 1) }),
+            json!({ "from": self.agent.name, "to": next.name, "note": note, "turn": self.turn_path(self.turn - 1).as_str() }),
         ));
         self.earlier = None;
         self.messages.retain(|m| !matches!(m, Message::System { .. }));
@@ -163,7 +165,7 @@ impl Conversation {
         let detail = json!({
             "agent": self.agent.name,
             "iterations_without_success": self.since_success,
-            "turn": self.turn_name(self.turn - 1),
+            "turn": self.turn_path(self.turn - 1).as_str(),
             "on_stuck": self.agent.on_stuck,
         });
         ctx.emit(Event::new(AGENT_STUCK_EVENT, detail.clone()));
@@ -190,9 +192,9 @@ impl Conversation {
                     self.agent.name, self.since_success
                 ))
                 .payload(detail);
-                let name = format!("{}/escalate.{}", self.turn_name(self.turn - 1), self.escalations);
+                let name = self.turn_path(self.turn - 1).sub("escalate", u64::from(self.escalations));
                 self.escalations += 1;
-                let resolution = ctx.interrupt_named(&name, request).await?;
+                let resolution = ctx.interrupt_named(name.as_str(), request).await?;
                 match resolution.decision {
                     Decision::Approve => {}
                     Decision::Modify { payload } | Decision::Respond { value: payload } => {
@@ -220,7 +222,7 @@ impl AgentRun<'_> {
     pub(super) fn run(
         &self,
         agent: AgentSpec,
-        prefix: String,
+        prefix: StepPath,
         depth: u32,
         messages: Vec<Message>,
     ) -> BoxFuture<'_, Result<(Value, Vec<Message>), StepError>> {

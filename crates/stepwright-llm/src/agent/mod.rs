@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
-use stepwright_core::{DynStep, ErrorCode, Event, Outcome, StepContext, StepError};
+use stepwright_core::{DynStep, ErrorCode, Event, Outcome, StepContext, StepError, StepPath};
 use tokio::time::Instant;
 
 mod conversation;
@@ -111,7 +111,7 @@ impl DynStep for AgentStep {
                 spent: Mutex::new(Spent::default()),
                 started: Instant::now(),
             };
-            let (answer, conversation) = run.run(self.spec.clone(), String::new(), 0, conversation).await?;
+            let (answer, conversation) = run.run(self.spec.clone(), StepPath::root(), 0, conversation).await?;
             if let (Some(id), Some(sessions), Some(limit)) = (&session, &sessions, max_stored) {
                 // Handoffs only change system prompts, so the non-system messages are the
                 // history followed by what this run added.
@@ -293,18 +293,18 @@ impl AgentRun<'_> {
         Ok((specs, targets))
     }
 
-    fn started_event(&self, agent: &AgentSpec, prefix: &str, iteration: u32) {
-        let detail = json!({ "agent": agent.name, "at": prefix.trim_end_matches('/') });
+    fn started_event(&self, agent: &AgentSpec, prefix: &StepPath, iteration: u32) {
+        let detail = json!({ "agent": agent.name, "at": prefix.as_str() });
         self.ctx.emit(Event::new(AGENT_STARTED_EVENT, detail.clone()));
         for hook in self.hooks() {
             hook.on_start(&HookEvent { agent: &agent.name, ctx: self.ctx, iteration, detail: &detail });
         }
     }
 
-    fn completed_event(&self, agent: &AgentSpec, prefix: &str, iteration: u32, answer: &Value) {
+    fn completed_event(&self, agent: &AgentSpec, prefix: &StepPath, iteration: u32, answer: &Value) {
         self.ctx.emit(Event::new(
             AGENT_COMPLETED_EVENT,
-            json!({ "agent": agent.name, "at": prefix.trim_end_matches('/'), "iterations": iteration }),
+            json!({ "agent": agent.name, "at": prefix.as_str(), "iterations": iteration }),
         ));
         for hook in self.hooks() {
             hook.on_complete(&HookEvent { agent: &agent.name, ctx: self.ctx, iteration, detail: answer });

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
-use stepwright_core::{CallKind, Decision, Effect, ErrorCode, Event, InterruptRequest, StepError};
+use stepwright_core::{CallKind, Decision, Effect, ErrorCode, Event, InterruptRequest, StepError, StepPath};
 
 use super::{AgentRun, AgentSpec, TOOL_CALL_EVENT, ends_the_step, exceeded, text_of};
 use crate::tools::ToolContext;
@@ -51,7 +51,7 @@ impl AgentRun<'_> {
     pub(super) async fn tool_round(
         &self,
         agent: &AgentSpec,
-        prefix: &str,
+        prefix: &StepPath,
         turn: u32,
         depth: u32,
         calls: &[ToolCall],
@@ -94,8 +94,8 @@ impl AgentRun<'_> {
                         let request =
                             InterruptRequest::approval(format!("Agent {} wants to call tool {name}.", agent.name))
                                 .payload(json!({ "tool": name, "arguments": args }));
-                        let approval = format!("{prefix}turn.{turn}/tool.{index}/approval");
-                        match ctx.interrupt_named(&approval, request).await?.decision {
+                        let approval = tool_path(prefix, turn, index).join("approval");
+                        match ctx.interrupt_named(approval.as_str(), request).await?.decision {
                             Decision::Approve => {}
                             Decision::Modify { payload } | Decision::Respond { value: payload } => {
                                 // A person may correct the arguments.
@@ -150,8 +150,7 @@ impl AgentRun<'_> {
                 results[index] = Some(error_result(call, "a delegation needs a `task` string"));
                 continue;
             };
-            let name = format!("{prefix}turn.{turn}/tool.{index}");
-            let inner_prefix = format!("{name}/");
+            let inner_prefix = tool_path(prefix, turn, index);
             let mut conversation = Vec::new();
             if let Some(instructions) = &other.instructions {
                 conversation.push(Message::system(instructions.clone()));
@@ -160,13 +159,17 @@ impl AgentRun<'_> {
             // The delegation is a sub-step too, so a finished one is served whole; an
             // unfinished one runs again and its own finished calls are served.
             let outcome = ctx
-                .call(&name, CallKind::Action { effect: Effect::Pure, safe_to_retry: true }, |_| async {
-                    match self.run(other.clone(), inner_prefix.clone(), depth + 1, conversation).await {
-                        Ok((answer, _)) => Ok(json!({ "ok": answer })),
-                        Err(e) if ends_the_step(&e) => Err(e),
-                        Err(e) => Ok(json!({ "error": { "code": e.code.as_str(), "message": e.message } })),
-                    }
-                })
+                .call(
+                    inner_prefix.as_str(),
+                    CallKind::Action { effect: Effect::Pure, safe_to_retry: true },
+                    |_| async {
+                        match self.run(other.clone(), inner_prefix.clone(), depth + 1, conversation).await {
+                            Ok((answer, _)) => Ok(json!({ "ok": answer })),
+                            Err(e) if ends_the_step(&e) => Err(e),
+                            Err(e) => Ok(json!({ "error": { "code": e.code.as_str(), "message": e.message } })),
+                        }
+                    },
+                )
                 .await?;
             results[index] = Some(result_message(call, &outcome));
         }
@@ -179,7 +182,7 @@ impl AgentRun<'_> {
     /// an error saying its outcome is unknown.
     async fn call_tool(
         &self,
-        prefix: &str,
+        prefix: &StepPath,
         turn: u32,
         index: usize,
         name: &str,
@@ -191,7 +194,7 @@ impl AgentRun<'_> {
         let def = tools.get(name).expect("offered tools exist").def();
         let kind = CallKind::Action { effect: def.effect, safe_to_retry: def.safe_to_retry };
         let recorded = ctx
-            .call(&format!("{prefix}turn.{turn}/tool.{index}"), kind, |info| async move {
+            .call(tool_path(prefix, turn, index).as_str(), kind, |info| async move {
                 let started = std::time::Instant::now();
                 let cx = ToolContext { step: ctx.clone(), idempotency_key: info.idempotency_key };
                 let outcome = tools.invoke(name, cx, args).await;
@@ -227,4 +230,10 @@ impl AgentRun<'_> {
 fn names(targets: &BTreeMap<String, Target>) -> String {
     let names: Vec<&str> = targets.keys().map(String::as_str).collect();
     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
+}
+
+/// `turn.N/tool.M` below the prefix: one tool call of a turn (a delegation's own calls are
+/// named below it).
+fn tool_path(prefix: &StepPath, turn: u32, index: usize) -> StepPath {
+    prefix.sub("turn", u64::from(turn)).sub("tool", index as u64)
 }
