@@ -1,9 +1,20 @@
 //! The engine: starts, resumes, resolves and cancels runs.
 
+mod builder;
+mod cancel;
+mod error;
 pub(crate) mod exec;
+mod execute;
 mod history;
 pub(crate) mod owner;
+mod report;
 mod runner;
+
+pub use builder::EngineBuilder;
+use cancel::{cancelled_event, watch_cancels};
+pub use error::EngineError;
+use report::report_from;
+pub use report::{PendingInterrupt, RunReport};
 
 pub use history::{
     DecisionChange, ForkPatch, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, StepChange,
@@ -15,170 +26,26 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{EngineConfig, InMemoryStepCache, StepCache};
+use crate::config::{EngineConfig, StepCache};
 use crate::definition::Workflow;
 use crate::error::{ErrorCode, StepError};
-use crate::hash::ContentHash;
 use crate::identity::Caller;
-use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
-use crate::journal::{
-    CancelRequest, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, Record, RunRecord, RunStatus,
-};
+use crate::ids::{InterruptId, RunId};
+use crate::journal::{CancelRequest, JournalEntry, Lease, LoadedRun, Record, RunRecord, RunStatus};
 use crate::outcome::{Decision, InterruptKind};
-use crate::recording::{Mailboxes, Recorder, ReplayIndex, RunShared, StoreFailed};
-use crate::runtime::{Clock, Entropy, SystemEntropy, TokioClock};
-use crate::scope::Scope;
-use crate::services::{Observer, ProvidedLayers, Services};
-use crate::store::{CancelOutcome, InMemoryStore, StatusUpdate, Store, StoreError};
-use exec::{Env, Exec, Flow};
+use crate::recording::{Mailboxes, ReplayIndex};
+use crate::runtime::{Clock, Entropy};
+use crate::services::{Observer, Services};
+use crate::store::{StatusUpdate, Store, StoreError};
 
 /// The inbox that carries the wake-ups of an `every` wake channel. Wake-ups are stored like
 /// inbox messages, so they reach a run executing in any process and survive a crash; the
 /// `@` keeps them apart from the inboxes a workflow names.
 pub(crate) fn wake_inbox(channel: &str) -> String {
     format!("@wake/{channel}")
-}
-
-/// An open interrupt, as reported to callers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PendingInterrupt {
-    /// Its stable id.
-    pub id: InterruptId,
-    /// The step that asked.
-    pub step: StepPath,
-    /// What is asked: an approval, an input, an event or a timer.
-    pub kind: InterruptKind,
-    /// What the person deciding is shown.
-    pub message: String,
-    /// When its `on_timeout` applies.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<Timestamp>,
-}
-
-/// Where a run stands after an execution returns.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunReport {
-    /// The run executed.
-    pub run_id: RunId,
-    /// Where it stands now (`running` only when another process continues it).
-    pub status: RunStatus,
-    /// Its output, if completed.
-    pub output: Option<Value>,
-    /// Its error, if failed or cancelled.
-    pub error: Option<StepError>,
-    /// Open interrupts, if suspended.
-    pub pending: Vec<PendingInterrupt>,
-    /// When a timer or retry is due, if the run waits for one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub wake_at: Option<Timestamp>,
-}
-
-/// Errors from engine operations.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum EngineError {
-    /// The workflow input does not match the workflow's input schema; nothing was created.
-    #[error("starting workflow {workflow:?}: {source}")]
-    InvalidInput {
-        /// The workflow.
-        workflow: String,
-        /// The validation error.
-        #[source]
-        source: StepError,
-    },
-    /// The store failed; the run stopped where the journal ends and can be resumed.
-    #[error("the store failed during run {run}")]
-    Store {
-        /// The run.
-        run: RunId,
-        /// The cause.
-        #[source]
-        source: StoreError,
-    },
-    /// The request does not fit the run (fork at a step it never reached, …).
-    #[error("run {run}: {reason}")]
-    InvalidRequest {
-        /// The run.
-        run: RunId,
-        /// Why not.
-        reason: String,
-    },
-    /// Another worker holds the run's lease.
-    #[error("run {run} is being executed by {owner} (lease until {until:?})")]
-    Leased {
-        /// The run.
-        run: RunId,
-        /// The worker holding it.
-        owner: String,
-        /// Until when.
-        until: Timestamp,
-    },
-    /// This worker lost the run's lease while executing it (another worker claimed it, for
-    /// instance after a long pause); it stopped and wrote nothing more.
-    #[error("the lease on run {run} was lost while executing it")]
-    LeaseLost {
-        /// The run.
-        run: RunId,
-    },
-    /// The run is finished or running and cannot be resumed.
-    #[error("run {run} cannot be resumed: it is {status:?}")]
-    NotResumable {
-        /// The run.
-        run: RunId,
-        /// Its status.
-        status: RunStatus,
-    },
-    /// A runner found no definition to execute the run with: none registered has its hash,
-    /// and the resolver (if any) said why it could not build one. The run stays resumable.
-    #[error("run {run} of workflow {workflow:?} has no definition to execute it with: {reason}")]
-    Unresolved {
-        /// The run.
-        run: RunId,
-        /// The run's workflow.
-        workflow: String,
-        /// Why no definition was found.
-        reason: String,
-    },
-    /// The run was started from another workflow definition.
-    #[error(
-        "run {run} is pinned to definition {pinned} of workflow {workflow:?}, but the definition given has hash {given}"
-    )]
-    DefinitionMismatch {
-        /// The run.
-        run: RunId,
-        /// The workflow.
-        workflow: String,
-        /// The run's definition hash.
-        pinned: ContentHash,
-        /// The given definition's hash.
-        given: ContentHash,
-    },
-    /// The interrupt cannot be resolved this way.
-    #[error("resolving interrupt {interrupt} of run {run}: {reason}")]
-    Resolve {
-        /// The run.
-        run: RunId,
-        /// The interrupt.
-        interrupt: InterruptId,
-        /// Why not.
-        reason: String,
-        /// A stable code: `not_found`, `already_resolved`, `access_denied`, `invalid_decision`.
-        code: &'static str,
-    },
-}
-
-impl EngineError {
-    fn store(run: RunId) -> impl FnOnce(StoreError) -> Self {
-        move |source| match source {
-            StoreError::Leased { run, owner, until } => Self::Leased { run, owner, until },
-            StoreError::LeaseLost { run, .. } => Self::LeaseLost { run },
-            source => Self::Store { run, source },
-        }
-    }
 }
 
 /// Options for starting a run.
@@ -198,100 +65,6 @@ pub struct ResumeOptions {
     /// (a step renamed or removed), the run fails with `nondeterminism` and a diff, and
     /// nothing runs. Reordered steps are not detected.
     pub allow_new_definition: bool,
-}
-
-/// Builds an [`Engine`].
-pub struct EngineBuilder {
-    store: Option<Arc<dyn Store>>,
-    clock: Option<Arc<dyn Clock>>,
-    entropy: Option<Arc<dyn Entropy>>,
-    config: EngineConfig,
-    services: Services,
-    observer: Option<Arc<dyn Observer>>,
-    cache: Option<Arc<dyn StepCache>>,
-    worker_id: Option<String>,
-}
-
-impl EngineBuilder {
-    /// The name this engine claims runs under (default: `engine@{host}:{pid}:{nonce}`, see
-    /// [`owner::local_worker_id`]; a name of that shape lets another process on the host
-    /// take this one's runs over at once if it dies).
-    #[must_use]
-    pub fn worker_id(mut self, id: &str) -> Self {
-        self.worker_id = Some(id.to_owned());
-        self
-    }
-
-    /// The store (default: a fresh [`InMemoryStore`]).
-    #[must_use]
-    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
-        self.store = Some(store);
-        self
-    }
-
-    /// The clock (default: [`TokioClock`]).
-    #[must_use]
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// The entropy source (default: [`SystemEntropy`]).
-    #[must_use]
-    pub fn entropy(mut self, entropy: Arc<dyn Entropy>) -> Self {
-        self.entropy = Some(entropy);
-        self
-    }
-
-    /// The settings.
-    #[must_use]
-    pub fn config(mut self, config: EngineConfig) -> Self {
-        self.config = config;
-        self
-    }
-
-    /// Registers a service for steps (`ctx.service::<T>()`).
-    #[must_use]
-    pub fn service<T: std::any::Any + Send + Sync>(mut self, service: Arc<T>) -> Self {
-        self.services = self.services.with(service);
-        self
-    }
-
-    /// Live progress and token notifications.
-    #[must_use]
-    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
-        self.observer = Some(observer);
-        self
-    }
-
-    /// The step cache (default: in memory).
-    #[must_use]
-    pub fn cache(mut self, cache: Arc<dyn StepCache>) -> Self {
-        self.cache = Some(cache);
-        self
-    }
-
-    /// Builds the engine.
-    pub fn build(self) -> Engine {
-        let entropy: Arc<dyn Entropy> = self.entropy.unwrap_or_else(|| Arc::new(SystemEntropy::new()));
-        let worker_id = self.worker_id.unwrap_or_else(|| owner::local_worker_id("engine", entropy.as_ref()));
-        Engine {
-            inner: Arc::new(EngineInner {
-                worker_id,
-                store: self.store.unwrap_or_else(|| Arc::new(InMemoryStore::new())),
-                clock: self.clock.unwrap_or_else(|| Arc::new(TokioClock::new())),
-                entropy,
-                config: Arc::new(self.config),
-                services: self.services,
-                observer: self.observer,
-                cache: self.cache.unwrap_or_else(|| Arc::new(InMemoryStepCache::default())),
-                mailboxes: Arc::new(Mailboxes::default()),
-                live: Mutex::new(HashMap::new()),
-                cancels: Mutex::new(HashMap::new()),
-                watching: AtomicBool::new(false),
-            }),
-        }
-    }
 }
 
 /// The engine: runs workflows against a store. Cheap to clone; share one per process.
@@ -506,29 +279,6 @@ impl Engine {
         self.execute(workflow, loaded, lease).await
     }
 
-    /// Ends a claimed run as cancelled by an earlier request, running nothing.
-    async fn finish_cancelled(
-        &self,
-        run: RunId,
-        lease: &Lease,
-        request: &CancelRequest,
-    ) -> Result<RunReport, EngineError> {
-        let now = self.inner.clock.now();
-        let mut batch = JournalBatch { events: vec![cancelled_event(run, request, now)], ..Default::default() };
-        self.inner.store.append(run, Some(lease.token), &mut batch).await.map_err(EngineError::store(run))?;
-        let error = request.error();
-        let update = StatusUpdate::ended(RunStatus::Cancelled, error.clone(), now, Some(lease.token));
-        self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
-        Ok(RunReport {
-            run_id: run,
-            status: RunStatus::Cancelled,
-            output: None,
-            error: Some(error),
-            pending: Vec::new(),
-            wake_at: None,
-        })
-    }
-
     /// Fails a run whose journal does not fit the definition it was to resume with.
     async fn fail_nondeterministic(
         &self,
@@ -649,44 +399,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Cancels a run on behalf of nobody in particular: see [`Engine::cancel_by`]. Returns
-    /// whether the run was still going (so the cancel took or will take effect).
-    pub async fn cancel(&self, run: RunId, reason: &str) -> Result<bool, EngineError> {
-        let outcome = self.cancel_by(run, reason, None).await?;
-        Ok(!matches!(outcome, CancelOutcome::Finished(_)))
-    }
-
-    /// Cancels a run, wherever it executes. The request is stored with who asked and why: a
-    /// run nobody executes is cancelled at once (with a `run.cancelled` event); a run a live
-    /// process executes (this one or another) is stopped by that process, which sees the
-    /// request within [`EngineConfig::cancel_poll`]: its running steps' tokens fire, no
-    /// later step starts, and it ends `cancelled` with the request's reason. A finished run
-    /// is left as it is.
-    pub async fn cancel_by(&self, run: RunId, reason: &str, by: Option<&str>) -> Result<CancelOutcome, EngineError> {
-        let now = self.inner.clock.now();
-        let request = CancelRequest { by: by.map(str::to_owned), reason: reason.to_owned(), at: now };
-        let outcome =
-            self.inner.store.request_cancel(run, request.clone(), now).await.map_err(EngineError::store(run))?;
-        match &outcome {
-            CancelOutcome::Finished(_) => {}
-            CancelOutcome::Cancelled => {
-                let mut batch =
-                    JournalBatch { events: vec![cancelled_event(run, &request, now)], ..Default::default() };
-                self.inner.store.append(run, None, &mut batch).await.map_err(EngineError::store(run))?;
-            }
-            CancelOutcome::Requested { .. } => {}
-        }
-        // Executing here: stop at once rather than at the next poll.
-        let live = self.inner.live.lock().expect("poisoned").get(&run).cloned();
-        if let Some(token) = live
-            && !matches!(outcome, CancelOutcome::Finished(_))
-        {
-            self.inner.cancels.lock().expect("poisoned").insert(run, request);
-            token.cancel();
-        }
-        Ok(outcome)
-    }
-
     /// Sends a message to a loop inbox of a run. The message is stored (it survives a
     /// crash and reaches a run executing in any process); a loop parked on the inbox in this
     /// process wakes at once, elsewhere within its poll interval.
@@ -716,337 +428,6 @@ impl Engine {
     pub async fn report(&self, run: RunId) -> Result<RunReport, EngineError> {
         let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
         Ok(report_from(&loaded, None))
-    }
-
-    async fn execute(&self, workflow: &Workflow, loaded: LoadedRun, lease: Lease) -> Result<RunReport, EngineError> {
-        let replay = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(loaded.record.id))?;
-        self.execute_indexed(workflow, loaded, lease, replay).await
-    }
-
-    /// Executes a run against a given replay index (a resume's, or a replay's).
-    async fn execute_indexed(
-        &self,
-        workflow: &Workflow,
-        loaded: LoadedRun,
-        lease: Lease,
-        replay: ReplayIndex,
-    ) -> Result<RunReport, EngineError> {
-        let fence = Some(lease.token);
-        let run_id = loaded.record.id;
-        let inner = &self.inner;
-        let shared = self.run_shared(workflow, &loaded, fence, replay);
-        let cancel = CancellationToken::new();
-        inner.live.lock().expect("poisoned").insert(run_id, cancel.clone());
-        let _live = LiveGuard { engine: inner, run: run_id };
-        if !inner.watching.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            tokio::spawn(watch_cancels(Arc::downgrade(&self.inner)));
-        }
-        let fresh = loaded.entries.is_empty() && loaded.record.status == RunStatus::Running;
-        if !fresh {
-            let running = StatusUpdate::running(inner.clock.now(), fence);
-            inner.store.set_status(run_id, running).await.map_err(EngineError::store(run_id))?;
-        }
-
-        let input = loaded.record.input.clone();
-        let caller = &loaded.record.caller;
-        let mut scope = Scope::new(input.clone()).with_run(serde_json::json!({
-            "id": run_id,
-            "workflow": workflow.name(),
-            "tenant": caller.tenant,
-            "user": caller.user,
-            "roles": caller.roles,
-        }));
-        let env = Env { layers: ProvidedLayers::default(), cancel, services: shared.services.clone() };
-        let flow = self.walk(workflow, &shared, lease, input, &mut scope, &env).await?;
-        let (status, output, error) = self.ending(workflow, flow, &scope, &shared, &env.cancel);
-        shared.recorder.flush().await.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))?;
-        let wake_at = *shared.wake_at.lock().expect("poisoned");
-        let update = StatusUpdate {
-            status,
-            output: output.clone(),
-            error: error.clone(),
-            at: inner.clock.now(),
-            // A runner resumes suspended and pending runs when this is due.
-            wake_at: wake_at.filter(|_| matches!(status, RunStatus::Suspended | RunStatus::Pending)),
-            // Any status but running releases the lease.
-            fence,
-        };
-        inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
-        if status == RunStatus::Suspended {
-            self.wake_if_woken_meanwhile(&shared).await?;
-            let loaded = inner.store.load(run_id).await.map_err(EngineError::store(run_id))?;
-            return Ok(report_from(&loaded, wake_at));
-        }
-        Ok(RunReport {
-            run_id,
-            status,
-            output,
-            error,
-            pending: Vec::new(),
-            wake_at: wake_at.filter(|_| status == RunStatus::Pending),
-        })
-    }
-
-    /// What one execution of a run shares: identity, services, the recorder (fenced by the
-    /// lease's token) and the replay index.
-    fn run_shared(
-        &self,
-        workflow: &Workflow,
-        loaded: &LoadedRun,
-        fence: Option<u64>,
-        replay: ReplayIndex,
-    ) -> Arc<RunShared> {
-        let inner = &self.inner;
-        let run_id = loaded.record.id;
-        Arc::new(RunShared {
-            run_id,
-            workflow: Arc::from(workflow.name()),
-            version: Arc::from(workflow.version()),
-            caller: loaded.record.caller.clone(),
-            services: inner.services.layered(workflow.services()),
-            clock: inner.clock.clone(),
-            entropy: inner.entropy.clone(),
-            config: inner.config.clone(),
-            recorder: Recorder::new(
-                inner.store.clone(),
-                run_id,
-                inner.config.durability,
-                fence,
-                (inner.config.async_max_delay, inner.config.async_max_entries),
-                loaded.entries.len(),
-            ),
-            replay,
-            observer: inner.observer.clone(),
-            cache: inner.cache.clone(),
-            mailboxes: inner.mailboxes.clone(),
-            root_layers: ProvidedLayers::default(),
-            wake_at: Mutex::new(None),
-            wake_checks: Mutex::new(Vec::new()),
-            yielded: AtomicBool::new(false),
-        })
-    }
-
-    /// Walks the workflow body on this task, with the lease's heartbeat and (`async`
-    /// durability) the deferred-entry flusher beside it. A lost lease cancels the walk,
-    /// which then stops writing, and is reported as `LeaseLost`.
-    async fn walk(
-        &self,
-        workflow: &Workflow,
-        shared: &Arc<RunShared>,
-        lease: Lease,
-        input: Arc<Value>,
-        scope: &mut Scope,
-        env: &Env,
-    ) -> Result<Flow, EngineError> {
-        let inner = &self.inner;
-        let run_id = shared.run_id;
-        let exec = Exec { run: shared.clone() };
-        let lost = AtomicBool::new(false);
-        let flow = {
-            let root = StepPath::root();
-            let walk = exec.exec_seq(&workflow.inner.body, &root, input, scope, env);
-            tokio::pin!(walk);
-            // The heartbeat keeps the lease alive; if the lease is lost it cancels the run.
-            let heartbeat = async {
-                let mut lease = lease;
-                let every = inner.config.lease_for / 3;
-                loop {
-                    inner.clock.sleep(every).await;
-                    match inner.store.heartbeat(&lease, inner.clock.now(), inner.config.lease_for).await {
-                        Ok(renewed) => lease = renewed,
-                        Err(_) => {
-                            lost.store(true, std::sync::atomic::Ordering::SeqCst);
-                            env.cancel.cancel();
-                            return;
-                        }
-                    }
-                }
-            };
-            // `async` durability: the deferred entries are written within the delay even while
-            // a long step runs.
-            let flusher = async {
-                match shared.recorder.async_delay() {
-                    Some(delay) => loop {
-                        inner.clock.sleep(delay).await;
-                        if shared.recorder.flush().await.is_err() {
-                            // The walk sees the failure at its next write.
-                            return std::future::pending().await;
-                        }
-                    },
-                    None => std::future::pending::<()>().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                flow = &mut walk => flow,
-                () = heartbeat => walk.await,
-                () = flusher => walk.await,
-            }
-        };
-        if lost.load(std::sync::atomic::Ordering::SeqCst) {
-            return Err(EngineError::LeaseLost { run: run_id });
-        }
-        flow.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))
-    }
-
-    /// The status, output and error a walk's flow ends the run with.
-    fn ending(
-        &self,
-        workflow: &Workflow,
-        flow: Flow,
-        scope: &Scope,
-        shared: &RunShared,
-        cancel: &CancellationToken,
-    ) -> (RunStatus, Option<Value>, Option<StepError>) {
-        match flow {
-            Flow::Done(last) => {
-                let output = match &workflow.inner.output {
-                    Some(expr) => expr.eval(scope).map(Arc::new),
-                    None => Ok(last),
-                };
-                let checked = output.and_then(|output| match &workflow.inner.output_schema {
-                    Some(schema) => {
-                        schema.check(&output, ErrorCode::OUTPUT_VALIDATION, "the workflow output").map(|()| output)
-                    }
-                    None => Ok(output),
-                });
-                match checked {
-                    Ok(output) => (RunStatus::Completed, Some((*output).clone()), None),
-                    Err(error) => (RunStatus::Failed, None, Some(error)),
-                }
-            }
-            Flow::Skipped(_) => (RunStatus::Completed, Some(Value::Null), None),
-            Flow::Suspended => {
-                let yielded = shared.yielded.load(std::sync::atomic::Ordering::Relaxed);
-                (if yielded { RunStatus::Pending } else { RunStatus::Suspended }, None, None)
-            }
-            Flow::Handoff(target, _) => (
-                RunStatus::Failed,
-                None,
-                Some(StepError::new(
-                    ErrorCode::UNKNOWN_HANDOFF_TARGET,
-                    format!("a step handed off to {target:?}, but no enclosing graph has such a node"),
-                )),
-            ),
-            Flow::Failed(error) if cancel.is_cancelled() && error.is(&ErrorCode::CANCELLED) => {
-                let requested = self.inner.cancels.lock().expect("poisoned").remove(&shared.run_id);
-                match requested {
-                    Some(request) => {
-                        let event = cancelled_event(shared.run_id, &request, self.inner.clock.now());
-                        shared.recorder.note_event(event);
-                        (RunStatus::Cancelled, None, Some(request.error()))
-                    }
-                    None => (RunStatus::Cancelled, None, Some(error)),
-                }
-            }
-            Flow::Failed(error) => (RunStatus::Failed, None, Some(error)),
-        }
-    }
-
-    /// A wake-up sent while this run was deciding to suspend found it still running, so
-    /// `wake` left its timer alone; now that the suspension is written, look once more. One
-    /// of the two sides always sees the other.
-    async fn wake_if_woken_meanwhile(&self, shared: &RunShared) -> Result<(), EngineError> {
-        let (inner, run_id) = (&self.inner, shared.run_id);
-        let checks = std::mem::take(&mut *shared.wake_checks.lock().expect("poisoned"));
-        for (inbox, after) in checks {
-            let waiting = inner.store.next_message(run_id, &inbox, after).await.map_err(EngineError::store(run_id))?;
-            if waiting.is_some() {
-                inner.store.wake_run(run_id, inner.clock.now()).await.map_err(EngineError::store(run_id))?;
-                break;
-            }
-        }
-        Ok(())
-    }
-}
-
-struct LiveGuard<'a> {
-    engine: &'a EngineInner,
-    run: RunId,
-}
-
-impl Drop for LiveGuard<'_> {
-    fn drop(&mut self) {
-        self.engine.live.lock().expect("poisoned").remove(&self.run);
-        self.engine.cancels.lock().expect("poisoned").remove(&self.run);
-    }
-}
-
-/// The `run.cancelled` event: who asked and why.
-fn cancelled_event(run: RunId, request: &CancelRequest, at: Timestamp) -> EventRecord {
-    EventRecord {
-        run,
-        path: StepPath::root(),
-        at,
-        tenant: None,
-        user: request.by.clone(),
-        kind: "run.cancelled".into(),
-        data: serde_json::json!({ "by": request.by, "reason": request.reason, "requested_at": request.at }),
-    }
-}
-
-/// Watches the store for cancel requests of the runs an engine executes, one task per
-/// engine while it has live runs (one query per poll, however many runs): a run asked to
-/// cancel from another process has its root token fired here. It holds the engine weakly,
-/// so a dropped engine stops it.
-async fn watch_cancels(engine: std::sync::Weak<EngineInner>) {
-    use std::sync::atomic::Ordering::SeqCst;
-    loop {
-        let Some((store, poll)) = engine.upgrade().map(|inner| (inner.store.clone(), inner.config.cancel_poll)) else {
-            return;
-        };
-        store.wait_for_cancel(poll).await;
-        let Some(inner) = engine.upgrade() else { return };
-        let live: Vec<RunId> = inner.live.lock().expect("poisoned").keys().copied().collect();
-        if live.is_empty() {
-            inner.watching.store(false, SeqCst);
-            // A run that started after the look above found `watching` set and started no
-            // watcher of its own: this one goes on for it, unless another took over.
-            if inner.live.lock().expect("poisoned").is_empty() || inner.watching.swap(true, SeqCst) {
-                return;
-            }
-            continue;
-        }
-        // A store that cannot answer now is asked again at the next poll.
-        let Ok(found) = store.cancel_requests(&live).await else { continue };
-        for (run, request) in found {
-            let token = inner.live.lock().expect("poisoned").get(&run).cloned();
-            if let Some(token) = token {
-                inner.cancels.lock().expect("poisoned").entry(run).or_insert(request);
-                token.cancel();
-            }
-        }
-    }
-}
-
-fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> RunReport {
-    let mut pending = Vec::new();
-    if let Ok(index) = ReplayIndex::from_loaded(loaded) {
-        let mut open: Vec<_> = index.interrupts.iter().filter(|(_, log)| log.resolution.is_none()).collect();
-        open.sort_by(|a, b| a.1.path.cmp(&b.1.path).then(a.0.cmp(b.0)));
-        for (id, log) in open {
-            pending.push(PendingInterrupt {
-                id: id.clone(),
-                step: log.path.clone(),
-                kind: log.request.kind,
-                message: log.request.message.clone(),
-                deadline: log.deadline,
-            });
-        }
-    }
-    let wake_at = wake_at.or_else(|| pending.iter().filter_map(|p| p.deadline).min());
-    RunReport {
-        run_id: loaded.record.id,
-        status: loaded.record.status,
-        output: loaded.record.output.clone(),
-        error: loaded.record.error.clone(),
-        // A running run may be waiting on an interrupt in process: it is open all the same.
-        pending: if matches!(loaded.record.status, RunStatus::Suspended | RunStatus::Running) {
-            pending
-        } else {
-            Vec::new()
-        },
-        wake_at,
     }
 }
 

@@ -1,0 +1,279 @@
+//! Executing a run: its shared state, the walk with the lease's heartbeat beside it, and
+//! the status it ends in.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::exec::{Env, Exec, Flow};
+use super::{Engine, EngineError, EngineInner, RunReport, cancelled_event, report_from, watch_cancels};
+use crate::definition::Workflow;
+use crate::error::{ErrorCode, StepError};
+use crate::ids::{RunId, StepPath};
+use crate::journal::{Lease, LoadedRun, RunStatus};
+use crate::recording::{Recorder, ReplayIndex, RunShared, StoreFailed};
+use crate::scope::Scope;
+use crate::services::ProvidedLayers;
+use crate::store::StatusUpdate;
+
+impl Engine {
+    pub(super) async fn execute(
+        &self,
+        workflow: &Workflow,
+        loaded: LoadedRun,
+        lease: Lease,
+    ) -> Result<RunReport, EngineError> {
+        let replay = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(loaded.record.id))?;
+        self.execute_indexed(workflow, loaded, lease, replay).await
+    }
+
+    /// Executes a run against a given replay index (a resume's, or a replay's).
+    pub(super) async fn execute_indexed(
+        &self,
+        workflow: &Workflow,
+        loaded: LoadedRun,
+        lease: Lease,
+        replay: ReplayIndex,
+    ) -> Result<RunReport, EngineError> {
+        let fence = Some(lease.token);
+        let run_id = loaded.record.id;
+        let inner = &self.inner;
+        let shared = self.run_shared(workflow, &loaded, fence, replay);
+        let cancel = CancellationToken::new();
+        inner.live.lock().expect("poisoned").insert(run_id, cancel.clone());
+        let _live = LiveGuard { engine: inner, run: run_id };
+        if !inner.watching.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tokio::spawn(watch_cancels(Arc::downgrade(&self.inner)));
+        }
+        let fresh = loaded.entries.is_empty() && loaded.record.status == RunStatus::Running;
+        if !fresh {
+            let running = StatusUpdate::running(inner.clock.now(), fence);
+            inner.store.set_status(run_id, running).await.map_err(EngineError::store(run_id))?;
+        }
+
+        let input = loaded.record.input.clone();
+        let caller = &loaded.record.caller;
+        let mut scope = Scope::new(input.clone()).with_run(serde_json::json!({
+            "id": run_id,
+            "workflow": workflow.name(),
+            "tenant": caller.tenant,
+            "user": caller.user,
+            "roles": caller.roles,
+        }));
+        let env = Env { layers: ProvidedLayers::default(), cancel, services: shared.services.clone() };
+        let flow = self.walk(workflow, &shared, lease, input, &mut scope, &env).await?;
+        let (status, output, error) = self.ending(workflow, flow, &scope, &shared, &env.cancel);
+        shared.recorder.flush().await.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))?;
+        let wake_at = *shared.wake_at.lock().expect("poisoned");
+        let update = StatusUpdate {
+            status,
+            output: output.clone(),
+            error: error.clone(),
+            at: inner.clock.now(),
+            // A runner resumes suspended and pending runs when this is due.
+            wake_at: wake_at.filter(|_| matches!(status, RunStatus::Suspended | RunStatus::Pending)),
+            // Any status but running releases the lease.
+            fence,
+        };
+        inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
+        if status == RunStatus::Suspended {
+            self.wake_if_woken_meanwhile(&shared).await?;
+            let loaded = inner.store.load(run_id).await.map_err(EngineError::store(run_id))?;
+            return Ok(report_from(&loaded, wake_at));
+        }
+        Ok(RunReport {
+            run_id,
+            status,
+            output,
+            error,
+            pending: Vec::new(),
+            wake_at: wake_at.filter(|_| status == RunStatus::Pending),
+        })
+    }
+
+    /// What one execution of a run shares: identity, services, the recorder (fenced by the
+    /// lease's token) and the replay index.
+    pub(super) fn run_shared(
+        &self,
+        workflow: &Workflow,
+        loaded: &LoadedRun,
+        fence: Option<u64>,
+        replay: ReplayIndex,
+    ) -> Arc<RunShared> {
+        let inner = &self.inner;
+        let run_id = loaded.record.id;
+        Arc::new(RunShared {
+            run_id,
+            workflow: Arc::from(workflow.name()),
+            version: Arc::from(workflow.version()),
+            caller: loaded.record.caller.clone(),
+            services: inner.services.layered(workflow.services()),
+            clock: inner.clock.clone(),
+            entropy: inner.entropy.clone(),
+            config: inner.config.clone(),
+            recorder: Recorder::new(
+                inner.store.clone(),
+                run_id,
+                inner.config.durability,
+                fence,
+                (inner.config.async_max_delay, inner.config.async_max_entries),
+                loaded.entries.len(),
+            ),
+            replay,
+            observer: inner.observer.clone(),
+            cache: inner.cache.clone(),
+            mailboxes: inner.mailboxes.clone(),
+            root_layers: ProvidedLayers::default(),
+            wake_at: Mutex::new(None),
+            wake_checks: Mutex::new(Vec::new()),
+            yielded: AtomicBool::new(false),
+        })
+    }
+
+    /// Walks the workflow body on this task, with the lease's heartbeat and (`async`
+    /// durability) the deferred-entry flusher beside it. A lost lease cancels the walk,
+    /// which then stops writing, and is reported as `LeaseLost`.
+    pub(super) async fn walk(
+        &self,
+        workflow: &Workflow,
+        shared: &Arc<RunShared>,
+        lease: Lease,
+        input: Arc<Value>,
+        scope: &mut Scope,
+        env: &Env,
+    ) -> Result<Flow, EngineError> {
+        let inner = &self.inner;
+        let run_id = shared.run_id;
+        let exec = Exec { run: shared.clone() };
+        let lost = AtomicBool::new(false);
+        let flow = {
+            let root = StepPath::root();
+            let walk = exec.exec_seq(&workflow.inner.body, &root, input, scope, env);
+            tokio::pin!(walk);
+            // The heartbeat keeps the lease alive; if the lease is lost it cancels the run.
+            let heartbeat = async {
+                let mut lease = lease;
+                let every = inner.config.lease_for / 3;
+                loop {
+                    inner.clock.sleep(every).await;
+                    match inner.store.heartbeat(&lease, inner.clock.now(), inner.config.lease_for).await {
+                        Ok(renewed) => lease = renewed,
+                        Err(_) => {
+                            lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                            env.cancel.cancel();
+                            return;
+                        }
+                    }
+                }
+            };
+            // `async` durability: the deferred entries are written within the delay even while
+            // a long step runs.
+            let flusher = async {
+                match shared.recorder.async_delay() {
+                    Some(delay) => loop {
+                        inner.clock.sleep(delay).await;
+                        if shared.recorder.flush().await.is_err() {
+                            // The walk sees the failure at its next write.
+                            return std::future::pending().await;
+                        }
+                    },
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                flow = &mut walk => flow,
+                () = heartbeat => walk.await,
+                () = flusher => walk.await,
+            }
+        };
+        if lost.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(EngineError::LeaseLost { run: run_id });
+        }
+        flow.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))
+    }
+
+    /// The status, output and error a walk's flow ends the run with.
+    pub(super) fn ending(
+        &self,
+        workflow: &Workflow,
+        flow: Flow,
+        scope: &Scope,
+        shared: &RunShared,
+        cancel: &CancellationToken,
+    ) -> (RunStatus, Option<Value>, Option<StepError>) {
+        match flow {
+            Flow::Done(last) => {
+                let output = match &workflow.inner.output {
+                    Some(expr) => expr.eval(scope).map(Arc::new),
+                    None => Ok(last),
+                };
+                let checked = output.and_then(|output| match &workflow.inner.output_schema {
+                    Some(schema) => {
+                        schema.check(&output, ErrorCode::OUTPUT_VALIDATION, "the workflow output").map(|()| output)
+                    }
+                    None => Ok(output),
+                });
+                match checked {
+                    Ok(output) => (RunStatus::Completed, Some((*output).clone()), None),
+                    Err(error) => (RunStatus::Failed, None, Some(error)),
+                }
+            }
+            Flow::Skipped(_) => (RunStatus::Completed, Some(Value::Null), None),
+            Flow::Suspended => {
+                let yielded = shared.yielded.load(std::sync::atomic::Ordering::Relaxed);
+                (if yielded { RunStatus::Pending } else { RunStatus::Suspended }, None, None)
+            }
+            Flow::Handoff(target, _) => (
+                RunStatus::Failed,
+                None,
+                Some(StepError::new(
+                    ErrorCode::UNKNOWN_HANDOFF_TARGET,
+                    format!("a step handed off to {target:?}, but no enclosing graph has such a node"),
+                )),
+            ),
+            Flow::Failed(error) if cancel.is_cancelled() && error.is(&ErrorCode::CANCELLED) => {
+                let requested = self.inner.cancels.lock().expect("poisoned").remove(&shared.run_id);
+                match requested {
+                    Some(request) => {
+                        let event = cancelled_event(shared.run_id, &request, self.inner.clock.now());
+                        shared.recorder.note_event(event);
+                        (RunStatus::Cancelled, None, Some(request.error()))
+                    }
+                    None => (RunStatus::Cancelled, None, Some(error)),
+                }
+            }
+            Flow::Failed(error) => (RunStatus::Failed, None, Some(error)),
+        }
+    }
+
+    /// A wake-up sent while this run was deciding to suspend found it still running, so
+    /// `wake` left its timer alone; now that the suspension is written, look once more. One
+    /// of the two sides always sees the other.
+    pub(super) async fn wake_if_woken_meanwhile(&self, shared: &RunShared) -> Result<(), EngineError> {
+        let (inner, run_id) = (&self.inner, shared.run_id);
+        let checks = std::mem::take(&mut *shared.wake_checks.lock().expect("poisoned"));
+        for (inbox, after) in checks {
+            let waiting = inner.store.next_message(run_id, &inbox, after).await.map_err(EngineError::store(run_id))?;
+            if waiting.is_some() {
+                inner.store.wake_run(run_id, inner.clock.now()).await.map_err(EngineError::store(run_id))?;
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+struct LiveGuard<'a> {
+    engine: &'a EngineInner,
+    run: RunId,
+}
+
+impl Drop for LiveGuard<'_> {
+    fn drop(&mut self) {
+        self.engine.live.lock().expect("poisoned").remove(&self.run);
+        self.engine.cancels.lock().expect("poisoned").remove(&self.run);
+    }
+}
