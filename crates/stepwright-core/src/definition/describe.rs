@@ -11,19 +11,34 @@ pub(super) fn describe_nodes(nodes: &[Node]) -> Value {
     Value::Array(nodes.iter().map(describe_node).collect())
 }
 
-fn describe_node(node: &Node) -> Value {
-    let p = &node.policy;
-    let mut d = json!({ "id": &*node.id, "kind": node.kind.name() });
-    let obj = d.as_object_mut().expect("object");
-    let mut put = |key: &str, value: Value| {
+/// A description under construction: a JSON object that leaves out what is unset (`null`),
+/// so adding an option does not change the hash of definitions that do not use it.
+struct Description(serde_json::Map<String, Value>);
+
+impl Description {
+    fn put(&mut self, key: &str, value: Value) {
         if !value.is_null() {
-            obj.insert(key.to_owned(), value);
+            self.0.insert(key.to_owned(), value);
         }
-    };
-    put("description", node.description.as_ref().map(|d| json!(d)).unwrap_or(Value::Null));
-    put("input_schema", node.input_schema.as_ref().map(|s| s.value.clone()).unwrap_or(Value::Null));
-    put("output_schema", node.output_schema.as_ref().map(|s| s.value.clone()).unwrap_or(Value::Null));
-    put(
+    }
+}
+
+fn describe_node(node: &Node) -> Value {
+    let mut d = Description(serde_json::Map::new());
+    d.put("id", json!(&*node.id));
+    d.put("kind", json!(node.kind.name()));
+    describe_io(node, &mut d);
+    describe_policies(node, &mut d);
+    describe_kind(&node.kind, &mut d);
+    Value::Object(d.0)
+}
+
+/// The node's description, schemas and input source.
+fn describe_io(node: &Node, d: &mut Description) {
+    d.put("description", node.description.as_ref().map(|d| json!(d)).unwrap_or(Value::Null));
+    d.put("input_schema", node.input_schema.as_ref().map(|s| s.value.clone()).unwrap_or(Value::Null));
+    d.put("output_schema", node.output_schema.as_ref().map(|s| s.value.clone()).unwrap_or(Value::Null));
+    d.put(
         "input",
         match &node.input {
             InputSource::Previous => Value::Null,
@@ -33,23 +48,28 @@ fn describe_node(node: &Node) -> Value {
             InputSource::Expr(e) => json!({ "expr": e.describe() }),
         },
     );
-    put("retry", p.retry.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).unwrap_or(Value::Null));
-    put("timeout_ms", p.timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
+}
+
+/// The policies that apply to any node.
+fn describe_policies(node: &Node, d: &mut Description) {
+    let p = &node.policy;
+    d.put("retry", p.retry.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).unwrap_or(Value::Null));
+    d.put("timeout_ms", p.timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
     if !matches!(p.on_failure, OnFailure::Abort) {
-        put("on_failure", json!(p.on_failure.name()));
+        d.put("on_failure", json!(p.on_failure.name()));
     }
     if let OnFailure::Fallback(f) = &p.on_failure {
-        put("fallback", describe_node(f));
+        d.put("fallback", describe_node(f));
     }
-    put("effect", p.effect.map(|e| serde_json::to_value(e).unwrap_or_default()).unwrap_or(Value::Null));
+    d.put("effect", p.effect.map(|e| serde_json::to_value(e).unwrap_or_default()).unwrap_or(Value::Null));
     if p.safe_to_retry {
-        put("safe_to_retry", json!(true));
+        d.put("safe_to_retry", json!(true));
     }
     if let Some(gate) = &p.approval {
-        put("requires_approval", json!({ "message": gate.message, "approvers": gate.approvers }));
+        d.put("requires_approval", json!({ "message": gate.message, "approvers": gate.approvers }));
     }
     if !p.guardrails.is_empty() {
-        put(
+        d.put(
             "guardrails",
             Value::Array(
                 p.guardrails
@@ -63,58 +83,62 @@ fn describe_node(node: &Node) -> Value {
             ),
         );
     }
-    put("if", p.condition.as_ref().map(Expr::describe).unwrap_or(Value::Null));
+    d.put("if", p.condition.as_ref().map(Expr::describe).unwrap_or(Value::Null));
     if p.cache {
-        put("cache", json!(true));
+        d.put("cache", json!(true));
     }
-    put("capture_output", p.artifact_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
-    put("diff_key", p.diff_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
-    match &node.kind {
-        NodeKind::Step(step) => put("step_type", json!(step.identity())),
-        NodeKind::Sequence(body) => put("steps", describe_nodes(body)),
+    d.put("capture_output", p.artifact_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
+    d.put("diff_key", p.diff_key.as_ref().map(|k| json!(k)).unwrap_or(Value::Null));
+}
+
+/// What the operator (or the step) itself is.
+fn describe_kind(kind: &NodeKind, d: &mut Description) {
+    match kind {
+        NodeKind::Step(step) => d.put("step_type", json!(step.identity())),
+        NodeKind::Sequence(body) => d.put("steps", describe_nodes(body)),
         NodeKind::Provide { layers, body } => {
-            put("layers", Value::Array(layers.iter().map(|l| json!(l.name())).collect()));
-            put("steps", describe_nodes(body));
+            d.put("layers", Value::Array(layers.iter().map(|l| json!(l.name())).collect()));
+            d.put("steps", describe_nodes(body));
         }
         NodeKind::Branch { arms, otherwise } => {
-            put(
+            d.put(
                 "arms",
                 Value::Array(
                     arms.iter().map(|(c, b)| json!({ "when": c.describe(), "steps": describe_nodes(b) })).collect(),
                 ),
             );
-            put("otherwise", otherwise.as_ref().map(|b| describe_nodes(b)).unwrap_or(Value::Null));
+            d.put("otherwise", otherwise.as_ref().map(|b| describe_nodes(b)).unwrap_or(Value::Null));
         }
         NodeKind::Fork(spec) => {
-            put("mode", json!(spec.mode));
-            put("concurrency", spec.concurrency.map(|c| json!(c)).unwrap_or(Value::Null));
-            put("merge", if spec.merge.is_some() { json!("<closure>") } else { Value::Null });
-            put("as", spec.item_name.as_ref().map(|n| json!(n)).unwrap_or(Value::Null));
+            d.put("mode", json!(spec.mode));
+            d.put("concurrency", spec.concurrency.map(|c| json!(c)).unwrap_or(Value::Null));
+            d.put("merge", if spec.merge.is_some() { json!("<closure>") } else { Value::Null });
+            d.put("as", spec.item_name.as_ref().map(|n| json!(n)).unwrap_or(Value::Null));
             match &spec.paths {
                 ForkPaths::Static(paths) => {
-                    put("paths", Value::Array(paths.iter().map(|p| describe_nodes(p)).collect()));
+                    d.put("paths", Value::Array(paths.iter().map(|p| describe_nodes(p)).collect()));
                 }
                 ForkPaths::Dynamic { items, body } => {
-                    put("items", items.describe());
-                    put("steps", describe_nodes(body));
+                    d.put("items", items.describe());
+                    d.put("steps", describe_nodes(body));
                 }
             }
         }
         NodeKind::Loop(spec) => {
-            put("max_iterations", json!(spec.max_iterations));
-            put("until", spec.until.as_ref().map(Expr::describe).unwrap_or(Value::Null));
-            put("prepare_next", spec.prepare_next.as_ref().map(Expr::describe).unwrap_or(Value::Null));
-            put("on_error", json!(spec.on_error));
-            put("on_max_iterations", json!(spec.on_max));
-            put("inbox", spec.inbox.as_ref().map(|i| json!(i)).unwrap_or(Value::Null));
-            put("park_timeout_ms", spec.park_timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
-            put("steps", describe_nodes(&spec.body));
+            d.put("max_iterations", json!(spec.max_iterations));
+            d.put("until", spec.until.as_ref().map(Expr::describe).unwrap_or(Value::Null));
+            d.put("prepare_next", spec.prepare_next.as_ref().map(Expr::describe).unwrap_or(Value::Null));
+            d.put("on_error", json!(spec.on_error));
+            d.put("on_max_iterations", json!(spec.on_max));
+            d.put("inbox", spec.inbox.as_ref().map(|i| json!(i)).unwrap_or(Value::Null));
+            d.put("park_timeout_ms", spec.park_timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
+            d.put("steps", describe_nodes(&spec.body));
         }
         NodeKind::Graph(spec) => {
-            put("max_steps", json!(spec.max_steps));
-            put("entry", spec.entry.as_ref().map(|e| json!(e)).unwrap_or(Value::Null));
-            put("nodes", describe_nodes(&spec.nodes));
-            put(
+            d.put("max_steps", json!(spec.max_steps));
+            d.put("entry", spec.entry.as_ref().map(|e| json!(e)).unwrap_or(Value::Null));
+            d.put("nodes", describe_nodes(&spec.nodes));
+            d.put(
                 "edges",
                 Value::Array(
                     spec.edges
@@ -129,20 +153,19 @@ fn describe_node(node: &Node) -> Value {
             );
         }
         NodeKind::Workflow { workflow, spawn } => {
-            put(
+            d.put(
                 "workflow",
                 json!({ "name": workflow.name(), "version": workflow.version(), "hash": workflow.hash().to_hex() }),
             );
-            put("spawn_timeout_ms", spawn.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
+            d.put("spawn_timeout_ms", spawn.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
         }
         NodeKind::Every(spec) => {
-            put("interval_ms", json!(spec.interval.as_millis() as u64));
-            put("jitter", json!(spec.jitter));
-            put("wake", spec.wake.as_ref().map(|w| json!(w)).unwrap_or(Value::Null));
-            put("on_error", json!(spec.on_error));
-            put("steps", describe_nodes(&spec.body));
+            d.put("interval_ms", json!(spec.interval.as_millis() as u64));
+            d.put("jitter", json!(spec.jitter));
+            d.put("wake", spec.wake.as_ref().map(|w| json!(w)).unwrap_or(Value::Null));
+            d.put("on_error", json!(spec.on_error));
+            d.put("steps", describe_nodes(&spec.body));
         }
-        NodeKind::Sleep(d) => put("duration_ms", json!(d.as_millis() as u64)),
+        NodeKind::Sleep(duration) => d.put("duration_ms", json!(duration.as_millis() as u64)),
     }
-    d
 }

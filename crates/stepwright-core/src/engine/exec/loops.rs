@@ -9,6 +9,8 @@ use crate::scope::Scope;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
+use crate::recording::StoreFailed;
+
 use super::{Env, Exec, Flow, Res, null};
 
 impl Exec {
@@ -23,10 +25,7 @@ impl Exec {
         let mut input = input;
         let mut last = input.clone();
         let mut iteration: u32 = 1;
-        // `on_error: retry` runs the failed iteration again on the same message.
-        let mut retry_message: Option<Value> = None;
-        // The sequence number of the last message taken from the inbox.
-        let mut last_seq: Option<u64> = None;
+        let mut cursor = InboxCursor::default();
         loop {
             if iteration > spec.max_iterations {
                 let reason = format!("max_iterations ({}) reached without a done verdict", spec.max_iterations);
@@ -44,38 +43,9 @@ impl Exec {
             let mut loop_var = json!({ "iteration": iteration, "input": input.as_ref() });
             if let Some(inbox) = &spec.inbox {
                 let message_path = iteration_path.join("@inbox");
-                let recorded = self.recorded_choice(&message_path, |choice| match choice {
-                    Choice::Message { message, seq } => Some((message.clone(), *seq)),
-                    _ => None,
-                });
-                let message = match recorded {
-                    Err(error) => return Ok(Flow::Failed(error)),
-                    Ok(Some((message, seq))) => {
-                        if seq.is_some() {
-                            last_seq = seq;
-                        }
-                        message
-                    }
-                    Ok(None) => {
-                        let message = match retry_message.take() {
-                            Some(message) => Some(message),
-                            None => {
-                                match self.receive(inbox, spec.park_timeout.unwrap_or_default(), last_seq, env).await? {
-                                    Ok(Some((seq, message))) => {
-                                        last_seq = Some(seq);
-                                        Some(message)
-                                    }
-                                    Ok(None) => None,
-                                    Err(flow) => return Ok(flow),
-                                }
-                            }
-                        };
-                        // A consumed message is durable before the body sees it.
-                        let decided =
-                            Record::Decided { choice: Choice::Message { message: message.clone(), seq: last_seq } };
-                        self.run.recorder.commit(&message_path, self.now(), decided).await?;
-                        message
-                    }
+                let message = match self.iteration_message(spec, inbox, &message_path, &mut cursor, env).await? {
+                    Ok(message) => message,
+                    Err(flow) => return Ok(flow),
                 };
                 match message {
                     Some(message) if !message.is_null() => loop_var["message"] = message,
@@ -102,7 +72,7 @@ impl Exec {
                         );
                             if spec.on_error == LoopOnError::Retry {
                                 // Same input, same message: the iteration is done again.
-                                retry_message = message;
+                                cursor.retry_message = message;
                             } else if let Some(next) = &spec.prepare_next {
                                 // Skip: move on as if the iteration had finished.
                                 match next.eval(&child) {
@@ -149,4 +119,55 @@ impl Exec {
             iteration += 1;
         }
     }
+
+    /// The inbox message an iteration consumes: the one the journal has for it, else the
+    /// failed iteration's again (`on_error: retry`), else the next one sent (parked for up
+    /// to `park_timeout`), committed before the body sees it. `Ok(None)`: none came in time.
+    async fn iteration_message(
+        &self,
+        spec: &LoopSpec,
+        inbox: &str,
+        message_path: &StepPath,
+        cursor: &mut InboxCursor,
+        env: &Env,
+    ) -> Result<Result<Option<Value>, Flow>, StoreFailed> {
+        let recorded = self.recorded_choice(message_path, |choice| match choice {
+            Choice::Message { message, seq } => Some((message.clone(), *seq)),
+            _ => None,
+        });
+        match recorded {
+            Err(error) => return Ok(Err(Flow::Failed(error))),
+            Ok(Some((message, seq))) => {
+                if seq.is_some() {
+                    cursor.last_seq = seq;
+                }
+                return Ok(Ok(message));
+            }
+            Ok(None) => {}
+        }
+        let message = match cursor.retry_message.take() {
+            Some(message) => Some(message),
+            None => match self.receive(inbox, spec.park_timeout.unwrap_or_default(), cursor.last_seq, env).await? {
+                Ok(Some((seq, message))) => {
+                    cursor.last_seq = Some(seq);
+                    Some(message)
+                }
+                Ok(None) => None,
+                Err(flow) => return Ok(Err(flow)),
+            },
+        };
+        // A consumed message is durable before the body sees it.
+        let decided = Record::Decided { choice: Choice::Message { message: message.clone(), seq: cursor.last_seq } };
+        self.run.recorder.commit(message_path, self.now(), decided).await?;
+        Ok(Ok(message))
+    }
+}
+
+/// Where a loop is in its inbox.
+#[derive(Default)]
+struct InboxCursor {
+    /// `on_error: retry` runs the failed iteration again on the same message.
+    retry_message: Option<Value>,
+    /// The sequence number of the last message taken from the inbox.
+    last_seq: Option<u64>,
 }
