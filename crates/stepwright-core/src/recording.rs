@@ -518,6 +518,8 @@ pub(crate) fn suspended_signal(id: &InterruptId) -> StepError {
     StepError::new(ErrorCode::SUSPENDED, format!("waiting on interrupt {id}"))
 }
 
+/// What one step execution has drawn and opened so far: ordinals, so that a re-execution
+/// asks for the same values and interrupts in the same order and is served them.
 #[derive(Default)]
 struct Local {
     value_seq: u32,
@@ -549,6 +551,8 @@ impl StepRecording {
         local.interrupt_seq - 1
     }
 
+    /// A journaled value (`now`, `uuid`, `random`): the recorded one for this ordinal, else
+    /// `draw`n and recorded.
     pub(crate) fn value(&self, draw: impl FnOnce(&RunShared) -> Value) -> Value {
         let run = &self.run;
         let seq = {
@@ -568,6 +572,8 @@ impl StepRecording {
         value
     }
 
+    /// An interrupt: its recorded resolution, else opened (once) and either decided here
+    /// (a deadline within the in-process wait, a decision made meanwhile) or suspended.
     pub(crate) async fn interrupt(&self, id: InterruptId, request: InterruptRequest) -> Result<Resolution, StepError> {
         let run = &self.run;
         let now = run.clock.now();
@@ -703,6 +709,8 @@ impl StepRecording {
         }
     }
 
+    /// A journaled sub-step: its recorded output, else the work done (behind its intent, if
+    /// fenced) and its output committed at once.
     pub(crate) async fn call<F, Fut>(&self, name: &str, kind: CallKind, work: F) -> Result<Arc<Value>, StepError>
     where
         F: FnOnce(CallInfo) -> Fut,
