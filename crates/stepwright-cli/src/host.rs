@@ -18,9 +18,7 @@ use crate::progress;
 pub(crate) const MAX_INPUT_BYTES: u64 = 16 << 20;
 
 /// A store with everything the CLI's steps use: the journal, sessions and memory.
-pub(crate) trait CliStore: Store + SessionStore + MemoryBank {}
-
-impl<T: Store + SessionStore + MemoryBank> CliStore for T {}
+pub(crate) use stepwright_store::AnyStore as CliStore;
 
 /// Each command is its own worker (`cli@host:pid:nonce`): a run it executes is not taken by
 /// another command while it lives, and is taken over at once once it is gone.
@@ -187,20 +185,17 @@ pub(crate) fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
     serde_json::from_str(&text).map_err(|e| anyhow!(BadInput(format!("the input is not JSON: {e}"))))
 }
 
+/// The store `--db` (else `STEPWRIGHT_DB`, else `sqlite://stepwright.db`) names.
 pub(crate) async fn open_store(db: Option<&str>) -> anyhow::Result<Arc<dyn CliStore>> {
     let url = db
         .map(str::to_owned)
         .or_else(|| std::env::var("STEPWRIGHT_DB").ok())
         .unwrap_or_else(|| "sqlite://stepwright.db".into());
-    if let Some(path) = url.strip_prefix("sqlite://") {
-        let store = stepwright_store::SqliteStore::open(path).with_context(|| format!("opening {url}"))?;
-        return Ok(Arc::new(store));
+    match stepwright_store::open(&url).await {
+        Ok(store) => Ok(store),
+        Err(e @ stepwright_store::OpenError::UnknownScheme { .. }) => Err(anyhow!(BadInput(format!("--db: {e}")))),
+        Err(e) => Err(anyhow!(e)),
     }
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store = stepwright_store::PostgresStore::connect(&url).await.with_context(|| "connecting to postgres")?;
-        return Ok(Arc::new(store));
-    }
-    Err(anyhow!(BadInput(format!("--db {url:?}: expected sqlite://PATH or postgres://…"))))
 }
 
 /// The wall clock as a timestamp (for showing leases and log lines).

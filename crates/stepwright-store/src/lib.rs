@@ -11,10 +11,12 @@
 
 pub mod conformance;
 mod encoding;
+mod open;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
 
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use open::{AnyStore, OpenError, open};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous, used_bytes};

@@ -111,3 +111,13 @@ async fn lease_times_come_from_the_database_clock() {
     let ahead = lease.expires_at.as_micros() - now;
     assert!((55_000_000..=65_000_000).contains(&ahead), "lease ends {ahead} µs from now");
 }
+
+/// `open` connects to Postgres by URL.
+#[tokio::test]
+async fn open_connects_by_url() {
+    // Skipped where no database is configured, like every Postgres test (CI sets it).
+    let Ok(url) = std::env::var("STEPWRIGHT_TEST_DATABASE_URL") else { return };
+    let store = stepwright_store::open(&url).await.unwrap();
+    let runs = store.list_runs(stepwright_core::store::RunFilter { limit: Some(1), ..Default::default() }).await;
+    assert!(runs.is_ok(), "{runs:?}");
+}

@@ -264,3 +264,21 @@ async fn used_bytes_grows_with_what_is_stored() {
     assert!(full > empty + 50 * 1_000, "{empty} → {full}");
     assert!(stepwright_store::used_bytes(&dir.path().join("missing/none.db")).is_err());
 }
+
+/// `open` reads a store URL the same way for every host: SQLite by path, an unknown scheme
+/// as the caller's mistake, a file that cannot be created as the backend's error.
+#[tokio::test]
+async fn open_takes_a_store_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("opened.db").display());
+    let store = stepwright_store::open(&url).await.unwrap();
+    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
+    let report = engine.start(&two_steps(), json!(2)).await.unwrap();
+    assert_eq!(store.load(report.run_id).await.unwrap().record.id, report.run_id);
+
+    let unknown = stepwright_store::open("mysql://db/runs").await.err().expect("not a store URL");
+    assert!(matches!(unknown, stepwright_store::OpenError::UnknownScheme { .. }), "{unknown}");
+    let missing = format!("sqlite://{}", dir.path().join("no/such/dir/x.db").display());
+    let failed = stepwright_store::open(&missing).await.err().expect("no such directory");
+    assert!(matches!(failed, stepwright_store::OpenError::Backend { .. }), "{failed}");
+}
