@@ -18,12 +18,35 @@ impl std::fmt::Display for BadInput {
 
 impl std::error::Error for BadInput {}
 
-/// The `RunNotFound` somewhere in an error's chain of causes.
-pub(crate) fn run_not_found(error: &anyhow::Error) -> Option<&stepwright_core::StoreError> {
-    error
-        .chain()
-        .filter_map(|cause| cause.downcast_ref::<stepwright_core::StoreError>())
-        .find(|cause| matches!(cause, stepwright_core::StoreError::RunNotFound(_)))
+/// The exit code and the message of a failed command: 2 when it is the caller's fault — a
+/// `BadInput`, or an engine or store error the core classifies as the caller's
+/// (`Fault::Caller`: no such run, a decision that does not fit, a run held elsewhere…),
+/// whichever layer noticed it — else 1.
+pub(crate) fn failure(error: &anyhow::Error) -> (u8, String) {
+    use stepwright_core::{EngineError, Fault, StoreError};
+    if error.is::<BadInput>() {
+        return (2, error.to_string());
+    }
+    // A run id that names no run says just that, whichever layer noticed it.
+    let missing = error.chain().find_map(|cause| match cause.downcast_ref::<StoreError>() {
+        Some(missing @ StoreError::RunNotFound(_)) => Some(missing),
+        _ => None,
+    });
+    if let Some(missing) = missing {
+        return (2, format!("stepwright: {missing}"));
+    }
+    for cause in error.chain() {
+        let fault = match (cause.downcast_ref::<EngineError>(), cause.downcast_ref::<StoreError>()) {
+            (Some(engine), _) => Some(engine.fault()),
+            (None, Some(store)) => Some(store.fault()),
+            (None, None) => None,
+        };
+        if let Some(fault) = fault {
+            let code = if fault == Fault::Caller { 2 } else { 1 };
+            return (code, format!("stepwright: {error:#}"));
+        }
+    }
+    (1, format!("stepwright: {error:#}"))
 }
 
 /// A resume refused because a live process executes the run: the caller's to know (exit 2).

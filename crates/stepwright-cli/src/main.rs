@@ -18,7 +18,6 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use args::Cli;
-use exit::{BadInput, run_not_found};
 
 fn main() -> ExitCode {
     // A reader that went away (`stepwright schema | head`) ends the output, not in a panic:
@@ -48,20 +47,10 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(commands::dispatch(cli)) {
         Ok(code) => ExitCode::from(code),
-        Err(e) if e.is::<BadInput>() => {
-            eprintln!("{e}");
-            ExitCode::from(2)
+        Err(e) => {
+            let (code, message) = exit::failure(&e);
+            eprintln!("{message}");
+            ExitCode::from(code)
         }
-        Err(e) => match run_not_found(&e) {
-            // A run id that names no run is the user's mistake, whichever layer noticed it.
-            Some(missing) => {
-                eprintln!("stepwright: {missing}");
-                ExitCode::from(2)
-            }
-            None => {
-                eprintln!("stepwright: {e:#}");
-                ExitCode::from(1)
-            }
-        },
     }
 }

@@ -247,6 +247,17 @@ fn render(problems: &[BuildProblem]) -> String {
     problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
 }
 
+/// Whose fault a failed operation is: what a command line maps to exit code 2 or 1, and a
+/// server to a 4xx or a 5xx answer. One classification, so every front end agrees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The request does not fit: bad input, a run or interrupt that does not exist, a
+    /// decision that does not fit, a run another process holds. The caller can fix it.
+    Caller,
+    /// The engine, its store or a definition could not serve a request that fits.
+    Engine,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,7 +54,7 @@ pub use engine::{
     RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions, RunOutcome, RunReport, Runner,
     RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepReplay,
 };
-pub use error::{BuildError, BuildProblem, ErrorCode, StepError};
+pub use error::{BuildError, BuildProblem, ErrorCode, Fault, StepError};
 pub use hash::ContentHash;
 pub use identity::Caller;
 pub use ids::{InterruptId, RunId, StepPath, Timestamp, check_step_name};

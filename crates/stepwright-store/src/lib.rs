@@ -16,7 +16,7 @@ mod open;
 pub mod postgres;
 pub mod sqlite;
 
+pub use open::{AnyStore, OpenError, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use open::{AnyStore, OpenError, open};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous, used_bytes};

@@ -38,8 +38,8 @@ pub enum OpenError {
 /// `postgres` feature).
 pub async fn open(url: &str) -> Result<Arc<dyn AnyStore>, OpenError> {
     if let Some(path) = url.strip_prefix("sqlite://") {
-        let store = crate::SqliteStore::open(path)
-            .map_err(|source| OpenError::Backend { url: url.to_owned(), source })?;
+        let store =
+            crate::SqliteStore::open(path).map_err(|source| OpenError::Backend { url: url.to_owned(), source })?;
         return Ok(Arc::new(store));
     }
     #[cfg(feature = "postgres")]

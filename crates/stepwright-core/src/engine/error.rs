@@ -1,5 +1,6 @@
 //! Errors from engine operations, each saying whether it is the caller's.
 
+use crate::error::Fault;
 use crate::error::StepError;
 use crate::hash::ContentHash;
 use crate::ids::{InterruptId, RunId, Timestamp};
@@ -101,11 +102,79 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// Whose fault it is (see [`Fault`]).
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::InvalidInput { .. }
+            | Self::InvalidRequest { .. }
+            | Self::Leased { .. }
+            | Self::NotResumable { .. }
+            | Self::DefinitionMismatch { .. }
+            | Self::Resolve { .. } => Fault::Caller,
+            Self::Store { source, .. } => source.fault(),
+            Self::LeaseLost { .. } | Self::Unresolved { .. } => Fault::Engine,
+        }
+    }
+
+    /// A stable code for the error (`docs/error-codes.md`), for machines: what an API
+    /// answer carries besides its status.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidInput { .. } => "invalid_input",
+            Self::InvalidRequest { .. } => "invalid_request",
+            Self::Leased { .. } => "leased",
+            Self::LeaseLost { .. } => "lease_lost",
+            Self::NotResumable { .. } => "not_resumable",
+            Self::Unresolved { .. } => "unresolved",
+            Self::DefinitionMismatch { .. } => "definition_mismatch",
+            Self::Resolve { code, .. } => code,
+            Self::Store { source, .. } => source.code(),
+        }
+    }
+
     pub(crate) fn store(run: RunId) -> impl FnOnce(StoreError) -> Self {
         move |source| match source {
             StoreError::Leased { run, owner, until } => Self::Leased { run, owner, until },
             StoreError::LeaseLost { run, .. } => Self::LeaseLost { run },
             source => Self::Store { run, source },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::InterruptId;
+
+    /// What front ends map to exit codes and HTTP statuses: the caller's mistakes, with
+    /// their stable codes, apart from the engine's failures.
+    #[test]
+    fn errors_say_whose_fault_they_are() {
+        let run = RunId::from_bytes([1; 16]);
+        let cases = [
+            (EngineError::InvalidRequest { run, reason: "no".into() }, Fault::Caller, "invalid_request"),
+            (EngineError::store(run)(StoreError::RunNotFound(run)), Fault::Caller, "not_found"),
+            (
+                EngineError::Resolve {
+                    run,
+                    interrupt: InterruptId::new("int_1"),
+                    reason: "decided".into(),
+                    code: "already_resolved",
+                },
+                Fault::Caller,
+                "already_resolved",
+            ),
+            (EngineError::store(run)(StoreError::Invalid("bad id".into())), Fault::Caller, "invalid"),
+            (EngineError::LeaseLost { run }, Fault::Engine, "lease_lost"),
+            (EngineError::Unresolved { run, workflow: "w".into(), reason: "gone".into() }, Fault::Engine, "unresolved"),
+            (
+                EngineError::store(run)(StoreError::Backend { doing: "writing".into(), source: "disk full".into() }),
+                Fault::Engine,
+                "store_failed",
+            ),
+        ];
+        for (error, fault, code) in cases {
+            assert_eq!((error.fault(), error.code()), (fault, code), "{error}");
         }
     }
 }

@@ -174,6 +174,41 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whose fault it is (see [`Fault`](crate::Fault)).
+    pub fn fault(&self) -> crate::error::Fault {
+        use crate::error::Fault;
+        match self {
+            Self::RunNotFound(_)
+            | Self::RunExists(_)
+            | Self::InterruptNotFound { .. }
+            | Self::AlreadyResolved { .. }
+            | Self::Leased { .. }
+            | Self::Finished { .. }
+            | Self::AccessDenied(_)
+            | Self::Invalid(_) => Fault::Caller,
+            Self::LeaseLost { .. } | Self::Corrupt(_) | Self::Backend { .. } => Fault::Engine,
+        }
+    }
+
+    /// A stable code for the error (`docs/error-codes.md`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::RunNotFound(_) => "not_found",
+            Self::RunExists(_) => "run_exists",
+            Self::InterruptNotFound { .. } => "not_found",
+            Self::AlreadyResolved { .. } => "already_resolved",
+            Self::Leased { .. } => "leased",
+            Self::Finished { .. } => "finished",
+            Self::LeaseLost { .. } => "lease_lost",
+            Self::Corrupt(_) => "corrupt",
+            Self::AccessDenied(_) => "access_denied",
+            Self::Invalid(_) => "invalid",
+            Self::Backend { .. } => "store_failed",
+        }
+    }
+}
+
 /// The persistence seam. Implementations: [`InMemoryStore`] here; SQLite and Postgres in
 /// `stepwright-store`. Methods return boxed futures so the trait is object-safe.
 pub trait Store: Send + Sync + 'static {
