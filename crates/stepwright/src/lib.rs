@@ -1,7 +1,48 @@
 //! Stepwright: a durable engine for AI-agent workflows.
 //!
-//! This facade re-exports what a Rust user needs. Today that is the kernel
-//! ([`stepwright_core`]); stores, model adapters and the workflow-file loader join it behind
-//! cargo features as they land.
+//! This facade is the API boundary a Rust user depends on: one crate, with the rest behind
+//! cargo features. The kernel ([`stepwright_core`]: steps, workflows, the engine, the
+//! journal and the store seam) is at the root; with the default features come the SQLite
+//! store and [`open`] (`sqlite` — `postgres` adds `PostgresStore`), workflow files
+//! ([`flow`], `yaml`) and the model layer ([`llm`], `models`); `mcp` adds [`mcp`].
+//!
+//! A workflow file run on an SQLite store, with nothing but this crate:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() {
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = stepwright::open(&format!("sqlite://{}", dir.path().join("runs.db").display())).await.unwrap();
+//! let file = "workflow: greet\nsteps:\n  - id: hello\n    set: \"{{ 'Hello, ' ~ input.name }}\"\n";
+//! let loaded = stepwright::flow::load_source(file, "greet.yaml").unwrap();
+//! let engine = stepwright::Engine::builder().store(store as Arc<dyn stepwright::Store>).build();
+//! let report = engine.start(&loaded.workflow, json!({ "name": "Ada" })).await.unwrap();
+//! assert_eq!(report.output, Some(json!("Hello, Ada")));
+//! # }
+//! ```
 
 pub use stepwright_core::*;
+#[cfg(feature = "postgres")]
+pub use stepwright_store::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use stepwright_store::{AnyStore, OpenError, SqliteOptions, SqliteStore, Synchronous, open, used_bytes};
+
+/// Workflow files: load, validate and compile YAML into workflows (`stepwright-flow`).
+#[cfg(feature = "yaml")]
+pub mod flow {
+    pub use stepwright_flow::*;
+}
+
+/// Models, cassettes, tools, and the `llm` and `agent` steps (`stepwright-llm`).
+#[cfg(feature = "models")]
+pub mod llm {
+    pub use stepwright_llm::*;
+}
+
+/// MCP servers as tools (`stepwright-mcp`).
+#[cfg(feature = "mcp")]
+pub mod mcp {
+    pub use stepwright_mcp::*;
+}
