@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stepwright_core::{RunId, RunReport, RunStatus, StepPath, Store};
+use stepwright_core::{RunReport, RunStatus};
 
 use crate::args::GraphFormat;
 use crate::host::wall_now;
@@ -119,51 +119,15 @@ pub(crate) fn print_report(report: &RunReport, as_json: bool) {
 /// Each step path's last state, in journal order: status, attempts, how long it took from
 /// its first start to its end (`duration_ms`, when both are journaled) and its output.
 pub(crate) fn timeline(loaded: &stepwright_core::journal::LoadedRun) -> Vec<Value> {
-    use stepwright_core::{Record, Timestamp};
-    #[derive(Default)]
-    struct Row {
-        status: &'static str,
-        attempts: u32,
-        started: Option<Timestamp>,
-        ended: Option<Timestamp>,
-        output: Option<Value>,
-    }
-    let mut order: Vec<String> = Vec::new();
-    let mut rows: std::collections::HashMap<String, Row> = std::collections::HashMap::new();
-    for entry in &loaded.entries {
-        let (status, attempt, started, ended) = match &entry.record {
-            Record::Started { attempt } => ("running", *attempt, Some(entry.at), None),
-            Record::Completed { attempt, started_at, .. } => ("completed", *attempt, *started_at, Some(entry.at)),
-            Record::Failed { attempt, retry_at: Some(_), started_at, .. } => ("retrying", *attempt, *started_at, None),
-            Record::Failed { attempt, started_at, .. } => ("failed", *attempt, *started_at, Some(entry.at)),
-            Record::Skipped { .. } => ("skipped", 0, None, Some(entry.at)),
-            Record::InterruptOpened { .. } => ("waiting", 0, None, None),
-            Record::Cancelled { .. } => ("cancelled", 0, None, Some(entry.at)),
-            _ => continue,
-        };
-        let path = entry.path.as_str();
-        if !rows.contains_key(path) {
-            order.push(path.to_owned());
-        }
-        let row = rows.entry(path.to_owned()).or_default();
-        row.status = status;
-        row.attempts = row.attempts.max(attempt);
-        row.started = row.started.or(started);
-        row.ended = ended;
-        if let Record::Completed { output, .. } = &entry.record {
-            row.output = loaded.blobs.get(output).map(|v| (**v).clone());
-        }
-    }
-    order
+    stepwright_core::inspect::timeline(loaded)
         .into_iter()
-        .map(|path| {
-            let row = &rows[&path];
-            let mut step = json!({ "path": path, "status": row.status, "attempts": row.attempts });
-            if let (Some(started), Some(ended)) = (row.started, row.ended) {
-                step["duration_ms"] = json!(ended.since(started).as_secs_f64() * 1000.0);
+        .map(|row| {
+            let mut step = json!({ "path": row.path.as_str(), "status": row.status, "attempts": row.attempts });
+            if let Some(duration) = row.duration() {
+                step["duration_ms"] = json!(duration.as_secs_f64() * 1000.0);
             }
             if let Some(output) = &row.output {
-                step["output"] = output.clone();
+                step["output"] = (**output).clone();
             }
             step
         })
@@ -202,88 +166,6 @@ pub(crate) fn shortened(text: &str, width: usize) -> String {
         return text.to_owned();
     }
     format!("{}…", text.chars().take(width - 1).collect::<String>())
-}
-
-/// A run's event log read incrementally: its journal rendered as lifecycle events,
-/// interleaved with the events its steps emitted, then `run.<status>` once it has finished.
-#[derive(Default)]
-pub(crate) struct EventLog {
-    /// Journal entries already rendered.
-    pub(crate) journal_seen: u64,
-    /// Emitted events already returned.
-    pub(crate) events_seen: u64,
-    /// Whether the final `run.<status>` line has been returned.
-    pub(crate) finished: bool,
-}
-
-impl EventLog {
-    /// What is new since the last call, in time order.
-    pub(crate) async fn poll(
-        &mut self,
-        store: &dyn Store,
-        run: RunId,
-    ) -> anyhow::Result<Vec<stepwright_core::journal::EventRecord>> {
-        use stepwright_core::journal::EventRecord;
-        if self.finished {
-            return Ok(Vec::new());
-        }
-        // Only what has not been seen is read. The header and journal are read before the
-        // emitted events: a run's status changes only after its last commit, so once the
-        // status read here is final, the entries and events read with it are the last.
-        let loaded = store.load_from(run, self.journal_seen).await?;
-        let emitted = store.events_from(run, self.events_seen).await?;
-        let lifecycle = |path: &StepPath, at, kind: &str, data: Value| EventRecord {
-            run,
-            path: path.clone(),
-            at,
-            tenant: None,
-            user: None,
-            kind: kind.to_owned(),
-            data,
-        };
-        // (time, rank, event): an attempt's start sorts before what it emitted, its end after.
-        let mut new: Vec<(stepwright_core::Timestamp, u8, EventRecord)> = Vec::new();
-        for entry in &loaded.entries {
-            // Draws of `now`/`uuid`/`random` are replay bookkeeping, not progress.
-            let Some(kind) = entry.record.event_name() else { continue };
-            let mut data = serde_json::to_value(&entry.record)?;
-            if let Some(object) = data.as_object_mut() {
-                object.remove("type");
-                object.remove("started_at");
-            }
-            match &entry.record {
-                stepwright_core::Record::Completed { attempt, output, started_at, .. } => {
-                    if let Some(started) = started_at {
-                        let started_data = json!({ "attempt": attempt });
-                        new.push((*started, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
-                    }
-                    data["output"] = loaded.blobs.get(output).map_or(Value::Null, |v| (**v).clone());
-                }
-                stepwright_core::Record::Failed { attempt, started_at: Some(started), .. } => {
-                    let started_data = json!({ "attempt": attempt });
-                    new.push((*started, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
-                }
-                _ => {}
-            }
-            let rank = if kind == "step.started" { 0 } else { 2 };
-            new.push((entry.at, rank, lifecycle(&entry.path, entry.at, kind, data)));
-        }
-        self.journal_seen += loaded.entries.len() as u64;
-        self.events_seen += emitted.len() as u64;
-        for event in emitted {
-            new.push((event.at, 1, event));
-        }
-        new.sort_by_key(|(at, rank, _)| (*at, *rank));
-        let mut events: Vec<EventRecord> = new.into_iter().map(|(_, _, event)| event).collect();
-        let record = &loaded.record;
-        if record.status.is_terminal() {
-            self.finished = true;
-            let data = json!({ "output": record.output, "error": record.error });
-            let kind = format!("run.{}", record.status.as_str());
-            events.push(lifecycle(&StepPath::root(), record.updated_at, &kind, data));
-        }
-        Ok(events)
-    }
 }
 
 /// `HH:MM:SS.mmm` (UTC) of a timestamp, for the text form of the event log.

@@ -41,6 +41,7 @@ mod context;
 mod step;
 mod definition;
 mod engine;
+pub mod inspect;
 
 pub use config::{ArtifactCapture, Durability, EngineConfig, InMemoryStepCache, StepCache};
 pub use context::StepContext;

@@ -152,7 +152,8 @@ pub struct CallInfo {
     pub idempotency_key: Option<String>,
 }
 
-/// How one execution of a step path ended, as observers and renderers see it.
+/// Where a step path stands: how an execution ended, as observers see it, and (in a run's
+/// timeline, `inspect::timeline`) also `running` and `waiting`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -171,6 +172,10 @@ pub enum StepStatus {
     Cancelled,
     /// This attempt failed and another one follows.
     Retrying,
+    /// An attempt started and has not ended (timelines only).
+    Running,
+    /// It opened an interrupt and waits for the decision (timelines only).
+    Waiting,
 }
 
 impl StepStatus {
@@ -184,6 +189,8 @@ impl StepStatus {
             Self::Handoff => "handoff",
             Self::Cancelled => "cancelled",
             Self::Retrying => "retrying",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
         }
     }
 }

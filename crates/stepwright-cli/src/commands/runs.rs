@@ -11,7 +11,7 @@ use crate::args::RunsCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
 use crate::host::{CliStore, engine_over, open_store, parse_run, wall_now};
-use crate::render::{EventLog, clock_time, owner_text, print_timeline, report_json, timeline, usage_text};
+use crate::render::{clock_time, owner_text, print_timeline, report_json, timeline, usage_text};
 
 /// `runs`: opens the store, then the subcommand.
 pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
@@ -73,16 +73,16 @@ pub(crate) async fn list(
 /// `runs events`: a run's lifecycle and audit events (and, with `--follow`, those to come).
 pub(crate) async fn events(store: &Arc<dyn CliStore>, run: String, follow: bool, json: bool) -> anyhow::Result<u8> {
     let run = parse_run(&run)?;
-    let mut log = EventLog::default();
+    let mut cursor = stepwright_core::inspect::EventCursor::new();
     loop {
-        for event in log.poll(store.as_ref(), run).await? {
+        for event in cursor.poll(store.as_ref(), run).await? {
             if json {
                 println!("{}", serde_json::to_string(&event)?);
             } else {
                 println!("{} {:<24} {:<20} {}", clock_time(event.at), event.kind, event.path.as_str(), event.data);
             }
         }
-        if !follow || log.finished {
+        if !follow || cursor.finished() {
             return Ok(0);
         }
         // Polling keeps `--follow` working on every store and across processes;

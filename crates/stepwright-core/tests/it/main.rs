@@ -8,6 +8,7 @@ mod calls;
 mod durability;
 mod engine;
 mod history;
+mod inspect;
 mod operators;
 mod policies;
 mod resume;

@@ -1,0 +1,177 @@
+//! Reading a run, for people and programs: its timeline (a row per step path) and its event
+//! stream (the journal as lifecycle events, interleaved with the events its steps emitted,
+//! then `run.<status>`), typed and built from what any store returns. Front ends (the
+//! command line, an API) render these; they do not derive them from the journal again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::ids::{RunId, StepPath, Timestamp};
+use crate::journal::{EventRecord, LoadedRun, Record};
+use crate::services::StepStatus;
+use crate::store::{Store, StoreError};
+
+/// One step path in a run's timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRow {
+    /// The step path (`drafts[1]/write`).
+    pub path: StepPath,
+    /// Where it stands, from its last journal entry.
+    pub status: StepStatus,
+    /// The highest attempt recorded (0 for paths with no attempts: skipped, waiting).
+    pub attempts: u32,
+    /// When its first recorded attempt started.
+    pub started: Option<Timestamp>,
+    /// When it ended, if it has.
+    pub ended: Option<Timestamp>,
+    /// Its output, once completed.
+    pub output: Option<Arc<Value>>,
+}
+
+impl StepRow {
+    /// From its first start to its end, once both are known.
+    pub fn duration(&self) -> Option<Duration> {
+        Some(self.ended?.since(self.started?))
+    }
+}
+
+/// A run's steps in the order they first appear in its journal, each with its status,
+/// attempts, times and output.
+pub fn timeline(loaded: &LoadedRun) -> Vec<StepRow> {
+    let mut rows: Vec<StepRow> = Vec::new();
+    let mut index: HashMap<&StepPath, usize> = HashMap::new();
+    for entry in &loaded.entries {
+        let (status, attempt, started, ended) = match &entry.record {
+            Record::Started { attempt } => (StepStatus::Running, *attempt, Some(entry.at), None),
+            Record::Completed { attempt, started_at, .. } => {
+                (StepStatus::Completed, *attempt, *started_at, Some(entry.at))
+            }
+            Record::Failed { attempt, retry_at: Some(_), started_at, .. } => {
+                (StepStatus::Retrying, *attempt, *started_at, None)
+            }
+            Record::Failed { attempt, started_at, .. } => (StepStatus::Failed, *attempt, *started_at, Some(entry.at)),
+            Record::Skipped { .. } => (StepStatus::Skipped, 0, None, Some(entry.at)),
+            Record::InterruptOpened { .. } => (StepStatus::Waiting, 0, None, None),
+            Record::Cancelled { .. } => (StepStatus::Cancelled, 0, None, Some(entry.at)),
+            _ => continue,
+        };
+        let at = *index.entry(&entry.path).or_insert_with(|| {
+            rows.push(StepRow {
+                path: entry.path.clone(),
+                status,
+                attempts: 0,
+                started: None,
+                ended: None,
+                output: None,
+            });
+            rows.len() - 1
+        });
+        let row = &mut rows[at];
+        row.status = status;
+        row.attempts = row.attempts.max(attempt);
+        row.started = row.started.or(started);
+        row.ended = ended;
+        if let Record::Completed { output, .. } = &entry.record {
+            row.output = loaded.blobs.get(output).cloned();
+        }
+    }
+    rows
+}
+
+/// A reader of a run's event stream that remembers where it is, so each call returns only
+/// what is new — on any store, across processes (what `runs events --follow` polls, and
+/// what an API streams). Event names come from [`Record::event_name`], never from the
+/// storage encoding.
+#[derive(Debug, Default, Clone)]
+pub struct EventCursor {
+    journal_seen: u64,
+    events_seen: u64,
+    finished: bool,
+}
+
+impl EventCursor {
+    /// A cursor at the start of the run's stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the final `run.<status>` event has been returned: nothing more will come.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// What is new since the last call, in time order.
+    pub async fn poll(&mut self, store: &dyn Store, run: RunId) -> Result<Vec<EventRecord>, StoreError> {
+        if self.finished {
+            return Ok(Vec::new());
+        }
+        // Only what has not been seen is read. The header and journal are read before the
+        // emitted events: a run's status changes only after its last commit, so once the
+        // status read here is final, the entries and events read with it are the last.
+        let loaded = store.load_from(run, self.journal_seen).await?;
+        let emitted = store.events_from(run, self.events_seen).await?;
+        let lifecycle = |path: &StepPath, at, kind: &str, data: Value| EventRecord {
+            run,
+            path: path.clone(),
+            at,
+            tenant: None,
+            user: None,
+            kind: kind.to_owned(),
+            data,
+        };
+        // Sorted by (time, journal position, rank): at one time the journal's order holds; an
+        // attempt's start (rank 0) comes before what its step emitted (rank 1), placed at the
+        // step's next journal entry, and that entry (rank 2) after both.
+        let mut new: Vec<(Timestamp, usize, u8, EventRecord)> = Vec::new();
+        for (position, entry) in loaded.entries.iter().enumerate() {
+            // Draws of `now`/`uuid`/`random` are replay bookkeeping, not progress.
+            let Some(kind) = entry.record.event_name() else { continue };
+            let mut data = serde_json::to_value(&entry.record)
+                .map_err(|e| StoreError::Backend { doing: "describing a journal entry".into(), source: Box::new(e) })?;
+            if let Some(object) = data.as_object_mut() {
+                object.remove("type");
+                object.remove("started_at");
+            }
+            match &entry.record {
+                Record::Completed { attempt, output, started_at, .. } => {
+                    if let Some(started) = started_at {
+                        let started_data = json!({ "attempt": attempt });
+                        let event = lifecycle(&entry.path, *started, "step.started", started_data);
+                        new.push((*started, position, 0, event));
+                    }
+                    data["output"] = loaded.blobs.get(output).map_or(Value::Null, |v| (**v).clone());
+                }
+                Record::Failed { attempt, started_at: Some(started), .. } => {
+                    let started_data = json!({ "attempt": attempt });
+                    new.push((*started, position, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
+                }
+                _ => {}
+            }
+            let rank = if kind == "step.started" { 0 } else { 2 };
+            new.push((entry.at, position, rank, lifecycle(&entry.path, entry.at, kind, data)));
+        }
+        self.journal_seen += loaded.entries.len() as u64;
+        self.events_seen += emitted.len() as u64;
+        for event in emitted {
+            let position = loaded
+                .entries
+                .iter()
+                .position(|e| e.path == event.path && e.at >= event.at)
+                .unwrap_or(loaded.entries.len());
+            new.push((event.at, position, 1, event));
+        }
+        new.sort_by_key(|(at, position, rank, _)| (*at, *position, *rank));
+        let mut events: Vec<EventRecord> = new.into_iter().map(|(_, _, _, event)| event).collect();
+        let record = &loaded.record;
+        if record.status.is_terminal() {
+            self.finished = true;
+            let data = json!({ "output": record.output, "error": record.error });
+            let kind = format!("run.{}", record.status.as_str());
+            events.push(lifecycle(&StepPath::root(), record.updated_at, &kind, data));
+        }
+        Ok(events)
+    }
+}
