@@ -66,6 +66,19 @@ pub(crate) async fn decide(
             }
             Ok(0)
         }
+        // The process waiting on this interrupt saw the decision and finished the run before
+        // this one looked: the decision was taken; say how the run ended.
+        Err(stepwright_core::EngineError::NotResumable { status, .. }) if status.is_terminal() => {
+            let report = engine.report(run).await?;
+            if !json {
+                eprintln!(
+                    "decided {interrupt}; run {run} was continued by the process waiting for it and is {}",
+                    status.as_str()
+                );
+            }
+            print_report(&report, json);
+            Ok(exit_code(report.status))
+        }
         Err(other) => Err(anyhow!(other)),
     }
 }
