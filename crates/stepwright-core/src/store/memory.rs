@@ -58,12 +58,14 @@ impl InMemoryStore {
 
     /// Fault injection for tests: the next `n` appends succeed, every later one fails
     /// without writing anything, as a process that died at that point would leave it.
+    #[cfg(feature = "test-util")]
     pub fn fail_appends_after(&self, n: usize) {
         self.appends_left.store(n, Ordering::SeqCst);
         self.fault_armed.store(true, Ordering::SeqCst);
     }
 
     /// Turns fault injection off.
+    #[cfg(feature = "test-util")]
     pub fn heal(&self) {
         self.fault_armed.store(false, Ordering::SeqCst);
     }
