@@ -155,12 +155,17 @@ impl EventCursor {
         }
         self.journal_seen += loaded.entries.len() as u64;
         self.events_seen += emitted.len() as u64;
+        // Each path's entries in journal order (so in time order), looked up once per event
+        // by binary search rather than by scanning the whole journal.
+        let mut by_path: HashMap<&StepPath, Vec<(Timestamp, usize)>> = HashMap::new();
+        for (position, entry) in loaded.entries.iter().enumerate() {
+            by_path.entry(&entry.path).or_default().push((entry.at, position));
+        }
         for event in emitted {
-            let position = loaded
-                .entries
-                .iter()
-                .position(|e| e.path == event.path && e.at >= event.at)
-                .unwrap_or(loaded.entries.len());
+            let position = by_path
+                .get(&event.path)
+                .and_then(|entries| entries.get(entries.partition_point(|(at, _)| *at < event.at)))
+                .map_or(loaded.entries.len(), |(_, position)| *position);
             new.push((event.at, position, 1, event));
         }
         new.sort_by_key(|(at, position, rank, _)| (*at, *position, *rank));

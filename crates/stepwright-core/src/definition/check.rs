@@ -96,8 +96,13 @@ impl Checker {
             self.problem(at, p);
         }
         self.kind(at, node);
+        // A called workflow's steps were checked when it was built; checking them again
+        // would redo that work once for every workflow that calls it.
+        let called = matches!(node.kind, NodeKind::Workflow { .. });
         for (segment, group) in node.children() {
-            self.nodes(segment, at, group);
+            if !(called && segment == Segment::Body) {
+                self.nodes(segment, at, group);
+            }
         }
     }
 
