@@ -61,23 +61,6 @@ pub(crate) fn held_elsewhere(error: stepwright_core::EngineError) -> anyhow::Err
     }
 }
 
-/// A request the engine refused as invalid (a fork point or recompute start that does not
-/// exist) is the user's mistake.
-pub(crate) fn request_error(e: stepwright_core::EngineError) -> anyhow::Error {
-    match e {
-        stepwright_core::EngineError::InvalidRequest { .. } => anyhow!(BadInput(e.to_string())),
-        other => anyhow!(other),
-    }
-}
-
-/// An input that does not match the workflow's schema is the user's mistake.
-pub(crate) fn input_error(e: stepwright_core::EngineError) -> anyhow::Error {
-    match e {
-        stepwright_core::EngineError::InvalidInput { .. } => anyhow!(BadInput(e.to_string())),
-        other => anyhow!(other),
-    }
-}
-
 pub(crate) fn exit_code(status: RunStatus) -> u8 {
     match status {
         RunStatus::Completed => 0,

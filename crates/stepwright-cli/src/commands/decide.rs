@@ -44,10 +44,8 @@ pub(crate) async fn decide(
         roles: who.roles.clone(),
         ..Default::default()
     };
-    engine.resolve(run, &interrupt, decision, &caller).await.map_err(|e| match e {
-        stepwright_core::EngineError::Resolve { .. } => anyhow!(BadInput(e.to_string())),
-        other => anyhow!(other),
-    })?;
+    // A decision that does not fit is the caller's fault: `exit::failure` says so (exit 2).
+    engine.resolve(run, &interrupt, decision, &caller).await?;
     let workflow = definition_of(&store, run, flags).await?;
     match engine.resume(&workflow, run).await {
         Ok(report) => {

@@ -6,7 +6,6 @@ use serde_json::{Value, json};
 use stepwright_core::StepPath;
 
 use crate::commands::Globals;
-use crate::exit::request_error;
 use crate::host::{Servers, cli_engine, definition_of, keep_source, load, open_store, parse_json, parse_run};
 use crate::render::{change_name, value_or_none};
 
@@ -48,7 +47,7 @@ pub(crate) async fn recompute(
         keep_source(&store, &workflow, file).await?;
     }
     let options = stepwright_core::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
-    let report = cli_engine(&store, false).recompute(&workflow, run, options).await.map_err(request_error)?;
+    let report = cli_engine(&store, false).recompute(&workflow, run, options).await?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -97,7 +96,7 @@ pub(crate) async fn fork(
             patch.outputs = steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         }
     }
-    let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await.map_err(request_error)?;
+    let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await?;
     if json {
         println!("{}", json!({ "run_id": record.id, "status": record.status, "parent": run, "at": at }));
     } else {

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::args::Identity;
 use crate::commands::Globals;
-use crate::exit::{exit_code, held_elsewhere, input_error};
+use crate::exit::{exit_code, held_elsewhere};
 use crate::host::{
     Servers, check_tenant, cli_engine, definition_of, keep_source, load, open_store, parse_input, parse_run,
 };
@@ -29,7 +29,7 @@ pub(crate) async fn run(
     let engine = cli_engine(&store, !json);
     let options = stepwright_core::StartOptions { caller: who.caller(), ..Default::default() };
     if detach {
-        let record = engine.create(&workflow, input, options).await.map_err(input_error)?;
+        let record = engine.create(&workflow, input, options).await?;
         println!(
             "{}",
             if json {
@@ -43,7 +43,7 @@ pub(crate) async fn run(
     let run = engine.start_with(&workflow, input, options);
     tokio::pin!(run);
     let report = tokio::select! {
-        report = &mut run => report.map_err(input_error)?,
+        report = &mut run => report?,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("stepwright: interrupted; the run stays resumable");
             return Ok(130);
