@@ -7,10 +7,10 @@ use serde_json::{Map, Value};
 /// Who started a run: tenant, user, roles and free-form metadata.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Caller {
-    /// The tenant.
+    /// The tenant: runs, sessions and memory of one tenant are never another's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
-    /// The user.
+    /// The user (an approver's name is checked against it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     /// The user's roles.

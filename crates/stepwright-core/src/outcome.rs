@@ -35,7 +35,7 @@ pub enum OutcomeKind<T> {
     Handoff {
         /// The graph node to run next.
         target: String,
-        /// Its input.
+        /// The input the target node is given.
         payload: Value,
     },
 }
@@ -98,7 +98,7 @@ impl<T> From<T> for Outcome<T> {
 pub struct Event {
     /// The event's type, such as `order.refunded`.
     pub kind: String,
-    /// Its payload.
+    /// The event's own fields; its shape depends on `kind`.
     pub data: Value,
 }
 
@@ -261,7 +261,7 @@ pub enum Decision {
     },
     /// The answer to an `input` request, or the payload of an `event`.
     Respond {
-        /// The value.
+        /// The answer (checked against an input request's schema), or the event's payload.
         value: Value,
     },
 }
@@ -269,7 +269,7 @@ pub enum Decision {
 /// A recorded decision: what, by whom, when, and whether the deadline made it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Resolution {
-    /// The decision.
+    /// What was decided.
     #[serde(flatten)]
     pub decision: Decision,
     /// The deciding user (none for a deadline).

@@ -223,7 +223,7 @@ pub struct Guardrail {
     pub stage: GuardrailStage,
     /// What a violation does.
     pub action: GuardrailAction,
-    /// The check.
+    /// What it looks for.
     pub check: Arc<dyn GuardrailCheck>,
 }
 

@@ -57,7 +57,7 @@ impl fmt::Display for Diagnostic {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{}", render(diagnostics))]
 pub struct LoadError {
-    /// The problems.
+    /// Every problem found, in file order (this file's, then those of files it calls).
     pub diagnostics: Vec<Diagnostic>,
 }
 

@@ -165,7 +165,7 @@ enum OnFailure {
     Retry,
 }
 
-/// An approval.
+/// An `approval` step's body: what the person is asked, who may answer, and when it times out.
 #[derive(JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Approval {
@@ -259,7 +259,7 @@ struct Map {
     name: Option<String>,
     /// How many items run at once.
     concurrency: Option<u32>,
-    /// The steps.
+    /// The steps each iteration runs.
     steps: Vec<Step>,
 }
 

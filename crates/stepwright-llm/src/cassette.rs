@@ -37,6 +37,9 @@ impl std::str::FromStr for CassetteMode {
 }
 
 /// A cassette could not be read or written.
+// The variants' fields are named for what they hold and the variant's message says how
+// they relate; a doc per field would only repeat its name.
+#[allow(missing_docs)]
 #[derive(Debug, thiserror::Error)]
 pub enum CassetteError {
     /// Reading or writing the file failed.
@@ -44,16 +47,13 @@ pub enum CassetteError {
     Io {
         /// What was being done.
         doing: &'static str,
-        /// The file.
         path: PathBuf,
-        /// The cause.
         #[source]
         source: std::io::Error,
     },
     /// The file is not a cassette.
     #[error("reading cassette {path}: {message}")]
     Format {
-        /// The file.
         path: PathBuf,
         /// What is wrong.
         message: String,
@@ -88,7 +88,7 @@ fn read_cassette(path: &Path) -> std::io::Result<Vec<u8>> {
 pub struct Interaction {
     /// The request key (see [`Cassette::key`]).
     pub key: String,
-    /// The provider.
+    /// The provider the request went to (`openai`, `anthropic`): part of the match key.
     pub provider: String,
     /// The request, for people reading the file.
     pub request: ChatRequest,
@@ -139,12 +139,12 @@ impl Cassette {
         Ok(Self { path, mode, file: Mutex::new(file) })
     }
 
-    /// The mode.
+    /// Whether it records, replays or both.
     pub fn mode(&self) -> CassetteMode {
         self.mode
     }
 
-    /// The file.
+    /// Where it is kept; recordings are written here as they happen.
     pub fn path(&self) -> &Path {
         &self.path
     }

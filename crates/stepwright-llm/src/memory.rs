@@ -66,7 +66,7 @@ impl Sessions {
         self.max_stored_messages
     }
 
-    /// The store.
+    /// The store sessions are kept in.
     pub fn store(&self) -> &Arc<dyn SessionStore> {
         &self.store
     }
@@ -137,7 +137,7 @@ impl MemoryService {
         Self { bank }
     }
 
-    /// The bank.
+    /// The bank items are kept in (usually the run store).
     pub fn bank(&self) -> &Arc<dyn MemoryBank> {
         &self.bank
     }
@@ -195,7 +195,7 @@ fn tenant(ctx: &StepContext) -> String {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RememberSpec {
-    /// The namespace.
+    /// Where in the scope items are written (`facts`, `preferences`).
     pub namespace: String,
     /// Whose memory.
     #[serde(default)]
@@ -273,7 +273,7 @@ impl DynStep for RememberStep {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecallSpec {
-    /// The namespace.
+    /// Where in the scope items are searched.
     pub namespace: String,
     /// Whose memory.
     #[serde(default)]

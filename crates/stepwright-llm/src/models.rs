@@ -84,7 +84,7 @@ impl Pricing {
 /// How one binding reaches its model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
-    /// The provider.
+    /// Whose wire format and endpoint to use.
     pub provider: Provider,
     /// The provider's model id.
     pub model: String,
@@ -162,9 +162,9 @@ struct Binding {
 pub struct CallRecord {
     /// The binding name.
     pub binding: String,
-    /// The provider.
+    /// The provider that answered (`openai`, `anthropic`, `scripted`).
     pub provider: String,
-    /// The answer.
+    /// The answer as the adapter decoded it, usage included.
     pub response: ChatResponse,
     /// Cost in US dollars, if the binding has prices.
     #[serde(default, skip_serializing_if = "Option::is_none")]

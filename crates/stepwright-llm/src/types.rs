@@ -12,12 +12,12 @@ use serde_json::Value;
 pub enum Message {
     /// Instructions for the model.
     System {
-        /// The text.
+        /// The instructions, sent before the conversation.
         content: String,
     },
     /// What the user (or the workflow) says.
     User {
-        /// The text.
+        /// What the user said.
         content: String,
     },
     /// What the model said: text, tool calls, or both.
@@ -128,7 +128,7 @@ pub struct OutputFormat {
 pub struct ChatRequest {
     /// The provider's model id (`gpt-4o-mini`).
     pub model: String,
-    /// The conversation.
+    /// The messages so far, oldest first; the model answers the last.
     pub messages: Vec<Message>,
     /// Tools the model may call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

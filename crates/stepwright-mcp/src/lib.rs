@@ -32,9 +32,9 @@ use tokio::sync::Mutex;
 pub enum Transport {
     /// A child process speaking MCP on stdin and stdout (never through a shell).
     Stdio {
-        /// The program.
+        /// The program to start (looked up on `PATH`; never run through a shell).
         command: String,
-        /// Its arguments.
+        /// Its arguments, passed as given.
         args: Vec<String>,
         /// Extra environment variables.
         env: Vec<(String, String)>,
@@ -132,28 +132,24 @@ impl ServerConfig {
 }
 
 /// Why a server could not be used.
+// The variants' fields are named for what they hold and the variant's message says how
+// they relate; a doc per field would only repeat its name.
+#[allow(missing_docs)]
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
     /// Starting the process or opening the connection failed.
     #[error("starting MCP server {server:?}: {message}")]
     Start {
-        /// The server.
         server: String,
         /// What went wrong.
         message: String,
     },
     /// The server did not finish its handshake in time.
     #[error("MCP server {server:?} did not initialize within {timeout:?}")]
-    StartTimeout {
-        /// The server.
-        server: String,
-        /// The limit.
-        timeout: Duration,
-    },
+    StartTimeout { server: String, timeout: Duration },
     /// Listing its tools failed.
     #[error("listing the tools of MCP server {server:?}: {source}")]
     List {
-        /// The server.
         server: String,
         /// Why.
         #[source]
@@ -162,9 +158,7 @@ pub enum McpError {
     /// A tool named in `only` does not exist.
     #[error("MCP server {server:?} has no tool {tool:?} (it has: {available})")]
     MissingTool {
-        /// The server.
         server: String,
-        /// The tool.
         tool: String,
         /// What it has.
         available: String,
@@ -172,7 +166,6 @@ pub enum McpError {
     /// Registering a discovered tool failed.
     #[error("registering the tools of MCP server {server:?}: {source}")]
     Register {
-        /// The server.
         server: String,
         /// Why.
         #[source]
@@ -218,7 +211,7 @@ impl McpServer {
         Ok(server)
     }
 
-    /// Its name.
+    /// The server's name as the file declares it (tools are `name.tool`).
     pub fn name(&self) -> &str {
         &self.config.name
     }

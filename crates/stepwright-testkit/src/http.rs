@@ -36,7 +36,7 @@ pub struct Reply {
     pub status: u16,
     /// Extra response headers.
     pub headers: Vec<(String, String)>,
-    /// The body.
+    /// The body, and how it is written (whole, or streamed in pieces).
     pub body: Body,
 }
 

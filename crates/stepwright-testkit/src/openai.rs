@@ -12,7 +12,7 @@ use crate::http::{FakeServer, Reply};
 /// What the model says to one request.
 #[derive(Debug, Clone)]
 pub enum Answer {
-    /// An answer.
+    /// A final answer in plain text.
     Text(String),
     /// Tool calls, as `(id, name, arguments)`.
     Calls(Vec<(String, String, Value)>),

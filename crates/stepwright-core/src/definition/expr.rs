@@ -73,7 +73,7 @@ pub enum InputSource {
     WorkflowInput,
     /// The output of an earlier step by id.
     Output(String),
-    /// A constant.
+    /// A constant, the same for every run.
     Value(Value),
     /// An expression over the scope.
     Expr(Expr<Value>),

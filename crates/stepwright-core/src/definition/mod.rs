@@ -463,12 +463,12 @@ impl Workflow {
         }
     }
 
-    /// The name.
+    /// The workflow's name (`^[a-z][a-z0-9-]*$`); runs are listed and registered by it.
     pub fn name(&self) -> &str {
         &self.inner.name
     }
 
-    /// The version.
+    /// The version as written; the hash, not this, is what runs are pinned to.
     pub fn version(&self) -> &str {
         &self.inner.version
     }

@@ -54,7 +54,7 @@ impl EngineBuilder {
         self
     }
 
-    /// The settings.
+    /// The settings (default: `EngineConfig::default()`).
     #[must_use]
     pub fn config(mut self, config: EngineConfig) -> Self {
         self.config = config;

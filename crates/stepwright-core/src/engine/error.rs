@@ -8,13 +8,15 @@ use crate::journal::RunStatus;
 use crate::store::StoreError;
 
 /// Errors from engine operations.
+// The variants' fields are named for what they hold and the variant's message says how
+// they relate; a doc per field would only repeat its name.
+#[allow(missing_docs)]
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
     /// The workflow input does not match the workflow's input schema; nothing was created.
     #[error("starting workflow {workflow:?}: {source}")]
     InvalidInput {
-        /// The workflow.
         workflow: String,
         /// The validation error.
         #[source]
@@ -23,16 +25,13 @@ pub enum EngineError {
     /// The store failed; the run stopped where the journal ends and can be resumed.
     #[error("the store failed during run {run}")]
     Store {
-        /// The run.
         run: RunId,
-        /// The cause.
         #[source]
         source: StoreError,
     },
     /// The request does not fit the run (fork at a step it never reached, …).
     #[error("run {run}: {reason}")]
     InvalidRequest {
-        /// The run.
         run: RunId,
         /// Why not.
         reason: String,
@@ -40,7 +39,6 @@ pub enum EngineError {
     /// Another worker holds the run's lease.
     #[error("run {run} is being executed by {owner} (lease until {until:?})")]
     Leased {
-        /// The run.
         run: RunId,
         /// The worker holding it.
         owner: String,
@@ -50,23 +48,14 @@ pub enum EngineError {
     /// This worker lost the run's lease while executing it (another worker claimed it, for
     /// instance after a long pause); it stopped and wrote nothing more.
     #[error("the lease on run {run} was lost while executing it")]
-    LeaseLost {
-        /// The run.
-        run: RunId,
-    },
+    LeaseLost { run: RunId },
     /// The run is finished or running and cannot be resumed.
     #[error("run {run} cannot be resumed: it is {status:?}")]
-    NotResumable {
-        /// The run.
-        run: RunId,
-        /// Its status.
-        status: RunStatus,
-    },
+    NotResumable { run: RunId, status: RunStatus },
     /// A runner found no definition to execute the run with: none registered has its hash,
     /// and the resolver (if any) said why it could not build one. The run stays resumable.
     #[error("run {run} of workflow {workflow:?} has no definition to execute it with: {reason}")]
     Unresolved {
-        /// The run.
         run: RunId,
         /// The run's workflow.
         workflow: String,
@@ -78,9 +67,7 @@ pub enum EngineError {
         "run {run} is pinned to definition {pinned} of workflow {workflow:?}, but the definition given has hash {given}"
     )]
     DefinitionMismatch {
-        /// The run.
         run: RunId,
-        /// The workflow.
         workflow: String,
         /// The run's definition hash.
         pinned: ContentHash,
@@ -90,9 +77,7 @@ pub enum EngineError {
     /// The interrupt cannot be resolved this way.
     #[error("resolving interrupt {interrupt} of run {run}: {reason}")]
     Resolve {
-        /// The run.
         run: RunId,
-        /// The interrupt.
         interrupt: InterruptId,
         /// Why not.
         reason: String,

@@ -43,7 +43,7 @@ pub enum StepReplay {
 /// One step's comparison.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StepComparison {
-    /// The step.
+    /// The step path compared.
     pub path: StepPath,
     /// How it compares.
     pub outcome: StepReplay,
@@ -95,7 +95,7 @@ pub enum StepChange {
 /// One step in a recompute report.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RecomputedStep {
-    /// The step.
+    /// The step path compared.
     pub path: StepPath,
     /// What changed.
     #[serde(flatten)]

@@ -123,7 +123,7 @@ impl Engine {
         &self.inner.worker_id
     }
 
-    /// The store.
+    /// The store this engine journals to.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }

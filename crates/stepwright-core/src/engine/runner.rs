@@ -40,16 +40,15 @@ pub struct Runner {
 pub type RunOutcome = (RunId, Result<RunReport, EngineError>);
 
 /// What a runner does, as it does it: for a worker's log.
+// The variants' fields are named for what they hold and the variant's message says how
+// they relate; a doc per field would only repeat its name.
+#[allow(missing_docs)]
 #[derive(Debug)]
 pub enum RunnerEvent<'a> {
     /// It claimed a run and starts executing it.
-    Claimed {
-        /// The run.
-        run: RunId,
-    },
+    Claimed { run: RunId },
     /// A run's execution ended (completed, failed, suspended, cancelled…).
     Finished {
-        /// The run.
         run: RunId,
         /// How it ended.
         report: &'a RunReport,
@@ -57,7 +56,6 @@ pub enum RunnerEvent<'a> {
     /// A run's execution stopped with an error (its lease lost, its definition missing, the
     /// store failing): the run stays resumable.
     Stopped {
-        /// The run.
         run: RunId,
         /// Why.
         error: &'a EngineError,

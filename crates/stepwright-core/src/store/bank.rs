@@ -85,7 +85,7 @@ pub struct MemoryAddress {
 pub struct MemoryItem {
     /// Where it lives.
     pub address: MemoryAddress,
-    /// The value.
+    /// What is kept (any JSON); its text is what search matches.
     pub value: Value,
     /// The text that search looks in.
     pub text: String,
@@ -128,11 +128,11 @@ pub fn text_of(value: &Value) -> String {
 /// A search in one namespace of one scope.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemorySearch {
-    /// The tenant.
+    /// The tenant searched; never another's items.
     pub tenant: String,
     /// Whose items.
     pub scope: MemoryScope,
-    /// The namespace.
+    /// The namespace searched, within the scope.
     pub namespace: String,
     /// Words to look for; none lists the newest items.
     pub query: Option<String>,
@@ -143,7 +143,7 @@ pub struct MemorySearch {
 /// An item a search found, with its relevance (0 when listing without a query).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MemoryHit {
-    /// The item.
+    /// The item found.
     pub item: MemoryItem,
     /// Higher is more relevant; comparable only within one search.
     pub score: f64,

@@ -103,6 +103,9 @@ pub struct Removed {
 }
 
 /// Errors from a store operation.
+// The variants' fields are named for what they hold and the variant's message says how
+// they relate; a doc per field would only repeat its name.
+#[allow(missing_docs)]
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -114,26 +117,14 @@ pub enum StoreError {
     RunExists(RunId),
     /// The interrupt was never opened in this run.
     #[error("interrupt {interrupt} is not open in run {run}")]
-    InterruptNotFound {
-        /// The run.
-        run: RunId,
-        /// The interrupt.
-        interrupt: InterruptId,
-    },
+    InterruptNotFound { run: RunId, interrupt: InterruptId },
     /// Another decision won the compare-and-set.
     #[error("interrupt {interrupt} of run {run} was already resolved")]
-    AlreadyResolved {
-        /// The run.
-        run: RunId,
-        /// The interrupt.
-        interrupt: InterruptId,
-    },
+    AlreadyResolved { run: RunId, interrupt: InterruptId },
     /// Another worker holds a live lease on the run.
     #[error("run {run} is leased by {owner} until {until:?}")]
     Leased {
-        /// The run.
         run: RunId,
-        /// The holder.
         owner: String,
         /// Until when.
         until: Timestamp,
@@ -141,7 +132,6 @@ pub enum StoreError {
     /// The run has finished (completed, failed or cancelled); its status never changes again.
     #[error("run {run} has already finished ({status:?})")]
     Finished {
-        /// The run.
         run: RunId,
         /// How it finished.
         status: RunStatus,
@@ -149,7 +139,6 @@ pub enum StoreError {
     /// The writer's lease is no longer the current one: another worker claimed the run.
     #[error("the lease on run {run} was lost (fencing token {token} is stale)")]
     LeaseLost {
-        /// The run.
         run: RunId,
         /// The stale token.
         token: u64,
@@ -168,7 +157,6 @@ pub enum StoreError {
     Backend {
         /// What was being done.
         doing: String,
-        /// The cause.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },

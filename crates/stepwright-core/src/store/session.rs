@@ -48,7 +48,7 @@ impl From<&Caller> for SessionOwner {
 pub struct SessionMessage {
     /// Its sequence number in the session.
     pub seq: u64,
-    /// The message.
+    /// The message as the step appended it (the kernel does not know its shape).
     pub message: Value,
 }
 

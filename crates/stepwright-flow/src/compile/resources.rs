@@ -24,7 +24,7 @@ use crate::yaml::{Item, Yaml};
 /// configurations — binding them (keys, cassettes, `--model` overrides) is the caller's job.
 #[derive(Debug)]
 pub struct Loaded {
-    /// The workflow.
+    /// The compiled, checked workflow (its models not yet bound).
     pub workflow: stepwright_core::Workflow,
     /// The `models` section, by binding name.
     pub models: BTreeMap<String, ModelConfig>,

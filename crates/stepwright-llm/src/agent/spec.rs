@@ -155,7 +155,7 @@ impl AgentSpec {
 /// What a lifecycle hook is told.
 #[derive(Debug, Clone, Copy)]
 pub struct HookEvent<'a> {
-    /// The agent.
+    /// The agent's name (it may be a delegate's, not the step's own).
     pub agent: &'a str,
     /// The step running it.
     pub ctx: &'a StepContext,
