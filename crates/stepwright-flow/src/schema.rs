@@ -259,7 +259,7 @@ struct Map {
     name: Option<String>,
     /// How many items run at once.
     concurrency: Option<u32>,
-    /// The steps each iteration runs.
+    /// The steps each item runs through.
     steps: Vec<Step>,
 }
 
