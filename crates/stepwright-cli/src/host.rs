@@ -212,7 +212,7 @@ pub(crate) async fn keep_source(
     file: &Path,
 ) -> anyhow::Result<()> {
     let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let definition = DefinitionSource { format: "yaml".into(), name: file.display().to_string(), source };
+    let definition = DefinitionSource { name: file.display().to_string(), ..DefinitionSource::default_yaml(&source) };
     store.put_definition(workflow.hash(), definition).await?;
     Ok(())
 }

@@ -98,6 +98,18 @@ pub struct DefinitionSource {
     pub name: String,
     /// The file's whole text, compiled again to rebuild the definition.
     pub source: String,
+    /// The files it calls (`workflow: parts/x.yaml`), by their path relative to it, when
+    /// they came with it rather than from a disk (a workflow registered over HTTP); empty
+    /// when the calls are read from beside `name`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub files: std::collections::BTreeMap<String, String>,
+}
+
+impl DefinitionSource {
+    /// A YAML source with no name and no called files.
+    pub fn default_yaml(source: &str) -> Self {
+        Self { format: "yaml".into(), name: String::new(), source: source.to_owned(), files: Default::default() }
+    }
 }
 
 /// A run's header: everything but its journal.

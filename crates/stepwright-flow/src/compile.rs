@@ -83,6 +83,10 @@ pub struct LoadOptions {
     /// Directories a `workflow:` call may reach besides the first file's own directory tree
     /// (which is always allowed).
     pub allowed_dirs: Vec<PathBuf>,
+    /// The files `workflow:` calls read, by path relative to the first file, instead of
+    /// the disk (a workflow registered over HTTP with its called files). With it, no file
+    /// is read from disk and `allowed_dirs` does not apply.
+    pub files: Option<std::sync::Arc<std::collections::BTreeMap<String, String>>>,
 }
 
 /// Workflow files are at most this large by default (1 MiB: a few thousand steps).
@@ -90,7 +94,7 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        Self { max_file_bytes: MAX_FILE_BYTES, allowed_dirs: Vec::new() }
+        Self { max_file_bytes: MAX_FILE_BYTES, allowed_dirs: Vec::new(), files: None }
     }
 }
 
@@ -143,6 +147,11 @@ pub fn load_source(source: &str, file: &str) -> Result<Loaded, LoadError> {
 
 /// [`load_source`] with limits and the directories `workflow:` calls may reach.
 pub fn load_source_with(source: &str, file: &str, options: &LoadOptions) -> Result<Loaded, LoadError> {
+    if options.files.is_some() {
+        // Paths are the given files' names, not the disk's: `file` is the root's name.
+        let root = Path::new(file).file_name().map_or_else(|| PathBuf::from(file), PathBuf::from);
+        return load_nested(source, file, vec![root], options);
+    }
     let here = Path::new(file);
     let here = here.canonicalize().unwrap_or_else(|_| here.to_path_buf());
     let mut allowed = vec![here.parent().map(Path::to_path_buf).unwrap_or_default()];

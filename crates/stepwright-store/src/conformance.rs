@@ -50,11 +50,155 @@ pub async fn definitions_are_kept_by_hash(store: &dyn Store) {
     use stepwright_core::journal::DefinitionSource;
     let hash = ContentHash::of_bytes(b"definition");
     assert_eq!(store.get_definition(hash).await.expect("read"), None);
-    let source = DefinitionSource { format: "yaml".into(), name: "flow.yaml".into(), source: "workflow: x\n".into() };
+    let source = DefinitionSource {
+        format: "yaml".into(),
+        name: "flow.yaml".into(),
+        source: "workflow: x\n".into(),
+        files: Default::default(),
+    };
     store.put_definition(hash, source.clone()).await.expect("put");
     let other = DefinitionSource { source: "workflow: y\n".into(), ..source.clone() };
     store.put_definition(hash, other).await.expect("put again");
     assert_eq!(store.get_definition(hash).await.expect("read"), Some(source));
+    // A source with the files it calls keeps them.
+    let called = ContentHash::of_bytes(b"calls");
+    let with_files = DefinitionSource {
+        name: "main.yaml".into(),
+        files: [("parts/x.yaml".to_owned(), "workflow: part\n".to_owned())].into(),
+        ..DefinitionSource::default_yaml("workflow: main\n")
+    };
+    store.put_definition(called, with_files.clone()).await.expect("put");
+    assert_eq!(store.get_definition(called).await.expect("read"), Some(with_files));
+}
+
+/// The control tables: registered workflows get versions by source, keys are found by the
+/// hash of their secret, an idempotency key names its first run, the audit log keeps order.
+pub async fn control_tables(store: &dyn crate::ServerStore) {
+    use crate::control::{ApiKey, AuditEntry, IdempotencyClaim, NewWorkflow};
+    let new = |name: &str, source: &str, namespace: &str| NewWorkflow {
+        namespace: namespace.into(),
+        name: name.into(),
+        hash: ContentHash::of_bytes(source.as_bytes()),
+        source: source.into(),
+        files: [("parts/a.yaml".to_owned(), format!("# {source}"))].into(),
+        at: Timestamp::from_micros(5),
+        by: Some("ann".into()),
+    };
+    let first = store.register_workflow(new("greet", "v1", "acme")).await.expect("register");
+    assert_eq!(first.version, 1);
+    assert_eq!(store.register_workflow(new("greet", "v1", "acme")).await.expect("again").version, 1, "same source");
+    assert_eq!(store.register_workflow(new("greet", "v2", "acme")).await.expect("v2").version, 2);
+    assert_eq!(store.register_workflow(new("greet", "v1", "other")).await.expect("other ns").version, 1);
+    assert_eq!(store.register_workflow(new("aaa", "a", "acme")).await.expect("aaa").version, 1);
+    let newest = store.registered_workflow("acme", "greet", None).await.expect("read").expect("found");
+    assert_eq!((newest.version, newest.source.as_str()), (2, "v2"));
+    let named = store.registered_workflow("acme", "greet", Some(1)).await.expect("read").expect("found");
+    assert_eq!(named, first);
+    assert_eq!(named.files["parts/a.yaml"], "# v1");
+    assert!(store.registered_workflow("acme", "greet", Some(3)).await.expect("read").is_none());
+    assert!(store.registered_workflow("nobody", "greet", None).await.expect("read").is_none());
+    let listed: Vec<(String, u32)> =
+        store.registered_workflows("acme").await.expect("list").into_iter().map(|w| (w.name, w.version)).collect();
+    assert_eq!(listed, [("aaa".into(), 1), ("greet".into(), 2), ("greet".into(), 1)]);
+
+    let key = |id: &str, namespace: &str, at: i64| ApiKey {
+        id: id.into(),
+        namespace: namespace.into(),
+        user: "ann".into(),
+        roles: vec!["operator".into(), "approver".into()],
+        created_at: Timestamp::from_micros(at),
+        expires_at: Some(Timestamp::from_micros(1_000)),
+        revoked_at: None,
+        last_used_at: None,
+    };
+    store.create_key(key("k1", "acme", 1), [1; 32]).await.expect("create");
+    store.create_key(key("k2", "other", 2), [2; 32]).await.expect("create");
+    assert!(store.create_key(key("k3", "acme", 3), [1; 32]).await.is_err(), "a secret hash is unique");
+    assert_eq!(store.key_by_secret([1; 32]).await.expect("read"), Some(key("k1", "acme", 1)));
+    assert_eq!(store.key_by_secret([9; 32]).await.expect("read"), None);
+    assert_eq!(store.keys(None).await.expect("list").len(), 2);
+    assert_eq!(store.keys(Some("other")).await.expect("list"), [key("k2", "other", 2)]);
+    store.touch_key("k1", Timestamp::from_micros(50)).await.expect("touch");
+    assert!(store.revoke_key("k1", Timestamp::from_micros(60)).await.expect("revoke"));
+    assert!(!store.revoke_key("k1", Timestamp::from_micros(70)).await.expect("revoke again"));
+    assert!(!store.revoke_key("nope", Timestamp::from_micros(70)).await.expect("revoke missing"));
+    let used = store.key_by_secret([1; 32]).await.expect("read").expect("found");
+    assert_eq!(
+        (used.last_used_at, used.revoked_at),
+        (Some(Timestamp::from_micros(50)), Some(Timestamp::from_micros(60)))
+    );
+
+    let (a, b, c) = (id(200), id(201), id(202));
+    let at = Timestamp::from_micros(7);
+    assert_eq!(store.claim_idempotency("acme", "order-1", a, at).await.expect("claim"), IdempotencyClaim::Claimed);
+    assert_eq!(
+        store.claim_idempotency("acme", "order-1", b, Timestamp::from_micros(8)).await.expect("claim"),
+        IdempotencyClaim::Taken { run: a, at }
+    );
+    assert_eq!(store.claim_idempotency("other", "order-1", b, at).await.expect("claim"), IdempotencyClaim::Claimed);
+    assert!(!store.reclaim_idempotency("acme", "order-1", b, c, at).await.expect("reclaim"), "not b's");
+    assert!(store.reclaim_idempotency("acme", "order-1", a, c, at).await.expect("reclaim"));
+    assert_eq!(
+        store.claim_idempotency("acme", "order-1", b, at).await.expect("claim"),
+        IdempotencyClaim::Taken { run: c, at }
+    );
+
+    for (n, action) in ["key.created", "interrupt.decided"].into_iter().enumerate() {
+        let entry = AuditEntry {
+            namespace: "acme".into(),
+            at: Timestamp::from_micros(n as i64),
+            actor: "ann".into(),
+            action: action.into(),
+            subject: "s".into(),
+            detail: json!({ "n": n }),
+        };
+        store.audit(entry).await.expect("audit");
+    }
+    let log = store.audit_entries("acme", 10).await.expect("log");
+    assert_eq!(log.iter().map(|e| e.action.as_str()).collect::<Vec<_>>(), ["interrupt.decided", "key.created"]);
+    assert_eq!(log[0].detail, json!({ "n": 1 }));
+    assert!(store.audit_entries("other", 10).await.expect("log").is_empty());
+}
+
+/// Two stores on one database (two processes) claiming one idempotency key and registering
+/// one workflow name at once: one claim wins, every other sees the winner; the versions of
+/// distinct sources are distinct.
+pub async fn control_races(a: &dyn crate::ServerStore, b: &dyn crate::ServerStore) {
+    use crate::control::{IdempotencyClaim, NewWorkflow};
+    let at = Timestamp::from_micros(1);
+    for round in 0..20u8 {
+        let key = format!("race-{round}");
+        let (x, y) = (id(round), id(round.wrapping_add(100)));
+        let (first, second) =
+            futures_util::future::join(a.claim_idempotency("ns", &key, x, at), b.claim_idempotency("ns", &key, y, at))
+                .await;
+        let outcomes = [first.expect("claim"), second.expect("claim")];
+        let claimed = outcomes.iter().filter(|o| **o == IdempotencyClaim::Claimed).count();
+        assert_eq!(claimed, 1, "round {round}: exactly one claim wins: {outcomes:?}");
+        let winner = if outcomes[0] == IdempotencyClaim::Claimed { x } else { y };
+        assert!(outcomes.contains(&IdempotencyClaim::Taken { run: winner, at }), "the loser sees the winner");
+    }
+    let new = |source: String| NewWorkflow {
+        namespace: "ns".into(),
+        name: "raced".into(),
+        hash: ContentHash::of_bytes(source.as_bytes()),
+        source,
+        files: Default::default(),
+        at,
+        by: None,
+    };
+    let mut versions = Vec::new();
+    for round in 0..10 {
+        let (first, second) = futures_util::future::join(
+            a.register_workflow(new(format!("a{round}"))),
+            b.register_workflow(new(format!("b{round}"))),
+        )
+        .await;
+        versions.push(first.expect("register").version);
+        versions.push(second.expect("register").version);
+    }
+    versions.sort_unstable();
+    assert_eq!(versions, (1..=20).collect::<Vec<u32>>(), "distinct versions, none skipped");
 }
 
 /// Inbox messages come back in posting order, per inbox, and go with an erased run.
@@ -663,6 +807,20 @@ pub async fn list_filters(store: &dyn Store) {
     assert!(headers.iter().all(|r| *r.input == serde_json::Value::Null && r.output.is_none()));
     assert_eq!(headers[0].workflow, "b");
     assert_eq!(headers[0].caller, all[0].caller, "the rest of the header is there");
+    // Tenants: a run started in a tenant is listed only to that tenant's filter.
+    let mut owned = record(13, "a", RunStatus::Completed, 13);
+    owned.caller.tenant = Some("globex".into());
+    store.create_run(owned).await.expect("create");
+    let of_globex =
+        store.list_runs(RunFilter { tenant: Some("globex".into()), ..RunFilter::default() }).await.expect("list");
+    assert_eq!(of_globex.iter().map(|r| r.id).collect::<Vec<_>>(), [id(13)]);
+    let of_acme =
+        store.list_runs(RunFilter { tenant: Some("acme".into()), ..RunFilter::default() }).await.expect("list");
+    assert_eq!(of_acme.len(), 3);
+    let of_other =
+        store.list_runs(RunFilter { tenant: Some("other".into()), ..RunFilter::default() }).await.expect("list");
+    assert!(of_other.is_empty());
+    assert_eq!(store.list_runs(RunFilter::default()).await.expect("list").len(), 4, "no filter: every tenant");
 }
 
 /// Erase removes one run and the blobs only it referenced; retention removes old finished

@@ -86,6 +86,13 @@ pub(crate) fn decode_blob(hash: ContentHash, codec: i64, bytes: &[u8]) -> Result
     Ok(Arc::new(value))
 }
 
+/// The `files` column of a definition: `NULL` or a JSON object of path → text.
+pub(crate) fn files_from_column(
+    column: Option<&str>,
+) -> Result<std::collections::BTreeMap<String, String>, serde_json::Error> {
+    column.map_or(Ok(Default::default()), serde_json::from_str)
+}
+
 pub(crate) fn backend(doing: &str, source: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Backend { doing: doing.to_owned(), source: Box::new(source) }
 }

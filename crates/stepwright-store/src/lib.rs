@@ -10,12 +10,14 @@
 //! of `stepwright-core`, and nothing of HTTP or YAML.
 
 pub mod conformance;
+pub mod control;
 mod encoding;
 mod open;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
 
+pub use control::ServerStore;
 pub use open::{AnyStore, OpenError, open};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;

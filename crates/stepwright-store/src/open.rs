@@ -33,10 +33,10 @@ pub enum OpenError {
     },
 }
 
-/// Opens the store a URL names: `sqlite://PATH` (created if missing; a relative path is
+/// Opens the store a URL names, with the control tables a server keeps beside the runs: `sqlite://PATH` (created if missing; a relative path is
 /// relative to the working directory) or `postgres://…` / `postgresql://…` (with the
 /// `postgres` feature).
-pub async fn open(url: &str) -> Result<Arc<dyn AnyStore>, OpenError> {
+pub async fn open(url: &str) -> Result<Arc<dyn crate::ServerStore>, OpenError> {
     if let Some(path) = url.strip_prefix("sqlite://") {
         let store =
             crate::SqliteStore::open(path).map_err(|source| OpenError::Backend { url: url.to_owned(), source })?;

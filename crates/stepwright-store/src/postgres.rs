@@ -25,6 +25,7 @@ use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPa
 use crate::encoding::{CODEC_JSON, EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
 mod bank;
+mod control;
 mod sessions;
 
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -33,6 +34,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (3, include_str!("postgres/003_definitions.sql")),
     (4, include_str!("postgres/004_sessions_memory.sql")),
     (5, include_str!("postgres/005_counters_cancel.sql")),
+    (6, include_str!("postgres/006_control.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.
@@ -702,6 +704,7 @@ impl Store for PostgresStore {
             let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "SELECT {columns} FROM stepwright_runs WHERE ($1::text IS NULL OR status = $1) \
                  AND ($2::text IS NULL OR workflow = $2) \
+                 AND ($5::text IS NULL OR caller->>'tenant' = $5) \
                  AND ($4::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM stepwright_runs WHERE id = $4)) \
                  ORDER BY created_at DESC, id DESC LIMIT $3"
             )))
@@ -709,6 +712,7 @@ impl Store for PostgresStore {
             .bind(filter.workflow)
             .bind(i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX))
             .bind(filter.before.map(uuid))
+            .bind(filter.tenant)
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;
@@ -914,13 +918,14 @@ impl Store for PostgresStore {
     fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             sqlx::query(
-                "INSERT INTO stepwright_definitions (hash, format, name, source) VALUES ($1, $2, $3, $4) \
+                "INSERT INTO stepwright_definitions (hash, format, name, source, files) VALUES ($1, $2, $3, $4, $5) \
                  ON CONFLICT (hash) DO NOTHING",
             )
             .bind(&hash.as_bytes()[..])
             .bind(&source.format)
             .bind(&source.name)
             .bind(&source.source)
+            .bind((!source.files.is_empty()).then(|| serde_json::to_string(&source.files).unwrap_or_default()))
             .execute(&self.pool)
             .await
             .map_err(pg("storing a definition"))?;
@@ -930,12 +935,18 @@ impl Store for PostgresStore {
 
     fn get_definition(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<DefinitionSource>, StoreError>> {
         Box::pin(async move {
-            let row = sqlx::query("SELECT format, name, source FROM stepwright_definitions WHERE hash = $1")
+            let doing = "reading a definition";
+            let row = sqlx::query("SELECT format, name, source, files FROM stepwright_definitions WHERE hash = $1")
                 .bind(&hash.as_bytes()[..])
                 .fetch_optional(&self.pool)
                 .await
-                .map_err(pg("reading a definition"))?;
-            Ok(row.map(|r| DefinitionSource { format: r.get(0), name: r.get(1), source: r.get(2) }))
+                .map_err(pg(doing))?;
+            row.map(|r| {
+                let files = crate::encoding::files_from_column(r.get::<Option<String>, _>(3).as_deref())
+                    .map_err(|e| backend(doing, e))?;
+                Ok(DefinitionSource { format: r.get(0), name: r.get(1), source: r.get(2), files })
+            })
+            .transpose()
         })
     }
 

@@ -28,6 +28,7 @@ use tokio::sync::oneshot;
 use crate::encoding::{EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
 mod bank;
+mod control;
 mod sessions;
 
 /// SQLite's `synchronous` setting for the writer.
@@ -69,6 +70,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("sqlite/006_definitions.sql")),
     (7, include_str!("sqlite/007_sessions_memory.sql")),
     (8, include_str!("sqlite/008_cancel_requests.sql")),
+    (9, include_str!("sqlite/009_control.sql")),
 ];
 
 /// A durable store in one SQLite file.
@@ -547,9 +549,17 @@ impl Writer {
             Op::Define(hash, source, _) => self
                 .conn
                 .prepare_cached(
-                    "INSERT OR IGNORE INTO definitions (hash, format, name, source) VALUES (?1, ?2, ?3, ?4)",
+                    "INSERT OR IGNORE INTO definitions (hash, format, name, source, files) VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
-                .and_then(|mut s| s.execute(params![hash.as_bytes(), source.format, source.name, source.source]))
+                .and_then(|mut s| {
+                    s.execute(params![
+                        hash.as_bytes(),
+                        source.format,
+                        source.name,
+                        source.source,
+                        files_column(&source.files)
+                    ])
+                })
                 .map(|_| Answer::Unit)
                 .map_err(|e| backend("storing a definition", e)),
             Op::Write(write, _) => write(&self.conn).map(Answer::Any),
@@ -988,6 +998,10 @@ fn placeholder(run: RunId) -> RunRecord {
     }
 }
 
+fn files_column(files: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    (!files.is_empty()).then(|| json(&serde_json::to_value(files).unwrap_or_default()))
+}
+
 fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
     let parent_run: Option<Vec<u8>> = row.get(9)?;
     let parent_path: Option<String> = row.get(10)?;
@@ -1154,6 +1168,7 @@ impl Store for SqliteStore {
             let mut stmt = conn
                 .prepare_cached(&format!(
                     "SELECT {columns} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
+                     AND (?5 IS NULL OR json_extract(caller, '$.tenant') = ?5) \
                      AND (?4 IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?4)) \
                      ORDER BY created_at DESC, id DESC LIMIT ?3"
                 ))
@@ -1161,7 +1176,10 @@ impl Store for SqliteStore {
             let limit = i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX);
             let before = filter.before.map(|run| run.as_uuid().as_bytes().to_vec());
             let rows = stmt
-                .query_map(params![filter.status.map(RunStatus::as_str), filter.workflow, limit, before], run_from_row)
+                .query_map(
+                    params![filter.status.map(RunStatus::as_str), filter.workflow, limit, before, filter.tenant],
+                    run_from_row,
+                )
                 .map_err(|e| backend("listing runs", e))?;
             rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| backend("listing runs", e))
         }))
@@ -1245,14 +1263,21 @@ impl Store for SqliteStore {
 
     fn get_definition(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<DefinitionSource>, StoreError>> {
         Box::pin(self.read("reading a definition", move |conn| {
-            conn.prepare_cached("SELECT format, name, source FROM definitions WHERE hash = ?1")
+            let row = conn
+                .prepare_cached("SELECT format, name, source, files FROM definitions WHERE hash = ?1")
                 .and_then(|mut s| {
                     s.query_row([&hash.as_bytes()[..]], |r| {
-                        Ok(DefinitionSource { format: r.get(0)?, name: r.get(1)?, source: r.get(2)? })
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, Option<String>>(3)?))
                     })
                     .optional()
                 })
-                .map_err(|e| backend("reading a definition", e))
+                .map_err(|e| backend("reading a definition", e))?;
+            row.map(|(format, name, source, files)| {
+                let files = crate::encoding::files_from_column(files.as_deref())
+                    .map_err(|e| backend("reading a definition", e))?;
+                Ok(DefinitionSource { format, name, source, files })
+            })
+            .transpose()
         }))
     }
 

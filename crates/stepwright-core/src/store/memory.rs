@@ -261,6 +261,7 @@ impl Store for InMemoryStore {
             .filter_map(|r| r.lock().expect("poisoned").record.clone())
             .filter(|r| filter.status.is_none_or(|s| s == r.status))
             .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
+            .filter(|r| filter.tenant.is_none() || filter.tenant == r.caller.tenant)
             .collect();
         if let Some(before) = filter.before {
             let cursor = self

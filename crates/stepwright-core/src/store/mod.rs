@@ -73,6 +73,9 @@ pub struct RunFilter {
     pub status: Option<RunStatus>,
     /// Only runs of this workflow.
     pub workflow: Option<String>,
+    /// Only runs started in this tenant (`Caller::tenant`): a server scopes every listing
+    /// to the namespace of the key that asks.
+    pub tenant: Option<String>,
     /// At most this many, newest first (default 100).
     pub limit: Option<usize>,
     /// Only runs older than this one (created before it, or at the same time with a

@@ -18,16 +18,9 @@ impl Compiler {
         let here = self.stack.last().cloned().unwrap_or_else(|| PathBuf::from(&self.file));
         let dir = here.parent().map(Path::to_path_buf).unwrap_or_default();
         let path = dir.join(&target);
-        let canonical = match path.canonicalize() {
-            Ok(canonical) => canonical,
-            Err(e) => {
-                self.error_hint(
-                    body.pos,
-                    format!("the called workflow `{target}` cannot be read: {e}"),
-                    "a `workflow` path is relative to the file that calls it",
-                );
-                return None;
-            }
+        let (canonical, source) = match self.options.files.clone() {
+            Some(files) => self.from_given(body, &target, &path, &files)?,
+            None => self.from_disk(body, &target, &path)?,
         };
         if let Some(start) = self.stack.iter().position(|file| *file == canonical) {
             let chain: Vec<String> =
@@ -39,24 +32,6 @@ impl Compiler {
             );
             return None;
         }
-        // A file may call only into its own directory tree (or a directory it was allowed):
-        // a workflow file from elsewhere must not make the loader read `/etc/shadow`.
-        if !self.options.allowed_dirs.iter().any(|dir| canonical.starts_with(dir)) {
-            let first = self.options.allowed_dirs.first().map(|d| d.display().to_string()).unwrap_or_default();
-            self.error_hint(
-                body.pos,
-                format!("the called workflow `{target}` is outside the directory tree of the first file ({first})"),
-                "call files beside or below it, or allow another directory (`stepwright --allow-dir DIR`)",
-            );
-            return None;
-        }
-        let source = match crate::compile::read_limited(&canonical, self.options.max_file_bytes) {
-            Ok(source) => source,
-            Err(why) => {
-                self.error(body.pos, format!("the called workflow `{target}` cannot be read: {why}"));
-                return None;
-            }
-        };
         let mut stack = self.stack.clone();
         stack.push(canonical);
         let shown = path.display().to_string();
@@ -108,6 +83,100 @@ impl Compiler {
 }
 
 /// A file's name for a cycle message (the whole path says little more and is long).
+impl Compiler {
+    /// A called file on disk: canonical, inside an allowed directory tree, not too large.
+    fn from_disk(&mut self, body: &Item, target: &str, path: &Path) -> Option<(PathBuf, String)> {
+        let canonical = match path.canonicalize() {
+            Ok(canonical) => canonical,
+            Err(e) => {
+                self.error_hint(
+                    body.pos,
+                    format!("the called workflow `{target}` cannot be read: {e}"),
+                    "a `workflow` path is relative to the file that calls it",
+                );
+                return None;
+            }
+        };
+        // A file may call only into its own directory tree (or a directory it was allowed):
+        // a workflow file from elsewhere must not make the loader read `/etc/shadow`.
+        if !self.options.allowed_dirs.iter().any(|dir| canonical.starts_with(dir)) {
+            let first = self.options.allowed_dirs.first().map(|d| d.display().to_string()).unwrap_or_default();
+            self.error_hint(
+                body.pos,
+                format!("the called workflow `{target}` is outside the directory tree of the first file ({first})"),
+                "call files beside or below it, or allow another directory (`stepwright --allow-dir DIR`)",
+            );
+            return None;
+        }
+        match crate::compile::read_limited(&canonical, self.options.max_file_bytes) {
+            Ok(source) => Some((canonical, source)),
+            Err(why) => {
+                self.error(body.pos, format!("the called workflow `{target}` cannot be read: {why}"));
+                None
+            }
+        }
+    }
+
+    /// A called file from the set that came with the first one (a registered workflow):
+    /// the path is resolved without a disk, and may not climb above the first file.
+    fn from_given(
+        &mut self,
+        body: &Item,
+        target: &str,
+        path: &Path,
+        files: &std::collections::BTreeMap<String, String>,
+    ) -> Option<(PathBuf, String)> {
+        let mut parts: Vec<&str> = Vec::new();
+        for part in path.components() {
+            match part {
+                std::path::Component::Normal(name) => parts.push(name.to_str().unwrap_or_default()),
+                std::path::Component::ParentDir if parts.pop().is_some() => {}
+                std::path::Component::CurDir => {}
+                _ => {
+                    self.error_hint(
+                        body.pos,
+                        format!("the called workflow `{target}` is outside the files registered with the workflow"),
+                        "a called file's path is relative to the file that calls it and stays below the first file",
+                    );
+                    return None;
+                }
+            }
+        }
+        let key = parts.join("/");
+        if self.stack.iter().any(|file| *file == Path::new(&key)) {
+            // A call back into a file being loaded: the caller reports the cycle.
+            return Some((PathBuf::from(key), String::new()));
+        }
+        match files.get(&key) {
+            Some(source) if source.len() as u64 <= self.options.max_file_bytes => {
+                Some((PathBuf::from(key), source.clone()))
+            }
+            Some(source) => {
+                self.error(
+                    body.pos,
+                    format!(
+                        "the called workflow `{target}` is {} bytes, more than the limit of {}",
+                        source.len(),
+                        self.options.max_file_bytes
+                    ),
+                );
+                None
+            }
+            None => {
+                let known: Vec<&str> = files.keys().map(String::as_str).collect();
+                self.error_hint(
+                    body.pos,
+                    format!(
+                        "the called workflow `{target}` (`{key}`) is not among the files registered with the workflow"
+                    ),
+                    format!("the files given: {}", if known.is_empty() { "none".to_owned() } else { known.join(", ") }),
+                );
+                None
+            }
+        }
+    }
+}
+
 fn short_name(file: &Path) -> String {
     file.file_name().map_or_else(|| file.display().to_string(), |name| name.to_string_lossy().into_owned())
 }

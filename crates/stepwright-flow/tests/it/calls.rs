@@ -181,3 +181,47 @@ fn a_called_files_models_join_the_callers_and_must_agree() {
         "6:15: model `fast` is declared differently here and in `child.yaml` (hint: give one of them another name)"
     ));
 }
+
+/// A workflow registered with its called files (over HTTP) loads them from the set given,
+/// not from a disk: calls resolve relative to the calling file, may not climb above the
+/// first one, and a missing one names the files there are.
+#[tokio::test]
+async fn called_files_can_come_from_a_given_set_instead_of_the_disk() {
+    let files: std::collections::BTreeMap<String, String> = [
+        (
+            "parts/child.yaml".to_owned(),
+            "workflow: child\nsteps:\n  - id: inner\n    workflow: ../leaf.yaml\n".to_owned(),
+        ),
+        ("leaf.yaml".to_owned(), "workflow: leaf\nsteps:\n  - id: shout\n    set: \"{{ input ~ '!' }}\"\n".to_owned()),
+    ]
+    .into();
+    let options = stepwright_flow::LoadOptions { files: Some(Arc::new(files.clone())), ..Default::default() };
+    let main = "workflow: main\nsteps:\n  - id: call\n    workflow: ./parts/child.yaml\n    with: \"{{ input }}\"\n";
+    // No such directory exists: only the given set can satisfy the calls.
+    let loaded = stepwright_flow::load_source_with(main, "nowhere/main.yaml", &options).expect("loads from the set");
+    let engine = Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).build();
+    let report = engine.start(&loaded.workflow, json!("hi")).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.output, Some(json!("hi!")));
+
+    let problems = |source: &str, files: &std::collections::BTreeMap<String, String>| -> Vec<String> {
+        let options = stepwright_flow::LoadOptions { files: Some(Arc::new(files.clone())), ..Default::default() };
+        match stepwright_flow::load_source_with(source, "main.yaml", &options) {
+            Ok(_) => panic!("{source} loads"),
+            Err(error) => error.diagnostics.iter().map(ToString::to_string).collect(),
+        }
+    };
+    let missing = problems("workflow: m\nsteps:\n  - id: c\n    workflow: other.yaml\n", &files);
+    assert!(
+        missing[0].contains("main.yaml:4:15")
+            && missing[0].contains("`other.yaml`")
+            && missing[0].contains("leaf.yaml, parts/child.yaml"),
+        "{missing:?}"
+    );
+    let escaping = problems("workflow: m\nsteps:\n  - id: c\n    workflow: ../../etc/passwd\n", &files);
+    assert!(escaping[0].contains("outside the files registered"), "{escaping:?}");
+    let cyclic: std::collections::BTreeMap<String, String> =
+        [("a.yaml".to_owned(), "workflow: a\nsteps:\n  - id: back\n    workflow: main.yaml\n".to_owned())].into();
+    let cycle = problems("workflow: m\nsteps:\n  - id: c\n    workflow: a.yaml\n", &cyclic);
+    assert!(cycle.iter().any(|p| p.contains("call cycle: main.yaml → a.yaml → main.yaml")), "{cycle:?}");
+}

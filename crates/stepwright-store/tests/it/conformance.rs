@@ -20,6 +20,17 @@ async fn sqlite_store_conforms() {
         async move { Arc::new(SqliteStore::open(path).unwrap()) }
     })
     .await;
+    conformance::control_tables(&SqliteStore::open(dir.path().join("control.db")).unwrap()).await;
+}
+
+/// SQLite's writer thread serializes claims and registrations from one process; two
+/// processes are two stores on one file.
+#[tokio::test]
+async fn sqlite_control_tables_hold_under_races_between_two_stores() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("races.db");
+    let (a, b) = (SqliteStore::open(&path).unwrap(), SqliteStore::open(&path).unwrap());
+    conformance::control_races(&a, &b).await;
 }
 
 #[tokio::test]

@@ -20,6 +20,15 @@ async fn postgres_store_conforms() {
     conformance::run_all(|| async { test_store("postgres_store_conforms").await.expect("configured") }).await;
 }
 
+#[tokio::test]
+async fn postgres_control_tables_conform_and_hold_under_races() {
+    let Some(store) = test_store("postgres_control_tables").await else { return };
+    conformance::control_tables(&*store).await;
+    let Some(a) = test_store("postgres_control_races").await else { return };
+    let b = same_database(&a).await;
+    conformance::control_races(&*a, &*b).await;
+}
+
 /// Two connection pools on one database, as two processes have: appends to one run from
 /// both at once never collide.
 #[tokio::test]
