@@ -38,8 +38,13 @@ pub(crate) struct ModelFlags {
 }
 
 impl ModelFlags {
-    pub(crate) fn load_options(&self) -> stepwright_flow::LoadOptions {
-        stepwright_flow::LoadOptions { allowed_dirs: self.allow_dirs.clone(), ..Default::default() }
+    pub(crate) fn bindings(&self) -> stepwright_app::Bindings {
+        stepwright_app::Bindings {
+            allow_dirs: self.allow_dirs.clone(),
+            overrides: self.overrides.clone(),
+            cassette: self.cassette.clone(),
+            cassette_mode: self.cassette_mode,
+        }
     }
 }
 

@@ -23,23 +23,36 @@ impl std::error::Error for BadInput {}
 /// (`Fault::Caller`: no such run, a decision that does not fit, a run held elsewhere…),
 /// whichever layer noticed it — else 1.
 pub(crate) fn failure(error: &anyhow::Error) -> (u8, String) {
+    use stepwright_app::AppError;
     use stepwright_core::{EngineError, Fault, StoreError};
     if error.is::<BadInput>() {
         return (2, error.to_string());
     }
+    // The application layer's mistakes of the caller's (a file that does not load, a binding
+    // that does not fit) say what to fix, and nothing else.
+    if let Some(app @ (AppError::BadInput(_) | AppError::Load(_))) = error.downcast_ref::<AppError>() {
+        return (2, app.to_string());
+    }
     // A run id that names no run says just that, whichever layer noticed it.
-    let missing = error.chain().find_map(|cause| match cause.downcast_ref::<StoreError>() {
-        Some(missing @ StoreError::RunNotFound(_)) => Some(missing),
-        _ => None,
-    });
+    let missing =
+        error.chain().find_map(|cause| match (cause.downcast_ref::<StoreError>(), cause.downcast_ref::<AppError>()) {
+            (Some(missing @ StoreError::RunNotFound(_)), _)
+            | (_, Some(AppError::Store(missing @ StoreError::RunNotFound(_)))) => Some(missing),
+            _ => None,
+        });
     if let Some(missing) = missing {
         return (2, format!("stepwright: {missing}"));
     }
     for cause in error.chain() {
-        let fault = match (cause.downcast_ref::<EngineError>(), cause.downcast_ref::<StoreError>()) {
-            (Some(engine), _) => Some(engine.fault()),
-            (None, Some(store)) => Some(store.fault()),
-            (None, None) => None,
+        let fault = match (
+            cause.downcast_ref::<AppError>(),
+            cause.downcast_ref::<EngineError>(),
+            cause.downcast_ref::<StoreError>(),
+        ) {
+            (Some(app), _, _) => Some(app.fault()),
+            (None, Some(engine), _) => Some(engine.fault()),
+            (None, None, Some(store)) => Some(store.fault()),
+            (None, None, None) => None,
         };
         if let Some(fault) = fault {
             let code = if fault == Fault::Caller { 2 } else { 1 };

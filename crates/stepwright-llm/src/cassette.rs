@@ -11,7 +11,7 @@ use stepwright_core::ContentHash;
 use crate::types::{ChatRequest, ChatResponse};
 
 /// What a cassette does on each call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CassetteMode {
     /// Call the model every time and record the answer (replacing an earlier recording of
@@ -20,6 +20,7 @@ pub enum CassetteMode {
     /// Never call the model: a request with no recording is a `cassette_miss` error.
     Replay,
     /// Play back what is recorded; call and record what is not.
+    #[default]
     Auto,
 }
 

@@ -1,13 +1,13 @@
 //! `approve`, `reject`, `respond` and `cancel`: decisions on a run, wherever it executes.
 
-use anyhow::anyhow;
 use serde_json::json;
+use stepwright_app::Decided;
 use stepwright_core::{Decision, Engine, RunId, RunStatus};
 
 use crate::args::{Decider, ModelFlags};
 use crate::commands::Globals;
-use crate::exit::{BadInput, exit_code};
-use crate::host::{check_tenant, cli_engine, definition_of, engine_over, open_store, parse_json, parse_run};
+use crate::exit::exit_code;
+use crate::host::{check_tenant, cli_engine, engine_over, open_store, parse_json, parse_run};
 use crate::render::print_report;
 
 /// Resolves an interrupt (the only open one unless `--interrupt`), then continues the run.
@@ -23,20 +23,7 @@ pub(crate) async fn decide(
     let store = open_store(db).await?;
     let engine = cli_engine(&store, !json);
     let report = engine.report(run).await?;
-    let interrupt = match &who.interrupt {
-        Some(id) => stepwright_core::InterruptId::new(id),
-        None => match report.pending.as_slice() {
-            [only] => only.id.clone(),
-            [] => return Err(anyhow!(BadInput(format!("run {run} has no open interrupt")))),
-            many => {
-                let ids: Vec<String> = many.iter().map(|p| format!("{} ({})", p.id, p.step)).collect();
-                return Err(anyhow!(BadInput(format!(
-                    "run {run} has several open interrupts; pick one with --interrupt: {}",
-                    ids.join(", ")
-                ))));
-            }
-        },
-    };
+    let interrupt = stepwright_app::only_interrupt(&report, who.interrupt.as_deref())?;
     check_tenant(store.as_ref(), run, who.tenant.as_deref()).await?;
     let caller = stepwright_core::Caller {
         tenant: who.tenant.clone(),
@@ -45,15 +32,13 @@ pub(crate) async fn decide(
         ..Default::default()
     };
     // A decision that does not fit is the caller's fault: `exit::failure` says so (exit 2).
-    engine.resolve(run, &interrupt, decision, &caller).await?;
-    let workflow = definition_of(&store, run, flags).await?;
-    match engine.resume(&workflow, run).await {
-        Ok(report) => {
+    match stepwright_app::decide_then_continue(&engine, &flags.bindings(), run, &interrupt, decision, &caller).await? {
+        Decided::Continued(report) => {
             print_report(&report, json);
             Ok(exit_code(report.status))
         }
         // The run waits on this interrupt in a live process, which continues it now.
-        Err(stepwright_core::EngineError::Leased { owner, .. }) => {
+        Decided::ContinuesIn { owner } => {
             if json {
                 println!(
                     "{}",
@@ -66,18 +51,16 @@ pub(crate) async fn decide(
         }
         // The process waiting on this interrupt saw the decision and finished the run before
         // this one looked: the decision was taken; say how the run ended.
-        Err(stepwright_core::EngineError::NotResumable { status, .. }) if status.is_terminal() => {
-            let report = engine.report(run).await?;
+        Decided::FinishedElsewhere(report) => {
             if !json {
                 eprintln!(
                     "decided {interrupt}; run {run} was continued by the process waiting for it and is {}",
-                    status.as_str()
+                    report.status.as_str()
                 );
             }
             print_report(&report, json);
             Ok(exit_code(report.status))
         }
-        Err(other) => Err(anyhow!(other)),
     }
 }
 

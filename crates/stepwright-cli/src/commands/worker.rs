@@ -1,9 +1,7 @@
 //! `worker`: executes due runs from the store until Ctrl-C (or once).
 
-use std::sync::Arc;
-
 use crate::commands::Globals;
-use crate::host::{definition_of, engine_over, open_store};
+use crate::host::{engine_over, open_store};
 use crate::render::worker_log;
 
 /// `worker`: claims due runs, executes them, and logs what it does.
@@ -18,13 +16,7 @@ pub(crate) async fn worker(
     let engine = engine_over(&store)
         .worker_id(&stepwright_core::local_worker_id("worker", &stepwright_core::SystemEntropy::new()))
         .build();
-    let worker_flags = flags.clone();
-    let resolver: stepwright_core::DefinitionResolver = Arc::new(move |record| {
-        let (store, flags) = (store.clone(), worker_flags.clone());
-        // Why a definition cannot be built (its source is gone, an MCP server will not start)
-        // goes to the worker's log with the run, instead of the run being skipped silently.
-        Box::pin(async move { definition_of(&store, record.id, &flags).await.map_err(|e| format!("{e:#}")) })
-    });
+    let resolver = stepwright_app::resolver(store, flags.bindings());
     let log = worker_log(log_format == crate::args::LogFormat::Json, engine.worker_id().to_owned());
     let mut runner = stepwright_core::Runner::new(engine).resolve_with(resolver).log_to(log);
     if let Some(tenant) = &tenant {

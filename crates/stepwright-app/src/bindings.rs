@@ -1,0 +1,120 @@
+//! Binding a loaded workflow file to the world: its models (with overrides and a
+//! cassette) and, to run steps, its MCP servers.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::AppError;
+
+/// How a host loads workflow files and reaches their models: the CLI's `--allow-dir`,
+/// `--model` and `--cassette`, a server's configuration.
+#[derive(Debug, Clone, Default)]
+pub struct Bindings {
+    /// Directories a `workflow:` call may reach besides the first file's own tree.
+    pub allow_dirs: Vec<PathBuf>,
+    /// Model bindings replaced: `NAME=provider:model[@base_url]`.
+    pub overrides: Vec<String>,
+    /// Record model calls to, or replay them from, this file.
+    pub cassette: Option<PathBuf>,
+    /// How the cassette is used.
+    pub cassette_mode: stepwright_llm::CassetteMode,
+}
+
+impl Bindings {
+    /// The loader's options these bindings imply.
+    pub fn load_options(&self) -> stepwright_flow::LoadOptions {
+        stepwright_flow::LoadOptions { allowed_dirs: self.allow_dirs.clone(), ..Default::default() }
+    }
+}
+
+/// Whether preparing a workflow starts the MCP servers its file declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Servers {
+    /// Only declared: checking or drawing a file starts no process.
+    Declared,
+    /// Connected and their tools registered, to run steps.
+    Connected,
+}
+
+/// Loads a workflow file from disk and prepares it.
+pub async fn load_file(
+    file: &Path,
+    bindings: &Bindings,
+    servers: Servers,
+) -> Result<stepwright_core::Workflow, AppError> {
+    let loaded = stepwright_flow::load_with(file, &bindings.load_options()).map_err(AppError::Load)?;
+    prepare(loaded, bindings, servers).await
+}
+
+/// Binds a loaded file's models (with the overrides and the cassette) and hands them to its
+/// workflow as a service, beside the file's tools and agents; with [`Servers::Connected`],
+/// also starts its MCP servers and adds their tools.
+pub async fn prepare(
+    loaded: stepwright_flow::Loaded,
+    bindings: &Bindings,
+    servers: Servers,
+) -> Result<stepwright_core::Workflow, AppError> {
+    let stepwright_flow::Loaded { workflow, models: mut configs, mcp_servers, mcp_tool_uses } = loaded;
+    for entry in &bindings.overrides {
+        let (name, spec) = entry
+            .split_once('=')
+            .ok_or_else(|| AppError::BadInput(format!("--model {entry:?}: expected NAME=provider:model[@base_url]")))?;
+        if !configs.contains_key(name) {
+            let known: Vec<&str> = configs.keys().map(String::as_str).collect();
+            return Err(AppError::BadInput(format!(
+                "--model {name}=…: the workflow declares no model {name:?} (its models: {})",
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            )));
+        }
+        let config = stepwright_llm::ModelConfig::parse_spec(spec)
+            .map_err(|e| AppError::BadInput(format!("--model {entry:?}: {e}")))?;
+        configs.insert(name.to_owned(), config);
+    }
+    let mut models = stepwright_llm::Models::new();
+    for (name, config) in &configs {
+        models.bind(name, config).map_err(|e| AppError::BadInput(format!("model {name:?}: {e}")))?;
+    }
+    if let Some(path) = &bindings.cassette {
+        let cassette = stepwright_llm::Cassette::open(path, bindings.cassette_mode)
+            .map_err(|e| AppError::BadInput(format!("--cassette {}: {e}", path.display())))?;
+        models = models.with_cassette(cassette);
+    }
+    let workflow = workflow.with_service(Arc::new(models));
+    if servers == Servers::Declared || mcp_servers.is_empty() {
+        return Ok(workflow);
+    }
+    connect_servers(workflow, mcp_servers, &mcp_tool_uses).await
+}
+
+/// Connects a file's MCP servers, adds their tools to the workflow's, and checks every use
+/// the file makes of them (which tools a server has is known only now).
+pub async fn connect_servers(
+    workflow: stepwright_core::Workflow,
+    servers: Vec<stepwright_mcp::ServerConfig>,
+    uses: &[stepwright_flow::McpToolUse],
+) -> Result<stepwright_core::Workflow, AppError> {
+    let mut tools = workflow.services().get::<stepwright_llm::Tools>().map(|t| (*t).clone()).unwrap_or_default();
+    for config in servers {
+        stepwright_mcp::McpServer::register(config, &mut tools).await.map_err(AppError::McpServer)?;
+    }
+    let problems: Vec<String> = uses
+        .iter()
+        .filter(|used| tools.get(&used.tool).is_none())
+        .map(|used| {
+            let (server, tool) = used.tool.split_once('.').unwrap_or_default();
+            let prefix = format!("{server}.");
+            let offered: Vec<&str> = tools.names().into_iter().filter_map(|n| n.strip_prefix(&prefix)).collect();
+            format!(
+                "{}:{}:{}: MCP server `{server}` has no tool `{tool}` (hint: it has: {})",
+                used.file,
+                used.line,
+                used.column,
+                offered.join(", ")
+            )
+        })
+        .collect();
+    if !problems.is_empty() {
+        return Err(AppError::BadInput(problems.join("\n")));
+    }
+    Ok(workflow.with_service(Arc::new(tools)))
+}

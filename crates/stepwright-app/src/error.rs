@@ -1,0 +1,74 @@
+//! One error for the application layer, classified once: the caller's fault or ours.
+
+use stepwright_core::{EngineError, Fault, RunId, StoreError};
+
+/// Why an application-layer operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppError {
+    /// The request does not fit (a flag, a binding, a decision with no interrupt to take
+    /// it); the message says what to change.
+    #[error("{0}")]
+    BadInput(String),
+    /// A workflow file does not load: every problem, at its `file:line:col`.
+    #[error(transparent)]
+    Load(stepwright_flow::LoadError),
+    /// An MCP server a file declares did not start, or its tools could not be added.
+    #[error(transparent)]
+    McpServer(stepwright_mcp::McpError),
+    /// The run was started from a definition whose source the store does not keep (a Rust
+    /// workflow, or a file run by a version that kept none).
+    #[error("run {run} was not started from a workflow file this store knows (workflow {workflow:?})")]
+    NoSource {
+        /// The run.
+        run: RunId,
+        /// Its workflow's name.
+        workflow: String,
+    },
+    /// The stored source compiles to another definition than the run is pinned to (the
+    /// file format changed under it).
+    #[error("the stored source of {name} no longer compiles to the definition run {run} is pinned to")]
+    SourceChanged {
+        /// The run.
+        run: RunId,
+        /// The source's name.
+        name: String,
+    },
+    /// The engine refused or failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The store could not be opened.
+    #[error(transparent)]
+    Open(#[from] stepwright_store::OpenError),
+}
+
+impl AppError {
+    /// Whose fault it is: the CLI's exit 2 or 1, the server's 4xx or 5xx.
+    pub fn fault(&self) -> Fault {
+        match self {
+            Self::BadInput(_) | Self::Load(_) => Fault::Caller,
+            Self::Open(stepwright_store::OpenError::UnknownScheme { .. }) => Fault::Caller,
+            Self::Engine(e) => e.fault(),
+            Self::Store(e) => e.fault(),
+            Self::McpServer(_) | Self::NoSource { .. } | Self::SourceChanged { .. } | Self::Open(_) => Fault::Engine,
+        }
+    }
+
+    /// The stable error code (docs/error-codes.md).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadInput(_) => "bad_input",
+            Self::Load(_) => "invalid_workflow",
+            Self::McpServer(_) => "mcp_server_failed",
+            Self::NoSource { .. } => "definition_missing",
+            Self::SourceChanged { .. } => "definition_changed",
+            Self::Engine(e) => e.code(),
+            Self::Store(e) => e.code(),
+            Self::Open(stepwright_store::OpenError::UnknownScheme { .. }) => "bad_input",
+            Self::Open(_) => "store_unavailable",
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The application layer: what every host of the engine — the command line, the server, a
+//! Rust program — does the same way. Opening a store from a URL; binding a workflow file's
+//! models, cassettes and MCP servers; keeping a file's source in the store and rebuilding a
+//! run's definition from it (so any process can continue any run); a worker's resolver;
+//! and "decide, then continue". Its errors say whose fault they are ([`Fault`]), which the
+//! CLI maps to exit codes and the server to HTTP statuses.
+//!
+//! This crate knows the engine, the stores, the file format and the model layer; it knows
+//! nothing of terminals, arguments or HTTP.
+
+mod bindings;
+mod decide;
+mod error;
+
+use std::sync::Arc;
+
+pub use bindings::{Bindings, Servers, connect_servers, load_file, prepare};
+pub use decide::{Decided, continue_run, decide_then_continue, only_interrupt};
+pub use error::AppError;
+use stepwright_core::journal::DefinitionSource;
+use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
+pub use stepwright_core::{Fault, Workflow};
+pub use stepwright_store::{OpenError, ServerStore, open};
+
+/// An engine over the store, with the store's sessions and memory for agent and memory
+/// steps.
+pub fn engine_over(store: &Arc<dyn ServerStore>) -> EngineBuilder {
+    Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .service(Arc::new(stepwright_llm::Sessions::new(store.clone() as Arc<dyn SessionStore>)))
+        .service(Arc::new(stepwright_llm::MemoryService::new(store.clone() as Arc<dyn MemoryBank>)))
+}
+
+/// Keeps a workflow's source in the store under its definition hash, so any later command,
+/// or a worker elsewhere, rebuilds the definition from the store.
+pub async fn keep_source(store: &dyn Store, workflow: &Workflow, source: DefinitionSource) -> Result<(), AppError> {
+    store.put_definition(workflow.hash(), source).await.map_err(AppError::Store)
+}
+
+/// Rebuilds a run's definition from the source the store keeps, with the host's bindings.
+pub async fn definition_of(store: &dyn Store, run: RunId, bindings: &Bindings) -> Result<Workflow, AppError> {
+    let record = store.load_from(run, u64::MAX).await.map_err(AppError::Store)?.record;
+    let source = store
+        .get_definition(record.definition_hash)
+        .await
+        .map_err(AppError::Store)?
+        .ok_or_else(|| AppError::NoSource { run, workflow: record.workflow.clone() })?;
+    let mut options = bindings.load_options();
+    if !source.files.is_empty() {
+        options.files = Some(Arc::new(source.files.clone()));
+    }
+    let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options).map_err(AppError::Load)?;
+    let workflow = prepare(loaded, bindings, Servers::Connected).await?;
+    if workflow.hash() != record.definition_hash {
+        return Err(AppError::SourceChanged { run, name: source.name });
+    }
+    Ok(workflow)
+}
+
+/// What a worker resolves a run's definition with: [`definition_of`] with these bindings.
+/// Why it cannot (its source is gone, an MCP server will not start) goes to the worker's
+/// log with the run.
+pub fn resolver(store: Arc<dyn ServerStore>, bindings: Bindings) -> stepwright_core::DefinitionResolver {
+    Arc::new(move |record| {
+        let (store, bindings) = (store.clone(), bindings.clone());
+        Box::pin(async move { definition_of(&*store, record.id, &bindings).await.map_err(|e| e.to_string()) })
+    })
+}
