@@ -122,10 +122,13 @@ impl EventCursor {
             kind: kind.to_owned(),
             data,
         };
-        // Sorted by (time, journal position, rank): at one time the journal's order holds; an
-        // attempt's start (rank 0) comes before what its step emitted (rank 1), placed at the
-        // step's next journal entry, and that entry (rank 2) after both.
-        let mut new: Vec<(Timestamp, usize, u8, EventRecord)> = Vec::new();
+        // The order is the log's, never the clock's, so that it does not depend on when
+        // the stream is read: a reader that polls after every commit and one that reads a
+        // finished run at once see the same sequence (an API numbers events by it, and a
+        // client resumes by number). Journal entries in position order; before each, the
+        // start of the attempt it completes (rank 0) and the events its step emitted since
+        // its previous entry (rank 1, in emission order).
+        let mut new: Vec<(usize, u8, EventRecord)> = Vec::new();
         for (position, entry) in loaded.entries.iter().enumerate() {
             // Draws of `now`/`uuid`/`random` are replay bookkeeping, not progress.
             let Some(kind) = entry.record.event_name() else { continue };
@@ -139,39 +142,49 @@ impl EventCursor {
                 Record::Completed { attempt, output, started_at, .. } => {
                     if let Some(started) = started_at {
                         let started_data = json!({ "attempt": attempt });
-                        let event = lifecycle(&entry.path, *started, "step.started", started_data);
-                        new.push((*started, position, 0, event));
+                        new.push((position, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
                     }
                     data["output"] = loaded.blobs.get(output).map_or(Value::Null, |v| (**v).clone());
                 }
                 Record::Failed { attempt, started_at: Some(started), .. } => {
                     let started_data = json!({ "attempt": attempt });
-                    new.push((*started, position, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
+                    new.push((position, 0, lifecycle(&entry.path, *started, "step.started", started_data)));
                 }
                 _ => {}
             }
             let rank = if kind == "step.started" { 0 } else { 2 };
-            new.push((entry.at, position, rank, lifecycle(&entry.path, entry.at, kind, data)));
+            new.push((position, rank, lifecycle(&entry.path, entry.at, kind, data)));
         }
-        self.journal_seen += loaded.entries.len() as u64;
-        self.events_seen += emitted.len() as u64;
         // Each path's entries in journal order (so in time order), looked up once per event
         // by binary search rather than by scanning the whole journal.
         let mut by_path: HashMap<&StepPath, Vec<(Timestamp, usize)>> = HashMap::new();
         for (position, entry) in loaded.entries.iter().enumerate() {
             by_path.entry(&entry.path).or_default().push((entry.at, position));
         }
+        // A step's events are committed with its next entry. One read here without that
+        // entry was made between the two reads above: it waits for the next poll (with all
+        // after it, so that emission order holds), unless the run has ended.
+        let terminal = loaded.record.status.is_terminal();
+        let mut taken = 0;
         for event in emitted {
             let position = by_path
                 .get(&event.path)
                 .and_then(|entries| entries.get(entries.partition_point(|(at, _)| *at < event.at)))
-                .map_or(loaded.entries.len(), |(_, position)| *position);
-            new.push((event.at, position, 1, event));
+                .map(|(_, position)| *position);
+            match position {
+                Some(position) => new.push((position, 1, event)),
+                None if terminal => new.push((loaded.entries.len(), 1, event)),
+                None => break,
+            }
+            taken += 1;
         }
-        new.sort_by_key(|(at, position, rank, _)| (*at, *position, *rank));
-        let mut events: Vec<EventRecord> = new.into_iter().map(|(_, _, _, event)| event).collect();
+        self.journal_seen += loaded.entries.len() as u64;
+        self.events_seen += taken;
+        // Stable: ties keep emission order.
+        new.sort_by_key(|(position, rank, _)| (*position, *rank));
+        let mut events: Vec<EventRecord> = new.into_iter().map(|(_, _, event)| event).collect();
         let record = &loaded.record;
-        if record.status.is_terminal() {
+        if terminal {
             self.finished = true;
             let data = json!({ "output": record.output, "error": record.error });
             let kind = format!("run.{}", record.status.as_str());
