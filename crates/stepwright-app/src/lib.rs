@@ -11,6 +11,7 @@
 mod bindings;
 mod decide;
 mod error;
+mod view;
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};
 pub use stepwright_store::{OpenError, ServerStore, open};
+pub use view::{ErrorView, PendingView, RunDetails, StepView, run_details};
 
 /// An engine over the store, with the store's sessions and memory for agent and memory
 /// steps.

@@ -116,24 +116,6 @@ pub(crate) fn print_report(report: &RunReport, as_json: bool) {
     }
 }
 
-/// Each step path's last state, in journal order: status, attempts, how long it took from
-/// its first start to its end (`duration_ms`, when both are journaled) and its output.
-pub(crate) fn timeline(loaded: &stepwright_core::journal::LoadedRun) -> Vec<Value> {
-    stepwright_core::inspect::timeline(loaded)
-        .into_iter()
-        .map(|row| {
-            let mut step = json!({ "path": row.path.as_str(), "status": row.status, "attempts": row.attempts });
-            if let Some(duration) = row.duration() {
-                step["duration_ms"] = json!(duration.as_secs_f64() * 1000.0);
-            }
-            if let Some(output) = &row.output {
-                step["output"] = (**output).clone();
-            }
-            step
-        })
-        .collect()
-}
-
 /// The timeline as a table for people: a row per step path, outputs shortened.
 pub(crate) fn print_timeline(steps: &[Value]) {
     println!(

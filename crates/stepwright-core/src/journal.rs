@@ -20,7 +20,7 @@ use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
 use crate::outcome::{InterruptRequest, Resolution};
 
 /// A run's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     /// Ready to run and not running: created, or stopped at a checkpoint.

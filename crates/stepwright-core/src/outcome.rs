@@ -110,7 +110,7 @@ impl Event {
 }
 
 /// What kind of pause an interrupt is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum InterruptKind {
     /// Approve, reject or modify.

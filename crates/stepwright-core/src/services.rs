@@ -154,7 +154,7 @@ pub struct CallInfo {
 
 /// Where a step path stands: how an execution ended, as observers see it, and (in a run's
 /// timeline, `inspect::timeline`) also `running` and `waiting`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum StepStatus {

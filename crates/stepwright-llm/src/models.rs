@@ -364,7 +364,7 @@ impl ChatModel for MissingKey {
 }
 
 /// Usage and cost summed over calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Totals {
     /// Calls made or played back.
     pub calls: u64,

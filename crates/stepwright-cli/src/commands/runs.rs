@@ -11,7 +11,7 @@ use crate::args::RunsCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
 use crate::host::{CliStore, engine_over, open_store, parse_run, wall_now};
-use crate::render::{clock_time, owner_text, print_timeline, report_json, timeline, usage_text};
+use crate::render::{clock_time, owner_text, print_timeline, usage_text};
 
 /// `runs`: opens the store, then the subcommand.
 pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
@@ -98,32 +98,14 @@ pub(crate) async fn events(store: &Arc<dyn CliStore>, run: String, follow: bool,
 pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> anyhow::Result<u8> {
     let run: RunId = run.parse().map_err(|e| BadInput(format!("{e}")))?;
     let engine = engine_over(store).build();
-    let report = engine.report(run).await?;
-    let loaded = store.load(run).await?;
-    let mut steps = timeline(&loaded);
-    // Model usage and cost, summed per step from the `model.call` events.
-    let events = store.events(run).await?;
-    let (by_step, total) = stepwright_llm::rollup(&events);
-    for step in &mut steps {
-        if let Some(usage) = step["path"].as_str().and_then(|p| by_step.get(p)) {
-            step["usage"] = json!(usage);
-        }
-    }
+    let details = stepwright_app::run_details(&engine, run).await?;
+    let loaded = store.load_from(run, u64::MAX).await?;
+    let steps: Vec<Value> = serde_json::to_value(&details.steps)?.as_array().cloned().unwrap_or_default();
     if json {
-        let mut object = report_json(&report);
-        object["workflow"] = json!(loaded.record.workflow);
-        if let Some(lease) = &loaded.record.lease {
-            object["owner"] = json!(lease.owner);
-            object["lease_expires_at"] = json!(lease.expires_at);
-        }
-        object["steps"] = Value::Array(steps);
-        if total.calls > 0 {
-            object["usage"] = json!(total);
-        }
-        println!("{object}");
+        println!("{}", serde_json::to_value(&details)?);
     } else {
-        println!("run {} ({}) {}", run, loaded.record.workflow, report.status.as_str());
-        if !report.status.is_terminal() && loaded.record.lease.is_some() {
+        println!("run {} ({}) {}", run, loaded.record.workflow, details.status.as_str());
+        if !details.status.is_terminal() && loaded.record.lease.is_some() {
             println!("  executed by {}", owner_text(&loaded.record, wall_now()));
         }
         if let Some(cancel) = &loaded.record.cancel {
@@ -134,10 +116,10 @@ pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> 
             );
         }
         print_timeline(&steps);
-        if total.calls > 0 {
+        if let Some(total) = &details.usage {
             println!("  model usage:{}", usage_text(&json!(total)));
         }
-        for pending in &report.pending {
+        for pending in &details.pending {
             println!("  waiting: {} at {} — {}", pending.id, pending.step, pending.message);
         }
     }

@@ -1,0 +1,137 @@
+//! A run as every front end shows it: `runs show --json` and `GET /v1/runs/{id}` are this
+//! one shape.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
+use stepwright_core::inspect::timeline;
+use stepwright_core::{Engine, InterruptKind, RunId, RunReport, RunStatus, StepStatus, Timestamp};
+
+use crate::AppError;
+
+/// A run: where it stands, its output or error, what it waits for, and a row per step.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RunDetails {
+    /// The run's id (a UUIDv7).
+    #[schemars(with = "String")]
+    pub run_id: RunId,
+    /// Its workflow's name.
+    pub workflow: String,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// Its output, once completed.
+    pub output: Option<Value>,
+    /// Why it failed or was cancelled.
+    pub error: Option<ErrorView>,
+    /// The interrupts it waits on.
+    pub pending: Vec<PendingView>,
+    /// The worker executing it now, if one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// When that worker's lease lapses unless renewed (µs since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>")]
+    pub lease_expires_at: Option<Timestamp>,
+    /// A row per step path, in the order they first appear.
+    pub steps: Vec<StepView>,
+    /// Model usage and cost over the whole run, when it called models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<stepwright_llm::Totals>,
+}
+
+/// A run's error.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ErrorView {
+    /// The stable error code.
+    pub code: String,
+    /// What happened.
+    pub message: String,
+}
+
+/// An open interrupt of a run.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct PendingView {
+    /// The interrupt's id.
+    pub id: String,
+    /// The step that asked.
+    pub step: String,
+    /// `approval`, `input`, `event` or `timer`.
+    pub kind: InterruptKind,
+    /// What the person deciding is shown.
+    pub message: String,
+}
+
+/// One step path of a run.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct StepView {
+    /// The step path (`drafts[1]/write`).
+    pub path: String,
+    /// Where it stands.
+    pub status: StepStatus,
+    /// The highest attempt recorded.
+    pub attempts: u32,
+    /// From its first start to its end, once both are known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
+    /// Its output, once completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Its model usage and cost, when it called models.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<stepwright_llm::Totals>,
+}
+
+impl RunDetails {
+    /// The report part of a run (what `run --json` prints): id, status, output, error and
+    /// pending interrupts, without steps.
+    pub fn of_report(report: &RunReport, workflow: &str) -> Self {
+        Self {
+            run_id: report.run_id,
+            workflow: workflow.to_owned(),
+            status: report.status,
+            output: report.output.clone(),
+            error: report.error.as_ref().map(|e| ErrorView { code: e.code.to_string(), message: e.message.clone() }),
+            pending: report
+                .pending
+                .iter()
+                .map(|p| PendingView {
+                    id: p.id.to_string(),
+                    step: p.step.as_str().to_owned(),
+                    kind: p.kind,
+                    message: p.message.clone(),
+                })
+                .collect(),
+            owner: None,
+            lease_expires_at: None,
+            steps: Vec::new(),
+            usage: None,
+        }
+    }
+}
+
+/// Reads a run's details from the engine's store.
+pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppError> {
+    let report = engine.report(run).await?;
+    let store = engine.store();
+    let loaded = store.load(run).await?;
+    let events = store.events(run).await?;
+    let (by_step, total) = stepwright_llm::rollup(&events);
+    let mut details = RunDetails::of_report(&report, &loaded.record.workflow);
+    if let Some(lease) = &loaded.record.lease {
+        details.owner = Some(lease.owner.clone());
+        details.lease_expires_at = Some(lease.expires_at);
+    }
+    details.steps = timeline(&loaded)
+        .into_iter()
+        .map(|row| StepView {
+            path: row.path.as_str().to_owned(),
+            status: row.status,
+            attempts: row.attempts,
+            duration_ms: row.duration().map(|d| d.as_secs_f64() * 1000.0),
+            output: row.output.as_deref().cloned(),
+            usage: by_step.get(row.path.as_str()).copied(),
+        })
+        .collect();
+    details.usage = (total.calls > 0).then_some(total);
+    Ok(details)
+}
