@@ -212,6 +212,75 @@ pub(crate) enum Command {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// Serve the HTTP API (DESIGN §13) over the store, executing runs too unless
+    /// `--no-worker`. Stops on Ctrl-C or SIGTERM: stops accepting, ends event streams,
+    /// lets runs in flight finish for `--drain`.
+    Serve {
+        /// The address to listen on.
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// Do not execute runs here: `stepwright worker` processes on the same store do.
+        #[arg(long)]
+        no_worker: bool,
+        /// An origin browsers may call the API from (repeatable); none: no CORS.
+        #[arg(long = "cors-origin", value_name = "ORIGIN")]
+        cors_origins: Vec<String>,
+        /// The largest request body, in bytes.
+        #[arg(long, default_value_t = 4 << 20, value_name = "BYTES")]
+        max_body_bytes: usize,
+        /// Requests per second one API key may make.
+        #[arg(long, default_value_t = 1000, value_name = "N")]
+        rate_limit: u32,
+        /// Event streams one API key may hold open at once.
+        #[arg(long, default_value_t = 1000, value_name = "N")]
+        max_streams_per_key: usize,
+        /// How long a shutdown lets runs in flight finish, in seconds.
+        #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+        drain: u64,
+    },
+    /// API keys for the HTTP API: create (the secret is shown once), list, revoke.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+/// `keys` subcommands.
+#[derive(Subcommand)]
+pub(crate) enum KeysCommand {
+    /// Create a key; its secret is printed once and stored only as a hash.
+    Create {
+        /// The namespace (tenant) every request with the key is confined to.
+        #[arg(long)]
+        namespace: String,
+        /// The user it acts as (decisions are taken, runs started, as this user).
+        #[arg(long)]
+        user: String,
+        /// A role: viewer, operator, approver, admin (repeatable).
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+        /// It is refused after this many days.
+        #[arg(long, value_name = "DAYS")]
+        expires_in_days: Option<u32>,
+        /// Print one JSON object (with the secret).
+        #[arg(long)]
+        json: bool,
+    },
+    /// The keys (never their secrets), oldest first.
+    List {
+        /// Only this namespace's.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke a key by its id: every request with it is refused (within 5 seconds on a
+    /// running server).
+    Revoke {
+        /// The key's id (`swk…`).
+        id: String,
+    },
 }
 
 /// Who starts a run: templates see it as `run.tenant`, `run.user`, `run.roles`; sessions

@@ -60,7 +60,9 @@ pub use hash::ContentHash;
 pub use identity::Caller;
 pub use ids::{InterruptId, RunId, StepPath, Timestamp, check_step_name};
 pub use journal::{CancelRequest, JournalEntry, Lease, Record, RunRecord, RunStatus};
-pub use outcome::{Decision, Event, InterruptKind, InterruptRequest, Outcome, OutcomeKind, Resolution, TimeoutAction};
+pub use outcome::{
+    Approver, Decision, Event, InterruptKind, InterruptRequest, Outcome, OutcomeKind, Resolution, TimeoutAction,
+};
 pub use policy::{
     ApprovalGate, Backoff, Effect, FnGuardrail, Guardrail, GuardrailAction, GuardrailCheck, GuardrailStage,
     GuardrailVerdict, PatternGuardrail, RetryPolicy,

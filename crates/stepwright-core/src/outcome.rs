@@ -182,6 +182,16 @@ pub struct InterruptRequest {
 }
 
 impl InterruptRequest {
+    /// Whether `caller` may decide it: it names no approvers, or the caller is one of them
+    /// (by user) or has one of their roles.
+    pub fn may_decide(&self, caller: &crate::identity::Caller) -> bool {
+        self.approvers.is_empty()
+            || self.approvers.iter().any(|approver| match approver {
+                Approver::User(user) => caller.user.as_deref() == Some(user.as_str()),
+                Approver::Role(role) => caller.roles.iter().any(|r| r == role),
+            })
+    }
+
     /// An approval request.
     pub fn approval(message: impl Into<String>) -> Self {
         Self::of(InterruptKind::Approval, message)

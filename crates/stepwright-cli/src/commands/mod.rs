@@ -4,7 +4,9 @@ mod decide;
 mod file;
 mod history;
 mod run;
+mod keys;
 mod runs;
+mod serve;
 mod worker;
 
 use crate::args::{Cli, Command, ModelFlags};
@@ -37,5 +39,22 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Fork { run, at, set, json } => history::fork(&g, run, at, set, json).await,
         Command::Runs { command } => runs::runs(&g, command).await,
+        Command::Serve { listen, no_worker, cors_origins, max_body_bytes, rate_limit, max_streams_per_key, drain } => {
+            let limits = stepwright_server::LimitsConfig {
+                max_body_bytes,
+                requests_per_second: rate_limit,
+                streams_per_key: max_streams_per_key,
+            };
+            let config = stepwright_server::ServerConfig {
+                listen,
+                bindings: g.flags.bindings(),
+                worker: !no_worker,
+                cors_origins,
+                limits,
+                drain: std::time::Duration::from_secs(drain),
+            };
+            serve::serve(&g, config).await
+        }
+        Command::Keys { command } => keys::keys(&g, command).await,
     }
 }

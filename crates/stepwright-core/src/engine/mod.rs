@@ -336,12 +336,8 @@ impl Engine {
             return Err(error("already_resolved", "it was already resolved".into()));
         }
         let request = &log.request;
-        if !request.approvers.is_empty() {
-            let allowed = request.approvers.iter().any(|a| match a {
-                crate::outcome::Approver::User(user) => by.user.as_deref() == Some(user.as_str()),
-                crate::outcome::Approver::Role(role) => by.roles.iter().any(|r| r == role),
-            });
-            if !allowed {
+        {
+            if !request.may_decide(by) {
                 return Err(error(
                     "access_denied",
                     format!(

@@ -19,8 +19,8 @@ impl Compiler {
         let dir = here.parent().map(Path::to_path_buf).unwrap_or_default();
         let path = dir.join(&target);
         let (canonical, source) = match self.options.files.clone() {
-            Some(files) => self.from_given(body, &target, &path, &files)?,
-            None => self.from_disk(body, &target, &path)?,
+            Some(files) => self.read_given(body, &target, &path, &files)?,
+            None => self.read_from_disk(body, &target, &path)?,
         };
         if let Some(start) = self.stack.iter().position(|file| *file == canonical) {
             let chain: Vec<String> =
@@ -85,7 +85,7 @@ impl Compiler {
 /// A file's name for a cycle message (the whole path says little more and is long).
 impl Compiler {
     /// A called file on disk: canonical, inside an allowed directory tree, not too large.
-    fn from_disk(&mut self, body: &Item, target: &str, path: &Path) -> Option<(PathBuf, String)> {
+    fn read_from_disk(&mut self, body: &Item, target: &str, path: &Path) -> Option<(PathBuf, String)> {
         let canonical = match path.canonicalize() {
             Ok(canonical) => canonical,
             Err(e) => {
@@ -119,7 +119,7 @@ impl Compiler {
 
     /// A called file from the set that came with the first one (a registered workflow):
     /// the path is resolved without a disk, and may not climb above the first file.
-    fn from_given(
+    fn read_given(
         &mut self,
         body: &Item,
         target: &str,

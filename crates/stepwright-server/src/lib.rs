@@ -1,0 +1,165 @@
+//! Stepwright's HTTP API (DESIGN §13): `stepwright serve`.
+//!
+//! Another program, in any language, registers workflows, starts runs, streams their events
+//! and decides their interrupts over HTTP; a person answers approvals from anywhere. Every
+//! request but `/v1/health` and `/v1/openapi.json` carries an API key, which alone fixes
+//! the caller's namespace, user and roles; nothing of another namespace is visible (`404`).
+//!
+//! The server is a host like the command line: it stands on the application layer
+//! (`stepwright-app`) and the stores, and several servers and workers share one database.
+//! This crate knows HTTP; the engine and the stores know nothing of it.
+
+mod feed;
+pub mod keys;
+mod limits;
+pub mod openapi;
+mod problem;
+mod routes;
+mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderValue, Method, header};
+pub use keys::{KeyError, NewKey, Role, create_key};
+pub use limits::LimitsConfig;
+pub use problem::{ApiError, Problem};
+use stepwright_app::Bindings;
+use stepwright_core::{Engine, Runner};
+use stepwright_store::ServerStore;
+use tokio_util::sync::CancellationToken;
+use tower_http::cors::CorsLayer;
+
+use crate::feed::{Feeds, NudgeFeeds};
+use crate::limits::Limits;
+use crate::state::Shared;
+
+/// How a server is set up.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    /// How workflow files are bound (models, cassettes).
+    pub bindings: Bindings,
+    /// Whether this process executes runs (a worker loop, and the runs it starts); without,
+    /// separate `stepwright worker` processes do.
+    pub worker: bool,
+    /// Origins a browser may call from; none: no CORS headers at all.
+    pub cors_origins: Vec<String>,
+    /// Request limits.
+    pub limits: LimitsConfig,
+    /// How long a shutdown waits for runs in flight before handing their leases back.
+    pub drain: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            bindings: Bindings::default(),
+            worker: true,
+            cors_origins: Vec::new(),
+            limits: LimitsConfig::default(),
+            drain: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be bound.
+    #[error("listening on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A CORS origin is not a valid header value.
+    #[error("--cors-origin {0:?} is not an origin")]
+    BadOrigin(String),
+    /// Serving failed.
+    #[error("serving: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A bound server, ready to serve.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    shared: Arc<Shared>,
+    config: ServerConfig,
+}
+
+impl Server {
+    /// Binds the address and builds the routes over the store.
+    pub async fn bind(store: Arc<dyn ServerStore>, config: ServerConfig) -> Result<Self, ServeError> {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| ServeError::Bind { addr: config.listen, source })?;
+        let shutdown = CancellationToken::new();
+        let feeds = Arc::new(Feeds::new(store.clone(), shutdown.clone()));
+        let name = stepwright_core::local_worker_id("serve", &stepwright_core::SystemEntropy::new());
+        let engine: Engine =
+            stepwright_app::engine_over(&store).worker_id(&name).observer(Arc::new(NudgeFeeds(feeds.clone()))).build();
+        let limits = Limits::new(config.limits.clone());
+        let shared =
+            Arc::new(Shared::new(store, engine, config.bindings.clone(), config.worker, limits, shutdown, feeds));
+        let mut app = routes::router()
+            .with_state(shared.clone())
+            // The extractors refuse a larger body with a problem document (`too_large`).
+            .layer(axum::extract::DefaultBodyLimit::max(config.limits.max_body_bytes));
+        if !config.cors_origins.is_empty() {
+            let origins = config
+                .cors_origins
+                .iter()
+                .map(|origin| HeaderValue::from_str(origin).map_err(|_| ServeError::BadOrigin(origin.clone())))
+                .collect::<Result<Vec<_>, _>>()?;
+            app = app.layer(
+                CorsLayer::new()
+                    .allow_origin(origins)
+                    .allow_methods([Method::GET, Method::POST, Method::DELETE])
+                    .allow_headers([
+                        header::AUTHORIZATION,
+                        header::CONTENT_TYPE,
+                        "last-event-id".parse().expect("valid"),
+                    ]),
+            );
+        }
+        Ok(Self { listener, app, shared, config })
+    }
+
+    /// The address it listens on (the port, when `:0` was asked).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `stop` is cancelled: then stops accepting, ends event streams with a
+    /// last comment, lets runs in flight finish for the drain time, and returns (a run
+    /// still executing keeps its lease, which lapses, and another process takes it over).
+    pub async fn serve(self, stop: CancellationToken) -> Result<(), ServeError> {
+        let Self { listener, app, shared, config } = self;
+        let worker = config.worker.then(|| {
+            let resolver = stepwright_app::resolver(shared.store.clone(), config.bindings.clone());
+            let runner = Runner::new(shared.engine.clone()).resolve_with(resolver);
+            let stop_worker = stop.clone();
+            tokio::spawn(async move { runner.run(stop_worker).await })
+        });
+        let streams_end = shared.shutdown.clone();
+        let stop_serving = stop.clone();
+        let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+            stop_serving.cancelled().await;
+            // Open streams end now (with a comment saying to reconnect), so the graceful
+            // shutdown does not wait on them.
+            streams_end.cancel();
+        });
+        serving.await?;
+        if let Some(worker) = worker {
+            let _ = tokio::time::timeout(config.drain, worker).await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,323 @@
+//! The OpenAPI 3.1 document, generated from the request and response types themselves
+//! (their JSON Schemas) and the table of operations below, which names each route's types.
+//! The committed `docs/openapi.json` is this document; a test keeps the two in step.
+
+use schemars::generate::SchemaSettings;
+use schemars::{JsonSchema, SchemaGenerator};
+use serde_json::{Map, Value, json};
+
+use crate::keys::Role;
+use crate::problem::Problem;
+use crate::routes::{events, interrupts, runs, workflows};
+
+/// One operation: a method on a path, with its types.
+struct Operation {
+    method: &'static str,
+    path: &'static str,
+    id: &'static str,
+    summary: &'static str,
+    /// The role it needs (`None`: no key at all).
+    role: Option<Role>,
+    body: Option<Value>,
+    query: Option<Value>,
+    /// Status, description, body schema (`None`: no JSON body), content type.
+    responses: Vec<(u16, &'static str, Option<Value>, &'static str)>,
+    /// The error statuses it answers besides 401, 429 and 500.
+    errors: &'static [u16],
+}
+
+const JSON: &str = "application/json";
+const SSE: &str = "text/event-stream";
+
+fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
+    generator.subschema_for::<T>().to_value()
+}
+
+fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
+    let run = schema::<stepwright_app::RunDetails>(g);
+    let text = json!({ "type": "string" });
+    vec![
+        Operation {
+            method: "get",
+            path: "/v1/health",
+            id: "health",
+            summary: "Liveness: `{\"status\":\"ok\"}`.",
+            role: None,
+            body: None,
+            query: None,
+            responses: vec![(200, "The server is up.", Some(schema::<crate::routes::meta::Health>(g)), JSON)],
+            errors: &[],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/openapi.json",
+            id: "openapi",
+            summary: "This document.",
+            role: None,
+            body: None,
+            query: None,
+            responses: vec![(200, "The OpenAPI 3.1 document.", Some(json!({ "type": "object" })), JSON)],
+            errors: &[],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/workflows",
+            id: "registerWorkflow",
+            summary: "Register a workflow file (and the files it calls); each new source of a name is its next version.",
+            role: Some(Role::Admin),
+            body: Some(schema::<workflows::RegisterWorkflow>(g)),
+            query: None,
+            responses: vec![
+                (201, "Registered as a new version.", Some(schema::<workflows::WorkflowVersion>(g)), JSON),
+                (
+                    200,
+                    "This source was registered before: its version.",
+                    Some(schema::<workflows::WorkflowVersion>(g)),
+                    JSON,
+                ),
+            ],
+            errors: &[400, 403, 413, 415, 422],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/workflows",
+            id: "listWorkflows",
+            summary: "The namespace's registered workflows.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(200, "By name.", Some(schema::<Vec<workflows::WorkflowSummary>>(g)), JSON)],
+            errors: &[],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/workflows/{name}",
+            id: "showWorkflow",
+            summary: "One workflow: its versions, input schema and graph.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(200, "The workflow.", Some(schema::<workflows::WorkflowDetails>(g)), JSON)],
+            errors: &[404],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/runs",
+            id: "startRun",
+            summary: "Start a run of a registered workflow (idempotent with `idempotency_key`).",
+            role: Some(Role::Operator),
+            body: Some(schema::<runs::StartRun>(g)),
+            query: None,
+            responses: vec![
+                (
+                    201,
+                    "Started; finished or waiting for a person if it did within `wait_seconds`.",
+                    Some(run.clone()),
+                    JSON,
+                ),
+                (202, "Started and still running after `wait_seconds`.", Some(run.clone()), JSON),
+                (200, "The run this idempotency key started before.", Some(run.clone()), JSON),
+            ],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/runs",
+            id: "listRuns",
+            summary: "The namespace's runs, newest first, paged by `next_cursor`.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: Some(schema::<runs::ListRuns>(g)),
+            responses: vec![(200, "A page.", Some(schema::<runs::RunPage>(g)), JSON)],
+            errors: &[400],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/runs/{id}",
+            id: "showRun",
+            summary: "A run: status, output, error, pending interrupts, steps, usage (the `runs show --json` shape).",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(200, "The run.", Some(run.clone()), JSON)],
+            errors: &[404],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/runs/{id}/events",
+            id: "streamRunEvents",
+            summary: "The run's events as Server-Sent Events; `id:` is the event's position, `Last-Event-ID` or `?after=` resumes.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: Some(schema::<events::StreamFrom>(g)),
+            responses: vec![(200, "The event stream; it ends after the run's final event.", Some(text), SSE)],
+            errors: &[400, 404],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/runs/{id}/cancel",
+            id: "cancelRun",
+            summary: "Cancel a run, wherever it executes.",
+            role: Some(Role::Operator),
+            body: Some(schema::<runs::CancelRun>(g)),
+            query: None,
+            responses: vec![(200, "What the cancel did.", Some(schema::<runs::Cancelled>(g)), JSON)],
+            errors: &[403, 404, 413, 422],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/runs/{id}/resume",
+            id: "resumeRun",
+            summary: "Continue a pending or suspended run, or one a dead process left running.",
+            role: Some(Role::Operator),
+            body: Some(schema::<runs::ResumeRun>(g)),
+            query: None,
+            responses: vec![
+                (200, "It finished or stopped again.", Some(run.clone()), JSON),
+                (202, "Still running.", Some(run), JSON),
+            ],
+            errors: &[400, 403, 404, 409, 413, 422],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/runs/{id}/messages",
+            id: "messageRun",
+            summary: "A message to a loop's inbox, or a wake-up of an `every` channel; answered once stored.",
+            role: Some(Role::Operator),
+            body: Some(schema::<runs::RunMessage>(g)),
+            query: None,
+            responses: vec![(202, "Stored.", Some(schema::<runs::Stored>(g)), JSON)],
+            errors: &[400, 403, 404, 413, 415, 422],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/interrupts",
+            id: "interruptInbox",
+            summary: "The approvals inbox: every open interrupt of the namespace the key may decide.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: Some(schema::<interrupts::InboxQuery>(g)),
+            responses: vec![(200, "Oldest run first.", Some(schema::<Vec<interrupts::InboxItem>>(g)), JSON)],
+            errors: &[400],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/interrupts/{id}/decision",
+            id: "decideInterrupt",
+            summary: "Decide an interrupt as the key's user; the run then continues.",
+            role: Some(Role::Approver),
+            body: Some(schema::<interrupts::DecisionBody>(g)),
+            query: None,
+            responses: vec![(200, "Decided.", Some(schema::<interrupts::DecisionTaken>(g)), JSON)],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
+        },
+    ]
+}
+
+/// The document.
+pub fn document() -> Value {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = "/components/schemas".into();
+    let mut generator = settings.into_generator();
+    let problem = schema::<Problem>(&mut generator);
+    let operations = operations(&mut generator);
+    let mut paths: Map<String, Value> = Map::new();
+    for op in operations {
+        let mut parameters: Vec<Value> = path_parameters(op.path);
+        if let Some(query) = &op.query {
+            parameters.extend(query_parameters(query, generator.definitions()));
+        }
+        let mut responses: Map<String, Value> = Map::new();
+        for (status, description, body, content_type) in op.responses {
+            let mut response = json!({ "description": description });
+            if let Some(body) = body {
+                response["content"] = json!({ content_type: { "schema": body } });
+            }
+            responses.insert(status.to_string(), response);
+        }
+        let mut errors: Vec<u16> = op.errors.to_vec();
+        if op.role.is_some() {
+            errors.extend([401, 429]);
+        }
+        errors.push(500);
+        for status in errors {
+            let description =
+                axum::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
+            responses.insert(
+                status.to_string(),
+                json!({ "description": description, "content": { "application/problem+json": { "schema": problem } } }),
+            );
+        }
+        let mut operation = json!({
+            "operationId": op.id,
+            "summary": op.summary,
+            "parameters": parameters,
+            "responses": responses,
+        });
+        match op.role {
+            None => operation["security"] = json!([]),
+            Some(role) => {
+                operation["description"] = json!(format!("Needs a key with the `{}` role.", role.as_str()));
+            }
+        }
+        if let Some(body) = op.body {
+            operation["requestBody"] = json!({ "required": op.method == "post" && op.id != "cancelRun" && op.id != "resumeRun", "content": { JSON: { "schema": body } } });
+        }
+        paths.entry(op.path).or_insert_with(|| json!({}))[op.method] = operation;
+    }
+    let schemas = generator.take_definitions(true);
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Stepwright",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Durable AI-agent workflows over HTTP: register workflows, start runs, stream their events, decide their interrupts. Errors are application/problem+json with a stable `code`.",
+        },
+        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": { "apiKey": { "type": "http", "scheme": "bearer", "description": "An API key from `stepwright keys create`." } },
+        },
+        "security": [{ "apiKey": [] }],
+    })
+}
+
+fn path_parameters(path: &str) -> Vec<Value> {
+    path.split('/')
+        .filter_map(|part| part.strip_prefix('{').and_then(|p| p.strip_suffix('}')))
+        .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
+        .collect()
+}
+
+/// A query type's properties as query parameters.
+fn query_parameters(schema: &Value, definitions: &Map<String, Value>) -> Vec<Value> {
+    let resolved = schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/components/schemas/"))
+        .and_then(|name| definitions.get(name))
+        .unwrap_or(schema);
+    let required: Vec<&str> =
+        resolved["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    resolved["properties"]
+        .as_object()
+        .map(|properties| {
+            properties
+                .iter()
+                .map(|(name, property)| {
+                    let mut parameter = json!({
+                        "name": name,
+                        "in": "query",
+                        "required": required.contains(&name.as_str()),
+                        "schema": property,
+                    });
+                    if let Some(description) = property.get("description") {
+                        parameter["description"] = description.clone();
+                    }
+                    parameter
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}

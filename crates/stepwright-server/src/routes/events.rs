@@ -1,0 +1,104 @@
+//! `GET /v1/runs/{id}/events`: a run's events as Server-Sent Events. Each event's `id:` is
+//! its position in the run's event sequence, so `Last-Event-ID` (or `?after=N`) resumes with
+//! nothing lost or repeated, on any server and across restarts. The stream ends after the
+//! run's final event; a client that leaves never cancels the run.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::stream::{self, Stream};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{Params, parse_run, run_in_namespace};
+use crate::feed::Next;
+use crate::keys::Principal;
+use crate::problem::ApiError;
+use crate::state::Shared;
+
+/// How often an idle stream sends a comment, so proxies and clients keep it open.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Where to start.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StreamFrom {
+    /// The `id` of the last event received: the stream starts after it (as `Last-Event-ID`).
+    #[serde(default)]
+    pub after: Option<u64>,
+}
+
+/// What the stream sends next.
+enum Step {
+    /// Events from this position.
+    From(usize),
+    /// The last event was sent.
+    Done,
+}
+
+/// `GET /v1/runs/{id}/events`.
+pub(crate) async fn stream(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+    Params(query): Params<StreamFrom>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let run = parse_run(&id)?;
+    run_in_namespace(&shared, &who, run).await?;
+    let last_seen = match headers.get("last-event-id") {
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|text| text.trim().parse::<u64>().ok())
+                .ok_or_else(|| ApiError::bad_request("Last-Event-ID is not an event id we sent"))?,
+        ),
+        None => query.after,
+    };
+    let from = last_seen.map_or(0, |id| usize::try_from(id).unwrap_or(usize::MAX).saturating_add(1));
+    let slot = shared.limits.open_stream(&who.key.id)?;
+    let feed = shared.feeds.subscribe(run);
+    let shutdown = shared.shutdown.clone();
+    let events = stream::unfold(Step::From(from), move |step| {
+        let (feed, shutdown) = (feed.clone(), shutdown.clone());
+        // The slot is held as long as the stream lives.
+        let _held = &slot;
+        async move {
+            let Step::From(from) = step else { return None };
+            let next = tokio::select! {
+                next = feed.next(from) => next,
+                () = shutdown.cancelled() => {
+                    let bye = Event::default().comment("server shutting down; reconnect with Last-Event-ID");
+                    return Some((vec![bye], Step::Done));
+                }
+            };
+            match next {
+                Next::Events(events, next) => {
+                    let sent = events
+                        .iter()
+                        .enumerate()
+                        .map(|(offset, event)| {
+                            Event::default()
+                                .id((from + offset).to_string())
+                                .event(event.kind.clone())
+                                .json_data(&**event)
+                                .unwrap_or_else(|_| Event::default().comment("an event that does not serialize"))
+                        })
+                        .collect();
+                    Some((sent, Step::From(next)))
+                }
+                Next::End => None,
+                Next::Failed(why) => {
+                    Some((vec![Event::default().comment(format!("reading the run failed: {why}"))], Step::Done))
+                }
+            }
+        }
+    });
+    let flat = futures_util::StreamExt::flat_map(events, |batch| stream::iter(batch.into_iter().map(Ok)));
+    Ok(Sse::new(flat).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}

@@ -1,0 +1,213 @@
+//! `GET /v1/interrupts` (the approvals inbox across runs) and
+//! `POST /v1/interrupts/{id}/decision`. A decision is taken as the key's user, with the key's
+//! roles: approvers are enforced from the key, never from the body.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use stepwright_core::store::RunFilter;
+use stepwright_core::{Decision, InterruptId, InterruptKind, Record, RunId, RunStatus};
+
+use super::runs::audit;
+use super::{Body, Params, run_in_namespace};
+use crate::keys::{Principal, Role};
+use crate::problem::ApiError;
+use crate::state::Shared;
+
+/// The most waiting runs one inbox read looks at.
+const INBOX_RUNS: usize = 1000;
+
+/// Inbox filters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InboxQuery {
+    /// `open`: interrupts waiting for a decision (the only status listed).
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// An open interrupt the caller may decide.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct InboxItem {
+    /// The id to decide it by: `<run id>.<interrupt id>`.
+    pub id: String,
+    /// The run that waits.
+    pub run_id: String,
+    /// The run's workflow.
+    pub workflow: String,
+    /// The interrupt's id within the run.
+    pub interrupt_id: String,
+    /// The step that asked.
+    pub step: String,
+    /// `approval`, `input`, `event` or `timer`.
+    pub kind: InterruptKind,
+    /// What the person deciding is shown.
+    pub message: String,
+    /// The value to approve, or what the request carries.
+    pub payload: Value,
+    /// For `input`: the schema the answer must match.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// When its `on_timeout` applies (µs since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+}
+
+/// `GET /v1/interrupts?status=open`: every open interrupt of the namespace the key may
+/// decide (it has the approver role and is among the interrupt's approvers, if it names
+/// any), oldest run first.
+pub(crate) async fn inbox(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Params(query): Params<InboxQuery>,
+) -> Result<Json<Vec<InboxItem>>, ApiError> {
+    if let Some(status) = query.status.as_deref().filter(|s| *s != "open") {
+        return Err(ApiError::bad_request(format!("status {status:?}: the inbox lists `open` interrupts")));
+    }
+    if !who.has(Role::Approver) {
+        return Ok(Json(Vec::new()));
+    }
+    let filter = RunFilter {
+        status: Some(RunStatus::Suspended),
+        tenant: Some(who.namespace().to_owned()),
+        limit: Some(INBOX_RUNS),
+        headers_only: true,
+        ..RunFilter::default()
+    };
+    let mut waiting = shared.store.list_runs(filter).await?;
+    waiting.reverse();
+    let caller = who.caller();
+    let mut items = Vec::new();
+    for run in waiting {
+        let loaded = shared.store.load(run.id).await?;
+        let mut open: BTreeMap<InterruptId, InboxItem> = BTreeMap::new();
+        for entry in &loaded.entries {
+            match &entry.record {
+                Record::InterruptOpened { id, request, deadline } if request.may_decide(&caller) => {
+                    open.insert(
+                        id.clone(),
+                        InboxItem {
+                            id: format!("{}.{id}", run.id),
+                            run_id: run.id.to_string(),
+                            workflow: run.workflow.clone(),
+                            interrupt_id: id.to_string(),
+                            step: entry.path.as_str().to_owned(),
+                            kind: request.kind,
+                            message: request.message.clone(),
+                            payload: request.payload.clone(),
+                            schema: request.schema.clone(),
+                            deadline: deadline.map(|at| at.as_micros()),
+                        },
+                    );
+                }
+                Record::InterruptResolved { id, .. } => {
+                    open.remove(id);
+                }
+                _ => {}
+            }
+        }
+        items.extend(open.into_values());
+    }
+    Ok(Json(items))
+}
+
+/// A decision.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DecisionBody {
+    /// `approve`, `reject`, `modify` (an approval with a corrected `payload`) or `respond`
+    /// (the `value` an input or event request asks for).
+    pub decision: DecisionKind,
+    /// For `modify`: the corrected value.
+    #[serde(default)]
+    pub payload: Option<Value>,
+    /// For `respond`: the answer.
+    #[serde(default)]
+    pub value: Option<Value>,
+    /// For `reject`: why.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What is decided.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum DecisionKind {
+    /// Go ahead.
+    Approve,
+    /// Do not.
+    Reject,
+    /// Go ahead with a corrected payload.
+    Modify,
+    /// Answer an input or event request.
+    Respond,
+}
+
+/// What a decision did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct DecisionTaken {
+    /// The run.
+    pub run_id: String,
+    /// The interrupt decided.
+    pub interrupt_id: String,
+    /// Who decided (the key's user).
+    pub decided_by: String,
+    /// Where the run stands: it continues on a worker.
+    pub status: RunStatus,
+}
+
+/// `POST /v1/interrupts/{id}/decision` (approver): `403` if the key is not among the
+/// interrupt's approvers, `409` if another decision won; the run then continues.
+pub(crate) async fn decide(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+    Body(body): Body<DecisionBody>,
+) -> Result<Json<DecisionTaken>, ApiError> {
+    let missing = || ApiError::not_found("not_found", format!("no interrupt {id:?}"));
+    let (run, interrupt) = id.split_once('.').ok_or_else(missing)?;
+    let run: RunId = run.parse().map_err(|_| missing())?;
+    run_in_namespace(&shared, &who, run).await.map_err(|_| missing())?;
+    who.require(Role::Approver)?;
+    let decision = match (body.decision, body.payload, body.value, body.reason) {
+        (DecisionKind::Approve, None, None, None) => Decision::Approve,
+        (DecisionKind::Reject, None, None, reason) => Decision::Reject { reason },
+        (DecisionKind::Modify, Some(payload), None, None) => Decision::Modify { payload },
+        (DecisionKind::Respond, None, Some(value), None) => Decision::Respond { value },
+        (kind, ..) => {
+            return Err(ApiError::bad_request(format!(
+                "{kind:?} takes {}",
+                match kind {
+                    DecisionKind::Approve => "no other field",
+                    DecisionKind::Reject => "only a `reason`",
+                    DecisionKind::Modify => "a `payload` (and nothing else)",
+                    DecisionKind::Respond => "a `value` (and nothing else)",
+                }
+            )));
+        }
+    };
+    let interrupt = InterruptId::new(interrupt);
+    let detail = json!({ "decision": decision });
+    shared.engine.resolve(run, &interrupt, decision, &who.caller()).await?;
+    audit(&shared, &who, "interrupt.decided", format!("{run}.{interrupt}"), detail).await?;
+    if shared.executes {
+        let workflow = shared.definition_of(run).await?;
+        let engine = shared.engine.clone();
+        // Continued in a task of its own: the answer does not wait for the rest of the run.
+        // A live process that waits on the interrupt continues it instead (this resume is
+        // then refused), and a worker takes it if this process dies first.
+        tokio::spawn(async move { engine.resume(&workflow, run).await });
+    }
+    let status = shared.store.load_from(run, u64::MAX).await?.record.status;
+    Ok(Json(DecisionTaken {
+        run_id: run.to_string(),
+        interrupt_id: interrupt.to_string(),
+        decided_by: who.key.user.clone(),
+        status,
+    }))
+}

@@ -1,0 +1,129 @@
+//! The endpoints of DESIGN §13, one module per resource. Every handler that reads or
+//! changes a run first finds it in the key's namespace ([`run_in_namespace`]): a run of
+//! another namespace is `404`, exactly as one that does not exist.
+
+pub(crate) mod events;
+pub(crate) mod interrupts;
+pub(crate) mod meta;
+pub(crate) mod runs;
+pub(crate) mod workflows;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::routing::{get, post};
+use stepwright_core::RunId;
+use stepwright_core::journal::RunRecord;
+
+use crate::keys::Principal;
+use crate::problem::ApiError;
+use crate::state::Shared;
+
+/// Every route.
+pub(crate) fn router() -> Router<Arc<Shared>> {
+    Router::new()
+        .route("/v1/health", get(meta::health))
+        .route("/v1/openapi.json", get(meta::openapi))
+        .route("/v1/workflows", post(workflows::register).get(workflows::list))
+        .route("/v1/workflows/{name}", get(workflows::show))
+        .route("/v1/runs", post(runs::start).get(runs::list))
+        .route("/v1/runs/{id}", get(runs::show))
+        .route("/v1/runs/{id}/events", get(events::stream))
+        .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/runs/{id}/resume", post(runs::resume))
+        .route("/v1/runs/{id}/messages", post(runs::message))
+        .route("/v1/interrupts", get(interrupts::inbox))
+        .route("/v1/interrupts/{id}/decision", post(interrupts::decide))
+}
+
+/// A run id from a path, or `404` (an id that does not parse names no run).
+pub(crate) fn parse_run(text: &str) -> Result<RunId, ApiError> {
+    text.parse().map_err(|_| ApiError::not_found("not_found", format!("no run {text:?}")))
+}
+
+/// The run's header if it is in the caller's namespace, else `404`.
+pub(crate) async fn run_in_namespace(shared: &Shared, who: &Principal, run: RunId) -> Result<RunRecord, ApiError> {
+    let missing = || ApiError::not_found("not_found", format!("no run {run}"));
+    let record = match shared.store.load_from(run, u64::MAX).await {
+        Ok(loaded) => loaded.record,
+        Err(stepwright_core::StoreError::RunNotFound(_)) => return Err(missing()),
+        Err(other) => return Err(other.into()),
+    };
+    if record.caller.tenant.as_deref() != Some(who.namespace()) {
+        return Err(missing());
+    }
+    Ok(record)
+}
+
+/// A JSON body whose problems are `400` problem documents naming the field, never axum's
+/// plain-text rejections. Unknown fields are errors (the types deny them).
+pub(crate) struct Body<T>(pub T);
+
+impl<S, T> FromRequest<S> for Body<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(request, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(rejection) => {
+                let status = rejection.status();
+                let mut error = ApiError::new(status, "bad_request", rejection.body_text());
+                if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                    error.problem.code = "too_large".into();
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+/// Query parameters whose problems are `400` problem documents.
+pub(crate) struct Params<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for Params<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Self(value)),
+            Err(rejection) => Err(ApiError::bad_request(rejection.body_text())),
+        }
+    }
+}
+
+/// A JSON body that may be left out (an empty body is the type's default).
+pub(crate) struct OptionalBody<T>(pub T);
+
+impl<S, T> FromRequest<S> for OptionalBody<T>
+where
+    T: serde::de::DeserializeOwned + Default,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(request, state).await.map_err(|rejection| {
+            let mut error = ApiError::new(rejection.status(), "bad_request", rejection.body_text());
+            if rejection.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+                error.problem.code = "too_large".into();
+            }
+            error
+        })?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Self(T::default()));
+        }
+        serde_json::from_slice(&bytes).map(Self).map_err(|e| {
+            ApiError::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "bad_request", format!("the body: {e}"))
+        })
+    }
+}

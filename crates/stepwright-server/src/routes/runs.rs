@@ -1,0 +1,416 @@
+//! `POST /v1/runs`, `GET /v1/runs`, `GET /v1/runs/{id}` and the run actions: cancel,
+//! resume, messages.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use stepwright_app::RunDetails;
+use stepwright_core::store::RunFilter;
+use stepwright_core::{CancelOutcome, Entropy, RunId, RunStatus, StartOptions, Workflow};
+use stepwright_store::control::{AuditEntry, IdempotencyClaim};
+
+use super::workflows::not_registered;
+use super::{Body, OptionalBody, Params, parse_run, run_in_namespace};
+use crate::keys::{Principal, Role};
+use crate::problem::ApiError;
+use crate::state::Shared;
+
+/// The longest `wait_seconds` honoured.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// How long a second request with a taken idempotency key waits for the first one's run
+/// to be stored before it takes the key over (the first one died between the two).
+const CLAIM_ABANDONED_AFTER: Duration = Duration::from_secs(10);
+
+/// A run to start.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StartRun {
+    /// The registered workflow's name.
+    pub workflow: String,
+    /// Its version (default: the newest).
+    #[serde(default)]
+    pub version: Option<u32>,
+    /// The workflow's input.
+    #[serde(default)]
+    pub input: Value,
+    /// A key that makes the start idempotent: the same key in the namespace always answers
+    /// the first run it started.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+    /// Wait up to this long (at most 60) for the run to finish or stop for a person.
+    #[serde(default)]
+    pub wait_seconds: Option<f64>,
+}
+
+/// `POST /v1/runs` (operator): `201` and the run — finished, if it finished within
+/// `wait_seconds`; `202` while it is still running; `200` and the first run for an
+/// idempotency key used before.
+pub(crate) async fn start(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Body(body): Body<StartRun>,
+) -> Result<(StatusCode, Json<RunDetails>), ApiError> {
+    who.require(Role::Operator)?;
+    let wait = wait_for(body.wait_seconds)?;
+    let registered = shared
+        .store
+        .registered_workflow(who.namespace(), &body.workflow, body.version)
+        .await?
+        .ok_or_else(|| not_registered(&body.workflow, body.version))?;
+    let workflow = shared.workflow(&registered).await?;
+    let now = shared.now();
+    let run = RunId::from_parts(now, stepwright_core::SystemEntropy::new().bytes10());
+    if let Some(key) = &body.idempotency_key {
+        if key.is_empty() || key.len() > 255 {
+            return Err(ApiError::bad_request("idempotency_key must be 1 to 255 characters"));
+        }
+        match shared.store.claim_idempotency(who.namespace(), key, run, now).await? {
+            IdempotencyClaim::Claimed => {}
+            IdempotencyClaim::Taken { run: first, at } => {
+                if let Some(answer) = first_run(&shared, &who, first, wait).await? {
+                    return Ok((StatusCode::OK, Json(answer)));
+                }
+                // The first request claimed the key and never stored its run.
+                let abandoned = now.since(at) >= CLAIM_ABANDONED_AFTER;
+                if !abandoned || !shared.store.reclaim_idempotency(who.namespace(), key, first, run, now).await? {
+                    return Err(ApiError::new(
+                        StatusCode::CONFLICT,
+                        "idempotency_in_progress",
+                        format!("a request with idempotency key {key:?} is starting run {first}; ask again shortly"),
+                    ));
+                }
+            }
+        }
+    }
+    let options = StartOptions { caller: who.caller(), run_id: Some(run) };
+    let details = execute(&shared, &workflow, body.input, options, wait).await?;
+    let status = if details.status == RunStatus::Running || details.status == RunStatus::Pending {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::CREATED
+    };
+    Ok((status, Json(details)))
+}
+
+fn wait_for(seconds: Option<f64>) -> Result<Duration, ApiError> {
+    match seconds {
+        None => Ok(Duration::ZERO),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Duration::from_secs_f64(s).min(MAX_WAIT)),
+        Some(s) => Err(ApiError::bad_request(format!("wait_seconds must be a number from 0 to 60, not {s}"))),
+    }
+}
+
+/// The run an idempotency key named first, once it is stored (waiting for it as asked).
+async fn first_run(
+    shared: &Shared,
+    who: &Principal,
+    run: RunId,
+    wait: Duration,
+) -> Result<Option<RunDetails>, ApiError> {
+    // The first request stores its run right after claiming the key: give it a moment.
+    for _ in 0..100 {
+        match run_in_namespace(shared, who, run).await {
+            Ok(_) => return Ok(Some(wait_and_read(shared, run, wait).await?)),
+            Err(error) if error.status == StatusCode::NOT_FOUND => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(None)
+}
+
+/// Creates the run and, when this server executes runs, executes it in a task of its own
+/// (a client that leaves does not stop it); answers when it stops or `wait` passes.
+async fn execute(
+    shared: &Arc<Shared>,
+    workflow: &Workflow,
+    input: Value,
+    options: StartOptions,
+    wait: Duration,
+) -> Result<RunDetails, ApiError> {
+    let run = options.run_id.expect("chosen above");
+    if shared.executes && !wait.is_zero() {
+        // Created leased and executed in one go: the fastest path to a finished run.
+        let (engine, workflow) = (shared.engine.clone(), workflow.clone());
+        let task = tokio::spawn(async move { engine.start_with(&workflow, input, options).await });
+        match tokio::time::timeout(wait, task).await {
+            Ok(Ok(Ok(report))) if report.status.is_terminal() || report.status == RunStatus::Suspended => {
+                return Ok(stepwright_app::run_details(&shared.engine, report.run_id).await?);
+            }
+            Ok(Ok(Ok(_))) => {}
+            Ok(Ok(Err(error))) => return Err(error.into()),
+            Ok(Err(panicked)) => return Err(ApiError::internal(format!("the run's task failed: {panicked}"))),
+            Err(_still_running) => {}
+        }
+        return wait_and_read(shared, run, Duration::ZERO).await;
+    }
+    shared.engine.create(workflow, input, options).await?;
+    if shared.executes {
+        let (engine, workflow) = (shared.engine.clone(), workflow.clone());
+        // A worker may claim it first; then this resume is refused and nothing is lost.
+        tokio::spawn(async move { engine.resume(&workflow, run).await });
+    }
+    wait_and_read(shared, run, wait).await
+}
+
+/// The run's details once it stops (finishes or waits for a person) or `wait` passes.
+async fn wait_and_read(shared: &Shared, run: RunId, wait: Duration) -> Result<RunDetails, ApiError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let details = stepwright_app::run_details(&shared.engine, run).await?;
+        let stopped = details.status.is_terminal() || details.status == RunStatus::Suspended;
+        if stopped || tokio::time::Instant::now() >= deadline {
+            return Ok(details);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// `GET /v1/runs` filters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListRuns {
+    /// Only runs with this status.
+    #[serde(default)]
+    pub status: Option<RunStatus>,
+    /// Only runs of this workflow.
+    #[serde(default)]
+    pub workflow: Option<String>,
+    /// At most this many (1 to 500, default 50).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// The `next_cursor` of the page before.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// A page of runs.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct RunPage {
+    /// Newest first.
+    pub runs: Vec<RunSummary>,
+    /// Pass as `cursor` for the next page; absent on the last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+/// A run in a listing.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct RunSummary {
+    /// The run's id.
+    pub run_id: String,
+    /// Its workflow.
+    pub workflow: String,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// When it was created (µs since the epoch).
+    pub created_at: i64,
+    /// The worker executing it, if one is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// `GET /v1/runs`: the namespace's runs, newest first, paged.
+pub(crate) async fn list(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Params(query): Params<ListRuns>,
+) -> Result<Json<RunPage>, ApiError> {
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::bad_request("limit must be from 1 to 500"));
+    }
+    let before = match &query.cursor {
+        Some(cursor) => Some(cursor.parse::<RunId>().map_err(|_| ApiError::bad_request("cursor is not one we gave"))?),
+        None => None,
+    };
+    let filter = RunFilter {
+        status: query.status,
+        workflow: query.workflow,
+        tenant: Some(who.namespace().to_owned()),
+        limit: Some(limit + 1),
+        before,
+        headers_only: true,
+    };
+    let mut runs = shared.store.list_runs(filter).await?;
+    let more = runs.len() > limit;
+    runs.truncate(limit);
+    let next_cursor = more.then(|| runs.last().map(|run| run.id.to_string())).flatten();
+    let runs = runs
+        .into_iter()
+        .map(|run| RunSummary {
+            run_id: run.id.to_string(),
+            workflow: run.workflow,
+            status: run.status,
+            created_at: run.created_at.as_micros(),
+            owner: run.lease.map(|lease| lease.owner).filter(|_| !run.status.is_terminal()),
+        })
+        .collect();
+    Ok(Json(RunPage { runs, next_cursor }))
+}
+
+/// `GET /v1/runs/{id}`: the `runs show --json` shape.
+pub(crate) async fn show(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<RunDetails>, ApiError> {
+    let run = parse_run(&id)?;
+    run_in_namespace(&shared, &who, run).await?;
+    Ok(Json(stepwright_app::run_details(&shared.engine, run).await?))
+}
+
+/// A cancel.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CancelRun {
+    /// Why (kept in the run's error: `cancelled by ann: too slow`).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What a cancel did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Cancelled {
+    /// The run.
+    pub run_id: String,
+    /// `cancelled` (nobody executed it), `requested` (the process executing it stops it),
+    /// or `finished` (it had ended already; `status` says how).
+    pub outcome: String,
+    /// Where the run stands.
+    pub status: RunStatus,
+    /// The worker that executes it and stops it, for `requested`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executed_by: Option<String>,
+}
+
+/// `POST /v1/runs/{id}/cancel` (operator): as `stepwright cancel`; reaches a run executing
+/// in any process.
+pub(crate) async fn cancel(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+    OptionalBody(body): OptionalBody<CancelRun>,
+) -> Result<Json<Cancelled>, ApiError> {
+    who.require(Role::Operator)?;
+    let run = parse_run(&id)?;
+    run_in_namespace(&shared, &who, run).await?;
+    let reason = body.reason.unwrap_or_else(|| "cancelled over the API".into());
+    let outcome = shared.engine.cancel_by(run, &reason, Some(&who.key.user)).await?;
+    audit(&shared, &who, "run.cancelled", run.to_string(), json!({ "reason": reason })).await?;
+    let (outcome, status, executed_by) = match outcome {
+        CancelOutcome::Finished(status) => ("finished", status, None),
+        CancelOutcome::Cancelled => ("cancelled", RunStatus::Cancelled, None),
+        CancelOutcome::Requested { owner, .. } => ("requested", RunStatus::Running, Some(owner)),
+    };
+    Ok(Json(Cancelled { run_id: run.to_string(), outcome: outcome.into(), status, executed_by }))
+}
+
+/// A resume.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResumeRun {
+    /// Wait up to this long (at most 60) for it to finish or stop again.
+    #[serde(default)]
+    pub wait_seconds: Option<f64>,
+}
+
+/// `POST /v1/runs/{id}/resume` (operator): continues a run that is pending, suspended, or
+/// was left running by a process that is gone (`409` if a live process executes it).
+pub(crate) async fn resume(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+    OptionalBody(body): OptionalBody<ResumeRun>,
+) -> Result<(StatusCode, Json<RunDetails>), ApiError> {
+    who.require(Role::Operator)?;
+    let run = parse_run(&id)?;
+    run_in_namespace(&shared, &who, run).await?;
+    let wait = wait_for(body.wait_seconds)?;
+    let workflow = shared.definition_of(run).await?;
+    let engine = shared.engine.clone();
+    let task = tokio::spawn(async move { engine.resume(&workflow, run).await });
+    let details = match tokio::time::timeout(wait.max(Duration::from_millis(50)), task).await {
+        Ok(Ok(Ok(report))) => stepwright_app::run_details(&shared.engine, report.run_id).await?,
+        Ok(Ok(Err(error))) => return Err(error.into()),
+        Ok(Err(panicked)) => return Err(ApiError::internal(format!("the run's task failed: {panicked}"))),
+        Err(_still_running) => stepwright_app::run_details(&shared.engine, run).await?,
+    };
+    let status = if details.status.is_terminal() || details.status == RunStatus::Suspended {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(details)))
+}
+
+/// A message for a run: to a loop's inbox, or a wake-up of an `every` channel.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RunMessage {
+    /// The inbox a loop reads (with `message`).
+    #[serde(default)]
+    pub inbox: Option<String>,
+    /// The message.
+    #[serde(default)]
+    pub message: Option<Value>,
+    /// A wake channel to wake instead.
+    #[serde(default)]
+    pub wake: Option<String>,
+}
+
+/// What was stored.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Stored {
+    /// The run.
+    pub run_id: String,
+    /// Always true: the answer comes once the message is stored.
+    pub stored: bool,
+}
+
+/// `POST /v1/runs/{id}/messages` (operator): answered once stored.
+pub(crate) async fn message(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+    Body(body): Body<RunMessage>,
+) -> Result<(StatusCode, Json<Stored>), ApiError> {
+    who.require(Role::Operator)?;
+    let run = parse_run(&id)?;
+    run_in_namespace(&shared, &who, run).await?;
+    match body {
+        RunMessage { inbox: Some(inbox), message: Some(message), wake: None } => {
+            shared.engine.send(run, &inbox, message).await?;
+        }
+        RunMessage { inbox: None, message: None, wake: Some(channel) } => shared.engine.wake(run, &channel).await?,
+        _ => return Err(ApiError::bad_request("send either {inbox, message} or {wake}")),
+    }
+    Ok((StatusCode::ACCEPTED, Json(Stored { run_id: run.to_string(), stored: true })))
+}
+
+/// Appends to the audit log.
+pub(crate) async fn audit(
+    shared: &Shared,
+    who: &Principal,
+    action: &str,
+    subject: String,
+    detail: Value,
+) -> Result<(), ApiError> {
+    let entry = AuditEntry {
+        namespace: who.namespace().to_owned(),
+        at: shared.now(),
+        actor: who.actor(),
+        action: action.to_owned(),
+        subject,
+        detail,
+    };
+    Ok(shared.store.audit(entry).await?)
+}

@@ -1,0 +1,171 @@
+//! What every request handler shares: the store, the engine, the bindings, the compiled
+//! workflows, the keys recently seen, and the run feeds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use stepwright_app::{Bindings, Servers};
+use stepwright_core::journal::DefinitionSource;
+use stepwright_core::{Clock, Engine, Timestamp, Workflow};
+use stepwright_store::ServerStore;
+use stepwright_store::control::{ApiKey, RegisteredWorkflow};
+use tokio_util::sync::CancellationToken;
+
+use crate::feed::Feeds;
+use crate::keys::{Principal, secret_hash};
+use crate::limits::Limits;
+use crate::problem::ApiError;
+
+/// How long a key read from the store is trusted before it is read again: a revoked key is
+/// refused by every server within this.
+const KEY_CACHE_FOR: Duration = Duration::from_secs(5);
+
+/// A key's use is written to the store at most this often.
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// A key as read from the store, and when.
+type CachedKey = (Arc<ApiKey>, Instant);
+
+/// The state behind every handler.
+pub struct Shared {
+    /// The store: runs and the control tables.
+    pub store: Arc<dyn ServerStore>,
+    /// The engine runs are started and continued with.
+    pub engine: Engine,
+    /// How workflow files are bound (models, cassettes).
+    pub bindings: Bindings,
+    /// Whether this server executes runs itself (else workers do).
+    pub executes: bool,
+    /// One feed per run streamed.
+    pub feeds: Arc<Feeds>,
+    /// The request limits.
+    pub limits: Limits,
+    /// Cancelled when the server shuts down: streams end with a last comment.
+    pub shutdown: CancellationToken,
+    clock: Arc<dyn Clock>,
+    /// Keys by the hash of their secret, with when they were read.
+    keys: Mutex<HashMap<[u8; 32], CachedKey>>,
+    touched: Mutex<HashMap<String, Instant>>,
+    /// Compiled workflows by definition hash (registered versions and rebuilt definitions).
+    workflows: Mutex<HashMap<stepwright_core::ContentHash, Workflow>>,
+}
+
+impl Shared {
+    /// The state over a store and an engine on it.
+    pub fn new(
+        store: Arc<dyn ServerStore>,
+        engine: Engine,
+        bindings: Bindings,
+        executes: bool,
+        limits: Limits,
+        shutdown: CancellationToken,
+        feeds: Arc<Feeds>,
+    ) -> Self {
+        Self {
+            store,
+            engine,
+            bindings,
+            executes,
+            feeds,
+            limits,
+            shutdown,
+            clock: Arc::new(stepwright_core::TokioClock::new()),
+            keys: Mutex::default(),
+            touched: Mutex::default(),
+            workflows: Mutex::default(),
+        }
+    }
+
+    /// The wall clock.
+    pub fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// The principal a secret names, or `401`.
+    pub async fn authenticate(&self, secret: &str) -> Result<Principal, ApiError> {
+        let hash = secret_hash(secret);
+        let cached = self
+            .keys
+            .lock()
+            .expect("poisoned")
+            .get(&hash)
+            .filter(|(_, at)| at.elapsed() < KEY_CACHE_FOR)
+            .map(|(key, _)| key.clone());
+        let key = match cached {
+            Some(key) => key,
+            None => {
+                let key =
+                    self.store.key_by_secret(hash).await?.ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
+                let key = Arc::new(key);
+                self.keys.lock().expect("poisoned").insert(hash, (key.clone(), Instant::now()));
+                key
+            }
+        };
+        let now = self.now();
+        if key.revoked_at.is_some() {
+            return Err(ApiError::unauthorized(format!("API key {} was revoked", key.id)));
+        }
+        if key.expires_at.is_some_and(|at| at <= now) {
+            return Err(ApiError::unauthorized(format!("API key {} has expired", key.id)));
+        }
+        let due = {
+            let mut touched = self.touched.lock().expect("poisoned");
+            let due = touched.get(&key.id).is_none_or(|at| at.elapsed() >= TOUCH_EVERY);
+            if due {
+                touched.insert(key.id.clone(), Instant::now());
+            }
+            due
+        };
+        if due {
+            let (store, id) = (self.store.clone(), key.id.clone());
+            // Best effort: a request is not failed because its key's last use was not noted.
+            tokio::spawn(async move { store.touch_key(&id, now).await });
+        }
+        Ok(Principal { key })
+    }
+
+    /// The compiled workflow of a registered version (compiled once per process; its MCP
+    /// servers started once).
+    pub async fn workflow(&self, registered: &RegisteredWorkflow) -> Result<Workflow, ApiError> {
+        if let Some(workflow) = self.workflows.lock().expect("poisoned").get(&registered.hash) {
+            return Ok(workflow.clone());
+        }
+        let source = registered_source(registered);
+        let mut options = self.bindings.load_options();
+        options.files = Some(Arc::new(registered.files.clone()));
+        let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options)
+            .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
+        let workflow = stepwright_app::prepare(loaded, &self.bindings, Servers::Connected).await?;
+        if workflow.hash() != registered.hash {
+            return Err(ApiError::internal(format!(
+                "{} version {} no longer compiles to the definition it was registered with",
+                registered.name, registered.version
+            )));
+        }
+        self.workflows.lock().expect("poisoned").insert(registered.hash, workflow.clone());
+        Ok(workflow)
+    }
+
+    /// The definition a run is pinned to: compiled before in this process, or rebuilt from
+    /// the source the store keeps.
+    pub(crate) async fn definition_of(&self, run: stepwright_core::RunId) -> Result<Workflow, ApiError> {
+        let hash = self.store.load_from(run, u64::MAX).await?.record.definition_hash;
+        if let Some(workflow) = self.workflows.lock().expect("poisoned").get(&hash) {
+            return Ok(workflow.clone());
+        }
+        let workflow = stepwright_app::definition_of(self.store.as_ref(), run, &self.bindings).await?;
+        self.workflows.lock().expect("poisoned").insert(hash, workflow.clone());
+        Ok(workflow)
+    }
+}
+
+/// The source a registered version is kept under in the definitions table, so that any
+/// process (a worker, another server) rebuilds its runs' definition.
+pub(crate) fn registered_source(registered: &RegisteredWorkflow) -> DefinitionSource {
+    DefinitionSource {
+        name: format!("{}.yaml", registered.name),
+        files: registered.files.clone(),
+        ..DefinitionSource::default_yaml(&registered.source)
+    }
+}

@@ -1,0 +1,390 @@
+//! Keys, namespaces, roles, registration, runs, decisions, idempotency and limits.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::{APPROVAL, THREE_SETS, TestServer, answer};
+
+#[tokio::test]
+async fn health_and_the_document_need_no_key_and_everything_else_does() {
+    let server = TestServer::start().await;
+    let health = server.http.get(format!("{}/v1/health", server.base)).send().await.unwrap();
+    assert_eq!(answer(health).await, (200, json!({ "status": "ok" })));
+    let document = server.http.get(format!("{}/v1/openapi.json", server.base)).send().await.unwrap();
+    assert_eq!(document.status(), 200);
+    let nobody = server.http.get(format!("{}/v1/runs", server.base)).send().await.unwrap();
+    let (status, body) = answer(nobody).await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
+    let (status, body) = server.get("sw_swk000000000000_nonsense", "/v1/runs").await;
+    assert_eq!((status, body["detail"].as_str()), (401, Some("unknown API key")));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn revoked_and_expired_keys_are_refused() {
+    let server = TestServer::start().await;
+    let now = stepwright_core::Timestamp::from_micros(0);
+    let roles = vec!["viewer".to_owned()];
+    let revoked = stepwright_server::create_key(server.store.as_ref(), "acme", "ann", &roles, None, now).await.unwrap();
+    assert_eq!(server.get(&revoked.secret, "/v1/runs").await.0, 200);
+    assert!(server.store.revoke_key(&revoked.key.id, now).await.unwrap());
+    // A server trusts a key it read for a few seconds; a fresh server reads it again.
+    let fresh = TestServer::start().await;
+    let moved =
+        stepwright_server::create_key(fresh.store.as_ref(), "acme", "bob", &roles, Some(now), now).await.unwrap();
+    let (status, body) = fresh.get(&moved.secret, "/v1/runs").await;
+    assert_eq!(status, 401);
+    assert!(body["detail"].as_str().unwrap().contains("expired"), "{body}");
+    let again = stepwright_server::create_key(fresh.store.as_ref(), "acme", "cy", &roles, None, now).await.unwrap();
+    fresh.store.revoke_key(&again.key.id, now).await.unwrap();
+    let (status, body) = fresh.get(&again.secret, "/v1/runs").await;
+    assert_eq!(status, 401);
+    assert!(body["detail"].as_str().unwrap().contains("revoked"), "{body}");
+    assert!(
+        stepwright_server::create_key(fresh.store.as_ref(), "acme", "dee", &["owner".to_owned()], None, now)
+            .await
+            .is_err(),
+        "an unknown role is refused"
+    );
+    server.shutdown().await;
+    fresh.shutdown().await;
+}
+
+#[tokio::test]
+async fn registration_validates_versions_and_needs_admin() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin"]).await;
+    let viewer = server.key("acme", "vic", &["viewer"]).await;
+    let (status, body) = server.post(&viewer, "/v1/workflows", json!({ "source": THREE_SETS })).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("access_denied")));
+    let first = server.register(&admin, THREE_SETS).await;
+    assert_eq!((first["name"].as_str(), first["version"].as_u64()), (Some("three"), Some(1)));
+    let (status, again) = server.post(&admin, "/v1/workflows", json!({ "source": THREE_SETS })).await;
+    assert_eq!((status, again["version"].as_u64()), (200, Some(1)), "the same source keeps its version");
+    let changed = THREE_SETS.replace("id: c", "id: d");
+    let (status, second) = server.post(&admin, "/v1/workflows", json!({ "source": changed })).await;
+    assert_eq!((status, second["version"].as_u64()), (201, Some(2)));
+
+    // Every problem of a file that does not load, at its line and column.
+    let broken = "workflow: bad\nsteps:\n  - id: a\n    set: \"{{ input.\"\n  - id: b\n    nonsense: 1\n";
+    let (status, problem) = server.post(&admin, "/v1/workflows", json!({ "source": broken })).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_workflow")));
+    let problems: Vec<&str> = problem["problems"].as_array().unwrap().iter().filter_map(|p| p.as_str()).collect();
+    assert!(problems.len() >= 2 && problems.iter().all(|p| p.starts_with("workflow.yaml:")), "{problems:?}");
+    // Unknown fields in the body are errors, as in the file format.
+    let (status, problem) = server.post(&admin, "/v1/workflows", json!({ "source": THREE_SETS, "sorce": 1 })).await;
+    assert_eq!(status, 422);
+    assert!(problem["detail"].as_str().unwrap().contains("sorce"), "{problem}");
+
+    // Called files come with the workflow.
+    let caller = "workflow: outer\nsteps:\n  - id: call\n    workflow: parts/inner.yaml\n    with: \"{{ input }}\"\n";
+    let files = BTreeMap::from([(
+        "parts/inner.yaml",
+        "workflow: inner\nsteps:\n  - id: twice\n    set: \"{{ input * 2 }}\"\n",
+    )]);
+    let (status, body) = server.post(&admin, "/v1/workflows", json!({ "source": caller, "files": files })).await;
+    assert_eq!(status, 201, "{body}");
+    let operator = server.key("acme", "op", &["operator"]).await;
+    let (status, run) =
+        server.post(&operator, "/v1/runs", json!({ "workflow": "outer", "input": 21, "wait_seconds": 10 })).await;
+    assert_eq!((status, run["status"].as_str(), &run["output"]), (201, Some("completed"), &json!(42)), "{run}");
+
+    let (status, listed) = server.get(&viewer, "/v1/workflows").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        listed,
+        json!([
+            { "name": "outer", "latest_version": 1, "versions": 1 },
+            { "name": "three", "latest_version": 2, "versions": 2 },
+        ])
+    );
+    let (status, shown) = server.get(&viewer, "/v1/workflows/three").await;
+    assert_eq!(status, 200);
+    assert_eq!(shown["versions"].as_array().unwrap().len(), 2);
+    assert_eq!(shown["versions"][0]["version"], 2);
+    assert!(shown["graph"].is_object());
+    let (status, _) = server.get(&viewer, "/v1/workflows/nope").await;
+    assert_eq!(status, 404);
+    // Another namespace sees none of it.
+    let stranger = server.key("globex", "gus", &["admin"]).await;
+    assert_eq!(server.get(&stranger, "/v1/workflows").await, (200, json!([])));
+    let (status, body) = server.post(&stranger, "/v1/runs", json!({ "workflow": "three", "input": 1 })).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("workflow_not_found")));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn starting_picks_the_newest_version_unless_one_is_named_and_waits_as_asked() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin"]).await;
+    server.register(&admin, THREE_SETS).await;
+    server.register(&admin, &THREE_SETS.replace("{{ steps.b.output }}", "{{ steps.b.output ~ '-v2' }}")).await;
+    let (status, newest) =
+        server.post(&admin, "/v1/runs", json!({ "workflow": "three", "input": "x", "wait_seconds": 10 })).await;
+    assert_eq!((status, &newest["output"]), (201, &json!("x-v2")), "{newest}");
+    let (_, named) = server
+        .post(&admin, "/v1/runs", json!({ "workflow": "three", "version": 1, "input": "x", "wait_seconds": 10 }))
+        .await;
+    assert_eq!(named["output"], json!("x"));
+    assert_eq!(named["steps"].as_array().unwrap().len(), 3, "{named}");
+    // Without waiting: 202 and the run as it stands; it completes on its own.
+    let (status, started) = server.post(&admin, "/v1/runs", json!({ "workflow": "three", "input": "y" })).await;
+    assert!(status == 202 || status == 201, "{status}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let mut done = json!(null);
+    for _ in 0..200 {
+        let (_, run) = server.get(&admin, &format!("/v1/runs/{id}")).await;
+        if run["status"] == "completed" {
+            done = run;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(done["output"], json!("y-v2"), "{done}");
+    // Bad input is the caller's: the workflow's schema, a bad wait.
+    let (status, body) = server.post(&admin, "/v1/runs", json!({ "workflow": "three", "wait_seconds": -1 })).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("bad_request")));
+    server.register(&admin, APPROVAL).await;
+    let (status, body) = server.post(&admin, "/v1/runs", json!({ "workflow": "greet", "input": { "nom": 1 } })).await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("invalid_input")), "{body}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_run_of_another_namespace_is_not_found_and_roles_are_enforced() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin"]).await;
+    let operator = server.key("acme", "op", &["operator"]).await;
+    let approver = server.key("acme", "lee", &["approver"]).await;
+    let viewer = server.key("acme", "vic", &["viewer"]).await;
+    let stranger = server.key("globex", "gus", &["admin", "approver", "operator"]).await;
+    server.register(&admin, APPROVAL).await;
+    let (status, _) = server.post(&viewer, "/v1/runs", json!({ "workflow": "greet", "input": { "name": "A" } })).await;
+    assert_eq!(status, 403, "a viewer does not start runs");
+    let (status, run) = server
+        .post(&operator, "/v1/runs", json!({ "workflow": "greet", "input": { "name": "Ada" }, "wait_seconds": 10 }))
+        .await;
+    assert_eq!((status, run["status"].as_str()), (201, Some("suspended")), "{run}");
+    let id = run["run_id"].as_str().unwrap();
+
+    // The other namespace: 404 for the run, its events, its interrupts; nothing in lists.
+    for path in [format!("/v1/runs/{id}"), format!("/v1/runs/{id}/events")] {
+        let (status, body) = server.get(&stranger, &path).await;
+        assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "{path}");
+    }
+    assert_eq!(server.get(&stranger, "/v1/interrupts").await, (200, json!([])));
+    assert_eq!(server.get(&stranger, "/v1/runs").await.1["runs"], json!([]));
+    let (status, _) = server.post(&stranger, &format!("/v1/runs/{id}/cancel"), json!({})).await;
+    assert_eq!(status, 404);
+
+    // The inbox: only keys that may decide see the interrupt.
+    assert_eq!(server.get(&viewer, "/v1/interrupts").await, (200, json!([])));
+    let (_, inbox) = server.get(&approver, "/v1/interrupts?status=open").await;
+    assert_eq!(inbox.as_array().unwrap().len(), 1, "{inbox}");
+    let item = &inbox[0];
+    assert_eq!(
+        (item["run_id"].as_str(), item["kind"].as_str(), item["payload"].as_str()),
+        (Some(id), Some("approval"), Some("Hello, Ada"))
+    );
+    let decision = format!("/v1/interrupts/{}/decision", item["id"].as_str().unwrap());
+    let (status, body) = server.post(&stranger, &decision, json!({ "decision": "approve" })).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "another namespace cannot even see it");
+    let (status, body) = server.post(&operator, &decision, json!({ "decision": "approve" })).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("access_denied")), "no approver role");
+    // A body cannot claim another identity: there is no field for it.
+    let (status, _) = server.post(&approver, &decision, json!({ "decision": "approve", "user": "boss" })).await;
+    assert_eq!(status, 422);
+    let (status, body) = server.post(&approver, &decision, json!({ "decision": "respond", "value": 1 })).await;
+    assert_eq!((status, body["code"].as_str()), (422, Some("invalid_decision")), "{body}");
+    let (status, decided) = server.post(&approver, &decision, json!({ "decision": "approve" })).await;
+    assert_eq!((status, decided["decided_by"].as_str()), (200, Some("lee")), "{decided}");
+    let done = wait_for_status(&server, &viewer, id, "completed").await;
+    assert_eq!(done["output"], json!("Hello, Ada!"));
+    // The decision and who took it are in the audit log.
+    let log = server.store.audit_entries("acme", 10).await.unwrap();
+    assert!(log.iter().any(|e| e.action == "interrupt.decided" && e.actor.starts_with("lee")), "{log:?}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_racing_decisions_give_one_200_and_one_409() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    let first = server.key("acme", "lee", &["approver"]).await;
+    let second = server.key("acme", "kim", &["approver"]).await;
+    server.register(&admin, APPROVAL).await;
+    for round in 0..5 {
+        let (_, run) = server
+            .post(&admin, "/v1/runs", json!({ "workflow": "greet", "input": { "name": "A" }, "wait_seconds": 10 }))
+            .await;
+        let id = run["run_id"].as_str().unwrap();
+        let interrupt = run["pending"][0]["id"].as_str().unwrap();
+        let path = format!("/v1/interrupts/{id}.{interrupt}/decision");
+        let (a, b) = tokio::join!(
+            server.post(&first, &path, json!({ "decision": "approve" })),
+            server.post(&second, &path, json!({ "decision": "reject", "reason": "no" })),
+        );
+        let mut statuses = [a.0, b.0];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 409], "round {round}: {a:?} {b:?}");
+        let loser = if a.0 == 409 { &a.1 } else { &b.1 };
+        assert_eq!(loser["code"], "already_resolved");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn racing_starts_with_one_idempotency_key_make_one_run() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    let other = server.key("globex", "gus", &["admin", "operator"]).await;
+    server.register(&admin, THREE_SETS).await;
+    server.register(&other, THREE_SETS).await;
+    for round in 0..5 {
+        let key = format!("order-{round}");
+        let body = json!({ "workflow": "three", "input": round, "idempotency_key": key, "wait_seconds": 5 });
+        let (a, b, c) = tokio::join!(
+            server.post(&admin, "/v1/runs", body.clone()),
+            server.post(&admin, "/v1/runs", body.clone()),
+            server.post(&admin, "/v1/runs", body.clone()),
+        );
+        let ids: std::collections::BTreeSet<&str> =
+            [&a.1, &b.1, &c.1].iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+        assert_eq!(ids.len(), 1, "round {round}: one run for one key: {a:?} {b:?} {c:?}");
+        let mut statuses = [a.0, b.0, c.0];
+        statuses.sort_unstable();
+        assert_eq!(statuses, [200, 200, 201], "round {round}");
+        // The key is the namespace's: another namespace's same key starts its own run.
+        let (status, theirs) = server.post(&other, "/v1/runs", body).await;
+        assert_eq!(status, 201);
+        assert!(!ids.contains(theirs["run_id"].as_str().unwrap()));
+    }
+    let (_, page) = server.get(&admin, "/v1/runs?limit=100").await;
+    assert_eq!(page["runs"].as_array().unwrap().len(), 5, "{page}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn listing_pages_by_cursor_and_filters() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    server.register(&admin, THREE_SETS).await;
+    let mut started = Vec::new();
+    for n in 0..5 {
+        let (_, run) =
+            server.post(&admin, "/v1/runs", json!({ "workflow": "three", "input": n, "wait_seconds": 5 })).await;
+        started.push(run["run_id"].as_str().unwrap().to_owned());
+    }
+    let mut seen = Vec::new();
+    let mut path = "/v1/runs?limit=2&status=completed&workflow=three".to_owned();
+    loop {
+        let (status, page) = server.get(&admin, &path).await;
+        assert_eq!(status, 200, "{page}");
+        seen.extend(page["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_owned()));
+        match page["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/v1/runs?limit=2&status=completed&workflow=three&cursor={cursor}"),
+            None => break,
+        }
+    }
+    started.reverse();
+    assert_eq!(seen, started, "newest first, each once");
+    assert_eq!(server.get(&admin, "/v1/runs?workflow=other").await.1["runs"], json!([]));
+    assert_eq!(server.get(&admin, "/v1/runs?limit=0").await.0, 400);
+    assert_eq!(server.get(&admin, "/v1/runs?status=bogus").await.0, 400);
+    assert_eq!(server.get(&admin, "/v1/runs?cursor=nope").await.0, 400);
+    assert_eq!(server.get(&admin, "/v1/runs?colour=red").await.0, 400, "unknown parameters are errors");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn cancel_resume_and_messages_act_on_runs() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    let viewer = server.key("acme", "vic", &["viewer"]).await;
+    server.register(&admin, APPROVAL).await;
+    let (_, run) = server
+        .post(&admin, "/v1/runs", json!({ "workflow": "greet", "input": { "name": "A" }, "wait_seconds": 10 }))
+        .await;
+    let id = run["run_id"].as_str().unwrap();
+    assert_eq!(server.post(&viewer, &format!("/v1/runs/{id}/cancel"), json!({})).await.0, 403);
+    let (status, cancelled) =
+        server.post(&admin, &format!("/v1/runs/{id}/cancel"), json!({ "reason": "changed my mind" })).await;
+    assert_eq!(
+        (status, cancelled["outcome"].as_str(), cancelled["status"].as_str()),
+        (200, Some("cancelled"), Some("cancelled"))
+    );
+    let (_, shown) = server.get(&viewer, &format!("/v1/runs/{id}")).await;
+    assert_eq!(shown["status"], "cancelled");
+    assert!(shown["error"]["message"].as_str().unwrap().contains("changed my mind"), "{shown}");
+    let (status, again) = server.post(&admin, &format!("/v1/runs/{id}/cancel"), json!({})).await;
+    assert_eq!((status, again["outcome"].as_str()), (200, Some("finished")));
+    let (status, body) = server.post(&admin, &format!("/v1/runs/{id}/resume"), json!({})).await;
+    assert_eq!(status, 409, "a finished run does not resume: {body}");
+    let (status, body) = server.post(&admin, &format!("/v1/runs/{id}/messages"), json!({ "inbox": "x" })).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("bad_request")));
+    let (status, stored) =
+        server.post(&admin, &format!("/v1/runs/{id}/messages"), json!({ "inbox": "x", "message": { "hi": 1 } })).await;
+    assert_eq!((status, stored["stored"].as_bool()), (202, Some(true)));
+    let (status, _) = server.get(&admin, "/v1/runs/not-a-run").await;
+    assert_eq!(status, 404);
+    let log = server.store.audit_entries("acme", 10).await.unwrap();
+    assert!(log.iter().any(|e| e.action == "run.cancelled" && e.subject == id));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn limits_refuse_large_bodies_and_fast_keys_and_cors_is_off_unless_configured() {
+    let server = TestServer::start_with(|config| {
+        config.limits.max_body_bytes = 1024;
+        config.limits.requests_per_second = 5;
+    })
+    .await;
+    let admin = server.key("acme", "ann", &["admin"]).await;
+    let big = "x".repeat(4096);
+    let (status, body) = server.post(&admin, "/v1/workflows", json!({ "source": big })).await;
+    assert_eq!((status, body["code"].as_str()), (413, Some("too_large")));
+    let mut refused = 0;
+    for _ in 0..20 {
+        let (status, body) = server.get(&admin, "/v1/runs").await;
+        if status == 429 {
+            assert_eq!(body["code"], "rate_limited");
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "20 requests at once exceed 5 a second");
+    let preflight = server
+        .http
+        .request(reqwest::Method::OPTIONS, format!("{}/v1/runs", server.base))
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "GET")
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.headers().get("access-control-allow-origin").is_none(), "no CORS unless configured");
+    server.shutdown().await;
+
+    let open = TestServer::start_with(|config| config.cors_origins = vec!["https://app.example".into()]).await;
+    let preflight = open
+        .http
+        .request(reqwest::Method::OPTIONS, format!("{}/v1/runs", open.base))
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "GET")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.headers().get("access-control-allow-origin").unwrap(), "https://app.example");
+    open.shutdown().await;
+}
+
+/// Polls a run until it has the status.
+async fn wait_for_status(server: &TestServer, key: &str, run: &str, status: &str) -> serde_json::Value {
+    for _ in 0..500 {
+        let (_, shown) = server.get(key, &format!("/v1/runs/{run}")).await;
+        if shown["status"] == status {
+            return shown;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("run {run} never became {status}");
+}

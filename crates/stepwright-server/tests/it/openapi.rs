@@ -1,0 +1,69 @@
+//! The OpenAPI document: committed in `docs/openapi.json`, kept in step with the types, and
+//! naming every route the server answers.
+
+use serde_json::Value;
+
+use crate::TestServer;
+
+fn committed_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json")
+}
+
+#[test]
+fn the_committed_document_is_the_generated_one() {
+    let generated = serde_json::to_string_pretty(&stepwright_server::openapi::document()).unwrap() + "\n";
+    let path = committed_path();
+    if std::env::var_os("STEPWRIGHT_BLESS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "docs/openapi.json is not the document the types give; regenerate it with \
+         STEPWRIGHT_BLESS=1 cargo test -p stepwright-server --test it openapi::"
+    );
+}
+
+#[tokio::test]
+async fn the_served_document_is_3_1_and_every_operation_answers_as_documented() {
+    let server = TestServer::start().await;
+    let served: Value =
+        server.http.get(format!("{}/v1/openapi.json", server.base)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(served, stepwright_server::openapi::document());
+    assert_eq!(served["openapi"], "3.1.0");
+    let paths = served["paths"].as_object().unwrap();
+    // Every documented operation exists: without a key it answers 401 (or, open, 200), never
+    // 404 or 405 from the router.
+    for (path, operations) in paths {
+        for (method, operation) in operations.as_object().unwrap() {
+            let concrete = path.replace("{id}", "01a20a00-6495-7509-b03d-a6af6726a5a7").replace("{name}", "x");
+            let method: reqwest::Method = method.to_uppercase().parse().unwrap();
+            let response =
+                server.http.request(method.clone(), format!("{}{concrete}", server.base)).send().await.unwrap();
+            let status = response.status().as_u16();
+            let open = operation["security"] == serde_json::json!([]);
+            assert_eq!(status, if open { 200 } else { 401 }, "{method} {path}");
+            // Every schema a response names is in the components.
+            for reference in references(operation) {
+                let name = reference.trim_start_matches("#/components/schemas/");
+                assert!(served["components"]["schemas"].get(name).is_some(), "{reference} of {method} {path}");
+            }
+        }
+    }
+    assert!(paths.len() >= 11);
+    server.shutdown().await;
+}
+
+fn references(value: &Value) -> Vec<String> {
+    match value {
+        Value::Object(map) => map
+            .iter()
+            .flat_map(|(key, value)| match (key.as_str(), value) {
+                ("$ref", Value::String(reference)) => vec![reference.clone()],
+                _ => references(value),
+            })
+            .collect(),
+        Value::Array(items) => items.iter().flat_map(references).collect(),
+        _ => Vec::new(),
+    }
+}
