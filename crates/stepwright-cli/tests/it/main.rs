@@ -11,4 +11,5 @@ mod hostile;
 mod mcp;
 mod models;
 mod processes;
+mod serve;
 mod terminal;

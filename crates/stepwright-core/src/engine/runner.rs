@@ -34,7 +34,14 @@ pub struct Runner {
     poll: Duration,
     log: Option<RunnerLog>,
     tenant: Option<String>,
+    /// When it last looked for runs left by a dead process on this host.
+    orphans_checked: std::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often a runner looks for runs whose lease a dead process on this host holds (at
+/// its start, then this often): a restarted server or worker continues them at once,
+/// without waiting for their leases to lapse.
+const ORPHANS_EVERY: Duration = Duration::from_secs(10);
 
 /// What one run's execution by the runner ended in.
 pub type RunOutcome = (RunId, Result<RunReport, EngineError>);
@@ -82,6 +89,7 @@ impl Runner {
             poll: Duration::from_secs(1),
             log: None,
             tenant: None,
+            orphans_checked: std::sync::Mutex::new(None),
         }
     }
 
@@ -142,11 +150,54 @@ impl Runner {
             return Ok(Vec::new());
         }
         let inner = &self.engine.inner;
-        inner
+        let store_failed = |source| EngineError::Store { run: RunId::from_bytes([0; 16]), source };
+        let mut leases = self.orphans(limit).await.map_err(store_failed)?;
+        let due = inner
             .store
-            .claim_due(&inner.worker_id, inner.clock.now(), inner.config.lease_for, limit, self.tenant.as_deref())
+            .claim_due(
+                &inner.worker_id,
+                inner.clock.now(),
+                inner.config.lease_for,
+                limit - leases.len(),
+                self.tenant.as_deref(),
+            )
             .await
-            .map_err(|source| EngineError::Store { run: RunId::from_bytes([0; 16]), source })
+            .map_err(store_failed)?;
+        leases.extend(due);
+        Ok(leases)
+    }
+
+    /// Takes over running runs whose lease a process on this host holds that no longer
+    /// exists (killed, crashed), when it is time to look.
+    async fn orphans(&self, limit: usize) -> Result<Vec<Lease>, crate::store::StoreError> {
+        {
+            let mut checked = self.orphans_checked.lock().expect("poisoned");
+            if checked.is_some_and(|at| at.elapsed() < ORPHANS_EVERY) {
+                return Ok(Vec::new());
+            }
+            *checked = Some(std::time::Instant::now());
+        }
+        let inner = &self.engine.inner;
+        let filter = crate::store::RunFilter {
+            status: Some(crate::journal::RunStatus::Running),
+            tenant: self.tenant.clone(),
+            limit: Some(limit),
+            headers_only: true,
+            ..Default::default()
+        };
+        let mut leases = Vec::new();
+        for run in inner.store.list_runs(filter).await? {
+            let Some(owner) = run.lease.map(|lease| lease.owner) else { continue };
+            if !crate::engine::owner::is_dead_local_process(&owner) {
+                continue;
+            }
+            // Another runner may take it first: then this one leaves it.
+            let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
+            if let Ok(lease) = inner.store.take_over(run.id, &owner, &inner.worker_id, now, lease_for).await {
+                leases.push(lease);
+            }
+        }
+        Ok(leases)
     }
 
     fn spawn(&self, set: &mut JoinSet<RunOutcome>, lease: Lease) {

@@ -1,0 +1,240 @@
+//! `stepwright serve` as a real process: killed mid-run and started again, a client's
+//! event stream resumes with nothing lost or repeated; SIGTERM stops it gracefully. On
+//! SQLite, and on Postgres when `STEPWRIGHT_TEST_DATABASE_URL` is set.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+/// Six steps of a quarter second each: long enough to kill the server in the middle.
+const SLOW: &str = r#"
+workflow: slow
+tools:
+  nap:
+    command: [sh, -c, "sleep 0.25; echo \"$1\"", sh, "{{ args.n }}"]
+    effect: read
+steps:
+  - id: one
+    tool: nap
+    with: { n: 1 }
+  - id: two
+    tool: nap
+    with: { n: 2 }
+  - id: three
+    tool: nap
+    with: { n: 3 }
+  - id: four
+    tool: nap
+    with: { n: 4 }
+  - id: five
+    tool: nap
+    with: { n: 5 }
+  - id: six
+    tool: nap
+    with: { n: 6 }
+"#;
+
+/// A `serve` process and the address it printed.
+struct Serving {
+    child: Child,
+    base: String,
+}
+
+fn serve(dir: &Path, db: &str) -> Serving {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir)
+        .args(["--db", db, "serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stepwright serve");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines.next().expect("serve says where it listens").unwrap();
+    let base = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split("/v1").next())
+        .map(|addr| format!("http://{addr}"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    // Keep reading stderr so the process never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Serving { child, base }
+}
+
+fn key(dir: &Path, db: &str) -> String {
+    let output = crate::support::stepwright(
+        dir,
+        &[
+            "--db",
+            db,
+            "keys",
+            "create",
+            "--namespace",
+            "acme",
+            "--user",
+            "ann",
+            "--role",
+            "admin",
+            "--role",
+            "operator",
+        ],
+    );
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// `(id, event, path)` of each event read from `path` until the stream ends or breaks.
+async fn read_until_broken(
+    http: &reqwest::Client,
+    url: &str,
+    key: &str,
+    last_event_id: Option<u64>,
+    mut on_event: impl FnMut(usize),
+) -> Vec<(u64, String, String)> {
+    let mut request = http.get(url).bearer_auth(key);
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id.to_string());
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut events = response.bytes_stream().eventsource();
+    let mut received = Vec::new();
+    while let Ok(Some(Ok(event))) = tokio::time::timeout(Duration::from_secs(30), events.next()).await {
+        let data: Value = serde_json::from_str(&event.data).unwrap();
+        received.push((event.id.parse().unwrap(), event.event, data["path"].as_str().unwrap().to_owned()));
+        on_event(received.len());
+    }
+    received
+}
+
+fn stores(dir: &Path, test: &str) -> Vec<String> {
+    let mut stores = vec![format!("sqlite://{}", dir.join("served.db").display())];
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    if let Some(url) = runtime.block_on(stepwright_store::postgres::test_url(test)) {
+        stores.push(url);
+    }
+    stores
+}
+
+#[test]
+fn an_event_stream_resumes_exactly_once_across_a_server_killed_mid_run() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    for db in stores(dir.path(), "an_event_stream_resumes_exactly_once") {
+        let key = key(dir.path(), &db);
+        let mut first = serve(dir.path(), &db);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let http = reqwest::Client::new();
+        let (run, before) = runtime.block_on(async {
+            let registered = http
+                .post(format!("{}/v1/workflows", first.base))
+                .bearer_auth(&key)
+                .json(&json!({ "source": SLOW }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(registered.status(), 201);
+            let started: Value = http
+                .post(format!("{}/v1/runs", first.base))
+                .bearer_auth(&key)
+                .json(&json!({ "workflow": "slow", "input": null }))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let run = started["run_id"].as_str().unwrap().to_owned();
+            let url = format!("{}/v1/runs/{run}/events", first.base);
+            // Kill the server (SIGKILL) once a few events have arrived: mid-run.
+            let pid = first.child.id();
+            let before = read_until_broken(&http, &url, &key, None, |count| {
+                if count == 4 {
+                    let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+                }
+            })
+            .await;
+            (run, before)
+        });
+        first.child.wait().unwrap();
+        assert!(before.len() >= 4, "{db}: events before the kill: {before:?}");
+        assert!(before.iter().all(|(_, event, _)| !event.starts_with("run.")), "{db}: the run was mid-way");
+
+        // Started again on the same store: the run is taken over (its owner is dead) and the
+        // client comes back with the last id it saw.
+        let mut second = serve(dir.path(), &db);
+        let last = before.last().unwrap().0;
+        let after = runtime.block_on(read_until_broken(
+            &http,
+            &format!("{}/v1/runs/{run}/events", second.base),
+            &key,
+            Some(last),
+            |_| {},
+        ));
+        let _ = second.child.kill();
+        second.child.wait().unwrap();
+        let all: Vec<(u64, String, String)> = before.into_iter().chain(after).collect();
+        let ids: Vec<u64> = all.iter().map(|(id, ..)| *id).collect();
+        assert_eq!(ids, (0..all.len() as u64).collect::<Vec<_>>(), "{db}: every event once, in order");
+        assert_eq!(all.last().unwrap().1, "run.completed", "{db}: {all:?}");
+        // The same sequence `runs events` prints from the store.
+        let printed = crate::support::stepwright(dir.path(), &["--db", &db, "runs", "events", &run, "--json"]);
+        let printed: Vec<(String, String)> = String::from_utf8(printed.stdout)
+            .unwrap()
+            .lines()
+            .map(|line| {
+                let event: Value = serde_json::from_str(line).unwrap();
+                (event["kind"].as_str().unwrap().to_owned(), event["path"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        let streamed: Vec<(String, String)> = all.into_iter().map(|(_, event, path)| (event, path)).collect();
+        assert_eq!(streamed, printed, "{db}");
+    }
+}
+
+#[test]
+fn sigterm_ends_streams_with_a_comment_and_exits_zero() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("term.db").display());
+    let key = key(dir.path(), &db);
+    let mut serving = serve(dir.path(), &db);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let text = runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let source = "workflow: wait\nsteps:\n  - id: ok\n    approval:\n      message: go?\n";
+        let registered =
+            http.post(format!("{}/v1/workflows", serving.base)).bearer_auth(&key).json(&json!({ "source": source }));
+        assert_eq!(registered.send().await.unwrap().status(), 201);
+        let started: Value = http
+            .post(format!("{}/v1/runs", serving.base))
+            .bearer_auth(&key)
+            .json(&json!({ "workflow": "wait", "wait_seconds": 10 }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(started["status"], "suspended");
+        let stream = http
+            .get(format!("{}/v1/runs/{}/events", serving.base, started["run_id"].as_str().unwrap()))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        let reading = tokio::spawn(stream.text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = Command::new("kill").args(["-TERM", &serving.child.id().to_string()]).status();
+        tokio::time::timeout(Duration::from_secs(20), reading).await.expect("the stream ends").unwrap().unwrap()
+    });
+    let status = serving.child.wait().unwrap();
+    assert!(status.success(), "serve exits 0 after SIGTERM: {status}");
+    assert!(text.contains("event: interrupt.opened"), "{text}");
+    assert!(text.trim_end().ends_with(": server shutting down; reconnect with Last-Event-ID"), "{text}");
+}
