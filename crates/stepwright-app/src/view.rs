@@ -26,16 +26,16 @@ pub struct RunDetails {
     /// The interrupts it waits on.
     pub pending: Vec<PendingView>,
     /// The worker executing it now, if one is.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// When that worker's lease lapses unless renewed (µs since the epoch).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<i64>")]
     pub lease_expires_at: Option<Timestamp>,
     /// A row per step path, in the order they first appear.
     pub steps: Vec<StepView>,
     /// Model usage and cost over the whole run, when it called models.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<stepwright_llm::Totals>,
 }
 
@@ -71,13 +71,13 @@ pub struct StepView {
     /// The highest attempt recorded.
     pub attempts: u32,
     /// From its first start to its end, once both are known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<f64>,
     /// Its output, once completed.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
     /// Its model usage and cost, when it called models.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<stepwright_llm::Totals>,
 }
 

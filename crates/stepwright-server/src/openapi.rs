@@ -35,7 +35,6 @@ fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
 
 fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
     let run = schema::<stepwright_app::RunDetails>(g);
-    let text = json!({ "type": "string" });
     vec![
         Operation {
             method: "get",
@@ -150,7 +149,7 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             role: Some(Role::Viewer),
             body: None,
             query: Some(schema::<events::StreamFrom>(g)),
-            responses: vec![(200, "The event stream; it ends after the run's final event.", Some(text), SSE)],
+            responses: vec![(200, "The event stream; it ends after the run's final event.", Some(sse_event(g)), SSE)],
             errors: &[400, 404],
         },
         Operation {
@@ -212,6 +211,24 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             errors: &[400, 403, 404, 409, 413, 415, 422],
         },
     ]
+}
+
+/// One Server-Sent Event as a stream carries it (the OpenAPI 3.2 way of describing a
+/// stream's items): `id` is its position, `event` its name, `data` the event as JSON.
+fn sse_event(g: &mut SchemaGenerator) -> Value {
+    json!({
+        "type": "object",
+        "required": ["id", "event", "data"],
+        "properties": {
+            "id": { "type": "string", "pattern": "^[0-9]+$", "description": "The event's position in the run's event sequence." },
+            "event": { "type": "string", "description": "The event's name (`step.started`, `run.completed`, …)." },
+            "data": {
+                "type": "string",
+                "contentMediaType": "application/json",
+                "contentSchema": schema::<events::StreamedEvent>(g),
+            },
+        },
+    })
 }
 
 /// The document.

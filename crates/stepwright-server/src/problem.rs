@@ -30,7 +30,7 @@ pub struct Problem {
     /// The HTTP status, repeated.
     pub status: u16,
     /// For `invalid_workflow`: every problem in the file, at its `file:line:col`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
 }
 

@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
 use schemars::JsonSchema;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Params, parse_run, run_in_namespace};
 use crate::feed::Next;
@@ -30,6 +30,27 @@ pub(crate) struct StreamFrom {
     /// The `id` of the last event received: the stream starts after it (as `Last-Event-ID`).
     #[serde(default)]
     pub after: Option<u64>,
+}
+
+/// The `data:` of each streamed event: the run's event as `runs events --json` prints it.
+/// (Documentation only: the stream serializes the core's event records themselves.)
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct StreamedEvent {
+    /// The run.
+    pub(crate) run: String,
+    /// The step path it concerns (empty for the run's own events).
+    pub(crate) path: String,
+    /// When (µs since the epoch).
+    pub(crate) at: i64,
+    /// The run's tenant, for events steps emitted.
+    pub(crate) tenant: Option<String>,
+    /// The run's user, for events steps emitted.
+    pub(crate) user: Option<String>,
+    /// The event's name, as in `event:` (`step.started`, `step.completed`, `interrupt.opened`,
+    /// `run.completed`, …).
+    pub(crate) kind: String,
+    /// The event's own fields.
+    pub(crate) data: serde_json::Value,
 }
 
 /// What the stream sends next.

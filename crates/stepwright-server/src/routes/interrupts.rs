@@ -51,10 +51,10 @@ pub(crate) struct InboxItem {
     /// The value to approve, or what the request carries.
     pub payload: Value,
     /// For `input`: the schema the answer must match.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<Value>,
     /// When its `on_timeout` applies (µs since the epoch).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<i64>,
 }
 

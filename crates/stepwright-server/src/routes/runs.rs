@@ -46,6 +46,7 @@ pub(crate) struct StartRun {
     pub idempotency_key: Option<String>,
     /// Wait up to this long (at most 60) for the run to finish or stop for a person.
     #[serde(default)]
+    #[schemars(range(min = 0, max = 60))]
     pub wait_seconds: Option<f64>,
 }
 
@@ -102,7 +103,7 @@ pub(crate) async fn start(
 fn wait_for(seconds: Option<f64>) -> Result<Duration, ApiError> {
     match seconds {
         None => Ok(Duration::ZERO),
-        Some(s) if s.is_finite() && s >= 0.0 => Ok(Duration::from_secs_f64(s).min(MAX_WAIT)),
+        Some(s) if (0.0..=60.0).contains(&s) => Ok(Duration::from_secs_f64(s).min(MAX_WAIT)),
         Some(s) => Err(ApiError::bad_request(format!("wait_seconds must be a number from 0 to 60, not {s}"))),
     }
 }
@@ -186,6 +187,7 @@ pub(crate) struct ListRuns {
     pub workflow: Option<String>,
     /// At most this many (1 to 500, default 50).
     #[serde(default)]
+    #[schemars(range(min = 1, max = 500))]
     pub limit: Option<usize>,
     /// The `next_cursor` of the page before.
     #[serde(default)]
@@ -198,7 +200,7 @@ pub(crate) struct RunPage {
     /// Newest first.
     pub runs: Vec<RunSummary>,
     /// Pass as `cursor` for the next page; absent on the last.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
 
@@ -214,7 +216,7 @@ pub(crate) struct RunSummary {
     /// When it was created (µs since the epoch).
     pub created_at: i64,
     /// The worker executing it, if one is.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
 }
 
@@ -288,7 +290,7 @@ pub(crate) struct Cancelled {
     /// Where the run stands.
     pub status: RunStatus,
     /// The worker that executes it and stops it, for `requested`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executed_by: Option<String>,
 }
 
@@ -320,6 +322,7 @@ pub(crate) async fn cancel(
 pub(crate) struct ResumeRun {
     /// Wait up to this long (at most 60) for it to finish or stop again.
     #[serde(default)]
+    #[schemars(range(min = 0, max = 60))]
     pub wait_seconds: Option<f64>,
 }
 

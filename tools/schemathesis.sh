@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The OpenAPI document exercised by an independent tool: schemathesis (pinned, from PyPI)
+# generates requests from the document against a live `stepwright serve` and fails on any
+# 5xx, any response that violates the document (schema, status code, content type,
+# headers). Usage: tools/schemathesis.sh PATH/TO/stepwright
+set -euo pipefail
+BIN="$(realpath "$1")"
+SCHEMATHESIS_VERSION="4.32.5"
+VENV="${CARGO_TARGET_DIR:-target}/schemathesis-$SCHEMATHESIS_VERSION"
+if [ ! -x "$VENV/bin/st" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$SCHEMATHESIS_VERSION"
+fi
+work="$(mktemp -d)"
+trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
+cd "$work"
+db="sqlite://$work/api.db"
+key="$("$BIN" --db "$db" keys create --namespace acme --user ann --role admin --role operator --role approver 2>/dev/null)"
+"$BIN" --db "$db" serve --listen 127.0.0.1:0 2> serve.log &
+server=$!
+for _ in $(seq 1 100); do grep -q 'http://' serve.log && break; sleep 0.1; done
+base="$(sed -n 's|.*\(http://[0-9.:]*\)/v1.*|\1|p' serve.log | head -n 1)"
+# A workflow to start, so that runs and their events have data (runs that finish: their
+# event streams end, as schemathesis needs; approvals are the end-to-end tests' to prove).
+python3 - "$base" "$key" <<'PY'
+import json, sys, urllib.request
+base, key = sys.argv[1], sys.argv[2]
+source = """workflow: greet
+steps:
+  - id: hello
+    set: "{{ 'Hello, ' ~ (input.name | default('you')) }}"
+  - id: shout
+    set: "{{ steps.hello.output ~ '!' }}"
+"""
+def post(path, body):
+    request = urllib.request.Request(base + path, data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(request))
+post("/v1/workflows", {"source": source})
+for _ in range(3):
+    post("/v1/runs", {"workflow": "greet", "input": {"name": "Ada"}, "wait_seconds": 5})
+PY
+"$VENV/bin/st" run "$base/v1/openapi.json" \
+  -H "Authorization: Bearer $key" \
+  --checks not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance,response_headers_conformance \
+  --max-examples 50 --seed 1 --request-timeout 10
