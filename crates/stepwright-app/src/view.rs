@@ -111,10 +111,11 @@ impl RunDetails {
 
 /// Reads a run's details from the engine's store.
 pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppError> {
-    let report = engine.report(run).await?;
     let store = engine.store();
-    let loaded = store.load(run).await?;
-    let events = store.events(run).await?;
+    // One read of the journal and one of the events, at once.
+    let (loaded, events) = futures_util::future::join(store.load(run), store.events(run)).await;
+    let (loaded, events) = (loaded?, events?);
+    let report = RunReport::of(&loaded);
     let (by_step, total) = stepwright_llm::rollup(&events);
     let mut details = RunDetails::of_report(&report, &loaded.record.workflow);
     if let Some(lease) = &loaded.record.lease {

@@ -21,8 +21,14 @@ use crate::problem::ApiError;
 /// refused by every server within this.
 const KEY_CACHE_FOR: Duration = Duration::from_secs(5);
 
+/// How long "the newest version of a workflow" is trusted before it is read again.
+const NEWEST_CACHED_FOR: Duration = Duration::from_secs(1);
+
 /// A key's use is written to the store at most this often.
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// A start's workflow: namespace, name, and the version named (`None`: the newest).
+type VersionAsked = (String, String, Option<u32>);
 
 /// A key as read from the store, and when.
 type CachedKey = (Arc<ApiKey>, Instant);
@@ -47,6 +53,8 @@ pub struct Shared {
     /// Keys by the hash of their secret, with when they were read.
     keys: Mutex<HashMap<[u8; 32], CachedKey>>,
     touched: Mutex<HashMap<String, Instant>>,
+    /// Registered versions recently looked up by (namespace, name, version asked).
+    registered: Mutex<HashMap<VersionAsked, (RegisteredWorkflow, Instant)>>,
     /// Compiled workflows by definition hash (registered versions and rebuilt definitions).
     workflows: Mutex<HashMap<stepwright_core::ContentHash, Workflow>>,
 }
@@ -74,6 +82,7 @@ impl Shared {
             keys: Mutex::default(),
             touched: Mutex::default(),
             workflows: Mutex::default(),
+            registered: Mutex::default(),
         }
     }
 
@@ -123,6 +132,34 @@ impl Shared {
             tokio::spawn(async move { store.touch_key(&id, now).await });
         }
         Ok(Principal { key })
+    }
+
+    /// The registered version a start names: the newest unless one is named. A named
+    /// version never changes and is kept; "the newest" is read again after a second (a
+    /// registration in another process shows within it; one in this process at once).
+    pub(crate) async fn registered(
+        &self,
+        namespace: &str,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Option<RegisteredWorkflow>, ApiError> {
+        let id = (namespace.to_owned(), name.to_owned(), version);
+        let cached = self.registered.lock().expect("poisoned").get(&id).cloned();
+        if let Some((workflow, at)) = cached
+            && (version.is_some() || at.elapsed() < NEWEST_CACHED_FOR)
+        {
+            return Ok(Some(workflow));
+        }
+        let found = self.store.registered_workflow(namespace, name, version).await?;
+        if let Some(workflow) = &found {
+            self.registered.lock().expect("poisoned").insert(id, (workflow.clone(), Instant::now()));
+        }
+        Ok(found)
+    }
+
+    /// Forgets the newest versions looked up in a namespace (after a registration here).
+    pub(crate) fn registered_changed(&self, namespace: &str) {
+        self.registered.lock().expect("poisoned").retain(|(ns, _, version), _| ns != namespace || version.is_some());
     }
 
     /// The compiled workflow of a registered version (compiled once per process; its MCP

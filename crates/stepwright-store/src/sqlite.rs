@@ -47,7 +47,9 @@ pub enum Synchronous {
 pub struct SqliteOptions {
     /// The writer's durability.
     pub synchronous: Synchronous,
-    /// How many read-only connections to keep.
+    /// How many read-only connections to keep. Reads beyond this many at once open a
+    /// connection each and close it after, so a server answering many requests at once
+    /// wants this well above its core count.
     pub read_connections: usize,
     /// The most operations one transaction commits.
     pub max_batch: usize,
@@ -55,7 +57,7 @@ pub struct SqliteOptions {
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        Self { synchronous: Synchronous::Full, read_connections: 4, max_batch: 1024 }
+        Self { synchronous: Synchronous::Full, read_connections: 32, max_batch: 1024 }
     }
 }
 

@@ -238,3 +238,38 @@ fn sigterm_ends_streams_with_a_comment_and_exits_zero() {
     assert!(text.contains("event: interrupt.opened"), "{text}");
     assert!(text.trim_end().ends_with(": server shutting down; reconnect with Last-Event-ID"), "{text}");
 }
+
+/// The README's "Drive it over HTTP" block, run by bash as written (on another port and
+/// database): the curl commands work, and the run it starts completes.
+#[test]
+fn the_readme_http_walkthrough_works_as_written() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let section = readme.split("## Drive it over HTTP").nth(1).expect("the section");
+    let block = section.split("```sh\n").nth(1).and_then(|rest| rest.split("```").next()).expect("its shell block");
+    let dir = tempfile::tempdir().unwrap();
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let script = block
+        .replace("8080", &port.to_string())
+        .replace("sqlite:///tmp/api.db", &format!("sqlite://{}", dir.path().join("api.db").display()))
+        .replace(
+            "sleep 1",
+            "for _ in $(seq 1 100); do curl -sf localhost:PORT/v1/health >/dev/null && break; sleep 0.1; done",
+        )
+        .replace("PORT", &port.to_string())
+        .replace("cargo build -p stepwright-cli && ", "");
+    let bin_dir = Path::new(env!("CARGO_BIN_EXE_stepwright")).parent().unwrap().display().to_string();
+    let output = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script.replace("$PWD/target/debug", &bin_dir)])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("\"hello-approval\""), "registered: {stdout}");
+    assert!(stdout.contains("\"decided_by\":\"ann\""), "decided: {stdout}");
+    assert!(stdout.contains("event: run.completed"), "streamed to the end: {stdout}");
+    assert!(stdout.trim_end().ends_with("\"completed\""), "{stdout}");
+}

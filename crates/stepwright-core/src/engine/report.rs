@@ -43,6 +43,14 @@ pub struct RunReport {
     pub wake_at: Option<Timestamp>,
 }
 
+impl RunReport {
+    /// Where a loaded run stands (what [`crate::Engine::report`] answers), without reading it
+    /// again.
+    pub fn of(loaded: &LoadedRun) -> Self {
+        report_from(loaded, None)
+    }
+}
+
 pub(super) fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> RunReport {
     let mut pending = Vec::new();
     if let Ok(index) = ReplayIndex::from_loaded(loaded) {

@@ -61,8 +61,7 @@ pub(crate) async fn start(
     who.require(Role::Operator)?;
     let wait = wait_for(body.wait_seconds)?;
     let registered = shared
-        .store
-        .registered_workflow(who.namespace(), &body.workflow, body.version)
+        .registered(who.namespace(), &body.workflow, body.version)
         .await?
         .ok_or_else(|| not_registered(&body.workflow, body.version))?;
     let workflow = shared.workflow(&registered).await?;

@@ -110,6 +110,7 @@ pub(crate) async fn register(
         .await?;
     // Kept by hash too, so a worker rebuilds a run's definition without the registry.
     shared.store.put_definition(registered.hash, registered_source(&registered)).await?;
+    shared.registered_changed(who.namespace());
     let status = if seen { StatusCode::OK } else { StatusCode::CREATED };
     Ok((
         status,
