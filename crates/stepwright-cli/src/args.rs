@@ -11,6 +11,11 @@ pub(crate) struct Cli {
     /// `sqlite://stepwright.db` in the current directory).
     #[arg(long, global = true)]
     pub(crate) db: Option<String>,
+    /// Call this Stepwright server instead of opening a store (default:
+    /// `STEPWRIGHT_SERVER`), with the API key in `STEPWRIGHT_API_KEY`: `run`, `runs`,
+    /// `approve`/`reject`/`respond`, `cancel` and `resume`.
+    #[arg(long, global = true, value_name = "URL")]
+    pub(crate) server: Option<String>,
     #[command(flatten)]
     pub(crate) models: ModelFlags,
     #[command(subcommand)]

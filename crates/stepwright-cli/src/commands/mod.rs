@@ -5,6 +5,7 @@ mod file;
 mod history;
 mod run;
 mod keys;
+mod remote;
 mod runs;
 mod serve;
 mod worker;
@@ -21,6 +22,17 @@ pub(crate) struct Globals<'a> {
 
 /// Runs the command; the exit code on success.
 pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let server = cli.server.clone().or_else(|| std::env::var("STEPWRIGHT_SERVER").ok().filter(|s| !s.is_empty()));
+    if let Some(server) = server {
+        if remote::supported(&cli.command) {
+            return remote::dispatch(&remote::Remote::new(&server)?, cli.command).await;
+        }
+        if matches!(cli.command, Command::Replay { .. } | Command::Recompute { .. } | Command::Fork { .. }) {
+            return Err(anyhow::anyhow!(crate::exit::BadInput(
+                "replay, recompute and fork are not available over --server yet; run them where the store is".into()
+            )));
+        }
+    }
     let g = Globals { db: cli.db.as_deref(), flags: &cli.models };
     match cli.command {
         Command::Schema => file::schema(),

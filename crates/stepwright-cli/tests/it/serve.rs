@@ -273,3 +273,103 @@ fn the_readme_http_walkthrough_works_as_written() {
     assert!(stdout.contains("event: run.completed"), "streamed to the end: {stdout}");
     assert!(stdout.trim_end().ends_with("\"completed\""), "{stdout}");
 }
+
+/// `stepwright` with the given environment (for `STEPWRIGHT_SERVER` / `STEPWRIGHT_API_KEY`).
+fn remote(dir: &Path, server: &str, key: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir)
+        .env_remove("STEPWRIGHT_DB")
+        .env("STEPWRIGHT_SERVER", server)
+        .env("STEPWRIGHT_API_KEY", key)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The CLI's remote mode: the same scenarios as locally — a run that waits, its approval
+/// (by a key with the approver role only), a rejection, a cancel, the listings — with the
+/// same output and exit codes; `runs show --json` over the server is what it is locally.
+#[test]
+fn the_remote_mode_gives_the_local_output_and_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("remote.db").display());
+    let operator = key(dir.path(), &db);
+    let approver = {
+        let output = crate::support::stepwright(
+            dir.path(),
+            &["--db", &db, "keys", "create", "--namespace", "acme", "--user", "lee", "--role", "approver", "--json"],
+        );
+        let created: Value = serde_json::from_slice(&output.stdout).unwrap();
+        created["secret"].as_str().unwrap().to_owned()
+    };
+    let mut serving = serve(dir.path(), &db);
+    let file = dir.path().join("greet.yaml");
+    std::fs::write(
+        &file,
+        "workflow: greet\nsteps:\n  - id: hello\n    set: \"{{ 'Hello, ' ~ input.name }}\"\n  - id: ok\n    approval:\n      message: Send it?\n      approvers: [\"role:approver\"]\n  - id: shout\n    set: \"{{ steps.hello.output ~ '!' }}\"\n",
+    )
+    .unwrap();
+    let file = file.display().to_string();
+    let base = serving.base.clone();
+    let text = |output: &std::process::Output| String::from_utf8_lossy(&output.stdout).into_owned();
+
+    let started = remote(dir.path(), &base, &operator, &["run", &file, "--input", r#"{"name":"Ada"}"#, "--json"]);
+    assert_eq!(started.status.code(), Some(3), "suspended: {}", String::from_utf8_lossy(&started.stderr));
+    let report: Value = serde_json::from_slice(&started.stdout).unwrap();
+    assert_eq!(report["status"], "suspended");
+    assert_eq!(report["pending"][0]["step"], "ok");
+    let run = report["run_id"].as_str().unwrap().to_owned();
+
+    // The same details over the server as from the store.
+    let over_http = remote(dir.path(), &base, &operator, &["runs", "show", &run, "--json"]);
+    let local = crate::support::stepwright(dir.path(), &["--db", &db, "runs", "show", &run, "--json"]);
+    let (mut over_http, mut local): (Value, Value) =
+        (serde_json::from_slice(&over_http.stdout).unwrap(), serde_json::from_slice(&local.stdout).unwrap());
+    for shown in [&mut over_http, &mut local] {
+        // The lease's expiry moves with every heartbeat; everything else must match.
+        shown.as_object_mut().unwrap().remove("lease_expires_at");
+    }
+    assert_eq!(over_http, local);
+
+    // Identity comes from the key: --as is refused, and the operator key may not approve.
+    let claimed = remote(dir.path(), &base, &operator, &["approve", &run, "--as", "boss"]);
+    assert_eq!(claimed.status.code(), Some(2));
+    let denied = remote(dir.path(), &base, &operator, &["approve", &run]);
+    assert_eq!(denied.status.code(), Some(2), "{}", String::from_utf8_lossy(&denied.stderr));
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("access_denied"));
+    let approved = remote(dir.path(), &base, &approver, &["approve", &run, "--json"]);
+    assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
+    let done: Value = serde_json::from_slice(&approved.stdout).unwrap();
+    assert_eq!((done["status"].as_str(), &done["output"]), (Some("completed"), &json!("Hello, Ada!")));
+    let plain = remote(dir.path(), &base, &operator, &["runs", "show", &run]);
+    assert!(text(&plain).contains("shout") && text(&plain).contains("completed"), "{}", text(&plain));
+
+    // A rejection fails the run (exit 1), as locally.
+    let second = remote(dir.path(), &base, &operator, &["run", &file, "--input", r#"{"name":"Bo"}"#, "--json"]);
+    let second: Value = serde_json::from_slice(&second.stdout).unwrap();
+    let second = second["run_id"].as_str().unwrap().to_owned();
+    let rejected = remote(dir.path(), &base, &approver, &["reject", &second, "--reason", "no", "--json"]);
+    assert_eq!(rejected.status.code(), Some(1), "{}", String::from_utf8_lossy(&rejected.stderr));
+    let rejected: Value = serde_json::from_slice(&rejected.stdout).unwrap();
+    assert_eq!(rejected["error"]["code"], "rejected");
+
+    // A cancel of a waiting run; then the listing and the events of both.
+    let third = remote(dir.path(), &base, &operator, &["run", &file, "--input", r#"{"name":"Cy"}"#, "--detach"]);
+    assert_eq!(third.status.code(), Some(0));
+    let third = text(&third).trim().to_owned();
+    let cancelled = remote(dir.path(), &base, &operator, &["cancel", &third]);
+    assert_eq!((cancelled.status.code(), text(&cancelled).trim()), (Some(0), "cancelled"));
+    let listed = remote(dir.path(), &base, &operator, &["runs", "list", "--json"]);
+    let statuses: Vec<String> = text(&listed)
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap()["status"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(statuses, ["cancelled", "failed", "completed"], "newest first");
+    let events = remote(dir.path(), &base, &operator, &["runs", "events", &run, "--json"]);
+    let local_events = crate::support::stepwright(dir.path(), &["--db", &db, "runs", "events", &run, "--json"]);
+    assert_eq!(text(&events), text(&local_events), "the same events, the same lines");
+    let missing = remote(dir.path(), &base, &operator, &["runs", "show", "01a20a00-6495-7509-b03d-a6af6726a5a7"]);
+    assert_eq!(missing.status.code(), Some(2));
+    let _ = serving.child.kill();
+    serving.child.wait().unwrap();
+}

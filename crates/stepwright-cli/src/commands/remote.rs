@@ -1,0 +1,386 @@
+//! The remote mode (DESIGN §13): with `--server URL` (or `STEPWRIGHT_SERVER`) and a key in
+//! `STEPWRIGHT_API_KEY`, `run`, `runs list/show/events`, `approve`/`reject`/`respond`,
+//! `cancel` and `resume` call the HTTP API instead of opening a store, with the same output
+//! and exit codes. The key decides who the caller is: `--as`, `--role` and `--tenant` are
+//! refused rather than ignored.
+
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use stepwright_core::RunStatus;
+
+use crate::args::{Command, RunsCommand};
+use crate::exit::{BadInput, exit_code};
+use crate::render::{clock_time, print_timeline, usage_text};
+
+/// The longest one request waits for a run; the CLI then asks again.
+const WAIT_SECONDS: u64 = 30;
+
+/// A server and the key to call it with.
+pub(crate) struct Remote {
+    base: String,
+    key: String,
+    http: reqwest::Client,
+}
+
+impl Remote {
+    /// The server `--server` names, with the key from `STEPWRIGHT_API_KEY`.
+    pub(crate) fn new(server: &str) -> anyhow::Result<Self> {
+        let key = std::env::var("STEPWRIGHT_API_KEY")
+            .map_err(|_| anyhow!(BadInput("--server needs an API key in STEPWRIGHT_API_KEY".into())))?;
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder().build().context("building the HTTP client")?;
+        Ok(Self { base: server.trim_end_matches('/').to_owned(), key, http })
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.with_context(|| format!("calling {}", self.base))?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if status.is_success() {
+            return Ok(body);
+        }
+        // The server's classification becomes the exit code: its 4xx are the caller's (2).
+        let detail = body["detail"].as_str().unwrap_or("no detail").to_owned();
+        let code = body["code"].as_str().unwrap_or("unknown");
+        let message = format!("{detail} ({code}, HTTP {})", status.as_u16());
+        if status.is_client_error() {
+            Err(anyhow!(BadInput(format!("stepwright: {message}"))))
+        } else {
+            Err(anyhow!(message))
+        }
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// The run once it stops (finishes or waits for a person).
+    async fn until_stopped(&self, mut run: Value) -> anyhow::Result<Value> {
+        loop {
+            let status = run["status"].as_str().unwrap_or_default();
+            if !matches!(status, "running" | "pending") {
+                return Ok(run);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            run = self.get(&format!("/v1/runs/{}", run["run_id"].as_str().unwrap_or_default())).await?;
+        }
+    }
+}
+
+/// Whether a command has a remote form.
+pub(crate) fn supported(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Run { .. }
+            | Command::Runs { .. }
+            | Command::Approve { .. }
+            | Command::Reject { .. }
+            | Command::Respond { .. }
+            | Command::Cancel { .. }
+            | Command::Resume { .. }
+    )
+}
+
+/// Runs a command against the server.
+pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Result<u8> {
+    let no_identity = |given: bool| -> anyhow::Result<()> {
+        if given {
+            return Err(anyhow!(BadInput(
+                "with --server the API key is the caller: --as, --role and --tenant are not taken".into()
+            )));
+        }
+        Ok(())
+    };
+    match command {
+        Command::Run { file, input, json, detach, who } => {
+            no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
+            let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
+            let input = crate::host::parse_input(input.as_deref())?;
+            let wait = if detach { 0 } else { WAIT_SECONDS };
+            let body = json!({ "workflow": registered["name"], "version": registered["version"], "input": input, "wait_seconds": wait });
+            let run = remote.post("/v1/runs", body).await?;
+            if detach {
+                let id = run["run_id"].as_str().unwrap_or_default();
+                if json {
+                    println!("{}", json!({ "run_id": id, "status": run["status"] }));
+                } else {
+                    println!("{id}");
+                }
+                return Ok(0);
+            }
+            report(&remote.until_stopped(run).await?, json)
+        }
+        Command::Runs { command } => runs(remote, command).await,
+        Command::Approve { run, who, payload, json } => {
+            no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
+            let body = match payload {
+                Some(payload) => {
+                    json!({ "decision": "modify", "payload": crate::host::parse_json(&payload, "--payload")? })
+                }
+                None => json!({ "decision": "approve" }),
+            };
+            decide(remote, &run, who.interrupt.as_deref(), body, json).await
+        }
+        Command::Reject { run, who, reason, json } => {
+            no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
+            decide(remote, &run, who.interrupt.as_deref(), json!({ "decision": "reject", "reason": reason }), json)
+                .await
+        }
+        Command::Respond { run, who, value, json } => {
+            no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
+            let value = crate::host::parse_json(&value, "--value")?;
+            decide(remote, &run, who.interrupt.as_deref(), json!({ "decision": "respond", "value": value }), json).await
+        }
+        Command::Cancel { run, reason, user, wait } => {
+            no_identity(user.is_some())?;
+            let cancelled = remote.post(&format!("/v1/runs/{run}/cancel"), json!({ "reason": reason })).await?;
+            match cancelled["outcome"].as_str() {
+                Some("finished") => {
+                    let status = cancelled["status"].as_str().unwrap_or_default();
+                    eprintln!("run {run} had already finished: {status}");
+                    Ok(if status == "cancelled" { 0 } else { 1 })
+                }
+                Some("cancelled") => {
+                    println!("cancelled");
+                    Ok(0)
+                }
+                _ => {
+                    let deadline = tokio::time::Instant::now() + wait;
+                    loop {
+                        let shown = remote.get(&format!("/v1/runs/{run}")).await?;
+                        let status = shown["status"].as_str().unwrap_or_default().to_owned();
+                        if status == "cancelled" {
+                            println!("cancelled");
+                            return Ok(0);
+                        }
+                        if matches!(status.as_str(), "completed" | "failed") {
+                            eprintln!("run {run} {status} before the cancel reached it");
+                            return Ok(1);
+                        }
+                        if tokio::time::Instant::now() >= deadline {
+                            let owner = cancelled["executed_by"].as_str().unwrap_or("another process");
+                            eprintln!("cancel of run {run} asked; {owner} executes it and has not stopped it yet");
+                            return Ok(0);
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+        Command::Resume { run, json, tenant } => {
+            no_identity(tenant.is_some())?;
+            let resumed =
+                remote.post(&format!("/v1/runs/{run}/resume"), json!({ "wait_seconds": WAIT_SECONDS })).await?;
+            report(&remote.until_stopped(resumed).await?, json)
+        }
+        other => {
+            let _ = other;
+            Err(anyhow!(BadInput("this command is not available with --server (it needs the store)".into())))
+        }
+    }
+}
+
+/// Decides the run's interrupt (the only open one unless `--interrupt`), then prints the run
+/// once it stops.
+async fn decide(remote: &Remote, run: &str, interrupt: Option<&str>, body: Value, json: bool) -> anyhow::Result<u8> {
+    let shown = remote.get(&format!("/v1/runs/{run}")).await?;
+    let interrupt = match interrupt {
+        Some(id) => id.to_owned(),
+        None => match shown["pending"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            [only] => only["id"].as_str().unwrap_or_default().to_owned(),
+            [] => return Err(anyhow!(BadInput(format!("run {run} has no open interrupt")))),
+            many => {
+                let ids: Vec<String> = many
+                    .iter()
+                    .map(|p| {
+                        format!("{} ({})", p["id"].as_str().unwrap_or_default(), p["step"].as_str().unwrap_or_default())
+                    })
+                    .collect();
+                return Err(anyhow!(BadInput(format!(
+                    "run {run} has several open interrupts; pick one with --interrupt: {}",
+                    ids.join(", ")
+                ))));
+            }
+        },
+    };
+    remote.post(&format!("/v1/interrupts/{run}.{interrupt}/decision"), body).await?;
+    // The server continues the run; wait for it to finish or stop again.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut after = remote.get(&format!("/v1/runs/{run}")).await?;
+    while after["status"] == "suspended"
+        && after["pending"].as_array().is_some_and(|p| p.iter().any(|i| i["id"] == interrupt.as_str()))
+    {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        after = remote.get(&format!("/v1/runs/{run}")).await?;
+    }
+    report(&remote.until_stopped(after).await?, json)
+}
+
+/// Prints a run as `run --json` / the run's output, and answers its exit code.
+fn report(run: &Value, json: bool) -> anyhow::Result<u8> {
+    let status: RunStatus = serde_json::from_value(run["status"].clone()).context("the run's status")?;
+    let id = run["run_id"].as_str().unwrap_or_default();
+    if json {
+        let pending: Vec<Value> = run["pending"]
+            .as_array()
+            .map(|p| {
+                p.iter()
+                    .map(|i| json!({ "id": i["id"], "step": i["step"], "kind": i["kind"], "message": i["message"] }))
+                    .collect()
+            })
+            .unwrap_or_default();
+        println!(
+            "{}",
+            json!({ "run_id": id, "status": status, "output": run["output"], "error": run["error"], "pending": pending })
+        );
+        return Ok(exit_code(status));
+    }
+    match status {
+        RunStatus::Completed => println!("{}", serde_json::to_string_pretty(&run["output"]).unwrap_or_default()),
+        RunStatus::Suspended => {
+            eprintln!("run {id} is waiting:");
+            for p in run["pending"].as_array().into_iter().flatten() {
+                eprintln!(
+                    "  {} at {}: {}",
+                    p["id"].as_str().unwrap_or_default(),
+                    p["step"].as_str().unwrap_or_default(),
+                    p["message"].as_str().unwrap_or_default()
+                );
+            }
+        }
+        _ => {
+            if run["error"].is_object() {
+                eprintln!(
+                    "run {id} {}: {}: {}",
+                    status.as_str(),
+                    run["error"]["code"].as_str().unwrap_or_default(),
+                    run["error"]["message"].as_str().unwrap_or_default()
+                );
+            }
+        }
+    }
+    Ok(exit_code(status))
+}
+
+async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
+    match command {
+        RunsCommand::List { status, workflow, limit, before, json } => {
+            if limit == 0 {
+                return Err(anyhow!(BadInput("--limit must be at least 1".into())));
+            }
+            let mut query = vec![format!("limit={limit}")];
+            if let Some(status) = status {
+                query.push(format!("status={}", status.as_str()));
+            }
+            if let Some(workflow) = workflow {
+                query.push(format!("workflow={workflow}"));
+            }
+            if let Some(before) = before {
+                query.push(format!("cursor={before}"));
+            }
+            let page = remote.get(&format!("/v1/runs?{}", query.join("&"))).await?;
+            let runs = page["runs"].as_array().cloned().unwrap_or_default();
+            if json {
+                for run in &runs {
+                    println!(
+                        "{}",
+                        json!({ "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"], "created_at": run["created_at"], "owner": run["owner"] })
+                    );
+                }
+            } else {
+                println!("{:<38} {:<24} {:<10} OWNER", "RUN", "WORKFLOW", "STATUS");
+                for run in &runs {
+                    println!(
+                        "{:<38} {:<24} {:<10} {}",
+                        run["run_id"].as_str().unwrap_or_default(),
+                        run["workflow"].as_str().unwrap_or_default(),
+                        run["status"].as_str().unwrap_or_default(),
+                        run["owner"].as_str().unwrap_or("-")
+                    );
+                }
+            }
+            if let Some(cursor) = page["next_cursor"].as_str() {
+                eprintln!("more runs: stepwright runs list --before {cursor} --limit {limit}");
+            }
+            Ok(0)
+        }
+        RunsCommand::Show { run, json } => {
+            let shown = remote.get(&format!("/v1/runs/{run}")).await?;
+            if json {
+                println!("{shown}");
+                return Ok(0);
+            }
+            println!(
+                "run {} ({}) {}",
+                run,
+                shown["workflow"].as_str().unwrap_or_default(),
+                shown["status"].as_str().unwrap_or_default()
+            );
+            if let Some(owner) = shown["owner"].as_str().filter(|_| shown["status"] == "running") {
+                println!("  executed by {owner}");
+            }
+            print_timeline(shown["steps"].as_array().map(Vec::as_slice).unwrap_or_default());
+            if shown["usage"].is_object() {
+                println!("  model usage:{}", usage_text(&shown["usage"]));
+            }
+            for pending in shown["pending"].as_array().into_iter().flatten() {
+                println!(
+                    "  waiting: {} at {} — {}",
+                    pending["id"].as_str().unwrap_or_default(),
+                    pending["step"].as_str().unwrap_or_default(),
+                    pending["message"].as_str().unwrap_or_default()
+                );
+            }
+            Ok(0)
+        }
+        RunsCommand::Events { run, follow, json } => {
+            let response = remote
+                .http
+                .get(format!("{}/v1/runs/{run}/events", remote.base))
+                .bearer_auth(&remote.key)
+                .send()
+                .await
+                .with_context(|| format!("calling {}", remote.base))?;
+            if !response.status().is_success() {
+                let status = response.status().as_u16();
+                let body: Value = response.json().await.unwrap_or(Value::Null);
+                let detail = body["detail"].as_str().unwrap_or("no detail");
+                return Err(anyhow!(BadInput(format!("stepwright: {detail} (HTTP {status})"))));
+            }
+            let mut events = response.bytes_stream().eventsource();
+            // Without --follow, what is there now: the stream is read until it ends or is
+            // quiet for a moment (a waiting run's stream stays open).
+            let quiet = if follow { Duration::from_secs(u64::MAX >> 2) } else { Duration::from_millis(300) };
+            while let Ok(Some(event)) = tokio::time::timeout(quiet, events.next()).await {
+                let event = event.context("reading the event stream")?;
+                let record: stepwright_core::journal::EventRecord =
+                    serde_json::from_str(&event.data).context("an event that is not one")?;
+                if json {
+                    println!("{}", serde_json::to_string(&record)?);
+                } else {
+                    println!(
+                        "{} {:<24} {:<20} {}",
+                        clock_time(record.at),
+                        record.kind,
+                        record.path.as_str(),
+                        record.data
+                    );
+                }
+            }
+            Ok(0)
+        }
+    }
+}
