@@ -79,3 +79,50 @@ async fn the_event_cursor_returns_each_event_once_and_ends_with_the_run() {
     assert!(cursor.finished());
     assert!(cursor.poll(store.as_ref(), report.run_id).await.unwrap().is_empty());
 }
+
+/// With parallel paths that start together and finish apart, emitting events as they go,
+/// the stream read as it happens (a poll every millisecond) is the stream read at once when
+/// the run has ended: an event's position does not depend on when it was read, which is
+/// what lets an API number events and a client resume by number.
+#[tokio::test(start_paused = true)]
+async fn the_stream_is_the_same_however_often_it_is_read() {
+    use stepwright_core::{Event, Fork};
+    let (engine, store) = engine();
+    let store: Arc<dyn Store> = store;
+    let nap = |name: &'static str, ms: u64| {
+        Node::step(
+            name,
+            fn_step(move |ctx: StepContext, _x: serde_json::Value| async move {
+                ctx.emit(Event::new("nap.begun", json!({ "ms": ms })));
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                ctx.emit(Event::new("nap.ended", json!({ "ms": ms })));
+                Ok(ms)
+            }),
+        )
+    };
+    let workflow = Workflow::builder("naps")
+        .step(Fork::new("naps").path([nap("long", 30)]).path([nap("short", 5)]).path([nap("mid", 12)]))
+        .step(nap("after", 3))
+        .build()
+        .unwrap();
+    let run = engine.create(&workflow, json!(null), Default::default()).await.unwrap().id;
+    let executing = tokio::spawn({
+        let (engine, workflow) = (engine.clone(), workflow.clone());
+        async move { engine.resume(&workflow, run).await.unwrap() }
+    });
+    let mut cursor = EventCursor::new();
+    let mut as_it_happened = Vec::new();
+    while !cursor.finished() {
+        as_it_happened.extend(cursor.poll(store.as_ref(), run).await.unwrap());
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    assert_eq!(executing.await.unwrap().status, RunStatus::Completed);
+    let at_once = EventCursor::new().poll(store.as_ref(), run).await.unwrap();
+    let key = |events: &[stepwright_core::journal::EventRecord]| -> Vec<(String, String, i64)> {
+        events.iter().map(|e| (e.kind.clone(), e.path.as_str().to_owned(), e.at.as_micros())).collect()
+    };
+    assert_eq!(key(&as_it_happened), key(&at_once));
+    let kinds: Vec<String> = at_once.iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "nap.ended").count(), 4, "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("run.completed"));
+}
