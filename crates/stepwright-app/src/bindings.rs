@@ -95,7 +95,10 @@ pub async fn connect_servers(
 ) -> Result<stepwright_core::Workflow, AppError> {
     let mut tools = workflow.services().get::<stepwright_llm::Tools>().map(|t| (*t).clone()).unwrap_or_default();
     for config in servers {
-        stepwright_mcp::McpServer::register(config, &mut tools).await.map_err(AppError::McpServer)?;
+        let server = config.name.clone();
+        stepwright_mcp::McpServer::register(config, &mut tools)
+            .await
+            .map_err(|source| AppError::McpServer { server, source })?;
     }
     let problems: Vec<String> = uses
         .iter()

@@ -14,8 +14,14 @@ pub enum AppError {
     #[error(transparent)]
     Load(stepwright_flow::LoadError),
     /// An MCP server a file declares did not start, or its tools could not be added.
-    #[error(transparent)]
-    McpServer(stepwright_mcp::McpError),
+    #[error("starting MCP server {server:?}: {source}")]
+    McpServer {
+        /// The server's name in the file.
+        server: String,
+        /// Why.
+        #[source]
+        source: stepwright_mcp::McpError,
+    },
     /// The run was started from a definition whose source the store does not keep (a Rust
     /// workflow, or a file run by a version that kept none).
     #[error("run {run} was not started from a workflow file this store knows (workflow {workflow:?})")]
@@ -53,7 +59,9 @@ impl AppError {
             Self::Open(stepwright_store::OpenError::UnknownScheme { .. }) => Fault::Caller,
             Self::Engine(e) => e.fault(),
             Self::Store(e) => e.fault(),
-            Self::McpServer(_) | Self::NoSource { .. } | Self::SourceChanged { .. } | Self::Open(_) => Fault::Engine,
+            Self::McpServer { .. } | Self::NoSource { .. } | Self::SourceChanged { .. } | Self::Open(_) => {
+                Fault::Engine
+            }
         }
     }
 
@@ -62,7 +70,7 @@ impl AppError {
         match self {
             Self::BadInput(_) => "bad_input",
             Self::Load(_) => "invalid_workflow",
-            Self::McpServer(_) => "mcp_server_failed",
+            Self::McpServer { .. } => "mcp_server_failed",
             Self::NoSource { .. } => "definition_missing",
             Self::SourceChanged { .. } => "definition_changed",
             Self::Engine(e) => e.code(),

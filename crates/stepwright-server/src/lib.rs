@@ -16,6 +16,7 @@ pub mod openapi;
 mod problem;
 mod routes;
 mod state;
+mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -148,6 +149,7 @@ impl Server {
             let stop_worker = stop.clone();
             tokio::spawn(async move { runner.run(stop_worker).await })
         });
+        let hooks = tokio::spawn(webhooks::run(shared.store.clone(), stop.clone()));
         let streams_end = shared.shutdown.clone();
         let stop_serving = stop.clone();
         let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
@@ -160,6 +162,7 @@ impl Server {
         if let Some(worker) = worker {
             let _ = tokio::time::timeout(config.drain, worker).await;
         }
+        let _ = hooks.await;
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::keys::Role;
 use crate::problem::Problem;
-use crate::routes::{events, interrupts, runs, workflows};
+use crate::routes::{events, hooks, interrupts, runs, workflows};
 
 /// One operation: a method on a path, with its types.
 struct Operation {
@@ -209,6 +209,50 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             query: None,
             responses: vec![(200, "Decided.", Some(schema::<interrupts::DecisionTaken>(g)), JSON)],
             errors: &[400, 403, 404, 409, 413, 415, 422],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/webhooks",
+            id: "createWebhook",
+            summary: "Post the namespace's events to a URL, signed with `Stepwright-Signature: t=<unix>,v1=<hex hmac-sha256 of \"t.body\">`; durable, retried with backoff.",
+            role: Some(Role::Admin),
+            body: Some(schema::<hooks::NewWebhook>(g)),
+            query: None,
+            responses: vec![(201, "Made.", Some(schema::<hooks::WebhookView>(g)), JSON)],
+            errors: &[400, 403, 413, 415, 422],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/webhooks",
+            id: "listWebhooks",
+            summary: "The namespace's webhooks (never their secrets).",
+            role: Some(Role::Admin),
+            body: None,
+            query: None,
+            responses: vec![(200, "Oldest first.", Some(schema::<Vec<hooks::WebhookView>>(g)), JSON)],
+            errors: &[403],
+        },
+        Operation {
+            method: "delete",
+            path: "/v1/webhooks/{id}",
+            id: "deleteWebhook",
+            summary: "Delete a webhook; its pending deliveries are not attempted again.",
+            role: Some(Role::Admin),
+            body: None,
+            query: None,
+            responses: vec![(204, "Deleted.", None, JSON)],
+            errors: &[403, 404],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/webhooks/{id}/deliveries",
+            id: "webhookDeliveries",
+            summary: "The redelivery log: each delivery with its attempts, newest first.",
+            role: Some(Role::Admin),
+            body: None,
+            query: None,
+            responses: vec![(200, "Newest first.", Some(schema::<Vec<hooks::DeliveryView>>(g)), JSON)],
+            errors: &[403, 404],
         },
     ]
 }

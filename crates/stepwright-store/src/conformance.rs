@@ -821,6 +821,12 @@ pub async fn list_filters(store: &dyn Store) {
         store.list_runs(RunFilter { tenant: Some("other".into()), ..RunFilter::default() }).await.expect("list");
     assert!(of_other.is_empty());
     assert_eq!(store.list_runs(RunFilter::default()).await.expect("list").len(), 4, "no filter: every tenant");
+    // Changes: updated at or after a time, the least recently updated first.
+    let since = |at: i64| RunFilter { updated_since: Some(Timestamp::from_micros(at)), ..RunFilter::default() };
+    let changed = store.list_runs(since(11)).await.expect("list");
+    assert_eq!(changed.iter().map(|r| r.id).collect::<Vec<_>>(), [id(11), id(12), id(13)]);
+    let changed = store.list_runs(RunFilter { limit: Some(1), ..since(12) }).await.expect("list");
+    assert_eq!(changed.iter().map(|r| r.id).collect::<Vec<_>>(), [id(12)]);
 }
 
 /// Erase removes one run and the blobs only it referenced; retention removes old finished

@@ -176,8 +176,160 @@ pub trait AuditLog: Send + Sync {
     fn audit_entries(&self, namespace: &str, limit: usize) -> BoxFuture<'_, Result<Vec<AuditEntry>, StoreError>>;
 }
 
+/// A webhook: where a namespace's events are posted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Webhook {
+    /// Its id (`swh…`).
+    pub id: String,
+    /// The namespace whose events it receives.
+    pub namespace: String,
+    /// Where they are posted.
+    pub url: String,
+    /// Which: `interrupt.opened`, `run.completed`, `run.failed`, `run.suspended`.
+    pub events: Vec<String>,
+    /// The HMAC key deliveries are signed with.
+    pub secret: String,
+    /// When it was made.
+    pub created_at: Timestamp,
+}
+
+/// A delivery to make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    /// The webhook.
+    pub webhook_id: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// What makes it unique for the webhook (`run.completed:<run>`): an event found twice is
+    /// delivered once.
+    pub event_key: String,
+    /// The event's name.
+    pub event: String,
+    /// The JSON body to post.
+    pub body: String,
+    /// When it was found (its first attempt is due then).
+    pub at: Timestamp,
+}
+
+/// One attempt at a delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// When it was made.
+    pub at: Timestamp,
+    /// The receiver's status, if it answered.
+    pub status: Option<u16>,
+    /// Why it failed, if it did.
+    pub error: Option<String>,
+}
+
+/// Where a delivery stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryState {
+    /// Not delivered yet; due at `next_attempt_at`.
+    Pending,
+    /// The receiver answered 2xx.
+    Delivered,
+    /// Every attempt failed; no more are made.
+    Failed,
+}
+
+impl DeliveryState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Delivered => "delivered",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub(crate) fn column(self) -> &'static str {
+        self.as_str()
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        [Self::Pending, Self::Delivered, Self::Failed].into_iter().find(|state| state.as_str() == text)
+    }
+}
+
+/// A delivery with its attempts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Its id.
+    pub id: i64,
+    /// The webhook.
+    pub webhook_id: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// What makes it unique for the webhook.
+    pub event_key: String,
+    /// The event's name.
+    pub event: String,
+    /// The JSON body.
+    pub body: String,
+    /// Where it stands.
+    pub state: DeliveryState,
+    /// Every attempt so far, oldest first.
+    pub attempts: Vec<Attempt>,
+    /// When the next attempt is due (for a pending one).
+    pub next_attempt_at: Timestamp,
+    /// When it was found.
+    pub created_at: Timestamp,
+}
+
+/// Webhooks and their outbox.
+pub trait WebhookStore: Send + Sync {
+    /// Stores a webhook.
+    fn create_webhook(&self, webhook: Webhook) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The live webhooks, of a namespace or of all.
+    fn webhooks(&self, namespace: Option<&str>) -> BoxFuture<'_, Result<Vec<Webhook>, StoreError>>;
+
+    /// Deletes a webhook of the namespace (its pending deliveries are not attempted again);
+    /// `false` if it has none by that id.
+    fn delete_webhook(&self, namespace: &str, id: &str, at: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Adds a delivery unless the webhook has one with its key; whether it was added.
+    fn enqueue_delivery(&self, delivery: NewDelivery) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Leases up to `limit` pending deliveries that are due, of live webhooks, for
+    /// `lease_for`: no other process attempts them meanwhile.
+    fn claim_deliveries(
+        &self,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Delivery>, StoreError>>;
+
+    /// Records an attempt and what follows: delivered, another attempt at `next`, or failed.
+    fn record_attempt(
+        &self,
+        id: i64,
+        attempt: Attempt,
+        state: DeliveryState,
+        next: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// A webhook's deliveries, newest first.
+    fn deliveries(
+        &self,
+        namespace: &str,
+        webhook_id: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Delivery>, StoreError>>;
+
+    /// How far the namespace's changed runs have been turned into deliveries.
+    fn webhook_watermark(&self, namespace: &str) -> BoxFuture<'_, Result<Option<Timestamp>, StoreError>>;
+
+    /// Moves the watermark forward (never back).
+    fn set_webhook_watermark(&self, namespace: &str, at: Timestamp) -> BoxFuture<'_, Result<(), StoreError>>;
+}
+
 /// Everything a server keeps: runs, sessions and memory ([`crate::AnyStore`]) and the
 /// control tables. SQLite and Postgres are both one.
-pub trait ServerStore: crate::AnyStore + WorkflowRegistry + KeyStore + IdempotencyStore + AuditLog {}
+pub trait ServerStore:
+    crate::AnyStore + WorkflowRegistry + KeyStore + IdempotencyStore + AuditLog + WebhookStore
+{
+}
 
-impl<T: crate::AnyStore + WorkflowRegistry + KeyStore + IdempotencyStore + AuditLog> ServerStore for T {}
+impl<T: crate::AnyStore + WorkflowRegistry + KeyStore + IdempotencyStore + AuditLog + WebhookStore> ServerStore for T {}

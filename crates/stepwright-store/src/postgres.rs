@@ -701,18 +701,25 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let doing = "listing runs";
             let columns = if filter.headers_only { RUN_HEADER_COLUMNS } else { RUN_COLUMNS };
+            let (since, order) = match filter.updated_since {
+                Some(since) => (Some(since.as_micros()), "updated_at, id"),
+                None => (None, "created_at DESC, id DESC"),
+            };
             let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "SELECT {columns} FROM stepwright_runs WHERE ($1::text IS NULL OR status = $1) \
                  AND ($2::text IS NULL OR workflow = $2) \
                  AND ($5::text IS NULL OR caller->>'tenant' = $5) \
-                 AND ($4::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM stepwright_runs WHERE id = $4)) \
-                 ORDER BY created_at DESC, id DESC LIMIT $3"
+                 AND ($6::bigint IS NULL OR updated_at >= $6) \
+                 AND ($6::bigint IS NOT NULL OR $4::uuid IS NULL \
+                      OR (created_at, id) < (SELECT created_at, id FROM stepwright_runs WHERE id = $4)) \
+                 ORDER BY {order} LIMIT $3"
             )))
             .bind(filter.status.map(RunStatus::as_str))
             .bind(filter.workflow)
             .bind(i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX))
             .bind(filter.before.map(uuid))
             .bind(filter.tenant)
+            .bind(since)
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;

@@ -28,7 +28,7 @@ use tokio::sync::oneshot;
 use crate::encoding::{EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
 mod bank;
-mod control;
+pub(crate) mod control;
 mod sessions;
 
 /// SQLite's `synchronous` setting for the writer.
@@ -1167,23 +1167,36 @@ impl Store for SqliteStore {
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
         Box::pin(self.read("listing runs", move |conn| {
             let columns = if filter.headers_only { RUN_HEADER_COLUMNS } else { RUN_COLUMNS };
-            let mut stmt = conn
-                .prepare_cached(&format!(
-                    "SELECT {columns} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
-                     AND (?5 IS NULL OR json_extract(caller, '$.tenant') = ?5) \
-                     AND (?4 IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?4)) \
-                     ORDER BY created_at DESC, id DESC LIMIT ?3"
-                ))
-                .map_err(|e| backend("listing runs", e))?;
             let limit = i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX);
-            let before = filter.before.map(|run| run.as_uuid().as_bytes().to_vec());
-            let rows = stmt
-                .query_map(
-                    params![filter.status.map(RunStatus::as_str), filter.workflow, limit, before, filter.tenant],
-                    run_from_row,
-                )
-                .map_err(|e| backend("listing runs", e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| backend("listing runs", e))
+            let status = filter.status.map(RunStatus::as_str);
+            let rows = if let Some(since) = filter.updated_since {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT {columns} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
+                         AND (?4 IS NULL OR json_extract(caller, '$.tenant') = ?4) AND updated_at >= ?5 \
+                         ORDER BY updated_at, id LIMIT ?3"
+                    ))
+                    .map_err(|e| backend("listing runs", e))?;
+                let rows = stmt
+                    .query_map(params![status, filter.workflow, limit, filter.tenant, since.as_micros()], run_from_row)
+                    .map_err(|e| backend("listing runs", e))?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
+            } else {
+                let mut stmt = conn
+                    .prepare_cached(&format!(
+                        "SELECT {columns} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
+                         AND (?5 IS NULL OR json_extract(caller, '$.tenant') = ?5) \
+                         AND (?4 IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?4)) \
+                         ORDER BY created_at DESC, id DESC LIMIT ?3"
+                    ))
+                    .map_err(|e| backend("listing runs", e))?;
+                let before = filter.before.map(|run| run.as_uuid().as_bytes().to_vec());
+                let rows = stmt
+                    .query_map(params![status, filter.workflow, limit, before, filter.tenant], run_from_row)
+                    .map_err(|e| backend("listing runs", e))?;
+                rows.collect::<rusqlite::Result<Vec<_>>>()
+            };
+            rows.map_err(|e| backend("listing runs", e))
         }))
     }
 

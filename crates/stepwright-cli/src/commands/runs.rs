@@ -39,7 +39,8 @@ pub(crate) async fn list(
     }
     let before = before.as_deref().map(parse_run).transpose()?;
     // One more than shown says whether another page exists.
-    let filter = RunFilter { status, workflow, limit: Some(limit + 1), before, headers_only: true, tenant: None };
+    let filter =
+        RunFilter { status, workflow, limit: Some(limit + 1), before, headers_only: true, ..RunFilter::default() };
     let mut runs = store.list_runs(filter).await?;
     let more = runs.len() > limit;
     runs.truncate(limit);

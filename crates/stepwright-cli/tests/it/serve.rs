@@ -373,3 +373,78 @@ fn the_remote_mode_gives_the_local_output_and_exit_codes() {
     let _ = serving.child.kill();
     serving.child.wait().unwrap();
 }
+
+/// Webhook deliveries are rows in the store before they are sent: a server SIGKILLed while
+/// its receiver still fails them is started again, and every event arrives.
+#[test]
+fn webhook_deliveries_survive_a_server_killed_while_they_fail() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use stepwright_testkit::http::{FakeServer, Reply};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let failing = Arc::new(AtomicUsize::new(0));
+    let receiver = FakeServer::responding({
+        let failing = failing.clone();
+        // Everything fails until the first server is gone.
+        move |_| {
+            if failing.load(Ordering::SeqCst) == 0 { Reply::json(503, json!({})) } else { Reply::json(200, json!({})) }
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("hooks.db").display());
+    let key = key(dir.path(), &db);
+    let mut first = serve(dir.path(), &db);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let http = reqwest::Client::new();
+    let runs: Vec<String> = runtime.block_on(async {
+        let post = |path: String, body: Value| http.post(path).bearer_auth(&key).json(&body).send();
+        let hook = json!({ "url": receiver.url, "events": ["run.completed"], "secret": "sixteen-characters" });
+        assert_eq!(post(format!("{}/v1/webhooks", first.base), hook).await.unwrap().status(), 201);
+        let source = "workflow: quick\nsteps:\n  - id: a\n    set: \"{{ input }}\"\n";
+        post(format!("{}/v1/workflows", first.base), json!({ "source": source })).await.unwrap();
+        let mut runs = Vec::new();
+        for n in 0..5 {
+            let started: Value =
+                post(format!("{}/v1/runs", first.base), json!({ "workflow": "quick", "input": n, "wait_seconds": 5 }))
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+            assert_eq!(started["status"], "completed");
+            runs.push(started["run_id"].as_str().unwrap().to_owned());
+        }
+        runs
+    });
+    // Attempts have been made and failed; then the server dies without a word.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while receiver.served() < 5 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(receiver.served() >= 5, "every delivery was tried once before the kill");
+    let _ = first.child.kill();
+    first.child.wait().unwrap();
+    // From here on the receiver accepts: only what the second server sends counts.
+    let tried_before = receiver.served();
+    failing.store(1, Ordering::SeqCst);
+    let mut second = serve(dir.path(), &db);
+    // A delivery the first server was sending when it died is leased for 30 s, then sent.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let delivered = loop {
+        let ok: std::collections::BTreeSet<String> = receiver
+            .requests()
+            .into_iter()
+            .skip(tried_before)
+            .filter(|r| r.body["event"] == "run.completed")
+            .map(|r| r.body["run_id"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        if ok.len() == runs.len() || std::time::Instant::now() > deadline {
+            break ok;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = second.child.kill();
+    second.child.wait().unwrap();
+    let expected: std::collections::BTreeSet<String> = runs.into_iter().collect();
+    assert_eq!(delivered, expected, "every run's completion reached the receiver");
+}

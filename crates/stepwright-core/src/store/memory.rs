@@ -262,8 +262,9 @@ impl Store for InMemoryStore {
             .filter(|r| filter.status.is_none_or(|s| s == r.status))
             .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
             .filter(|r| filter.tenant.is_none() || filter.tenant == r.caller.tenant)
+            .filter(|r| filter.updated_since.is_none_or(|since| r.updated_at >= since))
             .collect();
-        if let Some(before) = filter.before {
+        if let Some(before) = filter.before.filter(|_| filter.updated_since.is_none()) {
             let cursor = self
                 .run(before)
                 .and_then(|data| data.lock().expect("poisoned").record.as_ref().map(|r| (r.created_at, r.id)));
@@ -272,7 +273,11 @@ impl Store for InMemoryStore {
                 None => runs.clear(),
             }
         }
-        runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        if filter.updated_since.is_some() {
+            runs.sort_by(|a, b| a.updated_at.cmp(&b.updated_at).then(a.id.cmp(&b.id)));
+        } else {
+            runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+        }
         runs.truncate(filter.limit.unwrap_or(100));
         if filter.headers_only {
             for run in &mut runs {

@@ -84,6 +84,9 @@ pub struct RunFilter {
     /// Leave inputs, outputs and errors out (they come back `null`): a listing that shows
     /// only headers does not read megabytes of input per run.
     pub headers_only: bool,
+    /// Only runs last updated at or after this time, and then the least recently updated
+    /// first (what a reader of changes pages through; `before` does not apply).
+    pub updated_since: Option<Timestamp>,
 }
 
 /// What retention deletes: finished runs (completed, failed, cancelled) updated before

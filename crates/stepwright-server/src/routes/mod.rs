@@ -3,6 +3,7 @@
 //! another namespace is `404`, exactly as one that does not exist.
 
 pub(crate) mod events;
+pub(crate) mod hooks;
 pub(crate) mod interrupts;
 pub(crate) mod meta;
 pub(crate) mod runs;
@@ -36,6 +37,9 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/runs/{id}/messages", post(runs::message))
         .route("/v1/interrupts", get(interrupts::inbox))
         .route("/v1/interrupts/{id}/decision", post(interrupts::decide))
+        .route("/v1/webhooks", post(hooks::create).get(hooks::list))
+        .route("/v1/webhooks/{id}", axum::routing::delete(hooks::delete))
+        .route("/v1/webhooks/{id}/deliveries", get(hooks::deliveries))
 }
 
 /// A run id from a path, or `404` (an id that does not parse names no run).

@@ -240,6 +240,7 @@ pub(crate) async fn list(
         limit: Some(limit + 1),
         before,
         headers_only: true,
+        updated_since: None,
     };
     let mut runs = shared.store.list_runs(filter).await?;
     let more = runs.len() > limit;

@@ -47,3 +47,35 @@ CREATE TABLE stepwright_audit_log (
     detail    TEXT NOT NULL
 );
 CREATE INDEX stepwright_audit_log_by_namespace ON stepwright_audit_log (namespace, seq);
+
+-- Webhooks and their durable outbox: a delivery is a row before it is sent, so a crash
+-- loses none; its attempts are kept with it (the redelivery log).
+CREATE TABLE stepwright_webhooks (
+    id         TEXT PRIMARY KEY,
+    namespace  TEXT NOT NULL,
+    url        TEXT NOT NULL,
+    events     TEXT NOT NULL,
+    secret     TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    deleted_at BIGINT
+);
+CREATE TABLE stepwright_webhook_deliveries (
+    id              BIGSERIAL PRIMARY KEY,
+    webhook_id      TEXT NOT NULL,
+    namespace       TEXT NOT NULL,
+    event_key       TEXT NOT NULL,
+    event           TEXT NOT NULL,
+    body            TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    attempts        TEXT NOT NULL,
+    next_attempt_at BIGINT NOT NULL,
+    lease_until     BIGINT,
+    created_at      BIGINT NOT NULL,
+    UNIQUE (webhook_id, event_key)
+);
+CREATE INDEX stepwright_webhook_deliveries_due ON stepwright_webhook_deliveries (state, next_attempt_at);
+-- How far each namespace's changes have been turned into deliveries.
+CREATE TABLE stepwright_webhook_watermarks (
+    namespace     TEXT PRIMARY KEY,
+    updated_since BIGINT NOT NULL
+);

@@ -10,8 +10,8 @@ use stepwright_core::{RunId, StoreError, Timestamp};
 
 use super::{PostgresStore, hash_from, pg, uuid};
 use crate::control::{
-    ApiKey, AuditEntry, AuditLog, IdempotencyClaim, IdempotencyStore, KeyStore, NewWorkflow, RegisteredWorkflow,
-    WorkflowRegistry,
+    ApiKey, Attempt, AuditEntry, AuditLog, Delivery, DeliveryState, IdempotencyClaim, IdempotencyStore, KeyStore,
+    NewDelivery, NewWorkflow, RegisteredWorkflow, Webhook, WebhookStore, WorkflowRegistry,
 };
 use crate::encoding::{backend, files_from_column};
 
@@ -344,6 +344,228 @@ impl AuditLog for PostgresStore {
                     })
                 })
                 .collect()
+        })
+    }
+}
+
+const WEBHOOK_COLUMNS: &str = "id, namespace, url, events, secret, created_at";
+
+fn webhook_from_row(row: &PgRow, doing: &str) -> Result<Webhook, StoreError> {
+    let get = |e: sqlx::Error| backend(doing, e);
+    let events: String = row.try_get(3).map_err(get)?;
+    Ok(Webhook {
+        id: row.try_get(0).map_err(get)?,
+        namespace: row.try_get(1).map_err(get)?,
+        url: row.try_get(2).map_err(get)?,
+        events: serde_json::from_str(&events).map_err(|e| backend(doing, e))?,
+        secret: row.try_get(4).map_err(get)?,
+        created_at: Timestamp::from_micros(row.try_get(5).map_err(get)?),
+    })
+}
+
+const DELIVERY_COLUMNS: &str =
+    "id, webhook_id, namespace, event_key, event, body, state, attempts, next_attempt_at, created_at";
+
+fn delivery_from_row(row: &PgRow, doing: &'static str) -> Result<Delivery, StoreError> {
+    let get = |e: sqlx::Error| backend(doing, e);
+    crate::sqlite::control::delivery_from(
+        doing,
+        (
+            row.try_get(0).map_err(get)?,
+            row.try_get(1).map_err(get)?,
+            row.try_get(2).map_err(get)?,
+            row.try_get(3).map_err(get)?,
+            row.try_get(4).map_err(get)?,
+            row.try_get(5).map_err(get)?,
+            row.try_get(6).map_err(get)?,
+            row.try_get(7).map_err(get)?,
+            row.try_get(8).map_err(get)?,
+            row.try_get(9).map_err(get)?,
+        ),
+    )
+}
+
+impl WebhookStore for PostgresStore {
+    fn create_webhook(&self, webhook: Webhook) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO stepwright_webhooks ({WEBHOOK_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)"
+            )))
+            .bind(&webhook.id)
+            .bind(&webhook.namespace)
+            .bind(&webhook.url)
+            .bind(serde_json::to_string(&webhook.events).unwrap_or_default())
+            .bind(&webhook.secret)
+            .bind(webhook.created_at.as_micros())
+            .execute(self.pool())
+            .await
+            .map_err(pg("creating a webhook"))?;
+            Ok(())
+        })
+    }
+
+    fn webhooks(&self, namespace: Option<&str>) -> BoxFuture<'_, Result<Vec<Webhook>, StoreError>> {
+        let namespace = namespace.map(str::to_owned);
+        Box::pin(async move {
+            let doing = "listing webhooks";
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {WEBHOOK_COLUMNS} FROM stepwright_webhooks WHERE deleted_at IS NULL \
+                 AND ($1::text IS NULL OR namespace = $1) ORDER BY created_at, id"
+            )))
+            .bind(&namespace)
+            .fetch_all(self.pool())
+            .await
+            .map_err(pg(doing))?;
+            rows.iter().map(|row| webhook_from_row(row, doing)).collect()
+        })
+    }
+
+    fn delete_webhook(&self, namespace: &str, id: &str, at: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let (namespace, id) = (namespace.to_owned(), id.to_owned());
+        Box::pin(async move {
+            let done = sqlx::query(
+                "UPDATE stepwright_webhooks SET deleted_at = $3 WHERE namespace = $1 AND id = $2 AND deleted_at IS NULL",
+            )
+            .bind(&namespace)
+            .bind(&id)
+            .bind(at.as_micros())
+            .execute(self.pool())
+            .await
+            .map_err(pg("deleting a webhook"))?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn enqueue_delivery(&self, delivery: NewDelivery) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let done = sqlx::query(
+                "INSERT INTO stepwright_webhook_deliveries (webhook_id, namespace, event_key, event, body, state, \
+                 attempts, next_attempt_at, created_at) VALUES ($1, $2, $3, $4, $5, 'pending', '[]', $6, $6) \
+                 ON CONFLICT (webhook_id, event_key) DO NOTHING",
+            )
+            .bind(&delivery.webhook_id)
+            .bind(&delivery.namespace)
+            .bind(&delivery.event_key)
+            .bind(&delivery.event)
+            .bind(&delivery.body)
+            .bind(delivery.at.as_micros())
+            .execute(self.pool())
+            .await
+            .map_err(pg("adding a delivery"))?;
+            Ok(done.rows_affected() == 1)
+        })
+    }
+
+    fn claim_deliveries(
+        &self,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Delivery>, StoreError>> {
+        Box::pin(async move {
+            let doing = "claiming deliveries";
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "UPDATE stepwright_webhook_deliveries SET lease_until = $2 WHERE id IN ( \
+                   SELECT d.id FROM stepwright_webhook_deliveries d JOIN stepwright_webhooks w ON w.id = d.webhook_id \
+                   WHERE d.state = 'pending' AND d.next_attempt_at <= $1 AND w.deleted_at IS NULL \
+                   AND (d.lease_until IS NULL OR d.lease_until < $1) ORDER BY d.next_attempt_at, d.id LIMIT $3 \
+                   FOR UPDATE OF d SKIP LOCKED) \
+                 RETURNING {DELIVERY_COLUMNS}"
+            )))
+            .bind(now.as_micros())
+            .bind(now.plus(lease_for).as_micros())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(pg(doing))?;
+            rows.iter().map(|row| delivery_from_row(row, doing)).collect()
+        })
+    }
+
+    fn record_attempt(
+        &self,
+        id: i64,
+        attempt: Attempt,
+        state: DeliveryState,
+        next: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let doing = "recording a delivery attempt";
+            let mut tx = self.pool().begin().await.map_err(pg(doing))?;
+            let attempts: String =
+                sqlx::query_scalar("SELECT attempts FROM stepwright_webhook_deliveries WHERE id = $1 FOR UPDATE")
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(pg(doing))?;
+            let mut attempts: Vec<Attempt> = serde_json::from_str(&attempts).map_err(|e| backend(doing, e))?;
+            attempts.push(attempt);
+            sqlx::query(
+                "UPDATE stepwright_webhook_deliveries SET attempts = $2, state = $3, next_attempt_at = $4, \
+                 lease_until = NULL WHERE id = $1",
+            )
+            .bind(id)
+            .bind(serde_json::to_string(&attempts).unwrap_or_default())
+            .bind(state.column())
+            .bind(next.as_micros())
+            .execute(&mut *tx)
+            .await
+            .map_err(pg(doing))?;
+            tx.commit().await.map_err(pg(doing))?;
+            Ok(())
+        })
+    }
+
+    fn deliveries(
+        &self,
+        namespace: &str,
+        webhook_id: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Delivery>, StoreError>> {
+        let (namespace, webhook_id) = (namespace.to_owned(), webhook_id.to_owned());
+        Box::pin(async move {
+            let doing = "listing deliveries";
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {DELIVERY_COLUMNS} FROM stepwright_webhook_deliveries WHERE namespace = $1 AND webhook_id = $2 \
+                 ORDER BY id DESC LIMIT $3"
+            )))
+            .bind(&namespace)
+            .bind(&webhook_id)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(pg(doing))?;
+            rows.iter().map(|row| delivery_from_row(row, doing)).collect()
+        })
+    }
+
+    fn webhook_watermark(&self, namespace: &str) -> BoxFuture<'_, Result<Option<Timestamp>, StoreError>> {
+        let namespace = namespace.to_owned();
+        Box::pin(async move {
+            let at: Option<i64> =
+                sqlx::query_scalar("SELECT updated_since FROM stepwright_webhook_watermarks WHERE namespace = $1")
+                    .bind(&namespace)
+                    .fetch_optional(self.pool())
+                    .await
+                    .map_err(pg("reading a webhook watermark"))?;
+            Ok(at.map(Timestamp::from_micros))
+        })
+    }
+
+    fn set_webhook_watermark(&self, namespace: &str, at: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
+        let namespace = namespace.to_owned();
+        Box::pin(async move {
+            sqlx::query(
+                "INSERT INTO stepwright_webhook_watermarks (namespace, updated_since) VALUES ($1, $2) \
+                 ON CONFLICT (namespace) DO UPDATE SET updated_since = \
+                 GREATEST(stepwright_webhook_watermarks.updated_since, excluded.updated_since)",
+            )
+            .bind(&namespace)
+            .bind(at.as_micros())
+            .execute(self.pool())
+            .await
+            .map_err(pg("moving a webhook watermark"))?;
+            Ok(())
         })
     }
 }

@@ -47,3 +47,35 @@ CREATE TABLE audit_log (
     detail    TEXT NOT NULL
 );
 CREATE INDEX audit_log_by_namespace ON audit_log (namespace, seq);
+
+-- Webhooks and their durable outbox: a delivery is a row before it is sent, so a crash
+-- loses none; its attempts are kept with it (the redelivery log).
+CREATE TABLE webhooks (
+    id         TEXT PRIMARY KEY,
+    namespace  TEXT NOT NULL,
+    url        TEXT NOT NULL,
+    events     TEXT NOT NULL,
+    secret     TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    deleted_at INTEGER
+) WITHOUT ROWID;
+CREATE TABLE webhook_deliveries (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    webhook_id      TEXT NOT NULL,
+    namespace       TEXT NOT NULL,
+    event_key       TEXT NOT NULL,
+    event           TEXT NOT NULL,
+    body            TEXT NOT NULL,
+    state           TEXT NOT NULL,
+    attempts        TEXT NOT NULL,
+    next_attempt_at INTEGER NOT NULL,
+    lease_until     INTEGER,
+    created_at      INTEGER NOT NULL,
+    UNIQUE (webhook_id, event_key)
+);
+CREATE INDEX webhook_deliveries_due ON webhook_deliveries (state, next_attempt_at);
+-- How far each namespace's changes have been turned into deliveries.
+CREATE TABLE webhook_watermarks (
+    namespace     TEXT PRIMARY KEY,
+    updated_since INTEGER NOT NULL
+) WITHOUT ROWID;

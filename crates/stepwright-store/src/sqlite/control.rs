@@ -1,5 +1,6 @@
-//! The control tables in SQLite: `registered_workflows`, `api_keys`, `idempotency_keys` and
-//! `audit_log`. Writes go through the writer thread like every other write, so two
+//! The control tables in SQLite: `registered_workflows`, `api_keys`, `idempotency_keys`,
+//! `audit_log`, and `webhooks` with `webhook_deliveries` (the outbox) and
+//! `webhook_watermarks`. Writes go through the writer thread like every other write, so two
 //! registrations or two claims never interleave.
 
 use futures_util::future::BoxFuture;
@@ -8,8 +9,8 @@ use stepwright_core::{RunId, StoreError, Timestamp};
 
 use super::{SqliteStore, hash_from};
 use crate::control::{
-    ApiKey, AuditEntry, AuditLog, IdempotencyClaim, IdempotencyStore, KeyStore, NewWorkflow, RegisteredWorkflow,
-    WorkflowRegistry,
+    ApiKey, Attempt, AuditEntry, AuditLog, Delivery, DeliveryState, IdempotencyClaim, IdempotencyStore, KeyStore,
+    NewDelivery, NewWorkflow, RegisteredWorkflow, Webhook, WebhookStore, WorkflowRegistry,
 };
 use crate::encoding::{backend, files_from_column};
 
@@ -329,6 +330,242 @@ impl AuditLog for SqliteStore {
                     })
                 })
                 .collect()
+        }))
+    }
+}
+
+const WEBHOOK_COLUMNS: &str = "id, namespace, url, events, secret, created_at";
+
+fn webhook_from_row(row: &Row<'_>) -> rusqlite::Result<(Webhook, String)> {
+    Ok((
+        Webhook {
+            id: row.get(0)?,
+            namespace: row.get(1)?,
+            url: row.get(2)?,
+            events: Vec::new(),
+            secret: row.get(4)?,
+            created_at: Timestamp::from_micros(row.get(5)?),
+        },
+        row.get(3)?,
+    ))
+}
+
+const DELIVERY_COLUMNS: &str =
+    "id, webhook_id, namespace, event_key, event, body, state, attempts, next_attempt_at, created_at";
+
+type DeliveryRow = (i64, String, String, String, String, String, String, String, i64, i64);
+
+fn delivery_row(row: &Row<'_>) -> rusqlite::Result<DeliveryRow> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+        row.get(6)?,
+        row.get(7)?,
+        row.get(8)?,
+        row.get(9)?,
+    ))
+}
+
+pub(crate) fn delivery_from(doing: &'static str, row: DeliveryRow) -> Result<Delivery, StoreError> {
+    let (id, webhook_id, namespace, event_key, event, body, state, attempts, next, created) = row;
+    Ok(Delivery {
+        id,
+        webhook_id,
+        namespace,
+        event_key,
+        event,
+        body,
+        state: DeliveryState::parse(&state)
+            .ok_or_else(|| backend(doing, std::io::Error::other(format!("unknown delivery state {state:?}"))))?,
+        attempts: serde_json::from_str(&attempts).map_err(|e| backend(doing, e))?,
+        next_attempt_at: Timestamp::from_micros(next),
+        created_at: Timestamp::from_micros(created),
+    })
+}
+
+impl WebhookStore for SqliteStore {
+    fn create_webhook(&self, webhook: Webhook) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.write(move |conn| {
+            conn.prepare_cached(&format!("INSERT INTO webhooks ({WEBHOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"))
+                .and_then(|mut s| {
+                    s.execute(params![
+                        webhook.id,
+                        webhook.namespace,
+                        webhook.url,
+                        serde_json::to_string(&webhook.events).unwrap_or_default(),
+                        webhook.secret,
+                        webhook.created_at.as_micros(),
+                    ])
+                })
+                .map(|_| ())
+                .map_err(|e| backend("creating a webhook", e))
+        }))
+    }
+
+    fn webhooks(&self, namespace: Option<&str>) -> BoxFuture<'_, Result<Vec<Webhook>, StoreError>> {
+        let namespace = namespace.map(str::to_owned);
+        Box::pin(self.read("listing webhooks", move |conn| {
+            let doing = "listing webhooks";
+            let rows = conn
+                .prepare_cached(&format!(
+                    "SELECT {WEBHOOK_COLUMNS} FROM webhooks WHERE deleted_at IS NULL AND (?1 IS NULL OR namespace = ?1) \
+                     ORDER BY created_at, id"
+                ))
+                .and_then(|mut s| s.query_map([&namespace], webhook_from_row)?.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(|e| backend(doing, e))?;
+            rows.into_iter()
+                .map(|(mut webhook, events)| {
+                    webhook.events = serde_json::from_str(&events).map_err(|e| backend(doing, e))?;
+                    Ok(webhook)
+                })
+                .collect()
+        }))
+    }
+
+    fn delete_webhook(&self, namespace: &str, id: &str, at: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        let (namespace, id) = (namespace.to_owned(), id.to_owned());
+        Box::pin(self.write(move |conn| {
+            conn.prepare_cached(
+                "UPDATE webhooks SET deleted_at = ?3 WHERE namespace = ?1 AND id = ?2 AND deleted_at IS NULL",
+            )
+            .and_then(|mut s| s.execute(params![namespace, id, at.as_micros()]))
+            .map(|changed| changed == 1)
+            .map_err(|e| backend("deleting a webhook", e))
+        }))
+    }
+
+    fn enqueue_delivery(&self, delivery: NewDelivery) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT OR IGNORE INTO webhook_deliveries (webhook_id, namespace, event_key, event, body, state, \
+                 attempts, next_attempt_at, created_at) VALUES (?1, ?2, ?3, ?4, ?5, 'pending', '[]', ?6, ?6)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    delivery.webhook_id,
+                    delivery.namespace,
+                    delivery.event_key,
+                    delivery.event,
+                    delivery.body,
+                    delivery.at.as_micros(),
+                ])
+            })
+            .map(|added| added == 1)
+            .map_err(|e| backend("adding a delivery", e))
+        }))
+    }
+
+    fn claim_deliveries(
+        &self,
+        now: Timestamp,
+        lease_for: std::time::Duration,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Delivery>, StoreError>> {
+        Box::pin(self.write(move |conn| {
+            let doing = "claiming deliveries";
+            let rows = conn
+                .prepare_cached(&format!(
+                    "UPDATE webhook_deliveries SET lease_until = ?2 WHERE id IN ( \
+                       SELECT d.id FROM webhook_deliveries d JOIN webhooks w ON w.id = d.webhook_id \
+                       WHERE d.state = 'pending' AND d.next_attempt_at <= ?1 AND w.deleted_at IS NULL \
+                       AND (d.lease_until IS NULL OR d.lease_until < ?1) ORDER BY d.next_attempt_at, d.id LIMIT ?3) \
+                     RETURNING {DELIVERY_COLUMNS}"
+                ))
+                .and_then(|mut s| {
+                    s.query_map(
+                        params![
+                            now.as_micros(),
+                            now.plus(lease_for).as_micros(),
+                            i64::try_from(limit).unwrap_or(i64::MAX)
+                        ],
+                        delivery_row,
+                    )?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(|e| backend(doing, e))?;
+            rows.into_iter().map(|row| delivery_from(doing, row)).collect()
+        }))
+    }
+
+    fn record_attempt(
+        &self,
+        id: i64,
+        attempt: Attempt,
+        state: DeliveryState,
+        next: Timestamp,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.write(move |conn| {
+            let doing = "recording a delivery attempt";
+            let attempts: String = conn
+                .prepare_cached("SELECT attempts FROM webhook_deliveries WHERE id = ?1")
+                .and_then(|mut s| s.query_row([id], |r| r.get(0)))
+                .map_err(|e| backend(doing, e))?;
+            let mut attempts: Vec<Attempt> = serde_json::from_str(&attempts).map_err(|e| backend(doing, e))?;
+            attempts.push(attempt.clone());
+            conn.prepare_cached(
+                "UPDATE webhook_deliveries SET attempts = ?2, state = ?3, next_attempt_at = ?4, lease_until = NULL \
+                 WHERE id = ?1",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    id,
+                    serde_json::to_string(&attempts).unwrap_or_default(),
+                    state.column(),
+                    next.as_micros()
+                ])
+            })
+            .map(|_| ())
+            .map_err(|e| backend(doing, e))
+        }))
+    }
+
+    fn deliveries(
+        &self,
+        namespace: &str,
+        webhook_id: &str,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Delivery>, StoreError>> {
+        let (namespace, webhook_id) = (namespace.to_owned(), webhook_id.to_owned());
+        Box::pin(self.read("listing deliveries", move |conn| {
+            let doing = "listing deliveries";
+            let rows = conn
+                .prepare_cached(&format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries WHERE namespace = ?1 AND webhook_id = ?2 \
+                     ORDER BY id DESC LIMIT ?3"
+                ))
+                .and_then(|mut s| {
+                    s.query_map(params![namespace, webhook_id, i64::try_from(limit).unwrap_or(i64::MAX)], delivery_row)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(|e| backend(doing, e))?;
+            rows.into_iter().map(|row| delivery_from(doing, row)).collect()
+        }))
+    }
+
+    fn webhook_watermark(&self, namespace: &str) -> BoxFuture<'_, Result<Option<Timestamp>, StoreError>> {
+        let namespace = namespace.to_owned();
+        Box::pin(self.read("reading a webhook watermark", move |conn| {
+            conn.prepare_cached("SELECT updated_since FROM webhook_watermarks WHERE namespace = ?1")
+                .and_then(|mut s| s.query_row([&namespace], |r| r.get::<_, i64>(0)).optional())
+                .map(|at| at.map(Timestamp::from_micros))
+                .map_err(|e| backend("reading a webhook watermark", e))
+        }))
+    }
+
+    fn set_webhook_watermark(&self, namespace: &str, at: Timestamp) -> BoxFuture<'_, Result<(), StoreError>> {
+        let namespace = namespace.to_owned();
+        Box::pin(self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO webhook_watermarks (namespace, updated_since) VALUES (?1, ?2) \
+                 ON CONFLICT (namespace) DO UPDATE SET updated_since = MAX(updated_since, excluded.updated_since)",
+            )
+            .and_then(|mut s| s.execute(params![namespace, at.as_micros()]))
+            .map(|_| ())
+            .map_err(|e| backend("moving a webhook watermark", e))
         }))
     }
 }

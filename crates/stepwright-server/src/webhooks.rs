@@ -1,0 +1,248 @@
+//! Webhooks: a namespace's events posted to its URLs, durably. Two loops per server:
+//!
+//! - **finding** reads, per namespace with webhooks, the runs changed since its watermark
+//!   (kept in the store) and adds one delivery per (webhook, event) to the outbox — keyed, so
+//!   an event found twice (by two servers, or again after a crash) is delivered once;
+//! - **delivering** leases due deliveries (no two servers send one at once), posts each
+//!   with `Stepwright-Signature: t=<unix>,v1=<hex hmac-sha256 of "t.body">`, and records the
+//!   attempt: delivered on a 2xx, else again after a backoff (1 s doubling to 10 min), failed
+//!   after the last attempt. A server killed mid-delivery leaves the row leased; its lease
+//!   lapses and any server sends it again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hmac::{KeyInit, Mac};
+use serde_json::{Value, json};
+use stepwright_core::store::RunFilter;
+use stepwright_core::{Clock, RunStatus, Timestamp};
+use stepwright_store::ServerStore;
+use stepwright_store::control::{Attempt, Delivery, DeliveryState, NewDelivery, Webhook};
+use tokio_util::sync::CancellationToken;
+
+/// The events a webhook may ask for.
+pub(crate) const EVENTS: [&str; 4] = ["interrupt.opened", "run.completed", "run.failed", "run.suspended"];
+
+/// How often each loop looks for work.
+const EVERY: Duration = Duration::from_millis(200);
+
+/// A window re-read behind the watermark: runs are stamped by the processes that write them,
+/// whose clocks and commits do not line up exactly; a delivery found twice is sent once.
+const SLACK: Duration = Duration::from_secs(5);
+
+/// How many attempts a delivery gets.
+const MAX_ATTEMPTS: usize = 12;
+
+/// How long a delivery is leased to the server sending it.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// The longest a receiver is waited for.
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The signature header of a body sent at `unix` seconds.
+pub(crate) fn signature(secret: &str, unix: i64, body: &str) -> String {
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+    mac.update(format!("{unix}.{body}").as_bytes());
+    format!("t={unix},v1={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// The wait before attempt `n + 1` after `n` failed ones.
+fn backoff(failed: usize) -> Duration {
+    let exponent = u32::try_from(failed.saturating_sub(1)).unwrap_or(u32::MAX).min(10);
+    Duration::from_secs(1u64 << exponent).min(Duration::from_secs(600))
+}
+
+/// Runs both loops until `stop`.
+pub(crate) async fn run(store: Arc<dyn ServerStore>, stop: CancellationToken) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let Ok(http) = reqwest::Client::builder().timeout(TIMEOUT).build() else { return };
+    let clock = stepwright_core::TokioClock::new();
+    loop {
+        // A store that fails is asked again at the next turn; nothing is lost meanwhile.
+        let _ = find(store.as_ref(), clock.now()).await;
+        let _ = deliver(store.as_ref(), &http, clock.now()).await;
+        tokio::select! {
+            () = tokio::time::sleep(EVERY) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Adds the deliveries of every run changed since each namespace's watermark.
+async fn find(store: &dyn ServerStore, now: Timestamp) -> Result<(), stepwright_core::StoreError> {
+    let webhooks = store.webhooks(None).await?;
+    let mut namespaces: Vec<&str> = webhooks.iter().map(|w| w.namespace.as_str()).collect();
+    namespaces.sort_unstable();
+    namespaces.dedup();
+    for namespace in namespaces {
+        let hooks: Vec<&Webhook> = webhooks.iter().filter(|w| w.namespace == namespace).collect();
+        // A webhook hears of what changes after it is made.
+        let first = hooks.iter().map(|w| w.created_at).min().unwrap_or(now);
+        let watermark = store.webhook_watermark(namespace).await?.unwrap_or(first);
+        let since = Timestamp::from_micros(watermark.as_micros() - i64::try_from(SLACK.as_micros()).unwrap_or(0));
+        let filter = RunFilter {
+            tenant: Some(namespace.to_owned()),
+            updated_since: Some(since.max(first)),
+            headers_only: false,
+            limit: Some(200),
+            ..RunFilter::default()
+        };
+        let changed = store.list_runs(filter).await?;
+        let mut reached = watermark;
+        for run in &changed {
+            for (event, key, body) in events_of(store, run).await? {
+                for hook in
+                    hooks.iter().filter(|w| w.events.iter().any(|e| *e == event) && w.created_at <= run.updated_at)
+                {
+                    let delivery = NewDelivery {
+                        webhook_id: hook.id.clone(),
+                        namespace: namespace.to_owned(),
+                        event_key: key.clone(),
+                        event: event.to_owned(),
+                        body: body.to_string(),
+                        at: now,
+                    };
+                    store.enqueue_delivery(delivery).await?;
+                }
+            }
+            reached = reached.max(run.updated_at);
+        }
+        store.set_webhook_watermark(namespace, reached).await?;
+    }
+    Ok(())
+}
+
+/// The webhook events of a run so far: each interrupt it opened (and the stop it made for
+/// it), read from its journal so that a stop decided before this looked is not missed; its
+/// end; and a stop on a timer it is in now.
+async fn events_of(
+    store: &dyn ServerStore,
+    run: &stepwright_core::RunRecord,
+) -> Result<Vec<(&'static str, String, Value)>, stepwright_core::StoreError> {
+    let base = |event: &str, at: Timestamp| {
+        json!({
+            "event": event,
+            "run_id": run.id,
+            "workflow": run.workflow,
+            "at": at,
+        })
+    };
+    let mut events = Vec::new();
+    let loaded = store.load(run.id).await?;
+    let mut open = std::collections::HashSet::new();
+    for entry in &loaded.entries {
+        if let stepwright_core::Record::InterruptResolved { id, .. } = &entry.record {
+            open.remove(id);
+        }
+        if let stepwright_core::Record::InterruptOpened { id, request, deadline } = &entry.record {
+            open.insert(id.clone());
+            let interrupt = json!({
+                "id": id,
+                "step": entry.path,
+                "kind": request.kind,
+                "message": request.message,
+                "payload": request.payload,
+                "deadline": deadline,
+                "decide": format!("/v1/interrupts/{}.{id}/decision", run.id),
+            });
+            let mut opened = base("interrupt.opened", entry.at);
+            opened["interrupt"] = interrupt.clone();
+            events.push(("interrupt.opened", format!("interrupt.opened:{}:{id}", run.id), opened));
+            let mut stopped = base("run.suspended", entry.at);
+            stopped["status"] = json!("suspended");
+            stopped["interrupt"] = interrupt;
+            events.push(("run.suspended", format!("run.suspended:{}:{id}", run.id), stopped));
+        }
+    }
+    match run.status {
+        RunStatus::Completed => {
+            let mut body = base("run.completed", run.updated_at);
+            body["status"] = json!(run.status);
+            body["output"] = run.output.clone().unwrap_or(Value::Null);
+            events.push(("run.completed", format!("run.completed:{}", run.id), body));
+        }
+        RunStatus::Failed => {
+            let mut body = base("run.failed", run.updated_at);
+            body["status"] = json!(run.status);
+            body["error"] = json!(run.error.as_ref().map(|e| json!({ "code": e.code, "message": e.message })));
+            events.push(("run.failed", format!("run.failed:{}", run.id), body));
+        }
+        // A stop with no interrupt (a timer): once per time it is found stopped.
+        RunStatus::Suspended if open.is_empty() => {
+            let mut body = base("run.suspended", run.updated_at);
+            body["status"] = json!(run.status);
+            body["wake_at"] = json!(run.wake_at);
+            let key = format!("run.suspended:{}:at:{}", run.id, run.updated_at.as_micros());
+            events.push(("run.suspended", key, body));
+        }
+        _ => {}
+    }
+    Ok(events)
+}
+
+/// Sends the due deliveries this server could lease.
+async fn deliver(
+    store: &dyn ServerStore,
+    http: &reqwest::Client,
+    now: Timestamp,
+) -> Result<(), stepwright_core::StoreError> {
+    let due = store.claim_deliveries(now, LEASE, 32).await?;
+    if due.is_empty() {
+        return Ok(());
+    }
+    let webhooks = store.webhooks(None).await?;
+    for delivery in due {
+        let Some(hook) = webhooks.iter().find(|w| w.id == delivery.webhook_id) else { continue };
+        let attempt = send(http, hook, &delivery).await;
+        let failed = delivery.attempts.len() + 1;
+        let clock = stepwright_core::TokioClock::new();
+        let (state, next) = match attempt.status {
+            Some(status) if (200..300).contains(&status) => (DeliveryState::Delivered, clock.now()),
+            _ if failed >= MAX_ATTEMPTS => (DeliveryState::Failed, clock.now()),
+            _ => (DeliveryState::Pending, clock.now().plus(backoff(failed))),
+        };
+        store.record_attempt(delivery.id, attempt, state, next).await?;
+    }
+    Ok(())
+}
+
+async fn send(http: &reqwest::Client, hook: &Webhook, delivery: &Delivery) -> Attempt {
+    let clock = stepwright_core::TokioClock::new();
+    let at = clock.now();
+    let unix = at.as_micros() / 1_000_000;
+    let sent = http
+        .post(&hook.url)
+        .header("content-type", "application/json")
+        .header("stepwright-signature", signature(&hook.secret, unix, &delivery.body))
+        .header("stepwright-event", &delivery.event)
+        .header("stepwright-delivery", delivery.id.to_string())
+        .body(delivery.body.clone())
+        .send()
+        .await;
+    match sent {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let error = (!response.status().is_success()).then(|| format!("the receiver answered {status}"));
+            Attempt { at, status: Some(status), error }
+        }
+        Err(error) => Attempt { at, status: None, error: Some(error.to_string()) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_signature_is_hmac_sha256_of_t_dot_body() {
+        // RFC 4231 test case 2 shape: key "Jefe"; the message is "t.body".
+        let header = super::signature("Jefe", 1_700_000_000, "{}");
+        assert!(header.starts_with("t=1700000000,v1="));
+        assert_eq!(header.len(), "t=1700000000,v1=".len() + 64);
+        assert_ne!(header, super::signature("other", 1_700_000_000, "{}"));
+    }
+
+    #[test]
+    fn backoff_doubles_to_ten_minutes() {
+        let waits: Vec<u64> = (1..=12).map(|n| super::backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 600, 600]);
+    }
+}

@@ -1,0 +1,112 @@
+//! Webhooks: every event of the namespace delivered to a loopback receiver that fails the
+//! first attempts, each signed; the attempts visible in the redelivery log.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use hmac::{KeyInit, Mac};
+use serde_json::json;
+use stepwright_testkit::http::{FakeServer, Reply};
+
+use crate::{APPROVAL, TestServer};
+
+const SECRET: &str = "a-secret-of-sixteen+";
+
+/// Checks `Stepwright-Signature: t=…,v1=…` against the body, as a receiver would.
+fn verify(header: &str, body: &str) -> bool {
+    let Some((t, v1)) = header.split_once(",v1=") else { return false };
+    let t = t.trim_start_matches("t=");
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(format!("{t}.{body}").as_bytes());
+    mac.verify_slice(&hex::decode(v1).unwrap_or_default()).is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_event_is_delivered_signed_through_failures_and_logged() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let receiver = FakeServer::responding({
+        let seen = seen.clone();
+        // The first two deliveries fail: retried after a backoff.
+        move |_| {
+            if seen.fetch_add(1, Ordering::SeqCst) < 2 {
+                Reply::json(500, json!({}))
+            } else {
+                Reply::json(200, json!({}))
+            }
+        }
+    });
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator", "approver"]).await;
+    let viewer = server.key("acme", "vic", &["viewer"]).await;
+    let (status, body) = server
+        .post(&viewer, "/v1/webhooks", json!({ "url": receiver.url, "events": ["run.completed"], "secret": SECRET }))
+        .await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("access_denied")));
+    for bad in [
+        json!({ "url": "ftp://x", "events": ["run.completed"], "secret": SECRET }),
+        json!({ "url": receiver.url, "events": ["run.exploded"], "secret": SECRET }),
+        json!({ "url": receiver.url, "events": [], "secret": SECRET }),
+        json!({ "url": receiver.url, "events": ["run.completed"], "secret": "short" }),
+    ] {
+        assert_eq!(server.post(&admin, "/v1/webhooks", bad.clone()).await.0, 400, "{bad}");
+    }
+    let events = ["interrupt.opened", "run.completed", "run.failed", "run.suspended"];
+    let (status, hook) =
+        server.post(&admin, "/v1/webhooks", json!({ "url": receiver.url, "events": events, "secret": SECRET })).await;
+    assert_eq!(status, 201, "{hook}");
+    assert!(hook.get("secret").is_none(), "the secret is never shown");
+    let id = hook["id"].as_str().unwrap().to_owned();
+
+    server.register(&admin, APPROVAL).await;
+    let (_, run) = server
+        .post(&admin, "/v1/runs", json!({ "workflow": "greet", "input": { "name": "Ada" }, "wait_seconds": 10 }))
+        .await;
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let interrupt = run["pending"][0]["id"].as_str().unwrap();
+    server
+        .post(&admin, &format!("/v1/interrupts/{run_id}.{interrupt}/decision"), json!({ "decision": "approve" }))
+        .await;
+
+    // Three events: the stop, its interrupt, the end; delivered despite the failures.
+    let mut delivered = Vec::new();
+    for _ in 0..300 {
+        delivered =
+            receiver.requests().into_iter().filter(|r| r.headers.contains_key("stepwright-signature")).collect();
+        let ok: std::collections::BTreeSet<String> =
+            delivered.iter().skip(2).map(|r| r.body["event"].as_str().unwrap_or_default().to_owned()).collect();
+        if ok.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let kinds: std::collections::BTreeSet<&str> = delivered.iter().filter_map(|r| r.body["event"].as_str()).collect();
+    assert_eq!(kinds, ["interrupt.opened", "run.completed", "run.suspended"].into(), "{delivered:?}");
+    for request in &delivered {
+        let body = serde_json::to_string(&request.body).unwrap();
+        assert!(verify(&request.headers["stepwright-signature"], &body), "a signature the receiver can check");
+        assert_eq!(request.body["run_id"], run_id);
+    }
+    let completed = delivered.iter().find(|r| r.body["event"] == "run.completed").unwrap();
+    assert_eq!(completed.body["output"], json!("Hello, Ada!"));
+
+    // The redelivery log: each delivery once, delivered, the failed attempts kept.
+    let (status, log) = server.get(&admin, &format!("/v1/webhooks/{id}/deliveries")).await;
+    assert_eq!(status, 200);
+    let log = log.as_array().unwrap().clone();
+    assert_eq!(log.len(), 3, "one delivery per event: {log:?}");
+    assert!(log.iter().all(|d| d["state"] == "delivered"), "{log:?}");
+    let attempts: usize = log.iter().map(|d| d["attempts"].as_array().unwrap().len()).sum();
+    assert_eq!(attempts, 5, "three deliveries, two of them tried twice: {log:?}");
+    assert!(log.iter().flat_map(|d| d["attempts"].as_array().unwrap().clone()).any(|a| a["status"] == 500));
+
+    // Listing and deleting.
+    let (_, listed) = server.get(&admin, "/v1/webhooks").await;
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    let stranger = server.key("globex", "gus", &["admin"]).await;
+    assert_eq!(server.get(&stranger, &format!("/v1/webhooks/{id}/deliveries")).await.0, 404);
+    let deleted =
+        server.http.delete(format!("{}/v1/webhooks/{id}", server.base)).bearer_auth(&admin).send().await.unwrap();
+    assert_eq!(deleted.status(), 204);
+    assert_eq!(server.get(&admin, "/v1/webhooks").await.1, json!([]));
+    server.shutdown().await;
+}
