@@ -195,14 +195,14 @@ pub(crate) async fn decide(
     let detail = json!({ "decision": decision });
     shared.engine.resolve(run, &interrupt, decision, &who.caller()).await?;
     audit(&shared, &who, "interrupt.decided", format!("{run}.{interrupt}"), detail).await?;
-    if shared.executes {
-        let workflow = shared.definition_of(run).await?;
-        let engine = shared.engine.clone();
-        // Continued in a task of its own: the answer does not wait for the rest of the run.
-        // A live process that waits on the interrupt continues it instead (this resume is
-        // then refused), and a worker takes it if this process dies first.
-        tokio::spawn(async move { engine.resume(&workflow, run).await });
-    }
+    // Continued here, in a task of its own (the answer does not wait for the rest of the
+    // run), as `stepwright approve` does — also with `--no-worker`: a decided run is not due
+    // for a worker's claim, so the process that took the decision takes the run on. A live
+    // process that waits on the interrupt continues it instead (this resume is then
+    // refused), and a worker takes it over if this process dies first.
+    let workflow = shared.definition_of(run).await?;
+    let engine = shared.engine.clone();
+    tokio::spawn(async move { engine.resume(&workflow, run).await });
     let status = shared.store.load_from(run, u64::MAX).await?.record.status;
     Ok(Json(DecisionTaken {
         run_id: run.to_string(),

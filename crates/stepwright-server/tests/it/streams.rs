@@ -22,7 +22,11 @@ async fn read(server: &TestServer, key: &str, path: &str, last_event_id: Option<
     if let Some(id) = last_event_id {
         request = request.header("last-event-id", id.to_string());
     }
-    let response = request.send().await.unwrap();
+    collect(request.send().await.unwrap(), limit).await
+}
+
+/// The events of a stream's answer, to its end or `limit` of them.
+async fn collect(response: reqwest::Response, limit: usize) -> Vec<Received> {
     assert_eq!(response.status(), 200);
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut events = response.bytes_stream().eventsource();
@@ -98,20 +102,8 @@ async fn two_watchers_see_every_event_once_in_order_as_runs_events_does_and_resu
 }
 
 async fn read_at(base: &str, key: &str, path: &str) -> Vec<Received> {
-    let response = reqwest::Client::new().get(format!("{base}{path}")).bearer_auth(key).send().await.unwrap();
-    let mut events = response.bytes_stream().eventsource();
-    let mut received = Vec::new();
-    while let Some(event) =
-        tokio::time::timeout(std::time::Duration::from_secs(20), events.next()).await.expect("an event in time")
-    {
-        let event = event.unwrap();
-        received.push(Received {
-            id: event.id.parse().unwrap(),
-            event: event.event,
-            data: serde_json::from_str(&event.data).unwrap(),
-        });
-    }
-    received
+    collect(reqwest::Client::new().get(format!("{base}{path}")).bearer_auth(key).send().await.unwrap(), usize::MAX)
+        .await
 }
 
 #[tokio::test]
