@@ -31,7 +31,8 @@ for _ in range(runs):
     status, run = call("POST", "/v1/runs", {"workflow": "hello-approval", "input": {"name": "Ada"}, "wait_seconds": 10})
     assert status == 201 and run["status"] == "suspended", (status, run)
     sock = socket.create_connection((url.hostname, url.port))
-    sock.sendall(f"GET /v1/runs/{run['run_id']}/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
+    # HTTP/1.0: no chunked framing between the lines, and the end of the stream closes it.
+    sock.sendall(f"GET /v1/runs/{run['run_id']}/events HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n".encode())
     sock.settimeout(10)
     buffer = b""
     # Read what is there so far (up to the interrupt.opened event).
@@ -41,19 +42,21 @@ for _ in range(runs):
     t0 = time.time()
     status, _ = call("POST", f"/v1/interrupts/{run['run_id']}.{run['pending'][0]['id']}/decision", {"decision": "approve"})
     assert status == 200, status
-    sent_started = None
-    while b"event: run.completed" not in buffer or not buffer.endswith(b"\n\n"):
+    sent_started, finished, pending = None, False, b""
+    while not finished:
         chunk = sock.recv(65536)
         if not chunk:
             break
         arrived = time.time()
-        buffer += chunk
-        for line in chunk.split(b"\n"):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
             if line.startswith(b"data: "):
                 event = json.loads(line[6:])
                 on_wire.append((arrived - event["at"] / 1e6) * 1000)
                 if event["kind"] == "step.started" and event["path"] == "sent":
                     sent_started = event["at"] / 1e6
+                finished = finished or event["kind"] == "run.completed"
     sock.close()
     decide_to_next.append((sent_started - t0) * 1000)
 

@@ -388,3 +388,23 @@ async fn wait_for_status(server: &TestServer, key: &str, run: &str, status: &str
     }
     panic!("run {run} never became {status}");
 }
+
+/// `--no-worker`: a started run is created pending and left to the workers on the store.
+#[tokio::test]
+async fn without_a_worker_started_runs_wait_for_one() {
+    let server = TestServer::start_with(|config| config.worker = false).await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    server.register(&admin, THREE_SETS).await;
+    let (status, run) =
+        server.post(&admin, "/v1/runs", json!({ "workflow": "three", "input": 7, "wait_seconds": 0.3 })).await;
+    assert_eq!((status, run["status"].as_str()), (202, Some("pending")), "{run}");
+    let id = run["run_id"].as_str().unwrap().to_owned();
+    // A worker elsewhere on the same store (here, a runner over it) executes it.
+    let engine = stepwright_app::engine_over(&server.store).build();
+    let resolver = stepwright_app::resolver(server.store.clone(), stepwright_app::Bindings::default());
+    let outcomes = stepwright_core::Runner::new(engine).resolve_with(resolver).tick().await.unwrap();
+    assert_eq!(outcomes.len(), 1);
+    let done = wait_for_status(&server, &admin, &id, "completed").await;
+    assert_eq!(done["output"], json!(7));
+    server.shutdown().await;
+}
