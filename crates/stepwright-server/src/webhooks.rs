@@ -30,6 +30,9 @@ const EVERY: Duration = Duration::from_millis(200);
 /// whose clocks and commits do not line up exactly; a delivery found twice is sent once.
 const SLACK: Duration = Duration::from_secs(5);
 
+/// How many changed runs one read takes (the watermark carries the rest to the next turn).
+const PER_READ: usize = 200;
+
 /// How many attempts a delivery gets.
 const MAX_ATTEMPTS: usize = 12;
 
@@ -79,33 +82,40 @@ async fn find(store: &dyn ServerStore, now: Timestamp) -> Result<(), stepwright_
         // A webhook hears of what changes after it is made.
         let first = hooks.iter().map(|w| w.created_at).min().unwrap_or(now);
         let watermark = store.webhook_watermark(namespace).await?.unwrap_or(first);
-        let since = Timestamp::from_micros(watermark.as_micros() - i64::try_from(SLACK.as_micros()).unwrap_or(0));
-        let filter = RunFilter {
-            tenant: Some(namespace.to_owned()),
-            updated_since: Some(since.max(first)),
-            headers_only: false,
-            limit: Some(200),
-            ..RunFilter::default()
-        };
-        let changed = store.list_runs(filter).await?;
+        let behind = Timestamp::from_micros(watermark.as_micros() - i64::try_from(SLACK.as_micros()).unwrap_or(0));
+        // Two reads: the slack behind the watermark (late commits), and forward from it —
+        // each bounded, so a busy window behind cannot hold the watermark back.
         let mut reached = watermark;
-        for run in &changed {
-            for (event, key, body) in events_of(store, run).await? {
-                for hook in
-                    hooks.iter().filter(|w| w.events.iter().any(|e| *e == event) && w.created_at <= run.updated_at)
-                {
-                    let delivery = NewDelivery {
-                        webhook_id: hook.id.clone(),
-                        namespace: namespace.to_owned(),
-                        event_key: key.clone(),
-                        event: event.to_owned(),
-                        body: body.to_string(),
-                        at: now,
-                    };
-                    store.enqueue_delivery(delivery).await?;
+        let mut reads = vec![behind.max(first), watermark.max(first)];
+        reads.dedup();
+        for since in reads {
+            let filter = RunFilter {
+                tenant: Some(namespace.to_owned()),
+                updated_since: Some(since),
+                headers_only: false,
+                limit: Some(PER_READ),
+                ..RunFilter::default()
+            };
+            for run in &store.list_runs(filter).await? {
+                for (event, key, body) in events_of(store, run).await? {
+                    let wanted =
+                        hooks.iter().filter(|w| w.events.iter().any(|e| *e == event) && w.created_at <= run.updated_at);
+                    for hook in wanted {
+                        let delivery = NewDelivery {
+                            webhook_id: hook.id.clone(),
+                            namespace: namespace.to_owned(),
+                            event_key: key.clone(),
+                            event: event.to_owned(),
+                            body: body.to_string(),
+                            at: now,
+                        };
+                        store.enqueue_delivery(delivery).await?;
+                    }
+                }
+                if since >= watermark {
+                    reached = reached.max(run.updated_at);
                 }
             }
-            reached = reached.max(run.updated_at);
         }
         store.set_webhook_watermark(namespace, reached).await?;
     }

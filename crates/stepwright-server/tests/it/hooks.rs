@@ -110,3 +110,37 @@ async fn every_event_is_delivered_signed_through_failures_and_logged() {
     assert_eq!(server.get(&admin, "/v1/webhooks").await.1, json!([]));
     server.shutdown().await;
 }
+
+/// More runs change at once than the finder reads in one turn: every one is delivered (the
+/// watermark moves forward past a busy window instead of re-reading it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_of_runs_larger_than_one_read_is_delivered_whole() {
+    let receiver = FakeServer::responding(|_| Reply::json(200, json!({})));
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    let hook = json!({ "url": receiver.url, "events": ["run.completed"], "secret": SECRET });
+    assert_eq!(server.post(&admin, "/v1/webhooks", hook).await.0, 201);
+    server.register(&admin, crate::THREE_SETS).await;
+    let mut runs = std::collections::BTreeSet::new();
+    for round in 0..25 {
+        let starts = (0..20).map(|n| {
+            server.post(&admin, "/v1/runs", json!({ "workflow": "three", "input": round * 20 + n, "wait_seconds": 10 }))
+        });
+        for (status, run) in futures_util::future::join_all(starts).await {
+            assert_eq!(status, 201);
+            runs.insert(run["run_id"].as_str().unwrap().to_owned());
+        }
+    }
+    assert_eq!(runs.len(), 500);
+    let mut delivered = std::collections::BTreeSet::new();
+    for _ in 0..600 {
+        delivered = receiver.requests().iter().filter_map(|r| r.body["run_id"].as_str().map(str::to_owned)).collect();
+        if delivered.len() == runs.len() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(delivered, runs, "every completion delivered");
+    assert_eq!(receiver.served(), runs.len(), "each once");
+    server.shutdown().await;
+}
