@@ -186,12 +186,12 @@ impl Shared {
 
     /// The definition a run is pinned to: compiled before in this process, or rebuilt from
     /// the source the store keeps.
-    pub(crate) async fn definition_of(&self, run: stepwright_core::RunId) -> Result<Workflow, ApiError> {
-        let hash = self.store.load_from(run, u64::MAX).await?.record.definition_hash;
+    pub(crate) async fn definition_of(&self, run: &stepwright_core::RunRecord) -> Result<Workflow, ApiError> {
+        let hash = run.definition_hash;
         if let Some(workflow) = self.workflows.lock().expect("poisoned").get(&hash) {
             return Ok(workflow.clone());
         }
-        let workflow = stepwright_app::definition_of(self.store.as_ref(), run, &self.bindings).await?;
+        let workflow = stepwright_app::definition_of(self.store.as_ref(), run.id, &self.bindings).await?;
         self.workflows.lock().expect("poisoned").insert(hash, workflow.clone());
         Ok(workflow)
     }

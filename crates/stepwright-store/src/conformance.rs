@@ -158,6 +158,63 @@ pub async fn control_tables(store: &dyn crate::ServerStore) {
     assert_eq!(log.iter().map(|e| e.action.as_str()).collect::<Vec<_>>(), ["interrupt.decided", "key.created"]);
     assert_eq!(log[0].detail, json!({ "n": 1 }));
     assert!(store.audit_entries("other", 10).await.expect("log").is_empty());
+
+    // Webhooks: a delivery per (webhook, event key), leased to one claimer, its attempts kept.
+    use crate::control::{Attempt, DeliveryState, NewDelivery, Webhook};
+    let hook = |id: &str, namespace: &str| Webhook {
+        id: id.into(),
+        namespace: namespace.into(),
+        url: "http://127.0.0.1:9/hook".into(),
+        events: vec!["run.completed".into()],
+        secret: "sixteen-characters".into(),
+        created_at: Timestamp::from_micros(1),
+    };
+    store.create_webhook(hook("h1", "acme")).await.expect("create");
+    store.create_webhook(hook("h2", "other")).await.expect("create");
+    assert_eq!(store.webhooks(Some("acme")).await.expect("list"), [hook("h1", "acme")]);
+    assert_eq!(store.webhooks(None).await.expect("list").len(), 2);
+    let delivery = |key: &str| NewDelivery {
+        webhook_id: "h1".into(),
+        namespace: "acme".into(),
+        event_key: key.into(),
+        event: "run.completed".into(),
+        body: "{}".into(),
+        at: Timestamp::from_micros(10),
+    };
+    assert!(store.enqueue_delivery(delivery("run.completed:a")).await.expect("enqueue"));
+    assert!(!store.enqueue_delivery(delivery("run.completed:a")).await.expect("again"), "one per key");
+    assert!(store.enqueue_delivery(delivery("run.completed:b")).await.expect("enqueue"));
+    let lease = std::time::Duration::from_secs(30);
+    assert!(store.claim_deliveries(Timestamp::from_micros(5), lease, 10).await.expect("claim").is_empty(), "not due");
+    let claimed = store.claim_deliveries(Timestamp::from_micros(20), lease, 10).await.expect("claim");
+    assert_eq!(claimed.len(), 2);
+    assert!(store.claim_deliveries(Timestamp::from_micros(20), lease, 10).await.expect("claim").is_empty(), "leased");
+    let failed = Attempt { at: Timestamp::from_micros(21), status: Some(500), error: Some("no".into()) };
+    store
+        .record_attempt(claimed[0].id, failed.clone(), DeliveryState::Pending, Timestamp::from_micros(50))
+        .await
+        .expect("record");
+    let ok = Attempt { at: Timestamp::from_micros(22), status: Some(200), error: None };
+    store
+        .record_attempt(claimed[1].id, ok, DeliveryState::Delivered, Timestamp::from_micros(22))
+        .await
+        .expect("record");
+    let again = store.claim_deliveries(Timestamp::from_micros(60), lease, 10).await.expect("claim");
+    assert_eq!(again.iter().map(|d| d.id).collect::<Vec<_>>(), [claimed[0].id], "the failed one, once due");
+    assert_eq!(again[0].attempts, [failed]);
+    let log = store.deliveries("acme", "h1", 10).await.expect("log");
+    assert_eq!(log.len(), 2);
+    assert!(store.deliveries("other", "h1", 10).await.expect("log").is_empty(), "another namespace sees none");
+    assert!(store.delete_webhook("acme", "h1", Timestamp::from_micros(70)).await.expect("delete"));
+    assert!(!store.delete_webhook("other", "h1", Timestamp::from_micros(70)).await.expect("delete"));
+    assert!(
+        store.claim_deliveries(Timestamp::from_micros(1_000_000_000), lease, 10).await.expect("claim").is_empty(),
+        "a deleted webhook's deliveries stop"
+    );
+    assert_eq!(store.webhook_watermark("acme").await.expect("read"), None);
+    store.set_webhook_watermark("acme", Timestamp::from_micros(40)).await.expect("set");
+    store.set_webhook_watermark("acme", Timestamp::from_micros(30)).await.expect("set");
+    assert_eq!(store.webhook_watermark("acme").await.expect("read"), Some(Timestamp::from_micros(40)), "never back");
 }
 
 /// Two stores on one database (two processes) claiming one idempotency key and registering

@@ -10,11 +10,10 @@ use anyhow::{Context, anyhow};
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use stepwright_core::RunStatus;
 
 use crate::args::{Command, RunsCommand};
 use crate::exit::{BadInput, exit_code};
-use crate::render::{clock_time, print_timeline, usage_text};
+use crate::render::{clock_time, print_report, print_timeline, usage_text};
 
 /// The longest one request waits for a run; the CLI then asks again.
 const WAIT_SECONDS: u64 = 30;
@@ -196,26 +195,8 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
 /// Decides the run's interrupt (the only open one unless `--interrupt`), then prints the run
 /// once it stops.
 async fn decide(remote: &Remote, run: &str, interrupt: Option<&str>, body: Value, json: bool) -> anyhow::Result<u8> {
-    let shown = remote.get(&format!("/v1/runs/{run}")).await?;
-    let interrupt = match interrupt {
-        Some(id) => id.to_owned(),
-        None => match shown["pending"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            [only] => only["id"].as_str().unwrap_or_default().to_owned(),
-            [] => return Err(anyhow!(BadInput(format!("run {run} has no open interrupt")))),
-            many => {
-                let ids: Vec<String> = many
-                    .iter()
-                    .map(|p| {
-                        format!("{} ({})", p["id"].as_str().unwrap_or_default(), p["step"].as_str().unwrap_or_default())
-                    })
-                    .collect();
-                return Err(anyhow!(BadInput(format!(
-                    "run {run} has several open interrupts; pick one with --interrupt: {}",
-                    ids.join(", ")
-                ))));
-            }
-        },
-    };
+    let shown = as_report(&remote.get(&format!("/v1/runs/{run}")).await?)?;
+    let interrupt = stepwright_app::only_interrupt(&shown, interrupt)?.to_string();
     remote.post(&format!("/v1/interrupts/{run}.{interrupt}/decision"), body).await?;
     // The server continues the run; wait for it to finish or stop again.
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -229,50 +210,22 @@ async fn decide(remote: &Remote, run: &str, interrupt: Option<&str>, body: Value
     report(&remote.until_stopped(after).await?, json)
 }
 
+/// A run as the server shows it, read as the report the local commands print: the same
+/// printing, the same exit code. (The API's error has no `retryable`; a report printed here
+/// does not need it.)
+fn as_report(run: &Value) -> anyhow::Result<stepwright_core::RunReport> {
+    let mut run = run.clone();
+    if let Some(error) = run["error"].as_object_mut() {
+        error.entry("retryable").or_insert(json!(false));
+    }
+    serde_json::from_value(run).context("the server's answer is not a run")
+}
+
 /// Prints a run as `run --json` / the run's output, and answers its exit code.
 fn report(run: &Value, json: bool) -> anyhow::Result<u8> {
-    let status: RunStatus = serde_json::from_value(run["status"].clone()).context("the run's status")?;
-    let id = run["run_id"].as_str().unwrap_or_default();
-    if json {
-        let pending: Vec<Value> = run["pending"]
-            .as_array()
-            .map(|p| {
-                p.iter()
-                    .map(|i| json!({ "id": i["id"], "step": i["step"], "kind": i["kind"], "message": i["message"] }))
-                    .collect()
-            })
-            .unwrap_or_default();
-        println!(
-            "{}",
-            json!({ "run_id": id, "status": status, "output": run["output"], "error": run["error"], "pending": pending })
-        );
-        return Ok(exit_code(status));
-    }
-    match status {
-        RunStatus::Completed => println!("{}", serde_json::to_string_pretty(&run["output"]).unwrap_or_default()),
-        RunStatus::Suspended => {
-            eprintln!("run {id} is waiting:");
-            for p in run["pending"].as_array().into_iter().flatten() {
-                eprintln!(
-                    "  {} at {}: {}",
-                    p["id"].as_str().unwrap_or_default(),
-                    p["step"].as_str().unwrap_or_default(),
-                    p["message"].as_str().unwrap_or_default()
-                );
-            }
-        }
-        _ => {
-            if run["error"].is_object() {
-                eprintln!(
-                    "run {id} {}: {}: {}",
-                    status.as_str(),
-                    run["error"]["code"].as_str().unwrap_or_default(),
-                    run["error"]["message"].as_str().unwrap_or_default()
-                );
-            }
-        }
-    }
-    Ok(exit_code(status))
+    let report = as_report(run)?;
+    print_report(&report, json);
+    Ok(exit_code(report.status))
 }
 
 async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {

@@ -172,7 +172,7 @@ pub(crate) async fn decide(
     let missing = || ApiError::not_found("not_found", format!("no interrupt {id:?}"));
     let (run, interrupt) = id.split_once('.').ok_or_else(missing)?;
     let run: RunId = run.parse().map_err(|_| missing())?;
-    run_in_namespace(&shared, &who, run).await.map_err(|_| missing())?;
+    let record = run_in_namespace(&shared, &who, run).await.map_err(|_| missing())?;
     who.require(Role::Approver)?;
     let decision = match (body.decision, body.payload, body.value, body.reason) {
         (DecisionKind::Approve, None, None, None) => Decision::Approve,
@@ -200,7 +200,7 @@ pub(crate) async fn decide(
     // for a worker's claim, so the process that took the decision takes the run on. A live
     // process that waits on the interrupt continues it instead (this resume is then
     // refused), and a worker takes it over if this process dies first.
-    let workflow = shared.definition_of(run).await?;
+    let workflow = shared.definition_of(&record).await?;
     let engine = shared.engine.clone();
     tokio::spawn(async move { engine.resume(&workflow, run).await });
     let status = shared.store.load_from(run, u64::MAX).await?.record.status;

@@ -336,9 +336,9 @@ pub(crate) async fn resume(
 ) -> Result<(StatusCode, Json<RunDetails>), ApiError> {
     who.require(Role::Operator)?;
     let run = parse_run(&id)?;
-    run_in_namespace(&shared, &who, run).await?;
+    let record = run_in_namespace(&shared, &who, run).await?;
     let wait = wait_for(body.wait_seconds)?;
-    let workflow = shared.definition_of(run).await?;
+    let workflow = shared.definition_of(&record).await?;
     let engine = shared.engine.clone();
     let task = tokio::spawn(async move { engine.resume(&workflow, run).await });
     let details = match tokio::time::timeout(wait.max(Duration::from_millis(50)), task).await {
