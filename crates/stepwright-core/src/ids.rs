@@ -32,6 +32,16 @@ impl RunId {
     }
 }
 
+impl schemars::JsonSchema for RunId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RunId".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "format": "uuid", "description": "A run's id (a UUIDv7)." })
+    }
+}
+
 impl fmt::Display for RunId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.0, f)
@@ -107,6 +117,19 @@ impl Timestamp {
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct StepPath(Arc<str>);
+
+impl schemars::JsonSchema for StepPath {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "StepPath".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "A step execution's path in its run, such as `drafts[1]/write` or `refine#3/critique`.",
+        })
+    }
+}
 
 impl StepPath {
     /// The root: the workflow body itself.

@@ -5,6 +5,11 @@
 //! An event's number is its position in that sequence, which does not depend on when it is
 //! read: a client that comes back with `Last-Event-ID: N` — to this process or another, or
 //! after a restart — gets the events after N and nothing else.
+//!
+//! A feed also carries the text a model streams while a step of the run executes in this
+//! process: tokens are not journaled, so they are passed on live to the subscribers of the
+//! moment and never kept — a client that reconnects cannot be shown one twice (the model's
+//! whole answer is in the journal's `model.call` event either way).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -14,7 +19,7 @@ use stepwright_core::RunId;
 use stepwright_core::inspect::EventCursor;
 use stepwright_core::journal::EventRecord;
 use stepwright_store::ServerStore;
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 /// How often a feed reads its run's new events while they come: this bounds the extra
@@ -24,6 +29,18 @@ const POLL_EVERY: Duration = Duration::from_millis(5);
 /// The longest a quiet run's feed waits between reads: a run that waits days for a person
 /// costs a read every quarter second, not two hundred.
 const POLL_AT_MOST_EVERY: Duration = Duration::from_millis(250);
+
+/// How many streamed tokens a slow subscriber may fall behind before it misses some.
+const TOKENS_BUFFERED: usize = 1024;
+
+/// A piece of text a model streamed for a step.
+#[derive(Debug, serde::Serialize)]
+pub struct StreamedToken {
+    /// The step it is for.
+    pub path: String,
+    /// The text.
+    pub text: String,
+}
 
 /// A live feed's state: the events so far and whether the run has ended.
 #[derive(Debug, Default)]
@@ -43,6 +60,8 @@ pub struct Feed {
     nudge: Arc<tokio::sync::Notify>,
     /// The number of events (and the end) as they change, for subscribers to wait on.
     changed: watch::Sender<usize>,
+    /// Tokens as models stream them in this process, to whoever listens now.
+    tokens: broadcast::Sender<Arc<StreamedToken>>,
 }
 
 /// What a subscriber reads next.
@@ -56,6 +75,11 @@ pub enum Next {
 }
 
 impl Feed {
+    /// The tokens streamed from now on.
+    pub fn tokens(&self) -> broadcast::Receiver<Arc<StreamedToken>> {
+        self.tokens.subscribe()
+    }
+
     /// The events from `from` on, or the end; waits while there is nothing new.
     pub async fn next(&self, from: usize) -> Next {
         let mut changed = self.changed.subscribe();
@@ -98,6 +122,10 @@ impl stepwright_core::Observer for NudgeFeeds {
     fn step_finished(&self, run: RunId, _path: &stepwright_core::StepPath, _status: stepwright_core::StepStatus) {
         self.0.nudge(run);
     }
+
+    fn token(&self, run: RunId, path: &stepwright_core::StepPath, text: &str) {
+        self.0.token(run, path, text);
+    }
 }
 
 impl Feeds {
@@ -114,7 +142,12 @@ impl Feeds {
             return feed;
         }
         live.retain(|_, feed| feed.strong_count() > 0);
-        let feed = Arc::new(Feed { log: Mutex::default(), nudge: Arc::default(), changed: watch::Sender::new(0) });
+        let feed = Arc::new(Feed {
+            log: Mutex::default(),
+            nudge: Arc::default(),
+            changed: watch::Sender::new(0),
+            tokens: broadcast::Sender::new(TOKENS_BUFFERED),
+        });
         live.insert(run, Arc::downgrade(&feed));
         tokio::spawn(read_run(self.store.clone(), run, Arc::downgrade(&feed), self.shutdown.clone()));
         feed
@@ -126,6 +159,19 @@ impl Feeds {
         let feed = self.live.lock().expect("poisoned").get(&run).and_then(Weak::upgrade);
         if let Some(feed) = feed {
             feed.nudge.notify_one();
+        }
+    }
+
+    /// Passes a streamed token to the run's subscribers, if it has any (nobody watching: it
+    /// is dropped, as it is not journaled).
+    pub fn token(&self, run: RunId, path: &stepwright_core::StepPath, text: &str) {
+        let feed = self.live.lock().expect("poisoned").get(&run).and_then(Weak::upgrade);
+        if let Some(feed) = feed
+            && feed.tokens.receiver_count() > 0
+        {
+            let token = StreamedToken { path: path.as_str().to_owned(), text: text.to_owned() };
+            // No receiver left in between is not an error: the token had nobody to reach.
+            let _ = feed.tokens.send(Arc::new(token));
         }
     }
 

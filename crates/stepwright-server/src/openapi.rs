@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::keys::Role;
 use crate::problem::Problem;
-use crate::routes::{events, hooks, interrupts, runs, workflows};
+use crate::routes::{events, history, hooks, interrupts, runs, workflows};
 
 /// One operation: a method on a path, with its types.
 struct Operation {
@@ -173,7 +173,7 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             query: None,
             responses: vec![
                 (200, "It finished or stopped again.", Some(run.clone()), JSON),
-                (202, "Still running.", Some(run), JSON),
+                (202, "Still running.", Some(run.clone()), JSON),
             ],
             errors: &[400, 403, 404, 409, 413, 422],
         },
@@ -186,6 +186,49 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             body: Some(schema::<runs::RunMessage>(g)),
             query: None,
             responses: vec![(202, "Stored.", Some(schema::<runs::Stored>(g)), JSON)],
+            errors: &[400, 403, 404, 413, 415, 422],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/runs/{id}/replay",
+            id: "replayRun",
+            summary: "Re-execute a run in a sandbox with its own definition, serving every recorded effect; compare step by step (nothing is written).",
+            role: Some(Role::Operator),
+            body: None,
+            query: None,
+            responses: vec![(
+                200,
+                "The comparison; `identical` says whether every step and the output came out the same.",
+                Some(schema::<stepwright_core::ReplayReport>(g)),
+                JSON,
+            )],
+            errors: &[403, 404, 422],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/runs/{id}/recompute",
+            id: "recomputeRun",
+            summary: "Re-execute a run (or from a step), optionally with another registered version, and report what changed.",
+            role: Some(Role::Operator),
+            body: Some(schema::<history::RecomputeRun>(g)),
+            query: None,
+            responses: vec![(
+                200,
+                "What changed, step by step; `changed` gates CI as the CLI's exit code does.",
+                Some(schema::<stepwright_core::RecomputeReport>(g)),
+                JSON,
+            )],
+            errors: &[400, 403, 404, 413, 422],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/runs/{id}/fork",
+            id: "forkRun",
+            summary: "A new run from the checkpoint before a step, optionally with a new input or step outputs.",
+            role: Some(Role::Operator),
+            body: Some(schema::<history::ForkRun>(g)),
+            query: None,
+            responses: vec![(201, "The new run (lineage: this run and the step).", Some(run), JSON)],
             errors: &[400, 403, 404, 413, 415, 422],
         },
         Operation {
@@ -258,20 +301,37 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
 }
 
 /// One Server-Sent Event as a stream carries it (the OpenAPI 3.2 way of describing a
-/// stream's items): `id` is its position, `event` its name, `data` the event as JSON.
+/// stream's items): a recorded event, with `id` its position, `event` its name and `data`
+/// the event as JSON; or, with `?tokens=true`, a `token` event without an `id`.
 fn sse_event(g: &mut SchemaGenerator) -> Value {
     json!({
-        "type": "object",
-        "required": ["id", "event", "data"],
-        "properties": {
-            "id": { "type": "string", "pattern": "^[0-9]+$", "description": "The event's position in the run's event sequence." },
-            "event": { "type": "string", "description": "The event's name (`step.started`, `run.completed`, …)." },
-            "data": {
-                "type": "string",
-                "contentMediaType": "application/json",
-                "contentSchema": schema::<events::StreamedEvent>(g),
+        "oneOf": [
+            {
+                "type": "object",
+                "required": ["id", "event", "data"],
+                "properties": {
+                    "id": { "type": "string", "pattern": "^[0-9]+$", "description": "The event's position in the run's event sequence." },
+                    "event": { "type": "string", "description": "The event's name (`step.started`, `run.completed`, …)." },
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": schema::<events::StreamedEvent>(g),
+                    },
+                },
             },
-        },
+            {
+                "type": "object",
+                "required": ["event", "data"],
+                "properties": {
+                    "event": { "const": "token" },
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": schema::<events::StreamedTokenDoc>(g),
+                    },
+                },
+            },
+        ],
     })
 }
 
@@ -322,7 +382,7 @@ pub fn document() -> Value {
             }
         }
         if let Some(body) = op.body {
-            operation["requestBody"] = json!({ "required": op.method == "post" && op.id != "cancelRun" && op.id != "resumeRun", "content": { JSON: { "schema": body } } });
+            operation["requestBody"] = json!({ "required": op.method == "post" && !matches!(op.id, "cancelRun" | "resumeRun" | "recomputeRun"), "content": { JSON: { "schema": body } } });
         }
         paths.entry(op.path).or_insert_with(|| json!({}))[op.method] = operation;
     }

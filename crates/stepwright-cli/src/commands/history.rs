@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use stepwright_core::StepPath;
+use stepwright_core::{RecomputeReport, ReplayReport, RunId, RunStatus, StepPath};
 
 use crate::commands::Globals;
 use crate::host::{Servers, cli_engine, definition_of, keep_source, load, open_store, parse_json, parse_run};
@@ -16,8 +16,13 @@ pub(crate) async fn replay(g: &Globals<'_>, run: String, json: bool) -> anyhow::
     let store = open_store(g.db).await?;
     let workflow = definition_of(&store, run, flags).await?;
     let report = cli_engine(&store, false).replay(&workflow, run).await?;
+    print_replay(&report, json)
+}
+
+/// Prints a replay's comparison (local or from a server); exit 0 identical, 1 changed.
+pub(crate) fn print_replay(report: &ReplayReport, json: bool) -> anyhow::Result<u8> {
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        println!("{}", serde_json::to_string(report)?);
     } else {
         for step in &report.steps {
             println!("{:<12} {}", format!("{:?}", step.outcome).to_lowercase(), step.path);
@@ -48,8 +53,13 @@ pub(crate) async fn recompute(
     }
     let options = stepwright_core::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
     let report = cli_engine(&store, false).recompute(&workflow, run, options).await?;
+    print_recompute(&report, json)
+}
+
+/// Prints what a recompute found (local or from a server); exit 0 clean, 1 changed.
+pub(crate) fn print_recompute(report: &RecomputeReport, json: bool) -> anyhow::Result<u8> {
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        println!("{}", serde_json::to_string(report)?);
     } else {
         for step in &report.steps {
             match &step.change {
@@ -88,19 +98,30 @@ pub(crate) async fn fork(
 ) -> anyhow::Result<u8> {
     let run = parse_run(&run)?;
     let store = open_store(g.db).await?;
+    let patch = fork_edits(set.as_deref())?;
+    let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await?;
+    print_fork(record.id, record.status, run, &at, json);
+    Ok(0)
+}
+
+/// Prints a new fork (local or from a server).
+pub(crate) fn print_fork(id: RunId, status: RunStatus, parent: RunId, at: &str, json: bool) {
+    if json {
+        println!("{}", json!({ "run_id": id, "status": status, "parent": parent, "at": at }));
+    } else {
+        println!("{id}");
+    }
+}
+
+/// A fork's `--set` edits: `{"input": …, "steps": {"<path>": <output>}}`.
+pub(crate) fn fork_edits(set: Option<&str>) -> anyhow::Result<stepwright_core::ForkPatch> {
     let mut patch = stepwright_core::ForkPatch::default();
     if let Some(set) = set {
-        let edits = parse_json(&set, "--set")?;
+        let edits = parse_json(set, "--set")?;
         patch.input = edits.get("input").cloned();
         if let Some(steps) = edits.get("steps").and_then(Value::as_object) {
             patch.outputs = steps.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         }
     }
-    let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await?;
-    if json {
-        println!("{}", json!({ "run_id": record.id, "status": record.status, "parent": run, "at": at }));
-    } else {
-        println!("{}", record.id);
-    }
-    Ok(0)
+    Ok(patch)
 }

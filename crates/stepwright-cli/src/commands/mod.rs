@@ -23,15 +23,18 @@ pub(crate) struct Globals<'a> {
 /// Runs the command; the exit code on success.
 pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     let server = cli.server.clone().or_else(|| std::env::var("STEPWRIGHT_SERVER").ok().filter(|s| !s.is_empty()));
-    if let Some(server) = server {
-        if remote::supported(&cli.command) {
-            return remote::dispatch(&remote::Remote::new(&server)?, cli.command).await;
-        }
-        if matches!(cli.command, Command::Replay { .. } | Command::Recompute { .. } | Command::Fork { .. }) {
+    if let Some(server) = server
+        && remote::supported(&cli.command)
+    {
+        let flags = &cli.models;
+        if !flags.overrides.is_empty() || flags.cassette.is_some() || !flags.allow_dirs.is_empty() {
             return Err(anyhow::anyhow!(crate::exit::BadInput(
-                "replay, recompute and fork are not available over --server yet; run them where the store is".into()
+                "with --server the server binds models and files: --model, --cassette and --allow-dir are its \
+                 configuration (`stepwright serve --model …`), not taken here"
+                    .into()
             )));
         }
+        return remote::dispatch(&remote::Remote::new(&server)?, cli.command).await;
     }
     let g = Globals { db: cli.db.as_deref(), flags: &cli.models };
     match cli.command {

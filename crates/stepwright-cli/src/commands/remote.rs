@@ -1,8 +1,9 @@
 //! The remote mode (DESIGN §13): with `--server URL` (or `STEPWRIGHT_SERVER`) and a key in
 //! `STEPWRIGHT_API_KEY`, `run`, `runs list/show/events`, `approve`/`reject`/`respond`,
-//! `cancel` and `resume` call the HTTP API instead of opening a store, with the same output
-//! and exit codes. The key decides who the caller is: `--as`, `--role` and `--tenant` are
-//! refused rather than ignored.
+//! `cancel`, `resume`, `replay`, `recompute` and `fork` call the HTTP API instead of opening
+//! a store, with the same output and exit codes. The key decides who the caller is: `--as`,
+//! `--role` and `--tenant` are refused rather than ignored; so are `--model`, `--cassette`
+//! and `--allow-dir`, which are the server's configuration.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::args::{Command, RunsCommand};
+use crate::commands::history::{fork_edits, print_fork, print_recompute, print_replay};
 use crate::exit::{BadInput, exit_code};
 use crate::render::{clock_time, print_report, print_timeline, usage_text};
 
@@ -89,6 +91,9 @@ pub(crate) fn supported(command: &Command) -> bool {
             | Command::Respond { .. }
             | Command::Cancel { .. }
             | Command::Resume { .. }
+            | Command::Replay { .. }
+            | Command::Recompute { .. }
+            | Command::Fork { .. }
     )
 }
 
@@ -184,6 +189,45 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             let resumed =
                 remote.post(&format!("/v1/runs/{run}/resume"), json!({ "wait_seconds": WAIT_SECONDS })).await?;
             report(&remote.until_stopped(resumed).await?, json)
+        }
+        Command::Replay { run, json } => {
+            let report = remote.post(&format!("/v1/runs/{run}/replay"), json!({})).await?;
+            print_replay(&serde_json::from_value(report).context("the server's answer is not a replay report")?, json)
+        }
+        Command::Recompute { run, file, from, persist, json } => {
+            let mut body = json!({ "from": from, "persist": persist });
+            if let Some(file) = file {
+                // The new definition is registered, then named by its version.
+                let shown = remote.get(&format!("/v1/runs/{run}")).await?;
+                let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+                let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
+                if registered["name"] != shown["workflow"] {
+                    return Err(anyhow!(BadInput(format!(
+                        "{} is workflow {}, run {run} is of workflow {}: over --server a run is recomputed with a \
+                         version of its own workflow",
+                        file.display(),
+                        registered["name"],
+                        shown["workflow"]
+                    ))));
+                }
+                body["version"] = registered["version"].clone();
+            }
+            let report = remote.post(&format!("/v1/runs/{run}/recompute"), body).await?;
+            print_recompute(
+                &serde_json::from_value(report).context("the server's answer is not a recompute report")?,
+                json,
+            )
+        }
+        Command::Fork { run, at, set, json } => {
+            let patch = fork_edits(set.as_deref())?;
+            let body = json!({ "at": at, "input": patch.input, "steps": patch.outputs });
+            let forked = remote.post(&format!("/v1/runs/{run}/fork"), body).await?;
+            let id =
+                forked["run_id"].as_str().and_then(|id| id.parse().ok()).context("the server's answer names no run")?;
+            let status =
+                serde_json::from_value(forked["status"].clone()).context("the server's answer has no status")?;
+            print_fork(id, status, crate::host::parse_run(&run)?, &at, json);
+            Ok(0)
         }
         other => {
             let _ = other;

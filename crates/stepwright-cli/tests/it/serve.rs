@@ -368,6 +368,48 @@ fn the_remote_mode_gives_the_local_output_and_exit_codes() {
     let events = remote(dir.path(), &base, &operator, &["runs", "events", &run, "--json"]);
     let local_events = crate::support::stepwright(dir.path(), &["--db", &db, "runs", "events", &run, "--json"]);
     assert_eq!(text(&events), text(&local_events), "the same events, the same lines");
+    // Replay, recompute and fork of the approved run: the local reports, the local exit codes.
+    let replayed = remote(dir.path(), &base, &operator, &["replay", &run, "--json"]);
+    let local_replay = crate::support::stepwright(dir.path(), &["--db", &db, "replay", &run, "--json"]);
+    assert_eq!(replayed.status.code(), Some(0), "{}", String::from_utf8_lossy(&replayed.stderr));
+    assert_eq!((text(&replayed), replayed.status.code()), (text(&local_replay), local_replay.status.code()));
+    let louder = dir.path().join("louder.yaml");
+    std::fs::write(&louder, std::fs::read_to_string(&file).unwrap().replace("~ '!'", "~ '!!'")).unwrap();
+    let louder = louder.display().to_string();
+    let args = ["recompute", &run, "--file", &louder, "--from", "shout"];
+    let recomputed = remote(dir.path(), &base, &operator, &args);
+    let local_recompute = crate::support::stepwright(dir.path(), &[&["--db", db.as_str()][..], &args[..]].concat());
+    assert_eq!(recomputed.status.code(), Some(1), "changed: {}", String::from_utf8_lossy(&recomputed.stderr));
+    assert!(text(&recomputed).contains("value_changed shout"), "{}", text(&recomputed));
+    assert_eq!((text(&recomputed), recomputed.status.code()), (text(&local_recompute), local_recompute.status.code()));
+    let other_workflow = dir.path().join("other.yaml");
+    std::fs::write(&other_workflow, "workflow: other\nsteps:\n  - id: a\n    set: 1\n").unwrap();
+    let wrong =
+        remote(dir.path(), &base, &operator, &["recompute", &run, "--file", &other_workflow.display().to_string()]);
+    assert_eq!(wrong.status.code(), Some(2), "a version of another workflow is refused");
+    let model = remote(dir.path(), &base, &operator, &["--model", "m=openai:gpt-4o", "replay", &run]);
+    assert_eq!(model.status.code(), Some(2), "the server binds models");
+    let forked = remote(
+        dir.path(),
+        &base,
+        &operator,
+        &["fork", &run, "--at", "shout", "--set", r#"{"steps":{"hello":"Hi"}}"#, "--json"],
+    );
+    assert_eq!(forked.status.code(), Some(0), "{}", String::from_utf8_lossy(&forked.stderr));
+    let forked: Value = serde_json::from_slice(&forked.stdout).unwrap();
+    assert_eq!((&forked["parent"], &forked["at"]), (&json!(run), &json!("shout")));
+    let child = forked["run_id"].as_str().unwrap();
+    let mut shown = Value::Null;
+    for _ in 0..100 {
+        shown =
+            serde_json::from_slice(&remote(dir.path(), &base, &operator, &["runs", "show", child, "--json"]).stdout)
+                .unwrap();
+        if shown["status"] == "completed" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(shown["output"], "Hi!", "the server continues the fork: {shown}");
     let missing = remote(dir.path(), &base, &operator, &["runs", "show", "01a20a00-6495-7509-b03d-a6af6726a5a7"]);
     assert_eq!(missing.status.code(), Some(2));
     let _ = serving.child.kill();

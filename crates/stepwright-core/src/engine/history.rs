@@ -25,7 +25,7 @@ pub struct ForkPatch {
 }
 
 /// How one step compares in a replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepReplay {
     /// Re-executed; the same output as recorded.
@@ -41,7 +41,7 @@ pub enum StepReplay {
 }
 
 /// One step's comparison.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct StepComparison {
     /// The step path compared.
     pub path: StepPath,
@@ -54,7 +54,7 @@ pub struct StepComparison {
 }
 
 /// What a replay found.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ReplayReport {
     /// The run replayed.
     pub run: RunId,
@@ -69,7 +69,7 @@ pub struct ReplayReport {
 }
 
 /// How a step's output compares in a recompute.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(tag = "change", rename_all = "snake_case")]
 pub enum StepChange {
     /// The same output.
@@ -93,7 +93,7 @@ pub enum StepChange {
 }
 
 /// One step in a recompute report.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RecomputedStep {
     /// The step path compared.
     pub path: StepPath,
@@ -103,7 +103,7 @@ pub struct RecomputedStep {
 }
 
 /// A decision (branch arm, map items, loop verdict, graph edge) that came out differently.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct DecisionChange {
     /// Where.
     pub path: StepPath,
@@ -124,7 +124,7 @@ pub struct RecomputeOptions {
 }
 
 /// What a recompute found.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RecomputeReport {
     /// The run recomputed.
     pub run: RunId,

@@ -156,6 +156,19 @@ impl Engine {
         Ok(self.create_inner(workflow, input, options, false).await?.0)
     }
 
+    /// Checks an input against the workflow's input schema, as creating a run does: a host
+    /// that must refuse bad input before it does anything else (claims an idempotency key)
+    /// asks first.
+    pub fn check_input(workflow: &Workflow, input: &Value) -> Result<(), EngineError> {
+        let def = &workflow.inner;
+        if let Some(schema) = &def.input_schema {
+            schema
+                .check(input, ErrorCode::INPUT_VALIDATION, "the workflow input")
+                .map_err(|source| EngineError::InvalidInput { workflow: def.name.clone(), source })?;
+        }
+        Ok(())
+    }
+
     async fn create_inner(
         &self,
         workflow: &Workflow,
@@ -164,11 +177,7 @@ impl Engine {
         leased: bool,
     ) -> Result<(RunRecord, Option<Lease>), EngineError> {
         let def = &workflow.inner;
-        if let Some(schema) = &def.input_schema {
-            schema
-                .check(&input, ErrorCode::INPUT_VALIDATION, "the workflow input")
-                .map_err(|source| EngineError::InvalidInput { workflow: def.name.clone(), source })?;
-        }
+        Self::check_input(workflow, &input)?;
         let now = self.inner.clock.now();
         let id = options.run_id.unwrap_or_else(|| RunId::from_parts(now, self.inner.entropy.bytes10()));
         let record = RunRecord {

@@ -15,7 +15,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Params, parse_run, run_in_namespace};
-use crate::feed::Next;
+use tokio::sync::broadcast;
+
+use crate::feed::{Next, StreamedToken};
 use crate::keys::Principal;
 use crate::problem::ApiError;
 use crate::state::Shared;
@@ -30,6 +32,11 @@ pub(crate) struct StreamFrom {
     /// The `id` of the last event received: the stream starts after it (as `Last-Event-ID`).
     #[serde(default)]
     pub after: Option<u64>,
+    /// Also send the text models stream, as `token` events (`{"path", "text"}`) without an
+    /// `id`: they are live only — not journaled, never sent again on a reconnect — and come
+    /// from runs executing in the server that serves the stream.
+    #[serde(default)]
+    pub tokens: bool,
 }
 
 /// The `data:` of each streamed event: the run's event as `runs events --json` prints it.
@@ -53,12 +60,21 @@ pub(crate) struct StreamedEvent {
     pub(crate) data: serde_json::Value,
 }
 
-/// What the stream sends next.
-enum Step {
-    /// Events from this position.
-    From(usize),
-    /// The last event was sent.
-    Done,
+/// The `data:` of a `token` event. (Documentation only, as [`StreamedEvent`].)
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct StreamedTokenDoc {
+    /// The step whose model streams it.
+    pub(crate) path: String,
+    /// The text.
+    pub(crate) text: String,
+}
+
+/// Where a stream stands.
+struct Position {
+    /// The next event to send; `None` once the last one was.
+    from: Option<usize>,
+    /// Streamed tokens, when asked for.
+    tokens: Option<broadcast::Receiver<Arc<StreamedToken>>>,
 }
 
 /// `GET /v1/runs/{id}/events`.
@@ -85,17 +101,25 @@ pub(crate) async fn stream(
     let slot = shared.limits.open_stream(&who.key.id)?;
     let feed = shared.feeds.subscribe(run);
     let shutdown = shared.shutdown.clone();
-    let events = stream::unfold(Step::From(from), move |step| {
+    let tokens = query.tokens.then(|| feed.tokens());
+    let events = stream::unfold(Position { from: Some(from), tokens }, move |mut position| {
         let (feed, shutdown) = (feed.clone(), shutdown.clone());
         // The slot is held as long as the stream lives.
         let _held = &slot;
         async move {
-            let Step::From(from) = step else { return None };
+            let from = position.from?;
             let next = tokio::select! {
+                // Recorded events first: a token never jumps ahead of a backlog.
+                biased;
                 next = feed.next(from) => next,
+                Some(token) = next_token(position.tokens.as_mut()) => {
+                    let sent = Event::default().event("token").json_data(&*token)
+                        .unwrap_or_else(|_| Event::default().comment("a token that does not serialize"));
+                    return Some((vec![sent], position));
+                }
                 () = shutdown.cancelled() => {
                     let bye = Event::default().comment("server shutting down; reconnect with Last-Event-ID");
-                    return Some((vec![bye], Step::Done));
+                    return Some((vec![bye], Position { from: None, tokens: None }));
                 }
             };
             match next {
@@ -111,15 +135,29 @@ pub(crate) async fn stream(
                                 .unwrap_or_else(|_| Event::default().comment("an event that does not serialize"))
                         })
                         .collect();
-                    Some((sent, Step::From(next)))
+                    position.from = Some(next);
+                    Some((sent, position))
                 }
                 Next::End => None,
-                Next::Failed(why) => {
-                    Some((vec![Event::default().comment(format!("reading the run failed: {why}"))], Step::Done))
-                }
+                Next::Failed(why) => Some((
+                    vec![Event::default().comment(format!("reading the run failed: {why}"))],
+                    Position { from: None, tokens: None },
+                )),
             }
         }
     });
     let flat = futures_util::StreamExt::flat_map(events, |batch| stream::iter(batch.into_iter().map(Ok)));
     Ok(Sse::new(flat).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+}
+
+/// The next streamed token, skipping over any a slow reader missed; never, without tokens.
+async fn next_token(tokens: Option<&mut broadcast::Receiver<Arc<StreamedToken>>>) -> Option<Arc<StreamedToken>> {
+    let Some(tokens) = tokens else { return std::future::pending().await };
+    loop {
+        match tokens.recv().await {
+            Ok(token) => return Some(token),
+            Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return std::future::pending().await,
+        }
+    }
 }

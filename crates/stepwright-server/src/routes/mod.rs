@@ -3,6 +3,7 @@
 //! another namespace is `404`, exactly as one that does not exist.
 
 pub(crate) mod events;
+pub(crate) mod history;
 pub(crate) mod hooks;
 pub(crate) mod interrupts;
 pub(crate) mod meta;
@@ -35,6 +36,9 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))
         .route("/v1/runs/{id}/messages", post(runs::message))
+        .route("/v1/runs/{id}/replay", post(history::replay))
+        .route("/v1/runs/{id}/recompute", post(history::recompute))
+        .route("/v1/runs/{id}/fork", post(history::fork))
         .route("/v1/interrupts", get(interrupts::inbox))
         .route("/v1/interrupts/{id}/decision", post(interrupts::decide))
         .route("/v1/webhooks", post(hooks::create).get(hooks::list))

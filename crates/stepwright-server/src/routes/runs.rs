@@ -65,6 +65,8 @@ pub(crate) async fn start(
         .await?
         .ok_or_else(|| not_registered(&body.workflow, body.version))?;
     let workflow = shared.workflow(&registered).await?;
+    // Refused input claims no idempotency key: the same request fixed is a first one.
+    stepwright_core::Engine::check_input(&workflow, &body.input)?;
     let now = shared.now();
     let run = RunId::from_parts(now, stepwright_core::SystemEntropy::new().bytes10());
     if let Some(key) = &body.idempotency_key {
@@ -99,7 +101,7 @@ pub(crate) async fn start(
     Ok((status, Json(details)))
 }
 
-fn wait_for(seconds: Option<f64>) -> Result<Duration, ApiError> {
+pub(crate) fn wait_for(seconds: Option<f64>) -> Result<Duration, ApiError> {
     match seconds {
         None => Ok(Duration::ZERO),
         Some(s) if (0.0..=60.0).contains(&s) => Ok(Duration::from_secs_f64(s).min(MAX_WAIT)),
@@ -162,7 +164,7 @@ async fn execute(
 }
 
 /// The run's details once it stops (finishes or waits for a person) or `wait` passes.
-async fn wait_and_read(shared: &Shared, run: RunId, wait: Duration) -> Result<RunDetails, ApiError> {
+pub(crate) async fn wait_and_read(shared: &Shared, run: RunId, wait: Duration) -> Result<RunDetails, ApiError> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let details = stepwright_app::run_details(&shared.engine, run).await?;

@@ -266,6 +266,23 @@ async fn racing_starts_with_one_idempotency_key_make_one_run() {
 }
 
 #[tokio::test]
+async fn refused_input_claims_no_idempotency_key() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    server.register(&admin, APPROVAL).await;
+    let bad = json!({ "workflow": "greet", "input": { "name": 7 }, "idempotency_key": "k-1" });
+    let (status, problem) = server.post(&admin, "/v1/runs", bad).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_input")), "{problem}");
+    // The same request fixed is a first request: a run at once, not `409` for seconds.
+    let good = json!({ "workflow": "greet", "input": { "name": "Ada" }, "idempotency_key": "k-1", "wait_seconds": 5 });
+    let (status, run) = server.post(&admin, "/v1/runs", good.clone()).await;
+    assert_eq!(status, 201, "{run}");
+    let (again, same) = server.post(&admin, "/v1/runs", good).await;
+    assert_eq!((again, &same["run_id"]), (200, &run["run_id"]));
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn listing_pages_by_cursor_and_filters() {
     let server = TestServer::start().await;
     let admin = server.key("acme", "ann", &["admin", "operator"]).await;
@@ -406,5 +423,69 @@ async fn without_a_worker_started_runs_wait_for_one() {
     assert_eq!(outcomes.len(), 1);
     let done = wait_for_status(&server, &admin, &id, "completed").await;
     assert_eq!(done["output"], json!(7));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn replay_recompute_and_fork_answer_the_cli_reports_in_the_namespace() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    let viewer = server.key("acme", "vic", &["viewer"]).await;
+    let stranger = server.key("globex", "gus", &["admin", "operator"]).await;
+    server.register(&admin, THREE_SETS).await;
+    let (_, run) = server.post(&admin, "/v1/runs", json!({ "workflow": "three", "input": 5, "wait_seconds": 5 })).await;
+    assert_eq!(run["status"], "completed", "{run}");
+    let id = run["run_id"].as_str().unwrap();
+
+    let (status, replay) = server.post(&admin, &format!("/v1/runs/{id}/replay"), json!({})).await;
+    assert_eq!(status, 200, "{replay}");
+    assert_eq!(replay["identical"], true);
+    let outcomes: Vec<(&str, &str)> = replay["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["path"].as_str().unwrap(), s["outcome"].as_str().unwrap()))
+        .collect();
+    assert_eq!(outcomes, [("a", "identical"), ("b", "identical"), ("c", "identical")]);
+    for (action, body) in [("replay", json!({})), ("recompute", json!({})), ("fork", json!({ "at": "b" }))] {
+        let path = format!("/v1/runs/{id}/{action}");
+        assert_eq!(server.post(&viewer, &path, body.clone()).await.0, 403, "{action}: a viewer");
+        assert_eq!(server.post(&stranger, &path, body).await.0, 404, "{action}: another namespace");
+    }
+
+    // A second version changes the last step: recomputing with it says what changed.
+    let changed = THREE_SETS.replace("set: \"{{ steps.b.output }}\"", "set: \"{{ steps.b.output + 1 }}\"");
+    assert_eq!(server.register(&admin, &changed).await["version"], 2);
+    let recompute = format!("/v1/runs/{id}/recompute");
+    let (status, same) = server.post(&admin, &recompute, json!({})).await;
+    assert_eq!((status, &same["changed"]), (200, &json!(false)), "{same}");
+    let (status, report) = server.post(&admin, &recompute, json!({ "version": 2, "from": "c" })).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["changed"], true);
+    let c = report["steps"].as_array().unwrap().iter().find(|s| s["path"] == "c").unwrap();
+    assert_eq!(c["change"], "value_changed", "{report}");
+    assert_eq!(report["recomputed_output"], 6);
+    assert_eq!(server.post(&admin, &recompute, json!({ "version": 9 })).await.0, 404);
+    assert_eq!(server.post(&admin, &recompute, json!({ "form": "c" })).await.0, 422, "unknown fields are errors");
+    let (status, kept) = server.post(&admin, &recompute, json!({ "version": 2, "persist": true })).await;
+    assert_eq!(status, 200, "{kept}");
+    let forked = kept["forked"].as_str().expect("a kept recompute names its run");
+    let (status, kept_run) = server.get(&admin, &format!("/v1/runs/{forked}")).await;
+    assert_eq!((status, &kept_run["output"]), (200, &json!(6)), "{kept_run}");
+    assert_eq!(server.get(&stranger, &format!("/v1/runs/{forked}")).await.0, 404);
+
+    // A fork before `b` with `a` replaced runs on from there.
+    let fork = format!("/v1/runs/{id}/fork");
+    let (status, child) =
+        server.post(&admin, &fork, json!({ "at": "b", "steps": { "a": 41 }, "wait_seconds": 5 })).await;
+    assert_eq!(status, 201, "{child}");
+    assert_eq!((&child["status"], &child["output"]), (&json!("completed"), &json!(41)), "{child}");
+    assert_ne!(child["run_id"], run["run_id"]);
+    let (status, problem) = server.post(&admin, &fork, json!({ "at": "nowhere" })).await;
+    assert_eq!((status, problem["code"].as_str()), (422, Some("invalid_request")), "{problem}");
+    assert_eq!(server.post(&admin, &fork, json!({})).await.0, 422, "`at` is required");
+    let audit = server.store.audit_entries("acme", 50).await.unwrap();
+    let actions: Vec<&str> = audit.iter().map(|e| e.action.as_str()).collect();
+    assert!(actions.contains(&"run.forked") && actions.contains(&"run.recomputed"), "{actions:?}");
     server.shutdown().await;
 }

@@ -126,3 +126,74 @@ async fn a_shutdown_ends_open_streams_with_a_comment_and_streams_per_key_are_lim
     assert!(text.contains("id: 3\nevent: interrupt.opened"), "{text}");
     assert!(text.trim_end().ends_with(": server shutting down; reconnect with Last-Event-ID"), "{text}");
 }
+
+/// What the fake model streams, word by word.
+const STREAMED: &str = "Durable workflows survive crashes and wait for people";
+
+fn streamed_answer(_request: &Value) -> stepwright_testkit::openai::Answer {
+    stepwright_testkit::openai::Answer::Text(STREAMED.into())
+}
+
+/// One raw SSE block: its field lines, as sent.
+fn blocks(text: &str) -> Vec<Vec<(String, String)>> {
+    text.split("\n\n")
+        .map(|block| {
+            block
+                .lines()
+                .filter(|line| !line.starts_with(':'))
+                .filter_map(|line| line.split_once(':').map(|(k, v)| (k.to_owned(), v.trim_start().to_owned())))
+                .collect::<Vec<_>>()
+        })
+        .filter(|fields| !fields.is_empty())
+        .collect()
+}
+
+#[tokio::test]
+async fn tokens_stream_live_without_ids_to_those_who_ask_and_never_twice() {
+    let model = stepwright_testkit::openai::chat_model(
+        streamed_answer,
+        stepwright_testkit::openai::Tokens::Fixed(10, 9),
+        std::time::Duration::from_millis(15),
+    );
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator", "approver"]).await;
+    // The fake model takes any key: PATH is a variable every process has.
+    let source = format!(
+        "workflow: talk\nmodels:\n  fast: {{ provider: openai, model: gpt-test, base_url: \"http://127.0.0.1:{}/v1\", api_key_env: PATH }}\nsteps:\n  - id: ok\n    approval: {{ message: Go? }}\n  - id: write\n    llm: {{ model: fast, prompt: Write }}\n",
+        model.port
+    );
+    server.register(&admin, &source).await;
+    let (_, run) = server.post(&admin, "/v1/runs", json!({ "workflow": "talk", "wait_seconds": 10 })).await;
+    assert_eq!(run["status"], "suspended", "{run}");
+    let id = run["run_id"].as_str().unwrap().to_owned();
+    let watch = |query: &'static str| {
+        let (url, key) = (format!("{}/v1/runs/{id}/events{query}", server.base), admin.clone());
+        tokio::spawn(async move { reqwest::Client::new().get(url).bearer_auth(key).send().await.unwrap().text().await })
+    };
+    let (with_tokens, without) = (watch("?tokens=true"), watch(""));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let interrupt = run["pending"][0]["id"].as_str().unwrap();
+    let decision = format!("/v1/interrupts/{id}.{interrupt}/decision");
+    assert_eq!(server.post(&admin, &decision, json!({ "decision": "approve" })).await.0, 200);
+    let with_tokens = blocks(&with_tokens.await.unwrap().unwrap());
+    let without = blocks(&without.await.unwrap().unwrap());
+
+    let (tokens, recorded): (Vec<_>, Vec<_>) =
+        with_tokens.into_iter().partition(|fields| fields.contains(&("event".into(), "token".into())));
+    assert_eq!(recorded, without, "the recorded events are the same, numbered the same, with or without tokens");
+    assert!(without.iter().all(|fields| fields[0].0 == "id"), "every recorded event has an id");
+    let mut text = String::new();
+    for fields in &tokens {
+        assert!(fields.iter().all(|(name, _)| name != "id"), "a token has no id, so a reconnect never repeats it");
+        let data: Value = serde_json::from_str(&fields.iter().find(|(n, _)| n == "data").unwrap().1).unwrap();
+        assert_eq!(data["path"], "write");
+        text.push_str(data["text"].as_str().unwrap());
+    }
+    assert!(tokens.len() > 1, "streamed in pieces: {tokens:?}");
+    assert_eq!(text, STREAMED, "every token once, in order");
+    // Coming back after the run ended: the recorded events, no tokens (they were live only).
+    let again = server.http.get(format!("{}/v1/runs/{id}/events?tokens=true&after=0", server.base));
+    let again = blocks(&again.bearer_auth(&admin).send().await.unwrap().text().await.unwrap());
+    assert_eq!(again, without[1..].to_vec());
+    server.shutdown().await;
+}

@@ -1,0 +1,133 @@
+//! `POST /v1/runs/{id}/replay`, `…/recompute` and `…/fork`: new executions from a run's
+//! history (DESIGN §7), answered with the reports the CLI's commands of those names print
+//! with `--json`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use stepwright_app::RunDetails;
+use stepwright_core::{ForkPatch, RecomputeOptions, RecomputeReport, ReplayReport, StepPath};
+
+use super::runs::{audit, wait_and_read, wait_for};
+use super::workflows::not_registered;
+use super::{Body, OptionalBody, parse_run, run_in_namespace};
+use crate::keys::{Principal, Role};
+use crate::problem::ApiError;
+use crate::state::Shared;
+
+/// `POST /v1/runs/{id}/replay` (operator): re-executes the run in a sandbox with the
+/// definition it is pinned to, serving every recorded effect, and compares step by step.
+/// Nothing is written.
+pub(crate) async fn replay(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<ReplayReport>, ApiError> {
+    who.require(Role::Operator)?;
+    let run = parse_run(&id)?;
+    let record = run_in_namespace(&shared, &who, run).await?;
+    let workflow = shared.definition_of(&record).await?;
+    Ok(Json(shared.engine.replay(&workflow, run).await?))
+}
+
+/// A recompute.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RecomputeRun {
+    /// Re-execute from this step on (default: from the start); what was recorded before it
+    /// is served from the journal.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// Recompute with this registered version of the run's workflow — a new prompt, model or
+    /// step — instead of the definition the run is pinned to. (Models are the server's
+    /// configuration: to try another one, register a version that names it.)
+    #[serde(default)]
+    pub version: Option<u32>,
+    /// Keep the result as a new run forked from this one (its id is the report's `forked`).
+    #[serde(default)]
+    pub persist: bool,
+}
+
+/// `POST /v1/runs/{id}/recompute` (operator): re-executes the run (or from a step) in a
+/// sandbox and reports per step `clean`, `value_changed` (with the differences) or
+/// `schema_violation`, the decisions that changed, and whether anything did.
+pub(crate) async fn recompute(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+    OptionalBody(body): OptionalBody<RecomputeRun>,
+) -> Result<Json<RecomputeReport>, ApiError> {
+    who.require(Role::Operator)?;
+    let run = parse_run(&id)?;
+    let record = run_in_namespace(&shared, &who, run).await?;
+    let workflow = match body.version {
+        None => shared.definition_of(&record).await?,
+        Some(version) => {
+            let registered = shared
+                .registered(who.namespace(), &record.workflow, Some(version))
+                .await?
+                .ok_or_else(|| not_registered(&record.workflow, Some(version)))?;
+            shared.workflow(&registered).await?
+        }
+    };
+    let options = RecomputeOptions { from: body.from.as_deref().map(StepPath::new), persist: body.persist };
+    let report = shared.engine.recompute(&workflow, run, options).await?;
+    if let Some(forked) = report.forked {
+        let detail = json!({ "parent": run.to_string(), "from": body.from, "version": body.version });
+        audit(&shared, &who, "run.recomputed", forked.to_string(), detail).await?;
+    }
+    Ok(Json(report))
+}
+
+/// A fork.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ForkRun {
+    /// The step to fork before: the new run has everything the run recorded before it.
+    pub at: String,
+    /// A new input for the new run (default: the run's).
+    #[serde(default)]
+    pub input: Option<Value>,
+    /// Replacement outputs, by step path, for steps that completed before `at`.
+    #[serde(default)]
+    pub steps: BTreeMap<String, Value>,
+    /// Wait up to this long (at most 60) for the new run to finish or stop for a person.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 60))]
+    pub wait_seconds: Option<f64>,
+}
+
+/// `POST /v1/runs/{id}/fork` (operator): `201` and the new run, whose lineage names this one
+/// and the step. This server continues it unless it runs with `--no-worker` (then a worker
+/// claims it).
+pub(crate) async fn fork(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+    Body(body): Body<ForkRun>,
+) -> Result<(StatusCode, Json<RunDetails>), ApiError> {
+    who.require(Role::Operator)?;
+    let run = parse_run(&id)?;
+    let record = run_in_namespace(&shared, &who, run).await?;
+    let wait = wait_for(body.wait_seconds)?;
+    let workflow = shared.definition_of(&record).await?;
+    if let Some(input) = &body.input {
+        stepwright_core::Engine::check_input(&workflow, input)?;
+    }
+    let patch = ForkPatch { input: body.input, outputs: body.steps.into_iter().collect() };
+    let forked = shared.engine.fork(run, &StepPath::new(&body.at), patch).await?;
+    audit(&shared, &who, "run.forked", forked.id.to_string(), json!({ "parent": run.to_string(), "at": body.at }))
+        .await?;
+    if shared.executes {
+        let (engine, id) = (shared.engine.clone(), forked.id);
+        // A worker may claim it first; then this resume is refused and nothing is lost.
+        tokio::spawn(async move { engine.resume(&workflow, id).await });
+    }
+    Ok((StatusCode::CREATED, Json(wait_and_read(&shared, forked.id, wait).await?)))
+}
