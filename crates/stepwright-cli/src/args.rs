@@ -39,12 +39,12 @@ pub(crate) struct ModelFlags {
     /// `auto` (replay what is recorded, call and record the rest), `replay` (never call a
     /// model: a missing recording fails the step) or `record`.
     #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_cassette_mode, global = true)]
-    pub(crate) cassette_mode: stepwright_llm::CassetteMode,
+    pub(crate) cassette_mode: stepwright::llm::CassetteMode,
 }
 
 impl ModelFlags {
-    pub(crate) fn bindings(&self) -> stepwright_app::Bindings {
-        stepwright_app::Bindings {
+    pub(crate) fn bindings(&self) -> stepwright::app::Bindings {
+        stepwright::app::Bindings {
             allow_dirs: self.allow_dirs.clone(),
             overrides: self.overrides.clone(),
             cassette: self.cassette.clone(),
@@ -305,8 +305,8 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    pub(crate) fn caller(&self) -> stepwright_core::Caller {
-        stepwright_core::Caller {
+    pub(crate) fn caller(&self) -> stepwright::Caller {
+        stepwright::Caller {
             tenant: self.tenant.clone(),
             user: self.user.clone(),
             roles: self.roles.clone(),
@@ -317,7 +317,8 @@ impl Identity {
 
 /// A duration argument, written as in workflow files (`500ms`, `10s`, `5m`, `1h`).
 pub(crate) fn parse_duration_arg(text: &str) -> Result<std::time::Duration, String> {
-    stepwright_flow::parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 500ms, 10s, 5m or 1h"))
+    stepwright::flow::parse_duration(text)
+        .ok_or_else(|| format!("{text:?} is not a duration like 500ms, 10s, 5m or 1h"))
 }
 
 /// Who decides, and which interrupt.
@@ -344,7 +345,7 @@ pub(crate) enum RunsCommand {
     List {
         /// Only runs with this status.
         #[arg(long, value_parser = parse_status)]
-        status: Option<stepwright_core::RunStatus>,
+        status: Option<stepwright::RunStatus>,
         /// Only runs of this workflow.
         #[arg(long)]
         workflow: Option<String>,
@@ -398,11 +399,11 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-fn parse_cassette_mode(text: &str) -> Result<stepwright_llm::CassetteMode, String> {
+fn parse_cassette_mode(text: &str) -> Result<stepwright::llm::CassetteMode, String> {
     text.parse()
 }
 
-fn parse_status(text: &str) -> Result<stepwright_core::RunStatus, String> {
-    stepwright_core::RunStatus::parse(text)
+fn parse_status(text: &str) -> Result<stepwright::RunStatus, String> {
+    stepwright::RunStatus::parse(text)
         .ok_or_else(|| format!("unknown status {text:?}: pending, running, suspended, completed, failed or cancelled"))
 }

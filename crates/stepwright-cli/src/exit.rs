@@ -2,7 +2,7 @@
 //! that names no run, a run held elsewhere), 1 for everything else.
 
 use anyhow::anyhow;
-use stepwright_core::RunStatus;
+use stepwright::RunStatus;
 
 use crate::render::clock_time;
 
@@ -23,8 +23,8 @@ impl std::error::Error for BadInput {}
 /// (`Fault::Caller`: no such run, a decision that does not fit, a run held elsewhere…),
 /// whichever layer noticed it — else 1.
 pub(crate) fn failure(error: &anyhow::Error) -> (u8, String) {
-    use stepwright_app::AppError;
-    use stepwright_core::{EngineError, Fault, StoreError};
+    use stepwright::app::AppError;
+    use stepwright::{EngineError, Fault, StoreError};
     if error.is::<BadInput>() {
         return (2, error.to_string());
     }
@@ -63,9 +63,9 @@ pub(crate) fn failure(error: &anyhow::Error) -> (u8, String) {
 }
 
 /// A resume refused because a live process executes the run: the caller's to know (exit 2).
-pub(crate) fn held_elsewhere(error: stepwright_core::EngineError) -> anyhow::Error {
+pub(crate) fn held_elsewhere(error: stepwright::EngineError) -> anyhow::Error {
     match error {
-        stepwright_core::EngineError::Leased { run, owner, until } => anyhow!(BadInput(format!(
+        stepwright::EngineError::Leased { run, owner, until } => anyhow!(BadInput(format!(
             "run {run} is being executed by {owner} (its lease runs until {} UTC unless renewed); \
              it is not taken from a live process — cancel it, or resume it once that process is gone",
             clock_time(until)

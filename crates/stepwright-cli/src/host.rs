@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{Context, anyhow};
 use serde_json::Value;
-use stepwright_core::journal::DefinitionSource;
-use stepwright_core::{Engine, RunId, Store};
+use stepwright::journal::DefinitionSource;
+use stepwright::{Engine, RunId, Store};
 
 use crate::args::ModelFlags;
 use crate::exit::BadInput;
@@ -18,12 +18,12 @@ use crate::progress;
 pub(crate) const MAX_INPUT_BYTES: u64 = 16 << 20;
 
 /// A store with everything the CLI's steps use: the journal, sessions and memory.
-pub(crate) use stepwright_store::ServerStore as CliStore;
+pub(crate) use stepwright::stores::ServerStore as CliStore;
 
 /// Each command is its own worker (`cli@host:pid:nonce`): a run it executes is not taken by
 /// another command while it lives, and is taken over at once once it is gone.
 pub(crate) fn cli_engine(store: &Arc<dyn CliStore>, progress: bool) -> Engine {
-    let name = stepwright_core::local_worker_id("cli", &stepwright_core::SystemEntropy::new());
+    let name = stepwright::local_worker_id("cli", &stepwright::SystemEntropy::new());
     let mut builder = engine_over(store).worker_id(&name);
     if progress {
         builder = builder.observer(Arc::new(progress::Progress::for_stderr()));
@@ -44,8 +44,8 @@ pub(crate) async fn definition_of(
     store: &Arc<dyn CliStore>,
     run: RunId,
     flags: &ModelFlags,
-) -> anyhow::Result<stepwright_core::Workflow> {
-    Ok(stepwright_app::definition_of(store.as_ref(), run, &flags.bindings()).await?)
+) -> anyhow::Result<stepwright::Workflow> {
+    Ok(stepwright::app::definition_of(store.as_ref(), run, &flags.bindings()).await?)
 }
 
 /// Refuses a run of another tenant than the one the caller names.
@@ -58,22 +58,18 @@ pub(crate) async fn check_tenant(store: &dyn Store, run: RunId, tenant: Option<&
     Ok(())
 }
 
-pub(crate) use stepwright_app::Servers;
+pub(crate) use stepwright::app::Servers;
 
-pub(crate) async fn load(
-    file: &Path,
-    flags: &ModelFlags,
-    servers: Servers,
-) -> anyhow::Result<stepwright_core::Workflow> {
-    Ok(stepwright_app::load_file(file, &flags.bindings(), servers).await?)
+pub(crate) async fn load(file: &Path, flags: &ModelFlags, servers: Servers) -> anyhow::Result<stepwright::Workflow> {
+    Ok(stepwright::app::load_file(file, &flags.bindings(), servers).await?)
 }
 
-pub(crate) use stepwright_app::engine_over;
+pub(crate) use stepwright::app::engine_over;
 
 pub(crate) fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
     let Some(input) = input else { return Ok(Value::Null) };
     let text = match input.strip_prefix('@') {
-        Some(path) => stepwright_flow::read_limited(Path::new(path), MAX_INPUT_BYTES)
+        Some(path) => stepwright::flow::read_limited(Path::new(path), MAX_INPUT_BYTES)
             .map_err(|why| BadInput(format!("the input file {path} cannot be read: {why}")))?,
         None => input.to_owned(),
     };
@@ -86,27 +82,27 @@ pub(crate) async fn open_store(db: Option<&str>) -> anyhow::Result<Arc<dyn CliSt
         .map(str::to_owned)
         .or_else(|| std::env::var("STEPWRIGHT_DB").ok())
         .unwrap_or_else(|| "sqlite://stepwright.db".into());
-    match stepwright_store::open(&url).await {
+    match stepwright::stores::open(&url).await {
         Ok(store) => Ok(store),
-        Err(e @ stepwright_store::OpenError::UnknownScheme { .. }) => Err(anyhow!(BadInput(format!("--db: {e}")))),
+        Err(e @ stepwright::stores::OpenError::UnknownScheme { .. }) => Err(anyhow!(BadInput(format!("--db: {e}")))),
         Err(e) => Err(anyhow!(e)),
     }
 }
 
 /// The wall clock as a timestamp (for showing leases and log lines).
-pub(crate) fn wall_now() -> stepwright_core::Timestamp {
-    use stepwright_core::Clock;
-    stepwright_core::TokioClock::new().now()
+pub(crate) fn wall_now() -> stepwright::Timestamp {
+    use stepwright::Clock;
+    stepwright::TokioClock::new().now()
 }
 
 /// Keeps a workflow file's source in the store under its definition hash, so any later
 /// command, or a worker elsewhere, rebuilds the definition from the store.
 pub(crate) async fn keep_source(
     store: &Arc<dyn CliStore>,
-    workflow: &stepwright_core::Workflow,
+    workflow: &stepwright::Workflow,
     file: &Path,
 ) -> anyhow::Result<()> {
     let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let definition = DefinitionSource { name: file.display().to_string(), ..DefinitionSource::default_yaml(&source) };
-    Ok(stepwright_app::keep_source(store.as_ref(), workflow, definition).await?)
+    Ok(stepwright::app::keep_source(store.as_ref(), workflow, definition).await?)
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
-use stepwright_core::{Observer, RunId, StepPath, StepStatus};
-use stepwright_llm::{MODEL_CALL_EVENT, Totals};
+use stepwright::llm::{MODEL_CALL_EVENT, Totals};
+use stepwright::{Observer, RunId, StepPath, StepStatus};
 
 /// How often the live view redraws (spinners turn, durations count).
 const REDRAW: Duration = Duration::from_millis(100);

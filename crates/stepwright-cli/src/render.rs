@@ -3,14 +3,14 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stepwright_core::{RunReport, RunStatus};
+use stepwright::{RunReport, RunStatus};
 
 use crate::args::GraphFormat;
 use crate::host::wall_now;
 use crate::progress;
 
-pub(crate) fn change_name(change: &stepwright_core::StepChange) -> &'static str {
-    use stepwright_core::StepChange;
+pub(crate) fn change_name(change: &stepwright::StepChange) -> &'static str {
+    use stepwright::StepChange;
     match change {
         StepChange::Clean => "clean",
         StepChange::ValueChanged { .. } => "value_changed",
@@ -37,8 +37,8 @@ pub(crate) fn value_or_none(value: &Option<Value>) -> String {
 }
 
 /// Who executes a run, for people: the owner and until when, or that its lease lapsed.
-pub(crate) fn owner_text(run: &stepwright_core::RunRecord, now: stepwright_core::Timestamp) -> String {
-    use stepwright_core::is_dead_local_process;
+pub(crate) fn owner_text(run: &stepwright::RunRecord, now: stepwright::Timestamp) -> String {
+    use stepwright::is_dead_local_process;
     match &run.lease {
         _ if run.status.is_terminal() => "-".to_owned(),
         None => "-".to_owned(),
@@ -53,8 +53,8 @@ pub(crate) fn owner_text(run: &stepwright_core::RunRecord, now: stepwright_core:
 }
 
 /// The worker's log: a line per claim, finished run, stopped run and store failure.
-pub(crate) fn worker_log(as_json: bool, worker: String) -> stepwright_core::RunnerLog {
-    use stepwright_core::RunnerEvent;
+pub(crate) fn worker_log(as_json: bool, worker: String) -> stepwright::RunnerLog {
+    use stepwright::RunnerEvent;
     Arc::new(move |event: RunnerEvent<'_>| {
         let at = wall_now();
         let (kind, run, status, detail) = match &event {
@@ -151,7 +151,7 @@ pub(crate) fn shortened(text: &str, width: usize) -> String {
 }
 
 /// `HH:MM:SS.mmm` (UTC) of a timestamp, for the text form of the event log.
-pub(crate) fn clock_time(at: stepwright_core::Timestamp) -> String {
+pub(crate) fn clock_time(at: stepwright::Timestamp) -> String {
     let millis = at.as_micros().div_euclid(1000);
     let of_day = millis.rem_euclid(86_400_000);
     let (hours, minutes) = (of_day / 3_600_000, of_day / 60_000 % 60);

@@ -4,7 +4,9 @@
 //! cargo features. The kernel ([`stepwright_core`]: steps, workflows, the engine, the
 //! journal and the store seam) is at the root; with the default features come the SQLite
 //! store and [`open`] (`sqlite` — `postgres` adds `PostgresStore`), workflow files
-//! ([`flow`], `yaml`) and the model layer ([`llm`], `models`); `mcp` adds [`mcp`].
+//! ([`flow`], `yaml`) and the model layer ([`llm`], `models`); `mcp` adds [`mcp`]; `app`
+//! adds [`app`] (what a host does: bindings, a run's details, decide-then-continue) and
+//! [`stores`] (every store and the control tables); `server` adds [`server`], the HTTP API.
 //!
 //! A workflow file run on an SQLite store, with nothing but this crate:
 //!
@@ -45,4 +47,23 @@ pub mod llm {
 #[cfg(feature = "mcp")]
 pub mod mcp {
     pub use stepwright_mcp::*;
+}
+
+/// The application layer: what every host (the CLI, the server, yours) does the same way
+/// (`stepwright-app`).
+#[cfg(feature = "app")]
+pub mod app {
+    pub use stepwright_app::*;
+}
+
+/// The stores by URL, with the control tables a server keeps (`stepwright-store`).
+#[cfg(feature = "app")]
+pub mod stores {
+    pub use stepwright_store::*;
+}
+
+/// The HTTP API of `stepwright serve`, to embed (`stepwright-server`).
+#[cfg(feature = "server")]
+pub mod server {
+    pub use stepwright_server::*;
 }

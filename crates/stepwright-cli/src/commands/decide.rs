@@ -1,8 +1,8 @@
 //! `approve`, `reject`, `respond` and `cancel`: decisions on a run, wherever it executes.
 
 use serde_json::json;
-use stepwright_app::Decided;
-use stepwright_core::{Decision, Engine, RunId, RunStatus};
+use stepwright::app::Decided;
+use stepwright::{Decision, Engine, RunId, RunStatus};
 
 use crate::args::{Decider, ModelFlags};
 use crate::commands::Globals;
@@ -23,16 +23,16 @@ pub(crate) async fn decide(
     let store = open_store(db).await?;
     let engine = cli_engine(&store, !json);
     let report = engine.report(run).await?;
-    let interrupt = stepwright_app::only_interrupt(&report, who.interrupt.as_deref())?;
+    let interrupt = stepwright::app::only_interrupt(&report, who.interrupt.as_deref())?;
     check_tenant(store.as_ref(), run, who.tenant.as_deref()).await?;
-    let caller = stepwright_core::Caller {
+    let caller = stepwright::Caller {
         tenant: who.tenant.clone(),
         user: who.user.clone(),
         roles: who.roles.clone(),
         ..Default::default()
     };
     // A decision that does not fit is the caller's fault: `exit::failure` says so (exit 2).
-    match stepwright_app::decide_then_continue(&engine, &flags.bindings(), run, &interrupt, decision, &caller).await? {
+    match stepwright::app::decide_then_continue(&engine, &flags.bindings(), run, &interrupt, decision, &caller).await? {
         Decided::Continued(report) => {
             print_report(&report, json);
             Ok(exit_code(report.status))
@@ -72,7 +72,7 @@ pub(crate) async fn cancel(
     user: Option<&str>,
     wait: std::time::Duration,
 ) -> anyhow::Result<u8> {
-    use stepwright_core::CancelOutcome;
+    use stepwright::CancelOutcome;
     match engine.cancel_by(run, reason, user).await? {
         CancelOutcome::Finished(status) => {
             eprintln!("run {run} had already finished: {}", status.as_str());

@@ -8,7 +8,7 @@ use crate::render::draw;
 
 /// `schema`: prints the file format's JSON Schema.
 pub(crate) fn schema() -> anyhow::Result<u8> {
-    println!("{}", serde_json::to_string_pretty(&stepwright_flow::file_schema())?);
+    println!("{}", serde_json::to_string_pretty(&stepwright::flow::file_schema())?);
     Ok(0)
 }
 

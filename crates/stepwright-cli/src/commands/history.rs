@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use stepwright_core::{RecomputeReport, ReplayReport, RunId, RunStatus, StepPath};
+use stepwright::{RecomputeReport, ReplayReport, RunId, RunStatus, StepPath};
 
 use crate::commands::Globals;
 use crate::host::{Servers, cli_engine, definition_of, keep_source, load, open_store, parse_json, parse_run};
@@ -51,7 +51,7 @@ pub(crate) async fn recompute(
     if let Some(file) = &file {
         keep_source(&store, &workflow, file).await?;
     }
-    let options = stepwright_core::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
+    let options = stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
     let report = cli_engine(&store, false).recompute(&workflow, run, options).await?;
     print_recompute(&report, json)
 }
@@ -63,7 +63,7 @@ pub(crate) fn print_recompute(report: &RecomputeReport, json: bool) -> anyhow::R
     } else {
         for step in &report.steps {
             match &step.change {
-                stepwright_core::StepChange::ValueChanged { diff } => {
+                stepwright::StepChange::ValueChanged { diff } => {
                     println!("value_changed {}", step.path);
                     for line in diff {
                         println!("    {line}");
@@ -114,8 +114,8 @@ pub(crate) fn print_fork(id: RunId, status: RunStatus, parent: RunId, at: &str, 
 }
 
 /// A fork's `--set` edits: `{"input": …, "steps": {"<path>": <output>}}`.
-pub(crate) fn fork_edits(set: Option<&str>) -> anyhow::Result<stepwright_core::ForkPatch> {
-    let mut patch = stepwright_core::ForkPatch::default();
+pub(crate) fn fork_edits(set: Option<&str>) -> anyhow::Result<stepwright::ForkPatch> {
+    let mut patch = stepwright::ForkPatch::default();
     if let Some(set) = set {
         let edits = parse_json(set, "--set")?;
         patch.input = edits.get("input").cloned();

@@ -3,7 +3,7 @@
 
 use anyhow::anyhow;
 use serde_json::json;
-use stepwright_store::control::AuditEntry;
+use stepwright::stores::control::AuditEntry;
 
 use crate::args::KeysCommand;
 use crate::commands::Globals;
@@ -19,10 +19,10 @@ pub(crate) async fn keys(g: &Globals<'_>, command: KeysCommand) -> anyhow::Resul
             let now = wall_now();
             let expires_at =
                 expires_in_days.map(|days| now.plus(std::time::Duration::from_secs(u64::from(days) * 86_400)));
-            let created = stepwright_server::create_key(store.as_ref(), &namespace, &user, &roles, expires_at, now)
+            let created = stepwright::server::create_key(store.as_ref(), &namespace, &user, &roles, expires_at, now)
                 .await
                 .map_err(|e| match e {
-                    stepwright_server::KeyError::Invalid(why) => anyhow!(BadInput(why)),
+                    stepwright::server::KeyError::Invalid(why) => anyhow!(BadInput(why)),
                     other => anyhow!(other),
                 })?;
             audit(store.as_ref(), &namespace, "key.created", &created.key.id, json!({ "user": user, "roles": roles }))

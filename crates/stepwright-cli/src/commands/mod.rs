@@ -55,12 +55,12 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Fork { run, at, set, json } => history::fork(&g, run, at, set, json).await,
         Command::Runs { command } => runs::runs(&g, command).await,
         Command::Serve { listen, no_worker, cors_origins, max_body_bytes, rate_limit, max_streams_per_key, drain } => {
-            let limits = stepwright_server::LimitsConfig {
+            let limits = stepwright::server::LimitsConfig {
                 max_body_bytes,
                 requests_per_second: rate_limit,
                 streams_per_key: max_streams_per_key,
             };
-            let config = stepwright_server::ServerConfig {
+            let config = stepwright::server::ServerConfig {
                 listen,
                 bindings: g.flags.bindings(),
                 worker: !no_worker,

@@ -240,7 +240,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
 /// once it stops.
 async fn decide(remote: &Remote, run: &str, interrupt: Option<&str>, body: Value, json: bool) -> anyhow::Result<u8> {
     let shown = as_report(&remote.get(&format!("/v1/runs/{run}")).await?)?;
-    let interrupt = stepwright_app::only_interrupt(&shown, interrupt)?.to_string();
+    let interrupt = stepwright::app::only_interrupt(&shown, interrupt)?.to_string();
     remote.post(&format!("/v1/interrupts/{run}.{interrupt}/decision"), body).await?;
     // The server continues the run; wait for it to finish or stop again.
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -257,7 +257,7 @@ async fn decide(remote: &Remote, run: &str, interrupt: Option<&str>, body: Value
 /// A run as the server shows it, read as the report the local commands print: the same
 /// printing, the same exit code. (The API's error has no `retryable`; a report printed here
 /// does not need it.)
-fn as_report(run: &Value) -> anyhow::Result<stepwright_core::RunReport> {
+fn as_report(run: &Value) -> anyhow::Result<stepwright::RunReport> {
     let mut run = run.clone();
     if let Some(error) = run["error"].as_object_mut() {
         error.entry("retryable").or_insert(json!(false));
@@ -363,7 +363,7 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             let quiet = if follow { Duration::from_secs(u64::MAX >> 2) } else { Duration::from_millis(300) };
             while let Ok(Some(event)) = tokio::time::timeout(quiet, events.next()).await {
                 let event = event.context("reading the event stream")?;
-                let record: stepwright_core::journal::EventRecord =
+                let record: stepwright::journal::EventRecord =
                     serde_json::from_str(&event.data).context("an event that is not one")?;
                 if json {
                     println!("{}", serde_json::to_string(&record)?);

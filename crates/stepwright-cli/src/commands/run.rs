@@ -27,7 +27,7 @@ pub(crate) async fn run(
     let store = open_store(g.db).await?;
     keep_source(&store, &workflow, &file).await?;
     let engine = cli_engine(&store, !json);
-    let options = stepwright_core::StartOptions { caller: who.caller(), ..Default::default() };
+    let options = stepwright::StartOptions { caller: who.caller(), ..Default::default() };
     if detach {
         let record = engine.create(&workflow, input, options).await?;
         println!(

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use anyhow::anyhow;
 use serde_json::{Value, json};
-use stepwright_core::store::RunFilter;
-use stepwright_core::{RunId, RunStatus};
+use stepwright::store::RunFilter;
+use stepwright::{RunId, RunStatus};
 
 use crate::args::RunsCommand;
 use crate::commands::Globals;
@@ -74,7 +74,7 @@ pub(crate) async fn list(
 /// `runs events`: a run's lifecycle and audit events (and, with `--follow`, those to come).
 pub(crate) async fn events(store: &Arc<dyn CliStore>, run: String, follow: bool, json: bool) -> anyhow::Result<u8> {
     let run = parse_run(&run)?;
-    let mut cursor = stepwright_core::inspect::EventCursor::new();
+    let mut cursor = stepwright::inspect::EventCursor::new();
     loop {
         for event in cursor.poll(store.as_ref(), run).await? {
             if json {
@@ -99,7 +99,7 @@ pub(crate) async fn events(store: &Arc<dyn CliStore>, run: String, follow: bool,
 pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> anyhow::Result<u8> {
     let run: RunId = run.parse().map_err(|e| BadInput(format!("{e}")))?;
     let engine = engine_over(store).build();
-    let details = stepwright_app::run_details(&engine, run).await?;
+    let details = stepwright::app::run_details(&engine, run).await?;
     let loaded = store.load_from(run, u64::MAX).await?;
     let steps: Vec<Value> = serde_json::to_value(&details.steps)?.as_array().cloned().unwrap_or_default();
     if json {

@@ -4,12 +4,12 @@ use crate::commands::Globals;
 use crate::host::open_store;
 
 /// `serve`: binds, says where, serves; exits 0 after a graceful shutdown.
-pub(crate) async fn serve(g: &Globals<'_>, config: stepwright_server::ServerConfig) -> anyhow::Result<u8> {
+pub(crate) async fn serve(g: &Globals<'_>, config: stepwright::server::ServerConfig) -> anyhow::Result<u8> {
     let store = open_store(g.db).await?;
-    let server = stepwright_server::Server::bind(store, config).await?;
+    let server = stepwright::server::Server::bind(store, config).await?;
     let addr = server.local_addr()?;
     eprintln!("stepwright: serving the API on http://{addr}/v1 (Ctrl-C or SIGTERM to stop)");
-    let stop = stepwright_core::CancellationToken::new();
+    let stop = stepwright::CancellationToken::new();
     let signal = stop.clone();
     tokio::spawn(async move {
         shutdown_signal().await;

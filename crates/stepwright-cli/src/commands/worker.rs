@@ -14,11 +14,11 @@ pub(crate) async fn worker(
     let flags = g.flags;
     let store = open_store(g.db).await?;
     let engine = engine_over(&store)
-        .worker_id(&stepwright_core::local_worker_id("worker", &stepwright_core::SystemEntropy::new()))
+        .worker_id(&stepwright::local_worker_id("worker", &stepwright::SystemEntropy::new()))
         .build();
-    let resolver = stepwright_app::resolver(store, flags.bindings());
+    let resolver = stepwright::app::resolver(store, flags.bindings());
     let log = worker_log(log_format == crate::args::LogFormat::Json, engine.worker_id().to_owned());
-    let mut runner = stepwright_core::Runner::new(engine).resolve_with(resolver).log_to(log);
+    let mut runner = stepwright::Runner::new(engine).resolve_with(resolver).log_to(log);
     if let Some(tenant) = &tenant {
         runner = runner.only_tenant(tenant);
     }
@@ -26,7 +26,7 @@ pub(crate) async fn worker(
         runner.tick().await?;
         return Ok(0);
     }
-    let stop = stepwright_core::CancellationToken::new();
+    let stop = stepwright::CancellationToken::new();
     let signal = stop.clone();
     tokio::spawn(async move {
         let _ = tokio::signal::ctrl_c().await;

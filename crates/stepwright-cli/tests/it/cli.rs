@@ -289,7 +289,7 @@ fn ctrl_c_stops_a_run_cleanly_and_resume_finishes_it() {
 #[test]
 fn workers_share_one_postgres_database() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let Some(url) = runtime.block_on(stepwright_store::postgres::test_url("workers_share_one_postgres_database"))
+    let Some(url) = runtime.block_on(stepwright::stores::postgres::test_url("workers_share_one_postgres_database"))
     else {
         return;
     };
@@ -464,12 +464,12 @@ fn an_unknown_run_id_is_a_usage_error() {
 }
 
 /// A model that answers at once with fixed usage.
-fn instant_model() -> stepwright_llm::ScriptedModel {
-    stepwright_llm::ScriptedModel::new(|_request| stepwright_llm::ChatResponse {
+fn instant_model() -> stepwright::llm::ScriptedModel {
+    stepwright::llm::ScriptedModel::new(|_request| stepwright::llm::ChatResponse {
         content: "fine".into(),
         tool_calls: Vec::new(),
-        finish_reason: stepwright_llm::FinishReason::Stop,
-        usage: stepwright_llm::Usage { input_tokens: 1000, output_tokens: 100 },
+        finish_reason: stepwright::llm::FinishReason::Stop,
+        usage: stepwright::llm::Usage { input_tokens: 1000, output_tokens: 100 },
         model: "instant-1".into(),
     })
 }
@@ -480,20 +480,17 @@ fn runs_show_sums_model_usage_and_cost_per_step() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.db");
     let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-        let store = Arc::new(stepwright_store::SqliteStore::open(&path).unwrap());
-        let mut models = stepwright_llm::Models::new();
-        let pricing = stepwright_llm::Pricing { input: 2.0, output: 10.0 };
+        let store = Arc::new(stepwright::stores::SqliteStore::open(&path).unwrap());
+        let mut models = stepwright::llm::Models::new();
+        let pricing = stepwright::llm::Pricing { input: 2.0, output: 10.0 };
         models.bind_adapter("fast", "instant-1", Arc::new(instant_model()), Some(pricing));
         let ask = |id: &str| {
-            stepwright_core::Node::dyn_step(id, stepwright_llm::LlmStep::new(stepwright_llm::LlmSpec::new("fast")))
-                .input(stepwright_core::InputSource::WorkflowInput)
+            stepwright::Node::dyn_step(id, stepwright::llm::LlmStep::new(stepwright::llm::LlmSpec::new("fast")))
+                .input(stepwright::InputSource::WorkflowInput)
         };
-        let workflow =
-            stepwright_core::Workflow::builder("asks").step(ask("first")).step(ask("second")).build().unwrap();
-        let engine = stepwright_core::Engine::builder()
-            .store(store as Arc<dyn stepwright_core::Store>)
-            .service(Arc::new(models))
-            .build();
+        let workflow = stepwright::Workflow::builder("asks").step(ask("first")).step(ask("second")).build().unwrap();
+        let engine =
+            stepwright::Engine::builder().store(store as Arc<dyn stepwright::Store>).service(Arc::new(models)).build();
         engine.start(&workflow, serde_json::json!("how are you?")).await.unwrap().run_id.to_string()
     });
     let db = format!("sqlite://{}", path.display());

@@ -253,7 +253,7 @@ fn recording_the_examples_again_reproduces_their_cassettes() {
         let dir = tempfile::tempdir().unwrap();
         let Some(file) = runnable(name, dir.path()) else { continue };
         let source = std::fs::read_to_string(&file).unwrap();
-        let loaded = stepwright_flow::load_source(&source, &file.display().to_string()).unwrap();
+        let loaded = stepwright::flow::load_source(&source, &file.display().to_string()).unwrap();
         let recorded = dir.path().join("recorded.cassette.json");
         let mut args: Vec<String> = vec!["run".into(), file.display().to_string(), "--json".into()];
         args.extend(["--cassette".into(), recorded.display().to_string(), "--cassette-mode".into(), "record".into()]);

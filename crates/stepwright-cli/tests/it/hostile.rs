@@ -221,7 +221,7 @@ fn every_hostile_input_gets_its_error() {
 fn files_over_their_limits_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("ok.yaml"), OK.1).unwrap();
-    let big = vec![b'#'; usize::try_from(stepwright_flow::MAX_FILE_BYTES).unwrap() + 1];
+    let big = vec![b'#'; usize::try_from(stepwright::flow::MAX_FILE_BYTES).unwrap() + 1];
     std::fs::write(dir.path().join("big.yaml"), &big).unwrap();
     let output = stepwright(dir.path(), &["validate", "big.yaml"]);
     assert_eq!(output.status.code(), Some(2));
@@ -246,7 +246,7 @@ fn files_over_their_limits_are_refused() {
     );
     // A cassette over 64 MiB (sparse: nothing is written).
     let cassette = std::fs::File::create(dir.path().join("huge.json")).unwrap();
-    cassette.set_len(stepwright_llm::MAX_CASSETTE_BYTES + 1).unwrap();
+    cassette.set_len(stepwright::llm::MAX_CASSETTE_BYTES + 1).unwrap();
     let output = stepwright(dir.path(), &["run", "ok.yaml", "--cassette", "huge.json"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
