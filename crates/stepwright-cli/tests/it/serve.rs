@@ -490,3 +490,97 @@ fn webhook_deliveries_survive_a_server_killed_while_they_fail() {
     let expected: std::collections::BTreeSet<String> = runs.into_iter().collect();
     assert_eq!(delivered, expected, "every run's completion reached the receiver");
 }
+
+/// Two `serve` processes on one store (SQLite, and Postgres when it is there), as a
+/// deployment runs them behind a load balancer: a workflow registered on one starts on the
+/// other; racing starts with one idempotency key, one to each, make one run; a stream read
+/// from one sees the run the other continues; racing decisions, one to each, give one `200`
+/// and one `409`; a key revoked through the store is refused by both.
+#[test]
+fn two_servers_on_one_store_share_runs_streams_decisions_and_keys() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    for db in stores(dir.path(), "two_servers_on_one_store") {
+        let operator = key(dir.path(), &db);
+        let created = crate::support::stepwright(
+            dir.path(),
+            &["--db", &db, "keys", "create", "--namespace", "acme", "--user", "lee", "--role", "approver", "--json"],
+        );
+        let created: Value = serde_json::from_slice(&created.stdout).unwrap();
+        let (approver, approver_id) =
+            (created["secret"].as_str().unwrap().to_owned(), created["id"].as_str().unwrap().to_owned());
+        let (mut a, mut b) = (serve(dir.path(), &db), serve(dir.path(), &db));
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let http = reqwest::Client::new();
+        let call = |base: &str, key: &str, path: &str, body: Option<Value>| {
+            let request = match body {
+                Some(body) => http.post(format!("{base}{path}")).json(&body),
+                None => http.get(format!("{base}{path}")),
+            };
+            let request = request.bearer_auth(key);
+            async move {
+                let response = request.send().await.unwrap();
+                (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        runtime.block_on(async {
+            let greet = "workflow: greet\nsteps:\n  - id: hello\n    set: \"{{ 'Hello, ' ~ input.name }}\"\n  - id: ok\n    approval:\n      message: Send it?\n      approvers: [\"role:approver\"]\n  - id: shout\n    set: \"{{ steps.hello.output ~ '!' }}\"\n";
+            let (status, _) = call(&a.base, &operator, "/v1/workflows", Some(json!({ "source": greet }))).await;
+            assert_eq!(status, 201, "{db}");
+            let start = json!({ "workflow": "greet", "input": { "name": "Ada" }, "idempotency_key": "o-1", "wait_seconds": 10 });
+            let (one, two) = tokio::join!(
+                call(&a.base, &operator, "/v1/runs", Some(start.clone())),
+                call(&b.base, &operator, "/v1/runs", Some(start)),
+            );
+            let mut statuses = [one.0, two.0];
+            statuses.sort_unstable();
+            assert_eq!(statuses, [200, 201], "{db}: {one:?} {two:?}");
+            assert_eq!(one.1["run_id"], two.1["run_id"], "{db}: one run for one key across servers");
+            let run = one.1["run_id"].as_str().unwrap().to_owned();
+            let (_, shown) = call(&b.base, &operator, &format!("/v1/runs/{run}"), None).await;
+            assert_eq!(shown["status"], "suspended", "{db}: {shown}");
+
+            let url = format!("{}/v1/runs/{run}/events", a.base);
+            let stream = tokio::spawn({
+                let (http, key) = (http.clone(), operator.clone());
+                async move { read_until_broken(&http, &url, &key, None, |_| {}).await }
+            });
+            let (_, inbox) = call(&b.base, &approver, "/v1/interrupts", None).await;
+            let interrupt = inbox[0]["id"].as_str().unwrap().to_owned();
+            let decision = format!("/v1/interrupts/{interrupt}/decision");
+            let approve = json!({ "decision": "approve" });
+            let (one, two) = tokio::join!(
+                call(&a.base, &approver, &decision, Some(approve.clone())),
+                call(&b.base, &approver, &decision, Some(approve)),
+            );
+            let mut statuses = [one.0, two.0];
+            statuses.sort_unstable();
+            assert_eq!(statuses, [200, 409], "{db}: {one:?} {two:?}");
+            let streamed = tokio::time::timeout(Duration::from_secs(30), stream).await.expect("ends").unwrap();
+            let ids: Vec<u64> = streamed.iter().map(|(id, ..)| *id).collect();
+            assert_eq!(ids, (0..streamed.len() as u64).collect::<Vec<_>>(), "{db}");
+            assert_eq!(streamed.last().unwrap().1, "run.completed", "{db}: {streamed:?}");
+            let (_, done) = call(&a.base, &operator, &format!("/v1/runs/{run}"), None).await;
+            assert_eq!(done["output"], "Hello, Ada!", "{db}: {done}");
+
+            // Revoked through the store: each server refuses it once its 5 s cache lapses.
+            let revoked = crate::support::stepwright(dir.path(), &["--db", &db, "keys", "revoke", &approver_id]);
+            assert!(revoked.status.success(), "{db}");
+            for base in [&a.base, &b.base] {
+                let mut status = 0;
+                for _ in 0..80 {
+                    status = call(base, &approver, "/v1/interrupts", None).await.0;
+                    if status == 401 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                assert_eq!(status, 401, "{db}: {base} still takes a revoked key");
+            }
+        });
+        for serving in [&mut a, &mut b] {
+            let _ = serving.child.kill();
+            serving.child.wait().unwrap();
+        }
+    }
+}
