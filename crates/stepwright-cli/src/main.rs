@@ -38,7 +38,14 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    // A server answers many clients at once: a thread per core, so that one run's commit (an
+    // fsync, made on the committing caller's thread) never stalls the requests of the others.
+    // Every other command starts faster on one thread (a worker's runs share its commits).
+    let mut builder = match cli.command {
+        args::Command::Serve { .. } => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("stepwright: starting the runtime: {e}");

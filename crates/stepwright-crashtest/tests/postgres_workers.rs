@@ -170,7 +170,10 @@ async fn two_workers_one_killed_repeatedly() {
     }
     assert!(kills >= MIN_KILLS, "only {kills} kills happened");
     let by_victims = executions.lines().filter(|l| l.split(' ').next() != Some(steady_pid.as_str())).count();
-    assert!(by_victims >= 200, "the killed workers must have held runs: only {by_victims} step executions were theirs");
+    // A victim lives 40–200 ms, much of it starting up, so how much it executes depends on
+    // the machine's speed (a slow day on a CI machine: 166 over 200 victims); what matters is
+    // that the killed workers held runs, which a hundred executions show beyond doubt.
+    assert!(by_victims >= 100, "the killed workers must have held runs: only {by_victims} step executions were theirs");
     eprintln!(
         "postgres workers: {} runs (fork, map of {MAPPED_ITEMS} at 4, {} writes each), {kills} SIGKILLs of the second worker \
          ({by_victims} step executions in killed processes), {charges_total} charges each made once, {reconciled} \
