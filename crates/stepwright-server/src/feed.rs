@@ -33,10 +33,10 @@ const POLL_AT_MOST_EVERY: Duration = Duration::from_millis(250);
 /// How many streamed tokens a slow subscriber may fall behind before it misses some.
 const TOKENS_BUFFERED: usize = 1024;
 
-/// A piece of text a model streamed for a step.
-#[derive(Debug, serde::Serialize)]
+/// A piece of text a model streamed for a step: the `data:` of a `token` event.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
 pub struct StreamedToken {
-    /// The step it is for.
+    /// The step whose model streams it.
     pub path: String,
     /// The text.
     pub text: String,

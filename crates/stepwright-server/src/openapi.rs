@@ -327,7 +327,7 @@ fn sse_event(g: &mut SchemaGenerator) -> Value {
                     "data": {
                         "type": "string",
                         "contentMediaType": "application/json",
-                        "contentSchema": schema::<events::StreamedTokenDoc>(g),
+                        "contentSchema": schema::<crate::feed::StreamedToken>(g),
                     },
                 },
             },

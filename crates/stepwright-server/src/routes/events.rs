@@ -14,9 +14,9 @@ use futures_util::stream::{self, Stream};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{Params, parse_run, run_in_namespace};
 use tokio::sync::broadcast;
 
+use super::{Params, parse_run, run_in_namespace};
 use crate::feed::{Next, StreamedToken};
 use crate::keys::Principal;
 use crate::problem::ApiError;
@@ -58,15 +58,6 @@ pub(crate) struct StreamedEvent {
     pub(crate) kind: String,
     /// The event's own fields.
     pub(crate) data: serde_json::Value,
-}
-
-/// The `data:` of a `token` event. (Documentation only, as [`StreamedEvent`].)
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct StreamedTokenDoc {
-    /// The step whose model streams it.
-    pub(crate) path: String,
-    /// The text.
-    pub(crate) text: String,
 }
 
 /// Where a stream stands.
