@@ -38,17 +38,27 @@ pub(crate) fn value_or_none(value: &Option<Value>) -> String {
 
 /// Who executes a run, for people: the owner and until when, or that its lease lapsed.
 pub(crate) fn owner_text(run: &stepwright::RunRecord, now: stepwright::Timestamp) -> String {
+    owner_text_of(run.status, run.lease.as_ref().map(|lease| (lease.owner.as_str(), lease.expires_at)), now)
+}
+
+/// [`owner_text`] from a run's status and its lease's owner and expiry (as a server lists
+/// them).
+pub(crate) fn owner_text_of(
+    status: stepwright::RunStatus,
+    lease: Option<(&str, stepwright::Timestamp)>,
+    now: stepwright::Timestamp,
+) -> String {
     use stepwright::is_dead_local_process;
-    match &run.lease {
-        _ if run.status.is_terminal() => "-".to_owned(),
+    match lease {
+        _ if status.is_terminal() => "-".to_owned(),
         None => "-".to_owned(),
-        Some(lease) if lease.expires_at <= now => {
-            format!("{} (lease lapsed at {} UTC: presumed dead)", lease.owner, clock_time(lease.expires_at))
+        Some((owner, expires_at)) if expires_at <= now => {
+            format!("{owner} (lease lapsed at {} UTC: presumed dead)", clock_time(expires_at))
         }
-        Some(lease) if is_dead_local_process(&lease.owner) => {
-            format!("{} (that process is gone; taken over on resume)", lease.owner)
+        Some((owner, _)) if is_dead_local_process(owner) => {
+            format!("{owner} (that process is gone; taken over on resume)")
         }
-        Some(lease) => format!("{} until {} UTC", lease.owner, clock_time(lease.expires_at)),
+        Some((owner, expires_at)) => format!("{owner} until {} UTC", clock_time(expires_at)),
     }
 }
 

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::args::{Command, RunsCommand};
 use crate::commands::history::{fork_edits, print_fork, print_recompute, print_replay};
 use crate::exit::{BadInput, exit_code};
-use crate::render::{clock_time, print_report, print_timeline, usage_text};
+use crate::render::{clock_time, owner_text_of, print_report, print_timeline, usage_text};
 
 /// The longest one request waits for a run; the CLI then asks again.
 const WAIT_SECONDS: u64 = 30;
@@ -294,18 +294,24 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                 for run in &runs {
                     println!(
                         "{}",
-                        json!({ "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"], "created_at": run["created_at"], "owner": run["owner"] })
+                        json!({ "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"], "created_at": run["created_at"], "owner": run["owner"], "lease_expires_at": run["lease_expires_at"] })
                     );
                 }
             } else {
                 println!("{:<38} {:<24} {:<10} OWNER", "RUN", "WORKFLOW", "STATUS");
+                let now = crate::host::wall_now();
                 for run in &runs {
+                    let status: stepwright::RunStatus =
+                        serde_json::from_value(run["status"].clone()).context("a listed run without a status")?;
+                    let lease = run["owner"]
+                        .as_str()
+                        .zip(run["lease_expires_at"].as_i64().map(stepwright::Timestamp::from_micros));
                     println!(
                         "{:<38} {:<24} {:<10} {}",
                         run["run_id"].as_str().unwrap_or_default(),
                         run["workflow"].as_str().unwrap_or_default(),
-                        run["status"].as_str().unwrap_or_default(),
-                        run["owner"].as_str().unwrap_or("-")
+                        status.as_str(),
+                        owner_text_of(status, lease, now)
                     );
                 }
             }

@@ -62,7 +62,13 @@ pub(crate) async fn list(
     } else {
         println!("{:<38} {:<24} {:<10} OWNER", "RUN", "WORKFLOW", "STATUS");
         for run in &runs {
-            println!("{:<38} {:<24} {:<10} {}", run.id, run.workflow, run.status.as_str(), owner_text(run, now));
+            println!(
+                "{:<38} {:<24} {:<10} {}",
+                run.id.to_string(),
+                run.workflow,
+                run.status.as_str(),
+                owner_text(run, now)
+            );
         }
     }
     if more && let Some(last) = runs.last() {

@@ -365,6 +365,10 @@ fn the_remote_mode_gives_the_local_output_and_exit_codes() {
         .map(|line| serde_json::from_str::<Value>(line).unwrap()["status"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(statuses, ["cancelled", "failed", "completed"], "newest first");
+    for args in [&["runs", "list", "--json"][..], &["runs", "list"][..]] {
+        let local = crate::support::stepwright(dir.path(), &[&["--db", db.as_str()][..], args].concat());
+        assert_eq!(text(&remote(dir.path(), &base, &operator, args)), text(&local), "{args:?}: the same lines");
+    }
     let events = remote(dir.path(), &base, &operator, &["runs", "events", &run, "--json"]);
     let local_events = crate::support::stepwright(dir.path(), &["--db", &db, "runs", "events", &run, "--json"]);
     assert_eq!(text(&events), text(&local_events), "the same events, the same lines");

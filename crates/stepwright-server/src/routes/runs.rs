@@ -219,6 +219,9 @@ pub(crate) struct RunSummary {
     /// The worker executing it, if one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// When that worker's lease lapses unless renewed (µs since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<i64>,
 }
 
 /// `GET /v1/runs`: the namespace's runs, newest first, paged.
@@ -250,12 +253,16 @@ pub(crate) async fn list(
     let next_cursor = more.then(|| runs.last().map(|run| run.id.to_string())).flatten();
     let runs = runs
         .into_iter()
-        .map(|run| RunSummary {
-            run_id: run.id.to_string(),
-            workflow: run.workflow,
-            status: run.status,
-            created_at: run.created_at.as_micros(),
-            owner: run.lease.map(|lease| lease.owner).filter(|_| !run.status.is_terminal()),
+        .map(|run| {
+            let lease = run.lease.filter(|_| !run.status.is_terminal());
+            RunSummary {
+                run_id: run.id.to_string(),
+                workflow: run.workflow,
+                status: run.status,
+                created_at: run.created_at.as_micros(),
+                lease_expires_at: lease.as_ref().map(|lease| lease.expires_at.as_micros()),
+                owner: lease.map(|lease| lease.owner),
+            }
         })
         .collect();
     Ok(Json(RunPage { runs, next_cursor }))
