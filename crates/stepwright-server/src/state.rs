@@ -184,6 +184,14 @@ impl Shared {
         Ok(workflow)
     }
 
+    /// Continues a run in a task of its own on this server's engine (a client that leaves
+    /// does not stop it). A worker may claim the run first; then this resume is refused and
+    /// nothing is lost.
+    pub(crate) fn continue_in_background(&self, workflow: Workflow, run: stepwright_core::RunId) {
+        let engine = self.engine.clone();
+        tokio::spawn(async move { engine.resume(&workflow, run).await });
+    }
+
     /// The definition a run is pinned to: compiled before in this process, or rebuilt from
     /// the source the store keeps.
     pub(crate) async fn definition_of(&self, run: &stepwright_core::RunRecord) -> Result<Workflow, ApiError> {

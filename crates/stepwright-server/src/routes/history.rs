@@ -125,9 +125,7 @@ pub(crate) async fn fork(
     audit(&shared, &who, "run.forked", forked.id.to_string(), json!({ "parent": run.to_string(), "at": body.at }))
         .await?;
     if shared.executes {
-        let (engine, id) = (shared.engine.clone(), forked.id);
-        // A worker may claim it first; then this resume is refused and nothing is lost.
-        tokio::spawn(async move { engine.resume(&workflow, id).await });
+        shared.continue_in_background(workflow, forked.id);
     }
     Ok((StatusCode::CREATED, Json(wait_and_read(&shared, forked.id, wait).await?)))
 }

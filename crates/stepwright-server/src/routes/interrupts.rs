@@ -201,8 +201,7 @@ pub(crate) async fn decide(
     // process that waits on the interrupt continues it instead (this resume is then
     // refused), and a worker takes it over if this process dies first.
     let workflow = shared.definition_of(&record).await?;
-    let engine = shared.engine.clone();
-    tokio::spawn(async move { engine.resume(&workflow, run).await });
+    shared.continue_in_background(workflow, run);
     let status = shared.store.load_from(run, u64::MAX).await?.record.status;
     Ok(Json(DecisionTaken {
         run_id: run.to_string(),

@@ -156,9 +156,7 @@ async fn execute(
     }
     shared.engine.create(workflow, input, options).await?;
     if shared.executes {
-        let (engine, workflow) = (shared.engine.clone(), workflow.clone());
-        // A worker may claim it first; then this resume is refused and nothing is lost.
-        tokio::spawn(async move { engine.resume(&workflow, run).await });
+        shared.continue_in_background(workflow.clone(), run);
     }
     wait_and_read(shared, run, wait).await
 }
