@@ -34,7 +34,15 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     .into()
             )));
         }
-        return remote::dispatch(&remote::Remote::new(&server)?, cli.command).await;
+        let remote = remote::Remote::new(&server)?;
+        return tokio::select! {
+            code = remote::dispatch(&remote, cli.command) => code,
+            _ = tokio::signal::ctrl_c() => {
+                // Only the waiting stops: a run the server was asked to start or continue goes on there.
+                eprintln!("stepwright: interrupted; the server goes on with the run");
+                Ok(130)
+            }
+        };
     }
     let g = Globals { db: cli.db.as_deref(), flags: &cli.models };
     match cli.command {

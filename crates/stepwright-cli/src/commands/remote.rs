@@ -48,15 +48,7 @@ impl Remote {
         if status.is_success() {
             return Ok(body);
         }
-        // The server's classification becomes the exit code: its 4xx are the caller's (2).
-        let detail = body["detail"].as_str().unwrap_or("no detail").to_owned();
-        let code = body["code"].as_str().unwrap_or("unknown");
-        let message = format!("{detail} ({code}, HTTP {})", status.as_u16());
-        if status.is_client_error() {
-            Err(anyhow!(BadInput(format!("stepwright: {message}"))))
-        } else {
-            Err(anyhow!(message))
-        }
+        Err(problem(status, &body))
     }
 
     async fn get(&self, path: &str) -> anyhow::Result<Value> {
@@ -78,6 +70,15 @@ impl Remote {
             run = self.get(&format!("/v1/runs/{}", run["run_id"].as_str().unwrap_or_default())).await?;
         }
     }
+}
+
+/// The server's problem document as the command's error: its 4xx are the caller's fault
+/// (exit 2), the rest ours (exit 1).
+fn problem(status: reqwest::StatusCode, body: &Value) -> anyhow::Error {
+    let detail = body["detail"].as_str().unwrap_or("no detail");
+    let code = body["code"].as_str().unwrap_or("unknown");
+    let message = format!("{detail} ({code}, HTTP {})", status.as_u16());
+    if status.is_client_error() { anyhow!(BadInput(format!("stepwright: {message}"))) } else { anyhow!(message) }
 }
 
 /// Whether a command has a remote form.
@@ -358,10 +359,8 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                 .await
                 .with_context(|| format!("calling {}", remote.base))?;
             if !response.status().is_success() {
-                let status = response.status().as_u16();
-                let body: Value = response.json().await.unwrap_or(Value::Null);
-                let detail = body["detail"].as_str().unwrap_or("no detail");
-                return Err(anyhow!(BadInput(format!("stepwright: {detail} (HTTP {status})"))));
+                let status = response.status();
+                return Err(problem(status, &response.json().await.unwrap_or(Value::Null)));
             }
             let mut events = response.bytes_stream().eventsource();
             // Without --follow, what is there now: the stream is read until it ends or is

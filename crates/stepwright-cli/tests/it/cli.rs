@@ -1,10 +1,38 @@
-//! The `stepwright` binary end to end: exit codes, `--json` shapes, diagnostics.
+//! The `stepwright` binary end to end: exit codes, `--json` shapes, diagnostics. The
+//! scenarios of the commands that have a remote form (DESIGN §13) run twice, against a store
+//! (`local::`) and against a `stepwright serve` process (`remote::`), with the same
+//! assertions: the same output, the same exit codes.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::support::stepwright;
+use crate::support::{Target, stepwright};
 use serde_json::Value;
+
+/// Each scenario as a test of the local mode and a test of the remote mode.
+macro_rules! local_and_remote {
+    ($($scenario:ident),* $(,)?) => {
+        mod local {
+            $(#[test] fn $scenario() { super::$scenario(&crate::support::Target::local()) })*
+        }
+        mod remote {
+            $(#[test] fn $scenario() { super::$scenario(&crate::support::Target::remote()) })*
+        }
+    };
+}
+
+local_and_remote!(
+    run_prints_the_json_shape_and_exits_by_status,
+    runs_list_and_show_read_the_store,
+    a_suspended_run_is_approved_from_a_second_process_and_completes,
+    respond_reject_and_cancel,
+    detached_runs_are_executed_by_a_worker,
+    replay_recompute_and_fork_from_the_command_line,
+    runs_events_renders_the_journal_in_order,
+    runs_events_follow_watches_a_run_until_it_finishes,
+    an_unknown_run_id_is_a_usage_error,
+    ctrl_c_stops_the_command_and_the_run_is_finished,
+);
 
 fn write(dir: &Path, name: &str, text: &str) {
     std::fs::write(dir.join(name), text).unwrap();
@@ -42,20 +70,21 @@ fn validate_reports_problems_with_positions_and_exit_2() {
     assert!(stderr.contains("bad.yaml:4:5: unknown field `sett` in a step (hint: did you mean `set`?)"), "{stderr}");
 }
 
-#[test]
-fn run_prints_the_json_shape_and_exits_by_status() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "greet.yaml", GREET);
-    write(dir.path(), "gated.yaml", GATED);
-    let done = stepwright(dir.path(), &["run", "greet.yaml", "--input", r#"{"name": "ann"}"#, "--json"]);
+fn run_prints_the_json_shape_and_exits_by_status(target: &Target) {
+    let dir = target.dir();
+    write(dir, "greet.yaml", GREET);
+    write(dir, "gated.yaml", GATED);
+    let done = target.stepwright(&["run", "greet.yaml", "--input", r#"{"name": "ann"}"#, "--json"]);
     assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
     let report: Value = serde_json::from_slice(&done.stdout).unwrap();
     assert_eq!(report["status"], "completed");
     assert_eq!(report["output"], "HELLO, ANN");
     assert!(report["run_id"].is_string() && report["error"].is_null() && report["pending"] == serde_json::json!([]));
-    assert!(dir.path().join("stepwright.db").exists(), "the default store is ./stepwright.db");
+    if !target.is_remote() {
+        assert!(dir.join("stepwright.db").exists(), "the default store is ./stepwright.db");
+    }
 
-    let waiting = stepwright(dir.path(), &["run", "gated.yaml", "--json"]);
+    let waiting = target.stepwright(&["run", "gated.yaml", "--json"]);
     assert_eq!(waiting.status.code(), Some(3));
     let report: Value = serde_json::from_slice(&waiting.stdout).unwrap();
     assert_eq!(report["status"], "suspended");
@@ -63,30 +92,28 @@ fn run_prints_the_json_shape_and_exits_by_status() {
     assert_eq!(report["pending"][0]["message"], "Send a draft?");
     assert_eq!(report["pending"][0]["step"], "review");
 
-    let bad_input = stepwright(dir.path(), &["run", "greet.yaml", "--input", r#"{"nom": 1}"#]);
+    let bad_input = target.stepwright(&["run", "greet.yaml", "--input", r#"{"nom": 1}"#]);
     assert_eq!(bad_input.status.code(), Some(2), "an input that fails the schema is bad input");
-    let not_json = stepwright(dir.path(), &["run", "greet.yaml", "--input", "{oops"]);
+    let not_json = target.stepwright(&["run", "greet.yaml", "--input", "{oops"]);
     assert_eq!(not_json.status.code(), Some(2));
-    let usage = stepwright(dir.path(), &["run"]);
+    let usage = target.stepwright(&["run"]);
     assert_eq!(usage.status.code(), Some(2));
 }
 
-#[test]
-fn runs_list_and_show_read_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "greet.yaml", GREET);
-    let db = format!("sqlite://{}", dir.path().join("runs.db").display());
-    let done = stepwright(dir.path(), &["--db", &db, "run", "greet.yaml", "--input", r#"{"name": "bo"}"#, "--json"]);
+fn runs_list_and_show_read_the_store(target: &Target) {
+    let dir = target.dir();
+    write(dir, "greet.yaml", GREET);
+    let done = target.stepwright(&["run", "greet.yaml", "--input", r#"{"name": "bo"}"#, "--json"]);
     let run = serde_json::from_slice::<Value>(&done.stdout).unwrap()["run_id"].as_str().unwrap().to_owned();
-    let list = stepwright(dir.path(), &["--db", &db, "runs", "list", "--json"]);
+    let list = target.stepwright(&["runs", "list", "--json"]);
     let first: Value = serde_json::from_str(String::from_utf8_lossy(&list.stdout).lines().next().unwrap()).unwrap();
     assert_eq!((first["run_id"].as_str(), first["status"].as_str()), (Some(run.as_str()), Some("completed")));
     // `--status` keeps to runs with that status.
-    let completed = stepwright(dir.path(), &["--db", &db, "runs", "list", "--json", "--status", "completed"]);
+    let completed = target.stepwright(&["runs", "list", "--json", "--status", "completed"]);
     assert_eq!(String::from_utf8_lossy(&completed.stdout).lines().count(), 1);
-    let failed = stepwright(dir.path(), &["--db", &db, "runs", "list", "--json", "--status", "failed"]);
+    let failed = target.stepwright(&["runs", "list", "--json", "--status", "failed"]);
     assert_eq!((failed.status.code(), String::from_utf8_lossy(&failed.stdout).lines().count()), (Some(0), 0));
-    let show = stepwright(dir.path(), &["--db", &db, "runs", "show", &run, "--json"]);
+    let show = target.stepwright(&["runs", "show", &run, "--json"]);
     assert_eq!(show.status.code(), Some(0));
     let shown: Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(shown["output"], "HELLO, BO");
@@ -103,9 +130,9 @@ fn runs_list_and_show_read_the_store() {
 
     // For people: a table with a row per step, its output shortened to fit.
     let long = format!(r#"{{"name": "{}"}}"#, "b".repeat(80));
-    let done = stepwright(dir.path(), &["--db", &db, "run", "greet.yaml", "--input", &long, "--json"]);
+    let done = target.stepwright(&["run", "greet.yaml", "--input", &long, "--json"]);
     let run = serde_json::from_slice::<Value>(&done.stdout).unwrap()["run_id"].as_str().unwrap().to_owned();
-    let table = stepwright(dir.path(), &["--db", &db, "runs", "show", &run]);
+    let table = target.stepwright(&["runs", "show", &run]);
     let table = String::from_utf8_lossy(&table.stdout);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines[0], format!("run {run} (greet) completed"));
@@ -143,61 +170,72 @@ fn run_id(output: &Output) -> String {
     serde_json::from_slice::<Value>(&output.stdout).unwrap()["run_id"].as_str().unwrap().to_owned()
 }
 
-#[test]
-fn a_suspended_run_is_approved_from_a_second_process_and_completes() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "gated.yaml", GATED);
-    let started = stepwright(dir.path(), &["run", "gated.yaml", "--json"]);
+fn a_suspended_run_is_approved_from_a_second_process_and_completes(target: &Target) {
+    let dir = target.dir();
+    write(dir, "gated.yaml", GATED);
+    let started = target.stepwright(&["run", "gated.yaml", "--json"]);
     assert_eq!(started.status.code(), Some(3));
     let run = run_id(&started);
     // Another process; it needs no file: the definition comes from the store.
-    std::fs::remove_file(dir.path().join("gated.yaml")).unwrap();
-    let approved = stepwright(dir.path(), &["approve", &run, "--as", "ann", "--json"]);
+    std::fs::remove_file(dir.join("gated.yaml")).unwrap();
+    let approved = target.stepwright(&[&["approve", &run, "--json"][..], target.as_ann()].concat());
     assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
     let report: Value = serde_json::from_slice(&approved.stdout).unwrap();
     assert_eq!(report["status"], "completed");
     assert_eq!(report["output"], "a draft", "an approval passes its payload on");
-    let again = stepwright(dir.path(), &["approve", &run]);
+    let again = target.stepwright(&["approve", &run]);
     assert_eq!(again.status.code(), Some(2), "nothing is open any more");
 }
 
-#[test]
-fn respond_reject_and_cancel() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "ask.yaml", ASK);
-    write(dir.path(), "gated.yaml", GATED);
-    let asked = stepwright(dir.path(), &["run", "ask.yaml", "--json"]);
+fn respond_reject_and_cancel(target: &Target) {
+    let dir = target.dir();
+    write(dir, "ask.yaml", ASK);
+    write(dir, "gated.yaml", GATED);
+    let asked = target.stepwright(&["run", "ask.yaml", "--json"]);
     let run = run_id(&asked);
-    let invalid = stepwright(dir.path(), &["respond", &run, "--value", "0"]);
+    let invalid = target.stepwright(&["respond", &run, "--value", "0"]);
     assert_eq!(invalid.status.code(), Some(2), "the answer must match the schema");
-    let answered = stepwright(dir.path(), &["respond", &run, "--value", "21", "--json"]);
+    let answered = target.stepwright(&["respond", &run, "--value", "21", "--json"]);
     assert_eq!(serde_json::from_slice::<Value>(&answered.stdout).unwrap()["output"], 42);
 
-    let gated = run_id(&stepwright(dir.path(), &["run", "gated.yaml", "--json"]));
-    let rejected = stepwright(dir.path(), &["reject", &gated, "--reason", "tone", "--json"]);
+    let gated = run_id(&target.stepwright(&["run", "gated.yaml", "--json"]));
+    let rejected = target.stepwright(&["reject", &gated, "--reason", "tone", "--json"]);
     assert_eq!(rejected.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&rejected.stdout).unwrap();
     assert_eq!(report["error"]["code"], "rejected");
 
-    let other = run_id(&stepwright(dir.path(), &["run", "gated.yaml", "--json"]));
-    assert_eq!(stepwright(dir.path(), &["cancel", &other]).status.code(), Some(0));
-    let shown: Value =
-        serde_json::from_slice(&stepwright(dir.path(), &["runs", "show", &other, "--json"]).stdout).unwrap();
+    let other = run_id(&target.stepwright(&["run", "gated.yaml", "--json"]));
+    let cancelled = target.stepwright(&["cancel", &other]);
+    assert_eq!((cancelled.status.code(), String::from_utf8_lossy(&cancelled.stdout).trim()), (Some(0), "cancelled"));
+    let shown: Value = serde_json::from_slice(&target.stepwright(&["runs", "show", &other, "--json"]).stdout).unwrap();
     assert_eq!(shown["status"], "cancelled");
 }
 
-#[test]
-fn detached_runs_are_executed_by_a_worker() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "greet.yaml", GREET);
-    let created = stepwright(dir.path(), &["run", "greet.yaml", "--input", r#"{"name": "cy"}"#, "--detach", "--json"]);
+fn detached_runs_are_executed_by_a_worker(target: &Target) {
+    let dir = target.dir();
+    write(dir, "greet.yaml", GREET);
+    let created = target.stepwright(&["run", "greet.yaml", "--input", r#"{"name": "cy"}"#, "--detach", "--json"]);
     assert_eq!(created.status.code(), Some(0));
     let run = run_id(&created);
-    let worker = stepwright(dir.path(), &["worker", "--once"]);
-    assert_eq!(worker.status.code(), Some(0), "{}", String::from_utf8_lossy(&worker.stderr));
-    let shown: Value =
-        serde_json::from_slice(&stepwright(dir.path(), &["runs", "show", &run, "--json"]).stdout).unwrap();
+    if !target.is_remote() {
+        // Remotely, the server's own worker takes it.
+        let worker = stepwright(dir, &["worker", "--once"]);
+        assert_eq!(worker.status.code(), Some(0), "{}", String::from_utf8_lossy(&worker.stderr));
+    }
+    let shown = settled(target, &run);
     assert_eq!((shown["status"].as_str(), shown["output"].as_str()), (Some("completed"), Some("HELLO, CY")));
+}
+
+/// The run as `runs show --json` prints it once it no longer runs (at most 10 s).
+fn settled(target: &Target, run: &str) -> Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let shown: Value = serde_json::from_slice(&target.stepwright(&["runs", "show", run, "--json"]).stdout).unwrap();
+        if !matches!(shown["status"].as_str(), Some("running" | "pending")) || std::time::Instant::now() > deadline {
+            return shown;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 #[test]
@@ -234,29 +272,31 @@ fn a_run_killed_mid_way_is_finished_by_resume() {
 fn listed(dir: &Path, db: &[&str]) -> Vec<Value> {
     let mut args = db.to_vec();
     args.extend(["runs", "list", "--json"]);
-    let output = stepwright(dir, &args);
+    lines_of(&stepwright(dir, &args))
+}
+
+/// Each line of the output, as JSON.
+fn lines_of(output: &Output) -> Vec<Value> {
     String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
-#[test]
-fn ctrl_c_stops_a_run_cleanly_and_resume_finishes_it() {
-    let dir = tempfile::tempdir().unwrap();
+/// Ctrl-C stops the command, not the work: locally the run is left to `resume`; remotely the
+/// server goes on with it.
+fn ctrl_c_stops_the_command_and_the_run_is_finished(target: &Target) {
     write(
-        dir.path(),
+        target.dir(),
         "slow.yaml",
         "workflow: slow\nsteps:\n  - id: first\n    set: 1\n  - id: nap\n    sleep: 2s\n  - id: last\n    set: \"{{ steps.first.output + 1 }}\"\n",
     );
-    let child = Command::new(env!("CARGO_BIN_EXE_stepwright"))
-        .current_dir(dir.path())
-        .env_remove("STEPWRIGHT_DB")
-        .args(["run", "slow.yaml", "--json"])
+    let child = target
+        .command(&["run", "slow.yaml", "--json"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // Once the run is in the store, the command is waiting on it and on Ctrl-C.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while listed(dir.path(), &[]).is_empty() {
+    while lines_of(&target.stepwright(&["runs", "list", "--json"])).is_empty() {
         assert!(std::time::Instant::now() < deadline, "the run never appeared in the store");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -264,24 +304,25 @@ fn ctrl_c_stops_a_run_cleanly_and_resume_finishes_it() {
     let interrupt = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(interrupt.success());
     let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(130), "{}", String::from_utf8_lossy(&output.stderr));
-    assert!(
-        String::from_utf8_lossy(&output.stderr).contains("interrupted; the run stays resumable"),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
     assert!(output.stdout.is_empty(), "no output for a run that did not finish");
-    let runs = listed(dir.path(), &[]);
+    let runs = lines_of(&target.stepwright(&["runs", "list", "--json"]));
     assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0]["status"], "running", "the run is left as it was, to be resumed");
     let run = runs[0]["run_id"].as_str().unwrap().to_owned();
-    let resumed = stepwright(dir.path(), &["resume", &run, "--json"]);
-    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
-    let report: Value = serde_json::from_slice(&resumed.stdout).unwrap();
+    let report = if target.is_remote() {
+        assert!(stderr.contains("interrupted; the server goes on with the run"), "{stderr}");
+        settled(target, &run)
+    } else {
+        assert!(stderr.contains("interrupted; the run stays resumable"), "{stderr}");
+        assert_eq!(runs[0]["status"], "running", "the run is left as it was, to be resumed");
+        let resumed = target.stepwright(&["resume", &run, "--json"]);
+        assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+        serde_json::from_slice(&resumed.stdout).unwrap()
+    };
     assert_eq!((report["status"].as_str(), &report["output"]), (Some("completed"), &serde_json::json!(2)));
-    // `first` ran once: the resumed run took its output from the journal.
-    let shown: Value =
-        serde_json::from_slice(&stepwright(dir.path(), &["runs", "show", &run, "--json"]).stdout).unwrap();
+    // `first` ran once: the rest of the run took its output from the journal.
+    let shown: Value = serde_json::from_slice(&target.stepwright(&["runs", "show", &run, "--json"]).stdout).unwrap();
     assert_eq!(shown["steps"][0]["path"], "first");
     assert_eq!(shown["steps"][0]["attempts"], 1);
 }
@@ -347,34 +388,42 @@ fn workers_share_one_postgres_database() {
     }
 }
 
-#[test]
-fn replay_recompute_and_fork_from_the_command_line() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "greet.yaml", GREET);
-    let run = run_id(&stepwright(dir.path(), &["run", "greet.yaml", "--input", r#"{"name": "di"}"#, "--json"]));
+fn replay_recompute_and_fork_from_the_command_line(target: &Target) {
+    let dir = target.dir();
+    write(dir, "greet.yaml", GREET);
+    let run = run_id(&target.stepwright(&["run", "greet.yaml", "--input", r#"{"name": "di"}"#, "--json"]));
 
-    let replayed = stepwright(dir.path(), &["replay", &run]);
+    let replayed = target.stepwright(&["replay", &run]);
     assert_eq!(replayed.status.code(), Some(0), "{}", String::from_utf8_lossy(&replayed.stderr));
     assert!(String::from_utf8_lossy(&replayed.stdout).trim_end().ends_with("identical"));
 
-    write(dir.path(), "quiet.yaml", &GREET.replace("| upper", "| lower"));
-    let recomputed = stepwright(dir.path(), &["recompute", &run, "--file", "quiet.yaml", "--json"]);
-    assert_eq!(recomputed.status.code(), Some(1), "a change exits 1");
+    write(dir, "quiet.yaml", &GREET.replace("| upper", "| lower"));
+    let recomputed = target.stepwright(&["recompute", &run, "--file", "quiet.yaml", "--json"]);
+    assert_eq!(recomputed.status.code(), Some(1), "a change exits 1: {}", String::from_utf8_lossy(&recomputed.stderr));
     let report: Value = serde_json::from_slice(&recomputed.stdout).unwrap();
     assert_eq!(report["recomputed_output"], "hello, di");
     let loud = report["steps"].as_array().unwrap().iter().find(|s| s["path"] == "loud").unwrap();
     assert_eq!(loud["change"], "value_changed");
     assert_eq!(loud["diff"][0], "/: \"HELLO, DI\" → \"hello, di\"");
 
-    let forked = stepwright(
-        dir.path(),
-        &["fork", &run, "--at", "loud", "--set", r#"{"steps": {"hello": "Bonjour"}}"#, "--json"],
-    );
+    let forked =
+        target.stepwright(&["fork", &run, "--at", "loud", "--set", r#"{"steps": {"hello": "Bonjour"}}"#, "--json"]);
     assert_eq!(forked.status.code(), Some(0), "{}", String::from_utf8_lossy(&forked.stderr));
     let child = run_id(&forked);
-    let resumed = stepwright(dir.path(), &["resume", &child, "--json"]);
-    assert_eq!(serde_json::from_slice::<Value>(&resumed.stdout).unwrap()["output"], "BONJOUR");
-    let never = stepwright(dir.path(), &["fork", &run, "--at", "nowhere"]);
+    if target.is_remote() {
+        // The server continues a fork itself.
+        assert_eq!(settled(target, &child)["output"], "BONJOUR");
+    } else {
+        let resumed = target.stepwright(&["resume", &child, "--json"]);
+        assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+        assert_eq!(serde_json::from_slice::<Value>(&resumed.stdout).unwrap()["output"], "BONJOUR");
+    }
+    // A finished run has nothing to continue: `resume` says how it ended.
+    let again = target.stepwright(&["resume", &child, "--json"]);
+    assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
+    let again: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!((again["status"].as_str(), &again["output"]), (Some("completed"), &serde_json::json!("BONJOUR")));
+    let never = target.stepwright(&["fork", &run, "--at", "nowhere"]);
     assert_eq!(never.status.code(), Some(2));
 }
 
@@ -389,12 +438,11 @@ fn kinds(stdout: &[u8]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn runs_events_renders_the_journal_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "greet.yaml", GREET);
-    let run = run_id(&stepwright(dir.path(), &["run", "greet.yaml", "--input", r#"{"name": "di"}"#, "--json"]));
-    let events = stepwright(dir.path(), &["runs", "events", &run, "--json"]);
+fn runs_events_renders_the_journal_in_order(target: &Target) {
+    let dir = target.dir();
+    write(dir, "greet.yaml", GREET);
+    let run = run_id(&target.stepwright(&["run", "greet.yaml", "--input", r#"{"name": "di"}"#, "--json"]));
+    let events = target.stepwright(&["runs", "events", &run, "--json"]);
     assert_eq!(events.status.code(), Some(0));
     let expected = [
         ("step.started", "hello"),
@@ -407,7 +455,7 @@ fn runs_events_renders_the_journal_in_order() {
     assert_eq!(kinds(&events.stdout), expected);
     let last: Value = serde_json::from_str(String::from_utf8_lossy(&events.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(last["data"]["output"], "HELLO, DI");
-    let text = String::from_utf8_lossy(&stepwright(dir.path(), &["runs", "events", &run]).stdout).into_owned();
+    let text = String::from_utf8_lossy(&target.stepwright(&["runs", "events", &run]).stdout).into_owned();
     assert!(
         text.lines()
             .nth(1)
@@ -417,15 +465,11 @@ fn runs_events_renders_the_journal_in_order() {
     );
 }
 
-#[test]
-fn runs_events_follow_watches_a_run_until_it_finishes() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "gated.yaml", GATED);
-    let run = run_id(&stepwright(dir.path(), &["run", "gated.yaml", "--json"]));
-    let follower = Command::new(env!("CARGO_BIN_EXE_stepwright"))
-        .current_dir(dir.path())
-        .env_remove("STEPWRIGHT_DB")
-        .args(["runs", "events", &run, "--follow", "--json"])
+fn runs_events_follow_watches_a_run_until_it_finishes(target: &Target) {
+    write(target.dir(), "gated.yaml", GATED);
+    let run = run_id(&target.stepwright(&["run", "gated.yaml", "--json"]));
+    let follower = target
+        .command(&["runs", "events", &run, "--follow", "--json"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -433,7 +477,7 @@ fn runs_events_follow_watches_a_run_until_it_finishes() {
     std::thread::sleep(std::time::Duration::from_millis(600));
     let mut follower = follower;
     assert!(follower.try_wait().unwrap().is_none(), "--follow returned before the run finished");
-    assert_eq!(stepwright(dir.path(), &["approve", &run]).status.code(), Some(0));
+    assert_eq!(target.stepwright(&["approve", &run]).status.code(), Some(0));
     let output = follower.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(0));
     let seen = kinds(&output.stdout);
@@ -449,17 +493,21 @@ fn runs_events_follow_watches_a_run_until_it_finishes() {
     assert_eq!(seen.iter().filter(|(k, _)| k == "interrupt.opened").count(), 1, "nothing is printed twice");
 }
 
-#[test]
-fn an_unknown_run_id_is_a_usage_error() {
-    let dir = tempfile::tempdir().unwrap();
+fn an_unknown_run_id_is_a_usage_error(target: &Target) {
     let nobody = "01890000-0000-7000-8000-00000000dead";
     for command in [&["runs", "show"][..], &["runs", "events"], &["approve"], &["resume"], &["cancel"], &["replay"]] {
         let mut args = command.to_vec();
         args.push(nobody);
-        let output = stepwright(dir.path(), &args);
+        let output = target.stepwright(&args);
         assert_eq!(output.status.code(), Some(2), "{command:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(stderr.trim(), format!("stepwright: run {nobody} was not found"), "{command:?}");
+        let said = format!("stepwright: run {nobody} was not found");
+        if target.is_remote() {
+            // The server's error code and status follow.
+            assert_eq!(stderr.trim(), format!("{said} (not_found, HTTP 404)"), "{command:?}");
+        } else {
+            assert_eq!(stderr.trim(), said, "{command:?}");
+        }
     }
 }
 
@@ -491,7 +539,10 @@ fn runs_show_sums_model_usage_and_cost_per_step() {
         let workflow = stepwright::Workflow::builder("asks").step(ask("first")).step(ask("second")).build().unwrap();
         let engine =
             stepwright::Engine::builder().store(store as Arc<dyn stepwright::Store>).service(Arc::new(models)).build();
-        engine.start(&workflow, serde_json::json!("how are you?")).await.unwrap().run_id.to_string()
+        // In the namespace of the key the remote half below calls with.
+        let caller = stepwright::Caller { tenant: Some("acme".into()), ..stepwright::Caller::default() };
+        let options = stepwright::StartOptions { caller, ..stepwright::StartOptions::default() };
+        engine.start_with(&workflow, serde_json::json!("how are you?"), options).await.unwrap().run_id.to_string()
     });
     let db = format!("sqlite://{}", path.display());
     let show = stepwright(dir.path(), &["--db", &db, "runs", "show", &run, "--json"]);
@@ -505,6 +556,24 @@ fn runs_show_sums_model_usage_and_cost_per_step() {
     let text = stepwright(dir.path(), &["--db", &db, "runs", "show", &run]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("model usage:  2 call(s), 2000 in / 200 out tokens, $0.006000"), "{text}");
+
+    // Over a server on the same store: the same details, the same table.
+    let key = crate::support::api_key(dir.path(), &db, "ann", &["operator"]);
+    let serving = crate::support::serve(dir.path(), &db);
+    let remote = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_stepwright"))
+            .current_dir(dir.path())
+            .env_remove("STEPWRIGHT_DB")
+            .env("STEPWRIGHT_SERVER", &serving.base)
+            .env("STEPWRIGHT_API_KEY", &key)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let over_http: Value = serde_json::from_str(&remote(&["runs", "show", &run, "--json"])).unwrap();
+    assert_eq!(over_http, shown);
+    assert_eq!(remote(&["runs", "show", &run]), text);
 }
 
 #[test]

@@ -2,9 +2,10 @@
 //! event stream resumes with nothing lost or repeated; SIGTERM stops it gracefully. On
 //! SQLite, and on Postgres when `STEPWRIGHT_TEST_DATABASE_URL` is set.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+use crate::support::serve;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
@@ -39,53 +40,8 @@ steps:
     with: { n: 6 }
 "#;
 
-/// A `serve` process and the address it printed.
-struct Serving {
-    child: Child,
-    base: String,
-}
-
-fn serve(dir: &Path, db: &str) -> Serving {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_stepwright"))
-        .current_dir(dir)
-        .args(["--db", db, "serve", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn stepwright serve");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let line = lines.next().expect("serve says where it listens").unwrap();
-    let base = line
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split("/v1").next())
-        .map(|addr| format!("http://{addr}"))
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    // Keep reading stderr so the process never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Serving { child, base }
-}
-
 fn key(dir: &Path, db: &str) -> String {
-    let output = crate::support::stepwright(
-        dir,
-        &[
-            "--db",
-            db,
-            "keys",
-            "create",
-            "--namespace",
-            "acme",
-            "--user",
-            "ann",
-            "--role",
-            "admin",
-            "--role",
-            "operator",
-        ],
-    );
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    crate::support::api_key(dir, db, "ann", &["admin", "operator"])
 }
 
 /// `(id, event, path)` of each event read from `path` until the stream ends or breaks.

@@ -1,8 +1,10 @@
-//! What the binary's tests share: running `stepwright`, and the testkit's fake
-//! OpenAI-compatible chat model on loopback.
+//! What the binary's tests share: running `stepwright` (against a store, or against a
+//! `stepwright serve` process in the remote mode), and the testkit's fake OpenAI-compatible
+//! chat model on loopback.
 
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 use serde_json::Value;
 use stepwright_testkit::http::FakeServer;
@@ -10,15 +12,118 @@ use stepwright_testkit::http::FakeServer;
 /// Runs the binary in `dir` with no store or provider key from the environment (only the
 /// fake key the tests' model files name).
 pub(crate) fn stepwright(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_stepwright"))
+    command(dir, args).output().expect("run stepwright")
+}
+
+/// The binary in `dir`, with the environment [`stepwright`] gives it, to spawn.
+fn command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_stepwright"));
+    command
         .current_dir(dir)
         .env_remove("STEPWRIGHT_DB")
+        .env_remove("STEPWRIGHT_SERVER")
+        .env_remove("STEPWRIGHT_API_KEY")
         .env_remove("OPENAI_API_KEY")
         .env_remove("ANTHROPIC_API_KEY")
         .env("STEPWRIGHT_TEST_FAKE_KEY", "sk-test")
-        .args(args)
-        .output()
-        .expect("run stepwright")
+        .args(args);
+    command
+}
+
+/// A `stepwright serve` process and the address it printed; killed when dropped.
+pub(crate) struct Serving {
+    pub(crate) child: Child,
+    pub(crate) base: String,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `stepwright serve` (with its worker) on `db`, on a free loopback port.
+pub(crate) fn serve(dir: &Path, db: &str) -> Serving {
+    let mut child = command(dir, &["--db", db, "serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stepwright serve");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
+    let line = lines.next().expect("serve says where it listens").expect("a line");
+    let base = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split("/v1").next())
+        .map(|addr| format!("http://{addr}"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    // Keep reading stderr so the process never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Serving { child, base }
+}
+
+/// An API key for user `user` in namespace `acme` with `roles`, created in `db`.
+pub(crate) fn api_key(dir: &Path, db: &str, user: &str, roles: &[&str]) -> String {
+    let mut args = vec!["--db", db, "keys", "create", "--namespace", "acme", "--user", user];
+    for role in roles {
+        args.extend(["--role", role]);
+    }
+    let output = stepwright(dir, &args);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).expect("utf-8").trim().to_owned()
+}
+
+/// Where a scenario's commands go: the default store in a fresh directory (the local mode),
+/// or a `stepwright serve` process on a store of its own, called with `--server` and a key
+/// of user `ann` with every role (the remote mode, DESIGN §13). The command line's
+/// scenarios run in both and must see the same output and exit codes.
+pub(crate) struct Target {
+    dir: tempfile::TempDir,
+    server: Option<(Serving, String)>,
+}
+
+impl Target {
+    pub(crate) fn local() -> Self {
+        Self { dir: tempfile::tempdir().expect("a temporary directory"), server: None }
+    }
+
+    pub(crate) fn remote() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let db = format!("sqlite://{}", dir.path().join("served.db").display());
+        let key = api_key(dir.path(), &db, "ann", &["admin", "operator", "approver"]);
+        let serving = serve(dir.path(), &db);
+        Self { dir, server: Some((serving, key)) }
+    }
+
+    /// The directory the commands run in (and the scenario's files live in).
+    pub(crate) fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub(crate) fn is_remote(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Runs `stepwright ARGS` and waits for it.
+    pub(crate) fn stepwright(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run stepwright")
+    }
+
+    /// `stepwright ARGS`, to spawn.
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
+        let mut command = command(self.dir(), args);
+        if let Some((serving, key)) = &self.server {
+            command.env("STEPWRIGHT_SERVER", &serving.base).env("STEPWRIGHT_API_KEY", key);
+        }
+        command
+    }
+
+    /// Who decides: named with `--as ann` locally; remotely the key is `ann`'s, and `--as` is
+    /// refused.
+    pub(crate) fn as_ann(&self) -> &'static [&'static str] {
+        if self.is_remote() { &[] } else { &["--as", "ann"] }
+    }
 }
 
 pub(crate) use stepwright_testkit::openai::{Answer, Tokens, contents};

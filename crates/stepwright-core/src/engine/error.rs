@@ -50,7 +50,7 @@ pub enum EngineError {
     #[error("the lease on run {run} was lost while executing it")]
     LeaseLost { run: RunId },
     /// The run is finished or running and cannot be resumed.
-    #[error("run {run} cannot be resumed: it is {status:?}")]
+    #[error("run {run} cannot be resumed: it is {}", status.as_str())]
     NotResumable { run: RunId, status: RunStatus },
     /// A runner found no definition to execute the run with: none registered has its hash,
     /// and the resolver (if any) said why it could not build one. The run stays resumable.

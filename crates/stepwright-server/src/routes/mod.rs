@@ -53,7 +53,7 @@ pub(crate) fn parse_run(text: &str) -> Result<RunId, ApiError> {
 
 /// The run's header if it is in the caller's namespace, else `404`.
 pub(crate) async fn run_in_namespace(shared: &Shared, who: &Principal, run: RunId) -> Result<RunRecord, ApiError> {
-    let missing = || ApiError::not_found("not_found", format!("no run {run}"));
+    let missing = || ApiError::not_found("not_found", format!("run {run} was not found"));
     let record = match shared.store.load_from(run, u64::MAX).await {
         Ok(loaded) => loaded.record,
         Err(stepwright_core::StoreError::RunNotFound(_)) => return Err(missing()),

@@ -345,6 +345,10 @@ pub(crate) async fn resume(
     let run = parse_run(&id)?;
     let record = run_in_namespace(&shared, &who, run).await?;
     let wait = wait_for(body.wait_seconds)?;
+    if record.status.is_terminal() {
+        // Nothing to continue: how it ended, as the command line's `resume` answers.
+        return Ok((StatusCode::OK, Json(stepwright_app::run_details(&shared.engine, run).await?)));
+    }
     let workflow = shared.definition_of(&record).await?;
     let engine = shared.engine.clone();
     let task = tokio::spawn(async move { engine.resume(&workflow, run).await });
