@@ -8,10 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stepwright_core::{
-    Engine, Expr, Fork, InMemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow,
-};
-use stepwright_store::{SqliteOptions, SqliteStore, Synchronous};
+use stepwright::{Engine, Expr, Fork, InMemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow};
+use stepwright::{SqliteOptions, SqliteStore, Synchronous};
 
 /// The trivial typed step: `n → n + 1`.
 struct Inc;
@@ -87,10 +85,7 @@ fn w2(runs: usize) -> (f64, f64) {
     let items: Vec<Value> = (0..1_000u64).map(Value::from).collect();
     let workflow = Workflow::builder("w2")
         .step(Fork::map("fan", Expr::new(move |_| items.clone()), "item", [Node::step("inc", Inc)]))
-        .step(Node::step(
-            "join",
-            stepwright_core::fn_step(|_ctx, xs: Vec<u64>| async move { Ok(xs.iter().sum::<u64>()) }),
-        ))
+        .step(Node::step("join", stepwright::fn_step(|_ctx, xs: Vec<u64>| async move { Ok(xs.iter().sum::<u64>()) })))
         .build()
         .expect("valid");
     let rt = current_thread();
@@ -109,12 +104,12 @@ fn w2(runs: usize) -> (f64, f64) {
 }
 
 /// A model that answers at once, so that a call costs only what the engine adds.
-fn instant_model() -> stepwright_llm::ScriptedModel {
-    stepwright_llm::ScriptedModel::new(|_request| stepwright_llm::ChatResponse {
+fn instant_model() -> stepwright::llm::ScriptedModel {
+    stepwright::llm::ScriptedModel::new(|_request| stepwright::llm::ChatResponse {
         content: "{\"category\":\"bug\"}".into(),
         tool_calls: Vec::new(),
-        finish_reason: stepwright_llm::FinishReason::Stop,
-        usage: stepwright_llm::Usage { input_tokens: 120, output_tokens: 8 },
+        finish_reason: stepwright::llm::FinishReason::Stop,
+        usage: stepwright::llm::Usage { input_tokens: 120, output_tokens: 8 },
         model: "instant-1".into(),
     })
 }
@@ -124,15 +119,15 @@ fn instant_model() -> stepwright_llm::ScriptedModel {
 /// `llm-input`/`llm-output` artifacts and usage event, answer validation, the step around
 /// it. Returns µs per call (median, best) for the store given.
 fn l1(runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
-    let mut models = stepwright_llm::Models::new();
+    let mut models = stepwright::llm::Models::new();
     models.bind_adapter("fast", "instant-1", Arc::new(instant_model()), None);
-    let mut spec = stepwright_llm::LlmSpec::new("fast");
+    let mut spec = stepwright::llm::LlmSpec::new("fast");
     spec.output =
         Some(json!({ "type": "object", "required": ["category"], "properties": { "category": { "type": "string" } } }));
     let mut builder = Workflow::builder("l1");
     for i in 0..100 {
-        let step = Node::dyn_step(&format!("s{i}"), stepwright_llm::LlmStep::new(spec.clone()));
-        builder = builder.step(step.input(stepwright_core::InputSource::WorkflowInput));
+        let step = Node::dyn_step(&format!("s{i}"), stepwright::llm::LlmStep::new(spec.clone()));
+        builder = builder.step(step.input(stepwright::InputSource::WorkflowInput));
     }
     let workflow = builder.build().expect("valid");
     let rt = current_thread();
@@ -143,7 +138,7 @@ fn l1(runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
             let start = Instant::now();
             let report = engine.start(&workflow, json!("Classify: it crashes")).await.expect("run");
             per_call.push(start.elapsed().as_secs_f64() * 1e6 / 100.0);
-            assert_eq!(report.status, stepwright_core::RunStatus::Completed, "{:?}", report.error);
+            assert_eq!(report.status, stepwright::RunStatus::Completed, "{:?}", report.error);
         }
     });
     let best = per_call.iter().copied().fold(f64::INFINITY, f64::min);
@@ -152,11 +147,11 @@ fn l1(runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
 
 /// A model that answers at once: one tool call per turn until it has seen `turns` results,
 /// then a final answer.
-fn looping_model(turns: usize) -> stepwright_llm::ScriptedModel {
-    stepwright_llm::ScriptedModel::new(move |request| {
+fn looping_model(turns: usize) -> stepwright::llm::ScriptedModel {
+    stepwright::llm::ScriptedModel::new(move |request| {
         let seen = request.tool_results().count();
         let tool_calls = if seen < turns {
-            vec![stepwright_llm::ToolCall {
+            vec![stepwright::llm::ToolCall {
                 id: format!("call_{seen}"),
                 name: "lookup".into(),
                 arguments: json!({ "order_id": format!("A-{seen}") }),
@@ -164,11 +159,11 @@ fn looping_model(turns: usize) -> stepwright_llm::ScriptedModel {
         } else {
             Vec::new()
         };
-        stepwright_llm::ChatResponse {
+        stepwright::llm::ChatResponse {
             content: if tool_calls.is_empty() { "done".into() } else { String::new() },
             tool_calls,
-            finish_reason: stepwright_llm::FinishReason::Stop,
-            usage: stepwright_llm::Usage { input_tokens: 120, output_tokens: 8 },
+            finish_reason: stepwright::llm::FinishReason::Stop,
+            usage: stepwright::llm::Usage { input_tokens: 120, output_tokens: 8 },
             model: "instant-1".into(),
         }
     })
@@ -183,20 +178,20 @@ fn a1(turns: usize, runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
         #[allow(dead_code)] // Deserialized to check the arguments; the tool ignores it.
         order_id: String,
     }
-    let mut models = stepwright_llm::Models::new();
+    let mut models = stepwright::llm::Models::new();
     models.bind_adapter("fast", "instant-1", Arc::new(looping_model(turns)), None);
-    let mut tools = stepwright_llm::Tools::new();
-    let lookup = stepwright_llm::fn_tool(
-        stepwright_llm::ToolDef::new("lookup", "Look up an order").effect(stepwright_core::Effect::Read),
+    let mut tools = stepwright::llm::Tools::new();
+    let lookup = stepwright::llm::fn_tool(
+        stepwright::llm::ToolDef::new("lookup", "Look up an order").effect(stepwright::Effect::Read),
         |_cx, _order: Order| async { Ok(json!({ "status": "shipped" })) },
     );
     tools.register(lookup).expect("one tool");
-    let mut spec = stepwright_llm::AgentSpec::new("support", "fast");
+    let mut spec = stepwright::llm::AgentSpec::new("support", "fast");
     spec.instructions = Some("You resolve support tickets.".into());
     spec.tools = vec!["lookup".into()];
     spec.max_iterations = u32::try_from(turns).expect("small") + 1;
     let workflow = Workflow::builder("a1")
-        .step(Node::dyn_step("agent", stepwright_llm::AgentStep::new(spec)))
+        .step(Node::dyn_step("agent", stepwright::llm::AgentStep::new(spec)))
         .build()
         .expect("valid");
     let rt = current_thread();
@@ -207,7 +202,7 @@ fn a1(turns: usize, runs: usize, store: Arc<dyn Store>) -> (f64, f64) {
             let start = Instant::now();
             let report = engine.start(&workflow, json!("Where is my order?")).await.expect("run");
             per_turn.push(start.elapsed().as_secs_f64() * 1e6 / turns as f64);
-            assert_eq!(report.status, stepwright_core::RunStatus::Completed, "{:?}", report.error);
+            assert_eq!(report.status, stepwright::RunStatus::Completed, "{:?}", report.error);
         }
     });
     let best = per_turn.iter().copied().fold(f64::INFINITY, f64::min);
@@ -325,10 +320,7 @@ fn d2(runs: usize) -> (f64, f64) {
     let items: Vec<Value> = (0..1_000u64).map(Value::from).collect();
     let workflow = Workflow::builder("d2")
         .step(Fork::map("fan", Expr::new(move |_| items.clone()), "item", [Node::step("inc", Inc)]))
-        .step(Node::step(
-            "join",
-            stepwright_core::fn_step(|_ctx, xs: Vec<u64>| async move { Ok(xs.iter().sum::<u64>()) }),
-        ))
+        .step(Node::step("join", stepwright::fn_step(|_ctx, xs: Vec<u64>| async move { Ok(xs.iter().sum::<u64>()) })))
         .build()
         .expect("valid");
     let rt = current_thread();
@@ -404,7 +396,7 @@ fn gated_chain(steps: usize, started: Arc<std::sync::Mutex<Option<Instant>>>, af
         .step(
             Node::step(
                 "next",
-                stepwright_core::fn_step(move |_ctx, x: u64| {
+                stepwright::fn_step(move |_ctx, x: u64| {
                     let started = started.clone();
                     async move {
                         started.lock().expect("poisoned").get_or_insert_with(Instant::now);
@@ -412,7 +404,7 @@ fn gated_chain(steps: usize, started: Arc<std::sync::Mutex<Option<Instant>>>, af
                     }
                 }),
             )
-            .requires_approval(stepwright_core::ApprovalGate::new("continue?")),
+            .requires_approval(stepwright::ApprovalGate::new("continue?")),
         )
         .steps((0..after).map(|i| Node::step(&format!("t{i}"), Inc)))
         .build()
@@ -421,17 +413,14 @@ fn gated_chain(steps: usize, started: Arc<std::sync::Mutex<Option<Instant>>>, af
 
 /// Creates a run of `gated_chain(steps)` suspended at its gate, approved, in `db`.
 /// (The W4 shape: 50 steps, the gated 51st, 49 more: 100 in all.)
-async fn approved_run(db: &std::path::Path, steps: usize) -> stepwright_core::RunId {
+async fn approved_run(db: &std::path::Path, steps: usize) -> stepwright::RunId {
     let store = Arc::new(SqliteStore::open(db).expect("open"));
     let engine = Engine::builder().store(store as Arc<dyn Store>).worker_id("bench").build();
     let workflow = gated_chain(steps, Arc::default(), 49);
     let report = engine.start(&workflow, json!(0)).await.expect("run");
-    assert_eq!(report.status, stepwright_core::RunStatus::Suspended);
+    assert_eq!(report.status, stepwright::RunStatus::Suspended);
     let gate = &report.pending[0].id;
-    engine
-        .resolve(report.run_id, gate, stepwright_core::Decision::Approve, &Default::default())
-        .await
-        .expect("approve");
+    engine.resolve(report.run_id, gate, stepwright::Decision::Approve, &Default::default()).await.expect("approve");
     report.run_id
 }
 
@@ -443,7 +432,7 @@ fn d5_child(db: &str, run: &str) {
         let engine = Engine::builder().store(store as Arc<dyn Store>).worker_id("bench").build();
         let report =
             engine.resume(&gated_chain(50, Arc::default(), 49), run.parse().expect("run id")).await.expect("resume");
-        assert_eq!(report.status, stepwright_core::RunStatus::Completed);
+        assert_eq!(report.status, stepwright::RunStatus::Completed);
     });
 }
 
@@ -486,13 +475,13 @@ fn resume_to_next_step(completed: usize, runs: usize, include_resolve: bool) -> 
                 // D6: the same process decides, then continues.
                 let t0 = Instant::now();
                 engine
-                    .resolve(report.run_id, &gate, stepwright_core::Decision::Approve, &Default::default())
+                    .resolve(report.run_id, &gate, stepwright::Decision::Approve, &Default::default())
                     .await
                     .expect("approve");
                 (engine, t0)
             } else {
                 engine
-                    .resolve(report.run_id, &gate, stepwright_core::Decision::Approve, &Default::default())
+                    .resolve(report.run_id, &gate, stepwright::Decision::Approve, &Default::default())
                     .await
                     .expect("approve");
                 drop(engine);
@@ -509,10 +498,10 @@ fn resume_to_next_step(completed: usize, runs: usize, include_resolve: bool) -> 
     median(times)
 }
 
-async fn postgres_in_schema(url: &str, schema: &str) -> Arc<stepwright_store::PostgresStore> {
+async fn postgres_in_schema(url: &str, schema: &str) -> Arc<stepwright::PostgresStore> {
     let options: sqlx::postgres::PgConnectOptions =
         url.parse::<sqlx::postgres::PgConnectOptions>().expect("url").options([("search_path", schema)]);
-    Arc::new(stepwright_store::PostgresStore::connect_with(options).await.expect("connect"))
+    Arc::new(stepwright::PostgresStore::connect_with(options).await.expect("connect"))
 }
 
 /// D8 worker: a runner over the schema until no run is left unfinished.
@@ -521,14 +510,14 @@ fn d8_worker(url: &str, schema: &str, name: &str) {
     rt.block_on(async {
         let store = postgres_in_schema(url, schema).await;
         let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).worker_id(name).build();
-        let runner = stepwright_core::Runner::new(engine).register(&inc_chain("d8", 10)).max_concurrent(256);
+        let runner = stepwright::Runner::new(engine).register(&inc_chain("d8", 10)).max_concurrent(256);
         loop {
             let done = runner.tick().await.expect("tick");
             if done.is_empty() {
                 let open = store
-                    .list_runs(stepwright_core::store::RunFilter {
+                    .list_runs(stepwright::store::RunFilter {
                         limit: Some(1),
-                        status: Some(stepwright_core::RunStatus::Pending),
+                        status: Some(stepwright::RunStatus::Pending),
                         ..Default::default()
                     })
                     .await
@@ -681,7 +670,7 @@ tools:
 
 /// The size of a SQLite database after a checkpoint (pages in use × page size).
 fn rusqlite_size(path: &std::path::Path) -> u64 {
-    stepwright_store::used_bytes(path).expect("a store file's size")
+    stepwright::used_bytes(path).expect("a store file's size")
 }
 
 fn main() {

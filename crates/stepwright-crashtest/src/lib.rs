@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stepwright_core::{
+use stepwright::{
     Effect, Expr, Fork, Loop, Node, OnFailure, PathResult, RetryPolicy, StepContext, StepError, Verdict, Workflow,
     fn_step,
 };
@@ -26,7 +26,7 @@ pub struct Files {
 }
 
 impl Files {
-    fn ledger(&self, run: stepwright_core::RunId) -> PathBuf {
+    fn ledger(&self, run: stepwright::RunId) -> PathBuf {
         self.ledgers.join(run.to_string())
     }
 }
@@ -65,7 +65,7 @@ fn work(id: &str, ms: u64, f: fn(i64) -> i64) -> Node {
     )
 }
 
-fn ledger_entry(files: &Files, run: stepwright_core::RunId, key: &str) -> Option<i64> {
+fn ledger_entry(files: &Files, run: stepwright::RunId, key: &str) -> Option<i64> {
     let text = std::fs::read_to_string(files.ledger(run)).unwrap_or_default();
     text.lines().find_map(|line| {
         let (k, amount) = line.split_once(' ')?;
@@ -185,9 +185,7 @@ pub fn workflow() -> Workflow {
                     logged(&ctx)?;
                     tokio::time::sleep(Duration::from_millis(2)).await;
                     if ctx.attempt() == 1 {
-                        return Err(
-                            StepError::new(stepwright_core::ErrorCode::new("busy"), "try again").retryable(true)
-                        );
+                        return Err(StepError::new(stepwright::ErrorCode::new("busy"), "try again").retryable(true));
                     }
                     Ok(x * 3)
                 }),

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stepwright_core::RunId;
+use stepwright::RunId;
 use support::completed_paths;
 
 /// What each process did: (pid, "model N" | "tool NAME").

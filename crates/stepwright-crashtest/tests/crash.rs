@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use stepwright_core::{Engine, InMemoryStore, RunId, Store, Timestamp};
+use stepwright::{Engine, InMemoryStore, RunId, Store, Timestamp};
 use stepwright_crashtest::{Files, workflow};
 use support::completed_paths;
 

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPool};
-use stepwright_core::store::RunFilter;
-use stepwright_core::{Engine, InMemoryStore, Record, RunId, RunStatus, StartOptions, Store, Timestamp};
+use stepwright::PostgresStore;
+use stepwright::store::RunFilter;
+use stepwright::{Engine, InMemoryStore, Record, RunId, RunStatus, StartOptions, Store, Timestamp};
 use stepwright_crashtest::{Files, MAPPED_ITEMS, mapped_workflow};
-use stepwright_store::PostgresStore;
 
 const MIN_KILLS: usize = 200;
 /// Runs created before the first kill, and with every further wave.

@@ -13,11 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stepwright_core::{Effect, Engine, Node, StartOptions, Store, StoreError, Workflow};
-use stepwright_llm::{
+use stepwright::SqliteStore;
+use stepwright::llm::{
     AgentSpec, AgentStep, ChatResponse, FinishReason, Models, ScriptedModel, ToolCall, ToolDef, Tools, Usage, fn_tool,
 };
-use stepwright_store::SqliteStore;
+use stepwright::{Effect, Engine, Node, StartOptions, Store, StoreError, Workflow};
 
 fn append(log: &Path, line: &str) {
     // One small O_APPEND write: whole or nothing, even if the process is killed.

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use stepwright_core::store::RunFilter;
-use stepwright_core::{Engine, EngineConfig, Runner, StartOptions, Store, StoreError};
+use stepwright::SqliteStore;
+use stepwright::store::RunFilter;
+use stepwright::{Engine, EngineConfig, Runner, StartOptions, Store, StoreError};
 use stepwright_crashtest::{Files, mapped_workflow, workflow};
-use stepwright_store::SqliteStore;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -67,7 +67,7 @@ async fn runner(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     let stop = extra.get(1).map(PathBuf::from);
     let options: sqlx::postgres::PgConnectOptions =
         url.parse::<sqlx::postgres::PgConnectOptions>()?.options([("search_path", schema.as_str())]);
-    let store = Arc::new(stepwright_store::PostgresStore::connect_with(options).await?);
+    let store = Arc::new(stepwright::PostgresStore::connect_with(options).await?);
     let files = Files { log: PathBuf::from(log), ledgers: PathBuf::from(ledgers) };
     let config = EngineConfig { lease_for: Duration::from_secs(1), ..EngineConfig::default() };
     let engine = Engine::builder()

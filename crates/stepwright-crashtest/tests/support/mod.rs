@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use stepwright_core::RunId;
+use stepwright::RunId;
 
 /// The paths with a committed completion in a run's SQLite journal (read-only, so it can
 /// watch a database a worker is writing).
