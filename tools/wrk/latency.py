@@ -7,7 +7,7 @@
 #    just before the decision was sent (both this machine's clock);
 #  - an event on the wire: the time each event arrived minus its `at` (recorded just before
 #    its commit, so this is commit + feed + wire).
-import http.client, json, socket, sys, time, urllib.parse
+import http.client, json, socket, sys, threading, time, urllib.parse
 
 base, key = sys.argv[1], sys.argv[2]
 runs = int(sys.argv[3]) if len(sys.argv) > 3 else 50
@@ -38,25 +38,36 @@ for _ in range(runs):
     # Read what is there so far (up to the interrupt.opened event).
     while b"event: interrupt.opened" not in buffer:
         buffer += sock.recv(65536)
-    buffer = b""
+    # A reader thread notes when each event arrives, while this thread sends the decision
+    # (read after the decision's answer instead, an event would wait on the request).
+    arrivals = []
+    def read_to_end():
+        pending = buffer.split(b"event: interrupt.opened", 1)[1]
+        pending = pending.split(b"\n\n", 1)[1] if b"\n\n" in pending else b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            arrived = time.time()
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.startswith(b"data: "):
+                    event = json.loads(line[6:])
+                    arrivals.append((arrived, event))
+                    if event["kind"] == "run.completed":
+                        return
+    reader = threading.Thread(target=read_to_end)
+    reader.start()
     t0 = time.time()
     status, _ = call("POST", f"/v1/interrupts/{run['run_id']}.{run['pending'][0]['id']}/decision", {"decision": "approve"})
     assert status == 200, status
-    sent_started, finished, pending = None, False, b""
-    while not finished:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        arrived = time.time()
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data: "):
-                event = json.loads(line[6:])
-                on_wire.append((arrived - event["at"] / 1e6) * 1000)
-                if event["kind"] == "step.started" and event["path"] == "sent":
-                    sent_started = event["at"] / 1e6
-                finished = finished or event["kind"] == "run.completed"
+    reader.join()
+    sent_started = None
+    for arrived, event in arrivals:
+        on_wire.append((arrived - event["at"] / 1e6) * 1000)
+        if event["kind"] == "step.started" and event["path"] == "sent":
+            sent_started = event["at"] / 1e6
     sock.close()
     decide_to_next.append((sent_started - t0) * 1000)
 

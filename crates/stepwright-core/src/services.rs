@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ids::{RunId, StepPath};
+use crate::journal::RunStatus;
 use crate::policy::Effect;
 
 /// Typed services available to steps (dependency injection): a map from type to instance.
@@ -212,4 +213,7 @@ pub trait Observer: Send + Sync + 'static {
     /// A step emitted an event (a model call with its usage and cost, a tool call…) as it
     /// is recorded, before it is committed.
     fn event(&self, _run: RunId, _path: &StepPath, _kind: &str, _data: &Value) {}
+    /// This execution of the run ended with `status` (finished, suspended, handed back),
+    /// and that status is committed.
+    fn run_stopped(&self, _run: RunId, _status: RunStatus) {}
 }

@@ -26,6 +26,12 @@ use tokio_util::sync::CancellationToken;
 /// delay an event has on the wire.
 const POLL_EVERY: Duration = Duration::from_millis(5);
 
+/// After a nudge, how soon a read that found nothing looks again, and how many times: the
+/// engine nudges when it records an event, which may be just before its group commit, so
+/// the first read can come too early; backing off then would add a whole poll to the event.
+const AFTER_NUDGE_EVERY: Duration = Duration::from_millis(1);
+const AFTER_NUDGE_READS: u8 = 5;
+
 /// The longest a quiet run's feed waits between reads: a run that waits days for a person
 /// costs a read every quarter second, not two hundred.
 const POLL_AT_MOST_EVERY: Duration = Duration::from_millis(250);
@@ -126,6 +132,11 @@ impl stepwright_core::Observer for NudgeFeeds {
     fn token(&self, run: RunId, path: &stepwright_core::StepPath, text: &str) {
         self.0.token(run, path, text);
     }
+
+    fn run_stopped(&self, run: RunId, _status: stepwright_core::RunStatus) {
+        // The run's last event is committed with its status: on the wire now, not a poll later.
+        self.0.nudge(run);
+    }
 }
 
 impl Feeds {
@@ -186,12 +197,22 @@ impl Feeds {
 async fn read_run(store: Arc<dyn ServerStore>, run: RunId, feed: Weak<Feed>, shutdown: CancellationToken) {
     let mut cursor = EventCursor::new();
     let mut wait = POLL_EVERY;
+    // Reads left at the quick pace of a nudge whose event was not committed yet.
+    let mut nudged = 0;
     loop {
         let polled = cursor.poll(store.as_ref(), run).await;
-        // Quiet reads back off; any news brings the pace back.
+        // Quiet reads back off (but not while a nudged event is on its way to the disk);
+        // any news brings the pace back.
         wait = match &polled {
+            Ok(events) if events.is_empty() && nudged > 0 => {
+                nudged -= 1;
+                AFTER_NUDGE_EVERY
+            }
             Ok(events) if events.is_empty() => (wait * 2).min(POLL_AT_MOST_EVERY),
-            _ => POLL_EVERY,
+            _ => {
+                nudged = 0;
+                POLL_EVERY
+            }
         };
         let Some(feed) = feed.upgrade() else { return };
         {
@@ -218,7 +239,7 @@ async fn read_run(store: Arc<dyn ServerStore>, run: RunId, feed: Weak<Feed>, shu
             () = tokio::time::sleep(wait) => {}
             () = nudge.notified() => {
                 // What was recorded commits within a group commit: look now, then soon.
-                wait = POLL_EVERY;
+                nudged = AFTER_NUDGE_READS;
             }
             () = shutdown.cancelled() => return,
         }

@@ -58,6 +58,9 @@ impl Engine {
         let error = request.error();
         let update = StatusUpdate::ended(RunStatus::Cancelled, error.clone(), now, Some(lease.token));
         self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
+        if let Some(observer) = &self.inner.observer {
+            observer.run_stopped(run, RunStatus::Cancelled);
+        }
         Ok(RunReport {
             run_id: run,
             status: RunStatus::Cancelled,

@@ -78,6 +78,9 @@ impl Engine {
             fence,
         };
         inner.store.set_status(run_id, update).await.map_err(EngineError::store(run_id))?;
+        if let Some(observer) = &inner.observer {
+            observer.run_stopped(run_id, status);
+        }
         if status == RunStatus::Suspended {
             self.wake_if_woken_meanwhile(&shared).await?;
             let loaded = inner.store.load(run_id).await.map_err(EngineError::store(run_id))?;

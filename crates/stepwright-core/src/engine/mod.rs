@@ -310,6 +310,9 @@ impl Engine {
         let error = StepError::new(ErrorCode::NONDETERMINISM, message);
         let update = StatusUpdate::ended(RunStatus::Failed, error.clone(), self.inner.clock.now(), Some(lease.token));
         self.inner.store.set_status(run, update).await.map_err(EngineError::store(run))?;
+        if let Some(observer) = &self.inner.observer {
+            observer.run_stopped(run, RunStatus::Failed);
+        }
         Ok(RunReport {
             run_id: run,
             status: RunStatus::Failed,

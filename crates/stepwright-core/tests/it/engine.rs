@@ -26,6 +26,10 @@ impl Observer for Recording {
     fn token(&self, _run: RunId, path: &StepPath, text: &str) {
         self.0.push(format!("token {path} {text:?}"));
     }
+
+    fn run_stopped(&self, _run: RunId, status: RunStatus) {
+        self.0.push(format!("stopped {}", status.as_str()));
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -44,7 +48,24 @@ async fn observers_see_progress_and_streamed_tokens() {
         .build()
         .unwrap();
     engine.start(&workflow, json!(null)).await.unwrap();
-    assert_eq!(log.take(), ["start speak #1", "token speak \"Hel\"", "token speak \"lo\"", "completed speak"]);
+    assert_eq!(
+        log.take(),
+        ["start speak #1", "token speak \"Hel\"", "token speak \"lo\"", "completed speak", "stopped completed"]
+    );
+
+    // The run's end is told once its status is written, however it ends.
+    let failing = Workflow::builder("failing")
+        .step(Node::step(
+            "fall",
+            fn_step(|_ctx: StepContext, _x: Value| async move {
+                Err::<Value, _>(StepError::new(ErrorCode::new("broken"), "it broke"))
+            }),
+        ))
+        .build()
+        .unwrap();
+    let report = engine.start(&failing, json!(null)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed);
+    assert_eq!(log.take().last().map(String::as_str), Some("stopped failed"));
 }
 
 #[tokio::test]
