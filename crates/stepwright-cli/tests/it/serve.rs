@@ -377,13 +377,21 @@ fn the_remote_mode_gives_the_local_output_and_exit_codes() {
 }
 
 /// Webhook deliveries are rows in the store before they are sent: a server SIGKILLed while
-/// its receiver still fails them is started again, and every event arrives.
+/// its receiver still fails them is started again, and every event arrives. On SQLite, and
+/// on Postgres when `STEPWRIGHT_TEST_DATABASE_URL` is set.
 #[test]
 fn webhook_deliveries_survive_a_server_killed_while_they_fail() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    for db in stores(dir.path(), "webhook_deliveries_survive") {
+        deliveries_survive_a_kill(dir.path(), &db);
+    }
+}
+
+fn deliveries_survive_a_kill(dir: &Path, db: &str) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use stepwright_testkit::http::{FakeServer, Reply};
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let failing = Arc::new(AtomicUsize::new(0));
     let receiver = FakeServer::responding({
         let failing = failing.clone();
@@ -392,10 +400,8 @@ fn webhook_deliveries_survive_a_server_killed_while_they_fail() {
             if failing.load(Ordering::SeqCst) == 0 { Reply::json(503, json!({})) } else { Reply::json(200, json!({})) }
         }
     });
-    let dir = tempfile::tempdir().unwrap();
-    let db = format!("sqlite://{}", dir.path().join("hooks.db").display());
-    let key = key(dir.path(), &db);
-    let mut first = serve(dir.path(), &db);
+    let key = key(dir, db);
+    let mut first = serve(dir, db);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let http = reqwest::Client::new();
     let runs: Vec<String> = runtime.block_on(async {
@@ -429,7 +435,7 @@ fn webhook_deliveries_survive_a_server_killed_while_they_fail() {
     // From here on the receiver accepts: only what the second server sends counts.
     let tried_before = receiver.served();
     failing.store(1, Ordering::SeqCst);
-    let mut second = serve(dir.path(), &db);
+    let mut second = serve(dir, db);
     // A delivery the first server was sending when it died is leased for 30 s, then sent.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let delivered = loop {
@@ -448,7 +454,7 @@ fn webhook_deliveries_survive_a_server_killed_while_they_fail() {
     let _ = second.child.kill();
     second.child.wait().unwrap();
     let expected: std::collections::BTreeSet<String> = runs.into_iter().collect();
-    assert_eq!(delivered, expected, "every run's completion reached the receiver");
+    assert_eq!(delivered, expected, "every run's completion reached the receiver ({db})");
 }
 
 /// Two `serve` processes on one store (SQLite, and Postgres when it is there), as a
