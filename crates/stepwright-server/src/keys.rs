@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
-use axum::http::header;
 use axum::http::request::Parts;
+use axum::http::{Method, header};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use stepwright_core::{Caller, Timestamp};
@@ -94,10 +94,7 @@ pub async fn create_key(
             "unknown role {unknown:?}: the roles are viewer, operator, approver and admin"
         )));
     }
-    let mut random = [0u8; 38];
-    getrandom::fill(&mut random).map_err(|e| KeyError::Random(e.to_string()))?;
-    let id = format!("swk{}", hex::encode(&random[..6]));
-    let secret = format!("sw_{id}_{}", hex::encode(&random[6..]));
+    let (id, secret) = fresh_secret("swk")?;
     let key = ApiKey {
         id,
         namespace: namespace.to_owned(),
@@ -112,11 +109,64 @@ pub async fn create_key(
     Ok(NewKey { key, secret })
 }
 
+/// A fresh id (`{prefix}` and 12 hex digits) and its secret (`sw_<id>_<64 hex digits>`).
+fn fresh_secret(prefix: &str) -> Result<(String, String), KeyError> {
+    let mut random = [0u8; 38];
+    getrandom::fill(&mut random).map_err(|e| KeyError::Random(e.to_string()))?;
+    let id = format!("{prefix}{}", hex::encode(&random[..6]));
+    let secret = format!("sw_{id}_{}", hex::encode(&random[6..]));
+    Ok((id, secret))
+}
+
+/// How long a browser session lasts (at most: never past its key's expiry).
+pub const SESSION_FOR: std::time::Duration = std::time::Duration::from_secs(12 * 3600);
+
+/// The cookie a browser session's secret is kept in.
+pub const SESSION_COOKIE: &str = "stepwright_session";
+
+/// The header a request authenticated by the session cookie must carry to change anything:
+/// a page of another site can make a browser send the cookie, but not this header.
+pub const CSRF_HEADER: &str = "x-stepwright-csrf";
+
+/// Signs a browser in with a key: a key of its own, `{key id}.s…`, with the key's namespace,
+/// user and roles, that lasts [`SESSION_FOR`] (or until the key expires) and is revoked with
+/// the key. Its secret goes into an HttpOnly cookie, never to the page's scripts.
+pub async fn create_session(store: &dyn ServerStore, key: &ApiKey, now: Timestamp) -> Result<NewKey, KeyError> {
+    let (suffix, secret) = fresh_secret(&format!("{}.s", key.id))?;
+    let until = now.plus(SESSION_FOR);
+    let session = ApiKey {
+        id: suffix,
+        namespace: key.namespace.clone(),
+        user: key.user.clone(),
+        roles: key.roles.clone(),
+        created_at: now,
+        expires_at: Some(key.expires_at.map_or(until, |expires| expires.min(until))),
+        revoked_at: None,
+        last_used_at: None,
+    };
+    store.create_key(session.clone(), secret_hash(&secret)).await?;
+    Ok(NewKey { key: session, secret })
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers.
+pub(crate) fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(key, _)| *key == name)
+        .map(|(_, value)| value)
+}
+
 /// Who a request is from, as its key says.
 #[derive(Debug, Clone)]
 pub struct Principal {
-    /// The key.
+    /// The key (a browser session's own key, when it came in the session cookie).
     pub key: Arc<ApiKey>,
+    /// Whether the key came in the session cookie rather than an `Authorization` header.
+    pub by_cookie: bool,
 }
 
 impl Principal {
@@ -166,17 +216,37 @@ impl FromRequestParts<Arc<Shared>> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, shared: &Arc<Shared>) -> Result<Self, Self::Rejection> {
-        let header = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or_else(|| ApiError::unauthorized("no Authorization header: send `Authorization: Bearer <api key>`"))?;
-        let secret = header
-            .to_str()
-            .ok()
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .map(str::trim)
-            .ok_or_else(|| ApiError::unauthorized("the Authorization header is not `Bearer <api key>`"))?;
-        let principal = shared.authenticate(secret).await?;
+        let (secret, by_cookie) = match parts.headers.get(header::AUTHORIZATION) {
+            Some(header) => {
+                let secret = header
+                    .to_str()
+                    .ok()
+                    .and_then(|value| value.strip_prefix("Bearer "))
+                    .map(str::trim)
+                    .ok_or_else(|| ApiError::unauthorized("the Authorization header is not `Bearer <api key>`"))?;
+                (secret, false)
+            }
+            None => {
+                let secret = cookie(&parts.headers, SESSION_COOKIE).ok_or_else(|| {
+                    ApiError::unauthorized(
+                        "no Authorization header and no session: send `Authorization: Bearer <api key>`, or sign in",
+                    )
+                })?;
+                let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+                if !safe && !parts.headers.contains_key(CSRF_HEADER) {
+                    return Err(ApiError::new(
+                        axum::http::StatusCode::FORBIDDEN,
+                        "csrf_required",
+                        format!(
+                            "a request signed in by the session cookie changes nothing without the {CSRF_HEADER} header"
+                        ),
+                    ));
+                }
+                (secret, true)
+            }
+        };
+        let mut principal = shared.authenticate(secret).await?;
+        principal.by_cookie = by_cookie;
         shared.limits.check_rate(&principal.key.id)?;
         Ok(principal)
     }

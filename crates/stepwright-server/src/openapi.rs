@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::keys::Role;
 use crate::problem::Problem;
-use crate::routes::{events, history, hooks, interrupts, runs, workflows};
+use crate::routes::{events, history, hooks, interrupts, runs, session, workflows};
 
 /// One operation: a method on a path, with its types.
 struct Operation {
@@ -57,6 +57,44 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             query: None,
             responses: vec![(200, "The OpenAPI 3.1 document.", Some(json!({ "type": "object" })), JSON)],
             errors: &[],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/session",
+            id: "signIn",
+            summary: "Sign a browser in with an API key: `201` and an HttpOnly, `SameSite=Strict` cookie holding a session key (12 hours at most, revoked with the key). A request the cookie authenticates changes nothing without the `X-Stepwright-Csrf` header.",
+            role: None,
+            body: Some(schema::<session::SignIn>(g)),
+            query: None,
+            responses: vec![(
+                201,
+                "Signed in; `Set-Cookie` holds the session.",
+                Some(schema::<session::Session>(g)),
+                JSON,
+            )],
+            errors: &[400, 401, 413, 415, 422, 429],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/session",
+            id: "showSession",
+            summary: "Who the request is from: namespace, user, roles, the key in use.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(200, "The caller.", Some(schema::<session::Session>(g)), JSON)],
+            errors: &[],
+        },
+        Operation {
+            method: "delete",
+            path: "/v1/session",
+            id: "signOut",
+            summary: "Sign out: the session's key is revoked and the cookie cleared (`400` for a request that carries an API key instead).",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(204, "Signed out.", None, JSON)],
+            errors: &[400, 403],
         },
         Operation {
             method: "post",
@@ -398,9 +436,12 @@ pub fn document() -> Value {
         "paths": paths,
         "components": {
             "schemas": schemas,
-            "securitySchemes": { "apiKey": { "type": "http", "scheme": "bearer", "description": "An API key from `stepwright keys create`." } },
+            "securitySchemes": {
+                "apiKey": { "type": "http", "scheme": "bearer", "description": "An API key from `stepwright keys create`." },
+                "session": { "type": "apiKey", "in": "cookie", "name": "stepwright_session", "description": "A browser's session from `POST /v1/session`; a request it authenticates that changes anything also sends `X-Stepwright-Csrf`." },
+            },
         },
-        "security": [{ "apiKey": [] }],
+        "security": [{ "apiKey": [] }, { "session": [] }],
     })
 }
 

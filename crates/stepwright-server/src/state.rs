@@ -91,6 +91,12 @@ impl Shared {
         self.clock.now()
     }
 
+    /// Drops a key from this server's cache, so its revocation here takes effect at once
+    /// (other servers see it within their cache's few seconds).
+    pub fn forget_key(&self, id: &str) {
+        self.keys.lock().expect("poisoned").retain(|_, (key, _)| key.id != id);
+    }
+
     /// The principal a secret names, or `401`.
     pub async fn authenticate(&self, secret: &str) -> Result<Principal, ApiError> {
         let hash = secret_hash(secret);
@@ -131,7 +137,7 @@ impl Shared {
             // Best effort: a request is not failed because its key's last use was not noted.
             tokio::spawn(async move { store.touch_key(&id, now).await });
         }
-        Ok(Principal { key })
+        Ok(Principal { key, by_cookie: false })
     }
 
     /// The registered version a start names: the newest unless one is named. A named

@@ -119,7 +119,14 @@ pub async fn control_tables(store: &dyn crate::ServerStore) {
     assert_eq!(store.keys(None).await.expect("list").len(), 2);
     assert_eq!(store.keys(Some("other")).await.expect("list"), [key("k2", "other", 2)]);
     store.touch_key("k1", Timestamp::from_micros(50)).await.expect("touch");
+    // Keys derived from k1 (browser sessions: `k1.…`) go with it; `k10`'s do not.
+    store.create_key(key("k1.s1", "acme", 4), [4; 32]).await.expect("create");
+    store.create_key(key("k10.s1", "acme", 5), [5; 32]).await.expect("create");
     assert!(store.revoke_key("k1", Timestamp::from_micros(60)).await.expect("revoke"));
+    let session = store.key_by_secret([4; 32]).await.expect("read").expect("found");
+    assert_eq!(session.revoked_at, Some(Timestamp::from_micros(60)), "a key's session is revoked with it");
+    let unrelated = store.key_by_secret([5; 32]).await.expect("read").expect("found");
+    assert_eq!(unrelated.revoked_at, None, "only ids that start with the key's id and a dot");
     assert!(!store.revoke_key("k1", Timestamp::from_micros(70)).await.expect("revoke again"));
     assert!(!store.revoke_key("nope", Timestamp::from_micros(70)).await.expect("revoke missing"));
     let used = store.key_by_secret([1; 32]).await.expect("read").expect("found");

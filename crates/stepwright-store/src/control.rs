@@ -122,7 +122,8 @@ pub trait KeyStore: Send + Sync {
     /// Every key, or every key of a namespace, oldest first.
     fn keys(&self, namespace: Option<&str>) -> BoxFuture<'_, Result<Vec<ApiKey>, StoreError>>;
 
-    /// Revokes a key; `false` if there is no such key (or it was revoked already).
+    /// Revokes a key and the keys derived from it (ids `{id}.…`: the browser sessions signed
+    /// in with it); `false` if there is no such key (or it was revoked already).
     fn revoke_key(&self, id: &str, at: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// Records a use of the key.

@@ -8,6 +8,7 @@ pub(crate) mod hooks;
 pub(crate) mod interrupts;
 pub(crate) mod meta;
 pub(crate) mod runs;
+pub(crate) mod session;
 pub(crate) mod workflows;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
     Router::new()
         .route("/v1/health", get(meta::health))
         .route("/v1/openapi.json", get(meta::openapi))
+        .route("/v1/session", post(session::sign_in).get(session::show).delete(session::sign_out))
         .route("/v1/workflows", post(workflows::register).get(workflows::list))
         .route("/v1/workflows/{name}", get(workflows::show))
         .route("/v1/runs", post(runs::start).get(runs::list))

@@ -4,6 +4,7 @@
 mod api;
 mod hooks;
 mod openapi;
+mod session;
 mod streams;
 
 use std::sync::Arc;

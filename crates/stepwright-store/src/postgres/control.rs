@@ -208,14 +208,16 @@ impl KeyStore for PostgresStore {
     fn revoke_key(&self, id: &str, at: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
         let id = id.to_owned();
         Box::pin(async move {
-            let done =
-                sqlx::query("UPDATE stepwright_api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
-                    .bind(&id)
-                    .bind(at.as_micros())
-                    .execute(self.pool())
-                    .await
-                    .map_err(pg("revoking a key"))?;
-            Ok(done.rows_affected() == 1)
+            let done = sqlx::query(
+                "UPDATE stepwright_api_keys SET revoked_at = $2 \
+                 WHERE (id = $1 OR left(id, length($1) + 1) = $1 || '.') AND revoked_at IS NULL",
+            )
+            .bind(&id)
+            .bind(at.as_micros())
+            .execute(self.pool())
+            .await
+            .map_err(pg("revoking a key"))?;
+            Ok(done.rows_affected() >= 1)
         })
     }
 

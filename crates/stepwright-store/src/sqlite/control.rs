@@ -211,10 +211,13 @@ impl KeyStore for SqliteStore {
     fn revoke_key(&self, id: &str, at: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
         let id = id.to_owned();
         Box::pin(self.write(move |conn| {
-            conn.prepare_cached("UPDATE api_keys SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL")
-                .and_then(|mut s| s.execute(params![id, at.as_micros()]))
-                .map(|changed| changed == 1)
-                .map_err(|e| backend("revoking a key", e))
+            conn.prepare_cached(
+                "UPDATE api_keys SET revoked_at = ?2 \
+                 WHERE (id = ?1 OR substr(id, 1, length(?1) + 1) = ?1 || '.') AND revoked_at IS NULL",
+            )
+            .and_then(|mut s| s.execute(params![id, at.as_micros()]))
+            .map(|changed| changed >= 1)
+            .map_err(|e| backend("revoking a key", e))
         }))
     }
 
