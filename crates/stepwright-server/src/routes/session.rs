@@ -83,10 +83,13 @@ pub(crate) async fn sign_in(
         secure(&headers)
     );
     let signed_in = Principal { key: Arc::new(session.key), by_cookie: true };
-    let mut response = (StatusCode::CREATED, Json(Session::from(&signed_in))).into_response();
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, HeaderValue::from_str(&cookie).map_err(|e| ApiError::internal(e.to_string()))?);
+    with_cookie((StatusCode::CREATED, Json(Session::from(&signed_in))).into_response(), &cookie)
+}
+
+/// The response with the cookie set.
+fn with_cookie(mut response: Response, cookie: &str) -> Result<Response, ApiError> {
+    let value = HeaderValue::from_str(cookie).map_err(|e| ApiError::internal(e.to_string()))?;
+    response.headers_mut().insert(header::SET_COOKIE, value);
     Ok(response)
 }
 
@@ -111,9 +114,5 @@ pub(crate) async fn sign_out(
     shared.forget_key(&who.key.id);
     audit(&shared, &who, "session.ended", who.key.id.clone(), json!({})).await?;
     let cleared = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{}", secure(&headers));
-    let mut response = StatusCode::NO_CONTENT.into_response();
-    response
-        .headers_mut()
-        .insert(header::SET_COOKIE, HeaderValue::from_str(&cleared).map_err(|e| ApiError::internal(e.to_string()))?);
-    Ok(response)
+    with_cookie(StatusCode::NO_CONTENT.into_response(), &cleared)
 }
