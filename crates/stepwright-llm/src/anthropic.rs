@@ -219,7 +219,10 @@ fn assemble(
             _ => {}
         }
     }
-    let finish_reason = if answered && tool_calls.is_empty() { FinishReason::Stop } else { finish_reason(stop) };
+    // A forced output tool's call ends the turn with `tool_use`: that is the answer's end. Any
+    // other stop reason (`max_tokens` mid-answer, `refusal`) stands.
+    let finish_reason =
+        if answered && tool_calls.is_empty() && stop == "tool_use" { FinishReason::Stop } else { finish_reason(stop) };
     Ok(ChatResponse { content, tool_calls, finish_reason, usage, model })
 }
 

@@ -247,5 +247,24 @@ pub(crate) async fn call_model(
     data["input_hash"] = Value::String(input_hash.to_hex());
     data["output_hash"] = Value::String(output_hash.to_hex());
     ctx.emit(Event::new(MODEL_CALL_EVENT, data));
-    Ok(response)
+    // The call is journaled and paid for either way; a cut-off or refused answer is not one.
+    unfinished(&record.response.finish_reason).map_or(Ok(response), Err)
+}
+
+/// The error for an answer the model did not finish: cut off by its token limit
+/// (`model_truncated`) or withheld by the provider (`model_refused`). Neither is retried by
+/// default (the same request gets the same answer); `retry` and `on_failure` can route them.
+fn unfinished(reason: &crate::FinishReason) -> Option<StepError> {
+    match reason {
+        crate::FinishReason::Length => Some(StepError::new(
+            ErrorCode::from_static("model_truncated"),
+            "the model's answer was cut off at its token limit (finish reason `length` / `max_tokens`): raise \
+             `max_tokens` or ask for less",
+        )),
+        crate::FinishReason::ContentFilter => Some(StepError::new(
+            ErrorCode::from_static("model_refused"),
+            "the model refused or the provider filtered the answer (finish reason `content_filter` / `refusal`)",
+        )),
+        _ => None,
+    }
 }

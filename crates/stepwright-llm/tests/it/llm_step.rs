@@ -243,3 +243,97 @@ async fn tokens_stream_to_the_steps_sink_as_they_arrive() {
     assert_eq!(seen, expected);
     assert_eq!(server.requests()[0].body["stream"], json!(true));
 }
+
+/// An OpenAI answer that ended for `reason`, whole.
+fn ended(reason: &str, content: &str) -> Reply {
+    Reply::json(
+        200,
+        json!({ "model": "gpt-4o-mini", "choices": [{ "finish_reason": reason, "message": { "role": "assistant", "content": content } }],
+                "usage": { "prompt_tokens": 1000, "completion_tokens": 200 } }),
+    )
+}
+
+/// The same, streamed.
+fn ended_streamed(reason: &str, content: &str) -> Reply {
+    let chunks = [
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "role": "assistant", "content": content } }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": {}, "finish_reason": reason }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [], "usage": { "prompt_tokens": 1000, "completion_tokens": 200 } }),
+    ];
+    let mut text: String = chunks.iter().map(|chunk| format!("data: {chunk}\n\n")).collect();
+    text.push_str("data: [DONE]\n\n");
+    Reply::sse(&text, 64)
+}
+
+fn summarize(stream: bool) -> Workflow {
+    let mut spec = LlmSpec::new("fast");
+    spec.stream = stream;
+    Workflow::builder("summarize").step(Node::dyn_step("summarize", LlmStep::new(spec))).build().unwrap()
+}
+
+/// An answer cut off by the token limit, or withheld, is not a success: the step fails with
+/// a stable code (whole and streamed, OpenAI and Anthropic), and the call is still journaled
+/// with its usage, since it was paid for.
+#[tokio::test]
+async fn cut_off_and_refused_answers_fail_with_their_own_codes() {
+    let cases = [
+        (ended("length", "The ticket says the customer was char"), false, "model_truncated"),
+        (ended_streamed("length", "The ticket says the customer was char"), true, "model_truncated"),
+        (ended("content_filter", ""), false, "model_refused"),
+        (ended_streamed("content_filter", ""), true, "model_refused"),
+    ];
+    for (reply, stream, code) in cases {
+        let server = FakeServer::scripted(vec![reply]);
+        let store = Arc::new(InMemoryStore::new());
+        let report = engine(store.clone(), models(&server.url)).start(&summarize(stream), json!("text")).await.unwrap();
+        assert_eq!(report.status, RunStatus::Failed, "{code} (stream {stream})");
+        let error = report.error.unwrap();
+        assert_eq!(error.code.as_str(), code, "{}", error.message);
+        assert!(!error.retryable, "the same request would get the same answer");
+        let calls: Vec<Value> = store
+            .events(report.run_id)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|event| event.kind == MODEL_CALL_EVENT)
+            .map(|event| event.data)
+            .collect();
+        assert_eq!(calls.len(), 1, "{code}: the call is journaled");
+        assert_eq!(calls[0]["usage"]["input_tokens"], 1000, "{code}: and its usage kept");
+    }
+
+    // Anthropic: `max_tokens` and `refusal`, also when the answer is a forced output tool.
+    let anthropic = |stop: &str, blocks: Value| {
+        Reply::json(
+            200,
+            json!({ "id": "msg_1", "type": "message", "role": "assistant", "model": "claude", "content": blocks,
+                    "stop_reason": stop, "usage": { "input_tokens": 10, "output_tokens": 5 } }),
+        )
+    };
+    let cases = [
+        (anthropic("max_tokens", json!([{ "type": "text", "text": "The cust" }])), false, "model_truncated"),
+        (anthropic("refusal", json!([])), false, "model_refused"),
+        (
+            anthropic(
+                "max_tokens",
+                json!([{ "type": "tool_use", "id": "t1", "name": "output", "input": { "category": "bil" } }]),
+            ),
+            true,
+            "model_truncated",
+        ),
+    ];
+    for (reply, structured, code) in cases {
+        let server = FakeServer::scripted(vec![reply]);
+        let mut config = ModelConfig::new(Provider::Anthropic, "claude");
+        config.base_url = Some(server.url.clone());
+        config.api_key = Some("sk-test".into());
+        config.http = fast_http();
+        let mut models = Models::new();
+        models.bind("fast", &config).unwrap();
+        let workflow = if structured { classify() } else { summarize(false) };
+        let report = engine(Arc::new(InMemoryStore::new()), models).start(&workflow, json!("text")).await.unwrap();
+        let error = report.error.unwrap_or_else(|| panic!("{code}: {:?}", report.output));
+        assert_eq!(error.code.as_str(), code, "{}", error.message);
+        assert_eq!(server.requests().len(), 1, "{code}: no repair turn is spent on a cut-off answer");
+    }
+}
