@@ -71,13 +71,14 @@ pub async fn prepare(
         configs.insert(name.to_owned(), config);
     }
     let mut models = stepwright_llm::Models::new();
-    for (name, config) in &configs {
-        models.bind(name, config).map_err(|e| AppError::BadInput(format!("model {name:?}: {e}")))?;
-    }
+    // The cassette first: with one, a key is needed only for a call it has no recording of.
     if let Some(path) = &bindings.cassette {
         let cassette = stepwright_llm::Cassette::open(path, bindings.cassette_mode)
             .map_err(|e| AppError::BadInput(format!("--cassette {}: {e}", path.display())))?;
         models = models.with_cassette(cassette);
+    }
+    for (name, config) in &configs {
+        models.bind(name, config).map_err(|e| AppError::BadInput(format!("model {name:?}: {e}")))?;
     }
     let workflow = workflow.with_service(Arc::new(models));
     if servers == Servers::Declared || mcp_servers.is_empty() {

@@ -205,8 +205,19 @@ impl Models {
     pub fn bind(&mut self, name: &str, config: &ModelConfig) -> Result<(), ModelError> {
         let key = config.key();
         let base_url = config.base_url.clone().unwrap_or_else(|| config.provider.default_base_url().to_owned());
-        let model: Arc<dyn ChatModel> = if key.is_none() && config.base_url.is_none() {
-            Arc::new(MissingKey { provider: config.provider, binding: name.to_owned() })
+        let named_but_unset = config.api_key.is_none() && config.api_key_env.is_some() && key.is_none();
+        let variable = config.api_key_env.clone().unwrap_or_else(|| config.provider.key_variable().to_owned());
+        if named_but_unset && self.cassette.is_none() {
+            // Named on purpose: a request without it would go out with no key and no warning.
+            return Err(ModelError::new(
+                ModelErrorKind::Config,
+                config.provider.name(),
+                format!("model binding {name:?}: its api_key_env names {variable}, which is not set"),
+            ));
+        }
+        let model: Arc<dyn ChatModel> = if key.is_none() && (config.base_url.is_none() || named_but_unset) {
+            // With a cassette, a missing key matters only on a miss: that call says so.
+            Arc::new(MissingKey { provider: config.provider, binding: name.to_owned(), variable })
         } else {
             match config.provider {
                 Provider::Openai => Arc::new(OpenAi::new(&base_url, key, config.http.clone(), &self.limits)?),
@@ -223,7 +234,9 @@ impl Models {
         self.bindings.insert(name.to_owned(), Binding { model, model_id: model_id.to_owned(), pricing });
     }
 
-    /// Plays back and records calls through a cassette.
+    /// Plays back and records calls through a cassette. Attach it before binding: with a
+    /// cassette, a binding whose `api_key_env` is unset binds, and only a call the cassette
+    /// has no recording of fails for the missing key.
     #[must_use]
     pub fn with_cassette(mut self, cassette: Cassette) -> Self {
         self.cassette = Some(Arc::new(cassette));
@@ -338,6 +351,8 @@ fn record(
 struct MissingKey {
     provider: Provider,
     binding: String,
+    /// The variable the key is read from.
+    variable: String,
 }
 
 impl ChatModel for MissingKey {
@@ -355,8 +370,7 @@ impl ChatModel for MissingKey {
                 self.provider.name(),
                 format!(
                     "model binding {:?} has no API key: set {} (or give the binding a base_url, or replay a cassette)",
-                    self.binding,
-                    self.provider.key_variable()
+                    self.binding, self.variable
                 ),
             ))
         })

@@ -142,9 +142,10 @@ async fn a_cassette_records_then_replays_offline_and_a_miss_names_the_step() {
     assert_eq!(file["version"], json!(1));
     assert_eq!(file["interactions"].as_array().unwrap().len(), 1);
 
-    // Replay against no server at all, and without a key: the public endpoint is used.
-    let mut offline = Models::new();
-    offline
+    // Replay against no server at all, and without a key: the public endpoint is used (the
+    // cassette is attached first, so the unset api_key_env does not stop the binding).
+    let mut replaying = Models::new().with_cassette(Cassette::open(&path, CassetteMode::Replay).unwrap());
+    replaying
         .bind(
             "fast",
             &ModelConfig {
@@ -153,7 +154,6 @@ async fn a_cassette_records_then_replays_offline_and_a_miss_names_the_step() {
             },
         )
         .unwrap();
-    let replaying = offline.with_cassette(Cassette::open(&path, CassetteMode::Replay).unwrap());
     let engine = engine(Arc::new(InMemoryStore::new()), replaying);
     let replayed = engine.start(&classify(), json!("it crashes")).await.unwrap();
     assert_eq!(replayed.output, Some(json!({ "category": "bug" })));
@@ -182,12 +182,31 @@ async fn auto_mode_calls_only_what_is_not_recorded() {
 
 #[tokio::test]
 async fn a_binding_without_a_key_says_which_variable_to_set() {
+    // An api_key_env that is not set fails at bind time, naming it (with a base_url too: a
+    // request would otherwise go out with no key and no warning).
+    for base_url in [None, Some("http://127.0.0.1:9/v1".to_owned())] {
+        let config = ModelConfig {
+            api_key_env: Some("STEPWRIGHT_TEST_NO_SUCH_KEY".into()),
+            base_url,
+            ..ModelConfig::new(Provider::Anthropic, "claude")
+        };
+        let error = Models::new().bind("fast", &config).unwrap_err();
+        assert_eq!(error.kind.code(), "model_config");
+        assert!(error.to_string().contains("api_key_env names STEPWRIGHT_TEST_NO_SUCH_KEY"), "{error}");
+
+        // With a cassette, only a call it has no recording of needs the key, and says which.
+        let dir = tempfile::tempdir().unwrap();
+        let cassette = Cassette::open(dir.path().join("c.jsonl"), CassetteMode::Auto).unwrap();
+        let mut models = Models::new().with_cassette(cassette);
+        models.bind("fast", &config).unwrap();
+        let report = engine(Arc::new(InMemoryStore::new()), models).start(&classify(), json!("x")).await.unwrap();
+        let error = report.error.unwrap();
+        assert_eq!(error.code.as_str(), "model_config");
+        assert!(error.message.contains("set STEPWRIGHT_TEST_NO_SUCH_KEY"), "{}", error.message);
+    }
+    // No api_key_env: the provider's variable, named at the call (a cassette may answer it).
     let mut models = Models::new();
-    let config = ModelConfig {
-        api_key_env: Some("STEPWRIGHT_TEST_NO_SUCH_KEY".into()),
-        ..ModelConfig::new(Provider::Anthropic, "claude")
-    };
-    models.bind("fast", &config).unwrap();
+    models.bind("fast", &ModelConfig::new(Provider::Anthropic, "claude")).unwrap();
     let report = engine(Arc::new(InMemoryStore::new()), models).start(&classify(), json!("x")).await.unwrap();
     let error = report.error.unwrap();
     assert_eq!(error.code.as_str(), "model_config");
