@@ -16,6 +16,10 @@ use super::{
 use crate::step::{Continues, call_model, repair_prompt, structured};
 use crate::types::{ChatRequest, ChatResponse, Message, ToolChoice, ToolSpec};
 
+/// What an agent that answered with nothing is told.
+const EMPTY_ANSWER_PROMPT: &str =
+    "Your answer was empty: you neither answered nor called a tool. Answer the task, or call one of your tools.";
+
 /// One agent's conversation and its counters, from its first model call to its answer.
 struct Conversation {
     /// The agent holding the conversation (another one after a handoff).
@@ -107,6 +111,24 @@ impl Conversation {
     /// and repair turns are left) a repair turn that tells the model what was wrong.
     fn answer_or_repair(&mut self, run: &AgentRun<'_>, response: &ChatResponse) -> Result<Turn, StepError> {
         let answer = match &self.agent.output {
+            // Nothing said and no tool asked for is no answer: asked again within the repair
+            // turns, then a failure (never a success with "").
+            None if response.content.trim().is_empty() => {
+                if self.repairs < self.agent.repair_turns {
+                    self.repairs += 1;
+                    self.messages.push(response.to_message());
+                    self.messages.push(Message::user(EMPTY_ANSWER_PROMPT.to_owned()));
+                    self.turn += 1;
+                    return Ok(Turn::Again);
+                }
+                return Err(StepError::new(
+                    super::AGENT_EMPTY_ANSWER,
+                    format!(
+                        "agent {:?} answered with nothing and called no tool, also after {} repair turn(s)",
+                        self.agent.name, self.repairs
+                    ),
+                ));
+            }
             None => Value::String(response.content.clone()),
             Some(schema) => match structured(schema, &response.content) {
                 Ok(value) => value,

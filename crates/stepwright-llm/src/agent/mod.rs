@@ -36,6 +36,10 @@ pub const BUDGET_EXCEEDED: ErrorCode = ErrorCode::from_static("budget_exceeded")
 /// `on_stuck` is `fail` (or the person it escalated to rejected going on).
 pub const AGENT_STUCK: ErrorCode = ErrorCode::from_static("agent_stuck");
 
+/// The error code of an agent that answered with nothing (no text, no tool call), also
+/// after its repair turns.
+pub const AGENT_EMPTY_ANSWER: ErrorCode = ErrorCode::from_static("agent_empty_answer");
+
 /// Event kinds an agent journals (besides `model.call` and `tool.call`).
 pub const AGENT_STARTED_EVENT: &str = "agent.started";
 /// The agent answered.

@@ -683,3 +683,30 @@ async fn cancelling_a_run_kills_a_running_tool_and_drops_a_waiting_model_call() 
     let report = tokio::time::timeout(Duration::from_secs(5), running).await.expect("the run ends").unwrap().unwrap();
     assert_eq!(report.status, RunStatus::Cancelled, "{:?}", report.error);
 }
+
+/// An agent that says nothing and calls no tool has not answered: it is asked again (within
+/// its repair turns) and, still silent, fails as `agent_empty_answer` — never a success with "".
+#[tokio::test]
+async fn an_empty_answer_is_asked_again_then_fails() {
+    // Silent once, then an answer.
+    let silent_once =
+        scripted(|request: &ChatRequest| if request.messages.len() <= 2 { say("") } else { say("Oslo is fine") });
+    let answering = engine(Arc::new(InMemoryStore::new()), silent_once.clone(), Tools::new(), Agents::new());
+    let report = answering.start(&workflow(AgentSpec::new("quiet", "fast")), json!("Oslo?")).await.unwrap();
+    assert_eq!(report.output, Some(json!("Oslo is fine")), "{:?}", report.error);
+    let second = &silent_once.requests()[1];
+    let told = match second.messages.last() {
+        Some(Message::User { content }) => content.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert!(told.contains("Your answer was empty"), "{told}");
+
+    // Always silent.
+    let silent = scripted(|_| say("  "));
+    let mute = engine(Arc::new(InMemoryStore::new()), silent.clone(), Tools::new(), Agents::new());
+    let report = mute.start(&workflow(AgentSpec::new("quiet", "fast")), json!("Oslo?")).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed);
+    assert_eq!(report.error.unwrap().code, stepwright_llm::AGENT_EMPTY_ANSWER);
+    let repairs = AgentSpec::new("quiet", "fast").repair_turns as usize;
+    assert_eq!(silent.requests().len(), 1 + repairs, "one call and its repair turns");
+}
