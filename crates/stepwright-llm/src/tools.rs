@@ -155,16 +155,22 @@ pub enum RegisterError {
     /// Two names that the model would see as one.
     #[error("tools {0:?} and {1:?} have the same name for the model ({2:?})")]
     ModelNameClash(String, String, String),
-    /// A name no provider accepts even after escaping.
-    #[error("tool name {0:?} is empty or longer than 64 characters once escaped for the model")]
+    /// An empty name.
+    #[error("tool name {0:?} is empty")]
     BadName(String),
     /// The input schema does not compile.
     #[error("tool {0:?} has an invalid input schema: {1}")]
     BadSchema(String, String),
 }
 
+/// The longest name providers accept for a tool.
+const MODEL_NAME_MAX: usize = 64;
+
 /// The name a model sees: providers accept `[A-Za-z0-9_-]{1,64}`, so `server.tool` becomes
-/// `server__tool` and any other character an underscore.
+/// `server__tool` and any other character an underscore. A name longer than 64 characters
+/// once escaped (an MCP server's long tool under its server's prefix) keeps its first 55
+/// and ends in `_` and 8 hex digits of the full name's SHA-256: still unique, still
+/// recognisable, and one long tool no longer stops a whole workflow from starting.
 pub fn model_name(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 2);
     for c in name.chars() {
@@ -173,6 +179,12 @@ pub fn model_name(name: &str) -> String {
             c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => out.push(c),
             _ => out.push('_'),
         }
+    }
+    if out.len() > MODEL_NAME_MAX {
+        let digest = stepwright_core::ContentHash::of_bytes(name.as_bytes()).to_hex();
+        out.truncate(MODEL_NAME_MAX - 9);
+        out.push('_');
+        out.push_str(&digest[..8]);
     }
     out
 }
@@ -191,7 +203,7 @@ impl Tools {
             return Err(RegisterError::Duplicate(name));
         }
         let model_name = model_name(&name);
-        if model_name.is_empty() || model_name.len() > 64 {
+        if model_name.is_empty() {
             return Err(RegisterError::BadName(name));
         }
         if let Some(other) = self.by_name.values().find(|r| r.model_name == model_name) {

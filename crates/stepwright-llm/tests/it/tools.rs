@@ -166,7 +166,22 @@ fn registration_rejects_duplicates_clashes_and_bad_schemas() {
     assert!(clash.to_string().contains("same name for the model"), "{clash}");
     let bad = Arc::new(CommandTool::new(read_only("bad").input_schema(json!({ "type": 12 })), argv(&["true"])));
     assert!(tools.register(bad).unwrap_err().to_string().contains("invalid input schema"));
-    assert!(tools.register(tool(&"x".repeat(65))).is_err());
+    assert!(tools.register(tool("")).unwrap_err().to_string().contains("is empty"));
+
+    // A name over 64 characters once escaped (a long MCP tool under its server's prefix) is
+    // shortened for the model, not refused: its first 55 characters, `_`, 8 hex digits of a
+    // hash of the whole name; two that share the 55 stay apart.
+    let long = format!("filesystem.{}", "read_multiple_files_with_metadata_".repeat(2));
+    let longer = format!("{long}_and_more");
+    tools.register(tool(&long)).unwrap();
+    tools.register(tool(&longer)).unwrap();
+    let (short, other) = (tools.spec(&long).unwrap().name, tools.spec(&longer).unwrap().name);
+    assert_eq!((short.len(), other.len()), (64, 64), "{short} {other}");
+    assert!(short.starts_with("filesystem__read_multiple_files_with_metadata_read_mult"), "{short}");
+    assert!(short.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'), "{short}");
+    assert_ne!(short, other);
+    assert_eq!(tools.by_model_name(&short).unwrap().def().name, long, "the model's name finds the tool");
+    assert_eq!(stepwright_llm::model_name(&long), short, "the same name every time");
 }
 
 #[tokio::test]
