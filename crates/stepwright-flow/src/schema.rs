@@ -392,6 +392,21 @@ struct Model {
     pricing: Option<Pricing>,
     timeout: Option<Duration>,
     max_retries: Option<u32>,
+    /// Anthropic: the `anthropic-version` header (default 2023-06-01).
+    api_version: Option<String>,
+    /// OpenAI: the field of the token limit (default max_completion_tokens on OpenAI's own
+    /// endpoint, max_tokens on a base_url, which compatible servers read).
+    token_limit_field: Option<TokenLimitField>,
+    /// Whether the model takes temperature and top_p (false for reasoning models: a step
+    /// that sets them does not load). Default true.
+    sampling: Option<bool>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum TokenLimitField {
+    MaxTokens,
+    MaxCompletionTokens,
 }
 
 #[derive(JsonSchema)]

@@ -8,10 +8,11 @@ use serde_json::{Map, Value, json};
 use crate::adapter::{ChatModel, TokenSink};
 use crate::error::{ModelError, ModelErrorKind};
 use crate::http::{HttpOptions, RateLimits, Transport, is_event_stream};
-use crate::types::{ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolChoice, Usage};
+use crate::types::{ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolChoice, Usage, sampling_problem};
 
 const PROVIDER: &str = "anthropic";
-const VERSION: &str = "2023-06-01";
+/// The `anthropic-version` header sent unless the binding names another.
+pub const DEFAULT_API_VERSION: &str = "2023-06-01";
 /// Anthropic requires `max_tokens`; this is used when the request sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 4096;
 
@@ -20,6 +21,8 @@ pub struct Anthropic {
     transport: Transport,
     base_url: String,
     api_key: Option<String>,
+    api_version: String,
+    sampling: bool,
 }
 
 impl std::fmt::Debug for Anthropic {
@@ -40,13 +43,37 @@ impl Anthropic {
         limits: &RateLimits,
     ) -> Result<Self, ModelError> {
         let transport = Transport::new(PROVIDER, options, limits, api_key.as_deref().unwrap_or(base_url))?;
-        Ok(Self { transport, base_url: base_url.trim_end_matches('/').trim_end_matches("/v1").to_owned(), api_key })
+        Ok(Self {
+            transport,
+            base_url: base_url.trim_end_matches('/').trim_end_matches("/v1").to_owned(),
+            api_key,
+            api_version: DEFAULT_API_VERSION.to_owned(),
+            sampling: true,
+        })
+    }
+
+    /// Sends `version` as `anthropic-version` (default [`DEFAULT_API_VERSION`]).
+    #[must_use]
+    pub fn api_version(mut self, version: &str) -> Self {
+        version.clone_into(&mut self.api_version);
+        self
+    }
+
+    /// For a model that refuses temperature and top_p: a request that sets them fails
+    /// (`model_config`) instead of being sent.
+    #[must_use]
+    pub fn without_sampling(mut self) -> Self {
+        self.sampling = false;
+        self
     }
 
     async fn call(&self, request: &ChatRequest, sink: Option<TokenSink<'_>>) -> Result<ChatResponse, ModelError> {
+        if let Some(problem) = sampling_problem(&request.params, self.sampling, true) {
+            return Err(ModelError::new(ModelErrorKind::Config, PROVIDER, problem));
+        }
         let body = encode(request, sink.is_some());
         let url = format!("{}/v1/messages", self.base_url);
-        let mut headers = vec![("anthropic-version", VERSION.to_owned())];
+        let mut headers = vec![("anthropic-version", self.api_version.clone())];
         if let Some(key) = &self.api_key {
             headers.push(("x-api-key", key.clone()));
         }

@@ -26,7 +26,9 @@ pub use agent::{
     AGENT_STUCK_EVENT, AgentHooks, AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, HookEvent, OnStuck,
     TOOL_CALL_EVENT,
 };
-pub use anthropic::{Anthropic, DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS};
+pub use anthropic::{
+    Anthropic, DEFAULT_API_VERSION as ANTHROPIC_DEFAULT_API_VERSION, DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS,
+};
 pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction, MAX_CASSETTE_BYTES};
 pub use error::{ModelError, ModelErrorKind};
 pub use http::{HttpOptions, RateLimits, install_crypto_provider};
@@ -44,7 +46,8 @@ pub use tools::{
     TOOL_TIMEOUT, Tool, ToolContext, ToolDef, ToolStep, Tools, fn_tool, model_name,
 };
 pub use types::{
-    ChatRequest, ChatResponse, FinishReason, Message, ModelParams, OutputFormat, ToolCall, ToolChoice, ToolSpec, Usage,
+    ChatRequest, ChatResponse, FinishReason, Message, ModelParams, OutputFormat, TokenLimitField, ToolCall, ToolChoice,
+    ToolSpec, Usage, sampling_problem,
 };
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::cassette::{Cassette, CassetteMode};
 use crate::error::{ModelError, ModelErrorKind};
 use crate::http::{HttpOptions, RateLimits, shorten};
 use crate::openai::OpenAi;
-use crate::types::{ChatRequest, ChatResponse, Message, Usage};
+use crate::types::{ChatRequest, ChatResponse, Message, TokenLimitField, Usage};
 
 /// A built-in provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +98,14 @@ pub struct ModelConfig {
     pub pricing: Option<Pricing>,
     /// Timeouts, retries and the rate limit.
     pub http: HttpOptions,
+    /// Anthropic: the `anthropic-version` header (default `2023-06-01`).
+    pub api_version: Option<String>,
+    /// OpenAI: the field of the token limit (default `max_completion_tokens` on OpenAI's own
+    /// endpoint, `max_tokens` on a `base_url`: what compatible servers read).
+    pub token_limit_field: Option<TokenLimitField>,
+    /// Whether the model takes temperature and top_p (reasoning models do not): `false`
+    /// makes a request that sets them fail instead of being sent.
+    pub sampling: bool,
 }
 
 impl ModelConfig {
@@ -111,6 +119,9 @@ impl ModelConfig {
             api_key_env: None,
             pricing: None,
             http: HttpOptions::default(),
+            api_version: None,
+            token_limit_field: None,
+            sampling: true,
         }
     }
 
@@ -219,9 +230,40 @@ impl Models {
             // With a cassette, a missing key matters only on a miss: that call says so.
             Arc::new(MissingKey { provider: config.provider, binding: name.to_owned(), variable })
         } else {
+            let refuse = |option: &str| {
+                Err(ModelError::new(
+                    ModelErrorKind::Config,
+                    config.provider.name(),
+                    format!(
+                        "model binding {name:?}: `{option}` is not an option of {} bindings",
+                        config.provider.name()
+                    ),
+                ))
+            };
             match config.provider {
-                Provider::Openai => Arc::new(OpenAi::new(&base_url, key, config.http.clone(), &self.limits)?),
-                Provider::Anthropic => Arc::new(Anthropic::new(&base_url, key, config.http.clone(), &self.limits)?),
+                Provider::Openai => {
+                    if config.api_version.is_some() {
+                        return refuse("api_version");
+                    }
+                    let field = config.token_limit_field.unwrap_or(if config.base_url.is_none() {
+                        TokenLimitField::MaxCompletionTokens
+                    } else {
+                        TokenLimitField::MaxTokens
+                    });
+                    let adapter =
+                        OpenAi::new(&base_url, key, config.http.clone(), &self.limits)?.token_limit_field(field);
+                    Arc::new(if config.sampling { adapter } else { adapter.without_sampling() })
+                }
+                Provider::Anthropic => {
+                    if config.token_limit_field.is_some() {
+                        return refuse("token_limit_field");
+                    }
+                    let mut adapter = Anthropic::new(&base_url, key, config.http.clone(), &self.limits)?;
+                    if let Some(version) = &config.api_version {
+                        adapter = adapter.api_version(version);
+                    }
+                    Arc::new(if config.sampling { adapter } else { adapter.without_sampling() })
+                }
             }
         };
         self.bindings

@@ -10,7 +10,9 @@ use crate::adapter::{ChatModel, TokenSink};
 use crate::error::{ModelError, ModelErrorKind};
 use crate::http::{HttpOptions, RateLimits, Transport, is_event_stream};
 use crate::schema::openai_strict;
-use crate::types::{ChatRequest, ChatResponse, FinishReason, Message, ToolCall, ToolChoice, Usage};
+use crate::types::{
+    ChatRequest, ChatResponse, FinishReason, Message, TokenLimitField, ToolCall, ToolChoice, Usage, sampling_problem,
+};
 
 const PROVIDER: &str = "openai";
 
@@ -19,6 +21,8 @@ pub struct OpenAi {
     transport: Transport,
     base_url: String,
     api_key: Option<String>,
+    token_limit_field: TokenLimitField,
+    sampling: bool,
 }
 
 impl std::fmt::Debug for OpenAi {
@@ -39,7 +43,29 @@ impl OpenAi {
         limits: &RateLimits,
     ) -> Result<Self, ModelError> {
         let transport = Transport::new(PROVIDER, options, limits, api_key.as_deref().unwrap_or(base_url))?;
-        Ok(Self { transport, base_url: base_url.trim_end_matches('/').to_owned(), api_key })
+        Ok(Self {
+            transport,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key,
+            token_limit_field: TokenLimitField::MaxTokens,
+            sampling: true,
+        })
+    }
+
+    /// Sends the token limit as `field` (default `max_tokens`, which compatible servers read;
+    /// OpenAI's own endpoint wants `max_completion_tokens`).
+    #[must_use]
+    pub fn token_limit_field(mut self, field: TokenLimitField) -> Self {
+        self.token_limit_field = field;
+        self
+    }
+
+    /// For a model that refuses temperature and top_p (reasoning models): a request that
+    /// sets them fails (`model_config`) instead of being sent.
+    #[must_use]
+    pub fn without_sampling(mut self) -> Self {
+        self.sampling = false;
+        self
     }
 
     fn headers(&self) -> Vec<(&'static str, String)> {
@@ -47,7 +73,10 @@ impl OpenAi {
     }
 
     async fn call(&self, request: &ChatRequest, sink: Option<TokenSink<'_>>) -> Result<ChatResponse, ModelError> {
-        let body = encode(request, sink.is_some());
+        if let Some(problem) = sampling_problem(&request.params, self.sampling, false) {
+            return Err(ModelError::new(ModelErrorKind::Config, PROVIDER, problem));
+        }
+        let body = encode(request, sink.is_some(), self.token_limit_field);
         let url = format!("{}/chat/completions", self.base_url);
         let response = self.transport.post(&url, &self.headers(), &body).await?;
         match sink {
@@ -88,7 +117,7 @@ impl ChatModel for OpenAi {
 }
 
 /// The request body.
-pub(crate) fn encode(request: &ChatRequest, stream: bool) -> Value {
+pub(crate) fn encode(request: &ChatRequest, stream: bool, token_limit_field: TokenLimitField) -> Value {
     let messages: Vec<Value> = request
         .messages
         .iter()
@@ -150,7 +179,7 @@ pub(crate) fn encode(request: &ChatRequest, stream: bool) -> Value {
         body.insert("top_p".into(), json!(p));
     }
     if let Some(n) = params.max_tokens {
-        body.insert("max_tokens".into(), json!(n));
+        body.insert(token_limit_field.as_str().into(), json!(n));
     }
     if !params.stop.is_empty() {
         body.insert("stop".into(), json!(params.stop));

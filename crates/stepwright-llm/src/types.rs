@@ -223,3 +223,38 @@ impl ChatResponse {
         Message::Assistant { content: self.content.clone(), tool_calls: self.tool_calls.clone() }
     }
 }
+
+/// Which request field carries an OpenAI-style token limit: `max_tokens` (what compatible
+/// servers such as vLLM, Ollama or LiteLLM read) or `max_completion_tokens` (what OpenAI's
+/// current models, reasoning models included, require).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenLimitField {
+    /// `max_tokens`.
+    MaxTokens,
+    /// `max_completion_tokens`.
+    MaxCompletionTokens,
+}
+
+impl TokenLimitField {
+    /// The field's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxTokens => "max_tokens",
+            Self::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+}
+
+/// A request's temperature or top_p for a model that takes neither (`sampling: false`), or
+/// both for an Anthropic model (current ones accept one of the two): `None` if it is fine.
+pub fn sampling_problem(params: &ModelParams, sampling: bool, anthropic: bool) -> Option<String> {
+    let (temperature, top_p) = (params.temperature.is_some(), params.top_p.is_some());
+    if !sampling && (temperature || top_p) {
+        return Some("this model takes no temperature or top_p (its binding says `sampling: false`)".into());
+    }
+    if anthropic && temperature && top_p {
+        return Some("Anthropic's current models take temperature or top_p, not both".into());
+    }
+    None
+}

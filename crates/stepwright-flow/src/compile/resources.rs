@@ -10,7 +10,8 @@ use serde_json::{Map, Value};
 use stepwright_core::{Expr, InputSource, Node};
 use stepwright_llm::{
     AgentSpec, AgentStep, CommandTool, HttpTool, LlmSpec, LlmStep, ModelConfig, ModelParams, Pricing, Provider,
-    RecallSpec, RecallStep, RememberSpec, RememberStep, ScopeKind, ToolDef, ToolStep, Tools,
+    RecallSpec, RecallStep, RememberSpec, RememberStep, ScopeKind, TokenLimitField, ToolDef, ToolStep, Tools,
+    sampling_problem,
 };
 
 use super::kinds::KindSite;
@@ -50,7 +51,18 @@ pub(super) struct Resources {
     pub(super) mcp_uses: Vec<super::mcp::McpToolUse>,
 }
 
-const MODEL_FIELDS: &[&str] = &["provider", "model", "base_url", "api_key_env", "pricing", "timeout", "max_retries"];
+const MODEL_FIELDS: &[&str] = &[
+    "provider",
+    "model",
+    "base_url",
+    "api_key_env",
+    "pricing",
+    "timeout",
+    "max_retries",
+    "api_version",
+    "token_limit_field",
+    "sampling",
+];
 const TOOL_FIELDS: &[&str] =
     &["description", "input", "command", "http", "effect", "safe_to_retry", "needs_approval", "timeout", "cwd", "env"];
 const LLM_FIELDS: &[&str] =
@@ -131,6 +143,36 @@ impl Compiler {
             }
             if let Some(retries) = node.get("max_retries").and_then(|r| self.number(r, "`max_retries`")) {
                 config.http.max_retries = u32::try_from(retries).unwrap_or(u32::MAX);
+            }
+            if let Some(version) = node.get("api_version") {
+                if provider == Provider::Anthropic {
+                    config.api_version = self.string(version, "`api_version`");
+                } else {
+                    self.error(version.pos, "`api_version` is the `anthropic-version` header: anthropic bindings only");
+                }
+            }
+            if let Some(field) = node.get("token_limit_field") {
+                match (provider, self.string(field, "`token_limit_field`").as_deref()) {
+                    (Provider::Anthropic, _) => {
+                        self.error(field.pos, "`token_limit_field` is for openai bindings (Anthropic's is max_tokens)");
+                    }
+                    (_, Some("max_tokens")) => config.token_limit_field = Some(TokenLimitField::MaxTokens),
+                    (_, Some("max_completion_tokens")) => {
+                        config.token_limit_field = Some(TokenLimitField::MaxCompletionTokens);
+                    }
+                    (_, Some(other)) => self.error_hint(
+                        field.pos,
+                        format!("unknown `token_limit_field` {other:?}"),
+                        "max_tokens or max_completion_tokens",
+                    ),
+                    (_, None) => {}
+                }
+            }
+            if let Some(sampling) = node.get("sampling") {
+                match sampling.value {
+                    Yaml::Bool(takes) => config.sampling = takes,
+                    _ => self.error(sampling.pos, "`sampling` must be true or false"),
+                }
             }
             self.resources.models.insert(key.name.clone(), config);
         }
@@ -356,6 +398,13 @@ impl Compiler {
                     continue;
                 }
             };
+            if let Some(config) = self.resources.models.get(&spec.model)
+                && let Some(problem) =
+                    sampling_problem(&spec.params, config.sampling, config.provider == Provider::Anthropic)
+            {
+                let at = node.get("params").map_or(node.pos, |n| n.pos);
+                self.error(at, format!("agent `{}`, model `{}`: {problem}", key.name, spec.model));
+            }
             self.resources.agents.insert(key.name.clone(), spec);
         }
     }
@@ -561,6 +610,12 @@ impl Compiler {
         params.temperature = float(self, "temperature");
         params.top_p = float(self, "top_p");
         params.max_tokens = body.get("max_tokens").and_then(|m| self.number(m, "`max_tokens`")).map(|m| m as u32);
+        if let Some(config) = self.resources.models.get(&model)
+            && let Some(problem) = sampling_problem(&params, config.sampling, config.provider == Provider::Anthropic)
+        {
+            let at = body.get("temperature").or_else(|| body.get("top_p")).map_or(body.pos, |n| n.pos);
+            self.error(at, format!("model `{model}`: {problem}"));
+        }
         if let Some(stop) = body.get("stop") {
             match &stop.value {
                 Yaml::Str(s) => params.stop = vec![s.clone()],

@@ -20,7 +20,7 @@ input:
   properties: { ticket: { type: string }, session: { type: string } }
 models:
   fast: { provider: openai, model: gpt-4o-mini, pricing: { input: 0.15, output: 0.6 }, timeout: 20s }
-  careful: { provider: anthropic, model: claude-sonnet, base_url: "http://127.0.0.1:9/v1", api_key_env: MY_KEY }
+  careful: { provider: anthropic, model: claude-sonnet, base_url: "http://127.0.0.1:9/v1", api_key_env: MY_KEY, api_version: "2099-01-01", sampling: false }
 tools:
   shout:
     description: Upper-cases text
@@ -99,6 +99,8 @@ async fn a_file_with_models_tools_and_agents_runs_every_resource_step() {
     let careful = &loaded.models["careful"];
     assert_eq!(careful.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
     assert_eq!(careful.api_key_env.as_deref(), Some("MY_KEY"));
+    assert_eq!((careful.api_version.as_deref(), careful.sampling), (Some("2099-01-01"), false));
+    assert_eq!((fast.token_limit_field, fast.sampling), (None, true), "defaults: chosen at bind time; sampling on");
     let tools = loaded.workflow.services().get::<Tools>().expect("the file's tools travel with the workflow");
     let shout = tools.get("shout").unwrap().def();
     assert_eq!((shout.effect, shout.timeout), (Effect::Read, Some(std::time::Duration::from_secs(5))));

@@ -356,3 +356,73 @@ async fn cut_off_and_refused_answers_fail_with_their_own_codes() {
         assert_eq!(server.requests().len(), 1, "{code}: no repair turn is spent on a cut-off answer");
     }
 }
+
+/// The binding options where models and servers differ: which field carries an OpenAI token
+/// limit, the `anthropic-version` header, models that refuse sampling parameters, and
+/// Anthropic's "temperature or top_p, not both" — refused before anything is sent.
+#[tokio::test]
+async fn binding_options_shape_the_requests_that_current_apis_accept() {
+    let openai_ok = || {
+        Reply::json(
+            200,
+            json!({ "model": "o4", "choices": [{ "finish_reason": "stop", "message": { "role": "assistant", "content": "ok" } }],
+                    "usage": { "prompt_tokens": 1, "completion_tokens": 1 } }),
+        )
+    };
+    let anthropic_ok = || {
+        Reply::json(
+            200,
+            json!({ "id": "m", "type": "message", "role": "assistant", "model": "claude", "stop_reason": "end_turn",
+                    "content": [{ "type": "text", "text": "ok" }], "usage": { "input_tokens": 1, "output_tokens": 1 } }),
+        )
+    };
+    let request = |temperature: Option<f64>, top_p: Option<f64>| {
+        let mut request = stepwright_llm::ChatRequest::new("m", vec![stepwright_llm::Message::user("hi")]);
+        request.params = stepwright_llm::ModelParams { temperature, top_p, max_tokens: Some(50), stop: Vec::new() };
+        request
+    };
+    let bound = |config: ModelConfig| {
+        let mut models = Models::new();
+        models.bind("m", &config).map(|()| models)
+    };
+
+    // OpenAI: a base_url means a compatible server (`max_tokens`) unless the binding says.
+    let server = FakeServer::scripted(vec![openai_ok(), openai_ok()]);
+    let mut config = ModelConfig::new(Provider::Openai, "o4");
+    config.base_url = Some(format!("{}/v1", server.url));
+    config.api_key = Some("sk".into());
+    config.http = fast_http();
+    bound(config.clone()).unwrap().chat("s", "m", request(None, None), None).await.unwrap();
+    config.token_limit_field = Some(stepwright_llm::TokenLimitField::MaxCompletionTokens);
+    config.sampling = false;
+    let reasoning = bound(config.clone()).unwrap();
+    reasoning.chat("s", "m", request(None, None), None).await.unwrap();
+    let bodies: Vec<Value> = server.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!((&bodies[0]["max_tokens"], bodies[0].get("max_completion_tokens")), (&json!(50), None));
+    assert_eq!((bodies[1].get("max_tokens"), &bodies[1]["max_completion_tokens"]), (None, &json!(50)));
+    // A model that takes no sampling parameters: the request is refused here, not sent.
+    let refused = reasoning.chat("s", "m", request(Some(0.2), None), None).await.unwrap_err();
+    assert_eq!(refused.kind.code(), "model_config");
+    assert!(refused.to_string().contains("sampling: false"), "{refused}");
+    assert_eq!(server.requests().len(), 2, "nothing was sent");
+    config.api_version = Some("2024-01-01".into());
+    assert!(bound(config).unwrap_err().to_string().contains("`api_version` is not an option of openai bindings"));
+
+    // Anthropic: the version header the binding names; one of temperature and top_p.
+    let server = FakeServer::scripted(vec![anthropic_ok(), anthropic_ok()]);
+    let mut config = ModelConfig::new(Provider::Anthropic, "claude");
+    config.base_url = Some(server.url.clone());
+    config.api_key = Some("sk".into());
+    config.http = fast_http();
+    bound(config.clone()).unwrap().chat("s", "m", request(Some(0.5), None), None).await.unwrap();
+    config.api_version = Some("2099-01-01".into());
+    let newer = bound(config.clone()).unwrap();
+    newer.chat("s", "m", request(None, Some(0.9)), None).await.unwrap();
+    let versions: Vec<String> = server.requests().iter().map(|r| r.headers["anthropic-version"].clone()).collect();
+    assert_eq!(versions, [stepwright_llm::ANTHROPIC_DEFAULT_API_VERSION, "2099-01-01"]);
+    let both = newer.chat("s", "m", request(Some(0.5), Some(0.9)), None).await.unwrap_err();
+    assert!(both.to_string().contains("temperature or top_p, not both"), "{both}");
+    assert_eq!(server.requests().len(), 2, "nothing was sent");
+    config.token_limit_field = Some(stepwright_llm::TokenLimitField::MaxTokens);
+    assert!(bound(config).unwrap_err().to_string().contains("`token_limit_field` is not an option of anthropic"));
+}
