@@ -13,6 +13,10 @@ use serde_json::Value;
 use crate::error::{ModelError, ModelErrorKind};
 use crate::sse::{SseDecoder, SseEvent};
 
+
+/// What every request to a model provider or an HTTP tool says it comes from: providers ask
+/// for it, and it tells a proxy's logs which program sent what.
+pub const USER_AGENT: &str = concat!("stepwright/", env!("CARGO_PKG_VERSION"));
 /// How a binding talks HTTP.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HttpOptions {
@@ -101,10 +105,11 @@ impl Transport {
         key: &str,
     ) -> Result<Self, ModelError> {
         install_crypto_provider();
-        let client =
-            reqwest::Client::builder().connect_timeout(options.timeout.min(Duration::from_secs(30))).build().map_err(
-                |e| ModelError::new(ModelErrorKind::Config, provider, format!("building an HTTP client: {e}")),
-            )?;
+        let client = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .connect_timeout(options.timeout.min(Duration::from_secs(30)))
+            .build()
+            .map_err(|e| ModelError::new(ModelErrorKind::Config, provider, format!("building an HTTP client: {e}")))?;
         let limiter = options.requests_per_minute.map(|rpm| limits.limiter(provider, key, rpm));
         Ok(Self { client, provider, options, limiter })
     }

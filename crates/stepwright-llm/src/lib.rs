@@ -31,7 +31,7 @@ pub use anthropic::{
 };
 pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction, MAX_CASSETTE_BYTES};
 pub use error::{ModelError, ModelErrorKind};
-pub use http::{HttpOptions, RateLimits, install_crypto_provider};
+pub use http::{HttpOptions, RateLimits, USER_AGENT, install_crypto_provider};
 pub use memory::{
     ACCESS_DENIED, DEFAULT_MAX_STORED_MESSAGES, MemoryService, RecallSpec, RecallStep, RememberSpec, RememberStep,
     ScopeKind, Sessions,

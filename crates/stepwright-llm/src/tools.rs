@@ -557,6 +557,7 @@ impl HttpTool {
         }
         crate::http::install_crypto_provider();
         let client = reqwest::Client::builder()
+            .user_agent(crate::http::USER_AGENT)
             .connect_timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| format!("building an HTTP client: {e}"))?;

@@ -78,6 +78,7 @@ async fn a_plain_call_sends_system_tool_use_and_tool_results_the_messages_way() 
     assert_eq!(sent.path, "/v1/messages");
     assert_eq!(sent.headers["x-api-key"], "sk-ant-test");
     assert_eq!(sent.headers["anthropic-version"], "2023-06-01");
+    assert_eq!(sent.headers["user-agent"], stepwright_llm::USER_AGENT);
     assert_eq!(
         sent.body,
         json!({

@@ -72,6 +72,8 @@ async fn a_plain_call_sends_the_wire_format_and_reads_parallel_tool_calls() {
     let sent = &server.requests()[0];
     assert_eq!(sent.path, "/v1/chat/completions");
     assert_eq!(sent.headers["authorization"], "Bearer sk-test");
+    assert_eq!(sent.headers["user-agent"], stepwright_llm::USER_AGENT, "the program says who it is");
+    assert!(stepwright_llm::USER_AGENT.starts_with("stepwright/0."), "{}", stepwright_llm::USER_AGENT);
     assert_eq!(
         sent.body,
         json!({

@@ -145,6 +145,7 @@ async fn an_http_tool_sends_queries_and_bodies_and_maps_error_statuses() {
     let requests = server.requests();
     assert_eq!((requests[0].method.as_str(), requests[0].path.as_str()), ("GET", "/orders?full=true&order_id=A+1"));
     assert_eq!(requests[0].headers["x-api-key"], "k1");
+    assert_eq!(requests[0].headers["user-agent"], stepwright_llm::USER_AGENT);
     assert_eq!((requests[1].method.as_str(), &requests[1].body), ("POST", &json!({ "item": "book" })));
     assert_eq!(requests[1].headers["idempotency-key"].len(), 64, "a write carries its idempotency key");
     assert!(!requests[2].headers.contains_key("idempotency-key"), "a read does not");
