@@ -23,8 +23,12 @@ pub(crate) fn change_name(change: &stepwright::StepChange) -> &'static str {
 
 /// `  3 calls, 1200 in / 80 out tokens, $0.000420` from a usage roll-up.
 pub(crate) fn usage_text(usage: &Value) -> String {
+    let unknown = match usage["calls_without_usage"].as_u64().unwrap_or(0) {
+        0 => String::new(),
+        n => format!(" (+ {n} call(s) whose provider reported no usage: tokens and cost unknown)"),
+    };
     format!(
-        "  {} call(s), {} in / {} out tokens, ${:.6}",
+        "  {} call(s), {} in / {} out tokens, ${:.6}{unknown}",
         usage["calls"],
         usage["input_tokens"],
         usage["output_tokens"],

@@ -13,7 +13,6 @@ use serde_json::Value;
 use crate::error::{ModelError, ModelErrorKind};
 use crate::sse::{SseDecoder, SseEvent};
 
-
 /// What every request to a model provider or an HTTP tool says it comes from: providers ask
 /// for it, and it tells a proxy's logs which program sent what.
 pub const USER_AGENT: &str = concat!("stepwright/", env!("CARGO_PKG_VERSION"));

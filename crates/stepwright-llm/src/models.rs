@@ -382,7 +382,9 @@ fn record(
     CallRecord {
         binding: binding.to_owned(),
         provider: provider.to_owned(),
-        cost_usd: bound.pricing.map(|p| p.cost(response.usage)),
+        // No usage reported (a stream some servers end without it) is no cost known: `null`,
+        // counted apart, never a silent $0.
+        cost_usd: bound.pricing.filter(|_| usage_reported(response.usage)).map(|p| p.cost(response.usage)),
         response,
         latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         replayed,
@@ -430,6 +432,15 @@ pub struct Totals {
     pub output_tokens: u64,
     /// Cost in US dollars (calls without prices count zero).
     pub cost_usd: f64,
+    /// Calls whose provider reported no usage: their tokens and cost are unknown (not zero).
+    #[serde(default)]
+    pub calls_without_usage: u64,
+}
+
+/// Whether the provider said what a call used: every request has a prompt, so a call with
+/// no tokens at all is one whose usage never came (a stream ended without its usage chunk).
+fn usage_reported(usage: Usage) -> bool {
+    usage.input_tokens > 0 || usage.output_tokens > 0
 }
 
 impl Totals {
@@ -439,6 +450,9 @@ impl Totals {
         self.input_tokens += event["usage"]["input_tokens"].as_u64().unwrap_or(0);
         self.output_tokens += event["usage"]["output_tokens"].as_u64().unwrap_or(0);
         self.cost_usd += event["cost_usd"].as_f64().unwrap_or(0.0);
+        if event["usage_reported"] == false {
+            self.calls_without_usage += 1;
+        }
     }
 }
 
@@ -450,6 +464,7 @@ pub fn call_event(record: &CallRecord) -> serde_json::Value {
         "model": record.response.model,
         "usage": record.response.usage,
         "cost_usd": record.cost_usd,
+        "usage_reported": usage_reported(record.response.usage),
         "latency_ms": record.latency_ms,
         "replayed": record.replayed,
     })

@@ -426,3 +426,36 @@ async fn binding_options_shape_the_requests_that_current_apis_accept() {
     config.token_limit_field = Some(stepwright_llm::TokenLimitField::MaxTokens);
     assert!(bound(config).unwrap_err().to_string().contains("`token_limit_field` is not an option of anthropic"));
 }
+
+/// A stream that ends without its usage chunk (some compatible servers never send one) is
+/// not a free call on a priced binding: its cost is `null`, the event says the usage was not
+/// reported, and the roll-up counts it apart.
+#[tokio::test]
+async fn a_call_without_reported_usage_has_no_cost_rather_than_zero() {
+    let chunks = [
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "fine" } }] }),
+        json!({ "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] }),
+    ];
+    let mut text: String = chunks.iter().map(|chunk| format!("data: {chunk}\n\n")).collect();
+    text.push_str("data: [DONE]\n\n");
+    let server = FakeServer::scripted(vec![Reply::sse(&text, 64), ended("stop", "also fine")]);
+    let store = Arc::new(InMemoryStore::new());
+    let engine = engine(store.clone(), models(&server.url));
+    let unreported = engine.start(&summarize(true), json!("text")).await.unwrap();
+    let reported = engine.start(&summarize(false), json!("text")).await.unwrap();
+    let call = |run: RunId| {
+        let store = store.clone();
+        async move {
+            let events = store.events(run).await.unwrap();
+            let data = events.iter().find(|e| e.kind == MODEL_CALL_EVENT).unwrap().data.clone();
+            (data, rollup(&events).1)
+        }
+    };
+    let (data, total) = call(unreported.run_id).await;
+    assert_eq!((&data["cost_usd"], &data["usage_reported"]), (&Value::Null, &json!(false)), "{data}");
+    assert_eq!((total.calls, total.calls_without_usage, total.cost_usd), (1, 1, 0.0));
+    let (data, total) = call(reported.run_id).await;
+    assert_eq!(data["usage_reported"], json!(true));
+    assert!(data["cost_usd"].as_f64().is_some_and(|c| c > 0.0), "{data}");
+    assert_eq!(total.calls_without_usage, 0);
+}
