@@ -364,8 +364,9 @@ impl Compiler {
             self.error(node.pos, format!("{what} `{source}` does not parse: {why}"));
             return None;
         }
-        self.references(node.pos, &source);
-        self.roots(node.pos, &expr::expression_roots(&source));
+        if !self.references(node.pos, &source) {
+            self.roots(node.pos, &expr::expression_roots(&source));
+        }
         Some(source)
     }
 
@@ -412,8 +413,8 @@ impl Compiler {
             Yaml::Str(s) => {
                 if let Err(why) = expr::check_template(s) {
                     self.error(node.pos, format!("the template `{s}` does not parse: {why}"));
-                } else {
-                    self.references(node.pos, s);
+                } else if !self.references(node.pos, s) {
+                    // (A dashed id's tail would be reported again as an unknown name.)
                     self.roots(node.pos, &expr::template_roots(s));
                 }
             }
@@ -423,8 +424,10 @@ impl Compiler {
         }
     }
 
-    /// `steps.<id>` must name a step declared earlier in the file.
-    fn references(&mut self, pos: Pos, source: &str) {
+    /// `steps.<id>` must name a step declared earlier in the file. `true` when it found an id
+    /// with a `-` written as `steps.a-b`.
+    fn references(&mut self, pos: Pos, source: &str) -> bool {
+        let mut dashed_found = false;
         let mut rest = source;
         while let Some(at) = rest.find("steps.") {
             let before = rest[..at].chars().last();
@@ -435,6 +438,20 @@ impl Compiler {
             let id: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             if !id.is_empty() && !self.ids.contains(&id) {
                 let known: Vec<String> = self.ids.iter().cloned().collect();
+                // `steps.fetch-page` reads as `steps.fetch - page`: an id with a `-` is
+                // written `steps['fetch-page']` in an expression.
+                let dashed: String =
+                    rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
+                if dashed.contains('-') && self.ids.contains(dashed.trim_end_matches('-')) {
+                    let dashed = dashed.trim_end_matches('-');
+                    self.error_hint(
+                        pos,
+                        format!("`steps.{dashed}` reads as a subtraction (`steps.{id} - …`)"),
+                        format!("write `steps['{dashed}']`: an id with a `-` is looked up by its name in brackets"),
+                    );
+                    dashed_found = true;
+                    continue;
+                }
                 let message = format!("`steps.{id}` refers to no step declared before this point");
                 match closest(&id, known.iter().map(String::as_str)) {
                     Some(near) => self.error_hint(pos, message, format!("did you mean `{near}`?")),
@@ -442,6 +459,7 @@ impl Compiler {
                 }
             }
         }
+        dashed_found
     }
 
     fn workflow(&mut self, root: &Item) -> Option<Workflow> {
