@@ -91,9 +91,14 @@ pub struct ModelError {
 impl ModelError {
     /// An error without status.
     pub fn new(kind: ModelErrorKind, provider: &str, message: impl Into<String>) -> Self {
-        Self { kind, provider: provider.to_owned(), status: None, message: message.into(), retry_after: None }
+        let message = crate::http::shorten(&message.into(), MESSAGE_MOST);
+        Self { kind, provider: provider.to_owned(), status: None, message, retry_after: None }
     }
 }
+
+/// The most characters of a provider's error text kept: it is journaled with the failed
+/// step, and a provider may put a whole echoed request (or an HTML page) into it.
+pub(crate) const MESSAGE_MOST: usize = 1000;
 
 impl From<ModelError> for StepError {
     fn from(error: ModelError) -> Self {

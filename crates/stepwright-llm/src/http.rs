@@ -167,7 +167,7 @@ impl Transport {
         // Both providers wrap their message as `{"error": {"message": …}}`.
         let message = serde_json::from_str::<Value>(&text)
             .ok()
-            .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+            .and_then(|v| v["error"]["message"].as_str().map(|m| shorten(m, crate::error::MESSAGE_MOST)))
             .unwrap_or_else(|| shorten(&text, 500));
         ModelError {
             kind: ModelErrorKind::from_status(status),

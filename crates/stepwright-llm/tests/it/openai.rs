@@ -190,6 +190,16 @@ async fn an_error_inside_a_stream_is_reported_with_its_message() {
     let error = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
     assert_eq!(error.kind, ModelErrorKind::Server);
     assert!(error.message.contains("The server had an error"), "{error}");
+
+    // A provider's long error text (an echoed request, a page) is kept short: it is journaled.
+    let long = "x".repeat(20_000);
+    let text = format!("data: {}\n\n", json!({ "error": { "message": long, "type": "server_error" } }));
+    let server = FakeServer::scripted(vec![Reply::sse(&text, 4096)]);
+    let error = adapter(&server).chat_stream(&request(), &|_| {}).await.unwrap_err();
+    assert!(error.message.chars().count() <= 1_100 && error.message.ends_with('…'), "{} chars", error.message.len());
+    let server = FakeServer::scripted(vec![Reply::json(400, json!({ "error": { "message": long } }))]);
+    let error = adapter(&server).chat(&request()).await.unwrap_err();
+    assert!(error.message.chars().count() <= 1_100 && error.message.ends_with('…'), "{} chars", error.message.len());
 }
 
 #[tokio::test]
