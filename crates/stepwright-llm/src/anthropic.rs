@@ -68,6 +68,11 @@ impl Anthropic {
     }
 
     async fn call(&self, request: &ChatRequest, sink: Option<TokenSink<'_>>) -> Result<ChatResponse, ModelError> {
+        // A structured answer with a non-object root went out wrapped; it comes back bare.
+        Ok(crate::schema::unwrapped(request, self.exchange(request, sink).await?))
+    }
+
+    async fn exchange(&self, request: &ChatRequest, sink: Option<TokenSink<'_>>) -> Result<ChatResponse, ModelError> {
         if let Some(problem) = sampling_problem(&request.params, self.sampling, true) {
             return Err(ModelError::new(ModelErrorKind::Config, PROVIDER, problem));
         }
@@ -175,7 +180,7 @@ pub(crate) fn encode(request: &ChatRequest, stream: bool) -> Value {
         tools.push(json!({
             "name": output.name,
             "description": "Give the final answer by calling this tool with it as the input.",
-            "input_schema": output.schema,
+            "input_schema": crate::schema::object_root(&output.schema).0,
         }));
         choice = Some(json!({ "type": "tool", "name": output.name }));
     }

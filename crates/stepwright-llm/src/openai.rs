@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use crate::adapter::{ChatModel, TokenSink};
 use crate::error::{ModelError, ModelErrorKind};
 use crate::http::{HttpOptions, RateLimits, Transport, is_event_stream};
-use crate::schema::openai_strict;
+use crate::schema::{object_root, openai_strict, strict_expressible};
 use crate::types::{
     ChatRequest, ChatResponse, FinishReason, Message, TokenLimitField, ToolCall, ToolChoice, Usage, sampling_problem,
 };
@@ -73,6 +73,11 @@ impl OpenAi {
     }
 
     async fn call(&self, request: &ChatRequest, sink: Option<TokenSink<'_>>) -> Result<ChatResponse, ModelError> {
+        // A structured answer with a non-object root went out wrapped; it comes back bare.
+        Ok(crate::schema::unwrapped(request, self.exchange(request, sink).await?))
+    }
+
+    async fn exchange(&self, request: &ChatRequest, sink: Option<TokenSink<'_>>) -> Result<ChatResponse, ModelError> {
         if let Some(problem) = sampling_problem(&request.params, self.sampling, false) {
             return Err(ModelError::new(ModelErrorKind::Config, PROVIDER, problem));
         }
@@ -166,10 +171,13 @@ pub(crate) fn encode(request: &ChatRequest, stream: bool, token_limit_field: Tok
         );
     }
     if let Some(output) = &request.output {
-        body.insert(
-            "response_format".into(),
-            json!({ "type": "json_schema", "json_schema": { "name": output.name, "schema": openai_strict(&output.schema), "strict": true } }),
-        );
+        body.insert("response_format".into(), {
+            let (schema, _) = object_root(&output.schema);
+            // What strict mode cannot express is sent as written, not narrowed.
+            let strict = strict_expressible(&schema);
+            let schema = if strict { openai_strict(&schema) } else { schema };
+            json!({ "type": "json_schema", "json_schema": { "name": output.name, "schema": schema, "strict": strict } })
+        });
     }
     let params = &request.params;
     if let Some(t) = params.temperature {

@@ -72,6 +72,85 @@ fn nullable(schema: Value) -> Value {
     Value::Object(map)
 }
 
+/// The property a structured answer with a non-object root is wrapped in on the wire.
+pub(crate) const WRAPPED: &str = "value";
+
+/// Whether a schema's root is an object (what both providers require of a structured answer).
+fn object_rooted(schema: &Value) -> bool {
+    schema.get("type").is_some_and(|t| t == "object")
+        || (schema.get("type").is_none() && schema.get("properties").is_some() && schema.get("$ref").is_none())
+}
+
+/// The schema as sent: an object-rooted one as it is; any other (an array, a string, an
+/// `anyOf`) as the one required property `value` of an object, which [`unwrap_answer`]
+/// takes off the answer, so the step sees the answer its schema describes. `$defs` stay at
+/// the root, where `$ref`s find them.
+pub(crate) fn object_root(schema: &Value) -> (Value, bool) {
+    if object_rooted(schema) {
+        return (schema.clone(), false);
+    }
+    let mut inner = schema.clone();
+    let mut wrapped = Map::new();
+    for key in ["$defs", "definitions"] {
+        if let Some(defs) = inner.as_object_mut().and_then(|m| m.remove(key)) {
+            wrapped.insert(key.to_owned(), defs);
+        }
+    }
+    wrapped.insert("type".into(), json!("object"));
+    wrapped.insert("properties".into(), json!({ WRAPPED: inner }));
+    wrapped.insert("required".into(), json!([WRAPPED]));
+    wrapped.insert("additionalProperties".into(), json!(false));
+    (Value::Object(wrapped), true)
+}
+
+/// The answer inside its wrapper (see [`object_root`]); text that is not the wrapper as is,
+/// for the step's own check to report.
+pub(crate) fn unwrap_answer(text: &str) -> String {
+    match serde_json::from_str::<Value>(text.trim()) {
+        Ok(Value::Object(mut map)) if map.len() == 1 && map.contains_key(WRAPPED) => {
+            map.remove(WRAPPED).map_or_else(String::new, |v| v.to_string())
+        }
+        _ => text.to_owned(),
+    }
+}
+
+/// The response with its structured answer taken out of the wrapper the request put its
+/// schema in (when it did).
+pub(crate) fn unwrapped(
+    request: &crate::types::ChatRequest,
+    mut response: crate::types::ChatResponse,
+) -> crate::types::ChatResponse {
+    if request.output.as_ref().is_some_and(|output| object_root(&output.schema).1) {
+        response.content = unwrap_answer(&response.content);
+    }
+    response
+}
+
+/// Whether OpenAI's strict mode can say what the schema says. It cannot express an object
+/// whose keys are not listed (a map: `additionalProperties` a schema or `true`; a free-form
+/// `{type: object}`; `patternProperties`), nor a `$ref` with keys beside it: the strict
+/// transform would narrow such a schema (a map to `{}`), so it is sent non-strict instead.
+pub(crate) fn strict_expressible(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => {
+            let object = map
+                .get("type")
+                .is_some_and(|t| t == "object" || t.as_array().is_some_and(|a| a.contains(&json!("object"))));
+            let listed = map.get("properties").is_some_and(|p| p.as_object().is_some_and(|p| !p.is_empty()));
+            let closed = map.get("additionalProperties").is_none_or(|a| a == &json!(false));
+            if object && (!listed || !closed) {
+                return false;
+            }
+            if map.contains_key("patternProperties") || (map.contains_key("$ref") && map.len() > 1) {
+                return false;
+            }
+            map.values().all(strict_expressible)
+        }
+        Value::Array(items) => items.iter().all(strict_expressible),
+        _ => true,
+    }
+}
+
 /// Removes the `null`s a strict-mode answer put in properties the original schema does not
 /// require (recursively), so the answer is checked against the schema as written.
 pub(crate) fn strip_optional_nulls(schema: &Value, value: &mut Value) {

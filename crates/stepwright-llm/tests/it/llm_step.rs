@@ -459,3 +459,76 @@ async fn a_call_without_reported_usage_has_no_cost_rather_than_zero() {
     assert!(data["cost_usd"].as_f64().is_some_and(|c| c > 0.0), "{data}");
     assert_eq!(total.calls_without_usage, 0);
 }
+
+fn shaped(schema: Value) -> Workflow {
+    let mut spec = LlmSpec::new("fast");
+    spec.stream = false;
+    spec.output = Some(schema);
+    Workflow::builder("shaped").step(Node::dyn_step("shape", LlmStep::new(spec))).build().unwrap()
+}
+
+/// Output schemas keep their meaning on the wire: a non-object root (both APIs require an
+/// object) is wrapped as `value` and the answer unwrapped; a schema strict mode cannot
+/// express (a map, a `$ref` with keys beside it) goes out non-strict, as written, instead of
+/// being narrowed so the model could only answer `{}`.
+#[tokio::test]
+async fn output_schemas_keep_their_meaning_on_the_wire() {
+    // An array at the root, OpenAI.
+    let server = FakeServer::scripted(vec![answer(r#"{"value": ["red", "blue"]}"#)]);
+    let list = json!({ "type": "array", "items": { "type": "string" } });
+    let report = engine(Arc::new(InMemoryStore::new()), models(&server.url))
+        .start(&shaped(list.clone()), json!("x"))
+        .await
+        .unwrap();
+    assert_eq!(report.output, Some(json!(["red", "blue"])), "{:?}", report.error);
+    let format = &server.requests()[0].body["response_format"]["json_schema"];
+    assert_eq!(format["strict"], json!(true));
+    assert_eq!(format["schema"]["required"], json!(["value"]));
+    assert_eq!(format["schema"]["properties"]["value"]["items"], json!({ "type": "string" }));
+
+    // A map: non-strict, the schema as written.
+    let scores = json!({
+        "type": "object", "required": ["scores"],
+        "properties": { "scores": { "type": "object", "additionalProperties": { "type": "number" } } }
+    });
+    let server = FakeServer::scripted(vec![answer(r#"{"scores": {"speed": 0.9, "cost": 0.2}}"#)]);
+    let report = engine(Arc::new(InMemoryStore::new()), models(&server.url))
+        .start(&shaped(scores.clone()), json!("x"))
+        .await
+        .unwrap();
+    assert_eq!(report.output, Some(json!({ "scores": { "speed": 0.9, "cost": 0.2 } })), "{:?}", report.error);
+    let format = &server.requests()[0].body["response_format"]["json_schema"];
+    assert_eq!((&format["strict"], &format["schema"]), (&json!(false), &scores), "not narrowed");
+
+    // A `$ref` with a description beside it: non-strict too.
+    let referenced = json!({
+        "type": "object", "required": ["who"], "$defs": { "person": { "type": "object", "properties": { "name": { "type": "string" } }, "required": ["name"] } },
+        "properties": { "who": { "$ref": "#/$defs/person", "description": "the customer" } }
+    });
+    let server = FakeServer::scripted(vec![answer(r#"{"who": {"name": "Ada"}}"#)]);
+    let report = engine(Arc::new(InMemoryStore::new()), models(&server.url))
+        .start(&shaped(referenced), json!("x"))
+        .await
+        .unwrap();
+    assert_eq!(report.output, Some(json!({ "who": { "name": "Ada" } })), "{:?}", report.error);
+    assert_eq!(server.requests()[0].body["response_format"]["json_schema"]["strict"], json!(false));
+
+    // A string at the root, Anthropic: the forced tool's input schema is the wrapper.
+    let server = FakeServer::scripted(vec![Reply::json(
+        200,
+        json!({ "id": "m", "type": "message", "role": "assistant", "model": "claude", "stop_reason": "tool_use",
+                "content": [{ "type": "tool_use", "id": "t1", "name": "answer", "input": { "value": "Hello, Ada" } }],
+                "usage": { "input_tokens": 3, "output_tokens": 3 } }),
+    )]);
+    let mut config = ModelConfig::new(Provider::Anthropic, "claude");
+    config.base_url = Some(server.url.clone());
+    config.api_key = Some("sk".into());
+    config.http = fast_http();
+    let mut anthropic = Models::new();
+    anthropic.bind("fast", &config).unwrap();
+    let text = json!({ "type": "string", "minLength": 1 });
+    let report = engine(Arc::new(InMemoryStore::new()), anthropic).start(&shaped(text), json!("x")).await.unwrap();
+    assert_eq!(report.output, Some(json!("Hello, Ada")), "{:?}", report.error);
+    let tool = &server.requests()[0].body["tools"][0];
+    assert_eq!(tool["input_schema"]["properties"]["value"], json!({ "type": "string", "minLength": 1 }));
+}
