@@ -60,9 +60,14 @@ pub struct ToolPolicy {
     pub safe_to_retry: bool,
     /// Whether each call needs a person's approval.
     pub needs_approval: bool,
-    /// How long a call may take.
+    /// How long a call may take, all attempts together (default [`DEFAULT_CALL_LIMIT`]:
+    /// a server that never answers must not hold a step forever). When it runs out the call
+    /// is abandoned, and the server is told (`notifications/cancelled`).
     pub timeout: Option<Duration>,
 }
+
+/// How long an MCP tool call may take when its policy names no `timeout`.
+pub const DEFAULT_CALL_LIMIT: Duration = Duration::from_secs(300);
 
 impl Default for ToolPolicy {
     fn default() -> Self {
@@ -370,9 +375,23 @@ impl McpServer {
                 ),
             ));
         }
-        match client.peer().call_tool(params).await {
-            Ok(result) => convert(server, tool, result),
-            Err(error) => Err(call_failed(server, tool, &error)),
+        // The repeat is bounded as the first attempt was: `call_timeout` is a limit on every
+        // attempt, not only the first.
+        let again = match self.config.call_timeout {
+            Some(limit) => tokio::time::timeout(limit, client.peer().call_tool(params)).await.ok(),
+            None => Some(client.peer().call_tool(params).await),
+        };
+        match again {
+            Some(Ok(result)) => convert(server, tool, result),
+            Some(Err(error)) => Err(call_failed(server, tool, &error)),
+            None => Err(StepError::new(
+                TOOL_FAILED,
+                format!(
+                    "MCP tool {server}.{tool} got no answer within {:?} ({why}), nor when repeated on a new connection",
+                    self.config.call_timeout.unwrap_or_default()
+                ),
+            )
+            .retryable(true)),
         }
     }
 }
@@ -422,7 +441,7 @@ impl McpTool {
         .effect(policy.effect);
         def.safe_to_retry = policy.safe_to_retry;
         def.needs_approval = policy.needs_approval;
-        def.timeout = policy.timeout;
+        def.timeout = Some(policy.timeout.unwrap_or(DEFAULT_CALL_LIMIT));
         Self { server, tool: info.name.to_string(), def }
     }
 }

@@ -186,3 +186,32 @@ async fn a_server_that_cannot_start_or_lacks_a_tool_is_a_clear_error() {
     assert!(text.starts_with("MCP server \"everything\" has no tool \"teleport\" (it has: "), "{text}");
     assert!(text.contains("get-sum"), "{text}");
 }
+
+/// `call_timeout` bounds every attempt: a call that gets no answer within it is repeated
+/// once on a new connection (when repeating is safe) under the same limit, then fails —
+/// never waiting out the slow call the second time. Without a `timeout`, a tool call is
+/// bounded by the default limit.
+#[tokio::test]
+async fn the_call_timeout_bounds_the_repeat_too_and_every_call_has_a_limit() {
+    let Some(script) = server_script() else { return };
+    let mut config = stdio_config(&script);
+    config.only = vec!["echo".into(), "trigger-long-running-operation".into()];
+    config.policy = ToolPolicy { effect: Effect::Read, safe_to_retry: true, ..ToolPolicy::default() };
+    config.call_timeout = Some(Duration::from_secs(1));
+    let mut tools = Tools::new();
+    let server = McpServer::register(config, &mut tools).await.unwrap();
+    let slow = "everything.trigger-long-running-operation";
+    assert_eq!(tools.get(slow).unwrap().def().timeout, Some(stepwright_mcp::DEFAULT_CALL_LIMIT));
+    let tools = Arc::new(tools);
+    let node = ToolStep::node("call", &tools, slow).unwrap();
+    let workflow = Workflow::builder("slow").step(node).build().unwrap();
+    let engine =
+        Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).service(tools.clone()).build();
+    let report = engine.start(&workflow, json!({ "duration": 4, "steps": 1 })).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed);
+    let error = report.error.unwrap();
+    assert!(error.message.contains("nor when repeated on a new connection"), "{}", error.message);
+    assert_eq!(server.starts(), 2, "the repeat went over a new connection");
+    // The server is usable afterwards.
+    assert_eq!(call(&tools, "everything.echo", json!({ "message": "hi" })).await, json!("Echo: hi"));
+}
