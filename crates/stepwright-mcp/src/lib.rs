@@ -186,7 +186,12 @@ pub struct McpServer {
     client: Mutex<Option<Arc<Client>>>,
     pid: std::sync::Mutex<Option<u32>>,
     starts: AtomicU32,
+    /// The last lines a stdio server wrote to stderr: what it said before it failed.
+    stderr: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
+
+/// How many of a stdio server's last stderr lines are kept for its errors.
+const STDERR_LINES: usize = 20;
 
 impl std::fmt::Debug for McpServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -202,6 +207,7 @@ impl McpServer {
             client: Mutex::new(None),
             pid: std::sync::Mutex::new(None),
             starts: AtomicU32::new(0),
+            stderr: Arc::default(),
         });
         server.client().await?;
         Ok(server)
@@ -286,12 +292,24 @@ impl McpServer {
                 if let Some(dir) = cwd {
                     cmd.current_dir(dir);
                 }
-                let (process, _stderr) = TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::null())
+                let (process, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::piped())
                     .spawn()
                     .map_err(|e| failed(format!("running {command:?}: {e}")))?;
                 *self.pid.lock().expect("poisoned") = process.id();
-                ().serve(process).await.map_err(|e| failed(format!("the MCP handshake failed: {e}")))
+                // A new process: what an earlier one said is not this one's.
+                self.stderr.lock().expect("poisoned").clear();
+                let read = stderr.map(|pipe| tokio::spawn(keep_tail(pipe, self.stderr.clone())));
+                match ().serve(process).await {
+                    Ok(client) => Ok(client),
+                    Err(e) => {
+                        // What the process said on its way out belongs in the error.
+                        if let Some(read) = read {
+                            let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
+                        }
+                        Err(failed(format!("the MCP handshake failed: {e}{}", self.stderr_tail())))
+                    }
+                }
             }
             Transport::Http { url, headers } => {
                 let mut config =
@@ -317,6 +335,15 @@ impl McpServer {
                 ().serve(transport).await.map_err(|e| failed(format!("initializing the session at {url}: {e}")))
             }
         }
+    }
+
+    /// `; its stderr ended with: …` when a stdio server wrote to stderr, else nothing.
+    fn stderr_tail(&self) -> String {
+        let lines = self.stderr.lock().expect("poisoned");
+        if lines.is_empty() {
+            return String::new();
+        }
+        format!("; its stderr ended with: {}", lines.iter().cloned().collect::<Vec<_>>().join(" | "))
     }
 
     /// Forgets a client whose connection broke, so the next call starts a new one.
@@ -371,7 +398,8 @@ impl McpServer {
             return Err(StepError::new(
                 TOOL_FAILED,
                 format!(
-                    "the connection to MCP server {server:?} broke during a call of {tool} ({why}); it was opened again, but the call is not safe to repeat and may or may not have happened"
+                    "the connection to MCP server {server:?} broke during a call of {tool} ({why}{}); it was opened again, but the call is not safe to repeat and may or may not have happened",
+                    self.stderr_tail()
                 ),
             ));
         }
@@ -503,5 +531,23 @@ mod send_sync {
     #[test]
     fn public_handles_are_send_and_sync() {
         assert_send_sync::<super::McpServer>();
+    }
+}
+
+/// Reads a stdio server's stderr to its end (so the pipe never fills and blocks it), keeping
+/// the last [`STDERR_LINES`] lines, each cut to 300 characters.
+async fn keep_tail(pipe: tokio::process::ChildStderr, tail: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>) {
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(pipe).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let line: String = line.chars().take(300).collect();
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut kept = tail.lock().expect("poisoned");
+        if kept.len() == STDERR_LINES {
+            kept.pop_front();
+        }
+        kept.push_back(line);
     }
 }

@@ -215,3 +215,16 @@ async fn the_call_timeout_bounds_the_repeat_too_and_every_call_has_a_limit() {
     // The server is usable afterwards.
     assert_eq!(call(&tools, "everything.echo", json!({ "message": "hi" })).await, json!("Echo: hi"));
 }
+
+/// A stdio server that fails says why on stderr: the start error carries what it said.
+#[tokio::test]
+async fn a_stdio_server_that_dies_at_start_is_reported_with_its_stderr() {
+    let config = ServerConfig::stdio(
+        "broken",
+        "sh",
+        &["-c", "echo 'starting up' >&2; echo 'fatal: DATABASE_URL is not set' >&2; exit 3"],
+    );
+    let error = McpServer::connect(config).await.unwrap_err().to_string();
+    assert!(error.starts_with("starting MCP server \"broken\": the MCP handshake failed"), "{error}");
+    assert!(error.contains("its stderr ended with: starting up | fatal: DATABASE_URL is not set"), "{error}");
+}
