@@ -397,8 +397,9 @@ struct Model {
     /// OpenAI: the field of the token limit (default max_completion_tokens on OpenAI's own
     /// endpoint, max_tokens on a base_url, which compatible servers read).
     token_limit_field: Option<TokenLimitField>,
-    /// Whether the model takes temperature and top_p (false for reasoning models: a step
-    /// that sets them does not load). Default true.
+    /// Whether the model takes temperature and top_p (a step that sets them for a model that
+    /// does not, does not load). Default: true for openai (false for reasoning models), false
+    /// for anthropic (its current models take neither).
     sampling: Option<bool>,
 }
 

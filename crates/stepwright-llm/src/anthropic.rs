@@ -48,7 +48,8 @@ impl Anthropic {
             base_url: base_url.trim_end_matches('/').trim_end_matches("/v1").to_owned(),
             api_key,
             api_version: DEFAULT_API_VERSION.to_owned(),
-            sampling: true,
+            // Current models (and the SDK since 1.0) take no temperature or top_p.
+            sampling: false,
         })
     }
 
@@ -59,11 +60,11 @@ impl Anthropic {
         self
     }
 
-    /// For a model that refuses temperature and top_p: a request that sets them fails
-    /// (`model_config`) instead of being sent.
+    /// Whether the model takes temperature and top_p: when it does not, a request that sets
+    /// them fails (`model_config`) instead of being sent.
     #[must_use]
-    pub fn without_sampling(mut self) -> Self {
-        self.sampling = false;
+    pub fn sampling(mut self, takes: bool) -> Self {
+        self.sampling = takes;
         self
     }
 

@@ -103,9 +103,10 @@ pub struct ModelConfig {
     /// OpenAI: the field of the token limit (default `max_completion_tokens` on OpenAI's own
     /// endpoint, `max_tokens` on a `base_url`: what compatible servers read).
     pub token_limit_field: Option<TokenLimitField>,
-    /// Whether the model takes temperature and top_p (reasoning models do not): `false`
-    /// makes a request that sets them fail instead of being sent.
-    pub sampling: bool,
+    /// Whether the model takes temperature and top_p; a request that sets them for a model
+    /// that does not fails instead of being sent. Default: yes for OpenAI (say `false` for
+    /// reasoning models), no for Anthropic (its current models take neither).
+    pub sampling: Option<bool>,
 }
 
 impl ModelConfig {
@@ -121,8 +122,14 @@ impl ModelConfig {
             http: HttpOptions::default(),
             api_version: None,
             token_limit_field: None,
-            sampling: true,
+            sampling: None,
         }
+    }
+
+    /// Whether the model takes temperature and top_p: as the binding says, else yes for
+    /// OpenAI and no for Anthropic.
+    pub fn takes_sampling(&self) -> bool {
+        self.sampling.unwrap_or(self.provider != Provider::Anthropic)
     }
 
     /// Parses `provider:model[@base_url]` (the CLI's `--model NAME=SPEC`).
@@ -252,7 +259,7 @@ impl Models {
                     });
                     let adapter =
                         OpenAi::new(&base_url, key, config.http.clone(), &self.limits)?.token_limit_field(field);
-                    Arc::new(if config.sampling { adapter } else { adapter.without_sampling() })
+                    Arc::new(adapter.sampling(config.takes_sampling()))
                 }
                 Provider::Anthropic => {
                     if config.token_limit_field.is_some() {
@@ -262,7 +269,7 @@ impl Models {
                     if let Some(version) = &config.api_version {
                         adapter = adapter.api_version(version);
                     }
-                    Arc::new(if config.sampling { adapter } else { adapter.without_sampling() })
+                    Arc::new(adapter.sampling(config.takes_sampling()))
                 }
             }
         };

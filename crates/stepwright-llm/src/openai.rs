@@ -60,11 +60,11 @@ impl OpenAi {
         self
     }
 
-    /// For a model that refuses temperature and top_p (reasoning models): a request that
-    /// sets them fails (`model_config`) instead of being sent.
+    /// Whether the model takes temperature and top_p: when it does not, a request that sets
+    /// them fails (`model_config`) instead of being sent.
     #[must_use]
-    pub fn without_sampling(mut self) -> Self {
-        self.sampling = false;
+    pub fn sampling(mut self, takes: bool) -> Self {
+        self.sampling = takes;
         self
     }
 

@@ -246,15 +246,23 @@ impl TokenLimitField {
     }
 }
 
-/// A request's temperature or top_p for a model that takes neither (`sampling: false`), or
-/// both for an Anthropic model (current ones accept one of the two): `None` if it is fine.
+/// A request's temperature or top_p for a model that takes neither, or both for an
+/// Anthropic model that takes sampling parameters (one of the two): `None` if it is fine.
+/// Anthropic's current models (and its SDK since 1.0) take neither, so an Anthropic binding
+/// takes none unless it says `sampling: true`; an OpenAI one takes them unless it says
+/// `sampling: false` (reasoning models).
 pub fn sampling_problem(params: &ModelParams, sampling: bool, anthropic: bool) -> Option<String> {
     let (temperature, top_p) = (params.temperature.is_some(), params.top_p.is_some());
     if !sampling && (temperature || top_p) {
-        return Some("this model takes no temperature or top_p (its binding says `sampling: false`)".into());
+        return Some(if anthropic {
+            "Anthropic's current models take no temperature or top_p (say `sampling: true` on the binding of one that does)"
+                .into()
+        } else {
+            "this model takes no temperature or top_p (its binding says `sampling: false`)".into()
+        });
     }
     if anthropic && temperature && top_p {
-        return Some("Anthropic's current models take temperature or top_p, not both".into());
+        return Some("an Anthropic model takes temperature or top_p, not both".into());
     }
     None
 }

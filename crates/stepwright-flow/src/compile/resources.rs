@@ -170,7 +170,7 @@ impl Compiler {
             }
             if let Some(sampling) = node.get("sampling") {
                 match sampling.value {
-                    Yaml::Bool(takes) => config.sampling = takes,
+                    Yaml::Bool(takes) => config.sampling = Some(takes),
                     _ => self.error(sampling.pos, "`sampling` must be true or false"),
                 }
             }
@@ -400,7 +400,7 @@ impl Compiler {
             };
             if let Some(config) = self.resources.models.get(&spec.model)
                 && let Some(problem) =
-                    sampling_problem(&spec.params, config.sampling, config.provider == Provider::Anthropic)
+                    sampling_problem(&spec.params, config.takes_sampling(), config.provider == Provider::Anthropic)
             {
                 let at = node.get("params").map_or(node.pos, |n| n.pos);
                 self.error(at, format!("agent `{}`, model `{}`: {problem}", key.name, spec.model));
@@ -611,7 +611,8 @@ impl Compiler {
         params.top_p = float(self, "top_p");
         params.max_tokens = body.get("max_tokens").and_then(|m| self.number(m, "`max_tokens`")).map(|m| m as u32);
         if let Some(config) = self.resources.models.get(&model)
-            && let Some(problem) = sampling_problem(&params, config.sampling, config.provider == Provider::Anthropic)
+            && let Some(problem) =
+                sampling_problem(&params, config.takes_sampling(), config.provider == Provider::Anthropic)
         {
             let at = body.get("temperature").or_else(|| body.get("top_p")).map_or(body.pos, |n| n.pos);
             self.error(at, format!("model `{model}`: {problem}"));

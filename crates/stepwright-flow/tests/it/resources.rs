@@ -99,8 +99,9 @@ async fn a_file_with_models_tools_and_agents_runs_every_resource_step() {
     let careful = &loaded.models["careful"];
     assert_eq!(careful.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
     assert_eq!(careful.api_key_env.as_deref(), Some("MY_KEY"));
-    assert_eq!((careful.api_version.as_deref(), careful.sampling), (Some("2099-01-01"), false));
-    assert_eq!((fast.token_limit_field, fast.sampling), (None, true), "defaults: chosen at bind time; sampling on");
+    assert_eq!((careful.api_version.as_deref(), careful.sampling), (Some("2099-01-01"), Some(false)));
+    assert_eq!((fast.token_limit_field, fast.sampling), (None, None), "defaults: chosen at bind time");
+    assert!(fast.takes_sampling() && !careful.takes_sampling(), "openai takes sampling, anthropic not by default");
     let tools = loaded.workflow.services().get::<Tools>().expect("the file's tools travel with the workflow");
     let shout = tools.get("shout").unwrap().def();
     assert_eq!((shout.effect, shout.timeout), (Effect::Read, Some(std::time::Duration::from_secs(5))));

@@ -10,8 +10,11 @@ use stepwright_llm::{
 };
 use stepwright_testkit::http::{FakeServer, Reply};
 
+/// An adapter for a model that takes sampling parameters (older models and compatible
+/// servers; current Anthropic models take none, which `Models` binds by default), so the
+/// wire format of `temperature` is covered too.
 fn adapter(server: &FakeServer) -> Anthropic {
-    Anthropic::new(&server.url, Some("sk-ant-test".into()), fast_http(), &RateLimits::default()).unwrap()
+    Anthropic::new(&server.url, Some("sk-ant-test".into()), fast_http(), &RateLimits::default()).unwrap().sampling(true)
 }
 
 fn request() -> ChatRequest {

@@ -394,7 +394,7 @@ async fn binding_options_shape_the_requests_that_current_apis_accept() {
     config.http = fast_http();
     bound(config.clone()).unwrap().chat("s", "m", request(None, None), None).await.unwrap();
     config.token_limit_field = Some(stepwright_llm::TokenLimitField::MaxCompletionTokens);
-    config.sampling = false;
+    config.sampling = Some(false);
     let reasoning = bound(config.clone()).unwrap();
     reasoning.chat("s", "m", request(None, None), None).await.unwrap();
     let bodies: Vec<Value> = server.requests().into_iter().map(|r| r.body).collect();
@@ -408,12 +408,16 @@ async fn binding_options_shape_the_requests_that_current_apis_accept() {
     config.api_version = Some("2024-01-01".into());
     assert!(bound(config).unwrap_err().to_string().contains("`api_version` is not an option of openai bindings"));
 
-    // Anthropic: the version header the binding names; one of temperature and top_p.
+    // Anthropic: current models take no sampling parameters unless the binding says so; the
+    // version header the binding names; one of temperature and top_p.
     let server = FakeServer::scripted(vec![anthropic_ok(), anthropic_ok()]);
     let mut config = ModelConfig::new(Provider::Anthropic, "claude");
     config.base_url = Some(server.url.clone());
     config.api_key = Some("sk".into());
     config.http = fast_http();
+    let current = bound(config.clone()).unwrap().chat("s", "m", request(Some(0.5), None), None).await.unwrap_err();
+    assert!(current.to_string().contains("say `sampling: true`"), "{current}");
+    config.sampling = Some(true);
     bound(config.clone()).unwrap().chat("s", "m", request(Some(0.5), None), None).await.unwrap();
     config.api_version = Some("2099-01-01".into());
     let newer = bound(config.clone()).unwrap();

@@ -10,4 +10,5 @@ mod anthropic;
 mod llm_step;
 mod memory;
 mod openai;
+mod sdk_bodies;
 mod tools;
