@@ -190,6 +190,43 @@ pub struct McpServer {
     stderr: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
 }
 
+/// Every server this process connected to, so that [`close_all`] can end their sessions.
+static OPEN: std::sync::Mutex<Vec<std::sync::Weak<McpServer>>> = std::sync::Mutex::new(Vec::new());
+
+/// The closes of servers dropped while their connection was open, under way.
+static CLOSING: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
+
+/// Closes every MCP server this process connected to ([`McpServer::close`]), and waits for
+/// the closes of those already dropped: a program calls it before it exits, so HTTP servers
+/// are not left with open sessions nor stdio servers with a parent gone mid-write.
+pub async fn close_all() {
+    let open: Vec<Arc<McpServer>> = std::mem::take(&mut *OPEN.lock().expect("poisoned"))
+        .into_iter()
+        .filter_map(|server| server.upgrade())
+        .collect();
+    for server in open {
+        server.close().await;
+    }
+    let closing = std::mem::take(&mut *CLOSING.lock().expect("poisoned"));
+    for close in closing {
+        let _ = tokio::time::timeout(Duration::from_secs(5), close).await;
+    }
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        // A server no workflow holds any more still has a session (or a process) open:
+        // closed in the background, and `close_all` waits for it.
+        let Some(client) = self.client.get_mut().take().and_then(Arc::into_inner) else { return };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let close = runtime.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
+            });
+            CLOSING.lock().expect("poisoned").push(close);
+        }
+    }
+}
+
 /// How many of a stdio server's last stderr lines are kept for its errors.
 const STDERR_LINES: usize = 20;
 
@@ -210,7 +247,18 @@ impl McpServer {
             stderr: Arc::default(),
         });
         server.client().await?;
+        OPEN.lock().expect("poisoned").push(Arc::downgrade(&server));
         Ok(server)
+    }
+
+    /// Closes the connection: an HTTP session is deleted (`DELETE` with its session id), a
+    /// stdio server's input is closed and the process waited for (a few seconds at most).
+    /// A later call opens a new one.
+    pub async fn close(&self) {
+        let client = self.client.lock().await.take();
+        if let Some(client) = client.and_then(Arc::into_inner) {
+            let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
+        }
     }
 
     /// Connects to a server and registers its tools (`name.tool`) in `tools`.

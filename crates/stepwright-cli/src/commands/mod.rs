@@ -45,23 +45,32 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         };
     }
     let g = Globals { db: cli.db.as_deref(), flags: &cli.models };
-    match cli.command {
+    let done = local(&g, cli.command).await;
+    // The MCP servers the command connected to are closed before it exits: an HTTP
+    // session is deleted, a stdio server's input closed.
+    stepwright::mcp::close_all().await;
+    done
+}
+
+/// Runs a command against the store.
+async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
+    match command {
         Command::Schema => file::schema(),
-        Command::Validate { file } => file::validate(&g, file).await,
-        Command::Graph { file, format } => file::graph(&g, file, format).await,
-        Command::Run { file, input, json, detach, who } => run::run(&g, file, input, json, detach, who).await,
-        Command::Resume { run, json, tenant } => run::resume(&g, run, json, tenant).await,
-        Command::Approve { run, who, payload, json } => decide::approve(&g, run, who, payload, json).await,
-        Command::Reject { run, who, reason, json } => decide::reject(&g, run, who, reason, json).await,
-        Command::Respond { run, who, value, json } => decide::respond(&g, run, who, value, json).await,
-        Command::Cancel { run, reason, user, wait } => decide::cancel_run(&g, run, reason, user, wait).await,
-        Command::Worker { once, log_format, tenant } => worker::worker(&g, once, log_format, tenant).await,
-        Command::Replay { run, json } => history::replay(&g, run, json).await,
+        Command::Validate { file } => file::validate(g, file).await,
+        Command::Graph { file, format } => file::graph(g, file, format).await,
+        Command::Run { file, input, json, detach, who } => run::run(g, file, input, json, detach, who).await,
+        Command::Resume { run, json, tenant } => run::resume(g, run, json, tenant).await,
+        Command::Approve { run, who, payload, json } => decide::approve(g, run, who, payload, json).await,
+        Command::Reject { run, who, reason, json } => decide::reject(g, run, who, reason, json).await,
+        Command::Respond { run, who, value, json } => decide::respond(g, run, who, value, json).await,
+        Command::Cancel { run, reason, user, wait } => decide::cancel_run(g, run, reason, user, wait).await,
+        Command::Worker { once, log_format, tenant } => worker::worker(g, once, log_format, tenant).await,
+        Command::Replay { run, json } => history::replay(g, run, json).await,
         Command::Recompute { run, file, from, persist, json } => {
-            history::recompute(&g, run, file, from, persist, json).await
+            history::recompute(g, run, file, from, persist, json).await
         }
-        Command::Fork { run, at, set, json } => history::fork(&g, run, at, set, json).await,
-        Command::Runs { command } => runs::runs(&g, command).await,
+        Command::Fork { run, at, set, json } => history::fork(g, run, at, set, json).await,
+        Command::Runs { command } => runs::runs(g, command).await,
         Command::Serve { listen, no_worker, cors_origins, max_body_bytes, rate_limit, max_streams_per_key, drain } => {
             let limits = stepwright::server::LimitsConfig {
                 max_body_bytes,
@@ -76,8 +85,8 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                 limits,
                 drain: std::time::Duration::from_secs(drain),
             };
-            serve::serve(&g, config).await
+            serve::serve(g, config).await
         }
-        Command::Keys { command } => keys::keys(&g, command).await,
+        Command::Keys { command } => keys::keys(g, command).await,
     }
 }
