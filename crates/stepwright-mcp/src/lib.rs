@@ -222,7 +222,9 @@ impl Drop for McpServer {
             let close = runtime.spawn(async move {
                 let _ = tokio::time::timeout(Duration::from_secs(5), client.cancel()).await;
             });
-            CLOSING.lock().expect("poisoned").push(close);
+            let mut closing = CLOSING.lock().expect("poisoned");
+            closing.retain(|earlier| !earlier.is_finished());
+            closing.push(close);
         }
     }
 }
@@ -247,7 +249,11 @@ impl McpServer {
             stderr: Arc::default(),
         });
         server.client().await?;
-        OPEN.lock().expect("poisoned").push(Arc::downgrade(&server));
+        let mut open = OPEN.lock().expect("poisoned");
+        // A long-running process connects again and again: the dropped are forgotten.
+        open.retain(|server| server.strong_count() > 0);
+        open.push(Arc::downgrade(&server));
+        drop(open);
         Ok(server)
     }
 
