@@ -120,7 +120,7 @@ pub(crate) fn unwrapped(
     request: &crate::types::ChatRequest,
     mut response: crate::types::ChatResponse,
 ) -> crate::types::ChatResponse {
-    if request.output.as_ref().is_some_and(|output| object_root(&output.schema).1) {
+    if request.output.as_ref().is_some_and(|output| !object_rooted(&output.schema)) {
         response.content = unwrap_answer(&response.content);
     }
     response

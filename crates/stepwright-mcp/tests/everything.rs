@@ -7,6 +7,8 @@
 //! `STEPWRIGHT_TEST_MCP_EVERYTHING` to its `dist/index.js`; without the variable these tests
 //! say they were skipped.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,14 +21,7 @@ use stepwright_llm::{
 use stepwright_mcp::{McpServer, ServerConfig, ToolPolicy};
 
 fn server_script() -> Option<String> {
-    let path = std::env::var("STEPWRIGHT_TEST_MCP_EVERYTHING").ok().filter(|p| !p.is_empty());
-    if path.is_none() {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("skipped: STEPWRIGHT_TEST_MCP_EVERYTHING is not set (`.ci/run` installs the reference server)");
-        }
-    }
-    path
+    support::server_script("STEPWRIGHT_TEST_MCP_EVERYTHING")
 }
 
 fn read_only() -> ToolPolicy {

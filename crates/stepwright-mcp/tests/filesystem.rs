@@ -3,6 +3,8 @@
 //! without it these tests say they were skipped): a write fenced as a `write`, a read, a
 //! listing, and a path outside the allowed directory refused by the server as a tool error.
 
+mod support;
+
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -11,14 +13,7 @@ use stepwright_llm::{ToolStep, Tools};
 use stepwright_mcp::{McpServer, ServerConfig, ToolPolicy};
 
 fn server_script() -> Option<String> {
-    let path = std::env::var("STEPWRIGHT_TEST_MCP_FILESYSTEM").ok().filter(|p| !p.is_empty());
-    if path.is_none() {
-        #[allow(clippy::print_stderr)]
-        {
-            eprintln!("skipped: STEPWRIGHT_TEST_MCP_FILESYSTEM is not set (`.ci/run` installs the filesystem server)");
-        }
-    }
-    path
+    support::server_script("STEPWRIGHT_TEST_MCP_FILESYSTEM")
 }
 
 async fn call(tools: &Arc<Tools>, tool: &str, args: Value) -> RunReport {

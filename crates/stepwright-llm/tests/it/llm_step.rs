@@ -31,6 +31,15 @@ fn models(server_url: &str) -> Models {
     models
 }
 
+/// An Anthropic Messages answer that stopped for `stop`, with these content blocks.
+fn anthropic_answer(stop: &str, content: &Value) -> Reply {
+    Reply::json(
+        200,
+        json!({ "id": "msg_1", "type": "message", "role": "assistant", "model": "claude", "content": content,
+                "stop_reason": stop, "usage": { "input_tokens": 10, "output_tokens": 5 } }),
+    )
+}
+
 fn engine(store: Arc<InMemoryStore>, models: Models) -> Engine {
     Engine::builder().store(store as Arc<dyn Store>).service(Arc::new(models)).build()
 }
@@ -322,20 +331,13 @@ async fn cut_off_and_refused_answers_fail_with_their_own_codes() {
     }
 
     // Anthropic: `max_tokens` and `refusal`, also when the answer is a forced output tool.
-    let anthropic = |stop: &str, blocks: Value| {
-        Reply::json(
-            200,
-            json!({ "id": "msg_1", "type": "message", "role": "assistant", "model": "claude", "content": blocks,
-                    "stop_reason": stop, "usage": { "input_tokens": 10, "output_tokens": 5 } }),
-        )
-    };
     let cases = [
-        (anthropic("max_tokens", json!([{ "type": "text", "text": "The cust" }])), false, "model_truncated"),
-        (anthropic("refusal", json!([])), false, "model_refused"),
+        (anthropic_answer("max_tokens", &json!([{ "type": "text", "text": "The cust" }])), false, "model_truncated"),
+        (anthropic_answer("refusal", &json!([])), false, "model_refused"),
         (
-            anthropic(
+            anthropic_answer(
                 "max_tokens",
-                json!([{ "type": "tool_use", "id": "t1", "name": "output", "input": { "category": "bil" } }]),
+                &json!([{ "type": "tool_use", "id": "t1", "name": "output", "input": { "category": "bil" } }]),
             ),
             true,
             "model_truncated",
@@ -369,13 +371,7 @@ async fn binding_options_shape_the_requests_that_current_apis_accept() {
                     "usage": { "prompt_tokens": 1, "completion_tokens": 1 } }),
         )
     };
-    let anthropic_ok = || {
-        Reply::json(
-            200,
-            json!({ "id": "m", "type": "message", "role": "assistant", "model": "claude", "stop_reason": "end_turn",
-                    "content": [{ "type": "text", "text": "ok" }], "usage": { "input_tokens": 1, "output_tokens": 1 } }),
-        )
-    };
+    let anthropic_ok = || anthropic_answer("end_turn", &json!([{ "type": "text", "text": "ok" }]));
     let request = |temperature: Option<f64>, top_p: Option<f64>| {
         let mut request = stepwright_llm::ChatRequest::new("m", vec![stepwright_llm::Message::user("hi")]);
         request.params = stepwright_llm::ModelParams { temperature, top_p, max_tokens: Some(50), stop: Vec::new() };
@@ -518,11 +514,9 @@ async fn output_schemas_keep_their_meaning_on_the_wire() {
     assert_eq!(server.requests()[0].body["response_format"]["json_schema"]["strict"], json!(false));
 
     // A string at the root, Anthropic: the forced tool's input schema is the wrapper.
-    let server = FakeServer::scripted(vec![Reply::json(
-        200,
-        json!({ "id": "m", "type": "message", "role": "assistant", "model": "claude", "stop_reason": "tool_use",
-                "content": [{ "type": "tool_use", "id": "t1", "name": "answer", "input": { "value": "Hello, Ada" } }],
-                "usage": { "input_tokens": 3, "output_tokens": 3 } }),
+    let server = FakeServer::scripted(vec![anthropic_answer(
+        "tool_use",
+        &json!([{ "type": "tool_use", "id": "t1", "name": "answer", "input": { "value": "Hello, Ada" } }]),
     )]);
     let mut config = ModelConfig::new(Provider::Anthropic, "claude");
     config.base_url = Some(server.url.clone());
