@@ -22,7 +22,7 @@ use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};
 pub use stepwright_store::{OpenError, ServerStore, open};
-pub use view::{ErrorView, PendingView, RunDetails, StepView, run_details};
+pub use view::{ErrorView, ParentView, PendingView, RunDetails, StepView, run_details};
 
 /// An engine over the store, with the store's sessions and memory for agent and memory
 /// steps.

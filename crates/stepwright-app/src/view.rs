@@ -37,6 +37,23 @@ pub struct RunDetails {
     /// Model usage and cost over the whole run, when it called models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<stepwright_llm::Totals>,
+    /// When it was created (µs since the epoch), when read from a store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>")]
+    pub created_at: Option<Timestamp>,
+    /// The run it was forked from, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentView>,
+}
+
+/// Where a forked run came from.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ParentView {
+    /// The run it was forked from.
+    #[schemars(with = "String")]
+    pub run_id: RunId,
+    /// The step before which it was forked.
+    pub at: String,
 }
 
 /// A run's error.
@@ -105,6 +122,8 @@ impl RunDetails {
             lease_expires_at: None,
             steps: Vec::new(),
             usage: None,
+            created_at: None,
+            parent: None,
         }
     }
 }
@@ -134,5 +153,7 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
         })
         .collect();
     details.usage = (total.calls > 0).then_some(total);
+    details.created_at = Some(loaded.record.created_at);
+    details.parent = loaded.record.parent.as_ref().map(|p| ParentView { run_id: p.run, at: p.at.as_str().to_owned() });
     Ok(details)
 }

@@ -148,6 +148,44 @@ pub async fn create_session(store: &dyn ServerStore, key: &ApiKey, now: Timestam
     Ok(NewKey { key: session, secret })
 }
 
+/// The role that marks a key as an approval link's, naming the one interrupt it decides:
+/// `link:<run id>.<interrupt id>`. A link's key is refused everywhere but the link's own
+/// endpoints (`/v1/link`), and its roles are otherwise the key's that made it.
+pub const LINK_SCOPE: &str = "link:";
+
+/// The interrupt an approval link's key is for (`<run id>.<interrupt id>`), if it is one.
+pub fn link_scope(key: &ApiKey) -> Option<&str> {
+    key.roles.iter().find_map(|role| role.strip_prefix(LINK_SCOPE))
+}
+
+/// Makes an approval link for one interrupt: a key of its own, `{key id}.l…`, deciding as
+/// the key's user with its roles, lasting `lasts` (never past the key's expiry), revoked with
+/// the key and once it is used.
+pub async fn create_link(
+    store: &dyn ServerStore,
+    key: &ApiKey,
+    interrupt: &str,
+    now: Timestamp,
+    lasts: std::time::Duration,
+) -> Result<NewKey, KeyError> {
+    let (id, secret) = fresh_secret(&format!("{}.l", key.id))?;
+    let until = now.plus(lasts);
+    let mut roles: Vec<String> = key.roles.iter().filter(|role| !role.starts_with(LINK_SCOPE)).cloned().collect();
+    roles.push(format!("{LINK_SCOPE}{interrupt}"));
+    let link = ApiKey {
+        id,
+        namespace: key.namespace.clone(),
+        user: key.user.clone(),
+        roles,
+        created_at: now,
+        expires_at: Some(key.expires_at.map_or(until, |expires| expires.min(until))),
+        revoked_at: None,
+        last_used_at: None,
+    };
+    store.create_key(link.clone(), secret_hash(&secret)).await?;
+    Ok(NewKey { key: link, secret })
+}
+
 /// The value of cookie `name` in the request's `Cookie` headers.
 pub(crate) fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
     headers
@@ -201,7 +239,7 @@ impl Principal {
         Caller {
             tenant: Some(self.key.namespace.clone()),
             user: Some(self.key.user.clone()),
-            roles: self.key.roles.clone(),
+            roles: self.key.roles.iter().filter(|role| !role.starts_with(LINK_SCOPE)).cloned().collect(),
             ..Caller::default()
         }
     }
@@ -246,6 +284,11 @@ impl FromRequestParts<Arc<Shared>> for Principal {
             }
         };
         let mut principal = shared.authenticate(secret).await?;
+        if link_scope(&principal.key).is_some() {
+            return Err(ApiError::unauthorized(
+                "this is an approval link's key: it opens its link (/v1/link) and nothing else",
+            ));
+        }
         principal.by_cookie = by_cookie;
         shared.limits.check_rate(&principal.key.id)?;
         Ok(principal)

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::keys::Role;
 use crate::problem::Problem;
-use crate::routes::{events, history, hooks, interrupts, runs, session, workflows};
+use crate::routes::{events, history, hooks, interrupts, links, runs, session, workflows};
 
 /// One operation: a method on a path, with its types.
 struct Operation {
@@ -181,6 +181,17 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
         },
         Operation {
             method: "get",
+            path: "/v1/runs/{id}/definition",
+            id: "showRunDefinition",
+            summary: "The structure of the definition the run is pinned to (its version, not necessarily the newest).",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(200, "The run's graph.", Some(schema::<runs::RunDefinition>(g)), JSON)],
+            errors: &[404],
+        },
+        Operation {
+            method: "get",
             path: "/v1/runs/{id}/events",
             id: "streamRunEvents",
             summary: "The run's events as Server-Sent Events; `id:` is the event's position, `Last-Event-ID` or `?after=` resumes.",
@@ -290,6 +301,39 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             query: None,
             responses: vec![(200, "Decided.", Some(schema::<interrupts::DecisionTaken>(g)), JSON)],
             errors: &[400, 403, 404, 409, 413, 415, 422],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/interrupts/{id}/link",
+            id: "createLink",
+            summary: "A signed-in-free link that decides this interrupt once, as the caller; it expires (default one hour) and is spent by its decision.",
+            role: Some(Role::Approver),
+            body: Some(schema::<links::NewLink>(g)),
+            query: None,
+            responses: vec![(201, "The link; send its `url`.", Some(schema::<links::LinkMade>(g)), JSON)],
+            errors: &[400, 403, 404, 409, 413, 422],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/link",
+            id: "showLink",
+            summary: "With an approval link's key: the request it decides.",
+            role: Some(Role::Approver),
+            body: None,
+            query: None,
+            responses: vec![(200, "The open request.", Some(schema::<links::LinkView>(g)), JSON)],
+            errors: &[409, 410],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/link/decision",
+            id: "decideByLink",
+            summary: "With an approval link's key: decide its interrupt, once, as the approver who made the link.",
+            role: Some(Role::Approver),
+            body: Some(schema::<interrupts::DecisionBody>(g)),
+            query: None,
+            responses: vec![(200, "Decided; the link is spent.", Some(schema::<interrupts::DecisionTaken>(g)), JSON)],
+            errors: &[400, 403, 404, 409, 410, 413, 415, 422],
         },
         Operation {
             method: "post",
@@ -420,7 +464,7 @@ pub fn document() -> Value {
             }
         }
         if let Some(body) = op.body {
-            operation["requestBody"] = json!({ "required": op.method == "post" && !matches!(op.id, "cancelRun" | "resumeRun" | "recomputeRun"), "content": { JSON: { "schema": body } } });
+            operation["requestBody"] = json!({ "required": op.method == "post" && !matches!(op.id, "cancelRun" | "resumeRun" | "recomputeRun" | "createLink"), "content": { JSON: { "schema": body } } });
         }
         paths.entry(op.path).or_insert_with(|| json!({}))[op.method] = operation;
     }

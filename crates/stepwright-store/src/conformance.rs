@@ -891,6 +891,34 @@ pub async fn list_filters(store: &dyn Store) {
     assert_eq!(changed.iter().map(|r| r.id).collect::<Vec<_>>(), [id(11), id(12), id(13)]);
     let changed = store.list_runs(RunFilter { limit: Some(1), ..since(12) }).await.expect("list");
     assert_eq!(changed.iter().map(|r| r.id).collect::<Vec<_>>(), [id(12)]);
+    // Creation time: from (inclusive) until (exclusive), with the other filters and pages.
+    let created = |from: Option<i64>, until: Option<i64>| RunFilter {
+        created_from: from.map(Timestamp::from_micros),
+        created_until: until.map(Timestamp::from_micros),
+        ..RunFilter::default()
+    };
+    let between = store.list_runs(created(Some(11), Some(13))).await.expect("list");
+    assert_eq!(between.iter().map(|r| r.id).collect::<Vec<_>>(), [id(12), id(11)]);
+    let later = store.list_runs(RunFilter { before: Some(id(12)), ..created(Some(11), None) }).await.expect("list");
+    assert_eq!(later.iter().map(|r| r.id).collect::<Vec<_>>(), [id(11)], "with a cursor");
+    let changed_between = store.list_runs(RunFilter { created_until: Some(Timestamp::from_micros(12)), ..since(0) });
+    assert_eq!(changed_between.await.expect("list").iter().map(|r| r.id).collect::<Vec<_>>(), [id(10), id(11)]);
+    // Text in the input, ignoring case; headers-only listings filter on it too.
+    let mut invoice = record(14, "a", RunStatus::Completed, 14);
+    invoice.input = Arc::new(json!({ "subject": "Invoice 1042 overdue", "n": 14 }));
+    store.create_run(invoice).await.expect("create");
+    let text = |text: &str| RunFilter { input_contains: Some(text.into()), headers_only: true, ..RunFilter::default() };
+    let found = store.list_runs(text("invoice 1042")).await.expect("list");
+    assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id(14)]);
+    assert!(store.list_runs(text("invoice 1043")).await.expect("list").is_empty());
+    // A large input (stored compressed by some backends) is searched as well.
+    let mut large = record(15, "a", RunStatus::Completed, 15);
+    large.input = Arc::new(json!({ "document": "lorem ipsum ".repeat(400) + "Needle-77" }));
+    store.create_run(large).await.expect("create");
+    let found = store.list_runs(text("NEEDLE-77")).await.expect("list");
+    assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id(15)]);
+    let digit = store.list_runs(RunFilter { status: Some(RunStatus::Failed), ..text("11") }).await.expect("list");
+    assert_eq!(digit.iter().map(|r| r.id).collect::<Vec<_>>(), [id(11)], "with the other filters");
 }
 
 /// Erase removes one run and the blobs only it referenced; retention removes old finished

@@ -712,6 +712,8 @@ impl Store for PostgresStore {
                  AND ($6::bigint IS NULL OR updated_at >= $6) \
                  AND ($6::bigint IS NOT NULL OR $4::uuid IS NULL \
                       OR (created_at, id) < (SELECT created_at, id FROM stepwright_runs WHERE id = $4)) \
+                 AND ($7::bigint IS NULL OR created_at >= $7) AND ($8::bigint IS NULL OR created_at < $8) \
+                 AND ($9::text IS NULL OR strpos(lower(input::text), lower($9)) > 0) \
                  ORDER BY {order} LIMIT $3"
             )))
             .bind(filter.status.map(RunStatus::as_str))
@@ -720,6 +722,9 @@ impl Store for PostgresStore {
             .bind(filter.before.map(uuid))
             .bind(filter.tenant)
             .bind(since)
+            .bind(filter.created_from.map(Timestamp::as_micros))
+            .bind(filter.created_until.map(Timestamp::as_micros))
+            .bind(filter.input_contains)
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;

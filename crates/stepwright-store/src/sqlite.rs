@@ -230,6 +230,7 @@ impl SqliteStore {
                     )
                     .map_err(|e| backend("opening a sqlite read connection", e))?;
                     conn.busy_timeout(std::time::Duration::from_secs(5))
+                        .and_then(|()| add_functions(&conn))
                         .map_err(|e| backend("configuring a reader", e))?;
                     conn
                 }
@@ -297,7 +298,28 @@ fn configure(conn: &Connection, synchronous: Synchronous) -> rusqlite::Result<()
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", if synchronous == Synchronous::Full { "FULL" } else { "NORMAL" })?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
-    Ok(())
+    add_functions(conn)
+}
+
+/// The SQL functions the queries use: `input_contains(stored, text)` is whether a stored JSON
+/// value (plain text, or LZ4-compressed when large) contains `text` (lowercase), ignoring
+/// ASCII case — SQL's own `instr` cannot look into a compressed value.
+fn add_functions(conn: &Connection) -> rusqlite::Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    use rusqlite::types::ValueRef;
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC | FunctionFlags::SQLITE_INNOCUOUS;
+    conn.create_scalar_function("input_contains", 2, flags, |context| {
+        let needle = context.get::<String>(1)?;
+        let contains = |haystack: &[u8]| {
+            needle.is_empty()
+                || haystack.windows(needle.len()).any(|window| window.eq_ignore_ascii_case(needle.as_bytes()))
+        };
+        Ok(match context.get_raw(0) {
+            ValueRef::Text(text) => contains(text),
+            ValueRef::Blob(bytes) => lz4_flex::decompress_size_prepended(bytes).is_ok_and(|json| contains(&json)),
+            _ => false,
+        })
+    })
 }
 
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
@@ -995,6 +1017,10 @@ const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
                            cancel_request";
 
+/// The creation-time and input-text filters of a listing (parameters 6, 7 and 8).
+const NARROWED: &str = "(?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR created_at < ?7) \
+                        AND (?8 IS NULL OR input_contains(input, ?8))";
+
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null', caller, status, NULL, NULL, \
                                   parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, \
@@ -1190,16 +1216,22 @@ impl Store for SqliteStore {
             let columns = if filter.headers_only { RUN_HEADER_COLUMNS } else { RUN_COLUMNS };
             let limit = i64::try_from(filter.limit.unwrap_or(100)).unwrap_or(i64::MAX);
             let status = filter.status.map(RunStatus::as_str);
+            let from = filter.created_from.map(Timestamp::as_micros);
+            let until = filter.created_until.map(Timestamp::as_micros);
+            let text = filter.input_contains.as_deref().map(str::to_ascii_lowercase);
             let rows = if let Some(since) = filter.updated_since {
                 let mut stmt = conn
                     .prepare_cached(&format!(
                         "SELECT {columns} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
                          AND (?4 IS NULL OR json_extract(caller, '$.tenant') = ?4) AND updated_at >= ?5 \
-                         ORDER BY updated_at, id LIMIT ?3"
+                         AND {NARROWED} ORDER BY updated_at, id LIMIT ?3"
                     ))
                     .map_err(|e| backend("listing runs", e))?;
                 let rows = stmt
-                    .query_map(params![status, filter.workflow, limit, filter.tenant, since.as_micros()], run_from_row)
+                    .query_map(
+                        params![status, filter.workflow, limit, filter.tenant, since.as_micros(), from, until, text],
+                        run_from_row,
+                    )
                     .map_err(|e| backend("listing runs", e))?;
                 rows.collect::<rusqlite::Result<Vec<_>>>()
             } else {
@@ -1208,12 +1240,15 @@ impl Store for SqliteStore {
                         "SELECT {columns} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workflow = ?2) \
                          AND (?5 IS NULL OR json_extract(caller, '$.tenant') = ?5) \
                          AND (?4 IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?4)) \
-                         ORDER BY created_at DESC, id DESC LIMIT ?3"
+                         AND {NARROWED} ORDER BY created_at DESC, id DESC LIMIT ?3"
                     ))
                     .map_err(|e| backend("listing runs", e))?;
                 let before = filter.before.map(|run| run.as_uuid().as_bytes().to_vec());
                 let rows = stmt
-                    .query_map(params![status, filter.workflow, limit, before, filter.tenant], run_from_row)
+                    .query_map(
+                        params![status, filter.workflow, limit, before, filter.tenant, from, until, text],
+                        run_from_row,
+                    )
                     .map_err(|e| backend("listing runs", e))?;
                 rows.collect::<rusqlite::Result<Vec<_>>>()
             };

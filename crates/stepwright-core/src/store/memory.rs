@@ -253,17 +253,24 @@ impl Store for InMemoryStore {
     }
 
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
-        let mut runs: Vec<RunRecord> = self
-            .runs
-            .read()
-            .expect("poisoned")
-            .values()
-            .filter_map(|r| r.lock().expect("poisoned").record.clone())
-            .filter(|r| filter.status.is_none_or(|s| s == r.status))
-            .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
-            .filter(|r| filter.tenant.is_none() || filter.tenant == r.caller.tenant)
-            .filter(|r| filter.updated_since.is_none_or(|since| r.updated_at >= since))
-            .collect();
+        let mut runs: Vec<RunRecord> =
+            self.runs
+                .read()
+                .expect("poisoned")
+                .values()
+                .filter_map(|r| r.lock().expect("poisoned").record.clone())
+                .filter(|r| filter.status.is_none_or(|s| s == r.status))
+                .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
+                .filter(|r| filter.tenant.is_none() || filter.tenant == r.caller.tenant)
+                .filter(|r| filter.updated_since.is_none_or(|since| r.updated_at >= since))
+                .filter(|r| filter.created_from.is_none_or(|from| r.created_at >= from))
+                .filter(|r| filter.created_until.is_none_or(|until| r.created_at < until))
+                .filter(|r| {
+                    filter.input_contains.as_deref().is_none_or(|text| {
+                        r.input.to_string().to_ascii_lowercase().contains(&text.to_ascii_lowercase())
+                    })
+                })
+                .collect();
         if let Some(before) = filter.before.filter(|_| filter.updated_since.is_none()) {
             let cursor = self
                 .run(before)

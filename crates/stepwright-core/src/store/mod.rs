@@ -87,6 +87,13 @@ pub struct RunFilter {
     /// Only runs last updated at or after this time, and then the least recently updated
     /// first (what a reader of changes pages through; `before` does not apply).
     pub updated_since: Option<Timestamp>,
+    /// Only runs created at or after this time.
+    pub created_from: Option<Timestamp>,
+    /// Only runs created before this time.
+    pub created_until: Option<Timestamp>,
+    /// Only runs whose input, as stored JSON text, contains this text (ignoring ASCII case):
+    /// a person looking for "the run about invoice 1042".
+    pub input_contains: Option<String>,
 }
 
 /// What retention deletes: finished runs (completed, failed, cancelled) updated before

@@ -10,8 +10,9 @@ use axum::extract::{Path, State};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use stepwright_core::journal::{LoadedRun, RunRecord};
 use stepwright_core::store::RunFilter;
-use stepwright_core::{Decision, InterruptId, InterruptKind, Record, RunId, RunStatus};
+use stepwright_core::{Caller, Decision, InterruptId, InterruptKind, Record, RunId, RunStatus};
 
 use super::runs::audit;
 use super::{Body, Params, run_in_namespace};
@@ -85,35 +86,41 @@ pub(crate) async fn inbox(
     let mut items = Vec::new();
     for run in waiting {
         let loaded = shared.store.load(run.id).await?;
-        let mut open: BTreeMap<InterruptId, InboxItem> = BTreeMap::new();
-        for entry in &loaded.entries {
-            match &entry.record {
-                Record::InterruptOpened { id, request, deadline } if request.may_decide(&caller) => {
-                    open.insert(
-                        id.clone(),
-                        InboxItem {
-                            id: format!("{}.{id}", run.id),
-                            run_id: run.id.to_string(),
-                            workflow: run.workflow.clone(),
-                            interrupt_id: id.to_string(),
-                            step: entry.path.as_str().to_owned(),
-                            kind: request.kind,
-                            message: request.message.clone(),
-                            payload: request.payload.clone(),
-                            schema: request.schema.clone(),
-                            deadline: deadline.map(|at| at.as_micros()),
-                        },
-                    );
-                }
-                Record::InterruptResolved { id, .. } => {
-                    open.remove(id);
-                }
-                _ => {}
-            }
-        }
-        items.extend(open.into_values());
+        items.extend(open_interrupts(&loaded, &caller));
     }
     Ok(Json(items))
+}
+
+/// A run's open interrupts that `caller` may decide, in id order.
+pub(crate) fn open_interrupts(loaded: &LoadedRun, caller: &Caller) -> Vec<InboxItem> {
+    let run = &loaded.record;
+    let mut open: BTreeMap<InterruptId, InboxItem> = BTreeMap::new();
+    for entry in &loaded.entries {
+        match &entry.record {
+            Record::InterruptOpened { id, request, deadline } if request.may_decide(caller) => {
+                open.insert(
+                    id.clone(),
+                    InboxItem {
+                        id: format!("{}.{id}", run.id),
+                        run_id: run.id.to_string(),
+                        workflow: run.workflow.clone(),
+                        interrupt_id: id.to_string(),
+                        step: entry.path.as_str().to_owned(),
+                        kind: request.kind,
+                        message: request.message.clone(),
+                        payload: request.payload.clone(),
+                        schema: request.schema.clone(),
+                        deadline: deadline.map(|at| at.as_micros()),
+                    },
+                );
+            }
+            Record::InterruptResolved { id, .. } => {
+                open.remove(id);
+            }
+            _ => {}
+        }
+    }
+    open.into_values().collect()
 }
 
 /// A decision.
@@ -174,39 +181,58 @@ pub(crate) async fn decide(
     let run: RunId = run.parse().map_err(|_| missing())?;
     let record = run_in_namespace(&shared, &who, run).await.map_err(|_| missing())?;
     who.require(Role::Approver)?;
-    let decision = match (body.decision, body.payload, body.value, body.reason) {
-        (DecisionKind::Approve, None, None, None) => Decision::Approve,
-        (DecisionKind::Reject, None, None, reason) => Decision::Reject { reason },
-        (DecisionKind::Modify, Some(payload), None, None) => Decision::Modify { payload },
-        (DecisionKind::Respond, None, Some(value), None) => Decision::Respond { value },
-        (kind, ..) => {
-            return Err(ApiError::bad_request(format!(
-                "{kind:?} takes {}",
-                match kind {
-                    DecisionKind::Approve => "no other field",
-                    DecisionKind::Reject => "only a `reason`",
-                    DecisionKind::Modify => "a `payload` (and nothing else)",
-                    DecisionKind::Respond => "a `value` (and nothing else)",
-                }
-            )));
-        }
-    };
-    let interrupt = InterruptId::new(interrupt);
+    let decision = body.into_decision()?;
+    Ok(Json(take_decision(&shared, &who, &record, InterruptId::new(interrupt), decision).await?))
+}
+
+/// Takes a decision as `who` and continues the run.
+pub(crate) async fn take_decision(
+    shared: &Arc<Shared>,
+    who: &Principal,
+    record: &RunRecord,
+    interrupt: InterruptId,
+    decision: Decision,
+) -> Result<DecisionTaken, ApiError> {
+    let run = record.id;
     let detail = json!({ "decision": decision });
     shared.engine.resolve(run, &interrupt, decision, &who.caller()).await?;
-    audit(&shared, &who, "interrupt.decided", format!("{run}.{interrupt}"), detail).await?;
+    audit(shared, who, "interrupt.decided", format!("{run}.{interrupt}"), detail).await?;
     // Continued here, in a task of its own (the answer does not wait for the rest of the
     // run), as `stepwright approve` does — also with `--no-worker`: a decided run is not due
     // for a worker's claim, so the process that took the decision takes the run on. A live
     // process that waits on the interrupt continues it instead (this resume is then
     // refused), and a worker takes it over if this process dies first.
-    let workflow = shared.definition_of(&record).await?;
+    let workflow = shared.definition_of(record).await?;
     shared.continue_in_background(workflow, run);
     let status = shared.store.load_from(run, u64::MAX).await?.record.status;
-    Ok(Json(DecisionTaken {
+    Ok(DecisionTaken {
         run_id: run.to_string(),
         interrupt_id: interrupt.to_string(),
         decided_by: who.key.user.clone(),
         status,
-    }))
+    })
+}
+
+impl DecisionBody {
+    /// The decision the body asks for, or `400` for fields its kind does not take.
+    pub(crate) fn into_decision(self) -> Result<Decision, ApiError> {
+        let body = self;
+        Ok(match (body.decision, body.payload, body.value, body.reason) {
+            (DecisionKind::Approve, None, None, None) => Decision::Approve,
+            (DecisionKind::Reject, None, None, reason) => Decision::Reject { reason },
+            (DecisionKind::Modify, Some(payload), None, None) => Decision::Modify { payload },
+            (DecisionKind::Respond, None, Some(value), None) => Decision::Respond { value },
+            (kind, ..) => {
+                return Err(ApiError::bad_request(format!(
+                    "{kind:?} takes {}",
+                    match kind {
+                        DecisionKind::Approve => "no other field",
+                        DecisionKind::Reject => "only a `reason`",
+                        DecisionKind::Modify => "a `payload` (and nothing else)",
+                        DecisionKind::Respond => "a `value` (and nothing else)",
+                    }
+                )));
+            }
+        })
+    }
 }

@@ -6,6 +6,7 @@ pub(crate) mod events;
 pub(crate) mod history;
 pub(crate) mod hooks;
 pub(crate) mod interrupts;
+pub(crate) mod links;
 pub(crate) mod meta;
 pub(crate) mod runs;
 pub(crate) mod session;
@@ -34,6 +35,7 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/workflows/{name}", get(workflows::show))
         .route("/v1/runs", post(runs::start).get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
+        .route("/v1/runs/{id}/definition", get(runs::definition))
         .route("/v1/runs/{id}/events", get(events::stream))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))
@@ -43,6 +45,9 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/runs/{id}/fork", post(history::fork))
         .route("/v1/interrupts", get(interrupts::inbox))
         .route("/v1/interrupts/{id}/decision", post(interrupts::decide))
+        .route("/v1/interrupts/{id}/link", post(links::create))
+        .route("/v1/link", get(links::show))
+        .route("/v1/link/decision", post(links::decide))
         .route("/v1/webhooks", post(hooks::create).get(hooks::list))
         .route("/v1/webhooks/{id}", axum::routing::delete(hooks::delete))
         .route("/v1/webhooks/{id}/deliveries", get(hooks::deliveries))

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use stepwright_app::RunDetails;
 use stepwright_core::store::RunFilter;
-use stepwright_core::{CancelOutcome, Entropy, RunId, RunStatus, StartOptions, Workflow};
+use stepwright_core::{CancelOutcome, Entropy, RunId, RunStatus, StartOptions, Timestamp, Workflow};
 use stepwright_store::control::{AuditEntry, IdempotencyClaim};
 
 use super::workflows::not_registered;
@@ -191,6 +191,16 @@ pub(crate) struct ListRuns {
     /// The `next_cursor` of the page before.
     #[serde(default)]
     pub cursor: Option<String>,
+    /// Only runs created at or after this time (µs since the epoch).
+    #[serde(default)]
+    pub created_after: Option<i64>,
+    /// Only runs created before this time (µs since the epoch).
+    #[serde(default)]
+    pub created_before: Option<i64>,
+    /// Only runs whose input (as JSON text) contains this text, ignoring case.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 200))]
+    pub input_contains: Option<String>,
 }
 
 /// A page of runs.
@@ -232,6 +242,9 @@ pub(crate) async fn list(
     if !(1..=500).contains(&limit) {
         return Err(ApiError::bad_request("limit must be from 1 to 500"));
     }
+    if query.input_contains.as_ref().is_some_and(|text| text.is_empty() || text.len() > 200) {
+        return Err(ApiError::bad_request("input_contains must be 1 to 200 characters"));
+    }
     let before = match &query.cursor {
         Some(cursor) => Some(cursor.parse::<RunId>().map_err(|_| ApiError::bad_request("cursor is not one we gave"))?),
         None => None,
@@ -244,6 +257,9 @@ pub(crate) async fn list(
         before,
         headers_only: true,
         updated_since: None,
+        created_from: query.created_after.map(Timestamp::from_micros),
+        created_until: query.created_before.map(Timestamp::from_micros),
+        input_contains: query.input_contains,
     };
     let mut runs = shared.store.list_runs(filter).await?;
     let more = runs.len() > limit;
@@ -275,6 +291,34 @@ pub(crate) async fn show(
     let run = parse_run(&id)?;
     run_in_namespace(&shared, &who, run).await?;
     Ok(Json(stepwright_app::run_details(&shared.engine, run).await?))
+}
+
+/// The definition a run is pinned to.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct RunDefinition {
+    /// The run.
+    pub run_id: String,
+    /// Its definition hash.
+    pub hash: String,
+    /// Its structure (steps, operators, policies), as `stepwright graph` draws it: the
+    /// version the run executes, not necessarily the newest one.
+    pub graph: Value,
+}
+
+/// `GET /v1/runs/{id}/definition`: the structure of the definition the run is pinned to.
+pub(crate) async fn definition(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<RunDefinition>, ApiError> {
+    let run = parse_run(&id)?;
+    let record = run_in_namespace(&shared, &who, run).await?;
+    let workflow = shared.definition_of(&record).await?;
+    Ok(Json(RunDefinition {
+        run_id: run.to_string(),
+        hash: record.definition_hash.to_hex(),
+        graph: workflow.describe().clone(),
+    }))
 }
 
 /// A cancel.

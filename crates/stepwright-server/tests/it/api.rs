@@ -311,6 +311,41 @@ async fn listing_pages_by_cursor_and_filters() {
     assert_eq!(server.get(&admin, "/v1/runs?status=bogus").await.0, 400);
     assert_eq!(server.get(&admin, "/v1/runs?cursor=nope").await.0, 400);
     assert_eq!(server.get(&admin, "/v1/runs?colour=red").await.0, 400, "unknown parameters are errors");
+
+    // Text in the input, and creation time, with the rest.
+    let (_, invoice) = server
+        .post(
+            &admin,
+            "/v1/runs",
+            json!({ "workflow": "three", "input": { "about": "Invoice 1042" }, "wait_seconds": 5 }),
+        )
+        .await;
+    let ids = |page: &serde_json::Value| {
+        page["runs"].as_array().unwrap().iter().map(|r| r["run_id"].clone()).collect::<Vec<_>>()
+    };
+    let (status, found) = server.get(&admin, "/v1/runs?input_contains=invoice%201042&status=completed").await;
+    assert_eq!((status, ids(&found)), (200, vec![invoice["run_id"].clone()]), "{found}");
+    assert_eq!(
+        ids(&server.get(&admin, "/v1/runs?input_contains=invoice%201043").await.1),
+        Vec::<serde_json::Value>::new()
+    );
+    assert_eq!(server.get(&admin, "/v1/runs?input_contains=").await.0, 400);
+    let (_, shown) = server.get(&admin, &format!("/v1/runs/{}", invoice["run_id"].as_str().unwrap())).await;
+    let created = shown["created_at"].as_i64().expect("a stored run says when it was created");
+    let (_, older) = server.get(&admin, &format!("/v1/runs?created_before={created}")).await;
+    assert_eq!(ids(&older).len(), 5, "the five before it");
+    let (_, newer) = server.get(&admin, &format!("/v1/runs?created_after={created}")).await;
+    assert_eq!(ids(&newer), vec![invoice["run_id"].clone()]);
+    assert_eq!(server.get(&admin, "/v1/runs?created_after=soon").await.0, 400);
+
+    // The definition a run is pinned to.
+    let (status, definition) =
+        server.get(&admin, &format!("/v1/runs/{}/definition", invoice["run_id"].as_str().unwrap())).await;
+    assert_eq!(status, 200, "{definition}");
+    let steps: Vec<&str> =
+        definition["graph"]["steps"].as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(steps, ["a", "b", "c"]);
+    assert_eq!(definition["hash"].as_str().map(str::len), Some(64));
     server.shutdown().await;
 }
 

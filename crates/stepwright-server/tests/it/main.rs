@@ -3,6 +3,7 @@
 
 mod api;
 mod hooks;
+mod links;
 mod openapi;
 mod session;
 mod streams;
