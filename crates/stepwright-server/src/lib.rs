@@ -9,6 +9,7 @@
 //! (`stepwright-app`) and the stores, and several servers and workers share one database.
 //! This crate knows HTTP; the engine and the stores know nothing of it.
 
+mod dashboard;
 mod feed;
 pub mod keys;
 mod limits;
@@ -109,7 +110,11 @@ impl Server {
         let limits = Limits::new(config.limits.clone());
         let shared =
             Arc::new(Shared::new(store, engine, config.bindings.clone(), config.worker, limits, shutdown, feeds));
+        // The dashboard's files are compressed; the API's answers and streams are not (an
+        // event must leave at once, not wait for a compressor's block).
+        let dashboard = dashboard::router().layer(tower_http::compression::CompressionLayer::new());
         let mut app = routes::router()
+            .merge(dashboard)
             .with_state(shared.clone())
             // The extractors refuse a larger body with a problem document (`too_large`).
             .layer(axum::extract::DefaultBodyLimit::max(config.limits.max_body_bytes));

@@ -192,6 +192,17 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
         },
         Operation {
             method: "get",
+            path: "/v1/runs/{id}/artifacts/{hash}",
+            id: "showArtifact",
+            summary: "An artifact a step of the run captured (a model call's input or output, a tool call), by its content hash.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(200, "The artifact.", Some(schema::<runs::Artifact>(g)), JSON)],
+            errors: &[404],
+        },
+        Operation {
+            method: "get",
             path: "/v1/runs/{id}/events",
             id: "streamRunEvents",
             summary: "The run's events as Server-Sent Events; `id:` is the event's position, `Last-Event-ID` or `?after=` resumes.",

@@ -36,6 +36,7 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/runs", post(runs::start).get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
         .route("/v1/runs/{id}/definition", get(runs::definition))
+        .route("/v1/runs/{id}/artifacts/{hash}", get(runs::artifact))
         .route("/v1/runs/{id}/events", get(events::stream))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/resume", post(runs::resume))

@@ -321,6 +321,44 @@ pub(crate) async fn definition(
     }))
 }
 
+/// An artifact a step captured (a model call's input or output, a tool call, ...).
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Artifact {
+    /// Its content hash.
+    pub hash: String,
+    /// Its kind (`llm-input`, `llm-output`, `tool-call`, ...).
+    pub kind: String,
+    /// The step that captured it.
+    pub path: String,
+    /// Its content.
+    pub content: Value,
+}
+
+/// `GET /v1/runs/{id}/artifacts/{hash}`: an artifact of the run; `404` if the run captured
+/// none with this hash, or kept only its hash (capture mode `hash`).
+pub(crate) async fn artifact(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((id, hash)): Path<(String, String)>,
+) -> Result<Json<Artifact>, ApiError> {
+    let run = parse_run(&id)?;
+    run_in_namespace(&shared, &who, run).await?;
+    let missing = || ApiError::not_found("not_found", format!("run {run} has no stored artifact {hash}"));
+    let loaded = shared.store.load(run).await?;
+    let (path, kind, content_hash) = loaded
+        .entries
+        .iter()
+        .find_map(|entry| match &entry.record {
+            stepwright_core::Record::Artifact { kind, hash: content, stored: true } if content.to_hex() == hash => {
+                Some((entry.path.as_str().to_owned(), kind.clone(), *content))
+            }
+            _ => None,
+        })
+        .ok_or_else(missing)?;
+    let content = loaded.blobs.get(&content_hash).ok_or_else(missing)?;
+    Ok(Json(Artifact { hash, kind, path, content: (**content).clone() }))
+}
+
 /// A cancel.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -147,7 +147,7 @@ pub(crate) async fn show(
     let graph = workflow.describe().clone();
     Ok(Json(WorkflowDetails {
         name: name.clone(),
-        input_schema: graph.get("input_schema").cloned().filter(|schema| !schema.is_null()),
+        input_schema: graph.get("input").cloned().filter(|schema| !schema.is_null()),
         graph,
         versions: versions
             .iter()

@@ -104,6 +104,10 @@ async fn registration_validates_versions_and_needs_admin() {
     assert_eq!(shown["versions"].as_array().unwrap().len(), 2);
     assert_eq!(shown["versions"][0]["version"], 2);
     assert!(shown["graph"].is_object());
+    assert_eq!(shown["input_schema"], json!(null), "three declares no input schema");
+    server.register(&admin, crate::APPROVAL).await;
+    let (_, greet) = server.get(&viewer, "/v1/workflows/greet").await;
+    assert_eq!(greet["input_schema"]["required"], json!(["name"]), "{greet}");
     let (status, _) = server.get(&viewer, "/v1/workflows/nope").await;
     assert_eq!(status, 404);
     // Another namespace sees none of it.

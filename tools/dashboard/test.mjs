@@ -1,0 +1,295 @@
+// The dashboard in a real browser: Debian's chromium, driven by playwright-core, against a
+// real `stepwright serve` on loopback over SQLite, with model calls replayed from a cassette.
+//
+//   node tools/dashboard/test.mjs <stepwright binary> [screenshot dir]
+//
+// It signs in with keys, starts a run from its form, watches it reach an approval, approves
+// it from the inbox as an approver while a viewer sees no button, opens a recompute's diff,
+// uses an approval link twice (refused the second time), cancels runs in bulk after a count,
+// and checks the pages' headers; it takes a screenshot of each view on the way.
+
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { mkdtempSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, '../..');
+const binary = resolve(process.argv[2] || join(repo, 'target/debug/stepwright'));
+const shots = resolve(process.argv[3] || join(repo, 'target/dashboard-screenshots'));
+const browserPath = process.env.CHROMIUM || '/usr/bin/chromium';
+mkdirSync(shots, { recursive: true });
+
+const GREET = `
+workflow: greet
+input:
+  type: object
+  required: [name]
+  properties:
+    name: { type: string, minLength: 2, description: Who to greet }
+    excited: { type: boolean }
+steps:
+  - id: hello
+    set: "{{ 'Hello, ' ~ input.name }}"
+  - id: ok
+    approval:
+      message: "Send the greeting?"
+      approvers: ["role:approver"]
+  - id: shout
+    set: "{{ steps.hello.output ~ '!' }}"
+`;
+// Version 2 changes the first step: a recompute with it changes two steps' outputs.
+const GREET_V2 = GREET.replace("'Hello, '", "'Hi there, '");
+
+function freePort() {
+  return new Promise((ok) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => ok(port));
+    });
+  });
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'stepwright-dashboard-'));
+const db = `sqlite://${join(dir, 'dashboard.db')}`;
+const key = (user, ...roles) => {
+  const out = execFileSync(binary, ['keys', 'create', '--db', db, '--namespace', 'acme', '--user', user,
+    ...roles.flatMap((r) => ['--role', r]), '--json']);
+  return JSON.parse(out).secret;
+};
+
+let serve;
+let browser;
+let failed = false;
+const step = (text) => console.log(`dashboard: ${text}`);
+
+async function main() {
+  const admin = key('root', 'admin');
+  const ann = key('ann', 'operator');
+  const lee = key('lee', 'approver', 'viewer');
+  const vic = key('vic', 'viewer');
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  serve = spawn(binary, ['serve', '--db', db, '--listen', `127.0.0.1:${port}`,
+    '--cassette', join(repo, 'examples/research.cassette.json'), '--cassette-mode', 'replay'], { stdio: ['ignore', 'inherit', 'inherit'] });
+  for (let i = 0; i < 100; i++) {
+    try { if ((await fetch(`${base}/v1/health`)).ok) break; } catch { /* not yet */ }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const call = async (secret, method, path, body) => {
+    const response = await fetch(`${base}${path}`, {
+      method,
+      headers: { Authorization: `Bearer ${secret}`, 'Content-Type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    return { status: response.status, body: await response.json().catch(() => null) };
+  };
+  for (const source of [GREET, readFileSync(join(repo, 'examples/research.yaml'), 'utf8')]) {
+    const registered = await call(admin, 'POST', '/v1/workflows', { source });
+    assert.equal(registered.status, 201, JSON.stringify(registered.body));
+  }
+
+  step('the page and its files: embedded, fenced in by a Content-Security-Policy, compressed');
+  const page0 = await fetch(`${base}/`, { headers: { 'Accept-Encoding': 'gzip' } });
+  assert.equal(page0.status, 200);
+  assert.match(page0.headers.get('content-security-policy'), /script-src 'self'/);
+  assert.equal(page0.headers.get('x-frame-options'), 'DENY');
+  const script = await fetch(`${base}/assets/app.js`, { headers: { 'Accept-Encoding': 'gzip' } });
+  assert.equal(script.headers.get('content-encoding'), 'gzip');
+  const again = await fetch(`${base}/assets/app.js`, { headers: { 'If-None-Match': script.headers.get('etag') } });
+  assert.equal(again.status, 304, 'revalidated by its hash');
+
+  browser = await chromium.launch({ executablePath: browserPath, args: ['--no-sandbox'] });
+  const person = async (secret, options = {}) => {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, ...options });
+    const page = await context.newPage();
+    page.on('pageerror', (error) => { failed = true; console.error(`dashboard: a script error on the page: ${error.message}`); });
+    page.on('console', (message) => { if (message.type() === 'error' && !/status of 4\d\d/.test(message.text())) console.error(`dashboard: console: ${message.text()}`); });
+    await page.goto(`${base}/`);
+    if (secret) {
+      await page.getByLabel('API key').fill(secret);
+      await page.getByRole('button', { name: 'Sign in' }).click();
+      await page.getByTestId('who').waitFor();
+    }
+    return page;
+  };
+
+  step('sign in with a key: a wrong one is refused, a right one starts a session');
+  const operator = await person(null);
+  await operator.getByLabel('API key').fill('sw_swk000000000000_wrong');
+  await operator.screenshot({ path: join(shots, 'sign-in.png') });
+  await operator.getByRole('button', { name: 'Sign in' }).click();
+  await operator.getByRole('alert').filter({ hasText: 'unknown API key' }).waitFor();
+  await operator.getByLabel('API key').fill(ann);
+  await operator.getByRole('button', { name: 'Sign in' }).click();
+  await operator.getByTestId('who').filter({ hasText: 'ann · acme · operator' }).waitFor();
+  const cookies = await operator.context().cookies();
+  const session = cookies.find((c) => c.name === 'stepwright_session');
+  assert.ok(session && session.httpOnly && session.sameSite === 'Strict', JSON.stringify(cookies));
+  assert.equal(await operator.evaluate(() => document.cookie), '', 'the page cannot read the session');
+
+  step('start a run from the form generated from the input schema; the form checks first');
+  await operator.getByRole('link', { name: 'Workflows' }).click();
+  await operator.getByRole('link', { name: 'greet' }).click();
+  await operator.getByLabel('name *').fill('A');
+  await operator.getByRole('button', { name: 'Start' }).click();
+  await operator.getByText('at least 2 characters').waitFor();
+  assert.equal(await operator.getByLabel('name *').getAttribute('aria-invalid'), 'true');
+  await operator.getByLabel('name *').fill('Ada');
+  await operator.screenshot({ path: join(shots, 'workflow.png'), fullPage: true });
+  await operator.getByRole('button', { name: 'Start' }).click();
+  await operator.waitForURL(/#\/runs\/[0-9a-f-]{36}$/);
+  const runId = operator.url().split('/').pop();
+
+  step('watch it live until it waits for an approval');
+  await operator.locator('.status.s-suspended').first().waitFor();
+  await operator.getByText('Waiting: approval at ok').waitFor();
+  await operator.getByText('An approver decides this.').waitFor();
+  await operator.locator('[data-node="hello"].st-completed').waitFor();
+  await operator.locator('[data-node="ok"].st-suspended').waitFor();
+  await operator.screenshot({ path: join(shots, 'run-waiting.png'), fullPage: true });
+
+  step('a viewer sees the run and no decision button; an approver decides from the inbox');
+  const viewer = await person(vic);
+  await viewer.goto(`${base}/#/runs/${runId}`);
+  await viewer.getByText('Waiting: approval at ok').waitFor();
+  assert.equal(await viewer.getByRole('button', { name: 'Approve' }).count(), 0);
+  assert.equal(await viewer.getByRole('button', { name: 'Cancel' }).count(), 0, 'a viewer has no actions');
+  await viewer.goto(`${base}/#/inbox`);
+  await viewer.getByText('This key has no approver role').waitFor();
+  assert.equal(await viewer.getByRole('button', { name: 'Approve' }).count(), 0);
+
+  const approver = await person(lee);
+  await approver.getByRole('link', { name: /Approvals/ }).click();
+  const card = approver.locator(`[data-interrupt^="${runId}."]`);
+  await card.getByText('Send the greeting?').waitFor();
+  await approver.screenshot({ path: join(shots, 'inbox.png'), fullPage: true });
+  await card.getByRole('button', { name: 'Approve' }).click();
+  await approver.getByText('Nothing waits for you.').waitFor();
+
+  step('the operator\'s page follows the run to its end');
+  await operator.locator('h1 + .status.s-completed, .spread .status.s-completed').first().waitFor();
+  await operator.locator('[data-node="shout"].st-completed').waitFor();
+  const shown = await call(ann, 'GET', `/v1/runs/${runId}`);
+  assert.equal(shown.body.output, 'Hello, Ada!');
+
+  step('someone else deciding first is shown as such');
+  const raced = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Bo' }, wait_seconds: 10 });
+  await approver.reload();
+  const racedCard = approver.locator(`[data-interrupt^="${raced.body.run_id}."]`);
+  await racedCard.waitFor();
+  const decided = await call(lee, 'POST', `/v1/interrupts/${raced.body.run_id}.${(await call(lee, 'GET', '/v1/interrupts')).body[0].interrupt_id}/decision`, { decision: 'reject', reason: 'no' });
+  assert.equal(decided.status, 200, JSON.stringify(decided.body));
+  await racedCard.getByRole('button', { name: 'Approve' }).click();
+  await racedCard.getByText('Someone else decided this already.').waitFor();
+
+  step('an approval link decides once without signing in, and is refused the second time');
+  const linked = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Cy' }, wait_seconds: 10 });
+  await approver.reload();
+  const linkCard = approver.locator(`[data-interrupt^="${linked.body.run_id}."]`);
+  await linkCard.getByRole('button', { name: 'Make an approval link' }).click();
+  const url = await linkCard.getByLabel('Approval link').inputValue();
+  assert.match(url, /\/link#sw_/);
+  const stranger = await browser.newContext();
+  const linkPage = await stranger.newPage();
+  await linkPage.goto(url);
+  await linkPage.getByText('You decide as lee').waitFor();
+  await linkPage.screenshot({ path: join(shots, 'approval-link.png'), fullPage: true });
+  await linkPage.getByRole('button', { name: 'Approve' }).click();
+  await linkPage.getByText('this link is now spent').waitFor();
+  await linkPage.goto('about:blank');
+  await linkPage.goto(url);
+  await linkPage.getByRole('alert').filter({ hasText: 'was used' }).waitFor();
+  assert.equal(await linkPage.getByRole('button', { name: 'Approve' }).count(), 0);
+
+  step('recompute with a new version, and its diff beside the original');
+  assert.equal((await call(admin, 'POST', '/v1/workflows', { source: GREET_V2 })).status, 201);
+  await operator.goto(`${base}/#/runs/${runId}`);
+  await operator.getByRole('button', { name: 'Recompute…' }).click();
+  await operator.getByLabel('Definition').selectOption('2');
+  await operator.getByRole('button', { name: 'Recompute', exact: true }).click();
+  await operator.waitForURL(/#\/diff\//);
+  await operator.getByTestId('changed-count').waitFor();
+  assert.equal(await operator.getByTestId('changed-count').textContent(), '2');
+  await operator.locator('[data-path="hello"][data-verdict="changed"]').waitFor();
+  await operator.locator('[data-path="ok"][data-verdict="identical"]').waitFor();
+  await operator.getByText('+ "Hi there, Ada!"').first().waitFor();
+  await operator.screenshot({ path: join(shots, 'diff.png'), fullPage: true });
+
+  step('a run with models: its real graph (fork, map), the waterfall, tokens and cost, artifacts');
+  const research = await call(ann, 'POST', '/v1/runs', { workflow: 'research', input: { topic: 'durable execution for AI agents' }, wait_seconds: 30 });
+  assert.equal(research.body.status, 'completed', JSON.stringify(research.body));
+  await operator.goto(`${base}/#/runs/${research.body.run_id}`);
+  await operator.locator('[data-node="sides/case-for"].st-completed').waitFor();
+  await operator.locator('[data-node="answers/answer"].st-completed').waitFor();
+  await operator.getByRole('group', { name: /^fork sides/ }).waitFor();
+  await operator.getByRole('group', { name: /^map answers/ }).waitFor();
+  await operator.locator('.wf-row .name', { hasText: 'answers[2]/answer' }).waitFor();
+  await operator.getByText(/\d+ in \/ \d+ out/).waitFor();
+  const plan = operator.locator('details.step[data-path="plan"]');
+  await plan.locator('summary').click();
+  await plan.getByRole('button', { name: /llm-output/ }).click();
+  await plan.locator('pre', { hasText: 'questions' }).first().waitFor();
+  await operator.screenshot({ path: join(shots, 'run.png'), fullPage: true });
+
+  step('bulk cancel shows the count first');
+  for (const name of ['Di', 'Ed']) await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name }, wait_seconds: 10 });
+  await operator.goto(`${base}/#/runs?status=suspended`);
+  const boxes = operator.getByRole('checkbox', { name: /^Select run/ });
+  await boxes.first().waitFor();
+  assert.equal(await boxes.count(), 2);
+  await boxes.nth(0).check();
+  await boxes.nth(1).check();
+  await operator.getByRole('button', { name: 'Cancel selected (2)' }).click();
+  await operator.getByRole('heading', { name: 'Cancel 2 runs?' }).waitFor();
+  await operator.getByRole('button', { name: 'Cancel 2' }).click();
+  await operator.getByText('Cancelled 2 of 2.').waitFor();
+  await operator.getByText('No runs match.').waitFor();
+
+  step('filters: text in the input, status; light and dark');
+  await operator.goto(`${base}/#/runs?q=cy`);
+  await operator.locator('tbody tr').first().waitFor();
+  assert.equal(await operator.locator('tbody tr').count(), 1, 'one run has "Cy" in its input (any case)');
+  await operator.goto(`${base}/#/runs?q=ada&status=completed`);
+  await operator.locator('tbody tr').nth(1).waitFor();
+  assert.equal(await operator.locator('tbody tr').count(), 2, 'Ada\'s run and its recompute');
+  await operator.goto(`${base}/#/runs`);
+  await operator.locator('tbody tr').nth(4).waitFor();
+  await operator.screenshot({ path: join(shots, 'runs.png'), fullPage: true });
+  await operator.getByRole('button', { name: 'Switch between light and dark' }).click();
+  await operator.screenshot({ path: join(shots, 'runs-dark.png'), fullPage: true });
+
+  step('keyboard: the skip link first, then the controls, by Tab');
+  await operator.reload();
+  await operator.locator('tbody tr').first().waitFor();
+  await operator.keyboard.press('Tab');
+  assert.equal(await operator.evaluate(() => document.activeElement.textContent), 'Skip to content');
+  await operator.keyboard.press('Enter');
+  assert.equal(await operator.evaluate(() => document.activeElement.id), 'main');
+  await operator.keyboard.press('Tab');
+  assert.equal(await operator.evaluate(() => document.activeElement.id), 'f-status', 'the first filter');
+
+  step('signing out ends the session');
+  await operator.getByRole('button', { name: 'Sign out' }).click();
+  await operator.getByLabel('API key').waitFor();
+  await operator.goto(`${base}/#/runs`);
+  await operator.getByLabel('API key').waitFor();
+}
+
+try {
+  await main();
+  if (failed) throw new Error('a script error on a page (see above)');
+  console.log(`dashboard: passed; screenshots in ${shots}`);
+} catch (error) {
+  console.error(`dashboard: FAILED: ${error.stack || error}`);
+  process.exitCode = 1;
+} finally {
+  if (browser) await browser.close();
+  if (serve) serve.kill('SIGTERM');
+  rmSync(dir, { recursive: true, force: true });
+}
