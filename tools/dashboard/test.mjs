@@ -10,7 +10,8 @@
 
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { mkdtempSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -45,6 +46,31 @@ steps:
 // Version 2 changes the first step: a recompute with it changes two steps' outputs.
 const GREET_V2 = GREET.replace("'Hello, '", "'Hi there, '");
 
+// A story told slowly by a fake OpenAI-compatible model on loopback, in the real streaming
+// wire format (`chat.completion.chunk` events, the usage chunk, `[DONE]`): the run page must
+// show the words as they come, while the step runs.
+const STORY_WORDS = 'Once upon a time a durable workflow waited three days for a person and lost nothing at all .'.split(' ');
+function storyModel() {
+  return new Promise((ok) => {
+    const server = createHttpServer(async (request, response) => {
+      let body = '';
+      for await (const piece of request) body += piece;
+      const asked = JSON.parse(body);
+      const chunk = (choices, usage) => `data: ${JSON.stringify({ id: 'chatcmpl-story', object: 'chat.completion.chunk', created: 0, model: asked.model, choices, ...(usage ? { usage } : {}) })}\n\n`;
+      response.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
+      response.write(chunk([{ index: 0, delta: { role: 'assistant', content: '' } }]));
+      for (const word of STORY_WORDS) {
+        response.write(chunk([{ index: 0, delta: { content: `${word} ` } }]));
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      response.write(chunk([{ index: 0, delta: {}, finish_reason: 'stop' }]));
+      response.write(chunk([], { prompt_tokens: 12, completion_tokens: STORY_WORDS.length, total_tokens: 12 + STORY_WORDS.length }));
+      response.end('data: [DONE]\n\n');
+    });
+    server.listen(0, '127.0.0.1', () => ok(server));
+  });
+}
+
 function freePort() {
   return new Promise((ok) => {
     const server = createServer();
@@ -64,6 +90,7 @@ const key = (user, ...roles) => {
 };
 
 let serve;
+let model;
 let browser;
 let failed = false;
 const step = (text) => console.log(`dashboard: ${text}`);
@@ -75,8 +102,13 @@ async function main() {
   const vic = key('vic', 'viewer');
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
-  serve = spawn(binary, ['serve', '--db', db, '--listen', `127.0.0.1:${port}`,
-    '--cassette', join(repo, 'examples/research.cassette.json'), '--cassette-mode', 'replay'], { stdio: ['ignore', 'inherit', 'inherit'] });
+  model = await storyModel();
+  // The research example's calls come from a copy of its cassette; the story's (not in it)
+  // go to the fake model.
+  const cassette = join(dir, 'research.cassette.json');
+  copyFileSync(join(repo, 'examples/research.cassette.json'), cassette);
+  serve = spawn(binary, ['serve', '--db', db, '--listen', `127.0.0.1:${port}`, '--cassette', cassette, '--cassette-mode', 'auto'],
+    { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, STORY_API_KEY: 'sk-fake' } });
   for (let i = 0; i < 100; i++) {
     try { if ((await fetch(`${base}/v1/health`)).ok) break; } catch { /* not yet */ }
     await new Promise((r) => setTimeout(r, 100));
@@ -89,7 +121,15 @@ async function main() {
     });
     return { status: response.status, body: await response.json().catch(() => null) };
   };
-  for (const source of [GREET, readFileSync(join(repo, 'examples/research.yaml'), 'utf8')]) {
+  const story = `
+workflow: story
+models:
+  teller: { provider: openai, model: gpt-4o-mini, base_url: "http://127.0.0.1:${model.address().port}/v1", api_key_env: STORY_API_KEY }
+steps:
+  - id: tell
+    llm: { model: teller, prompt: "Tell a very short story." }
+`;
+  for (const source of [GREET, readFileSync(join(repo, 'examples/research.yaml'), 'utf8'), story]) {
     const registered = await call(admin, 'POST', '/v1/workflows', { source });
     assert.equal(registered.status, 201, JSON.stringify(registered.body));
   }
@@ -237,6 +277,19 @@ async function main() {
   await plan.locator('pre', { hasText: 'questions' }).first().waitFor();
   await operator.screenshot({ path: join(shots, 'run.png'), fullPage: true });
 
+  step('model text streams live into the running step');
+  const told = await call(ann, 'POST', '/v1/runs', { workflow: 'story', input: null });
+  assert.equal(told.status, 202, JSON.stringify(told.body));
+  await operator.goto(`${base}/#/runs/${told.body.run_id}`);
+  const live = operator.getByTestId('live-text');
+  await live.filter({ hasText: 'durable workflow' }).waitFor();
+  const early = await live.textContent();
+  assert.ok(!early.includes('nothing at all'), `words arrive while the step runs: ${early}`);
+  await operator.screenshot({ path: join(shots, 'run-live.png'), fullPage: true });
+  await operator.locator('.spread .status.s-completed').first().waitFor({ timeout: 20000 });
+  const finished = await call(ann, 'GET', `/v1/runs/${told.body.run_id}`);
+  assert.match(finished.body.output.text || JSON.stringify(finished.body.output), /lost nothing at all/);
+
   step('bulk cancel shows the count first');
   for (const name of ['Di', 'Ed']) await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name }, wait_seconds: 10 });
   await operator.goto(`${base}/#/runs?status=suspended`);
@@ -291,5 +344,6 @@ try {
 } finally {
   if (browser) await browser.close();
   if (serve) serve.kill('SIGTERM');
+  if (model) model.close();
   rmSync(dir, { recursive: true, force: true });
 }

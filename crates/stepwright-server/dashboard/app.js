@@ -628,6 +628,8 @@ async function runView(id) {
   let describe = null;
   const statusOf = (key) => {
     const statuses = details.steps.filter((s) => nodeKey(s.path) === key).map((s) => s.status);
+    // A step whose model is writing has not journaled anything yet.
+    if (!TERMINAL.has(details.status) && [...liveText.keys()].some((path) => nodeKey(path) === key)) statuses.push('running');
     return rollupStatus(statuses);
   };
   const drawGraph = () => {
@@ -708,7 +710,7 @@ async function runView(id) {
   const redrawSoon = () => {
     if (scheduled) return;
     scheduled = true;
-    requestAnimationFrame(() => { scheduled = false; drawWaterfall(); drawLive(); });
+    requestAnimationFrame(() => { scheduled = false; drawWaterfall(); drawLive(); if (liveText.size) drawGraph(); });
   };
   const onEvent = (message) => {
     const event = JSON.parse(message.data);

@@ -2,6 +2,7 @@
 //! real HTTP client (reqwest) and read by an independent SSE parser (eventsource-stream).
 
 mod api;
+mod dashboard;
 mod hooks;
 mod links;
 mod openapi;
