@@ -16,6 +16,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import Provider from 'oidc-provider';
 import { chromium } from 'playwright-core';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -71,6 +72,36 @@ function storyModel() {
   });
 }
 
+// A real OpenID provider on loopback (the `oidc-provider` package, certified by the OpenID
+// Foundation), with its development login pages: any login signs in as that account. Olga is
+// staff and an approver; Sam is only a visitor.
+const GROUPS = { olga: ['staff', 'approvers'], sam: ['visitors'] };
+async function openIdProvider(port, callback) {
+  const provider = new Provider(`http://127.0.0.1:${port}`, {
+    clients: [{
+      client_id: 'stepwright',
+      client_secret: 'client-secret-for-tests',
+      redirect_uris: [callback],
+      response_types: ['code'],
+      grant_types: ['authorization_code'],
+    }],
+    pkce: { required: () => true },
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['groups'] },
+    scopes: ['openid', 'email', 'groups'],
+    conformIdTokenClaims: false,
+    features: { devInteractions: { enabled: true } },
+    cookies: { keys: ['cookie-key-for-tests'] },
+    ttl: { AccessToken: 600, AuthorizationCode: 60, Grant: 600, IdToken: 600, Interaction: 600, Session: 600 },
+    findAccount: async (ctx, id) => ({
+      accountId: id,
+      claims: async () => ({ sub: id, email: `${id}@example.com`, email_verified: true, groups: GROUPS[id] || [] }),
+    }),
+  });
+  const server = createHttpServer(provider.callback());
+  await new Promise((ok) => server.listen(port, '127.0.0.1', ok));
+  return server;
+}
+
 function freePort() {
   return new Promise((ok) => {
     const server = createServer();
@@ -91,6 +122,7 @@ const key = (user, ...roles) => {
 
 let serve;
 let model;
+let idp;
 let browser;
 let failed = false;
 const step = (text) => console.log(`dashboard: ${text}`);
@@ -107,8 +139,13 @@ async function main() {
   // go to the fake model.
   const cassette = join(dir, 'research.cassette.json');
   copyFileSync(join(repo, 'examples/research.cassette.json'), cassette);
-  serve = spawn(binary, ['serve', '--db', db, '--listen', `127.0.0.1:${port}`, '--cassette', cassette, '--cassette-mode', 'auto'],
-    { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, STORY_API_KEY: 'sk-fake' } });
+  const idpPort = await freePort();
+  idp = await openIdProvider(idpPort, `${base}/v1/auth/oidc/callback`);
+  const oidcFlags = ['--oidc-issuer', `http://127.0.0.1:${idpPort}`, '--oidc-client-id', 'stepwright',
+    '--oidc-client-secret-env', 'OIDC_CLIENT_SECRET', '--oidc-scope', 'email', '--oidc-scope', 'groups',
+    '--oidc-map', 'approvers=acme:approver+viewer', '--oidc-map', 'staff=acme:viewer', '--oidc-allow', 'group:staff'];
+  serve = spawn(binary, ['serve', '--db', db, '--listen', `127.0.0.1:${port}`, '--cassette', cassette, '--cassette-mode', 'auto', ...oidcFlags],
+    { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, STORY_API_KEY: 'sk-fake', OIDC_CLIENT_SECRET: 'client-secret-for-tests' } });
   for (let i = 0; i < 100; i++) {
     try { if ((await fetch(`${base}/v1/health`)).ok) break; } catch { /* not yet */ }
     await new Promise((r) => setTimeout(r, 100));
@@ -149,7 +186,10 @@ steps:
     const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, ...options });
     const page = await context.newPage();
     page.on('pageerror', (error) => { failed = true; console.error(`dashboard: a script error on the page: ${error.message}`); });
-    page.on('console', (message) => { if (message.type() === 'error' && !/status of 4\d\d/.test(message.text())) console.error(`dashboard: console: ${message.text()}`); });
+    page.on('console', (message) => {
+      const ours = (message.location().url || '').startsWith(base);
+      if (ours && message.type() === 'error' && !/status of 4\d\d/.test(message.text())) console.error(`dashboard: console: ${message.text()}`);
+    });
     await page.goto(`${base}/`);
     if (secret) {
       await page.getByLabel('API key').fill(secret);
@@ -327,6 +367,31 @@ steps:
   await operator.keyboard.press('Tab');
   assert.equal(await operator.evaluate(() => document.activeElement.id), 'f-status', 'the first filter');
 
+  step('sign in through the OpenID provider (code flow with PKCE); a group maps to the approver role');
+  const waiting = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Flo' }, wait_seconds: 10 });
+  const sso = await person(null);
+  await sso.getByRole('link', { name: 'Sign in with single sign-on' }).click();
+  await sso.locator('input[name="login"]').fill('olga');
+  await sso.locator('input[name="password"]').fill('anything');
+  await sso.locator('button[type="submit"]').click();
+  await sso.locator('button[type="submit"]', { hasText: /continue/i }).click();
+  await sso.getByTestId('who').filter({ hasText: 'olga@example.com · acme · viewer, approver' }).waitFor();
+  await sso.getByRole('link', { name: /Approvals/ }).click();
+  await sso.locator(`[data-interrupt^="${waiting.body.run_id}."]`).getByRole('button', { name: 'Approve' }).click();
+  await sso.getByText('Nothing waits for you.').waitFor();
+  const audit = await call(lee, 'GET', `/v1/runs/${waiting.body.run_id}`);
+  assert.notEqual(audit.body.status, 'suspended', 'the decision took');
+  step('someone the allow-list does not name is refused, with the reason');
+  const visitor = await person(null);
+  await visitor.getByRole('link', { name: 'Sign in with single sign-on' }).click();
+  await visitor.locator('input[name="login"]').fill('sam');
+  await visitor.locator('input[name="password"]').fill('anything');
+  await visitor.locator('button[type="submit"]').click();
+  await visitor.locator('button[type="submit"]', { hasText: /continue/i }).click();
+  await visitor.getByText("sam@example.com is not on this server's allow-list").waitFor();
+  await visitor.goto(`${base}/`);
+  await visitor.getByLabel('API key').waitFor();
+
   step('signing out ends the session');
   await operator.getByRole('button', { name: 'Sign out' }).click();
   await operator.getByLabel('API key').waitFor();
@@ -345,5 +410,6 @@ try {
   if (browser) await browser.close();
   if (serve) serve.kill('SIGTERM');
   if (model) model.close();
+  if (idp) idp.close();
   rmSync(dir, { recursive: true, force: true });
 }

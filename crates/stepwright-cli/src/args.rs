@@ -242,12 +242,48 @@ pub(crate) enum Command {
         /// How long a shutdown lets runs in flight finish, in seconds.
         #[arg(long, default_value_t = 10, value_name = "SECONDS")]
         drain: u64,
+        #[command(flatten)]
+        oidc: OidcArgs,
     },
     /// API keys for the HTTP API: create (the secret is shown once), list, revoke.
     Keys {
         #[command(subcommand)]
         command: KeysCommand,
     },
+}
+
+/// Sign-in to the dashboard through an OpenID Connect provider.
+#[derive(clap::Args)]
+pub(crate) struct OidcArgs {
+    /// The OpenID Connect issuer people sign in with (its metadata is read from
+    /// `{issuer}/.well-known/openid-configuration`); needs --oidc-client-id and --oidc-map.
+    #[arg(long, value_name = "URL", requires_all = ["oidc_client_id", "oidc_map"])]
+    pub(crate) oidc_issuer: Option<String>,
+    /// This server's client id at the provider.
+    #[arg(long, value_name = "ID", requires = "oidc_issuer")]
+    pub(crate) oidc_client_id: Option<String>,
+    /// The environment variable holding the client secret (a confidential client); none: a
+    /// public client, protected by PKCE.
+    #[arg(long, value_name = "VAR", requires = "oidc_issuer")]
+    pub(crate) oidc_client_secret_env: Option<String>,
+    /// The callback URL registered at the provider, `https://HOST/v1/auth/oidc/callback`
+    /// (default: made from the address the browser reached).
+    #[arg(long, value_name = "URL", requires = "oidc_issuer")]
+    pub(crate) oidc_redirect_url: Option<String>,
+    /// A scope to ask for besides `openid` (repeatable; default: email, profile).
+    #[arg(long = "oidc-scope", value_name = "SCOPE", requires = "oidc_issuer")]
+    pub(crate) oidc_scopes: Vec<String>,
+    /// The ID token claim that lists the person's groups.
+    #[arg(long, value_name = "CLAIM", default_value = "groups")]
+    pub(crate) oidc_groups_claim: String,
+    /// A provider group's namespace and roles, `GROUP=NAMESPACE:ROLE[+ROLE…]` (repeatable;
+    /// the first that matches a person's groups decides the namespace).
+    #[arg(long = "oidc-map", value_name = "MAPPING", requires = "oidc_issuer")]
+    pub(crate) oidc_map: Vec<stepwright::server::GroupMapping>,
+    /// Who may sign in at all: a user (email, username or subject) or `group:NAME`
+    /// (repeatable; none: anyone a mapping gives roles).
+    #[arg(long = "oidc-allow", value_name = "WHO", requires = "oidc_issuer")]
+    pub(crate) oidc_allow: Vec<String>,
 }
 
 /// `keys` subcommands.

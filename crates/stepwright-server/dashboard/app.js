@@ -297,6 +297,10 @@ function signInView(error) {
   h('button', { class: 'primary', type: 'submit', text: 'Sign in' }));
   show(form);
   key.focus();
+  // A provider, when the server has one: a plain link, so the browser itself goes there.
+  api('GET', '/v1/auth').then((methods) => {
+    if (methods.oidc) form.append(h('p', {}, 'or ', h('a', { class: 'button', href: '/v1/auth/oidc/start', text: 'Sign in with single sign-on' })));
+  }).catch(() => {});
 }
 
 function showWho() {

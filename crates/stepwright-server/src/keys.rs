@@ -186,6 +186,30 @@ pub async fn create_link(
     Ok(NewKey { key: link, secret })
 }
 
+/// Signs in a person an identity provider vouched for: a session key of its own, `swo…`,
+/// with the namespace and roles the provider's groups map to, lasting [`SESSION_FOR`].
+pub async fn create_provider_session(
+    store: &dyn ServerStore,
+    namespace: &str,
+    user: &str,
+    roles: Vec<String>,
+    now: Timestamp,
+) -> Result<NewKey, KeyError> {
+    let (id, secret) = fresh_secret("swo")?;
+    let session = ApiKey {
+        id,
+        namespace: namespace.to_owned(),
+        user: user.to_owned(),
+        roles,
+        created_at: now,
+        expires_at: Some(now.plus(SESSION_FOR)),
+        revoked_at: None,
+        last_used_at: None,
+    };
+    store.create_key(session.clone(), secret_hash(&secret)).await?;
+    Ok(NewKey { key: session, secret })
+}
+
 /// The value of cookie `name` in the request's `Cookie` headers.
 pub(crate) fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
     headers

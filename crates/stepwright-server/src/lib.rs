@@ -13,6 +13,7 @@ mod dashboard;
 mod feed;
 pub mod keys;
 mod limits;
+mod oidc;
 pub mod openapi;
 mod problem;
 mod routes;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use axum::http::{HeaderValue, Method, header};
 pub use keys::{KeyError, NewKey, Role, create_key};
 pub use limits::LimitsConfig;
+pub use oidc::{GroupMapping, OidcConfig};
 pub use problem::{ApiError, Problem};
 use stepwright_app::Bindings;
 use stepwright_core::{Engine, Runner};
@@ -53,6 +55,8 @@ pub struct ServerConfig {
     pub limits: LimitsConfig,
     /// How long a shutdown waits for runs in flight before handing their leases back.
     pub drain: Duration,
+    /// Sign-in through an OpenID Connect provider, besides API keys.
+    pub oidc: Option<OidcConfig>,
 }
 
 impl Default for ServerConfig {
@@ -64,6 +68,7 @@ impl Default for ServerConfig {
             cors_origins: Vec::new(),
             limits: LimitsConfig::default(),
             drain: Duration::from_secs(10),
+            oidc: None,
         }
     }
 }
@@ -108,8 +113,10 @@ impl Server {
         let engine: Engine =
             stepwright_app::engine_over(&store).worker_id(&name).observer(Arc::new(NudgeFeeds(feeds.clone()))).build();
         let limits = Limits::new(config.limits.clone());
-        let shared =
-            Arc::new(Shared::new(store, engine, config.bindings.clone(), config.worker, limits, shutdown, feeds));
+        let oidc = config.oidc.clone().map(oidc::Oidc::new);
+        let shared = Arc::new(
+            Shared::new(store, engine, config.bindings.clone(), config.worker, limits, shutdown, feeds).with_oidc(oidc),
+        );
         // The dashboard's files are compressed; the API's answers and streams are not (an
         // event must leave at once, not wait for a compressor's block).
         let dashboard = dashboard::router().layer(tower_http::compression::CompressionLayer::new());

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::keys::Role;
 use crate::problem::Problem;
-use crate::routes::{events, history, hooks, interrupts, links, runs, session, workflows};
+use crate::routes::{auth, events, history, hooks, interrupts, links, runs, session, workflows};
 
 /// One operation: a method on a path, with its types.
 struct Operation {
@@ -57,6 +57,58 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             query: None,
             responses: vec![(200, "The OpenAPI 3.1 document.", Some(json!({ "type": "object" })), JSON)],
             errors: &[],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/auth",
+            id: "authMethods",
+            summary: "How one may sign in here: with an API key, and through an OpenID Connect provider if one is set up.",
+            role: None,
+            body: None,
+            query: None,
+            responses: vec![(200, "The ways to sign in.", Some(schema::<auth::AuthMethods>(g)), JSON)],
+            errors: &[],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/auth/oidc/start",
+            id: "oidcStart",
+            summary: "Start signing in through the OpenID Connect provider: `302` to it (authorization code with PKCE), with the state in a ten-minute HttpOnly cookie.",
+            role: None,
+            body: None,
+            query: None,
+            responses: vec![(302, "Off to the provider.", None, JSON)],
+            errors: &[404, 502],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/auth/oidc/callback",
+            id: "oidcCallback",
+            summary: "Where the provider sends the browser back: the code is exchanged, the ID token checked, the groups mapped; an HTML page that signs the browser in (the session cookie) or says why not.",
+            role: None,
+            body: None,
+            query: Some(schema::<auth::Callback>(g)),
+            responses: vec![
+                (
+                    200,
+                    "Signed in; `Set-Cookie` holds the session, and the page goes on to the dashboard.",
+                    None,
+                    "text/html",
+                ),
+                (
+                    400,
+                    "The sign-in failed (state, token or provider refusal): a page that says why.",
+                    None,
+                    "text/html",
+                ),
+                (
+                    403,
+                    "The person may not sign in here (allow-list, or no mapped group): a page that says why.",
+                    None,
+                    "text/html",
+                ),
+            ],
+            errors: &[404, 502],
         },
         Operation {
             method: "post",

@@ -49,6 +49,8 @@ pub struct Shared {
     pub limits: Limits,
     /// Cancelled when the server shuts down: streams end with a last comment.
     pub shutdown: CancellationToken,
+    /// The OpenID Connect provider people sign in with, if one is configured.
+    pub(crate) oidc: Option<crate::oidc::Oidc>,
     clock: Arc<dyn Clock>,
     /// Keys by the hash of their secret, with when they were read.
     keys: Mutex<HashMap<[u8; 32], CachedKey>>,
@@ -61,7 +63,7 @@ pub struct Shared {
 
 impl Shared {
     /// The state over a store and an engine on it.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn ServerStore>,
         engine: Engine,
         bindings: Bindings,
@@ -78,12 +80,19 @@ impl Shared {
             feeds,
             limits,
             shutdown,
+            oidc: None,
             clock: Arc::new(stepwright_core::TokioClock::new()),
             keys: Mutex::default(),
             touched: Mutex::default(),
             workflows: Mutex::default(),
             registered: Mutex::default(),
         }
+    }
+
+    /// With people signing in through this provider too.
+    pub(crate) fn with_oidc(mut self, oidc: Option<crate::oidc::Oidc>) -> Self {
+        self.oidc = oidc;
+        self
     }
 
     /// The wall clock.

@@ -71,7 +71,16 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         }
         Command::Fork { run, at, set, json } => history::fork(g, run, at, set, json).await,
         Command::Runs { command } => runs::runs(g, command).await,
-        Command::Serve { listen, no_worker, cors_origins, max_body_bytes, rate_limit, max_streams_per_key, drain } => {
+        Command::Serve {
+            listen,
+            no_worker,
+            cors_origins,
+            max_body_bytes,
+            rate_limit,
+            max_streams_per_key,
+            drain,
+            oidc,
+        } => {
             let limits = stepwright::server::LimitsConfig {
                 max_body_bytes,
                 requests_per_second: rate_limit,
@@ -84,6 +93,7 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
                 cors_origins,
                 limits,
                 drain: std::time::Duration::from_secs(drain),
+                oidc: serve::oidc_config(oidc)?,
             };
             serve::serve(g, config).await
         }

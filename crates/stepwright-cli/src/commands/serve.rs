@@ -8,7 +8,9 @@ pub(crate) async fn serve(g: &Globals<'_>, config: stepwright::server::ServerCon
     let store = open_store(g.db).await?;
     let server = stepwright::server::Server::bind(store, config).await?;
     let addr = server.local_addr()?;
-    eprintln!("stepwright: serving the API on http://{addr}/v1 (Ctrl-C or SIGTERM to stop)");
+    eprintln!(
+        "stepwright: serving the dashboard on http://{addr}/ and the API on http://{addr}/v1 (Ctrl-C or SIGTERM to stop)"
+    );
     let stop = stepwright::CancellationToken::new();
     let signal = stop.clone();
     tokio::spawn(async move {
@@ -18,6 +20,29 @@ pub(crate) async fn serve(g: &Globals<'_>, config: stepwright::server::ServerCon
     server.serve(stop).await?;
     eprintln!("stepwright: stopped");
     Ok(0)
+}
+
+/// The provider sign-in the flags describe, if any; the client secret from its variable.
+pub(crate) fn oidc_config(args: crate::args::OidcArgs) -> anyhow::Result<Option<stepwright::server::OidcConfig>> {
+    let Some(issuer) = args.oidc_issuer else { return Ok(None) };
+    let client_secret =
+        match args.oidc_client_secret_env {
+            Some(var) => Some(std::env::var(&var).map_err(|_| {
+                anyhow::anyhow!("--oidc-client-secret-env {var}: the variable is not set (or not UTF-8)")
+            })?),
+            None => None,
+        };
+    let scopes = if args.oidc_scopes.is_empty() { vec!["email".into(), "profile".into()] } else { args.oidc_scopes };
+    Ok(Some(stepwright::server::OidcConfig {
+        issuer,
+        client_id: args.oidc_client_id.unwrap_or_default(),
+        client_secret,
+        redirect_url: args.oidc_redirect_url,
+        scopes,
+        groups_claim: args.oidc_groups_claim,
+        mappings: args.oidc_map,
+        allow: args.oidc_allow,
+    }))
 }
 
 /// Ctrl-C, or SIGTERM (what a service manager or a container runtime sends).

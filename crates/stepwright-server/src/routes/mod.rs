@@ -2,6 +2,7 @@
 //! changes a run first finds it in the key's namespace ([`run_in_namespace`]): a run of
 //! another namespace is `404`, exactly as one that does not exist.
 
+pub(crate) mod auth;
 pub(crate) mod events;
 pub(crate) mod history;
 pub(crate) mod hooks;
@@ -31,6 +32,9 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/health", get(meta::health))
         .route("/v1/openapi.json", get(meta::openapi))
         .route("/v1/session", post(session::sign_in).get(session::show).delete(session::sign_out))
+        .route("/v1/auth", get(auth::methods))
+        .route("/v1/auth/oidc/start", get(auth::start))
+        .route("/v1/auth/oidc/callback", get(auth::callback))
         .route("/v1/workflows", post(workflows::register).get(workflows::list))
         .route("/v1/workflows/{name}", get(workflows::show))
         .route("/v1/runs", post(runs::start).get(runs::list))

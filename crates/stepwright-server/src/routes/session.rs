@@ -57,7 +57,7 @@ impl From<&Principal> for Session {
 
 /// `Secure` when the request reached us over TLS (as a proxy in front says): a browser then
 /// sends the cookie over TLS only. On plain HTTP (loopback) it could not be set at all.
-fn secure(headers: &HeaderMap) -> &'static str {
+pub(crate) fn secure(headers: &HeaderMap) -> &'static str {
     let tls =
         headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("https"));
     if tls { "; Secure" } else { "" }
@@ -87,7 +87,7 @@ pub(crate) async fn sign_in(
 }
 
 /// The response with the cookie set.
-fn with_cookie(mut response: Response, cookie: &str) -> Result<Response, ApiError> {
+pub(crate) fn with_cookie(mut response: Response, cookie: &str) -> Result<Response, ApiError> {
     let value = HeaderValue::from_str(cookie).map_err(|e| ApiError::internal(e.to_string()))?;
     response.headers_mut().insert(header::SET_COOKIE, value);
     Ok(response)
