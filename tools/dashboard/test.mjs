@@ -86,7 +86,7 @@ async function openIdProvider(port, callback) {
       grant_types: ['authorization_code'],
     }],
     pkce: { required: () => true },
-    claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['groups'] },
+    claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['teams'] },
     scopes: ['openid', 'email', 'groups'],
     conformIdTokenClaims: false,
     features: { devInteractions: { enabled: true } },
@@ -94,7 +94,7 @@ async function openIdProvider(port, callback) {
     ttl: { AccessToken: 600, AuthorizationCode: 60, Grant: 600, IdToken: 600, Interaction: 600, Session: 600 },
     findAccount: async (ctx, id) => ({
       accountId: id,
-      claims: async () => ({ sub: id, email: `${id}@example.com`, email_verified: true, groups: GROUPS[id] || [] }),
+      claims: async () => ({ sub: id, email: `${id}@example.com`, email_verified: true, teams: GROUPS[id] || [] }),
     }),
   });
   const server = createHttpServer(provider.callback());
@@ -143,6 +143,7 @@ async function main() {
   idp = await openIdProvider(idpPort, `${base}/v1/auth/oidc/callback`);
   const oidcFlags = ['--oidc-issuer', `http://127.0.0.1:${idpPort}`, '--oidc-client-id', 'stepwright',
     '--oidc-client-secret-env', 'OIDC_CLIENT_SECRET', '--oidc-scope', 'email', '--oidc-scope', 'groups',
+    '--oidc-groups-claim', 'teams', '--oidc-redirect-url', `${base}/v1/auth/oidc/callback`,
     '--oidc-map', 'approvers=acme:approver+viewer', '--oidc-map', 'staff=acme:viewer', '--oidc-allow', 'group:staff'];
   serve = spawn(binary, ['serve', '--db', db, '--listen', `127.0.0.1:${port}`, '--cassette', cassette, '--cassette-mode', 'auto', ...oidcFlags],
     { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, STORY_API_KEY: 'sk-fake', OIDC_CLIENT_SECRET: 'client-secret-for-tests' } });
@@ -166,7 +167,25 @@ steps:
   - id: tell
     llm: { model: teller, prompt: "Tell a very short story." }
 `;
-  for (const source of [GREET, readFileSync(join(repo, 'examples/research.yaml'), 'utf8'), story]) {
+  // A person rates an answer (a form from the request's schema), then a tool times out once
+  // (a retryable failure) and succeeds on its retry (two bars on one row of the waterfall).
+  const survey = `
+workflow: survey
+tools:
+  flaky:
+    command: [sh, -c, 'if [ -f "$1" ]; then echo ok; else touch "$1"; sleep 5; fi', flaky, "${join(dir, 'flaky-marker')}"]
+    effect: read
+    timeout: 400ms
+steps:
+  - id: rating
+    input:
+      message: "Rate the answer"
+      schema: { type: object, required: [score], properties: { score: { type: integer, minimum: 1, maximum: 5 }, comment: { type: string } } }
+  - id: check
+    tool: flaky
+    retry: { max_attempts: 2, initial_delay: 50ms }
+`;
+  for (const source of [GREET, readFileSync(join(repo, 'examples/research.yaml'), 'utf8'), story, survey]) {
     const registered = await call(admin, 'POST', '/v1/workflows', { source });
     assert.equal(registered.status, 201, JSON.stringify(registered.body));
   }
@@ -203,6 +222,7 @@ steps:
   const operator = await person(null);
   await operator.getByLabel('API key').fill('sw_swk000000000000_wrong');
   await operator.screenshot({ path: join(shots, 'sign-in.png') });
+  assert.equal(await operator.getByRole('navigation', { name: 'Main' }).count(), 0, 'no navigation before signing in');
   await operator.getByRole('button', { name: 'Sign in' }).click();
   await operator.getByRole('alert').filter({ hasText: 'unknown API key' }).waitFor();
   await operator.getByLabel('API key').fill(ann);
@@ -301,6 +321,48 @@ steps:
   await operator.getByText('+ "Hi there, Ada!"').first().waitFor();
   await operator.screenshot({ path: join(shots, 'diff.png'), fullPage: true });
 
+  step('fork a run before a step with an edited input; the new run names its parent, the parent its fork');
+  await operator.goto(`${base}/#/runs/${runId}`);
+  await operator.getByRole('button', { name: 'Fork…' }).click();
+  await operator.getByLabel('Fork before').selectOption('hello');
+  await operator.getByLabel('New input (JSON)').fill('{"name": "Grace"');
+  await operator.getByRole('button', { name: 'Fork', exact: true }).click();
+  await operator.getByText('Not JSON').waitFor();
+  await operator.getByLabel('New input (JSON)').fill('{"name": "Grace"}');
+  await operator.getByRole('button', { name: 'Fork', exact: true }).click();
+  await operator.waitForURL((url) => !url.href.endsWith(runId) && /#\/runs\/[0-9a-f-]{36}$/.test(url.href));
+  const forkId = operator.url().split('/').pop();
+  await operator.getByText('forked from').waitFor();
+  await operator.getByText('Waiting: approval at ok').waitFor();
+  const forkShown = await call(ann, 'GET', `/v1/runs/${forkId}`);
+  assert.equal(forkShown.body.parent.run_id, runId);
+  assert.equal(forkShown.body.steps.find((s) => s.path === 'hello').output, 'Hello, Grace');
+  await operator.goto(`${base}/#/runs/${runId}`);
+  await operator.getByTestId('forks').getByRole('link').first().waitFor();
+
+  step('a person answers an input request through its schema form, checked before it is sent; a retry is its own bar');
+  const surveyed = await call(ann, 'POST', '/v1/runs', { workflow: 'survey', input: null, wait_seconds: 10 });
+  assert.equal(surveyed.body.status, 'suspended', JSON.stringify(surveyed.body));
+  await approver.reload();
+  const rating = approver.locator(`[data-interrupt^="${surveyed.body.run_id}."]`);
+  await rating.getByLabel('score *').fill('9');
+  await rating.getByRole('button', { name: 'Send' }).click();
+  await rating.getByText('at most 5').waitFor();
+  assert.equal((await call(ann, 'GET', `/v1/runs/${surveyed.body.run_id}`)).body.status, 'suspended', 'nothing was sent');
+  await rating.getByLabel('score *').fill('4');
+  await rating.getByLabel('comment').fill('clear enough');
+  await rating.getByRole('button', { name: 'Send' }).click();
+  await approver.getByText(/Decided: run/).waitFor();
+  await operator.goto(`${base}/#/runs/${surveyed.body.run_id}`);
+  await operator.locator('.spread .status.s-completed').first().waitFor();
+  const checkRow = operator.locator('.wf-row', { has: operator.locator('.name', { hasText: /^check/ }) });
+  await checkRow.locator('.bar-fail').waitFor();
+  await checkRow.locator('.bar-run').waitFor();
+  assert.equal(await checkRow.locator('.bar-fail').count(), 1, 'the failed first attempt');
+  assert.equal(await checkRow.locator('.bar-run').count(), 1, 'the retry that succeeded');
+  const answered = await call(ann, 'GET', `/v1/runs/${surveyed.body.run_id}`);
+  assert.deepEqual(answered.body.steps.find((s) => s.path === 'rating').output, { score: 4, comment: 'clear enough' });
+
   step('a run with models: its real graph (fork, map), the waterfall, tokens and cost, artifacts');
   const research = await call(ann, 'POST', '/v1/runs', { workflow: 'research', input: { topic: 'durable execution for AI agents' }, wait_seconds: 30 });
   assert.equal(research.body.status, 'completed', JSON.stringify(research.body));
@@ -335,13 +397,14 @@ steps:
   await operator.goto(`${base}/#/runs?status=suspended`);
   const boxes = operator.getByRole('checkbox', { name: /^Select run/ });
   await boxes.first().waitFor();
-  assert.equal(await boxes.count(), 2);
+  assert.equal(await boxes.count(), 3, 'Di, Ed and the fork of Ada\'s run wait');
   await boxes.nth(0).check();
   await boxes.nth(1).check();
-  await operator.getByRole('button', { name: 'Cancel selected (2)' }).click();
-  await operator.getByRole('heading', { name: 'Cancel 2 runs?' }).waitFor();
-  await operator.getByRole('button', { name: 'Cancel 2' }).click();
-  await operator.getByText('Cancelled 2 of 2.').waitFor();
+  await boxes.nth(2).check();
+  await operator.getByRole('button', { name: 'Cancel selected (3)' }).click();
+  await operator.getByRole('heading', { name: 'Cancel 3 runs?' }).waitFor();
+  await operator.getByRole('button', { name: 'Cancel 3' }).click();
+  await operator.getByText('Cancelled 3 of 3.').waitFor();
   await operator.getByText('No runs match.').waitFor();
 
   step('filters: text in the input, status; light and dark');

@@ -616,6 +616,9 @@ async function runView(id) {
   let wfPage = 0;
   let picked = null;
   const openSteps = new Set();
+  let forks = [];
+  let forksMore = false;
+  api('GET', `/v1/runs?parent=${id}&limit=20`).then((page) => { forks = page.runs; forksMore = Boolean(page.next_cursor); drawHeader(); }).catch(() => {});
 
   const header = h('div');
   const actions = h('div', { class: 'row' });
@@ -651,7 +654,8 @@ async function runView(id) {
         h('div', {}, h('span', { text: 'steps' }), String(details.steps.length)),
         u ? h('div', {}, h('span', { text: 'tokens' }), `${u.input_tokens} in / ${u.output_tokens} out`) : null,
         u ? h('div', {}, h('span', { text: 'cost' }), usd(u.cost_usd)) : null,
-        details.parent ? h('div', {}, h('span', { text: 'forked from' }), runLink(details.parent.run_id), ` before ${details.parent.at}`) : null),
+        details.parent ? h('div', {}, h('span', { text: 'forked from' }), runLink(details.parent.run_id), ` before ${details.parent.at}`) : null,
+        forks.length ? h('div', { 'data-testid': 'forks' }, h('span', { text: `forks (${forks.length}${forksMore ? '+' : ''})` }), forks.map((f, i) => [i ? ', ' : '', runLink(f.run_id)])) : null),
       details.error ? h('p', { class: 'error', role: 'alert', text: `${details.error.code}: ${details.error.message}` }) : null,
       details.output !== null && details.output !== undefined ? h('details', {}, h('summary', { text: 'Output' }), h('pre', { text: json(details.output) })) : null);
   };

@@ -919,6 +919,17 @@ pub async fn list_filters(store: &dyn Store) {
     assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id(15)]);
     let digit = store.list_runs(RunFilter { status: Some(RunStatus::Failed), ..text("11") }).await.expect("list");
     assert_eq!(digit.iter().map(|r| r.id).collect::<Vec<_>>(), [id(11)], "with the other filters");
+    // Lineage: the runs forked from a run.
+    let mut child = record(16, "a", RunStatus::Completed, 16);
+    child.parent = Some(stepwright_core::journal::Lineage { run: id(10), at: StepPath::new("b") });
+    store.create_run(child).await.expect("create");
+    let children = RunFilter { parent: Some(id(10)), headers_only: true, ..RunFilter::default() };
+    let children = store.list_runs(children).await.expect("list");
+    assert_eq!(children.iter().map(|r| r.id).collect::<Vec<_>>(), [id(16)]);
+    assert_eq!(children[0].parent.as_ref().map(|p| p.run), Some(id(10)), "headers keep the lineage");
+    assert!(
+        store.list_runs(RunFilter { parent: Some(id(11)), ..RunFilter::default() }).await.expect("list").is_empty()
+    );
 }
 
 /// Erase removes one run and the blobs only it referenced; retention removes old finished

@@ -714,6 +714,7 @@ impl Store for PostgresStore {
                       OR (created_at, id) < (SELECT created_at, id FROM stepwright_runs WHERE id = $4)) \
                  AND ($7::bigint IS NULL OR created_at >= $7) AND ($8::bigint IS NULL OR created_at < $8) \
                  AND ($9::text IS NULL OR strpos(lower(input::text), lower($9)) > 0) \
+                 AND ($10::uuid IS NULL OR parent_run = $10) \
                  ORDER BY {order} LIMIT $3"
             )))
             .bind(filter.status.map(RunStatus::as_str))
@@ -725,6 +726,7 @@ impl Store for PostgresStore {
             .bind(filter.created_from.map(Timestamp::as_micros))
             .bind(filter.created_until.map(Timestamp::as_micros))
             .bind(filter.input_contains)
+            .bind(filter.parent.map(uuid))
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;

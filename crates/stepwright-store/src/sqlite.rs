@@ -1017,9 +1017,9 @@ const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
                            cancel_request";
 
-/// The creation-time and input-text filters of a listing (parameters 6, 7 and 8).
+/// The creation-time, input-text and parent filters of a listing (parameters 6 to 9).
 const NARROWED: &str = "(?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR created_at < ?7) \
-                        AND (?8 IS NULL OR input_contains(input, ?8))";
+                        AND (?8 IS NULL OR input_contains(input, ?8)) AND (?9 IS NULL OR parent_run = ?9)";
 
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null', caller, status, NULL, NULL, \
@@ -1219,6 +1219,7 @@ impl Store for SqliteStore {
             let from = filter.created_from.map(Timestamp::as_micros);
             let until = filter.created_until.map(Timestamp::as_micros);
             let text = filter.input_contains.as_deref().map(str::to_ascii_lowercase);
+            let parent = filter.parent.map(|run| run.as_uuid().as_bytes().to_vec());
             let rows = if let Some(since) = filter.updated_since {
                 let mut stmt = conn
                     .prepare_cached(&format!(
@@ -1229,7 +1230,7 @@ impl Store for SqliteStore {
                     .map_err(|e| backend("listing runs", e))?;
                 let rows = stmt
                     .query_map(
-                        params![status, filter.workflow, limit, filter.tenant, since.as_micros(), from, until, text],
+                        params![status, filter.workflow, limit, filter.tenant, since.as_micros(), from, until, text, parent],
                         run_from_row,
                     )
                     .map_err(|e| backend("listing runs", e))?;
@@ -1246,7 +1247,7 @@ impl Store for SqliteStore {
                 let before = filter.before.map(|run| run.as_uuid().as_bytes().to_vec());
                 let rows = stmt
                     .query_map(
-                        params![status, filter.workflow, limit, before, filter.tenant, from, until, text],
+                        params![status, filter.workflow, limit, before, filter.tenant, from, until, text, parent],
                         run_from_row,
                     )
                     .map_err(|e| backend("listing runs", e))?;

@@ -8,8 +8,9 @@ pub(crate) async fn serve(g: &Globals<'_>, config: stepwright::server::ServerCon
     let store = open_store(g.db).await?;
     let server = stepwright::server::Server::bind(store, config).await?;
     let addr = server.local_addr()?;
+    // The API's address comes first: scripts read it off this line.
     eprintln!(
-        "stepwright: serving the dashboard on http://{addr}/ and the API on http://{addr}/v1 (Ctrl-C or SIGTERM to stop)"
+        "stepwright: serving the API on http://{addr}/v1 and the dashboard on http://{addr}/ (Ctrl-C or SIGTERM to stop)"
     );
     let stop = stepwright::CancellationToken::new();
     let signal = stop.clone();

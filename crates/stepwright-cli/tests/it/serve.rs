@@ -550,3 +550,31 @@ fn two_servers_on_one_store_share_runs_streams_decisions_and_keys() {
         }
     }
 }
+
+#[test]
+fn provider_sign_in_flags_are_checked_before_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("oidc.db").display());
+    let refused = |args: &[&str], expected: &str| {
+        let mut all = vec!["serve", "--db", &db, "--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let out = crate::support::stepwright(dir.path(), &all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    };
+    let issuer = ["--oidc-issuer", "http://127.0.0.1:9"];
+    refused(&issuer, "--oidc-client-id");
+    refused(&["--oidc-client-id", "x"], "--oidc-issuer");
+    let with = |more: &[&'static str]| {
+        let mut args = vec!["--oidc-issuer", "http://127.0.0.1:9", "--oidc-client-id", "sw"];
+        args.extend_from_slice(more);
+        args
+    };
+    refused(&with(&["--oidc-map", "staff"]), "is not GROUP=NAMESPACE:ROLE");
+    refused(&with(&["--oidc-map", "staff=acme:root"]), "unknown role \"root\"");
+    refused(
+        &with(&["--oidc-map", "staff=acme:viewer", "--oidc-client-secret-env", "STEPWRIGHT_TEST_UNSET_SECRET"]),
+        "--oidc-client-secret-env STEPWRIGHT_TEST_UNSET_SECRET: the variable is not set",
+    );
+}

@@ -265,6 +265,7 @@ impl Store for InMemoryStore {
                 .filter(|r| filter.updated_since.is_none_or(|since| r.updated_at >= since))
                 .filter(|r| filter.created_from.is_none_or(|from| r.created_at >= from))
                 .filter(|r| filter.created_until.is_none_or(|until| r.created_at < until))
+                .filter(|r| filter.parent.is_none_or(|parent| r.parent.as_ref().is_some_and(|p| p.run == parent)))
                 .filter(|r| {
                     filter.input_contains.as_deref().is_none_or(|text| {
                         r.input.to_string().to_ascii_lowercase().contains(&text.to_ascii_lowercase())

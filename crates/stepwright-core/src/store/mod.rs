@@ -94,6 +94,8 @@ pub struct RunFilter {
     /// Only runs whose input, as stored JSON text, contains this text (ignoring ASCII case):
     /// a person looking for "the run about invoice 1042".
     pub input_contains: Option<String>,
+    /// Only runs forked from this run (its lineage's children).
+    pub parent: Option<RunId>,
 }
 
 /// What retention deletes: finished runs (completed, failed, cancelled) updated before

@@ -191,3 +191,24 @@ fn page(status: StatusCode, title: &str, text: &str, go_on: bool) -> Response {
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oidc::OidcConfig;
+
+    #[test]
+    fn the_callback_is_the_configured_url_else_the_host_reached() {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("dash.example.com"));
+        let derived = Oidc::new(OidcConfig::default());
+        assert_eq!(redirect_url(&derived, &headers), "http://dash.example.com/v1/auth/oidc/callback");
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("https"));
+        assert_eq!(redirect_url(&derived, &headers), "https://dash.example.com/v1/auth/oidc/callback");
+        let configured = Oidc::new(OidcConfig {
+            redirect_url: Some("https://stepwright.internal/v1/auth/oidc/callback".into()),
+            ..OidcConfig::default()
+        });
+        assert_eq!(redirect_url(&configured, &headers), "https://stepwright.internal/v1/auth/oidc/callback");
+    }
+}

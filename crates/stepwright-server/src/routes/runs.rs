@@ -201,6 +201,9 @@ pub(crate) struct ListRuns {
     #[serde(default)]
     #[schemars(length(min = 1, max = 200))]
     pub input_contains: Option<String>,
+    /// Only runs forked from this run.
+    #[serde(default)]
+    pub parent: Option<String>,
 }
 
 /// A page of runs.
@@ -230,6 +233,9 @@ pub(crate) struct RunSummary {
     /// When that worker's lease lapses unless renewed (µs since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_expires_at: Option<i64>,
+    /// The run it was forked from, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_run_id: Option<String>,
 }
 
 /// `GET /v1/runs`: the namespace's runs, newest first, paged.
@@ -245,6 +251,10 @@ pub(crate) async fn list(
     if query.input_contains.as_ref().is_some_and(|text| text.is_empty() || text.len() > 200) {
         return Err(ApiError::bad_request("input_contains must be 1 to 200 characters"));
     }
+    let parent = match &query.parent {
+        Some(parent) => Some(parent.parse::<RunId>().map_err(|_| ApiError::bad_request("parent is not a run id"))?),
+        None => None,
+    };
     let before = match &query.cursor {
         Some(cursor) => Some(cursor.parse::<RunId>().map_err(|_| ApiError::bad_request("cursor is not one we gave"))?),
         None => None,
@@ -260,6 +270,7 @@ pub(crate) async fn list(
         created_from: query.created_after.map(Timestamp::from_micros),
         created_until: query.created_before.map(Timestamp::from_micros),
         input_contains: query.input_contains,
+        parent,
     };
     let mut runs = shared.store.list_runs(filter).await?;
     let more = runs.len() > limit;
@@ -276,6 +287,7 @@ pub(crate) async fn list(
                 created_at: run.created_at.as_micros(),
                 lease_expires_at: lease.as_ref().map(|lease| lease.expires_at.as_micros()),
                 owner: lease.map(|lease| lease.owner),
+                parent_run_id: run.parent.map(|parent| parent.run.to_string()),
             }
         })
         .collect();

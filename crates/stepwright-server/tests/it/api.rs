@@ -342,6 +342,15 @@ async fn listing_pages_by_cursor_and_filters() {
     assert_eq!(ids(&newer), vec![invoice["run_id"].clone()]);
     assert_eq!(server.get(&admin, "/v1/runs?created_after=soon").await.0, 400);
 
+    // Lineage: the runs forked from a run.
+    let invoice_id = invoice["run_id"].as_str().unwrap();
+    let (status, forked) = server.post(&admin, &format!("/v1/runs/{invoice_id}/fork"), json!({ "at": "b" })).await;
+    assert_eq!(status, 201, "{forked}");
+    let (_, children) = server.get(&admin, &format!("/v1/runs?parent={invoice_id}")).await;
+    assert_eq!(ids(&children), vec![forked["run_id"].clone()]);
+    assert_eq!(children["runs"][0]["parent_run_id"], json!(invoice_id));
+    assert_eq!(server.get(&admin, "/v1/runs?parent=nope").await.0, 400);
+
     // The definition a run is pinned to.
     let (status, definition) =
         server.get(&admin, &format!("/v1/runs/{}/definition", invoice["run_id"].as_str().unwrap())).await;
