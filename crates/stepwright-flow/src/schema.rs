@@ -472,6 +472,10 @@ struct McpServer {
     timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
     call_timeout: Option<Duration>,
+    /// The largest message (a tool's answer) the server may send, in bytes (default 16 MiB);
+    /// a larger answer fails the call with `tool_result_too_large`, and it is not repeated.
+    #[schemars(range(min = 1024))]
+    max_message_bytes: Option<u64>,
     /// Policies of single tools, over the server's.
     tool_policies: Option<BTreeMap<String, ToolPolicy>>,
 }

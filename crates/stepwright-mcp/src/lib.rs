@@ -13,19 +13,22 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ServiceExt, model::Tool as McpToolInfo};
 use serde_json::Value;
 use stepwright_core::{Effect, StepError};
 use stepwright_llm::{TOOL_FAILED, Tool, ToolContext, ToolDef, Tools};
 use tokio::sync::Mutex;
+
+mod http;
+mod stdio;
 
 /// How to reach a server.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,7 +98,18 @@ pub struct ServerConfig {
     /// server that lost the session without saying so (it answers 400 where the spec says
     /// 404, or never answers) is recovered from. `None` waits for the tool's own timeout.
     pub call_timeout: Option<Duration>,
+    /// The largest message the server may send (one JSON-RPC message: a tool's result with
+    /// its text and structured forms). A larger one fails the call with
+    /// `tool_result_too_large`, and the call is not repeated.
+    pub max_message_bytes: usize,
 }
+
+/// The largest message a server may send unless configured otherwise.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// A server answered with a message over [`ServerConfig::max_message_bytes`].
+pub const RESULT_TOO_LARGE: stepwright_core::ErrorCode =
+    stepwright_core::ErrorCode::from_static("tool_result_too_large");
 
 impl ServerConfig {
     /// A server started as a child process.
@@ -125,6 +139,7 @@ impl ServerConfig {
             only: Vec::new(),
             connect_timeout: Duration::from_secs(60),
             call_timeout: None,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 
@@ -188,6 +203,10 @@ pub struct McpServer {
     starts: AtomicU32,
     /// The last lines a stdio server wrote to stderr: what it said before it failed.
     stderr: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    /// Raised when the connection ended because the server sent a message over the limit.
+    oversized: Arc<AtomicBool>,
+    /// The task reading a stdio server's stderr; it ends when the process does.
+    stderr_reader: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// Every server this process connected to, so that [`close_all`] can end their sessions.
@@ -247,6 +266,8 @@ impl McpServer {
             pid: std::sync::Mutex::new(None),
             starts: AtomicU32::new(0),
             stderr: Arc::default(),
+            oversized: Arc::default(),
+            stderr_reader: std::sync::Mutex::default(),
         });
         server.client().await?;
         let mut open = OPEN.lock().expect("poisoned");
@@ -346,23 +367,21 @@ impl McpServer {
                 if let Some(dir) = cwd {
                     cmd.current_dir(dir);
                 }
-                let (process, stderr) = TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .map_err(|e| failed(format!("running {command:?}: {e}")))?;
-                *self.pid.lock().expect("poisoned") = process.id();
+                use std::process::Stdio;
+                cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+                let mut child = cmd.spawn().map_err(|e| failed(format!("running {command:?}: {e}")))?;
+                *self.pid.lock().expect("poisoned") = child.id();
                 // A new process: what an earlier one said is not this one's.
                 self.stderr.lock().expect("poisoned").clear();
-                let read = stderr.map(|pipe| tokio::spawn(keep_tail(pipe, self.stderr.clone())));
-                match ().serve(process).await {
+                self.oversized.store(false, Ordering::SeqCst);
+                let read = child.stderr.take().map(|pipe| tokio::spawn(keep_tail(pipe, self.stderr.clone())));
+                *self.stderr_reader.lock().expect("poisoned") = read;
+                let transport =
+                    stdio::StdioTransport::new(child, self.config.max_message_bytes, self.oversized.clone())
+                        .map_err(|e| failed(format!("running {command:?}: {e}")))?;
+                match ().serve(transport).await {
                     Ok(client) => Ok(client),
-                    Err(e) => {
-                        // What the process said on its way out belongs in the error.
-                        if let Some(read) = read {
-                            let _ = tokio::time::timeout(Duration::from_millis(500), read).await;
-                        }
-                        Err(failed(format!("the MCP handshake failed: {e}{}", self.stderr_tail())))
-                    }
+                    Err(e) => Err(failed(format!("the MCP handshake failed: {e}{}", self.last_words().await))),
                 }
             }
             Transport::Http { url, headers } => {
@@ -385,10 +404,38 @@ impl McpServer {
                     config = config.custom_headers(custom);
                 }
                 stepwright_llm::install_crypto_provider();
-                let transport = StreamableHttpClientTransport::from_config(config);
+                config.max_sse_event_size = self.config.max_message_bytes;
+                self.oversized.store(false, Ordering::SeqCst);
+                let client = http::SizeWatched::new(self.oversized.clone());
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 ().serve(transport).await.map_err(|e| failed(format!("initializing the session at {url}: {e}")))
             }
         }
+    }
+
+    /// The error of a call whose answer was over the size limit.
+    fn too_large(&self, tool: &str) -> StepError {
+        let limit = self.config.max_message_bytes;
+        StepError::new(
+            RESULT_TOO_LARGE,
+            format!(
+                "MCP tool {}.{tool} answered with a message of more than {limit} bytes ({} MiB), this server's \
+                 `max_message_bytes`; the call was not repeated. Raise the limit for this server, or have the tool \
+                 return less (a page, a file path)",
+                self.config.name,
+                limit / (1024 * 1024)
+            ),
+        )
+    }
+
+    /// [`Self::stderr_tail`] once the stdio server's stderr is read to its end (it ends when
+    /// the process does; half a second at most).
+    async fn last_words(&self) -> String {
+        let reader = self.stderr_reader.lock().expect("poisoned").take();
+        if let Some(reader) = reader {
+            let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+        }
+        self.stderr_tail()
     }
 
     /// `; its stderr ended with: …` when a stdio server wrote to stderr, else nothing.
@@ -414,6 +461,7 @@ impl McpServer {
         args: Value,
         idempotency_key: Option<&str>,
         retry_is_safe: bool,
+        wrapped: bool,
     ) -> Result<Value, StepError> {
         let server = &self.config.name;
         let arguments = match args {
@@ -434,7 +482,13 @@ impl McpServer {
             None => Some(client.peer().call_tool(params.clone()).await),
         };
         let broken = match first {
-            Some(Ok(result)) => return convert(server, tool, result),
+            Some(Ok(result)) => return convert(server, tool, result, wrapped),
+            // The answer was too large: the connection ended for it. Asking again would only
+            // bring the same answer (and run the tool again).
+            Some(Err(_)) | None if self.oversized.load(Ordering::SeqCst) => {
+                self.drop_client(&client).await;
+                return Err(self.too_large(tool));
+            }
             Some(Err(error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
                 // A send that failed never reached the server; anything else may have.
                 let delivered = !matches!(error, ServiceError::TransportSend(_));
@@ -446,14 +500,15 @@ impl McpServer {
         // The server died or forgot us. Start it (or a session) again; repeat the call only
         // if that is harmless, since the first one may have reached it.
         self.drop_client(&client).await;
+        // What a server that died said on its way out, before a new one starts.
+        let said = self.last_words().await;
         let client = self.client().await.map_err(|e| unavailable(&e))?;
         let (why, delivered) = broken;
         if delivered && !retry_is_safe {
             return Err(StepError::new(
                 TOOL_FAILED,
                 format!(
-                    "the connection to MCP server {server:?} broke during a call of {tool} ({why}{}); it was opened again, but the call is not safe to repeat and may or may not have happened",
-                    self.stderr_tail()
+                    "the connection to MCP server {server:?} broke during a call of {tool} ({why}{said}); it was opened again, but the call is not safe to repeat and may or may not have happened"
                 ),
             ));
         }
@@ -464,7 +519,11 @@ impl McpServer {
             None => Some(client.peer().call_tool(params).await),
         };
         match again {
-            Some(Ok(result)) => convert(server, tool, result),
+            Some(Ok(result)) => convert(server, tool, result, wrapped),
+            Some(Err(_)) | None if self.oversized.load(Ordering::SeqCst) => {
+                self.drop_client(&client).await;
+                Err(self.too_large(tool))
+            }
             Some(Err(error)) => Err(call_failed(server, tool, &error)),
             None => Err(StepError::new(
                 TOOL_FAILED,
@@ -483,16 +542,21 @@ fn call_failed(server: &str, tool: &str, error: &ServiceError) -> StepError {
     StepError::new(TOOL_FAILED, format!("calling MCP tool {server}.{tool}: {error}")).retryable(retryable)
 }
 
-/// A tool result as a value: the structured content if there is one; else a single text
-/// block (as JSON if it parses); else the content blocks. An error result is `tool_failed`
-/// with its text.
-fn convert(server: &str, tool: &str, result: CallToolResult) -> Result<Value, StepError> {
+/// A tool result as a value: the structured content if there is one (unwrapped when the tool
+/// says it wrapped a plain value: `wrapped`); else a single text block (as JSON if it
+/// parses); else the content blocks. An error result is `tool_failed` with its text.
+fn convert(server: &str, tool: &str, result: CallToolResult, wrapped: bool) -> Result<Value, StepError> {
     let texts: Vec<&str> = result.content.iter().filter_map(|c| c.as_text().map(|t| t.text.as_str())).collect();
     if result.is_error == Some(true) {
         return Err(StepError::new(TOOL_FAILED, format!("MCP tool {server}.{tool} failed: {}", texts.join("\n"))));
     }
     if let Some(structured) = result.structured_content {
-        return Ok(structured);
+        return Ok(match structured {
+            Value::Object(mut object) if wrapped && object.len() == 1 && object.contains_key("result") => {
+                object.remove("result").unwrap_or_default()
+            }
+            other => other,
+        });
     }
     if texts.len() == 1 && result.content.len() == 1 {
         let text = texts[0];
@@ -510,6 +574,10 @@ struct McpTool {
     server: Arc<McpServer>,
     tool: String,
     def: ToolDef,
+    /// Its output schema says that a plain value comes wrapped as `{"result": …}` (FastMCP's
+    /// `x-fastmcp-wrap-result`, since MCP's structured content must be an object): the step's
+    /// output is the value, as the tool's author wrote it.
+    wrapped: bool,
 }
 
 impl McpTool {
@@ -524,7 +592,11 @@ impl McpTool {
         def.safe_to_retry = policy.safe_to_retry;
         def.needs_approval = policy.needs_approval;
         def.timeout = Some(policy.timeout.unwrap_or(DEFAULT_CALL_LIMIT));
-        Self { server, tool: info.name.to_string(), def }
+        let wrapped = info
+            .output_schema
+            .as_ref()
+            .is_some_and(|schema| schema.get("x-fastmcp-wrap-result") == Some(&Value::Bool(true)));
+        Self { server, tool: info.name.to_string(), def, wrapped }
     }
 }
 
@@ -535,7 +607,8 @@ impl Tool for McpTool {
 
     fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>> {
         Box::pin(async move {
-            self.server.call(&self.tool, args, cx.idempotency_key.as_deref(), self.def.retry_is_safe()).await
+            let key = cx.idempotency_key.as_deref();
+            self.server.call(&self.tool, args, key, self.def.retry_is_safe(), self.wrapped).await
         })
     }
 }

@@ -708,7 +708,8 @@ async function runView(id) {
       try { details = await api('GET', `/v1/runs/${id}`); } catch { return; }
       if (TERMINAL.has(details.status)) liveText.clear();
       drawAll();
-    }, 150);
+      // A large run's details are large: read them less often while it runs.
+    }, Math.min(2000, 150 + details.steps.length / 5));
   };
   drawAll();
 

@@ -24,6 +24,7 @@ const SERVER_FIELDS: &[&str] = &[
     "timeout",
     "connect_timeout",
     "call_timeout",
+    "max_message_bytes",
     "tool_policies",
 ];
 const POLICY_FIELDS: &[&str] = &["effect", "safe_to_retry", "needs_approval", "timeout"];
@@ -74,6 +75,13 @@ impl Compiler {
             }
             if let Some(t) = node.get("call_timeout").and_then(|t| self.duration(t, "`call_timeout`")) {
                 config.call_timeout = Some(t);
+            }
+            if let Some(limit) = node.get("max_message_bytes") {
+                match self.number(limit, "`max_message_bytes`") {
+                    Some(bytes @ 1024..) => config.max_message_bytes = usize::try_from(bytes).unwrap_or(usize::MAX),
+                    Some(_) => self.error(limit.pos, "`max_message_bytes` must be at least 1024"),
+                    None => {}
+                }
             }
             if let Some(policies) = node.get("tool_policies") {
                 for (tool, policy) in self.entries(policies, "`tool_policies`").unwrap_or_default() {

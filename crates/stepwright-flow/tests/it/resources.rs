@@ -188,6 +188,7 @@ mcp_servers:
     timeout: 5s
     connect_timeout: 20s
     call_timeout: 3s
+    max_message_bytes: 67108864
     tool_policies:
       get-sum: { effect: pure, needs_approval: true }
   remote:
@@ -233,6 +234,8 @@ steps:
     assert_eq!(local.policy, server_policy);
     assert_eq!(local.connect_timeout, Duration::from_secs(20));
     assert_eq!(local.call_timeout, Some(Duration::from_secs(3)));
+    assert_eq!(local.max_message_bytes, 64 << 20);
+    assert_eq!(remote.max_message_bytes, stepwright_mcp::DEFAULT_MAX_MESSAGE_BYTES);
     // A tool's own policy overrides what it names and keeps the server's for the rest.
     assert_eq!(
         local.tool_policies["get-sum"],
@@ -251,7 +254,7 @@ steps:
         loaded.mcp_tool_uses.iter().map(|u| (u.tool.as_str(), u.line, u.column)).collect();
     assert_eq!(
         uses,
-        [("local.echo", 24, 13), ("remote.anything", 24, 25), ("local.get-sum", 29, 11), ("local.echo", 32, 11)]
+        [("local.echo", 25, 13), ("remote.anything", 25, 25), ("local.get-sum", 30, 11), ("local.echo", 33, 11)]
     );
     // A `tool` step on an MCP tool takes the declared policy.
     let described = loaded.workflow.describe();

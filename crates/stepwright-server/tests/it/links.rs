@@ -25,14 +25,26 @@ async fn waiting(server: &TestServer, operator: &str, approver: &str, name: &str
     item["id"].as_str().unwrap().to_owned()
 }
 
-#[tokio::test]
-async fn an_approval_link_decides_its_interrupt_once_as_its_maker() {
+/// A server with the greeting registered, an operator's and an approver's keys, and Ada's
+/// greeting waiting for its approval (the interrupt's id).
+async fn set_up() -> (TestServer, String, String, String) {
     let server = TestServer::start().await;
     let admin = server.key("acme", "root", &["admin"]).await;
     let operator = server.key("acme", "op", &["operator"]).await;
     let approver = server.key("acme", "lee", &["approver"]).await;
     server.register(&admin, APPROVAL).await;
     let interrupt = waiting(&server, &operator, &approver, "Ada").await;
+    (server, operator, approver, interrupt)
+}
+
+/// The link's key: the part of its URL after `#`.
+fn secret_of(link: &Value) -> String {
+    link["path"].as_str().unwrap().split_once('#').unwrap().1.to_owned()
+}
+
+#[tokio::test]
+async fn an_approval_link_decides_its_interrupt_once_as_its_maker() {
+    let (server, operator, approver, interrupt) = set_up().await;
 
     // Made by an approver only, for an interrupt that is open.
     let (status, _) = server.post(&operator, &format!("/v1/interrupts/{interrupt}/link"), json!({})).await;
@@ -93,7 +105,7 @@ async fn an_approval_link_decides_its_interrupt_once_as_its_maker() {
     // Someone else deciding first: the link answers 409; a link is revoked with its key.
     let second = waiting(&server, &operator, &approver, "Bo").await;
     let (_, link) = server.post(&approver, &format!("/v1/interrupts/{second}/link"), json!({})).await;
-    let secret = link["path"].as_str().unwrap().split_once('#').unwrap().1.to_owned();
+    let secret = secret_of(&link);
     let (status, _) =
         server.post(&approver, &format!("/v1/interrupts/{second}/decision"), json!({ "decision": "reject" })).await;
     assert_eq!(status, 200);
@@ -104,7 +116,7 @@ async fn an_approval_link_decides_its_interrupt_once_as_its_maker() {
 
     let third = waiting(&server, &operator, &approver, "Cy").await;
     let (_, link) = server.post(&approver, &format!("/v1/interrupts/{third}/link"), json!({})).await;
-    let secret = link["path"].as_str().unwrap().split_once('#').unwrap().1.to_owned();
+    let secret = secret_of(&link);
     let maker = server.store.keys(Some("acme")).await.unwrap();
     let lee = maker.iter().find(|k| k.user == "lee" && !k.id.contains('.')).unwrap();
     assert!(server.store.revoke_key(&lee.id, stepwright_core::Timestamp::from_micros(1)).await.unwrap());
@@ -119,12 +131,7 @@ async fn an_approval_link_decides_its_interrupt_once_as_its_maker() {
 
 #[tokio::test]
 async fn a_link_expires() {
-    let server = TestServer::start().await;
-    let admin = server.key("acme", "root", &["admin"]).await;
-    let operator = server.key("acme", "op", &["operator"]).await;
-    let approver = server.key("acme", "lee", &["approver"]).await;
-    server.register(&admin, APPROVAL).await;
-    let interrupt = waiting(&server, &operator, &approver, "Ada").await;
+    let (server, _, _, interrupt) = set_up().await;
     // A link lasts at most as long as the key that makes it.
     let now = stepwright_core::Timestamp::from_micros(0);
     let roles = vec!["approver".to_owned()];
@@ -136,7 +143,7 @@ async fn a_link_expires() {
         server.post(&brief.unwrap().secret, &format!("/v1/interrupts/{interrupt}/link"), json!({})).await;
     assert_eq!(status, 201, "{link}");
     assert!(link["expires_at"].as_i64().unwrap() <= until.as_micros());
-    let secret = link["path"].as_str().unwrap().split_once('#').unwrap().1.to_owned();
+    let secret = secret_of(&link);
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     let (status, problem) = with_link(&server, &secret, Some(json!({ "decision": "approve" }))).await;
     assert_eq!((status, problem["code"].as_str()), (410, Some("link_expired")), "{problem}");

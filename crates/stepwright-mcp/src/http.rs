@@ -1,0 +1,157 @@
+//! rmcp's streamable HTTP client (reqwest), watched for answers over the size limit.
+//!
+//! rmcp refuses an SSE event or a JSON answer over its limit inside its worker and reports
+//! only that the transport closed; the call would then be repeated on a new session and run
+//! the tool again. This client passes every request to reqwest's implementation and raises
+//! a flag when an answer was refused for its size, so the caller reports the size and does
+//! not repeat the call.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+};
+use sse_stream::Sse;
+
+/// What rmcp's errors say when an answer was over the limit.
+const OVER_THE_LIMIT: &str = "exceeded the maximum size";
+
+type Events = BoxStream<'static, Result<Sse, SseError>>;
+
+/// reqwest's client, with a flag raised when an answer is refused for its size.
+#[derive(Clone)]
+pub(crate) struct SizeWatched {
+    inner: reqwest::Client,
+    tripped: Arc<AtomicBool>,
+}
+
+impl SizeWatched {
+    pub(crate) fn new(tripped: Arc<AtomicBool>) -> Self {
+        Self { inner: reqwest::Client::new(), tripped }
+    }
+
+    fn note<T>(&self, result: &Result<T, StreamableHttpError<reqwest::Error>>) {
+        if let Err(error) = result
+            && error.to_string().contains(OVER_THE_LIMIT)
+        {
+            self.tripped.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn watch(&self, events: Events) -> Events {
+        let tripped = self.tripped.clone();
+        events
+            .inspect(move |event| {
+                if let Err(error) = event
+                    && format!("{error} {error:?}").contains(OVER_THE_LIMIT)
+                {
+                    tripped.store(true, Ordering::SeqCst);
+                }
+            })
+            .boxed()
+    }
+}
+
+impl StreamableHttpClient for SizeWatched {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let answer = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await;
+        self.note(&answer);
+        answer.map(|answer| match answer {
+            StreamableHttpPostResponse::Sse(events, session) => {
+                StreamableHttpPostResponse::Sse(self.watch(events), session)
+            }
+            other => other,
+        })
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let answer = self
+            .inner
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        self.note(&answer);
+        answer.map(|answer| match answer {
+            StreamableHttpPostResponse::Sse(events, session) => {
+                StreamableHttpPostResponse::Sse(self.watch(events), session)
+            }
+            other => other,
+        })
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        self.inner.delete_session(uri, session_id, auth_header, custom_headers).await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<Events, StreamableHttpError<Self::Error>> {
+        let events = self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await;
+        self.note(&events);
+        events.map(|events| self.watch(events))
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<Events, StreamableHttpError<Self::Error>> {
+        let events = self
+            .inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        self.note(&events);
+        events.map(|events| self.watch(events))
+    }
+}
