@@ -7,6 +7,7 @@ mod support;
 
 mod agent;
 mod anthropic;
+mod litellm;
 mod llm_step;
 mod memory;
 mod openai;
