@@ -1,8 +1,8 @@
 //! The adapters against the LiteLLM proxy (`tools/litellm/config.yaml`, from PyPI, pinned): an
 //! independent OpenAI-compatible (`/v1/chat/completions`) and Anthropic-compatible
 //! (`/v1/messages`) server whose answers are scripted per model name — plain, streamed,
-//! structured, tool calls, cut off (`length` / `max_tokens`), refused (`content_filter` /
-//! `refusal`), rate limited (429) and overloaded (503).
+//! structured (both APIs' ways), tool calls, cut off (`length` / `max_tokens`), refused
+//! (`content_filter` / `refusal`), rate limited (429) and overloaded (503).
 //!
 //! `.ci/run` installs the proxy into a virtual environment and sets
 //! `STEPWRIGHT_TEST_LITELLM` to its `litellm` command; without the variable this test says it
@@ -148,15 +148,19 @@ async fn the_adapters_read_the_litellm_proxys_answers_in_both_wire_formats() {
     let anthropic = Anthropic::new(&proxy.base, Some(KEY.into()), once(), &RateLimits::default()).unwrap();
     scenarios(&anthropic).await;
 
-    // Structured output (OpenAI's `response_format`): the JSON text of the answer.
-    let mut structured = ask("structured");
-    structured.output = Some(OutputFormat {
-        name: "city".into(),
-        schema: json!({ "type": "object", "required": ["city"], "properties": { "city": { "type": "string" }, "population": { "type": "integer" } } }),
-    });
-    let (whole, streamed, _) = both(&openai, &structured).await;
-    for answer in [whole, streamed] {
-        let parsed: Value = serde_json::from_str(&answer.content).unwrap();
-        assert_eq!(parsed, json!({ "city": "Paris", "population": 2_100_000 }));
+    // Structured output: LiteLLM's own mock answers OpenAI's `response_format` with JSON
+    // text; the scripted model answers each API its way (JSON text, or the input of the tool
+    // an Anthropic request forces). Either way the adapter's answer is the JSON text.
+    let schema = json!({ "type": "object", "required": ["city"], "properties": { "city": { "type": "string" }, "population": { "type": "integer" } } });
+    let expected = json!({ "city": "Paris", "population": 2_100_000 });
+    for (model, scenario) in [(&openai as &dyn ChatModel, "structured"), (&openai, "shaped"), (&anthropic, "shaped")] {
+        let mut structured = ask(scenario);
+        structured.output = Some(OutputFormat { name: "city".into(), schema: schema.clone() });
+        let (whole, streamed, _) = both(model, &structured).await;
+        for answer in [whole, streamed] {
+            let parsed: Value = serde_json::from_str(&answer.content)
+                .unwrap_or_else(|e| panic!("{} {scenario}: {e}: {:?}", model.provider(), answer.content));
+            assert_eq!(parsed, expected, "{} {scenario}", model.provider());
+        }
     }
 }
