@@ -44,6 +44,29 @@ impl SizeWatched {
         }
     }
 
+    /// A POST's answer, noted and its event stream watched.
+    fn watch_answer(
+        &self,
+        answer: Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        self.note(&answer);
+        answer.map(|answer| match answer {
+            StreamableHttpPostResponse::Sse(events, session) => {
+                StreamableHttpPostResponse::Sse(self.watch(events), session)
+            }
+            other => other,
+        })
+    }
+
+    /// A GET's event stream, noted and watched.
+    fn watch_stream(
+        &self,
+        events: Result<Events, StreamableHttpError<reqwest::Error>>,
+    ) -> Result<Events, StreamableHttpError<reqwest::Error>> {
+        self.note(&events);
+        events.map(|events| self.watch(events))
+    }
+
     fn watch(&self, events: Events) -> Events {
         let tripped = self.tripped.clone();
         events
@@ -70,13 +93,7 @@ impl StreamableHttpClient for SizeWatched {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let answer = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await;
-        self.note(&answer);
-        answer.map(|answer| match answer {
-            StreamableHttpPostResponse::Sse(events, session) => {
-                StreamableHttpPostResponse::Sse(self.watch(events), session)
-            }
-            other => other,
-        })
+        self.watch_answer(answer)
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -99,13 +116,7 @@ impl StreamableHttpClient for SizeWatched {
                 max_sse_event_size,
             )
             .await;
-        self.note(&answer);
-        answer.map(|answer| match answer {
-            StreamableHttpPostResponse::Sse(events, session) => {
-                StreamableHttpPostResponse::Sse(self.watch(events), session)
-            }
-            other => other,
-        })
+        self.watch_answer(answer)
     }
 
     async fn delete_session(
@@ -126,9 +137,7 @@ impl StreamableHttpClient for SizeWatched {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<Events, StreamableHttpError<Self::Error>> {
-        let events = self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await;
-        self.note(&events);
-        events.map(|events| self.watch(events))
+        self.watch_stream(self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers).await)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -151,7 +160,6 @@ impl StreamableHttpClient for SizeWatched {
                 max_sse_event_size,
             )
             .await;
-        self.note(&events);
-        events.map(|events| self.watch(events))
+        self.watch_stream(events)
     }
 }
