@@ -27,8 +27,15 @@ def _scenario(model: str) -> str:
     return model.split("/")[-1]
 
 
+def _overloaded_529(model: str):
+    """Anthropic's own "overloaded" status, raised with its status code for the proxy to answer."""
+    raise litellm.APIError(status_code=529, message="Overloaded", llm_provider="anthropic", model=model)
+
+
 def _whole(model: str, forced: str = "") -> ModelResponse:
     scenario = _scenario(model)
+    if scenario == "overloaded529":
+        _overloaded_529(model)
     if scenario == "shaped":
         if forced:
             call = ChatCompletionMessageToolCall(id="call_s", type="function", function=Function(name=forced, arguments=SHAPED))
@@ -63,6 +70,8 @@ def _whole(model: str, forced: str = "") -> ModelResponse:
 
 def _chunks(model: str, forced: str = ""):
     scenario = _scenario(model)
+    if scenario == "overloaded529":
+        _overloaded_529(model)
     if scenario == "shaped":
         usage = {"prompt_tokens": 7, "completion_tokens": 9, "total_tokens": 16}
         if forced:

@@ -120,21 +120,9 @@ async fn an_agent_calls_mcp_tools_in_parallel() {
 
 /// Starts the reference server on HTTP and waits until it listens.
 async fn http_server(script: &str, port: u16) -> tokio::process::Child {
-    let child = tokio::process::Command::new("node")
-        .args([script, "streamableHttp"])
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return child;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the reference server did not listen on port {port}");
+    let mut command = tokio::process::Command::new("node");
+    command.args([script, "streamableHttp"]).env("PORT", port.to_string());
+    support::listening(command, port).await
 }
 
 fn free_port() -> u16 {

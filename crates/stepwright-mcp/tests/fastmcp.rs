@@ -37,20 +37,9 @@ async fn run(tools: &Arc<Tools>, tool: &str, args: Value) -> RunReport {
 
 /// Starts the server on HTTP and waits until it listens.
 async fn http_server(python: &str, port: u16) -> tokio::process::Child {
-    let child = tokio::process::Command::new(python)
-        .args([&script(), "http", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    for _ in 0..400 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return child;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the FastMCP server did not listen on port {port}");
+    let mut command = tokio::process::Command::new(python);
+    command.args([&script(), "http", &port.to_string()]);
+    support::listening(command, port).await
 }
 
 fn free_port() -> u16 {

@@ -2,7 +2,7 @@
 //! independent OpenAI-compatible (`/v1/chat/completions`) and Anthropic-compatible
 //! (`/v1/messages`) server whose answers are scripted per model name — plain, streamed,
 //! structured (both APIs' ways), tool calls, cut off (`length` / `max_tokens`), refused
-//! (`content_filter` / `refusal`), rate limited (429) and overloaded (503).
+//! (`content_filter` / `refusal`), rate limited (429) and overloaded (503, and Anthropic's 529).
 //!
 //! `.ci/run` installs the proxy into a virtual environment and sets
 //! `STEPWRIGHT_TEST_LITELLM` to its `litellm` command; without the variable this test says it
@@ -124,9 +124,11 @@ async fn scenarios(model: &dyn ChatModel) {
         assert_eq!(answer.finish_reason, FinishReason::ContentFilter, "{provider}: a refusal says so");
     }
 
-    for (scenario, kind, status) in
-        [("limited", ModelErrorKind::RateLimited, 429), ("overloaded", ModelErrorKind::Overloaded, 503)]
-    {
+    for (scenario, kind, status) in [
+        ("limited", ModelErrorKind::RateLimited, 429),
+        ("overloaded", ModelErrorKind::Overloaded, 503),
+        ("overloaded529", ModelErrorKind::Overloaded, 529),
+    ] {
         let error = model.chat(&ask(scenario)).await.expect_err("an error status");
         assert_eq!((error.kind, error.status), (kind, Some(status)), "{provider} {scenario}: {error}");
         assert!(error.kind.retryable(), "{provider} {scenario}");

@@ -12,3 +12,21 @@ pub(crate) fn server_script(variable: &str) -> Option<String> {
     }
     path
 }
+
+/// Spawns a server process (killed when dropped) and waits until it listens on `port`.
+#[allow(dead_code, reason = "not every test binary that shares this module starts an HTTP server")]
+pub(crate) async fn listening(mut command: tokio::process::Command, port: u16) -> tokio::process::Child {
+    let child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return child;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("the server did not listen on port {port}");
+}
