@@ -49,8 +49,10 @@ const GREET_V2 = GREET.replace("'Hello, '", "'Hi there, '");
 
 // A story told slowly by a fake OpenAI-compatible model on loopback, in the real streaming
 // wire format (`chat.completion.chunk` events, the usage chunk, `[DONE]`): the run page must
-// show the words as they come, while the step runs.
+// show the words as they come, while the step runs. It begins with the model id it was
+// asked for, so a recompute with another binding changes the story.
 const STORY_WORDS = 'Once upon a time a durable workflow waited three days for a person and lost nothing at all .'.split(' ');
+const storyAskedFor = [];
 function storyModel() {
   return new Promise((ok) => {
     const server = createHttpServer(async (request, response) => {
@@ -59,7 +61,8 @@ function storyModel() {
       const asked = JSON.parse(body);
       const chunk = (choices, usage) => `data: ${JSON.stringify({ id: 'chatcmpl-story', object: 'chat.completion.chunk', created: 0, model: asked.model, choices, ...(usage ? { usage } : {}) })}\n\n`;
       response.writeHead(200, { 'Content-Type': 'text/event-stream', 'Cache-Control': 'no-cache' });
-      response.write(chunk([{ index: 0, delta: { role: 'assistant', content: '' } }]));
+      storyAskedFor.push(asked.model);
+      response.write(chunk([{ index: 0, delta: { role: 'assistant', content: `[${asked.model}] ` } }]));
       for (const word of STORY_WORDS) {
         response.write(chunk([{ index: 0, delta: { content: `${word} ` } }]));
         await new Promise((r) => setTimeout(r, 250));
@@ -163,6 +166,7 @@ async function main() {
 workflow: story
 models:
   teller: { provider: openai, model: gpt-4o-mini, base_url: "http://127.0.0.1:${model.address().port}/v1", api_key_env: STORY_API_KEY }
+  editor: { provider: openai, model: gpt-4o, base_url: "http://127.0.0.1:${model.address().port}/v1", api_key_env: STORY_API_KEY }
 steps:
   - id: tell
     llm: { model: teller, prompt: "Tell a very short story." }
@@ -391,6 +395,15 @@ steps:
   await operator.locator('.spread .status.s-completed').first().waitFor({ timeout: 20000 });
   const finished = await call(ann, 'GET', `/v1/runs/${told.body.run_id}`);
   assert.match(finished.body.output.text || JSON.stringify(finished.body.output), /lost nothing at all/);
+
+  step('recompute with another model binding the definition has; the diff shows what it changed');
+  await operator.getByRole('button', { name: 'Recompute…' }).click();
+  await operator.getByLabel('Calls to teller').selectOption('editor');
+  await operator.getByRole('button', { name: 'Recompute', exact: true }).click();
+  await operator.waitForURL(/#\/diff\//);
+  await operator.locator('[data-path="tell"][data-verdict="changed"]').waitFor();
+  assert.deepEqual(storyAskedFor.slice(-2), ['gpt-4o-mini', 'gpt-4o'], 'the recompute asked the editor binding\'s model');
+  await operator.getByText('[gpt-4o]', { exact: false }).first().waitFor();
 
   step('bulk cancel shows the count first');
   for (const name of ['Di', 'Ed']) await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name }, wait_seconds: 10 });

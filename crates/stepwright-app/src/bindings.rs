@@ -87,6 +87,33 @@ pub async fn prepare(
     connect_servers(workflow, mcp_servers, &mcp_tool_uses).await
 }
 
+/// A workflow whose model calls to some bindings are answered by others it already has:
+/// `{"smart": "fast"}` sends every call to `smart` to `fast`'s endpoint and model. How a run
+/// is recomputed with another model without the caller naming an endpoint or a key.
+pub fn rebind_models(
+    workflow: stepwright_core::Workflow,
+    replacements: &std::collections::BTreeMap<String, String>,
+) -> Result<stepwright_core::Workflow, AppError> {
+    if replacements.is_empty() {
+        return Ok(workflow);
+    }
+    let models = workflow.services().get::<stepwright_llm::Models>().unwrap_or_default();
+    let rebound = models
+        .rebound(replacements.iter().map(|(name, by)| (name.as_str(), by.as_str())))
+        .map_err(|e| AppError::BadInput(format!("models: {e}")))?;
+    Ok(workflow.with_service(Arc::new(rebound)))
+}
+
+/// The model bindings a workflow has, by name, with the provider's model id each sends.
+pub fn model_bindings(workflow: &stepwright_core::Workflow) -> Vec<(String, String)> {
+    let Some(models) = workflow.services().get::<stepwright_llm::Models>() else { return Vec::new() };
+    models
+        .names()
+        .into_iter()
+        .map(|name| (name.to_owned(), models.model_id(name).unwrap_or_default().to_owned()))
+        .collect()
+}
+
 /// Connects a file's MCP servers, adds their tools to the workflow's, and checks every use
 /// the file makes of them (which tools a server has is known only now).
 pub async fn connect_servers(

@@ -15,7 +15,7 @@ mod view;
 
 use std::sync::Arc;
 
-pub use bindings::{Bindings, Servers, connect_servers, load_file, prepare};
+pub use bindings::{Bindings, Servers, connect_servers, load_file, model_bindings, prepare, rebind_models};
 pub use decide::{Decided, continue_run, decide_then_continue, only_interrupt};
 pub use error::AppError;
 use stepwright_core::journal::DefinitionSource;

@@ -182,6 +182,10 @@ pub(crate) enum Command {
         /// Re-execute from this step on.
         #[arg(long)]
         from: Option<String>,
+        /// `NAME=OTHER`: calls to model binding NAME go to the definition's binding OTHER
+        /// (its endpoint and model), to compare models; repeatable.
+        #[arg(long, value_name = "NAME=OTHER")]
+        rebind: Vec<String>,
         /// Keep the result as a new run forked from this one.
         #[arg(long)]
         persist: bool,

@@ -169,6 +169,7 @@ impl ModelConfig {
 }
 
 /// One binding: its adapter, the model id sent, and the price.
+#[derive(Clone)]
 struct Binding {
     model: Arc<dyn ChatModel>,
     model_id: String,
@@ -200,7 +201,7 @@ pub struct CallRecord {
 pub struct Models {
     bindings: HashMap<String, Binding>,
     cassette: Option<Arc<Cassette>>,
-    limits: RateLimits,
+    limits: Arc<RateLimits>,
 }
 
 impl std::fmt::Debug for Models {
@@ -375,6 +376,27 @@ impl Models {
     /// The provider's model id a binding sends, if the binding exists.
     pub fn model_id(&self, binding: &str) -> Option<&str> {
         self.bindings.get(binding).map(|b| b.model_id.as_str())
+    }
+
+    /// These bindings with some answered by others already here: for each `(name, by)`, a
+    /// call to `name` goes to `by`'s endpoint with `by`'s model id and prices (the same
+    /// cassette, the same rate limits). How a run is recomputed with another model the host
+    /// already binds, without a caller naming an endpoint or a key.
+    pub fn rebound<'a>(&self, replacements: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, String> {
+        let mut bindings = self.bindings.clone();
+        for (name, by) in replacements {
+            if !self.bindings.contains_key(name) {
+                return Err(format!("no model is bound to {name:?} (bound: {})", self.names().join(", ")));
+            }
+            let replacement = self.bindings.get(by).ok_or_else(|| {
+                format!(
+                    "{name:?} cannot be answered by {by:?}: no model is bound to it (bound: {})",
+                    self.names().join(", ")
+                )
+            })?;
+            bindings.insert(name.to_owned(), replacement.clone());
+        }
+        Ok(Self { bindings, cassette: self.cassette.clone(), limits: self.limits.clone() })
     }
 }
 

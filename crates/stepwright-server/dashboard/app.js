@@ -794,14 +794,23 @@ async function replay(id) {
 
 async function recomputeDialog(details) {
   const versions = await api('GET', `/v1/workflows/${encodeURIComponent(details.workflow)}`).then((w) => w.versions).catch(() => []);
+  const bindings = await api('GET', `/v1/runs/${details.run_id}/definition`).then((d) => d.models).catch(() => []);
+  // One choice per binding the definition has: itself, or another of its bindings.
+  const rebinds = bindings.length < 2 ? [] : bindings.map((b, i) => ({
+    name: b.name,
+    select: h('select', { id: `rc-model-${i}` },
+      h('option', { value: '', text: `${b.name} (${b.model})` }),
+      bindings.filter((o) => o.name !== b.name).map((o) => h('option', { value: o.name, text: `answered by ${o.name} (${o.model})` }))),
+  }));
   const version = h('select', { id: 'rc-version' }, h('option', { value: '', text: 'the version the run is pinned to' }), versions.map((v) => h('option', { value: String(v.version), text: `version ${v.version} (${v.hash.slice(0, 10)}…)` })));
   const from = h('select', { id: 'rc-from' }, h('option', { value: '', text: 'the start' }), details.steps.filter((s) => !isEffect(s.path)).map((s) => h('option', { value: s.path, text: s.path })));
   const problem = h('div', { role: 'alert', class: 'error' });
   const dialog = h('dialog', { 'aria-labelledby': 'rc-title' },
     h('form', { method: 'dialog' },
       h('h2', { id: 'rc-title', text: 'Recompute' }),
-      h('p', { class: 'muted', text: 'Re-executes the run in a sandbox and keeps the result as a new run forked from it, to compare side by side. Models are the server\u2019s bindings: to try another, register a version that names it.' }),
+      h('p', { class: 'muted', text: 'Re-executes the run in a sandbox and keeps the result as a new run forked from it, to compare side by side. A model binding can be answered by another binding the definition has; a new model or endpoint is a new version.' }),
       h('label', { for: 'rc-version', text: 'Definition' }), version,
+      rebinds.length ? h('fieldset', {}, h('legend', { text: 'Models' }), rebinds.map((r) => [h('label', { for: r.select.id, text: `Calls to ${r.name}` }), r.select])) : null,
       h('label', { for: 'rc-from', text: 'Re-execute from' }), from,
       problem,
       h('div', { class: 'row' }, h('button', { value: 'no', text: 'Close' }), h('button', { value: 'yes', class: 'primary', text: 'Recompute' }))));
@@ -813,6 +822,8 @@ async function recomputeDialog(details) {
     const body = { persist: true };
     if (version.value) body.version = Number(version.value);
     if (from.value) body.from = from.value;
+    const models = Object.fromEntries(rebinds.filter((r) => r.select.value).map((r) => [r.name, r.select.value]));
+    if (Object.keys(models).length) body.models = models;
     toast('Recomputing…');
     try {
       const report = await api('POST', `/v1/runs/${details.run_id}/recompute`, body);

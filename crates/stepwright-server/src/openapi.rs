@@ -320,7 +320,7 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             method: "post",
             path: "/v1/runs/{id}/recompute",
             id: "recomputeRun",
-            summary: "Re-execute a run (or from a step), optionally with another registered version, and report what changed.",
+            summary: "Re-execute a run (or from a step), optionally with another registered version or model binding, and report what changed.",
             role: Some(Role::Operator),
             body: Some(schema::<history::RecomputeRun>(g)),
             query: None,

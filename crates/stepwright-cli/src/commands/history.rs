@@ -1,11 +1,13 @@
 //! `replay`, `recompute` and `fork`: new executions from a run's history.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use stepwright::{RecomputeReport, ReplayReport, RunId, RunStatus, StepPath};
 
 use crate::commands::Globals;
+use crate::exit::BadInput;
 use crate::host::{Servers, cli_engine, definition_of, keep_source, load, open_store, parse_json, parse_run};
 use crate::render::{change_name, value_or_none};
 
@@ -38,11 +40,13 @@ pub(crate) async fn recompute(
     run: String,
     file: Option<PathBuf>,
     from: Option<String>,
+    rebind: &[String],
     persist: bool,
     json: bool,
 ) -> anyhow::Result<u8> {
     let flags = g.flags;
     let run = parse_run(&run)?;
+    let rebind = parse_rebind(rebind)?;
     let store = open_store(g.db).await?;
     let workflow = match &file {
         Some(file) => load(file, flags, Servers::Connected).await?,
@@ -51,9 +55,21 @@ pub(crate) async fn recompute(
     if let Some(file) = &file {
         keep_source(&store, &workflow, file).await?;
     }
+    let workflow = stepwright::app::rebind_models(workflow, &rebind)?;
     let options = stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
     let report = cli_engine(&store, false).recompute(&workflow, run, options).await?;
     print_recompute(&report, json)
+}
+
+/// `--rebind NAME=OTHER` options, as the map the API's `models` takes.
+pub(crate) fn parse_rebind(entries: &[String]) -> anyhow::Result<BTreeMap<String, String>> {
+    entries
+        .iter()
+        .map(|entry| match entry.split_once('=') {
+            Some((name, other)) if !name.is_empty() && !other.is_empty() => Ok((name.to_owned(), other.to_owned())),
+            _ => Err(anyhow::anyhow!(BadInput(format!("--rebind {entry:?}: expected NAME=OTHER, two model bindings")))),
+        })
+        .collect()
 }
 
 /// Prints what a recompute found (local or from a server); exit 0 clean, 1 changed.

@@ -66,8 +66,8 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         Command::Cancel { run, reason, user, wait } => decide::cancel_run(g, run, reason, user, wait).await,
         Command::Worker { once, log_format, tenant } => worker::worker(g, once, log_format, tenant).await,
         Command::Replay { run, json } => history::replay(g, run, json).await,
-        Command::Recompute { run, file, from, persist, json } => {
-            history::recompute(g, run, file, from, persist, json).await
+        Command::Recompute { run, file, from, rebind, persist, json } => {
+            history::recompute(g, run, file, from, &rebind, persist, json).await
         }
         Command::Fork { run, at, set, json } => history::fork(g, run, at, set, json).await,
         Command::Runs { command } => runs::runs(g, command).await,

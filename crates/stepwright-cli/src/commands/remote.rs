@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use serde_json::{Value, json};
 
 use crate::args::{Command, RunsCommand};
-use crate::commands::history::{fork_edits, print_fork, print_recompute, print_replay};
+use crate::commands::history::{fork_edits, parse_rebind, print_fork, print_recompute, print_replay};
 use crate::exit::{BadInput, exit_code};
 use crate::render::{clock_time, owner_text_of, print_report, print_timeline, usage_text};
 
@@ -195,8 +195,8 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             let report = remote.post(&format!("/v1/runs/{run}/replay"), json!({})).await?;
             print_replay(&serde_json::from_value(report).context("the server's answer is not a replay report")?, json)
         }
-        Command::Recompute { run, file, from, persist, json } => {
-            let mut body = json!({ "from": from, "persist": persist });
+        Command::Recompute { run, file, from, rebind, persist, json } => {
+            let mut body = json!({ "from": from, "persist": persist, "models": parse_rebind(&rebind)? });
             if let Some(file) = file {
                 // The new definition is registered, then named by its version.
                 let shown = remote.get(&format!("/v1/runs/{run}")).await?;

@@ -28,6 +28,7 @@ local_and_remote!(
     respond_reject_and_cancel,
     detached_runs_are_executed_by_a_worker,
     replay_recompute_and_fork_from_the_command_line,
+    recompute_answers_a_model_binding_with_another,
     runs_events_renders_the_journal_in_order,
     runs_events_follow_watches_a_run_until_it_finishes,
     an_unknown_run_id_is_a_usage_error,
@@ -386,6 +387,41 @@ fn workers_share_one_postgres_database() {
             assert_eq!(step["attempts"], 1, "{shown}");
         }
     }
+}
+
+/// The fake model says which model id it was asked for.
+fn says_its_model(request: &Value) -> crate::support::Answer {
+    crate::support::Answer::Text(format!("I am {}", request["model"].as_str().unwrap_or("?")))
+}
+
+fn recompute_answers_a_model_binding_with_another(target: &Target) {
+    let dir = target.dir();
+    let (port, model) = crate::support::fake_openai(says_its_model, crate::support::Tokens::Fixed(10, 4));
+    // The fake model takes any key: PATH is a variable every process has.
+    let endpoint = format!("base_url: \"http://127.0.0.1:{port}/v1\", api_key_env: PATH");
+    let source = format!(
+        "workflow: ask\nmodels:\n  smart: {{ provider: openai, model: gpt-big, {endpoint} }}\n  fast: {{ provider: openai, model: gpt-small, {endpoint} }}\nsteps:\n  - id: answer\n    llm: {{ model: smart, prompt: Who are you? }}\n"
+    );
+    write(dir, "ask.yaml", &source);
+    let done = target.stepwright(&["run", "ask.yaml", "--json"]);
+    assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+    let run = run_id(&done);
+
+    let recomputed = target.stepwright(&["recompute", &run, "--rebind", "smart=fast", "--json"]);
+    assert_eq!(recomputed.status.code(), Some(1), "a change exits 1: {}", String::from_utf8_lossy(&recomputed.stderr));
+    let report: Value = serde_json::from_slice(&recomputed.stdout).unwrap();
+    assert_eq!(report["recomputed_output"], "I am gpt-small", "{report}");
+    assert_eq!(report["recorded_output"], "I am gpt-big", "{report}");
+    for (rebind, expect) in [
+        ("smart", "--rebind \"smart\": expected NAME=OTHER"),
+        ("smart=slow", "\"smart\" cannot be answered by \"slow\": no model is bound to it (bound: fast, smart)"),
+    ] {
+        let refused = target.stepwright(&["recompute", &run, "--rebind", rebind]);
+        assert_eq!(refused.status.code(), Some(2), "{rebind}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(expect), "{rebind}: {stderr}");
+    }
+    assert_eq!(model.served(), 2, "the run and the recompute; nothing refused called a model");
 }
 
 fn replay_recompute_and_fork_from_the_command_line(target: &Target) {

@@ -45,10 +45,15 @@ pub(crate) struct RecomputeRun {
     #[serde(default)]
     pub from: Option<String>,
     /// Recompute with this registered version of the run's workflow — a new prompt, model or
-    /// step — instead of the definition the run is pinned to. (Models are the server's
-    /// configuration: to try another one, register a version that names it.)
+    /// step — instead of the definition the run is pinned to.
     #[serde(default)]
     pub version: Option<u32>,
+    /// Model bindings answered by others the definition already has: `{"smart": "fast"}`
+    /// sends every call to `smart` to `fast`'s endpoint and model (`GET
+    /// /v1/runs/{id}/definition` lists them). Never an endpoint or a key: those are the
+    /// server's configuration.
+    #[serde(default)]
+    pub models: BTreeMap<String, String>,
     /// Keep the result as a new run forked from this one (its id is the report's `forked`).
     #[serde(default)]
     pub persist: bool,
@@ -76,10 +81,12 @@ pub(crate) async fn recompute(
             shared.workflow(&registered).await?
         }
     };
+    let workflow = stepwright_app::rebind_models(workflow, &body.models)?;
     let options = RecomputeOptions { from: body.from.as_deref().map(StepPath::new), persist: body.persist };
     let report = shared.engine.recompute(&workflow, run, options).await?;
     if let Some(forked) = report.forked {
-        let detail = json!({ "parent": run.to_string(), "from": body.from, "version": body.version });
+        let detail =
+            json!({ "parent": run.to_string(), "from": body.from, "version": body.version, "models": body.models });
         audit(&shared, &who, "run.recomputed", forked.to_string(), detail).await?;
     }
     Ok(Json(report))

@@ -315,6 +315,17 @@ pub(crate) struct RunDefinition {
     /// Its structure (steps, operators, policies), as `stepwright graph` draws it: the
     /// version the run executes, not necessarily the newest one.
     pub graph: Value,
+    /// Its model bindings: what a recompute's `models` may name.
+    pub models: Vec<ModelBinding>,
+}
+
+/// A model binding a definition has.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ModelBinding {
+    /// The name steps call it by.
+    pub name: String,
+    /// The provider's model id it sends.
+    pub model: String,
 }
 
 /// `GET /v1/runs/{id}/definition`: the structure of the definition the run is pinned to.
@@ -330,6 +341,10 @@ pub(crate) async fn definition(
         run_id: run.to_string(),
         hash: record.definition_hash.to_hex(),
         graph: workflow.describe().clone(),
+        models: stepwright_app::model_bindings(&workflow)
+            .into_iter()
+            .map(|(name, model)| ModelBinding { name, model })
+            .collect(),
     }))
 }
 

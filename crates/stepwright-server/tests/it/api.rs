@@ -475,6 +475,66 @@ async fn without_a_worker_started_runs_wait_for_one() {
     server.shutdown().await;
 }
 
+/// The fake model says which model id it was asked for.
+fn says_its_model(request: &serde_json::Value) -> stepwright_testkit::openai::Answer {
+    stepwright_testkit::openai::Answer::Text(format!("I am {}", request["model"].as_str().unwrap_or("?")))
+}
+
+#[tokio::test]
+async fn a_recompute_may_answer_a_binding_with_another_the_definition_has_and_nothing_else() {
+    let model = stepwright_testkit::openai::chat_model(
+        says_its_model,
+        stepwright_testkit::openai::Tokens::Fixed(10, 4),
+        std::time::Duration::ZERO,
+    );
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    let endpoint = format!("base_url: \"http://127.0.0.1:{}/v1\", api_key_env: PATH", model.port);
+    let source = format!(
+        "workflow: ask\nmodels:\n  smart: {{ provider: openai, model: gpt-big, {endpoint} }}\n  fast: {{ provider: openai, model: gpt-small, {endpoint} }}\nsteps:\n  - id: answer\n    llm: {{ model: smart, prompt: Who are you? }}\n"
+    );
+    server.register(&admin, &source).await;
+    let (_, run) = server.post(&admin, "/v1/runs", json!({ "workflow": "ask", "wait_seconds": 10 })).await;
+    assert_eq!((&run["status"], &run["output"]), (&json!("completed"), &json!("I am gpt-big")), "{run}");
+    let id = run["run_id"].as_str().unwrap();
+
+    let (status, definition) = server.get(&admin, &format!("/v1/runs/{id}/definition")).await;
+    assert_eq!(status, 200, "{definition}");
+    assert_eq!(
+        definition["models"],
+        json!([{ "name": "fast", "model": "gpt-small" }, { "name": "smart", "model": "gpt-big" }]),
+        "what a recompute may name"
+    );
+    let recompute = format!("/v1/runs/{id}/recompute");
+    let (status, report) =
+        server.post(&admin, &recompute, json!({ "models": { "smart": "fast" }, "persist": true })).await;
+    assert_eq!(status, 200, "{report}");
+    assert_eq!((&report["changed"], &report["recomputed_output"]), (&json!(true), &json!("I am gpt-small")));
+    let step = report["steps"].as_array().unwrap().iter().find(|s| s["path"] == "answer").unwrap();
+    assert_eq!(step["change"], "value_changed", "{report}");
+    let asked: Vec<String> = model.requests().iter().map(|r| r.body["model"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(asked, ["gpt-big", "gpt-small"], "the recompute called the other binding's model");
+    let forked = report["forked"].as_str().expect("kept");
+    let (_, kept) = server.get(&admin, &format!("/v1/runs/{forked}")).await;
+    assert_eq!(kept["output"], "I am gpt-small", "{kept}");
+    let audit = server.store.audit_entries("acme", 50).await.unwrap();
+    let entry = audit.iter().find(|e| e.action == "run.recomputed").expect("audited");
+    assert_eq!(entry.detail["models"], json!({ "smart": "fast" }), "the audit says which model answered");
+
+    // Only bindings the definition has, both sides; never an endpoint.
+    for (models, names) in [
+        (json!({ "clever": "fast" }), "\"clever\""),
+        (json!({ "smart": "https://evil.example/v1" }), "\"https://evil.example/v1\""),
+    ] {
+        let (status, problem) = server.post(&admin, &recompute, json!({ "models": models })).await;
+        assert_eq!((status, problem["code"].as_str()), (422, Some("bad_input")), "{problem}");
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(detail.contains(names) && detail.contains("bound: fast, smart"), "{detail}");
+    }
+    assert_eq!(model.requests().len(), 2, "a refused recompute calls nothing");
+    server.shutdown().await;
+}
+
 #[tokio::test]
 async fn replay_recompute_and_fork_answer_the_cli_reports_in_the_namespace() {
     let server = TestServer::start().await;
