@@ -72,7 +72,7 @@ async fn two_workers_one_killed_repeatedly() {
     wave(&mut expected).await;
 
     let worker = env!("CARGO_BIN_EXE_crash-worker");
-    let spawn = |name: &str, concurrency: &str| -> Child {
+    let spawn = |name: &str, concurrency: &str, stdout: Stdio| -> Child {
         Command::new(worker)
             .args([
                 "runner",
@@ -84,14 +84,14 @@ async fn two_workers_one_killed_repeatedly() {
                 concurrency,
                 stop.to_str().unwrap(),
             ])
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
     };
     let started = Instant::now();
     // The steady worker takes two runs at a time, so the victims always find work.
-    let mut steady = spawn("steady", "2");
+    let mut steady = spawn("steady", "2", Stdio::piped());
     let steady_pid = steady.id().to_string();
     let mut kills = 0;
     let mut seed = 0x9e37_79b9_u64;
@@ -103,7 +103,7 @@ async fn two_workers_one_killed_repeatedly() {
         if kills >= MIN_KILLS && !stop.exists() {
             std::fs::write(&stop, b"done").unwrap();
         }
-        let mut victim = spawn(&format!("victim-{kills}"), "16");
+        let mut victim = spawn(&format!("victim-{kills}"), "16", Stdio::null());
         seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
         tokio::time::sleep(Duration::from_millis(40 + (seed >> 33) % 160)).await;
         if victim.try_wait().unwrap().is_none() {
@@ -115,7 +115,17 @@ async fn two_workers_one_killed_repeatedly() {
         }
         victim.wait().unwrap();
     };
-    assert!(finished.success(), "the steady worker failed: {:?}", steady.wait_with_output().unwrap().stderr);
+    let steady = steady.wait_with_output().unwrap();
+    assert!(finished.success(), "the steady worker failed: {}", String::from_utf8_lossy(&steady.stderr));
+    // Its appends were group-committed: some commit carried several (fork paths and map
+    // items append at once).
+    let stats = String::from_utf8_lossy(&steady.stdout).to_string();
+    let largest: u64 = stats
+        .trim()
+        .rsplit_once("largest ")
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or_else(|| panic!("the steady worker reports its commits: {stats:?}"));
+    assert!(largest > 1, "a commit carried more than one append: {stats}");
 
     let runs = store.list_runs(RunFilter { limit: Some(100_000), ..RunFilter::default() }).await.unwrap();
     assert_eq!(runs.len(), expected.len());
@@ -177,9 +187,10 @@ async fn two_workers_one_killed_repeatedly() {
     eprintln!(
         "postgres workers: {} runs (fork, map of {MAPPED_ITEMS} at 4, {} writes each), {kills} SIGKILLs of the second worker \
          ({by_victims} step executions in killed processes), {charges_total} charges each made once, {reconciled} \
-         reconciled after an outcome a kill left unknown, {:.1} s",
+         reconciled after an outcome a kill left unknown, steady worker's {}, {:.1} s",
         expected.len(),
         MAPPED_ITEMS + 1,
+        stats.trim(),
         started.elapsed().as_secs_f64()
     );
     let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await;

@@ -25,6 +25,7 @@ where
     create_and_load(&*fresh().await).await;
     append_keeps_order_and_blobs(&*fresh().await).await;
     concurrent_appends_to_one_run(&*fresh().await).await;
+    refused_appends_fail_alone(&*fresh().await).await;
     status_updates(&*fresh().await).await;
     interrupts_resolve_once(&*fresh().await).await;
     events_in_order(&*fresh().await).await;
@@ -630,6 +631,92 @@ pub async fn concurrent_appends_from(one: &dyn Store, other: &dyn Store) {
     let tail = one.load_from(run.id, (WRITERS * ROUNDS * 2 - 2) as u64).await.expect("load from");
     assert_eq!(tail.entries.len(), 2, "positions count the entries with no gap");
     assert_eq!(one.events_from(run.id, (WRITERS * ROUNDS - 1) as u64).await.expect("events from").len(), 1);
+}
+
+/// Appends to many runs at once (which a store may commit together): one with a stale token
+/// and one to a run that does not exist fail, each alone; the others' entries, blobs,
+/// events and interrupts are all written.
+pub async fn refused_appends_fail_alone(store: &dyn Store) {
+    const RUNS: u8 = 16;
+    let mut tokens = Vec::new();
+    for n in 0..RUNS {
+        let run = record(100 + n, "many", RunStatus::Pending, 10);
+        store.create_run(run.clone()).await.expect("create");
+        let lease = store.claim(run.id, "w", wall(), std::time::Duration::from_secs(60)).await.expect("claim");
+        tokens.push((run.id, lease.token));
+    }
+    let stale = |n: u8| n.is_multiple_of(4);
+    let write = |run: RunId, fence: Option<u64>, n: u8| {
+        let (done, blob) = completed("a", json!({ "run": n, "pad": "y".repeat(usize::from(n) * 50) }));
+        let mut entries = vec![entry("a", 1, Record::Started { attempt: 1 }), done];
+        if n % 4 == 2 {
+            let id = InterruptId::new(&format!("int_{n}"));
+            entries.push(entry(
+                "ask",
+                3,
+                Record::InterruptOpened { id, request: InterruptRequest::approval("ok?"), deadline: None },
+            ));
+        }
+        let event = stepwright_core::journal::EventRecord {
+            run,
+            path: StepPath::new("a"),
+            at: Timestamp::from_micros(2),
+            tenant: Some("acme".into()),
+            user: None,
+            kind: "step.completed".into(),
+            data: json!(n),
+        };
+        let mut batch = JournalBatch { entries, blobs: vec![blob], events: vec![event] };
+        async move { store.append(run, fence, &mut batch).await }
+    };
+    let missing = id(99);
+    let writes = tokens
+        .iter()
+        .zip(0..)
+        .map(|((run, token), n)| write(*run, Some(if stale(n) { token + 6 } else { *token }), n))
+        .chain(std::iter::once(write(missing, None, RUNS)));
+    let results = futures_util::future::join_all(writes).await;
+    for ((run, token), n) in tokens.iter().zip(0..) {
+        let result = &results[usize::from(n)];
+        let loaded = store.load(*run).await.expect("load");
+        if stale(n) {
+            let refused = *token + 6;
+            assert!(matches!(result, Err(StoreError::LeaseLost { token, .. }) if *token == refused), "{n}: {result:?}");
+            assert!(loaded.entries.is_empty(), "{n}: a refused append writes nothing");
+            assert!(store.events(*run).await.expect("events").is_empty(), "{n}: nor its events");
+        } else {
+            assert!(result.is_ok(), "{n}: {result:?}");
+            let expected = if n % 4 == 2 { 3 } else { 2 };
+            assert_eq!(loaded.entries.len(), expected, "{n}: every entry, in order");
+            let Record::Completed { output, .. } = loaded.entries[1].record else {
+                panic!("{n}: started, then completed: {:?}", loaded.entries)
+            };
+            assert_eq!(loaded.blobs.get(&output).map(|v| v["run"].clone()), Some(json!(n)), "{n}: its output");
+            let events = store.events(*run).await.expect("events");
+            assert_eq!(events.iter().map(|e| e.data.clone()).collect::<Vec<_>>(), [json!(n)], "{n}: its event");
+        }
+    }
+    assert!(
+        matches!(results.last(), Some(Err(StoreError::RunNotFound(run))) if *run == missing),
+        "{:?}",
+        results.last()
+    );
+    // The interrupts opened by written appends can be resolved; they were recorded.
+    let (run, _) = tokens[2];
+    let resolved = entry(
+        "ask",
+        4,
+        Record::InterruptResolved {
+            id: InterruptId::new("int_2"),
+            resolution: Resolution {
+                decision: Decision::Approve,
+                by: None,
+                at: Timestamp::from_micros(4),
+                timed_out: false,
+            },
+        },
+    );
+    store.resolve_interrupt(run, resolved).await.expect("the interrupt was recorded with its append");
 }
 
 /// Status, output, error and wake-up time are stored.

@@ -20,5 +20,5 @@ pub mod sqlite;
 pub use control::ServerStore;
 pub use open::{AnyStore, OpenError, open};
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
+pub use postgres::{GroupCommitStats, PostgresStore};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous, used_bytes};

@@ -24,9 +24,12 @@ use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPa
 
 use crate::encoding::{CODEC_JSON, EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
+mod appends;
 mod bank;
 mod control;
 mod sessions;
+
+pub use appends::GroupCommitStats;
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("postgres/001_initial.sql")),
@@ -50,6 +53,7 @@ pub const CANCEL_CHANNEL: &str = "stepwright_cancel";
 /// A durable store in a Postgres database.
 pub struct PostgresStore {
     pool: PgPool,
+    appender: appends::Appender,
     listener: tokio::sync::Mutex<Option<PgListener>>,
     cancel_listener: tokio::sync::Mutex<Option<PgListener>>,
 }
@@ -101,12 +105,24 @@ impl PostgresStore {
             .await
             .map_err(pg("connecting to postgres"))?;
         migrate(&pool).await?;
-        Ok(Self { pool, listener: tokio::sync::Mutex::new(None), cancel_listener: tokio::sync::Mutex::new(None) })
+        let appender = appends::Appender::start(&pool);
+        Ok(Self {
+            pool,
+            appender,
+            listener: tokio::sync::Mutex::new(None),
+            cancel_listener: tokio::sync::Mutex::new(None),
+        })
     }
 
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// How group commit has gone in this process: commits, the appends they carried, the
+    /// largest batch.
+    pub fn group_commit_stats(&self) -> GroupCommitStats {
+        self.appender.stats()
     }
 
     async fn notify(&self, run: RunId) {
@@ -523,16 +539,11 @@ impl Store for PostgresStore {
         fence: Option<u64>,
         batch: &'a mut JournalBatch,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
+        // Group-committed with the appends of this process's other runs (see `appends`).
+        let owned = std::mem::take(batch);
+        let committed = self.appender.append(run, fence, owned);
         Box::pin(async move {
-            let doing = "appending to the journal";
-            let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-            let (token, seq, event_seq) = lock_run(&mut tx, run, batch.entries.len(), batch.events.len()).await?;
-            check_token(run, token, fence)?;
-            append_locked(&mut tx, run, seq, event_seq, batch).await?;
-            tx.commit().await.map_err(pg(doing))?;
-            batch.entries.clear();
-            batch.blobs.clear();
-            batch.events.clear();
+            *batch = committed.await?;
             Ok(())
         })
     }

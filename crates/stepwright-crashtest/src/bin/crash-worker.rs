@@ -6,7 +6,8 @@
 //! `crash-worker runner POSTGRES_URL SCHEMA WORKER LOG LEDGERS [CONCURRENCY [STOP_FILE]]`: a
 //! runner loop on Postgres (1 s leases, both crash-test workflows registered, 16 runs at once
 //! unless told) that exits once no run is left unfinished — and, given a stop file, only
-//! once that file exists too (the harness is done adding runs).
+//! once that file exists too (the harness is done adding runs), printing how its appends
+//! were group-committed.
 #![allow(clippy::print_stdout)]
 
 use std::path::PathBuf;
@@ -87,6 +88,9 @@ async fn runner(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
         let unfinished =
             store.list_runs(RunFilter { limit: Some(100_000), headers_only: true, ..RunFilter::default() }).await?;
         if done_adding && unfinished.iter().all(|r| r.status.is_terminal()) {
+            // For the harness: how many appends its commits carried.
+            let stats = store.group_commit_stats();
+            println!("group commit: {} commits, {} appends, largest {}", stats.commits, stats.appends, stats.largest);
             return Ok(());
         }
         store.wait_for_work(Duration::from_millis(50)).await;

@@ -130,3 +130,63 @@ async fn open_connects_by_url() {
     let runs = store.list_runs(stepwright_core::store::RunFilter { limit: Some(1), ..Default::default() }).await;
     assert!(runs.is_ok(), "{runs:?}");
 }
+
+/// Appends of many runs at once share commits (group commit), and what is refused fails
+/// alone (the conformance case, here with the batches' sizes read back).
+#[tokio::test]
+async fn appends_of_many_runs_share_commits() {
+    let Some(store) = test_store("appends_of_many_runs_share_commits").await else { return };
+    conformance::refused_appends_fail_alone(&*store).await;
+    let stats = store.group_commit_stats();
+    assert!(stats.largest > 1, "a commit carried several appends: {stats:?}");
+    assert!(stats.commits < stats.appends, "{stats:?}");
+}
+
+/// One append the database refuses (JSONB takes no NUL character) among others committed
+/// with it: the batch is applied again one append at a time, and only that one fails.
+#[tokio::test]
+async fn an_append_the_database_refuses_fails_alone_in_its_batch() {
+    use stepwright_core::journal::{EventRecord, JournalBatch, JournalEntry};
+    use stepwright_core::{Record, StepPath, StoreError};
+    let Some(store) = test_store("an_append_the_database_refuses_fails_alone").await else { return };
+    for n in 0..8 {
+        store.create_run(pending(n)).await.unwrap();
+    }
+    let append = |n: u8| {
+        let store = store.clone();
+        async move {
+            let run = pending(n).id;
+            let data = if n == 5 { json!("a\u{0}b") } else { json!(n) };
+            let mut batch = JournalBatch {
+                entries: vec![JournalEntry {
+                    path: StepPath::new("a"),
+                    at: Timestamp::from_micros(1),
+                    record: Record::Started { attempt: 1 },
+                }],
+                blobs: Vec::new(),
+                events: vec![EventRecord {
+                    run,
+                    path: StepPath::new("a"),
+                    at: Timestamp::from_micros(1),
+                    tenant: None,
+                    user: None,
+                    kind: "step.started".into(),
+                    data,
+                }],
+            };
+            store.append(run, None, &mut batch).await
+        }
+    };
+    let results = futures_util::future::join_all((0..8).map(append)).await;
+    for (n, result) in (0..8).zip(&results) {
+        let written = store.load(pending(n).id).await.unwrap().entries.len();
+        if n == 5 {
+            assert!(matches!(result, Err(StoreError::Backend { .. })), "{result:?}");
+            assert_eq!(written, 0, "nothing of the refused append");
+        } else {
+            assert!(result.is_ok(), "{n}: {result:?}");
+            assert_eq!(written, 1, "{n}");
+        }
+    }
+    assert!(store.group_commit_stats().largest > 1, "{:?}", store.group_commit_stats());
+}

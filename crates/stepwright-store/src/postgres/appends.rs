@@ -1,0 +1,326 @@
+//! Group commit of journal appends: the appends of every run this process executes go
+//! through a few lanes (a run always through the same one), and each lane commits everything
+//! queued on it as one statement — the run rows locked and their counters moved, the fencing
+//! token checked per run, journal rows, events, interrupts and blobs inserted — acknowledging
+//! each caller after the commit.
+//!
+//! A lane waits for nothing: it commits as soon as it has something, and what arrives while
+//! it commits goes in its next batch, so one run alone pays one commit per append while many
+//! share one. A run whose token does not match (its lease was lost) or that does not exist
+//! fails alone: its rows are not written, the others' are. A batch the database refuses as a
+//! whole (a deadlock, a constraint) is applied again one append per transaction, so what
+//! failed fails alone there too.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures_util::future::BoxFuture;
+use sqlx::PgPool;
+use stepwright_core::journal::JournalBatch;
+use stepwright_core::store::backend::referenced_blob;
+use stepwright_core::{Record, RunId, StoreError};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{append_locked, check_token, lock_run, pg, to_value};
+use crate::encoding::{EncodedBlobs, encode_batch_blobs};
+
+/// The most appends one commit takes.
+const MAX_BATCH: usize = 512;
+
+/// Lanes per process: enough that a commit's wait for the disk overlaps the next batch's.
+const LANES: usize = 4;
+
+/// One caller's append, waiting for its commit.
+struct Pending {
+    run: RunId,
+    fence: Option<u64>,
+    batch: JournalBatch,
+    ack: oneshot::Sender<Result<JournalBatch, StoreError>>,
+}
+
+/// How group commit has gone in this process.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GroupCommitStats {
+    /// Commits made.
+    pub commits: u64,
+    /// Appends they carried.
+    pub appends: u64,
+    /// The most appends one commit carried.
+    pub largest: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    appends: AtomicU64,
+    largest: AtomicU64,
+}
+
+/// The lanes of one store.
+pub(super) struct Appender {
+    lanes: Vec<mpsc::UnboundedSender<Pending>>,
+    counters: Arc<Counters>,
+}
+
+impl Appender {
+    /// Starts the lanes on the current runtime; they stop when the store is dropped.
+    pub(super) fn start(pool: &PgPool) -> Self {
+        let counters = Arc::new(Counters::default());
+        let lanes = (0..LANES)
+            .map(|_| {
+                let (sender, receiver) = mpsc::unbounded_channel();
+                tokio::spawn(lane(pool.clone(), receiver, counters.clone()));
+                sender
+            })
+            .collect();
+        Self { lanes, counters }
+    }
+
+    /// Appends `batch` to `run`'s journal in the next commit of its lane; hands the drained
+    /// batch back (the caller keeps its buffers' capacity).
+    pub(super) fn append(
+        &self,
+        run: RunId,
+        fence: Option<u64>,
+        batch: JournalBatch,
+    ) -> BoxFuture<'static, Result<JournalBatch, StoreError>> {
+        let lane = &self.lanes[(run.as_uuid().as_u128() % self.lanes.len() as u128) as usize];
+        let (ack, answer) = oneshot::channel();
+        let sent = lane.send(Pending { run, fence, batch, ack });
+        Box::pin(async move {
+            sent.map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?
+        })
+    }
+
+    pub(super) fn stats(&self) -> GroupCommitStats {
+        GroupCommitStats {
+            commits: self.counters.commits.load(Ordering::Relaxed),
+            appends: self.counters.appends.load(Ordering::Relaxed),
+            largest: self.counters.largest.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn stopped() -> StoreError {
+    crate::encoding::backend("appending to the journal", std::io::Error::other("the store's commit lane stopped"))
+}
+
+/// Commits what is queued on one lane, batch after batch, until the store is dropped.
+async fn lane(pool: PgPool, mut queue: mpsc::UnboundedReceiver<Pending>, counters: Arc<Counters>) {
+    let mut pending = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut pending, MAX_BATCH).await > 0 {
+        counters.commits.fetch_add(1, Ordering::Relaxed);
+        counters.appends.fetch_add(pending.len() as u64, Ordering::Relaxed);
+        counters.largest.fetch_max(pending.len() as u64, Ordering::Relaxed);
+        commit(&pool, &mut pending).await;
+    }
+}
+
+/// Commits a batch of appends and answers each caller.
+async fn commit(pool: &PgPool, pending: &mut Vec<Pending>) {
+    // Two appends to one run with different tokens cannot share the run's check: the later
+    // ones go one by one, after.
+    let mut fences: HashMap<RunId, Option<u64>> = HashMap::with_capacity(pending.len());
+    let (grouped, alone): (Vec<Pending>, Vec<Pending>) =
+        pending.drain(..).partition(|p| *fences.entry(p.run).or_insert(p.fence) == p.fence);
+    // Refused as a whole: each append again on its own, where what failed fails alone.
+    let written = commit_together(pool, &grouped).await.ok();
+    for op in grouped {
+        let result = match &written {
+            Some(written) if written.contains(&op.run) => Ok(()),
+            Some(_) => Err(refusal(pool, op.run, op.fence).await),
+            None => append_alone(pool, op.run, op.fence, &op.batch).await,
+        };
+        answer(op, result);
+    }
+    for op in alone {
+        let result = append_alone(pool, op.run, op.fence, &op.batch).await;
+        answer(op, result);
+    }
+}
+
+fn answer(op: Pending, result: Result<(), StoreError>) {
+    let Pending { mut batch, ack, .. } = op;
+    let result = result.map(|()| {
+        batch.entries.clear();
+        batch.blobs.clear();
+        batch.events.clear();
+        batch
+    });
+    // A caller that stopped waiting no longer needs the answer; its write stands.
+    drop(ack.send(result));
+}
+
+/// One append in a transaction of its own: the path a refused batch falls back to.
+async fn append_alone(pool: &PgPool, run: RunId, fence: Option<u64>, batch: &JournalBatch) -> Result<(), StoreError> {
+    let doing = "appending to the journal";
+    let mut tx = pool.begin().await.map_err(pg(doing))?;
+    let (token, seq, event_seq) = lock_run(&mut tx, run, batch.entries.len(), batch.events.len()).await?;
+    check_token(run, token, fence)?;
+    append_locked(&mut tx, run, seq, event_seq, batch).await?;
+    tx.commit().await.map_err(pg(doing))
+}
+
+/// Why a run's append was not written: it does not exist, or its token is not the fence.
+async fn refusal(pool: &PgPool, run: RunId, fence: Option<u64>) -> StoreError {
+    let token: Result<Option<i64>, _> = sqlx::query_scalar("SELECT lease_token FROM stepwright_runs WHERE id = $1")
+        .bind(run.as_uuid())
+        .fetch_optional(pool)
+        .await;
+    match token {
+        Ok(Some(token)) => check_token(run, token as u64, fence).err().unwrap_or_else(|| {
+            // The token matches now: it was taken and given back between the two reads.
+            StoreError::LeaseLost { run, token: fence.unwrap_or_default() }
+        }),
+        Ok(None) => StoreError::RunNotFound(run),
+        Err(e) => crate::encoding::backend("appending to the journal", e),
+    }
+}
+
+/// The rows of one batch statement, column by column.
+#[derive(Default)]
+struct Columns {
+    runs: Vec<uuid::Uuid>,
+    fences: Vec<Option<i64>>,
+    entry_counts: Vec<i64>,
+    event_counts: Vec<i64>,
+    entry_runs: Vec<uuid::Uuid>,
+    entry_offsets: Vec<i64>,
+    entry_paths: Vec<String>,
+    entry_ats: Vec<i64>,
+    entry_records: Vec<serde_json::Value>,
+    entry_blobs: Vec<Option<Vec<u8>>>,
+    entry_values: Vec<Option<Vec<u8>>>,
+    event_runs: Vec<uuid::Uuid>,
+    event_offsets: Vec<i64>,
+    event_paths: Vec<String>,
+    event_ats: Vec<i64>,
+    event_tenants: Vec<Option<String>>,
+    event_users: Vec<Option<String>>,
+    event_kinds: Vec<String>,
+    event_datas: Vec<serde_json::Value>,
+    interrupt_runs: Vec<uuid::Uuid>,
+    interrupt_ids: Vec<String>,
+    interrupt_paths: Vec<String>,
+    blob_hashes: Vec<Vec<u8>>,
+    blob_codecs: Vec<i16>,
+    blob_datas: Vec<Vec<u8>>,
+}
+
+/// Writes every append of the batch whose run exists and whose token matches, in one
+/// statement (so one commit); returns the runs written.
+async fn commit_together(pool: &PgPool, pending: &[Pending]) -> Result<HashSet<RunId>, StoreError> {
+    let mut columns = Columns::default();
+    // Per run: its fence and how many entries and events the batch adds, in run order.
+    let mut per_run: BTreeMap<RunId, (Option<u64>, i64, i64)> = BTreeMap::new();
+    let mut seen_blobs = HashSet::new();
+    for op in pending {
+        let counts = per_run.entry(op.run).or_insert((op.fence, 0, 0));
+        let run = op.run.as_uuid();
+        let EncodedBlobs { inline, stored } = encode_batch_blobs(&op.batch);
+        for (hash, codec, bytes) in stored {
+            if seen_blobs.insert(hash) {
+                columns.blob_hashes.push(hash.as_bytes().to_vec());
+                columns.blob_codecs.push(codec as i16);
+                columns.blob_datas.push(bytes);
+            }
+        }
+        for entry in &op.batch.entries {
+            let referenced = referenced_blob(&entry.record);
+            let value = referenced.and_then(|h| inline.get(&h)).cloned();
+            let blob = if value.is_some() { None } else { referenced.map(|h| h.as_bytes().to_vec()) };
+            if let Record::InterruptOpened { id, .. } = &entry.record {
+                columns.interrupt_runs.push(run);
+                columns.interrupt_ids.push(id.as_str().to_owned());
+                columns.interrupt_paths.push(entry.path.as_str().to_owned());
+            }
+            columns.entry_runs.push(run);
+            columns.entry_offsets.push(counts.1);
+            counts.1 += 1;
+            columns.entry_paths.push(entry.path.as_str().to_owned());
+            columns.entry_ats.push(entry.at.as_micros());
+            columns.entry_records.push(to_value(&entry.record));
+            columns.entry_blobs.push(blob);
+            columns.entry_values.push(value);
+        }
+        for event in &op.batch.events {
+            columns.event_runs.push(run);
+            columns.event_offsets.push(counts.2);
+            counts.2 += 1;
+            columns.event_paths.push(event.path.as_str().to_owned());
+            columns.event_ats.push(event.at.as_micros());
+            columns.event_tenants.push(event.tenant.clone());
+            columns.event_users.push(event.user.clone());
+            columns.event_kinds.push(event.kind.clone());
+            columns.event_datas.push(event.data.clone());
+        }
+    }
+    for (run, (fence, entries, events)) in &per_run {
+        columns.runs.push(run.as_uuid());
+        columns.fences.push(fence.map(|f| f as i64));
+        columns.entry_counts.push(*entries);
+        columns.event_counts.push(*events);
+    }
+    // Every part joins `locked`: a run that is missing or whose token differs is not
+    // updated, so none of its rows are inserted.
+    let written: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "WITH batch AS ( \
+             SELECT * FROM UNNEST($1::uuid[], $2::bigint[], $3::bigint[], $4::bigint[]) AS b(id, fence, entries, events) \
+         ), locked AS ( \
+             UPDATE stepwright_runs r SET journal_next = r.journal_next + b.entries, event_next = r.event_next + b.events \
+             FROM batch b WHERE r.id = b.id AND (b.fence IS NULL OR r.lease_token = b.fence) \
+             RETURNING r.id, r.journal_next - b.entries AS seq, r.event_next - b.events AS event_seq \
+         ), blobs AS ( \
+             INSERT INTO stepwright_blobs (hash, codec, data) \
+             SELECT * FROM UNNEST($23::bytea[], $24::smallint[], $25::bytea[]) ON CONFLICT (hash) DO NOTHING \
+         ), journal AS ( \
+             INSERT INTO stepwright_journal (run_id, seq, path, at, record, blob, value) \
+             SELECT e.run, l.seq + e.n, e.path, e.at, e.record, e.blob, e.value \
+             FROM UNNEST($5::uuid[], $6::bigint[], $7::text[], $8::bigint[], $9::jsonb[], $10::bytea[], $11::bytea[]) \
+                  AS e(run, n, path, at, record, blob, value) \
+             JOIN locked l ON l.id = e.run \
+         ), events AS ( \
+             INSERT INTO stepwright_events (run_id, seq, path, at, tenant, user_id, kind, data) \
+             SELECT v.run, l.event_seq + v.n, v.path, v.at, v.tenant, v.user_id, v.kind, v.data \
+             FROM UNNEST($12::uuid[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::text[], $19::jsonb[]) \
+                  AS v(run, n, path, at, tenant, user_id, kind, data) \
+             JOIN locked l ON l.id = v.run \
+         ), interrupts AS ( \
+             INSERT INTO stepwright_interrupts (run_id, id, path, resolved) \
+             SELECT i.run, i.id, i.path, false FROM UNNEST($20::uuid[], $21::text[], $22::text[]) AS i(run, id, path) \
+             JOIN locked l ON l.id = i.run ON CONFLICT DO NOTHING \
+         ) \
+         SELECT id FROM locked",
+    )
+    .bind(&columns.runs)
+    .bind(&columns.fences)
+    .bind(&columns.entry_counts)
+    .bind(&columns.event_counts)
+    .bind(&columns.entry_runs)
+    .bind(&columns.entry_offsets)
+    .bind(&columns.entry_paths)
+    .bind(&columns.entry_ats)
+    .bind(&columns.entry_records)
+    .bind(&columns.entry_blobs)
+    .bind(&columns.entry_values)
+    .bind(&columns.event_runs)
+    .bind(&columns.event_offsets)
+    .bind(&columns.event_paths)
+    .bind(&columns.event_ats)
+    .bind(&columns.event_tenants)
+    .bind(&columns.event_users)
+    .bind(&columns.event_kinds)
+    .bind(&columns.event_datas)
+    .bind(&columns.interrupt_runs)
+    .bind(&columns.interrupt_ids)
+    .bind(&columns.interrupt_paths)
+    .bind(&columns.blob_hashes)
+    .bind(&columns.blob_codecs)
+    .bind(&columns.blob_datas)
+    .fetch_all(pool)
+    .await
+    .map_err(pg("appending to the journal"))?;
+    Ok(written.into_iter().map(|id| RunId::from_bytes(id.into_bytes())).collect())
+}
