@@ -7,6 +7,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod postgres;
+
 use serde_json::{Value, json};
 use stepwright::{Engine, Expr, Fork, InMemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow};
 use stepwright::{SqliteOptions, SqliteStore, Synchronous};
@@ -498,80 +500,6 @@ fn resume_to_next_step(completed: usize, runs: usize, include_resolve: bool) -> 
     median(times)
 }
 
-async fn postgres_in_schema(url: &str, schema: &str) -> Arc<stepwright::PostgresStore> {
-    let options: sqlx::postgres::PgConnectOptions =
-        url.parse::<sqlx::postgres::PgConnectOptions>().expect("url").options([("search_path", schema)]);
-    Arc::new(stepwright::PostgresStore::connect_with(options).await.expect("connect"))
-}
-
-/// D8 worker: a runner over the schema until no run is left unfinished.
-fn d8_worker(url: &str, schema: &str, name: &str) {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    rt.block_on(async {
-        let store = postgres_in_schema(url, schema).await;
-        let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).worker_id(name).build();
-        let runner = stepwright::Runner::new(engine).register(&inc_chain("d8", 10)).max_concurrent(256);
-        loop {
-            let done = runner.tick().await.expect("tick");
-            if done.is_empty() {
-                let open = store
-                    .list_runs(stepwright::store::RunFilter {
-                        limit: Some(1),
-                        status: Some(stepwright::RunStatus::Pending),
-                        ..Default::default()
-                    })
-                    .await
-                    .expect("list");
-                if open.is_empty() {
-                    return;
-                }
-            }
-        }
-    });
-}
-
-/// D8: D4 on Postgres — 1,000 runs of 10 trivial steps, created, then executed by
-/// `workers` runner processes; committed steps per second from their start to the last exit.
-fn d8(url: &str, workers: usize) -> (f64, f64) {
-    let schema = format!("sw_bench_{}_{workers}", std::process::id());
-    let rt = current_thread();
-    rt.block_on(async {
-        let admin = sqlx::PgPool::connect(url).await.expect("connect");
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
-            .execute(&admin)
-            .await
-            .expect("drop");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("schema");
-        let store = postgres_in_schema(url, &schema).await;
-        let engine = Engine::builder().store(store as Arc<dyn Store>).build();
-        let workflow = inc_chain("d8", 10);
-        for _ in 0..1_000 {
-            engine.create(&workflow, json!(0), Default::default()).await.expect("create");
-        }
-    });
-    let exe = std::env::current_exe().expect("exe");
-    let start = Instant::now();
-    let children: Vec<_> = (0..workers)
-        .map(|i| Command::new(&exe).args(["d8-worker", url, &schema, &format!("w{i}")]).spawn().expect("spawn"))
-        .collect();
-    for mut child in children {
-        assert!(child.wait().expect("wait").success());
-    }
-    let wall = start.elapsed().as_secs_f64();
-    rt.block_on(async {
-        let admin = sqlx::PgPool::connect(url).await.expect("connect");
-        let done: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM {schema}.stepwright_runs WHERE status = 'completed'"
-        )))
-        .fetch_one(&admin)
-        .await
-        .expect("count");
-        assert_eq!(done, 1_000, "every run completed");
-        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await;
-    });
-    (wall * 1e3, 10_000.0 / wall)
-}
-
 /// The CLI figures: `validate` on a 200-step file and `run` of a three-step workflow, each
 /// a fresh `stepwright` process (from `target/release`, next to this binary).
 fn cli_figures(runs: usize) -> (f64, f64) {
@@ -679,7 +607,7 @@ fn main() {
         Some("w3-child") => return w3_child(),
         Some("w3-floor-child") => return w3_floor_child(),
         Some("d5-child") => return d5_child(&args[1], &args[2]),
-        Some("d8-worker") => return d8_worker(&args[1], &args[2], &args[3]),
+        Some("d8-worker") => return postgres::d8_worker(&args[1], &args[2], &args[3]),
         _ => {}
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -805,10 +733,30 @@ fn main() {
     if wanted("d8") {
         match std::env::var("STEPWRIGHT_TEST_DATABASE_URL") {
             Ok(url) => {
-                for workers in [1, 2] {
-                    let (wall, rate) = d8(&url, workers);
+                let options = postgres::Options::from_args(&args);
+                for clients in &options.floor_clients {
+                    let tps = postgres::floor(&url, *clients, 3.0);
                     println!(
-                        "| D8 | D4 on Postgres: 1,000 runs × 10 trivial steps, {workers} worker process(es) ({wall:.0} ms wall) | {rate:.0} steps/s | | (report) |"
+                        "| D8 floor | the same Postgres: single-row INSERT per transaction, {clients} client(s), 3 s | {tps:.0} tps | | (floor) |"
+                    );
+                }
+                for workers in &options.workers {
+                    let d8 = postgres::d8(&url, *workers, options.runs);
+                    let statements = d8.statements_per_step.map_or_else(
+                        || "statements/step n/a (no pg_stat_statements)".to_owned(),
+                        |s| format!("{s:.2} statements/step"),
+                    );
+                    println!(
+                        "| D8 | {} runs × 10 trivial steps on Postgres, {} worker process(es) ({:.0} ms wall; claim→first step p50 {:.1} ms, p99 {:.1} ms; {:.2} commits/step, {statements}; {:.1} appends per group commit, largest {}) | {:.0} steps/s | | (report) |",
+                        d8.runs,
+                        d8.workers,
+                        d8.wall_ms,
+                        d8.claim_to_start_p50_ms,
+                        d8.claim_to_start_p99_ms,
+                        d8.commits_per_step,
+                        d8.appends_per_commit,
+                        d8.largest_commit,
+                        d8.steps_per_second
                     );
                 }
             }

@@ -413,6 +413,38 @@ async fn append_locked(
     Ok(())
 }
 
+/// Writes a status update (releasing the lease unless the run keeps running). `guarded`:
+/// only if the run is unfinished, the update's fence matches and no cancel request would
+/// change the update — the one-statement path; returns whether it was written.
+async fn write_status<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    run: RunId,
+    u: &StatusUpdate,
+    guarded: bool,
+) -> Result<bool, StoreError> {
+    let written = sqlx::query(
+        "UPDATE stepwright_runs SET status = $2, output = $3, error = $4, updated_at = $5, wake_at = $6, \
+         lease_owner = CASE WHEN $7 THEN NULL ELSE lease_owner END, \
+         lease_expires = CASE WHEN $7 THEN NULL ELSE lease_expires END \
+         WHERE id = $1 AND (NOT $8 OR (status IN ('pending', 'running', 'suspended') \
+           AND ($9::bigint IS NULL OR lease_token = $9) \
+           AND ($2 NOT IN ('pending', 'suspended') OR cancel_request IS NULL)))",
+    )
+    .bind(uuid(run))
+    .bind(RunStatus::as_str(u.status))
+    .bind(&u.output)
+    .bind(u.error.as_ref().map(to_value))
+    .bind(u.at.as_micros())
+    .bind(u.wake_at.map(Timestamp::as_micros))
+    .bind(u.status != RunStatus::Running)
+    .bind(guarded)
+    .bind(u.fence.map(|f| f as i64))
+    .execute(executor)
+    .await
+    .map_err(pg("setting a run's status"))?;
+    Ok(written.rows_affected() == 1)
+}
+
 /// Why a claim matched no row.
 async fn claim_refusal(pool: &PgPool, run: RunId) -> StoreError {
     let row = sqlx::query("SELECT status, lease_owner, lease_expires FROM stepwright_runs WHERE id = $1")
@@ -551,26 +583,20 @@ impl Store for PostgresStore {
     fn set_status(&self, run: RunId, u: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             let doing = "setting a run's status";
+            // The common case in one statement: an unfinished run, its token matching, and
+            // no cancel request to turn a suspension into a cancellation. Anything else
+            // (an error to explain, a cancel to apply) takes the locking path below.
+            if write_status(&self.pool, run, &u, true).await? {
+                if matches!(u.status, RunStatus::Pending | RunStatus::Suspended) {
+                    self.notify(run).await;
+                }
+                return Ok(());
+            }
             let mut tx = self.pool.begin().await.map_err(pg(doing))?;
             let locked = lock_run_row(&mut tx, run, 0, 0).await?;
             check_token(run, locked.token, u.fence)?;
             let u = effective_update(run, locked.status, locked.cancel.as_ref(), u)?;
-            let release = u.status != RunStatus::Running;
-            sqlx::query(
-                "UPDATE stepwright_runs SET status = $2, output = $3, error = $4, updated_at = $5, wake_at = $6, \
-                 lease_owner = CASE WHEN $7 THEN NULL ELSE lease_owner END, \
-                 lease_expires = CASE WHEN $7 THEN NULL ELSE lease_expires END WHERE id = $1",
-            )
-            .bind(uuid(run))
-            .bind(RunStatus::as_str(u.status))
-            .bind(&u.output)
-            .bind(u.error.as_ref().map(to_value))
-            .bind(u.at.as_micros())
-            .bind(u.wake_at.map(Timestamp::as_micros))
-            .bind(release)
-            .execute(&mut *tx)
-            .await
-            .map_err(pg(doing))?;
+            write_status(&mut *tx, run, &u, false).await?;
             tx.commit().await.map_err(pg(doing))?;
             if matches!(u.status, RunStatus::Pending | RunStatus::Suspended) {
                 self.notify(run).await;
@@ -893,7 +919,10 @@ impl Store for PostgresStore {
                      AND ($4::text IS NULL OR caller->>'tenant' = $4) \
                    ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
                  UPDATE stepwright_runs r SET lease_owner = $1, lease_token = r.lease_token + 1, \
-                   lease_expires = stepwright_now_us() + $2 \
+                   lease_expires = stepwright_now_us() + $2, \
+                   status = CASE WHEN r.status = 'pending' THEN 'running' ELSE r.status END, \
+                   wake_at = CASE WHEN r.status = 'pending' THEN NULL ELSE r.wake_at END, \
+                   updated_at = CASE WHEN r.status = 'pending' THEN stepwright_now_us() ELSE r.updated_at END \
                  FROM due WHERE r.id = due.id RETURNING r.id, r.lease_token, r.lease_expires",
             )
             .bind(&owner)

@@ -145,6 +145,11 @@ impl Runner {
         self.max_concurrent.saturating_sub(active)
     }
 
+    /// The fewest free slots worth a claim while runs execute (a quarter of them).
+    fn claim_batch(&self) -> usize {
+        (self.max_concurrent / 4).max(1)
+    }
+
     async fn claim(&self, limit: usize) -> Result<Vec<Lease>, EngineError> {
         if limit == 0 {
             return Ok(Vec::new());
@@ -268,21 +273,33 @@ impl Runner {
     /// are cancelled and stay resumable.
     pub async fn run(&self, stop: CancellationToken) -> Result<(), EngineError> {
         let mut set = JoinSet::new();
+        // Whether to look for work now whatever the free slots: at the start, and when the
+        // store says there is new work or the poll interval passed.
+        let mut look = true;
         loop {
-            // A store that fails (a database restarting) is asked again at the next poll;
-            // the runs executing meanwhile go on.
-            match self.claim(self.claim_limit(set.len())).await {
-                Ok(leases) => {
-                    for lease in leases {
-                        self.spawn(&mut set, lease);
+            let free = self.claim_limit(set.len());
+            // Claims come in batches: with most slots busy, a finished run does not send a
+            // claim of one to the store; the next claim waits until a quarter of the slots
+            // are free (or for new work, or the poll), and takes them all at once.
+            if free > 0 && (look || set.is_empty() || free >= self.claim_batch()) {
+                // A store that fails (a database restarting) is asked again at the next
+                // poll; the runs executing meanwhile go on.
+                match self.claim(free).await {
+                    Ok(leases) => {
+                        for lease in leases {
+                            self.spawn(&mut set, lease);
+                        }
                     }
+                    Err(error) => self.tell(RunnerEvent::StoreFailed { error: &error }),
                 }
-                Err(error) => self.tell(RunnerEvent::StoreFailed { error: &error }),
             }
             tokio::select! {
                 () = stop.cancelled() => break,
-                Some(_) = set.join_next(), if !set.is_empty() => {}
-                () = self.engine.inner.store.wait_for_work(self.poll) => {}
+                Some(_) = set.join_next(), if !set.is_empty() => {
+                    while set.try_join_next().is_some() {}
+                    look = false;
+                }
+                () = self.engine.inner.store.wait_for_work(self.poll) => look = true,
             }
         }
         set.shutdown().await;

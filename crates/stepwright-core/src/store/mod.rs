@@ -278,7 +278,9 @@ pub trait Store: Send + Sync + 'static {
     /// Claims up to `limit` runs that are ready: pending, or suspended with `wake_at` due,
     /// or running under an expired lease (its worker died) — skipping runs another worker
     /// is claiming at the same moment. With a `tenant`, only runs started in that tenant (a
-    /// worker dedicated to one tenant).
+    /// worker dedicated to one tenant). A store may mark a claimed pending run `running` in
+    /// the same write (Postgres does: one statement fewer per run); the engine then does
+    /// not write that status again.
     fn claim_due(
         &self,
         owner: &str,
