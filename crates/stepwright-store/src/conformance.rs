@@ -26,6 +26,7 @@ where
     append_keeps_order_and_blobs(&*fresh().await).await;
     concurrent_appends_to_one_run(&*fresh().await).await;
     refused_appends_fail_alone(&*fresh().await).await;
+    concurrent_status_changes_each_get_their_own_answer(&*fresh().await).await;
     status_updates(&*fresh().await).await;
     interrupts_resolve_once(&*fresh().await).await;
     events_in_order(&*fresh().await).await;
@@ -717,6 +718,73 @@ pub async fn refused_appends_fail_alone(store: &dyn Store) {
         },
     );
     store.resolve_interrupt(run, resolved).await.expect("the interrupt was recorded with its append");
+}
+
+/// Status changes to many runs at once (which a store may commit together): each is
+/// written, refused or changed on its own — a stale token is refused, a finished run says
+/// so, a suspension with a cancel request waiting becomes a cancellation, the rest are
+/// written with their outputs, and leases are released.
+pub async fn concurrent_status_changes_each_get_their_own_answer(store: &dyn Store) {
+    use std::time::Duration;
+    use stepwright_core::CancelRequest;
+    const RUNS: u8 = 12;
+    let mut leases = Vec::new();
+    for n in 0..RUNS {
+        let run = record(150 + n, "many", RunStatus::Pending, 10);
+        store.create_run(run.clone()).await.expect("create");
+        leases.push(store.claim(run.id, "w", wall(), Duration::from_secs(60)).await.expect("claim"));
+    }
+    let done = |n: u8, fence: Option<u64>| StatusUpdate {
+        status: RunStatus::Completed,
+        output: Some(json!({ "n": n })),
+        error: None,
+        at: wall(),
+        wake_at: None,
+        fence,
+    };
+    // Run 1 is finished already; run 2 is asked to stop while it runs.
+    store.set_status(leases[1].run, done(1, Some(leases[1].token))).await.expect("finish");
+    let running =
+        StatusUpdate { status: RunStatus::Running, output: None, error: None, at: wall(), wake_at: None, fence: None };
+    store.set_status(leases[2].run, StatusUpdate { fence: Some(leases[2].token), ..running }).await.expect("running");
+    let request = CancelRequest { by: Some("ann".into()), reason: "enough".into(), at: wall() };
+    store.request_cancel(leases[2].run, request, wall()).await.expect("cancel");
+    let changes = leases.iter().zip(0..).map(|(lease, n)| {
+        let update = match n {
+            0 => done(n, Some(lease.token + 1)),
+            2 => StatusUpdate {
+                status: RunStatus::Suspended,
+                output: None,
+                error: None,
+                at: wall(),
+                wake_at: Some(wall()),
+                fence: Some(lease.token),
+            },
+            _ => done(n, Some(lease.token)),
+        };
+        store.set_status(lease.run, update)
+    });
+    let results = futures_util::future::join_all(changes).await;
+    for (n, result) in (0..RUNS).zip(&results) {
+        let record = store.load(leases[usize::from(n)].run).await.expect("load").record;
+        match n {
+            0 => {
+                assert!(matches!(result, Err(StoreError::LeaseLost { .. })), "{n}: {result:?}");
+                assert_eq!(record.status, RunStatus::Pending, "a refused change writes nothing");
+            }
+            1 => assert!(matches!(result, Err(StoreError::Finished { .. })), "{n}: {result:?}"),
+            2 => {
+                assert!(result.is_ok(), "{n}: {result:?}");
+                assert_eq!(record.status, RunStatus::Cancelled, "the waiting request wins over the suspension");
+                assert_eq!(record.lease, None);
+            }
+            _ => {
+                assert!(result.is_ok(), "{n}: {result:?}");
+                assert_eq!((record.status, record.output), (RunStatus::Completed, Some(json!({ "n": n }))));
+                assert_eq!(record.lease, None, "{n}: finishing releases the lease");
+            }
+        }
+    }
 }
 
 /// Status, output, error and wake-up time are stored.

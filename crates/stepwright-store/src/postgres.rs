@@ -413,22 +413,19 @@ async fn append_locked(
     Ok(())
 }
 
-/// Writes a status update (releasing the lease unless the run keeps running). `guarded`:
-/// only if the run is unfinished, the update's fence matches and no cancel request would
-/// change the update — the one-statement path; returns whether it was written.
-async fn write_status<'e>(
-    executor: impl sqlx::PgExecutor<'e>,
-    run: RunId,
-    u: &StatusUpdate,
-    guarded: bool,
-) -> Result<bool, StoreError> {
-    let written = sqlx::query(
+/// A status update in a transaction of its own, with the run's row locked: the path for
+/// what the batched update did not write (an error to explain, a cancel request to apply).
+/// Returns the status written.
+async fn set_status_locked(pool: &PgPool, run: RunId, u: StatusUpdate) -> Result<RunStatus, StoreError> {
+    let doing = "setting a run's status";
+    let mut tx = pool.begin().await.map_err(pg(doing))?;
+    let locked = lock_run_row(&mut tx, run, 0, 0).await?;
+    check_token(run, locked.token, u.fence)?;
+    let u = effective_update(run, locked.status, locked.cancel.as_ref(), u)?;
+    sqlx::query(
         "UPDATE stepwright_runs SET status = $2, output = $3, error = $4, updated_at = $5, wake_at = $6, \
          lease_owner = CASE WHEN $7 THEN NULL ELSE lease_owner END, \
-         lease_expires = CASE WHEN $7 THEN NULL ELSE lease_expires END \
-         WHERE id = $1 AND (NOT $8 OR (status IN ('pending', 'running', 'suspended') \
-           AND ($9::bigint IS NULL OR lease_token = $9) \
-           AND ($2 NOT IN ('pending', 'suspended') OR cancel_request IS NULL)))",
+         lease_expires = CASE WHEN $7 THEN NULL ELSE lease_expires END WHERE id = $1",
     )
     .bind(uuid(run))
     .bind(RunStatus::as_str(u.status))
@@ -437,12 +434,11 @@ async fn write_status<'e>(
     .bind(u.at.as_micros())
     .bind(u.wake_at.map(Timestamp::as_micros))
     .bind(u.status != RunStatus::Running)
-    .bind(guarded)
-    .bind(u.fence.map(|f| f as i64))
-    .execute(executor)
+    .execute(&mut *tx)
     .await
-    .map_err(pg("setting a run's status"))?;
-    Ok(written.rows_affected() == 1)
+    .map_err(pg(doing))?;
+    tx.commit().await.map_err(pg(doing))?;
+    Ok(u.status)
 }
 
 /// Why a claim matched no row.
@@ -581,24 +577,11 @@ impl Store for PostgresStore {
     }
 
     fn set_status(&self, run: RunId, u: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
+        // Group-committed with this process's other status changes (see `appends`).
+        let written = self.appender.set_status(run, u);
         Box::pin(async move {
-            let doing = "setting a run's status";
-            // The common case in one statement: an unfinished run, its token matching, and
-            // no cancel request to turn a suspension into a cancellation. Anything else
-            // (an error to explain, a cancel to apply) takes the locking path below.
-            if write_status(&self.pool, run, &u, true).await? {
-                if matches!(u.status, RunStatus::Pending | RunStatus::Suspended) {
-                    self.notify(run).await;
-                }
-                return Ok(());
-            }
-            let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-            let locked = lock_run_row(&mut tx, run, 0, 0).await?;
-            check_token(run, locked.token, u.fence)?;
-            let u = effective_update(run, locked.status, locked.cancel.as_ref(), u)?;
-            write_status(&mut *tx, run, &u, false).await?;
-            tx.commit().await.map_err(pg(doing))?;
-            if matches!(u.status, RunStatus::Pending | RunStatus::Suspended) {
+            let status = written.await?;
+            if matches!(status, RunStatus::Pending | RunStatus::Suspended) {
                 self.notify(run).await;
             }
             Ok(())

@@ -1,15 +1,18 @@
-//! Group commit of journal appends: the appends of every run this process executes go
-//! through a few lanes (a run always through the same one), and each lane commits everything
-//! queued on it as one statement — the run rows locked and their counters moved, the fencing
-//! token checked per run, journal rows, events, interrupts and blobs inserted — acknowledging
-//! each caller after the commit.
+//! Group commit of journal appends and status changes: the writes of every run this
+//! process executes go through a few lanes (a run always through the same one), and each
+//! lane commits the appends queued on it as one statement — the run rows locked and their
+//! counters moved, the fencing token checked per run, journal rows, events, interrupts and
+//! blobs inserted — and the status changes queued with them as a second — acknowledging each
+//! caller after the commit.
 //!
 //! A lane waits for nothing: it commits as soon as it has something, and what arrives while
 //! it commits goes in its next batch, so one run alone pays one commit per append while many
 //! share one. A run whose token does not match (its lease was lost) or that does not exist
 //! fails alone: its rows are not written, the others' are. A batch the database refuses as a
 //! whole (a deadlock, a constraint) is applied again one append per transaction, so what
-//! failed fails alone there too.
+//! failed fails alone there too. A status change the batched update does not write (a
+//! finished run, a stale token, a cancel request that turns a suspension into a
+//! cancellation) is redone with the run's row locked, which applies or explains it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -18,11 +21,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures_util::future::BoxFuture;
 use sqlx::PgPool;
 use stepwright_core::journal::JournalBatch;
+use stepwright_core::store::StatusUpdate;
 use stepwright_core::store::backend::referenced_blob;
-use stepwright_core::{Record, RunId, StoreError};
+use stepwright_core::{Record, RunId, RunStatus, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{append_locked, check_token, lock_run, pg, to_value};
+use super::{append_locked, check_token, lock_run, pg, set_status_locked, to_value};
 use crate::encoding::{EncodedBlobs, encode_batch_blobs};
 
 /// The most appends one commit takes.
@@ -37,6 +41,19 @@ struct Pending {
     fence: Option<u64>,
     batch: JournalBatch,
     ack: oneshot::Sender<Result<JournalBatch, StoreError>>,
+}
+
+/// One caller's status change, waiting for its commit; answered with the status written.
+struct PendingStatus {
+    run: RunId,
+    update: StatusUpdate,
+    ack: oneshot::Sender<Result<RunStatus, StoreError>>,
+}
+
+/// What a lane commits.
+enum Write {
+    Append(Pending),
+    Status(PendingStatus),
 }
 
 /// How group commit has gone in this process.
@@ -59,7 +76,7 @@ struct Counters {
 
 /// The lanes of one store.
 pub(super) struct Appender {
-    lanes: Vec<mpsc::UnboundedSender<Pending>>,
+    lanes: Vec<mpsc::UnboundedSender<Write>>,
     counters: Arc<Counters>,
 }
 
@@ -85,13 +102,31 @@ impl Appender {
         fence: Option<u64>,
         batch: JournalBatch,
     ) -> BoxFuture<'static, Result<JournalBatch, StoreError>> {
-        let lane = &self.lanes[(run.as_uuid().as_u128() % self.lanes.len() as u128) as usize];
         let (ack, answer) = oneshot::channel();
-        let sent = lane.send(Pending { run, fence, batch, ack });
+        let sent = self.lane(run).send(Write::Append(Pending { run, fence, batch, ack }));
         Box::pin(async move {
             sent.map_err(|_| stopped())?;
             answer.await.map_err(|_| stopped())?
         })
+    }
+
+    /// Writes a status change in the next commit of the run's lane; answers with the status
+    /// written (a cancel request turns a suspension into a cancellation).
+    pub(super) fn set_status(
+        &self,
+        run: RunId,
+        update: StatusUpdate,
+    ) -> BoxFuture<'static, Result<RunStatus, StoreError>> {
+        let (ack, answer) = oneshot::channel();
+        let sent = self.lane(run).send(Write::Status(PendingStatus { run, update, ack }));
+        Box::pin(async move {
+            sent.map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?
+        })
+    }
+
+    fn lane(&self, run: RunId) -> &mpsc::UnboundedSender<Write> {
+        &self.lanes[(run.as_uuid().as_u128() % self.lanes.len() as u128) as usize]
     }
 
     pub(super) fn stats(&self) -> GroupCommitStats {
@@ -107,15 +142,94 @@ fn stopped() -> StoreError {
     crate::encoding::backend("appending to the journal", std::io::Error::other("the store's commit lane stopped"))
 }
 
-/// Commits what is queued on one lane, batch after batch, until the store is dropped.
-async fn lane(pool: PgPool, mut queue: mpsc::UnboundedReceiver<Pending>, counters: Arc<Counters>) {
-    let mut pending = Vec::with_capacity(MAX_BATCH);
-    while queue.recv_many(&mut pending, MAX_BATCH).await > 0 {
-        counters.commits.fetch_add(1, Ordering::Relaxed);
-        counters.appends.fetch_add(pending.len() as u64, Ordering::Relaxed);
-        counters.largest.fetch_max(pending.len() as u64, Ordering::Relaxed);
-        commit(&pool, &mut pending).await;
+/// Commits what is queued on one lane, batch after batch, until the store is dropped: the
+/// appends first, then the status changes (a run's status change follows its appends, which
+/// its caller waited for).
+async fn lane(pool: PgPool, mut queue: mpsc::UnboundedReceiver<Write>, counters: Arc<Counters>) {
+    let mut writes = Vec::with_capacity(MAX_BATCH);
+    let (mut appends, mut statuses) = (Vec::with_capacity(MAX_BATCH), Vec::new());
+    while queue.recv_many(&mut writes, MAX_BATCH).await > 0 {
+        for write in writes.drain(..) {
+            match write {
+                Write::Append(append) => appends.push(append),
+                Write::Status(status) => statuses.push(status),
+            }
+        }
+        if !appends.is_empty() {
+            counters.commits.fetch_add(1, Ordering::Relaxed);
+            counters.appends.fetch_add(appends.len() as u64, Ordering::Relaxed);
+            counters.largest.fetch_max(appends.len() as u64, Ordering::Relaxed);
+            commit(&pool, &mut appends).await;
+        }
+        if !statuses.is_empty() {
+            commit_statuses(&pool, &mut statuses).await;
+        }
     }
+}
+
+/// Writes a batch of status changes in one statement, where nothing stands in the way; each
+/// of the rest with the run's row locked. Answers each caller.
+async fn commit_statuses(pool: &PgPool, pending: &mut Vec<PendingStatus>) {
+    // One change per run in the statement; a second one for a run waits for the first.
+    let mut seen = HashSet::with_capacity(pending.len());
+    let (together, after): (Vec<PendingStatus>, Vec<PendingStatus>) =
+        pending.drain(..).partition(|p| seen.insert(p.run));
+    let written = write_statuses(pool, &together).await.ok();
+    for op in together.into_iter().chain(after) {
+        let PendingStatus { run, update, ack } = op;
+        let result = match &written {
+            Some(written) if written.contains(&run) => Ok(update.status),
+            _ => set_status_locked(pool, run, update).await,
+        };
+        drop(ack.send(result));
+    }
+}
+
+/// The batched status update: a run is written only if it is unfinished, its token is the
+/// update's fence, and no cancel request would turn the update into a cancellation.
+async fn write_statuses(pool: &PgPool, pending: &[PendingStatus]) -> Result<HashSet<RunId>, StoreError> {
+    let n = pending.len();
+    let (mut runs, mut statuses, mut outputs, mut errors, mut ats, mut wakes, mut fences) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for PendingStatus { run, update, .. } in pending {
+        runs.push(run.as_uuid());
+        statuses.push(update.status.as_str());
+        outputs.push(update.output.clone());
+        errors.push(update.error.as_ref().map(to_value));
+        ats.push(update.at.as_micros());
+        wakes.push(update.wake_at.map(stepwright_core::Timestamp::as_micros));
+        fences.push(update.fence.map(|f| f as i64));
+    }
+    let written: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "UPDATE stepwright_runs r SET status = u.status, output = u.output, error = u.error, updated_at = u.at, \
+           wake_at = u.wake_at, \
+           lease_owner = CASE WHEN u.status <> 'running' THEN NULL ELSE r.lease_owner END, \
+           lease_expires = CASE WHEN u.status <> 'running' THEN NULL ELSE r.lease_expires END \
+         FROM UNNEST($1::uuid[], $2::text[], $3::jsonb[], $4::jsonb[], $5::bigint[], $6::bigint[], $7::bigint[]) \
+              AS u(id, status, output, error, at, wake_at, fence) \
+         WHERE r.id = u.id AND r.status IN ('pending', 'running', 'suspended') \
+           AND (u.fence IS NULL OR r.lease_token = u.fence) \
+           AND (u.status NOT IN ('pending', 'suspended') OR r.cancel_request IS NULL) \
+         RETURNING r.id",
+    )
+    .bind(&runs)
+    .bind(&statuses)
+    .bind(&outputs)
+    .bind(&errors)
+    .bind(&ats)
+    .bind(&wakes)
+    .bind(&fences)
+    .fetch_all(pool)
+    .await
+    .map_err(pg("setting runs' status"))?;
+    Ok(written.into_iter().map(|id| RunId::from_bytes(id.into_bytes())).collect())
 }
 
 /// Commits a batch of appends and answers each caller.
