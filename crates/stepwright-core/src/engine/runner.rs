@@ -276,16 +276,20 @@ impl Runner {
         // Whether to look for work now whatever the free slots: at the start, and when the
         // store says there is new work or the poll interval passed.
         let mut look = true;
+        // Whether the last claim found fewer due runs than it asked for: then nothing more
+        // is due until the store announces work or the poll comes round.
+        let mut drained = false;
         loop {
             let free = self.claim_limit(set.len());
             // Claims come in batches: with most slots busy, a finished run does not send a
             // claim of one to the store; the next claim waits until a quarter of the slots
             // are free (or for new work, or the poll), and takes them all at once.
-            if free > 0 && (look || set.is_empty() || free >= self.claim_batch()) {
+            if free > 0 && (look || (!drained && (set.is_empty() || free >= self.claim_batch()))) {
                 // A store that fails (a database restarting) is asked again at the next
                 // poll; the runs executing meanwhile go on.
                 match self.claim(free).await {
                     Ok(leases) => {
+                        drained = leases.len() < free;
                         for lease in leases {
                             self.spawn(&mut set, lease);
                         }

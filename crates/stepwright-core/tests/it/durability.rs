@@ -14,10 +14,17 @@ use stepwright_core::{
 };
 use stepwright_testkit::{Counter, T0, records_at};
 
-/// A memory store that counts appends.
-struct Counting {
-    inner: InMemoryStore,
-    appends: AtomicUsize,
+/// A memory store that counts appends and claims of due runs.
+pub(crate) struct Counting {
+    pub(crate) inner: InMemoryStore,
+    pub(crate) appends: AtomicUsize,
+    pub(crate) claims: AtomicUsize,
+}
+
+impl Counting {
+    pub(crate) fn new() -> Self {
+        Self { inner: InMemoryStore::new(), appends: AtomicUsize::new(0), claims: AtomicUsize::new(0) }
+    }
 }
 
 impl Store for Counting {
@@ -98,6 +105,7 @@ impl Store for Counting {
         limit: usize,
         tenant: Option<&str>,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim_due(owner, now, lease_for, limit, tenant)
     }
     fn heartbeat(
@@ -168,7 +176,7 @@ async fn async_writes_batches_sync_writes_every_step() {
     };
     let mut appends = Vec::new();
     for durability in [Durability::Sync, Durability::Async] {
-        let store = Arc::new(Counting { inner: InMemoryStore::new(), appends: AtomicUsize::new(0) });
+        let store = Arc::new(Counting::new());
         let engine = engine_on(store.clone(), durability, Duration::from_secs(3600));
         let report = engine.start(&workflow, json!(0)).await.unwrap();
         assert_eq!(report.output, Some(json!(10)));

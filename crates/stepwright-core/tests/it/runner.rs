@@ -120,6 +120,61 @@ async fn the_run_loop_picks_up_work_until_stopped() {
     assert_eq!(store.load(run).await.unwrap().record.output, Some(json!(2)));
 }
 
+/// A busy runner claims in batches: a finished run does not send a claim of one to the
+/// store; the next claim waits until a quarter of the slots are free and takes them all.
+#[tokio::test(start_paused = true)]
+async fn a_busy_runner_claims_in_batches_not_once_per_finished_run() {
+    const RUNS: u64 = 64;
+    let store = Arc::new(crate::durability::Counting::new());
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .clock(Arc::new(TokioClock::starting_at(T0)))
+        .entropy(Arc::new(SeededEntropy::new(9)))
+        .worker_id("busy")
+        .build();
+    // Runs take 1 to 97 ms, spread, so they finish one by one.
+    let workflow = Workflow::builder("uneven")
+        .step(Node::step(
+            "work",
+            fn_step(|_c, x: u64| async move {
+                tokio::time::sleep(Duration::from_millis(1 + (x * 7919) % 97)).await;
+                Ok(x)
+            }),
+        ))
+        .build()
+        .unwrap();
+    let mut runs = Vec::new();
+    for n in 0..RUNS {
+        runs.push(engine.create(&workflow, json!(n), Default::default()).await.unwrap().id);
+    }
+    // No poll during the test: only finished runs (and the start) make the runner claim.
+    let runner =
+        Runner::new(engine.clone()).register(&workflow).max_concurrent(16).poll_interval(Duration::from_secs(3600));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watcher = {
+        let (stop, store, runs) = (stop.clone(), store.clone(), runs.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let mut done = 0;
+                for run in &runs {
+                    done += usize::from(store.inner.load(*run).await.unwrap().record.status == RunStatus::Completed);
+                }
+                if done == runs.len() {
+                    stop.cancel();
+                    return;
+                }
+            }
+        })
+    };
+    runner.run(stop).await.unwrap();
+    watcher.await.unwrap();
+    let claims = store.claims.load(std::sync::atomic::Ordering::SeqCst);
+    // The start, then a claim each time 4 of the 16 slots are free: about 64 / 4.
+    assert!(claims <= 20, "{claims} claims for {RUNS} runs: one per finished run would be ~{RUNS}");
+    assert!(claims >= 4, "the runner claimed as slots freed: {claims}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_worker_that_loses_its_lease_stops_and_writes_nothing_more() {
     let store = Arc::new(InMemoryStore::new());
