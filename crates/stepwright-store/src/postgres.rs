@@ -5,11 +5,13 @@
 //! worker that lost its lease cannot write. Runs are claimed with `FOR UPDATE SKIP LOCKED`
 //! (two workers claiming at once take different runs); lease times come from the
 //! database's clock, so workers whose clocks disagree still agree on expiry. Writes that make
-//! work available send `NOTIFY stepwright_work`; runners listen, and poll as a fallback.
+//! work available send `NOTIFY stepwright_work` (after their commit, at most one per 10 ms
+//! per process); runners listen, and poll as a fallback.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
@@ -54,6 +56,7 @@ pub const CANCEL_CHANNEL: &str = "stepwright_cancel";
 pub struct PostgresStore {
     pool: PgPool,
     appender: appends::Appender,
+    notifier: WorkNotifier,
     listener: tokio::sync::Mutex<Option<PgListener>>,
     cancel_listener: tokio::sync::Mutex<Option<PgListener>>,
 }
@@ -106,9 +109,11 @@ impl PostgresStore {
             .map_err(pg("connecting to postgres"))?;
         migrate(&pool).await?;
         let appender = appends::Appender::start(&pool);
+        let notifier = WorkNotifier::start(&pool);
         Ok(Self {
             pool,
             appender,
+            notifier,
             listener: tokio::sync::Mutex::new(None),
             cancel_listener: tokio::sync::Mutex::new(None),
         })
@@ -125,11 +130,73 @@ impl PostgresStore {
         self.appender.stats()
     }
 
-    async fn notify(&self, run: RunId) {
-        // A lost notification only delays a runner until its next poll.
-        let _ =
-            sqlx::query("SELECT pg_notify($1, $2)").bind(WORK_CHANNEL).bind(run.to_string()).execute(&self.pool).await;
+    /// Announces that a run became ready (see [`WorkNotifier`]).
+    async fn notify(&self, _run: RunId) {
+        self.notifier.announce(&self.pool).await;
     }
+
+    /// How many `NOTIFY stepwright_work` this store has sent.
+    pub fn notifications_sent(&self) -> u64 {
+        self.notifier.sent.load(Ordering::Relaxed)
+    }
+}
+
+/// How often a process announces new work at most.
+const NOTIFY_EVERY: Duration = Duration::from_millis(10);
+
+/// Announces new work on [`WORK_CHANNEL`], outside every commit and at most once per
+/// [`NOTIFY_EVERY`]: the first announcement of a window is sent at once (a command that
+/// creates one run and exits still wakes the workers), later ones in the window become one
+/// trailing announcement that a task sends when the window ends. A burst of new runs (an
+/// API starting a thousand) wakes the runners a few times, not a thousand. Listeners only
+/// wake and claim, so the notification carries no run id; a lost one only delays a runner
+/// until its next poll.
+struct WorkNotifier {
+    /// When the last announcement went out, in µs since `epoch`.
+    last: Arc<AtomicU64>,
+    epoch: Instant,
+    trailing: tokio::sync::mpsc::Sender<()>,
+    sent: Arc<AtomicU64>,
+}
+
+async fn send_notify(pool: &PgPool, sent: &AtomicU64) {
+    if sqlx::query("SELECT pg_notify($1, '')").bind(WORK_CHANNEL).execute(pool).await.is_ok() {
+        sent.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl WorkNotifier {
+    fn start(pool: &PgPool) -> Self {
+        let (trailing, mut asked) = tokio::sync::mpsc::channel::<()>(1);
+        let (last, sent, epoch) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Instant::now());
+        let (pool, task_last, task_sent) = (pool.clone(), last.clone(), sent.clone());
+        tokio::spawn(async move {
+            while asked.recv().await.is_some() {
+                tokio::time::sleep(NOTIFY_EVERY).await;
+                task_last.store(micros_since(epoch), Ordering::Relaxed);
+                send_notify(&pool, &task_sent).await;
+            }
+        });
+        Self { last, epoch, trailing, sent }
+    }
+
+    async fn announce(&self, pool: &PgPool) {
+        let now = micros_since(self.epoch);
+        let last = self.last.load(Ordering::Relaxed);
+        let window = NOTIFY_EVERY.as_micros() as u64;
+        if (last == 0 || now.saturating_sub(last) >= window)
+            && self.last.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            send_notify(pool, &self.sent).await;
+        } else {
+            // One trailing announcement already asked for covers this one.
+            let _ = self.trailing.try_send(());
+        }
+    }
+}
+
+fn micros_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 async fn migrate(pool: &PgPool) -> Result<(), StoreError> {

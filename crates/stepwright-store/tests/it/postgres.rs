@@ -190,3 +190,32 @@ async fn an_append_the_database_refuses_fails_alone_in_its_batch() {
     }
     assert!(store.group_commit_stats().largest > 1, "{:?}", store.group_commit_stats());
 }
+
+/// A burst of new runs wakes the runners with a few notifications, not one per run: at most
+/// one per 10 ms per process, sent after the commits; a listener hears them.
+#[tokio::test]
+async fn new_work_is_announced_at_most_every_ten_milliseconds() {
+    let Some(store) = test_store("new_work_is_announced_at_most_every_ten_milliseconds").await else { return };
+    let mut listener = sqlx::postgres::PgListener::connect_with(store.pool()).await.unwrap();
+    listener.listen(stepwright_store::postgres::WORK_CHANNEL).await.unwrap();
+    let started = std::time::Instant::now();
+    let creates = (0..200u8).map(|n| {
+        let store = store.clone();
+        let mut run = pending(n);
+        run.id = stepwright_core::RunId::from_parts(
+            Timestamp::from_millis(1_700_000_000_000),
+            [7, 7, 7, 7, 7, 7, 7, 7, 7, n],
+        );
+        async move { store.create_run(run).await }
+    });
+    for created in futures_util::future::join_all(creates).await {
+        created.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let heard = tokio::time::timeout(Duration::from_secs(2), listener.recv()).await;
+    assert!(matches!(heard, Ok(Ok(_))), "a runner listening hears of the new work: {heard:?}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let sent = store.notifications_sent();
+    let bound = u64::try_from(elapsed.as_millis() / 10).unwrap() + 3;
+    assert!((1..=bound).contains(&sent), "{sent} notifications for 200 new runs in {elapsed:?} (at most {bound})");
+}
