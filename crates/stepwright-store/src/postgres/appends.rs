@@ -9,9 +9,9 @@
 //! it commits goes in its next batch, so one run alone pays one commit per append while many
 //! share one. A run whose token does not match (its lease was lost) or that does not exist
 //! fails alone: its rows are not written, the others' are. A batch the database refuses as a
-//! whole (a deadlock, a constraint) is applied again one append per transaction, so what
-//! failed fails alone there too. A status change the batched update does not write (a
-//! finished run, a stale token, a cancel request that turns a suspension into a
+//! whole (a deadlock, a value the database rejects) is applied again one append per
+//! statement, so what failed fails alone there too. A status change the batched update does
+//! not write (a finished run, a stale token, a cancel request that turns a suspension into a
 //! cancellation) is redone with the run's row locked, which applies or explains it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -26,7 +26,7 @@ use stepwright_core::store::backend::referenced_blob;
 use stepwright_core::{Record, RunId, RunStatus, StoreError};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{append_locked, check_token, lock_run, pg, set_status_locked, to_value};
+use super::{check_token, pg, set_status_locked, to_value};
 use crate::encoding::{EncodedBlobs, encode_batch_blobs};
 
 /// The most appends one commit takes.
@@ -245,12 +245,12 @@ async fn commit(pool: &PgPool, pending: &mut Vec<Pending>) {
         let result = match &written {
             Some(written) if written.contains(&op.run) => Ok(()),
             Some(_) => Err(refusal(pool, op.run, op.fence).await),
-            None => append_alone(pool, op.run, op.fence, &op.batch).await,
+            None => append_alone(pool, &op).await,
         };
         answer(op, result);
     }
     for op in alone {
-        let result = append_alone(pool, op.run, op.fence, &op.batch).await;
+        let result = append_alone(pool, &op).await;
         answer(op, result);
     }
 }
@@ -267,14 +267,14 @@ fn answer(op: Pending, result: Result<(), StoreError>) {
     drop(ack.send(result));
 }
 
-/// One append in a transaction of its own: the path a refused batch falls back to.
-async fn append_alone(pool: &PgPool, run: RunId, fence: Option<u64>, batch: &JournalBatch) -> Result<(), StoreError> {
-    let doing = "appending to the journal";
-    let mut tx = pool.begin().await.map_err(pg(doing))?;
-    let (token, seq, event_seq) = lock_run(&mut tx, run, batch.entries.len(), batch.events.len()).await?;
-    check_token(run, token, fence)?;
-    append_locked(&mut tx, run, seq, event_seq, batch).await?;
-    tx.commit().await.map_err(pg(doing))
+/// One append on its own (the same statement, with one run): the path a refused batch
+/// falls back to, where what the database refuses is this append's error alone.
+async fn append_alone(pool: &PgPool, op: &Pending) -> Result<(), StoreError> {
+    if commit_together(pool, std::slice::from_ref(op)).await?.contains(&op.run) {
+        Ok(())
+    } else {
+        Err(refusal(pool, op.run, op.fence).await)
+    }
 }
 
 /// Why a run's append was not written: it does not exist, or its token is not the fence.
