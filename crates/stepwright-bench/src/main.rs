@@ -730,6 +730,20 @@ fn main() {
             "| A1 | the 10-turn agent with the commits, SQLite NORMAL | {median:.1} µs/turn | {best:.1} µs/turn | (reference) |"
         );
     }
+    if wanted("w3-postgres") {
+        match std::env::var("STEPWRIGHT_TEST_DATABASE_URL") {
+            Ok(url) => {
+                let runs = if quick { 1 } else { 5 };
+                let sqlite = median((0..runs).map(|_| concurrent_sqlite(1_000, true).0).collect());
+                let postgres = median((0..runs).map(|_| postgres::w3_on_postgres(&url, 1_000)).collect());
+                println!(
+                    "| W3 on Postgres | 1,000 concurrent runs × 10 steps × 10 ms timer, one process, Postgres ({runs} runs) | {postgres:.1} ms wall | | ≤ 2× the same on SQLite FULL: {sqlite:.1} ms ({:.2}×) |",
+                    postgres / sqlite
+                );
+            }
+            Err(_) => println!("| W3 on Postgres | skipped: STEPWRIGHT_TEST_DATABASE_URL is not set | | | |"),
+        }
+    }
     if wanted("d8") {
         match std::env::var("STEPWRIGHT_TEST_DATABASE_URL") {
             Ok(url) => {

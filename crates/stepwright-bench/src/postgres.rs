@@ -287,3 +287,35 @@ pub(crate) fn floor(url: &str, clients: usize, seconds: f64) -> f64 {
         total as f64 / seconds
     })
 }
+
+/// W3 on Postgres: `concurrent` runs started at once in one process, each 10 steps awaiting a
+/// 10 ms timer, journaled in a schema of their own; wall time in ms.
+pub(crate) fn w3_on_postgres(url: &str, concurrent: usize) -> f64 {
+    let schema = format!("sw_bench_w3_{}", std::process::id());
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let admin = sqlx::PgPool::connect(url).await.expect("connect");
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
+            .execute(&admin)
+            .await
+            .expect("drop");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("schema");
+        let store = store_in_schema(url, &schema).await;
+        let engine = Engine::builder().store(store as Arc<dyn Store>).build();
+        let workflow = crate::chain("w3pg", STEPS, |id| stepwright::Node::step(id, crate::Tick));
+        let start = Instant::now();
+        let handles: Vec<_> = (0..concurrent)
+            .map(|_| {
+                let (engine, workflow) = (engine.clone(), workflow.clone());
+                tokio::spawn(async move { engine.start(&workflow, json!(0)).await })
+            })
+            .collect();
+        for handle in handles {
+            let report = handle.await.expect("join").expect("run");
+            assert_eq!(report.output, Some(json!(10)));
+        }
+        let wall = start.elapsed().as_secs_f64() * 1e3;
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await;
+        wall
+    })
+}
