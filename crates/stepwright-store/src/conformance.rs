@@ -26,6 +26,7 @@ where
     append_keeps_order_and_blobs(&*fresh().await).await;
     concurrent_appends_to_one_run(&*fresh().await).await;
     refused_appends_fail_alone(&*fresh().await).await;
+    concurrent_creates_take_an_id_once(&*fresh().await).await;
     concurrent_status_changes_each_get_their_own_answer(&*fresh().await).await;
     status_updates(&*fresh().await).await;
     interrupts_resolve_once(&*fresh().await).await;
@@ -718,6 +719,25 @@ pub async fn refused_appends_fail_alone(store: &dyn Store) {
         },
     );
     store.resolve_interrupt(run, resolved).await.expect("the interrupt was recorded with its append");
+}
+
+/// Runs created at once (which a store may commit together), one id asked for twice: every
+/// other run is created, and of the two with one id exactly one is, the other hears
+/// `RunExists`.
+pub async fn concurrent_creates_take_an_id_once(store: &dyn Store) {
+    let mut records: Vec<RunRecord> = (0..20).map(|n| record(200 + n, "burst", RunStatus::Pending, 10)).collect();
+    let mut twin = record(205, "burst", RunStatus::Pending, 11);
+    twin.input = Arc::new(json!("the twin"));
+    records.push(twin);
+    let results = futures_util::future::join_all(records.iter().map(|r| store.create_run(r.clone()))).await;
+    let twice: Vec<&Result<(), StoreError>> =
+        results.iter().zip(&records).filter(|(_, r)| r.id == id(205)).map(|(result, _)| result).collect();
+    assert_eq!(twice.iter().filter(|r| r.is_ok()).count(), 1, "{twice:?}");
+    assert!(twice.iter().any(|r| matches!(r, Err(StoreError::RunExists(run)) if *run == id(205))), "{twice:?}");
+    for (result, record) in results.iter().zip(&records).filter(|(_, r)| r.id != id(205)) {
+        assert!(result.is_ok(), "{result:?}");
+        assert_eq!(store.load(record.id).await.expect("load").record.input, record.input);
+    }
 }
 
 /// Status changes to many runs at once (which a store may commit together): each is

@@ -26,12 +26,12 @@ use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPa
 
 use crate::encoding::{CODEC_JSON, EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
-mod appends;
+mod group_commit;
 mod bank;
 mod control;
 mod sessions;
 
-pub use appends::GroupCommitStats;
+pub use group_commit::GroupCommitStats;
 
 const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("postgres/001_initial.sql")),
@@ -55,7 +55,7 @@ pub const CANCEL_CHANNEL: &str = "stepwright_cancel";
 /// A durable store in a Postgres database.
 pub struct PostgresStore {
     pool: PgPool,
-    appender: appends::Appender,
+    writer: group_commit::GroupCommit,
     notifier: WorkNotifier,
     listener: tokio::sync::Mutex<Option<PgListener>>,
     cancel_listener: tokio::sync::Mutex<Option<PgListener>>,
@@ -108,11 +108,11 @@ impl PostgresStore {
             .await
             .map_err(pg("connecting to postgres"))?;
         migrate(&pool).await?;
-        let appender = appends::Appender::start(&pool);
+        let writer = group_commit::GroupCommit::start(&pool);
         let notifier = WorkNotifier::start(&pool);
         Ok(Self {
             pool,
-            appender,
+            writer,
             notifier,
             listener: tokio::sync::Mutex::new(None),
             cancel_listener: tokio::sync::Mutex::new(None),
@@ -127,7 +127,7 @@ impl PostgresStore {
     /// How group commit has gone in this process: commits, the appends they carried, the
     /// largest batch.
     pub fn group_commit_stats(&self) -> GroupCommitStats {
-        self.appender.stats()
+        self.writer.stats()
     }
 
     /// Announces that a run became ready (see [`WorkNotifier`]).
@@ -587,42 +587,13 @@ fn position(from: u64) -> i64 {
 
 impl Store for PostgresStore {
     fn create_run(&self, r: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        // Group-committed with this process's other new runs (see `group_commit`).
+        let (run, pending) = (r.id, r.status == RunStatus::Pending);
+        let created = self.writer.create(r);
         Box::pin(async move {
-            let doing = "creating a run";
-            let lease = r.lease.as_ref();
-            let created = sqlx::query(
-                "INSERT INTO stepwright_runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
-                 parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-                 CASE WHEN $15::text IS NULL THEN NULL ELSE stepwright_now_us() + $17 END) \
-                 ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(uuid(r.id))
-            .bind(&r.workflow)
-            .bind(&r.version)
-            .bind(&r.definition_hash.as_bytes()[..])
-            .bind(&*r.input)
-            .bind(to_value(&r.caller))
-            .bind(RunStatus::as_str(r.status))
-            .bind(&r.output)
-            .bind(r.error.as_ref().map(to_value))
-            .bind(r.parent.as_ref().map(|p| uuid(p.run)))
-            .bind(r.parent.as_ref().map(|p| p.at.as_str().to_owned()))
-            .bind(r.created_at.as_micros())
-            .bind(r.updated_at.as_micros())
-            .bind(r.wake_at.map(Timestamp::as_micros))
-            .bind(lease.map(|l| l.owner.clone()))
-            .bind(lease.map_or(0, |l| l.token as i64))
-            // The lease's length, measured on the database's clock.
-            .bind(lease.map_or(0, |l| (l.expires_at.as_micros() - r.created_at.as_micros()).max(0)))
-            .execute(&self.pool)
-            .await
-            .map_err(pg(doing))?;
-            if created.rows_affected() == 0 {
-                return Err(StoreError::RunExists(r.id));
-            }
-            if r.status == RunStatus::Pending {
-                self.notify(r.id).await;
+            created.await?;
+            if pending {
+                self.notify(run).await;
             }
             Ok(())
         })
@@ -634,9 +605,9 @@ impl Store for PostgresStore {
         fence: Option<u64>,
         batch: &'a mut JournalBatch,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        // Group-committed with the appends of this process's other runs (see `appends`).
+        // Group-committed with the appends of this process's other runs (see `group_commit`).
         let owned = std::mem::take(batch);
-        let committed = self.appender.append(run, fence, owned);
+        let committed = self.writer.append(run, fence, owned);
         Box::pin(async move {
             *batch = committed.await?;
             Ok(())
@@ -644,8 +615,8 @@ impl Store for PostgresStore {
     }
 
     fn set_status(&self, run: RunId, u: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
-        // Group-committed with this process's other status changes (see `appends`).
-        let written = self.appender.set_status(run, u);
+        // Group-committed with this process's other status changes (see `group_commit`).
+        let written = self.writer.set_status(run, u);
         Box::pin(async move {
             let status = written.await?;
             if matches!(status, RunStatus::Pending | RunStatus::Suspended) {

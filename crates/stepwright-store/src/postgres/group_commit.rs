@@ -1,6 +1,6 @@
-//! Group commit of journal appends and status changes: the writes of every run this
-//! process executes go through a few lanes (a run always through the same one), and each
-//! lane commits the appends queued on it as one statement — the run rows locked and their
+//! Group commit of run creations, journal appends and status changes: the writes of every
+//! run this process executes go through a few lanes (a run always through the same one), and
+//! each lane commits the creations queued on it as one statement, the appends as one — the run rows locked and their
 //! counters moved, the fencing token checked per run, journal rows, events, interrupts and
 //! blobs inserted — and the status changes queued with them as a second — acknowledging each
 //! caller after the commit.
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use futures_util::future::BoxFuture;
 use sqlx::PgPool;
-use stepwright_core::journal::JournalBatch;
+use stepwright_core::journal::{JournalBatch, RunRecord};
 use stepwright_core::store::StatusUpdate;
 use stepwright_core::store::backend::referenced_blob;
 use stepwright_core::{Record, RunId, RunStatus, StoreError};
@@ -50,8 +50,16 @@ struct PendingStatus {
     ack: oneshot::Sender<Result<RunStatus, StoreError>>,
 }
 
+/// One caller's new run, waiting for its commit.
+struct PendingCreate {
+    record: RunRecord,
+    ack: oneshot::Sender<Result<(), StoreError>>,
+}
+
 /// What a lane commits.
 enum Write {
+    // Boxed: a run's record is several times larger than the other writes.
+    Create(Box<PendingCreate>),
     Append(Pending),
     Status(PendingStatus),
 }
@@ -75,12 +83,12 @@ struct Counters {
 }
 
 /// The lanes of one store.
-pub(super) struct Appender {
+pub(super) struct GroupCommit {
     lanes: Vec<mpsc::UnboundedSender<Write>>,
     counters: Arc<Counters>,
 }
 
-impl Appender {
+impl GroupCommit {
     /// Starts the lanes on the current runtime; they stop when the store is dropped.
     pub(super) fn start(pool: &PgPool) -> Self {
         let counters = Arc::new(Counters::default());
@@ -92,6 +100,16 @@ impl Appender {
             })
             .collect();
         Self { lanes, counters }
+    }
+
+    /// Creates a run in the next commit of its lane (`RunExists` if its id is taken).
+    pub(super) fn create(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
+        let (ack, answer) = oneshot::channel();
+        let sent = self.lane(record.id).send(Write::Create(Box::new(PendingCreate { record, ack })));
+        Box::pin(async move {
+            sent.map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?
+        })
     }
 
     /// Appends `batch` to `run`'s journal in the next commit of its lane; hands the drained
@@ -143,17 +161,21 @@ fn stopped() -> StoreError {
 }
 
 /// Commits what is queued on one lane, batch after batch, until the store is dropped: the
-/// appends first, then the status changes (a run's status change follows its appends, which
-/// its caller waited for).
+/// new runs first, then the appends, then the status changes (a run's appends follow its
+/// creation, and its status change its appends, each of which its caller waited for).
 async fn lane(pool: PgPool, mut queue: mpsc::UnboundedReceiver<Write>, counters: Arc<Counters>) {
     let mut writes = Vec::with_capacity(MAX_BATCH);
-    let (mut appends, mut statuses) = (Vec::with_capacity(MAX_BATCH), Vec::new());
+    let (mut creates, mut appends, mut statuses) = (Vec::new(), Vec::with_capacity(MAX_BATCH), Vec::new());
     while queue.recv_many(&mut writes, MAX_BATCH).await > 0 {
         for write in writes.drain(..) {
             match write {
+                Write::Create(create) => creates.push(*create),
                 Write::Append(append) => appends.push(append),
                 Write::Status(status) => statuses.push(status),
             }
+        }
+        if !creates.is_empty() {
+            commit_creates(&pool, &mut creates).await;
         }
         if !appends.is_empty() {
             counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -163,6 +185,143 @@ async fn lane(pool: PgPool, mut queue: mpsc::UnboundedReceiver<Write>, counters:
         }
         if !statuses.is_empty() {
             commit_statuses(&pool, &mut statuses).await;
+        }
+    }
+}
+
+/// Creates a batch of runs in one statement; a run whose id appears twice in the batch is
+/// created on its own after the others (so the second one hears that the id is taken).
+async fn commit_creates(pool: &PgPool, pending: &mut Vec<PendingCreate>) {
+    let mut seen = HashSet::with_capacity(pending.len());
+    let (together, after): (Vec<PendingCreate>, Vec<PendingCreate>) =
+        pending.drain(..).partition(|p| seen.insert(p.record.id));
+    let records: Vec<&RunRecord> = together.iter().map(|p| &p.record).collect();
+    let created = insert_runs(pool, &records).await;
+    for PendingCreate { record, ack } in together {
+        let result = match &created {
+            Ok(created) if created.contains(&record.id) => Ok(()),
+            Ok(_) => Err(StoreError::RunExists(record.id)),
+            // Refused as a whole: each again on its own, where what fails fails alone.
+            Err(_) => create_alone(pool, &record).await,
+        };
+        drop(ack.send(result));
+    }
+    for PendingCreate { record, ack } in after {
+        drop(ack.send(create_alone(pool, &record).await));
+    }
+}
+
+async fn create_alone(pool: &PgPool, record: &RunRecord) -> Result<(), StoreError> {
+    if insert_runs(pool, &[record]).await?.contains(&record.id) {
+        Ok(())
+    } else {
+        Err(StoreError::RunExists(record.id))
+    }
+}
+
+/// Inserts runs (those whose id is free); returns the ids inserted. A lease's expiry is
+/// measured on the database's clock.
+async fn insert_runs(pool: &PgPool, records: &[&RunRecord]) -> Result<HashSet<RunId>, StoreError> {
+    let n = records.len();
+    let mut c = RunColumns::with_capacity(n);
+    for r in records {
+        let lease = r.lease.as_ref();
+        c.ids.push(r.id.as_uuid());
+        c.workflows.push(r.workflow.as_str());
+        c.versions.push(r.version.as_str());
+        c.hashes.push(&r.definition_hash.as_bytes()[..]);
+        c.inputs.push(&*r.input);
+        c.callers.push(to_value(&r.caller));
+        c.statuses.push(r.status.as_str());
+        c.outputs.push(r.output.as_ref());
+        c.errors.push(r.error.as_ref().map(to_value));
+        c.parent_runs.push(r.parent.as_ref().map(|p| p.run.as_uuid()));
+        c.parent_paths.push(r.parent.as_ref().map(|p| p.at.as_str()));
+        c.created.push(r.created_at.as_micros());
+        c.updated.push(r.updated_at.as_micros());
+        c.wakes.push(r.wake_at.map(stepwright_core::Timestamp::as_micros));
+        c.owners.push(lease.map(|l| l.owner.as_str()));
+        c.tokens.push(lease.map_or(0, |l| l.token as i64));
+        // The lease's length; its end is counted from the database's now.
+        c.lease_for.push(lease.map_or(0, |l| (l.expires_at.as_micros() - r.created_at.as_micros()).max(0)));
+    }
+    let created: Vec<uuid::Uuid> = sqlx::query_scalar(
+        "INSERT INTO stepwright_runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
+           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires) \
+         SELECT id, workflow, version, hash, input, caller, status, output, error, parent_run, parent_path, \
+           created_at, updated_at, wake_at, lease_owner, lease_token, \
+           CASE WHEN lease_owner IS NULL THEN NULL ELSE stepwright_now_us() + lease_for END \
+         FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[], $6::jsonb[], $7::text[], \
+           $8::jsonb[], $9::jsonb[], $10::uuid[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[], \
+           $15::text[], $16::bigint[], $17::bigint[]) \
+           AS c(id, workflow, version, hash, input, caller, status, output, error, parent_run, parent_path, \
+                created_at, updated_at, wake_at, lease_owner, lease_token, lease_for) \
+         ON CONFLICT (id) DO NOTHING RETURNING id",
+    )
+    .bind(&c.ids)
+    .bind(&c.workflows)
+    .bind(&c.versions)
+    .bind(&c.hashes)
+    .bind(&c.inputs)
+    .bind(&c.callers)
+    .bind(&c.statuses)
+    .bind(&c.outputs)
+    .bind(&c.errors)
+    .bind(&c.parent_runs)
+    .bind(&c.parent_paths)
+    .bind(&c.created)
+    .bind(&c.updated)
+    .bind(&c.wakes)
+    .bind(&c.owners)
+    .bind(&c.tokens)
+    .bind(&c.lease_for)
+    .fetch_all(pool)
+    .await
+    .map_err(pg("creating runs"))?;
+    Ok(created.into_iter().map(|id| RunId::from_bytes(id.into_bytes())).collect())
+}
+
+/// The columns of [`insert_runs`]'s statement.
+struct RunColumns<'a> {
+    ids: Vec<uuid::Uuid>,
+    workflows: Vec<&'a str>,
+    versions: Vec<&'a str>,
+    hashes: Vec<&'a [u8]>,
+    inputs: Vec<&'a serde_json::Value>,
+    callers: Vec<serde_json::Value>,
+    statuses: Vec<&'static str>,
+    outputs: Vec<Option<&'a serde_json::Value>>,
+    errors: Vec<Option<serde_json::Value>>,
+    parent_runs: Vec<Option<uuid::Uuid>>,
+    parent_paths: Vec<Option<&'a str>>,
+    created: Vec<i64>,
+    updated: Vec<i64>,
+    wakes: Vec<Option<i64>>,
+    owners: Vec<Option<&'a str>>,
+    tokens: Vec<i64>,
+    lease_for: Vec<i64>,
+}
+
+impl RunColumns<'_> {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            ids: Vec::with_capacity(n),
+            workflows: Vec::with_capacity(n),
+            versions: Vec::with_capacity(n),
+            hashes: Vec::with_capacity(n),
+            inputs: Vec::with_capacity(n),
+            callers: Vec::with_capacity(n),
+            statuses: Vec::with_capacity(n),
+            outputs: Vec::with_capacity(n),
+            errors: Vec::with_capacity(n),
+            parent_runs: Vec::with_capacity(n),
+            parent_paths: Vec::with_capacity(n),
+            created: Vec::with_capacity(n),
+            updated: Vec::with_capacity(n),
+            wakes: Vec::with_capacity(n),
+            owners: Vec::with_capacity(n),
+            tokens: Vec::with_capacity(n),
+            lease_for: Vec::with_capacity(n),
         }
     }
 }
