@@ -48,6 +48,16 @@ async fn store_in_schema(url: &str, schema: &str) -> Arc<stepwright::PostgresSto
     Arc::new(stepwright::PostgresStore::connect_with(options).await.expect("connect"))
 }
 
+/// An empty schema of the given name (dropped first if a previous run left it), an admin
+/// pool to drop it with afterwards, and a store in it.
+async fn fresh_schema(url: &str, schema: &str) -> (sqlx::PgPool, Arc<stepwright::PostgresStore>) {
+    let admin = sqlx::PgPool::connect(url).await.expect("connect");
+    for sql in [format!("DROP SCHEMA IF EXISTS {schema} CASCADE"), format!("CREATE SCHEMA {schema}")] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin).await.expect("schema");
+    }
+    (admin, store_in_schema(url, schema).await)
+}
+
 fn wall_micros() -> i64 {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock");
     i64::try_from(now.as_micros()).expect("micros")
@@ -154,13 +164,7 @@ pub(crate) fn d8(url: &str, workers: usize, runs: usize) -> D8 {
     let schema = format!("sw_bench_{}_{workers}", std::process::id());
     let rt = current_thread();
     let admin = rt.block_on(async {
-        let admin = sqlx::PgPool::connect(url).await.expect("connect");
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
-            .execute(&admin)
-            .await
-            .expect("drop");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("schema");
-        let store = store_in_schema(url, &schema).await;
+        let (admin, store) = fresh_schema(url, &schema).await;
         let engine = Engine::builder().store(store as Arc<dyn Store>).build();
         let workflow = inc_chain("d8", STEPS);
         for _ in 0..runs {
@@ -294,13 +298,7 @@ pub(crate) fn w3_on_postgres(url: &str, concurrent: usize) -> f64 {
     let schema = format!("sw_bench_w3_{}", std::process::id());
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     rt.block_on(async {
-        let admin = sqlx::PgPool::connect(url).await.expect("connect");
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")))
-            .execute(&admin)
-            .await
-            .expect("drop");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("schema");
-        let store = store_in_schema(url, &schema).await;
+        let (admin, store) = fresh_schema(url, &schema).await;
         let engine = Engine::builder().store(store as Arc<dyn Store>).build();
         let workflow = crate::chain("w3pg", STEPS, |id| stepwright::Node::step(id, crate::Tick));
         let start = Instant::now();
