@@ -84,7 +84,7 @@ pub(crate) fn d8_worker(url: &str, schema: &str, name: &str) {
             .max_concurrent(256)
             .poll_interval(Duration::from_millis(100))
             .log_to(log);
-        let stop = tokio_util_stop();
+        let stop = stepwright::CancellationToken::new();
         let watcher = {
             let (store, stop) = (store.clone(), stop.clone());
             tokio::spawn(async move {
@@ -113,10 +113,6 @@ pub(crate) fn d8_worker(url: &str, schema: &str, name: &str) {
         let stats = store.group_commit_stats();
         writeln!(out, "commits {} {} {}", stats.commits, stats.appends, stats.largest).expect("stdout");
     });
-}
-
-fn tokio_util_stop() -> stepwright::CancellationToken {
-    stepwright::CancellationToken::new()
 }
 
 /// One D8 measurement.

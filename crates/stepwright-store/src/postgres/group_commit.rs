@@ -104,12 +104,7 @@ impl GroupCommit {
 
     /// Creates a run in the next commit of its lane (`RunExists` if its id is taken).
     pub(super) fn create(&self, record: RunRecord) -> BoxFuture<'static, Result<(), StoreError>> {
-        let (ack, answer) = oneshot::channel();
-        let sent = self.lane(record.id).send(Write::Create(Box::new(PendingCreate { record, ack })));
-        Box::pin(async move {
-            sent.map_err(|_| stopped())?;
-            answer.await.map_err(|_| stopped())?
-        })
+        self.submit(record.id, |ack| Write::Create(Box::new(PendingCreate { record, ack })))
     }
 
     /// Appends `batch` to `run`'s journal in the next commit of its lane; hands the drained
@@ -120,12 +115,7 @@ impl GroupCommit {
         fence: Option<u64>,
         batch: JournalBatch,
     ) -> BoxFuture<'static, Result<JournalBatch, StoreError>> {
-        let (ack, answer) = oneshot::channel();
-        let sent = self.lane(run).send(Write::Append(Pending { run, fence, batch, ack }));
-        Box::pin(async move {
-            sent.map_err(|_| stopped())?;
-            answer.await.map_err(|_| stopped())?
-        })
+        self.submit(run, |ack| Write::Append(Pending { run, fence, batch, ack }))
     }
 
     /// Writes a status change in the next commit of the run's lane; answers with the status
@@ -135,8 +125,18 @@ impl GroupCommit {
         run: RunId,
         update: StatusUpdate,
     ) -> BoxFuture<'static, Result<RunStatus, StoreError>> {
+        self.submit(run, |ack| Write::Status(PendingStatus { run, update, ack }))
+    }
+
+    /// Queues a write on the run's lane now (so the order of a run's writes is the order
+    /// of these calls) and answers once its commit is done.
+    fn submit<T: Send + 'static>(
+        &self,
+        run: RunId,
+        write: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Write,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
         let (ack, answer) = oneshot::channel();
-        let sent = self.lane(run).send(Write::Status(PendingStatus { run, update, ack }));
+        let sent = self.lane(run).send(write(ack));
         Box::pin(async move {
             sent.map_err(|_| stopped())?;
             answer.await.map_err(|_| stopped())?
