@@ -336,7 +336,13 @@ pub async fn leases_fence_writes(store: &dyn Store) {
     store.set_status(run.id, done).await.expect("finish");
     let finished = store.load(run.id).await.expect("load").record;
     assert_eq!(finished.lease, None, "finishing releases the lease");
-    assert!(store.claim(run.id, "c", wall(), short).await.is_err(), "a finished run cannot be claimed");
+    assert!(
+        matches!(
+            store.claim(run.id, "c", wall(), short).await,
+            Err(StoreError::Finished { status: RunStatus::Completed, .. })
+        ),
+        "a finished run cannot be claimed, and the refusal says it finished (not that someone holds it)"
+    );
 }
 
 /// A live lease refuses every claim, its own owner's too; `take_over` from the named
@@ -411,7 +417,13 @@ pub async fn cancels_reach_executing_runs(store: &dyn Store) {
     let cancelled = status(idle.id).await;
     assert_eq!(cancelled.status, RunStatus::Cancelled);
     assert_eq!(cancelled.cancel.map(|c| c.reason), Some("not needed".into()), "who and why are kept");
-    assert!(store.claim(idle.id, "w", wall(), long).await.is_err(), "a cancelled run cannot be claimed");
+    assert!(
+        matches!(
+            store.claim(idle.id, "w", wall(), long).await,
+            Err(StoreError::Finished { status: RunStatus::Cancelled, .. })
+        ),
+        "a cancelled run cannot be claimed"
+    );
 
     // Running under a lapsed lease (its holder stalled or died): cancelled at once, and the
     // stalled holder can no longer write.

@@ -519,10 +519,14 @@ async fn claim_refusal(pool: &PgPool, run: RunId) -> StoreError {
             let status: String = row.get(0);
             let owner: Option<String> = row.get(1);
             let until: Option<i64> = row.get(2);
-            StoreError::Leased {
-                run,
-                owner: owner.unwrap_or_else(|| format!("nobody: the run is {status}")),
-                until: Timestamp::from_micros(until.unwrap_or_default()),
+            match (RunStatus::parse(&status), owner) {
+                (Some(status), _) if status.is_terminal() => StoreError::Finished { run, status },
+                // No owner: the lease was let go between the claim and this look.
+                (_, owner) => StoreError::Leased {
+                    run,
+                    owner: owner.unwrap_or_else(|| "another worker, which has just let it go".to_owned()),
+                    until: Timestamp::from_micros(until.unwrap_or_default()),
+                },
             }
         }
         Ok(None) => StoreError::RunNotFound(run),

@@ -121,6 +121,8 @@ impl EngineError {
         move |source| match source {
             StoreError::Leased { run, owner, until } => Self::Leased { run, owner, until },
             StoreError::LeaseLost { run, .. } => Self::LeaseLost { run },
+            // A run that finished between a look at its status and a claim on it.
+            StoreError::Finished { run, status } => Self::NotResumable { run, status },
             source => Self::Store { run, source },
         }
     }
@@ -150,6 +152,12 @@ mod tests {
                 "already_resolved",
             ),
             (EngineError::store(run)(StoreError::Invalid("bad id".into())), Fault::Caller, "invalid"),
+            // A run that finished between a look and a claim cannot be resumed; nobody holds it.
+            (
+                EngineError::store(run)(StoreError::Finished { run, status: RunStatus::Completed }),
+                Fault::Caller,
+                "not_resumable",
+            ),
             (EngineError::LeaseLost { run }, Fault::Engine, "lease_lost"),
             (EngineError::Unresolved { run, workflow: "w".into(), reason: "gone".into() }, Fault::Engine, "unresolved"),
             (

@@ -70,11 +70,7 @@ pub fn try_claim(
     lease_for: std::time::Duration,
 ) -> Result<Lease, StoreError> {
     if record.status.is_terminal() {
-        return Err(StoreError::Leased {
-            run: record.id,
-            owner: format!("nobody: the run is {:?}", record.status).to_lowercase(),
-            until: now,
-        });
+        return Err(StoreError::Finished { run: record.id, status: record.status });
     }
     // A live lease is a live owner, whoever it is: even the same worker name must not run
     // a run twice at once (two `resume`s in one process, a server's two requests).
