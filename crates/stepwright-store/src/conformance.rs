@@ -40,6 +40,7 @@ where
     definitions_are_kept_by_hash(&*fresh().await).await;
     leases_fence_writes(&*fresh().await).await;
     a_live_lease_is_never_shared(&*fresh().await).await;
+    leases_are_renewed_together(&*fresh().await).await;
     cancels_reach_executing_runs(&*fresh().await).await;
     claim_due_finds_ready_runs(&*fresh().await).await;
     claim_due_keeps_to_a_tenant(&*fresh().await).await;
@@ -343,6 +344,43 @@ pub async fn leases_fence_writes(store: &dyn Store) {
         ),
         "a finished run cannot be claimed, and the refusal says it finished (not that someone holds it)"
     );
+}
+
+/// One call renews every lease a worker holds; a lease another worker took since is
+/// `LeaseLost` alone, and the others are renewed all the same.
+pub async fn leases_are_renewed_together(store: &dyn Store) {
+    use std::time::Duration;
+    let short = Duration::from_millis(200);
+    let mut leases = Vec::new();
+    for n in 0..3 {
+        let run = record(150 + n, "flow", RunStatus::Pending, 10);
+        store.create_run(run.clone()).await.expect("create");
+        leases.push(store.claim(run.id, "w", wall(), short).await.expect("claim"));
+    }
+    assert!(store.renew_leases(&[], wall(), short).await.expect("nothing to renew").is_empty());
+    // The second run's lease lapses and another worker takes it.
+    store.heartbeat(&leases[1], wall(), Duration::from_millis(1)).await.expect("shorten");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let taken = store.claim(leases[1].run, "other", wall(), Duration::from_secs(60)).await.expect("takeover");
+    let answers = store.renew_leases(&leases, wall(), Duration::from_secs(60)).await.expect("renew");
+    assert_eq!(answers.len(), 3, "one answer per lease, in order");
+    for (n, answer) in answers.iter().enumerate() {
+        match (n, answer) {
+            (1, Err(StoreError::LeaseLost { run, token: 1 })) => assert_eq!(*run, leases[1].run),
+            (0 | 2, Ok(renewed)) => {
+                assert_eq!((renewed.run, renewed.token, renewed.owner.as_str()), (leases[n].run, 1, "w"));
+                assert!(near(renewed.expires_at, wall().plus(Duration::from_secs(60))), "{renewed:?}");
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    tokio::time::sleep(short + Duration::from_millis(50)).await;
+    for n in [0, 2] {
+        let blocked = store.claim(leases[n].run, "other", wall(), short).await;
+        assert!(matches!(blocked, Err(StoreError::Leased { ref owner, .. }) if owner == "w"), "renewed: {blocked:?}");
+    }
+    let kept = store.load(taken.run).await.expect("load").record.lease.expect("leased");
+    assert_eq!((kept.owner.as_str(), kept.token), ("other", 2), "the lost lease was left alone");
 }
 
 /// A live lease refuses every claim, its own owner's too; `take_over` from the named

@@ -905,7 +905,7 @@ impl Store for PostgresStore {
         })
     }
 
-    fn wait_for_cancel(&self, timeout: Duration) -> BoxFuture<'_, ()> {
+    fn wait_for_cancel(&self, timeout: Duration) -> BoxFuture<'_, bool> {
         Box::pin(async move {
             let mut guard = self.cancel_listener.lock().await;
             if guard.is_none()
@@ -915,11 +915,26 @@ impl Store for PostgresStore {
                 *guard = Some(listener);
             }
             match guard.as_mut() {
-                // A notification, or the poll interval: whichever comes first.
-                Some(listener) => drop(tokio::time::timeout(timeout, listener.recv()).await),
-                None => tokio::time::sleep(timeout).await,
+                // A notification, or the poll interval: whichever comes first. A listener
+                // that failed may have missed one: say so, and connect again next time.
+                Some(listener) => match tokio::time::timeout(timeout, listener.recv()).await {
+                    Ok(Ok(_)) => true,
+                    Ok(Err(_)) => {
+                        *guard = None;
+                        true
+                    }
+                    Err(_) => false,
+                },
+                None => {
+                    tokio::time::sleep(timeout).await;
+                    true
+                }
             }
         })
+    }
+
+    fn announces_cancels(&self) -> bool {
+        true
     }
 
     fn claim_due(
@@ -964,6 +979,38 @@ impl Store for PostgresStore {
                     owner: owner.clone(),
                     token: row.get::<i64, _>(1) as u64,
                     expires_at: Timestamp::from_micros(row.get(2)),
+                })
+                .collect())
+        })
+    }
+
+    fn renew_leases<'a>(
+        &'a self,
+        leases: &'a [Lease],
+        _now: Timestamp,
+        lease_for: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Result<Lease, StoreError>>, StoreError>> {
+        Box::pin(async move {
+            let ids: Vec<uuid::Uuid> = leases.iter().map(|l| uuid(l.run)).collect();
+            let tokens: Vec<i64> = leases.iter().map(|l| l.token as i64).collect();
+            // One statement for every run the worker executes; the database's clock.
+            let rows = sqlx::query(
+                "UPDATE stepwright_runs r SET lease_expires = stepwright_now_us() + $3 \
+                 FROM UNNEST($1::uuid[], $2::bigint[]) AS l(id, token) \
+                 WHERE r.id = l.id AND r.lease_token = l.token RETURNING r.id, r.lease_expires",
+            )
+            .bind(&ids)
+            .bind(&tokens)
+            .bind(micros(lease_for))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("renewing leases"))?;
+            let renewed: HashMap<uuid::Uuid, i64> = rows.iter().map(|row| (row.get(0), row.get(1))).collect();
+            Ok(leases
+                .iter()
+                .map(|lease| match renewed.get(&uuid(lease.run)) {
+                    Some(expires) => Ok(Lease { expires_at: Timestamp::from_micros(*expires), ..lease.clone() }),
+                    None => Err(StoreError::LeaseLost { run: lease.run, token: lease.token }),
                 })
                 .collect())
         })

@@ -1,7 +1,7 @@
 //! Cancelling runs wherever they execute: the request, the per-engine watcher that
 //! fires a live run's token, and how a cancelled run ends.
 
-use super::{Engine, EngineError, EngineInner, RunReport};
+use super::{Engine, EngineError, RunReport};
 use crate::ids::{RunId, StepPath, Timestamp};
 use crate::journal::{CancelRequest, EventRecord, JournalBatch, Lease, RunStatus};
 use crate::store::{CancelOutcome, StatusUpdate};
@@ -35,7 +35,7 @@ impl Engine {
             CancelOutcome::Requested { .. } => {}
         }
         // Executing here: stop at once rather than at the next poll.
-        let live = self.inner.live.lock().expect("poisoned").get(&run).cloned();
+        let live = self.inner.live.lock().expect("poisoned").get(&run).map(|live| live.cancel.clone());
         if let Some(token) = live
             && !matches!(outcome, CancelOutcome::Finished(_))
         {
@@ -82,39 +82,5 @@ pub(super) fn cancelled_event(run: RunId, request: &CancelRequest, at: Timestamp
         user: request.by.clone(),
         kind: "run.cancelled".into(),
         data: serde_json::json!({ "by": request.by, "reason": request.reason, "requested_at": request.at }),
-    }
-}
-
-/// Watches the store for cancel requests of the runs an engine executes, one task per
-/// engine while it has live runs (one query per poll, however many runs): a run asked to
-/// cancel from another process has its root token fired here. It holds the engine weakly,
-/// so a dropped engine stops it.
-pub(super) async fn watch_cancels(engine: std::sync::Weak<EngineInner>) {
-    use std::sync::atomic::Ordering::SeqCst;
-    loop {
-        let Some((store, poll)) = engine.upgrade().map(|inner| (inner.store.clone(), inner.config.cancel_poll)) else {
-            return;
-        };
-        store.wait_for_cancel(poll).await;
-        let Some(inner) = engine.upgrade() else { return };
-        let live: Vec<RunId> = inner.live.lock().expect("poisoned").keys().copied().collect();
-        if live.is_empty() {
-            inner.watching.store(false, SeqCst);
-            // A run that started after the look above found `watching` set and started no
-            // watcher of its own: this one goes on for it, unless another took over.
-            if inner.live.lock().expect("poisoned").is_empty() || inner.watching.swap(true, SeqCst) {
-                return;
-            }
-            continue;
-        }
-        // A store that cannot answer now is asked again at the next poll.
-        let Ok(found) = store.cancel_requests(&live).await else { continue };
-        for (run, request) in found {
-            let token = inner.live.lock().expect("poisoned").get(&run).cloned();
-            if let Some(token) = token {
-                inner.cancels.lock().expect("poisoned").entry(run).or_insert(request);
-                token.cancel();
-            }
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! Executing a run: its shared state, the walk with the lease's heartbeat beside it, and
+//! Executing a run: its shared state, the walk (its lease kept by the engine's keeper), and
 //! the status it ends in.
 
 use std::sync::atomic::AtomicBool;
@@ -8,7 +8,8 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::exec::{Env, Exec, Flow};
-use super::{Engine, EngineError, EngineInner, RunReport, cancelled_event, report_from, watch_cancels};
+use super::keeper::{LiveRun, ensure_keeper};
+use super::{Engine, EngineError, EngineInner, RunReport, cancelled_event, report_from};
 use crate::definition::Workflow;
 use crate::error::{ErrorCode, StepError};
 use crate::ids::{RunId, StepPath};
@@ -42,11 +43,11 @@ impl Engine {
         let inner = &self.inner;
         let shared = self.run_shared(workflow, &loaded, fence, replay);
         let cancel = CancellationToken::new();
-        inner.live.lock().expect("poisoned").insert(run_id, cancel.clone());
+        let lost = Arc::new(AtomicBool::new(false));
+        let live = LiveRun { cancel: cancel.clone(), lease, lost: lost.clone() };
+        inner.live.lock().expect("poisoned").insert(run_id, live);
         let _live = LiveGuard { engine: inner, run: run_id };
-        if !inner.watching.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            tokio::spawn(watch_cancels(Arc::downgrade(&self.inner)));
-        }
+        ensure_keeper(&self.inner);
         let fresh = loaded.entries.is_empty() && loaded.record.status == RunStatus::Running;
         if !fresh {
             let running = StatusUpdate::running(inner.clock.now(), fence);
@@ -63,7 +64,7 @@ impl Engine {
             "roles": caller.roles,
         }));
         let env = Env { layers: ProvidedLayers::default(), cancel, services: shared.services.clone() };
-        let flow = self.walk(workflow, &shared, lease, input, &mut scope, &env).await?;
+        let flow = self.walk(workflow, &shared, &lost, input, &mut scope, &env).await?;
         let (status, output, error) = self.ending(workflow, flow, &scope, &shared, &env.cancel);
         shared.recorder.flush().await.map_err(|StoreFailed(source)| EngineError::store(run_id)(source))?;
         let wake_at = *shared.wake_at.lock().expect("poisoned");
@@ -135,14 +136,14 @@ impl Engine {
         })
     }
 
-    /// Walks the workflow body on this task, with the lease's heartbeat and (`async`
-    /// durability) the deferred-entry flusher beside it. A lost lease cancels the walk,
-    /// which then stops writing, and is reported as `LeaseLost`.
+    /// Walks the workflow body on this task, with (`async` durability) the deferred-entry
+    /// flusher beside it. The engine's keeper renews the lease; a lost lease cancels the
+    /// walk, which then stops writing, and is reported as `LeaseLost`.
     pub(super) async fn walk(
         &self,
         workflow: &Workflow,
         shared: &Arc<RunShared>,
-        lease: Lease,
+        lost: &AtomicBool,
         input: Arc<Value>,
         scope: &mut Scope,
         env: &Env,
@@ -150,27 +151,10 @@ impl Engine {
         let inner = &self.inner;
         let run_id = shared.run_id;
         let exec = Exec { run: shared.clone() };
-        let lost = AtomicBool::new(false);
         let flow = {
             let root = StepPath::root();
             let walk = exec.exec_seq(&workflow.inner.body, &root, input, scope, env);
             tokio::pin!(walk);
-            // The heartbeat keeps the lease alive; if the lease is lost it cancels the run.
-            let heartbeat = async {
-                let mut lease = lease;
-                let every = inner.config.lease_for / 3;
-                loop {
-                    inner.clock.sleep(every).await;
-                    match inner.store.heartbeat(&lease, inner.clock.now(), inner.config.lease_for).await {
-                        Ok(renewed) => lease = renewed,
-                        Err(_) => {
-                            lost.store(true, std::sync::atomic::Ordering::SeqCst);
-                            env.cancel.cancel();
-                            return;
-                        }
-                    }
-                }
-            };
             // `async` durability: the deferred entries are written within the delay even while
             // a long step runs.
             let flusher = async {
@@ -188,7 +172,6 @@ impl Engine {
             tokio::select! {
                 biased;
                 flow = &mut walk => flow,
-                () = heartbeat => walk.await,
                 () = flusher => walk.await,
             }
         };

@@ -6,12 +6,13 @@ mod error;
 pub(crate) mod exec;
 mod execute;
 mod history;
+mod keeper;
 pub(crate) mod owner;
 mod report;
 mod runner;
 
 pub use builder::EngineBuilder;
-use cancel::{cancelled_event, watch_cancels};
+use cancel::cancelled_event;
 pub use error::EngineError;
 use report::report_from;
 pub use report::{PendingInterrupt, RunReport};
@@ -27,7 +28,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::{EngineConfig, StepCache};
 use crate::definition::Workflow;
@@ -83,11 +83,11 @@ struct EngineInner {
     observer: Option<Arc<dyn Observer>>,
     cache: Arc<dyn StepCache>,
     mailboxes: Arc<Mailboxes>,
-    /// The runs this engine executes now, with their root tokens.
-    live: Mutex<HashMap<RunId, CancellationToken>>,
+    /// The runs this engine executes now: their root tokens and leases.
+    live: Mutex<HashMap<RunId, keeper::LiveRun>>,
     /// Cancel requests seen for live runs: who asked and why, for the run's final error.
     cancels: Mutex<HashMap<RunId, CancelRequest>>,
-    /// Whether a cancel watcher task runs (one per engine while it has live runs).
+    /// Whether the keeper runs (one task per engine while it has live runs).
     watching: AtomicBool,
 }
 

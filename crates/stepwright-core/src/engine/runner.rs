@@ -35,7 +35,7 @@ pub struct Runner {
     log: Option<RunnerLog>,
     tenant: Option<String>,
     /// When it last looked for runs left by a dead process on this host.
-    orphans_checked: std::sync::Mutex<Option<std::time::Instant>>,
+    orphans_checked: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 /// How often a runner looks for runs whose lease a dead process on this host holds (at
@@ -151,12 +151,21 @@ impl Runner {
     }
 
     async fn claim(&self, limit: usize) -> Result<Vec<Lease>, EngineError> {
+        Ok(self.claim_counted(limit).await?.0)
+    }
+
+    /// Claims up to `limit` runs; also says how many store queries that took (one, or two
+    /// when it was time to look for orphans), for the idle pacing of [`Runner::run`].
+    async fn claim_counted(&self, limit: usize) -> Result<(Vec<Lease>, u32), EngineError> {
         if limit == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), 0));
         }
         let inner = &self.engine.inner;
         let store_failed = |source| EngineError::Store { run: RunId::from_bytes([0; 16]), source };
-        let mut leases = self.orphans(limit).await.map_err(store_failed)?;
+        let (mut leases, looked) = match self.orphans(limit).await.map_err(store_failed)? {
+            Some(orphans) => (orphans, 2),
+            None => (Vec::new(), 1),
+        };
         let due = inner
             .store
             .claim_due(
@@ -169,18 +178,18 @@ impl Runner {
             .await
             .map_err(store_failed)?;
         leases.extend(due);
-        Ok(leases)
+        Ok((leases, looked))
     }
 
     /// Takes over running runs whose lease a process on this host holds that no longer
-    /// exists (killed, crashed), when it is time to look.
-    async fn orphans(&self, limit: usize) -> Result<Vec<Lease>, crate::store::StoreError> {
+    /// exists (killed, crashed), when it is time to look (`None` when it is not).
+    async fn orphans(&self, limit: usize) -> Result<Option<Vec<Lease>>, crate::store::StoreError> {
         {
             let mut checked = self.orphans_checked.lock().expect("poisoned");
             if checked.is_some_and(|at| at.elapsed() < ORPHANS_EVERY) {
-                return Ok(Vec::new());
+                return Ok(None);
             }
-            *checked = Some(std::time::Instant::now());
+            *checked = Some(tokio::time::Instant::now());
         }
         let inner = &self.engine.inner;
         let filter = crate::store::RunFilter {
@@ -202,7 +211,7 @@ impl Runner {
                 leases.push(lease);
             }
         }
-        Ok(leases)
+        Ok(Some(leases))
     }
 
     fn spawn(&self, set: &mut JoinSet<RunOutcome>, lease: Lease) {
@@ -279,6 +288,9 @@ impl Runner {
         // Whether the last claim found fewer due runs than it asked for: then nothing more
         // is due until the store announces work or the poll comes round.
         let mut drained = false;
+        // How long to wait for work when idle: the poll interval per store query the last
+        // look made, so that an idle runner asks the store at most once per interval.
+        let mut idle_wait = self.poll;
         loop {
             let free = self.claim_limit(set.len());
             // Claims come in batches: with most slots busy, a finished run does not send a
@@ -287,8 +299,9 @@ impl Runner {
             if free > 0 && (look || (!drained && (set.is_empty() || free >= self.claim_batch()))) {
                 // A store that fails (a database restarting) is asked again at the next
                 // poll; the runs executing meanwhile go on.
-                match self.claim(free).await {
-                    Ok(leases) => {
+                match self.claim_counted(free).await {
+                    Ok((leases, queries)) => {
+                        idle_wait = self.poll * queries.max(1);
                         drained = leases.len() < free;
                         for lease in leases {
                             self.spawn(&mut set, lease);
@@ -297,13 +310,14 @@ impl Runner {
                     Err(error) => self.tell(RunnerEvent::StoreFailed { error: &error }),
                 }
             }
+            let wait = if set.is_empty() { idle_wait } else { self.poll };
             tokio::select! {
                 () = stop.cancelled() => break,
                 Some(_) = set.join_next(), if !set.is_empty() => {
                     while set.try_join_next().is_some() {}
                     look = false;
                 }
-                () = self.engine.inner.store.wait_for_work(self.poll) => look = true,
+                () = self.engine.inner.store.wait_for_work(wait) => look = true,
             }
         }
         set.shutdown().await;

@@ -316,10 +316,20 @@ pub trait Store: Send + Sync + 'static {
     /// The cancel requests stored for any of `runs` (the runs a process executes).
     fn cancel_requests(&self, runs: &[RunId]) -> BoxFuture<'_, Result<Vec<(RunId, CancelRequest)>, StoreError>>;
 
-    /// Waits until a cancel may have been requested (a notification) or `timeout` passes.
-    /// Stores without notifications simply wait out the timeout (callers then poll).
-    fn wait_for_cancel(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
-        Box::pin(tokio::time::sleep(timeout))
+    /// Waits until a cancel may have been requested (a notification: `true`) or `timeout`
+    /// passes (`false`). Stores without notifications simply wait out the timeout (callers
+    /// then poll).
+    fn wait_for_cancel(&self, timeout: std::time::Duration) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            tokio::time::sleep(timeout).await;
+            false
+        })
+    }
+
+    /// Whether [`Store::wait_for_cancel`] reports every cancel request as it is made (then a
+    /// process looks for requests when told, not at every poll).
+    fn announces_cancels(&self) -> bool {
+        false
     }
 
     /// Stores a message for a loop inbox of a run (the run need not exist yet) and returns
@@ -350,6 +360,20 @@ pub trait Store: Send + Sync + 'static {
     /// Stores without notifications simply wait out the timeout (runners then poll).
     fn wait_for_work(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
         Box::pin(tokio::time::sleep(timeout))
+    }
+
+    /// Extends the leases of the runs one worker executes: one answer per lease, in order —
+    /// renewed, or `LeaseLost` if its token is no longer current. The default renews them
+    /// one by one at once; a store with round trips to a server does it in one statement.
+    fn renew_leases<'a>(
+        &'a self,
+        leases: &'a [Lease],
+        now: Timestamp,
+        lease_for: std::time::Duration,
+    ) -> BoxFuture<'a, Result<Vec<Result<Lease, StoreError>>, StoreError>> {
+        Box::pin(async move {
+            Ok(futures_util::future::join_all(leases.iter().map(|lease| self.heartbeat(lease, now, lease_for))).await)
+        })
     }
 
     /// Extends a lease; fails with `LeaseLost` if the token is no longer current.

@@ -14,21 +14,26 @@ use stepwright_core::{
 };
 use stepwright_testkit::{Counter, T0, records_at};
 
-/// A memory store that counts appends and claims of due runs.
+/// A memory store that counts its calls: all of them, appends, claims of due runs and
+/// lease renewals.
+#[derive(Default)]
 pub(crate) struct Counting {
     pub(crate) inner: InMemoryStore,
+    pub(crate) calls: AtomicUsize,
     pub(crate) appends: AtomicUsize,
     pub(crate) claims: AtomicUsize,
+    pub(crate) renewals: AtomicUsize,
 }
 
 impl Counting {
     pub(crate) fn new() -> Self {
-        Self { inner: InMemoryStore::new(), appends: AtomicUsize::new(0), claims: AtomicUsize::new(0) }
+        Self::default()
     }
 }
 
 impl Store for Counting {
     fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.create_run(record)
     }
     fn append<'a>(
@@ -37,31 +42,40 @@ impl Store for Counting {
         fence: Option<u64>,
         batch: &'a mut JournalBatch,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.appends.fetch_add(1, Ordering::SeqCst);
         self.inner.append(run, fence, batch)
     }
     fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.set_status(run, update)
     }
     fn load_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.load_from(run, from)
     }
     fn resolve_interrupt(&self, run: RunId, entry: JournalEntry) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.resolve_interrupt(run, entry)
     }
     fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.events_from(run, from)
     }
     fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.wake_run(run, now)
     }
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.list_runs(filter)
     }
     fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.erase_run(run)
     }
     fn apply_retention(&self, policy: Retention) -> BoxFuture<'_, Result<Removed, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.apply_retention(policy)
     }
     fn claim(
@@ -71,6 +85,7 @@ impl Store for Counting {
         now: Timestamp,
         lease_for: Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.claim(run, owner, now, lease_for)
     }
     fn take_over(
@@ -81,6 +96,7 @@ impl Store for Counting {
         now: Timestamp,
         lease_for: Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.take_over(run, from, owner, now, lease_for)
     }
     fn request_cancel(
@@ -89,12 +105,14 @@ impl Store for Counting {
         request: stepwright_core::CancelRequest,
         now: Timestamp,
     ) -> BoxFuture<'_, Result<stepwright_core::CancelOutcome, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.request_cancel(run, request, now)
     }
     fn cancel_requests(
         &self,
         runs: &[RunId],
     ) -> BoxFuture<'_, Result<Vec<(RunId, stepwright_core::CancelRequest)>, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.cancel_requests(runs)
     }
     fn claim_due(
@@ -105,8 +123,19 @@ impl Store for Counting {
         limit: usize,
         tenant: Option<&str>,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.claim_due(owner, now, lease_for, limit, tenant)
+    }
+    fn renew_leases<'a>(
+        &'a self,
+        leases: &'a [Lease],
+        now: Timestamp,
+        lease_for: Duration,
+    ) -> BoxFuture<'a, Result<Vec<Result<Lease, StoreError>>, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        self.inner.renew_leases(leases, now, lease_for)
     }
     fn heartbeat(
         &self,
@@ -114,6 +143,7 @@ impl Store for Counting {
         now: Timestamp,
         lease_for: Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.heartbeat(lease, now, lease_for)
     }
     fn post_message(
@@ -122,6 +152,7 @@ impl Store for Counting {
         inbox: &str,
         message: serde_json::Value,
     ) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.post_message(run, inbox, message)
     }
     fn next_message(
@@ -130,6 +161,7 @@ impl Store for Counting {
         inbox: &str,
         after: Option<u64>,
     ) -> BoxFuture<'_, Result<Option<(u64, serde_json::Value)>, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.next_message(run, inbox, after)
     }
     fn put_definition(
@@ -137,12 +169,14 @@ impl Store for Counting {
         hash: stepwright_core::ContentHash,
         source: stepwright_core::journal::DefinitionSource,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.put_definition(hash, source)
     }
     fn get_definition(
         &self,
         hash: stepwright_core::ContentHash,
     ) -> BoxFuture<'_, Result<Option<stepwright_core::journal::DefinitionSource>, StoreError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.get_definition(hash)
     }
 }

@@ -273,3 +273,95 @@ async fn a_run_without_a_definition_stops_with_the_reason() {
     let outcomes = Runner::new(engine.clone()).resolve_with(right).tick().await.unwrap();
     assert_eq!(outcomes[0].1.as_ref().unwrap().status, RunStatus::Completed);
 }
+
+/// An idle worker asks the store at most once per poll interval (a second by default),
+/// its look for runs orphaned by dead processes included.
+#[tokio::test(start_paused = true)]
+async fn an_idle_runner_asks_the_store_at_most_once_a_second() {
+    let store = Arc::new(crate::durability::Counting::new());
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .clock(Arc::new(TokioClock::starting_at(T0)))
+        .entropy(Arc::new(SeededEntropy::new(9)))
+        .worker_id("idle")
+        .build();
+    let runner = Runner::new(engine);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopper = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            stop.cancel();
+        })
+    };
+    runner.run(stop).await.unwrap();
+    stopper.await.unwrap();
+    let calls = store.calls.load(std::sync::atomic::Ordering::SeqCst);
+    let claims = store.claims.load(std::sync::atomic::Ordering::SeqCst);
+    // One call per second: a look at 0 s and one at 60 s, and between them a second's
+    // wait per call (a look that also sought orphans made two, then waited two seconds).
+    // Without the pacing it is 68: a claim every second and an orphan look every ten.
+    assert!(calls <= 62, "{calls} store calls in an idle minute ({claims} claims)");
+    assert!(calls >= 40, "it still looks for work every second or two: {calls}");
+}
+
+/// However many runs a worker executes, it renews their leases in one store call per beat
+/// (a third of the lease), and the leases hold: another worker polling all along takes
+/// none of the runs, though every step outlasts the lease many times.
+#[tokio::test(start_paused = true)]
+async fn a_worker_renews_all_its_leases_in_one_call_per_beat() {
+    const RUNS: usize = 16;
+    let store = Arc::new(crate::durability::Counting::new());
+    let config = EngineConfig { lease_for: Duration::from_secs(3), ..EngineConfig::default() };
+    let on = |worker: &str| {
+        Engine::builder()
+            .store(store.clone() as Arc<dyn Store>)
+            .clock(Arc::new(TokioClock::starting_at(T0)))
+            .entropy(Arc::new(SeededEntropy::new(9)))
+            .worker_id(worker)
+            .config(config.clone())
+            .build()
+    };
+    let executed = Arc::new(Mutex::new(HashMap::<RunId, usize>::new()));
+    let workflow = {
+        let executed = executed.clone();
+        Workflow::builder("long")
+            .step(Node::step(
+                "work",
+                fn_step(move |ctx: StepContext, _x: Value| {
+                    *executed.lock().unwrap().entry(ctx.run_id()).or_default() += 1;
+                    async move {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        Ok("done")
+                    }
+                }),
+            ))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (on("a"), on("b"));
+    let mut runs = Vec::new();
+    for i in 0..RUNS {
+        runs.push(a.create(&workflow, json!(i), Default::default()).await.unwrap().id);
+    }
+    let (first, second) = (
+        Runner::new(a).register(&workflow).max_concurrent(RUNS),
+        Runner::new(b).register(&workflow).poll_interval(Duration::from_millis(500)),
+    );
+    let stop = tokio_util::sync::CancellationToken::new();
+    let outcomes = tokio::select! {
+        // Worker a claims first (its claim completes at its first poll); b then polls.
+        biased;
+        outcomes = first.tick() => outcomes.unwrap(),
+        _ = second.run(stop.clone()) => unreachable!("the second runner runs until stopped"),
+    };
+    stop.cancel();
+    assert_eq!(outcomes.len(), RUNS, "worker a executed every run");
+    for (run, result) in &outcomes {
+        assert_eq!(result.as_ref().unwrap().status, RunStatus::Completed, "{run}");
+    }
+    assert!(executed.lock().unwrap().values().all(|n| *n == 1), "no run was taken over and executed again");
+    let renewals = store.renewals.load(std::sync::atomic::Ordering::SeqCst);
+    // 60 s of work, a beat a second: about 60 calls for all 16 runs (one per run would be ~960).
+    assert!((50..=70).contains(&renewals), "{renewals} renewals for {RUNS} runs over 60 s");
+}
