@@ -68,6 +68,10 @@ pub(crate) enum Command {
         /// Create the run and return at once (a worker executes it).
         #[arg(long)]
         detach: bool,
+        /// The run's priority among runs waiting for a worker, higher first (default: the
+        /// file's `priority`, else 0).
+        #[arg(long, allow_hyphen_values = true)]
+        priority: Option<i32>,
         #[command(flatten)]
         who: Identity,
     },

@@ -72,6 +72,46 @@ pub struct Lineage {
     pub at: StepPath,
 }
 
+/// How a run waits its turn among runs waiting to be claimed, enforced by the store for
+/// every worker on it: its concurrency group and its priority. Fixed when the run is
+/// created.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowControl {
+    /// At most `limit` runs with this key at a time (see [`Concurrency`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<Concurrency>,
+    /// Among runs waiting to be claimed, higher goes first (then the oldest); default 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// A concurrency group: at most `limit` runs with the same `key` hold a slot at a time. A
+/// run holds its slot while it is running or suspended (on a timer, a person, an event),
+/// from the claim that starts it to its end; a pending run — not started yet, or yielded —
+/// waits for one, and a claim passes it over while its key is full.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Concurrency {
+    /// The group (a workflow's `concurrency.key` evaluated over the run's input: one
+    /// customer, one repository).
+    pub key: String,
+    /// How many of its runs may hold a slot at once (at least 1).
+    pub limit: u32,
+}
+
+impl FlowControl {
+    /// Whether a claim must ask the key's group before starting the run: a pending run
+    /// with a concurrency key.
+    pub fn needs_slot(&self, status: RunStatus) -> Option<&Concurrency> {
+        self.concurrency.as_ref().filter(|_| status == RunStatus::Pending)
+    }
+}
+
 /// A worker's claim on a run: while it holds (until `expires_at`), no other worker executes
 /// the run. `token` grows with every claim; every journal write carries it, and a store
 /// refuses a write whose token is not the current one (a fencing token), so a worker that
@@ -148,6 +188,13 @@ pub struct RunRecord {
     /// A cancel someone asked for (kept once the run is cancelled, to say who and why).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancel: Option<CancelRequest>,
+    /// Its concurrency group and priority.
+    #[serde(default, skip_serializing_if = "is_default_flow")]
+    pub flow: FlowControl,
+}
+
+fn is_default_flow(flow: &FlowControl) -> bool {
+    *flow == FlowControl::default()
 }
 
 /// A cancel asked for by someone, stored with the run: the process executing the run sees

@@ -59,7 +59,7 @@ pub use error::{BuildError, BuildProblem, ErrorCode, Fault, StepError};
 pub use hash::ContentHash;
 pub use identity::Caller;
 pub use ids::{InterruptId, RunId, StepPath, Timestamp, check_step_name};
-pub use journal::{CancelRequest, JournalEntry, Lease, Record, RunRecord, RunStatus};
+pub use journal::{CancelRequest, Concurrency, FlowControl, JournalEntry, Lease, Record, RunRecord, RunStatus};
 pub use outcome::{
     Approver, Decision, Event, InterruptKind, InterruptRequest, Outcome, OutcomeKind, Resolution, TimeoutAction,
 };

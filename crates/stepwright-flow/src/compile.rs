@@ -204,8 +204,20 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
     }
 }
 
-const WORKFLOW_FIELDS: &[&str] =
-    &["workflow", "version", "description", "input", "output", "steps", "models", "tools", "mcp_servers", "agents"];
+const WORKFLOW_FIELDS: &[&str] = &[
+    "workflow",
+    "version",
+    "description",
+    "input",
+    "output",
+    "steps",
+    "models",
+    "tools",
+    "mcp_servers",
+    "agents",
+    "concurrency",
+    "priority",
+];
 const COMMON_FIELDS: &[&str] = &[
     "id",
     "description",
@@ -462,6 +474,65 @@ impl Compiler {
         dashed_found
     }
 
+    /// The workflow's `concurrency: {key, limit}` (the key a template over `input`) and
+    /// `priority`.
+    fn flow_control(
+        &mut self,
+        root: &Item,
+        mut builder: stepwright_core::WorkflowBuilder,
+    ) -> stepwright_core::WorkflowBuilder {
+        if let Some(node) = root.get("priority") {
+            match &node.value {
+                Yaml::Int(n) if i32::try_from(*n).is_ok() => builder = builder.priority(*n as i32),
+                _ => self
+                    .error(node.pos, format!("`priority` must be a whole number (higher first), not {}", node.kind())),
+            }
+        }
+        let Some(node) = root.get("concurrency") else { return builder };
+        let Some(entries) = self.entries(node, "`concurrency`") else { return builder };
+        self.unknown_fields(entries, &["key", "limit"], "`concurrency`");
+        let limit = match node.get("limit") {
+            Some(limit) => match self.number(limit, "`concurrency.limit`") {
+                Some(0) => {
+                    self.error(limit.pos, "`concurrency.limit` must be at least 1");
+                    None
+                }
+                n => n.map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+            },
+            None => {
+                self.error_hint(
+                    node.pos,
+                    "`concurrency` needs a `limit`",
+                    "how many runs with one key at a time: `limit: 1`",
+                );
+                None
+            }
+        };
+        let key = match node.get("key") {
+            Some(key) => {
+                // The key is computed when a run is created: only its input is known then.
+                let outer = self.roots_only.replace(&["input"]);
+                self.templates(key);
+                self.roots_only = outer;
+                Some(key.to_json())
+            }
+            None => {
+                self.error_hint(
+                    node.pos,
+                    "`concurrency` needs a `key`",
+                    "the group of a run: `key: \"{{ input.customer }}\"`",
+                );
+                None
+            }
+        };
+        if let (Some(template), Some(limit)) = (key, limit) {
+            let source = template.to_string();
+            let key = Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())).with_source(source);
+            builder = builder.concurrency(key, limit);
+        }
+        builder
+    }
+
     fn workflow(&mut self, root: &Item) -> Option<Workflow> {
         let entries = self.entries(root, "a workflow file")?;
         self.unknown_fields(entries, WORKFLOW_FIELDS, "the workflow");
@@ -490,6 +561,7 @@ impl Compiler {
             }
         };
         builder = builder.steps(steps);
+        builder = self.flow_control(root, builder);
         if let Some(output) = root.get("output") {
             self.templates(output);
             let template = output.to_json();

@@ -37,6 +37,23 @@ struct WorkflowFile {
     mcp_servers: Option<BTreeMap<String, McpServer>>,
     /// Agents by name.
     agents: Option<BTreeMap<String, stepwright_llm::AgentSpec>>,
+    /// At most `limit` runs with one `key` execute at a time, across every worker on the
+    /// store; the others wait, pending.
+    concurrency: Option<ConcurrencyGroup>,
+    /// Among runs waiting for a worker, higher priority goes first (default 0).
+    priority: Option<i32>,
+}
+
+/// A workflow's concurrency group.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ConcurrencyGroup {
+    /// The group of a run: a template over `input`, such as "{{ input.customer }}".
+    key: String,
+    /// How many runs with one key may execute at once (running, or suspended on a timer or
+    /// a person).
+    #[schemars(range(min = 1))]
+    limit: u32,
 }
 
 /// A duration: 500ms, 30s, 5m, 2h or 1d.

@@ -41,6 +41,7 @@ where
     leases_fence_writes(&*fresh().await).await;
     a_live_lease_is_never_shared(&*fresh().await).await;
     leases_are_renewed_together(&*fresh().await).await;
+    claims_keep_to_priority_and_concurrency_groups(&*fresh().await).await;
     cancels_reach_executing_runs(&*fresh().await).await;
     claim_due_finds_ready_runs(&*fresh().await).await;
     claim_due_keeps_to_a_tenant(&*fresh().await).await;
@@ -346,6 +347,66 @@ pub async fn leases_fence_writes(store: &dyn Store) {
     );
 }
 
+/// Claims take higher priority first (then the oldest), and start a pending run of a
+/// concurrency group only while fewer than its limit of the group's runs are running or
+/// suspended; a single-run claim of a run whose group is full is `Queued`.
+pub async fn claims_keep_to_priority_and_concurrency_groups(store: &dyn Store) {
+    use std::time::Duration;
+    use stepwright_core::{Concurrency, FlowControl};
+    let long = Duration::from_secs(60);
+    let with = |n: u8, at: i64, priority: i32, group: Option<&str>| RunRecord {
+        flow: FlowControl { priority, concurrency: group.map(|key| Concurrency { key: key.to_owned(), limit: 1 }) },
+        ..record(n, "flow", RunStatus::Pending, at)
+    };
+    let claim_one = || async { store.claim_due("w", wall(), long, 1, None).await.expect("claim") };
+    store.create_run(with(160, 10, 0, None)).await.expect("create");
+    store.create_run(with(161, 20, 5, None)).await.expect("create");
+    assert_eq!(claim_one().await[0].run, id(161), "priority 5 before an older run of priority 0");
+    assert_eq!(claim_one().await[0].run, id(160));
+
+    // A group of one: the newest run has the highest priority and goes first; the others wait.
+    for (n, at, priority) in [(162, 30, 0), (163, 40, 0), (164, 50, 9)] {
+        store.create_run(with(n, at, priority, Some("customer-7"))).await.expect("create");
+    }
+    let first = store.claim_due("w", wall(), long, 10, None).await.expect("claim");
+    assert_eq!(first.iter().map(|l| l.run).collect::<Vec<_>>(), [id(164)], "one slot: the highest priority");
+    assert_eq!(store.load(id(164)).await.expect("load").record.status, RunStatus::Running, "started by its claim");
+    let queued = store.claim(id(162), "w", wall(), long).await;
+    assert!(
+        matches!(&queued, Err(StoreError::Queued { key, limit: 1, .. }) if key == "customer-7"),
+        "the group is full: {queued:?}"
+    );
+    assert_eq!(store.load(id(162)).await.expect("load").record.status, RunStatus::Pending, "left waiting");
+    assert_eq!(store.load(id(162)).await.expect("load").record.lease, None, "and unleased");
+
+    // Suspended (on a person, a timer) still holds the slot; finishing frees it.
+    let suspend = StatusUpdate {
+        status: RunStatus::Suspended,
+        output: None,
+        error: None,
+        at: wall(),
+        wake_at: None,
+        fence: Some(first[0].token),
+    };
+    store.set_status(id(164), suspend).await.expect("suspend");
+    assert!(claim_one().await.is_empty(), "a suspended run holds its slot");
+    let lease = store.claim(id(164), "w", wall(), long).await.expect("resume the suspended run");
+    let done = StatusUpdate {
+        status: RunStatus::Completed,
+        output: Some(json!(1)),
+        error: None,
+        at: wall(),
+        wake_at: None,
+        fence: Some(lease.token),
+    };
+    store.set_status(id(164), done).await.expect("finish");
+    let next = store.claim(id(163), "w", wall(), long).await.expect("room again: a single-run claim is admitted");
+    assert_eq!(store.load(next.run).await.expect("load").record.status, RunStatus::Running);
+    assert!(claim_one().await.is_empty(), "the group is full again");
+    let flow = store.load(id(162)).await.expect("load").record.flow;
+    assert_eq!(flow.concurrency.map(|c| (c.key, c.limit)), Some(("customer-7".to_owned(), 1)), "kept as created");
+}
+
 /// One call renews every lease a worker holds; a lease another worker took since is
 /// `LeaseLost` alone, and the others are renewed all the same.
 pub async fn leases_are_renewed_together(store: &dyn Store) {
@@ -576,6 +637,7 @@ fn record(n: u8, workflow: &str, status: RunStatus, at: i64) -> RunRecord {
         wake_at: None,
         lease: None,
         cancel: None,
+        flow: Default::default(),
     }
 }
 

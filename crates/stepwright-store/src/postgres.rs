@@ -18,7 +18,8 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Row, Transaction};
 use stepwright_core::journal::{
-    CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, Lineage, LoadedRun, RunRecord,
+    CancelRequest, Concurrency, DefinitionSource, EventRecord, FlowControl, JournalBatch, JournalEntry, Lease, Lineage,
+    LoadedRun, RunRecord,
 };
 use stepwright_core::store::backend::{decide_cancel, effective_update, referenced_blob, retention_victims};
 use stepwright_core::store::{CancelOutcome, Removed, Retention, RunFilter, StatusUpdate};
@@ -40,6 +41,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (4, include_str!("postgres/004_sessions_memory.sql")),
     (5, include_str!("postgres/005_counters_cancel.sql")),
     (6, include_str!("postgres/006_control.sql")),
+    (7, include_str!("postgres/007_flow_control.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.
@@ -243,12 +245,12 @@ fn from_value<T: serde::de::DeserializeOwned>(doing: &str, value: Value) -> Resu
 
 const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
-                           cancel_request";
+                           cancel_request, priority, concurrency_key, concurrency_limit";
 
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null'::jsonb, caller, status, NULL::jsonb, \
                                   NULL::jsonb, parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, \
-                                  lease_token, lease_expires, cancel_request";
+                                  lease_token, lease_expires, cancel_request, priority, concurrency_key, concurrency_limit";
 
 fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
     let doing = "reading a run";
@@ -288,6 +290,13 @@ fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
             _ => None,
         },
         cancel: row.get::<Option<Value>, _>(17).map(|v| from_value(doing, v)).transpose()?,
+        flow: FlowControl {
+            priority: row.try_get(18).map_err(get)?,
+            concurrency: match (row.try_get::<Option<String>, _>(19).map_err(get)?, row.try_get::<Option<i32>, _>(20)) {
+                (Some(key), Ok(Some(limit))) => Some(Concurrency { key, limit: limit.max(1) as u32 }),
+                _ => None,
+            },
+        },
     })
 }
 
@@ -510,17 +519,28 @@ async fn set_status_locked(pool: &PgPool, run: RunId, u: StatusUpdate) -> Result
 
 /// Why a claim matched no row.
 async fn claim_refusal(pool: &PgPool, run: RunId) -> StoreError {
-    let row = sqlx::query("SELECT status, lease_owner, lease_expires FROM stepwright_runs WHERE id = $1")
-        .bind(uuid(run))
-        .fetch_optional(pool)
-        .await;
+    let row = sqlx::query(
+        "SELECT status, lease_owner, lease_expires, concurrency_key, concurrency_limit, stepwright_now_us() \
+         FROM stepwright_runs WHERE id = $1",
+    )
+    .bind(uuid(run))
+    .fetch_optional(pool)
+    .await;
     match row {
         Ok(Some(row)) => {
             let status: String = row.get(0);
             let owner: Option<String> = row.get(1);
             let until: Option<i64> = row.get(2);
+            let group: (Option<String>, Option<i32>) = (row.get(3), row.get(4));
+            let now: i64 = row.get(5);
+            let lapsed = until.is_none_or(|until| until <= now);
             match (RunStatus::parse(&status), owner) {
                 (Some(status), _) if status.is_terminal() => StoreError::Finished { run, status },
+                (Some(RunStatus::Pending), _) if lapsed && group.0.is_some() => StoreError::Queued {
+                    run,
+                    key: group.0.unwrap_or_default(),
+                    limit: group.1.unwrap_or(1).max(1) as u32,
+                },
                 // No owner: the lease was let go between the claim and this look.
                 (_, owner) => StoreError::Leased {
                     run,
@@ -552,6 +572,7 @@ impl PostgresStore {
             "UPDATE stepwright_runs SET lease_owner = $3, lease_token = lease_token + 1, \
              lease_expires = stepwright_now_us() + $4 \
              WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled') \
+             AND NOT (status = 'pending' AND concurrency_key IS NOT NULL) \
              AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires <= stepwright_now_us()) \
              RETURNING lease_token, lease_expires",
         )
@@ -569,8 +590,66 @@ impl PostgresStore {
                 token: row.get::<i64, _>(0) as u64,
                 expires_at: Timestamp::from_micros(row.get(1)),
             }),
-            None => Err(claim_refusal(&self.pool, run).await),
+            None => match claim_refusal(&self.pool, run).await {
+                // A pending run of a concurrency group: admitted if its group has room.
+                StoreError::Queued { key, limit, .. } => {
+                    self.claim_in_group(run, &from, owner, lease_for, &key, limit).await
+                }
+                refusal => Err(refusal),
+            },
         }
+    }
+
+    /// Claims a pending run of a concurrency group and starts it, if the group has room:
+    /// under the group's advisory lock (see `stepwright_claim_due`), so that no other claim
+    /// counts its slots meanwhile.
+    async fn claim_in_group(
+        &self,
+        run: RunId,
+        from: &Option<String>,
+        owner: String,
+        lease_for: Duration,
+        key: &str,
+        limit: u32,
+    ) -> Result<Lease, StoreError> {
+        let doing = "claiming a run of a concurrency group";
+        let mut tx = self.pool.begin().await.map_err(pg(doing))?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('stepwright.concurrency:' || $1, 0))")
+            .bind(key)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg(doing))?;
+        let held: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM stepwright_runs WHERE concurrency_key = $1 AND status IN ('running', 'suspended')",
+        )
+        .bind(key)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(pg(doing))?;
+        if held >= i64::from(limit) {
+            return Err(StoreError::Queued { run, key: key.to_owned(), limit });
+        }
+        let row = sqlx::query(
+            "UPDATE stepwright_runs SET lease_owner = $3, lease_token = lease_token + 1, \
+             lease_expires = stepwright_now_us() + $4, status = 'running', wake_at = NULL, \
+             updated_at = stepwright_now_us() \
+             WHERE id = $1 AND status = 'pending' \
+             AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires <= stepwright_now_us()) \
+             RETURNING lease_token, lease_expires",
+        )
+        .bind(uuid(run))
+        .bind(from)
+        .bind(&owner)
+        .bind(micros(lease_for))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(pg(doing))?;
+        let Some(row) = row else {
+            drop(tx);
+            return Err(claim_refusal(&self.pool, run).await);
+        };
+        tx.commit().await.map_err(pg(doing))?;
+        Ok(Lease { run, owner, token: row.get::<i64, _>(0) as u64, expires_at: Timestamp::from_micros(row.get(1)) })
     }
 
     /// `RunNotFound` unless the run exists.
@@ -948,30 +1027,14 @@ impl Store for PostgresStore {
         let tenant = tenant.map(str::to_owned);
         let owner = owner.to_owned();
         Box::pin(async move {
-            let rows = sqlx::query(
-                "WITH due AS ( \
-                   SELECT id FROM stepwright_runs \
-                   WHERE status IN ('pending', 'running', 'suspended') \
-                     AND (lease_expires IS NULL OR lease_expires <= stepwright_now_us()) \
-                     AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= stepwright_now_us())) \
-                          OR status = 'running' \
-                          OR (status = 'suspended' AND wake_at <= stepwright_now_us())) \
-                     AND ($4::text IS NULL OR caller->>'tenant' = $4) \
-                   ORDER BY created_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
-                 UPDATE stepwright_runs r SET lease_owner = $1, lease_token = r.lease_token + 1, \
-                   lease_expires = stepwright_now_us() + $2, \
-                   status = CASE WHEN r.status = 'pending' THEN 'running' ELSE r.status END, \
-                   wake_at = CASE WHEN r.status = 'pending' THEN NULL ELSE r.wake_at END, \
-                   updated_at = CASE WHEN r.status = 'pending' THEN stepwright_now_us() ELSE r.updated_at END \
-                 FROM due WHERE r.id = due.id RETURNING r.id, r.lease_token, r.lease_expires",
-            )
-            .bind(&owner)
-            .bind(micros(lease_for))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(tenant)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("claiming due runs"))?;
+            let rows = sqlx::query("SELECT run_id, run_token, run_expires FROM stepwright_claim_due($1, $2, $3, $4)")
+                .bind(&owner)
+                .bind(micros(lease_for))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(tenant)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("claiming due runs"))?;
             Ok(rows
                 .into_iter()
                 .map(|row| Lease {

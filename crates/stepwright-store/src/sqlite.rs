@@ -16,10 +16,12 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde_json::Value;
 use stepwright_core::journal::{
-    CancelRequest, DefinitionSource, EventRecord, JournalBatch, JournalEntry, Lease, LoadedRun, RunRecord,
+    CancelRequest, Concurrency, DefinitionSource, EventRecord, FlowControl, JournalBatch, JournalEntry, Lease,
+    LoadedRun, RunRecord,
 };
 use stepwright_core::store::backend::{
-    check_fence, decide_cancel, effective_update, is_due, referenced_blob, retention_victims, try_claim, try_take_over,
+    admit, check_fence, decide_cancel, effective_update, is_due, referenced_blob, retention_victims, try_claim,
+    try_take_over,
 };
 use stepwright_core::store::{CancelOutcome, Removed, Retention, RunFilter, StatusUpdate};
 use stepwright_core::{ContentHash, InterruptId, Record, RunId, RunStatus, StepPath, Store, StoreError, Timestamp};
@@ -73,6 +75,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("sqlite/007_sessions_memory.sql")),
     (8, include_str!("sqlite/008_cancel_requests.sql")),
     (9, include_str!("sqlite/009_control.sql")),
+    (10, include_str!("sqlite/010_flow_control.sql")),
 ];
 
 /// A durable store in one SQLite file.
@@ -630,8 +633,9 @@ impl Writer {
         self.conn
             .prepare_cached(
                 "INSERT INTO runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
-                 parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                 parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
+                 priority, concurrency_key, concurrency_limit) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -652,6 +656,9 @@ impl Writer {
                     r.lease.as_ref().map(|l| l.owner.clone()),
                     r.lease.as_ref().map_or(0, |l| l.token as i64),
                     r.lease.as_ref().map(|l| l.expires_at.as_micros()),
+                    r.flow.priority,
+                    r.flow.concurrency.as_ref().map(|c| c.key.clone()),
+                    r.flow.concurrency.as_ref().map(|c| c.limit),
                 ])
             })
             .map_err(|e| backend(doing, e))?;
@@ -783,6 +790,7 @@ impl Writer {
                 Some(from) => try_take_over(&record, from, &claim.owner, claim.now, claim.lease_for)?,
                 None => try_claim(&record, &claim.owner, claim.now, claim.lease_for)?,
             };
+            self.admit(&record, &mut HashMap::new(), claim.now)?;
             self.store_lease(&lease)?;
             return Ok(vec![lease]);
         }
@@ -792,7 +800,7 @@ impl Writer {
                 "SELECT {RUN_HEADER_COLUMNS} FROM runs WHERE status IN ('pending', 'running', 'suspended') \
                  AND (lease_expires IS NULL OR lease_expires <= ?1) AND (wake_at IS NULL OR wake_at <= ?1) \
                  AND (?3 IS NULL OR json_extract(caller, '$.tenant') = ?3) \
-                 ORDER BY created_at LIMIT ?2"
+                 ORDER BY priority DESC, created_at LIMIT ?2"
             ))
             .and_then(|mut s| {
                 let limit = i64::try_from(claim.limit.saturating_mul(4)).unwrap_or(i64::MAX);
@@ -801,12 +809,50 @@ impl Writer {
             })
             .map_err(|e| backend("finding due runs", e))?;
         let mut leases = Vec::new();
-        for record in candidates.iter().filter(|r| is_due(r, claim.now)).take(claim.limit) {
+        let mut held = HashMap::new();
+        for record in candidates.iter().filter(|r| is_due(r, claim.now)) {
+            if leases.len() >= claim.limit {
+                break;
+            }
+            // A run whose concurrency group is full waits; the next in line may go.
+            if self.admit(record, &mut held, claim.now).is_err() {
+                continue;
+            }
             let lease = try_claim(record, &claim.owner, claim.now, claim.lease_for)?;
             self.store_lease(&lease)?;
             leases.push(lease);
         }
         Ok(leases)
+    }
+
+    /// Admits a claimed run to its concurrency group, if it needs a slot (see [`admit`]):
+    /// the group's count of slots held is read once per claim (`held`) and kept as runs
+    /// are admitted, and an admitted run is marked running in this same transaction. The
+    /// single writer serializes claims, so two never both see room.
+    fn admit(
+        &mut self,
+        record: &RunRecord,
+        held: &mut HashMap<String, usize>,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        let Some(group) = record.flow.needs_slot(record.status) else { return Ok(()) };
+        let count = match held.get(&group.key) {
+            Some(count) => *count,
+            None => self
+                .conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM runs WHERE concurrency_key = ?1 AND status IN ('running', 'suspended')",
+                )
+                .and_then(|mut s| s.query_row([&group.key], |r| r.get::<_, i64>(0)))
+                .map_err(|e| backend("counting a concurrency group's runs", e))? as usize,
+        };
+        admit(record, count)?;
+        held.insert(group.key.clone(), count + 1);
+        self.conn
+            .prepare_cached("UPDATE runs SET status = 'running', wake_at = NULL, updated_at = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![record.id.as_uuid().as_bytes(), now.as_micros()]))
+            .map_err(|e| backend("starting an admitted run", e))?;
+        Ok(())
     }
 
     fn heartbeat(
@@ -1015,7 +1061,7 @@ fn hash_from(bytes: &[u8]) -> rusqlite::Result<ContentHash> {
 
 const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
-                           cancel_request";
+                           cancel_request, priority, concurrency_key, concurrency_limit";
 
 /// The creation-time, input-text and parent filters of a listing (parameters 6 to 9).
 const NARROWED: &str = "(?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR created_at < ?7) \
@@ -1024,7 +1070,7 @@ const NARROWED: &str = "(?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR crea
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null', caller, status, NULL, NULL, \
                                   parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, \
-                                  lease_expires, cancel_request";
+                                  lease_expires, cancel_request, priority, concurrency_key, concurrency_limit";
 
 /// A header with only an id, for fence checks.
 fn placeholder(run: RunId) -> RunRecord {
@@ -1044,6 +1090,7 @@ fn placeholder(run: RunId) -> RunRecord {
         wake_at: None,
         lease: None,
         cancel: None,
+        flow: Default::default(),
     }
 }
 
@@ -1083,6 +1130,13 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
             _ => None,
         },
         cancel: row.get::<_, Option<String>>(17)?.map(|t| serde_json::from_str(&t).map_err(conversion)).transpose()?,
+        flow: FlowControl {
+            priority: row.get(18)?,
+            concurrency: match (row.get::<_, Option<String>>(19)?, row.get::<_, Option<u32>>(20)?) {
+                (Some(key), Some(limit)) => Some(Concurrency { key, limit }),
+                _ => None,
+            },
+        },
     })
 }
 

@@ -58,7 +58,9 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         Command::Schema => file::schema(),
         Command::Validate { file } => file::validate(g, file).await,
         Command::Graph { file, format } => file::graph(g, file, format).await,
-        Command::Run { file, input, json, detach, who } => run::run(g, file, input, json, detach, who).await,
+        Command::Run { file, input, json, detach, priority, who } => {
+            run::run(g, file, input, json, detach, priority, who).await
+        }
         Command::Resume { run, json, tenant } => run::resume(g, run, json, tenant).await,
         Command::Approve { run, who, payload, json } => decide::approve(g, run, who, payload, json).await,
         Command::Reject { run, who, reason, json } => decide::reject(g, run, who, reason, json).await,

@@ -109,13 +109,19 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
         Ok(())
     };
     match command {
-        Command::Run { file, input, json, detach, who } => {
+        Command::Run { file, input, json, detach, priority, who } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
             let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
             let input = crate::host::parse_input(input.as_deref())?;
             let wait = if detach { 0 } else { WAIT_SECONDS };
-            let body = json!({ "workflow": registered["name"], "version": registered["version"], "input": input, "wait_seconds": wait });
+            let body = json!({
+                "workflow": registered["name"],
+                "version": registered["version"],
+                "input": input,
+                "wait_seconds": wait,
+                "priority": priority,
+            });
             let run = remote.post("/v1/runs", body).await?;
             if detach {
                 let id = run["run_id"].as_str().unwrap_or_default();

@@ -19,6 +19,7 @@ pub(crate) async fn run(
     input: Option<String>,
     json: bool,
     detach: bool,
+    priority: Option<i32>,
     who: Identity,
 ) -> anyhow::Result<u8> {
     let flags = g.flags;
@@ -27,7 +28,7 @@ pub(crate) async fn run(
     let store = open_store(g.db).await?;
     keep_source(&store, &workflow, &file).await?;
     let engine = cli_engine(&store, !json);
-    let options = stepwright::StartOptions { caller: who.caller(), ..Default::default() };
+    let options = stepwright::StartOptions { caller: who.caller(), priority, ..Default::default() };
     if detach {
         let record = engine.create(&workflow, input, options).await?;
         println!(

@@ -441,3 +441,69 @@ fn a_tenants_worker_takes_only_its_runs() {
         assert_eq!(shown(dir.path(), &db, &globex)["status"], "pending", "{}: another tenant's run waits", db.name);
     }
 }
+
+/// When a run's execution began and ended: its first `step.started` and its last event.
+fn executed_between(dir: &Path, db: &Db, run: &str) -> (i64, i64) {
+    let log = events(dir, db, run);
+    let started = log.iter().find(|e| e["kind"] == "step.started").expect("a step started")["at"].as_i64().unwrap();
+    let ended = log.iter().rev().find(|e| e["kind"] == "run.completed").expect("the run completed")["at"].as_i64();
+    (started, ended.unwrap())
+}
+
+/// Flow control across two worker processes on one store: with `concurrency: {key:
+/// customer, limit: 1}` no two runs of one customer ever execute at once (checked from the
+/// journal's times), while runs of different customers do; and waiting runs are claimed in
+/// priority order (a run created last with `--priority 10` goes first in its group).
+#[test]
+fn a_concurrency_limit_holds_across_two_workers_and_priority_orders_claims() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "per-customer.yaml",
+        "workflow: per-customer\nconcurrency: { key: \"{{ input.customer }}\", limit: 1 }\nsteps:\n  \
+         - id: work\n    sleep: 300ms\n",
+    );
+    for db in stores(dir.path(), "a_concurrency_limit_holds") {
+        let mut created: Vec<(String, &str)> = Vec::new();
+        let start = |customer: &str, priority: &str| {
+            let input = json!({ "customer": customer }).to_string();
+            let created = stepwright(
+                dir.path(),
+                &db.args(&["run", "per-customer.yaml", "--detach", "--input", &input, "--priority", priority]),
+            );
+            assert_eq!(created.status.code(), Some(0), "{}: {}", db.name, text(&created.stderr));
+            text(&created.stdout).trim().to_owned()
+        };
+        for customer in ["acme", "globex", "acme", "globex", "acme", "globex"] {
+            created.push((start(customer, "0"), customer));
+        }
+        let urgent = start("acme", "10");
+        created.push((urgent.clone(), "acme"));
+        let workers: Vec<Child> = (0..2).map(|_| spawn(dir.path(), &db.args(&["worker"]))).collect();
+        wait_for("every run to finish", || runs(dir.path(), &db).iter().all(|r| r["status"] == "completed"));
+        for mut worker in workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+        let times: Vec<(&str, (i64, i64), &String)> =
+            created.iter().map(|(run, customer)| (*customer, executed_between(dir.path(), &db, run), run)).collect();
+        for (i, (customer, (start, end), run)) in times.iter().enumerate() {
+            for (other_customer, (other_start, other_end), other) in &times[i + 1..] {
+                if customer == other_customer {
+                    assert!(
+                        end <= other_start || other_end <= start,
+                        "{}: runs {run} and {other} of {customer} overlapped: {start}..{end} and {other_start}..{other_end}",
+                        db.name
+                    );
+                }
+            }
+        }
+        let overlapped = times.iter().any(|(c, (s, e), _)| times.iter().any(|(d, (t, f), _)| c != d && s < f && t < e));
+        assert!(overlapped, "{}: runs of different customers executed at once", db.name);
+        // Every run was waiting when the workers started: the urgent one, created last,
+        // went first in its group.
+        let acme: Vec<&(&str, (i64, i64), &String)> = times.iter().filter(|t| t.0 == "acme").collect();
+        let first = acme.iter().min_by_key(|t| t.1.0).unwrap();
+        assert_eq!(*first.2, urgent, "{}: the priority-10 run did not go first: {acme:?}", db.name);
+    }
+}

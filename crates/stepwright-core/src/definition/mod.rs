@@ -422,6 +422,10 @@ pub(crate) struct WorkflowDef {
     pub(crate) output_schema: Option<Schema>,
     pub(crate) body: Vec<Node>,
     pub(crate) output: Option<Expr<Value>>,
+    /// The concurrency key (over the input) and limit of its runs. Like the priority, not
+    /// in the hash: flow control says when a run executes, not what it is.
+    pub(crate) concurrency: Option<(Expr<Value>, u32)>,
+    pub(crate) priority: i32,
     pub(crate) hash: ContentHash,
     pub(crate) description: Value,
 }
@@ -460,6 +464,8 @@ impl Workflow {
             output_schema: None,
             body: Vec::new(),
             output: None,
+            concurrency: None,
+            priority: 0,
         }
     }
 
@@ -493,6 +499,8 @@ pub struct WorkflowBuilder {
     output_schema: Option<Value>,
     body: Vec<Node>,
     output: Option<Expr<Value>>,
+    concurrency: Option<(Expr<Value>, u32)>,
+    priority: i32,
 }
 
 impl WorkflowBuilder {
@@ -544,6 +552,22 @@ impl WorkflowBuilder {
         self
     }
 
+    /// At most `limit` runs with the same `key` (evaluated over the run's input when it is
+    /// created: `input.customer`) execute at a time, across every worker on the store; the
+    /// others wait, pending, in priority order (see [`crate::Concurrency`]).
+    #[must_use]
+    pub fn concurrency(mut self, key: Expr<Value>, limit: u32) -> Self {
+        self.concurrency = Some((key, limit));
+        self
+    }
+
+    /// The priority of its runs among runs waiting to be claimed: higher first (default 0).
+    #[must_use]
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
     /// Checks every node and policy, compiles schemas, and computes the definition hash.
     /// Every problem is reported, not only the first.
     pub fn build(mut self) -> Result<Workflow, BuildError> {
@@ -567,6 +591,9 @@ impl WorkflowBuilder {
         if self.body.is_empty() {
             checker.problem("<workflow>", "a workflow needs at least one step");
         }
+        if self.concurrency.as_ref().is_some_and(|(_, limit)| *limit == 0) {
+            checker.problem("<workflow>", "concurrency limit must be at least 1");
+        }
         if !checker.problems.is_empty() {
             return Err(BuildError { workflow: self.name, problems: checker.problems });
         }
@@ -588,6 +615,8 @@ impl WorkflowBuilder {
                 output_schema,
                 body: self.body,
                 output: self.output,
+                concurrency: self.concurrency,
+                priority: self.priority,
                 hash,
                 description,
             }),

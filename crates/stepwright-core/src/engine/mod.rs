@@ -34,7 +34,9 @@ use crate::definition::Workflow;
 use crate::error::{ErrorCode, StepError};
 use crate::identity::Caller;
 use crate::ids::{InterruptId, RunId};
-use crate::journal::{CancelRequest, JournalEntry, Lease, LoadedRun, Record, RunRecord, RunStatus};
+use crate::journal::{
+    CancelRequest, Concurrency, FlowControl, JournalEntry, Lease, LoadedRun, Record, RunRecord, RunStatus,
+};
 use crate::outcome::{Decision, InterruptKind};
 use crate::recording::{Mailboxes, ReplayIndex};
 use crate::runtime::{Clock, Entropy};
@@ -44,6 +46,26 @@ use crate::store::{StatusUpdate, Store, StoreError};
 /// The inbox that carries the wake-ups of an `every` wake channel. Wake-ups are stored like
 /// inbox messages, so they reach a run executing in any process and survive a crash; the
 /// `@` keeps them apart from the inboxes a workflow names.
+/// A run's concurrency key: the workflow's key expression over its input, as text (a
+/// string as it is, anything else as JSON).
+fn concurrency_key(
+    def: &crate::definition::WorkflowDef,
+    key: &crate::Expr<Value>,
+    input: &Value,
+) -> Result<String, EngineError> {
+    let invalid = |why: String| EngineError::InvalidInput {
+        workflow: def.name.clone(),
+        source: StepError::new(ErrorCode::INPUT_VALIDATION, format!("the concurrency key: {why}")),
+    };
+    match key.eval(&crate::scope::Scope::new(Arc::new(input.clone()))) {
+        Ok(Value::String(text)) if !text.is_empty() => Ok(text),
+        Ok(Value::Null) => Err(invalid("it is null for this input".into())),
+        Ok(Value::String(_)) => Err(invalid("it is empty for this input".into())),
+        Ok(other) => Ok(other.to_string()),
+        Err(error) => Err(invalid(error.message)),
+    }
+}
+
 pub(crate) fn wake_inbox(channel: &str) -> String {
     format!("@wake/{channel}")
 }
@@ -55,6 +77,10 @@ pub struct StartOptions {
     pub caller: Caller,
     /// The run id to use (default: a fresh UUIDv7).
     pub run_id: Option<RunId>,
+    /// The run's priority among runs waiting to be claimed, instead of the workflow's.
+    pub priority: Option<i32>,
+    /// The run's concurrency group, instead of the one the workflow's key gives.
+    pub concurrency: Option<crate::journal::Concurrency>,
 }
 
 /// Options for resuming a run.
@@ -141,9 +167,29 @@ impl Engine {
         options: StartOptions,
     ) -> Result<RunReport, EngineError> {
         let (record, lease) = self.create_inner(workflow, input, options, true).await?;
-        let lease = lease.expect("a run created to execute is leased");
+        let (record, lease) = match lease {
+            Some(lease) => (record, lease),
+            // In a concurrency group: it waits its turn, then executes here.
+            None => {
+                let lease = self.claim_in_turn(record.id).await?;
+                (self.inner.store.load(record.id).await.map_err(EngineError::store(record.id))?.record, lease)
+            }
+        };
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
         self.execute(workflow, loaded, lease).await
+    }
+
+    /// Claims a pending run of a concurrency group as soon as its group has room (looking
+    /// a few times a second), in competition with every runner on the store.
+    async fn claim_in_turn(&self, run: RunId) -> Result<Lease, EngineError> {
+        const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+        let inner = &self.inner;
+        loop {
+            match inner.store.claim(run, &inner.worker_id, inner.clock.now(), inner.config.lease_for).await {
+                Err(StoreError::Queued { .. }) => inner.clock.sleep(LOOK_EVERY).await,
+                other => return other.map_err(EngineError::store(run)),
+            }
+        }
     }
 
     /// Creates a run without executing it (status `pending`); `resume` executes it.
@@ -178,6 +224,18 @@ impl Engine {
     ) -> Result<(RunRecord, Option<Lease>), EngineError> {
         let def = &workflow.inner;
         Self::check_input(workflow, &input)?;
+        let concurrency = match (options.concurrency, &def.concurrency) {
+            (Some(given), _) if given.limit == 0 => {
+                let source = StepError::new(ErrorCode::INPUT_VALIDATION, "a concurrency limit must be at least 1");
+                return Err(EngineError::InvalidInput { workflow: def.name.clone(), source });
+            }
+            (Some(given), _) => Some(given),
+            (None, Some((key, limit))) => Some(Concurrency { key: concurrency_key(def, key, &input)?, limit: *limit }),
+            (None, None) => None,
+        };
+        // A run in a concurrency group starts when its group has room: it is created
+        // pending, and a claim admits it.
+        let leased = leased && concurrency.is_none();
         let now = self.inner.clock.now();
         let id = options.run_id.unwrap_or_else(|| RunId::from_parts(now, self.inner.entropy.bytes10()));
         let record = RunRecord {
@@ -202,6 +260,7 @@ impl Engine {
                 expires_at: now.plus(self.inner.config.lease_for),
             }),
             cancel: None,
+            flow: FlowControl { concurrency, priority: options.priority.unwrap_or(def.priority) },
         };
         self.inner.store.create_run(record.clone()).await.map_err(EngineError::store(id))?;
         let lease = record.lease.clone();

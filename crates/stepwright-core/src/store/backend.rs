@@ -83,6 +83,40 @@ pub fn try_claim(
     Ok(Lease { run: record.id, owner: owner.to_owned(), token, expires_at: now.plus(lease_for) })
 }
 
+/// Checks that a claim may start `record` given how many runs of its concurrency group
+/// hold a slot now (`held`: running or suspended); a store that claims a pending run of a
+/// group marks it running in the same write (see [`start_claimed`]), under a lock that
+/// serializes the claims of the group, so that two claims never both see room.
+pub fn admit(record: &RunRecord, held: usize) -> Result<(), StoreError> {
+    match record.flow.needs_slot(record.status) {
+        Some(group) if held >= group.limit as usize => {
+            Err(StoreError::Queued { run: record.id, key: group.key.clone(), limit: group.limit })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// What a claim does to a run it admitted to its concurrency group: it is running from
+/// now (and so holds its slot).
+pub fn start_claimed(record: &mut RunRecord, now: Timestamp) {
+    if record.flow.needs_slot(record.status).is_some() {
+        record.status = RunStatus::Running;
+        record.wake_at = None;
+        record.updated_at = now;
+    }
+}
+
+/// Whether a run holds a slot of concurrency group `key`.
+pub fn holds_slot(record: &RunRecord, key: &str) -> bool {
+    matches!(record.status, RunStatus::Running | RunStatus::Suspended)
+        && record.flow.concurrency.as_ref().is_some_and(|group| group.key == key)
+}
+
+/// The order in which due runs are claimed: higher priority first, then the oldest.
+pub fn claim_order(record: &RunRecord) -> (std::cmp::Reverse<i32>, Timestamp, RunId) {
+    (std::cmp::Reverse(record.flow.priority), record.created_at, record.id)
+}
+
 /// Checks a take-over (see [`Store::take_over`]) against a run's header; returns the new
 /// lease.
 pub fn try_take_over(

@@ -9,8 +9,9 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::backend::{
-    bad_session_id, check_address, check_fence, check_session_id, decide_cancel, effective_update, is_due, query_terms,
-    referenced_blob, retention_victims, session_denied, sort_hits, try_claim, try_take_over,
+    admit, bad_session_id, check_address, check_fence, check_session_id, claim_order, decide_cancel, effective_update,
+    holds_slot, is_due, query_terms, referenced_blob, retention_victims, session_denied, sort_hits, start_claimed,
+    try_claim, try_take_over,
 };
 use super::{CancelOutcome, Removed, Retention, RunFilter, StatusUpdate, Store, StoreError};
 use crate::hash::ContentHash;
@@ -46,6 +47,9 @@ pub struct InMemoryStore {
     blobs: [Mutex<HashMap<ContentHash, Arc<Value>>>; BLOB_SHARDS],
     appends_left: AtomicUsize,
     fault_armed: std::sync::atomic::AtomicBool,
+    /// Held by every claim, so that two claims never both see room in one concurrency
+    /// group (a run leaving its slot needs no lock: it only makes room).
+    claiming: Mutex<()>,
 }
 
 const BLOB_SHARDS: usize = 16;
@@ -90,6 +94,14 @@ impl InMemoryStore {
     }
 
     /// Runs `change` on a run's header under the run's lock.
+    /// How many runs of concurrency group `key` hold a slot.
+    fn slots_held(&self, key: &str) -> usize {
+        let runs: Vec<Arc<Mutex<MemoryRun>>> = self.runs.read().expect("poisoned").values().cloned().collect();
+        runs.iter()
+            .filter(|data| data.lock().expect("poisoned").record.as_ref().is_some_and(|r| holds_slot(r, key)))
+            .count()
+    }
+
     fn with_record<T>(
         &self,
         run: RunId,
@@ -321,8 +333,16 @@ impl Store for InMemoryStore {
         now: Timestamp,
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
+        let _claiming = self.claiming.lock().expect("poisoned");
+        let group = self.run(run).and_then(|data| {
+            let data = data.lock().expect("poisoned");
+            data.record.as_ref().and_then(|r| r.flow.needs_slot(r.status).map(|group| group.key.clone()))
+        });
+        let held = group.map_or(0, |key| self.slots_held(&key));
         let result = self.with_record(run, |record| {
             let lease = try_claim(record, owner, now, lease_for)?;
+            admit(record, held)?;
+            start_claimed(record, now);
             record.lease = Some(lease.clone());
             Ok(lease)
         });
@@ -393,20 +413,42 @@ impl Store for InMemoryStore {
         limit: usize,
         tenant: Option<&str>,
     ) -> BoxFuture<'_, Result<Vec<Lease>, StoreError>> {
+        let _claiming = self.claiming.lock().expect("poisoned");
         let runs: Vec<Arc<Mutex<MemoryRun>>> = self.runs.read().expect("poisoned").values().cloned().collect();
+        // The due runs in claim order, and how many slots each concurrency group holds.
+        let mut due = Vec::new();
+        let mut held: HashMap<String, usize> = HashMap::new();
+        for data in &runs {
+            let guard = data.lock().expect("poisoned");
+            let Some(record) = guard.record.as_ref() else { continue };
+            if let Some(group) = &record.flow.concurrency
+                && holds_slot(record, &group.key)
+            {
+                *held.entry(group.key.clone()).or_default() += 1;
+            }
+            if is_due(record, now) && tenant.is_none_or(|t| record.caller.tenant.as_deref() == Some(t)) {
+                due.push((claim_order(record), data.clone()));
+            }
+        }
+        due.sort_by_key(|(order, _)| *order);
         let mut leases = Vec::new();
-        for data in runs {
+        for (_, data) in due {
             if leases.len() >= limit {
                 break;
             }
             let mut data = data.lock().expect("poisoned");
             let Some(record) = data.record.as_mut() else { continue };
-            if is_due(record, now)
-                && tenant.is_none_or(|t| record.caller.tenant.as_deref() == Some(t))
+            let group = record.flow.needs_slot(record.status).map(|group| group.key.clone());
+            let slots = group.as_ref().map_or(0, |key| held.get(key).copied().unwrap_or(0));
+            if admit(record, slots).is_ok()
                 && let Ok(lease) = try_claim(record, owner, now, lease_for)
             {
+                start_claimed(record, now);
                 record.lease = Some(lease.clone());
                 leases.push(lease);
+                if let Some(key) = group {
+                    *held.entry(key).or_default() += 1;
+                }
             }
         }
         Box::pin(std::future::ready(Ok(leases)))

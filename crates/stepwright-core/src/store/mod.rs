@@ -161,6 +161,15 @@ pub enum StoreError {
     /// Stored content does not match its hash.
     #[error("blob {0} does not match its content hash")]
     Corrupt(ContentHash),
+    /// A pending run of a concurrency group whose group is full: it waits its turn.
+    #[error("run {run} waits for a slot in concurrency group {key:?} ({limit} at a time)")]
+    Queued {
+        run: RunId,
+        /// The group.
+        key: String,
+        /// How many of its runs may execute at once.
+        limit: u32,
+    },
     /// The caller may not read or change this (a session another user owns).
     #[error("access denied: {0}")]
     AccessDenied(String),
@@ -188,6 +197,7 @@ impl StoreError {
             | Self::AlreadyResolved { .. }
             | Self::Leased { .. }
             | Self::Finished { .. }
+            | Self::Queued { .. }
             | Self::AccessDenied(_)
             | Self::Invalid(_) => Fault::Caller,
             Self::LeaseLost { .. } | Self::Corrupt(_) | Self::Backend { .. } => Fault::Engine,
@@ -203,6 +213,7 @@ impl StoreError {
             Self::AlreadyResolved { .. } => "already_resolved",
             Self::Leased { .. } => "leased",
             Self::Finished { .. } => "finished",
+            Self::Queued { .. } => "queued",
             Self::LeaseLost { .. } => "lease_lost",
             Self::Corrupt(_) => "corrupt",
             Self::AccessDenied(_) => "access_denied",

@@ -93,8 +93,10 @@ async fn create_then_resume_runs_a_pending_run_and_report_reads_the_store() {
         .build()
         .unwrap();
     let caller = Caller::user(Some("acme"), "ann");
-    let record =
-        engine.create(&workflow, json!(4), StartOptions { caller: caller.clone(), run_id: None }).await.unwrap();
+    let record = engine
+        .create(&workflow, json!(4), StartOptions { caller: caller.clone(), ..Default::default() })
+        .await
+        .unwrap();
     assert_eq!(record.status, RunStatus::Pending);
     assert_eq!(record.caller, caller);
     assert_eq!(record.definition_hash, workflow.hash());

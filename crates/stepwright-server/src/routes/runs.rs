@@ -48,6 +48,26 @@ pub(crate) struct StartRun {
     #[serde(default)]
     #[schemars(range(min = 0, max = 60))]
     pub wait_seconds: Option<f64>,
+    /// The run's priority among runs waiting for a worker, higher first (default: the
+    /// workflow's, else 0).
+    #[serde(default)]
+    pub priority: Option<i32>,
+    /// The run's concurrency group, instead of the one the workflow's `concurrency.key`
+    /// gives: at most `limit` runs with this `key` execute at a time, across all workers.
+    #[serde(default)]
+    pub concurrency: Option<ConcurrencyGroup>,
+}
+
+/// A concurrency group a run is started in.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ConcurrencyGroup {
+    /// The group: runs with the same key share its slots.
+    #[schemars(length(min = 1))]
+    pub key: String,
+    /// How many of its runs may execute at once.
+    #[schemars(range(min = 1))]
+    pub limit: u32,
 }
 
 /// `POST /v1/runs` (operator): `201` and the run — finished, if it finished within
@@ -67,6 +87,12 @@ pub(crate) async fn start(
     let workflow = shared.workflow(&registered).await?;
     // Refused input claims no idempotency key: the same request fixed is a first one.
     stepwright_core::Engine::check_input(&workflow, &body.input)?;
+    let concurrency = match body.concurrency {
+        Some(group) if group.key.is_empty() || group.limit == 0 => {
+            return Err(ApiError::bad_request("concurrency needs a non-empty key and a limit of at least 1"));
+        }
+        group => group.map(|g| stepwright_core::Concurrency { key: g.key, limit: g.limit }),
+    };
     let now = shared.now();
     let run = RunId::from_parts(now, stepwright_core::SystemEntropy::new().bytes10());
     if let Some(key) = &body.idempotency_key {
@@ -91,7 +117,7 @@ pub(crate) async fn start(
             }
         }
     }
-    let options = StartOptions { caller: who.caller(), run_id: Some(run) };
+    let options = StartOptions { caller: who.caller(), run_id: Some(run), priority: body.priority, concurrency };
     let details = execute(&shared, &workflow, body.input, options, wait).await?;
     let status = if details.status == RunStatus::Running || details.status == RunStatus::Pending {
         StatusCode::ACCEPTED

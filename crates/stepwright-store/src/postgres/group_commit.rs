@@ -244,18 +244,24 @@ async fn insert_runs(pool: &PgPool, records: &[&RunRecord]) -> Result<HashSet<Ru
         c.tokens.push(lease.map_or(0, |l| l.token as i64));
         // The lease's length; its end is counted from the database's now.
         c.lease_for.push(lease.map_or(0, |l| (l.expires_at.as_micros() - r.created_at.as_micros()).max(0)));
+        c.priorities.push(r.flow.priority);
+        c.group_keys.push(r.flow.concurrency.as_ref().map(|g| g.key.as_str()));
+        c.group_limits.push(r.flow.concurrency.as_ref().map(|g| i32::try_from(g.limit).unwrap_or(i32::MAX)));
     }
     let created: Vec<uuid::Uuid> = sqlx::query_scalar(
         "INSERT INTO stepwright_runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
-           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires) \
+           parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
+           priority, concurrency_key, concurrency_limit) \
          SELECT id, workflow, version, hash, input, caller, status, output, error, parent_run, parent_path, \
            created_at, updated_at, wake_at, lease_owner, lease_token, \
-           CASE WHEN lease_owner IS NULL THEN NULL ELSE stepwright_now_us() + lease_for END \
+           CASE WHEN lease_owner IS NULL THEN NULL ELSE stepwright_now_us() + lease_for END, \
+           priority, group_key, group_limit \
          FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[], $6::jsonb[], $7::text[], \
            $8::jsonb[], $9::jsonb[], $10::uuid[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[], \
-           $15::text[], $16::bigint[], $17::bigint[]) \
+           $15::text[], $16::bigint[], $17::bigint[], $18::int[], $19::text[], $20::int[]) \
            AS c(id, workflow, version, hash, input, caller, status, output, error, parent_run, parent_path, \
-                created_at, updated_at, wake_at, lease_owner, lease_token, lease_for) \
+                created_at, updated_at, wake_at, lease_owner, lease_token, lease_for, priority, group_key, \
+                group_limit) \
          ON CONFLICT (id) DO NOTHING RETURNING id",
     )
     .bind(&c.ids)
@@ -275,6 +281,9 @@ async fn insert_runs(pool: &PgPool, records: &[&RunRecord]) -> Result<HashSet<Ru
     .bind(&c.owners)
     .bind(&c.tokens)
     .bind(&c.lease_for)
+    .bind(&c.priorities)
+    .bind(&c.group_keys)
+    .bind(&c.group_limits)
     .fetch_all(pool)
     .await
     .map_err(pg("creating runs"))?;
@@ -300,6 +309,9 @@ struct RunColumns<'a> {
     owners: Vec<Option<&'a str>>,
     tokens: Vec<i64>,
     lease_for: Vec<i64>,
+    priorities: Vec<i32>,
+    group_keys: Vec<Option<&'a str>>,
+    group_limits: Vec<Option<i32>>,
 }
 
 impl RunColumns<'_> {
@@ -322,6 +334,9 @@ impl RunColumns<'_> {
             owners: Vec::with_capacity(n),
             tokens: Vec::with_capacity(n),
             lease_for: Vec::with_capacity(n),
+            priorities: Vec::with_capacity(n),
+            group_keys: Vec::with_capacity(n),
+            group_limits: Vec::with_capacity(n),
         }
     }
 }

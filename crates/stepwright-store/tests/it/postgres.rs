@@ -55,6 +55,7 @@ fn pending(n: u8) -> RunRecord {
         wake_at: None,
         lease: None,
         cancel: None,
+        flow: Default::default(),
     }
 }
 
