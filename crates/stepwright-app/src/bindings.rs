@@ -18,9 +18,30 @@ pub struct Bindings {
     pub cassette: Option<PathBuf>,
     /// How the cassette is used.
     pub cassette_mode: stepwright_llm::CassetteMode,
+    /// Where the models' request and token limits are counted: a store every worker on
+    /// the database shares (none: in this process).
+    pub shared_limits: Option<SharedLimits>,
+}
+
+/// A store that counts model rate limits for every process on it.
+#[derive(Clone)]
+pub struct SharedLimits(pub Arc<dyn stepwright_core::store::quota::QuotaStore>);
+
+impl std::fmt::Debug for SharedLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedLimits")
+    }
 }
 
 impl Bindings {
+    /// These bindings with their models' rate limits counted in `store`, shared by every
+    /// process on it.
+    #[must_use]
+    pub fn sharing_limits_in(mut self, store: Arc<dyn stepwright_core::store::quota::QuotaStore>) -> Self {
+        self.shared_limits = Some(SharedLimits(store));
+        self
+    }
+
     /// The loader's options these bindings imply.
     pub fn load_options(&self) -> stepwright_flow::LoadOptions {
         stepwright_flow::LoadOptions { allowed_dirs: self.allow_dirs.clone(), ..Default::default() }
@@ -71,6 +92,9 @@ pub async fn prepare(
         configs.insert(name.to_owned(), config);
     }
     let mut models = stepwright_llm::Models::new();
+    if let Some(SharedLimits(quotas)) = &bindings.shared_limits {
+        models = models.with_shared_limits(quotas.clone());
+    }
     // The cassette first: with one, a key is needed only for a call it has no recording of.
     if let Some(path) = &bindings.cassette {
         let cassette = stepwright_llm::Cassette::open(path, bindings.cassette_mode)

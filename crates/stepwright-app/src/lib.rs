@@ -15,14 +15,16 @@ mod view;
 
 use std::sync::Arc;
 
-pub use bindings::{Bindings, Servers, connect_servers, load_file, model_bindings, prepare, rebind_models};
+pub use bindings::{
+    Bindings, Servers, SharedLimits, connect_servers, load_file, model_bindings, prepare, rebind_models,
+};
 pub use decide::{Decided, continue_run, decide_then_continue, only_interrupt};
 pub use error::AppError;
 use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};
 pub use stepwright_store::{OpenError, ServerStore, open};
-pub use view::{ErrorView, ParentView, PendingView, RunDetails, StepView, run_details};
+pub use view::{ErrorView, ParentView, PendingView, QueuedView, RunDetails, StepView, run_details};
 
 /// An engine over the store, with the store's sessions and memory for agent and memory
 /// steps.
@@ -64,7 +66,7 @@ pub async fn definition_of(store: &dyn Store, run: RunId, bindings: &Bindings) -
 /// log with the run.
 pub fn resolver(store: Arc<dyn ServerStore>, bindings: Bindings) -> stepwright_core::DefinitionResolver {
     Arc::new(move |record| {
-        let (store, bindings) = (store.clone(), bindings.clone());
+        let (store, bindings) = (store.clone(), bindings.clone().sharing_limits_in(store.clone()));
         Box::pin(async move { definition_of(&*store, record.id, &bindings).await.map_err(|e| e.to_string()) })
     })
 }

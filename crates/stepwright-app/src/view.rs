@@ -44,6 +44,75 @@ pub struct RunDetails {
     /// The run it was forked from, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentView>,
+    /// Why a pending run has not started: what it waits for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<QueuedView>,
+}
+
+/// Why a pending run waits, as the store sees it now.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct QueuedView {
+    /// In words, for a person.
+    pub reason: String,
+    /// Its priority among runs waiting for a worker.
+    pub priority: i32,
+    /// Its concurrency group, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
+    /// How many of the group's runs may execute at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_limit: Option<u32>,
+    /// The group's runs holding its slots now (running or suspended).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(with = "Vec<String>")]
+    pub held_by: Vec<RunId>,
+}
+
+/// Why a pending run has not started: a yield's delay, a full concurrency group, or no
+/// worker having claimed it yet.
+async fn queued_view(
+    store: &dyn stepwright_core::Store,
+    record: &stepwright_core::RunRecord,
+) -> Result<QueuedView, AppError> {
+    let priority = record.flow.priority;
+    let mut view = QueuedView {
+        reason: String::new(),
+        priority,
+        concurrency_key: None,
+        concurrency_limit: None,
+        held_by: Vec::new(),
+    };
+    let now = stepwright_core::store::quota::wall_now();
+    if let Some(wake_at) = record.wake_at.filter(|at| *at > now) {
+        view.reason = format!("it yielded: it may start again in {:.1} s", wake_at.since(now).as_secs_f64());
+        return Ok(view);
+    }
+    let Some(group) = &record.flow.concurrency else {
+        view.reason = format!("no worker has claimed it yet (priority {priority})");
+        return Ok(view);
+    };
+    let filter = stepwright_core::store::RunFilter {
+        concurrency_key: Some(group.key.clone()),
+        headers_only: true,
+        limit: Some(1000),
+        ..Default::default()
+    };
+    let holding = |r: &stepwright_core::RunRecord| matches!(r.status, RunStatus::Running | RunStatus::Suspended);
+    view.held_by = store.list_runs(filter).await?.into_iter().filter(holding).map(|r| r.id).collect();
+    view.concurrency_key = Some(group.key.clone());
+    view.concurrency_limit = Some(group.limit);
+    view.reason = if view.held_by.len() >= group.limit as usize {
+        format!(
+            "concurrency group {:?} is full: {} of {} at a time, held by {}",
+            group.key,
+            view.held_by.len(),
+            group.limit,
+            view.held_by.iter().map(RunId::to_string).collect::<Vec<_>>().join(", ")
+        )
+    } else {
+        format!("no worker has claimed it yet (its concurrency group {:?} has room; priority {priority})", group.key)
+    };
+    Ok(view)
 }
 
 /// Where a forked run came from.
@@ -124,6 +193,7 @@ impl RunDetails {
             usage: None,
             created_at: None,
             parent: None,
+            queued: None,
         }
     }
 }
@@ -155,5 +225,8 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
     details.usage = (total.calls > 0).then_some(total);
     details.created_at = Some(loaded.record.created_at);
     details.parent = loaded.record.parent.as_ref().map(|p| ParentView { run_id: p.run, at: p.at.as_str().to_owned() });
+    if loaded.record.status == RunStatus::Pending {
+        details.queued = Some(queued_view(store.as_ref(), &loaded.record).await?);
+    }
     Ok(details)
 }

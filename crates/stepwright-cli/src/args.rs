@@ -49,6 +49,7 @@ impl ModelFlags {
             overrides: self.overrides.clone(),
             cassette: self.cassette.clone(),
             cassette_mode: self.cassette_mode,
+            shared_limits: None,
         }
     }
 }

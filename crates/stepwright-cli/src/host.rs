@@ -45,7 +45,8 @@ pub(crate) async fn definition_of(
     run: RunId,
     flags: &ModelFlags,
 ) -> anyhow::Result<stepwright::Workflow> {
-    Ok(stepwright::app::definition_of(store.as_ref(), run, &flags.bindings()).await?)
+    let bindings = flags.bindings().sharing_limits_in(store.clone());
+    Ok(stepwright::app::definition_of(store.as_ref(), run, &bindings).await?)
 }
 
 /// Refuses a run of another tenant than the one the caller names.

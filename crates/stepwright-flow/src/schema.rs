@@ -418,6 +418,14 @@ struct Model {
     /// does not, does not load). Default: true for openai (false for reasoning models), false
     /// for anthropic (its current models take neither).
     sampling: Option<bool>,
+    /// Requests per minute for this endpoint and key, counted across every worker on the
+    /// store (a sixtieth of it per second).
+    #[schemars(range(min = 1))]
+    requests_per_minute: Option<u32>,
+    /// Tokens (input and output) per minute for this endpoint and key, counted across every
+    /// worker on the store: a call waits while the minute's tokens are spent.
+    #[schemars(range(min = 1))]
+    tokens_per_minute: Option<u32>,
 }
 
 #[derive(JsonSchema)]

@@ -70,7 +70,9 @@ impl Anthropic {
 
     async fn call(&self, request: &ChatRequest, sink: Option<TokenSink<'_>>) -> Result<ChatResponse, ModelError> {
         // A structured answer with a non-object root went out wrapped; it comes back bare.
-        Ok(crate::schema::unwrapped(request, self.exchange(request, sink).await?))
+        let answer = self.exchange(request, sink).await?;
+        self.transport.count_tokens(answer.usage.total()).await;
+        Ok(crate::schema::unwrapped(request, answer))
     }
 
     async fn exchange(&self, request: &ChatRequest, sink: Option<TokenSink<'_>>) -> Result<ChatResponse, ModelError> {

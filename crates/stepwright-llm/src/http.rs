@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, RateLimiter};
 use serde_json::Value;
+use stepwright_core::store::quota::{LocalQuotas, Quota, QuotaStore, QuotaTaken};
 
 use crate::error::{ModelError, ModelErrorKind};
 use crate::sse::{SseDecoder, SseEvent};
@@ -30,8 +31,12 @@ pub struct HttpOptions {
     /// that asks for more fails the call (retryable), so the step's own retry policy, which
     /// is durable, takes over.
     pub max_backoff: Duration,
-    /// Requests per minute for this provider key, shared by every binding using the key.
+    /// Requests per minute for this provider key, shared by every binding using the key
+    /// (and, with [`RateLimits::shared`], by every process on the store).
     pub requests_per_minute: Option<NonZeroU32>,
+    /// Tokens (input and output) per minute for this provider key, shared as requests are:
+    /// a call waits while the minute's tokens are spent, and its usage is counted after it.
+    pub tokens_per_minute: Option<NonZeroU32>,
 }
 
 impl Default for HttpOptions {
@@ -42,14 +47,24 @@ impl Default for HttpOptions {
             initial_backoff: Duration::from_millis(500),
             max_backoff: Duration::from_secs(60),
             requests_per_minute: None,
+            tokens_per_minute: None,
         }
     }
 }
 
-/// Rate limiters by provider and key, shared by the bindings of one registry.
-#[derive(Default)]
+/// Rate limiters by provider and key, shared by the bindings of one registry; with
+/// [`RateLimits::shared`], counted in a store, so that every worker on it shares them.
 pub struct RateLimits {
     limiters: Mutex<HashMap<String, Arc<DefaultDirectRateLimiter>>>,
+    /// Where token quotas (and, when `shared`, request quotas) are counted.
+    quotas: Arc<dyn QuotaStore>,
+    shared: bool,
+}
+
+impl Default for RateLimits {
+    fn default() -> Self {
+        Self { limiters: Mutex::default(), quotas: Arc::new(LocalQuotas::default()), shared: false }
+    }
 }
 
 impl std::fmt::Debug for RateLimits {
@@ -59,6 +74,13 @@ impl std::fmt::Debug for RateLimits {
 }
 
 impl RateLimits {
+    /// Limits counted in `quotas`, a store every worker shares: requests in windows of a
+    /// second (a sixtieth of the minute's quota each, so that it is never spent in one
+    /// burst), tokens in windows of a minute.
+    pub fn shared(quotas: Arc<dyn QuotaStore>) -> Self {
+        Self { limiters: Mutex::default(), quotas, shared: true }
+    }
+
     /// The limiter for a provider and key (by a hash of the key, never the key itself). The
     /// first binding to ask sets the quota; bursts are at most a second's worth of it.
     pub(crate) fn limiter(&self, provider: &str, key: &str, per_minute: NonZeroU32) -> Arc<DefaultDirectRateLimiter> {
@@ -71,11 +93,14 @@ impl RateLimits {
                 // Bursts of at most a second's worth: a full minute's quota at once is what
                 // gets a client a 429 from a provider counting over shorter windows.
                 let burst = NonZeroU32::new(per_minute.get() / 60).unwrap_or(NonZeroU32::MIN);
-                Arc::new(RateLimiter::direct(Quota::per_minute(per_minute).allow_burst(burst)))
+                Arc::new(RateLimiter::direct(governor::Quota::per_minute(per_minute).allow_burst(burst)))
             })
             .clone()
     }
 }
+
+const SECOND: Duration = Duration::from_secs(1);
+const MINUTE: Duration = Duration::from_secs(60);
 
 /// Installs ring as rustls's crypto provider once per process. The workspace builds reqwest
 /// without a provider of its own (aws-lc builds slowly); call this before building any
@@ -93,7 +118,12 @@ pub(crate) struct Transport {
     client: reqwest::Client,
     provider: &'static str,
     options: HttpOptions,
+    /// The request limit counted in this process.
     limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    /// The quotas counted in the store, and the request and token quotas counted there.
+    quotas: Arc<dyn QuotaStore>,
+    requests: Option<Quota>,
+    tokens: Option<Quota>,
 }
 
 impl Transport {
@@ -109,8 +139,45 @@ impl Transport {
             .connect_timeout(options.timeout.min(Duration::from_secs(30)))
             .build()
             .map_err(|e| ModelError::new(ModelErrorKind::Config, provider, format!("building an HTTP client: {e}")))?;
-        let limiter = options.requests_per_minute.map(|rpm| limits.limiter(provider, key, rpm));
-        Ok(Self { client, provider, options, limiter })
+        let fingerprint = stepwright_core::ContentHash::of_parts(&[provider.as_bytes(), key.as_bytes()]).to_hex();
+        let (limiter, requests) = match options.requests_per_minute {
+            None => (None, None),
+            Some(rpm) if limits.shared => {
+                let per_second = u64::from(rpm.get()).div_ceil(60);
+                let quota =
+                    Quota { name: format!("{provider}:{fingerprint}:requests"), limit: per_second, window: SECOND };
+                (None, Some(quota))
+            }
+            Some(rpm) => (Some(limits.limiter(provider, key, rpm)), None),
+        };
+        let tokens = options.tokens_per_minute.map(|tpm| Quota {
+            name: format!("{provider}:{fingerprint}:tokens"),
+            limit: u64::from(tpm.get()),
+            window: MINUTE,
+        });
+        Ok(Self { client, provider, options, limiter, quotas: limits.quotas.clone(), requests, tokens })
+    }
+
+    /// Waits until the request and token quotas let a request go, taking one request. A
+    /// store that cannot answer does not hold model calls up: the call goes.
+    async fn wait_for_quotas(&self) {
+        if let Some(limiter) = &self.limiter {
+            limiter.until_ready().await;
+        }
+        for (quota, amount) in [(&self.requests, 1), (&self.tokens, 0)] {
+            let Some(quota) = quota else { continue };
+            while let Ok(QuotaTaken::Full { retry_in }) = self.quotas.take_quota(quota, amount).await {
+                tokio::time::sleep(retry_in.max(Duration::from_millis(1))).await;
+            }
+        }
+    }
+
+    /// Counts a finished call's tokens against the token quota.
+    pub(crate) async fn count_tokens(&self, tokens: u64) {
+        if let Some(quota) = &self.tokens {
+            // A store that cannot count them now leaves the next calls freer; nothing else.
+            let _ = self.quotas.charge_quota(quota, tokens).await;
+        }
     }
 
     fn error(&self, kind: ModelErrorKind, message: impl Into<String>) -> ModelError {
@@ -128,9 +195,7 @@ impl Transport {
         let body = serde_json::to_vec(body).map_err(|e| self.error(ModelErrorKind::Protocol, e.to_string()))?;
         let mut retries = 0;
         loop {
-            if let Some(limiter) = &self.limiter {
-                limiter.until_ready().await;
-            }
+            self.wait_for_quotas().await;
             let mut request = self.client.post(url).header("content-type", "application/json").body(body.clone());
             for (name, value) in headers {
                 request = request.header(*name, value);

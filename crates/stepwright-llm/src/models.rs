@@ -160,6 +160,13 @@ impl ModelConfig {
         self
     }
 
+    /// Tokens (input and output) per minute for this key.
+    #[must_use]
+    pub fn tokens_per_minute(mut self, tpm: u32) -> Self {
+        self.http.tokens_per_minute = NonZeroU32::new(tpm);
+        self
+    }
+
     fn key(&self) -> Option<String> {
         self.api_key.clone().or_else(|| {
             let variable = self.api_key_env.as_deref().unwrap_or(self.provider.key_variable());
@@ -282,6 +289,14 @@ impl Models {
     /// Binds a name to any adapter (a custom provider, a scripted fake in tests).
     pub fn bind_adapter(&mut self, name: &str, model_id: &str, model: Arc<dyn ChatModel>, pricing: Option<Pricing>) {
         self.bindings.insert(name.to_owned(), Binding { model, model_id: model_id.to_owned(), pricing });
+    }
+
+    /// Counts the bindings' request and token limits in `quotas` (a store every worker on
+    /// the database shares) instead of in this process. Set it before binding.
+    #[must_use]
+    pub fn with_shared_limits(mut self, quotas: Arc<dyn stepwright_core::store::quota::QuotaStore>) -> Self {
+        self.limits = Arc::new(RateLimits::shared(quotas));
+        self
     }
 
     /// Plays back and records calls through a cassette. Attach it before binding: with a

@@ -72,6 +72,8 @@ impl Shared {
         shutdown: CancellationToken,
         feeds: Arc<Feeds>,
     ) -> Self {
+        // Model rate limits are counted in the store, shared with every worker on it.
+        let bindings = bindings.sharing_limits_in(store.clone());
         Self {
             store,
             engine,

@@ -3,13 +3,15 @@
 
 use std::sync::Arc;
 
+use stepwright_core::store::quota::QuotaStore;
 use stepwright_core::{MemoryBank, SessionStore, Store, StoreError};
 
 /// A store with everything steps use: the journal ([`Store`]), sessions
-/// ([`SessionStore`]) and the memory bank ([`MemoryBank`]). Every backend here is one.
-pub trait AnyStore: Store + SessionStore + MemoryBank {}
+/// ([`SessionStore`]), the memory bank ([`MemoryBank`]) and shared quotas
+/// ([`QuotaStore`]). Every backend here is one.
+pub trait AnyStore: Store + SessionStore + MemoryBank + QuotaStore {}
 
-impl<T: Store + SessionStore + MemoryBank> AnyStore for T {}
+impl<T: Store + SessionStore + MemoryBank + QuotaStore> AnyStore for T {}
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,7 @@ use crate::encoding::{CODEC_JSON, EncodedBlobs, backend, decode_blob, encode_bat
 mod group_commit;
 mod bank;
 mod control;
+mod quota;
 mod sessions;
 
 pub use group_commit::GroupCommitStats;
@@ -246,6 +247,9 @@ fn from_value<T: serde::de::DeserializeOwned>(doing: &str, value: Value) -> Resu
 const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
                            cancel_request, priority, concurrency_key, concurrency_limit";
+
+/// How many columns [`RUN_COLUMNS`] has: a query's next column is at this index.
+const RUN_COLUMN_COUNT: usize = 21;
 
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null'::jsonb, caller, status, NULL::jsonb, \
@@ -856,6 +860,7 @@ impl Store for PostgresStore {
                  AND ($7::bigint IS NULL OR created_at >= $7) AND ($8::bigint IS NULL OR created_at < $8) \
                  AND ($9::text IS NULL OR strpos(lower(input::text), lower($9)) > 0) \
                  AND ($10::uuid IS NULL OR parent_run = $10) \
+                 AND ($11::text IS NULL OR concurrency_key = $11) \
                  ORDER BY {order} LIMIT $3"
             )))
             .bind(filter.status.map(RunStatus::as_str))
@@ -868,6 +873,7 @@ impl Store for PostgresStore {
             .bind(filter.created_until.map(Timestamp::as_micros))
             .bind(filter.input_contains)
             .bind(filter.parent.map(uuid))
+            .bind(filter.concurrency_key)
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;
@@ -925,7 +931,7 @@ impl Store for PostgresStore {
             .map_err(pg(doing))?
             .ok_or(StoreError::RunNotFound(run))?;
             let record = run_from_row(&row)?;
-            let now = Timestamp::from_micros(row.get(18));
+            let now = Timestamp::from_micros(row.get(RUN_COLUMN_COUNT));
             let outcome = decide_cancel(&record, now);
             match &outcome {
                 CancelOutcome::Finished(_) => return Ok(outcome),
@@ -1331,4 +1337,13 @@ pub async fn same_database(store: &PostgresStore) -> Arc<PostgresStore> {
     let options: PgConnectOptions =
         url.parse::<PgConnectOptions>().expect("a postgres url").options([("search_path", schema.as_str())]);
     Arc::new(PostgresStore::connect_with(options).await.expect("connect"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_run_column_count_is_the_columns_count() {
+        assert_eq!(super::RUN_COLUMNS.split(',').count(), super::RUN_COLUMN_COUNT);
+        assert_eq!(super::RUN_HEADER_COLUMNS.split(',').count(), super::RUN_COLUMN_COUNT);
+    }
 }

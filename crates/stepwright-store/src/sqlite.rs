@@ -31,6 +31,7 @@ use crate::encoding::{EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
 mod bank;
 pub(crate) mod control;
+mod quota;
 mod sessions;
 
 /// SQLite's `synchronous` setting for the writer.
@@ -1063,9 +1064,11 @@ const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
                            cancel_request, priority, concurrency_key, concurrency_limit";
 
-/// The creation-time, input-text and parent filters of a listing (parameters 6 to 9).
+/// The creation-time, input-text, parent and concurrency-group filters of a listing
+/// (parameters 6 to 10).
 const NARROWED: &str = "(?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR created_at < ?7) \
-                        AND (?8 IS NULL OR input_contains(input, ?8)) AND (?9 IS NULL OR parent_run = ?9)";
+                        AND (?8 IS NULL OR input_contains(input, ?8)) AND (?9 IS NULL OR parent_run = ?9) \
+                        AND (?10 IS NULL OR concurrency_key = ?10)";
 
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null', caller, status, NULL, NULL, \
@@ -1284,7 +1287,18 @@ impl Store for SqliteStore {
                     .map_err(|e| backend("listing runs", e))?;
                 let rows = stmt
                     .query_map(
-                        params![status, filter.workflow, limit, filter.tenant, since.as_micros(), from, until, text, parent],
+                        params![
+                            status,
+                            filter.workflow,
+                            limit,
+                            filter.tenant,
+                            since.as_micros(),
+                            from,
+                            until,
+                            text,
+                            parent,
+                            filter.concurrency_key
+                        ],
                         run_from_row,
                     )
                     .map_err(|e| backend("listing runs", e))?;
@@ -1301,7 +1315,18 @@ impl Store for SqliteStore {
                 let before = filter.before.map(|run| run.as_uuid().as_bytes().to_vec());
                 let rows = stmt
                     .query_map(
-                        params![status, filter.workflow, limit, before, filter.tenant, from, until, text, parent],
+                        params![
+                            status,
+                            filter.workflow,
+                            limit,
+                            before,
+                            filter.tenant,
+                            from,
+                            until,
+                            text,
+                            parent,
+                            filter.concurrency_key
+                        ],
                         run_from_row,
                     )
                     .map_err(|e| backend("listing runs", e))?;

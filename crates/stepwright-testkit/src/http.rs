@@ -92,6 +92,8 @@ pub struct Captured {
     pub headers: HashMap<String, String>,
     /// The body as JSON (`null` when it is not JSON).
     pub body: Value,
+    /// When it was read in full.
+    pub received_at: std::time::Instant,
 }
 
 type Responder = dyn Fn(&Captured) -> Reply + Send + Sync;
@@ -187,6 +189,7 @@ fn serve(
             path: words.next().unwrap_or_default().to_owned(),
             headers,
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            received_at: std::time::Instant::now(),
         };
         captured.lock().expect("poisoned").push(request.clone());
         let reply = respond(&request);

@@ -32,7 +32,8 @@ pub(crate) async fn decide(
         ..Default::default()
     };
     // A decision that does not fit is the caller's fault: `exit::failure` says so (exit 2).
-    match stepwright::app::decide_then_continue(&engine, &flags.bindings(), run, &interrupt, decision, &caller).await? {
+    let bindings = flags.bindings().sharing_limits_in(store.clone());
+    match stepwright::app::decide_then_continue(&engine, &bindings, run, &interrupt, decision, &caller).await? {
         Decided::Continued(report) => {
             print_report(&report, json);
             Ok(exit_code(report.status))

@@ -342,6 +342,9 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             if let Some(owner) = shown["owner"].as_str().filter(|_| shown["status"] == "running") {
                 println!("  executed by {owner}");
             }
+            if let Some(reason) = shown["queued"]["reason"].as_str() {
+                println!("  queued: {reason}");
+            }
             print_timeline(shown["steps"].as_array().map(Vec::as_slice).unwrap_or_default());
             if shown["usage"].is_object() {
                 println!("  model usage:{}", usage_text(&shown["usage"]));

@@ -7,9 +7,7 @@ use serde_json::json;
 use crate::args::Identity;
 use crate::commands::Globals;
 use crate::exit::{exit_code, held_elsewhere};
-use crate::host::{
-    Servers, check_tenant, cli_engine, definition_of, keep_source, load, open_store, parse_input, parse_run,
-};
+use crate::host::{Servers, check_tenant, cli_engine, definition_of, keep_source, open_store, parse_input, parse_run};
 use crate::render::print_report;
 
 /// `run`: starts a run of a file (or, with `--detach`, creates it for a worker).
@@ -23,9 +21,14 @@ pub(crate) async fn run(
     who: Identity,
 ) -> anyhow::Result<u8> {
     let flags = g.flags;
-    let workflow = load(&file, flags, Servers::Connected).await?;
+    // The file is checked before the store is opened (a bad file creates no database).
+    let loaded = stepwright::flow::load_with(&file, &flags.bindings().load_options())
+        .map_err(stepwright::app::AppError::Load)?;
     let input = parse_input(input.as_deref())?;
     let store = open_store(g.db).await?;
+    // Its models' rate limits are counted in the store, shared with every worker on it.
+    let bindings = flags.bindings().sharing_limits_in(store.clone());
+    let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
     keep_source(&store, &workflow, &file).await?;
     let engine = cli_engine(&store, !json);
     let options = stepwright::StartOptions { caller: who.caller(), priority, ..Default::default() };

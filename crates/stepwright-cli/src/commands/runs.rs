@@ -115,6 +115,9 @@ pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> 
         if !details.status.is_terminal() && loaded.record.lease.is_some() {
             println!("  executed by {}", owner_text(&loaded.record, wall_now()));
         }
+        if let Some(queued) = &details.queued {
+            println!("  queued: {}", queued.reason);
+        }
         if let Some(cancel) = &loaded.record.cancel {
             println!(
                 "  cancel asked{}: {}",

@@ -479,6 +479,14 @@ fn a_concurrency_limit_holds_across_two_workers_and_priority_orders_claims() {
         }
         let urgent = start("acme", "10");
         created.push((urgent.clone(), "acme"));
+        let shown = text(&stepwright(dir.path(), &db.args(&["runs", "show", &urgent])).stdout);
+        assert!(
+            shown.contains(
+                "queued: no worker has claimed it yet (its concurrency group \"acme\" has room; priority 10)"
+            ),
+            "{}: {shown}",
+            db.name
+        );
         let workers: Vec<Child> = (0..2).map(|_| spawn(dir.path(), &db.args(&["worker"]))).collect();
         wait_for("every run to finish", || runs(dir.path(), &db).iter().all(|r| r["status"] == "completed"));
         for mut worker in workers {
@@ -505,5 +513,58 @@ fn a_concurrency_limit_holds_across_two_workers_and_priority_orders_claims() {
         let acme: Vec<&(&str, (i64, i64), &String)> = times.iter().filter(|t| t.0 == "acme").collect();
         let first = acme.iter().min_by_key(|t| t.1.0).unwrap();
         assert_eq!(*first.2, urgent, "{}: the priority-10 run did not go first: {acme:?}", db.name);
+    }
+}
+
+/// A model binding's `requests_per_minute` is counted in the store, for every process on
+/// it: two workers (one per tenant, so that each surely executes runs), each with far more
+/// calls to make than the limit allows, together keep within 10 % of 600 requests a minute
+/// over ten seconds — where each counting alone would let 1,200 through.
+#[test]
+fn a_model_rate_limit_is_shared_by_two_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, served) =
+        crate::support::fake_openai(|_| crate::support::Answer::Text("ok".into()), crate::support::Tokens::Fixed(5, 1));
+    write(
+        dir.path(),
+        "busy.yaml",
+        &format!(
+            "workflow: busy\nmodels:\n  fast: {{ provider: openai, model: gpt-test, base_url: \"http://127.0.0.1:{port}/v1\", \
+             api_key_env: PATH, requests_per_minute: 600 }}\nsteps:\n  - id: m\n    map:\n      \
+             items: \"{{{{ range(400) | list }}}}\"\n      as: n\n      concurrency: 32\n      steps:\n        \
+             - id: ask\n          llm: {{ model: fast, prompt: \"{{{{ run.tenant }}}} {{{{ n }}}}\", stream: false }}\n"
+        ),
+    );
+    for db in stores(dir.path(), "a_model_rate_limit_is_shared") {
+        let before = served.requests().len();
+        for tenant in ["north", "south"] {
+            let created = stepwright(dir.path(), &db.args(&["run", "busy.yaml", "--detach", "--tenant", tenant]));
+            assert_eq!(created.status.code(), Some(0), "{}: {}", db.name, text(&created.stderr));
+        }
+        let workers: Vec<Child> =
+            ["north", "south"].iter().map(|t| spawn(dir.path(), &db.args(&["worker", "--tenant", t]))).collect();
+        wait_for("the first model call", || served.requests().len() > before);
+        std::thread::sleep(Duration::from_secs(12));
+        for mut worker in workers {
+            let _ = worker.kill();
+            let _ = worker.wait();
+        }
+        let calls: Vec<_> = served.requests().into_iter().skip(before).collect();
+        let first = calls[0].received_at;
+        let window = |c: &&stepwright_testkit::http::Captured| {
+            let since = c.received_at.duration_since(first);
+            since >= Duration::from_secs(1) && since < Duration::from_secs(11)
+        };
+        let in_ten_seconds = calls.iter().filter(window).count();
+        eprintln!("{}: {in_ten_seconds} model requests in 10 s (limit 600/min: 100)", db.name);
+        assert!(
+            (90..=110).contains(&in_ten_seconds),
+            "{}: {in_ten_seconds} requests in 10 s at 600/min shared by two workers",
+            db.name
+        );
+        for tenant in ["north", "south"] {
+            let from = calls.iter().filter(window).filter(|c| c.body.to_string().contains(tenant)).count();
+            assert!(from >= 20, "{}: worker {tenant} made {from} of the calls: both call the model", db.name);
+        }
     }
 }

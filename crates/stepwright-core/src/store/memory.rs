@@ -47,6 +47,8 @@ pub struct InMemoryStore {
     blobs: [Mutex<HashMap<ContentHash, Arc<Value>>>; BLOB_SHARDS],
     appends_left: AtomicUsize,
     fault_armed: std::sync::atomic::AtomicBool,
+    /// Quota counters (one process: the in-memory store's are its own).
+    quotas: super::quota::LocalQuotas,
     /// Held by every claim, so that two claims never both see room in one concurrency
     /// group (a run leaving its slot needs no lock: it only makes room).
     claiming: Mutex<()>,
@@ -278,6 +280,12 @@ impl Store for InMemoryStore {
                 .filter(|r| filter.created_from.is_none_or(|from| r.created_at >= from))
                 .filter(|r| filter.created_until.is_none_or(|until| r.created_at < until))
                 .filter(|r| filter.parent.is_none_or(|parent| r.parent.as_ref().is_some_and(|p| p.run == parent)))
+                .filter(|r| {
+                    filter
+                        .concurrency_key
+                        .as_ref()
+                        .is_none_or(|key| r.flow.concurrency.as_ref().is_some_and(|group| &group.key == key))
+                })
                 .filter(|r| {
                     filter.input_contains.as_deref().is_none_or(|text| {
                         r.input.to_string().to_ascii_lowercase().contains(&text.to_ascii_lowercase())
@@ -645,5 +653,23 @@ impl MemoryBank for InMemoryStore {
     fn memory_delete(&self, address: MemoryAddress) -> BoxFuture<'_, Result<bool, StoreError>> {
         let removed = self.bank.lock().expect("poisoned").remove(&address).is_some();
         Box::pin(std::future::ready(Ok(removed)))
+    }
+}
+
+impl super::quota::QuotaStore for InMemoryStore {
+    fn take_quota<'a>(
+        &'a self,
+        quota: &'a super::quota::Quota,
+        amount: u64,
+    ) -> BoxFuture<'a, Result<super::quota::QuotaTaken, StoreError>> {
+        self.quotas.take_quota(quota, amount)
+    }
+
+    fn charge_quota<'a>(
+        &'a self,
+        quota: &'a super::quota::Quota,
+        amount: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.quotas.charge_quota(quota, amount)
     }
 }

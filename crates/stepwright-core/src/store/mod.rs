@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod bank;
 mod memory;
+pub mod quota;
 pub mod session;
 
 use futures_util::future::BoxFuture;
@@ -96,6 +97,8 @@ pub struct RunFilter {
     pub input_contains: Option<String>,
     /// Only runs forked from this run (its lineage's children).
     pub parent: Option<RunId>,
+    /// Only runs of this concurrency group (what a waiting run waits behind).
+    pub concurrency_key: Option<String>,
 }
 
 /// What retention deletes: finished runs (completed, failed, cancelled) updated before

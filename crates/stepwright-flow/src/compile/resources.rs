@@ -62,6 +62,8 @@ const MODEL_FIELDS: &[&str] = &[
     "api_version",
     "token_limit_field",
     "sampling",
+    "requests_per_minute",
+    "tokens_per_minute",
 ];
 const TOOL_FIELDS: &[&str] =
     &["description", "input", "command", "http", "effect", "safe_to_retry", "needs_approval", "timeout", "cwd", "env"];
@@ -143,6 +145,19 @@ impl Compiler {
             }
             if let Some(retries) = node.get("max_retries").and_then(|r| self.number(r, "`max_retries`")) {
                 config.http.max_retries = u32::try_from(retries).unwrap_or(u32::MAX);
+            }
+            for (field, limit) in [
+                ("requests_per_minute", &mut config.http.requests_per_minute),
+                ("tokens_per_minute", &mut config.http.tokens_per_minute),
+            ] {
+                let Some(value) = node.get(field) else { continue };
+                match self.number(value, &format!("`{field}`")) {
+                    Some(0) => {
+                        self.error(value.pos, format!("`{field}` must be at least 1 (leave it out for no limit)"));
+                    }
+                    Some(n) => *limit = std::num::NonZeroU32::new(u32::try_from(n).unwrap_or(u32::MAX)),
+                    None => {}
+                }
             }
             if let Some(version) = node.get("api_version") {
                 if provider == Provider::Anthropic {

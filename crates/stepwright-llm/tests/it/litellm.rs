@@ -65,6 +65,7 @@ fn once() -> HttpOptions {
         initial_backoff: Duration::from_millis(5),
         max_backoff: Duration::from_millis(5),
         requests_per_minute: None,
+        tokens_per_minute: None,
     }
 }
 

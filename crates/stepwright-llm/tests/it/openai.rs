@@ -287,3 +287,25 @@ async fn a_rate_limit_per_key_spaces_out_requests() {
     a.chat(&request()).await.unwrap();
     assert!(started.elapsed() >= std::time::Duration::from_millis(450), "{:?}", started.elapsed());
 }
+
+/// `tokens_per_minute`: a call goes while the minute's tokens are not spent, and its usage
+/// is counted after it; once they are spent, the next call waits for the next minute.
+#[tokio::test]
+async fn a_token_limit_holds_calls_once_the_minute_is_spent() {
+    let body = json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "content": "ok" } }],
+                       "usage": { "prompt_tokens": 50, "completion_tokens": 10 } });
+    let server = FakeServer::responding(move |_| Reply::json(200, body.clone()));
+    let options = stepwright_llm::HttpOptions { tokens_per_minute: std::num::NonZeroU32::new(100), ..fast_http() };
+    let model = OpenAi::new(&format!("{}/v1", server.url), Some("k".into()), options, &RateLimits::default()).unwrap();
+    // Token windows are wall-clock minutes: start with enough of this one left.
+    let into_minute = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() % 60;
+    while into_minute() > 50 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    model.chat(&request()).await.unwrap();
+    model.chat(&request()).await.unwrap();
+    assert_eq!(server.served(), 2, "60 tokens used, then 120: both went while the minute had tokens left");
+    let third = tokio::time::timeout(std::time::Duration::from_secs(1), model.chat(&request())).await;
+    assert!(third.is_err(), "the minute's 100 tokens are spent: the third call waits for the next minute");
+    assert_eq!(server.served(), 2);
+}

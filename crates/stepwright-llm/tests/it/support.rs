@@ -10,5 +10,6 @@ pub(crate) fn fast_http() -> stepwright_llm::HttpOptions {
         initial_backoff: Duration::from_millis(5),
         max_backoff: Duration::from_secs(2),
         requests_per_minute: None,
+        tokens_per_minute: None,
     }
 }

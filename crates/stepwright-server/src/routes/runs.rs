@@ -297,6 +297,7 @@ pub(crate) async fn list(
         created_until: query.created_before.map(Timestamp::from_micros),
         input_contains: query.input_contains,
         parent,
+        concurrency_key: None,
     };
     let mut runs = shared.store.list_runs(filter).await?;
     let more = runs.len() > limit;

@@ -475,6 +475,57 @@ async fn without_a_worker_started_runs_wait_for_one() {
     server.shutdown().await;
 }
 
+/// `priority` and `concurrency` on `POST /v1/runs` are kept with the run and obeyed by the
+/// workers: of two runs in one group of one, the higher priority runs, the other waits.
+#[tokio::test]
+async fn start_options_set_a_runs_priority_and_concurrency_group() {
+    let server = TestServer::start_with(|config| config.worker = false).await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    server.register(&admin, THREE_SETS).await;
+    let bad = json!({ "workflow": "three", "concurrency": { "key": "k", "limit": 0 } });
+    let (status, problem) = server.post(&admin, "/v1/runs", bad).await;
+    assert_eq!(status, 400, "{problem}");
+    let mut ids = Vec::new();
+    for (input, priority) in [(1, 0), (2, 7)] {
+        let body = json!({ "workflow": "three", "input": input, "priority": priority,
+                           "concurrency": { "key": "customer-9", "limit": 1 } });
+        let (status, run) = server.post(&admin, "/v1/runs", body).await;
+        assert_eq!(status, 202, "{run}");
+        ids.push(run["run_id"].as_str().unwrap().parse::<stepwright_core::RunId>().unwrap());
+    }
+    let kept = server.store.load(ids[1]).await.unwrap().record.flow;
+    assert_eq!(kept.priority, 7);
+    assert_eq!(kept.concurrency.map(|c| (c.key, c.limit)), Some(("customer-9".to_owned(), 1)));
+    let engine = stepwright_app::engine_over(&server.store).build();
+    let resolver = stepwright_app::resolver(server.store.clone(), stepwright_app::Bindings::default());
+    let outcomes = stepwright_core::Runner::new(engine).resolve_with(resolver).tick().await.unwrap();
+    assert_eq!(outcomes.iter().map(|(run, _)| *run).collect::<Vec<_>>(), [ids[1]], "one slot: priority 7 first");
+    let waiting = server.store.load(ids[0]).await.unwrap().record;
+    assert_eq!(waiting.status, stepwright_core::RunStatus::Pending, "the other waits its turn");
+    let (_, shown) = server.get(&admin, &format!("/v1/runs/{}", ids[0])).await;
+    assert!(shown["queued"]["reason"].as_str().unwrap().contains("has room"), "{shown}");
+
+    // A run waiting on a person holds its slot: the next run of the group says it waits
+    // behind it, and why.
+    server.register(&admin, APPROVAL).await;
+    let group = json!({ "key": "desk", "limit": 1 });
+    let body = json!({ "workflow": "greet", "input": { "name": "Ada" }, "concurrency": group });
+    let (_, holder) = server.post(&admin, "/v1/runs", body).await;
+    let body = json!({ "workflow": "three", "input": 3, "concurrency": group });
+    let (_, queued) = server.post(&admin, "/v1/runs", body).await;
+    let engine = stepwright_app::engine_over(&server.store).build();
+    let resolver = stepwright_app::resolver(server.store.clone(), stepwright_app::Bindings::default());
+    let outcomes = stepwright_core::Runner::new(engine).resolve_with(resolver).tick().await.unwrap();
+    assert!(outcomes.iter().all(|(run, _)| run.to_string() != queued["run_id"].as_str().unwrap()));
+    wait_for_status(&server, &admin, holder["run_id"].as_str().unwrap(), "suspended").await;
+    let (_, shown) = server.get(&admin, &format!("/v1/runs/{}", queued["run_id"].as_str().unwrap())).await;
+    let why = &shown["queued"];
+    assert!(why["reason"].as_str().unwrap().contains("concurrency group \"desk\" is full"), "{shown}");
+    assert_eq!((&why["concurrency_key"], &why["concurrency_limit"]), (&json!("desk"), &json!(1)), "{shown}");
+    assert_eq!(why["held_by"], json!([holder["run_id"]]), "{shown}");
+    server.shutdown().await;
+}
+
 /// The fake model says which model id it was asked for.
 fn says_its_model(request: &serde_json::Value) -> stepwright_testkit::openai::Answer {
     stepwright_testkit::openai::Answer::Text(format!("I am {}", request["model"].as_str().unwrap_or("?")))

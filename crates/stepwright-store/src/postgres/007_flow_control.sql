@@ -73,3 +73,11 @@ BEGIN
         taken := taken + got;
     END LOOP;
 END $$;
+
+-- Quotas shared by every worker on the database (a model provider's requests or tokens per
+-- minute): the current window of each and what it used, on the database's clock.
+CREATE TABLE stepwright_quotas (
+    name         TEXT PRIMARY KEY,
+    window_start BIGINT NOT NULL,
+    used         BIGINT NOT NULL
+);
