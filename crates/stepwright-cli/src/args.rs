@@ -73,6 +73,10 @@ pub(crate) enum Command {
         /// file's `priority`, else 0).
         #[arg(long, allow_hyphen_values = true)]
         priority: Option<i32>,
+        /// The run's concurrency group instead of the file's: at most LIMIT runs with KEY
+        /// execute at a time, across every worker on the store.
+        #[arg(long, value_name = "KEY=LIMIT", value_parser = parse_concurrency)]
+        concurrency: Option<stepwright::Concurrency>,
         #[command(flatten)]
         who: Identity,
     },
@@ -451,4 +455,14 @@ fn parse_cassette_mode(text: &str) -> Result<stepwright::llm::CassetteMode, Stri
 fn parse_status(text: &str) -> Result<stepwright::RunStatus, String> {
     stepwright::RunStatus::parse(text)
         .ok_or_else(|| format!("unknown status {text:?}: pending, running, suspended, completed, failed or cancelled"))
+}
+
+/// `--concurrency KEY=LIMIT` (the key may hold `=`; the limit is after the last one).
+fn parse_concurrency(text: &str) -> Result<stepwright::Concurrency, String> {
+    let (key, limit) = text.rsplit_once('=').ok_or("expected KEY=LIMIT, such as acme=1")?;
+    let limit: u32 = limit.parse().map_err(|_| format!("{limit:?} is not a whole number"))?;
+    if key.is_empty() || limit == 0 {
+        return Err("the key must not be empty and the limit must be at least 1".into());
+    }
+    Ok(stepwright::Concurrency { key: key.to_owned(), limit })
 }

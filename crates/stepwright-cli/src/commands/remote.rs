@@ -109,7 +109,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
         Ok(())
     };
     match command {
-        Command::Run { file, input, json, detach, priority, who } => {
+        Command::Run { file, input, json, detach, priority, concurrency, who } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
             let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
@@ -121,6 +121,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
                 "input": input,
                 "wait_seconds": wait,
                 "priority": priority,
+                "concurrency": concurrency.map(|c| json!({ "key": c.key, "limit": c.limit })),
             });
             let run = remote.post("/v1/runs", body).await?;
             if detach {

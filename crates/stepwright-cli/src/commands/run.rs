@@ -10,6 +10,12 @@ use crate::exit::{exit_code, held_elsewhere};
 use crate::host::{Servers, check_tenant, cli_engine, definition_of, keep_source, open_store, parse_input, parse_run};
 use crate::render::print_report;
 
+/// `run --priority` and `--concurrency`: how the run waits its turn.
+pub(crate) struct StartFlags {
+    pub(crate) priority: Option<i32>,
+    pub(crate) concurrency: Option<stepwright::Concurrency>,
+}
+
 /// `run`: starts a run of a file (or, with `--detach`, creates it for a worker).
 pub(crate) async fn run(
     g: &Globals<'_>,
@@ -17,7 +23,7 @@ pub(crate) async fn run(
     input: Option<String>,
     json: bool,
     detach: bool,
-    priority: Option<i32>,
+    flow: StartFlags,
     who: Identity,
 ) -> anyhow::Result<u8> {
     let flags = g.flags;
@@ -31,7 +37,12 @@ pub(crate) async fn run(
     let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
     keep_source(&store, &workflow, &file).await?;
     let engine = cli_engine(&store, !json);
-    let options = stepwright::StartOptions { caller: who.caller(), priority, ..Default::default() };
+    let options = stepwright::StartOptions {
+        caller: who.caller(),
+        priority: flow.priority,
+        concurrency: flow.concurrency,
+        ..Default::default()
+    };
     if detach {
         let record = engine.create(&workflow, input, options).await?;
         println!(

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::support::{Target, stepwright};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Each scenario as a test of the local mode and a test of the remote mode.
 macro_rules! local_and_remote {
@@ -27,6 +27,7 @@ local_and_remote!(
     a_suspended_run_is_approved_from_a_second_process_and_completes,
     respond_reject_and_cancel,
     detached_runs_are_executed_by_a_worker,
+    a_run_takes_a_priority_and_a_concurrency_group,
     replay_recompute_and_fork_from_the_command_line,
     recompute_answers_a_model_binding_with_another,
     runs_events_renders_the_journal_in_order,
@@ -225,6 +226,58 @@ fn detached_runs_are_executed_by_a_worker(target: &Target) {
     }
     let shown = settled(target, &run);
     assert_eq!((shown["status"].as_str(), shown["output"].as_str()), (Some("completed"), Some("HELLO, CY")));
+}
+
+/// `run --priority` and `--concurrency KEY=LIMIT` travel with the run: a run waiting on a
+/// person holds the group's one slot, and the next run of the group waits, saying why.
+fn a_run_takes_a_priority_and_a_concurrency_group(target: &Target) {
+    let dir = target.dir();
+    write(dir, "gated.yaml", GATED);
+    write(dir, "greet.yaml", GREET);
+    let work = || {
+        if !target.is_remote() {
+            // Remotely, the server's own worker claims what it may.
+            let worker = stepwright(dir, &["worker", "--once"]);
+            assert_eq!(worker.status.code(), Some(0), "{}", String::from_utf8_lossy(&worker.stderr));
+        }
+    };
+    let first = run_id(&target.stepwright(&["run", "gated.yaml", "--detach", "--json", "--concurrency", "desk=1"]));
+    work();
+    assert_eq!(settled(target, &first)["status"], "suspended", "waiting on a person, holding the slot");
+    let second = target.stepwright(&[
+        "run",
+        "greet.yaml",
+        "--input",
+        r#"{"name": "dee"}"#,
+        "--detach",
+        "--json",
+        "--priority",
+        "3",
+        "--concurrency",
+        "desk=1",
+    ]);
+    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    let second = run_id(&second);
+    work();
+    let shown: Value = serde_json::from_slice(&target.stepwright(&["runs", "show", &second, "--json"]).stdout).unwrap();
+    assert_eq!(shown["status"], "pending", "{shown}");
+    let queued = &shown["queued"];
+    assert_eq!(
+        (&queued["priority"], &queued["concurrency_key"], &queued["concurrency_limit"]),
+        (&json!(3), &json!("desk"), &json!(1))
+    );
+    assert_eq!(queued["held_by"], json!([first]), "{shown}");
+    let text = String::from_utf8_lossy(&target.stepwright(&["runs", "show", &second]).stdout).into_owned();
+    assert!(text.contains("queued: concurrency group \"desk\" is full: 1 of 1 at a time, held by"), "{text}");
+    for (flag, expect) in [("desk", "expected KEY=LIMIT"), ("desk=0", "at least 1"), ("desk=x", "not a whole number")] {
+        let refused = target.stepwright(&["run", "greet.yaml", "--detach", "--concurrency", flag]);
+        assert_eq!(refused.status.code(), Some(2), "{flag}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains(expect),
+            "{flag}: {}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
 }
 
 /// The run as `runs show --json` prints it once it no longer runs (at most 10 s).
