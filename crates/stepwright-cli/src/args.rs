@@ -171,6 +171,26 @@ pub(crate) enum Command {
         #[arg(long, default_value = "10s", value_parser = parse_duration_arg)]
         wait: std::time::Duration,
     },
+    /// Send a message to a run's loop inbox: stored at once, taken by the loop's next
+    /// iteration wherever the run executes.
+    Send {
+        /// The run id.
+        run: String,
+        /// The inbox (a `loop`'s `inbox`).
+        #[arg(long)]
+        inbox: String,
+        /// The message: JSON.
+        #[arg(long)]
+        message: String,
+    },
+    /// Wake an `every` step's channel: its next tick runs now, wherever the run executes.
+    Wake {
+        /// The run id.
+        run: String,
+        /// The channel (an `every`'s `wake`).
+        #[arg(long)]
+        channel: String,
+    },
     /// Re-execute a run with current code (effects and decisions served from the journal)
     /// and report per step whether outputs are identical. Exit 0 identical, 1 changed.
     Replay {
@@ -428,6 +448,27 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Delete a finished run and everything it recorded (journal, events, its memory), then
+    /// every blob no run references any more.
+    Erase {
+        /// The run id.
+        run: String,
+        /// One JSON object: `{"runs": 1, "blobs": N}`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete finished runs last changed longer ago than `--older-than` (retention).
+    Prune {
+        /// How old: `30d`, `12h`.
+        #[arg(long, value_parser = parse_duration_arg)]
+        older_than: std::time::Duration,
+        /// Only runs that ended so: completed, failed or cancelled.
+        #[arg(long, value_parser = parse_finished_status)]
+        status: Option<stepwright::RunStatus>,
+        /// One JSON object: `{"runs": N, "blobs": M}`.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// How `graph` draws.
@@ -455,6 +496,13 @@ fn parse_cassette_mode(text: &str) -> Result<stepwright::llm::CassetteMode, Stri
 fn parse_status(text: &str) -> Result<stepwright::RunStatus, String> {
     stepwright::RunStatus::parse(text)
         .ok_or_else(|| format!("unknown status {text:?}: pending, running, suspended, completed, failed or cancelled"))
+}
+
+fn parse_finished_status(text: &str) -> Result<stepwright::RunStatus, String> {
+    match stepwright::RunStatus::parse(text) {
+        Some(status) if status.is_terminal() => Ok(status),
+        _ => Err(format!("{text:?}: prune deletes finished runs only: completed, failed or cancelled")),
+    }
 }
 
 /// `--concurrency KEY=LIMIT` (the key may hold `=`; the limit is after the last one).

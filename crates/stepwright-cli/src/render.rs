@@ -115,11 +115,20 @@ pub(crate) fn print_report(report: &RunReport, as_json: bool) {
         return;
     }
     match report.status {
-        RunStatus::Completed => println!("{}", serde_json::to_string_pretty(&report.output).unwrap_or_default()),
+        RunStatus::Completed => {
+            println!("{}", serde_json::to_string_pretty(&report.output).unwrap_or_default());
+            // On stderr: stdout stays the output alone, for pipes.
+            eprintln!("run {} completed", report.run_id);
+        }
         RunStatus::Suspended => {
             eprintln!("run {} is waiting:", report.run_id);
             for p in &report.pending {
-                eprintln!("  {} at {}: {}", p.id, p.step, p.message);
+                match (p.kind, p.deadline) {
+                    (stepwright::InterruptKind::Timer, Some(until)) => {
+                        eprintln!("  {} at {}: a timer, until {}", p.id, p.step, local_time(until));
+                    }
+                    _ => eprintln!("  {} at {}: {}", p.id, p.step, p.message),
+                }
             }
         }
         _ => {
@@ -165,6 +174,14 @@ pub(crate) fn shortened(text: &str, width: usize) -> String {
 }
 
 /// `HH:MM:SS.mmm` (UTC) of a timestamp, for the text form of the event log.
+/// A time for people: ISO 8601 in the local time zone, to the millisecond, with its offset.
+pub(crate) fn local_time(at: stepwright::Timestamp) -> String {
+    chrono::DateTime::from_timestamp_micros(at.as_micros()).map_or_else(
+        || format!("{} µs", at.as_micros()),
+        |t| t.with_timezone(&chrono::Local).to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    )
+}
+
 pub(crate) fn clock_time(at: stepwright::Timestamp) -> String {
     let millis = at.as_micros().div_euclid(1000);
     let of_day = millis.rem_euclid(86_400_000);

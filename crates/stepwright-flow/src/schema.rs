@@ -290,6 +290,25 @@ struct Loop {
     until: Option<Value>,
     /// The most iterations (default 10).
     max_iterations: Option<u32>,
+    /// The next iteration's input, a template over this iteration's steps and `loop`
+    /// (default: this iteration's output).
+    prepare_next: Option<Value>,
+    /// A failed iteration: `abort` the loop (default), `retry` it (same input and message),
+    /// or `skip` to the next.
+    on_error: Option<LoopOnError>,
+    /// Each iteration first takes one message from this inbox of the run (`loop.message`;
+    /// `stepwright send RUN --inbox NAME`).
+    inbox: Option<String>,
+    /// How long an iteration waits for an inbox message before the loop ends.
+    park_timeout: Option<Duration>,
+}
+
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum LoopOnError {
+    Abort,
+    Retry,
+    Skip,
 }
 
 /// Nodes visited along edges.

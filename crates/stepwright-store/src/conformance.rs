@@ -1285,8 +1285,21 @@ pub async fn erase_and_retention_collect_blobs(store: &dyn Store) {
     assert_eq!(removed.blobs, 1, "only the erased run's own blob goes; the shared one stays");
     assert!(matches!(store.load(id(24)).await, Err(StoreError::RunNotFound(_))));
 
+    store.create_run(record(25, "v", RunStatus::Cancelled, 70)).await.expect("create");
+    let only_failed = Retention {
+        finished_before: Some(Timestamp::from_micros(250)),
+        status: Some(RunStatus::Failed),
+        ..Default::default()
+    };
+    assert_eq!(store.apply_retention(only_failed).await.expect("retention").runs, 0, "no failed run is left");
+    let cancelled = Retention { status: Some(RunStatus::Cancelled), ..Default::default() };
+    assert_eq!(store.apply_retention(cancelled).await.expect("retention").runs, 1, "the cancelled one only");
     let removed = store
-        .apply_retention(Retention { finished_before: Some(Timestamp::from_micros(250)), keep_last: Some(1) })
+        .apply_retention(Retention {
+            finished_before: Some(Timestamp::from_micros(250)),
+            keep_last: Some(1),
+            ..Default::default()
+        })
         .await
         .expect("retention");
     // Runs 20 and 21 are old and finished; 22 is the newest of `w`; 23 is not finished.

@@ -147,6 +147,39 @@ pub(crate) async fn respond(
 }
 
 /// `cancel`: asks the run to stop, wherever it executes.
+/// What `send` and `wake` store for a run.
+pub(crate) enum Message {
+    /// A message for a loop's inbox (JSON text, as given).
+    Inbox { inbox: String, message: String },
+    /// A wake-up for an `every`'s channel.
+    Wake { channel: String },
+}
+
+/// `send` and `wake`: stores the message (or wake-up) for a run that exists; the process
+/// executing the run, wherever it is, takes it.
+pub(crate) async fn message(g: &Globals<'_>, run: String, message: Message) -> anyhow::Result<u8> {
+    let run = parse_run(&run)?;
+    let message = match message {
+        Message::Inbox { inbox, message } => Ok((inbox, parse_json(&message, "--message")?)),
+        Message::Wake { channel } => Err(channel),
+    };
+    let store = open_store(g.db).await?;
+    // A message for a run that does not exist would wait for it forever: refuse it.
+    store.load_from(run, u64::MAX).await?;
+    let engine = engine_over(&store).build();
+    match message {
+        Ok((inbox, message)) => {
+            engine.send(run, &inbox, message).await?;
+            println!("sent to inbox {inbox} of run {run}");
+        }
+        Err(channel) => {
+            engine.wake(run, &channel).await?;
+            println!("woke channel {channel} of run {run}");
+        }
+    }
+    Ok(0)
+}
+
 pub(crate) async fn cancel_run(
     g: &Globals<'_>,
     run: String,

@@ -66,6 +66,10 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         Command::Reject { run, who, reason, json } => decide::reject(g, run, who, reason, json).await,
         Command::Respond { run, who, value, json } => decide::respond(g, run, who, value, json).await,
         Command::Cancel { run, reason, user, wait } => decide::cancel_run(g, run, reason, user, wait).await,
+        Command::Send { run, inbox, message } => {
+            decide::message(g, run, decide::Message::Inbox { inbox, message }).await
+        }
+        Command::Wake { run, channel } => decide::message(g, run, decide::Message::Wake { channel }).await,
         Command::Worker { once, log_format, tenant } => worker::worker(g, once, log_format, tenant).await,
         Command::Replay { run, json } => history::replay(g, run, json).await,
         Command::Recompute { run, file, from, rebind, persist, json } => {

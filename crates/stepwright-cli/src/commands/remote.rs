@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::args::{Command, RunsCommand};
 use crate::commands::history::{fork_edits, parse_rebind, print_fork, print_recompute, print_replay};
 use crate::exit::{BadInput, exit_code};
-use crate::render::{clock_time, owner_text_of, print_report, print_timeline, usage_text};
+use crate::render::{local_time, owner_text_of, print_report, print_timeline, usage_text};
 
 /// The longest one request waits for a run; the CLI then asks again.
 const WAIT_SECONDS: u64 = 30;
@@ -91,6 +91,8 @@ pub(crate) fn supported(command: &Command) -> bool {
             | Command::Reject { .. }
             | Command::Respond { .. }
             | Command::Cancel { .. }
+            | Command::Send { .. }
+            | Command::Wake { .. }
             | Command::Resume { .. }
             | Command::Replay { .. }
             | Command::Recompute { .. }
@@ -155,6 +157,17 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
             let value = crate::host::parse_json(&value, "--value")?;
             decide(remote, &run, who.interrupt.as_deref(), json!({ "decision": "respond", "value": value }), json).await
+        }
+        Command::Send { run, inbox, message } => {
+            let message = crate::host::parse_json(&message, "--message")?;
+            remote.post(&format!("/v1/runs/{run}/messages"), json!({ "inbox": inbox, "message": message })).await?;
+            println!("sent to inbox {inbox} of run {run}");
+            Ok(0)
+        }
+        Command::Wake { run, channel } => {
+            remote.post(&format!("/v1/runs/{run}/messages"), json!({ "wake": channel })).await?;
+            println!("woke channel {channel} of run {run}");
+            Ok(0)
         }
         Command::Cancel { run, reason, user, wait } => {
             no_identity(user.is_some())?;
@@ -328,6 +341,9 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             }
             Ok(0)
         }
+        RunsCommand::Erase { .. } | RunsCommand::Prune { .. } => Err(anyhow!(BadInput(
+            "runs erase and runs prune act on a store: give it with --db (or STEPWRIGHT_DB), not --server".into()
+        ))),
         RunsCommand::Show { run, json } => {
             let shown = remote.get(&format!("/v1/runs/{run}")).await?;
             if json {
@@ -385,7 +401,7 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                 } else {
                     println!(
                         "{} {:<24} {:<20} {}",
-                        clock_time(record.at),
+                        local_time(record.at),
                         record.kind,
                         record.path.as_str(),
                         record.data

@@ -11,7 +11,7 @@ use crate::args::RunsCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
 use crate::host::{CliStore, engine_over, open_store, parse_run, wall_now};
-use crate::render::{clock_time, owner_text, print_timeline, usage_text};
+use crate::render::{local_time, owner_text, print_timeline, usage_text};
 
 /// `runs`: opens the store, then the subcommand.
 pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
@@ -22,6 +22,47 @@ pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Resul
         }
         RunsCommand::Events { run, follow, json } => events(&store, run, follow, json).await,
         RunsCommand::Show { run, json } => show(&store, run, json).await,
+        RunsCommand::Erase { run, json } => erase(&store, run, json).await,
+        RunsCommand::Prune { older_than, status, json } => prune(&store, older_than, status, json).await,
+    }
+}
+
+/// `runs erase`: one finished run, and the blobs only it referenced.
+async fn erase(store: &Arc<dyn CliStore>, run: String, json: bool) -> anyhow::Result<u8> {
+    let run: RunId = run.parse().map_err(|e| BadInput(format!("{e}")))?;
+    let status = store.load_from(run, u64::MAX).await?.record.status;
+    if !status.is_terminal() {
+        return Err(BadInput(format!(
+            "run {run} is {}: only a finished run is erased (cancel it first: stepwright cancel {run})",
+            status.as_str()
+        ))
+        .into());
+    }
+    let removed = store.erase_run(run).await?;
+    print_removed(&removed, json, &format!("erased run {run}"));
+    Ok(0)
+}
+
+/// `runs prune`: finished runs last changed before `older_than` ago.
+async fn prune(
+    store: &Arc<dyn CliStore>,
+    older_than: std::time::Duration,
+    status: Option<RunStatus>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let age = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+    let cut = stepwright::Timestamp::from_micros(wall_now().as_micros().saturating_sub(age));
+    let policy = stepwright::store::Retention { finished_before: Some(cut), status, keep_last: None };
+    let removed = store.apply_retention(policy).await?;
+    print_removed(&removed, json, &format!("pruned {} run(s)", removed.runs));
+    Ok(0)
+}
+
+fn print_removed(removed: &stepwright::store::Removed, json: bool, what: &str) {
+    if json {
+        println!("{}", json!({ "runs": removed.runs, "blobs": removed.blobs }));
+    } else {
+        println!("{what}; {} blob(s) no run references were deleted", removed.blobs);
     }
 }
 
@@ -86,7 +127,7 @@ pub(crate) async fn events(store: &Arc<dyn CliStore>, run: String, follow: bool,
             if json {
                 println!("{}", serde_json::to_string(&event)?);
             } else {
-                println!("{} {:<24} {:<20} {}", clock_time(event.at), event.kind, event.path.as_str(), event.data);
+                println!("{} {:<24} {:<20} {}", local_time(event.at), event.kind, event.path.as_str(), event.data);
             }
         }
         if !follow || cursor.finished() {

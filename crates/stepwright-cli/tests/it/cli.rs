@@ -28,6 +28,7 @@ local_and_remote!(
     respond_reject_and_cancel,
     detached_runs_are_executed_by_a_worker,
     a_run_takes_a_priority_and_a_concurrency_group,
+    send_reaches_a_loop_inbox_and_wake_an_every_channel,
     replay_recompute_and_fork_from_the_command_line,
     recompute_answers_a_model_binding_with_another,
     runs_events_renders_the_journal_in_order,
@@ -278,6 +279,77 @@ fn a_run_takes_a_priority_and_a_concurrency_group(target: &Target) {
             String::from_utf8_lossy(&refused.stderr)
         );
     }
+}
+
+/// `send` stores messages a loop's inbox takes one an iteration; `wake` runs an `every`'s
+/// next tick now instead of in an hour; both refuse a run that does not exist.
+fn send_reaches_a_loop_inbox_and_wake_an_every_channel(target: &Target) {
+    let dir = target.dir();
+    write(
+        dir,
+        "notes.yaml",
+        "workflow: notes\nsteps:\n  - id: gather\n    loop:\n      inbox: notes\n      park_timeout: 2s\n      \
+         steps:\n        - id: add\n          set: \"{{ loop.input ~ loop.message }}\"\n",
+    );
+    write(
+        dir,
+        "ping.yaml",
+        "workflow: ping\nsteps:\n  - id: ping\n    every:\n      interval: 1h\n      wake: poke\n      steps:\n        \
+         - id: beat\n          set: \"{{ tick }}\"\n",
+    );
+    let work = || {
+        if !target.is_remote() {
+            let worker = stepwright(dir, &["worker", "--once"]);
+            assert_eq!(worker.status.code(), Some(0), "{}", String::from_utf8_lossy(&worker.stderr));
+        }
+    };
+    let run = run_id(&target.stepwright(&["run", "notes.yaml", "--detach", "--json", "--input", r#""""#]));
+    for message in [r#""a""#, r#""b""#] {
+        let sent = target.stepwright(&["send", &run, "--inbox", "notes", "--message", message]);
+        assert_eq!(sent.status.code(), Some(0), "{}", String::from_utf8_lossy(&sent.stderr));
+        assert!(String::from_utf8_lossy(&sent.stdout).contains("sent to inbox notes"));
+    }
+    work();
+    let shown = settled(target, &run);
+    assert_eq!((shown["status"].as_str(), &shown["output"]), (Some("completed"), &json!("ab")), "{shown}");
+
+    let ping = run_id(&target.stepwright(&["run", "ping.yaml", "--detach", "--json"]));
+    work();
+    let beats = || {
+        let events = target.stepwright(&["runs", "events", &ping, "--json"]);
+        String::from_utf8_lossy(&events.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter(|e| e["kind"] == "step.completed" && e["path"].as_str().is_some_and(|p| p.ends_with("beat")))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while beats() < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(beats(), 1, "the first tick, then an hour's wait");
+    let woke = target.stepwright(&["wake", &ping, "--channel", "poke"]);
+    assert_eq!(woke.status.code(), Some(0), "{}", String::from_utf8_lossy(&woke.stderr));
+    work();
+    while beats() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(beats(), 2, "woken: the second tick ran now");
+    assert_eq!(target.stepwright(&["cancel", &ping]).status.code(), Some(0));
+
+    let nobody = "01890000-0000-7000-8000-00000000dead";
+    for args in [&["send", nobody, "--inbox", "notes", "--message", "1"][..], &["wake", nobody, "--channel", "poke"]] {
+        let refused = target.stepwright(args);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("not found"),
+            "{}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
+    let bad = target.stepwright(&["send", &run, "--inbox", "notes", "--message", "{oops"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--message is not JSON"));
 }
 
 /// The run as `runs show --json` prints it once it no longer runs (at most 10 s).
@@ -552,6 +624,11 @@ fn runs_events_renders_the_journal_in_order(target: &Target) {
             .contains(r#"step.completed           hello                {"attempt":1,"output":"Hello, di"}"#),
         "{text}"
     );
+    // Times for people: ISO 8601 with the date and the offset (`2026-11-24T17:05:03.120+00:00`).
+    let at = text.lines().next().unwrap().split(' ').next().unwrap();
+    let bytes = at.as_bytes();
+    assert!(at.len() >= 24 && bytes[4] == b'-' && bytes[7] == b'-' && bytes[10] == b'T' && bytes[19] == b'.', "{at}");
+    assert!(at.ends_with('Z') || at[23..].starts_with(['+', '-']), "{at}");
 }
 
 fn runs_events_follow_watches_a_run_until_it_finishes(target: &Target) {
@@ -687,4 +764,71 @@ fn schema_prints_the_file_formats_json_schema() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `runs erase` deletes one finished run (never a live one); `runs prune` deletes finished
+/// runs older than a duration, of one status if asked; what they removed is said.
+#[test]
+fn runs_erase_and_prune_delete_finished_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    write(dir, "greet.yaml", GREET);
+    write(dir, "gated.yaml", GATED);
+    let done: Vec<String> = ["ann", "bo", "cy"]
+        .iter()
+        .map(|name| {
+            run_id(&stepwright(dir, &["run", "greet.yaml", "--json", "--input", &format!(r#"{{"name": "{name}"}}"#)]))
+        })
+        .collect();
+    let waiting = run_id(&stepwright(dir, &["run", "gated.yaml", "--json"]));
+
+    let refused = stepwright(dir, &["runs", "erase", &waiting]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is suspended: only a finished run is erased"));
+    let erased = stepwright(dir, &["runs", "erase", &done[0], "--json"]);
+    assert_eq!(erased.status.code(), Some(0), "{}", String::from_utf8_lossy(&erased.stderr));
+    let removed: Value = serde_json::from_slice(&erased.stdout).unwrap();
+    assert_eq!(removed["runs"], 1);
+    assert_eq!(stepwright(dir, &["runs", "show", &done[0]]).status.code(), Some(2), "gone");
+
+    let pruned = |args: &[&str]| -> Value {
+        let output = stepwright(dir, &[&["runs", "prune", "--json"][..], args].concat());
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    assert_eq!(pruned(&["--older-than", "1h"])["runs"], 0, "nothing is an hour old");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(pruned(&["--older-than", "10ms", "--status", "failed"])["runs"], 0, "no failed run");
+    assert_eq!(pruned(&["--older-than", "10ms"])["runs"], 2, "the two completed runs left");
+    let listed = String::from_utf8_lossy(&stepwright(dir, &["runs", "list", "--json"]).stdout).into_owned();
+    assert_eq!(listed.lines().count(), 1, "the suspended run stays: {listed}");
+    assert!(listed.contains(&waiting));
+    let text = stepwright(dir, &["runs", "prune", "--older-than", "1d"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("pruned 0 run(s); 0 blob(s)"));
+    let bad = stepwright(dir, &["runs", "prune", "--older-than", "1d", "--status", "running"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("prune deletes finished runs only"));
+}
+
+/// In plain mode a finished `run` says its run id (on stderr: stdout stays the output), and a
+/// run waiting on a timer says until when.
+#[test]
+fn a_plain_run_says_its_id_and_a_timer_says_until_when() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    write(dir, "greet.yaml", GREET);
+    write(dir, "nap.yaml", "workflow: nap\nsteps:\n  - id: nap\n    sleep: 2h\n");
+    let done = stepwright(dir, &["run", "greet.yaml", "--input", r#"{"name": "ed"}"#]);
+    assert_eq!(done.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&done.stdout).trim(), r#""HELLO, ED""#, "stdout is the output alone");
+    let listed: Value = serde_json::from_str(
+        String::from_utf8_lossy(&stepwright(dir, &["runs", "list", "--json"]).stdout).lines().next().unwrap(),
+    )
+    .unwrap();
+    let said = String::from_utf8_lossy(&done.stderr).into_owned();
+    assert!(said.contains(&format!("run {} completed", listed["run_id"].as_str().unwrap())), "{said}");
+    let napping = stepwright(dir, &["run", "nap.yaml"]);
+    assert_eq!(napping.status.code(), Some(3), "waiting");
+    let said = String::from_utf8_lossy(&napping.stderr).into_owned();
+    assert!(said.contains("at nap: a timer, until 20"), "{said}");
 }

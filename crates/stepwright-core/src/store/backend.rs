@@ -141,7 +141,10 @@ pub fn try_take_over(
 /// so they agree): finished, updated before the cut-off, and not among the newest
 /// `keep_last` finished runs of their workflow.
 pub fn retention_victims(runs: &[RunRecord], policy: &Retention) -> Vec<RunId> {
-    let mut finished: Vec<&RunRecord> = runs.iter().filter(|r| r.status.is_terminal()).collect();
+    let mut finished: Vec<&RunRecord> = runs
+        .iter()
+        .filter(|r| r.status.is_terminal() && policy.status.is_none_or(|status| r.status == status))
+        .collect();
     finished.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
     let mut seen: HashMap<&str, usize> = HashMap::new();
     let mut victims = Vec::new();

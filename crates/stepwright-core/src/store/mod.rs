@@ -109,6 +109,8 @@ pub struct Retention {
     pub finished_before: Option<Timestamp>,
     /// Keep this many newest finished runs per workflow whatever their age.
     pub keep_last: Option<usize>,
+    /// Only finished runs that ended so (completed, failed or cancelled).
+    pub status: Option<RunStatus>,
 }
 
 /// What a retention pass or an erase removed.

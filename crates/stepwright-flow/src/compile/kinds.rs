@@ -7,7 +7,8 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 use stepwright_core::{
-    Branch, Every, EveryOnError, Expr, Fork, ForkMode, InterruptRequest, Loop, Node, Outcome, Verdict, dyn_fn_step,
+    Branch, Every, EveryOnError, Expr, Fork, ForkMode, InterruptRequest, Loop, LoopOnError, Node, Outcome, Verdict,
+    dyn_fn_step,
 };
 
 use super::Compiler;
@@ -233,11 +234,17 @@ impl Compiler {
         Some(map.into())
     }
 
-    /// `loop`: `steps` until `until` holds or `max_iterations` runs out.
+    /// `loop`: `steps` until `until` holds or `max_iterations` runs out; each iteration's
+    /// input from `prepare_next`, failed iterations as `on_error` says, and with an `inbox`,
+    /// one message per iteration (ending when none comes within `park_timeout`).
     fn loop_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { path, id, body, .. } = *site;
         let entries = self.entries(body, "`loop`")?;
-        self.unknown_fields(entries, &["steps", "until", "max_iterations"], "`loop`");
+        self.unknown_fields(
+            entries,
+            &["steps", "until", "max_iterations", "prepare_next", "on_error", "inbox", "park_timeout"],
+            "`loop`",
+        );
         let max = body.get("max_iterations").and_then(|m| self.number(m, "`max_iterations`")).unwrap_or(10);
         let mut scope = HashSet::new();
         let steps = match body.get("steps") {
@@ -263,6 +270,41 @@ impl Compiler {
                 })
                 .with_source(source),
             );
+        }
+        if let Some(next) = body.get("prepare_next") {
+            // Over the iteration's scope: its steps' outputs and `loop`.
+            self.binding("loop", |c| c.templates(next));
+            let template = next.to_json();
+            let source = template.to_string();
+            looped = looped.prepare_next(
+                Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())).with_source(source),
+            );
+        }
+        if let Some(on_error) = body.get("on_error") {
+            match on_error.as_str() {
+                Some("abort") => looped = looped.on_error(LoopOnError::Abort),
+                Some("retry") => looped = looped.on_error(LoopOnError::Retry),
+                Some("skip") => looped = looped.on_error(LoopOnError::Skip),
+                _ => self.error_hint(on_error.pos, "unknown `on_error`", "one of: abort, retry, skip"),
+            }
+        }
+        let park = body.get("park_timeout").and_then(|t| self.duration(t, "`park_timeout`"));
+        match (body.get("inbox"), park) {
+            (Some(inbox), Some(park)) => {
+                if let Some(name) = self.string(inbox, "`inbox`") {
+                    looped = looped.inbox(&name, park);
+                }
+            }
+            (Some(inbox), None) if body.get("park_timeout").is_none() => self.error_hint(
+                inbox.pos,
+                "a loop with an `inbox` needs a `park_timeout`",
+                "how long an iteration waits for a message before the loop ends, like `park_timeout: 1h`",
+            ),
+            (None, Some(_)) => {
+                let at = body.get("park_timeout").map_or(body.pos, |t| t.pos);
+                self.error(at, "`park_timeout` is how long to wait for an `inbox` message: this loop has no `inbox`");
+            }
+            _ => {}
         }
         Some(looped.into())
     }

@@ -7,5 +7,6 @@ mod calls;
 mod corpus;
 mod fuzz;
 mod load;
+mod loops;
 mod resources;
 mod schema;
