@@ -90,8 +90,9 @@ fn a_terminal_gets_the_live_view_and_a_pipe_gets_plain_lines() {
     let stderr = String::from_utf8_lossy(&piped.stderr);
     assert!(!stderr.contains('\u{1b}') && !stderr.contains("running"), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 2, "{stderr}");
+    assert_eq!(lines.len(), 3, "{stderr}");
     assert!(lines[0].starts_with("completed  write") && lines[0].ends_with("  39 tokens  $0.0001"), "{stderr}");
     assert!(lines[1].starts_with("completed  tidy"), "{stderr}");
+    assert!(lines[2].starts_with("run ") && lines[2].ends_with(" completed"), "its run id, last: {stderr}");
     assert!(!stderr.contains("Durable"), "streamed text is for terminals only: {stderr}");
 }
