@@ -44,6 +44,10 @@ pub struct RunDetails {
     /// The run it was forked from, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentView>,
+    /// When a timer, retry or deadline it waits on is due (µs since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<i64>")]
+    pub wake_at: Option<Timestamp>,
     /// Why a pending run has not started: what it waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<QueuedView>,
@@ -193,6 +197,7 @@ impl RunDetails {
             usage: None,
             created_at: None,
             parent: None,
+            wake_at: None,
             queued: None,
         }
     }
@@ -225,6 +230,7 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
     details.usage = (total.calls > 0).then_some(total);
     details.created_at = Some(loaded.record.created_at);
     details.parent = loaded.record.parent.as_ref().map(|p| ParentView { run_id: p.run, at: p.at.as_str().to_owned() });
+    details.wake_at = loaded.record.wake_at.filter(|_| !loaded.record.status.is_terminal());
     if loaded.record.status == RunStatus::Pending {
         details.queued = Some(queued_view(store.as_ref(), &loaded.record).await?);
     }

@@ -174,6 +174,29 @@ pub(crate) fn shortened(text: &str, width: usize) -> String {
 }
 
 /// `HH:MM:SS.mmm` (UTC) of a timestamp, for the text form of the event log.
+/// The facts `runs show` prints in both modes under its first line: when the run was
+/// created, why it failed, when it wakes, where it was forked from, and its forks.
+pub(crate) fn print_facts(shown: &Value, forks: &[String]) {
+    let time = |field: &str| shown[field].as_i64().map(|at| local_time(stepwright::Timestamp::from_micros(at)));
+    if let Some(created) = time("created_at") {
+        println!("  created {created}");
+    }
+    if let Some(error) = shown["error"].as_object() {
+        let text = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        println!("  error: {}: {}", text("code"), text("message"));
+    }
+    if let Some(wake) = time("wake_at") {
+        println!("  wakes at {wake}");
+    }
+    if let Some(parent) = shown["parent"].as_object() {
+        let text = |key: &str| parent.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        println!("  forked from {} before {}", text("run_id"), text("at"));
+    }
+    if !forks.is_empty() {
+        println!("  forks: {}", forks.join(", "));
+    }
+}
+
 /// A time for people: ISO 8601 in the local time zone, to the millisecond, with its offset.
 pub(crate) fn local_time(at: stepwright::Timestamp) -> String {
     chrono::DateTime::from_timestamp_micros(at.as_micros()).map_or_else(

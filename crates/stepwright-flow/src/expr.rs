@@ -18,8 +18,28 @@ fn env() -> &'static Environment<'static> {
         // cannot stop a runaway loop; fuel does: every evaluation may take this many
         // instructions (well over a second of work for none but runaway templates).
         env.set_fuel(Some(TEMPLATE_FUEL));
+        env.set_formatter(json_formatter);
         env
     })
+}
+
+/// Renders objects, lists, `null` and booleans inside text as JSON — what every other part
+/// of a run shows — rather than minijinja's Python-style `{'a': None}`; strings and numbers
+/// as they are.
+fn json_formatter(
+    out: &mut minijinja::Output<'_>,
+    state: &mut minijinja::State<'_, '_>,
+    value: &minijinja::Value,
+) -> Result<(), minijinja::Error> {
+    use minijinja::value::ValueKind;
+    match value.kind() {
+        ValueKind::Map | ValueKind::Seq | ValueKind::Iterable | ValueKind::None | ValueKind::Bool => {
+            let text = serde_json::to_string(value)
+                .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::BadSerialization, e.to_string()))?;
+            out.write_str(&text).map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
+        }
+        _ => minijinja::escape_formatter(out, state, value),
+    }
 }
 
 /// The instructions one expression or template may take before it fails.
@@ -171,6 +191,13 @@ mod tests {
             json!({ "k": 3, "plain": 5 })
         );
         assert!(truthy("input.n > 1", &ctx).unwrap());
+    }
+
+    #[test]
+    fn objects_inside_text_render_as_json() {
+        let ctx = json!({ "a": { "w": true, "y": [1, "two"], "z": null }, "n": 1.5, "s": "it's" });
+        let text = eval_value(&json!("got {{ a }}, {{ a.y }}, {{ a.z }}, {{ a.w }}, {{ n }}, {{ s }}"), &ctx).unwrap();
+        assert_eq!(text, json!(r#"got {"w":true,"y":[1,"two"],"z":null}, [1,"two"], null, true, 1.5, it's"#));
     }
 
     #[test]

@@ -116,16 +116,23 @@ pub(crate) async fn fork(
     let store = open_store(g.db).await?;
     let patch = fork_edits(set.as_deref())?;
     let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await?;
-    print_fork(record.id, record.status, run, &at, json);
+    print_fork(record.id, record.status, run, &at, json, false);
     Ok(0)
 }
 
-/// Prints a new fork (local or from a server).
-pub(crate) fn print_fork(id: RunId, status: RunStatus, parent: RunId, at: &str, json: bool) {
+/// Prints a new fork (local or from a server); `by_server`: the server continues it itself.
+pub(crate) fn print_fork(id: RunId, status: RunStatus, parent: RunId, at: &str, json: bool, by_server: bool) {
     if json {
         println!("{}", json!({ "run_id": id, "status": status, "parent": parent, "at": at }));
     } else {
         println!("{id}");
+        // stdout stays the id alone (for `$(stepwright fork …)`); how to go on, on stderr.
+        let next = if by_server {
+            "the server continues it".to_owned()
+        } else {
+            format!("`stepwright resume {id}` continues it here, or a `stepwright worker` on this store takes it")
+        };
+        eprintln!("run {id} is a fork of {parent} before {at}; it is {}: {next}", status.as_str());
     }
 }
 

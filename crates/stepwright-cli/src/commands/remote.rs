@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::args::{Command, RunsCommand};
 use crate::commands::history::{fork_edits, parse_rebind, print_fork, print_recompute, print_replay};
 use crate::exit::{BadInput, exit_code};
-use crate::render::{local_time, owner_text_of, print_report, print_timeline, usage_text};
+use crate::render::{local_time, owner_text_of, print_facts, print_report, print_timeline, usage_text};
 
 /// The longest one request waits for a run; the CLI then asks again.
 const WAIT_SECONDS: u64 = 30;
@@ -247,7 +247,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
                 forked["run_id"].as_str().and_then(|id| id.parse().ok()).context("the server's answer names no run")?;
             let status =
                 serde_json::from_value(forked["status"].clone()).context("the server's answer has no status")?;
-            print_fork(id, status, crate::host::parse_run(&run)?, &at, json);
+            print_fork(id, status, crate::host::parse_run(&run)?, &at, json, true);
             Ok(0)
         }
         other => {
@@ -356,6 +356,14 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                 shown["workflow"].as_str().unwrap_or_default(),
                 shown["status"].as_str().unwrap_or_default()
             );
+            let children = remote.get(&format!("/v1/runs?parent={run}&limit=50")).await?;
+            let forks: Vec<String> = children["runs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
+                .collect();
+            print_facts(&shown, &forks);
             if let Some(owner) = shown["owner"].as_str().filter(|_| shown["status"] == "running") {
                 println!("  executed by {owner}");
             }

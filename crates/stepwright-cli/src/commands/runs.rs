@@ -11,7 +11,7 @@ use crate::args::RunsCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
 use crate::host::{CliStore, engine_over, open_store, parse_run, wall_now};
-use crate::render::{local_time, owner_text, print_timeline, usage_text};
+use crate::render::{local_time, owner_text, print_facts, print_timeline, usage_text};
 
 /// `runs`: opens the store, then the subcommand.
 pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
@@ -153,6 +153,14 @@ pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> 
         println!("{}", serde_json::to_value(&details)?);
     } else {
         println!("run {} ({}) {}", run, loaded.record.workflow, details.status.as_str());
+        let children = stepwright::store::RunFilter {
+            parent: Some(run),
+            headers_only: true,
+            limit: Some(50),
+            ..Default::default()
+        };
+        let forks: Vec<String> = store.list_runs(children).await?.iter().map(|r| r.id.to_string()).collect();
+        print_facts(&serde_json::to_value(&details)?, &forks);
         if !details.status.is_terminal() && loaded.record.lease.is_some() {
             println!("  executed by {}", owner_text(&loaded.record, wall_now()));
         }

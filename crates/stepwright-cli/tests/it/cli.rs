@@ -586,6 +586,21 @@ fn replay_recompute_and_fork_from_the_command_line(target: &Target) {
     assert_eq!((again["status"].as_str(), &again["output"]), (Some("completed"), &serde_json::json!("BONJOUR")));
     let never = target.stepwright(&["fork", &run, "--at", "nowhere"]);
     assert_eq!(never.status.code(), Some(2));
+    // In plain mode stdout is the new id alone, and stderr says how the fork goes on.
+    let plain = target.stepwright(&["fork", &run, "--at", "loud"]);
+    assert_eq!(plain.status.code(), Some(0));
+    let id = String::from_utf8_lossy(&plain.stdout).trim().to_owned();
+    assert!(id.parse::<stepwright::RunId>().is_ok(), "{id}");
+    let said = String::from_utf8_lossy(&plain.stderr).into_owned();
+    assert!(said.contains(&format!("run {id} is a fork of {run} before loud; it is ")), "{said}");
+    let next = if target.is_remote() { "the server continues it" } else { "`stepwright resume" };
+    assert!(said.contains(next), "{said}");
+    // `runs show` names the lineage both ways.
+    let parent = String::from_utf8_lossy(&target.stepwright(&["runs", "show", &run]).stdout).into_owned();
+    assert!(parent.contains("  forks: ") && parent.contains(&child) && parent.contains(&id), "{parent}");
+    let shown = String::from_utf8_lossy(&target.stepwright(&["runs", "show", &id]).stdout).into_owned();
+    assert!(shown.contains(&format!("  forked from {run} before loud")), "{shown}");
+    assert!(shown.contains("  created 20"), "{shown}");
 }
 
 /// The `kind` and `path` of each JSON line.
@@ -831,4 +846,19 @@ fn a_plain_run_says_its_id_and_a_timer_says_until_when() {
     assert_eq!(napping.status.code(), Some(3), "waiting");
     let said = String::from_utf8_lossy(&napping.stderr).into_owned();
     assert!(said.contains("at nap: a timer, until 20"), "{said}");
+    let nap = run_id_of_newest(dir);
+    let shown = String::from_utf8_lossy(&stepwright(dir, &["runs", "show", &nap]).stdout).into_owned();
+    assert!(shown.contains("  wakes at 20"), "{shown}");
+    // A failed run shows its error.
+    write(dir, "broken.yaml", "workflow: broken\nsteps:\n  - id: bad\n    set: \"{{ input.nothing.here }}\"\n");
+    assert_eq!(stepwright(dir, &["run", "broken.yaml", "--input", "{}"]).status.code(), Some(1));
+    let shown =
+        String::from_utf8_lossy(&stepwright(dir, &["runs", "show", &run_id_of_newest(dir)]).stdout).into_owned();
+    assert!(shown.contains("  error: expression: "), "{shown}");
+}
+
+fn run_id_of_newest(dir: &Path) -> String {
+    let listed = stepwright(dir, &["runs", "list", "--json"]);
+    let newest: Value = serde_json::from_str(String::from_utf8_lossy(&listed.stdout).lines().next().unwrap()).unwrap();
+    newest["run_id"].as_str().unwrap().to_owned()
 }
