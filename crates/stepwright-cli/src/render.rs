@@ -174,6 +174,31 @@ pub(crate) fn shortened(text: &str, width: usize) -> String {
 }
 
 /// `HH:MM:SS.mmm` (UTC) of a timestamp, for the text form of the event log.
+/// The header of `runs list`'s table.
+pub(crate) fn print_list_header() {
+    println!("{:<38} {:<24} {:<10} {:<19} {:>9}  OWNER", "RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION");
+}
+
+/// A row of `runs list`: the duration is the run's whole life so far (to its end, once it
+/// has finished).
+pub(crate) fn print_list_row(
+    run: &str,
+    workflow: &str,
+    status: RunStatus,
+    (created, updated): (stepwright::Timestamp, stepwright::Timestamp),
+    owner: &str,
+) {
+    let end = if status.is_terminal() { updated } else { crate::host::wall_now() };
+    let lived = std::time::Duration::from_micros(u64::try_from(end.as_micros() - created.as_micros()).unwrap_or(0));
+    let created = chrono::DateTime::from_timestamp_micros(created.as_micros())
+        .map_or_else(String::new, |t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M:%S").to_string());
+    println!(
+        "{run:<38} {workflow:<24} {:<10} {created:<19} {:>9}  {owner}",
+        status.as_str(),
+        progress::duration(lived)
+    );
+}
+
 /// The facts `runs show` prints in both modes under its first line: when the run was
 /// created, why it failed, when it wakes, where it was forked from, and its forks.
 pub(crate) fn print_facts(shown: &Value, forks: &[String]) {

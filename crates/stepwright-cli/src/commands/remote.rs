@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 use crate::args::{Command, RunsCommand};
 use crate::commands::history::{fork_edits, parse_rebind, print_fork, print_recompute, print_replay};
 use crate::exit::{BadInput, exit_code};
-use crate::render::{local_time, owner_text_of, print_facts, print_report, print_timeline, usage_text};
+use crate::render::{
+    local_time, owner_text_of, print_facts, print_list_header, print_list_row, print_report, print_timeline, usage_text,
+};
 
 /// The longest one request waits for a run; the CLI then asks again.
 const WAIT_SECONDS: u64 = 30;
@@ -315,11 +317,11 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                 for run in &runs {
                     println!(
                         "{}",
-                        json!({ "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"], "created_at": run["created_at"], "owner": run["owner"], "lease_expires_at": run["lease_expires_at"] })
+                        json!({ "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"], "created_at": run["created_at"], "updated_at": run["updated_at"], "owner": run["owner"], "lease_expires_at": run["lease_expires_at"] })
                     );
                 }
             } else {
-                println!("{:<38} {:<24} {:<10} OWNER", "RUN", "WORKFLOW", "STATUS");
+                print_list_header();
                 let now = crate::host::wall_now();
                 for run in &runs {
                     let status: stepwright::RunStatus =
@@ -327,12 +329,14 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                     let lease = run["owner"]
                         .as_str()
                         .zip(run["lease_expires_at"].as_i64().map(stepwright::Timestamp::from_micros));
-                    println!(
-                        "{:<38} {:<24} {:<10} {}",
+                    let time =
+                        |field: &str| stepwright::Timestamp::from_micros(run[field].as_i64().unwrap_or_default());
+                    print_list_row(
                         run["run_id"].as_str().unwrap_or_default(),
                         run["workflow"].as_str().unwrap_or_default(),
-                        status.as_str(),
-                        owner_text_of(status, lease, now)
+                        status,
+                        (time("created_at"), time("updated_at")),
+                        &owner_text_of(status, lease, now),
                     );
                 }
             }

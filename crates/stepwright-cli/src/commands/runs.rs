@@ -11,7 +11,9 @@ use crate::args::RunsCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
 use crate::host::{CliStore, engine_over, open_store, parse_run, wall_now};
-use crate::render::{local_time, owner_text, print_facts, print_timeline, usage_text};
+use crate::render::{
+    local_time, owner_text, print_facts, print_list_header, print_list_row, print_timeline, usage_text,
+};
 
 /// `runs`: opens the store, then the subcommand.
 pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
@@ -95,21 +97,17 @@ pub(crate) async fn list(
                     "workflow": run.workflow,
                     "status": run.status,
                     "created_at": run.created_at,
+                    "updated_at": run.updated_at,
                     "owner": run.lease.as_ref().map(|l| &l.owner),
                     "lease_expires_at": run.lease.as_ref().map(|l| l.expires_at),
                 })
             );
         }
     } else {
-        println!("{:<38} {:<24} {:<10} OWNER", "RUN", "WORKFLOW", "STATUS");
+        print_list_header();
         for run in &runs {
-            println!(
-                "{:<38} {:<24} {:<10} {}",
-                run.id.to_string(),
-                run.workflow,
-                run.status.as_str(),
-                owner_text(run, now)
-            );
+            let times = (run.created_at, run.updated_at);
+            print_list_row(&run.id.to_string(), &run.workflow, run.status, times, &owner_text(run, now));
         }
     }
     if more && let Some(last) = runs.last() {

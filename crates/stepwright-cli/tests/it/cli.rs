@@ -139,6 +139,8 @@ fn runs_list_and_show_read_the_store(target: &Target) {
     let table = String::from_utf8_lossy(&table.stdout);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines[0], format!("run {run} (greet) completed"));
+    assert!(lines[1].starts_with("  created 20"), "{table}");
+    let lines = &lines[1..];
     let header: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(header, ["STEP", "STATUS", "TRIES", "DURATION", "TOKENS", "COST", "OUTPUT"]);
     let hello: Vec<&str> = lines[2].split_whitespace().collect();
@@ -146,6 +148,19 @@ fn runs_list_and_show_read_the_store(target: &Target) {
     assert!(hello[3].ends_with("ms") || hello[3].ends_with('s'), "a duration: {table}");
     assert_eq!(&hello[4..6], ["-", "-"], "no model calls: {table}");
     assert!(lines[2].ends_with(&format!(r#""Hello, {}…"#, "b".repeat(39))), "{table}");
+
+    // The runs table: created (local time) and how long each run lived, aligned.
+    let listed = String::from_utf8_lossy(&target.stepwright(&["runs", "list"]).stdout).into_owned();
+    let rows: Vec<&str> = listed.lines().collect();
+    let header: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(header, ["RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "OWNER"], "{listed}");
+    let created = rows[0].find("CREATED").unwrap();
+    for row in &rows[1..] {
+        assert!(row[created..].starts_with("20"), "aligned under CREATED: {listed}");
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert!(cells[5].ends_with("ms") || cells[5].ends_with('s'), "a duration: {listed}");
+    }
+    assert_eq!(rows.len(), 3, "two runs: {listed}");
 }
 
 #[test]

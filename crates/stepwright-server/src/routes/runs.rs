@@ -253,6 +253,8 @@ pub(crate) struct RunSummary {
     pub status: RunStatus,
     /// When it was created (µs since the epoch).
     pub created_at: i64,
+    /// When its status last changed (µs since the epoch): for a finished run, when it ended.
+    pub updated_at: i64,
     /// The worker executing it, if one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -312,6 +314,7 @@ pub(crate) async fn list(
                 workflow: run.workflow,
                 status: run.status,
                 created_at: run.created_at.as_micros(),
+                updated_at: run.updated_at.as_micros(),
                 lease_expires_at: lease.as_ref().map(|lease| lease.expires_at.as_micros()),
                 owner: lease.map(|lease| lease.owner),
                 parent_run_id: run.parent.map(|parent| parent.run.to_string()),
