@@ -564,7 +564,9 @@ fn a_model_rate_limit_is_shared_by_two_workers() {
         );
         for tenant in ["north", "south"] {
             let from = calls.iter().filter(window).filter(|c| c.body.to_string().contains(tenant)).count();
-            assert!(from >= 20, "{}: worker {tenant} made {from} of the calls: both call the model", db.name);
+            // A window serves whoever asks first, not fair shares: a worker may get far fewer
+            // than half, but both asked all along and both were served.
+            assert!(from >= 5, "{}: worker {tenant} made {from} of the calls: both call the model", db.name);
         }
     }
 }
