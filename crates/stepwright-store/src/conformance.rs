@@ -328,14 +328,7 @@ pub async fn leases_fence_writes(store: &dyn Store) {
         JournalBatch { entries: vec![entry("x", 1, Record::Started { attempt: 1 })], ..JournalBatch::default() };
     store.append(run.id, Some(second.token), &mut batch).await.expect("the current holder writes");
     assert_eq!(store.load(run.id).await.expect("load").entries.len(), 1, "the stale write left nothing");
-    let done = StatusUpdate {
-        status: RunStatus::Completed,
-        output: Some(json!(1)),
-        error: None,
-        at: wall(),
-        wake_at: None,
-        fence: Some(second.token),
-    };
+    let done = StatusUpdate::completed(json!(1), wall(), Some(second.token));
     store.set_status(run.id, done).await.expect("finish");
     let finished = store.load(run.id).await.expect("load").record;
     assert_eq!(finished.lease, None, "finishing releases the lease");
@@ -432,14 +425,7 @@ pub async fn claims_keep_to_priority_and_concurrency_groups(store: &dyn Store) {
     store.set_status(id(164), suspend).await.expect("suspend");
     assert!(claim_one().await.is_empty(), "a suspended run holds its slot");
     let lease = store.claim(id(164), "w", wall(), long).await.expect("resume the suspended run");
-    let done = StatusUpdate {
-        status: RunStatus::Completed,
-        output: Some(json!(1)),
-        error: None,
-        at: wall(),
-        wake_at: None,
-        fence: Some(lease.token),
-    };
+    let done = StatusUpdate::completed(json!(1), wall(), Some(lease.token));
     store.set_status(id(164), done).await.expect("finish");
     let next = store.claim(id(163), "w", wall(), long).await.expect("room again: a single-run claim is admitted");
     assert_eq!(store.load(next.run).await.expect("load").record.status, RunStatus::Running);
@@ -907,14 +893,7 @@ pub async fn concurrent_status_changes_each_get_their_own_answer(store: &dyn Sto
         store.create_run(run.clone()).await.expect("create");
         leases.push(store.claim(run.id, "w", wall(), Duration::from_secs(60)).await.expect("claim"));
     }
-    let done = |n: u8, fence: Option<u64>| StatusUpdate {
-        status: RunStatus::Completed,
-        output: Some(json!({ "n": n })),
-        error: None,
-        at: wall(),
-        wake_at: None,
-        fence,
-    };
+    let done = |n: u8, fence: Option<u64>| StatusUpdate::completed(json!({ "n": n }), wall(), fence);
     // Run 1 is finished already; run 2 is asked to stop while it runs.
     store.set_status(leases[1].run, done(1, Some(leases[1].token))).await.expect("finish");
     let running =

@@ -61,6 +61,11 @@ impl StatusUpdate {
         Self { status: RunStatus::Running, output: None, error: None, at, wake_at: None, fence }
     }
 
+    /// The run completed with `output`.
+    pub fn completed(output: Value, at: Timestamp, fence: Option<u64>) -> Self {
+        Self { status: RunStatus::Completed, output: Some(output), error: None, at, wake_at: None, fence }
+    }
+
     /// The run ended without finishing: failed or cancelled with `error`.
     pub fn ended(status: RunStatus, error: StepError, at: Timestamp, fence: Option<u64>) -> Self {
         Self { status, output: None, error: Some(error), at, wake_at: None, fence }

@@ -39,6 +39,20 @@ fn engine_on(store: Arc<InMemoryStore>, clock: Arc<TokioClock>, worker: &str, co
         .build()
 }
 
+/// Runs `runner`'s loop for `how_long` (of tokio's clock), then stops it.
+async fn run_for(runner: &Runner, how_long: Duration) {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopper = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(how_long).await;
+            stop.cancel();
+        })
+    };
+    runner.run(stop).await.unwrap();
+    stopper.await.unwrap();
+}
+
 #[tokio::test(start_paused = true)]
 async fn two_runners_share_the_work_and_run_each_run_once() {
     let store = Arc::new(InMemoryStore::new());
@@ -107,16 +121,7 @@ async fn the_run_loop_picks_up_work_until_stopped() {
     let workflow = counting_workflow(counts.clone());
     let run = engine.create(&workflow, json!(1), Default::default()).await.unwrap().id;
     let runner = Runner::new(engine.clone()).register(&workflow).poll_interval(Duration::from_millis(100));
-    let stop = tokio_util::sync::CancellationToken::new();
-    let stopper = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            stop.cancel();
-        })
-    };
-    runner.run(stop).await.unwrap();
-    stopper.await.unwrap();
+    run_for(&runner, Duration::from_secs(1)).await;
     assert_eq!(store.load(run).await.unwrap().record.output, Some(json!(2)));
 }
 
@@ -286,16 +291,7 @@ async fn an_idle_runner_asks_the_store_at_most_once_a_second() {
         .worker_id("idle")
         .build();
     let runner = Runner::new(engine);
-    let stop = tokio_util::sync::CancellationToken::new();
-    let stopper = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            stop.cancel();
-        })
-    };
-    runner.run(stop).await.unwrap();
-    stopper.await.unwrap();
+    run_for(&runner, Duration::from_secs(60)).await;
     let calls = store.calls.load(std::sync::atomic::Ordering::SeqCst);
     let claims = store.claims.load(std::sync::atomic::Ordering::SeqCst);
     // One call per second: a look at 0 s and one at 60 s, and between them a second's
