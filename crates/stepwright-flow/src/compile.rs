@@ -217,11 +217,13 @@ const WORKFLOW_FIELDS: &[&str] = &[
     "agents",
     "concurrency",
     "priority",
+    "output_schema",
 ];
 const COMMON_FIELDS: &[&str] = &[
     "id",
     "description",
     "if",
+    "input_schema",
     "output",
     "retry",
     "timeout",
@@ -553,6 +555,9 @@ impl Compiler {
         if let Some(schema) = root.get("input") {
             builder = builder.input_schema(self.schema(schema, "the workflow's `input`"));
         }
+        if let Some(schema) = root.get("output_schema") {
+            builder = builder.output_schema(self.schema(schema, "the workflow's `output_schema`"));
+        }
         let steps = match root.get("steps") {
             Some(node) => self.steps("", node, &mut HashSet::new()),
             None => {
@@ -813,6 +818,9 @@ impl Compiler {
     fn policies(&mut self, mut step: Node, node: &Item) -> Option<Node> {
         if let Some(text) = node.get("description").and_then(|d| self.string(d, "`description`")) {
             step = step.description(text);
+        }
+        if let Some(schema) = node.get("input_schema") {
+            step = step.input_schema(self.schema(schema, "`input_schema`"));
         }
         if let Some(schema) = node.get("output") {
             step = step.output_schema(self.schema(schema, "`output`"));

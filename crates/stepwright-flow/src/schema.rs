@@ -27,6 +27,9 @@ struct WorkflowFile {
     input: Option<Value>,
     /// The run's output: a template over `input` and `steps` (default: the last step's output).
     output: Option<Value>,
+    /// A JSON Schema the run's output must match: a run whose output does not fails with
+    /// `output_validation`.
+    output_schema: Option<Value>,
     /// The steps, in order.
     steps: Vec<Step>,
     /// Models by binding name (`llm` steps and agents refer to them).
@@ -88,6 +91,8 @@ struct Step {
     /// Runs the step only when this condition holds (a bare expression).
     #[serde(rename = "if")]
     condition: Option<Value>,
+    /// A JSON Schema the step's input must match (checked before it runs: `input_validation`).
+    input_schema: Option<Value>,
     /// A JSON Schema the step's output must match (for `llm`, also the structured-output schema).
     output: Option<Value>,
     /// Retry policy.

@@ -91,3 +91,28 @@ async fn a_loop_skips_or_retries_a_failed_iteration_as_on_error_says() {
     let (status, _) = run_with_messages(&with("abort"), marker, &["once-y"]).await;
     assert_eq!(status, RunStatus::Failed, "abort said: the first failure ends it");
 }
+
+/// A step's `input_schema` is checked before it runs; a workflow's `output_schema` when the
+/// run ends. Each fails the run with its code where it does not hold, and only there.
+#[tokio::test]
+async fn a_steps_input_schema_and_a_workflows_output_schema_are_checked() {
+    let source = |n: &str, out: &str| {
+        format!(
+            "workflow: checked\noutput_schema: {{ type: object, required: [total], properties: {{ total: {{ type: {out} }} }} }}\n\
+             steps:\n  - id: first\n    set: {{ n: {n} }}\n  - id: sum\n    input_schema: {{ type: object, required: [n], \
+             properties: {{ n: {{ type: integer }} }} }}\n    set: {{ total: \"{{{{ steps.first.output.n + 1 }}}}\" }}\n"
+        )
+    };
+    let run = |text: String| async move {
+        let workflow = load_str(&text, "checked.yaml").unwrap_or_else(|e| panic!("{e}"));
+        engine().start(&workflow, json!(null)).await.unwrap()
+    };
+    let fine = run(source("1", "integer")).await;
+    assert_eq!((fine.status, fine.output), (RunStatus::Completed, Some(json!({ "total": 2 }))));
+    let bad_input = run(source("\"one\"", "integer")).await;
+    assert_eq!(bad_input.status, RunStatus::Failed);
+    assert_eq!(bad_input.error.map(|e| e.code.to_string()), Some("input_validation".to_owned()));
+    let bad_output = run(source("1", "string")).await;
+    assert_eq!(bad_output.status, RunStatus::Failed);
+    assert_eq!(bad_output.error.map(|e| e.code.to_string()), Some("output_validation".to_owned()));
+}
