@@ -96,7 +96,7 @@ async fn keep_live_runs(engine: Weak<EngineInner>) {
 async fn renew(inner: &EngineInner, leases: Vec<Lease>, now: Timestamp) {
     let answers = inner.store.renew_leases(&leases, now, inner.config.lease_for).await;
     let mut live = inner.live.lock().expect("poisoned");
-    let lose = |run: RunId, live: &mut HashMap<RunId, LiveRun>| {
+    let lose = |run: RunId, live: &HashMap<RunId, LiveRun>| {
         if let Some(run) = live.get(&run) {
             run.lost.store(true, SeqCst);
             run.cancel.cancel();
@@ -114,13 +114,13 @@ async fn renew(inner: &EngineInner, leases: Vec<Lease>, now: Timestamp) {
                         }
                     }
                     Err(StoreError::Backend { .. }) if asked.expires_at > now => {}
-                    Err(_) => lose(asked.run, &mut live),
+                    Err(_) => lose(asked.run, &live),
                 }
             }
         }
         Err(_) => {
             for lease in leases.iter().filter(|lease| lease.expires_at <= now) {
-                lose(lease.run, &mut live);
+                lose(lease.run, &live);
             }
         }
     }

@@ -46,6 +46,10 @@ use crate::store::{StatusUpdate, Store, StoreError};
 /// The inbox that carries the wake-ups of an `every` wake channel. Wake-ups are stored like
 /// inbox messages, so they reach a run executing in any process and survive a crash; the
 /// `@` keeps them apart from the inboxes a workflow names.
+pub(crate) fn wake_inbox(channel: &str) -> String {
+    format!("@wake/{channel}")
+}
+
 /// A run's concurrency key: the workflow's key expression over its input, as text (a
 /// string as it is, anything else as JSON).
 fn concurrency_key(
@@ -64,10 +68,6 @@ fn concurrency_key(
         Ok(other) => Ok(other.to_string()),
         Err(error) => Err(invalid(error.message)),
     }
-}
-
-pub(crate) fn wake_inbox(channel: &str) -> String {
-    format!("@wake/{channel}")
 }
 
 /// Options for starting a run.
@@ -172,7 +172,9 @@ impl Engine {
             // In a concurrency group: it waits its turn, then executes here.
             None => {
                 let lease = self.claim_in_turn(record.id).await?;
-                (self.inner.store.load(record.id).await.map_err(EngineError::store(record.id))?.record, lease)
+                // The claim started it: what the store now has, without reading it back.
+                let record = RunRecord { status: RunStatus::Running, lease: Some(lease.clone()), ..record };
+                (record, lease)
             }
         };
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };

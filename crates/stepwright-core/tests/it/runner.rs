@@ -39,6 +39,17 @@ fn engine_on(store: Arc<InMemoryStore>, clock: Arc<TokioClock>, worker: &str, co
         .build()
 }
 
+/// An engine over a store that counts its calls.
+fn counted_engine(store: &Arc<crate::durability::Counting>, worker: &str, config: EngineConfig) -> Engine {
+    Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .clock(Arc::new(TokioClock::starting_at(T0)))
+        .entropy(Arc::new(SeededEntropy::new(9)))
+        .worker_id(worker)
+        .config(config)
+        .build()
+}
+
 /// Runs `runner`'s loop for `how_long` (of tokio's clock), then stops it.
 async fn run_for(runner: &Runner, how_long: Duration) {
     let stop = tokio_util::sync::CancellationToken::new();
@@ -131,12 +142,7 @@ async fn the_run_loop_picks_up_work_until_stopped() {
 async fn a_busy_runner_claims_in_batches_not_once_per_finished_run() {
     const RUNS: u64 = 64;
     let store = Arc::new(crate::durability::Counting::new());
-    let engine = Engine::builder()
-        .store(store.clone() as Arc<dyn Store>)
-        .clock(Arc::new(TokioClock::starting_at(T0)))
-        .entropy(Arc::new(SeededEntropy::new(9)))
-        .worker_id("busy")
-        .build();
+    let engine = counted_engine(&store, "busy", EngineConfig::default());
     // Runs take 1 to 97 ms, spread, so they finish one by one.
     let workflow = Workflow::builder("uneven")
         .step(Node::step(
@@ -284,12 +290,7 @@ async fn a_run_without_a_definition_stops_with_the_reason() {
 #[tokio::test(start_paused = true)]
 async fn an_idle_runner_asks_the_store_at_most_once_a_second() {
     let store = Arc::new(crate::durability::Counting::new());
-    let engine = Engine::builder()
-        .store(store.clone() as Arc<dyn Store>)
-        .clock(Arc::new(TokioClock::starting_at(T0)))
-        .entropy(Arc::new(SeededEntropy::new(9)))
-        .worker_id("idle")
-        .build();
+    let engine = counted_engine(&store, "idle", EngineConfig::default());
     let runner = Runner::new(engine);
     run_for(&runner, Duration::from_secs(60)).await;
     let calls = store.calls.load(std::sync::atomic::Ordering::SeqCst);
@@ -309,15 +310,7 @@ async fn a_worker_renews_all_its_leases_in_one_call_per_beat() {
     const RUNS: usize = 16;
     let store = Arc::new(crate::durability::Counting::new());
     let config = EngineConfig { lease_for: Duration::from_secs(3), ..EngineConfig::default() };
-    let on = |worker: &str| {
-        Engine::builder()
-            .store(store.clone() as Arc<dyn Store>)
-            .clock(Arc::new(TokioClock::starting_at(T0)))
-            .entropy(Arc::new(SeededEntropy::new(9)))
-            .worker_id(worker)
-            .config(config.clone())
-            .build()
-    };
+    let on = |worker: &str| counted_engine(&store, worker, config.clone());
     let executed = Arc::new(Mutex::new(HashMap::<RunId, usize>::new()));
     let workflow = {
         let executed = executed.clone();
