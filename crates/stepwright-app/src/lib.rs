@@ -27,10 +27,11 @@ pub use stepwright_store::{OpenError, ServerStore, open};
 pub use view::{ErrorView, ParentView, PendingView, QueuedView, RunDetails, StepView, run_details};
 
 /// An engine over the store, with the store's sessions and memory for agent and memory
-/// steps.
+/// steps, and its step cache (so a cached step is served across runs and processes).
 pub fn engine_over(store: &Arc<dyn ServerStore>) -> EngineBuilder {
     Engine::builder()
         .store(store.clone() as Arc<dyn Store>)
+        .cache(store.clone() as Arc<dyn stepwright_core::StepCache>)
         .service(Arc::new(stepwright_llm::Sessions::new(store.clone() as Arc<dyn SessionStore>)))
         .service(Arc::new(stepwright_llm::MemoryService::new(store.clone() as Arc<dyn MemoryBank>)))
 }

@@ -1,14 +1,9 @@
 //! How an engine behaves: durability, artifact capture, in-process waits, leases, polls, and
-//! the step cache. Read by the recorder and the executor; set by whoever builds the engine.
+//! what a step's cache is kept in (see `store::cache`). Read by the recorder and the executor; set by whoever builds the engine.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::hash::ContentHash;
 
 /// When a step's result must be durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -82,29 +77,5 @@ impl Default for EngineConfig {
             cancel_poll: Duration::from_millis(100),
             decision_poll: Duration::from_millis(100),
         }
-    }
-}
-
-/// Memoized outputs of pure steps, keyed by step identity and input hash.
-pub trait StepCache: Send + Sync + 'static {
-    /// A cached output.
-    fn get(&self, key: &ContentHash) -> Option<Arc<Value>>;
-    /// Stores an output.
-    fn put(&self, key: ContentHash, value: Arc<Value>);
-}
-
-/// A step cache in memory.
-#[derive(Debug, Default)]
-pub struct InMemoryStepCache {
-    entries: Mutex<HashMap<ContentHash, Arc<Value>>>,
-}
-
-impl StepCache for InMemoryStepCache {
-    fn get(&self, key: &ContentHash) -> Option<Arc<Value>> {
-        self.entries.lock().expect("poisoned").get(key).cloned()
-    }
-
-    fn put(&self, key: ContentHash, value: Arc<Value>) {
-        self.entries.lock().expect("poisoned").insert(key, value);
     }
 }

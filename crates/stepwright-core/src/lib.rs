@@ -43,7 +43,7 @@ mod definition;
 mod engine;
 pub mod inspect;
 
-pub use config::{ArtifactCapture, Durability, EngineConfig, InMemoryStepCache, StepCache};
+pub use config::{ArtifactCapture, Durability, EngineConfig};
 pub use context::StepContext;
 pub use definition::{
     Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnFailure,
@@ -72,6 +72,7 @@ pub use scope::Scope;
 pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services, StepStatus};
 pub use step::{DynStep, Step, TypedStep, dyn_fn_step, fn_step};
 pub use store::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
+pub use store::cache::{InMemoryStepCache, StepCache};
 pub use store::session::{SessionAppend, SessionMessage, SessionOwner, SessionStore};
 pub use store::{CancelOutcome, InMemoryStore, Store, StoreError};
 /// Sessions and the memory bank: the stores' other two seams.

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ArtifactCapture, Durability, EngineConfig, StepCache};
+use crate::config::{ArtifactCapture, Durability, EngineConfig};
 use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::identity::Caller;
@@ -19,6 +19,7 @@ use crate::outcome::{Decision, InterruptRequest, Resolution};
 use crate::policy::Effect;
 use crate::runtime::{Clock, Entropy};
 use crate::services::{CallInfo, CallKind, Observer, ProvidedLayers, Services};
+use crate::store::cache::StepCache;
 use crate::store::{Store, StoreError};
 
 /// Everything a run's steps share. One per execution (start or resume) of a run.

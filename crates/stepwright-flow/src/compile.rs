@@ -231,6 +231,9 @@ const COMMON_FIELDS: &[&str] = &[
     "effect",
     "requires_approval",
     "guardrails",
+    "cache",
+    "diff_key",
+    "fallback",
 ];
 
 struct Compiler {
@@ -680,7 +683,7 @@ impl Compiler {
                 .with_source(source),
             );
         }
-        self.policies(step, node)
+        self.policies(step, node, path)
     }
 
     /// A `graph`: `nodes` (steps, each visited any number of times), `edges` tried in order
@@ -815,7 +818,7 @@ impl Compiler {
         Some(gate)
     }
 
-    fn policies(&mut self, mut step: Node, node: &Item) -> Option<Node> {
+    fn policies(&mut self, mut step: Node, node: &Item, path: &str) -> Option<Node> {
         if let Some(text) = node.get("description").and_then(|d| self.string(d, "`description`")) {
             step = step.description(text);
         }
@@ -866,8 +869,40 @@ impl Compiler {
                 Some("abort") => step = step.on_failure(OnFailure::Abort),
                 Some("skip") => step = step.on_failure(OnFailure::Skip),
                 Some("retry") => step = step.on_failure(OnFailure::Retry),
-                _ => self.error_hint(on_failure.pos, "unknown `on_failure`", "one of: abort, skip, retry"),
+                Some("fallback") => match node.get("fallback") {
+                    Some(steps) => {
+                        // The fallback runs in the step's place, at `<step>/@fallback`,
+                        // with the step's input.
+                        let nodes = self.steps(&format!("{path}/@fallback"), steps, &mut HashSet::new());
+                        step = step.on_failure(OnFailure::Fallback(Box::new(Node::sequence("fallback", nodes))));
+                    }
+                    None => self.error_hint(
+                        on_failure.pos,
+                        "`on_failure: fallback` needs `fallback`, the steps to run instead",
+                        "like `fallback: [ { id: cached, set: \"{{ input }}\" } ]`",
+                    ),
+                },
+                _ => self.error_hint(on_failure.pos, "unknown `on_failure`", "one of: abort, skip, retry, fallback"),
             }
+        }
+        if let Some(fallback) = node.get("fallback")
+            && node.get("on_failure").and_then(|f| f.as_str()) != Some("fallback")
+        {
+            self.error_hint(
+                fallback.pos,
+                "`fallback` steps run only with `on_failure: fallback`",
+                "add `on_failure: fallback` to the step, or remove `fallback`",
+            );
+        }
+        if let Some(cache) = node.get("cache") {
+            match cache.value {
+                Yaml::Bool(true) => step = step.cache(),
+                Yaml::Bool(false) => {}
+                _ => self.error(cache.pos, format!("`cache` must be true or false, not {}", cache.kind())),
+            }
+        }
+        if let Some(field) = node.get("diff_key").and_then(|k| self.string(k, "`diff_key`")) {
+            step = step.diff_key(&field);
         }
         if let Some(effect) = node.get("effect") {
             match effect.as_str() {

@@ -107,6 +107,15 @@ struct Step {
     requires_approval: Option<Approval>,
     /// Checks on the step's input or output.
     guardrails: Option<Vec<Guardrail>>,
+    /// Keep the output of this pure step in the store by its input: a later run (in any
+    /// process) with the same input is served it without running the step.
+    cache: Option<bool>,
+    /// For recompute's diffs: array elements of the output are matched by this field (`id`,
+    /// `sku`...) instead of by position.
+    diff_key: Option<String>,
+    /// With `on_failure: fallback`: the steps that run in this step's place, with its input,
+    /// when it fails for good; their output becomes the step's.
+    fallback: Option<Vec<Step>>,
 
     /// Kind: computes a value from a template.
     set: Option<Value>,
@@ -131,6 +140,9 @@ struct Step {
     input: Option<HumanInput>,
     /// Kind: calls another workflow file (relative to this one).
     workflow: Option<String>,
+    /// Kind: calls another workflow file in an isolated context (no memory layers are
+    /// inherited); the step's `timeout` is required and cancels the whole child.
+    spawn: Option<String>,
     /// Kind: one model call.
     llm: Option<Llm>,
     /// Kind: an agent of `agents`, given `prompt`.
@@ -148,7 +160,7 @@ struct Step {
     prompt: Option<String>,
     /// For `agent`: the session whose conversation it continues (a template).
     session: Option<String>,
-    /// For `tool`, `workflow`, `memory.store` and `memory.recall`: the input (a template).
+    /// For `tool`, `workflow`, `spawn`, `memory.store` and `memory.recall`: the input (a template).
     with: Option<Value>,
 }
 
@@ -183,8 +195,10 @@ enum OnFailure {
     Abort,
     /// The step is skipped and the run goes on.
     Skip,
-    /// The step is retried.
+    /// Every failure is retried under the step's `retry` policy.
     Retry,
+    /// The step's `fallback` steps run in its place.
+    Fallback,
 }
 
 /// An `approval` step's body: what the person is asked, who may answer, and when it times out.
@@ -260,6 +274,9 @@ struct Fork {
     concurrency: Option<u32>,
     /// The paths, each a list of steps.
     paths: Vec<Vec<Step>>,
+    /// The fork's output instead of the default: a template over `results`, each path's
+    /// `{status, output}` or `{status, error: {code, message}}`, in path order.
+    merge: Option<Value>,
 }
 
 #[derive(JsonSchema)]
@@ -283,6 +300,9 @@ struct Map {
     concurrency: Option<u32>,
     /// The steps each item runs through.
     steps: Vec<Step>,
+    /// The map's output instead of the list of item outputs: a template over `results`, as
+    /// for a fork's `merge`.
+    merge: Option<Value>,
 }
 
 /// The same steps again; `loop.iteration` and `loop.input` inside.

@@ -18,7 +18,7 @@ use stepwright_core::{
 /// Runs every check, each on a fresh store from `fresh`.
 pub async fn run_all<S, F, Fut>(fresh: F)
 where
-    S: Store + SessionStore + MemoryBank + stepwright_core::store::quota::QuotaStore,
+    S: Store + SessionStore + MemoryBank + stepwright_core::store::quota::QuotaStore + stepwright_core::StepCache,
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Arc<S>>,
 {
@@ -43,12 +43,26 @@ where
     leases_are_renewed_together(&*fresh().await).await;
     claims_keep_to_priority_and_concurrency_groups(&*fresh().await).await;
     quotas_grant_up_to_their_limit_per_window(&*fresh().await).await;
+    the_step_cache_keeps_the_first_output_by_key(&*fresh().await).await;
     cancels_reach_executing_runs(&*fresh().await).await;
     claim_due_finds_ready_runs(&*fresh().await).await;
     claim_due_keeps_to_a_tenant(&*fresh().await).await;
     sessions_keep_history_for_their_owner(&*fresh().await).await;
     memory_bank_stores_and_recalls(&*fresh().await).await;
     run_memory_goes_with_its_run(&*fresh().await).await;
+}
+
+/// The step cache answers what was kept under a key, exactly as kept (key order, large
+/// numbers), keeps the first output under a key, and keeps keys apart.
+pub async fn the_step_cache_keeps_the_first_output_by_key<S: stepwright_core::StepCache + ?Sized>(store: &S) {
+    let (one, two) = (ContentHash::of_bytes(b"key one"), ContentHash::of_bytes(b"key two"));
+    assert_eq!(store.cached(&one).await.expect("read"), None, "an empty cache has nothing");
+    let output = json!({ "zeta": 1, "alpha": [1.5, "x", null], "big": 9_007_199_254_740_993_u64 });
+    store.keep(&one, &output).await.expect("keep");
+    assert_eq!(store.cached(&one).await.expect("read"), Some(output.clone()));
+    store.keep(&one, &json!("another")).await.expect("keeping a kept key again");
+    assert_eq!(store.cached(&one).await.expect("read"), Some(output), "the first output stays");
+    assert_eq!(store.cached(&two).await.expect("read"), None, "keys are apart");
 }
 
 /// Workflow sources are kept by hash; the first one stays.

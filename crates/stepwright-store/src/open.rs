@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use stepwright_core::store::quota::QuotaStore;
-use stepwright_core::{MemoryBank, SessionStore, Store, StoreError};
+use stepwright_core::{MemoryBank, SessionStore, StepCache, Store, StoreError};
 
 /// A store with everything steps use: the journal ([`Store`]), sessions
-/// ([`SessionStore`]), the memory bank ([`MemoryBank`]) and shared quotas
-/// ([`QuotaStore`]). Every backend here is one.
-pub trait AnyStore: Store + SessionStore + MemoryBank + QuotaStore {}
+/// ([`SessionStore`]), the memory bank ([`MemoryBank`]), shared quotas ([`QuotaStore`])
+/// and the step cache ([`StepCache`]). Every backend here is one.
+pub trait AnyStore: Store + SessionStore + MemoryBank + QuotaStore + StepCache {}
 
-impl<T: Store + SessionStore + MemoryBank + QuotaStore> AnyStore for T {}
+impl<T: Store + SessionStore + MemoryBank + QuotaStore + StepCache> AnyStore for T {}
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]

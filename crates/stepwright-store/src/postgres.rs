@@ -29,6 +29,7 @@ use crate::encoding::{CODEC_JSON, EncodedBlobs, backend, decode_blob, encode_bat
 
 mod group_commit;
 mod bank;
+mod cache;
 mod control;
 mod quota;
 mod sessions;
@@ -43,6 +44,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("postgres/005_counters_cancel.sql")),
     (6, include_str!("postgres/006_control.sql")),
     (7, include_str!("postgres/007_flow_control.sql")),
+    (8, include_str!("postgres/008_step_cache.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.

@@ -30,6 +30,7 @@ use tokio::sync::oneshot;
 use crate::encoding::{EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
 mod bank;
+mod cache;
 pub(crate) mod control;
 mod quota;
 mod sessions;
@@ -77,6 +78,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("sqlite/008_cancel_requests.sql")),
     (9, include_str!("sqlite/009_control.sql")),
     (10, include_str!("sqlite/010_flow_control.sql")),
+    (11, include_str!("sqlite/011_step_cache.sql")),
 ];
 
 /// A durable store in one SQLite file.

@@ -570,3 +570,41 @@ fn a_model_rate_limit_is_shared_by_two_workers() {
         }
     }
 }
+
+/// A pure step that counts its executions in a file (one line each) and is `cache`d.
+const CACHED: &str = r#"
+workflow: cached
+tools:
+  count:
+    command: [sh, -c, "echo ran >> \"$1\"; printf '%s!' \"$2\"", sh, "{{ args.counter }}", "{{ args.word }}"]
+    effect: read
+steps:
+  - id: shout
+    tool: count
+    with: { counter: "{{ input.counter }}", word: "{{ input.word }}" }
+    effect: pure
+CACHE
+"#;
+
+/// `cache: true` keeps a pure step's output in the store: a second `run` process with the
+/// same input is served it without running the step, a different input runs it; without
+/// `cache` every run runs it.
+#[test]
+fn a_cached_step_is_served_to_another_process_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "cached.yaml", &CACHED.replace("CACHE\n", "    cache: true\n"));
+    write(dir.path(), "uncached.yaml", &CACHED.replace("CACHE\n", ""));
+    for db in stores(dir.path(), "a_cached_step_is_served") {
+        for (file, expected_runs) in [("cached.yaml", 2), ("uncached.yaml", 3)] {
+            let counter = dir.path().join(format!("{}-{file}.count", db.name));
+            let input = |word: &str| json!({ "counter": counter.display().to_string(), "word": word }).to_string();
+            for word in ["hey", "hey", "ho"] {
+                let output = stepwright(dir.path(), &db.args(&["run", file, "--input", &input(word), "--json"]));
+                assert_eq!(output.status.code(), Some(0), "{}: {}", db.name, text(&output.stderr));
+                assert_eq!(json_of(&output)["output"], json!(format!("{word}!")), "{}", db.name);
+            }
+            let ran = std::fs::read_to_string(&counter).unwrap().lines().count();
+            assert_eq!(ran, expected_runs, "{}: {file} ran its step {ran} times for hey, hey, ho", db.name);
+        }
+    }
+}

@@ -112,7 +112,14 @@ fn describe_kind(kind: &NodeKind, d: &mut Description) {
         NodeKind::Fork(spec) => {
             d.put("mode", json!(spec.mode));
             d.put("concurrency", spec.concurrency.map(|c| json!(c)).unwrap_or(Value::Null));
-            d.put("merge", if spec.merge.is_some() { json!("<closure>") } else { Value::Null });
+            d.put(
+                "merge",
+                match (&spec.merge, &spec.merge_source) {
+                    (Some(_), Some(source)) => json!(source),
+                    (Some(_), None) => json!("<closure>"),
+                    (None, _) => Value::Null,
+                },
+            );
             d.put("as", spec.item_name.as_ref().map(|n| json!(n)).unwrap_or(Value::Null));
             match &spec.paths {
                 ForkPaths::Static(paths) => {

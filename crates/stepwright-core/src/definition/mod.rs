@@ -172,6 +172,8 @@ pub(crate) struct ForkSpec {
     pub(crate) concurrency: Option<usize>,
     pub(crate) paths: ForkPaths,
     pub(crate) merge: Option<Merge>,
+    /// The merge's text where it came from a file (for the definition's description).
+    pub(crate) merge_source: Option<String>,
     pub(crate) is_map: bool,
     pub(crate) item_name: Option<String>,
 }

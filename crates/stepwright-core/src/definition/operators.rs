@@ -67,6 +67,7 @@ impl Fork {
                 concurrency: None,
                 paths: ForkPaths::Static(Vec::new()),
                 merge: None,
+                merge_source: None,
                 is_map: false,
                 item_name: None,
             },
@@ -126,6 +127,19 @@ impl Fork {
         merge: impl Fn(Vec<PathResult>) -> Result<Value, StepError> + Send + Sync + 'static,
     ) -> Self {
         self.spec.merge = Some(Arc::new(merge));
+        self
+    }
+
+    /// [`Fork::merge`] written as `source` (a file's expression): the source, not a
+    /// closure, is what the definition hash sees, so changing it changes the hash.
+    #[must_use]
+    pub fn merge_described(
+        mut self,
+        source: &str,
+        merge: impl Fn(Vec<PathResult>) -> Result<Value, StepError> + Send + Sync + 'static,
+    ) -> Self {
+        self.spec.merge = Some(Arc::new(merge));
+        self.spec.merge_source = Some(source.to_owned());
         self
     }
 }

@@ -5,10 +5,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::{Engine, EngineInner};
-use crate::config::{EngineConfig, InMemoryStepCache, StepCache};
+use crate::config::EngineConfig;
 use crate::recording::Mailboxes;
 use crate::runtime::{Clock, Entropy, SystemEntropy, TokioClock};
 use crate::services::{Observer, Services};
+use crate::store::cache::{InMemoryStepCache, StepCache};
 use crate::store::{InMemoryStore, Store};
 
 /// Builds an [`Engine`].

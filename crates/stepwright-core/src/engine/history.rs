@@ -218,7 +218,7 @@ impl Engine {
                 config: inner.config.clone(),
                 services: inner.services.clone(),
                 observer: None,
-                cache: Arc::new(crate::config::InMemoryStepCache::default()),
+                cache: Arc::new(crate::store::cache::InMemoryStepCache::default()),
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: std::sync::Mutex::new(HashMap::new()),
                 cancels: std::sync::Mutex::new(HashMap::new()),

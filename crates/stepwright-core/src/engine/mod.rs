@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::config::{EngineConfig, StepCache};
+use crate::config::EngineConfig;
 use crate::definition::Workflow;
 use crate::error::{ErrorCode, StepError};
 use crate::identity::Caller;
@@ -41,6 +41,7 @@ use crate::outcome::{Decision, InterruptKind};
 use crate::recording::{Mailboxes, ReplayIndex};
 use crate::runtime::{Clock, Entropy};
 use crate::services::{Observer, Services};
+use crate::store::cache::StepCache;
 use crate::store::{StatusUpdate, Store, StoreError};
 
 /// The inbox that carries the wake-ups of an `every` wake channel. Wake-ups are stored like

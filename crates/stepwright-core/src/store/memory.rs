@@ -49,6 +49,8 @@ pub struct InMemoryStore {
     fault_armed: std::sync::atomic::AtomicBool,
     /// Quota counters (one process: the in-memory store's are its own).
     quotas: super::quota::LocalQuotas,
+    /// The step cache (see [`super::cache`]).
+    cache: super::cache::InMemoryStepCache,
     /// Held by every claim, so that two claims never both see room in one concurrency
     /// group (a run leaving its slot needs no lock: it only makes room).
     claiming: Mutex<()>,
@@ -653,6 +655,16 @@ impl MemoryBank for InMemoryStore {
     fn memory_delete(&self, address: MemoryAddress) -> BoxFuture<'_, Result<bool, StoreError>> {
         let removed = self.bank.lock().expect("poisoned").remove(&address).is_some();
         Box::pin(std::future::ready(Ok(removed)))
+    }
+}
+
+impl super::cache::StepCache for InMemoryStore {
+    fn cached<'a>(&'a self, key: &'a ContentHash) -> BoxFuture<'a, Result<Option<Value>, StoreError>> {
+        self.cache.cached(key)
+    }
+
+    fn keep<'a>(&'a self, key: &'a ContentHash, output: &'a Value) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.cache.keep(key, output)
     }
 }
 

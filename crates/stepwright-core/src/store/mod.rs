@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod bank;
+pub mod cache;
 mod memory;
 pub mod quota;
 pub mod session;

@@ -12,9 +12,27 @@ use crate::yaml::Item;
 
 impl Compiler {
     /// `workflow: ./other.yaml` with an optional `with` (the called workflow's input; without
-    /// it, the previous step's output as for any step).
-    pub(super) fn call(&mut self, id: &str, body: &Item, step: &Item) -> Option<Node> {
-        let target = self.string(body, "`workflow`")?;
+    /// it, the previous step's output as for any step). `spawn: ./other.yaml` is the same
+    /// call with an isolated context (no memory layers inherited) and the step's `timeout`,
+    /// which it requires, cancelling the whole child.
+    pub(super) fn call(&mut self, id: &str, body: &Item, step: &Item, spawn: bool) -> Option<Node> {
+        let kind = if spawn { "`spawn`" } else { "`workflow`" };
+        let spawn_timeout = if spawn {
+            match step.get("timeout") {
+                Some(timeout) => Some(self.duration(timeout, "`timeout`")),
+                None => {
+                    self.error_hint(
+                        step.pos,
+                        "a `spawn` step needs a `timeout`",
+                        "how long the spawned workflow may run before it is cancelled, like `timeout: 10m`",
+                    );
+                    return None;
+                }
+            }
+        } else {
+            None
+        };
+        let target = self.string(body, kind)?;
         let here = self.stack.last().cloned().unwrap_or_else(|| PathBuf::from(&self.file));
         let dir = here.parent().map(Path::to_path_buf).unwrap_or_default();
         let path = dir.join(&target);
@@ -74,7 +92,11 @@ impl Compiler {
                 }
             }
         }
-        let mut node = Node::workflow(id, &loaded.workflow);
+        let mut node = match spawn_timeout {
+            Some(Some(timeout)) => Node::spawn(id, &loaded.workflow, timeout),
+            Some(None) => return None,
+            None => Node::workflow(id, &loaded.workflow),
+        };
         if step.get("with").is_some() {
             node = node.input(self.with_input(step, Value::Null));
         }

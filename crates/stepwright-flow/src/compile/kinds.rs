@@ -7,8 +7,8 @@ use std::collections::HashSet;
 
 use serde_json::{Value, json};
 use stepwright_core::{
-    Branch, Every, EveryOnError, Expr, Fork, ForkMode, InterruptRequest, Loop, LoopOnError, Node, Outcome, Verdict,
-    dyn_fn_step,
+    Branch, Every, EveryOnError, Expr, Fork, ForkMode, InterruptRequest, Loop, LoopOnError, Node, Outcome, PathResult,
+    Verdict, dyn_fn_step,
 };
 
 use super::Compiler;
@@ -51,7 +51,8 @@ pub(super) const KINDS: &[KindSpec] = &[
     },
     KindSpec { name: "approval", fields: &[], compile: Compiler::approval_step },
     KindSpec { name: "input", fields: &[], compile: Compiler::input_step },
-    KindSpec { name: "workflow", fields: &["with"], compile: |c, site| c.call(site.id, site.body, site.step) },
+    KindSpec { name: "workflow", fields: &["with"], compile: |c, site| c.call(site.id, site.body, site.step, false) },
+    KindSpec { name: "spawn", fields: &["with"], compile: |c, site| c.call(site.id, site.body, site.step, true) },
     KindSpec { name: "llm", fields: &[], compile: |c, site| c.llm_step(site.id, site.body, site.step) },
     KindSpec { name: "agent", fields: &["prompt", "session"], compile: Compiler::agent_step },
     KindSpec { name: "tool", fields: &["with"], compile: Compiler::tool_step },
@@ -171,7 +172,7 @@ impl Compiler {
     fn fork_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { path, id, body, .. } = *site;
         let entries = self.entries(body, "`fork`")?;
-        self.unknown_fields(entries, &["mode", "concurrency", "paths"], "`fork`");
+        self.unknown_fields(entries, &["mode", "concurrency", "paths", "merge"], "`fork`");
         let mut fork = Fork::new(id);
         if let Some(mode) = body.get("mode") {
             match mode.as_str() {
@@ -193,14 +194,14 @@ impl Compiler {
             }
             _ => self.error(body.pos, "`fork` needs `paths`, a list of step lists"),
         }
-        Some(fork.into())
+        Some(self.merge(fork, body).into())
     }
 
     /// `map`: the same `steps` for each of the `items`, bound `as` a name.
     fn map_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { path, id, body, .. } = *site;
         let entries = self.entries(body, "`map`")?;
-        self.unknown_fields(entries, &["items", "as", "concurrency", "steps"], "`map`");
+        self.unknown_fields(entries, &["items", "as", "concurrency", "steps", "merge"], "`map`");
         let items = body.get("items").and_then(|i| self.expression(i, "`items`"));
         let name = body.get("as").and_then(|a| self.string(a, "`as`")).unwrap_or_else(|| "item".into());
         let had = self.ids.insert(name.clone());
@@ -231,7 +232,30 @@ impl Compiler {
         if let Some(limit) = body.get("concurrency").and_then(|c| self.number(c, "`concurrency`")) {
             map = map.concurrency(limit as usize);
         }
-        Some(map.into())
+        Some(self.merge(map, body).into())
+    }
+
+    /// A fork's or map's `merge`: a template over `results` (each path's `{status, output}`
+    /// or `{status, error: {code, message}}`, in path order) that becomes its output.
+    fn merge(&mut self, fork: Fork, body: &Item) -> Fork {
+        let Some(merge) = body.get("merge") else { return fork };
+        let outer = self.roots_only.replace(&["results"]);
+        self.templates(merge);
+        self.roots_only = outer;
+        let template = merge.to_json();
+        fork.merge_described(&template.to_string(), move |results| {
+            let results: Vec<Value> = results
+                .into_iter()
+                .map(|result| match result {
+                    PathResult::Completed(output) => json!({ "status": "completed", "output": output }),
+                    PathResult::Failed(error) => {
+                        json!({ "status": "failed", "error": { "code": error.code, "message": error.message } })
+                    }
+                    PathResult::Cancelled => json!({ "status": "cancelled" }),
+                })
+                .collect();
+            expr::eval_value(&template, &json!({ "results": results }))
+        })
     }
 
     /// `loop`: `steps` until `until` holds or `max_iterations` runs out; each iteration's

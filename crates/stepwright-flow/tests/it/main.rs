@@ -8,5 +8,6 @@ mod corpus;
 mod fuzz;
 mod load;
 mod loops;
+mod parity;
 mod resources;
 mod schema;

@@ -81,8 +81,15 @@ impl Exec {
                         if let Some(kind) = &policy.artifact_key {
                             self.run.artifact(path, kind, &value);
                         }
-                        if let Some(key) = cache_key {
-                            self.run.cache.put(key, value.clone());
+                        if let Some(key) = cache_key
+                            && let Err(error) = self.run.cache.keep(&key, &value).await
+                        {
+                            // A cache is an optimisation: the step completed all the same.
+                            self.run.event(
+                                path,
+                                "cache.unavailable",
+                                json!({ "writing": true, "error": error.to_string() }),
+                            );
                         }
                         return self.complete(path, attempt, value, false).await;
                     }
@@ -178,12 +185,26 @@ impl Exec {
             NodeKind::Step(step) => step.identity().into_owned(),
             other => other.name().to_owned(),
         };
+        // The tenant is part of the key: a tenant is never served what another computed.
+        let tenant = self.run.caller.tenant.as_deref().unwrap_or_default();
         ContentHash::of_parts(&[
+            tenant.as_bytes(),
             self.run.workflow.as_bytes(),
             node.id.as_bytes(),
             step_type.as_bytes(),
             ContentHash::of_value(input).as_bytes(),
         ])
+    }
+
+    /// The cached output under `key`; a cache that cannot be read is a miss.
+    pub(super) async fn cached(&self, path: &StepPath, key: &ContentHash) -> Option<Value> {
+        match self.run.cache.cached(key).await {
+            Ok(found) => found,
+            Err(error) => {
+                self.run.event(path, "cache.unavailable", json!({ "writing": false, "error": error.to_string() }));
+                None
+            }
+        }
     }
 
     pub(super) fn warn(&self, path: &StepPath, warnings: &[(String, String)]) {

@@ -252,9 +252,9 @@ impl Exec {
             }
             let cache_key = if policy.cache { Some(self.cache_key(node, &input)) } else { None };
             if let Some(key) = &cache_key
-                && let Some(value) = self.run.cache.get(key)
+                && let Some(value) = self.cached(&path, key).await
             {
-                return self.complete(&path, 1, value, true).await;
+                return self.complete(&path, 1, Arc::new(value), true).await;
             }
             self.attempts(frame, input, cache_key).await
         }

@@ -1,0 +1,140 @@
+//! A file's steps at parity with the Rust API: `on_failure: fallback` with `fallback`,
+//! `spawn`, a fork's and a map's `merge`, `diff_key` and `cache`. Each test fails if its
+//! field does nothing.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use stepwright_core::{Engine, InMemoryStore, RecomputeOptions, RunStatus, StepChange, Store};
+use stepwright_flow::{load_file, load_str};
+
+fn engine() -> Engine {
+    Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).build()
+}
+
+async fn run(source: &str, input: Value) -> stepwright_core::RunReport {
+    let workflow = load_str(source, "parity.yaml").unwrap_or_else(|e| panic!("{e}"));
+    engine().start(&workflow, input).await.unwrap()
+}
+
+const FAILING: &str = r#"
+workflow: fallback
+tools:
+  fail:
+    description: Always fails
+    command: [sh, -c, "exit 3"]
+    effect: read
+steps:
+  - id: fetch
+    tool: fail
+    with: {}
+POLICY
+  - id: after
+    set: "got {{ steps.fetch.output }}"
+"#;
+
+/// The fallback steps run in the failed step's place, with its input, and their output is
+/// the step's; without `on_failure: fallback` the run fails.
+#[tokio::test]
+async fn fallback_steps_run_in_place_of_a_failed_step() {
+    let policy = "    on_failure: fallback\n    fallback:\n      - id: cached\n        set: \"{{ input.default }}\"\n      - id: shout\n        set: \"{{ steps.cached.output | upper }}\"\n";
+    let report = run(&FAILING.replace("POLICY\n", policy), json!({ "default": "stale" })).await;
+    assert_eq!((report.status, report.output), (RunStatus::Completed, Some(json!("got STALE"))));
+    let report = run(&FAILING.replace("POLICY\n", ""), json!({ "default": "stale" })).await;
+    assert_eq!(report.status, RunStatus::Failed);
+}
+
+/// `spawn` cancels the whole child when its `timeout` passes; the same call as `workflow`
+/// waits for it. A `spawn` without a `timeout` does not load.
+#[tokio::test]
+async fn a_spawned_workflow_is_cancelled_at_its_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.yaml"),
+        "workflow: slow\nsteps:\n  - id: nap\n    sleep: 600ms\n  - id: done\n    set: \"woke\"\n",
+    )
+    .unwrap();
+    let parent = |call: &str| {
+        let path = dir.path().join("parent.yaml");
+        std::fs::write(&path, format!("workflow: parent\nsteps:\n  - id: child\n{call}\n")).unwrap();
+        load_file(&path)
+    };
+    let spawned = parent("    spawn: ./slow.yaml\n    timeout: 100ms").unwrap();
+    let report = engine().start(&spawned, json!(null)).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed);
+    assert_eq!(report.error.map(|e| e.code.to_string()), Some("timeout".to_owned()));
+    let called = parent("    workflow: ./slow.yaml").unwrap();
+    let report = engine().start(&called, json!(null)).await.unwrap();
+    assert_eq!((report.status, report.output), (RunStatus::Completed, Some(json!("woke"))));
+    let error = parent("    spawn: ./slow.yaml").unwrap_err();
+    assert!(error.to_string().contains("a `spawn` step needs a `timeout`"), "{error}");
+}
+
+/// A fork's `merge` makes its output from every path's result, failures included; a map's
+/// the same over its items.
+#[tokio::test]
+async fn a_merge_makes_the_output_of_a_fork_and_a_map_from_their_results() {
+    let fork = r#"
+workflow: merged
+tools:
+  fail:
+    description: Always fails
+    command: [sh, -c, "exit 3"]
+    effect: read
+steps:
+  - id: both
+    fork:
+      mode: settle
+      paths:
+        - - id: one
+            set: 1
+        - - id: two
+            tool: fail
+            with: {}
+MERGE
+"#;
+    let merge = "      merge: \"{{ results | map(attribute='status') | join(',') }}\"\n";
+    let report = run(&fork.replace("MERGE\n", merge), json!(null)).await;
+    assert_eq!((report.status, report.output), (RunStatus::Completed, Some(json!("completed,failed"))));
+    let report = run(&fork.replace("MERGE\n", ""), json!(null)).await;
+    assert_eq!(report.output.and_then(|o| o.as_array().map(Vec::len)), Some(2), "settle's list without a merge");
+    let map = r#"
+workflow: summed
+steps:
+  - id: each
+    map:
+      items: "{{ input }}"
+      steps:
+        - id: double
+          set: "{{ item * 2 }}"
+      merge: { total: "{{ results | map(attribute='output') | sum }}" }
+"#;
+    let report = run(map, json!([1, 2, 3])).await;
+    assert_eq!(report.output, Some(json!({ "total": 12 })));
+}
+
+/// `diff_key` makes recompute match a list's elements by that field: an element inserted
+/// at the front is one change, not one per position.
+#[tokio::test]
+async fn diff_key_matches_list_elements_by_field_in_a_recompute() {
+    let file = |items: &str, key: &str| format!("workflow: listed\nsteps:\n  - id: rows\n    set: {items}\n{key}");
+    let before = "[{ id: a, v: 1 }, { id: b, v: 2 }, { id: c, v: 3 }]";
+    let after = "[{ id: z, v: 0 }, { id: a, v: 1 }, { id: b, v: 2 }, { id: c, v: 3 }]";
+    let changes = |key: &'static str| async move {
+        let engine = engine();
+        let original = load_str(&file(before, key), "listed.yaml").unwrap();
+        let report = engine.start(&original, json!(null)).await.unwrap();
+        let changed = load_str(&file(after, key), "listed.yaml").unwrap();
+        let recomputed = engine.recompute(&changed, report.run_id, RecomputeOptions::default()).await.unwrap();
+        let step = recomputed.steps.into_iter().find(|s| s.path.as_str() == "rows").unwrap();
+        match step.change {
+            StepChange::ValueChanged { diff } => diff,
+            other => panic!("expected a changed value, got {other:?}"),
+        }
+    };
+    let keyed = changes("    diff_key: id\n").await;
+    assert_eq!(keyed.len(), 1, "{keyed:?}");
+    assert!(keyed[0].contains('z'), "{keyed:?}");
+    let positional = changes("").await;
+    assert!(positional.len() > 1, "by position every element moved: {positional:?}");
+}
