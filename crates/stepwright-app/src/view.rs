@@ -25,6 +25,10 @@ pub struct RunDetails {
     pub error: Option<ErrorView>,
     /// The interrupts it waits on.
     pub pending: Vec<PendingView>,
+    /// The events its `wait` steps wait for (each answered by a message sent to the run's
+    /// inbox of that name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting: Vec<AwaitedView>,
     /// The worker executing it now, if one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -51,6 +55,18 @@ pub struct RunDetails {
     /// Why a pending run has not started: what it waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<QueuedView>,
+}
+
+/// An event a `wait` step waits for.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AwaitedView {
+    /// The waiting step's path.
+    pub step: String,
+    /// The event: the name of the run's inbox its message is sent to.
+    pub event: String,
+    /// When the wait fails if no message comes (µs since the epoch).
+    #[schemars(with = "i64")]
+    pub until: Timestamp,
 }
 
 /// Why a pending run waits, as the store sees it now.
@@ -190,6 +206,11 @@ impl RunDetails {
                     kind: p.kind,
                     message: p.message.clone(),
                 })
+                .collect(),
+            awaiting: report
+                .awaiting
+                .iter()
+                .map(|a| AwaitedView { step: a.step.as_str().to_owned(), event: a.event.clone(), until: a.until })
                 .collect(),
             owner: None,
             lease_expires_at: None,

@@ -106,6 +106,7 @@ pub(crate) fn report_json(report: &RunReport) -> Value {
         "output": report.output,
         "error": report.error.as_ref().map(|e| json!({ "code": e.code, "message": e.message })),
         "pending": report.pending.iter().map(|p| json!({ "id": p.id, "step": p.step, "kind": p.kind, "message": p.message })).collect::<Vec<_>>(),
+        "awaiting": report.awaiting.iter().map(|a| json!({ "step": a.step, "event": a.event, "until": a.until })).collect::<Vec<_>>(),
     })
 }
 
@@ -129,6 +130,16 @@ pub(crate) fn print_report(report: &RunReport, as_json: bool) {
                     }
                     _ => eprintln!("  {} at {}: {}", p.id, p.step, p.message),
                 }
+            }
+            for awaited in &report.awaiting {
+                eprintln!(
+                    "  {}: the event `{}`, until {} (send it: stepwright send {} --inbox {} --message JSON)",
+                    awaited.step,
+                    awaited.event,
+                    local_time(awaited.until),
+                    report.run_id,
+                    awaited.event
+                );
             }
         }
         _ => {
@@ -212,6 +223,17 @@ pub(crate) fn print_facts(shown: &Value, forks: &[String]) {
     }
     if let Some(wake) = time("wake_at") {
         println!("  wakes at {wake}");
+    }
+    for awaited in shown["awaiting"].as_array().into_iter().flatten() {
+        let until = awaited["until"].as_i64().map(|at| local_time(stepwright::Timestamp::from_micros(at)));
+        println!(
+            "  {} waits for the event `{}` until {} (stepwright send {} --inbox {} --message JSON)",
+            awaited["step"].as_str().unwrap_or_default(),
+            awaited["event"].as_str().unwrap_or_default(),
+            until.unwrap_or_default(),
+            shown["run_id"].as_str().unwrap_or_default(),
+            awaited["event"].as_str().unwrap_or_default(),
+        );
     }
     if let Some(parent) = shown["parent"].as_object() {
         let text = |key: &str| parent.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();

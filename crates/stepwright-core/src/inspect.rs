@@ -44,6 +44,17 @@ pub fn timeline(loaded: &LoadedRun) -> Vec<StepRow> {
     let mut rows: Vec<StepRow> = Vec::new();
     let mut index: HashMap<&StepPath, usize> = HashMap::new();
     for entry in &loaded.entries {
+        // A `wait` that began waiting: its step waits (until its message is taken and the
+        // step completes).
+        if let Record::Decided { choice: crate::journal::Choice::Due { event: Some(_), .. } } = &entry.record {
+            let step = StepPath::new(entry.path.owning_step());
+            if let Some(row) = index.get(&step).map(|at| &mut rows[*at])
+                && row.status == StepStatus::Running
+            {
+                row.status = StepStatus::Waiting;
+            }
+            continue;
+        }
         let (status, attempt, started, ended) = match &entry.record {
             Record::Started { attempt } => (StepStatus::Running, *attempt, Some(entry.at), None),
             Record::Completed { attempt, started_at, .. } => {

@@ -399,13 +399,27 @@ pub enum Choice {
         /// Why.
         reason: String,
     },
-    /// When an `every` tick ran, and the wake-up that started it early, if any.
+    /// When an `every` tick ran, and the wake-up that started it early, if any; or when a
+    /// `wait` for `event` times out.
     Due {
-        /// When the tick's body started.
+        /// When the tick's body started; a wait's deadline.
         at: Timestamp,
         /// The sequence number of the wake-up taken.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wake: Option<u64>,
+        /// The event a `wait` waits for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        event: Option<String>,
+    },
+    /// The message a `wait` took: from its event's inbox, with its sequence number there
+    /// (later waits on the event take messages after it).
+    Event {
+        /// The event (the inbox's name).
+        event: String,
+        /// The message, the wait's output.
+        message: Value,
+        /// Its sequence number in the inbox.
+        seq: u64,
     },
     /// The inbox message a loop iteration consumed (`None`: none came within the park
     /// timeout), and the newest message sequence taken.
@@ -427,7 +441,7 @@ impl Choice {
     /// tick's time): such a choice is served even where a recompute runs the code again,
     /// since running it again could not reproduce it.
     pub fn is_outside_input(&self) -> bool {
-        matches!(self, Self::Winner { .. } | Self::Message { .. } | Self::Due { .. })
+        matches!(self, Self::Winner { .. } | Self::Message { .. } | Self::Event { .. } | Self::Due { .. })
     }
 
     /// The kind's name, for errors.
@@ -439,6 +453,7 @@ impl Choice {
             Self::Verdict { .. } => "loop verdict",
             Self::Due { .. } => "tick",
             Self::Message { .. } => "inbox message",
+            Self::Event { .. } => "event message",
             Self::Next { .. } => "graph edge",
         }
     }
@@ -543,9 +558,17 @@ mod tests {
             (json!({ "items": [1, "a"] }), Choice::Items { items: vec![json!(1), json!("a")] }),
             (json!({ "winner": 2 }), Choice::Winner { winner: 2 }),
             (json!({ "done": true, "reason": "ok" }), Choice::Verdict { done: true, reason: "ok".into() }),
-            (json!({ "at": 5 }), Choice::Due { at: Timestamp::from_micros(5), wake: None }),
-            (json!({ "at": 5, "wake": 3 }), Choice::Due { at: Timestamp::from_micros(5), wake: Some(3) }),
+            (json!({ "at": 5 }), Choice::Due { at: Timestamp::from_micros(5), wake: None, event: None }),
+            (json!({ "at": 5, "wake": 3 }), Choice::Due { at: Timestamp::from_micros(5), wake: Some(3), event: None }),
+            (
+                json!({ "at": 5, "event": "paid" }),
+                Choice::Due { at: Timestamp::from_micros(5), wake: None, event: Some("paid".into()) },
+            ),
             (json!({ "message": "hi", "seq": 4 }), Choice::Message { message: Some(json!("hi")), seq: Some(4) }),
+            (
+                json!({ "event": "paid", "message": { "amount": 2 }, "seq": 7 }),
+                Choice::Event { event: "paid".into(), message: json!({ "amount": 2 }), seq: 7 },
+            ),
             (json!({ "next": "review" }), Choice::Next { next: Some("review".into()) }),
             (json!({ "next": null }), Choice::Next { next: None }),
         ];

@@ -51,7 +51,7 @@ pub use definition::{
 };
 pub use engine::owner::{is_dead_local_process, local_worker_id};
 pub use engine::{
-    DecisionChange, DefinitionResolver, Engine, EngineBuilder, EngineError, ForkPatch, PendingInterrupt,
+    AwaitedEvent, DecisionChange, DefinitionResolver, Engine, EngineBuilder, EngineError, ForkPatch, PendingInterrupt,
     RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions, RunOutcome, RunReport, Runner,
     RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepReplay,
 };

@@ -42,6 +42,9 @@ pub(crate) struct RunShared {
     /// Wake inboxes of `every` steps that suspended until their next tick, each with the
     /// last wake-up taken: checked once more after the suspension is written.
     pub(crate) wake_checks: Mutex<Vec<(String, Option<u64>)>>,
+    /// By event: the sequence number of the last message a `wait` of this run took from
+    /// its inbox (held while a wait reads, so parallel waits take messages in turn).
+    pub(crate) event_cursors: tokio::sync::Mutex<std::collections::HashMap<String, Option<u64>>>,
     pub(crate) yielded: AtomicBool,
 }
 

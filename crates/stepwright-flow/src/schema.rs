@@ -136,6 +136,9 @@ struct Step {
     sleep: Option<Duration>,
     /// Kind: a person approves or rejects.
     approval: Option<Approval>,
+    /// Kind: the next message sent to the run's inbox for an event (`stepwright send RUN
+    /// --inbox EVENT --message JSON`), including one sent before the wait began.
+    wait: Option<Wait>,
     /// Kind: a person gives a value matching a schema.
     input: Option<HumanInput>,
     /// Kind: calls another workflow file (relative to this one).
@@ -221,6 +224,18 @@ enum OnTimeout {
     Reject,
     Approve,
     Fail,
+}
+
+/// A `wait` step's body.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Wait {
+    /// The event: the name of the run's inbox its message is sent to.
+    event: String,
+    /// How long to wait; then the step fails with `interrupt_timeout`.
+    timeout: Duration,
+    /// A JSON Schema the message must match (else the step fails with `output_validation`).
+    schema: Option<Value>,
 }
 
 /// A guardrail: a regular expression (`pattern`, can redact) or a condition on `value` (`when`).

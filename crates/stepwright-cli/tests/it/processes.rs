@@ -608,3 +608,41 @@ fn a_cached_step_is_served_to_another_process_from_the_store() {
         }
     }
 }
+
+/// A run waiting a day for an event: `send` from another process makes it due, and a
+/// worker process takes the message and finishes it.
+#[test]
+fn a_wait_is_answered_by_send_from_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "paid.yaml",
+        "workflow: paid\nsteps:\n  - id: payment\n    wait: { event: payment, timeout: 1d, schema: { type: object, required: [paid] } }\n  \
+         - id: receipt\n    set: \"paid {{ steps.payment.output.paid }}\"\n",
+    );
+    for db in stores(dir.path(), "a_wait_is_answered_by_send") {
+        let started = stepwright(dir.path(), &db.args(&["run", "paid.yaml", "--json"]));
+        assert_eq!(started.status.code(), Some(3), "{}: {}", db.name, text(&started.stderr));
+        let report = json_of(&started);
+        let run = report["run_id"].as_str().unwrap().to_owned();
+        assert_eq!(report["awaiting"][0]["event"], "payment", "{}: {report}", db.name);
+        let shown = shown(dir.path(), &db, &run);
+        assert_eq!(shown["awaiting"][0]["step"], "payment", "{}", db.name);
+        assert_eq!(shown["steps"][0]["status"], "waiting", "{}", db.name);
+        let idle = stepwright(dir.path(), &db.args(&["worker", "--once"]));
+        assert_eq!(idle.status.code(), Some(0), "{}", db.name);
+        assert_eq!(
+            self::shown(dir.path(), &db, &run)["status"],
+            "suspended",
+            "{}: nothing is due before the send",
+            db.name
+        );
+        let sent =
+            stepwright(dir.path(), &db.args(&["send", &run, "--inbox", "payment", "--message", r#"{"paid": 7}"#]));
+        assert_eq!(sent.status.code(), Some(0), "{}: {}", db.name, text(&sent.stderr));
+        let worked = stepwright(dir.path(), &db.args(&["worker", "--once"]));
+        assert_eq!(worked.status.code(), Some(0), "{}: {}", db.name, text(&worked.stderr));
+        let done = self::shown(dir.path(), &db, &run);
+        assert_eq!((done["status"].as_str(), &done["output"]), (Some("completed"), &json!("paid 7")), "{}", db.name);
+    }
+}

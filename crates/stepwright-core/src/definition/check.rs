@@ -117,6 +117,14 @@ impl Checker {
                     self.problem(at, "sleep duration must be longer than zero");
                 }
             }
+            NodeKind::Wait(spec) => {
+                if spec.timeout.is_zero() {
+                    self.problem(at, "a wait's timeout must be longer than zero");
+                }
+                if spec.event.is_empty() || spec.event.starts_with('@') {
+                    self.problem(at, "a wait's event must be a name that does not start with '@'");
+                }
+            }
             NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => {
                 if body.is_empty() {
                     self.problem(at, format!("{kind_name} needs at least one step"));

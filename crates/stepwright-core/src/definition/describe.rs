@@ -174,5 +174,9 @@ fn describe_kind(kind: &NodeKind, d: &mut Description) {
             d.put("steps", describe_nodes(&spec.body));
         }
         NodeKind::Sleep(duration) => d.put("duration_ms", json!(duration.as_millis() as u64)),
+        NodeKind::Wait(spec) => {
+            d.put("event", json!(spec.event));
+            d.put("timeout_ms", json!(spec.timeout.as_millis() as u64));
+        }
     }
 }

@@ -145,6 +145,7 @@ pub(crate) enum NodeKind {
     Provide { layers: Vec<Arc<dyn ProvidedLayer>>, body: Vec<Node> },
     Every(EverySpec),
     Sleep(Duration),
+    Wait(WaitSpec),
 }
 
 impl NodeKind {
@@ -162,6 +163,7 @@ impl NodeKind {
             Self::Provide { .. } => "provide",
             Self::Every(_) => "every",
             Self::Sleep(_) => "sleep",
+            Self::Wait(_) => "wait",
         }
     }
 }
@@ -209,6 +211,13 @@ pub(crate) struct Edge {
     pub(crate) from: String,
     pub(crate) to: String,
     pub(crate) when: Option<Predicate>,
+}
+
+/// A wait for an external event: the next message sent to the run's inbox `event`.
+#[derive(Clone)]
+pub(crate) struct WaitSpec {
+    pub(crate) event: String,
+    pub(crate) timeout: Duration,
 }
 
 #[derive(Clone)]
@@ -278,6 +287,17 @@ impl Node {
     /// one (over the engine's threshold) suspends the run until the deadline.
     pub fn sleep(id: &str, duration: Duration) -> Self {
         Self::with_kind(id, NodeKind::Sleep(duration))
+    }
+
+    /// A durable wait for an external event: the next message sent to the run's inbox
+    /// `event` (`Engine::send`), which becomes the node's output. Messages sent before the
+    /// wait began are not lost: each wait takes the oldest message its inbox has that no
+    /// earlier wait of the run took. Short waits happen in process; a longer one (over the
+    /// engine's threshold) suspends the run until the message comes (a send makes the run
+    /// due at once) or the `timeout`, when the node fails with `interrupt_timeout`. Check a
+    /// message's shape with [`Node::output_schema`].
+    pub fn wait(id: &str, event: &str, timeout: Duration) -> Self {
+        Self::with_kind(id, NodeKind::Wait(WaitSpec { event: event.to_owned(), timeout }))
     }
 
     /// The node's id.

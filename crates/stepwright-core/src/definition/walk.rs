@@ -83,7 +83,7 @@ impl Node {
             groups.push((Segment::Fallback, std::slice::from_ref(&**fallback)));
         }
         match &self.kind {
-            NodeKind::Step(_) | NodeKind::Sleep(_) => {}
+            NodeKind::Step(_) | NodeKind::Sleep(_) | NodeKind::Wait(_) => {}
             NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => groups.push((Segment::Body, body.as_slice())),
             NodeKind::Branch { arms, otherwise } => {
                 groups.extend(arms.iter().enumerate().map(|(index, (_, body))| (Segment::Arm(index), body.as_slice())));

@@ -67,6 +67,7 @@ impl Engine {
             output: None,
             error: Some(error),
             pending: Vec::new(),
+            awaiting: Vec::new(),
             wake_at: None,
         })
     }

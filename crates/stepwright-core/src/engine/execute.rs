@@ -93,6 +93,7 @@ impl Engine {
             output,
             error,
             pending: Vec::new(),
+            awaiting: Vec::new(),
             wake_at: wake_at.filter(|_| status == RunStatus::Pending),
         })
     }
@@ -132,6 +133,7 @@ impl Engine {
             root_layers: ProvidedLayers::default(),
             wake_at: Mutex::new(None),
             wake_checks: Mutex::new(Vec::new()),
+            event_cursors: tokio::sync::Mutex::default(),
             yielded: AtomicBool::new(false),
         })
     }

@@ -15,7 +15,7 @@ pub use builder::EngineBuilder;
 use cancel::cancelled_event;
 pub use error::EngineError;
 use report::report_from;
-pub use report::{PendingInterrupt, RunReport};
+pub use report::{AwaitedEvent, PendingInterrupt, RunReport};
 
 pub use history::{
     DecisionChange, ForkPatch, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, StepChange,
@@ -381,6 +381,7 @@ impl Engine {
             output: None,
             error: Some(error),
             pending: Vec::new(),
+            awaiting: Vec::new(),
             wake_at: None,
         })
     }
@@ -469,11 +470,18 @@ impl Engine {
         Ok(())
     }
 
-    /// Sends a message to a loop inbox of a run. The message is stored (it survives a
-    /// crash and reaches a run executing in any process); a loop parked on the inbox in this
-    /// process wakes at once, elsewhere within its poll interval.
+    /// Sends a message to an inbox of a run: a loop's `inbox`, or the event a `wait` waits
+    /// for. The message is stored (it survives a crash and reaches a run executing in any
+    /// process); a step parked on the inbox in this process wakes at once, elsewhere within
+    /// its poll interval, and a run suspended on a `wait` is made due, so a runner resumes
+    /// it now. A message for a run that does not exist yet is kept for it.
     pub async fn send(&self, run: RunId, inbox: &str, message: Value) -> Result<(), EngineError> {
-        self.inner.store.post_message(run, inbox, message).await.map_err(EngineError::store(run))?;
+        let store = &self.inner.store;
+        store.post_message(run, inbox, message).await.map_err(EngineError::store(run))?;
+        match store.wake_run(run, self.inner.clock.now()).await {
+            Ok(_) | Err(StoreError::RunNotFound(_)) => {}
+            Err(error) => return Err(EngineError::store(run)(error)),
+        }
         self.inner.mailboxes.notify.notify_waiters();
         Ok(())
     }

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::error::StepError;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
-use crate::journal::{LoadedRun, RunStatus};
+use crate::journal::{Choice, LoadedRun, RunStatus};
 use crate::outcome::InterruptKind;
 use crate::recording::ReplayIndex;
 
@@ -25,6 +25,17 @@ pub struct PendingInterrupt {
     pub deadline: Option<Timestamp>,
 }
 
+/// An event a run waits for (a `wait` step), as reported to callers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AwaitedEvent {
+    /// The waiting step.
+    pub step: StepPath,
+    /// The event: the inbox its message is sent to (`Engine::send`).
+    pub event: String,
+    /// When the wait fails if no message comes.
+    pub until: Timestamp,
+}
+
 /// Where a run stands after an execution returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
@@ -38,6 +49,9 @@ pub struct RunReport {
     pub error: Option<StepError>,
     /// Open interrupts, if suspended.
     pub pending: Vec<PendingInterrupt>,
+    /// Events its `wait` steps wait for, if suspended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub awaiting: Vec<AwaitedEvent>,
     /// When a timer or retry is due, if the run waits for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_at: Option<Timestamp>,
@@ -53,7 +67,17 @@ impl RunReport {
 
 pub(super) fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> RunReport {
     let mut pending = Vec::new();
+    let mut awaiting = Vec::new();
     if let Ok(index) = ReplayIndex::from_loaded(loaded) {
+        for (path, choice) in index.choices() {
+            if let Choice::Due { at, event: Some(event), .. } = choice {
+                let step = StepPath::new(path.owning_step());
+                if index.choice(&step.join("@message")).is_none() {
+                    awaiting.push(AwaitedEvent { step, event: event.clone(), until: *at });
+                }
+            }
+        }
+        awaiting.sort_by(|a, b| a.step.cmp(&b.step));
         let mut open: Vec<_> = index.interrupts.iter().filter(|(_, log)| log.resolution.is_none()).collect();
         open.sort_by(|a, b| a.1.path.cmp(&b.1.path).then(a.0.cmp(b.0)));
         for (id, log) in open {
@@ -67,17 +91,15 @@ pub(super) fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> Run
         }
     }
     let wake_at = wake_at.or_else(|| pending.iter().filter_map(|p| p.deadline).min());
+    // A running run may be waiting on an interrupt or an event in process: open all the same.
+    let waiting = matches!(loaded.record.status, RunStatus::Suspended | RunStatus::Running);
     RunReport {
         run_id: loaded.record.id,
         status: loaded.record.status,
         output: loaded.record.output.clone(),
         error: loaded.record.error.clone(),
-        // A running run may be waiting on an interrupt in process: it is open all the same.
-        pending: if matches!(loaded.record.status, RunStatus::Suspended | RunStatus::Running) {
-            pending
-        } else {
-            Vec::new()
-        },
+        pending: if waiting { pending } else { Vec::new() },
+        awaiting: if waiting { awaiting } else { Vec::new() },
         wake_at,
     }
 }

@@ -50,6 +50,7 @@ pub(super) const KINDS: &[KindSpec] = &[
         compile: |c, site| c.duration(site.body, "`sleep`").map(|d| Node::sleep(site.id, d)),
     },
     KindSpec { name: "approval", fields: &[], compile: Compiler::approval_step },
+    KindSpec { name: "wait", fields: &[], compile: Compiler::wait_step },
     KindSpec { name: "input", fields: &[], compile: Compiler::input_step },
     KindSpec { name: "workflow", fields: &["with"], compile: |c, site| c.call(site.id, site.body, site.step, false) },
     KindSpec { name: "spawn", fields: &["with"], compile: |c, site| c.call(site.id, site.body, site.step, true) },
@@ -113,6 +114,51 @@ impl Compiler {
                 }
             }),
         ))
+    }
+
+    /// `wait`: the next message sent to the run's inbox `event` (`stepwright send RUN
+    /// --inbox EVENT`), within `timeout`, checked against `schema`.
+    fn wait_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
+        let KindSite { id, body, step, .. } = *site;
+        let entries = self.entries(body, "`wait`")?;
+        self.unknown_fields(entries, &["event", "timeout", "schema"], "`wait`");
+        let event = match body.get("event") {
+            Some(event) => {
+                let name = self.string(event, "`wait.event`")?;
+                if name.is_empty() || name.starts_with('@') {
+                    self.error(event.pos, "`wait.event` must be a name that does not start with '@'");
+                    return None;
+                }
+                name
+            }
+            None => {
+                self.error_hint(
+                    body.pos,
+                    "`wait` needs an `event`",
+                    "the inbox its message is sent to: `event: payment`",
+                );
+                return None;
+            }
+        };
+        let timeout = match body.get("timeout") {
+            Some(timeout) => self.duration(timeout, "`wait.timeout`")?,
+            None => {
+                self.error_hint(
+                    body.pos,
+                    "`wait` needs a `timeout`",
+                    "how long to wait for the event before the step fails, like `timeout: 1d`",
+                );
+                return None;
+            }
+        };
+        let mut node = Node::wait(id, &event, timeout);
+        if let Some(schema) = body.get("schema") {
+            if let Some(output) = step.get("output") {
+                self.error(output.pos, "a `wait` step's message schema is its `wait.schema`; give it once");
+            }
+            node = node.output_schema(self.schema(schema, "`wait.schema`"));
+        }
+        Some(node)
     }
 
     /// `input`: asks a person for a value matching a schema.

@@ -138,3 +138,68 @@ async fn diff_key_matches_list_elements_by_field_in_a_recompute() {
     let positional = changes("").await;
     assert!(positional.len() > 1, "by position every element moved: {positional:?}");
 }
+
+const WAITS: &str = r#"
+workflow: paid
+steps:
+  - id: first
+    wait:
+      event: payment
+      timeout: TIMEOUT
+      schema: { type: object, required: [amount], properties: { amount: { type: integer } } }
+  - id: second
+    wait: { event: payment, timeout: TIMEOUT }
+  - id: total
+    set: "{{ steps.first.output.amount + steps.second.output.amount }}"
+"#;
+
+/// Runs `source` as run `run` after sending `messages` to its `payment` inbox.
+async fn run_after_sending(engine: &Engine, source: &str, messages: &[Value]) -> stepwright_core::RunReport {
+    let workflow = load_str(source, "paid.yaml").unwrap_or_else(|e| panic!("{e}"));
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    let unique = [NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed); 10];
+    let run = stepwright_core::RunId::from_parts(stepwright_core::store::quota::wall_now(), unique);
+    for message in messages {
+        engine.send(run, "payment", message.clone()).await.unwrap();
+    }
+    let options = stepwright_core::StartOptions { run_id: Some(run), ..Default::default() };
+    engine.start_with(&workflow, json!(null), options).await.unwrap()
+}
+
+/// A `wait` takes the next message sent to its event's inbox, one sent before it began
+/// included; two waits on one event take two messages in order; a message that does not
+/// match the schema fails the step; none within the timeout fails it with
+/// `interrupt_timeout`.
+#[tokio::test]
+async fn a_wait_takes_the_next_message_of_its_event() {
+    let quick = WAITS.replace("TIMEOUT", "300ms");
+    let report = run_after_sending(&engine(), &quick, &[json!({ "amount": 2 }), json!({ "amount": 40 })]).await;
+    assert_eq!((report.status, report.output), (RunStatus::Completed, Some(json!(42))));
+    let report = run_after_sending(&engine(), &quick, &[json!({ "amount": "two" })]).await;
+    assert_eq!(report.error.map(|e| e.code.to_string()), Some("output_validation".to_owned()));
+    let report = run_after_sending(&engine(), &quick, &[json!({ "amount": 2 })]).await;
+    assert_eq!(report.status, RunStatus::Failed);
+    let error = report.error.unwrap();
+    assert_eq!(error.code.to_string(), "interrupt_timeout", "{error}");
+    assert!(error.message.contains("no `payment` event came"), "{error}");
+}
+
+/// A wait longer than the engine holds a run in process suspends the run until its
+/// deadline; a send makes it due at once, and the resumed run takes the message.
+#[tokio::test]
+async fn a_long_wait_suspends_until_a_message_is_sent() {
+    let store = Arc::new(InMemoryStore::new());
+    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
+    let source = WAITS.replace("TIMEOUT", "1d");
+    let workflow = load_str(&source, "paid.yaml").unwrap();
+    let report = run_after_sending(&engine, &source, &[json!({ "amount": 1 })]).await;
+    assert_eq!(report.status, RunStatus::Suspended, "the second wait has no message yet");
+    let now = || stepwright_core::store::quota::wall_now();
+    let until = report.wake_at.expect("suspended until the deadline");
+    assert!(until > now().plus(std::time::Duration::from_secs(23 * 3600)), "{until:?}");
+    engine.send(report.run_id, "payment", json!({ "amount": 9 })).await.unwrap();
+    let record = store.load(report.run_id).await.unwrap().record;
+    assert!(record.wake_at.is_some_and(|at| at <= now()), "the send made the run due");
+    let resumed = engine.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!((resumed.status, resumed.output), (RunStatus::Completed, Some(json!(10))));
+}

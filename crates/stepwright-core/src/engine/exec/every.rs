@@ -28,7 +28,7 @@ impl Exec {
             let tick_path = path.ordinal(tick);
             let due_path = tick_path.join("@due");
             let recorded = self.recorded_choice(&due_path, |choice| match choice {
-                Choice::Due { at, wake } => Some((*at, *wake)),
+                Choice::Due { at, wake, .. } => Some((*at, *wake)),
                 _ => None,
             });
             let started = match recorded {
@@ -77,7 +77,7 @@ impl Exec {
                     self.run.recorder.note(
                         &due_path,
                         at,
-                        Record::Decided { choice: Choice::Due { at, wake: woken_by } },
+                        Record::Decided { choice: Choice::Due { at, wake: woken_by, event: None } },
                     );
                     at
                 }

@@ -11,6 +11,7 @@ mod leaf;
 mod loops;
 mod mailbox;
 mod subworkflow;
+mod wait;
 
 use std::sync::Arc;
 
@@ -280,6 +281,7 @@ impl Exec {
                 Box::pin(self.run_subworkflow(workflow, *spawn, path, input, frame.scope, env)).await
             }
             NodeKind::Every(spec) => Box::pin(self.run_every(spec, path, input, frame.scope, env)).await,
+            NodeKind::Wait(spec) => self.run_wait(spec, path, env).await,
             NodeKind::Sleep(duration) => {
                 let ctx = self.context(path, attempt, frame.scope, env, None);
                 match self.interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(*duration)).await? {
