@@ -22,8 +22,10 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
-/// How workflow files are loaded and their models reached (every command that loads a
-/// file or runs steps).
+/// How workflow files are loaded and their models reached. Accepted anywhere on the line
+/// (`stepwright --model … run`), taken only by the commands that act on them: `--model`,
+/// `--cassette` and `--cassette-mode` by those that run steps, `--allow-dir` by those that
+/// load a file from disk (see `Command::takes`).
 #[derive(clap::Args, Clone, Debug)]
 pub(crate) struct ModelFlags {
     /// A directory that `workflow:` calls may reach besides the first file's own directory
@@ -38,8 +40,8 @@ pub(crate) struct ModelFlags {
     pub(crate) cassette: Option<PathBuf>,
     /// `auto` (replay what is recorded, call and record the rest), `replay` (never call a
     /// model: a missing recording fails the step) or `record`.
-    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_cassette_mode, global = true)]
-    pub(crate) cassette_mode: stepwright::llm::CassetteMode,
+    #[arg(long, value_name = "MODE", value_parser = parse_cassette_mode, global = true)]
+    pub(crate) cassette_mode: Option<stepwright::llm::CassetteMode>,
 }
 
 impl ModelFlags {
@@ -48,8 +50,72 @@ impl ModelFlags {
             allow_dirs: self.allow_dirs.clone(),
             overrides: self.overrides.clone(),
             cassette: self.cassette.clone(),
-            cassette_mode: self.cassette_mode,
+            cassette_mode: self.cassette_mode.unwrap_or(stepwright::llm::CassetteMode::Auto),
             shared_limits: None,
+        }
+    }
+}
+
+/// A flag given on the line that some commands act on and others do not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flag {
+    /// `--db`: the command opens a store.
+    Db,
+    /// `--server`: the command can call a server instead.
+    Server,
+    /// `--model`, `--cassette`, `--cassette-mode`: the command runs steps.
+    Models,
+    /// `--allow-dir`: the command loads a workflow file from disk.
+    AllowDir,
+}
+
+impl Command {
+    /// Whether this command acts on `flag`: a flag it would ignore is refused, so a person
+    /// never believes `validate --db …` checked against a store.
+    pub(crate) fn takes(&self, flag: Flag) -> bool {
+        let runs_steps = matches!(
+            self,
+            Self::Run { .. }
+                | Self::Resume { .. }
+                | Self::Approve { .. }
+                | Self::Reject { .. }
+                | Self::Respond { .. }
+                | Self::Replay { .. }
+                | Self::Recompute { .. }
+                | Self::Worker { .. }
+                | Self::Serve { .. }
+        );
+        match flag {
+            Flag::Db => !matches!(self, Self::Schema | Self::Validate { .. } | Self::Graph { .. }),
+            Flag::Server => crate::commands::remote_supported(self),
+            Flag::Models => runs_steps,
+            Flag::AllowDir => {
+                matches!(self, Self::Run { .. } | Self::Validate { .. } | Self::Graph { .. } | Self::Recompute { .. })
+            }
+        }
+    }
+
+    /// The command's name as typed.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Self::Run { .. } => "run",
+            Self::Validate { .. } => "validate",
+            Self::Schema => "schema",
+            Self::Graph { .. } => "graph",
+            Self::Runs { .. } => "runs",
+            Self::Approve { .. } => "approve",
+            Self::Reject { .. } => "reject",
+            Self::Respond { .. } => "respond",
+            Self::Resume { .. } => "resume",
+            Self::Cancel { .. } => "cancel",
+            Self::Send { .. } => "send",
+            Self::Wake { .. } => "wake",
+            Self::Replay { .. } => "replay",
+            Self::Recompute { .. } => "recompute",
+            Self::Fork { .. } => "fork",
+            Self::Worker { .. } => "worker",
+            Self::Serve { .. } => "serve",
+            Self::Keys { .. } => "keys",
         }
     }
 }

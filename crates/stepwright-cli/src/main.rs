@@ -9,6 +9,7 @@
 mod args;
 mod commands;
 mod exit;
+mod graph;
 mod host;
 mod progress;
 mod render;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use stepwright::{RunReport, RunStatus};
 
-use crate::args::GraphFormat;
 use crate::host::wall_now;
 use crate::progress;
 
@@ -258,40 +257,4 @@ pub(crate) fn clock_time(at: stepwright::Timestamp) -> String {
     let (hours, minutes) = (of_day / 3_600_000, of_day / 60_000 % 60);
     let (seconds, millis) = (of_day / 1000 % 60, of_day % 1000);
     format!("{hours:02}:{minutes:02}:{seconds:02}.{millis:03}")
-}
-
-/// Mermaid or Graphviz dot of a definition's top-level structure.
-pub(crate) fn draw(description: &Value, format: GraphFormat) -> String {
-    let steps = description["steps"].as_array().cloned().unwrap_or_default();
-    let mut lines = Vec::new();
-    match format {
-        GraphFormat::Mermaid => {
-            lines.push("flowchart TD".to_owned());
-            for (i, step) in steps.iter().enumerate() {
-                lines.push(format!(
-                    "  s{i}[\"{} ({})\"]",
-                    step["id"].as_str().unwrap_or("?"),
-                    step["kind"].as_str().unwrap_or("?")
-                ));
-                if i > 0 {
-                    lines.push(format!("  s{} --> s{i}", i - 1));
-                }
-            }
-        }
-        GraphFormat::Dot => {
-            lines.push("digraph workflow {".to_owned());
-            for (i, step) in steps.iter().enumerate() {
-                lines.push(format!(
-                    "  s{i} [label=\"{} ({})\"];",
-                    step["id"].as_str().unwrap_or("?"),
-                    step["kind"].as_str().unwrap_or("?")
-                ));
-                if i > 0 {
-                    lines.push(format!("  s{} -> s{i};", i - 1));
-                }
-            }
-            lines.push("}".to_owned());
-        }
-    }
-    lines.join("\n")
 }

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use crate::commands::Globals;
+use crate::graph::draw;
 use crate::host::{Servers, load};
-use crate::render::draw;
 
 /// `schema`: prints the file format's JSON Schema.
 pub(crate) fn schema() -> anyhow::Result<u8> {
@@ -24,6 +24,6 @@ pub(crate) async fn validate(g: &Globals<'_>, file: PathBuf) -> anyhow::Result<u
 pub(crate) async fn graph(g: &Globals<'_>, file: PathBuf, format: crate::args::GraphFormat) -> anyhow::Result<u8> {
     let flags = g.flags;
     let workflow = load(&file, flags, Servers::Declared).await?;
-    println!("{}", draw(workflow.describe(), format));
+    println!("{}", draw(&workflow.outline(), format));
     Ok(0)
 }

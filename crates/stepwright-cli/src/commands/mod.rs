@@ -20,8 +20,40 @@ pub(crate) struct Globals<'a> {
     pub(crate) flags: &'a ModelFlags,
 }
 
+pub(crate) use remote::supported as remote_supported;
+
+/// Refuses a flag the command would not act on (`validate --db …`, `runs list --model …`).
+fn refuse_idle_flags(cli: &Cli) -> anyhow::Result<()> {
+    use crate::args::Flag;
+    let models = &cli.models;
+    let given = [
+        (Flag::Db, cli.db.is_some(), "--db"),
+        (Flag::Server, cli.server.is_some(), "--server"),
+        (Flag::Models, !models.overrides.is_empty(), "--model"),
+        (Flag::Models, models.cassette.is_some(), "--cassette"),
+        (Flag::Models, models.cassette_mode.is_some(), "--cassette-mode"),
+        (Flag::AllowDir, !models.allow_dirs.is_empty(), "--allow-dir"),
+    ];
+    for (flag, present, name) in given {
+        if present && !cli.command.takes(flag) {
+            let why = match flag {
+                Flag::Db => "it opens no store",
+                Flag::Server => "it calls no server",
+                Flag::Models => "it runs no steps, so calls no model",
+                Flag::AllowDir => "it loads no workflow file from disk",
+            };
+            return Err(anyhow::anyhow!(crate::exit::BadInput(format!(
+                "`{}` does not take {name}: {why}",
+                cli.command.name()
+            ))));
+        }
+    }
+    Ok(())
+}
+
 /// Runs the command; the exit code on success.
 pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    refuse_idle_flags(&cli)?;
     let server = cli.server.clone().or_else(|| std::env::var("STEPWRIGHT_SERVER").ok().filter(|s| !s.is_empty()));
     if let Some(server) = server
         && remote::supported(&cli.command)

@@ -169,9 +169,9 @@ fn graph_draws_mermaid_and_dot() {
     write(dir.path(), "greet.yaml", GREET);
     let mermaid = stepwright(dir.path(), &["graph", "greet.yaml"]);
     let text = String::from_utf8_lossy(&mermaid.stdout);
-    assert!(text.starts_with("flowchart TD") && text.contains("s0 --> s1"), "{text}");
+    assert!(text.starts_with("flowchart TD") && text.contains("n1 --> n2"), "{text}");
     let dot = stepwright(dir.path(), &["graph", "greet.yaml", "--format", "dot"]);
-    assert!(String::from_utf8_lossy(&dot.stdout).contains("s0 -> s1;"));
+    assert!(String::from_utf8_lossy(&dot.stdout).contains("n1 -> n2;"));
     assert_eq!(stepwright(dir.path(), &["graph", "greet.yaml", "--format", "svg"]).status.code(), Some(2));
 }
 
@@ -876,4 +876,37 @@ fn run_id_of_newest(dir: &Path) -> String {
     let listed = stepwright(dir, &["runs", "list", "--json"]);
     let newest: Value = serde_json::from_str(String::from_utf8_lossy(&listed.stdout).lines().next().unwrap()).unwrap();
     newest["run_id"].as_str().unwrap().to_owned()
+}
+
+/// A flag the command would not act on is refused with a clear error (exit 2), wherever on
+/// the line it is given; the commands that act on it take it.
+#[test]
+fn flags_are_taken_only_by_the_commands_they_act_on() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "greet.yaml", GREET);
+    for (args, says) in [
+        (&["--db", "sqlite://x.db", "validate", "greet.yaml"][..], "`validate` does not take --db: it opens no store"),
+        (&["graph", "greet.yaml", "--model", "fast=openai:gpt-4o"][..], "`graph` does not take --model"),
+        (&["schema", "--cassette", "c.jsonl"][..], "`schema` does not take --cassette"),
+        (&["runs", "list", "--cassette-mode", "replay"][..], "`runs` does not take --cassette-mode"),
+        (&["--server", "http://127.0.0.1:9", "worker", "--once"][..], "`worker` does not take --server"),
+        (
+            &["cancel", "01a20eed-6750-77e6-926f-c4215cacbf0d", "--allow-dir", "."][..],
+            "`cancel` does not take --allow-dir",
+        ),
+    ] {
+        let output = stepwright(dir.path(), args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert!(!dir.path().join("x.db").exists(), "nothing was opened");
+    let validated = stepwright(dir.path(), &["validate", "greet.yaml", "--allow-dir", "."]);
+    assert_eq!(validated.status.code(), Some(0), "{}", String::from_utf8_lossy(&validated.stderr));
+    let ran = stepwright(
+        dir.path(),
+        &["run", "greet.yaml", "--input", r#"{"name": "x"}"#, "--db", "sqlite://y.db", "--cassette-mode", "auto"],
+    );
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(dir.path().join("y.db").exists(), "run takes --db after the command too");
 }

@@ -12,4 +12,5 @@ mod mcp;
 mod models;
 mod processes;
 mod serve;
+mod snapshots;
 mod terminal;

@@ -8,7 +8,17 @@ use serde_json::{Value, json};
 use super::{Expr, ForkPaths, InputSource, Node, NodeKind, OnFailure};
 
 pub(super) fn describe_nodes(nodes: &[Node]) -> Value {
-    Value::Array(nodes.iter().map(describe_node).collect())
+    nodes_with(nodes, false)
+}
+
+/// The description with each called workflow's steps under its call (`steps`): what
+/// `graph` draws. Not hashed: a call is pinned by its callee's hash.
+pub(super) fn outline_nodes(nodes: &[Node]) -> Value {
+    nodes_with(nodes, true)
+}
+
+fn nodes_with(nodes: &[Node], expand: bool) -> Value {
+    Value::Array(nodes.iter().map(|node| describe_node(node, expand)).collect())
 }
 
 /// A description under construction: a JSON object that leaves out what is unset (`null`),
@@ -23,13 +33,13 @@ impl Description {
     }
 }
 
-fn describe_node(node: &Node) -> Value {
+fn describe_node(node: &Node, expand: bool) -> Value {
     let mut d = Description(serde_json::Map::new());
     d.put("id", json!(&*node.id));
     d.put("kind", json!(node.kind.name()));
     describe_io(node, &mut d);
-    describe_policies(node, &mut d);
-    describe_kind(&node.kind, &mut d);
+    describe_policies(node, &mut d, expand);
+    describe_kind(&node.kind, &mut d, expand);
     Value::Object(d.0)
 }
 
@@ -51,7 +61,7 @@ fn describe_io(node: &Node, d: &mut Description) {
 }
 
 /// The policies that apply to any node.
-fn describe_policies(node: &Node, d: &mut Description) {
+fn describe_policies(node: &Node, d: &mut Description, expand: bool) {
     let p = &node.policy;
     d.put("retry", p.retry.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).unwrap_or(Value::Null));
     d.put("timeout_ms", p.timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
@@ -59,7 +69,7 @@ fn describe_policies(node: &Node, d: &mut Description) {
         d.put("on_failure", json!(p.on_failure.name()));
     }
     if let OnFailure::Fallback(f) = &p.on_failure {
-        d.put("fallback", describe_node(f));
+        d.put("fallback", describe_node(f, expand));
     }
     d.put("effect", p.effect.map(|e| serde_json::to_value(e).unwrap_or_default()).unwrap_or(Value::Null));
     if p.safe_to_retry {
@@ -92,22 +102,22 @@ fn describe_policies(node: &Node, d: &mut Description) {
 }
 
 /// What the operator (or the step) itself is.
-fn describe_kind(kind: &NodeKind, d: &mut Description) {
+fn describe_kind(kind: &NodeKind, d: &mut Description, expand: bool) {
     match kind {
         NodeKind::Step(step) => d.put("step_type", json!(step.identity())),
-        NodeKind::Sequence(body) => d.put("steps", describe_nodes(body)),
+        NodeKind::Sequence(body) => d.put("steps", nodes_with(body, expand)),
         NodeKind::Provide { layers, body } => {
             d.put("layers", Value::Array(layers.iter().map(|l| json!(l.name())).collect()));
-            d.put("steps", describe_nodes(body));
+            d.put("steps", nodes_with(body, expand));
         }
         NodeKind::Branch { arms, otherwise } => {
             d.put(
                 "arms",
                 Value::Array(
-                    arms.iter().map(|(c, b)| json!({ "when": c.describe(), "steps": describe_nodes(b) })).collect(),
+                    arms.iter().map(|(c, b)| json!({ "when": c.describe(), "steps": nodes_with(b, expand) })).collect(),
                 ),
             );
-            d.put("otherwise", otherwise.as_ref().map(|b| describe_nodes(b)).unwrap_or(Value::Null));
+            d.put("otherwise", otherwise.as_ref().map(|b| nodes_with(b, expand)).unwrap_or(Value::Null));
         }
         NodeKind::Fork(spec) => {
             d.put("mode", json!(spec.mode));
@@ -123,11 +133,11 @@ fn describe_kind(kind: &NodeKind, d: &mut Description) {
             d.put("as", spec.item_name.as_ref().map(|n| json!(n)).unwrap_or(Value::Null));
             match &spec.paths {
                 ForkPaths::Static(paths) => {
-                    d.put("paths", Value::Array(paths.iter().map(|p| describe_nodes(p)).collect()));
+                    d.put("paths", Value::Array(paths.iter().map(|p| nodes_with(p, expand)).collect()));
                 }
                 ForkPaths::Dynamic { items, body } => {
                     d.put("items", items.describe());
-                    d.put("steps", describe_nodes(body));
+                    d.put("steps", nodes_with(body, expand));
                 }
             }
         }
@@ -139,12 +149,12 @@ fn describe_kind(kind: &NodeKind, d: &mut Description) {
             d.put("on_max_iterations", json!(spec.on_max));
             d.put("inbox", spec.inbox.as_ref().map(|i| json!(i)).unwrap_or(Value::Null));
             d.put("park_timeout_ms", spec.park_timeout.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
-            d.put("steps", describe_nodes(&spec.body));
+            d.put("steps", nodes_with(&spec.body, expand));
         }
         NodeKind::Graph(spec) => {
             d.put("max_steps", json!(spec.max_steps));
             d.put("entry", spec.entry.as_ref().map(|e| json!(e)).unwrap_or(Value::Null));
-            d.put("nodes", describe_nodes(&spec.nodes));
+            d.put("nodes", nodes_with(&spec.nodes, expand));
             d.put(
                 "edges",
                 Value::Array(
@@ -165,13 +175,16 @@ fn describe_kind(kind: &NodeKind, d: &mut Description) {
                 json!({ "name": workflow.name(), "version": workflow.version(), "hash": workflow.hash().to_hex() }),
             );
             d.put("spawn_timeout_ms", spawn.map(|t| json!(t.as_millis() as u64)).unwrap_or(Value::Null));
+            if expand {
+                d.put("steps", outline_nodes(&workflow.inner.body));
+            }
         }
         NodeKind::Every(spec) => {
             d.put("interval_ms", json!(spec.interval.as_millis() as u64));
             d.put("jitter", json!(spec.jitter));
             d.put("wake", spec.wake.as_ref().map(|w| json!(w)).unwrap_or(Value::Null));
             d.put("on_error", json!(spec.on_error));
-            d.put("steps", describe_nodes(&spec.body));
+            d.put("steps", nodes_with(&spec.body, expand));
         }
         NodeKind::Sleep(duration) => d.put("duration_ms", json!(duration.as_millis() as u64)),
         NodeKind::Wait(spec) => {

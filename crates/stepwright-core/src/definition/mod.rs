@@ -507,9 +507,15 @@ impl Workflow {
         self.inner.hash
     }
 
-    /// The structure as JSON (what the hash covers); used to draw and diff definitions.
+    /// The structure as JSON (what the hash covers); used to diff definitions.
     pub fn describe(&self) -> &Value {
         &self.inner.description
+    }
+
+    /// The structure as JSON with each called workflow's steps under its call (`steps`):
+    /// what `graph` draws. Unlike [`Workflow::describe`], not what the hash covers.
+    pub fn outline(&self) -> Value {
+        json!({ "name": self.inner.name, "version": self.inner.version, "steps": describe::outline_nodes(&self.inner.body) })
     }
 }
 
