@@ -75,7 +75,7 @@ pub async fn prepare(
     bindings: &Bindings,
     servers: Servers,
 ) -> Result<stepwright_core::Workflow, AppError> {
-    let stepwright_flow::Loaded { workflow, models: mut configs, mcp_servers, mcp_tool_uses } = loaded;
+    let stepwright_flow::Loaded { workflow, models: mut configs, mcp_servers, mcp_tool_uses, .. } = loaded;
     for entry in &bindings.overrides {
         let (name, spec) = entry
             .split_once('=')

@@ -170,6 +170,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
         stack,
         file: file.to_owned(),
         diagnostics: Vec::new(),
+        warnings: Vec::new(),
         positions: HashMap::new(),
         ids: HashSet::new(),
         current: Vec::new(),
@@ -198,6 +199,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
                 models: resources.models,
                 mcp_servers: resources.mcp_servers.into_values().collect(),
                 mcp_tool_uses: resources.mcp_uses,
+                warnings: c.warnings,
             })
         }
         _ => Err(c.finish_err()),
@@ -245,6 +247,8 @@ struct Compiler {
     stack: Vec<PathBuf>,
     file: String,
     diagnostics: Vec<Diagnostic>,
+    /// What loads but may not do what the author expects.
+    warnings: Vec<Diagnostic>,
     /// Where each step path is declared, to place problems the core's checks find.
     positions: HashMap<String, Pos>,
     /// Every step id declared so far, for reference checks.
@@ -292,6 +296,16 @@ impl Compiler {
             column: pos.column.max(1),
             message: message.into(),
             hint: None,
+        });
+    }
+
+    fn warn(&mut self, pos: Pos, message: impl Into<String>, hint: impl Into<String>) {
+        self.warnings.push(Diagnostic {
+            file: self.file.clone(),
+            line: pos.line.max(1),
+            column: pos.column.max(1),
+            message: message.into(),
+            hint: Some(hint.into()),
         });
     }
 
@@ -863,6 +877,7 @@ impl Compiler {
                 }
             }
             step = step.retry(policy);
+            self.retry_warnings(node, retry, attempts);
         }
         if let Some(on_failure) = node.get("on_failure") {
             match on_failure.as_str() {
@@ -939,6 +954,29 @@ impl Compiler {
             }
         }
         Some(step)
+    }
+
+    /// Warns where a `retry` cannot take effect (docs/error-codes.md, "the retry rule"): on a
+    /// kind whose failures are never retryable, or with fewer than two attempts.
+    fn retry_warnings(&mut self, node: &Item, retry: &Item, attempts: u64) {
+        const NEVER_RETRYABLE: &[&str] = &["set", "approval", "input", "sleep", "wait"];
+        let on_failure_retry = node.get("on_failure").and_then(|f| f.as_str()) == Some("retry");
+        if let Some(kind) = NEVER_RETRYABLE.iter().find(|kind| node.get(kind).is_some())
+            && !on_failure_retry
+        {
+            self.warn(
+                retry.pos,
+                format!("this `retry` never takes effect: a `{kind}` step's failures are not retryable"),
+                "see \"the retry rule\" in docs/error-codes.md; `on_failure: retry` retries every failure",
+            );
+        }
+        if attempts < 2 {
+            self.warn(
+                retry.pos,
+                format!("this `retry` never takes effect: `max_attempts: {attempts}` allows no second attempt"),
+                "`max_attempts` counts every attempt, the first included: 3 tries twice more",
+            );
+        }
     }
 
     /// One entry of `guardrails`: where it looks (`on`), what a violation does (`action`),

@@ -342,9 +342,9 @@ where
 pub type ArgvFn = Arc<dyn Fn(&Value) -> Result<Vec<String>, String> + Send + Sync>;
 
 /// A subprocess as a tool: started from an argument vector (never through a shell), given
-/// the arguments as JSON on stdin, its stdout read as JSON (or text). A non-zero exit is
-/// `tool_failed` with the end of stderr; the process is killed when the call is cancelled or
-/// times out.
+/// the arguments as JSON on stdin, its stdout read as JSON (or text). A non-zero exit is a
+/// retryable `tool_failed` with the end of stderr (a command that cannot start is not
+/// retryable); the process is killed when the call is cancelled or times out.
 pub struct CommandTool {
     def: ToolDef,
     argv: Vec<String>,
@@ -487,10 +487,13 @@ impl CommandTool {
                 Some(code) => format!("exited with code {code}"),
                 None => "was killed by a signal".to_owned(),
             };
+            // Retryable: a command may fail for a moment (a busy service, a lock), and a step
+            // that declares `retry` asks for another try; one that does not is not retried.
             return Err(StepError::new(
                 TOOL_FAILED,
                 format!("tool {name:?}: {program:?} {how}: {}", tail(stderr.trim(), 500)),
-            ));
+            )
+            .retryable(true));
         }
         Ok(output_value(&out))
     }

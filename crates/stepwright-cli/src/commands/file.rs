@@ -12,10 +12,18 @@ pub(crate) fn schema() -> anyhow::Result<u8> {
     Ok(0)
 }
 
-/// `validate`: loads a file (connecting nothing) and reports every problem.
+/// `validate`: loads a file (connecting nothing) and reports every problem, then every
+/// warning (what loads but may not do what its author expects), which does not fail it.
 pub(crate) async fn validate(g: &Globals<'_>, file: PathBuf) -> anyhow::Result<u8> {
-    let flags = g.flags;
-    load(&file, flags, Servers::Declared).await?;
+    let bindings = g.flags.bindings();
+    let loaded =
+        stepwright::flow::load_with(&file, &bindings.load_options()).map_err(stepwright::app::AppError::Load)?;
+    let warnings = loaded.warnings.clone();
+    stepwright::app::prepare(loaded, &bindings, Servers::Declared).await?;
+    for warning in &warnings {
+        let hint = warning.hint.as_ref().map(|h| format!(" (hint: {h})")).unwrap_or_default();
+        eprintln!("{}:{}:{}: warning: {}{hint}", warning.file, warning.line, warning.column, warning.message);
+    }
     println!("{}: ok", file.display());
     Ok(0)
 }

@@ -71,6 +71,11 @@ fn validate_reports_problems_with_positions_and_exit_2() {
     assert_eq!(bad.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("bad.yaml:4:5: unknown field `sett` in a step (hint: did you mean `set`?)"), "{stderr}");
+    write(dir.path(), "odd.yaml", "workflow: odd\nsteps:\n  - id: a\n    set: 1\n    retry: { max_attempts: 3 }\n");
+    let odd = stepwright(dir.path(), &["validate", "odd.yaml"]);
+    assert_eq!(odd.status.code(), Some(0), "a warning does not fail validation");
+    let stderr = String::from_utf8_lossy(&odd.stderr);
+    assert!(stderr.contains("odd.yaml:5:12: warning: this `retry` never takes effect"), "{stderr}");
 }
 
 fn run_prints_the_json_shape_and_exits_by_status(target: &Target) {

@@ -69,6 +69,7 @@ impl Compiler {
                 return None;
             }
         };
+        self.warnings.extend(loaded.warnings.iter().cloned());
         if !loaded.mcp_servers.is_empty() {
             self.error_hint(
                 body.pos,

@@ -203,3 +203,49 @@ async fn a_long_wait_suspends_until_a_message_is_sent() {
     let resumed = engine.resume(&workflow, report.run_id).await.unwrap();
     assert_eq!((resumed.status, resumed.output), (RunStatus::Completed, Some(json!(10))));
 }
+
+const FLAKY: &str = r#"
+workflow: flaky
+tools:
+  flaky:
+    description: Fails the first time (leaving a marker), then succeeds
+    command: [sh, -c, "[ -e \"$1\" ] || { touch \"$1\"; exit 1; }; printf ok", sh, "{{ args.marker }}"]
+    effect: read
+steps:
+  - id: call
+    tool: flaky
+    with: { marker: "{{ input }}" }
+RETRY
+"#;
+
+/// The retry rule: a command tool that exits non-zero is retried by the step's `retry`
+/// (without it, the run fails at the first exit).
+#[tokio::test]
+async fn a_retry_retries_a_command_tool_that_exits_non_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = |name: &str| json!(dir.path().join(name).display().to_string());
+    let retried = FLAKY.replace("RETRY\n", "    retry: { max_attempts: 2, initial_delay: 10ms }\n");
+    let report = run(&retried, marker("a")).await;
+    assert_eq!((report.status, report.output), (RunStatus::Completed, Some(json!("ok"))));
+    let report = run(&FLAKY.replace("RETRY\n", ""), marker("b")).await;
+    assert_eq!(report.status, RunStatus::Failed);
+}
+
+/// `validate`'s warnings: a `retry` on a kind whose failures are never retryable, or with
+/// one attempt, loads but is reported; a `retry` that can act is not.
+#[test]
+fn a_retry_that_cannot_take_effect_is_warned_about() {
+    let source = "workflow: w\ntools:\n  t: { description: d, command: [\"true\"] }\nsteps:\n  - id: a\n    set: 1\n    retry: { max_attempts: 3 }\n  \
+                  - id: b\n    tool: t\n    with: {}\n    retry: { max_attempts: 1 }\n  - id: c\n    tool: t\n    with: {}\n    retry: { max_attempts: 3 }\n";
+    let loaded = stepwright_flow::load_source(source, "w.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(
+        warnings[0].starts_with("w.yaml:7:12: this `retry` never takes effect: a `set` step's failures"),
+        "{warnings:?}"
+    );
+    assert!(
+        warnings[1].starts_with("w.yaml:11:12: this `retry` never takes effect: `max_attempts: 1`"),
+        "{warnings:?}"
+    );
+}
