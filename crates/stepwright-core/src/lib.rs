@@ -47,7 +47,7 @@ pub use config::{ArtifactCapture, Durability, EngineConfig};
 pub use context::StepContext;
 pub use definition::{
     Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnFailure,
-    OnMaxIterations, PathResult, Predicate, Verdict, Workflow, WorkflowBuilder, check_schema,
+    OnMaxIterations, PathResult, Predicate, SchemaError, Verdict, Workflow, WorkflowBuilder, check_schema,
 };
 pub use engine::owner::{is_dead_local_process, local_worker_id};
 pub use engine::{

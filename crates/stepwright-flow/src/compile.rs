@@ -268,6 +268,27 @@ struct Compiler {
 /// The names every expression over a run's scope may start from.
 const SCOPE_ROOTS: &[&str] = &["input", "steps", "run"];
 
+/// The item a JSON pointer names inside `node` (as deep as the file has it), and the
+/// pointer as a dotted path (`properties.x.type`).
+fn locate<'a>(node: &'a Item, pointer: &str) -> (&'a Item, String) {
+    let mut at = node;
+    let mut path = Vec::new();
+    for token in pointer.split('/').skip(1) {
+        let token = token.replace("~1", "/").replace("~0", "~");
+        let next = match &at.value {
+            Yaml::Map(_) => at.get(&token),
+            Yaml::Seq(items) => token.parse::<usize>().ok().and_then(|i| items.get(i)),
+            _ => None,
+        };
+        path.push(token);
+        match next {
+            Some(next) => at = next,
+            None => break,
+        }
+    }
+    (at, path.join("."))
+}
+
 /// The closest of `candidates` to `word` (for "did you mean" hints).
 fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     fn distance(a: &str, b: &str) -> usize {
@@ -433,7 +454,11 @@ impl Compiler {
     fn schema(&mut self, node: &Item, what: &str) -> Value {
         let schema = node.to_json();
         if let Err(why) = stepwright_core::check_schema(&schema) {
-            self.error(node.pos, format!("{what} is not a valid JSON Schema: {why}"));
+            // At the offending keyword's value (`type: strnig` on its own line), not at the
+            // schema's start; the path says where it is inside the schema.
+            let (at, path) = locate(node, &why.pointer);
+            let inside = if path.is_empty() { String::new() } else { format!(" (at `{path}`)") };
+            self.error(at.pos, format!("{what} is not a valid JSON Schema{inside}: {why}"));
         }
         schema
     }

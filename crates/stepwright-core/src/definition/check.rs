@@ -234,8 +234,21 @@ impl Checker {
 /// assert!(stepwright_core::check_schema(&json!({ "type": "object" })).is_ok());
 /// assert!(stepwright_core::check_schema(&json!({ "type": 12 })).is_err());
 /// ```
-pub fn check_schema(schema: &Value) -> Result<(), String> {
-    jsonschema::validator_for(schema).map(|_| ()).map_err(|e| e.to_string())
+pub fn check_schema(schema: &Value) -> Result<(), SchemaError> {
+    jsonschema::validator_for(schema)
+        .map(|_| ())
+        .map_err(|e| SchemaError { pointer: e.instance_path().to_string(), message: e.to_string() })
+}
+
+/// Why a value is not a valid JSON Schema, and where in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct SchemaError {
+    /// A JSON pointer to the offending keyword's value inside the schema (`/properties/x/type`),
+    /// empty for the schema itself: a loader places the problem there.
+    pub pointer: String,
+    /// What is wrong.
+    pub message: String,
 }
 
 /// Every way `value` breaks a compiled schema, each as `at /pointer: message` (`/` for the

@@ -14,8 +14,8 @@ mod paths;
 mod walk;
 
 use check::Checker;
-pub use check::check_schema;
 pub(crate) use check::schema_violations;
+pub use check::{SchemaError, check_schema};
 use describe::describe_nodes;
 pub(crate) use expr::Merge;
 pub use expr::{
