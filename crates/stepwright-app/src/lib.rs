@@ -24,7 +24,10 @@ use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};
 pub use stepwright_store::{OpenError, ServerStore, open};
-pub use view::{AwaitedView, ErrorView, ParentView, PendingView, QueuedView, RunDetails, StepView, run_details};
+pub use view::{
+    AwaitedView, ErrorView, ParentView, PendingView, QueuedView, RecomputeView, RunDetails, StepUsageChange, StepView,
+    UsageChange, recompute_view, run_details,
+};
 
 /// An engine over the store, with the store's sessions and memory for agent and memory
 /// steps, and its step cache (so a cached step is served across runs and processes).

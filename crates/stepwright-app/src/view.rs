@@ -257,3 +257,84 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
     }
     Ok(details)
 }
+
+/// A recompute as every front end shows it (`recompute --json` and `POST
+/// /v1/runs/{id}/recompute`): the engine's report, and what the run's model calls used and
+/// cost before and after, per step and in all.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, JsonSchema)]
+pub struct RecomputeView {
+    /// The engine's report: per step what changed, decisions, outputs.
+    #[serde(flatten)]
+    pub report: stepwright_core::RecomputeReport,
+    /// Model usage and cost, original against recomputed.
+    pub usage: UsageChange,
+}
+
+/// Model usage and cost of a run against its recompute.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, JsonSchema)]
+pub struct UsageChange {
+    /// The original run's, in all.
+    pub before: stepwright_llm::Totals,
+    /// The recompute's, in all (a step served from the journal counts what it cost then).
+    pub after: stepwright_llm::Totals,
+    /// Per step path whose usage differs, in the report's step order.
+    pub steps: Vec<StepUsageChange>,
+}
+
+/// One step's model usage before and after a recompute.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, JsonSchema)]
+pub struct StepUsageChange {
+    /// The step path (where its model calls were made).
+    pub path: String,
+    /// Before.
+    pub before: stepwright_llm::Totals,
+    /// After.
+    pub after: stepwright_llm::Totals,
+}
+
+/// The recompute `report` of a run whose events were `original_events`, with its usage
+/// change. A step served from the journal made no new call: it counts what it cost then, so
+/// only steps that ran again (or no longer run) change the totals.
+pub fn recompute_view(
+    report: stepwright_core::RecomputeReport,
+    original_events: &[stepwright_core::journal::EventRecord],
+) -> RecomputeView {
+    let (before_by_step, before) = stepwright_llm::rollup(original_events);
+    let (mut after_by_step, _) = stepwright_llm::rollup(&report.recomputed_events);
+    for step in &report.steps {
+        if step.change == stepwright_core::StepChange::Served
+            && let Some(kept) = before_by_step.get(step.path.as_str())
+        {
+            after_by_step.insert(step.path.as_str().to_owned(), *kept);
+        }
+    }
+    // Events made by the sandbox for served paths were already replaced above; a path
+    // that only the original has (its step no longer runs) counts zero after.
+    let mut paths: Vec<&String> = Vec::new();
+    let order: Vec<&str> = report.steps.iter().map(|s| s.path.as_str()).collect();
+    for path in before_by_step.keys().chain(after_by_step.keys()) {
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+    }
+    paths.sort_by_key(|p| order.iter().position(|o| o == p).unwrap_or(usize::MAX));
+    let steps: Vec<StepUsageChange> = paths
+        .into_iter()
+        .filter_map(|path| {
+            let (b, a) = (
+                before_by_step.get(path).copied().unwrap_or_default(),
+                after_by_step.get(path).copied().unwrap_or_default(),
+            );
+            (b != a).then(|| StepUsageChange { path: path.clone(), before: b, after: a })
+        })
+        .collect();
+    let mut after = stepwright_llm::Totals::default();
+    for totals in after_by_step.values() {
+        after.calls += totals.calls;
+        after.input_tokens += totals.input_tokens;
+        after.output_tokens += totals.output_tokens;
+        after.cost_usd += totals.cost_usd;
+        after.calls_without_usage += totals.calls_without_usage;
+    }
+    RecomputeView { report, usage: UsageChange { before, after, steps } }
+}

@@ -326,8 +326,8 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             query: None,
             responses: vec![(
                 200,
-                "What changed, step by step; `changed` gates CI as the CLI's exit code does.",
-                Some(schema::<stepwright_core::RecomputeReport>(g)),
+                "What changed, step by step; `changed` gates CI as the CLI's exit code does; `usage` compares the model calls' tokens and cost.",
+                Some(schema::<stepwright_app::RecomputeView>(g)),
                 JSON,
             )],
             errors: &[400, 403, 404, 413, 422],

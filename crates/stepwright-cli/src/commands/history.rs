@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use stepwright::{RecomputeReport, ReplayReport, RunId, RunStatus, StepPath};
+use stepwright::{ReplayReport, RunId, RunStatus, StepPath};
 
 use crate::commands::Globals;
 use crate::exit::BadInput;
@@ -26,8 +26,19 @@ pub(crate) fn print_replay(report: &ReplayReport, json: bool) -> anyhow::Result<
     if json {
         println!("{}", serde_json::to_string(report)?);
     } else {
+        // In the order the run reached its steps; a different output with what differs.
         for step in &report.steps {
             println!("{:<12} {}", format!("{:?}", step.outcome).to_lowercase(), step.path);
+            for line in &step.diff {
+                println!("    {line}");
+            }
+        }
+        if report.recorded_output != report.replayed_output {
+            println!(
+                "output       {} → {}",
+                value_or_none(&report.recorded_output),
+                value_or_none(&report.replayed_output)
+            );
         }
         println!("{}", if report.identical { "identical" } else { "changed" });
     }
@@ -58,7 +69,8 @@ pub(crate) async fn recompute(
     let workflow = stepwright::app::rebind_models(workflow, &rebind)?;
     let options = stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
     let report = cli_engine(&store, false).recompute(&workflow, run, options).await?;
-    print_recompute(&report, json)
+    let events = store.events(run).await?;
+    print_recompute(&stepwright::app::recompute_view(report, &events), json)
 }
 
 /// `--rebind NAME=OTHER` options, as the map the API's `models` takes.
@@ -73,9 +85,10 @@ pub(crate) fn parse_rebind(entries: &[String]) -> anyhow::Result<BTreeMap<String
 }
 
 /// Prints what a recompute found (local or from a server); exit 0 clean, 1 changed.
-pub(crate) fn print_recompute(report: &RecomputeReport, json: bool) -> anyhow::Result<u8> {
+pub(crate) fn print_recompute(view: &stepwright::app::RecomputeView, json: bool) -> anyhow::Result<u8> {
+    let report = &view.report;
     if json {
-        println!("{}", serde_json::to_string(report)?);
+        println!("{}", serde_json::to_string(view)?);
     } else {
         for step in &report.steps {
             match &step.change {
@@ -85,7 +98,14 @@ pub(crate) fn print_recompute(report: &RecomputeReport, json: bool) -> anyhow::R
                         println!("    {line}");
                     }
                 }
-                other => println!("{:<13} {}", change_name(other), step.path),
+                stepwright::StepChange::SchemaViolation { message } => {
+                    println!("schema_violation {}", step.path);
+                    println!("    {message}");
+                }
+                other => match &step.why {
+                    Some(why) => println!("{:<13} {} ({why})", change_name(other), step.path),
+                    None => println!("{:<13} {}", change_name(other), step.path),
+                },
             }
         }
         for decision in &report.decisions {
@@ -96,12 +116,35 @@ pub(crate) fn print_recompute(report: &RecomputeReport, json: bool) -> anyhow::R
                 value_or_none(&decision.after)
             );
         }
+        for step in &view.usage.steps {
+            println!("usage         {}: {}", step.path, usage_change(&step.before, &step.after));
+        }
+        let usage = &view.usage;
+        if usage.before.calls + usage.after.calls > 0 {
+            println!("usage         run: {}", usage_change(&usage.before, &usage.after));
+        }
         if let Some(forked) = report.forked {
             println!("kept as run {forked}");
         }
         println!("{}", if report.changed { "changed" } else { "clean" });
     }
     Ok(u8::from(report.changed))
+}
+
+/// `1200 → 900 tokens (-300), $0.0021 → $0.0009 (-$0.0012)`: model usage before and after.
+fn usage_change(before: &stepwright::llm::Totals, after: &stepwright::llm::Totals) -> String {
+    let tokens = |t: &stepwright::llm::Totals| t.input_tokens + t.output_tokens;
+    let delta = i128::from(tokens(after)) - i128::from(tokens(before));
+    let cost = after.cost_usd - before.cost_usd;
+    let sign = if cost < 0.0 { "-" } else { "+" };
+    format!(
+        "{} → {} tokens ({delta:+}), {} → {} ({sign}{})",
+        tokens(before),
+        tokens(after),
+        crate::progress::dollars(before.cost_usd),
+        crate::progress::dollars(after.cost_usd),
+        crate::progress::dollars(cost.abs())
+    )
 }
 
 /// `fork`: a new run from a run's history up to a step, with edits.

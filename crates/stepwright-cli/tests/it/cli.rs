@@ -545,7 +545,7 @@ fn recompute_answers_a_model_binding_with_another(target: &Target) {
     // The fake model takes any key: PATH is a variable every process has.
     let endpoint = format!("base_url: \"http://127.0.0.1:{port}/v1\", api_key_env: PATH");
     let source = format!(
-        "workflow: ask\nmodels:\n  smart: {{ provider: openai, model: gpt-big, {endpoint} }}\n  fast: {{ provider: openai, model: gpt-small, {endpoint} }}\nsteps:\n  - id: answer\n    llm: {{ model: smart, prompt: Who are you? }}\n"
+        "workflow: ask\nmodels:\n  smart: {{ provider: openai, model: gpt-big, {endpoint}, pricing: {{ input: 10, output: 30 }} }}\n  fast: {{ provider: openai, model: gpt-small, {endpoint}, pricing: {{ input: 1, output: 2 }} }}\nsteps:\n  - id: answer\n    llm: {{ model: smart, prompt: Who are you? }}\n"
     );
     write(dir, "ask.yaml", &source);
     let done = target.stepwright(&["run", "ask.yaml", "--json"]);
@@ -557,6 +557,16 @@ fn recompute_answers_a_model_binding_with_another(target: &Target) {
     let report: Value = serde_json::from_slice(&recomputed.stdout).unwrap();
     assert_eq!(report["recomputed_output"], "I am gpt-small", "{report}");
     assert_eq!(report["recorded_output"], "I am gpt-big", "{report}");
+    // The same tokens at the cheaper model's prices: the cost delta per step and in all.
+    let usage = &report["usage"];
+    let cost = |totals: &Value| totals["cost_usd"].as_f64().unwrap();
+    assert_eq!(usage["steps"][0]["path"], "answer", "{report}");
+    assert!((cost(&usage["before"]) - 0.00022).abs() < 1e-9, "10 in, 4 out at $10/$30: {report}");
+    assert!((cost(&usage["after"]) - 0.000018).abs() < 1e-9, "at $1/$2: {report}");
+    assert_eq!(usage["after"]["input_tokens"], 10, "{report}");
+    let text = target.stepwright(&["recompute", &run, "--rebind", "smart=fast"]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("usage         answer: 14 → 14 tokens (+0), $0.0002 → $0.000018 (-$0.0002)"), "{text}");
     for (rebind, expect) in [
         ("smart", "--rebind \"smart\": expected NAME=OTHER"),
         ("smart=slow", "\"smart\" cannot be answered by \"slow\": no model is bound to it (bound: fast, smart)"),
@@ -566,7 +576,7 @@ fn recompute_answers_a_model_binding_with_another(target: &Target) {
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(stderr.contains(expect), "{rebind}: {stderr}");
     }
-    assert_eq!(model.served(), 2, "the run and the recompute; nothing refused called a model");
+    assert_eq!(model.served(), 3, "the run and two recomputes; nothing refused called a model");
 }
 
 fn replay_recompute_and_fork_from_the_command_line(target: &Target) {

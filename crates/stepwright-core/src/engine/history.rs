@@ -51,6 +51,10 @@ pub struct StepComparison {
     pub recorded: Option<ContentHash>,
     /// The replayed output's hash.
     pub replayed: Option<ContentHash>,
+    /// For a different output: the structural differences, as `pointer: before → after`
+    /// lines (arrays matched by the step's `diff_key` when it has one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diff: Vec<String>,
 }
 
 /// What a replay found.
@@ -58,7 +62,8 @@ pub struct StepComparison {
 pub struct ReplayReport {
     /// The run replayed.
     pub run: RunId,
-    /// Every step, in path order.
+    /// Every step, in the order the original run first reached it (steps only the replay
+    /// reached after them, in its order).
     pub steps: Vec<StepComparison>,
     /// The original run's output.
     pub recorded_output: Option<Value>,
@@ -100,6 +105,9 @@ pub struct RecomputedStep {
     /// What changed.
     #[serde(flatten)]
     pub change: StepChange,
+    /// Why a step was served or is missing, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// A decision (branch arm, map items, loop verdict, graph edge) that came out differently.
@@ -128,7 +136,8 @@ pub struct RecomputeOptions {
 pub struct RecomputeReport {
     /// The run recomputed.
     pub run: RunId,
-    /// Every step, in path order.
+    /// Every step, in the order the original run first reached it (steps only the
+    /// recompute reached after them, in its order).
     pub steps: Vec<RecomputedStep>,
     /// Decisions that changed.
     pub decisions: Vec<DecisionChange>,
@@ -140,6 +149,22 @@ pub struct RecomputeReport {
     pub forked: Option<RunId>,
     /// Whether anything changed (a value, a schema violation, a decision, the output).
     pub changed: bool,
+    /// The events the recompute emitted (in its sandbox): what a host reads the new model
+    /// calls' usage and cost from, to compare with the original run's. Not serialized.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub recomputed_events: Vec<crate::journal::EventRecord>,
+}
+
+/// The step paths `keep` accepts, in the order `first` (the original journal) reaches them,
+/// then those only `then` (the re-execution's journal) reaches, in its order.
+fn execution_order<'a>(
+    first: &'a [crate::journal::JournalEntry],
+    then: &'a [crate::journal::JournalEntry],
+    keep: impl Fn(&StepPath) -> bool,
+) -> Vec<&'a StepPath> {
+    let mut seen = std::collections::HashSet::new();
+    first.iter().chain(then).map(|e| &e.path).filter(|p| keep(p) && seen.insert(*p)).collect()
 }
 
 /// Structural differences between two JSON values, as `pointer: before → after` lines.
@@ -296,9 +321,11 @@ impl Engine {
                 || original.entries.iter().any(|e| &e.path == path && matches!(e.record, Record::Intent { .. }))
                     && !journal.iter().any(|e| &e.path == path && matches!(e.record, Record::Intent { .. }))
         };
-        let mut paths: Vec<&StepPath> = recorded.keys().chain(after.keys()).chain(violations.keys()).collect();
-        paths.sort();
-        paths.dedup();
+        let paths = execution_order(&original.entries, &journal, |p| {
+            recorded.contains_key(p) || after.contains_key(p) || violations.contains_key(p)
+        });
+        let decisions_changed =
+            decided_before.iter().any(|(p, c)| !prefix.contains(p) && decided_after.get(p) != Some(c));
         let steps: Vec<RecomputedStep> = paths
             .into_iter()
             .map(|path| {
@@ -321,7 +348,27 @@ impl Engine {
                         (None, _) => StepChange::Added,
                     }
                 };
-                RecomputedStep { path: path.clone(), change }
+                let why = match &change {
+                    StepChange::Served if prefix.contains(path) => {
+                        Some("recorded before the step the recompute starts from".to_owned())
+                    }
+                    StepChange::Served => Some(
+                        "a write or external step that is not safe_to_retry: its recorded effect is not repeated"
+                            .to_owned(),
+                    ),
+                    StepChange::Missing if !workflow.unknown_paths([path.as_str()]).is_empty() => {
+                        Some("the new definition has no step here".to_owned())
+                    }
+                    StepChange::Missing if report.status != crate::journal::RunStatus::Completed => {
+                        Some(format!("not reached: the recompute ended {} before it", report.status.as_str()))
+                    }
+                    StepChange::Missing if decisions_changed => {
+                        Some("not reached: a decision went another way (see the decisions)".to_owned())
+                    }
+                    StepChange::Missing => Some("not reached by the recompute".to_owned()),
+                    _ => None,
+                };
+                RecomputedStep { path: path.clone(), change, why }
             })
             .collect();
         let mut decision_paths: Vec<&StepPath> = decided_before.keys().chain(decided_after.keys()).collect();
@@ -352,6 +399,7 @@ impl Engine {
             recomputed_output: report.output,
             forked,
             changed,
+            recomputed_events: sandbox_store.events(run).await.map_err(EngineError::store(run))?,
         })
     }
 
@@ -425,9 +473,10 @@ impl Engine {
             .filter(|e| matches!(e.record, Record::Intent { .. }))
             .map(|e| e.path.clone())
             .collect();
-        let mut paths: Vec<&StepPath> = recorded.keys().chain(replayed.keys()).collect();
-        paths.sort();
-        paths.dedup();
+        let sandbox = sandbox_store.load(run).await.map_err(EngineError::store(run))?;
+        let paths = execution_order(&original.entries, &replayed_journal, |p| {
+            recorded.contains_key(p) || replayed.contains_key(p)
+        });
         let steps: Vec<StepComparison> = paths
             .into_iter()
             .map(|path| {
@@ -439,7 +488,17 @@ impl Engine {
                     (Some(_), None) => StepReplay::Missing,
                     (None, _) => StepReplay::Added,
                 };
-                StepComparison { path: path.clone(), outcome, recorded: before, replayed: after }
+                let diff = match (outcome, before, after) {
+                    (StepReplay::Different, Some(a), Some(b)) => {
+                        let key = workflow.diff_key_at(path.as_str());
+                        match (original.blobs.get(&a), sandbox.blobs.get(&b)) {
+                            (Some(x), Some(y)) => json_diff(x, y, key.as_deref()),
+                            _ => vec![format!("output {a} → {b}")],
+                        }
+                    }
+                    _ => Vec::new(),
+                };
+                StepComparison { path: path.clone(), outcome, recorded: before, replayed: after, diff }
             })
             .collect();
         let identical = original.record.output == report.output

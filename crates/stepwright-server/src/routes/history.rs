@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use stepwright_app::RunDetails;
-use stepwright_core::{ForkPatch, RecomputeOptions, RecomputeReport, ReplayReport, StepPath};
+use stepwright_core::{ForkPatch, RecomputeOptions, ReplayReport, StepPath};
 
 use super::runs::{audit, wait_and_read, wait_for};
 use super::workflows::not_registered;
@@ -61,13 +61,14 @@ pub(crate) struct RecomputeRun {
 
 /// `POST /v1/runs/{id}/recompute` (operator): re-executes the run (or from a step) in a
 /// sandbox and reports per step `clean`, `value_changed` (with the differences) or
-/// `schema_violation`, the decisions that changed, and whether anything did.
+/// `schema_violation`, the decisions that changed, whether anything did, and the model
+/// usage and cost before and after.
 pub(crate) async fn recompute(
     State(shared): State<Arc<Shared>>,
     who: Principal,
     Path(id): Path<String>,
     OptionalBody(body): OptionalBody<RecomputeRun>,
-) -> Result<Json<RecomputeReport>, ApiError> {
+) -> Result<Json<stepwright_app::RecomputeView>, ApiError> {
     who.require(Role::Operator)?;
     let run = parse_run(&id)?;
     let record = run_in_namespace(&shared, &who, run).await?;
@@ -89,7 +90,9 @@ pub(crate) async fn recompute(
             json!({ "parent": run.to_string(), "from": body.from, "version": body.version, "models": body.models });
         audit(&shared, &who, "run.recomputed", forked.to_string(), detail).await?;
     }
-    Ok(Json(report))
+    let events =
+        shared.engine.store().events(run).await.map_err(|e| ApiError::from(stepwright_app::AppError::Store(e)))?;
+    Ok(Json(stepwright_app::recompute_view(report, &events)))
 }
 
 /// A fork.
