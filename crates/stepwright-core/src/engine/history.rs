@@ -545,6 +545,21 @@ impl Engine {
                 "step `{missing}` did not complete before `{at}`, so its output cannot be set"
             )));
         }
+        // A step inside an operator that also completed before the fork point: the
+        // operator's recorded output (what later steps read) still holds the old value, so
+        // the edit would change nothing. Said, not ignored.
+        for path in patch.outputs.keys().map(|p| StepPath::new(p)) {
+            let enclosing = entries
+                .iter()
+                .find(|e| matches!(e.record, Record::Completed { .. }) && e.path != path && path.starts_with(&e.path));
+            if let Some(enclosing) = enclosing {
+                return Err(invalid(format!(
+                    "step `{path}` is inside `{}`, which completed before `{at}` and keeps its recorded output: \
+                     set `{}` instead, or fork at a step inside `{}`",
+                    enclosing.path, enclosing.path, enclosing.path
+                )));
+            }
+        }
         let now = self.inner.clock.now();
         let id = RunId::from_parts(now, self.inner.entropy.bytes10());
         let record = RunRecord {

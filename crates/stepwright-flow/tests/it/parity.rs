@@ -249,3 +249,28 @@ fn a_retry_that_cannot_take_effect_is_warned_about() {
         "{warnings:?}"
     );
 }
+
+/// `fork` with a nested step's output: taken where its enclosing operator runs again
+/// after the fork point (the edit reaches what follows), refused with the enclosing step
+/// named where that operator already completed (the edit would change nothing).
+#[tokio::test]
+async fn a_fork_sets_a_nested_output_or_says_why_it_cannot() {
+    let source = "workflow: nested\nsteps:\n  - id: each\n    loop:\n      max_iterations: 2\n      steps:\n        \
+                  - id: draft\n          set: \"d{{ loop.iteration }}\"\n        - id: shout\n          set: \"{{ steps.draft.output | upper }}\"\n  \
+                  - id: after\n    set: \"{{ steps.each.output }}!\"\n";
+    let workflow = load_str(source, "nested.yaml").unwrap();
+    let engine = engine();
+    let report = engine.start(&workflow, json!(null)).await.unwrap();
+    assert_eq!(report.output, Some(json!("D2!")));
+    let patch = |path: &str| stepwright_core::ForkPatch {
+        input: None,
+        outputs: [(path.to_owned(), json!("x"))].into_iter().collect(),
+    };
+    let at = stepwright_core::StepPath::new("each#2/shout");
+    let fork = engine.fork(report.run_id, &at, patch("each#2/draft")).await.unwrap();
+    let resumed = engine.resume(&workflow, fork.id).await.unwrap();
+    assert_eq!(resumed.output, Some(json!("X!")), "the edit reached the steps after it");
+    let refused = engine.fork(report.run_id, &stepwright_core::StepPath::new("after"), patch("each#2/draft")).await;
+    let error = refused.unwrap_err().to_string();
+    assert!(error.contains("step `each#2/draft` is inside `each`, which completed before `after`"), "{error}");
+}
