@@ -23,10 +23,11 @@ pub use error::AppError;
 use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};
+pub use stepwright_llm::Totals;
 pub use stepwright_store::{OpenError, ServerStore, open};
 pub use view::{
     AwaitedView, ErrorView, ParentView, PendingView, QueuedView, RecomputeView, RunDetails, StepUsageChange, StepView,
-    UsageChange, recompute_view, run_details,
+    UsageChange, recompute_view, run_details, usage_of,
 };
 
 /// An engine over the store, with the store's sessions and memory for agent and memory

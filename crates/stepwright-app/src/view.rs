@@ -338,3 +338,17 @@ pub fn recompute_view(
     }
     RecomputeView { report, usage: UsageChange { before, after, steps } }
 }
+
+/// What each of `runs` used of models and cost, in order (reading each run's events, a few
+/// at a time): the cost column of a run listing.
+pub async fn usage_of(
+    store: &dyn stepwright_core::Store,
+    runs: &[RunId],
+) -> Result<Vec<stepwright_llm::Totals>, AppError> {
+    use futures_util::{StreamExt, TryStreamExt};
+    futures_util::stream::iter(runs.iter().copied())
+        .map(|run| async move { Ok::<_, AppError>(stepwright_llm::rollup(&store.events(run).await?).1) })
+        .buffered(8)
+        .try_collect()
+        .await
+}

@@ -183,27 +183,31 @@ pub(crate) fn shortened(text: &str, width: usize) -> String {
     format!("{}…", text.chars().take(width - 1).collect::<String>())
 }
 
-/// `HH:MM:SS.mmm` (UTC) of a timestamp, for the text form of the event log.
 /// The header of `runs list`'s table.
 pub(crate) fn print_list_header() {
-    println!("{:<38} {:<24} {:<10} {:<19} {:>9}  OWNER", "RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION");
+    println!(
+        "{:<38} {:<24} {:<10} {:<19} {:>9} {:>10}  OWNER",
+        "RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "COST"
+    );
 }
 
 /// A row of `runs list`: the duration is the run's whole life so far (to its end, once it
-/// has finished).
+/// has finished); the cost is its model calls' so far (`-` when it made none).
 pub(crate) fn print_list_row(
     run: &str,
     workflow: &str,
     status: RunStatus,
     (created, updated): (stepwright::Timestamp, stepwright::Timestamp),
+    usage: Option<&stepwright::llm::Totals>,
     owner: &str,
 ) {
+    let cost = usage.filter(|u| u.calls > 0).map_or_else(|| "-".to_owned(), |u| progress::dollars(u.cost_usd));
     let end = if status.is_terminal() { updated } else { crate::host::wall_now() };
     let lived = std::time::Duration::from_micros(u64::try_from(end.as_micros() - created.as_micros()).unwrap_or(0));
     let created = chrono::DateTime::from_timestamp_micros(created.as_micros())
         .map_or_else(String::new, |t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M:%S").to_string());
     println!(
-        "{run:<38} {workflow:<24} {:<10} {created:<19} {:>9}  {owner}",
+        "{run:<38} {workflow:<24} {:<10} {created:<19} {:>9} {cost:>10}  {owner}",
         status.as_str(),
         progress::duration(lived)
     );

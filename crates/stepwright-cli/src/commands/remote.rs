@@ -301,7 +301,7 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             if limit == 0 {
                 return Err(anyhow!(BadInput("--limit must be at least 1".into())));
             }
-            let mut query = vec![format!("limit={limit}")];
+            let mut query = vec![format!("limit={limit}"), "usage=true".to_owned()];
             if let Some(status) = status {
                 query.push(format!("status={}", status.as_str()));
             }
@@ -317,7 +317,7 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                 for run in &runs {
                     println!(
                         "{}",
-                        json!({ "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"], "created_at": run["created_at"], "updated_at": run["updated_at"], "owner": run["owner"], "lease_expires_at": run["lease_expires_at"] })
+                        json!({ "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"], "created_at": run["created_at"], "updated_at": run["updated_at"], "owner": run["owner"], "lease_expires_at": run["lease_expires_at"], "usage": run["usage"] })
                     );
                 }
             } else {
@@ -331,11 +331,13 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                         .zip(run["lease_expires_at"].as_i64().map(stepwright::Timestamp::from_micros));
                     let time =
                         |field: &str| stepwright::Timestamp::from_micros(run[field].as_i64().unwrap_or_default());
+                    let usage: Option<stepwright::llm::Totals> = serde_json::from_value(run["usage"].clone()).ok();
                     print_list_row(
                         run["run_id"].as_str().unwrap_or_default(),
                         run["workflow"].as_str().unwrap_or_default(),
                         status,
                         (time("created_at"), time("updated_at")),
+                        usage.as_ref(),
                         &owner_text_of(status, lease, now),
                     );
                 }

@@ -88,8 +88,10 @@ pub(crate) async fn list(
     let more = runs.len() > limit;
     runs.truncate(limit);
     let now = wall_now();
+    let ids: Vec<stepwright::RunId> = runs.iter().map(|run| run.id).collect();
+    let usage = stepwright::app::usage_of(store.as_ref(), &ids).await?;
     if json {
-        for run in &runs {
+        for (run, usage) in runs.iter().zip(&usage) {
             println!(
                 "{}",
                 json!({
@@ -100,14 +102,15 @@ pub(crate) async fn list(
                     "updated_at": run.updated_at,
                     "owner": run.lease.as_ref().map(|l| &l.owner),
                     "lease_expires_at": run.lease.as_ref().map(|l| l.expires_at),
+                    "usage": usage,
                 })
             );
         }
     } else {
         print_list_header();
-        for run in &runs {
+        for (run, usage) in runs.iter().zip(&usage) {
             let times = (run.created_at, run.updated_at);
-            print_list_row(&run.id.to_string(), &run.workflow, run.status, times, &owner_text(run, now));
+            print_list_row(&run.id.to_string(), &run.workflow, run.status, times, Some(usage), &owner_text(run, now));
         }
     }
     if more && let Some(last) = runs.last() {

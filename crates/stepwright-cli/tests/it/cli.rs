@@ -154,16 +154,17 @@ fn runs_list_and_show_read_the_store(target: &Target) {
     assert_eq!(&hello[4..6], ["-", "-"], "no model calls: {table}");
     assert!(lines[2].ends_with(&format!(r#""Hello, {}…"#, "b".repeat(39))), "{table}");
 
-    // The runs table: created (local time) and how long each run lived, aligned.
+    // The runs table: created (local time), how long each run lived and its cost, aligned.
     let listed = String::from_utf8_lossy(&target.stepwright(&["runs", "list"]).stdout).into_owned();
     let rows: Vec<&str> = listed.lines().collect();
     let header: Vec<&str> = rows[0].split_whitespace().collect();
-    assert_eq!(header, ["RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "OWNER"], "{listed}");
+    assert_eq!(header, ["RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "COST", "OWNER"], "{listed}");
     let created = rows[0].find("CREATED").unwrap();
     for row in &rows[1..] {
         assert!(row[created..].starts_with("20"), "aligned under CREATED: {listed}");
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert!(cells[5].ends_with("ms") || cells[5].ends_with('s'), "a duration: {listed}");
+        assert_eq!(cells[6], "-", "no model calls, no cost: {listed}");
     }
     assert_eq!(rows.len(), 3, "two runs: {listed}");
 }
@@ -564,6 +565,11 @@ fn recompute_answers_a_model_binding_with_another(target: &Target) {
     assert!((cost(&usage["before"]) - 0.00022).abs() < 1e-9, "10 in, 4 out at $10/$30: {report}");
     assert!((cost(&usage["after"]) - 0.000018).abs() < 1e-9, "at $1/$2: {report}");
     assert_eq!(usage["after"]["input_tokens"], 10, "{report}");
+    // `runs list` has the run's cost: 10 in, 4 out at $10/$30 per million.
+    let listed = String::from_utf8_lossy(&target.stepwright(&["runs", "list"]).stdout).into_owned();
+    let row = listed.lines().find(|line| line.starts_with(&run)).unwrap_or_else(|| panic!("{listed}"));
+    assert!(listed.lines().next().unwrap().contains(" COST "), "{listed}");
+    assert_eq!(row.split_whitespace().nth(6), Some("$0.0002"), "{listed}");
     let text = target.stepwright(&["recompute", &run, "--rebind", "smart=fast"]);
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(text.contains("usage         answer: 14 → 14 tokens (+0), $0.0002 → $0.000018 (-$0.0002)"), "{text}");

@@ -230,6 +230,9 @@ pub(crate) struct ListRuns {
     /// Only runs forked from this run.
     #[serde(default)]
     pub parent: Option<String>,
+    /// Include each run's model usage and cost (`usage`), read from its events.
+    #[serde(default)]
+    pub usage: Option<bool>,
 }
 
 /// A page of runs.
@@ -264,6 +267,9 @@ pub(crate) struct RunSummary {
     /// The run it was forked from, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_run_id: Option<String>,
+    /// Its model usage and cost so far, when asked for (`usage=true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<stepwright_app::Totals>,
 }
 
 /// `GET /v1/runs`: the namespace's runs, newest first, paged.
@@ -305,6 +311,14 @@ pub(crate) async fn list(
     let more = runs.len() > limit;
     runs.truncate(limit);
     let next_cursor = more.then(|| runs.last().map(|run| run.id.to_string())).flatten();
+    let mut usage = match query.usage {
+        Some(true) => {
+            let ids: Vec<RunId> = runs.iter().map(|run| run.id).collect();
+            stepwright_app::usage_of(shared.store.as_ref(), &ids).await?.into_iter().map(Some).collect()
+        }
+        _ => vec![None; runs.len()],
+    }
+    .into_iter();
     let runs = runs
         .into_iter()
         .map(|run| {
@@ -318,6 +332,7 @@ pub(crate) async fn list(
                 lease_expires_at: lease.as_ref().map(|lease| lease.expires_at.as_micros()),
                 owner: lease.map(|lease| lease.owner),
                 parent_run_id: run.parent.map(|parent| parent.run.to_string()),
+                usage: usage.next().flatten(),
             }
         })
         .collect();
