@@ -43,6 +43,8 @@ struct Conversation {
     problems: Vec<String>,
     /// Escalations opened so far (names each one's interrupt).
     escalations: u32,
+    /// How many times `on_stuck: retry` told the model it was stuck.
+    nudges: u32,
     /// The previous model call and how many messages it was sent, so each call's input
     /// artifact holds only what is new; `None` after a handoff rewrote the history.
     earlier: Option<(String, usize)>,
@@ -203,6 +205,23 @@ impl Conversation {
         );
         match self.agent.on_stuck {
             OnStuck::Fail => Err(stuck),
+            OnStuck::Retry if self.nudges < super::spec::STUCK_RETRIES => {
+                // The same words at the same turn on every replay: the conversation a resume
+                // rebuilds is the one the model saw.
+                self.nudges += 1;
+                self.messages.push(Message::user(format!(
+                    "You have made {} attempt(s) in a row without a successful tool call. Step back, reconsider \
+                     the task and the tools you have, and try a different approach.",
+                    self.since_success
+                )));
+                self.since_success = 0;
+                Ok(Turn::Again)
+            }
+            OnStuck::Retry => {
+                let mut error = stuck;
+                error.message.push_str(&format!(" again, after {} retries", self.nudges));
+                Err(error)
+            }
             OnStuck::Stop => {
                 let answer = Value::String(response.content.clone());
                 run.completed_event(&self.agent, &self.prefix, self.iterations, &answer);
@@ -261,6 +280,7 @@ impl AgentRun<'_> {
                 repairs: 0,
                 problems: Vec::new(),
                 escalations: 0,
+                nudges: 0,
                 earlier: None,
                 offered,
                 targets,

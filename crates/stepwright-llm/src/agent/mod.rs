@@ -21,7 +21,7 @@ mod conversation;
 mod spec;
 mod tools;
 
-pub use spec::{AgentHooks, AgentSpec, Agents, Budget, HookEvent, OnStuck};
+pub use spec::{AgentHooks, AgentSpec, Agents, Budget, HookEvent, OnStuck, STUCK_RETRIES};
 
 use crate::memory::Sessions;
 use crate::models::Models;

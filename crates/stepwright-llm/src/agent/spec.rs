@@ -22,7 +22,13 @@ pub enum OnStuck {
     /// Ask a person (an approval interrupt): approve to go on, modify with guidance (a
     /// string, or `{ "guidance": … }`) that the model is shown, reject to fail.
     Escalate,
+    /// Tell the model it is stuck and let it try another way (at most
+    /// [`STUCK_RETRIES`] times in one step; stuck once more, it fails with `agent_stuck`).
+    Retry,
 }
+
+/// How many times `on_stuck: retry` nudges a stuck agent before it fails.
+pub const STUCK_RETRIES: u32 = 2;
 
 /// Limits on what one agent step (with everything it delegates to) may spend. Exceeding
 /// any is `budget_exceeded`.

@@ -401,6 +401,22 @@ async fn a_stuck_agent_fails_stops_or_escalates_to_a_person() {
     assert_eq!(done.status, RunStatus::Completed, "{:?}", done.error);
     assert_eq!(done.output, Some(json!("following Guidance from a person: try the archive")));
     assert_eq!(model.requests().len(), 3, "the two calls before the escalation were served on resume");
+
+    // Retry: the model is told it is stuck and tries again, twice; stuck a third time, it fails.
+    let (engine, flow, model) = start(OnStuck::Retry, Arc::new(InMemoryStore::new()));
+    let report = engine.start(&flow, json!("find it")).await.unwrap();
+    let error = report.error.unwrap();
+    assert_eq!(error.code, AGENT_STUCK);
+    assert!(error.message.ends_with("again, after 2 retries"), "{}", error.message);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 6, "three stuck spells of two iterations");
+    let nudged = |request: &ChatRequest| {
+        request
+            .messages
+            .iter()
+            .any(|m| matches!(m, Message::User { content } if content.contains("try a different approach")))
+    };
+    assert!(!nudged(&requests[1]) && nudged(&requests[2]) && nudged(&requests[5]), "nudged after each spell");
 }
 
 #[tokio::test]
