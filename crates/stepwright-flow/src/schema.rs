@@ -515,6 +515,9 @@ struct Tool {
     description: Option<String>,
     /// A JSON Schema of its arguments.
     input: Option<Value>,
+    /// A JSON Schema its result must match (else the call fails with `output_validation`,
+    /// an error result for an agent).
+    output: Option<Value>,
     /// The program and its arguments.
     command: Option<Vec<String>>,
     http: Option<HttpCall>,

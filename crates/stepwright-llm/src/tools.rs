@@ -46,6 +46,9 @@ pub struct ToolDef {
     pub needs_approval: bool,
     /// How long a call may take.
     pub timeout: Option<Duration>,
+    /// The JSON Schema its result must match (a result that does not is the call's
+    /// `output_validation` failure, which an agent sees as an error result).
+    pub output_schema: Option<Value>,
 }
 
 impl ToolDef {
@@ -60,7 +63,15 @@ impl ToolDef {
             safe_to_retry: false,
             needs_approval: false,
             timeout: None,
+            output_schema: None,
         }
+    }
+
+    /// Sets the schema its result must match.
+    #[must_use]
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = Some(schema);
+        self
     }
 
     /// Sets the argument schema.
@@ -129,6 +140,8 @@ pub trait Tool: Send + Sync + 'static {
 struct Registered {
     tool: Arc<dyn Tool>,
     validator: jsonschema::Validator,
+    /// The tool's `output_schema`, compiled.
+    output_validator: Option<jsonschema::Validator>,
     model_name: String,
 }
 
@@ -211,7 +224,14 @@ impl Tools {
         }
         let validator = jsonschema::validator_for(&def.input_schema)
             .map_err(|e| RegisterError::BadSchema(name.clone(), e.to_string()))?;
-        self.by_name.insert(name, Arc::new(Registered { tool, validator, model_name }));
+        let output_validator = def
+            .output_schema
+            .as_ref()
+            .map(|schema| {
+                jsonschema::validator_for(schema).map_err(|e| RegisterError::BadSchema(name.clone(), e.to_string()))
+            })
+            .transpose()?;
+        self.by_name.insert(name, Arc::new(Registered { tool, validator, output_validator, model_name }));
         Ok(())
     }
 
@@ -261,13 +281,22 @@ impl Tools {
         }
         let def = registered.tool.def();
         let call = registered.tool.invoke(cx, args);
-        match def.timeout {
+        let result = match def.timeout {
             Some(limit) => tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
                 Err(StepError::new(TOOL_TIMEOUT, format!("tool {name:?} did not finish within {limit:?}"))
                     .retryable(true))
             }),
             None => call.await,
+        }?;
+        if let Some(validator) = &registered.output_validator
+            && let Err(problems) = check(validator, &result)
+        {
+            return Err(StepError::new(
+                ErrorCode::OUTPUT_VALIDATION,
+                format!("the result of tool {name:?} does not match its output schema: {}", problems.join("; ")),
+            ));
         }
+        Ok(result)
     }
 }
 

@@ -68,8 +68,19 @@ const MODEL_FIELDS: &[&str] = &[
     "requests_per_minute",
     "tokens_per_minute",
 ];
-const TOOL_FIELDS: &[&str] =
-    &["description", "input", "command", "http", "effect", "safe_to_retry", "needs_approval", "timeout", "cwd", "env"];
+const TOOL_FIELDS: &[&str] = &[
+    "description",
+    "input",
+    "output",
+    "command",
+    "http",
+    "effect",
+    "safe_to_retry",
+    "needs_approval",
+    "timeout",
+    "cwd",
+    "env",
+];
 const LLM_FIELDS: &[&str] =
     &["model", "prompt", "messages", "system", "temperature", "top_p", "max_tokens", "stop", "repair_turns", "stream"];
 
@@ -227,6 +238,9 @@ impl Compiler {
             let description = node.get("description").and_then(|d| self.string(d, "`description`")).unwrap_or_default();
             let mut def = ToolDef::new(name, &description);
             let before = self.diagnostics.len();
+            if let Some(schema) = node.get("output") {
+                def = def.output_schema(self.schema(schema, "the tool's `output`"));
+            }
             if let Some(schema) = node.get("input") {
                 def = def.input_schema(self.schema(schema, "the tool's `input`"));
             }

@@ -274,3 +274,21 @@ async fn a_fork_sets_a_nested_output_or_says_why_it_cannot() {
     let error = refused.unwrap_err().to_string();
     assert!(error.contains("step `each#2/draft` is inside `each`, which completed before `after`"), "{error}");
 }
+
+/// A tool's `output` schema checks every result it gives: one that does not match fails the
+/// call with `output_validation`.
+#[tokio::test]
+async fn a_tools_output_schema_checks_its_results() {
+    let source = |prints: &str| {
+        format!(
+            "workflow: checked\ntools:\n  lookup:\n    description: d\n    command: [printf, '{prints}']\n    effect: read\n    \
+             output: {{ type: object, required: [id] }}\nsteps:\n  - id: get\n    tool: lookup\n    with: {{}}\n"
+        )
+    };
+    let fine = run(&source(r#"{"id": 7}"#), json!(null)).await;
+    assert_eq!((fine.status, fine.output), (RunStatus::Completed, Some(json!({ "id": 7 }))));
+    let bad = run(&source(r#"{"name": "x"}"#), json!(null)).await;
+    let error = bad.error.unwrap();
+    assert_eq!(error.code.to_string(), "output_validation");
+    assert!(error.message.contains("the result of tool \"lookup\" does not match its output schema"), "{error}");
+}
