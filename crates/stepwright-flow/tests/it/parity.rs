@@ -17,21 +17,30 @@ async fn run(source: &str, input: Value) -> stepwright_core::RunReport {
     engine().start(&workflow, input).await.unwrap()
 }
 
-const FAILING: &str = r#"
-workflow: fallback
-tools:
+/// A tool that always fails (exit 3), for the tests that need a failing step.
+macro_rules! failing_tool {
+    () => {
+        r#"tools:
   fail:
     description: Always fails
     command: [sh, -c, "exit 3"]
     effect: read
-steps:
+"#
+    };
+}
+
+const FAILING: &str = concat!(
+    "\nworkflow: fallback\n",
+    failing_tool!(),
+    r#"steps:
   - id: fetch
     tool: fail
     with: {}
 POLICY
   - id: after
     set: "got {{ steps.fetch.output }}"
-"#;
+"#
+);
 
 /// The fallback steps run in the failed step's place, with its input, and their output is
 /// the step's; without `on_failure: fallback` the run fails.
@@ -74,14 +83,10 @@ async fn a_spawned_workflow_is_cancelled_at_its_timeout() {
 /// the same over its items.
 #[tokio::test]
 async fn a_merge_makes_the_output_of_a_fork_and_a_map_from_their_results() {
-    let fork = r#"
-workflow: merged
-tools:
-  fail:
-    description: Always fails
-    command: [sh, -c, "exit 3"]
-    effect: read
-steps:
+    let fork = concat!(
+        "\nworkflow: merged\n",
+        failing_tool!(),
+        r#"steps:
   - id: both
     fork:
       mode: settle
@@ -92,7 +97,8 @@ steps:
             tool: fail
             with: {}
 MERGE
-"#;
+"#
+    );
     let merge = "      merge: \"{{ results | map(attribute='status') | join(',') }}\"\n";
     let report = run(&fork.replace("MERGE\n", merge), json!(null)).await;
     assert_eq!((report.status, report.output), (RunStatus::Completed, Some(json!("completed,failed"))));
