@@ -1,5 +1,6 @@
-//! How an engine behaves: durability, artifact capture, in-process waits, leases, polls, and
-//! what a step's cache is kept in (see `store::cache`). Read by the recorder and the executor; set by whoever builds the engine.
+//! How an engine behaves: durability, artifact capture, in-process waits, leases and polls.
+//! Read by the recorder and the executor; set by whoever builds the engine. (The step cache
+//! is a store seam: `store::cache`.)
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::error::StepError;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
-use crate::journal::{Choice, LoadedRun, RunStatus};
+use crate::journal::{Choice, LoadedRun, Record, RunStatus};
 use crate::outcome::InterruptKind;
 use crate::recording::ReplayIndex;
 
@@ -69,10 +69,18 @@ pub(super) fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> Run
     let mut pending = Vec::new();
     let mut awaiting = Vec::new();
     if let Ok(index) = ReplayIndex::from_loaded(loaded) {
+        // A wait that took its message, or ended otherwise (timed out and skipped), waits
+        // no more.
+        let ended: std::collections::HashSet<&StepPath> = loaded
+            .entries
+            .iter()
+            .filter(|e| matches!(e.record, Record::Completed { .. } | Record::Failed { .. } | Record::Skipped { .. }))
+            .map(|e| &e.path)
+            .collect();
         for (path, choice) in index.choices() {
             if let Choice::Due { at, event: Some(event), .. } = choice {
                 let step = StepPath::new(path.owning_step());
-                if index.choice(&step.join("@message")).is_none() {
+                if index.choice(&step.join("@message")).is_none() && !ended.contains(&step) {
                     awaiting.push(AwaitedEvent { step, event: event.clone(), until: *at });
                 }
             }

@@ -298,3 +298,15 @@ async fn a_tools_output_schema_checks_its_results() {
     assert_eq!(error.code.to_string(), "output_validation");
     assert!(error.message.contains("the result of tool \"lookup\" does not match its output schema"), "{error}");
 }
+
+/// A wait that timed out (and was skipped) is no longer reported as awaited, while the run
+/// waits on something else.
+#[tokio::test]
+async fn a_wait_that_ended_is_not_awaited() {
+    let source = "workflow: w\nsteps:\n  - id: paid\n    wait: { event: payment, timeout: 50ms }\n    on_failure: skip\n  \
+                  - id: ok\n    approval: { message: go? }\n";
+    let report = run(source, json!(null)).await;
+    assert_eq!(report.status, RunStatus::Suspended);
+    assert_eq!(report.pending.len(), 1, "the approval");
+    assert!(report.awaiting.is_empty(), "{:?}", report.awaiting);
+}
