@@ -425,6 +425,13 @@ struct Llm {
     repair_turns: Option<u32>,
     /// Whether text streams as it arrives (default true).
     stream: Option<bool>,
+    /// Tools of `tools` (or `server.tool`) the model may call: the calls run (journaled,
+    /// fenced by their effects), their results go back to it, and its answer is the output.
+    tools: Option<Vec<String>>,
+    /// With `tools`: how many rounds of calls before the answer (default 1; more fails the
+    /// step with `budget_exceeded`).
+    #[schemars(range(min = 1))]
+    max_tool_rounds: Option<u32>,
 }
 
 #[derive(JsonSchema)]

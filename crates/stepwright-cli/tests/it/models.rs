@@ -186,3 +186,40 @@ steps:
         assert_eq!(served.served(), calls, "{db}: the model is never called for a refused session");
     }
 }
+
+/// Calls `shout` until it has `rounds` results, then answers with the last.
+fn calls_shout_then_answers(request: &Value, rounds: usize) -> Answer {
+    let results = contents(request, "tool");
+    match results.last() {
+        Some(last) if results.len() >= rounds => Answer::Text(format!("done: {last}")),
+        _ => Answer::Calls(vec![(format!("t{}", results.len()), "shout".into(), json!({ "text": "quiet" }))]),
+    }
+}
+
+/// An `llm` step with `tools`: the model's calls run as journaled sub-steps and its answer
+/// after their results is the output; `max_tool_rounds` bounds the rounds.
+#[test]
+fn an_llm_step_may_call_tools_for_a_bounded_number_of_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, served) = crate::support::fake_openai(|r| calls_shout_then_answers(r, 2), Tokens::Fixed(12, 4));
+    let file = |rounds: &str| {
+        workflow(port).split("agents:").next().unwrap().to_owned()
+            + &format!(
+                "steps:\n  - id: ask\n    llm: {{ model: fast, prompt: \"Shout it\", stream: false, tools: [shout]{rounds} }}\n"
+            )
+    };
+    std::fs::write(dir.path().join("two.yaml"), file(", max_tool_rounds: 2")).unwrap();
+    std::fs::write(dir.path().join("one.yaml"), file("")).unwrap();
+    let done = stepwright(dir.path(), &["run", "two.yaml", "--json"]);
+    assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+    let done = report(&done);
+    assert_eq!(done["output"], json!("done: QUIET"), "{done}");
+    assert_eq!(served.served(), 3, "two rounds of calls, then the answer");
+    let shown = report(&stepwright(dir.path(), &["runs", "show", done["run_id"].as_str().unwrap(), "--json"]));
+    let paths: Vec<&str> = shown["steps"].as_array().unwrap().iter().filter_map(|s| s["path"].as_str()).collect();
+    assert!(paths.contains(&"ask/turn.0/tool.0") && paths.contains(&"ask/turn.1/tool.0"), "{paths:?}");
+    // One round (the default) is not enough for this model: the step says so.
+    let short = stepwright(dir.path(), &["run", "one.yaml", "--json"]);
+    assert_eq!(short.status.code(), Some(1), "{}", String::from_utf8_lossy(&short.stderr));
+    assert_eq!(report(&short)["error"]["code"], json!("budget_exceeded"));
+}

@@ -81,8 +81,20 @@ const TOOL_FIELDS: &[&str] = &[
     "cwd",
     "env",
 ];
-const LLM_FIELDS: &[&str] =
-    &["model", "prompt", "messages", "system", "temperature", "top_p", "max_tokens", "stop", "repair_turns", "stream"];
+const LLM_FIELDS: &[&str] = &[
+    "model",
+    "prompt",
+    "messages",
+    "system",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stop",
+    "repair_turns",
+    "stream",
+    "tools",
+    "max_tool_rounds",
+];
 
 /// A node's input computed from a template over the scope when the step runs.
 fn templated_input(template: Value) -> InputSource {
@@ -671,6 +683,74 @@ impl Compiler {
         if !known {
             return None;
         }
+        if let Some(tools) = body.get("tools") {
+            return self.llm_with_tools(id, body, tools, spec, input);
+        }
+        if let Some(rounds) = body.get("max_tool_rounds") {
+            self.error(rounds.pos, "`max_tool_rounds` bounds the rounds of `tools`: this `llm` offers none");
+        }
         Some(Node::dyn_step(id, LlmStep::new(spec)).input(templated_input(Value::Object(input))))
+    }
+
+    /// An `llm` step offering `tools`: the calls the model makes run (each a journaled
+    /// sub-step, fenced by its tool's effect, as an agent's), their results go back to it,
+    /// and its answer is the step's output; after `max_tool_rounds` rounds (default 1) of
+    /// calls, another call fails the step with `budget_exceeded`. Compiled to an agent
+    /// named after the step, so it is journaled, replayed and costed as agents are.
+    fn llm_with_tools(
+        &mut self,
+        id: &str,
+        body: &Item,
+        tools: &Item,
+        spec: LlmSpec,
+        mut input: Map<String, Value>,
+    ) -> Option<Node> {
+        let Yaml::Seq(items) = &tools.value else {
+            self.error_hint(tools.pos, "`tools` must be a list of tool names", "like `tools: [lookup_order]`");
+            return None;
+        };
+        let mut names = Vec::new();
+        for item in items {
+            let name = self.string(item, "a tool name")?;
+            if !self.check_tool(item.pos, &name) {
+                return None;
+            }
+            names.push(name);
+        }
+        if body.get("messages").is_some() {
+            self.error(tools.pos, "an `llm` with `tools` takes a `prompt`, not `messages`");
+            return None;
+        }
+        let rounds = match body.get("max_tool_rounds") {
+            Some(rounds) => match self.number(rounds, "`max_tool_rounds`")? {
+                0 => {
+                    self.error(rounds.pos, "`max_tool_rounds` must be at least 1 (without tools, leave `tools` out)");
+                    return None;
+                }
+                n => u32::try_from(n).unwrap_or(u32::MAX - 1),
+            },
+            None => 1,
+        };
+        let mut agent = stepwright_llm::AgentSpec::new(id, &spec.model);
+        agent.tools = names;
+        agent.max_iterations = rounds + 1;
+        agent.params = spec.params;
+        agent.output = spec.output;
+        agent.repair_turns = spec.repair_turns;
+        agent.stream = spec.stream;
+        if let Some(system) = input.remove("system") {
+            match system {
+                Value::String(text) if !text.contains("{{") && !text.contains("{%") => agent.instructions = Some(text),
+                _ => {
+                    let at = body.get("system").map_or(body.pos, |s| s.pos);
+                    self.error(
+                        at,
+                        "with `tools`, `system` is fixed text (no templates): it is the model's instructions",
+                    );
+                    return None;
+                }
+            }
+        }
+        Some(Node::dyn_step(id, AgentStep::new(agent)).input(templated_input(Value::Object(input))))
     }
 }
