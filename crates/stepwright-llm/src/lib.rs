@@ -24,7 +24,7 @@ pub use adapter::{ChatModel, ScriptedModel, TokenSink};
 pub use agent::{
     AGENT_COMPLETED_EVENT, AGENT_EMPTY_ANSWER, AGENT_HANDOFF_EVENT, AGENT_STARTED_EVENT, AGENT_STUCK,
     AGENT_STUCK_EVENT, AgentHooks, AgentSpec, AgentStep, Agents, BUDGET_EXCEEDED, Budget, HookEvent, OnStuck,
-    STUCK_RETRIES, TOOL_CALL_EVENT,
+    STUCK_RETRIES, TOOL_CALL_EVENT, ToolHooks,
 };
 pub use anthropic::{
     Anthropic, DEFAULT_API_VERSION as ANTHROPIC_DEFAULT_API_VERSION, DEFAULT_MAX_TOKENS as ANTHROPIC_DEFAULT_MAX_TOKENS,

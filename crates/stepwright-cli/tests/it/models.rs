@@ -223,3 +223,28 @@ fn an_llm_step_may_call_tools_for_a_bounded_number_of_rounds() {
     assert_eq!(short.status.code(), Some(1), "{}", String::from_utf8_lossy(&short.stderr));
     assert_eq!(report(&short)["error"]["code"], json!("budget_exceeded"));
 }
+
+/// An agent's `hooks` in a file: the tools run at its start and its answer, each a
+/// journaled sub-step given the moment and its detail.
+#[test]
+fn an_agents_hooks_call_tools_at_its_start_and_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, _served) = fake_openai();
+    let log = dir.path().join("hooks.log").display().to_string();
+    let note = format!(
+        "  note:\n    description: Notes a hook\n    command: [sh, -c, \"echo $1 >> {log}\", sh, \"{{{{ args.hook }}}}\"]\n    effect: write\n    safe_to_retry: true\n"
+    );
+    let file = workflow(port).replace("tools:\n", &format!("tools:\n{note}")).replace(
+        "helper: { model: fast, tools: [shout], stream: false }",
+        "helper: { model: fast, tools: [shout], stream: false, hooks: { on_start: note, on_complete: note } }",
+    );
+    assert!(file.contains("hooks:"), "{file}");
+    std::fs::write(dir.path().join("hooked.yaml"), file).unwrap();
+    let done = stepwright(dir.path(), &["run", "hooked.yaml", "--input", "\"refund me\"", "--json"]);
+    assert_eq!(done.status.code(), Some(0), "{}", String::from_utf8_lossy(&done.stderr));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "start\ncomplete\n");
+    let done = report(&done);
+    let shown = report(&stepwright(dir.path(), &["runs", "show", done["run_id"].as_str().unwrap(), "--json"]));
+    let paths: Vec<&str> = shown["steps"].as_array().unwrap().iter().filter_map(|s| s["path"].as_str()).collect();
+    assert!(paths.contains(&"assist/hook.start.0") && paths.contains(&"assist/hook.complete.1"), "{paths:?}");
+}

@@ -419,6 +419,15 @@ impl Compiler {
                     }
                 }
             }
+            if let Some(hooks) = node.get("hooks")
+                && let Yaml::Map(moments) = &hooks.value
+            {
+                for (_, tool) in moments {
+                    if let Some(name) = tool.as_str() {
+                        self.check_tool(tool.pos, name);
+                    }
+                }
+            }
             let mut json = node.to_json();
             if let Value::Object(map) = &mut json {
                 if map.contains_key("name") {

@@ -45,6 +45,8 @@ struct Conversation {
     escalations: u32,
     /// How many times `on_stuck: retry` told the model it was stuck.
     nudges: u32,
+    /// How many hook calls this conversation made (each hook's sub-step is numbered).
+    hooks_called: u32,
     /// The previous model call and how many messages it was sent, so each call's input
     /// artifact holds only what is new; `None` after a handoff rewrote the history.
     earlier: Option<(String, usize)>,
@@ -181,6 +183,16 @@ impl Conversation {
         Ok(())
     }
 
+    /// The agent's hook tool for `moment`, if it has one (numbered in this conversation).
+    async fn hook(&mut self, run: &AgentRun<'_>, moment: &str, detail: Value) -> Result<(), StepError> {
+        if !self.agent.hooks.tools().any(|(m, _)| m == moment) {
+            return Ok(());
+        }
+        let ordinal = self.hooks_called;
+        self.hooks_called += 1;
+        run.call_hook(&self.agent, &self.prefix, moment, ordinal, detail).await
+    }
+
     /// After `stuck_after` turns in a row without a successful tool call: fail, stop with
     /// the last reply, or ask a person (approve: go on; modify: go on with their guidance;
     /// reject: fail).
@@ -196,6 +208,7 @@ impl Conversation {
         for hook in run.hooks() {
             hook.on_stuck(&HookEvent { agent: &self.agent.name, ctx, iteration: self.iterations, detail: &detail });
         }
+        self.hook(run, "stuck", detail.clone()).await?;
         let stuck = StepError::new(
             AGENT_STUCK,
             format!(
@@ -281,17 +294,22 @@ impl AgentRun<'_> {
                 problems: Vec::new(),
                 escalations: 0,
                 nudges: 0,
+                hooks_called: 0,
                 earlier: None,
                 offered,
                 targets,
             };
             let c = &mut conversation;
             self.started_event(&c.agent, &c.prefix, c.iterations);
+            c.hook(self, "start", json!({ "at": c.prefix.as_str() })).await?;
             loop {
                 let response = c.ask_model(self).await?;
                 if response.tool_calls.is_empty() {
                     match c.answer_or_repair(self, &response)? {
-                        Turn::Answer(answer) => return Ok((answer, conversation.messages)),
+                        Turn::Answer(answer) => {
+                            c.hook(self, "complete", answer.clone()).await?;
+                            return Ok((answer, conversation.messages));
+                        }
                         Turn::Again => continue,
                     }
                 }
@@ -308,6 +326,7 @@ impl AgentRun<'_> {
                 if c.agent.stuck_after.is_some_and(|limit| c.since_success >= limit)
                     && let Turn::Answer(answer) = c.on_stuck(self, &response).await?
                 {
+                    c.hook(self, "complete", answer.clone()).await?;
                     return Ok((answer, conversation.messages));
                 }
             }

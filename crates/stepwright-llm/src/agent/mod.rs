@@ -21,7 +21,7 @@ mod conversation;
 mod spec;
 mod tools;
 
-pub use spec::{AgentHooks, AgentSpec, Agents, Budget, HookEvent, OnStuck, STUCK_RETRIES};
+pub use spec::{AgentHooks, AgentSpec, Agents, Budget, HookEvent, OnStuck, STUCK_RETRIES, ToolHooks};
 
 use crate::memory::Sessions;
 use crate::models::Models;
@@ -295,6 +295,38 @@ impl AgentRun<'_> {
             targets.insert(tool, Target::Handoff(other));
         }
         Ok((specs, targets))
+    }
+
+    /// Calls the agent's hook tool for `moment` (`start`, `complete`, `stuck`), if it has
+    /// one, as the journaled sub-step `hook.<moment>.<ordinal>` below `prefix`: served on
+    /// resume, fenced by the tool's effect like any tool call. Its failure fails the step.
+    async fn call_hook(
+        &self,
+        agent: &AgentSpec,
+        prefix: &StepPath,
+        moment: &str,
+        ordinal: u32,
+        detail: Value,
+    ) -> Result<(), StepError> {
+        let Some((_, tool)) = agent.hooks.tools().find(|(m, _)| *m == moment) else { return Ok(()) };
+        let ctx = self.ctx;
+        let missing = || {
+            StepError::new(
+                crate::tools::TOOL_NOT_FOUND,
+                format!("agent {:?}'s {moment} hook calls tool {tool:?}, which is not registered", agent.name),
+            )
+        };
+        let tools = self.tools.as_deref().ok_or_else(missing)?;
+        let def = tools.get(tool).ok_or_else(missing)?.def();
+        let kind = stepwright_core::CallKind::Action { effect: def.effect, safe_to_retry: def.safe_to_retry };
+        let path = prefix.sub(&format!("hook.{moment}"), u64::from(ordinal));
+        let args = json!({ "agent": agent.name, "hook": moment, "detail": detail });
+        ctx.call(path.as_str(), kind, |info| async move {
+            let cx = crate::tools::ToolContext { step: ctx.clone(), idempotency_key: info.idempotency_key };
+            tools.invoke(tool, cx, args).await
+        })
+        .await
+        .map(drop)
     }
 
     fn started_event(&self, agent: &AgentSpec, prefix: &StepPath, iteration: u32) {

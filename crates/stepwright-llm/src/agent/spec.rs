@@ -119,6 +119,11 @@ pub struct AgentSpec {
     /// default the [`Sessions`] service's cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_stored_messages: Option<usize>,
+    /// Tools (of the engine's `Tools`) called at the agent's lifecycle moments, each a
+    /// journaled sub-step (`hook.start.N`, `hook.complete.N`, `hook.stuck.N` under the
+    /// agent's path) given `{agent, hook, detail}`; a hook that fails fails the step.
+    #[serde(default, skip_serializing_if = "ToolHooks::is_empty")]
+    pub hooks: ToolHooks,
 }
 
 fn default_max_iterations() -> u32 {
@@ -154,7 +159,38 @@ impl AgentSpec {
             parallel_tool_calls: true,
             stream: true,
             max_stored_messages: None,
+            hooks: ToolHooks::default(),
         }
+    }
+}
+
+/// The tools an agent calls at its lifecycle moments (what a workflow file can say; Rust
+/// code can also register [`AgentHooks`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolHooks {
+    /// When the agent begins (or another takes over by handoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_start: Option<String>,
+    /// When the agent answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_complete: Option<String>,
+    /// When the agent is found stuck (before `on_stuck` acts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_stuck: Option<String>,
+}
+
+impl ToolHooks {
+    /// Whether no hook is set.
+    pub fn is_empty(&self) -> bool {
+        self.on_start.is_none() && self.on_complete.is_none() && self.on_stuck.is_none()
+    }
+
+    /// The hooks' tools with their moments.
+    pub fn tools(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [("start", &self.on_start), ("complete", &self.on_complete), ("stuck", &self.on_stuck)]
+            .into_iter()
+            .filter_map(|(moment, tool)| tool.as_deref().map(|tool| (moment, tool)))
     }
 }
 
