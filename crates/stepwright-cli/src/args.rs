@@ -42,9 +42,40 @@ pub(crate) struct ModelFlags {
     /// model: a missing recording fails the step) or `record`.
     #[arg(long, value_name = "MODE", value_parser = parse_cassette_mode, global = true)]
     pub(crate) cassette_mode: Option<stepwright::llm::CassetteMode>,
+    /// When a step's result must be durable: `sync` (committed before the run moves past it,
+    /// the default) or `async` (completions of steps without effects are written in batches:
+    /// a crash may lose the last batch, whose steps then run again; fenced steps are still
+    /// written at once).
+    #[arg(long, value_enum, global = true)]
+    pub(crate) durability: Option<DurabilityArg>,
+    /// With `--durability async`: the longest a completion waits to be written (the most a
+    /// crash can lose), like `50ms` (the default) or `2s`.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg, global = true)]
+    pub(crate) async_window: Option<std::time::Duration>,
+}
+
+/// `--durability`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum DurabilityArg {
+    /// Every step's result is committed before the run moves past it.
+    Sync,
+    /// Results of steps without effects are written in batches.
+    Async,
 }
 
 impl ModelFlags {
+    /// The engine settings `--durability` and `--async-window` ask for.
+    pub(crate) fn engine_config(&self) -> stepwright::EngineConfig {
+        let mut config = stepwright::EngineConfig::default();
+        if self.durability == Some(DurabilityArg::Async) {
+            config.durability = stepwright::Durability::Async;
+        }
+        if let Some(window) = self.async_window {
+            config.async_max_delay = window;
+        }
+        config
+    }
+
     pub(crate) fn bindings(&self) -> stepwright::app::Bindings {
         stepwright::app::Bindings {
             allow_dirs: self.allow_dirs.clone(),
@@ -67,6 +98,8 @@ pub(crate) enum Flag {
     Models,
     /// `--allow-dir`: the command loads a workflow file from disk.
     AllowDir,
+    /// `--durability`, `--async-window`: the command executes runs.
+    Durability,
 }
 
 impl Command {
@@ -89,6 +122,8 @@ impl Command {
             Flag::Db => !matches!(self, Self::Schema | Self::Validate { .. } | Self::Graph { .. }),
             Flag::Server => crate::commands::remote_supported(self),
             Flag::Models => runs_steps,
+            // Replay and recompute run in a private sandbox, written nowhere.
+            Flag::Durability => runs_steps && !matches!(self, Self::Replay { .. } | Self::Recompute { .. }),
             Flag::AllowDir => {
                 matches!(self, Self::Run { .. } | Self::Validate { .. } | Self::Graph { .. } | Self::Recompute { .. })
             }

@@ -22,9 +22,9 @@ pub(crate) use stepwright::stores::ServerStore as CliStore;
 
 /// Each command is its own worker (`cli@host:pid:nonce`): a run it executes is not taken by
 /// another command while it lives, and is taken over at once once it is gone.
-pub(crate) fn cli_engine(store: &Arc<dyn CliStore>, progress: bool) -> Engine {
+pub(crate) fn cli_engine(store: &Arc<dyn CliStore>, progress: bool, flags: &ModelFlags) -> Engine {
     let name = stepwright::local_worker_id("cli", &stepwright::SystemEntropy::new());
-    let mut builder = engine_over(store).worker_id(&name);
+    let mut builder = engine_over(store).worker_id(&name).config(flags.engine_config());
     if progress {
         builder = builder.observer(Arc::new(progress::Progress::for_stderr()));
     }

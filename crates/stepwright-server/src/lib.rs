@@ -57,6 +57,8 @@ pub struct ServerConfig {
     pub drain: Duration,
     /// Sign-in through an OpenID Connect provider, besides API keys.
     pub oidc: Option<OidcConfig>,
+    /// How the engine executes runs (durability, leases, waits).
+    pub engine: stepwright_core::EngineConfig,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +71,7 @@ impl Default for ServerConfig {
             limits: LimitsConfig::default(),
             drain: Duration::from_secs(10),
             oidc: None,
+            engine: stepwright_core::EngineConfig::default(),
         }
     }
 }
@@ -110,8 +113,11 @@ impl Server {
         let shutdown = CancellationToken::new();
         let feeds = Arc::new(Feeds::new(store.clone(), shutdown.clone()));
         let name = stepwright_core::local_worker_id("serve", &stepwright_core::SystemEntropy::new());
-        let engine: Engine =
-            stepwright_app::engine_over(&store).worker_id(&name).observer(Arc::new(NudgeFeeds(feeds.clone()))).build();
+        let engine: Engine = stepwright_app::engine_over(&store)
+            .worker_id(&name)
+            .config(config.engine.clone())
+            .observer(Arc::new(NudgeFeeds(feeds.clone())))
+            .build();
         let limits = Limits::new(config.limits.clone());
         let oidc = config.oidc.clone().map(oidc::Oidc::new);
         let shared = Arc::new(

@@ -21,7 +21,7 @@ pub(crate) async fn decide(
 ) -> anyhow::Result<u8> {
     let run = parse_run(run)?;
     let store = open_store(db).await?;
-    let engine = cli_engine(&store, !json);
+    let engine = cli_engine(&store, !json, flags);
     let report = engine.report(run).await?;
     let interrupt = stepwright::app::only_interrupt(&report, who.interrupt.as_deref())?;
     check_tenant(store.as_ref(), run, who.tenant.as_deref()).await?;

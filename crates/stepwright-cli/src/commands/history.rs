@@ -17,7 +17,7 @@ pub(crate) async fn replay(g: &Globals<'_>, run: String, json: bool) -> anyhow::
     let run = parse_run(&run)?;
     let store = open_store(g.db).await?;
     let workflow = definition_of(&store, run, flags).await?;
-    let report = cli_engine(&store, false).replay(&workflow, run).await?;
+    let report = cli_engine(&store, false, g.flags).replay(&workflow, run).await?;
     print_replay(&report, json)
 }
 
@@ -68,7 +68,7 @@ pub(crate) async fn recompute(
     }
     let workflow = stepwright::app::rebind_models(workflow, &rebind)?;
     let options = stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
-    let report = cli_engine(&store, false).recompute(&workflow, run, options).await?;
+    let report = cli_engine(&store, false, g.flags).recompute(&workflow, run, options).await?;
     let events = store.events(run).await?;
     print_recompute(&stepwright::app::recompute_view(report, &events), json)
 }
@@ -158,7 +158,7 @@ pub(crate) async fn fork(
     let run = parse_run(&run)?;
     let store = open_store(g.db).await?;
     let patch = fork_edits(set.as_deref())?;
-    let record = cli_engine(&store, false).fork(run, &StepPath::new(&at), patch).await?;
+    let record = cli_engine(&store, false, g.flags).fork(run, &StepPath::new(&at), patch).await?;
     print_fork(record.id, record.status, run, &at, json, false);
     Ok(0)
 }

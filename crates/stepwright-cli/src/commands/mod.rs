@@ -33,6 +33,8 @@ fn refuse_idle_flags(cli: &Cli) -> anyhow::Result<()> {
         (Flag::Models, models.cassette.is_some(), "--cassette"),
         (Flag::Models, models.cassette_mode.is_some(), "--cassette-mode"),
         (Flag::AllowDir, !models.allow_dirs.is_empty(), "--allow-dir"),
+        (Flag::Durability, models.durability.is_some(), "--durability"),
+        (Flag::Durability, models.async_window.is_some(), "--async-window"),
     ];
     for (flag, present, name) in given {
         if present && !cli.command.takes(flag) {
@@ -41,12 +43,18 @@ fn refuse_idle_flags(cli: &Cli) -> anyhow::Result<()> {
                 Flag::Server => "it calls no server",
                 Flag::Models => "it runs no steps, so calls no model",
                 Flag::AllowDir => "it loads no workflow file from disk",
+                Flag::Durability => "it executes no run",
             };
             return Err(anyhow::anyhow!(crate::exit::BadInput(format!(
                 "`{}` does not take {name}: {why}",
                 cli.command.name()
             ))));
         }
+    }
+    if models.async_window.is_some() && models.durability != Some(crate::args::DurabilityArg::Async) {
+        return Err(anyhow::anyhow!(crate::exit::BadInput(
+            "--async-window is how long `--durability async` batches results: give both".into()
+        )));
     }
     Ok(())
 }
@@ -63,6 +71,13 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             return Err(anyhow::anyhow!(crate::exit::BadInput(
                 "with --server the server binds models and files: --model, --cassette and --allow-dir are its \
                  configuration (`stepwright serve --model …`), not taken here"
+                    .into()
+            )));
+        }
+        if flags.durability.is_some() {
+            return Err(anyhow::anyhow!(crate::exit::BadInput(
+                "with --server the server's engine executes the run: --durability is its configuration \
+                 (`stepwright serve --durability …`), not taken here"
                     .into()
             )));
         }
@@ -132,6 +147,7 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
                 limits,
                 drain: std::time::Duration::from_secs(drain),
                 oidc: serve::oidc_config(oidc)?,
+                engine: g.flags.engine_config(),
             };
             serve::serve(g, config).await
         }

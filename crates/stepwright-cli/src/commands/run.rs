@@ -36,7 +36,7 @@ pub(crate) async fn run(
     let bindings = flags.bindings().sharing_limits_in(store.clone());
     let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
     keep_source(&store, &workflow, &file).await?;
-    let engine = cli_engine(&store, !json);
+    let engine = cli_engine(&store, !json, flags);
     let options = stepwright::StartOptions {
         caller: who.caller(),
         priority: flow.priority,
@@ -73,7 +73,7 @@ pub(crate) async fn resume(g: &Globals<'_>, run: String, json: bool, tenant: Opt
     let flags = g.flags;
     let run = parse_run(&run)?;
     let store = open_store(g.db).await?;
-    let engine = cli_engine(&store, !json);
+    let engine = cli_engine(&store, !json, flags);
     let report = engine.report(run).await?;
     check_tenant(store.as_ref(), run, tenant.as_deref()).await?;
     if report.status.is_terminal() {

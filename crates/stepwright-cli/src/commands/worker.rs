@@ -15,6 +15,7 @@ pub(crate) async fn worker(
     let store = open_store(g.db).await?;
     let engine = engine_over(&store)
         .worker_id(&stepwright::local_worker_id("worker", &stepwright::SystemEntropy::new()))
+        .config(flags.engine_config())
         .build();
     let resolver = stepwright::app::resolver(store, flags.bindings());
     let log = worker_log(log_format == crate::args::LogFormat::Json, engine.worker_id().to_owned());

@@ -915,6 +915,11 @@ fn flags_are_taken_only_by_the_commands_they_act_on() {
             &["cancel", "01a20eed-6750-77e6-926f-c4215cacbf0d", "--allow-dir", "."][..],
             "`cancel` does not take --allow-dir",
         ),
+        (
+            &["replay", "01a20eed-6750-77e6-926f-c4215cacbf0d", "--durability", "async"][..],
+            "`replay` does not take --durability",
+        ),
+        (&["run", "greet.yaml", "--async-window", "1s"][..], "--async-window is how long `--durability async` batches"),
     ] {
         let output = stepwright(dir.path(), args);
         let stderr = String::from_utf8_lossy(&output.stderr);

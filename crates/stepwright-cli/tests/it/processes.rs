@@ -646,3 +646,64 @@ fn a_wait_is_answered_by_send_from_another_process() {
         assert_eq!((done["status"].as_str(), &done["output"]), (Some("completed"), &json!("paid 7")), "{}", db.name);
     }
 }
+
+/// Two pure steps that count their executions (a line each in a file), then a step whose
+/// first execution kills the process running the run (SIGKILL to its parent).
+const CRASHES: &str = r#"
+workflow: crashes
+tools:
+  count:
+    description: Counts an execution
+    command: [sh, -c, "echo $2 >> \"$1\"; printf '%s' \"$2\"", sh, "{{ args.file }}", "{{ args.name }}"]
+    effect: read
+  crash:
+    description: Kills the process that runs it, the first time
+    command: [sh, -c, "[ -e \"$1\" ] || { touch \"$1\"; kill -9 $PPID; sleep 5; }; printf done", sh, "{{ args.marker }}"]
+    effect: read
+steps:
+  - id: a
+    tool: count
+    with: { file: "{{ input.dir }}/count", name: a }
+    effect: pure
+  - id: b
+    tool: count
+    with: { file: "{{ input.dir }}/count", name: b }
+    effect: pure
+  - id: c
+    tool: crash
+    with: { marker: "{{ input.dir }}/crashed" }
+"#;
+
+/// `--durability`: with `sync` (the default) the steps that completed before a crash are
+/// in the journal and a resume serves them; with `async` (and a window longer than the
+/// crash takes) their completions were still waiting to be written, so the resume runs them
+/// again. Both runs end completed.
+#[test]
+fn durability_async_may_lose_the_last_batch_of_completions_and_sync_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "crashes.yaml", CRASHES);
+    for db in stores(dir.path(), "durability_async_may_lose") {
+        for (mode, extra, runs_of_each) in
+            [("sync", &[][..], 1), ("async", &["--durability", "async", "--async-window", "60s"][..], 2)]
+        {
+            let work = dir.path().join(format!("{}-{mode}", db.name));
+            std::fs::create_dir_all(&work).unwrap();
+            let input = json!({ "dir": work.display().to_string() }).to_string();
+            let mut args = db.args(&["run", "crashes.yaml", "--input", &input, "--json"]);
+            args.extend_from_slice(extra);
+            let crashed = stepwright(dir.path(), &args);
+            assert_eq!(crashed.status.code(), None, "{} {mode}: killed by SIGKILL", db.name);
+            let run = runs(dir.path(), &db)[0]["run_id"].as_str().unwrap().to_owned();
+            let mut resume = db.args(&["resume", &run, "--json"]);
+            resume.extend_from_slice(extra);
+            let resumed = stepwright(dir.path(), &resume);
+            assert_eq!(resumed.status.code(), Some(0), "{} {mode}: {}", db.name, text(&resumed.stderr));
+            assert_eq!(json_of(&resumed)["output"], json!("done"), "{} {mode}", db.name);
+            let counted = std::fs::read_to_string(work.join("count")).unwrap();
+            for step in ["a", "b"] {
+                let ran = counted.lines().filter(|line| *line == step).count();
+                assert_eq!(ran, runs_of_each, "{} {mode}: step {step} ran {ran} times: {counted:?}", db.name);
+            }
+        }
+    }
+}
