@@ -443,6 +443,24 @@ steps:
   await operator.keyboard.press('Tab');
   assert.equal(await operator.evaluate(() => document.activeElement.id), 'f-status', 'the first filter');
 
+  step('a run waiting for an event says for which; a queued run says why it has not started');
+  const paid = `
+workflow: paid
+steps:
+  - id: payment
+    wait: { event: payment, timeout: 1d }
+`;
+  assert.equal((await call(admin, 'POST', '/v1/workflows', { source: paid })).status, 201);
+  const desk = { key: 'desk', limit: 1 };
+  const holder = await call(ann, 'POST', '/v1/runs', { workflow: 'paid', input: null, concurrency: desk, wait_seconds: 10 });
+  assert.equal(holder.body.status, 'suspended', JSON.stringify(holder.body));
+  const queued = await call(ann, 'POST', '/v1/runs', { workflow: 'paid', input: null, concurrency: desk });
+  await operator.goto(`${base}/#/runs/${holder.body.run_id}`);
+  await operator.getByTestId('awaiting').filter({ hasText: 'Waiting for the event payment at payment' }).waitFor();
+  await operator.getByText(`stepwright send ${holder.body.run_id} --inbox payment`, { exact: false }).waitFor();
+  await operator.goto(`${base}/#/runs/${queued.body.run_id}`);
+  await operator.getByTestId('queued').filter({ hasText: 'concurrency group "desk" is full' }).waitFor();
+
   step('sign in through the OpenID provider (code flow with PKCE); a group maps to the approver role');
   const waiting = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Flo' }, wait_seconds: 10 });
   const sso = await person(null);

@@ -676,7 +676,15 @@ async function runView(id) {
     fill(pending, ...details.pending.map((p) => h('div', { class: 'card' },
       h('div', { class: 'spread' }, h('strong', { text: `Waiting: ${p.kind} at ${p.step}` }), status('suspended')),
       h('p', { text: p.message }),
-      has('approver') ? h('a', { href: '#/inbox', text: 'Decide in the approvals inbox' }) : h('p', { class: 'muted', text: 'An approver decides this.' }))));
+      has('approver') ? h('a', { href: '#/inbox', text: 'Decide in the approvals inbox' }) : h('p', { class: 'muted', text: 'An approver decides this.' }))),
+    // A `wait` step: answered by a message to the run's inbox of that name, from a program.
+    ...(details.awaiting || []).map((a) => h('div', { class: 'card', 'data-testid': 'awaiting' },
+      h('div', { class: 'spread' }, h('strong', { text: `Waiting for the event ${a.event} at ${a.step}` }), status('suspended')),
+      h('p', { text: `Until ${new Date(a.until / 1000).toLocaleString()}. A message sent to the run's inbox "${a.event}" answers it: stepwright send ${details.run_id} --inbox ${a.event} --message JSON` }))),
+    // A pending run: why no worker has started it.
+    ...(details.queued ? [h('div', { class: 'card', 'data-testid': 'queued' },
+      h('div', { class: 'spread' }, h('strong', { text: 'Not started yet' }), status('pending')),
+      h('p', { text: `Queued: ${details.queued.reason}.` }))] : []));
   };
   const drawSteps = () => {
     const rows = picked ? details.steps.filter((s) => nodeKey(s.path) === picked || nodeKey(s.path).startsWith(`${picked}/`)) : details.steps;
