@@ -558,7 +558,8 @@ pub(crate) enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Delete finished runs last changed longer ago than `--older-than` (retention).
+    /// Delete finished runs last changed longer ago than `--older-than` (retention), and the
+    /// cached step outputs kept longer ago than that.
     Prune {
         /// How old: `30d`, `12h`.
         #[arg(long, value_parser = parse_duration_arg)]
@@ -566,7 +567,7 @@ pub(crate) enum RunsCommand {
         /// Only runs that ended so: completed, failed or cancelled.
         #[arg(long, value_parser = parse_finished_status)]
         status: Option<stepwright::RunStatus>,
-        /// One JSON object: `{"runs": N, "blobs": M}`.
+        /// One JSON object: `{"runs": N, "blobs": M, "cached": K}`.
         #[arg(long)]
         json: bool,
     },

@@ -63,6 +63,12 @@ pub async fn the_step_cache_keeps_the_first_output_by_key<S: stepwright_core::St
     store.keep(&one, &json!("another")).await.expect("keeping a kept key again");
     assert_eq!(store.cached(&one).await.expect("read"), Some(output), "the first output stays");
     assert_eq!(store.cached(&two).await.expect("read"), None, "keys are apart");
+    store.keep(&two, &json!(2)).await.expect("keep");
+    let long_ago = Timestamp::from_micros(1_000_000);
+    assert_eq!(store.forget_before(long_ago).await.expect("forget"), 0, "nothing was kept in 1970");
+    let later = stepwright_core::store::quota::wall_now().plus(std::time::Duration::from_secs(3600));
+    assert_eq!(store.forget_before(later).await.expect("forget"), 2, "both were kept before an hour from now");
+    assert_eq!(store.cached(&one).await.expect("read"), None, "forgotten");
 }
 
 /// Workflow sources are kept by hash; the first one stays.

@@ -56,7 +56,16 @@ async fn prune(
     let cut = stepwright::Timestamp::from_micros(wall_now().as_micros().saturating_sub(age));
     let policy = stepwright::store::Retention { finished_before: Some(cut), status, keep_last: None };
     let removed = store.apply_retention(policy).await?;
-    print_removed(&removed, json, &format!("pruned {} run(s)", removed.runs));
+    // The step cache ages with the runs: what was kept before the cut is forgotten too.
+    let cached = store.forget_before(cut).await?;
+    if json {
+        println!("{}", json!({ "runs": removed.runs, "blobs": removed.blobs, "cached": cached }));
+    } else {
+        println!(
+            "pruned {} run(s); {} blob(s) no run references were deleted; {cached} cached step output(s) forgotten",
+            removed.runs, removed.blobs
+        );
+    }
     Ok(0)
 }
 

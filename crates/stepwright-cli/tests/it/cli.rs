@@ -856,6 +856,12 @@ fn runs_erase_and_prune_delete_finished_runs() {
     assert!(listed.contains(&waiting));
     let text = stepwright(dir, &["runs", "prune", "--older-than", "1d"]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("pruned 0 run(s); 0 blob(s)"));
+    // The step cache ages with the runs: a kept output is forgotten once older than the cut.
+    write(dir, "cached.yaml", "workflow: cached\nsteps:\n  - id: a\n    set: 1\n    cache: true\n");
+    assert_eq!(stepwright(dir, &["run", "cached.yaml"]).status.code(), Some(0));
+    assert_eq!(pruned(&["--older-than", "1h"])["cached"], 0, "kept just now");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(pruned(&["--older-than", "10ms"])["cached"], 1, "older than 10 ms");
     let bad = stepwright(dir, &["runs", "prune", "--older-than", "1d", "--status", "running"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("prune deletes finished runs only"));

@@ -666,6 +666,10 @@ impl super::cache::StepCache for InMemoryStore {
     fn keep<'a>(&'a self, key: &'a ContentHash, output: &'a Value) -> BoxFuture<'a, Result<(), StoreError>> {
         self.cache.keep(key, output)
     }
+
+    fn forget_before(&self, before: Timestamp) -> BoxFuture<'_, Result<u64, StoreError>> {
+        self.cache.forget_before(before)
+    }
 }
 
 impl super::quota::QuotaStore for InMemoryStore {

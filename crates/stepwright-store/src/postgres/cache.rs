@@ -4,7 +4,7 @@
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use stepwright_core::store::cache::StepCache;
-use stepwright_core::{ContentHash, StoreError};
+use stepwright_core::{ContentHash, StoreError, Timestamp};
 
 use super::{PostgresStore, pg};
 use crate::encoding::backend;
@@ -30,6 +30,17 @@ impl StepCache for PostgresStore {
                 .await
                 .map(drop)
                 .map_err(pg("keeping a cached output"))
+        })
+    }
+
+    fn forget_before(&self, before: Timestamp) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            sqlx::query("DELETE FROM stepwright_step_cache WHERE created_at < to_timestamp($1::float8 / 1e6)")
+                .bind(before.as_micros())
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected())
+                .map_err(pg("forgetting cached outputs"))
         })
     }
 }

@@ -6,7 +6,7 @@ use rusqlite::{OptionalExtension, params};
 use serde_json::Value;
 use stepwright_core::store::cache::StepCache;
 use stepwright_core::store::quota::wall_now;
-use stepwright_core::{ContentHash, StoreError};
+use stepwright_core::{ContentHash, StoreError, Timestamp};
 
 use super::SqliteStore;
 use crate::encoding::backend;
@@ -32,6 +32,15 @@ impl StepCache for SqliteStore {
             .and_then(|mut s| s.execute(params![key.as_bytes(), text, wall_now().as_micros()]))
             .map(drop)
             .map_err(|e| backend("keeping a cached output", e))
+        }))
+    }
+
+    fn forget_before(&self, before: Timestamp) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(self.write(move |conn| {
+            conn.prepare_cached("DELETE FROM step_cache WHERE created_at < ?1")
+                .and_then(|mut s| s.execute(params![before.as_micros()]))
+                .map(|n| n as u64)
+                .map_err(|e| backend("forgetting cached outputs", e))
         }))
     }
 }
