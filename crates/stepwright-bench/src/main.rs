@@ -108,10 +108,11 @@ fn w2(runs: usize) -> (f64, f64) {
 /// A model that answers at once, so that a call costs only what the engine adds.
 fn instant_model() -> stepwright::llm::ScriptedModel {
     stepwright::llm::ScriptedModel::new(|_request| stepwright::llm::ChatResponse {
+        id: None,
         content: "{\"category\":\"bug\"}".into(),
         tool_calls: Vec::new(),
         finish_reason: stepwright::llm::FinishReason::Stop,
-        usage: stepwright::llm::Usage { input_tokens: 120, output_tokens: 8 },
+        usage: stepwright::llm::Usage { input_tokens: 120, output_tokens: 8, ..Default::default() },
         model: "instant-1".into(),
     })
 }
@@ -162,10 +163,11 @@ fn looping_model(turns: usize) -> stepwright::llm::ScriptedModel {
             Vec::new()
         };
         stepwright::llm::ChatResponse {
+            id: None,
             content: if tool_calls.is_empty() { "done".into() } else { String::new() },
             tool_calls,
             finish_reason: stepwright::llm::FinishReason::Stop,
-            usage: stepwright::llm::Usage { input_tokens: 120, output_tokens: 8 },
+            usage: stepwright::llm::Usage { input_tokens: 120, output_tokens: 8, ..Default::default() },
             model: "instant-1".into(),
         }
     })

@@ -18,6 +18,8 @@ pub(crate) struct Cli {
     pub(crate) server: Option<String>,
     #[command(flatten)]
     pub(crate) models: ModelFlags,
+    #[command(flatten)]
+    pub(crate) telemetry: TelemetryFlags,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -52,6 +54,56 @@ pub(crate) struct ModelFlags {
     /// crash can lose), like `50ms` (the default) or `2s`.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration_arg, global = true)]
     pub(crate) async_window: Option<std::time::Duration>,
+}
+
+/// What the process reports about itself: logs, and traces to an OpenTelemetry collector.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub(crate) struct TelemetryFlags {
+    /// Log lines on stderr: `text` (the default) or `json` (one object per line, with the
+    /// run id and step path of the span it is in). `STEPWRIGHT_LOG` filters them (the
+    /// `RUST_LOG` syntax, default `warn`).
+    #[arg(long, value_enum, global = true)]
+    pub(crate) log_format: Option<LogFormatArg>,
+    /// Export traces over OTLP/HTTP: `on` or `off` (default: on when
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set). The
+    /// standard `OTEL_*` variables say the rest: headers, protocol, service name, sampler.
+    #[arg(long, value_enum, global = true)]
+    pub(crate) otel: Option<Switch>,
+}
+
+/// How log lines are written.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub(crate) enum LogFormatArg {
+    /// For a person.
+    Text,
+    /// JSON lines.
+    Json,
+}
+
+/// On or off.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
+}
+
+impl TelemetryFlags {
+    /// What to install.
+    pub(crate) fn settings(self) -> stepwright::telemetry::Settings {
+        stepwright::telemetry::Settings {
+            log_format: match self.log_format {
+                Some(LogFormatArg::Json) => stepwright::telemetry::LogFormat::Json,
+                _ => stepwright::telemetry::LogFormat::Text,
+            },
+            otel: self.otel.map(|switch| switch == Switch::On),
+        }
+    }
+}
+
+fn parse_traceparent(text: &str) -> Result<stepwright::trace::TraceParent, String> {
+    text.parse()
 }
 
 /// `--durability`.
@@ -178,6 +230,10 @@ pub(crate) enum Command {
         /// execute at a time, across every worker on the store.
         #[arg(long, value_name = "KEY=LIMIT", value_parser = parse_concurrency)]
         concurrency: Option<stepwright::Concurrency>,
+        /// Start the run in this trace (a W3C `traceparent`, as a caller's span gives it):
+        /// its first activation's spans are children of that span.
+        #[arg(long, value_name = "TRACEPARENT", value_parser = parse_traceparent)]
+        traceparent: Option<stepwright::trace::TraceParent>,
         #[command(flatten)]
         who: Identity,
     },

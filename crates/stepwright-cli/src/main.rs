@@ -39,6 +39,14 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Before the runtime: the exporter's client runs on a thread of its own.
+    let telemetry = match stepwright::telemetry::install(cli.telemetry.settings()) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("stepwright: telemetry: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // A server answers many clients at once: a thread per core, so that one run's commit (an
     // fsync, made on the committing caller's thread) never stalls the requests of the others.
     // Every other command starts faster on one thread (a worker's runs share its commits).
@@ -53,12 +61,16 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(commands::dispatch(cli)) {
+    let code = match runtime.block_on(commands::dispatch(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             let (code, message) = exit::failure(&e);
             eprintln!("{message}");
             ExitCode::from(code)
         }
-    }
+    };
+    drop(runtime);
+    // The spans still buffered are exported before the process exits.
+    drop(telemetry);
+    code
 }

@@ -29,6 +29,7 @@ mod ids;
 mod identity;
 mod error;
 mod runtime;
+pub mod trace;
 mod scope;
 mod outcome;
 pub mod journal;

@@ -2,7 +2,7 @@
 //! ([`Recorder`]) and the replay index that serves what a run already recorded.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -46,6 +46,9 @@ pub(crate) struct RunShared {
     /// its inbox (held while a wait reads, so parallel waits take messages in turn).
     pub(crate) event_cursors: tokio::sync::Mutex<std::collections::HashMap<String, Option<u64>>>,
     pub(crate) yielded: AtomicBool,
+    /// Steps and sub-step calls this execution served from the journal instead of running
+    /// them (reported on the activation's span, which has no child span for them).
+    pub(crate) served: (AtomicU64, AtomicU64),
 }
 
 /// The store failed: the run stops at once, as a crashed process would, and can be resumed
@@ -465,6 +468,11 @@ impl ReplayIndex {
 }
 
 impl RunShared {
+    /// Steps and calls served from the journal so far.
+    pub(crate) fn served(&self) -> (u64, u64) {
+        (self.served.0.load(Ordering::Relaxed), self.served.1.load(Ordering::Relaxed))
+    }
+
     /// Notes a time at which the suspended run must be resumed (the earliest wins).
     pub(crate) fn note_wake_at(&self, at: Timestamp) {
         let mut wake = self.wake_at.lock().expect("poisoned");
@@ -730,6 +738,7 @@ impl StepRecording {
         };
         match run.replay.call(&path, attempt, kind) {
             Some(RecordedCall::Output(value)) => {
+                run.served.1.fetch_add(1, Ordering::Relaxed);
                 // A sandbox re-execution journals what it served too, for the comparison.
                 if run.replay.replaying() {
                     let hash = ContentHash::of_value(&value);

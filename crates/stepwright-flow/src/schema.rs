@@ -511,8 +511,18 @@ enum Provider {
 #[derive(JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Pricing {
+    /// Per million prompt tokens not served from the provider's cache.
+    #[schemars(range(min = 0))]
     input: f64,
+    /// Per million generated tokens.
+    #[schemars(range(min = 0))]
     output: f64,
+    /// Per million prompt tokens read from the provider's cache (default: `input`).
+    #[schemars(range(min = 0))]
+    cache_read: Option<f64>,
+    /// Per million prompt tokens written to the provider's cache (default: `input`).
+    #[schemars(range(min = 0))]
+    cache_write: Option<f64>,
 }
 
 /// A tool: a command (argv templates over `args`, never a shell) or an HTTP call.

@@ -28,6 +28,7 @@ pub type TokenSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 ///         let text = last["content"].as_str().unwrap_or_default().to_uppercase();
 ///         Box::pin(async move {
 ///             Ok(ChatResponse {
+///                 id: None,
 ///                 content: text,
 ///                 tool_calls: Vec::new(),
 ///                 finish_reason: FinishReason::Stop,
@@ -72,6 +73,7 @@ type Script = dyn Fn(&ChatRequest) -> ChatResponse + Send + Sync;
 /// use stepwright_llm::{ChatResponse, FinishReason, ScriptedModel, Usage};
 ///
 /// let model = ScriptedModel::new(|request| ChatResponse {
+///     id: None,
 ///     content: format!("{} messages", request.messages.len()),
 ///     tool_calls: Vec::new(),
 ///     finish_reason: FinishReason::Stop,

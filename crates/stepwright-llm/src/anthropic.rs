@@ -226,6 +226,7 @@ fn finish_reason(text: &str) -> FinishReason {
 /// Assembles the response from content blocks; a forced output tool's input becomes the
 /// text (JSON) and its call is removed, as is the `tool_use` stop reason it causes.
 fn assemble(
+    id: Option<String>,
     blocks: Vec<Value>,
     stop: &str,
     usage: Usage,
@@ -258,23 +259,34 @@ fn assemble(
     // other stop reason (`max_tokens` mid-answer, `refusal`) stands.
     let finish_reason =
         if answered && tool_calls.is_empty() && stop == "tool_use" { FinishReason::Stop } else { finish_reason(stop) };
-    Ok(ChatResponse { content, tool_calls, finish_reason, usage, model })
+    Ok(ChatResponse { id, content, tool_calls, finish_reason, usage, model })
 }
 
 /// A whole (non-streamed) response.
 pub(crate) fn decode(body: &Value, forced: Option<&str>) -> Result<ChatResponse, ModelError> {
     let blocks = body["content"].as_array().ok_or_else(|| protocol(format!("the answer has no content: {body}")))?;
-    let usage = Usage {
-        input_tokens: body["usage"]["input_tokens"].as_u64().unwrap_or(0),
-        output_tokens: body["usage"]["output_tokens"].as_u64().unwrap_or(0),
-    };
+    let usage = usage_of(&body["usage"]);
     assemble(
+        body["id"].as_str().map(str::to_owned),
         blocks.clone(),
         body["stop_reason"].as_str().unwrap_or("end_turn"),
         usage,
         body["model"].as_str().unwrap_or_default().to_owned(),
         forced,
     )
+}
+
+/// Usage as the GenAI conventions count it: Anthropic reports the prompt tokens read from
+/// and written to its cache apart from `input_tokens`; the prompt is all three.
+fn usage_of(usage: &Value) -> Usage {
+    let count = |field: &str| usage[field].as_u64().unwrap_or(0);
+    let (read, created) = (count("cache_read_input_tokens"), count("cache_creation_input_tokens"));
+    Usage {
+        input_tokens: count("input_tokens") + read + created,
+        output_tokens: count("output_tokens"),
+        cache_read_input_tokens: read,
+        cache_creation_input_tokens: created,
+    }
 }
 
 /// The state of a streamed answer.
@@ -284,8 +296,10 @@ struct StreamState {
     /// `input_json_delta` fragments per tool_use block.
     json: BTreeMap<u64, String>,
     stop: Option<String>,
-    usage: Usage,
+    /// The usage fields as reported so far (`message_start`, updated by `message_delta`).
+    usage: serde_json::Map<String, Value>,
     model: String,
+    id: Option<String>,
     done: bool,
 }
 
@@ -298,8 +312,10 @@ impl StreamState {
             "message_start" => {
                 let message = &event["message"];
                 message["model"].as_str().unwrap_or_default().clone_into(&mut self.model);
-                self.usage.input_tokens = message["usage"]["input_tokens"].as_u64().unwrap_or(0);
-                self.usage.output_tokens = message["usage"]["output_tokens"].as_u64().unwrap_or(0);
+                self.id = message["id"].as_str().map(str::to_owned);
+                if let Some(usage) = message["usage"].as_object() {
+                    self.usage.clone_from(usage);
+                }
             }
             "content_block_start" => {
                 let index = event["index"].as_u64().unwrap_or(0);
@@ -349,11 +365,11 @@ impl StreamState {
                 if let Some(stop) = event["delta"]["stop_reason"].as_str() {
                     self.stop = Some(stop.to_owned());
                 }
-                if let Some(output) = event["usage"]["output_tokens"].as_u64() {
-                    self.usage.output_tokens = output;
-                }
-                if let Some(input) = event["usage"]["input_tokens"].as_u64() {
-                    self.usage.input_tokens = input;
+                // Cumulative counts: a field given replaces the one before.
+                if let Some(usage) = event["usage"].as_object() {
+                    for (field, count) in usage.iter().filter(|(_, count)| count.is_u64()) {
+                        self.usage.insert(field.clone(), count.clone());
+                    }
                 }
             }
             "message_stop" => {
@@ -386,6 +402,13 @@ impl StreamState {
             ));
         }
         let stop = self.stop.unwrap_or_else(|| "end_turn".into());
-        assemble(self.blocks.into_values().collect(), &stop, self.usage, self.model, forced)
+        assemble(
+            self.id,
+            self.blocks.into_values().collect(),
+            &stop,
+            usage_of(&Value::Object(self.usage)),
+            self.model,
+            forced,
+        )
     }
 }

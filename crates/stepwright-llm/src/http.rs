@@ -200,6 +200,10 @@ impl Transport {
             for (name, value) in headers {
                 request = request.header(*name, value);
             }
+            // W3C Trace Context: the provider (or a gateway in front of it) joins the trace.
+            if let Some(traceparent) = stepwright_core::trace::current_traceparent() {
+                request = request.header("traceparent", traceparent.as_str());
+            }
             let error = match tokio::time::timeout(self.options.timeout, request.send()).await {
                 Err(_) => self.error(
                     ModelErrorKind::Timeout,

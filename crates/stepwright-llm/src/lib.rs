@@ -14,6 +14,7 @@ mod http;
 mod memory;
 mod models;
 mod openai;
+mod prices;
 mod schema;
 mod sse;
 mod step;
@@ -40,6 +41,7 @@ pub use models::{
     CallRecord, DEFAULT_TIMEOUT, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, Totals, call_event, rollup,
 };
 pub use openai::OpenAi;
+pub use prices::{PRICE_TABLE_VERSION, list_price};
 pub use step::{LlmSpec, LlmStep};
 pub use tools::{
     ArgvFn, CommandTool, DEFAULT_MAX_OUTPUT_BYTES, FnTool, HttpTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND,

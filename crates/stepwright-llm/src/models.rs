@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -68,16 +69,33 @@ impl std::str::FromStr for Provider {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pricing {
-    /// Per million prompt tokens.
+    /// Per million prompt tokens not served from (or written to) the provider's cache.
     pub input: f64,
     /// Per million generated tokens.
     pub output: f64,
+    /// Per million prompt tokens read from the provider's cache (`input` when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<f64>,
+    /// Per million prompt tokens written to the provider's cache (`input` when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
 }
 
 impl Pricing {
-    /// What a call cost.
+    /// Input and output prices, cached tokens at the input price.
+    pub fn per_million(input: f64, output: f64) -> Self {
+        Self { input, output, cache_read: None, cache_write: None }
+    }
+
+    /// What a call cost: the prompt's cached parts at their prices, the rest at `input`.
     pub fn cost(&self, usage: Usage) -> f64 {
-        (usage.input_tokens as f64 * self.input + usage.output_tokens as f64 * self.output) / 1_000_000.0
+        let cached = usage.cache_read_input_tokens + usage.cache_creation_input_tokens;
+        let uncached = usage.input_tokens.saturating_sub(cached);
+        (uncached as f64 * self.input
+            + usage.cache_read_input_tokens as f64 * self.cache_read.unwrap_or(self.input)
+            + usage.cache_creation_input_tokens as f64 * self.cache_write.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output)
+            / 1_000_000.0
     }
 }
 
@@ -181,6 +199,26 @@ struct Binding {
     model: Arc<dyn ChatModel>,
     model_id: String,
     pricing: Option<Pricing>,
+    /// Where the prices came from (journaled with each call's cost).
+    prices: Option<PriceSource>,
+}
+
+/// Where a binding's prices came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PriceSource {
+    /// The binding's own `pricing` (the file's, or the embedding code's).
+    Binding,
+    /// The built-in price table of this version.
+    Table(&'static str),
+}
+
+impl PriceSource {
+    fn describe(self) -> String {
+        match self {
+            Self::Binding => "binding".to_owned(),
+            Self::Table(version) => format!("price table {version}"),
+        }
+    }
 }
 
 /// What one call returned, and what it cost.
@@ -195,6 +233,9 @@ pub struct CallRecord {
     /// Cost in US dollars, if the binding has prices.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,
+    /// Where the prices came from: `binding` (its `pricing`) or `price table <version>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<String>,
     /// Wall time of the call.
     pub latency_ms: u64,
     /// Whether a cassette played it back.
@@ -281,14 +322,21 @@ impl Models {
                 }
             }
         };
-        self.bindings
-            .insert(name.to_owned(), Binding { model, model_id: config.model.clone(), pricing: config.pricing });
+        let (pricing, prices) = match config.pricing {
+            Some(pricing) => (Some(pricing), Some(PriceSource::Binding)),
+            None => match crate::prices::list_price(config.provider, &config.model) {
+                Some(pricing) => (Some(pricing), Some(PriceSource::Table(crate::prices::PRICE_TABLE_VERSION))),
+                None => (None, None),
+            },
+        };
+        self.bindings.insert(name.to_owned(), Binding { model, model_id: config.model.clone(), pricing, prices });
         Ok(())
     }
 
     /// Binds a name to any adapter (a custom provider, a scripted fake in tests).
     pub fn bind_adapter(&mut self, name: &str, model_id: &str, model: Arc<dyn ChatModel>, pricing: Option<Pricing>) {
-        self.bindings.insert(name.to_owned(), Binding { model, model_id: model_id.to_owned(), pricing });
+        let prices = pricing.map(|_| PriceSource::Binding);
+        self.bindings.insert(name.to_owned(), Binding { model, model_id: model_id.to_owned(), pricing, prices });
     }
 
     /// Counts the bindings' request and token limits in `quotas` (a store every worker on
@@ -323,6 +371,46 @@ impl Models {
     /// Calls a binding. `site` names the caller (a step path) for error messages; the
     /// request's `model` is set to the binding's model id. With a sink, text streams to it.
     pub async fn chat(
+        &self,
+        site: &str,
+        binding: &str,
+        request: ChatRequest,
+        sink: Option<TokenSink<'_>>,
+    ) -> Result<CallRecord, ModelError> {
+        let model = self.bindings.get(binding).map_or(request.model.as_str(), |b| b.model_id.as_str());
+        let params = &request.params;
+        let span = tracing::info_span!(
+            "chat",
+            otel.name = %format_args!("chat {model}"),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = tracing::field::Empty,
+            gen_ai.request.model = model,
+            gen_ai.request.max_tokens = params.max_tokens.map(i64::from),
+            gen_ai.request.temperature = params.temperature,
+            gen_ai.request.top_p = params.top_p,
+            gen_ai.request.stream = sink.is_some(),
+            gen_ai.response.id = tracing::field::Empty,
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+            stepwright.binding = binding,
+            stepwright.cassette = tracing::field::Empty,
+            stepwright.cost.usd = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        let result = self.chat_untraced(site, binding, request, sink).instrument(span.clone()).await;
+        if !span.is_disabled() {
+            trace_call(&span, &result);
+        }
+        result
+    }
+
+    async fn chat_untraced(
         &self,
         site: &str,
         binding: &str,
@@ -415,6 +503,50 @@ impl Models {
     }
 }
 
+/// A count as an OpenTelemetry int attribute (the bridge writes a `u64` field as a string).
+fn as_i64(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+/// What a `chat` span says about the call's answer, in the GenAI conventions' terms.
+fn trace_call(span: &tracing::Span, result: &Result<CallRecord, ModelError>) {
+    match result {
+        Ok(call) => {
+            let response = &call.response;
+            span.record("gen_ai.provider.name", call.provider.as_str());
+            if let Some(id) = &response.id {
+                span.record("gen_ai.response.id", id.as_str());
+            }
+            if !response.model.is_empty() {
+                span.record("gen_ai.response.model", response.model.as_str());
+            }
+            // A string array in the conventions, which a `tracing` field cannot carry.
+            if let Some(contexts) = stepwright_core::trace::contexts() {
+                let reasons = vec![response.finish_reason.as_str().to_owned()];
+                contexts.set_strings(span, "gen_ai.response.finish_reasons", reasons);
+            }
+            if usage_reported(response.usage) {
+                let usage = response.usage;
+                span.record("gen_ai.usage.input_tokens", as_i64(usage.input_tokens));
+                span.record("gen_ai.usage.output_tokens", as_i64(usage.output_tokens));
+                span.record("gen_ai.usage.cache_read.input_tokens", as_i64(usage.cache_read_input_tokens));
+                span.record("gen_ai.usage.cache_creation.input_tokens", as_i64(usage.cache_creation_input_tokens));
+            }
+            if let Some(cost) = call.cost_usd {
+                span.record("stepwright.cost.usd", cost);
+            }
+            if call.replayed {
+                span.record("stepwright.cassette", "replayed");
+            }
+        }
+        Err(error) => {
+            span.record("error.type", format!("{:?}", error.kind).to_lowercase().as_str());
+            span.record("otel.status_code", "error");
+            span.record("otel.status_description", error.to_string().as_str());
+        }
+    }
+}
+
 fn record(
     binding: &str,
     provider: &str,
@@ -429,6 +561,7 @@ fn record(
         // No usage reported (a stream some servers end without it) is no cost known: `null`,
         // counted apart, never a silent $0.
         cost_usd: bound.pricing.filter(|_| usage_reported(response.usage)).map(|p| p.cost(response.usage)),
+        prices: bound.prices.filter(|_| usage_reported(response.usage)).map(PriceSource::describe),
         response,
         latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         replayed,
@@ -502,7 +635,7 @@ impl Totals {
 
 /// The `model.call` event's data for a call (what roll-ups per step and run read).
 pub fn call_event(record: &CallRecord) -> serde_json::Value {
-    json!({
+    let mut event = json!({
         "binding": record.binding,
         "provider": record.provider,
         "model": record.response.model,
@@ -511,7 +644,12 @@ pub fn call_event(record: &CallRecord) -> serde_json::Value {
         "usage_reported": usage_reported(record.response.usage),
         "latency_ms": record.latency_ms,
         "replayed": record.replayed,
-    })
+    });
+    if let Some(prices) = &record.prices {
+        // The cost is this figure for good: where its prices came from is kept with it.
+        event["prices"] = json!(prices);
+    }
+    event
 }
 
 /// Usage and cost per step path and for the whole run, from a run's events.

@@ -219,6 +219,9 @@ fn usage(value: &Value) -> Usage {
     Usage {
         input_tokens: value["prompt_tokens"].as_u64().unwrap_or(0),
         output_tokens: value["completion_tokens"].as_u64().unwrap_or(0),
+        // Counted in `prompt_tokens` already; OpenAI's caching writes at no extra price.
+        cache_read_input_tokens: value["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0),
+        cache_creation_input_tokens: 0,
     }
 }
 
@@ -248,6 +251,7 @@ pub(crate) fn decode(body: &Value) -> Result<ChatResponse, ModelError> {
         })
         .unwrap_or_default();
     Ok(ChatResponse {
+        id: body["id"].as_str().map(str::to_owned),
         content: message["content"].as_str().unwrap_or_default().to_owned(),
         tool_calls,
         finish_reason: finish_reason(choice["finish_reason"].as_str().unwrap_or("stop")),
@@ -272,6 +276,7 @@ struct StreamState {
     finish: Option<FinishReason>,
     usage: Usage,
     model: String,
+    id: Option<String>,
     done: bool,
 }
 
@@ -295,6 +300,9 @@ impl StreamState {
         }
         if let Some(model) = chunk["model"].as_str() {
             model.clone_into(&mut self.model);
+        }
+        if let Some(id) = chunk["id"].as_str() {
+            self.id = Some(id.to_owned());
         }
         if chunk["usage"].is_object() {
             self.usage = usage(&chunk["usage"]);
@@ -333,6 +341,7 @@ impl StreamState {
         }
         let finish_reason = self.finish.ok_or_else(|| protocol("the stream ended without a finish_reason"))?;
         Ok(ChatResponse {
+            id: self.id,
             content: self.content,
             tool_calls: self
                 .calls

@@ -626,6 +626,9 @@ impl HttpTool {
         if let Some(key) = &cx.idempotency_key {
             request = request.header("Idempotency-Key", key);
         }
+        if let Some(traceparent) = stepwright_core::trace::current_traceparent() {
+            request = request.header("traceparent", traceparent.as_str());
+        }
         let failed = |e: reqwest::Error| {
             StepError::new(TOOL_FAILED, format!("tool {name:?}: {} {}: {e}", self.method, self.url))
                 .retryable(e.is_connect())

@@ -183,13 +183,38 @@ pub enum FinishReason {
     Other(String),
 }
 
+impl FinishReason {
+    /// The reason as the GenAI conventions spell it (`stop`, `length`, `tool_calls`,
+    /// `content_filter`, or the provider's own word).
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Stop => "stop",
+            Self::Length => "length",
+            Self::ToolCalls => "tool_calls",
+            Self::ContentFilter => "content_filter",
+            Self::Other(reason) => reason,
+        }
+    }
+}
+
 /// Tokens used by one call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, those read from or written to the provider's prompt cache included
+    /// (as the GenAI conventions count them; Anthropic reports the three apart).
     pub input_tokens: u64,
     /// Generated tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those served from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_input_tokens: u64,
+    /// Of the prompt tokens, those written to the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_creation_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Usage {
@@ -202,6 +227,9 @@ impl Usage {
 /// A model's answer, provider-neutral.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatResponse {
+    /// The provider's id of the completion (`chatcmpl-…`, `msg_…`), when it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// The text. For structured output, the JSON text of the answer (an Anthropic forced
     /// tool call's input is turned into this text too).
     pub content: String,

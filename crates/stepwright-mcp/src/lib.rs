@@ -26,6 +26,7 @@ use serde_json::Value;
 use stepwright_core::{Effect, StepError};
 use stepwright_llm::{TOOL_FAILED, Tool, ToolContext, ToolDef, Tools};
 use tokio::sync::Mutex;
+use tracing::Instrument;
 
 mod http;
 mod stdio;
@@ -463,6 +464,35 @@ impl McpServer {
         retry_is_safe: bool,
         wrapped: bool,
     ) -> Result<Value, StepError> {
+        // The MCP conventions' client span: `{method} {target}`.
+        let span = tracing::info_span!(
+            "tools/call",
+            otel.name = %format_args!("tools/call {tool}"),
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = tool,
+            stepwright.mcp.server = self.config.name.as_str(),
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        let result =
+            self.call_untraced(tool, args, idempotency_key, retry_is_safe, wrapped).instrument(span.clone()).await;
+        if let Err(error) = &result {
+            span.record("otel.status_code", "error");
+            span.record("otel.status_description", error.message.as_str());
+        }
+        result
+    }
+
+    async fn call_untraced(
+        &self,
+        tool: &str,
+        args: Value,
+        idempotency_key: Option<&str>,
+        retry_is_safe: bool,
+        wrapped: bool,
+    ) -> Result<Value, StepError> {
         let server = &self.config.name;
         let arguments = match args {
             Value::Object(map) => Some(map),
@@ -626,9 +656,15 @@ fn call_params(
 ) -> CallToolRequestParams {
     let mut params = CallToolRequestParams::new(tool.to_owned());
     params.arguments = arguments;
+    let mut meta = rmcp::model::RequestMetaObject::default();
     if let Some(key) = idempotency_key {
-        let mut meta = rmcp::model::RequestMetaObject::default();
         meta.0.0.insert(IDEMPOTENCY_META_KEY.to_owned(), Value::String(key.to_owned()));
+    }
+    // The MCP conventions' propagation: W3C Trace Context in `_meta`.
+    if let Some(traceparent) = stepwright_core::trace::current_traceparent() {
+        meta.0.0.insert("traceparent".to_owned(), Value::String(traceparent.to_string()));
+    }
+    if !meta.0.0.is_empty() {
         params.meta = Some(meta);
     }
     params

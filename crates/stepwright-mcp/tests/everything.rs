@@ -87,6 +87,7 @@ fn planner(request: &ChatRequest) -> ChatResponse {
         (results.join(" | "), Vec::new())
     };
     ChatResponse {
+        id: None,
         content,
         tool_calls,
         finish_reason: FinishReason::Stop,

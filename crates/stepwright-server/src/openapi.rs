@@ -493,6 +493,15 @@ pub fn document() -> Value {
         if let Some(query) = &op.query {
             parameters.extend(query_parameters(query, generator.definitions()));
         }
+        if op.method == "post" && op.path == "/v1/runs" {
+            parameters.push(json!({
+                "name": "traceparent",
+                "in": "header",
+                "required": false,
+                "description": "W3C Trace Context: the run's first activation is traced as a child of this span (a malformed value is ignored, as the recommendation says).",
+                "schema": { "type": "string" },
+            }));
+        }
         let mut responses: Map<String, Value> = Map::new();
         for (status, description, body, content_type) in op.responses {
             let mut response = json!({ "description": description });

@@ -16,6 +16,13 @@ use serde_json::{Value, json};
 pub enum Body {
     /// A JSON document with `content-length`.
     Json(Value),
+    /// Bytes of a content type, with `content-length`.
+    Bytes {
+        /// The `content-type`.
+        content_type: String,
+        /// The body.
+        bytes: Vec<u8>,
+    },
     /// SSE in chunked encoding: these pieces, each written and flushed on its own, `pace`
     /// apart; `complete: false` closes the connection without the final chunk (a drop
     /// mid-stream).
@@ -44,6 +51,11 @@ impl Reply {
     /// A JSON reply.
     pub fn json(status: u16, body: Value) -> Self {
         Self { status, headers: Vec::new(), body: Body::Json(body) }
+    }
+
+    /// A reply of bytes of a content type (a protobuf message).
+    pub fn bytes(status: u16, content_type: &str, bytes: Vec<u8>) -> Self {
+        Self { status, headers: Vec::new(), body: Body::Bytes { content_type: content_type.to_owned(), bytes } }
     }
 
     /// An SSE stream cut into pieces of `piece` bytes (cuts land anywhere, inside UTF-8 too),
@@ -92,6 +104,8 @@ pub struct Captured {
     pub headers: HashMap<String, String>,
     /// The body as JSON (`null` when it is not JSON).
     pub body: Value,
+    /// The body's bytes.
+    pub raw: Vec<u8>,
     /// When it was read in full.
     pub received_at: std::time::Instant,
 }
@@ -189,6 +203,7 @@ fn serve(
             path: words.next().unwrap_or_default().to_owned(),
             headers,
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            raw: body,
             received_at: std::time::Instant::now(),
         };
         captured.lock().expect("poisoned").push(request.clone());
@@ -215,6 +230,13 @@ fn write_reply(writer: &mut TcpStream, reply: Reply, keep_alive: bool) -> std::i
             head.push_str(&format!("content-type: application/json\r\ncontent-length: {}\r\n\r\n", text.len()));
             writer.write_all(head.as_bytes())?;
             writer.write_all(text.as_bytes())?;
+            writer.flush()?;
+            Ok(keep_alive)
+        }
+        Body::Bytes { content_type, bytes } => {
+            head.push_str(&format!("content-type: {content_type}\r\ncontent-length: {}\r\n\r\n", bytes.len()));
+            writer.write_all(head.as_bytes())?;
+            writer.write_all(&bytes)?;
             writer.flush()?;
             Ok(keep_alive)
         }

@@ -8,6 +8,7 @@
 
 pub mod http;
 pub mod openai;
+pub mod otlp;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -62,6 +62,12 @@ pub mod stores {
     pub use stepwright_store::*;
 }
 
+/// Logs and OpenTelemetry traces for a process (`stepwright-telemetry`).
+#[cfg(feature = "telemetry")]
+pub mod telemetry {
+    pub use stepwright_telemetry::*;
+}
+
 /// The HTTP API of `stepwright serve`, to embed (`stepwright-server`).
 #[cfg(feature = "server")]
 pub mod server {

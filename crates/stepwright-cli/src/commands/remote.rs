@@ -40,7 +40,21 @@ impl Remote {
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        self.call_traced(method, path, body, None).await
+    }
+
+    /// A call in a trace: the server's spans join the `traceparent` given.
+    async fn call_traced(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+        traceparent: Option<&stepwright::trace::TraceParent>,
+    ) -> anyhow::Result<Value> {
         let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent.as_str());
+        }
         if let Some(body) = body {
             request = request.json(&body);
         }
@@ -113,7 +127,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
         Ok(())
     };
     match command {
-        Command::Run { file, input, json, detach, priority, concurrency, who } => {
+        Command::Run { file, input, json, detach, priority, concurrency, traceparent, who } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
             let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
@@ -127,7 +141,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
                 "priority": priority,
                 "concurrency": concurrency.map(|c| json!({ "key": c.key, "limit": c.limit })),
             });
-            let run = remote.post("/v1/runs", body).await?;
+            let run = remote.call_traced(reqwest::Method::POST, "/v1/runs", Some(body), traceparent.as_ref()).await?;
             if detach {
                 let id = run["run_id"].as_str().unwrap_or_default();
                 if json {

@@ -14,6 +14,7 @@ use crate::render::print_report;
 pub(crate) struct StartFlags {
     pub(crate) priority: Option<i32>,
     pub(crate) concurrency: Option<stepwright::Concurrency>,
+    pub(crate) traceparent: Option<stepwright::trace::TraceParent>,
 }
 
 /// `run`: starts a run of a file (or, with `--detach`, creates it for a worker).
@@ -41,6 +42,7 @@ pub(crate) async fn run(
         caller: who.caller(),
         priority: flow.priority,
         concurrency: flow.concurrency,
+        traceparent: flow.traceparent,
         ..Default::default()
     };
     if detach {

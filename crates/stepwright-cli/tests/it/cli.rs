@@ -731,10 +731,11 @@ fn an_unknown_run_id_is_a_usage_error(target: &Target) {
 /// A model that answers at once with fixed usage.
 fn instant_model() -> stepwright::llm::ScriptedModel {
     stepwright::llm::ScriptedModel::new(|_request| stepwright::llm::ChatResponse {
+        id: None,
         content: "fine".into(),
         tool_calls: Vec::new(),
         finish_reason: stepwright::llm::FinishReason::Stop,
-        usage: stepwright::llm::Usage { input_tokens: 1000, output_tokens: 100 },
+        usage: stepwright::llm::Usage { input_tokens: 1000, output_tokens: 100, ..Default::default() },
         model: "instant-1".into(),
     })
 }
@@ -747,7 +748,7 @@ fn runs_show_sums_model_usage_and_cost_per_step() {
     let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
         let store = Arc::new(stepwright::stores::SqliteStore::open(&path).unwrap());
         let mut models = stepwright::llm::Models::new();
-        let pricing = stepwright::llm::Pricing { input: 2.0, output: 10.0 };
+        let pricing = stepwright::llm::Pricing::per_million(2.0, 10.0);
         models.bind_adapter("fast", "instant-1", Arc::new(instant_model()), Some(pricing));
         let ask = |id: &str| {
             stepwright::Node::dyn_step(id, stepwright::llm::LlmStep::new(stepwright::llm::LlmSpec::new("fast")))

@@ -13,4 +13,5 @@ mod models;
 mod processes;
 mod serve;
 mod snapshots;
+mod telemetry;
 mod terminal;

@@ -16,8 +16,12 @@ pub(crate) fn stepwright(dir: &Path, args: &[&str]) -> Output {
 }
 
 /// The binary in `dir`, with the environment [`stepwright`] gives it, to spawn.
-fn command(dir: &Path, args: &[&str]) -> Command {
+pub(crate) fn command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_stepwright"));
+    for (name, _) in std::env::vars().filter(|(name, _)| name.starts_with("OTEL_")) {
+        // Telemetry is what a test sets, not what the machine has.
+        command.env_remove(name);
+    }
     command
         .current_dir(dir)
         .env_remove("STEPWRIGHT_DB")

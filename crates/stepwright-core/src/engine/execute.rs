@@ -18,6 +18,51 @@ use crate::recording::{Recorder, ReplayIndex, RunShared, StoreFailed};
 use crate::scope::Scope;
 use crate::services::ProvidedLayers;
 use crate::store::StatusUpdate;
+use crate::trace::{self, TraceLink, TraceParent};
+use tracing::Instrument;
+
+impl ActivationTrace {
+    /// Records how the activation ended, and what it served from the journal.
+    fn end(self, shared: &RunShared, result: &Result<RunReport, EngineError>) {
+        if self.span.is_disabled() {
+            return;
+        }
+        let (steps, calls) = shared.served();
+        self.span.record("stepwright.served.steps", i64::try_from(steps).unwrap_or(i64::MAX));
+        self.span.record("stepwright.served.calls", i64::try_from(calls).unwrap_or(i64::MAX));
+        match result {
+            Ok(report) => {
+                self.span.record("stepwright.run.status", report.status.as_str());
+                if let Some(error) = &report.error {
+                    self.span.record("otel.status_code", "error");
+                    self.span.record("otel.status_description", error.message.as_str());
+                }
+            }
+            Err(error) => {
+                self.span.record("otel.status_code", "error");
+                self.span.record("otel.status_description", error.to_string().as_str());
+            }
+        }
+    }
+}
+
+/// Where an activation's trace comes from (looked at only while traces are exported).
+pub(crate) enum TraceStart {
+    /// A run's first activation, in the trace its starter gave, if any.
+    Fresh(Option<TraceParent>),
+    /// A later activation of a run (a resume, a worker's claim): a new trace linked to the
+    /// activation before it (or, for a run created for later, in the trace it was created in).
+    Continue,
+    /// A replay or recompute of a run: a new trace linked to the run's last activation.
+    Again { original: Option<TraceParent>, kind: &'static str },
+}
+
+/// Architecture invariant: one trace per activation. A run that waits days for a person
+/// has no span open for days: each activation (start to suspend, resume to suspend) is
+/// its own trace, linked to the one before, and the run id is an attribute of each.
+struct ActivationTrace {
+    span: tracing::Span,
+}
 
 impl Engine {
     pub(super) async fn execute(
@@ -25,9 +70,70 @@ impl Engine {
         workflow: &Workflow,
         loaded: LoadedRun,
         lease: Lease,
+        trace: TraceStart,
     ) -> Result<RunReport, EngineError> {
         let replay = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(loaded.record.id))?;
-        self.execute_indexed(workflow, loaded, lease, replay).await
+        self.execute_indexed(workflow, loaded, lease, replay, trace).await
+    }
+
+    /// The activation's span, a trace root: parented by the trace the run was started in
+    /// (first activation) and linked to the activation before it (later ones), whose
+    /// `traceparent`s the journal keeps as events.
+    async fn activation_span(&self, workflow: &Workflow, loaded: &LoadedRun, trace: TraceStart) -> tracing::Span {
+        let record = &loaded.record;
+        let kind = match &trace {
+            TraceStart::Fresh(_) => "start",
+            TraceStart::Continue => "resume",
+            TraceStart::Again { kind, .. } => kind,
+        };
+        let span = tracing::info_span!(
+            parent: None,
+            "invoke_workflow",
+            otel.name = %format_args!("invoke_workflow {}", workflow.name()),
+            gen_ai.operation.name = "invoke_workflow",
+            gen_ai.workflow.name = workflow.name(),
+            stepwright.run.id = %record.id,
+            stepwright.tenant = record.caller.tenant.as_deref(),
+            stepwright.activation = kind,
+            stepwright.run.status = tracing::field::Empty,
+            stepwright.served.steps = tracing::field::Empty,
+            stepwright.served.calls = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        let Some(contexts) = trace::contexts().filter(|_| !span.is_disabled()) else { return span };
+        let (parent, link) = match trace {
+            TraceStart::Fresh(parent) => (parent, None),
+            TraceStart::Continue => {
+                let (parent, previous) = self.journaled_traces(record.id).await;
+                match previous {
+                    Some(previous) => (None, Some((previous, TraceLink::PreviousActivation))),
+                    None => (parent, None),
+                }
+            }
+            TraceStart::Again { original, .. } => (None, original.map(|original| (original, TraceLink::Original))),
+        };
+        if let Some(parent) = &parent {
+            contexts.set_parent(&span, parent);
+        }
+        if let Some((to, link)) = &link {
+            contexts.add_link(&span, to, *link);
+        }
+        span
+    }
+
+    /// The `traceparent` a run was started in and that of its last activation, from its
+    /// events. A store that cannot say is no trace to continue: tracing never fails a run.
+    pub(super) async fn journaled_traces(&self, run: RunId) -> (Option<TraceParent>, Option<TraceParent>) {
+        let Ok(events) = self.inner.store.events(run).await else { return (None, None) };
+        let of = |kind: &str| {
+            events
+                .iter()
+                .rev()
+                .find(|e| e.kind == kind)
+                .and_then(|e| e.data["traceparent"].as_str()?.parse::<TraceParent>().ok())
+        };
+        (of(trace::PARENT_EVENT), of(trace::ACTIVATION_EVENT))
     }
 
     /// Executes a run against a given replay index (a resume's, or a replay's).
@@ -37,11 +143,30 @@ impl Engine {
         loaded: LoadedRun,
         lease: Lease,
         replay: ReplayIndex,
+        trace: TraceStart,
+    ) -> Result<RunReport, EngineError> {
+        let span = self.activation_span(workflow, &loaded, trace).await;
+        let shared = self.run_shared(workflow, &loaded, Some(lease.token), replay);
+        if let Some(traceparent) = trace::contexts().and_then(|c| c.traceparent(&span)) {
+            let data = serde_json::json!({ "traceparent": traceparent.as_str() });
+            shared.event(&StepPath::root(), trace::ACTIVATION_EVENT, data);
+        }
+        let activation = ActivationTrace { span: span.clone() };
+        let result = self.execute_shared(workflow, loaded, lease, shared.clone()).instrument(span).await;
+        activation.end(&shared, &result);
+        result
+    }
+
+    async fn execute_shared(
+        &self,
+        workflow: &Workflow,
+        loaded: LoadedRun,
+        lease: Lease,
+        shared: Arc<RunShared>,
     ) -> Result<RunReport, EngineError> {
         let fence = Some(lease.token);
         let run_id = loaded.record.id;
         let inner = &self.inner;
-        let shared = self.run_shared(workflow, &loaded, fence, replay);
         let cancel = CancellationToken::new();
         let lost = Arc::new(AtomicBool::new(false));
         let live = LiveRun { cancel: cancel.clone(), lease, lost: lost.clone() };
@@ -135,6 +260,7 @@ impl Engine {
             wake_checks: Mutex::new(Vec::new()),
             event_cursors: tokio::sync::Mutex::default(),
             yielded: AtomicBool::new(false),
+            served: Default::default(),
         })
     }
 

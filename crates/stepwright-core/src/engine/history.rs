@@ -230,6 +230,7 @@ impl Engine {
         workflow: &Workflow,
         original: &LoadedRun,
         index: ReplayIndex,
+        kind: &'static str,
     ) -> Result<(crate::engine::RunReport, Arc<InMemoryStore>), EngineError> {
         let run = original.record.id;
         let sandbox_store = Arc::new(InMemoryStore::new());
@@ -267,7 +268,13 @@ impl Engine {
         };
         sandbox_store.create_run(record.clone()).await.map_err(EngineError::store(run))?;
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
-        let report = sandbox.execute_indexed(workflow, loaded, lease, index).await?;
+        // Its own trace, linked to the original's last activation.
+        let original_trace = match crate::trace::contexts() {
+            Some(_) => self.journaled_traces(run).await.1,
+            None => None,
+        };
+        let trace = super::TraceStart::Again { original: original_trace, kind };
+        let report = sandbox.execute_indexed(workflow, loaded, lease, index, trace).await?;
         Ok((report, sandbox_store))
     }
 
@@ -295,8 +302,9 @@ impl Engine {
         let index = ReplayIndex::from_loaded(&original).map_err(EngineError::store(run))?;
         let recorded: HashMap<StepPath, ContentHash> = index.completions().map(|(p, h)| (p.clone(), h)).collect();
         let decided_before: HashMap<StepPath, Choice> = index.choices().map(|(p, d)| (p.clone(), d.clone())).collect();
-        let (report, sandbox_store) =
-            self.in_sandbox(workflow, &original, index.with_mode(ReplayMode::Recompute(prefix.clone()))).await?;
+        let (report, sandbox_store) = self
+            .in_sandbox(workflow, &original, index.with_mode(ReplayMode::Recompute(prefix.clone())), "recompute")
+            .await?;
         let journal = sandbox_store.entries(run);
         let sandbox = sandbox_store.load(run).await.map_err(EngineError::store(run))?;
         let mut after: HashMap<StepPath, ContentHash> = HashMap::new();
@@ -459,7 +467,8 @@ impl Engine {
         let original = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
         let index = ReplayIndex::from_loaded(&original).map_err(EngineError::store(run))?;
         let recorded: HashMap<StepPath, ContentHash> = index.completions().map(|(p, h)| (p.clone(), h)).collect();
-        let (report, sandbox_store) = self.in_sandbox(workflow, &original, index.with_mode(ReplayMode::Replay)).await?;
+        let (report, sandbox_store) =
+            self.in_sandbox(workflow, &original, index.with_mode(ReplayMode::Replay), "replay").await?;
         let replayed_journal = sandbox_store.entries(run);
         let mut replayed: HashMap<StepPath, ContentHash> = HashMap::new();
         for entry in &replayed_journal {

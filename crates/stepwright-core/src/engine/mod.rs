@@ -14,6 +14,7 @@ mod runner;
 pub use builder::EngineBuilder;
 use cancel::cancelled_event;
 pub use error::EngineError;
+use execute::TraceStart;
 use report::report_from;
 pub use report::{AwaitedEvent, PendingInterrupt, RunReport};
 
@@ -82,6 +83,10 @@ pub struct StartOptions {
     pub priority: Option<i32>,
     /// The run's concurrency group, instead of the one the workflow's key gives.
     pub concurrency: Option<crate::journal::Concurrency>,
+    /// The trace the run was started in (a caller's W3C `traceparent`): the parent of its
+    /// first activation's trace. Kept with the run, so a worker that executes it later
+    /// continues that trace.
+    pub traceparent: Option<crate::trace::TraceParent>,
 }
 
 /// Options for resuming a run.
@@ -167,6 +172,7 @@ impl Engine {
         input: Value,
         options: StartOptions,
     ) -> Result<RunReport, EngineError> {
+        let traceparent = options.traceparent.clone();
         let (record, lease) = self.create_inner(workflow, input, options, true).await?;
         let (record, lease) = match lease {
             Some(lease) => (record, lease),
@@ -179,7 +185,7 @@ impl Engine {
             }
         };
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
-        self.execute(workflow, loaded, lease).await
+        self.execute(workflow, loaded, lease, TraceStart::Fresh(traceparent)).await
     }
 
     /// Claims a pending run of a concurrency group as soon as its group has room (looking
@@ -266,6 +272,20 @@ impl Engine {
             flow: FlowControl { concurrency, priority: options.priority.unwrap_or(def.priority) },
         };
         self.inner.store.create_run(record.clone()).await.map_err(EngineError::store(id))?;
+        if let Some(traceparent) = options.traceparent.as_ref().filter(|_| !leased) {
+            // Whoever executes the run later continues the caller's trace.
+            let mut batch = crate::journal::JournalBatch::default();
+            batch.events.push(crate::journal::EventRecord {
+                run: id,
+                path: crate::ids::StepPath::root(),
+                at: now,
+                tenant: record.caller.tenant.clone(),
+                user: record.caller.user.clone(),
+                kind: crate::trace::PARENT_EVENT.to_owned(),
+                data: serde_json::json!({ "traceparent": traceparent.as_str() }),
+            });
+            self.inner.store.append(id, None, &mut batch).await.map_err(EngineError::store(id))?;
+        }
         let lease = record.lease.clone();
         Ok((record, lease))
     }
@@ -347,7 +367,7 @@ impl Engine {
                 given: workflow.hash(),
             });
         }
-        self.execute(workflow, loaded, lease).await
+        self.execute(workflow, loaded, lease, TraceStart::Continue).await
     }
 
     /// Fails a run whose journal does not fit the definition it was to resume with.

@@ -246,7 +246,7 @@ impl Runner {
                         given: workflow.hash(),
                     });
                 }
-                engine.execute(&workflow, loaded, lease).await
+                engine.execute(&workflow, loaded, lease, super::TraceStart::Continue).await
             }
             .await;
             if let Some(log) = &log {

@@ -37,10 +37,11 @@ fn scripted(log: PathBuf) -> ScriptedModel {
             (results.join(" | "), Vec::new())
         };
         ChatResponse {
+            id: None,
             content,
             tool_calls,
             finish_reason: FinishReason::Stop,
-            usage: Usage { input_tokens: 10, output_tokens: 5 },
+            usage: Usage { input_tokens: 10, output_tokens: 5, ..Default::default() },
             model: "scripted-1".into(),
         }
     })

@@ -221,10 +221,12 @@ impl Compiler {
 
     fn pricing(&mut self, node: &Item) -> Option<Pricing> {
         let fields = self.entries(node, "`pricing`")?;
-        self.unknown_fields(fields, &["input", "output"], "`pricing`");
-        let mut price = |name: &str| -> Option<f64> {
+        self.unknown_fields(fields, &["input", "output", "cache_read", "cache_write"], "`pricing`");
+        let mut price = |name: &str, required: bool| -> Option<f64> {
             let Some(value) = node.get(name) else {
-                self.error_hint(node.pos, format!("`pricing` needs `{name}`"), "US dollars per million tokens");
+                if required {
+                    self.error_hint(node.pos, format!("`pricing` needs `{name}`"), "US dollars per million tokens");
+                }
                 return None;
             };
             match value.value {
@@ -236,9 +238,11 @@ impl Compiler {
                 }
             }
         };
-        let input = price("input");
-        let output = price("output");
-        Some(Pricing { input: input?, output: output? })
+        let input = price("input", true);
+        let output = price("output", true);
+        let cache_read = price("cache_read", false);
+        let cache_write = price("cache_write", false);
+        Some(Pricing { input: input?, output: output?, cache_read, cache_write })
     }
 
     fn tools_section(&mut self, section: &Item) {

@@ -20,7 +20,7 @@ input:
   properties: { ticket: { type: string }, session: { type: string } }
 models:
   fast: { provider: openai, model: gpt-4o-mini, pricing: { input: 0.15, output: 0.6 }, timeout: 20s }
-  careful: { provider: anthropic, model: claude-sonnet, base_url: "http://127.0.0.1:9/v1", api_key_env: MY_KEY, api_version: "2099-01-01", sampling: false }
+  careful: { provider: anthropic, model: claude-sonnet, base_url: "http://127.0.0.1:9/v1", api_key_env: MY_KEY, api_version: "2099-01-01", sampling: false, pricing: { input: 3, output: 15, cache_read: 0.3, cache_write: 3.75 } }
 tools:
   shout:
     description: Upper-cases text
@@ -63,10 +63,11 @@ output:
 
 fn answer(content: &str, calls: Vec<ToolCall>) -> ChatResponse {
     ChatResponse {
+        id: None,
         content: content.into(),
         finish_reason: if calls.is_empty() { FinishReason::Stop } else { FinishReason::ToolCalls },
         tool_calls: calls,
-        usage: Usage { input_tokens: 20, output_tokens: 5 },
+        usage: Usage { input_tokens: 20, output_tokens: 5, ..Default::default() },
         model: "scripted".into(),
     }
 }
@@ -97,6 +98,18 @@ async fn a_file_with_models_tools_and_agents_runs_every_resource_step() {
     assert_eq!(fast.pricing.map(|p| (p.input, p.output)), Some((0.15, 0.6)));
     assert_eq!(fast.http.timeout, std::time::Duration::from_secs(20));
     let careful = &loaded.models["careful"];
+    let priced = careful.pricing.expect("careful has prices");
+    assert_eq!((priced.cache_read, priced.cache_write), (Some(0.3), Some(3.75)));
+    // 1,210 prompt tokens, 1,000 of them read from the cache and 200 written to it.
+    let usage = stepwright_llm::Usage {
+        input_tokens: 1210,
+        output_tokens: 5,
+        cache_read_input_tokens: 1000,
+        cache_creation_input_tokens: 200,
+    };
+    let expected = (10.0 * 3.0 + 1000.0 * 0.3 + 200.0 * 3.75 + 5.0 * 15.0) / 1e6;
+    assert!((priced.cost(usage) - expected).abs() < 1e-12, "the file's cache prices are what a call costs");
+    assert_eq!(fast.pricing.and_then(|p| p.cache_read), None, "a price not given is the input's");
     assert_eq!(careful.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
     assert_eq!(careful.api_key_env.as_deref(), Some("MY_KEY"));
     assert_eq!((careful.api_version.as_deref(), careful.sampling), (Some("2099-01-01"), Some(false)));

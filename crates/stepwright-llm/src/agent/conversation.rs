@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use stepwright_core::{CallKind, Decision, ErrorCode, Event, InterruptRequest, StepError, StepPath};
+use tracing::Instrument;
 
 use super::tools::Target;
 use super::{
@@ -280,7 +281,37 @@ impl AgentRun<'_> {
         depth: u32,
         messages: Vec<Message>,
     ) -> BoxFuture<'_, Result<(Value, Vec<Message>), StepError>> {
-        Box::pin(async move {
+        let span = tracing::info_span!(
+            "invoke_agent",
+            otel.name = %format_args!("invoke_agent {}", agent.name),
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = agent.name.as_str(),
+            stepwright.step.path = %self.ctx.path(),
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+        );
+        let traced = span.clone();
+        Box::pin(
+            async move {
+                let result = self.run_untraced(agent, prefix, depth, messages).await;
+                if let Err(error) = &result {
+                    traced.record("otel.status_code", "error");
+                    traced.record("otel.status_description", error.message.as_str());
+                }
+                result
+            }
+            .instrument(span),
+        )
+    }
+
+    async fn run_untraced(
+        &self,
+        agent: AgentSpec,
+        prefix: StepPath,
+        depth: u32,
+        messages: Vec<Message>,
+    ) -> Result<(Value, Vec<Message>), StepError> {
+        {
             let (offered, targets) = self.offer(&agent)?;
             let mut conversation = Conversation {
                 agent,
@@ -330,6 +361,6 @@ impl AgentRun<'_> {
                     return Ok((answer, conversation.messages));
                 }
             }
-        })
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 use stepwright_core::{CallKind, Decision, Effect, ErrorCode, Event, InterruptRequest, StepError, StepPath};
+use tracing::Instrument;
 
 use super::{AgentRun, AgentSpec, TOOL_CALL_EVENT, ends_the_step, exceeded, text_of};
 use crate::tools::ToolContext;
@@ -196,8 +197,24 @@ impl AgentRun<'_> {
         let recorded = ctx
             .call(tool_path(prefix, turn, index).as_str(), kind, |info| async move {
                 let started = std::time::Instant::now();
+                // Opened here, inside the work: a call served from the journal has no span.
+                let span = tracing::info_span!(
+                    "execute_tool",
+                    otel.name = %format_args!("execute_tool {name}"),
+                    gen_ai.operation.name = "execute_tool",
+                    gen_ai.tool.name = name,
+                    gen_ai.tool.call.id = call.id.as_str(),
+                    gen_ai.tool.type = "function",
+                    stepwright.step.path = %info.path,
+                    otel.status_code = tracing::field::Empty,
+                    otel.status_description = tracing::field::Empty,
+                );
                 let cx = ToolContext { step: ctx.clone(), idempotency_key: info.idempotency_key };
-                let outcome = tools.invoke(name, cx, args).await;
+                let outcome = tools.invoke(name, cx, args).instrument(span.clone()).await;
+                if let Err(error) = &outcome {
+                    span.record("otel.status_code", "error");
+                    span.record("otel.status_description", error.message.as_str());
+                }
                 let ok = outcome.is_ok();
                 ctx.emit(Event::new(
                     TOOL_CALL_EVENT,

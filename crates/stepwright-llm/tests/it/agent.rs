@@ -26,16 +26,18 @@ fn scripted(script: impl Fn(&ChatRequest) -> ChatResponse + Send + Sync + 'stati
 
 fn say(text: &str) -> ChatResponse {
     ChatResponse {
+        id: None,
         content: text.into(),
         tool_calls: Vec::new(),
         finish_reason: FinishReason::Stop,
-        usage: Usage { input_tokens: 100, output_tokens: 10 },
+        usage: Usage { input_tokens: 100, output_tokens: 10, ..Default::default() },
         model: "scripted-1".into(),
     }
 }
 
 fn use_tools(calls: &[(&str, &str, Value)]) -> ChatResponse {
     ChatResponse {
+        id: None,
         content: String::new(),
         tool_calls: calls
             .iter()
@@ -46,7 +48,7 @@ fn use_tools(calls: &[(&str, &str, Value)]) -> ChatResponse {
             })
             .collect(),
         finish_reason: FinishReason::ToolCalls,
-        usage: Usage { input_tokens: 100, output_tokens: 10 },
+        usage: Usage { input_tokens: 100, output_tokens: 10, ..Default::default() },
         model: "scripted-1".into(),
     }
 }
@@ -98,7 +100,7 @@ fn weather_tools(calls: &Counter, barrier: Option<&Arc<tokio::sync::Barrier>>) -
 
 fn engine(store: Arc<InMemoryStore>, model: Arc<ScriptedModel>, tools: Tools, agents: Agents) -> Engine {
     let mut models = Models::new();
-    models.bind_adapter("fast", "scripted-1", model, Some(Pricing { input: 1.0, output: 2.0 }));
+    models.bind_adapter("fast", "scripted-1", model, Some(Pricing::per_million(1.0, 2.0)));
     Engine::builder()
         .store(store as Arc<dyn Store>)
         .service(Arc::new(models))

@@ -71,7 +71,7 @@ async fn a_plain_call_sends_system_tool_use_and_tool_results_the_messages_way() 
     let response = adapter(&server).chat(&request()).await.unwrap();
     assert_eq!(response.content, "Order 41 shipped; let me check 42 again.");
     assert_eq!(response.finish_reason, FinishReason::ToolCalls);
-    assert_eq!(response.usage, Usage { input_tokens: 120, output_tokens: 40 });
+    assert_eq!(response.usage, Usage { input_tokens: 120, output_tokens: 40, ..Default::default() });
     assert_eq!(
         response.tool_calls,
         [ToolCall { id: "toolu_3".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "42" }) }]
@@ -156,7 +156,7 @@ async fn a_stream_split_at_awkward_boundaries_accumulates_text_and_input_json_de
         assert_eq!(response.content, "Let me look — ça marche.", "pieces of {piece} bytes");
         assert_eq!(tokens.lock().unwrap().concat(), response.content, "tool input is not streamed as text");
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
-        assert_eq!(response.usage, Usage { input_tokens: 90, output_tokens: 57 });
+        assert_eq!(response.usage, Usage { input_tokens: 90, output_tokens: 57, ..Default::default() });
         assert_eq!(
             response.tool_calls,
             [ToolCall { id: "toolu_9".into(), name: "lookup_order".into(), arguments: json!({ "order_id": "42" }) }]
@@ -240,4 +240,40 @@ async fn a_dropped_stream_is_interrupted_and_a_401_is_terminal() {
     assert_eq!(failure.kind, ModelErrorKind::Unauthorized);
     assert!(failure.message.contains("invalid x-api-key"), "{failure}");
     assert_eq!(server.requests().len(), 1);
+}
+
+/// Anthropic counts the prompt tokens read from and written to its cache apart from
+/// `input_tokens`; the usage counts the whole prompt (as the GenAI conventions do) and keeps
+/// the cached parts, whole and streamed (where `message_delta` may update them).
+#[tokio::test]
+async fn prompt_cache_tokens_are_part_of_the_prompt_and_kept_apart() {
+    let server = FakeServer::scripted(vec![Reply::json(
+        200,
+        json!({
+            "id": "msg_7", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [{ "type": "text", "text": "ok" }], "stop_reason": "end_turn",
+            "usage": { "input_tokens": 10, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 200, "output_tokens": 5 }
+        }),
+    )]);
+    let response = adapter(&server).chat(&request()).await.unwrap();
+    assert_eq!(response.id.as_deref(), Some("msg_7"));
+    let expected =
+        Usage { input_tokens: 1210, output_tokens: 5, cache_read_input_tokens: 1000, cache_creation_input_tokens: 200 };
+    assert_eq!(response.usage, expected);
+
+    let streamed = [
+        event("message_start", &json!({ "type": "message_start", "message": { "id": "msg_8", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, "usage": { "input_tokens": 10, "cache_read_input_tokens": 1000, "cache_creation_input_tokens": 0, "output_tokens": 1 } } })),
+        event("content_block_start", &json!({ "type": "content_block_start", "index": 0, "content_block": { "type": "text", "text": "" } })),
+        event("content_block_delta", &json!({ "type": "content_block_delta", "index": 0, "delta": { "type": "text_delta", "text": "ok" } })),
+        event("content_block_stop", &json!({ "type": "content_block_stop", "index": 0 })),
+        event("message_delta", &json!({ "type": "message_delta", "delta": { "stop_reason": "end_turn" }, "usage": { "output_tokens": 9, "cache_creation_input_tokens": 30 } })),
+        event("message_stop", &json!({ "type": "message_stop" })),
+    ]
+    .concat();
+    let server = FakeServer::scripted(vec![Reply::sse(&streamed, 4096)]);
+    let response = adapter(&server).chat_stream(&request(), &|_: &str| {}).await.unwrap();
+    assert_eq!(response.id.as_deref(), Some("msg_8"));
+    let expected =
+        Usage { input_tokens: 1040, output_tokens: 9, cache_read_input_tokens: 1000, cache_creation_input_tokens: 30 };
+    assert_eq!(response.usage, expected);
 }

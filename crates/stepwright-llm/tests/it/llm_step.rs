@@ -24,7 +24,7 @@ fn answer(content: &str) -> Reply {
 fn models(server_url: &str) -> Models {
     let mut config = ModelConfig::new(Provider::Openai, "gpt-4o-mini");
     config.base_url = Some(format!("{server_url}/v1"));
-    config.pricing = Some(Pricing { input: 0.15, output: 0.60 });
+    config.pricing = Some(Pricing::per_million(0.15, 0.60));
     config.http = fast_http();
     let mut models = Models::new();
     models.bind("fast", &config).unwrap();
@@ -99,6 +99,39 @@ async fn a_wrong_answer_gets_one_repair_turn_that_shows_the_validation_errors() 
     // 2 × (1000 × 0.15 + 200 × 0.60) / 1e6 = 0.00054 dollars.
     assert!((total.cost_usd - 0.000_54).abs() < 1e-12, "{}", total.cost_usd);
     assert_eq!(by_step["classify"], total);
+    assert_eq!(calls[0]["prices"], json!("binding"), "the binding's own prices");
+}
+
+/// A binding without `pricing` is priced from the built-in table, and the call's event says
+/// which table: the cost is fixed at the call, whatever the table says later.
+#[tokio::test]
+async fn a_binding_without_prices_is_priced_from_the_versioned_table() {
+    let server = FakeServer::scripted(vec![answer("{\"category\": \"bug\"}")]);
+    let mut config = ModelConfig::new(Provider::Openai, "gpt-4o-mini");
+    config.base_url = Some(format!("{}/v1", server.url));
+    config.http = fast_http();
+    let mut models = Models::new();
+    models.bind("fast", &config).unwrap();
+    let store = Arc::new(InMemoryStore::new());
+    let report = engine(store.clone(), models).start(&classify(), json!("it crashes")).await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed);
+    let events = store.events(report.run_id).await.unwrap();
+    let call = &events.iter().find(|e| e.kind == MODEL_CALL_EVENT).unwrap().data;
+    assert_eq!(call["prices"], json!(format!("price table {}", stepwright_llm::PRICE_TABLE_VERSION)));
+    // gpt-4o-mini's list price: 1000 × 0.15 + 200 × 0.60 per million.
+    assert!((call["cost_usd"].as_f64().unwrap() - 0.000_27).abs() < 1e-12, "{call}");
+    // A model the table does not know has no cost, never a made-up one.
+    let server = FakeServer::scripted(vec![answer("{\"category\": \"bug\"}")]);
+    let mut config = ModelConfig::new(Provider::Openai, "my-finetune");
+    config.base_url = Some(format!("{}/v1", server.url));
+    config.http = fast_http();
+    let mut models = Models::new();
+    models.bind("fast", &config).unwrap();
+    let store = Arc::new(InMemoryStore::new());
+    let report = engine(store.clone(), models).start(&classify(), json!("it crashes")).await.unwrap();
+    let events = store.events(report.run_id).await.unwrap();
+    let call = &events.iter().find(|e| e.kind == MODEL_CALL_EVENT).unwrap().data;
+    assert_eq!((&call["cost_usd"], call.get("prices")), (&Value::Null, None), "{call}");
 }
 
 #[tokio::test]

@@ -32,10 +32,11 @@ fn echo_model() -> Arc<ScriptedModel> {
                 })
                 .unwrap_or_default();
             ChatResponse {
+                id: None,
                 content: format!("{} messages; you said {last:?}", request.messages.len()),
                 tool_calls: Vec::new(),
                 finish_reason: FinishReason::Stop,
-                usage: Usage { input_tokens: 10, output_tokens: 5 },
+                usage: Usage { input_tokens: 10, output_tokens: 5, ..Default::default() },
                 model: "scripted-1".into(),
             }
         })

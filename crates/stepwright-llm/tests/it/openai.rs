@@ -64,7 +64,7 @@ async fn a_plain_call_sends_the_wire_format_and_reads_parallel_tool_calls() {
     )]);
     let response = adapter(&server).chat(&request()).await.unwrap();
     assert_eq!(response.finish_reason, FinishReason::ToolCalls);
-    assert_eq!(response.usage, Usage { input_tokens: 61, output_tokens: 24 });
+    assert_eq!(response.usage, Usage { input_tokens: 61, output_tokens: 24, ..Default::default() });
     assert_eq!(response.model, "gpt-4o-mini-2024-07-18");
     assert_eq!(response.tool_calls[0].arguments, json!({ "order_id": "42" }));
     assert_eq!(response.tool_calls[1].arguments, json!("{\"order_id\":"), "arguments that are not JSON stay text");
@@ -158,7 +158,7 @@ async fn a_stream_split_at_awkward_boundaries_accumulates_text_tool_calls_and_us
         assert_eq!(tokens.lock().unwrap().concat(), response.content);
         assert_eq!(tokens.lock().unwrap().len(), 2, "one token per text delta, none for empty deltas");
         assert_eq!(response.finish_reason, FinishReason::ToolCalls);
-        assert_eq!(response.usage, Usage { input_tokens: 50, output_tokens: 31 });
+        assert_eq!(response.usage, Usage { input_tokens: 50, output_tokens: 31, ..Default::default() });
         let calls: Vec<(&str, &Value)> = response.tool_calls.iter().map(|c| (c.id.as_str(), &c.arguments)).collect();
         assert_eq!(calls, [("call_a", &json!({ "order_id": "42" })), ("call_b", &json!({ "order_id": "7" }))]);
         let sent = &server.requests()[0].body;
@@ -308,4 +308,40 @@ async fn a_token_limit_holds_calls_once_the_minute_is_spent() {
     let third = tokio::time::timeout(std::time::Duration::from_secs(1), model.chat(&request())).await;
     assert!(third.is_err(), "the minute's 100 tokens are spent: the third call waits for the next minute");
     assert_eq!(server.served(), 2);
+}
+
+/// OpenAI counts cached prompt tokens inside `prompt_tokens` and says how many in
+/// `prompt_tokens_details.cached_tokens`; the completion's id is kept, whole and streamed.
+#[tokio::test]
+async fn cached_prompt_tokens_and_the_completion_id_are_read() {
+    let server = FakeServer::scripted(vec![Reply::json(
+        200,
+        json!({
+            "id": "chatcmpl-7", "object": "chat.completion", "model": "gpt-4o-mini",
+            "choices": [{ "index": 0, "finish_reason": "stop", "message": { "role": "assistant", "content": "ok" } }],
+            "usage": { "prompt_tokens": 1500, "completion_tokens": 8, "total_tokens": 1508, "prompt_tokens_details": { "cached_tokens": 1024 } }
+        }),
+    )]);
+    let response = adapter(&server).chat(&request()).await.unwrap();
+    assert_eq!(response.id.as_deref(), Some("chatcmpl-7"));
+    assert_eq!(
+        response.usage,
+        Usage { input_tokens: 1500, output_tokens: 8, cache_read_input_tokens: 1024, cache_creation_input_tokens: 0 }
+    );
+
+    let chunk = |body: Value| format!("data: {body}\n\n");
+    let streamed = [
+        chunk(json!({ "id": "chatcmpl-8", "object": "chat.completion.chunk", "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": { "role": "assistant", "content": "ok" } }] })),
+        chunk(json!({ "id": "chatcmpl-8", "object": "chat.completion.chunk", "model": "gpt-4o-mini", "choices": [{ "index": 0, "delta": {}, "finish_reason": "stop" }] })),
+        chunk(json!({ "id": "chatcmpl-8", "object": "chat.completion.chunk", "model": "gpt-4o-mini", "choices": [], "usage": { "prompt_tokens": 900, "completion_tokens": 2, "prompt_tokens_details": { "cached_tokens": 512 } } })),
+        "data: [DONE]\n\n".to_owned(),
+    ]
+    .concat();
+    let server = FakeServer::scripted(vec![Reply::sse(&streamed, 4096)]);
+    let response = adapter(&server).chat_stream(&request(), &|_: &str| {}).await.unwrap();
+    assert_eq!(response.id.as_deref(), Some("chatcmpl-8"));
+    assert_eq!(
+        response.usage,
+        Usage { input_tokens: 900, output_tokens: 2, cache_read_input_tokens: 512, cache_creation_input_tokens: 0 }
+    );
 }

@@ -76,9 +76,12 @@ pub(crate) struct ConcurrencyGroup {
 pub(crate) async fn start(
     State(shared): State<Arc<Shared>>,
     who: Principal,
+    headers: axum::http::HeaderMap,
     Body(body): Body<StartRun>,
 ) -> Result<(StatusCode, Json<RunDetails>), ApiError> {
     who.require(Role::Operator)?;
+    // A malformed traceparent is ignored (a new trace begins), as W3C Trace Context says.
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
     let wait = wait_for(body.wait_seconds)?;
     let registered = shared
         .registered(who.namespace(), &body.workflow, body.version)
@@ -117,7 +120,8 @@ pub(crate) async fn start(
             }
         }
     }
-    let options = StartOptions { caller: who.caller(), run_id: Some(run), priority: body.priority, concurrency };
+    let options =
+        StartOptions { caller: who.caller(), run_id: Some(run), priority: body.priority, concurrency, traceparent };
     let details = execute(&shared, &workflow, body.input, options, wait).await?;
     let status = if details.status == RunStatus::Running || details.status == RunStatus::Pending {
         StatusCode::ACCEPTED

@@ -14,6 +14,23 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 
 use super::{Env, Exec, Flow, Frame, Res};
+use tracing::Instrument;
+
+/// What an attempt's span says about how it ended.
+fn record_flow(span: &tracing::Span, flow: &Flow) {
+    let status = match flow {
+        Flow::Done(_) => StepStatus::Completed,
+        Flow::Failed(error) => {
+            span.record("otel.status_code", "error");
+            span.record("otel.status_description", format!("{}: {}", error.code, error.message).as_str());
+            StepStatus::Failed
+        }
+        Flow::Skipped(_) => StepStatus::Skipped,
+        Flow::Suspended => StepStatus::Suspended,
+        Flow::Handoff(..) => StepStatus::Handoff,
+    };
+    span.record("stepwright.step.status", status.as_str());
+}
 
 /// Errors that no retry policy retries: a retry could not change them.
 fn is_never_retried(error: &StepError) -> bool {
@@ -74,7 +91,21 @@ impl Exec {
                 // The fence: the intent is durable before the effect can happen.
                 self.run.recorder.commit(path, self.now(), Record::Intent { attempt, key: key.clone() }).await?;
             }
-            let flow = self.run_with_timeout(frame, attempt, input.clone(), key).await?;
+            let span = tracing::info_span!(
+                "step",
+                otel.name = %format_args!("step {}", node.id),
+                stepwright.run.id = %self.run.run_id,
+                stepwright.step.path = %path,
+                stepwright.attempt = i64::from(attempt),
+                stepwright.tenant = self.run.caller.tenant.as_deref(),
+                stepwright.step.status = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
+                otel.status_description = tracing::field::Empty,
+            );
+            let flow = self.run_with_timeout(frame, attempt, input.clone(), key).instrument(span.clone()).await?;
+            if !span.is_disabled() {
+                record_flow(&span, &flow);
+            }
             let error = match flow {
                 Flow::Done(value) => match self.check_output(node, path, value) {
                     Ok(value) => {

@@ -186,6 +186,7 @@ impl Exec {
             let log = replay.path(&path, class);
             if let Some(log) = log {
                 if let Some(value) = replay.completed_output(&path, class) {
+                    self.run.served.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     if replay.replaying() {
                         // A replay's own journal shows the served step too, for comparison.
                         return self.complete(&path, log.last_attempt.max(1), value, false).await;

@@ -1,0 +1,333 @@
+//! Traces, exported to a real OTLP receiver on loopback and decoded with the official
+//! protobuf definitions: the span tree and its attributes, one trace per activation linked
+//! to the one before, nothing executed twice across a crash, and a replay's own trace.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stepwright_testkit::openai::{Answer, Tokens};
+use stepwright_testkit::otlp::{OtlpReceiver, ReceivedSpan};
+
+use crate::support::{command, fake_openai};
+
+/// The llm step's request has no tools; the agent's first turn calls `lookup`, its second
+/// `crash` (which kills the process the first time), its third answers.
+fn script(request: &Value) -> Answer {
+    if request["tools"].is_null() {
+        return Answer::Text("a summary".into());
+    }
+    let results = request["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
+    match results {
+        0 => Answer::Calls(vec![("call-1".into(), "lookup".into(), json!({ "q": "rust" }))]),
+        1 => Answer::Calls(vec![("call-2".into(), "crash".into(), json!({}))]),
+        _ => Answer::Text("researched".into()),
+    }
+}
+
+fn workflow(port: u16) -> String {
+    format!(
+        r#"
+workflow: traced
+models:
+  fast: {{ provider: openai, model: gpt-test, base_url: "http://127.0.0.1:{port}/v1", api_key_env: STEPWRIGHT_TEST_FAKE_KEY }}
+tools:
+  lookup:
+    description: Looks a thing up
+    input: {{ type: object, properties: {{ q: {{ type: string }} }} }}
+    command: [sh, -c, "printf found"]
+    effect: read
+  crash:
+    description: Kills the process that runs it, the first time (after its finished spans were exported)
+    input: {{ type: object }}
+    command: [sh, -c, "[ -e crashed ] || {{ touch crashed; sleep 1; kill -9 $PPID; sleep 5; }}; printf survived"]
+    effect: read
+agents:
+  helper: {{ model: fast, tools: [lookup, crash], stream: false }}
+steps:
+  - id: summarize
+    llm: {{ model: fast, prompt: "Summarize: {{{{ input }}}}", stream: false }}
+  - id: research
+    agent: helper
+    prompt: "Research {{{{ steps.summarize.output }}}}"
+  - id: ship
+    approval: {{ message: "Ship it?" }}
+"#
+    )
+}
+
+/// `stepwright` exporting to `receiver`, quickly (a batch every 100 ms).
+fn traced(dir: &Path, receiver: &OtlpReceiver, args: &[&str]) -> std::process::Output {
+    command(dir, args)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+        .output()
+        .expect("run stepwright")
+}
+
+/// The spans received once `enough` holds (exports are asynchronous).
+fn spans_once(receiver: &OtlpReceiver, enough: impl Fn(&[ReceivedSpan]) -> bool) -> Vec<ReceivedSpan> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let spans = receiver.spans();
+        if enough(&spans) || Instant::now() > deadline {
+            return spans;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
+    spans.iter().filter(|s| s.name == name).collect()
+}
+
+#[test]
+fn a_run_is_traced_once_per_activation_across_a_crash_and_a_replay_has_its_own_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = OtlpReceiver::start();
+    let (port, model) = fake_openai(script, Tokens::Fixed(12, 4));
+    std::fs::write(dir.path().join("traced.yaml"), workflow(port)).unwrap();
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let db = ["--db", "sqlite://traced.db"];
+
+    // Activation 1, in the caller's trace: killed by the crash tool mid-agent.
+    let first = traced(
+        dir.path(),
+        &receiver,
+        &[&db[..], &["run", "traced.yaml", "--input", "\"rust\"", "--json", "--traceparent", caller]].concat(),
+    );
+    assert_eq!(first.status.code(), None, "killed: {}", String::from_utf8_lossy(&first.stderr));
+    let runs = crate::support::stepwright(dir.path(), &[&db[..], &["runs", "list", "--json"]].concat());
+    let listed: Value = serde_json::from_str(String::from_utf8_lossy(&runs.stdout).lines().next().unwrap()).unwrap();
+    let run = listed["run_id"].as_str().unwrap().to_owned();
+
+    // Activation 2: the resume finishes the agent and suspends at the approval.
+    let resumed = traced(dir.path(), &receiver, &[&db[..], &["resume", &run, "--json"]].concat());
+    assert_eq!(resumed.status.code(), Some(3), "suspended: {}", String::from_utf8_lossy(&resumed.stderr));
+    // Activation 3: approved, it completes.
+    let approved = traced(dir.path(), &receiver, &[&db[..], &["approve", &run, "--json"]].concat());
+    assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
+    // A replay: its own trace.
+    let replayed = traced(dir.path(), &receiver, &[&db[..], &["replay", &run, "--json"]].concat());
+    assert_eq!(replayed.status.code(), Some(0), "{}", String::from_utf8_lossy(&replayed.stderr));
+    assert_eq!(model.served(), 4, "the model was called once per turn: summarize, then three agent turns");
+
+    let spans = spans_once(&receiver, |s| named(s, "invoke_workflow traced").len() >= 3);
+    let roots = named(&spans, "invoke_workflow traced");
+    let activation = |kind: &str| -> Vec<&ReceivedSpan> {
+        roots.iter().copied().filter(|s| s.str("stepwright.activation") == Some(kind)).collect()
+    };
+    // The killed activation's root never ended, so it was never exported.
+    let (resumes, replays) = (activation("resume"), activation("replay"));
+    assert_eq!((resumes.len(), replays.len(), roots.len()), (2, 1, 3), "{roots:#?}");
+    for root in &roots {
+        assert_eq!(root.service, "stepwright");
+        assert_eq!(root.str("stepwright.run.id"), Some(run.as_str()));
+        assert_eq!(root.str("gen_ai.operation.name"), Some("invoke_workflow"));
+        assert_eq!(root.str("gen_ai.workflow.name"), Some("traced"));
+        assert_eq!(root.parent_span_id, "", "an activation is a trace's root");
+    }
+    let (second, third, replay) = {
+        let mut resumes = resumes.clone();
+        resumes.sort_by_key(|s| s.str("stepwright.run.status") == Some("completed"));
+        (resumes[0], resumes[1], replays[0])
+    };
+    assert_eq!(second.str("stepwright.run.status"), Some("suspended"));
+    assert_eq!(third.str("stepwright.run.status"), Some("completed"));
+
+    // No model or tool call appears twice across the activations. (The replay runs `read`
+    // tools again, for real, in its own trace: that is what a replay checks.)
+    let chats = named(&spans, "chat gpt-test");
+    assert_eq!(chats.len(), 4, "{chats:#?}");
+    let tools = |replayed: bool| -> Vec<&str> {
+        let mut tools: Vec<&str> = spans
+            .iter()
+            .filter(|s| s.name.starts_with("execute_tool") && (s.trace_id == replay.trace_id) == replayed)
+            .map(|s| s.name.as_str())
+            .collect();
+        tools.sort_unstable();
+        tools
+    };
+    assert_eq!(tools(false), ["execute_tool crash", "execute_tool lookup"], "each tool call once");
+    assert_eq!(tools(true), ["execute_tool crash", "execute_tool lookup"], "the replay's own executions");
+
+    // Activation 1 ran in the caller's trace: its finished spans are there.
+    let caller_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let in_first: Vec<&str> = spans.iter().filter(|s| s.trace_id == caller_trace).map(|s| s.name.as_str()).collect();
+    for name in ["step summarize", "chat gpt-test", "execute_tool lookup"] {
+        assert!(in_first.contains(&name), "{name} in the caller's trace: {in_first:?}");
+    }
+    assert!(!in_first.contains(&"execute_tool crash"), "the crashed call never ended: {in_first:?}");
+    // Activation 2 is a trace of its own, linked to activation 1; it served what 1 did.
+    assert_ne!(second.trace_id, caller_trace);
+    assert_eq!(second.links.len(), 1);
+    assert_eq!(second.links[0].0, caller_trace, "linked to the previous activation");
+    assert_eq!(second.links[0].2.get("stepwright.link"), Some(&json!("previous_activation")));
+    assert_eq!(second.int("stepwright.served.steps"), Some(1), "summarize: {second:#?}");
+    assert_eq!(second.int("stepwright.served.calls"), Some(3), "two model turns and the lookup");
+    // Activation 3 links to activation 2's root itself; the replay to activation 3's.
+    assert_eq!(
+        (third.links[0].0.as_str(), third.links[0].1.as_str()),
+        (second.trace_id.as_str(), second.span_id.as_str())
+    );
+    assert_ne!(replay.trace_id, third.trace_id, "a replay has its own trace");
+    assert_eq!(
+        (replay.links[0].0.as_str(), replay.links[0].1.as_str()),
+        (third.trace_id.as_str(), third.span_id.as_str())
+    );
+    assert_eq!(replay.links[0].2.get("stepwright.link"), Some(&json!("original")));
+    assert!(
+        spans.iter().filter(|s| s.trace_id == replay.trace_id).all(|s| !s.name.starts_with("chat")),
+        "a replay pays for no model call"
+    );
+
+    // The tree of activation 2: step → invoke_agent → chat and execute_tool.
+    let in_second: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.trace_id == second.trace_id).collect();
+    let research = in_second.iter().find(|s| s.name == "step research").expect("the agent's step");
+    assert_eq!(research.parent_span_id, second.span_id);
+    assert_eq!(research.str("stepwright.step.path"), Some("research"));
+    assert_eq!(research.int("stepwright.attempt"), Some(1));
+    assert_eq!(research.str("stepwright.step.status"), Some("completed"));
+    let agent = in_second.iter().find(|s| s.name == "invoke_agent helper").expect("the agent");
+    assert_eq!(agent.parent_span_id, research.span_id);
+    assert_eq!(agent.str("gen_ai.agent.name"), Some("helper"));
+    let crash = in_second.iter().find(|s| s.name == "execute_tool crash").expect("the crash tool, once");
+    assert_eq!(crash.parent_span_id, agent.span_id);
+    assert_eq!(crash.str("gen_ai.tool.name"), Some("crash"));
+    assert_eq!(crash.str("gen_ai.tool.call.id"), Some("call-2"));
+    let last_turn = in_second.iter().find(|s| s.name == "chat gpt-test").expect("the agent's last turn");
+    assert_eq!(last_turn.parent_span_id, agent.span_id);
+    let ship = in_second.iter().find(|s| s.name == "step ship").expect("the approval");
+    assert_eq!(ship.str("stepwright.step.status"), Some("suspended"));
+
+    // A chat span, in the GenAI conventions' terms.
+    for chat in &chats {
+        assert_eq!(chat.kind, "CLIENT");
+        assert_eq!(chat.str("gen_ai.operation.name"), Some("chat"));
+        assert_eq!(chat.str("gen_ai.provider.name"), Some("openai"));
+        assert_eq!(chat.str("gen_ai.request.model"), Some("gpt-test"));
+        assert_eq!(chat.str("gen_ai.response.model"), Some("gpt-test"));
+        assert_eq!(chat.str("gen_ai.response.id"), Some("chatcmpl-fake"));
+        assert_eq!(
+            (chat.int("gen_ai.usage.input_tokens"), chat.int("gen_ai.usage.output_tokens")),
+            (Some(12), Some(4))
+        );
+        let reasons = &chat.attributes["gen_ai.response.finish_reasons"];
+        assert!(reasons == &json!(["stop"]) || reasons == &json!(["tool_calls"]), "{reasons}");
+    }
+    // The model request carried the chat span's context.
+    let requests = model.requests();
+    for (request, chat) in requests.iter().zip(&chats) {
+        let sent = request.headers.get("traceparent").expect("a traceparent on every model request");
+        assert_eq!(sent.split('-').nth(1), Some(chat.trace_id.as_str()), "{sent}");
+    }
+}
+
+#[test]
+fn nothing_is_exported_with_otel_off_and_an_unsupported_protocol_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = OtlpReceiver::start();
+    std::fs::write(dir.path().join("hello.yaml"), "workflow: hello\nsteps:\n  - id: a\n    set: 1\n").unwrap();
+    let args = ["--db", "sqlite://hello.db", "run", "hello.yaml", "--json"];
+    let off = traced(dir.path(), &receiver, &[&args[..], &["--otel", "off"]].concat());
+    assert_eq!(off.status.code(), Some(0), "{}", String::from_utf8_lossy(&off.stderr));
+    let on = traced(dir.path(), &receiver, &args);
+    assert_eq!(on.status.code(), Some(0), "{}", String::from_utf8_lossy(&on.stderr));
+    let spans = spans_once(&receiver, |s| !s.is_empty());
+    assert_eq!(
+        named(&spans, "invoke_workflow hello").len(),
+        1,
+        "only the run with --otel on (the default with an endpoint)"
+    );
+    assert_eq!(named(&spans, "step a").len(), 1);
+
+    let grpc = command(dir.path(), &args)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .unwrap();
+    assert_eq!(grpc.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&grpc.stderr);
+    assert!(said.contains("OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\"") && said.contains("http/protobuf"), "{said}");
+}
+
+/// A cassette run's tokens and cost: the spans say what the provider reported (the
+/// recordings' usage, to the token), the journal says the same, and the cost on each span
+/// is the one computed at the call and journaled with it.
+#[test]
+fn a_cassette_runs_tokens_and_cost_are_the_providers_figures_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = OtlpReceiver::start();
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let cassette = examples.join("refine.cassette.json");
+    let file = examples.join("refine.yaml").display().to_string();
+    let input = r#"{"brief": "a durable workflow engine for AI agents, in one binary"}"#;
+    let args = [
+        "--db",
+        "sqlite://refine.db",
+        "run",
+        file.as_str(),
+        "--input",
+        input,
+        "--json",
+        "--cassette",
+        cassette.to_str().unwrap(),
+        "--cassette-mode",
+        "replay",
+    ];
+    let run = traced(dir.path(), &receiver, &args);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let run_id = serde_json::from_slice::<Value>(&run.stdout).unwrap()["run_id"].as_str().unwrap().to_owned();
+
+    let recorded: Value = serde_json::from_slice(&std::fs::read(&cassette).unwrap()).unwrap();
+    let mut reported: Vec<(String, i64, i64)> = recorded["interactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let usage = &i["response"]["usage"];
+            let model = i["request"]["model"].as_str().unwrap().to_owned();
+            (model, usage["input_tokens"].as_i64().unwrap(), usage["output_tokens"].as_i64().unwrap())
+        })
+        .collect();
+    reported.sort();
+    let spans = spans_once(&receiver, |s| !named(s, "invoke_workflow refine").is_empty());
+    let chats: Vec<&ReceivedSpan> = spans.iter().filter(|s| s.name.starts_with("chat ")).collect();
+    let mut exported: Vec<(String, i64, i64)> = chats
+        .iter()
+        .map(|s| {
+            let model = s.str("gen_ai.request.model").unwrap().to_owned();
+            (model, s.int("gen_ai.usage.input_tokens").unwrap(), s.int("gen_ai.usage.output_tokens").unwrap())
+        })
+        .collect();
+    exported.sort();
+    assert_eq!(exported, reported, "each recorded call once, with the provider's token counts");
+
+    // The cost on each span is the file's prices times the provider's counts.
+    let price = |model: &str| match model {
+        "gpt-4o-mini" => (0.15, 0.6),
+        "gpt-4o" => (2.5, 10.0),
+        other => panic!("no price for {other}"),
+    };
+    let mut total = 0.0;
+    for chat in &chats {
+        let (input, output) = price(chat.str("gen_ai.request.model").unwrap());
+        let tokens = (chat.int("gen_ai.usage.input_tokens").unwrap(), chat.int("gen_ai.usage.output_tokens").unwrap());
+        let expected = (tokens.0 as f64 * input + tokens.1 as f64 * output) / 1e6;
+        let cost = chat.attributes["stepwright.cost.usd"].as_f64().unwrap();
+        assert!((cost - expected).abs() < 1e-12, "{cost} vs {expected}");
+        assert_eq!(chat.str("stepwright.cassette"), Some("replayed"));
+        total += cost;
+    }
+    // The journal agrees, to the token and to the cent's fraction.
+    let shown =
+        crate::support::stepwright(dir.path(), &["--db", "sqlite://refine.db", "runs", "show", &run_id, "--json"]);
+    let usage = serde_json::from_slice::<Value>(&shown.stdout).unwrap()["usage"].clone();
+    let sum = |i: usize| reported.iter().map(|r| if i == 0 { r.1 } else { r.2 }).sum::<i64>();
+    assert_eq!(
+        (usage["input_tokens"].as_i64(), usage["output_tokens"].as_i64()),
+        (Some(sum(0)), Some(sum(1))),
+        "{usage}"
+    );
+    assert!((usage["cost_usd"].as_f64().unwrap() - total).abs() < 1e-12, "{usage} vs {total}");
+}
