@@ -59,25 +59,17 @@ pub(crate) struct ModelFlags {
 /// What the process reports about itself: logs, and traces to an OpenTelemetry collector.
 #[derive(clap::Args, Debug, Clone, Copy)]
 pub(crate) struct TelemetryFlags {
-    /// Log lines on stderr: `text` (the default) or `json` (one object per line, with the
-    /// run id and step path of the span it is in). `STEPWRIGHT_LOG` filters them (the
-    /// `RUST_LOG` syntax, default `warn`).
+    /// Log lines on stderr: `text` (the default) or `json` (one object per line: a
+    /// worker's claims and finished runs, and the engine's logs with the run id and step path
+    /// of the span they are in). `STEPWRIGHT_LOG` filters the engine's logs (the `RUST_LOG`
+    /// syntax, default `warn`).
     #[arg(long, value_enum, global = true)]
-    pub(crate) log_format: Option<LogFormatArg>,
+    pub(crate) log_format: Option<LogFormat>,
     /// Export traces over OTLP/HTTP: `on` or `off` (default: on when
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set). The
     /// standard `OTEL_*` variables say the rest: headers, protocol, service name, sampler.
     #[arg(long, value_enum, global = true)]
     pub(crate) otel: Option<Switch>,
-}
-
-/// How log lines are written.
-#[derive(clap::ValueEnum, Debug, Clone, Copy)]
-pub(crate) enum LogFormatArg {
-    /// For a person.
-    Text,
-    /// JSON lines.
-    Json,
 }
 
 /// On or off.
@@ -94,7 +86,7 @@ impl TelemetryFlags {
     pub(crate) fn settings(self) -> stepwright::telemetry::Settings {
         stepwright::telemetry::Settings {
             log_format: match self.log_format {
-                Some(LogFormatArg::Json) => stepwright::telemetry::LogFormat::Json,
+                Some(LogFormat::Json) => stepwright::telemetry::LogFormat::Json,
                 _ => stepwright::telemetry::LogFormat::Text,
             },
             otel: self.otel.map(|switch| switch == Switch::On),
@@ -399,10 +391,6 @@ pub(crate) enum Command {
         /// Execute what is due now, then exit.
         #[arg(long)]
         once: bool,
-        /// `text` (a line per claim, finished run, stopped run and store error, on stderr)
-        /// or `json` (the same as JSON lines).
-        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
         /// Execute only runs started in this tenant (a worker dedicated to one tenant).
         #[arg(long)]
         tenant: Option<String>,
@@ -638,7 +626,7 @@ pub(crate) enum GraphFormat {
     Dot,
 }
 
-/// How `worker` logs.
+/// How log lines are written.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum LogFormat {
     /// A line of text per event.

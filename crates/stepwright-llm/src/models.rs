@@ -238,6 +238,9 @@ pub struct CallRecord {
     pub prices: Option<String>,
     /// Wall time of the call.
     pub latency_ms: u64,
+    /// A streamed call: how long until its first chunk arrived.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_first_chunk_ms: Option<u64>,
     /// Whether a cassette played it back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub replayed: bool,
@@ -396,6 +399,7 @@ impl Models {
             gen_ai.usage.output_tokens = tracing::field::Empty,
             gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
             gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+            gen_ai.response.time_to_first_chunk = tracing::field::Empty,
             stepwright.binding = binding,
             stepwright.cassette = tracing::field::Empty,
             stepwright.cost.usd = tracing::field::Empty,
@@ -438,7 +442,7 @@ impl Models {
                     sink(piece);
                 }
             }
-            return Ok(record(binding, &provider, bound, response, started, true));
+            return Ok(record(binding, &provider, bound, response, started, None, true));
         }
         if let Some((cassette, key)) = &cassette
             && cassette.mode() == CassetteMode::Replay
@@ -459,8 +463,17 @@ impl Models {
                 ),
             ));
         }
+        // When the first chunk of a streamed answer arrived (the conventions' time to first
+        // chunk), noted by the sink on its first call.
+        let first_chunk = std::sync::OnceLock::new();
         let response = match sink {
-            Some(sink) => bound.model.chat_stream(&request, sink).await?,
+            Some(sink) => {
+                let noting = |text: &str| {
+                    let _ = first_chunk.set(Instant::now());
+                    sink(text);
+                };
+                bound.model.chat_stream(&request, &noting).await?
+            }
             None => bound.model.chat(&request).await?,
         };
         if let Some((cassette, key)) = &cassette {
@@ -468,7 +481,8 @@ impl Models {
                 .record(key, &provider, &request, &response)
                 .map_err(|e| ModelError::new(ModelErrorKind::Config, &provider, format!("{site}: {e}")))?;
         }
-        Ok(record(binding, &provider, bound, response, started, false))
+        let first_chunk = first_chunk.get().map(|at| at.duration_since(started));
+        Ok(record(binding, &provider, bound, response, started, first_chunk, false))
     }
 
     /// A binding's prices, if it has them.
@@ -538,6 +552,9 @@ fn trace_call(span: &tracing::Span, result: &Result<CallRecord, ModelError>) {
             if call.replayed {
                 span.record("stepwright.cassette", "replayed");
             }
+            if let Some(first) = call.time_to_first_chunk_ms {
+                span.record("gen_ai.response.time_to_first_chunk", first as f64 / 1000.0);
+            }
         }
         Err(error) => {
             span.record("error.type", format!("{:?}", error.kind).to_lowercase().as_str());
@@ -553,6 +570,7 @@ fn record(
     bound: &Binding,
     response: ChatResponse,
     started: Instant,
+    first_chunk: Option<Duration>,
     replayed: bool,
 ) -> CallRecord {
     CallRecord {
@@ -564,6 +582,7 @@ fn record(
         prices: bound.prices.filter(|_| usage_reported(response.usage)).map(PriceSource::describe),
         response,
         latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        time_to_first_chunk_ms: first_chunk.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         replayed,
     }
 }
@@ -645,6 +664,9 @@ pub fn call_event(record: &CallRecord) -> serde_json::Value {
         "latency_ms": record.latency_ms,
         "replayed": record.replayed,
     });
+    if let Some(first) = record.time_to_first_chunk_ms {
+        event["time_to_first_chunk_ms"] = json!(first);
+    }
     if let Some(prices) = &record.prices {
         // The cost is this figure for good: where its prices came from is kept with it.
         event["prices"] = json!(prices);

@@ -18,6 +18,8 @@ pub(crate) struct Globals<'a> {
     /// `--db`, if given.
     pub(crate) db: Option<&'a str>,
     pub(crate) flags: &'a ModelFlags,
+    /// `--log-format json`.
+    pub(crate) json_logs: bool,
 }
 
 pub(crate) use remote::supported as remote_supported;
@@ -91,7 +93,8 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             }
         };
     }
-    let g = Globals { db: cli.db.as_deref(), flags: &cli.models };
+    let json_logs = cli.telemetry.log_format == Some(crate::args::LogFormat::Json);
+    let g = Globals { db: cli.db.as_deref(), flags: &cli.models, json_logs };
     let done = local(&g, cli.command).await;
     // The MCP servers the command connected to are closed before it exits: an HTTP
     // session is deleted, a stdio server's input closed.
@@ -117,7 +120,7 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
             decide::message(g, run, decide::Message::Inbox { inbox, message }).await
         }
         Command::Wake { run, channel } => decide::message(g, run, decide::Message::Wake { channel }).await,
-        Command::Worker { once, log_format, tenant } => worker::worker(g, once, log_format, tenant).await,
+        Command::Worker { once, tenant } => worker::worker(g, once, tenant).await,
         Command::Replay { run, json } => history::replay(g, run, json).await,
         Command::Recompute { run, file, from, rebind, persist, json } => {
             history::recompute(g, run, file, from, &rebind, persist, json).await

@@ -5,12 +5,7 @@ use crate::host::{engine_over, open_store};
 use crate::render::worker_log;
 
 /// `worker`: claims due runs, executes them, and logs what it does.
-pub(crate) async fn worker(
-    g: &Globals<'_>,
-    once: bool,
-    log_format: crate::args::LogFormat,
-    tenant: Option<String>,
-) -> anyhow::Result<u8> {
+pub(crate) async fn worker(g: &Globals<'_>, once: bool, tenant: Option<String>) -> anyhow::Result<u8> {
     let flags = g.flags;
     let store = open_store(g.db).await?;
     let engine = engine_over(&store)
@@ -18,7 +13,7 @@ pub(crate) async fn worker(
         .config(flags.engine_config())
         .build();
     let resolver = stepwright::app::resolver(store, flags.bindings());
-    let log = worker_log(log_format == crate::args::LogFormat::Json, engine.worker_id().to_owned());
+    let log = worker_log(g.json_logs, engine.worker_id().to_owned());
     let mut runner = stepwright::Runner::new(engine).resolve_with(resolver).log_to(log);
     if let Some(tenant) = &tenant {
         runner = runner.only_tenant(tenant);
