@@ -90,6 +90,7 @@ impl TelemetryFlags {
                 _ => stepwright::telemetry::LogFormat::Text,
             },
             otel: self.otel.map(|switch| switch == Switch::On),
+            prometheus: false,
         }
     }
 }

@@ -65,7 +65,14 @@ pub(crate) async fn load(file: &Path, flags: &ModelFlags, servers: Servers) -> a
     Ok(stepwright::app::load_file(file, &flags.bindings(), servers).await?)
 }
 
-pub(crate) use stepwright::app::engine_over;
+/// The engine over a store, with the process's metrics observer when it keeps metrics.
+pub(crate) fn engine_over(store: &Arc<dyn CliStore>) -> stepwright::EngineBuilder {
+    let builder = stepwright::app::engine_over(store);
+    match stepwright::telemetry::metrics() {
+        Some(metrics) => builder.observer(metrics.observer()),
+        None => builder,
+    }
+}
 
 pub(crate) fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
     let Some(input) = input else { return Ok(Value::Null) };

@@ -40,7 +40,12 @@ fn main() -> ExitCode {
         }
     };
     // Before the runtime: the exporter's client runs on a thread of its own.
-    let telemetry = match stepwright::telemetry::install(cli.telemetry.settings()) {
+    let settings = stepwright::telemetry::Settings {
+        // `serve` answers `/metrics`.
+        prometheus: matches!(cli.command, args::Command::Serve { .. }),
+        ..cli.telemetry.settings()
+    };
+    let telemetry = match stepwright::telemetry::install(settings) {
         Ok(telemetry) => telemetry,
         Err(e) => {
             eprintln!("stepwright: telemetry: {e}");

@@ -72,6 +72,9 @@ pub(crate) fn worker_log(as_json: bool, worker: String) -> stepwright::RunnerLog
         let at = wall_now();
         let (kind, run, status, detail) = match &event {
             RunnerEvent::Claimed { run } => ("claimed", Some(*run), None, None),
+            // What metrics count; a line per run is enough for a person.
+            RunnerEvent::Executing { .. } => return,
+            RunnerEvent::TookOver { run, from } => ("took_over", Some(*run), None, Some(format!("from {from}"))),
             RunnerEvent::Finished { run, report } => {
                 ("finished", Some(*run), Some(report.status.as_str()), report.error.as_ref().map(ToString::to_string))
             }

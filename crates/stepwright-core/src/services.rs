@@ -216,4 +216,31 @@ pub trait Observer: Send + Sync + 'static {
     /// This execution of the run ended with `status` (finished, suspended, handed back),
     /// and that status is committed.
     fn run_stopped(&self, _run: RunId, _status: RunStatus) {}
+    /// An execution (an activation) of a run of `workflow` begins: `start` (its first),
+    /// `resume` (a later one), `replay` or `recompute` (in a sandbox).
+    fn activation_started(&self, _run: RunId, _workflow: &str, _kind: &str) {}
+}
+
+/// Several observers as one: each is told everything, in order.
+pub(crate) struct Observers(pub(crate) Vec<Arc<dyn Observer>>);
+
+impl Observer for Observers {
+    fn step_started(&self, run: RunId, path: &StepPath, attempt: u32) {
+        self.0.iter().for_each(|o| o.step_started(run, path, attempt));
+    }
+    fn step_finished(&self, run: RunId, path: &StepPath, status: StepStatus) {
+        self.0.iter().for_each(|o| o.step_finished(run, path, status));
+    }
+    fn token(&self, run: RunId, path: &StepPath, text: &str) {
+        self.0.iter().for_each(|o| o.token(run, path, text));
+    }
+    fn event(&self, run: RunId, path: &StepPath, kind: &str, data: &Value) {
+        self.0.iter().for_each(|o| o.event(run, path, kind, data));
+    }
+    fn run_stopped(&self, run: RunId, status: RunStatus) {
+        self.0.iter().for_each(|o| o.run_stopped(run, status));
+    }
+    fn activation_started(&self, run: RunId, workflow: &str, kind: &str) {
+        self.0.iter().for_each(|o| o.activation_started(run, workflow, kind));
+    }
 }

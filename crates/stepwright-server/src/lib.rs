@@ -13,6 +13,7 @@ mod dashboard;
 mod feed;
 pub mod keys;
 mod limits;
+mod metrics;
 mod oidc;
 pub mod openapi;
 mod problem;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use axum::http::{HeaderValue, Method, header};
 pub use keys::{KeyError, NewKey, Role, create_key};
 pub use limits::LimitsConfig;
+pub use metrics::ServerMetrics;
 pub use oidc::{GroupMapping, OidcConfig};
 pub use problem::{ApiError, Problem};
 use stepwright_app::Bindings;
@@ -59,6 +61,8 @@ pub struct ServerConfig {
     pub oidc: Option<OidcConfig>,
     /// How the engine executes runs (durability, leases, waits).
     pub engine: stepwright_core::EngineConfig,
+    /// What the process counts, served at `GET /metrics`; none: no `/metrics`.
+    pub metrics: Option<Arc<dyn ServerMetrics>>,
 }
 
 impl Default for ServerConfig {
@@ -72,6 +76,7 @@ impl Default for ServerConfig {
             drain: Duration::from_secs(10),
             oidc: None,
             engine: stepwright_core::EngineConfig::default(),
+            metrics: None,
         }
     }
 }
@@ -113,15 +118,20 @@ impl Server {
         let shutdown = CancellationToken::new();
         let feeds = Arc::new(Feeds::new(store.clone(), shutdown.clone()));
         let name = stepwright_core::local_worker_id("serve", &stepwright_core::SystemEntropy::new());
-        let engine: Engine = stepwright_app::engine_over(&store)
+        let mut engine = stepwright_app::engine_over(&store)
             .worker_id(&name)
             .config(config.engine.clone())
-            .observer(Arc::new(NudgeFeeds(feeds.clone())))
-            .build();
+            .observer(Arc::new(NudgeFeeds(feeds.clone())));
+        if let Some(metrics) = &config.metrics {
+            engine = engine.observer(metrics.observer());
+        }
+        let engine: Engine = engine.build();
         let limits = Limits::new(config.limits.clone());
         let oidc = config.oidc.clone().map(oidc::Oidc::new);
         let shared = Arc::new(
-            Shared::new(store, engine, config.bindings.clone(), config.worker, limits, shutdown, feeds).with_oidc(oidc),
+            Shared::new(store, engine, config.bindings.clone(), config.worker, limits, shutdown, feeds)
+                .with_oidc(oidc)
+                .with_metrics(config.metrics.clone()),
         );
         // The dashboard's files are compressed; the API's answers and streams are not (an
         // event must leave at once, not wait for a compressor's block).
@@ -163,11 +173,14 @@ impl Server {
         let Self { listener, app, shared, config } = self;
         let worker = config.worker.then(|| {
             let resolver = stepwright_app::resolver(shared.store.clone(), config.bindings.clone());
-            let runner = Runner::new(shared.engine.clone()).resolve_with(resolver);
+            let mut runner = Runner::new(shared.engine.clone()).resolve_with(resolver);
+            if let Some(metrics) = config.metrics.clone() {
+                runner = runner.log_to(Arc::new(move |event| metrics.runner_event(&event)));
+            }
             let stop_worker = stop.clone();
             tokio::spawn(async move { runner.run(stop_worker).await })
         });
-        let hooks = tokio::spawn(webhooks::run(shared.store.clone(), stop.clone()));
+        let hooks = tokio::spawn(webhooks::run(shared.store.clone(), config.metrics.clone(), stop.clone()));
         let streams_end = shared.shutdown.clone();
         let stop_serving = stop.clone();
         // `into_make_service` readies the routes once; serving the router itself would copy its

@@ -49,6 +49,22 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
         },
         Operation {
             method: "get",
+            path: "/metrics",
+            id: "metrics",
+            summary: "What this server's process counts, in the Prometheus text format: runs started and finished by workflow and status, step and model-call durations, tokens and cost by model, time to first chunk, queue depth, claim latency, lease takeovers, webhook deliveries. Across every tenant, so an admin's to read; `404` when the host keeps no metrics.",
+            role: Some(Role::Admin),
+            body: None,
+            query: None,
+            responses: vec![(
+                200,
+                "The metrics.",
+                Some(json!({ "type": "string" })),
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            errors: &[403, 404],
+        },
+        Operation {
+            method: "get",
             path: "/v1/openapi.json",
             id: "openapi",
             summary: "This document.",

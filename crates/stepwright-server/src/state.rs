@@ -51,6 +51,8 @@ pub struct Shared {
     pub shutdown: CancellationToken,
     /// The OpenID Connect provider people sign in with, if one is configured.
     pub(crate) oidc: Option<crate::oidc::Oidc>,
+    /// The host's metrics (`/metrics`), if it keeps any.
+    pub(crate) metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>,
     clock: Arc<dyn Clock>,
     /// Keys by the hash of their secret, with when they were read.
     keys: Mutex<HashMap<[u8; 32], CachedKey>>,
@@ -83,6 +85,7 @@ impl Shared {
             limits,
             shutdown,
             oidc: None,
+            metrics: None,
             clock: Arc::new(stepwright_core::TokioClock::new()),
             keys: Mutex::default(),
             touched: Mutex::default(),
@@ -94,6 +97,11 @@ impl Shared {
     /// With people signing in through this provider too.
     pub(crate) fn with_oidc(mut self, oidc: Option<crate::oidc::Oidc>) -> Self {
         self.oidc = oidc;
+        self
+    }
+
+    pub(crate) fn with_metrics(mut self, metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>) -> Self {
+        self.metrics = metrics;
         self
     }
 

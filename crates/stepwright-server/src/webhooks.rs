@@ -56,14 +56,18 @@ fn backoff(failed: usize) -> Duration {
 }
 
 /// Runs both loops until `stop`.
-pub(crate) async fn run(store: Arc<dyn ServerStore>, stop: CancellationToken) {
+pub(crate) async fn run(
+    store: Arc<dyn ServerStore>,
+    metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>,
+    stop: CancellationToken,
+) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let Ok(http) = reqwest::Client::builder().timeout(TIMEOUT).build() else { return };
     let clock = stepwright_core::TokioClock::new();
     loop {
         // A store that fails is asked again at the next turn; nothing is lost meanwhile.
         let _ = find(store.as_ref(), clock.now()).await;
-        let _ = deliver(store.as_ref(), &http, clock.now()).await;
+        let _ = deliver(store.as_ref(), &http, metrics.as_deref(), clock.now()).await;
         tokio::select! {
             () = tokio::time::sleep(EVERY) => {}
             () = stop.cancelled() => return,
@@ -194,6 +198,7 @@ async fn events_of(
 async fn deliver(
     store: &dyn ServerStore,
     http: &reqwest::Client,
+    metrics: Option<&dyn crate::metrics::ServerMetrics>,
     now: Timestamp,
 ) -> Result<(), stepwright_core::StoreError> {
     let due = store.claim_deliveries(now, LEASE, 32).await?;
@@ -212,6 +217,13 @@ async fn deliver(
             _ => (DeliveryState::Pending, clock.now().plus(backoff(failed))),
         };
         store.record_attempt(delivery.id, attempt, state, next).await?;
+        if let Some(metrics) = metrics {
+            metrics.webhook_delivery(match state {
+                DeliveryState::Delivered => "delivered",
+                DeliveryState::Failed => "failed",
+                _ => "retrying",
+            });
+        }
     }
     Ok(())
 }

@@ -16,6 +16,9 @@
 //! [`stepwright_core::trace::TraceContexts`] seam is implemented here.
 
 pub mod genai;
+mod metrics;
+
+pub use metrics::Metrics;
 
 use std::collections::HashMap;
 
@@ -51,7 +54,10 @@ pub struct Settings {
     /// Export traces: `Some(true)` (`--otel on`) or `Some(false)` (`--otel off`); `None`
     /// exports when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT` or
     /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) and `OTEL_SDK_DISABLED` is not `true`.
+    /// Metrics are exported along with traces (unless `OTEL_METRICS_EXPORTER=none`).
     pub otel: Option<bool>,
+    /// Keep the metrics for a Prometheus scrape (`serve`'s `/metrics`).
+    pub prometheus: bool,
 }
 
 /// A configuration the `OTEL_*` variables or the flags got wrong.
@@ -81,6 +87,13 @@ pub struct Telemetry {
     tracer_provider: Option<SdkTracerProvider>,
 }
 
+static METRICS: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
+
+/// The process's metrics, if [`install`] set any up (an OTLP endpoint, or `prometheus`).
+pub fn metrics() -> Option<&'static Metrics> {
+    METRICS.get()
+}
+
 impl Telemetry {
     /// Whether traces are exported.
     pub fn exports_traces(&self) -> bool {
@@ -100,6 +113,9 @@ impl Drop for Telemetry {
         if let Some(provider) = self.tracer_provider.take() {
             // Spans still buffered are exported before the process goes.
             let _ = provider.shutdown();
+        }
+        if let Some(metrics) = metrics() {
+            metrics.shutdown();
         }
     }
 }
@@ -130,10 +146,10 @@ fn exporting(settings: &Settings) -> Result<bool, TelemetryError> {
     Ok(settings.otel.unwrap_or_else(|| ENDPOINT_VARIABLES.iter().any(|v| variable(v).is_some())))
 }
 
-/// The OTLP protocol the variables ask for (`http/protobuf` by default, as the
-/// specification recommends).
-fn protocol() -> Result<Protocol, TelemetryError> {
-    let (name, value) = ["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"]
+/// The OTLP protocol the variables ask for, for one signal (`http/protobuf` by default, as
+/// the specification recommends).
+fn protocol(signal: &'static str) -> Result<Protocol, TelemetryError> {
+    let (name, value) = [signal, "OTEL_EXPORTER_OTLP_PROTOCOL"]
         .into_iter()
         .find_map(|name| variable(name).map(|value| (name, value)))
         .unwrap_or(("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".to_owned()));
@@ -141,15 +157,54 @@ fn protocol() -> Result<Protocol, TelemetryError> {
         "http/protobuf" => Ok(Protocol::HttpBinary),
         "http/json" => Ok(Protocol::HttpJson),
         _ => Err(TelemetryError::Unsupported {
-            variable: if name.contains("TRACES") {
-                "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-            } else {
-                "OTEL_EXPORTER_OTLP_PROTOCOL"
-            },
+            variable: if name == signal { signal } else { "OTEL_EXPORTER_OTLP_PROTOCOL" },
             value,
             why: "this build speaks OTLP over HTTP: use http/protobuf (the default) or http/json; a collector takes both on port 4318",
         }),
     }
+}
+
+/// Whether metrics go out over OTLP as well as traces.
+fn exporting_metrics() -> Result<bool, TelemetryError> {
+    match variable("OTEL_METRICS_EXPORTER").as_deref() {
+        None | Some("otlp") => Ok(true),
+        Some("none") => Ok(false),
+        Some(other) => Err(TelemetryError::Unsupported {
+            variable: "OTEL_METRICS_EXPORTER",
+            value: other.to_owned(),
+            why: "this build exports metrics over OTLP (and as Prometheus text on serve's /metrics): use otlp or none",
+        }),
+    }
+}
+
+/// The metrics, read by an OTLP exporter and a Prometheus registry as asked.
+fn install_metrics(otlp: bool, prometheus: bool) -> Result<(), TelemetryError> {
+    if !otlp && !prometheus {
+        return Ok(());
+    }
+    let mut builder = opentelemetry_sdk::metrics::SdkMeterProvider::builder().with_resource(resource());
+    if otlp {
+        let exporter = opentelemetry_otlp::MetricExporter::builder()
+            .with_http()
+            .with_protocol(protocol("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")?)
+            .build()
+            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        // Every OTEL_METRIC_EXPORT_INTERVAL (60 s by default), and once more at shutdown.
+        builder = builder.with_reader(opentelemetry_sdk::metrics::PeriodicReader::builder(exporter).build());
+    }
+    let registry = if prometheus {
+        let registry = ::prometheus::Registry::new();
+        let reader = opentelemetry_prometheus::exporter()
+            .with_registry(registry.clone())
+            .build()
+            .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
+        builder = builder.with_reader(reader);
+        Some(registry)
+    } else {
+        None
+    };
+    let _ = METRICS.set(Metrics::new(builder.build(), registry));
+    Ok(())
 }
 
 /// The resource: `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`, with `stepwright` as
@@ -181,13 +236,17 @@ pub fn install(settings: Settings) -> Result<Telemetry, TelemetryError> {
             .boxed(),
     }
     .with_filter(filter);
-    let tracer_provider = if exporting(&settings)? {
+    let exporting = exporting(&settings)?;
+    if exporting {
         // The build has no default TLS provider (see the workspace's rustls): ring, as the
         // model clients use, whoever installs it first.
         let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    install_metrics(exporting && exporting_metrics()?, settings.prometheus)?;
+    let tracer_provider = if exporting {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
-            .with_protocol(protocol()?)
+            .with_protocol(protocol("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")?)
             .build()
             .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
         Some(SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource()).build())

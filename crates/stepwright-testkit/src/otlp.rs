@@ -1,11 +1,13 @@
-//! An OTLP/HTTP receiver on loopback: it takes `POST /v1/traces` as a collector does and
-//! decodes each request with the official protobuf definitions (`opentelemetry-proto`), so
-//! a test checks what a real backend would get.
+//! An OTLP/HTTP receiver on loopback: it takes `POST /v1/traces` and `POST /v1/metrics` as
+//! a collector does and decodes each request with the official protobuf definitions
+//! (`opentelemetry-proto`), so a test checks what a real backend would get.
 
 use std::collections::BTreeMap;
 
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
 use prost::Message;
 use serde_json::{Value, json};
 
@@ -57,7 +59,11 @@ impl OtlpReceiver {
     /// Starts it on a free loopback port.
     pub fn start() -> Self {
         let server = FakeServer::responding(|request| {
-            assert_eq!(request.path, "/v1/traces", "the receiver takes traces over OTLP/HTTP");
+            assert!(
+                request.path == "/v1/traces" || request.path == "/v1/metrics",
+                "the receiver takes traces and metrics over OTLP/HTTP, not {}",
+                request.path
+            );
             assert_eq!(
                 request.headers.get("content-type").map(String::as_str),
                 Some("application/x-protobuf"),
@@ -79,10 +85,45 @@ impl OtlpReceiver {
         self.server.requests().into_iter().map(|r| r.headers).collect()
     }
 
+    /// Every data point of metric `name` received so far, as `(attributes, value)`: a sum's
+    /// or gauge's value, or a histogram's sum (with its count under the key `count`).
+    pub fn metric(&self, name: &str) -> Vec<(BTreeMap<String, Value>, f64)> {
+        let mut points = Vec::new();
+        for request in self.server.requests().into_iter().filter(|r| r.path == "/v1/metrics") {
+            let export = ExportMetricsServiceRequest::decode(request.raw.as_slice())
+                .unwrap_or_else(|e| panic!("an OTLP metrics export that does not decode: {e}"));
+            let metrics = export.resource_metrics.into_iter().flat_map(|r| r.scope_metrics).flat_map(|s| s.metrics);
+            for metric in metrics.filter(|m| m.name == name) {
+                let number = |p: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match p.value {
+                    Some(number_data_point::Value::AsDouble(d)) => d,
+                    Some(number_data_point::Value::AsInt(i)) => i as f64,
+                    None => 0.0,
+                };
+                match metric.data {
+                    Some(metric::Data::Sum(sum)) => {
+                        points.extend(sum.data_points.iter().map(|p| (attributes(&p.attributes), number(p))));
+                    }
+                    Some(metric::Data::Gauge(gauge)) => {
+                        points.extend(gauge.data_points.iter().map(|p| (attributes(&p.attributes), number(p))));
+                    }
+                    Some(metric::Data::Histogram(histogram)) => {
+                        points.extend(histogram.data_points.iter().map(|p| {
+                            let mut attributes = attributes(&p.attributes);
+                            attributes.insert("count".to_owned(), json!(p.count));
+                            (attributes, p.sum.unwrap_or_default())
+                        }));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        points
+    }
+
     /// Every span received so far, in the order received.
     pub fn spans(&self) -> Vec<ReceivedSpan> {
         let mut spans = Vec::new();
-        for request in self.server.requests() {
+        for request in self.server.requests().into_iter().filter(|r| r.path == "/v1/traces") {
             let export = ExportTraceServiceRequest::decode(request.raw.as_slice())
                 .unwrap_or_else(|e| panic!("an OTLP export that does not decode: {e}"));
             for resource_spans in export.resource_spans {

@@ -151,6 +151,7 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
                 drain: std::time::Duration::from_secs(drain),
                 oidc: serve::oidc_config(oidc)?,
                 engine: g.flags.engine_config(),
+                metrics: None,
             };
             serve::serve(g, config).await
         }

@@ -4,8 +4,11 @@ use crate::commands::Globals;
 use crate::host::open_store;
 
 /// `serve`: binds, says where, serves; exits 0 after a graceful shutdown.
-pub(crate) async fn serve(g: &Globals<'_>, config: stepwright::server::ServerConfig) -> anyhow::Result<u8> {
+pub(crate) async fn serve(g: &Globals<'_>, mut config: stepwright::server::ServerConfig) -> anyhow::Result<u8> {
     let store = open_store(g.db).await?;
+    // The process's metrics (kept for `serve`): served at `/metrics`.
+    config.metrics = stepwright::telemetry::metrics()
+        .map(|metrics| std::sync::Arc::new(Scraped(metrics)) as std::sync::Arc<dyn stepwright::server::ServerMetrics>);
     let server = stepwright::server::Server::bind(store, config).await?;
     let addr = server.local_addr()?;
     // The API's address comes first: scripts read it off this line.
@@ -62,5 +65,28 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The process's metrics, as the server reports into them and serves them at `/metrics`.
+#[derive(Debug)]
+struct Scraped(&'static stepwright::telemetry::Metrics);
+
+impl stepwright::server::ServerMetrics for Scraped {
+    fn observer(&self) -> std::sync::Arc<dyn stepwright::Observer> {
+        self.0.observer()
+    }
+
+    fn runner_event(&self, event: &stepwright::RunnerEvent<'_>) {
+        self.0.runner_event(event);
+    }
+
+    fn webhook_delivery(&self, outcome: &str) {
+        self.0.webhook_delivery(outcome);
+    }
+
+    fn prometheus_text(&self, queue_depth: u64) -> String {
+        self.0.queue_depth(queue_depth);
+        self.0.prometheus_text().unwrap_or_default()
     }
 }

@@ -13,7 +13,14 @@ pub(crate) async fn worker(g: &Globals<'_>, once: bool, tenant: Option<String>) 
         .config(flags.engine_config())
         .build();
     let resolver = stepwright::app::resolver(store, flags.bindings());
-    let log = worker_log(g.json_logs, engine.worker_id().to_owned());
+    let print = worker_log(g.json_logs, engine.worker_id().to_owned());
+    let log: stepwright::RunnerLog = match stepwright::telemetry::metrics() {
+        Some(metrics) => std::sync::Arc::new(move |event| {
+            metrics.runner_event(&event);
+            print(event);
+        }),
+        None => print,
+    };
     let mut runner = stepwright::Runner::new(engine).resolve_with(resolver).log_to(log);
     if let Some(tenant) = &tenant {
         runner = runner.only_tenant(tenant);

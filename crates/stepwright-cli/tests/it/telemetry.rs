@@ -330,4 +330,138 @@ fn a_cassette_runs_tokens_and_cost_are_the_providers_figures_everywhere() {
         "{usage}"
     );
     assert!((usage["cost_usd"].as_f64().unwrap() - total).abs() < 1e-12, "{usage} vs {total}");
+
+    // The metrics exported over OTLP at exit say the same.
+    let metric_sum = |name: &str, kind: Option<&str>| -> f64 {
+        receiver
+            .metric(name)
+            .iter()
+            .filter(|(attributes, _)| kind.is_none_or(|k| attributes.get("gen_ai.token.type") == Some(&json!(k))))
+            .map(|(_, value)| value)
+            .sum()
+    };
+    let tokens = (
+        metric_sum("gen_ai.client.token.usage", Some("input")),
+        metric_sum("gen_ai.client.token.usage", Some("output")),
+    );
+    assert_eq!(tokens, (sum(0) as f64, sum(1) as f64), "the token histograms' sums");
+    assert!((metric_sum("stepwright.model.cost", None) - total).abs() < 1e-12, "the cost counter");
+    assert_eq!(metric_sum("stepwright.runs.finished", None), 1.0);
+}
+
+/// Two workflows served: one that completes after a model call, one that fails.
+fn served_workflows(port: u16) -> [(&'static str, String); 2] {
+    [
+        (
+            "answers.yaml",
+            format!(
+                r#"
+workflow: answers
+models:
+  fast: {{ provider: openai, model: gpt-test, base_url: "http://127.0.0.1:{port}/v1", api_key_env: STEPWRIGHT_TEST_FAKE_KEY }}
+steps:
+  - id: say
+    llm: {{ model: fast, prompt: "Say {{{{ input }}}}", stream: true }}
+"#
+            ),
+        ),
+        (
+            "breaks.yaml",
+            "workflow: breaks\ntools:\n  boom:\n    command: [sh, -c, \"exit 3\"]\n    effect: read\nsteps:\n  - id: boom\n    tool: boom\n"
+                .to_owned(),
+        ),
+    ]
+}
+
+/// `/metrics` on `serve`, read by prometheus_client's parser (an independent reader):
+/// the runs it counts by workflow and status are those `runs list` shows, and the tokens
+/// are the provider's.
+#[test]
+fn metrics_are_served_in_the_prometheus_format_and_agree_with_runs_list() {
+    let Some(python) = std::env::var("STEPWRIGHT_TEST_PROMETHEUS_PYTHON").ok().filter(|p| !p.is_empty()) else {
+        #[allow(clippy::print_stderr)] // A skipped test says so.
+        {
+            eprintln!("skipped: STEPWRIGHT_TEST_PROMETHEUS_PYTHON is not set (`.ci/run` installs prometheus_client)");
+        }
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (port, _model) = fake_openai(|_| Answer::Text("hello there".into()), Tokens::Fixed(12, 4));
+    for (name, text) in served_workflows(port) {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let db = format!("sqlite://{}", dir.path().join("served.db").display());
+    let key = crate::support::api_key(dir.path(), &db, "ann", &["admin", "operator"]);
+    let viewer = crate::support::api_key(dir.path(), &db, "bob", &["viewer"]);
+    let serving = crate::support::serve(dir.path(), &db);
+    let remote = |args: &[&str]| {
+        command(dir.path(), &[&["--server", serving.base.as_str()][..], args].concat())
+            .env("STEPWRIGHT_API_KEY", &key)
+            .output()
+            .unwrap()
+    };
+    for _ in 0..3 {
+        let ran = remote(&["run", "answers.yaml", "--input", "\"hi\"", "--json"]);
+        assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    }
+    for _ in 0..2 {
+        let ran = remote(&["run", "breaks.yaml", "--json"]);
+        assert_eq!(ran.status.code(), Some(1), "{}", String::from_utf8_lossy(&ran.stderr));
+    }
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let scrape = |key: &str| {
+        runtime.block_on(async {
+            let response =
+                reqwest::Client::new().get(format!("{}/metrics", serving.base)).bearer_auth(key).send().await.unwrap();
+            let status = response.status().as_u16();
+            let kind = response.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+            (status, kind, response.text().await.unwrap())
+        })
+    };
+    assert_eq!(scrape(&viewer).0, 403, "counts across tenants are an admin's to read");
+    let (status, kind, text) = scrape(&key);
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(kind.as_deref(), Some("text/plain; version=0.0.4; charset=utf-8"));
+
+    let mut parser = std::process::Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/prometheus/parse.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut parser.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let parsed = parser.wait_with_output().unwrap();
+    assert!(parsed.status.success(), "the parser refused it: {}\n{text}", String::from_utf8_lossy(&parsed.stderr));
+    let samples: Vec<Value> =
+        String::from_utf8_lossy(&parsed.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let value = |name: &str, labels: &[(&str, &str)]| -> f64 {
+        samples
+            .iter()
+            .filter(|s| s["name"] == name && labels.iter().all(|(k, v)| s["labels"][*k] == *v))
+            .map(|s| s["value"].as_f64().unwrap())
+            .sum()
+    };
+
+    // The runs, as `runs list` shows them.
+    let listed = remote(&["runs", "list", "--json"]);
+    let runs: Vec<Value> =
+        String::from_utf8_lossy(&listed.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(runs.len(), 5);
+    for (workflow, status) in [("answers", "completed"), ("breaks", "failed")] {
+        let listed = runs.iter().filter(|r| r["workflow"] == workflow && r["status"] == status).count() as f64;
+        let labels = [("stepwright_workflow", workflow), ("stepwright_run_status", status)];
+        assert_eq!(value("stepwright_runs_finished_total", &labels), listed, "{workflow} {status}\n{text}");
+        assert_eq!(value("stepwright_runs_started_total", &[("stepwright_workflow", workflow)]), listed);
+    }
+    // Three calls of 12 input and 4 output tokens, streamed; two failed tool steps.
+    let tokens = |kind: &str| value("gen_ai_client_token_usage_sum", &[("gen_ai_token_type", kind)]);
+    assert_eq!((tokens("input"), tokens("output")), (36.0, 12.0), "{text}");
+    assert_eq!(value("gen_ai_client_operation_duration_seconds_count", &[("gen_ai_provider_name", "openai")]), 3.0);
+    assert_eq!(value("gen_ai_client_operation_time_to_first_chunk_seconds_count", &[]), 3.0, "{text}");
+    let failed = [("stepwright_workflow", "breaks"), ("stepwright_step_status", "failed")];
+    assert_eq!(value("stepwright_step_duration_seconds_count", &failed), 2.0, "{text}");
+    assert_eq!(value("stepwright_queue_depth", &[]), 0.0, "nothing waits for a worker");
 }

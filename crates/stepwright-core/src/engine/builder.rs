@@ -69,10 +69,14 @@ impl EngineBuilder {
         self
     }
 
-    /// Live progress and token notifications.
+    /// Live progress and token notifications. Each observer given is told everything (a
+    /// terminal view and a metrics recorder, say), in the order given.
     #[must_use]
     pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
-        self.observer = Some(observer);
+        self.observer = Some(match self.observer.take() {
+            None => observer,
+            Some(first) => Arc::new(crate::services::Observers(vec![first, observer])),
+        });
         self
     }
 

@@ -57,6 +57,17 @@ pub(crate) enum TraceStart {
     Again { original: Option<TraceParent>, kind: &'static str },
 }
 
+impl TraceStart {
+    /// What started the activation: `start`, `resume`, `replay` or `recompute`.
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Fresh(_) => "start",
+            Self::Continue => "resume",
+            Self::Again { kind, .. } => kind,
+        }
+    }
+}
+
 /// Architecture invariant: one trace per activation. A run that waits days for a person
 /// has no span open for days: each activation (start to suspend, resume to suspend) is
 /// its own trace, linked to the one before, and the run id is an attribute of each.
@@ -81,11 +92,7 @@ impl Engine {
     /// `traceparent`s the journal keeps as events.
     async fn activation_span(&self, workflow: &Workflow, loaded: &LoadedRun, trace: TraceStart) -> tracing::Span {
         let record = &loaded.record;
-        let kind = match &trace {
-            TraceStart::Fresh(_) => "start",
-            TraceStart::Continue => "resume",
-            TraceStart::Again { kind, .. } => kind,
-        };
+        let kind = trace.kind();
         let span = tracing::info_span!(
             parent: None,
             "invoke_workflow",
@@ -145,6 +152,9 @@ impl Engine {
         replay: ReplayIndex,
         trace: TraceStart,
     ) -> Result<RunReport, EngineError> {
+        if let Some(observer) = &self.inner.observer {
+            observer.activation_started(loaded.record.id, workflow.name(), trace.kind());
+        }
         let span = self.activation_span(workflow, &loaded, trace).await;
         let shared = self.run_shared(workflow, &loaded, Some(lease.token), replay);
         if let Some(traceparent) = trace::contexts().and_then(|c| c.traceparent(&span)) {

@@ -54,6 +54,20 @@ pub type RunOutcome = (RunId, Result<RunReport, EngineError>);
 pub enum RunnerEvent<'a> {
     /// It claimed a run and starts executing it.
     Claimed { run: RunId },
+    /// It loaded a claimed run and executes it now. `waited`: for a run executed for the
+    /// first time, how long it waited between its creation and this claim (the queue's
+    /// latency); `None` for a run resumed (a timer, a retry, a decision).
+    Executing {
+        run: RunId,
+        /// How long a new run waited for a worker.
+        waited: Option<Duration>,
+    },
+    /// It took a run over from a worker on this host that died (its process is gone).
+    TookOver {
+        run: RunId,
+        /// The dead worker's name.
+        from: &'a str,
+    },
     /// A run's execution ended (completed, failed, suspended, cancelled…).
     Finished {
         run: RunId,
@@ -208,6 +222,7 @@ impl Runner {
             // Another runner may take it first: then this one leaves it.
             let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
             if let Ok(lease) = inner.store.take_over(run.id, &owner, &inner.worker_id, now, lease_for).await {
+                self.tell(RunnerEvent::TookOver { run: run.id, from: &owner });
                 leases.push(lease);
             }
         }
@@ -225,6 +240,10 @@ impl Runner {
             let result = async {
                 let loaded = engine.inner.store.load(run).await.map_err(EngineError::store(run))?;
                 let record = &loaded.record;
+                if let Some(log) = &log {
+                    let waited = loaded.entries.is_empty().then(|| engine.inner.clock.now().since(record.created_at));
+                    log(RunnerEvent::Executing { run, waited });
+                }
                 let registered = workflows
                     .get(&record.workflow)
                     .and_then(|versions| versions.iter().find(|w| w.hash() == record.definition_hash))

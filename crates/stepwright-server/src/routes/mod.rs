@@ -30,6 +30,7 @@ use crate::state::Shared;
 pub(crate) fn router() -> Router<Arc<Shared>> {
     Router::new()
         .route("/v1/health", get(meta::health))
+        .route("/metrics", get(crate::metrics::scrape))
         .route("/v1/openapi.json", get(meta::openapi))
         .route("/v1/session", post(session::sign_in).get(session::show).delete(session::sign_out))
         .route("/v1/auth", get(auth::methods))
