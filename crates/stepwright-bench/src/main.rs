@@ -7,6 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod observability;
 mod postgres;
 
 use serde_json::{Value, json};
@@ -610,6 +611,7 @@ fn main() {
         Some("w3-floor-child") => return w3_floor_child(),
         Some("d5-child") => return d5_child(&args[1], &args[2]),
         Some("d8-worker") => return postgres::d8_worker(&args[1], &args[2], &args[3]),
+        Some("o1-child") => return observability::child(&args[1], args[2].parse().expect("runs")),
         _ => {}
     }
     let quick = args.iter().any(|a| a == "--quick");
@@ -716,6 +718,9 @@ fn main() {
         println!(
             "| L1 | the same with the commits, SQLite NORMAL | {median:.1} µs/call | {best:.1} µs/call | (reference) |"
         );
+    }
+    if wanted("o1") {
+        observability::o1(if quick { 10 } else { 200 });
     }
     if wanted("a1") {
         let runs = if quick { 5 } else { 100 };

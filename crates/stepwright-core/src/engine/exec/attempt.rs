@@ -102,10 +102,14 @@ impl Exec {
                 otel.status_code = tracing::field::Empty,
                 otel.status_description = tracing::field::Empty,
             );
-            let flow = self.run_with_timeout(frame, attempt, input.clone(), key).instrument(span.clone()).await?;
-            if !span.is_disabled() {
+            // Nothing listening (the common case): no span to enter at every poll.
+            let flow = if span.is_disabled() {
+                self.run_with_timeout(frame, attempt, input.clone(), key).await?
+            } else {
+                let flow = self.run_with_timeout(frame, attempt, input.clone(), key).instrument(span.clone()).await?;
                 record_flow(&span, &flow);
-            }
+                flow
+            };
             let error = match flow {
                 Flow::Done(value) => match self.check_output(node, path, value) {
                     Ok(value) => {
