@@ -135,6 +135,15 @@ impl From<AppError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            // Ours, not the caller's: an operator wants to see it without asking the caller.
+            tracing::error!(
+                status = self.status.as_u16(),
+                code = self.problem.code.as_str(),
+                detail = self.problem.detail.as_str(),
+                "request failed"
+            );
+        }
         let mut response = (self.status, axum::Json(self.problem)).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
         response

@@ -222,6 +222,7 @@ async fn migrate(pool: &PgPool) -> Result<(), StoreError> {
             .await
             .map_err(pg(doing))?;
         if !done {
+            tracing::info!(version, "applying a postgres migration");
             sqlx::raw_sql(sqlx::AssertSqlSafe(*sql)).execute(&mut *tx).await.map_err(pg(doing))?;
             sqlx::query("INSERT INTO stepwright_migrations (version, applied_at) VALUES ($1, stepwright_now_us())")
                 .bind(version)

@@ -347,6 +347,7 @@ fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             })
             .map_err(|e| backend(doing, e))?;
         if !done {
+            tracing::info!(version, "applying a sqlite migration");
             tx.execute_batch(sql).map_err(|e| backend(doing, e))?;
             let now =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);

@@ -230,8 +230,10 @@ pub fn install(settings: Settings) -> Result<Telemetry, TelemetryError> {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_writer(std::io::stderr)
-            .with_current_span(true)
-            .with_span_list(false)
+            // Every span the event is in, outermost first: the activation's (run id, trace
+            // id), the step's (path, attempt), the model call's.
+            .with_current_span(false)
+            .with_span_list(true)
             .flatten_event(true)
             .boxed(),
     }

@@ -465,3 +465,46 @@ fn metrics_are_served_in_the_prometheus_format_and_agree_with_runs_list() {
     assert_eq!(value("stepwright_step_duration_seconds_count", &failed), 2.0, "{text}");
     assert_eq!(value("stepwright_queue_depth", &[]), 0.0, "nothing waits for a worker");
 }
+
+/// `--log-format json`: one JSON object per line, each inside a run carrying the spans it is
+/// in — the run id, the step path, and the trace id of the activation, which is the trace
+/// the exported spans are in.
+#[test]
+fn json_log_lines_carry_the_run_the_step_and_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = OtlpReceiver::start();
+    let flaky = "workflow: flaky\ntools:\n  once:\n    command: [sh, -c, \"[ -e tried ] || { touch tried; exit 1; }; printf ok\"]\n    effect: read\nsteps:\n  - id: shaky\n    tool: once\n    retry: { max_attempts: 2, initial_delay: 10ms }\n";
+    std::fs::write(dir.path().join("flaky.yaml"), flaky).unwrap();
+    let output =
+        command(dir.path(), &["--db", "sqlite://logs.db", "--log-format", "json", "run", "flaky.yaml", "--json"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+            .env("STEPWRIGHT_LOG", "info")
+            .output()
+            .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    let run = serde_json::from_slice::<Value>(&output.stdout).unwrap()["run_id"].as_str().unwrap().to_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect();
+    let line = |message: &str| {
+        lines.iter().find(|l| l["message"] == message).unwrap_or_else(|| panic!("no {message:?} in {stderr}"))
+    };
+    let started = line("activation started");
+    assert_eq!(started["level"], "INFO");
+    let activation = &started["spans"][0];
+    assert_eq!(activation["stepwright.run.id"], json!(run));
+    let trace_id = activation["trace_id"].as_str().expect("the activation's trace id").to_owned();
+    let retried = line("step attempt failed; retrying");
+    let step = retried["spans"].as_array().unwrap().iter().find(|s| s["name"] == "step").expect("the step's span");
+    assert_eq!((&step["stepwright.step.path"], &step["stepwright.attempt"]), (&json!("shaky"), &json!(1)));
+    assert_eq!(retried["spans"][0]["trace_id"], json!(trace_id), "the same activation");
+    assert_eq!(line("activation ended")["status"], "completed");
+    // The exported spans are in that trace.
+    let spans = spans_once(&receiver, |s| !named(s, "invoke_workflow flaky").is_empty());
+    let steps = named(&spans, "step shaky");
+    assert_eq!(steps.len(), 2, "two attempts");
+    assert!(steps.iter().all(|s| s.trace_id == trace_id));
+    assert!(steps.iter().any(|s| s.status == "ERROR" && s.int("stepwright.attempt") == Some(1)), "{steps:#?}");
+}

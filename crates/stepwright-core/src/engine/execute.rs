@@ -105,6 +105,7 @@ impl Engine {
             stepwright.run.status = tracing::field::Empty,
             stepwright.served.steps = tracing::field::Empty,
             stepwright.served.calls = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
         );
@@ -158,11 +159,23 @@ impl Engine {
         let span = self.activation_span(workflow, &loaded, trace).await;
         let shared = self.run_shared(workflow, &loaded, Some(lease.token), replay);
         if let Some(traceparent) = trace::contexts().and_then(|c| c.traceparent(&span)) {
+            // Log lines inside the activation carry its trace id (a backend links the two).
+            span.record("trace_id", traceparent.trace_id());
             let data = serde_json::json!({ "traceparent": traceparent.as_str() });
             shared.event(&StepPath::root(), trace::ACTIVATION_EVENT, data);
         }
         let activation = ActivationTrace { span: span.clone() };
-        let result = self.execute_shared(workflow, loaded, lease, shared.clone()).instrument(span).await;
+        let result = async {
+            tracing::info!(workflow = workflow.name(), "activation started");
+            let result = self.execute_shared(workflow, loaded, lease, shared.clone()).await;
+            match &result {
+                Ok(report) => tracing::info!(status = report.status.as_str(), "activation ended"),
+                Err(error) => tracing::warn!(error = %error, code = error.code(), "activation stopped"),
+            }
+            result
+        }
+        .instrument(span)
+        .await;
         activation.end(&shared, &result);
         result
     }

@@ -222,6 +222,7 @@ impl Runner {
             // Another runner may take it first: then this one leaves it.
             let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
             if let Ok(lease) = inner.store.take_over(run.id, &owner, &inner.worker_id, now, lease_for).await {
+                tracing::info!(run = %run.id, from = owner.as_str(), "took over a run whose worker is gone");
                 self.tell(RunnerEvent::TookOver { run: run.id, from: &owner });
                 leases.push(lease);
             }
@@ -326,7 +327,10 @@ impl Runner {
                             self.spawn(&mut set, lease);
                         }
                     }
-                    Err(error) => self.tell(RunnerEvent::StoreFailed { error: &error }),
+                    Err(error) => {
+                        tracing::warn!(error = %error, "looking for due runs failed; trying again at the next poll");
+                        self.tell(RunnerEvent::StoreFailed { error: &error });
+                    }
                 }
             }
             let wait = if set.is_empty() { idle_wait } else { self.poll };

@@ -166,6 +166,10 @@ impl Exec {
                 && !is_never_retried(&error)
             {
                 let delay = retry.delay_after(attempt, self.run.entropy.next_f64());
+                span.in_scope(|| {
+                    let retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                    tracing::info!(code = %error.code, error = %error.message, retry_in_ms, "step attempt failed; retrying");
+                });
                 let due = self.now().plus(delay);
                 self.run
                     .recorder
