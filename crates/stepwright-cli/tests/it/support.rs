@@ -49,7 +49,13 @@ impl Drop for Serving {
 
 /// Starts `stepwright serve` (with its worker) on `db`, on a free loopback port.
 pub(crate) fn serve(dir: &Path, db: &str) -> Serving {
+    serve_with(dir, db, &[])
+}
+
+/// [`serve`] with these environment variables set.
+pub(crate) fn serve_with(dir: &Path, db: &str, env: &[(&str, &str)]) -> Serving {
     let mut child = command(dir, &["--db", db, "serve", "--listen", "127.0.0.1:0"])
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

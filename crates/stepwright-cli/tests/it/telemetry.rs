@@ -508,3 +508,72 @@ fn json_log_lines_carry_the_run_the_step_and_the_trace() {
     assert!(steps.iter().all(|s| s.trace_id == trace_id));
     assert!(steps.iter().any(|s| s.status == "ERROR" && s.int("stepwright.attempt") == Some(1)), "{steps:#?}");
 }
+
+/// W3C Trace Context in and out: `run --traceparent` against a server (the API's
+/// `traceparent` header) puts the run's first activation under the caller's span, executed
+/// by the server's worker; an HTTP tool's request carries the span of the step that calls it.
+#[test]
+fn a_callers_trace_reaches_the_run_through_the_api_and_the_run_reaches_its_http_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = OtlpReceiver::start();
+    let web = stepwright_testkit::http::FakeServer::responding(|_| {
+        stepwright_testkit::http::Reply::json(200, json!({ "ok": true }))
+    });
+    let file = format!(
+        "workflow: called\ntools:\n  web:\n    http: {{ url: \"{}/hook\", method: POST }}\n    effect: read\nsteps:\n  - id: call\n    tool: web\n    with: {{ a: 1 }}\n",
+        web.url
+    );
+    std::fs::write(dir.path().join("called.yaml"), file).unwrap();
+    let db = format!("sqlite://{}", dir.path().join("served.db").display());
+    let key = crate::support::api_key(dir.path(), &db, "ann", &["admin", "operator"]);
+    let serving = crate::support::serve_with(
+        dir.path(),
+        &db,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()), ("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let ran = command(
+        dir.path(),
+        &["--server", serving.base.as_str(), "run", "called.yaml", "--json", "--traceparent", caller],
+    )
+    .env("STEPWRIGHT_API_KEY", &key)
+    .output()
+    .unwrap();
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+
+    let spans = spans_once(&receiver, |s| !named(s, "step call").is_empty());
+    let root = named(&spans, "invoke_workflow called");
+    assert_eq!(root.len(), 1, "{spans:#?}");
+    assert_eq!(root[0].trace_id, "0af7651916cd43dd8448eb211c80319c", "in the caller's trace");
+    assert_eq!(root[0].parent_span_id, "b7ad6b7169203331", "under the caller's span");
+    let step = named(&spans, "step call")[0];
+    assert_eq!(step.parent_span_id, root[0].span_id);
+    let sent = web.requests()[0].headers.get("traceparent").cloned().expect("the tool's request carries a traceparent");
+    assert_eq!(sent, format!("00-{}-{}-01", step.trace_id, step.span_id), "the step's span is the tool call's parent");
+
+    // A malformed traceparent is ignored, as W3C Trace Context says: the run starts a trace.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let started: Value = runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let body = json!({ "workflow": "called", "input": null, "wait_seconds": 10 });
+        let response = http
+            .post(format!("{}/v1/runs", serving.base))
+            .bearer_auth(&key)
+            .header("traceparent", "00-not-a-trace-01")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 201);
+        response.json().await.unwrap()
+    });
+    assert_eq!(started["status"], "completed");
+    let spans = spans_once(&receiver, |s| named(s, "invoke_workflow called").len() >= 2);
+    let roots = named(&spans, "invoke_workflow called");
+    assert_eq!(roots.len(), 2);
+    assert!(roots.iter().any(|r| r.parent_span_id.is_empty() && r.trace_id != root[0].trace_id), "{roots:#?}");
+    let refused = command(dir.path(), &["run", "called.yaml", "--traceparent", "00-nope"]).output().unwrap();
+    assert_eq!(refused.status.code(), Some(2), "the command line refuses what it cannot read");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("is not a W3C traceparent"));
+}
