@@ -1,16 +1,18 @@
 """A FastMCP server for the interop tests (`crates/stepwright-mcp/tests/fastmcp.rs`): a tool
 that answers, one that is slow (and leaves a mark when it is cancelled), one whose result is
-as large as asked, one that fails, and one that kills the server mid-call.
+as large as asked, one that fails, one that kills the server mid-call, and one that says
+what the request's `_meta` held (trace context, idempotency key).
 
     python server.py stdio
     python server.py http PORT
 """
 
 import asyncio
+import json
 import os
 import sys
 
-from fastmcp import FastMCP
+from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 
 mcp = FastMCP("interop")
@@ -48,6 +50,15 @@ def huge(mebibytes: float, mark: str = "") -> str:
 def fail(message: str) -> str:
     """Fails with this message (an error result, not a protocol error)."""
     raise ToolError(message)
+
+
+@mcp.tool
+def meta(ctx: Context) -> str:
+    """The request's `_meta`, as JSON (`null` when it had none)."""
+    held = ctx.request_context.meta
+    if held is not None and hasattr(held, "model_dump"):
+        held = held.model_dump()
+    return json.dumps(held)
 
 
 @mcp.tool

@@ -577,3 +577,37 @@ fn a_callers_trace_reaches_the_run_through_the_api_and_the_run_reaches_its_http_
     assert_eq!(refused.status.code(), Some(2), "the command line refuses what it cannot read");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("is not a W3C traceparent"));
 }
+
+/// An MCP call carries its span's context in the request's `_meta` (the MCP conventions'
+/// propagation), here to a FastMCP server over stdio that says what it received; the call is
+/// a `tools/call {tool}` CLIENT span under the step.
+#[test]
+fn an_mcp_request_carries_the_trace_in_its_meta() {
+    let Some(python) = std::env::var("STEPWRIGHT_TEST_FASTMCP_PYTHON").ok().filter(|p| !p.is_empty()) else {
+        #[allow(clippy::print_stderr)] // A skipped test says so.
+        {
+            eprintln!("skipped: STEPWRIGHT_TEST_FASTMCP_PYTHON is not set (`.ci/run` installs FastMCP)");
+        }
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = OtlpReceiver::start();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/fastmcp/server.py");
+    let file = format!(
+        "workflow: meta\nmcp_servers:\n  interop:\n    command: \"{python}\"\n    args: [\"{}\", stdio]\n    tools: [meta]\n    effect: read\nsteps:\n  - id: ask\n    tool: interop.meta\n",
+        script.display()
+    );
+    std::fs::write(dir.path().join("meta.yaml"), file).unwrap();
+    let ran = traced(dir.path(), &receiver, &["--db", "sqlite://meta.db", "run", "meta.yaml", "--json"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let output = serde_json::from_slice::<Value>(&ran.stdout).unwrap()["output"].clone();
+    let held: Value = serde_json::from_str(output.as_str().expect("the tool's text")).unwrap();
+    let sent = held["traceparent"].as_str().unwrap_or_else(|| panic!("no traceparent in {held}"));
+
+    let spans = spans_once(&receiver, |s| !named(s, "tools/call meta").is_empty());
+    let call = named(&spans, "tools/call meta")[0];
+    assert_eq!(call.kind, "CLIENT");
+    assert_eq!((call.str("mcp.method.name"), call.str("gen_ai.tool.name")), (Some("tools/call"), Some("meta")));
+    assert_eq!(sent, format!("00-{}-{}-01", call.trace_id, call.span_id), "the call's own span");
+    assert_eq!(call.parent_span_id, named(&spans, "step ask")[0].span_id);
+}
