@@ -118,6 +118,7 @@ impl ModelFlags {
         if let Some(window) = self.async_window {
             config.async_max_delay = window;
         }
+        config.capture_content = stepwright::telemetry::content_capture();
         config
     }
 

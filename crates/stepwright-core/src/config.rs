@@ -63,6 +63,22 @@ pub struct EngineConfig {
     /// How often a run waiting in process on an interrupt asks the store whether someone
     /// decided it from elsewhere.
     pub decision_poll: Duration,
+    /// Put prompts, completions and tool arguments and results on the exported spans (off
+    /// by default: they may hold personal data). A workflow's own setting wins.
+    pub capture_content: Option<ContentCapture>,
+}
+
+/// Content on spans: how much of each value, after the step's output guardrails redacted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentCapture {
+    /// The most bytes of one value's JSON kept; the rest is cut, and the cut said.
+    pub max_bytes: usize,
+}
+
+impl Default for ContentCapture {
+    fn default() -> Self {
+        Self { max_bytes: 4096 }
+    }
 }
 
 impl Default for EngineConfig {
@@ -77,6 +93,7 @@ impl Default for EngineConfig {
             async_max_entries: 512,
             cancel_poll: Duration::from_millis(100),
             decision_poll: Duration::from_millis(100),
+            capture_content: None,
         }
     }
 }

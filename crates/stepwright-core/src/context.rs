@@ -31,6 +31,8 @@ struct Inner {
     services: Services,
     idempotency_key: Option<String>,
     checkpoint: Option<Value>,
+    /// While content goes on spans: the step's guardrails, applied to it first.
+    redaction: Option<Vec<crate::policy::Guardrail>>,
 }
 
 impl fmt::Debug for StepContext {
@@ -53,6 +55,7 @@ pub(crate) struct ContextParts {
     pub(crate) cancel: CancellationToken,
     pub(crate) idempotency_key: Option<String>,
     pub(crate) checkpoint: Option<Value>,
+    pub(crate) redaction: Option<Vec<crate::policy::Guardrail>>,
 }
 
 impl StepContext {
@@ -65,8 +68,43 @@ impl StepContext {
                 services: parts.services,
                 idempotency_key: parts.idempotency_key,
                 checkpoint: parts.checkpoint,
+                redaction: parts.redaction,
             }),
         }
+    }
+
+    /// A value as it may go on an exported span (`gen_ai.input.messages`, a tool call's
+    /// arguments): `None` unless content capture is on for this run (the workflow's
+    /// `telemetry.capture_content`, else the engine's); else the value after this step's
+    /// output guardrails (a guardrail that blocks it withholds it), as JSON, cut at the
+    /// capture's size with the cut said.
+    pub fn content_for_telemetry(&self, value: &Value) -> Option<String> {
+        let capture = self.inner.recording.run.capture_content?;
+        let guardrails = self.inner.redaction.as_deref().unwrap_or_default();
+        let text = match crate::policy::apply_guardrails(
+            guardrails,
+            crate::policy::GuardrailStage::Output,
+            Arc::new(value.clone()),
+        ) {
+            Ok((redacted, _)) => match redacted.as_ref() {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            },
+            Err(_) => return Some("[withheld: a guardrail of this step blocks it]".to_owned()),
+        };
+        if text.len() <= capture.max_bytes {
+            return Some(text);
+        }
+        let mut cut = capture.max_bytes;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        Some(format!("{}…[cut: {} bytes in all]", &text[..cut], text.len()))
+    }
+
+    /// Whether content goes on this run's spans (see [`StepContext::content_for_telemetry`]).
+    pub fn captures_content(&self) -> bool {
+        self.inner.recording.run.capture_content.is_some()
     }
 
     /// The run's id.

@@ -44,7 +44,7 @@ mod definition;
 mod engine;
 pub mod inspect;
 
-pub use config::{ArtifactCapture, Durability, EngineConfig};
+pub use config::{ArtifactCapture, ContentCapture, Durability, EngineConfig};
 pub use context::StepContext;
 pub use definition::{
     Branch, Every, EveryOnError, Expr, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Node, OnFailure,

@@ -49,6 +49,8 @@ pub(crate) struct RunShared {
     /// Steps and sub-step calls this execution served from the journal instead of running
     /// them (reported on the activation's span, which has no child span for them).
     pub(crate) served: (AtomicU64, AtomicU64),
+    /// Content on spans for this run (the workflow's setting, else the engine's).
+    pub(crate) capture_content: Option<crate::config::ContentCapture>,
 }
 
 /// The store failed: the run stops at once, as a crashed process would, and can be resumed

@@ -220,6 +220,7 @@ const WORKFLOW_FIELDS: &[&str] = &[
     "concurrency",
     "priority",
     "output_schema",
+    "telemetry",
 ];
 const COMMON_FIELDS: &[&str] = &[
     "id",
@@ -518,6 +519,46 @@ impl Compiler {
         dashed_found
     }
 
+    /// The workflow's `telemetry: {capture_content, max_content_bytes}`: content on the
+    /// spans of its runs, whatever the engine says.
+    fn telemetry(
+        &mut self,
+        root: &Item,
+        builder: stepwright_core::WorkflowBuilder,
+    ) -> stepwright_core::WorkflowBuilder {
+        let Some(node) = root.get("telemetry") else { return builder };
+        let Some(entries) = self.entries(node, "`telemetry`") else { return builder };
+        self.unknown_fields(entries, &["capture_content", "max_content_bytes"], "`telemetry`");
+        let capture = match node.get("capture_content").map(|n| (n.pos, &n.value)) {
+            Some((_, Yaml::Bool(on))) => Some(*on),
+            Some((pos, _)) => {
+                self.error(pos, "`telemetry.capture_content` must be true or false");
+                None
+            }
+            None => None,
+        };
+        let mut content = stepwright_core::ContentCapture::default();
+        if let Some(most) = node.get("max_content_bytes") {
+            match self.number(most, "`telemetry.max_content_bytes`") {
+                Some(0) => self.error(most.pos, "`telemetry.max_content_bytes` must be at least 1"),
+                Some(n) => content.max_bytes = usize::try_from(n).unwrap_or(usize::MAX),
+                None => {}
+            }
+            if capture != Some(true) {
+                self.error_hint(
+                    most.pos,
+                    "`telemetry.max_content_bytes` does nothing without `capture_content: true`",
+                    "content goes on spans only when captured",
+                );
+            }
+        }
+        match capture {
+            Some(true) => builder.capture_content(Some(content)),
+            Some(false) => builder.capture_content(None),
+            None => builder,
+        }
+    }
+
     /// The workflow's `concurrency: {key, limit}` (the key a template over `input`) and
     /// `priority`.
     fn flow_control(
@@ -609,6 +650,7 @@ impl Compiler {
         };
         builder = builder.steps(steps);
         builder = self.flow_control(root, builder);
+        builder = self.telemetry(root, builder);
         if let Some(output) = root.get("output") {
             self.templates(output);
             let template = output.to_json();

@@ -45,6 +45,23 @@ struct WorkflowFile {
     concurrency: Option<ConcurrencyGroup>,
     /// Among runs waiting for a worker, higher priority goes first (default 0).
     priority: Option<i32>,
+    /// What the exported traces of its runs carry.
+    telemetry: Option<Telemetry>,
+}
+
+/// What the exported traces of a workflow's runs carry.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Telemetry {
+    /// Put prompts, completions and tool arguments and results on the spans (after each
+    /// step's output guardrails), whatever the process says
+    /// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`); default: as the process says
+    /// (off).
+    capture_content: Option<bool>,
+    /// The most bytes of one value kept on a span (default 4096); the rest is cut, and the
+    /// cut said.
+    #[schemars(range(min = 1))]
+    max_content_bytes: Option<u64>,
 }
 
 /// A workflow's concurrency group.

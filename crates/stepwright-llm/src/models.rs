@@ -193,6 +193,9 @@ impl ModelConfig {
     }
 }
 
+/// How a value becomes span content: redacted and cut, or `None` (not captured).
+pub type ContentRenderer<'a> = dyn Fn(&serde_json::Value) -> Option<String> + Send + Sync + 'a;
+
 /// One binding: its adapter, the model id sent, and the price.
 #[derive(Clone)]
 struct Binding {
@@ -380,6 +383,20 @@ impl Models {
         request: ChatRequest,
         sink: Option<TokenSink<'_>>,
     ) -> Result<CallRecord, ModelError> {
+        self.chat_observed(site, binding, request, sink, None).await
+    }
+
+    /// [`Models::chat`], with the messages sent and received put on the call's span as
+    /// `content` renders them (content capture: redacted and cut by the caller's step), when
+    /// a span is recorded.
+    pub async fn chat_observed(
+        &self,
+        site: &str,
+        binding: &str,
+        request: ChatRequest,
+        sink: Option<TokenSink<'_>>,
+        content: Option<&ContentRenderer<'_>>,
+    ) -> Result<CallRecord, ModelError> {
         let model = self.bindings.get(binding).map_or(request.model.as_str(), |b| b.model_id.as_str());
         let params = &request.params;
         let span = tracing::info_span!(
@@ -400,6 +417,8 @@ impl Models {
             gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
             gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
             gen_ai.response.time_to_first_chunk = tracing::field::Empty,
+            gen_ai.input.messages = tracing::field::Empty,
+            gen_ai.output.messages = tracing::field::Empty,
             stepwright.binding = binding,
             stepwright.cassette = tracing::field::Empty,
             stepwright.cost.usd = tracing::field::Empty,
@@ -407,9 +426,19 @@ impl Models {
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
         );
+        if let Some(render) = content.filter(|_| !span.is_disabled())
+            && let Some(text) = render(&crate::types::conventions_messages(&request.messages))
+        {
+            span.record("gen_ai.input.messages", text.as_str());
+        }
         let result = self.chat_untraced(site, binding, request, sink).instrument(span.clone()).await;
         if !span.is_disabled() {
             trace_call(&span, &result);
+            if let (Some(render), Ok(call)) = (content, &result)
+                && let Some(text) = render(&crate::types::conventions_answer(&call.response))
+            {
+                span.record("gen_ai.output.messages", text.as_str());
+            }
         }
         result
     }

@@ -239,7 +239,10 @@ pub(crate) async fn call_model(
     let input_hash = ctx.artifact("llm-input", &input);
     let sink = |text: &str| ctx.token(text);
     let sink: Option<crate::adapter::TokenSink<'_>> = if stream { Some(&sink) } else { None };
-    let record = models.chat(path.as_str(), binding, request, sink).await?;
+    let content = |value: &Value| ctx.content_for_telemetry(value);
+    let content: Option<&crate::models::ContentRenderer<'_>> =
+        if ctx.captures_content() { Some(&content) } else { None };
+    let record = models.chat_observed(path.as_str(), binding, request, sink, content).await?;
     let response = serde_json::to_value(&record.response).expect("a response serializes");
     let output_hash = ctx.artifact("llm-output", &response);
     let mut data = call_event(&record);

@@ -183,6 +183,48 @@ pub enum FinishReason {
     Other(String),
 }
 
+/// Messages as the GenAI conventions' `gen_ai.input.messages` spell them: a role and its
+/// parts (`text`, `tool_call`, `tool_call_response`).
+pub(crate) fn conventions_messages(messages: &[Message]) -> serde_json::Value {
+    use serde_json::json;
+    let text = |content: &str| json!({ "type": "text", "content": content });
+    messages
+        .iter()
+        .map(|message| match message {
+            Message::System { content } => json!({ "role": "system", "parts": [text(content)] }),
+            Message::User { content } => json!({ "role": "user", "parts": [text(content)] }),
+            Message::Assistant { content, tool_calls } => {
+                json!({ "role": "assistant", "parts": assistant_parts(content, tool_calls) })
+            }
+            Message::Tool { call_id, content, .. } => json!({
+                "role": "tool",
+                "parts": [{ "type": "tool_call_response", "id": call_id, "result": content }],
+            }),
+        })
+        .collect()
+}
+
+/// An answer as the conventions' `gen_ai.output.messages` spell it.
+pub(crate) fn conventions_answer(response: &ChatResponse) -> serde_json::Value {
+    serde_json::json!([{
+        "role": "assistant",
+        "parts": assistant_parts(&response.content, &response.tool_calls),
+        "finish_reason": response.finish_reason.as_str(),
+    }])
+}
+
+fn assistant_parts(content: &str, tool_calls: &[ToolCall]) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    let mut parts = Vec::new();
+    if !content.is_empty() {
+        parts.push(json!({ "type": "text", "content": content }));
+    }
+    parts.extend(
+        tool_calls.iter().map(|c| json!({ "type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments })),
+    );
+    parts
+}
+
 impl FinishReason {
     /// The reason as the GenAI conventions spell it (`stop`, `length`, `tool_calls`,
     /// `content_filter`, or the provider's own word).

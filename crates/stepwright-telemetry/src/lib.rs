@@ -120,6 +120,15 @@ impl Drop for Telemetry {
     }
 }
 
+/// Content on spans for the whole process, as the GenAI instrumentations' variable says
+/// (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`; off otherwise). A workflow's
+/// `telemetry.capture_content` wins over it.
+pub fn content_capture() -> Option<stepwright_core::ContentCapture> {
+    variable("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        .then(stepwright_core::ContentCapture::default)
+}
+
 /// The variables that name an OTLP endpoint for traces.
 const ENDPOINT_VARIABLES: [&str; 2] = ["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"];
 

@@ -611,3 +611,65 @@ fn an_mcp_request_carries_the_trace_in_its_meta() {
     assert_eq!(sent, format!("00-{}-{}-01", call.trace_id, call.span_id), "the call's own span");
     assert_eq!(call.parent_span_id, named(&spans, "step ask")[0].span_id);
 }
+
+fn captured_workflow(port: u16, telemetry: &str) -> String {
+    format!(
+        r#"
+workflow: captured
+{telemetry}
+models:
+  fast: {{ provider: openai, model: gpt-test, base_url: "http://127.0.0.1:{port}/v1", api_key_env: STEPWRIGHT_TEST_FAKE_KEY }}
+steps:
+  - id: ask
+    llm: {{ model: fast, prompt: "My SSN is 987-65-4321. {{{{ input }}}}", stream: false }}
+    guardrails:
+      - {{ on: output, action: redact, pattern: '\d{{3}}-\d{{2}}-\d{{4}}' }}
+"#
+    )
+}
+
+/// Content capture: off unless asked (the process's variable or the workflow's
+/// `telemetry`), the workflow's word winning; what goes on the span passed the step's output
+/// guardrails first and is cut at `max_content_bytes`.
+#[test]
+fn content_goes_on_spans_only_when_asked_redacted_and_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, _model) = fake_openai(|_| Answer::Text("Noted: 123-45-6789.".into()), Tokens::Fixed(12, 4));
+    let cases = [
+        ("default", "", None, false),
+        ("process", "", Some("true"), true),
+        ("file", "telemetry: { capture_content: true }", None, true),
+        ("file-off", "telemetry: { capture_content: false }", Some("true"), false),
+        ("cut", "telemetry: { capture_content: true, max_content_bytes: 30 }", None, true),
+    ];
+    for (name, telemetry, variable, captured) in cases {
+        let receiver = OtlpReceiver::start();
+        std::fs::write(dir.path().join(format!("{name}.yaml")), captured_workflow(port, telemetry)).unwrap();
+        let file = format!("{name}.yaml");
+        let mut run =
+            command(dir.path(), &["--db", "sqlite://captured.db", "run", &file, "--input", "\"Help.\"", "--json"]);
+        run.env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint());
+        if let Some(value) = variable {
+            run.env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", value);
+        }
+        let ran = run.output().unwrap();
+        assert_eq!(ran.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&ran.stderr));
+        let spans = spans_once(&receiver, |s| !named(s, "chat gpt-test").is_empty());
+        let chat = named(&spans, "chat gpt-test")[0];
+        let (input, output) = (chat.str("gen_ai.input.messages"), chat.str("gen_ai.output.messages"));
+        assert_eq!((input.is_some(), output.is_some()), (captured, captured), "{name}: {chat:#?}");
+        let (Some(input), Some(output)) = (input, output) else { continue };
+        for text in [input, output] {
+            assert!(!text.contains("987-65-4321") && !text.contains("123-45-6789"), "{name}: redacted first: {text}");
+        }
+        if name == "cut" {
+            assert!(input.len() < 80 && input.contains("…[cut: "), "{name}: {input}");
+        } else {
+            let sent: Value = serde_json::from_str(input).unwrap();
+            assert_eq!(sent[0]["role"], "user", "{name}: {sent}");
+            assert!(sent[0]["parts"][0]["content"].as_str().unwrap().contains("Help."), "{sent}");
+            let answered: Value = serde_json::from_str(output).unwrap();
+            assert_eq!((&answered[0]["role"], &answered[0]["finish_reason"]), (&json!("assistant"), &json!("stop")));
+        }
+    }
+}

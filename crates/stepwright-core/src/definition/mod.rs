@@ -448,6 +448,9 @@ pub(crate) struct WorkflowDef {
     /// in the hash: flow control says when a run executes, not what it is.
     pub(crate) concurrency: Option<(Expr<Value>, u32)>,
     pub(crate) priority: i32,
+    /// Content on spans for this workflow's runs, whatever the engine says: `Some(None)`
+    /// off, `Some(Some(_))` on. Not in the hash: what is observed, not what runs.
+    pub(crate) capture_content: Option<Option<crate::config::ContentCapture>>,
     pub(crate) hash: ContentHash,
     pub(crate) description: Value,
 }
@@ -488,6 +491,7 @@ impl Workflow {
             output: None,
             concurrency: None,
             priority: 0,
+            capture_content: None,
         }
     }
 
@@ -529,6 +533,7 @@ pub struct WorkflowBuilder {
     output: Option<Expr<Value>>,
     concurrency: Option<(Expr<Value>, u32)>,
     priority: i32,
+    capture_content: Option<Option<crate::config::ContentCapture>>,
 }
 
 impl WorkflowBuilder {
@@ -596,6 +601,15 @@ impl WorkflowBuilder {
         self
     }
 
+    /// Content on the spans of this workflow's runs (prompts, completions, tool arguments
+    /// and results, redacted by each step's output guardrails): `Some` on, `None` off,
+    /// whatever the engine's [`crate::EngineConfig::capture_content`] says.
+    #[must_use]
+    pub fn capture_content(mut self, capture: Option<crate::config::ContentCapture>) -> Self {
+        self.capture_content = Some(capture);
+        self
+    }
+
     /// Checks every node and policy, compiles schemas, and computes the definition hash.
     /// Every problem is reported, not only the first.
     pub fn build(mut self) -> Result<Workflow, BuildError> {
@@ -645,6 +659,7 @@ impl WorkflowBuilder {
                 output: self.output,
                 concurrency: self.concurrency,
                 priority: self.priority,
+                capture_content: self.capture_content,
                 hash,
                 description,
             }),

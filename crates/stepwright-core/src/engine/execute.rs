@@ -284,6 +284,7 @@ impl Engine {
             event_cursors: tokio::sync::Mutex::default(),
             yielded: AtomicBool::new(false),
             served: Default::default(),
+            capture_content: workflow.inner.capture_content.unwrap_or(inner.config.capture_content),
         })
     }
 

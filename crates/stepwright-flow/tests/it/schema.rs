@@ -37,6 +37,7 @@ workflow: everything
 version: "1.0.0"
 description: Every kind and field.
 input: { type: object }
+telemetry: { capture_content: true, max_content_bytes: 100 }
 models:
   fast: { provider: openai, model: m, base_url: "http://127.0.0.1:9/v1", api_key_env: K, pricing: { input: 1, output: 2, cache_read: 0.1, cache_write: 1.25 }, timeout: 5s, max_retries: 1, token_limit_field: max_completion_tokens, sampling: true }
   deep: { provider: anthropic, model: c, base_url: "http://127.0.0.1:9", api_key_env: K, api_version: "2023-06-01", sampling: false }

@@ -205,15 +205,30 @@ impl AgentRun<'_> {
                     gen_ai.tool.name = name,
                     gen_ai.tool.call.id = call.id.as_str(),
                     gen_ai.tool.type = "function",
+                    gen_ai.tool.call.arguments = tracing::field::Empty,
+                    gen_ai.tool.call.result = tracing::field::Empty,
                     stepwright.step.path = %info.path,
                     otel.status_code = tracing::field::Empty,
                     otel.status_description = tracing::field::Empty,
                 );
+                if !span.is_disabled()
+                    && let Some(text) = ctx.content_for_telemetry(&args)
+                {
+                    span.record("gen_ai.tool.call.arguments", text.as_str());
+                }
                 let cx = ToolContext { step: ctx.clone(), idempotency_key: info.idempotency_key };
                 let outcome = tools.invoke(name, cx, args).instrument(span.clone()).await;
-                if let Err(error) = &outcome {
-                    span.record("otel.status_code", "error");
-                    span.record("otel.status_description", error.message.as_str());
+                match &outcome {
+                    Err(error) => {
+                        span.record("otel.status_code", "error");
+                        span.record("otel.status_description", error.message.as_str());
+                    }
+                    Ok(value) if !span.is_disabled() => {
+                        if let Some(text) = ctx.content_for_telemetry(value) {
+                            span.record("gen_ai.tool.call.result", text.as_str());
+                        }
+                    }
+                    Ok(_) => {}
                 }
                 let ok = outcome.is_ok();
                 ctx.emit(Event::new(

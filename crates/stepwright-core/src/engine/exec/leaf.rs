@@ -22,9 +22,9 @@ impl Exec {
         input: Arc<Value>,
         key: Option<String>,
     ) -> Res {
-        let Frame { path, scope, env, .. } = frame;
+        let Frame { node, path, scope, env } = frame;
         let path: &StepPath = path;
-        let ctx = self.context(path, attempt, scope, env, key);
+        let ctx = self.context_of(path, attempt, scope, env, key, Some(&node.policy.guardrails));
         // A step that returned `suspended(request)` earlier: its output is the decision.
         if self.run.replay.has_interrupts() {
             let outcome_id = InterruptId::derive(self.run.run_id, path, OUTCOME_ORDINAL);

@@ -294,6 +294,20 @@ impl Exec {
     }
 
     fn context(&self, path: &StepPath, attempt: u32, scope: &Scope, env: &Env, key: Option<String>) -> StepContext {
+        self.context_of(path, attempt, scope, env, key, None)
+    }
+
+    /// [`Exec::context`] for a leaf step, whose output guardrails redact what content
+    /// capture puts on spans.
+    fn context_of(
+        &self,
+        path: &StepPath,
+        attempt: u32,
+        scope: &Scope,
+        env: &Env,
+        key: Option<String>,
+        guardrails: Option<&[crate::policy::Guardrail]>,
+    ) -> StepContext {
         let checkpoint = self
             .run
             .replay
@@ -312,6 +326,7 @@ impl Exec {
             cancel: env.cancel.clone(),
             idempotency_key: key,
             checkpoint,
+            redaction: self.run.capture_content.and(guardrails).map(<[_]>::to_vec),
         })
     }
 
