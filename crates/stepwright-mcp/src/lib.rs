@@ -464,7 +464,14 @@ impl McpServer {
         retry_is_safe: bool,
         wrapped: bool,
     ) -> Result<Value, StepError> {
-        // The MCP conventions' client span: `{method} {target}`.
+        // The MCP conventions' client span: `{method} {target}`, with how the server is
+        // reached (`pipe` for a child's stdio, `tcp` and the address for streamable HTTP).
+        let (transport, address) = match &self.config.transport {
+            Transport::Stdio { .. } => ("pipe", None),
+            Transport::Http { url, .. } => {
+                ("tcp", reqwest::Url::parse(url).ok().and_then(|u| u.host_str().map(str::to_owned)))
+            }
+        };
         let span = tracing::info_span!(
             "tools/call",
             otel.name = %format_args!("tools/call {tool}"),
@@ -472,6 +479,8 @@ impl McpServer {
             mcp.method.name = "tools/call",
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = tool,
+            network.transport = transport,
+            server.address = address.as_deref(),
             stepwright.mcp.server = self.config.name.as_str(),
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,

@@ -60,10 +60,26 @@ pub const GEN_AI_OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
 /// A conversation (an agent's session).
 pub const GEN_AI_CONVERSATION_ID: &str = "gen_ai.conversation.id";
 
+/// What a token count counts: `input` or `output`.
+pub const GEN_AI_TOKEN_TYPE: &str = "gen_ai.token.type";
+
+/// Metric: GenAI operation duration (seconds).
+pub const GEN_AI_CLIENT_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
+/// Metric: input and output tokens used.
+pub const GEN_AI_CLIENT_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
+/// Metric: time to the first chunk of a streamed answer (seconds).
+pub const GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK: &str = "gen_ai.client.operation.time_to_first_chunk";
+/// Metric: a workflow's duration (here: an activation's, seconds).
+pub const GEN_AI_WORKFLOW_DURATION: &str = "gen_ai.workflow.duration";
+
 /// MCP: the JSON-RPC method (`tools/call`).
 pub const MCP_METHOD_NAME: &str = "mcp.method.name";
 /// MCP: the session, for the streamable HTTP transport.
 pub const MCP_SESSION_ID: &str = "mcp.session.id";
+/// How an MCP server is reached: `pipe` (a child's stdio) or `tcp` (streamable HTTP).
+pub const NETWORK_TRANSPORT: &str = "network.transport";
+/// The host of an MCP server reached over HTTP.
+pub const SERVER_ADDRESS: &str = "server.address";
 
 /// Stepwright: the run.
 pub const STEPWRIGHT_RUN_ID: &str = "stepwright.run.id";
@@ -83,3 +99,56 @@ pub const STEPWRIGHT_SERVED_CALLS: &str = "stepwright.served.calls";
 pub const STEPWRIGHT_LINK: &str = "stepwright.link";
 /// Stepwright: what a call cost in US dollars, from the price table, as journaled.
 pub const STEPWRIGHT_COST_USD: &str = "stepwright.cost.usd";
+
+#[cfg(test)]
+mod tests {
+    /// Every name defined above.
+    fn pinned() -> Vec<&'static str> {
+        include_str!("genai.rs")
+            .lines()
+            .filter_map(|line| line.strip_prefix("pub const ")?.split_once("= \"")?.1.strip_suffix("\";"))
+            .collect()
+    }
+
+    /// The `gen_ai.*` and `mcp.*` names the code that opens spans and records metrics writes
+    /// (field names of `tracing` macros, attribute keys), outside comments.
+    fn written() -> Vec<String> {
+        let sources = [
+            include_str!("../../stepwright-core/src/engine/execute.rs"),
+            include_str!("../../stepwright-core/src/engine/exec/attempt.rs"),
+            include_str!("../../stepwright-llm/src/models.rs"),
+            include_str!("../../stepwright-llm/src/agent/conversation.rs"),
+            include_str!("../../stepwright-llm/src/agent/tools.rs"),
+            include_str!("../../stepwright-mcp/src/lib.rs"),
+            include_str!("metrics.rs"),
+        ];
+        let mut names = Vec::new();
+        for line in sources.iter().flat_map(|s| s.lines()).filter(|l| !l.trim_start().starts_with("//")) {
+            for prefix in ["gen_ai.", "mcp."] {
+                for (at, _) in line.match_indices(prefix) {
+                    let before = line[..at].chars().next_back();
+                    if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_') {
+                        continue; // `stepwright.mcp.server` is ours, not the conventions'
+                    }
+                    let name: String = line[at..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_' || *c == '.')
+                        .collect();
+                    names.push(name.trim_end_matches('.').to_owned());
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn the_span_fields_are_the_pinned_names() {
+        let pinned = pinned();
+        let written = written();
+        assert!(written.len() > 20, "the scan finds the names: {written:?}");
+        let unknown: Vec<&String> = written.iter().filter(|name| !pinned.contains(&name.as_str())).collect();
+        assert!(unknown.is_empty(), "names not in the pinned module (a typo, or a name to pin): {unknown:?}");
+    }
+}

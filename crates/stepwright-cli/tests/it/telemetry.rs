@@ -608,6 +608,7 @@ fn an_mcp_request_carries_the_trace_in_its_meta() {
     let call = named(&spans, "tools/call meta")[0];
     assert_eq!(call.kind, "CLIENT");
     assert_eq!((call.str("mcp.method.name"), call.str("gen_ai.tool.name")), (Some("tools/call"), Some("meta")));
+    assert_eq!(call.str("network.transport"), Some("pipe"), "stdio");
     assert_eq!(sent, format!("00-{}-{}-01", call.trace_id, call.span_id), "the call's own span");
     assert_eq!(call.parent_span_id, named(&spans, "step ask")[0].span_id);
 }

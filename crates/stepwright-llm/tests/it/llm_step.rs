@@ -102,12 +102,11 @@ async fn a_wrong_answer_gets_one_repair_turn_that_shows_the_validation_errors() 
     assert_eq!(calls[0]["prices"], json!("binding"), "the binding's own prices");
 }
 
-/// A binding without `pricing` is priced from the built-in table, and the call's event says
-/// which table: the cost is fixed at the call, whatever the table says later.
-#[tokio::test]
-async fn a_binding_without_prices_is_priced_from_the_versioned_table() {
+/// The `model.call` event of one run of `classify` through a binding to `model` without
+/// `pricing`.
+async fn call_event_without_prices(model: &str) -> Value {
     let server = FakeServer::scripted(vec![answer("{\"category\": \"bug\"}")]);
-    let mut config = ModelConfig::new(Provider::Openai, "gpt-4o-mini");
+    let mut config = ModelConfig::new(Provider::Openai, model);
     config.base_url = Some(format!("{}/v1", server.url));
     config.http = fast_http();
     let mut models = Models::new();
@@ -116,21 +115,19 @@ async fn a_binding_without_prices_is_priced_from_the_versioned_table() {
     let report = engine(store.clone(), models).start(&classify(), json!("it crashes")).await.unwrap();
     assert_eq!(report.status, RunStatus::Completed);
     let events = store.events(report.run_id).await.unwrap();
-    let call = &events.iter().find(|e| e.kind == MODEL_CALL_EVENT).unwrap().data;
+    events.into_iter().find(|e| e.kind == MODEL_CALL_EVENT).unwrap().data
+}
+
+/// A binding without `pricing` is priced from the built-in table, and the call's event says
+/// which table: the cost is fixed at the call, whatever the table says later.
+#[tokio::test]
+async fn a_binding_without_prices_is_priced_from_the_versioned_table() {
+    let call = call_event_without_prices("gpt-4o-mini").await;
     assert_eq!(call["prices"], json!(format!("price table {}", stepwright_llm::PRICE_TABLE_VERSION)));
     // gpt-4o-mini's list price: 1000 × 0.15 + 200 × 0.60 per million.
     assert!((call["cost_usd"].as_f64().unwrap() - 0.000_27).abs() < 1e-12, "{call}");
     // A model the table does not know has no cost, never a made-up one.
-    let server = FakeServer::scripted(vec![answer("{\"category\": \"bug\"}")]);
-    let mut config = ModelConfig::new(Provider::Openai, "my-finetune");
-    config.base_url = Some(format!("{}/v1", server.url));
-    config.http = fast_http();
-    let mut models = Models::new();
-    models.bind("fast", &config).unwrap();
-    let store = Arc::new(InMemoryStore::new());
-    let report = engine(store.clone(), models).start(&classify(), json!("it crashes")).await.unwrap();
-    let events = store.events(report.run_id).await.unwrap();
-    let call = &events.iter().find(|e| e.kind == MODEL_CALL_EVENT).unwrap().data;
+    let call = call_event_without_prices("my-finetune").await;
     assert_eq!((&call["cost_usd"], call.get("prices")), (&Value::Null, None), "{call}");
 }
 
