@@ -227,8 +227,9 @@ fn resource() -> Resource {
     builder.with_attribute(KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))).build()
 }
 
-/// Installs the process's logs and, when configured, its trace exporter. Call once, early,
-/// from inside the Tokio runtime or outside it (the exporter runs on its own thread).
+/// Installs the process's logs and, when configured, its trace and metric exporters (and the
+/// Prometheus registry of `/metrics`). Call once, early, before the Tokio runtime starts:
+/// the OTLP exporters' blocking HTTP clients run on threads of their own.
 pub fn install(settings: Settings) -> Result<Telemetry, TelemetryError> {
     let filter = match variable("STEPWRIGHT_LOG") {
         Some(directives) => EnvFilter::try_new(&directives).map_err(|e| TelemetryError::LogFilter(e.to_string()))?,
