@@ -126,6 +126,22 @@ pub struct Lease {
     pub token: u64,
     /// When it lapses unless renewed.
     pub expires_at: Timestamp,
+    /// Whose lease this claim replaced, when it took a running run from another worker (its
+    /// lease lapsed, or its process is gone): what the claim says, never stored.
+    #[serde(skip)]
+    pub took_over_from: Option<String>,
+}
+
+impl Lease {
+    /// A lease held by `owner`, taken from nobody.
+    pub fn new(run: RunId, owner: impl Into<String>, token: u64, expires_at: Timestamp) -> Self {
+        Self { run, owner: owner.into(), token, expires_at, took_over_from: None }
+    }
+
+    /// The lease as a run's header keeps it (without what the claim said).
+    pub fn held(&self) -> Self {
+        Self { took_over_from: None, ..self.clone() }
+    }
 }
 
 /// A workflow's source, kept by definition hash so that any process can rebuild the

@@ -24,16 +24,38 @@ const OVER_THE_LIMIT: &str = "exceeded the maximum size";
 
 type Events = BoxStream<'static, Result<Sse, SseError>>;
 
-/// reqwest's client, with a flag raised when an answer is refused for its size.
+/// The last session id the server gave (or the client sent): the MCP conventions'
+/// `mcp.session.id` of a call's span.
+#[derive(Clone, Default)]
+pub(crate) struct SessionSeen(Arc<std::sync::Mutex<Option<Arc<str>>>>);
+
+impl SessionSeen {
+    pub(crate) fn last(&self) -> Option<Arc<str>> {
+        self.0.lock().expect("poisoned").clone()
+    }
+
+    fn saw(&self, session: Option<&str>) {
+        if let Some(session) = session {
+            let mut last = self.0.lock().expect("poisoned");
+            if last.as_deref() != Some(session) {
+                *last = Some(session.into());
+            }
+        }
+    }
+}
+
+/// reqwest's client, with a flag raised when an answer is refused for its size, and the
+/// session id kept.
 #[derive(Clone)]
 pub(crate) struct SizeWatched {
     inner: reqwest::Client,
     tripped: Arc<AtomicBool>,
+    session: SessionSeen,
 }
 
 impl SizeWatched {
-    pub(crate) fn new(tripped: Arc<AtomicBool>) -> Self {
-        Self { inner: reqwest::Client::new(), tripped }
+    pub(crate) fn new(tripped: Arc<AtomicBool>, session: SessionSeen) -> Self {
+        Self { inner: reqwest::Client::new(), tripped, session }
     }
 
     fn note<T>(&self, result: &Result<T, StreamableHttpError<reqwest::Error>>) {
@@ -50,6 +72,10 @@ impl SizeWatched {
         answer: Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
         self.note(&answer);
+        if let Ok(StreamableHttpPostResponse::Sse(_, session) | StreamableHttpPostResponse::Json(_, session)) = &answer
+        {
+            self.session.saw(session.as_deref());
+        }
         answer.map(|answer| match answer {
             StreamableHttpPostResponse::Sse(events, session) => {
                 StreamableHttpPostResponse::Sse(self.watch(events), session)
@@ -92,6 +118,7 @@ impl StreamableHttpClient for SizeWatched {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        self.session.saw(session_id.as_deref());
         let answer = self.inner.post_message(uri, message, session_id, auth_header, custom_headers).await;
         self.watch_answer(answer)
     }
@@ -105,6 +132,7 @@ impl StreamableHttpClient for SizeWatched {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        self.session.saw(session_id.as_deref());
         let answer = self
             .inner
             .post_message_with_max_sse_event_size(

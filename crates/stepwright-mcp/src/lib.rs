@@ -208,6 +208,8 @@ pub struct McpServer {
     oversized: Arc<AtomicBool>,
     /// The task reading a stdio server's stderr; it ends when the process does.
     stderr_reader: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The session a streamable HTTP server gave (`Mcp-Session-Id`), for the spans.
+    session: http::SessionSeen,
 }
 
 /// Every server this process connected to, so that [`close_all`] can end their sessions.
@@ -269,6 +271,7 @@ impl McpServer {
             stderr: Arc::default(),
             oversized: Arc::default(),
             stderr_reader: std::sync::Mutex::default(),
+            session: http::SessionSeen::default(),
         });
         server.client().await?;
         let mut open = OPEN.lock().expect("poisoned");
@@ -407,7 +410,7 @@ impl McpServer {
                 stepwright_llm::install_crypto_provider();
                 config.max_sse_event_size = self.config.max_message_bytes;
                 self.oversized.store(false, Ordering::SeqCst);
-                let client = http::SizeWatched::new(self.oversized.clone());
+                let client = http::SizeWatched::new(self.oversized.clone(), self.session.clone());
                 let transport = StreamableHttpClientTransport::with_client(client, config);
                 ().serve(transport).await.map_err(|e| failed(format!("initializing the session at {url}: {e}")))
             }
@@ -482,11 +485,16 @@ impl McpServer {
             network.transport = transport,
             server.address = address.as_deref(),
             stepwright.mcp.server = self.config.name.as_str(),
+            mcp.session.id = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
         );
         let result =
             self.call_untraced(tool, args, idempotency_key, retry_is_safe, wrapped).instrument(span.clone()).await;
+        // The session the call went out in (a call repeated after a reconnect: the new one).
+        if let Some(session) = self.session.last() {
+            span.record("mcp.session.id", &*session);
+        }
         if let Err(error) = &result {
             span.record("otel.status_code", "error");
             span.record("otel.status_description", error.message.as_str());

@@ -626,17 +626,41 @@ pub async fn claim_due_finds_ready_runs(store: &dyn Store) {
     store.set_status(id(45), running).await.expect("running");
     tokio::time::sleep(Duration::from_millis(120)).await;
 
-    let mut claimed: Vec<RunId> = store
+    let mut claimed: Vec<(RunId, Option<String>)> = store
         .claim_due("w1", wall(), Duration::from_secs(60), 10, None)
         .await
         .expect("claim")
         .into_iter()
-        .map(|l| l.run)
+        .map(|l| (l.run, l.took_over_from))
         .collect();
     claimed.sort();
-    assert_eq!(claimed, [id(40), id(42), id(45)], "due, pending and abandoned runs; not later, done or waiting ones");
+    assert_eq!(
+        claimed,
+        [(id(40), None), (id(42), None), (id(45), Some("dead".into()))],
+        "due, pending and abandoned runs (this one taken from its dead holder); not later, done or waiting ones"
+    );
+    let kept = store.load(id(45)).await.expect("load").record.lease.expect("leased");
+    assert_eq!(
+        (kept.owner.as_str(), kept.took_over_from),
+        ("w1", None),
+        "the header keeps the lease, not the claim's news"
+    );
     let again = store.claim_due("w2", wall(), Duration::from_secs(60), 10, None).await.expect("claim");
     assert!(again.is_empty(), "claimed runs are not claimed again while leased: {again:?}");
+
+    // One run claimed by name under a lapsed lease says whom it was taken from too.
+    store.create_run(record(46, "flow", RunStatus::Pending, 7)).await.expect("create");
+    let stalled = store.claim(id(46), "stalled", wall(), Duration::from_millis(50)).await.expect("claim");
+    assert_eq!(stalled.took_over_from, None, "a pending run is taken from nobody");
+    let running = StatusUpdate { fence: Some(stalled.token), at: wall(), ..running_update() };
+    store.set_status(id(46), running).await.expect("running");
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let taken = store.claim(id(46), "w3", wall(), Duration::from_secs(60)).await.expect("claim");
+    assert_eq!(taken.took_over_from.as_deref(), Some("stalled"));
+}
+
+fn running_update() -> StatusUpdate {
+    StatusUpdate { status: RunStatus::Running, output: None, error: None, at: wall(), wake_at: None, fence: None }
 }
 
 /// A worker dedicated to one tenant claims only that tenant's runs.

@@ -45,6 +45,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (6, include_str!("postgres/006_control.sql")),
     (7, include_str!("postgres/007_flow_control.sql")),
     (8, include_str!("postgres/008_step_cache.sql")),
+    (9, include_str!("postgres/009_claims_say_takeovers.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.
@@ -288,12 +289,12 @@ fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
         updated_at: Timestamp::from_micros(row.try_get(12).map_err(get)?),
         wake_at: row.try_get::<Option<i64>, _>(13).map_err(get)?.map(Timestamp::from_micros),
         lease: match (lease_owner, lease_expires) {
-            (Some(owner), Some(expires)) => Some(Lease {
-                run: id,
+            (Some(owner), Some(expires)) => Some(Lease::new(
+                id,
                 owner,
-                token: row.try_get::<i64, _>(15).map_err(get)? as u64,
-                expires_at: Timestamp::from_micros(expires),
-            }),
+                row.try_get::<i64, _>(15).map_err(get)? as u64,
+                Timestamp::from_micros(expires),
+            )),
             _ => None,
         },
         cancel: row.get::<Option<Value>, _>(17).map(|v| from_value(doing, v)).transpose()?,
@@ -575,13 +576,17 @@ impl PostgresStore {
         owner: String,
         lease_for: Duration,
     ) -> Result<Lease, StoreError> {
+        // `before` is the row as the claim found it (locked), to say whom it took the run from.
         let row = sqlx::query(
-            "UPDATE stepwright_runs SET lease_owner = $3, lease_token = lease_token + 1, \
-             lease_expires = stepwright_now_us() + $4 \
-             WHERE id = $1 AND status NOT IN ('completed', 'failed', 'cancelled') \
-             AND NOT (status = 'pending' AND concurrency_key IS NOT NULL) \
-             AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires <= stepwright_now_us()) \
-             RETURNING lease_token, lease_expires",
+            "WITH before AS (SELECT id, status, lease_owner FROM stepwright_runs WHERE id = $1 FOR UPDATE) \
+             UPDATE stepwright_runs r SET lease_owner = $3, lease_token = r.lease_token + 1, \
+             lease_expires = stepwright_now_us() + $4 FROM before \
+             WHERE r.id = before.id AND r.status NOT IN ('completed', 'failed', 'cancelled') \
+             AND NOT (r.status = 'pending' AND r.concurrency_key IS NOT NULL) \
+             AND (r.lease_owner IS NULL OR r.lease_owner = $2 OR r.lease_expires <= stepwright_now_us()) \
+             RETURNING r.lease_token, r.lease_expires, \
+             CASE WHEN before.status = 'running' AND before.lease_owner <> '' AND before.lease_owner <> $3 \
+             THEN before.lease_owner END",
         )
         .bind(uuid(run))
         .bind(&from)
@@ -592,10 +597,8 @@ impl PostgresStore {
         .map_err(pg("claiming a run"))?;
         match row {
             Some(row) => Ok(Lease {
-                run,
-                owner,
-                token: row.get::<i64, _>(0) as u64,
-                expires_at: Timestamp::from_micros(row.get(1)),
+                took_over_from: row.get(2),
+                ..Lease::new(run, owner, row.get::<i64, _>(0) as u64, Timestamp::from_micros(row.get(1)))
             }),
             None => match claim_refusal(&self.pool, run).await {
                 // A pending run of a concurrency group: admitted if its group has room.
@@ -656,7 +659,7 @@ impl PostgresStore {
             return Err(claim_refusal(&self.pool, run).await);
         };
         tx.commit().await.map_err(pg(doing))?;
-        Ok(Lease { run, owner, token: row.get::<i64, _>(0) as u64, expires_at: Timestamp::from_micros(row.get(1)) })
+        Ok(Lease::new(run, owner, row.get::<i64, _>(0) as u64, Timestamp::from_micros(row.get(1))))
     }
 
     /// `RunNotFound` unless the run exists.
@@ -1036,21 +1039,26 @@ impl Store for PostgresStore {
         let tenant = tenant.map(str::to_owned);
         let owner = owner.to_owned();
         Box::pin(async move {
-            let rows = sqlx::query("SELECT run_id, run_token, run_expires FROM stepwright_claim_due($1, $2, $3, $4)")
-                .bind(&owner)
-                .bind(micros(lease_for))
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .bind(tenant)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(pg("claiming due runs"))?;
+            let rows = sqlx::query(
+                "SELECT run_id, run_token, run_expires, run_taken_from FROM stepwright_claim_due($1, $2, $3, $4)",
+            )
+            .bind(&owner)
+            .bind(micros(lease_for))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(tenant)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("claiming due runs"))?;
             Ok(rows
                 .into_iter()
                 .map(|row| Lease {
-                    run: RunId::from_bytes(row.get::<uuid::Uuid, _>(0).into_bytes()),
-                    owner: owner.clone(),
-                    token: row.get::<i64, _>(1) as u64,
-                    expires_at: Timestamp::from_micros(row.get(2)),
+                    took_over_from: row.get(3),
+                    ..Lease::new(
+                        RunId::from_bytes(row.get::<uuid::Uuid, _>(0).into_bytes()),
+                        owner.clone(),
+                        row.get::<i64, _>(1) as u64,
+                        Timestamp::from_micros(row.get(2)),
+                    )
                 })
                 .collect())
         })

@@ -765,7 +765,7 @@ impl Writer {
         }
         // Read inside the write transaction: no other process can change it until commit.
         let token = self.state(run)?.token;
-        let lease = Lease { run, owner: String::new(), token, expires_at: Timestamp::EPOCH };
+        let lease = Lease::new(run, String::new(), token, Timestamp::EPOCH);
         check_fence(Some(&RunRecord { lease: Some(lease), ..placeholder(run) }), run, fence)
     }
 
@@ -1127,12 +1127,12 @@ fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         updated_at: Timestamp::from_micros(row.get(12)?),
         wake_at: row.get::<_, Option<i64>>(13)?.map(Timestamp::from_micros),
         lease: match (row.get::<_, Option<String>>(14)?, row.get::<_, Option<i64>>(16)?) {
-            (Some(owner), Some(expires)) => Some(Lease {
-                run: bytes_to_id(&row.get::<_, Vec<u8>>(0)?)?,
+            (Some(owner), Some(expires)) => Some(Lease::new(
+                bytes_to_id(&row.get::<_, Vec<u8>>(0)?)?,
                 owner,
-                token: row.get::<_, i64>(15)? as u64,
-                expires_at: Timestamp::from_micros(expires),
-            }),
+                row.get::<_, i64>(15)? as u64,
+                Timestamp::from_micros(expires),
+            )),
             _ => None,
         },
         cancel: row.get::<_, Option<String>>(17)?.map(|t| serde_json::from_str(&t).map_err(conversion)).transpose()?,

@@ -9,6 +9,20 @@ use std::process::{Child, Command, Output, Stdio};
 use serde_json::Value;
 use stepwright_testkit::http::FakeServer;
 
+/// Runs `scenario` once per store: SQLite in a fresh directory, and Postgres in a schema of
+/// its own (with a fresh directory too) when `STEPWRIGHT_TEST_DATABASE_URL` is set. The
+/// scenario gets the directory and the `--db` URL.
+pub(crate) fn on_each_store(test: &str, scenario: impl Fn(&Path, &str)) {
+    let sqlite = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", sqlite.path().join("shared.db").display());
+    scenario(sqlite.path(), &url);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    if let Some(url) = runtime.block_on(stepwright::stores::postgres::test_url(test)) {
+        let dir = tempfile::tempdir().unwrap();
+        scenario(dir.path(), &url);
+    }
+}
+
 /// Runs the binary in `dir` with no store or provider key from the environment (only the
 /// fake key the tests' model files name).
 pub(crate) fn stepwright(dir: &Path, args: &[&str]) -> Output {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use stepwright_testkit::openai::{Answer, Tokens};
 use stepwright_testkit::otlp::{OtlpReceiver, ReceivedSpan};
 
-use crate::support::{command, fake_openai};
+use crate::support::{command, fake_openai, on_each_store};
 
 /// The llm step's request has no tools; the agent's first turn calls `lookup`, its second
 /// `crash` (which kills the process the first time), its third answers.
@@ -81,34 +81,39 @@ fn named<'a>(spans: &'a [ReceivedSpan], name: &str) -> Vec<&'a ReceivedSpan> {
     spans.iter().filter(|s| s.name == name).collect()
 }
 
+/// On SQLite and on Postgres: each process reads the previous activation's trace context back
+/// from the store.
 #[test]
 fn a_run_is_traced_once_per_activation_across_a_crash_and_a_replay_has_its_own_trace() {
-    let dir = tempfile::tempdir().unwrap();
+    on_each_store("traced_across_a_crash", traced_across_a_crash);
+}
+
+fn traced_across_a_crash(dir: &Path, url: &str) {
     let receiver = OtlpReceiver::start();
     let (port, model) = fake_openai(script, Tokens::Fixed(12, 4));
-    std::fs::write(dir.path().join("traced.yaml"), workflow(port)).unwrap();
+    std::fs::write(dir.join("traced.yaml"), workflow(port)).unwrap();
     let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let db = ["--db", "sqlite://traced.db"];
+    let db = ["--db", url];
 
     // Activation 1, in the caller's trace: killed by the crash tool mid-agent.
     let first = traced(
-        dir.path(),
+        dir,
         &receiver,
         &[&db[..], &["run", "traced.yaml", "--input", "\"rust\"", "--json", "--traceparent", caller]].concat(),
     );
     assert_eq!(first.status.code(), None, "killed: {}", String::from_utf8_lossy(&first.stderr));
-    let runs = crate::support::stepwright(dir.path(), &[&db[..], &["runs", "list", "--json"]].concat());
+    let runs = crate::support::stepwright(dir, &[&db[..], &["runs", "list", "--json"]].concat());
     let listed: Value = serde_json::from_str(String::from_utf8_lossy(&runs.stdout).lines().next().unwrap()).unwrap();
     let run = listed["run_id"].as_str().unwrap().to_owned();
 
     // Activation 2: the resume finishes the agent and suspends at the approval.
-    let resumed = traced(dir.path(), &receiver, &[&db[..], &["resume", &run, "--json"]].concat());
+    let resumed = traced(dir, &receiver, &[&db[..], &["resume", &run, "--json"]].concat());
     assert_eq!(resumed.status.code(), Some(3), "suspended: {}", String::from_utf8_lossy(&resumed.stderr));
     // Activation 3: approved, it completes.
-    let approved = traced(dir.path(), &receiver, &[&db[..], &["approve", &run, "--json"]].concat());
+    let approved = traced(dir, &receiver, &[&db[..], &["approve", &run, "--json"]].concat());
     assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
     // A replay: its own trace.
-    let replayed = traced(dir.path(), &receiver, &[&db[..], &["replay", &run, "--json"]].concat());
+    let replayed = traced(dir, &receiver, &[&db[..], &["replay", &run, "--json"]].concat());
     assert_eq!(replayed.status.code(), Some(0), "{}", String::from_utf8_lossy(&replayed.stderr));
     assert_eq!(model.served(), 4, "the model was called once per turn: summarize, then three agent turns");
 
@@ -376,6 +381,7 @@ steps:
 /// `/metrics` on `serve`, read by prometheus_client's parser (an independent reader):
 /// the runs it counts by workflow and status are those `runs list` shows, and the tokens
 /// are the provider's.
+/// On SQLite and on Postgres.
 #[test]
 fn metrics_are_served_in_the_prometheus_format_and_agree_with_runs_list() {
     let Some(python) = std::env::var("STEPWRIGHT_TEST_PROMETHEUS_PYTHON").ok().filter(|p| !p.is_empty()) else {
@@ -385,17 +391,19 @@ fn metrics_are_served_in_the_prometheus_format_and_agree_with_runs_list() {
         }
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    on_each_store("metrics_agree_with_runs_list", |dir, db| metrics_agree_with_runs_list(&python, dir, db));
+}
+
+fn metrics_agree_with_runs_list(python: &str, dir: &Path, db: &str) {
     let (port, _model) = fake_openai(|_| Answer::Text("hello there".into()), Tokens::Fixed(12, 4));
     for (name, text) in served_workflows(port) {
-        std::fs::write(dir.path().join(name), text).unwrap();
+        std::fs::write(dir.join(name), text).unwrap();
     }
-    let db = format!("sqlite://{}", dir.path().join("served.db").display());
-    let key = crate::support::api_key(dir.path(), &db, "ann", &["admin", "operator"]);
-    let viewer = crate::support::api_key(dir.path(), &db, "bob", &["viewer"]);
-    let serving = crate::support::serve(dir.path(), &db);
+    let key = crate::support::api_key(dir, db, "ann", &["admin", "operator"]);
+    let viewer = crate::support::api_key(dir, db, "bob", &["viewer"]);
+    let serving = crate::support::serve(dir, db);
     let remote = |args: &[&str]| {
-        command(dir.path(), &[&["--server", serving.base.as_str()][..], args].concat())
+        command(dir, &[&["--server", serving.base.as_str()][..], args].concat())
             .env("STEPWRIGHT_API_KEY", &key)
             .output()
             .unwrap()
@@ -425,7 +433,7 @@ fn metrics_are_served_in_the_prometheus_format_and_agree_with_runs_list() {
     assert_eq!(status, 200, "{text}");
     assert_eq!(kind.as_deref(), Some("text/plain; version=0.0.4; charset=utf-8"));
 
-    let mut parser = std::process::Command::new(&python)
+    let mut parser = std::process::Command::new(python)
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/prometheus/parse.py"))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -471,16 +479,18 @@ fn metrics_are_served_in_the_prometheus_format_and_agree_with_runs_list() {
 /// the exported spans are in.
 #[test]
 fn json_log_lines_carry_the_run_the_step_and_the_trace() {
-    let dir = tempfile::tempdir().unwrap();
+    on_each_store("json_log_lines", json_log_lines);
+}
+
+fn json_log_lines(dir: &Path, db: &str) {
     let receiver = OtlpReceiver::start();
     let flaky = "workflow: flaky\ntools:\n  once:\n    command: [sh, -c, \"[ -e tried ] || { touch tried; exit 1; }; printf ok\"]\n    effect: read\nsteps:\n  - id: shaky\n    tool: once\n    retry: { max_attempts: 2, initial_delay: 10ms }\n";
-    std::fs::write(dir.path().join("flaky.yaml"), flaky).unwrap();
-    let output =
-        command(dir.path(), &["--db", "sqlite://logs.db", "--log-format", "json", "run", "flaky.yaml", "--json"])
-            .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
-            .env("STEPWRIGHT_LOG", "info")
-            .output()
-            .unwrap();
+    std::fs::write(dir.join("flaky.yaml"), flaky).unwrap();
+    let output = command(dir, &["--db", db, "--log-format", "json", "run", "flaky.yaml", "--json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("STEPWRIGHT_LOG", "info")
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
     let run = serde_json::from_slice::<Value>(&output.stdout).unwrap()["run_id"].as_str().unwrap().to_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -579,8 +589,9 @@ fn a_callers_trace_reaches_the_run_through_the_api_and_the_run_reaches_its_http_
 }
 
 /// An MCP call carries its span's context in the request's `_meta` (the MCP conventions'
-/// propagation), here to a FastMCP server over stdio that says what it received; the call is
-/// a `tools/call {tool}` CLIENT span under the step.
+/// propagation), here to a FastMCP server that says what it received, over stdio and over
+/// streamable HTTP; the call is a `tools/call {tool}` CLIENT span under the step, saying how
+/// the server is reached and (over HTTP) the session it is in.
 #[test]
 fn an_mcp_request_carries_the_trace_in_its_meta() {
     let Some(python) = std::env::var("STEPWRIGHT_TEST_FASTMCP_PYTHON").ok().filter(|p| !p.is_empty()) else {
@@ -590,27 +601,52 @@ fn an_mcp_request_carries_the_trace_in_its_meta() {
         }
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let receiver = OtlpReceiver::start();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/fastmcp/server.py");
-    let file = format!(
-        "workflow: meta\nmcp_servers:\n  interop:\n    command: \"{python}\"\n    args: [\"{}\", stdio]\n    tools: [meta]\n    effect: read\nsteps:\n  - id: ask\n    tool: interop.meta\n",
-        script.display()
-    );
-    std::fs::write(dir.path().join("meta.yaml"), file).unwrap();
-    let ran = traced(dir.path(), &receiver, &["--db", "sqlite://meta.db", "run", "meta.yaml", "--json"]);
-    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
-    let output = serde_json::from_slice::<Value>(&ran.stdout).unwrap()["output"].clone();
-    let held: Value = serde_json::from_str(output.as_str().expect("the tool's text")).unwrap();
-    let sent = held["traceparent"].as_str().unwrap_or_else(|| panic!("no traceparent in {held}"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut http = std::process::Command::new(&python)
+        .args([script.to_str().unwrap(), "http", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "FastMCP did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stdio = format!("command: \"{python}\"\n    args: [\"{}\", stdio]", script.display());
+    let served = format!("url: \"http://127.0.0.1:{port}/mcp\"");
+    for (transport, reached) in [("pipe", stdio), ("tcp", served)] {
+        let dir = tempfile::tempdir().unwrap();
+        let receiver = OtlpReceiver::start();
+        let file = format!(
+            "workflow: meta\nmcp_servers:\n  interop:\n    {reached}\n    tools: [meta]\n    effect: read\nsteps:\n  - id: ask\n    tool: interop.meta\n"
+        );
+        std::fs::write(dir.path().join("meta.yaml"), file).unwrap();
+        let ran = traced(dir.path(), &receiver, &["--db", "sqlite://meta.db", "run", "meta.yaml", "--json"]);
+        assert_eq!(ran.status.code(), Some(0), "{transport}: {}", String::from_utf8_lossy(&ran.stderr));
+        let output = serde_json::from_slice::<Value>(&ran.stdout).unwrap()["output"].clone();
+        let held: Value = serde_json::from_str(output.as_str().expect("the tool's text")).unwrap();
+        let sent = held["traceparent"].as_str().unwrap_or_else(|| panic!("no traceparent in {held}"));
 
-    let spans = spans_once(&receiver, |s| !named(s, "tools/call meta").is_empty());
-    let call = named(&spans, "tools/call meta")[0];
-    assert_eq!(call.kind, "CLIENT");
-    assert_eq!((call.str("mcp.method.name"), call.str("gen_ai.tool.name")), (Some("tools/call"), Some("meta")));
-    assert_eq!(call.str("network.transport"), Some("pipe"), "stdio");
-    assert_eq!(sent, format!("00-{}-{}-01", call.trace_id, call.span_id), "the call's own span");
-    assert_eq!(call.parent_span_id, named(&spans, "step ask")[0].span_id);
+        let spans = spans_once(&receiver, |s| !named(s, "tools/call meta").is_empty());
+        let call = named(&spans, "tools/call meta")[0];
+        assert_eq!(call.kind, "CLIENT");
+        assert_eq!((call.str("mcp.method.name"), call.str("gen_ai.tool.name")), (Some("tools/call"), Some("meta")));
+        assert_eq!(call.str("network.transport"), Some(transport));
+        assert_eq!(sent, format!("00-{}-{}-01", call.trace_id, call.span_id), "the call's own span");
+        assert_eq!(call.parent_span_id, named(&spans, "step ask")[0].span_id);
+        match transport {
+            "tcp" => {
+                assert_eq!(call.str("server.address"), Some("127.0.0.1"));
+                let session = call.str("mcp.session.id").expect("the HTTP session");
+                assert!(session.len() >= 8, "FastMCP's session id: {session:?}");
+            }
+            _ => assert_eq!(call.str("mcp.session.id"), None, "stdio has no session id"),
+        }
+    }
+    let _ = http.kill();
+    let _ = http.wait();
 }
 
 fn captured_workflow(port: u16, telemetry: &str) -> String {

@@ -252,12 +252,7 @@ impl Engine {
             }),
         };
         let now = inner.clock.now();
-        let lease = Lease {
-            run,
-            owner: sandbox.inner.worker_id.clone(),
-            token: 1,
-            expires_at: now.plus(inner.config.lease_for),
-        };
+        let lease = Lease::new(run, sandbox.inner.worker_id.clone(), 1, now.plus(inner.config.lease_for));
         let record = RunRecord {
             status: RunStatus::Running,
             output: None,

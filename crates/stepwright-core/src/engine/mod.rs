@@ -262,12 +262,8 @@ impl Engine {
             created_at: now,
             updated_at: now,
             wake_at: None,
-            lease: leased.then(|| Lease {
-                run: id,
-                owner: self.inner.worker_id.clone(),
-                token: 1,
-                expires_at: now.plus(self.inner.config.lease_for),
-            }),
+            lease: leased
+                .then(|| Lease::new(id, self.inner.worker_id.clone(), 1, now.plus(self.inner.config.lease_for))),
             cancel: None,
             flow: FlowControl { concurrency, priority: options.priority.unwrap_or(def.priority) },
         };

@@ -62,7 +62,8 @@ pub enum RunnerEvent<'a> {
         /// How long a new run waited for a worker.
         waited: Option<Duration>,
     },
-    /// It took a run over from a worker on this host that died (its process is gone).
+    /// It took a run over from another worker: one whose lease lapsed while the run was
+    /// executing (on any host), or one on this host whose process is gone.
     TookOver {
         run: RunId,
         /// The dead worker's name.
@@ -222,8 +223,6 @@ impl Runner {
             // Another runner may take it first: then this one leaves it.
             let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
             if let Ok(lease) = inner.store.take_over(run.id, &owner, &inner.worker_id, now, lease_for).await {
-                tracing::info!(run = %run.id, from = owner.as_str(), "took over a run whose worker is gone");
-                self.tell(RunnerEvent::TookOver { run: run.id, from: &owner });
                 leases.push(lease);
             }
         }
@@ -231,6 +230,10 @@ impl Runner {
     }
 
     fn spawn(&self, set: &mut JoinSet<RunOutcome>, lease: Lease) {
+        if let Some(from) = &lease.took_over_from {
+            tracing::info!(run = %lease.run, from = from.as_str(), "took over a run from a worker that is gone");
+            self.tell(RunnerEvent::TookOver { run: lease.run, from });
+        }
         self.tell(RunnerEvent::Claimed { run: lease.run });
         let log = self.log.clone();
         let engine = self.engine.clone();

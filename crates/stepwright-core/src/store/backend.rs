@@ -80,7 +80,20 @@ pub fn try_claim(
         return Err(StoreError::Leased { run: record.id, owner: lease.owner.clone(), until: lease.expires_at });
     }
     let token = record.lease.as_ref().map_or(0, |l| l.token) + 1;
-    Ok(Lease { run: record.id, owner: owner.to_owned(), token, expires_at: now.plus(lease_for) })
+    Ok(Lease {
+        took_over_from: took_over_from(record, owner),
+        ..Lease::new(record.id, owner, token, now.plus(lease_for))
+    })
+}
+
+/// Whom a claim by `owner` takes `record` from: the holder of a lapsed lease on a run that
+/// was executing (a suspended or pending run has no holder to take it from).
+pub fn took_over_from(record: &RunRecord, owner: &str) -> Option<String> {
+    record
+        .lease
+        .as_ref()
+        .filter(|lease| record.status == RunStatus::Running && !lease.owner.is_empty() && lease.owner != owner)
+        .map(|lease| lease.owner.clone())
 }
 
 /// Checks that a claim may start `record` given how many runs of its concurrency group
@@ -128,10 +141,8 @@ pub fn try_take_over(
 ) -> Result<Lease, StoreError> {
     match &record.lease {
         Some(lease) if lease.owner == from && !record.status.is_terminal() => Ok(Lease {
-            run: record.id,
-            owner: owner.to_owned(),
-            token: lease.token + 1,
-            expires_at: now.plus(lease_for),
+            took_over_from: took_over_from(record, owner),
+            ..Lease::new(record.id, owner, lease.token + 1, now.plus(lease_for))
         }),
         _ => try_claim(record, owner, now, lease_for),
     }

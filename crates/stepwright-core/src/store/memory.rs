@@ -353,7 +353,7 @@ impl Store for InMemoryStore {
             let lease = try_claim(record, owner, now, lease_for)?;
             admit(record, held)?;
             start_claimed(record, now);
-            record.lease = Some(lease.clone());
+            record.lease = Some(lease.held());
             Ok(lease)
         });
         Box::pin(std::future::ready(result))
@@ -369,7 +369,7 @@ impl Store for InMemoryStore {
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
         let result = self.with_record(run, |record| {
             let lease = try_take_over(record, from, owner, now, lease_for)?;
-            record.lease = Some(lease.clone());
+            record.lease = Some(lease.held());
             Ok(lease)
         });
         Box::pin(std::future::ready(result))
@@ -454,7 +454,7 @@ impl Store for InMemoryStore {
                 && let Ok(lease) = try_claim(record, owner, now, lease_for)
             {
                 start_claimed(record, now);
-                record.lease = Some(lease.clone());
+                record.lease = Some(lease.held());
                 leases.push(lease);
                 if let Some(key) = group {
                     *held.entry(key).or_default() += 1;

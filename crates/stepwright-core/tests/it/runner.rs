@@ -354,3 +354,41 @@ async fn a_worker_renews_all_its_leases_in_one_call_per_beat() {
     // 60 s of work, a beat a second: about 60 calls for all 16 runs (one per run would be ~960).
     assert!((50..=70).contains(&renewals), "{renewals} renewals for {RUNS} runs over 60 s");
 }
+
+/// A runner that claims a run whose holder's lease lapsed while it executed (a worker on
+/// another host that died or stalled) says whom it took the run from — what the lease
+/// takeover metric counts; a run it claims fresh is taken from nobody.
+#[tokio::test(start_paused = true)]
+async fn a_runner_says_whom_it_took_a_lapsed_run_from() {
+    let store = Arc::new(InMemoryStore::new());
+    let clock = Arc::new(TokioClock::starting_at(T0));
+    let engine = engine_on(store.clone(), clock.clone(), "here", EngineConfig::default());
+    let workflow = counting_workflow(Arc::new(Mutex::new(HashMap::new())));
+    let abandoned = engine.create(&workflow, json!(1), Default::default()).await.unwrap().id;
+    let fresh = engine.create(&workflow, json!(2), Default::default()).await.unwrap().id;
+    let lease = store.claim(abandoned, "elsewhere:7", clock.now(), Duration::from_secs(3)).await.unwrap();
+    let running = stepwright_core::store::StatusUpdate {
+        status: RunStatus::Running,
+        output: None,
+        error: None,
+        at: clock.now(),
+        wake_at: None,
+        fence: Some(lease.token),
+    };
+    store.set_status(abandoned, running).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    let taken = Arc::new(Mutex::new(Vec::new()));
+    let log: stepwright_core::RunnerLog = {
+        let taken = taken.clone();
+        Arc::new(move |event| {
+            if let stepwright_core::RunnerEvent::TookOver { run, from } = event {
+                taken.lock().unwrap().push((run, from.to_owned()));
+            }
+        })
+    };
+    let outcomes = Runner::new(engine).register(&workflow).log_to(log).tick().await.unwrap();
+    assert_eq!(outcomes.len(), 2, "both runs executed");
+    assert_eq!(*taken.lock().unwrap(), [(abandoned, "elsewhere:7".to_owned())], "not {fresh}");
+    assert_eq!(store.load(abandoned).await.unwrap().record.status, RunStatus::Completed);
+}
