@@ -105,7 +105,9 @@ impl Instruments {
                 .build(),
             takeovers: meter
                 .u64_counter("stepwright.lease.takeovers")
-                .with_description("Runs taken from a worker whose lease lapsed while they executed (it died or stalled).")
+                .with_description(
+                    "Runs taken from a worker whose lease lapsed while they executed (it died or stalled).",
+                )
                 .build(),
             webhook_deliveries: meter
                 .u64_counter("stepwright.webhook.deliveries")

@@ -160,6 +160,11 @@ impl Engine {
         &self.inner.store
     }
 
+    /// The clock this engine reads (injected: paused in tests).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
     /// Starts a run and executes it until it completes, fails or suspends.
     pub async fn start(&self, workflow: &Workflow, input: Value) -> Result<RunReport, EngineError> {
         self.start_with(workflow, input, StartOptions::default()).await
@@ -224,6 +229,18 @@ impl Engine {
         Ok(())
     }
 
+    /// The header of a new pending run of `workflow` — checked as [`Engine::create`] checks
+    /// it — without writing it: for a host that writes it together with something else (a
+    /// schedule's tick and the run it starts, in one transaction).
+    pub fn prepare_run(
+        &self,
+        workflow: &Workflow,
+        input: Value,
+        options: StartOptions,
+    ) -> Result<RunRecord, EngineError> {
+        self.new_record(workflow, input, options, false)
+    }
+
     async fn create_inner(
         &self,
         workflow: &Workflow,
@@ -231,6 +248,36 @@ impl Engine {
         options: StartOptions,
         leased: bool,
     ) -> Result<(RunRecord, Option<Lease>), EngineError> {
+        let traceparent = options.traceparent.clone();
+        let record = self.new_record(workflow, input, options, leased)?;
+        let (id, now, leased) = (record.id, record.created_at, record.lease.is_some());
+        self.inner.store.create_run(record.clone()).await.map_err(EngineError::store(id))?;
+        if let Some(traceparent) = traceparent.as_ref().filter(|_| !leased) {
+            // Whoever executes the run later continues the caller's trace.
+            let mut batch = crate::journal::JournalBatch::default();
+            batch.events.push(crate::journal::EventRecord {
+                run: id,
+                path: crate::ids::StepPath::root(),
+                at: now,
+                tenant: record.caller.tenant.clone(),
+                user: record.caller.user.clone(),
+                kind: crate::trace::PARENT_EVENT.to_owned(),
+                data: serde_json::json!({ "traceparent": traceparent.as_str() }),
+            });
+            self.inner.store.append(id, None, &mut batch).await.map_err(EngineError::store(id))?;
+        }
+        let lease = record.lease.clone();
+        Ok((record, lease))
+    }
+
+    /// A new run's header, checked (input, concurrency group).
+    fn new_record(
+        &self,
+        workflow: &Workflow,
+        input: Value,
+        options: StartOptions,
+        leased: bool,
+    ) -> Result<RunRecord, EngineError> {
         let def = &workflow.inner;
         Self::check_input(workflow, &input)?;
         let concurrency = match (options.concurrency, &def.concurrency) {
@@ -247,7 +294,7 @@ impl Engine {
         let leased = leased && concurrency.is_none();
         let now = self.inner.clock.now();
         let id = options.run_id.unwrap_or_else(|| RunId::from_parts(now, self.inner.entropy.bytes10()));
-        let record = RunRecord {
+        Ok(RunRecord {
             id,
             workflow: def.name.clone(),
             version: def.version.clone(),
@@ -266,24 +313,7 @@ impl Engine {
                 .then(|| Lease::new(id, self.inner.worker_id.clone(), 1, now.plus(self.inner.config.lease_for))),
             cancel: None,
             flow: FlowControl { concurrency, priority: options.priority.unwrap_or(def.priority) },
-        };
-        self.inner.store.create_run(record.clone()).await.map_err(EngineError::store(id))?;
-        if let Some(traceparent) = options.traceparent.as_ref().filter(|_| !leased) {
-            // Whoever executes the run later continues the caller's trace.
-            let mut batch = crate::journal::JournalBatch::default();
-            batch.events.push(crate::journal::EventRecord {
-                run: id,
-                path: crate::ids::StepPath::root(),
-                at: now,
-                tenant: record.caller.tenant.clone(),
-                user: record.caller.user.clone(),
-                kind: crate::trace::PARENT_EVENT.to_owned(),
-                data: serde_json::json!({ "traceparent": traceparent.as_str() }),
-            });
-            self.inner.store.append(id, None, &mut batch).await.map_err(EngineError::store(id))?;
-        }
-        let lease = record.lease.clone();
-        Ok((record, lease))
+        })
     }
 
     /// Continues a run that is pending, suspended, or was left running by a crash: the

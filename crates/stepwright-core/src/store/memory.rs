@@ -51,6 +51,8 @@ pub struct InMemoryStore {
     quotas: super::quota::LocalQuotas,
     /// The step cache (see [`super::cache`]).
     cache: super::cache::InMemoryStepCache,
+    /// Schedules and their ticks (see [`super::schedule`]).
+    schedules: super::schedule::InMemorySchedules,
     /// Held by every claim, so that two claims never both see room in one concurrency
     /// group (a run leaving its slot needs no lock: it only makes room).
     claiming: Mutex<()>,
@@ -687,5 +689,54 @@ impl super::quota::QuotaStore for InMemoryStore {
         amount: u64,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.quotas.charge_quota(quota, amount)
+    }
+}
+
+impl super::schedule::ScheduleStore for InMemoryStore {
+    fn put_schedule(&self, record: super::schedule::ScheduleRecord) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.schedules.put(record);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn schedule<'a>(
+        &'a self,
+        key: &'a super::schedule::ScheduleKey,
+    ) -> BoxFuture<'a, Result<Option<super::schedule::ScheduleRecord>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.schedules.get(key))))
+    }
+
+    fn schedules<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<super::schedule::ScheduleRecord>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.schedules.list(tenant))))
+    }
+
+    fn delete_schedule<'a>(&'a self, key: &'a super::schedule::ScheduleKey) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.schedules.delete(key))))
+    }
+
+    fn due_schedules(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<super::schedule::ScheduleRecord>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.schedules.due(now, limit))))
+    }
+
+    fn next_due(&self) -> BoxFuture<'_, Result<Option<Timestamp>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.schedules.next_due())))
+    }
+
+    fn advance_schedule(&self, advance: super::schedule::ScheduleAdvance) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(std::future::ready(self.schedules.advance(advance, self)))
+    }
+
+    fn ticks<'a>(
+        &'a self,
+        key: &'a super::schedule::ScheduleKey,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<super::schedule::TickRecord>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.schedules.ticks(key, limit))))
     }
 }

@@ -7,6 +7,7 @@ pub mod bank;
 pub mod cache;
 mod memory;
 pub mod quota;
+pub mod schedule;
 pub mod session;
 
 use futures_util::future::BoxFuture;

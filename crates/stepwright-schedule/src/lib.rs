@@ -1,0 +1,22 @@
+//! Runs that start themselves: schedules.
+//!
+//! - [`cadence`]: when a schedule ticks (cron in a time zone with an explicit daylight-saving
+//!   policy, or an interval with a phase), between a start and an end.
+//! - [`spec`]: what a schedule says (jitter, input, overlap, catch-up window, pause on
+//!   failure), what the scheduler keeps between ticks, and the decision for each tick.
+//! - [`scheduler`]: the loop in every `worker` and `serve` process that decides due ticks and
+//!   writes each decision — new state, tick records, runs started — in one transaction that
+//!   only one process wins, so a tick starts at most one run and every tick is recorded.
+//!
+//! Architecture invariant: the store knows nothing of cron or policies; this crate knows
+//! nothing of SQL. They meet at `stepwright_core::store::schedule`.
+
+pub mod cadence;
+pub mod scheduler;
+pub mod spec;
+
+pub use cadence::{Cadence, CadenceError, DstPolicy, FoldPolicy, GapPolicy, Tick, Ticker};
+pub use scheduler::{InputRenderer, PassReport, ScheduleError, ScheduleResolver, Scheduler, TickContext, tick_run_id};
+pub use spec::{
+    DEFAULT_CATCHUP_WINDOW, Decision, MAX_BUFFERED, Overlap, ScheduleSpec, ScheduleState, SkipReason, decide,
+};

@@ -1,0 +1,478 @@
+//! The scheduler: in every `worker` and `serve` process, it finds the schedules with a tick
+//! due, decides each tick, and writes the decision — the schedule's new state, the tick
+//! records and the runs they start — in one store transaction that only one process can
+//! win (see [`ScheduleStore::advance_schedule`]). The runs are created pending; whichever
+//! worker claims them executes them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use sha2::Digest;
+use stepwright_core::store::schedule::{
+    ScheduleAdvance, ScheduleKey, ScheduleRecord, ScheduleStore, TickOutcome, TickRecord,
+};
+use stepwright_core::{
+    Caller, CancelRequest, ContentHash, Engine, EngineError, RunId, RunStatus, StartOptions, StoreError, Timestamp,
+    Workflow,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::cadence::{CadenceError, Tick, Ticker};
+use crate::spec::{Decision, ScheduleSpec, ScheduleState, Waiting, decide};
+
+/// Finds a schedule's workflow definition by name and hash (a worker reads it from the
+/// store's definitions).
+pub type ScheduleResolver =
+    Arc<dyn Fn(String, ContentHash) -> BoxFuture<'static, Result<Workflow, String>> + Send + Sync>;
+
+/// Renders a schedule's input template for a tick (the host's template language); the
+/// default takes the input as it is.
+pub type InputRenderer = Arc<dyn Fn(&Value, &TickContext) -> Result<Value, String> + Send + Sync>;
+
+/// What an input template sees of the tick: `tick.at` (RFC 3339, UTC), `tick.local` (the
+/// reading in the schedule's zone), `tick.schedule`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickContext {
+    /// The schedule.
+    pub schedule: ScheduleKey,
+    /// The tick's time.
+    pub at: Timestamp,
+    /// The tick's reading.
+    pub local: String,
+}
+
+impl TickContext {
+    /// The tick as a template sees it.
+    pub fn as_value(&self) -> Value {
+        json!({ "at": rfc3339(self.at), "local": self.local, "schedule": self.schedule.name })
+    }
+}
+
+fn rfc3339(at: Timestamp) -> String {
+    chrono::DateTime::<chrono::Utc>::from_timestamp_micros(at.as_micros())
+        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+        .unwrap_or_default()
+}
+
+/// What went wrong with a schedule.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// Its spec is not usable.
+    #[error("schedule {key}: {source}")]
+    Cadence {
+        /// The schedule.
+        key: ScheduleKey,
+        /// Why.
+        source: CadenceError,
+    },
+    /// The stored spec or state did not decode (written by a newer version?).
+    #[error("schedule {key}: its stored {what} does not decode: {reason}")]
+    Corrupt {
+        /// The schedule.
+        key: ScheduleKey,
+        /// `spec` or `state`.
+        what: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Its workflow's definition cannot be found.
+    #[error("schedule {key}: workflow {workflow}: {reason}")]
+    Unresolved {
+        /// The schedule.
+        key: ScheduleKey,
+        /// The workflow.
+        workflow: String,
+        /// Why.
+        reason: String,
+    },
+    /// The input template did not render.
+    #[error("schedule {key}: its input for the tick at {at}: {reason}")]
+    Input {
+        /// The schedule.
+        key: ScheduleKey,
+        /// The tick.
+        at: String,
+        /// Why.
+        reason: String,
+    },
+    /// The engine refused the run (its input does not fit the workflow's schema, …).
+    #[error("schedule {key}: {source}")]
+    Engine {
+        /// The schedule.
+        key: ScheduleKey,
+        /// Why.
+        source: Box<EngineError>,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// No such schedule.
+    #[error("no schedule {0}")]
+    NotFound(ScheduleKey),
+}
+
+/// How many ticks one advance decides at most (a long outage's ticks are recorded in
+/// transactions of this size).
+const TICKS_PER_ADVANCE: usize = 500;
+
+/// How often a schedule with ticks waiting for its last run looks again.
+const WAITING_RECHECK: Duration = Duration::from_secs(1);
+
+/// What a pass did, for the host's log and the tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassReport {
+    /// Runs started, by schedule.
+    pub started: Vec<(ScheduleKey, Timestamp, RunId)>,
+    /// Ticks recorded as skipped.
+    pub skipped: usize,
+    /// Advances another process won (nothing written here).
+    pub lost: usize,
+    /// Schedules that could not advance, with why (they are tried again at the next poll).
+    pub failed: Vec<String>,
+}
+
+/// Starts the runs of due schedules.
+#[derive(Clone)]
+pub struct Scheduler {
+    engine: Engine,
+    store: Arc<dyn ScheduleStore>,
+    workflows: HashMap<(String, ContentHash), Workflow>,
+    resolver: Option<ScheduleResolver>,
+    render: InputRenderer,
+    poll: Duration,
+}
+
+impl Scheduler {
+    /// A scheduler that starts runs with `engine`, over `store` (the same database as the
+    /// engine's store).
+    pub fn new(engine: Engine, store: Arc<dyn ScheduleStore>) -> Self {
+        Self {
+            engine,
+            store,
+            workflows: HashMap::new(),
+            resolver: None,
+            render: Arc::new(|input, _| Ok(input.clone())),
+            poll: Duration::from_secs(1),
+        }
+    }
+
+    /// A workflow whose schedules this scheduler may start.
+    #[must_use]
+    pub fn register(mut self, workflow: &Workflow) -> Self {
+        self.workflows.insert((workflow.name().to_owned(), workflow.hash()), workflow.clone());
+        self
+    }
+
+    /// Where to find definitions that are not registered.
+    #[must_use]
+    pub fn resolve_with(mut self, resolver: ScheduleResolver) -> Self {
+        self.resolver = Some(resolver);
+        self
+    }
+
+    /// How inputs are rendered.
+    #[must_use]
+    pub fn render_with(mut self, render: InputRenderer) -> Self {
+        self.render = render;
+        self
+    }
+
+    /// How often to look for due schedules at most (default: a second; sooner when the
+    /// next tick is sooner).
+    #[must_use]
+    pub fn poll(mut self, poll: Duration) -> Self {
+        self.poll = poll;
+        self
+    }
+
+    fn now(&self) -> Timestamp {
+        self.engine.clock().now()
+    }
+
+    /// Creates (or replaces) a schedule of `workflow`: its first tick is the first after
+    /// now (a replaced schedule keeps what it decided, so no tick is decided twice).
+    pub async fn put(
+        &self,
+        key: ScheduleKey,
+        workflow: &Workflow,
+        spec: ScheduleSpec,
+        paused: bool,
+    ) -> Result<ScheduleRecord, ScheduleError> {
+        let ticker = ticker_of(&key, &spec)?;
+        let now = self.now();
+        let existing = self.store.schedule(&key).await?;
+        let mut state = match &existing {
+            Some(record) => state_of(record)?,
+            None => ScheduleState::default(),
+        };
+        let through = *state.decided_through.get_or_insert(now);
+        let record = ScheduleRecord {
+            key: key.clone(),
+            workflow: workflow.name().to_owned(),
+            definition_hash: workflow.hash(),
+            due_at: ticker.next_after(through).map(|tick| spec.fires_at(&key, &tick)),
+            spec: serde_json::to_value(&spec).expect("a spec serializes"),
+            state: serde_json::to_value(&state).expect("a state serializes"),
+            paused,
+            version: existing.as_ref().map_or(0, |record| record.version + 1),
+            created_at: existing.as_ref().map_or(now, |record| record.created_at),
+            updated_at: now,
+        };
+        self.store.put_schedule(record.clone()).await?;
+        Ok(record)
+    }
+
+    /// The next `count` ticks of a schedule after now.
+    pub async fn next_ticks(&self, key: &ScheduleKey, count: usize) -> Result<Vec<Tick>, ScheduleError> {
+        let record = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+        let spec = spec_of(&record)?;
+        let ticker = ticker_of(key, &spec)?;
+        let state = state_of(&record)?;
+        let from = state.decided_through.unwrap_or_else(|| self.now()).max(self.now());
+        Ok(ticker.between(from, Timestamp::from_micros(i64::MAX), count))
+    }
+
+    /// Decides every due schedule's ticks, once.
+    pub async fn pass(&self) -> Result<PassReport, ScheduleError> {
+        let now = self.now();
+        let mut report = PassReport::default();
+        for record in self.store.due_schedules(now, 256).await? {
+            let key = record.key.clone();
+            if let Err(error) = self.advance(record, now, &mut report).await {
+                tracing::warn!(schedule = %key, %error, "a schedule could not advance");
+                report.failed.push(error.to_string());
+            }
+        }
+        Ok(report)
+    }
+
+    /// Passes until `stop` fires: at every poll, or sooner when a tick is due sooner.
+    pub async fn run(&self, stop: CancellationToken) {
+        loop {
+            if let Err(error) = self.pass().await {
+                tracing::warn!(%error, "the scheduler's pass failed; it looks again at the next poll");
+            }
+            let wait = match self.store.next_due().await {
+                Ok(Some(due)) => {
+                    let until =
+                        Duration::from_micros(due.as_micros().saturating_sub(self.now().as_micros()).max(0) as u64);
+                    until.min(self.poll)
+                }
+                _ => self.poll,
+            };
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+            }
+        }
+    }
+
+    async fn workflow(&self, record: &ScheduleRecord) -> Result<Workflow, ScheduleError> {
+        if let Some(workflow) = self.workflows.get(&(record.workflow.clone(), record.definition_hash)) {
+            return Ok(workflow.clone());
+        }
+        let unresolved = |reason: String| ScheduleError::Unresolved {
+            key: record.key.clone(),
+            workflow: record.workflow.clone(),
+            reason,
+        };
+        match &self.resolver {
+            Some(resolve) => resolve(record.workflow.clone(), record.definition_hash).await.map_err(unresolved),
+            None => Err(unresolved("no registered workflow has its definition".into())),
+        }
+    }
+
+    /// Whether the schedule's last run still goes, and whether it failed.
+    async fn last_run(&self, state: &ScheduleState) -> Result<(bool, bool), ScheduleError> {
+        let Some(run) = state.last_run else { return Ok((false, false)) };
+        match self.engine.store().load_from(run, u64::MAX).await {
+            Ok(loaded) => {
+                let status = loaded.record.status;
+                Ok((!status.is_terminal(), status == RunStatus::Failed))
+            }
+            // Erased by retention: it ended long ago.
+            Err(StoreError::RunNotFound(_)) => Ok((false, false)),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Decides one schedule's due ticks and writes the decision.
+    async fn advance(
+        &self,
+        record: ScheduleRecord,
+        now: Timestamp,
+        report: &mut PassReport,
+    ) -> Result<(), ScheduleError> {
+        let key = record.key.clone();
+        let spec = spec_of(&record)?;
+        let ticker = ticker_of(&key, &spec)?;
+        let mut state = state_of(&record)?;
+        let (mut running, failed) = self.last_run(&state).await?;
+        let mut paused = record.paused;
+        if failed && spec.pause_on_failure && !paused && state.last_run.is_some() {
+            tracing::info!(schedule = %key, run = ?state.last_run, "a run of the schedule failed: paused");
+            paused = true;
+        }
+        let mut ticks = Vec::new();
+        let mut runs = Vec::new();
+        let mut cancel = Vec::new();
+        let mut workflow = None;
+        // A waiting tick starts once the run before it has ended.
+        if !running && !paused && !state.waiting.is_empty() {
+            let waiting = state.waiting.remove(0);
+            let tick = Tick { at: waiting.at, local: waiting.local, in_dst_gap: false };
+            let run = self.start(&record, &spec, &tick, &mut workflow).await?;
+            state.last_run = Some(run.id);
+            running = true;
+            ticks.push(started(&tick, run.id, now));
+            runs.push(run);
+        }
+        let mut cursor = state.decided_through.unwrap_or(record.created_at);
+        let mut next = ticker.next_after(cursor);
+        while let Some(tick) = next.take() {
+            let fires_at = spec.fires_at(&key, &tick);
+            if fires_at > now || ticks.len() >= TICKS_PER_ADVANCE {
+                next = Some(tick);
+                break;
+            }
+            cursor = tick.at;
+            match decide(&spec, &tick, fires_at, now, paused, running, state.waiting.len()) {
+                decision @ (Decision::Start | Decision::StartCancellingOther) => {
+                    if decision == Decision::StartCancellingOther {
+                        cancel.extend(state.last_run);
+                    }
+                    let run = self.start(&record, &spec, &tick, &mut workflow).await?;
+                    state.last_run = Some(run.id);
+                    running = true;
+                    ticks.push(started(&tick, run.id, now));
+                    runs.push(run);
+                }
+                Decision::Wait => state.waiting.push(Waiting { at: tick.at, local: tick.local.clone() }),
+                Decision::Skip(reason) => {
+                    ticks.push(TickRecord {
+                        at: tick.at,
+                        local: tick.local.clone(),
+                        outcome: TickOutcome::Skipped { reason: reason.as_str().to_owned() },
+                        recorded_at: now,
+                    });
+                }
+            }
+            next = ticker.next_after(cursor);
+        }
+        state.decided_through = Some(cursor);
+        let next_fire = next.map(|tick| spec.fires_at(&key, &tick));
+        // Ticks waiting for a run are looked at again soon; a tick not yet due, at its time.
+        let recheck = (!state.waiting.is_empty()).then(|| now.plus(WAITING_RECHECK));
+        let due_at = match (next_fire, recheck) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let skipped = ticks.iter().filter(|t| matches!(t.outcome, TickOutcome::Skipped { .. })).count();
+        let starts: Vec<(ScheduleKey, Timestamp, RunId)> = ticks
+            .iter()
+            .filter_map(|t| match t.outcome {
+                TickOutcome::Started { run } => Some((key.clone(), t.at, run)),
+                TickOutcome::Skipped { .. } => None,
+            })
+            .collect();
+        let advance = ScheduleAdvance {
+            key: key.clone(),
+            version: record.version,
+            state: serde_json::to_value(&state).expect("a state serializes"),
+            paused,
+            due_at,
+            ticks,
+            runs,
+            at: now,
+        };
+        if !self.store.advance_schedule(advance).await? {
+            report.lost += 1;
+            return Ok(());
+        }
+        report.skipped += skipped;
+        report.started.extend(starts);
+        for run in cancel {
+            let request = CancelRequest {
+                by: Some(format!("schedule:{}", key.name)),
+                reason: "a new tick started (overlap: cancel_other)".into(),
+                at: now,
+            };
+            if let Err(error) = self.engine.store().request_cancel(run, request, now).await {
+                tracing::warn!(schedule = %key, %run, %error, "could not ask the previous run to cancel");
+            }
+        }
+        Ok(())
+    }
+
+    /// The header of the run a tick starts: pending, its input rendered for the tick, its
+    /// caller the schedule (`metadata.schedule`, `metadata.tick`), and an id derived from the
+    /// schedule and the tick, so the same tick can never create two runs.
+    async fn start(
+        &self,
+        record: &ScheduleRecord,
+        spec: &ScheduleSpec,
+        tick: &Tick,
+        workflow: &mut Option<Workflow>,
+    ) -> Result<stepwright_core::RunRecord, ScheduleError> {
+        let workflow = match workflow {
+            Some(workflow) => workflow.clone(),
+            None => workflow.insert(self.workflow(record).await?).clone(),
+        };
+        let context = TickContext { schedule: record.key.clone(), at: tick.at, local: tick.local.clone() };
+        let input = (self.render)(&spec.input, &context).map_err(|reason| ScheduleError::Input {
+            key: record.key.clone(),
+            at: tick.local.clone(),
+            reason,
+        })?;
+        let mut caller = Caller {
+            tenant: record.key.tenant.clone(),
+            user: Some(format!("schedule:{}", record.key.name)),
+            ..Caller::default()
+        };
+        caller.metadata.insert("schedule".into(), Value::String(record.key.name.clone()));
+        caller.metadata.insert("tick".into(), Value::String(rfc3339(tick.at)));
+        let options =
+            StartOptions { caller, run_id: Some(tick_run_id(&record.key, tick.at)), ..StartOptions::default() };
+        self.engine
+            .prepare_run(&workflow, input, options)
+            .map_err(|source| ScheduleError::Engine { key: record.key.clone(), source: Box::new(source) })
+    }
+}
+
+/// The run id of a schedule's tick: time-ordered by the tick, the rest a hash of the
+/// schedule and the tick.
+pub fn tick_run_id(key: &ScheduleKey, at: Timestamp) -> RunId {
+    let digest = sha2::Sha256::digest(format!("stepwright.schedule\u{0}{key}\u{0}{}", at.as_micros()).as_bytes());
+    let mut random = [0u8; 10];
+    random.copy_from_slice(&digest[..10]);
+    RunId::from_parts(Timestamp::from_micros(at.as_micros().max(0)), random)
+}
+
+fn started(tick: &Tick, run: RunId, now: Timestamp) -> TickRecord {
+    TickRecord { at: tick.at, local: tick.local.clone(), outcome: TickOutcome::Started { run }, recorded_at: now }
+}
+
+fn ticker_of(key: &ScheduleKey, spec: &ScheduleSpec) -> Result<Ticker, ScheduleError> {
+    spec.cadence.ticker(spec.start, spec.end).map_err(|source| ScheduleError::Cadence { key: key.clone(), source })
+}
+
+/// A stored schedule's spec.
+pub fn spec_of(record: &ScheduleRecord) -> Result<ScheduleSpec, ScheduleError> {
+    serde_json::from_value(record.spec.clone()).map_err(|e| ScheduleError::Corrupt {
+        key: record.key.clone(),
+        what: "spec",
+        reason: e.to_string(),
+    })
+}
+
+/// A stored schedule's state.
+pub fn state_of(record: &ScheduleRecord) -> Result<ScheduleState, ScheduleError> {
+    serde_json::from_value(record.state.clone()).map_err(|e| ScheduleError::Corrupt {
+        key: record.key.clone(),
+        what: "state",
+        reason: e.to_string(),
+    })
+}
