@@ -9,6 +9,9 @@ use serde_json::json;
 use stepwright_core::bank::{MemoryAddress, MemoryBank, MemoryItem, MemoryScope, MemorySearch};
 use stepwright_core::journal::{JournalBatch, JournalEntry, RunRecord};
 use stepwright_core::session::{SessionAppend, SessionOwner, SessionStore};
+use stepwright_core::store::schedule::{
+    ScheduleAdvance, ScheduleKey, ScheduleRecord, ScheduleStore, TickOutcome, TickRecord,
+};
 use stepwright_core::store::{Retention, RunFilter, StatusUpdate};
 use stepwright_core::{
     Caller, ContentHash, Decision, InterruptId, InterruptRequest, Record, Resolution, RunId, RunStatus, StepError,
@@ -18,7 +21,12 @@ use stepwright_core::{
 /// Runs every check, each on a fresh store from `fresh`.
 pub async fn run_all<S, F, Fut>(fresh: F)
 where
-    S: Store + SessionStore + MemoryBank + stepwright_core::store::quota::QuotaStore + stepwright_core::StepCache,
+    S: Store
+        + SessionStore
+        + MemoryBank
+        + ScheduleStore
+        + stepwright_core::store::quota::QuotaStore
+        + stepwright_core::StepCache,
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Arc<S>>,
 {
@@ -50,6 +58,7 @@ where
     sessions_keep_history_for_their_owner(&*fresh().await).await;
     memory_bank_stores_and_recalls(&*fresh().await).await;
     run_memory_goes_with_its_run(&*fresh().await).await;
+    schedules_advance_once(&*fresh().await).await;
 }
 
 /// The step cache answers what was kept under a key, exactly as kept (key order, large
@@ -1523,4 +1532,163 @@ pub async fn run_memory_goes_with_its_run<S: Store + MemoryBank + ?Sized>(store:
     store.erase_run(run.id).await.expect("erase");
     assert_eq!(store.memory_get(own).await.expect("get"), None);
     assert!(store.memory_get(kept).await.expect("get").is_some());
+}
+
+fn schedule(tenant: Option<&str>, name: &str, due_at: Option<i64>) -> ScheduleRecord {
+    ScheduleRecord {
+        key: ScheduleKey::new(tenant, name),
+        workflow: "flow".into(),
+        definition_hash: ContentHash::of_value(&json!("flow")),
+        spec: json!({ "cadence": { "every": { "period_us": 1_000_000, "phase_us": 0 } } }),
+        state: json!({}),
+        paused: false,
+        due_at: due_at.map(Timestamp::from_micros),
+        version: 0,
+        created_at: Timestamp::from_micros(1),
+        updated_at: Timestamp::from_micros(1),
+    }
+}
+
+fn tick(at: i64, outcome: TickOutcome) -> TickRecord {
+    TickRecord {
+        at: Timestamp::from_micros(at),
+        local: format!("t{at}"),
+        outcome,
+        recorded_at: Timestamp::from_micros(at),
+    }
+}
+
+fn advance_of(
+    record: &ScheduleRecord,
+    state: serde_json::Value,
+    ticks: Vec<TickRecord>,
+    runs: Vec<RunRecord>,
+) -> ScheduleAdvance {
+    ScheduleAdvance {
+        key: record.key.clone(),
+        version: record.version,
+        state,
+        paused: record.paused,
+        due_at: Some(Timestamp::from_micros(9_000)),
+        ticks,
+        runs,
+        at: Timestamp::from_micros(5_000),
+    }
+}
+
+/// Schedules are kept by tenant and name; the due ones come most overdue first; an advance
+/// writes state, ticks and runs together only from the version it read; a tick is recorded
+/// once, and an advance that repeats one writes nothing at all.
+pub async fn schedules_advance_once<S: Store + ScheduleStore + ?Sized>(store: &S) {
+    for record in [
+        schedule(None, "b", Some(300)),
+        schedule(None, "a", Some(100)),
+        schedule(Some("acme"), "a", Some(200)),
+        schedule(None, "never", None),
+    ] {
+        store.put_schedule(record).await.expect("put");
+    }
+    let names = |records: Vec<ScheduleRecord>| records.into_iter().map(|r| r.key.to_string()).collect::<Vec<_>>();
+    assert_eq!(names(store.schedules(None).await.unwrap()).len(), 4);
+    assert_eq!(names(store.schedules(Some("acme")).await.unwrap()), ["acme:a"], "a tenant's own");
+    assert_eq!(names(store.due_schedules(Timestamp::from_micros(250), 10).await.unwrap()), ["a", "acme:a"]);
+    assert_eq!(names(store.due_schedules(Timestamp::from_micros(1_000), 2).await.unwrap()), ["a", "acme:a"], "limited");
+    assert_eq!(store.next_due().await.unwrap(), Some(Timestamp::from_micros(100)));
+
+    let a = store.schedule(&ScheduleKey::new(None, "a")).await.unwrap().expect("kept");
+    assert_eq!(
+        (a.due_at, a.spec["cadence"]["every"]["period_us"].as_i64()),
+        (Some(Timestamp::from_micros(100)), Some(1_000_000))
+    );
+    let mut run = record(90, "flow", RunStatus::Pending, 100);
+    run.caller = Caller::default();
+    let first = advance_of(
+        &a,
+        json!({ "decided_through": 100 }),
+        vec![
+            tick(100, TickOutcome::Started { run: run.id }),
+            tick(50, TickOutcome::Skipped { reason: "paused".into() }),
+        ],
+        vec![run.clone()],
+    );
+    assert!(store.advance_schedule(first.clone()).await.expect("advance"), "written");
+    let after = store.schedule(&a.key).await.unwrap().unwrap();
+    assert_eq!(
+        (after.version, &after.state, after.due_at),
+        (a.version + 1, &json!({ "decided_through": 100 }), Some(Timestamp::from_micros(9_000)))
+    );
+    assert_eq!(store.load(run.id).await.expect("the run").record.status, RunStatus::Pending, "created with the tick");
+    let ticks = store.ticks(&a.key, 10).await.unwrap();
+    assert_eq!(
+        ticks,
+        [tick(100, TickOutcome::Started { run: run.id }), tick(50, TickOutcome::Skipped { reason: "paused".into() })],
+        "newest first"
+    );
+
+    // From a stale version: nothing.
+    assert!(!store.advance_schedule(first).await.expect("advance"), "another process advanced it first");
+    // A tick recorded already: an error, and nothing of the advance is written.
+    let other = record(91, "flow", RunStatus::Pending, 100);
+    let repeat = advance_of(
+        &after,
+        json!({ "decided_through": 200 }),
+        vec![
+            tick(200, TickOutcome::Skipped { reason: "overlap".into() }),
+            tick(100, TickOutcome::Started { run: other.id }),
+        ],
+        vec![other.clone()],
+    );
+    assert!(store.advance_schedule(repeat).await.is_err(), "a tick is recorded once");
+    let unchanged = store.schedule(&a.key).await.unwrap().unwrap();
+    assert_eq!((unchanged.version, &unchanged.state), (after.version, &after.state));
+    assert_eq!(store.ticks(&a.key, 10).await.unwrap().len(), 2);
+    assert!(matches!(store.load(other.id).await, Err(StoreError::RunNotFound(_))), "its run was not created");
+
+    // A replacement moves the version on, so an advance decided before it writes nothing.
+    let mut replaced = schedule(None, "a", Some(400));
+    replaced.version = 0;
+    store.put_schedule(replaced).await.unwrap();
+    let now = store.schedule(&a.key).await.unwrap().unwrap();
+    assert!(now.version > after.version, "{} > {}", now.version, after.version);
+    assert!(!store.advance_schedule(advance_of(&after, json!({}), vec![], vec![])).await.unwrap());
+    // Deleted with its ticks; the runs stay.
+    assert!(store.delete_schedule(&a.key).await.unwrap());
+    assert!(!store.delete_schedule(&a.key).await.unwrap());
+    assert!(store.schedule(&a.key).await.unwrap().is_none());
+    assert!(store.ticks(&a.key, 10).await.unwrap().is_empty());
+    assert!(store.load(run.id).await.is_ok());
+}
+
+/// Two stores on one database (two processes) advancing the same schedule from the same
+/// version at once: exactly one wins, and exactly one run is created.
+pub async fn schedule_advances_race<A: Store + ScheduleStore + ?Sized, B: Store + ScheduleStore + ?Sized>(
+    a: &A,
+    b: &B,
+) {
+    for round in 0..20u8 {
+        let name = format!("race-{round}");
+        a.put_schedule(schedule(None, &name, Some(100))).await.unwrap();
+        let read = b.schedule(&ScheduleKey::new(None, &name)).await.unwrap().unwrap();
+        let (mut one, mut two) = (
+            record(100 + round, "flow", RunStatus::Pending, 100),
+            record(100 + round, "flow", RunStatus::Pending, 100),
+        );
+        one.caller = Caller::default();
+        two.caller = Caller::default();
+        two.id = id(200 - round);
+        let advance = |run: &RunRecord| {
+            advance_of(
+                &read,
+                json!({ "by": run.id.to_string() }),
+                vec![tick(100, TickOutcome::Started { run: run.id })],
+                vec![run.clone()],
+            )
+        };
+        let (x, y) = tokio::join!(a.advance_schedule(advance(&one)), b.advance_schedule(advance(&two)));
+        let won = [x.unwrap_or(false), y.unwrap_or(false)];
+        assert_eq!(won.iter().filter(|w| **w).count(), 1, "round {round}: exactly one advance wins: {won:?}");
+        let created = [a.load(one.id).await.is_ok(), a.load(two.id).await.is_ok()];
+        assert_eq!(created, won, "round {round}: only the winner's run exists");
+        assert_eq!(a.ticks(&read.key, 10).await.unwrap().len(), 1);
+    }
 }

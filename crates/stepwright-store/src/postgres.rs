@@ -32,6 +32,7 @@ mod bank;
 mod cache;
 mod control;
 mod quota;
+mod schedules;
 mod sessions;
 
 pub use group_commit::GroupCommitStats;
@@ -46,6 +47,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("postgres/007_flow_control.sql")),
     (8, include_str!("postgres/008_step_cache.sql")),
     (9, include_str!("postgres/009_claims_say_takeovers.sql")),
+    (10, include_str!("postgres/010_schedules.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.

@@ -33,6 +33,7 @@ mod bank;
 mod cache;
 pub(crate) mod control;
 mod quota;
+mod schedules;
 mod sessions;
 
 /// SQLite's `synchronous` setting for the writer.
@@ -79,6 +80,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("sqlite/009_control.sql")),
     (10, include_str!("sqlite/010_flow_control.sql")),
     (11, include_str!("sqlite/011_step_cache.sql")),
+    (12, include_str!("sqlite/012_schedules.sql")),
 ];
 
 /// A durable store in one SQLite file.
@@ -545,6 +547,16 @@ impl Writer {
                 results.push(result);
             }
         }
+        // A lone operation that failed may have written part of what it does before it
+        // failed (a write closure's first statement): nothing of it is kept.
+        if clean && results.iter().any(Result::is_err) {
+            let _ = self.exec("ROLLBACK");
+            self.runs.clear();
+            for (op, result) in ops.into_iter().zip(results) {
+                reply(op, result);
+            }
+            return;
+        }
         let injected = self.fail_next_commit.swap(false, Ordering::SeqCst);
         let committed = if injected {
             Err("injected commit failure".to_owned())
@@ -625,47 +637,7 @@ impl Writer {
     }
 
     fn create(&mut self, r: &RunRecord) -> Result<(), StoreError> {
-        let doing = "creating a run";
-        let exists: bool = self
-            .conn
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)")
-            .and_then(|mut s| s.query_row([r.id.as_uuid().as_bytes()], |row| row.get(0)))
-            .map_err(|e| backend(doing, e))?;
-        if exists {
-            return Err(StoreError::RunExists(r.id));
-        }
-        self.conn
-            .prepare_cached(
-                "INSERT INTO runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
-                 parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
-                 priority, concurrency_key, concurrency_limit) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    r.id.as_uuid().as_bytes(),
-                    r.workflow,
-                    r.version,
-                    r.definition_hash.as_bytes(),
-                    stored_json(&r.input),
-                    json(&r.caller),
-                    RunStatus::as_str(r.status),
-                    r.output.as_ref().map(stored_json),
-                    r.error.as_ref().map(json),
-                    r.parent.as_ref().map(|p| p.run.as_uuid().as_bytes().to_vec()),
-                    r.parent.as_ref().map(|p| p.at.as_str().to_owned()),
-                    r.created_at.as_micros(),
-                    r.updated_at.as_micros(),
-                    r.wake_at.map(Timestamp::as_micros),
-                    r.lease.as_ref().map(|l| l.owner.clone()),
-                    r.lease.as_ref().map_or(0, |l| l.token as i64),
-                    r.lease.as_ref().map(|l| l.expires_at.as_micros()),
-                    r.flow.priority,
-                    r.flow.concurrency.as_ref().map(|c| c.key.clone()),
-                    r.flow.concurrency.as_ref().map(|c| c.limit),
-                ])
-            })
-            .map_err(|e| backend(doing, e))?;
+        insert_run(&self.conn, r)?;
         let token = r.lease.as_ref().map_or(0, |l| l.token);
         self.runs.insert(r.id, RunState { next_seq: 0, next_event: 0, token });
         Ok(())
@@ -1014,6 +986,51 @@ fn answer_err(op: Op, error: impl Fn() -> StoreError) {
         Op::Write(_, ack) => drop(ack.send(Err(error()))),
         Op::Cancel(.., ack) => drop(ack.send(Err(error()))),
     }
+}
+
+/// Inserts a new run's header (`RunExists` when the id is taken): a run's creation, and
+/// the runs a schedule's tick starts in the same transaction as the tick.
+pub(crate) fn insert_run(conn: &Connection, r: &RunRecord) -> Result<(), StoreError> {
+    let doing = "creating a run";
+    let exists: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)")
+        .and_then(|mut s| s.query_row([r.id.as_uuid().as_bytes()], |row| row.get(0)))
+        .map_err(|e| backend(doing, e))?;
+    if exists {
+        return Err(StoreError::RunExists(r.id));
+    }
+    conn.prepare_cached(
+        "INSERT INTO runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
+                 parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
+                 priority, concurrency_key, concurrency_limit) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            r.id.as_uuid().as_bytes(),
+            r.workflow,
+            r.version,
+            r.definition_hash.as_bytes(),
+            stored_json(&r.input),
+            json(&r.caller),
+            RunStatus::as_str(r.status),
+            r.output.as_ref().map(stored_json),
+            r.error.as_ref().map(json),
+            r.parent.as_ref().map(|p| p.run.as_uuid().as_bytes().to_vec()),
+            r.parent.as_ref().map(|p| p.at.as_str().to_owned()),
+            r.created_at.as_micros(),
+            r.updated_at.as_micros(),
+            r.wake_at.map(Timestamp::as_micros),
+            r.lease.as_ref().map(|l| l.owner.clone()),
+            r.lease.as_ref().map_or(0, |l| l.token as i64),
+            r.lease.as_ref().map(|l| l.expires_at.as_micros()),
+            r.flow.priority,
+            r.flow.concurrency.as_ref().map(|c| c.key.clone()),
+            r.flow.concurrency.as_ref().map(|c| c.limit),
+        ])
+    })
+    .map_err(|e| backend(doing, e))?;
+    Ok(())
 }
 
 /// A run's input or output as the runs table keeps it: its JSON as text, or, from

@@ -221,7 +221,10 @@ async fn create_alone(pool: &PgPool, record: &RunRecord) -> Result<(), StoreErro
 
 /// Inserts runs (those whose id is free); returns the ids inserted. A lease's expiry is
 /// measured on the database's clock.
-async fn insert_runs(pool: &PgPool, records: &[&RunRecord]) -> Result<HashSet<RunId>, StoreError> {
+pub(crate) async fn insert_runs<'c>(
+    executor: impl sqlx::PgExecutor<'c>,
+    records: &[&RunRecord],
+) -> Result<HashSet<RunId>, StoreError> {
     let n = records.len();
     let mut c = RunColumns::with_capacity(n);
     for r in records {
@@ -284,7 +287,7 @@ async fn insert_runs(pool: &PgPool, records: &[&RunRecord]) -> Result<HashSet<Ru
     .bind(&c.priorities)
     .bind(&c.group_keys)
     .bind(&c.group_limits)
-    .fetch_all(pool)
+    .fetch_all(executor)
     .await
     .map_err(pg("creating runs"))?;
     Ok(created.into_iter().map(|id| RunId::from_bytes(id.into_bytes())).collect())

@@ -33,6 +33,15 @@ async fn sqlite_control_tables_hold_under_races_between_two_stores() {
     conformance::control_races(&a, &b).await;
 }
 
+/// Two stores on one file advancing one schedule at once: one wins, one run exists.
+#[tokio::test]
+async fn sqlite_schedule_advances_from_two_stores_race_to_one_winner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("schedules.db");
+    let (a, b) = (SqliteStore::open(&path).unwrap(), SqliteStore::open(&path).unwrap());
+    conformance::schedule_advances_race(&a, &b).await;
+}
+
 #[tokio::test]
 async fn sqlite_store_conforms_with_synchronous_normal_and_batches_of_one() {
     let dir = tempfile::tempdir().unwrap();

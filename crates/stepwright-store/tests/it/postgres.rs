@@ -29,6 +29,14 @@ async fn postgres_control_tables_conform_and_hold_under_races() {
     conformance::control_races(&*a, &*b).await;
 }
 
+/// Two pools on one database advancing one schedule at once: one wins, one run exists.
+#[tokio::test]
+async fn schedule_advances_from_two_pools_race_to_one_winner() {
+    let Some(a) = test_store("schedule_advances_race").await else { return };
+    let b = same_database(&a).await;
+    conformance::schedule_advances_race(&*a, &*b).await;
+}
+
 /// Two connection pools on one database, as two processes have: appends to one run from
 /// both at once never collide.
 #[tokio::test]
