@@ -21,12 +21,14 @@ mod kinds;
 mod scalars;
 mod mcp;
 mod resources;
+mod schedules;
 
 use kinds::{KINDS, KindSite};
 pub use mcp::McpToolUse;
 pub use resources::Loaded;
 use resources::Resources;
 pub use scalars::parse_duration;
+pub use schedules::{FileSchedule, render_schedule_input};
 
 /// One problem in a workflow file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,6 +188,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
         }
     };
     let workflow = c.workflow(&root);
+    let schedules = c.schedules(&root);
     match workflow {
         Some(workflow) if c.diagnostics.is_empty() => {
             let resources = std::mem::take(&mut c.resources);
@@ -199,6 +202,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
                 models: resources.models,
                 mcp_servers: resources.mcp_servers.into_values().collect(),
                 mcp_tool_uses: resources.mcp_uses,
+                schedules,
                 warnings: c.warnings,
             })
         }
@@ -221,6 +225,7 @@ const WORKFLOW_FIELDS: &[&str] = &[
     "priority",
     "output_schema",
     "telemetry",
+    "schedules",
 ];
 const COMMON_FIELDS: &[&str] = &[
     "id",

@@ -12,7 +12,7 @@ mod schema;
 mod yaml;
 
 pub use compile::{
-    Diagnostic, LoadError, LoadOptions, Loaded, MAX_FILE_BYTES, McpToolUse, load, load_file, load_source,
-    load_source_with, load_str, load_with, parse_duration, read_limited,
+    Diagnostic, FileSchedule, LoadError, LoadOptions, Loaded, MAX_FILE_BYTES, McpToolUse, load, load_file, load_source,
+    load_source_with, load_str, load_with, parse_duration, read_limited, render_schedule_input,
 };
 pub use schema::file_schema;

@@ -47,6 +47,88 @@ struct WorkflowFile {
     priority: Option<i32>,
     /// What the exported traces of its runs carry.
     telemetry: Option<Telemetry>,
+    /// Schedules by name: runs this workflow starts itself, once per tick, whatever the
+    /// number of workers (`stepwright schedules create FILE` keeps them in the store).
+    schedules: Option<BTreeMap<String, Schedule>>,
+}
+
+/// A schedule: `cron` (with `timezone`) or `every` (with `phase`).
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Schedule {
+    /// A cron expression: 5 fields (minute hour day-of-month month day-of-week, Sunday 0),
+    /// or 6 with seconds first; read on the wall clock of `timezone`.
+    cron: Option<String>,
+    /// An interval (at least 1s), counted from the Unix epoch in real time.
+    every: Option<Duration>,
+    /// With `every`: how far past each multiple of the interval (`every: 1h, phase: 15m`
+    /// ticks at :15).
+    phase: Option<Duration>,
+    /// The IANA time zone a cron expression is read in (default UTC).
+    timezone: Option<String>,
+    /// What the daylight-saving transitions do to a cron schedule.
+    dst: Option<DstPolicy>,
+    /// Each run's input: a template over `tick` (`tick.at`, `tick.local`, `tick.schedule`).
+    input: Option<Value>,
+    /// What a tick does while the previous run still goes (default skip).
+    overlap: Option<OverlapPolicy>,
+    /// How late a tick may still start a run, after an outage (default 1m); later ticks are
+    /// recorded as skipped.
+    catchup_window: Option<Duration>,
+    /// Each tick fires up to this much after its time (the same in every process).
+    jitter: Option<Duration>,
+    /// No tick before this time (RFC 3339).
+    start: Option<String>,
+    /// No tick after this time (RFC 3339).
+    end: Option<String>,
+    /// A failed run pauses the schedule.
+    pause_on_failure: Option<bool>,
+}
+
+/// The daylight-saving policy of a cron schedule.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct DstPolicy {
+    /// A tick in the skipped hour: `shift` (default: at the jump, once) or `skip` (recorded).
+    gap: Option<GapPolicy>,
+    /// A tick in the repeated hour: `once` (default: the first time) or `twice`.
+    fold: Option<FoldPolicy>,
+}
+
+/// A tick in the skipped hour.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum GapPolicy {
+    /// Fires at the jump (the gap's ticks are one tick).
+    Shift,
+    /// Starts nothing; recorded as skipped (`dst_gap`).
+    Skip,
+}
+
+/// A tick in the repeated hour.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum FoldPolicy {
+    /// The first time only.
+    Once,
+    /// Both times.
+    Twice,
+}
+
+/// What a tick does while the previous run still goes.
+#[derive(JsonSchema)]
+#[serde(rename_all = "snake_case")]
+enum OverlapPolicy {
+    /// Starts nothing (recorded `overlap`).
+    Skip,
+    /// Waits for the run to end; one waits at most.
+    BufferOne,
+    /// Every tick waits, in order.
+    BufferAll,
+    /// Asks the running run to cancel and starts.
+    CancelOther,
+    /// Starts alongside.
+    AllowAll,
 }
 
 /// What the exported traces of a workflow's runs carry.

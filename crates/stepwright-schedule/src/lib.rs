@@ -20,3 +20,11 @@ pub use scheduler::{InputRenderer, PassReport, ScheduleError, ScheduleResolver, 
 pub use spec::{
     DEFAULT_CATCHUP_WINDOW, Decision, MAX_BUFFERED, Overlap, ScheduleSpec, ScheduleState, SkipReason, decide,
 };
+
+/// An RFC 3339 time (with its offset) as a timestamp: a schedule's `start` and `end`, a
+/// backfill's range.
+pub fn parse_instant(text: &str) -> Option<stepwright_core::Timestamp> {
+    chrono::DateTime::parse_from_rfc3339(text.trim())
+        .ok()
+        .map(|at| stepwright_core::Timestamp::from_micros(at.timestamp_micros()))
+}

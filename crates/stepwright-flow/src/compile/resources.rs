@@ -35,6 +35,8 @@ pub struct Loaded {
     /// Every use the file makes of an MCP server's tool, to check once the server says
     /// which tools it has.
     pub mcp_tool_uses: Vec<super::mcp::McpToolUse>,
+    /// The `schedules` section, by name: what a worker starts when.
+    pub schedules: Vec<super::schedules::FileSchedule>,
     /// What loads but may not do what the file's author expects (a `retry` that cannot take
     /// effect), this file's and its called files', in file order.
     pub warnings: Vec<super::Diagnostic>,

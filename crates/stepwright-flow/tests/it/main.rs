@@ -10,4 +10,5 @@ mod load;
 mod loops;
 mod parity;
 mod resources;
+mod schedules;
 mod schema;

@@ -38,6 +38,9 @@ version: "1.0.0"
 description: Every kind and field.
 input: { type: object }
 telemetry: { capture_content: true, max_content_bytes: 100 }
+schedules:
+  morning: { cron: "0 7 * * 1-5", timezone: Europe/Berlin, dst: { gap: skip, fold: twice }, input: { day: "{{ tick.local }}" }, overlap: buffer_one, catchup_window: 1h, jitter: 30s, start: "2026-12-01T00:00:00Z", end: "2027-12-01T00:00:00+01:00", pause_on_failure: true }
+  quarterly: { every: 15m, phase: 5m, overlap: allow_all }
 models:
   fast: { provider: openai, model: m, base_url: "http://127.0.0.1:9/v1", api_key_env: K, pricing: { input: 1, output: 2, cache_read: 0.1, cache_write: 1.25 }, timeout: 5s, max_retries: 1, token_limit_field: max_completion_tokens, sampling: true }
   deep: { provider: anthropic, model: c, base_url: "http://127.0.0.1:9", api_key_env: K, api_version: "2023-06-01", sampling: false }
