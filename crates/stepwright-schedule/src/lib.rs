@@ -16,7 +16,9 @@ pub mod scheduler;
 pub mod spec;
 
 pub use cadence::{Cadence, CadenceError, DstPolicy, FoldPolicy, GapPolicy, Tick, Ticker};
-pub use scheduler::{InputRenderer, PassReport, ScheduleError, ScheduleResolver, Scheduler, TickContext, tick_run_id};
+pub use scheduler::{
+    Backfill, InputRenderer, PassReport, ScheduleError, ScheduleResolver, Scheduler, TickContext, tick_run_id,
+};
 pub use spec::{
     DEFAULT_CATCHUP_WINDOW, Decision, MAX_BUFFERED, Overlap, ScheduleSpec, ScheduleState, SkipReason, decide,
 };

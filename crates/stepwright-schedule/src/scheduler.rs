@@ -112,6 +112,38 @@ pub enum ScheduleError {
     /// No such schedule.
     #[error("no schedule {0}")]
     NotFound(ScheduleKey),
+    /// A backfill that cannot be done as asked.
+    #[error("backfill of schedule {key}: {reason}")]
+    Backfill {
+        /// The schedule.
+        key: ScheduleKey,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl ScheduleError {
+    /// Whose fault it is: a bad spec, an unknown schedule or an impossible backfill is the
+    /// caller's; the rest ours.
+    pub fn fault(&self) -> stepwright_core::Fault {
+        match self {
+            Self::Cadence { .. } | Self::NotFound(_) | Self::Backfill { .. } | Self::Input { .. } => {
+                stepwright_core::Fault::Caller
+            }
+            Self::Engine { source, .. } => source.fault(),
+            Self::Store(error) => error.fault(),
+            Self::Corrupt { .. } | Self::Unresolved { .. } => stepwright_core::Fault::Engine,
+        }
+    }
+}
+
+/// What a backfill did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Backfill {
+    /// The runs it started, by tick.
+    pub started: Vec<(Timestamp, RunId)>,
+    /// Ticks of the range that had started a run already.
+    pub already: usize,
 }
 
 /// How many ticks one advance decides at most (a long outage's ticks are recorded in
@@ -233,6 +265,135 @@ impl Scheduler {
         let state = state_of(&record)?;
         let from = state.decided_through.unwrap_or_else(|| self.now()).max(self.now());
         Ok(ticker.between(from, Timestamp::from_micros(i64::MAX), count))
+    }
+
+    /// Pauses or resumes a schedule (a paused schedule's ticks are recorded as skipped,
+    /// `paused`); whether it changed.
+    pub async fn set_paused(&self, key: &ScheduleKey, paused: bool) -> Result<bool, ScheduleError> {
+        loop {
+            let record = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+            if record.paused == paused {
+                return Ok(false);
+            }
+            let advance = ScheduleAdvance {
+                key: key.clone(),
+                version: record.version,
+                state: record.state.clone(),
+                paused,
+                due_at: record.due_at,
+                ticks: Vec::new(),
+                runs: Vec::new(),
+                replace_skipped: false,
+                at: self.now(),
+            };
+            if self.store.advance_schedule(advance).await? {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Starts a run of a schedule now, outside its cadence, recorded as a tick at this
+    /// instant (a paused schedule too: asking is explicit). The schedule's state notes the
+    /// run, so its overlap policy sees it.
+    pub async fn trigger(&self, key: &ScheduleKey) -> Result<(Timestamp, RunId), ScheduleError> {
+        loop {
+            let record = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+            let spec = spec_of(&record)?;
+            let mut state = state_of(&record)?;
+            let now = self.now();
+            let tick = Tick { at: now, local: format!("{} (triggered)", rfc3339(now)), in_dst_gap: false };
+            let run = self.start(&record, &spec, &tick, &mut None).await?;
+            let id = run.id;
+            state.last_run = Some(id);
+            let advance = ScheduleAdvance {
+                key: key.clone(),
+                version: record.version,
+                state: serde_json::to_value(&state).expect("a state serializes"),
+                paused: record.paused,
+                due_at: record.due_at,
+                ticks: vec![started(&tick, id, now)],
+                runs: vec![run],
+                replace_skipped: false,
+                at: now,
+            };
+            if self.store.advance_schedule(advance).await? {
+                return Ok((now, id));
+            }
+        }
+    }
+
+    /// Starts a run for every tick of `(from, to]` that started none (ticks before the
+    /// schedule existed, or recorded as skipped: an outage, a pause), oldest first, at most
+    /// `per_second` a second; each recorded as its tick, so a second backfill of the range
+    /// starts nothing. Only ticks the scheduler has passed: `to` may not be later than its
+    /// last decided tick. `each` hears every run started.
+    pub async fn backfill(
+        &self,
+        key: &ScheduleKey,
+        from: Timestamp,
+        to: Timestamp,
+        per_second: u32,
+        mut each: impl FnMut(&Tick, RunId),
+    ) -> Result<Backfill, ScheduleError> {
+        let record = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+        let spec = spec_of(&record)?;
+        let ticker = ticker_of(key, &spec)?;
+        let through = state_of(&record)?.decided_through.unwrap_or(record.created_at);
+        if to > through {
+            return Err(ScheduleError::Backfill {
+                key: key.clone(),
+                reason: format!(
+                    "`--to` is after the last tick the schedule has decided ({}); later ticks are the scheduler's",
+                    rfc3339(through)
+                ),
+            });
+        }
+        if from >= to {
+            return Err(ScheduleError::Backfill { key: key.clone(), reason: "`--from` must be before `--to`".into() });
+        }
+        let started_already: std::collections::HashSet<Timestamp> = self
+            .store
+            .ticks(key, usize::MAX >> 1)
+            .await?
+            .into_iter()
+            .filter(|tick| tick.at > from && tick.at <= to && matches!(tick.outcome, TickOutcome::Started { .. }))
+            .map(|tick| tick.at)
+            .collect();
+        let pace = Duration::from_secs(1) / per_second.max(1);
+        let mut report = Backfill::default();
+        let mut workflow = None;
+        let mut cursor = from;
+        while let Some(tick) = ticker.next_after(cursor).filter(|tick| tick.at <= to) {
+            cursor = tick.at;
+            if tick.in_dst_gap || started_already.contains(&tick.at) {
+                report.already += usize::from(!tick.in_dst_gap);
+                continue;
+            }
+            loop {
+                let current = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+                let run = self.start(&current, &spec, &tick, &mut workflow).await?;
+                let id = run.id;
+                let now = self.now();
+                let advance = ScheduleAdvance {
+                    key: key.clone(),
+                    version: current.version,
+                    state: current.state.clone(),
+                    paused: current.paused,
+                    due_at: current.due_at,
+                    ticks: vec![started(&tick, id, now)],
+                    runs: vec![run],
+                    replace_skipped: true,
+                    at: now,
+                };
+                if self.store.advance_schedule(advance).await? {
+                    each(&tick, id);
+                    report.started.push((tick.at, id));
+                    break;
+                }
+            }
+            tokio::time::sleep(pace).await;
+        }
+        Ok(report)
     }
 
     /// Decides every due schedule's ticks, once.
@@ -386,6 +547,7 @@ impl Scheduler {
             due_at,
             ticks,
             runs,
+            replace_skipped: false,
             at: now,
         };
         if !self.store.advance_schedule(advance).await? {

@@ -1572,6 +1572,7 @@ fn advance_of(
         due_at: Some(Timestamp::from_micros(9_000)),
         ticks,
         runs,
+        replace_skipped: false,
         at: Timestamp::from_micros(5_000),
     }
 }
@@ -1643,6 +1644,24 @@ pub async fn schedules_advance_once<S: Store + ScheduleStore + ?Sized>(store: &S
     assert_eq!((unchanged.version, &unchanged.state), (after.version, &after.state));
     assert_eq!(store.ticks(&a.key, 10).await.unwrap().len(), 2);
     assert!(matches!(store.load(other.id).await, Err(StoreError::RunNotFound(_))), "its run was not created");
+
+    // A backfill turns a skipped tick into a started one, never a started one again.
+    let backfilled = record(92, "flow", RunStatus::Pending, 100);
+    let mut backfill = advance_of(
+        &after,
+        json!({ "decided_through": 100 }),
+        vec![tick(50, TickOutcome::Started { run: backfilled.id })],
+        vec![backfilled.clone()],
+    );
+    assert!(store.advance_schedule(backfill.clone()).await.is_err(), "not without `replace_skipped`");
+    backfill.replace_skipped = true;
+    assert!(store.advance_schedule(backfill).await.expect("backfill"));
+    let after = store.schedule(&a.key).await.unwrap().unwrap();
+    assert_eq!(store.ticks(&a.key, 10).await.unwrap()[1].outcome, TickOutcome::Started { run: backfilled.id });
+    let again = record(93, "flow", RunStatus::Pending, 100);
+    let mut twice = advance_of(&after, json!({}), vec![tick(100, TickOutcome::Started { run: again.id })], vec![again]);
+    twice.replace_skipped = true;
+    assert!(store.advance_schedule(twice).await.is_err(), "a started tick stays started");
 
     // A replacement moves the version on, so an advance decided before it writes nothing.
     let mut replaced = schedule(None, "a", Some(400));

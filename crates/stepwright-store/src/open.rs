@@ -4,14 +4,15 @@
 use std::sync::Arc;
 
 use stepwright_core::store::quota::QuotaStore;
+use stepwright_core::store::schedule::ScheduleStore;
 use stepwright_core::{MemoryBank, SessionStore, StepCache, Store, StoreError};
 
 /// A store with everything steps use: the journal ([`Store`]), sessions
 /// ([`SessionStore`]), the memory bank ([`MemoryBank`]), shared quotas ([`QuotaStore`])
-/// and the step cache ([`StepCache`]). Every backend here is one.
-pub trait AnyStore: Store + SessionStore + MemoryBank + QuotaStore + StepCache {}
+/// the step cache ([`StepCache`]) and schedules ([`ScheduleStore`]). Every backend here is one.
+pub trait AnyStore: Store + SessionStore + MemoryBank + QuotaStore + StepCache + ScheduleStore {}
 
-impl<T: Store + SessionStore + MemoryBank + QuotaStore + StepCache> AnyStore for T {}
+impl<T: Store + SessionStore + MemoryBank + QuotaStore + StepCache + ScheduleStore> AnyStore for T {}
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]

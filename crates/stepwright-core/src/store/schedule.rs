@@ -122,6 +122,9 @@ pub struct ScheduleAdvance {
     pub ticks: Vec<TickRecord>,
     /// The runs they start (created pending, for any worker to claim).
     pub runs: Vec<RunRecord>,
+    /// A backfill: a tick recorded as skipped may become started (the run the outage or
+    /// the pause kept it from); a started tick stays as it is.
+    pub replace_skipped: bool,
     /// Now.
     pub at: Timestamp,
 }
@@ -230,7 +233,15 @@ impl InMemorySchedules {
         if record.version != advance.version {
             return Ok(false);
         }
-        if let Some(tick) = advance.ticks.iter().find(|tick| ticks.contains_key(&tick.at)) {
+        let taken = |tick: &TickRecord| match ticks.get(&tick.at) {
+            None => false,
+            Some(kept) => {
+                !(advance.replace_skipped
+                    && matches!(kept.outcome, TickOutcome::Skipped { .. })
+                    && matches!(tick.outcome, TickOutcome::Started { .. }))
+            }
+        };
+        if let Some(tick) = advance.ticks.iter().find(|tick| taken(tick)) {
             return Err(tick_recorded(&advance.key, tick.at));
         }
         for run in &advance.runs {

@@ -357,3 +357,66 @@ impl ScheduleStore for Yielding {
         })
     }
 }
+
+/// After an outage the scheduler recorded the missed ticks as skipped; a backfill of the
+/// range starts a run for each, at the rate asked, and a second backfill starts nothing.
+#[tokio::test(start_paused = true)]
+async fn a_backfill_starts_the_missed_ticks_once_at_a_bounded_rate() {
+    let (engine, store) = stepwright_testkit::engine();
+    let scheduler = scheduler_of(&engine, &store);
+    let spec = ScheduleSpec { overlap: Overlap::AllowAll, ..minutely() };
+    scheduler.put(key(), &workflow(), spec, false).await.unwrap();
+    let created = engine.clock().now();
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    scheduler.pass().await.unwrap();
+    let recorded = ticks(&store).await;
+    assert_eq!(recorded.len(), 60);
+    let skipped = outcomes(&recorded).iter().filter(|o| **o == "outside_catchup_window").count();
+    assert_eq!(skipped, 59, "the last minute's tick started; the rest were too late");
+
+    let through = recorded.last().unwrap().at;
+    let future =
+        scheduler.backfill(&key(), created, engine.clock().now().plus(Duration::from_secs(600)), 10, |_, _| {}).await;
+    assert!(future.unwrap_err().to_string().contains("later ticks are the scheduler's"));
+
+    let began = tokio::time::Instant::now();
+    let mut heard = 0;
+    let done = scheduler.backfill(&key(), created, through, 10, |_, _| heard += 1).await.unwrap();
+    assert_eq!((done.started.len(), done.already, heard), (59, 1, 59));
+    assert!(began.elapsed() >= Duration::from_millis(5_800), "10 a second: {:?}", began.elapsed());
+    let after = ticks(&store).await;
+    assert_eq!(outcomes(&after), vec!["started"; 60], "every tick started one run");
+    let runs =
+        store.list_runs(stepwright_core::store::RunFilter { limit: Some(1000), ..Default::default() }).await.unwrap();
+    assert_eq!(runs.len(), 60);
+
+    let again = scheduler.backfill(&key(), created, through, 10, |_, _| {}).await.unwrap();
+    assert_eq!((again.started.len(), again.already), (0, 60), "nothing twice");
+}
+
+#[tokio::test(start_paused = true)]
+async fn trigger_starts_a_run_now_and_pause_resume_change_what_ticks_do() {
+    let (engine, store) = stepwright_testkit::engine();
+    let scheduler = scheduler_of(&engine, &store);
+    scheduler.put(key(), &workflow(), minutely(), false).await.unwrap();
+    let (at, run) = scheduler.trigger(&key()).await.unwrap();
+    assert_eq!(at, engine.clock().now());
+    assert_eq!(store.load(run).await.unwrap().record.caller.user.as_deref(), Some("schedule:digest/minutely"));
+    tokio::time::sleep(to_next_minute()).await;
+    scheduler.pass().await.unwrap();
+    assert_eq!(outcomes(&ticks(&store).await), ["started", "overlap"], "the triggered run still goes");
+
+    assert!(scheduler.set_paused(&key(), true).await.unwrap());
+    assert!(!scheduler.set_paused(&key(), true).await.unwrap(), "paused already");
+    minutes(1).await;
+    scheduler.pass().await.unwrap();
+    assert!(scheduler.set_paused(&key(), false).await.unwrap());
+    finish(&store, &ticks(&store).await[0], RunStatus::Completed).await;
+    minutes(1).await;
+    scheduler.pass().await.unwrap();
+    assert_eq!(outcomes(&ticks(&store).await), ["started", "overlap", "paused", "started"]);
+    let next = scheduler.next_ticks(&key(), 3).await.unwrap();
+    assert_eq!(next.len(), 3);
+    assert!(next.windows(2).all(|w| w[1].at.as_micros() - w[0].at.as_micros() == 60_000_000));
+    assert!(next[0].at > engine.clock().now());
+}

@@ -103,7 +103,9 @@ impl PostgresStore {
                  SELECT $1, $2, at, local, run_id, reason, recorded_at \
                  FROM UNNEST($3::bigint[], $4::text[], $5::uuid[], $6::text[], $7::bigint[]) \
                    AS t(at, local, run_id, reason, recorded_at) \
-                 ON CONFLICT DO NOTHING",
+                 ON CONFLICT (tenant, name, at) DO UPDATE SET run_id = excluded.run_id, reason = NULL, \
+                   recorded_at = excluded.recorded_at \
+                 WHERE $8 AND stepwright_schedule_ticks.run_id IS NULL AND excluded.run_id IS NOT NULL",
             )
             .bind(tenant_of(&a.key))
             .bind(&a.key.name)
@@ -112,6 +114,7 @@ impl PostgresStore {
             .bind(&runs)
             .bind(&reasons)
             .bind(&recorded)
+            .bind(a.replace_skipped)
             .execute(&mut *tx)
             .await
             .map_err(pg(doing))?

@@ -112,7 +112,9 @@ fn advance(conn: &Connection, a: &ScheduleAdvance) -> Result<bool, StoreError> {
         let inserted = conn
             .prepare_cached(
                 "INSERT INTO schedule_ticks (tenant, name, at, local, run_id, reason, recorded_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (tenant, name, at) DO UPDATE SET \
+                 run_id = excluded.run_id, reason = NULL, recorded_at = excluded.recorded_at \
+                 WHERE ?8 AND schedule_ticks.run_id IS NULL AND excluded.run_id IS NOT NULL",
             )
             .and_then(|mut s| {
                 s.execute(params![
@@ -122,7 +124,8 @@ fn advance(conn: &Connection, a: &ScheduleAdvance) -> Result<bool, StoreError> {
                     tick.local,
                     run,
                     reason,
-                    tick.recorded_at.as_micros()
+                    tick.recorded_at.as_micros(),
+                    a.replace_skipped
                 ])
             })
             .map_err(|e| backend(doing, e))?;
