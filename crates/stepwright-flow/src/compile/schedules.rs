@@ -152,10 +152,10 @@ impl Compiler {
             spec.jitter_us =
                 self.duration(item, &format!("{what}'s `jitter`")).map_or(0, stepwright_schedule::spec::micros);
         }
-        if let Some(item) = node.get("catchup_window") {
-            if let Some(window) = self.duration(item, &format!("{what}'s `catchup_window`")) {
-                spec.catchup_window_us = stepwright_schedule::spec::micros(window);
-            }
+        if let Some(item) = node.get("catchup_window")
+            && let Some(window) = self.duration(item, &format!("{what}'s `catchup_window`"))
+        {
+            spec.catchup_window_us = stepwright_schedule::spec::micros(window);
         }
         if let Some(item) = node.get("overlap") {
             spec.overlap = self
