@@ -11,6 +11,7 @@
 mod bindings;
 mod decide;
 mod error;
+mod schedules;
 mod view;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub use bindings::{
 };
 pub use decide::{Decided, continue_run, decide_then_continue, only_interrupt};
 pub use error::AppError;
+pub use schedules::{create_schedules, schedule_key, scheduler};
 use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};
@@ -49,21 +51,54 @@ pub async fn keep_source(store: &dyn Store, workflow: &Workflow, source: Definit
 /// Rebuilds a run's definition from the source the store keeps, with the host's bindings.
 pub async fn definition_of(store: &dyn Store, run: RunId, bindings: &Bindings) -> Result<Workflow, AppError> {
     let record = store.load_from(run, u64::MAX).await.map_err(AppError::Store)?.record;
-    let source = store
-        .get_definition(record.definition_hash)
-        .await
-        .map_err(AppError::Store)?
-        .ok_or_else(|| AppError::NoSource { run, workflow: record.workflow.clone() })?;
+    match rebuild(store, record.definition_hash, bindings).await? {
+        Rebuilt::Missing => Err(AppError::NoSource { run, workflow: record.workflow.clone() }),
+        Rebuilt::Changed(name) => Err(AppError::SourceChanged { run, name }),
+        Rebuilt::Same(workflow) => Ok(workflow),
+    }
+}
+
+/// What the store's source of a definition compiles to.
+enum Rebuilt {
+    /// The store keeps no source under the hash.
+    Missing,
+    /// The source (named) compiles to another definition now.
+    Changed(String),
+    /// The definition.
+    Same(Workflow),
+}
+
+async fn rebuild(
+    store: &dyn Store,
+    hash: stepwright_core::ContentHash,
+    bindings: &Bindings,
+) -> Result<Rebuilt, AppError> {
+    let Some(source) = store.get_definition(hash).await.map_err(AppError::Store)? else { return Ok(Rebuilt::Missing) };
     let mut options = bindings.load_options();
     if !source.files.is_empty() {
         options.files = Some(Arc::new(source.files.clone()));
     }
     let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options).map_err(AppError::Load)?;
     let workflow = prepare(loaded, bindings, Servers::Connected).await?;
-    if workflow.hash() != record.definition_hash {
-        return Err(AppError::SourceChanged { run, name: source.name });
+    Ok(if workflow.hash() == hash { Rebuilt::Same(workflow) } else { Rebuilt::Changed(source.name) })
+}
+
+/// The definition a schedule's runs are pinned to, rebuilt from the source the store keeps.
+pub async fn definition_by_hash(
+    store: &dyn Store,
+    workflow: &str,
+    hash: stepwright_core::ContentHash,
+    bindings: &Bindings,
+) -> Result<Workflow, String> {
+    match rebuild(store, hash, bindings).await.map_err(|e| e.to_string())? {
+        Rebuilt::Missing => {
+            Err(format!("the store keeps no source of workflow {workflow:?} under its definition hash"))
+        }
+        Rebuilt::Changed(name) => {
+            Err(format!("the stored source of {name} no longer compiles to the schedule's definition"))
+        }
+        Rebuilt::Same(workflow) => Ok(workflow),
     }
-    Ok(workflow)
 }
 
 /// What a worker resolves a run's definition with: [`definition_of`] with these bindings.

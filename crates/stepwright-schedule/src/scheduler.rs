@@ -150,6 +150,12 @@ pub struct Backfill {
 /// transactions of this size).
 const TICKS_PER_ADVANCE: usize = 500;
 
+/// How many due schedules one pass takes.
+const DUE_PER_PASS: usize = 1_000;
+
+/// How many schedules one pass advances at once.
+const ADVANCES_AT_ONCE: usize = 64;
+
 /// How often a schedule with ticks waiting for its last run looks again.
 const WAITING_RECHECK: Duration = Duration::from_secs(1);
 
@@ -175,6 +181,8 @@ pub struct Scheduler {
     resolver: Option<ScheduleResolver>,
     render: InputRenderer,
     poll: Duration,
+    /// Where in the list of due schedules this process starts (from its engine's name).
+    offset: u16,
 }
 
 impl Scheduler {
@@ -182,12 +190,16 @@ impl Scheduler {
     /// engine's store).
     pub fn new(engine: Engine, store: Arc<dyn ScheduleStore>) -> Self {
         Self {
-            engine,
             store,
             workflows: HashMap::new(),
             resolver: None,
             render: Arc::new(|input, _| Ok(input.clone())),
             poll: Duration::from_secs(1),
+            offset: {
+                let digest = sha2::Sha256::digest(engine.worker_id().as_bytes());
+                u16::from_le_bytes([digest[0], digest[1]])
+            },
+            engine,
         }
     }
 
@@ -398,11 +410,31 @@ impl Scheduler {
 
     /// Decides every due schedule's ticks, once.
     pub async fn pass(&self) -> Result<PassReport, ScheduleError> {
+        use futures_util::StreamExt;
         let now = self.now();
+        let mut due = self.store.due_schedules(now, DUE_PER_PASS).await?;
+        // Processes that pass at the same moment start at different places in the list, so
+        // they mostly advance different schedules instead of racing for the same ones.
+        if !due.is_empty() {
+            let start = usize::from(self.offset) % due.len();
+            due.rotate_left(start);
+        }
+        // Advances go to the store together (SQLite commits them in one transaction,
+        // Postgres on its pool), not one round trip after another.
+        let mut advances = futures_util::stream::iter(due)
+            .map(|record| async move {
+                let key = record.key.clone();
+                let mut report = PassReport::default();
+                let result = self.advance(record, now, &mut report).await;
+                (key, result, report)
+            })
+            .buffer_unordered(ADVANCES_AT_ONCE);
         let mut report = PassReport::default();
-        for record in self.store.due_schedules(now, 256).await? {
-            let key = record.key.clone();
-            if let Err(error) = self.advance(record, now, &mut report).await {
+        while let Some((key, result, one)) = advances.next().await {
+            report.started.extend(one.started);
+            report.skipped += one.skipped;
+            report.lost += one.lost;
+            if let Err(error) = result {
                 tracing::warn!(schedule = %key, %error, "a schedule could not advance");
                 report.failed.push(error.to_string());
             }
@@ -471,7 +503,13 @@ impl Scheduler {
         let spec = spec_of(&record)?;
         let ticker = ticker_of(&key, &spec)?;
         let mut state = state_of(&record)?;
-        let (mut running, failed) = self.last_run(&state).await?;
+        // Whether the last run still goes matters to every overlap policy but `allow_all`,
+        // and to `pause_on_failure`.
+        let (mut running, failed) = if spec.overlap == crate::spec::Overlap::AllowAll && !spec.pause_on_failure {
+            (false, false)
+        } else {
+            self.last_run(&state).await?
+        };
         let mut paused = record.paused;
         if failed && spec.pause_on_failure && !paused && state.last_run.is_some() {
             tracing::info!(schedule = %key, run = ?state.last_run, "a run of the schedule failed: paused");

@@ -178,6 +178,12 @@ impl Server {
                 runner = runner.log_to(Arc::new(move |event| metrics.runner_event(&event)));
             }
             let stop_worker = stop.clone();
+            // The server's worker also starts the runs of due schedules (each tick once,
+            // whichever process decides it first).
+            let scheduler =
+                stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), config.bindings.clone());
+            let stop_scheduler = stop.clone();
+            tokio::spawn(async move { scheduler.run(stop_scheduler).await });
             tokio::spawn(async move { runner.run(stop_worker).await })
         });
         let hooks = tokio::spawn(webhooks::run(shared.store.clone(), config.metrics.clone(), stop.clone()));

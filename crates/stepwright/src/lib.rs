@@ -56,6 +56,13 @@ pub mod app {
     pub use stepwright_app::*;
 }
 
+/// Schedules: cron and intervals, overlap, catch-up, exactly once per tick
+/// (`stepwright-schedule`).
+#[cfg(feature = "app")]
+pub mod schedule {
+    pub use stepwright_schedule::*;
+}
+
 /// The stores by URL, with the control tables a server keeps (`stepwright-store`).
 #[cfg(feature = "app")]
 pub mod stores {

@@ -7,6 +7,7 @@ mod run;
 mod keys;
 mod remote;
 mod runs;
+mod schedules;
 mod serve;
 mod worker;
 
@@ -156,5 +157,6 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
             serve::serve(g, config).await
         }
         Command::Keys { command } => keys::keys(g, command).await,
+        Command::Schedules { command } => schedules::schedules(g, command).await,
     }
 }

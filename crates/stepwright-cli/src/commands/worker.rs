@@ -12,7 +12,10 @@ pub(crate) async fn worker(g: &Globals<'_>, once: bool, tenant: Option<String>) 
         .worker_id(&stepwright::local_worker_id("worker", &stepwright::SystemEntropy::new()))
         .config(flags.engine_config())
         .build();
-    let resolver = stepwright::app::resolver(store, flags.bindings());
+    let resolver = stepwright::app::resolver(store.clone(), flags.bindings());
+    // Every worker also starts the runs of due schedules: each tick once, whichever
+    // process decides it first.
+    let scheduler = stepwright::app::scheduler(engine.clone(), store, flags.bindings());
     let print = worker_log(g.json_logs, engine.worker_id().to_owned());
     let log: stepwright::RunnerLog = match stepwright::telemetry::metrics() {
         Some(metrics) => std::sync::Arc::new(move |event| {
@@ -26,6 +29,7 @@ pub(crate) async fn worker(g: &Globals<'_>, once: bool, tenant: Option<String>) 
         runner = runner.only_tenant(tenant);
     }
     if once {
+        scheduler.pass().await?;
         runner.tick().await?;
         return Ok(0);
     }
@@ -35,6 +39,11 @@ pub(crate) async fn worker(g: &Globals<'_>, once: bool, tenant: Option<String>) 
         let _ = tokio::signal::ctrl_c().await;
         signal.cancel();
     });
+    let scheduling = tokio::spawn({
+        let stop = stop.clone();
+        async move { scheduler.run(stop).await }
+    });
     runner.run(stop).await?;
+    let _ = scheduling.await;
     Ok(130)
 }

@@ -11,6 +11,7 @@ mod hostile;
 mod mcp;
 mod models;
 mod processes;
+mod schedules;
 mod serve;
 mod snapshots;
 mod telemetry;

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 /// One store the processes share, as `--db` arguments.
-struct Db {
-    name: &'static str,
-    url: String,
+pub(crate) struct Db {
+    pub(crate) name: &'static str,
+    pub(crate) url: String,
 }
 
 impl Db {
-    fn args<'a>(&'a self, rest: &[&'a str]) -> Vec<&'a str> {
+    pub(crate) fn args<'a>(&'a self, rest: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec!["--db", self.url.as_str()];
         args.extend_from_slice(rest);
         args
@@ -24,7 +24,7 @@ impl Db {
 }
 
 /// SQLite in `dir`, and Postgres in a schema of its own when configured.
-fn stores(dir: &Path, test: &str) -> Vec<Db> {
+pub(crate) fn stores(dir: &Path, test: &str) -> Vec<Db> {
     let mut stores = vec![Db { name: "sqlite", url: format!("sqlite://{}", dir.join("shared.db").display()) }];
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     if let Some(url) = runtime.block_on(stepwright::stores::postgres::test_url(test)) {
@@ -49,7 +49,7 @@ fn spawn(dir: &Path, args: &[&str]) -> Child {
         .expect("spawn stepwright")
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
