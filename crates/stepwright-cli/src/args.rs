@@ -229,6 +229,11 @@ pub(crate) enum Command {
         /// its first activation's spans are children of that span.
         #[arg(long, value_name = "TRACEPARENT", value_parser = parse_traceparent)]
         traceparent: Option<stepwright::trace::TraceParent>,
+        /// Start at most one run for this key (in the tenant; 1 to 255 characters): a second
+        /// `run` with it starts nothing and shows the first run, as the API's
+        /// `idempotency_key` does.
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
         #[command(flatten)]
         who: Identity,
     },

@@ -109,8 +109,9 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         Command::Schema => file::schema(),
         Command::Validate { file } => file::validate(g, file).await,
         Command::Graph { file, format } => file::graph(g, file, format).await,
-        Command::Run { file, input, json, detach, priority, concurrency, traceparent, who } => {
-            run::run(g, file, input, json, detach, run::StartFlags { priority, concurrency, traceparent }, who).await
+        Command::Run { file, input, json, detach, priority, concurrency, traceparent, idempotency_key, who } => {
+            let flow = run::StartFlags { priority, concurrency, traceparent, idempotency_key };
+            run::run(g, file, input, json, detach, flow, who).await
         }
         Command::Resume { run, json, tenant } => run::resume(g, run, json, tenant).await,
         Command::Approve { run, who, payload, json } => decide::approve(g, run, who, payload, json).await,

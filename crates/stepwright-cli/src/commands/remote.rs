@@ -127,7 +127,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
         Ok(())
     };
     match command {
-        Command::Run { file, input, json, detach, priority, concurrency, traceparent, who } => {
+        Command::Run { file, input, json, detach, priority, concurrency, traceparent, idempotency_key, who } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
             let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
             let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
@@ -140,6 +140,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
                 "wait_seconds": wait,
                 "priority": priority,
                 "concurrency": concurrency.map(|c| json!({ "key": c.key, "limit": c.limit })),
+                "idempotency_key": idempotency_key,
             });
             let run = remote.call_traced(reqwest::Method::POST, "/v1/runs", Some(body), traceparent.as_ref()).await?;
             if detach {

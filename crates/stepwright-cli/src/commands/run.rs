@@ -15,6 +15,8 @@ pub(crate) struct StartFlags {
     pub(crate) priority: Option<i32>,
     pub(crate) concurrency: Option<stepwright::Concurrency>,
     pub(crate) traceparent: Option<stepwright::trace::TraceParent>,
+    /// `run --idempotency-key`.
+    pub(crate) idempotency_key: Option<String>,
 }
 
 /// `run`: starts a run of a file (or, with `--detach`, creates it for a worker).
@@ -38,13 +40,45 @@ pub(crate) async fn run(
     let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
     keep_source(&store, &workflow, &file).await?;
     let engine = cli_engine(&store, !json, flags);
-    let options = stepwright::StartOptions {
+    let mut options = stepwright::StartOptions {
         caller: who.caller(),
         priority: flow.priority,
         concurrency: flow.concurrency,
         traceparent: flow.traceparent,
         ..Default::default()
     };
+    if let Some(key) = &flow.idempotency_key {
+        // Refused input claims no key: the same command fixed is a first one.
+        stepwright::Engine::check_input(&workflow, &input)?;
+        let now = crate::host::wall_now();
+        let run = stepwright::RunId::from_parts(now, stepwright::Entropy::bytes10(&stepwright::SystemEntropy::new()));
+        let namespace = who.tenant.as_deref().unwrap_or_default();
+        match stepwright::app::claim_start(store.as_ref(), namespace, key, run, now).await? {
+            stepwright::app::IdempotentStart::Fresh => options.run_id = Some(run),
+            stepwright::app::IdempotentStart::First(first) => {
+                eprintln!("stepwright: idempotency key {key:?} named run {first} already; nothing new was started");
+                let report = engine.report(first).await?;
+                if detach {
+                    println!(
+                        "{}",
+                        if json {
+                            json!({ "run_id": first, "status": report.status }).to_string()
+                        } else {
+                            first.to_string()
+                        }
+                    );
+                    return Ok(0);
+                }
+                print_report(&report, json);
+                return Ok(exit_code(report.status));
+            }
+            stepwright::app::IdempotentStart::Starting(first) => {
+                return Err(anyhow::anyhow!(
+                    "a start with idempotency key {key:?} is creating run {first} right now; ask again shortly"
+                ));
+            }
+        }
+    }
     if detach {
         let record = engine.create(&workflow, input, options).await?;
         println!(

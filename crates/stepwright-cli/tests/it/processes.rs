@@ -707,3 +707,65 @@ fn durability_async_may_lose_the_last_batch_of_completions_and_sync_does_not() {
         }
     }
 }
+
+/// `run --idempotency-key`: of several processes starting with one key at once, one
+/// creates a run and the others answer with it; an attached `run` with a used key shows the
+/// first run's outcome; another tenant's key is another key; a key too long is refused.
+#[test]
+fn run_with_an_idempotency_key_starts_one_run_across_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "once.yaml", "workflow: once\nsteps:\n  - id: a\n    set: \"{{ input }}\"\n");
+    for db in stores(dir.path(), "run_with_an_idempotency_key") {
+        let starts: Vec<Child> = (0..4)
+            .map(|_| {
+                spawn(
+                    dir.path(),
+                    &db.args(&["run", "once.yaml", "--detach", "--input", "1", "--idempotency-key", "nightly-7"]),
+                )
+            })
+            .collect();
+        let ids: Vec<String> = starts
+            .into_iter()
+            .map(|child| {
+                let output = child.wait_with_output().unwrap();
+                assert_eq!(output.status.code(), Some(0), "{}: {}", db.name, text(&output.stderr));
+                text(&output.stdout).trim().to_owned()
+            })
+            .collect();
+        assert!(ids.iter().all(|id| *id == ids[0]), "{}: one run for the key: {ids:?}", db.name);
+        assert_eq!(runs(dir.path(), &db).len(), 1, "{}", db.name);
+        // A worker completes it; an attached `run` with the key shows its outcome.
+        let worked = stepwright(dir.path(), &db.args(&["worker", "--once"]));
+        assert_eq!(worked.status.code(), Some(0), "{}", text(&worked.stderr));
+        let again = stepwright(
+            dir.path(),
+            &db.args(&["run", "once.yaml", "--input", "2", "--json", "--idempotency-key", "nightly-7"]),
+        );
+        assert_eq!(again.status.code(), Some(0), "{}: {}", db.name, text(&again.stderr));
+        let shown = json_of(&again);
+        assert_eq!((shown["run_id"].as_str(), &shown["output"]), (Some(ids[0].as_str()), &json!(1)), "the first run's");
+        assert!(text(&again.stderr).contains("named run"), "{}", text(&again.stderr));
+        // Another tenant: another key.
+        let other = stepwright(
+            dir.path(),
+            &db.args(&[
+                "run",
+                "once.yaml",
+                "--input",
+                "3",
+                "--detach",
+                "--idempotency-key",
+                "nightly-7",
+                "--tenant",
+                "acme",
+            ]),
+        );
+        assert_eq!(other.status.code(), Some(0), "{}", text(&other.stderr));
+        assert_ne!(text(&other.stdout).trim(), ids[0]);
+        let long = "k".repeat(256);
+        let refused = stepwright(dir.path(), &db.args(&["run", "once.yaml", "--detach", "--idempotency-key", &long]));
+        assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+        assert!(text(&refused.stderr).contains("1 to 255 characters"));
+        assert_eq!(runs(dir.path(), &db).len(), 2, "{}", db.name);
+    }
+}

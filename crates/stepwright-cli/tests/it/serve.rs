@@ -358,6 +358,21 @@ fn the_remote_mode_gives_the_local_output_and_exit_codes() {
     assert_eq!(forked.status.code(), Some(0), "{}", String::from_utf8_lossy(&forked.stderr));
     let forked: Value = serde_json::from_slice(&forked.stdout).unwrap();
     assert_eq!((&forked["parent"], &forked["at"]), (&json!(run), &json!("shout")));
+    // An idempotency key means one run, through the server and from the store alike.
+    let keyed = |args: &[&str]| {
+        let output = remote(dir.path(), &base, &operator, args);
+        assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+        text(&output).trim().to_owned()
+    };
+    let input = r#"{"name":"Bo"}"#;
+    let first = keyed(&["run", &file, "--input", input, "--detach", "--idempotency-key", "greet-bo"]);
+    assert_eq!(keyed(&["run", &file, "--input", input, "--detach", "--idempotency-key", "greet-bo"]), first);
+    let local = crate::support::stepwright(
+        dir.path(),
+        &["--db", &db, "run", &file, "--input", input, "--detach", "--idempotency-key", "greet-bo", "--tenant", "acme"],
+    );
+    assert_eq!(String::from_utf8_lossy(&local.stdout).trim(), first, "the API's key, from the CLI in its tenant");
+
     let child = forked["run_id"].as_str().unwrap();
     let mut shown = Value::Null;
     for _ in 0..100 {

@@ -10,10 +10,11 @@ use axum::http::StatusCode;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use stepwright_app::IdempotentStart;
 use stepwright_app::RunDetails;
 use stepwright_core::store::RunFilter;
 use stepwright_core::{CancelOutcome, Entropy, RunId, RunStatus, StartOptions, Timestamp, Workflow};
-use stepwright_store::control::{AuditEntry, IdempotencyClaim};
+use stepwright_store::control::AuditEntry;
 
 use super::workflows::not_registered;
 use super::{Body, OptionalBody, Params, parse_run, run_in_namespace};
@@ -23,10 +24,6 @@ use crate::state::Shared;
 
 /// The longest `wait_seconds` honoured.
 const MAX_WAIT: Duration = Duration::from_secs(60);
-
-/// How long a second request with a taken idempotency key waits for the first one's run
-/// to be stored before it takes the key over (the first one died between the two).
-const CLAIM_ABANDONED_AFTER: Duration = Duration::from_secs(10);
 
 /// A run to start.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -99,24 +96,18 @@ pub(crate) async fn start(
     let now = shared.now();
     let run = RunId::from_parts(now, stepwright_core::SystemEntropy::new().bytes10());
     if let Some(key) = &body.idempotency_key {
-        if key.is_empty() || key.len() > 255 {
-            return Err(ApiError::bad_request("idempotency_key must be 1 to 255 characters"));
-        }
-        match shared.store.claim_idempotency(who.namespace(), key, run, now).await? {
-            IdempotencyClaim::Claimed => {}
-            IdempotencyClaim::Taken { run: first, at } => {
-                if let Some(answer) = first_run(&shared, &who, first, wait).await? {
-                    return Ok((StatusCode::OK, Json(answer)));
-                }
-                // The first request claimed the key and never stored its run.
-                let abandoned = now.since(at) >= CLAIM_ABANDONED_AFTER;
-                if !abandoned || !shared.store.reclaim_idempotency(who.namespace(), key, first, run, now).await? {
-                    return Err(ApiError::new(
-                        StatusCode::CONFLICT,
-                        "idempotency_in_progress",
-                        format!("a request with idempotency key {key:?} is starting run {first}; ask again shortly"),
-                    ));
-                }
+        match stepwright_app::claim_start(shared.store.as_ref(), who.namespace(), key, run, now).await? {
+            IdempotentStart::Fresh => {}
+            IdempotentStart::First(first) => {
+                run_in_namespace(&shared, &who, first).await?;
+                return Ok((StatusCode::OK, Json(wait_and_read(&shared, first, wait).await?)));
+            }
+            IdempotentStart::Starting(first) => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "idempotency_in_progress",
+                    format!("a request with idempotency key {key:?} is starting run {first}; ask again shortly"),
+                ));
             }
         }
     }
@@ -137,26 +128,6 @@ pub(crate) fn wait_for(seconds: Option<f64>) -> Result<Duration, ApiError> {
         Some(s) if (0.0..=60.0).contains(&s) => Ok(Duration::from_secs_f64(s).min(MAX_WAIT)),
         Some(s) => Err(ApiError::bad_request(format!("wait_seconds must be a number from 0 to 60, not {s}"))),
     }
-}
-
-/// The run an idempotency key named first, once it is stored (waiting for it as asked).
-async fn first_run(
-    shared: &Shared,
-    who: &Principal,
-    run: RunId,
-    wait: Duration,
-) -> Result<Option<RunDetails>, ApiError> {
-    // The first request stores its run right after claiming the key: give it a moment.
-    for _ in 0..100 {
-        match run_in_namespace(shared, who, run).await {
-            Ok(_) => return Ok(Some(wait_and_read(shared, run, wait).await?)),
-            Err(error) if error.status == StatusCode::NOT_FOUND => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Err(error) => return Err(error),
-        }
-    }
-    Ok(None)
 }
 
 /// Creates the run and, when this server executes runs, executes it in a task of its own
