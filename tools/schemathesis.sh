@@ -37,6 +37,15 @@ def post(path, body):
         headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
     return json.load(urllib.request.urlopen(request))
 post("/v1/workflows", {"source": source})
+# Schedules, so that their listing and details have data (hourly: no run starts meanwhile).
+post("/v1/workflows", {"source": """workflow: hourly
+schedules:
+  report: { every: 1h, input: { at: "{{ tick.at }}" } }
+steps:
+  - id: note
+    set: "{{ input.at | default('now') }}"
+"""})
+post("/v1/schedules", {"workflow": "hourly"})
 for _ in range(3):
     post("/v1/runs", {"workflow": "greet", "input": {"name": "Ada"}, "wait_seconds": 5})
 PY

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 mod observability;
 mod postgres;
+mod schedules;
 
 use serde_json::{Value, json};
 use stepwright::{Engine, Expr, Fork, InMemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow};
@@ -782,6 +783,29 @@ fn main() {
                 }
             }
             Err(_) => println!("| D8 | skipped: STEPWRIGHT_TEST_DATABASE_URL is not set | | | |"),
+        }
+    }
+    if wanted("s1") {
+        let (period, seconds, idle) = if quick { (Duration::from_secs(10), 10, 5) } else { (Duration::from_secs(60), 60, 30) };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut stores = vec![("SQLite", schedules::Target::Sqlite(dir.path().join("s1.db")))];
+        if let Ok(url) = std::env::var("STEPWRIGHT_TEST_DATABASE_URL") {
+            stores.push(("Postgres", schedules::Target::Postgres(url)));
+        }
+        for (name, store) in stores {
+            let f = schedules::s1(store, period, seconds, idle);
+            println!(
+                "| S1 | {} schedules every {period:?} (phases spread), one worker, {name}: tick → run executing over {seconds} s ({} ticks) | p50 {:.1} ms, p99 {:.1} ms | max {:.1} ms | (report) |",
+                schedules::SCHEDULES,
+                f.ticks,
+                f.p50_ms,
+                f.p99_ms,
+                f.max_ms
+            );
+            println!(
+                "| S1 | the same worker with no tick due (each schedule's next a year away), {name}, {idle} s | {:.1} ms CPU/s | | (report) |",
+                f.idle_cpu_ms_per_s
+            );
         }
     }
     let cli_built = std::env::current_exe().map(|e| e.with_file_name("stepwright").exists()).unwrap_or(false);

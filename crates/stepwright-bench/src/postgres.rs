@@ -313,3 +313,8 @@ pub(crate) fn w3_on_postgres(url: &str, concurrent: usize) -> f64 {
         wall
     })
 }
+
+/// A Postgres store in a fresh schema of its own, for S1 (made on the caller's runtime).
+pub(crate) async fn s1_store(url: &str) -> Arc<stepwright::PostgresStore> {
+    fresh_schema(url, "stepwright_bench_s1").await.1
+}

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::keys::Role;
 use crate::problem::Problem;
-use crate::routes::{auth, events, history, hooks, interrupts, links, runs, session, workflows};
+use crate::routes::{auth, events, history, hooks, interrupts, links, runs, schedules, session, workflows};
 
 /// One operation: a method on a path, with its types.
 struct Operation {
@@ -457,6 +457,83 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             query: None,
             responses: vec![(200, "Newest first.", Some(schema::<Vec<hooks::DeliveryView>>(g)), JSON)],
             errors: &[403, 404],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/schedules",
+            id: "createSchedules",
+            summary: "Keep a registered workflow's `schedules:` in the namespace (created, or replaced keeping what they decided); every worker starts their runs, each tick once.",
+            role: Some(Role::Operator),
+            body: Some(schema::<schedules::CreateSchedules>(g)),
+            query: None,
+            responses: vec![(201, "Kept.", Some(schema::<Vec<schedules::ScheduleView>>(g)), JSON)],
+            errors: &[400, 403, 404, 413, 415, 422],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/schedules",
+            id: "listSchedules",
+            summary: "The namespace's schedules, by workflow and name.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(200, "By name.", Some(schema::<Vec<schedules::ScheduleView>>(g)), JSON)],
+            errors: &[403],
+        },
+        Operation {
+            method: "get",
+            path: "/v1/schedules/{workflow}/{schedule}",
+            id: "showSchedule",
+            summary: "A schedule: its spec, next fires, ticks waiting for a run, and last ticks with the run each started or why it started none.",
+            role: Some(Role::Viewer),
+            body: None,
+            query: None,
+            responses: vec![(200, "The schedule.", Some(schema::<schedules::ScheduleDetails>(g)), JSON)],
+            errors: &[403, 404],
+        },
+        Operation {
+            method: "delete",
+            path: "/v1/schedules/{workflow}/{schedule}",
+            id: "deleteSchedule",
+            summary: "Delete a schedule and its tick records; its runs stay.",
+            role: Some(Role::Operator),
+            body: None,
+            query: None,
+            responses: vec![(204, "Deleted.", None, JSON)],
+            errors: &[403, 404],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/schedules/{workflow}/{schedule}/pause",
+            id: "pauseSchedule",
+            summary: "Pause a schedule: its ticks start nothing and are recorded `paused`.",
+            role: Some(Role::Operator),
+            body: None,
+            query: None,
+            responses: vec![(200, "Paused.", Some(schema::<schedules::ScheduleView>(g)), JSON)],
+            errors: &[403, 404],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/schedules/{workflow}/{schedule}/resume",
+            id: "resumeSchedule",
+            summary: "Resume a paused schedule from its next tick.",
+            role: Some(Role::Operator),
+            body: None,
+            query: None,
+            responses: vec![(200, "Resumed.", Some(schema::<schedules::ScheduleView>(g)), JSON)],
+            errors: &[403, 404],
+        },
+        Operation {
+            method: "post",
+            path: "/v1/schedules/{workflow}/{schedule}/trigger",
+            id: "triggerSchedule",
+            summary: "Start a run of a schedule now, outside its cadence (recorded as a tick).",
+            role: Some(Role::Operator),
+            body: None,
+            query: None,
+            responses: vec![(201, "Started.", Some(schema::<schedules::Triggered>(g)), JSON)],
+            errors: &[400, 403, 404],
         },
     ]
 }

@@ -90,6 +90,10 @@ pub struct SqliteStore {
     readers: Arc<Mutex<Vec<Connection>>>,
     max_readers: usize,
     fail_next_commit: Arc<AtomicBool>,
+    /// New pending work written by this process (a run created, a run woken, the runs of a
+    /// schedule's tick): a runner in this process waiting for work wakes at once. Other
+    /// processes on the file find it at their next poll (SQLite has no notifications).
+    work: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -193,7 +197,14 @@ impl SqliteStore {
             readers: Arc::new(Mutex::new(readers)),
             max_readers: options.read_connections.max(1),
             fail_next_commit,
+            work: Arc::new(tokio::sync::Notify::new()),
         })
+    }
+
+    /// Wakes a runner of this process waiting for work (one permit is kept if none waits,
+    /// so a runner busy right now looks when it next waits).
+    pub(crate) fn announce_work(&self) {
+        self.work.notify_one();
     }
 
     /// The database file.
@@ -1227,7 +1238,14 @@ fn load_from(conn: &Connection, run: RunId, from: u64) -> Result<LoadedRun, Stor
 
 impl Store for SqliteStore {
     fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.send(|ack| Op::Create(Box::new(record), ack)))
+        let pending = record.status == RunStatus::Pending;
+        Box::pin(async move {
+            self.send(|ack| Op::Create(Box::new(record), ack)).await?;
+            if pending {
+                self.announce_work();
+            }
+            Ok(())
+        })
     }
 
     fn append<'a>(
@@ -1245,7 +1263,20 @@ impl Store for SqliteStore {
     }
 
     fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.send(move |ack| Op::SetStatus(run, update, ack)))
+        let waits = matches!(update.status, RunStatus::Pending | RunStatus::Suspended);
+        Box::pin(async move {
+            self.send(move |ack| Op::SetStatus(run, update, ack)).await?;
+            if waits {
+                self.announce_work();
+            }
+            Ok(())
+        })
+    }
+
+    fn wait_for_work(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = tokio::time::timeout(timeout, self.work.notified()).await;
+        })
     }
 
     fn load_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<LoadedRun, StoreError>> {

@@ -10,6 +10,7 @@ pub(crate) mod interrupts;
 pub(crate) mod links;
 pub(crate) mod meta;
 pub(crate) mod runs;
+pub(crate) mod schedules;
 pub(crate) mod session;
 pub(crate) mod workflows;
 
@@ -57,6 +58,11 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/webhooks", post(hooks::create).get(hooks::list))
         .route("/v1/webhooks/{id}", axum::routing::delete(hooks::delete))
         .route("/v1/webhooks/{id}/deliveries", get(hooks::deliveries))
+        .route("/v1/schedules", post(schedules::create).get(schedules::list))
+        .route("/v1/schedules/{workflow}/{schedule}", get(schedules::show).delete(schedules::delete))
+        .route("/v1/schedules/{workflow}/{schedule}/pause", post(schedules::pause))
+        .route("/v1/schedules/{workflow}/{schedule}/resume", post(schedules::resume))
+        .route("/v1/schedules/{workflow}/{schedule}/trigger", post(schedules::trigger))
 }
 
 /// A run id from a path, or `404` (an id that does not parse names no run).

@@ -6,6 +6,7 @@ mod dashboard;
 mod hooks;
 mod links;
 mod openapi;
+mod schedules;
 mod session;
 mod streams;
 

@@ -201,7 +201,14 @@ impl ScheduleStore for SqliteStore {
     }
 
     fn advance_schedule(&self, a: ScheduleAdvance) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(self.write(move |conn| advance(conn, &a)))
+        let starts = !a.runs.is_empty();
+        Box::pin(async move {
+            let written = self.write(move |conn| advance(conn, &a)).await?;
+            if written && starts {
+                self.announce_work();
+            }
+            Ok(written)
+        })
     }
 
     fn ticks<'a>(&'a self, key: &'a ScheduleKey, limit: usize) -> BoxFuture<'a, Result<Vec<TickRecord>, StoreError>> {

@@ -1,0 +1,281 @@
+//! `/v1/schedules`: a registered workflow's `schedules:` kept and driven through the API,
+//! in the key's namespace — create (from the workflow's file), list, show (next fires, ticks
+//! waiting, last ticks), pause, resume, trigger, delete. The server's worker (and every
+//! other worker on the store) starts their runs, each tick once.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome, TickRecord};
+use stepwright_schedule::{ScheduleError, Scheduler};
+
+use super::Body;
+use super::runs::audit;
+use crate::keys::{Principal, Role};
+use crate::problem::ApiError;
+use crate::state::{Shared, registered_source};
+
+/// The schedules of a registered workflow to keep.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateSchedules {
+    /// The registered workflow whose file declares them (`schedules:`).
+    #[schemars(length(min = 1))]
+    pub workflow: String,
+    /// Its version (default: the newest).
+    #[schemars(range(min = 1))]
+    pub version: Option<u32>,
+    /// Only these schedules of the file (default: all).
+    #[serde(default)]
+    pub only: Vec<String>,
+    /// Keep them paused: their ticks are recorded as skipped until resumed.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// A schedule as the API shows it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ScheduleView {
+    /// Its workflow.
+    pub workflow: String,
+    /// Its name in the workflow's file.
+    pub schedule: String,
+    /// What it says: cadence, bounds, jitter, input, overlap, catch-up window.
+    pub spec: Value,
+    /// Paused: its ticks start nothing.
+    pub paused: bool,
+    /// When its next tick fires (µs since the epoch; none past its end).
+    pub next_fire_at: Option<i64>,
+    /// When it was created (µs since the epoch).
+    pub created_at: i64,
+}
+
+/// A schedule with its next fires and its recent ticks.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct ScheduleDetails {
+    /// The schedule.
+    #[serde(flatten)]
+    pub schedule: ScheduleView,
+    /// Its next ticks (µs since the epoch, and the reading in its zone).
+    pub next_fires: Vec<TickView>,
+    /// Ticks waiting for the last run to end (`buffer_one`, `buffer_all`).
+    pub waiting: Vec<TickView>,
+    /// The run of its last started tick.
+    pub last_run: Option<String>,
+    /// Its last ticks, newest first: the run each started, or why it started none.
+    pub ticks: Vec<TickView>,
+}
+
+/// A tick.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct TickView {
+    /// Its time (µs since the epoch).
+    pub at: i64,
+    /// Its reading in the schedule's zone.
+    pub local: String,
+    /// The run it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Why it started none (`overlap`, `buffer_full`, `outside_catchup_window`, `paused`,
+    /// `dst_gap`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// What `trigger` started.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct Triggered {
+    /// The run.
+    pub run_id: String,
+    /// Its tick (µs since the epoch).
+    pub tick_at: i64,
+}
+
+impl From<&TickRecord> for TickView {
+    fn from(tick: &TickRecord) -> Self {
+        let (run_id, skipped) = match &tick.outcome {
+            TickOutcome::Started { run } => (Some(run.to_string()), None),
+            TickOutcome::Skipped { reason } => (None, Some(reason.clone())),
+        };
+        Self { at: tick.at.as_micros(), local: tick.local.clone(), run_id, skipped }
+    }
+}
+
+fn view(record: &ScheduleRecord) -> ScheduleView {
+    let schedule = record.key.name.split_once('/').map_or(record.key.name.as_str(), |(_, name)| name);
+    ScheduleView {
+        workflow: record.workflow.clone(),
+        schedule: schedule.to_owned(),
+        spec: record.spec.clone(),
+        paused: record.paused,
+        next_fire_at: record.due_at.map(stepwright_core::Timestamp::as_micros),
+        created_at: record.created_at.as_micros(),
+    }
+}
+
+fn key(who: &Principal, workflow: &str, schedule: &str) -> ScheduleKey {
+    stepwright_app::schedule_key(Some(who.namespace()), workflow, schedule)
+}
+
+fn scheduler(shared: &Shared) -> Scheduler {
+    stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), shared.bindings.clone())
+}
+
+fn failed(error: ScheduleError) -> ApiError {
+    match &error {
+        ScheduleError::NotFound(key) => ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no schedule {}", key.name)),
+        _ if error.fault() == stepwright_core::Fault::Caller => ApiError::bad_request(error.to_string()),
+        _ => ApiError::internal(error.to_string()),
+    }
+}
+
+/// `POST /v1/schedules` (operator): keeps a registered workflow's schedules.
+pub(crate) async fn create(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Body(body): Body<CreateSchedules>,
+) -> Result<(StatusCode, Json<Vec<ScheduleView>>), ApiError> {
+    who.require(Role::Operator)?;
+    let registered = shared.registered(who.namespace(), &body.workflow, body.version).await?.ok_or_else(|| {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no registered workflow {:?}", body.workflow))
+    })?;
+    let workflow = shared.workflow(&registered).await?;
+    let source = registered_source(&registered);
+    let mut options = shared.bindings.load_options();
+    options.files = Some(Arc::new(registered.files.clone()));
+    let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options)
+        .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
+    let declared: Vec<&str> = loaded.schedules.iter().map(|s| s.name.as_str()).collect();
+    if declared.is_empty() {
+        return Err(ApiError::bad_request(format!("workflow {:?} declares no `schedules:`", body.workflow)));
+    }
+    if let Some(unknown) = body.only.iter().find(|name| !declared.contains(&name.as_str())) {
+        return Err(ApiError::bad_request(format!(
+            "only: workflow {:?} declares no schedule {unknown:?} (it has: {})",
+            body.workflow,
+            declared.join(", ")
+        )));
+    }
+    shared.store.put_definition(registered.hash, source).await?;
+    let kept = stepwright_app::create_schedules(
+        &scheduler(&shared),
+        Some(who.namespace()),
+        &workflow,
+        &loaded.schedules,
+        &body.only,
+        body.paused,
+    )
+    .await
+    .map_err(failed)?;
+    for record in &kept {
+        audit(&shared, &who, "schedule.created", record.key.name.clone(), json!({ "paused": record.paused })).await?;
+    }
+    Ok((StatusCode::CREATED, Json(kept.iter().map(view).collect())))
+}
+
+/// `GET /v1/schedules` (viewer): the namespace's schedules, by name.
+pub(crate) async fn list(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+) -> Result<Json<Vec<ScheduleView>>, ApiError> {
+    who.require(Role::Viewer)?;
+    let records = shared.store.schedules(Some(who.namespace())).await?;
+    Ok(Json(records.iter().map(view).collect()))
+}
+
+/// `GET /v1/schedules/{workflow}/{schedule}` (viewer).
+pub(crate) async fn show(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, schedule)): Path<(String, String)>,
+) -> Result<Json<ScheduleDetails>, ApiError> {
+    who.require(Role::Viewer)?;
+    let key = key(&who, &workflow, &schedule);
+    let record = shared.store.schedule(&key).await?.ok_or_else(|| failed(ScheduleError::NotFound(key.clone())))?;
+    let next_fires = scheduler(&shared).next_ticks(&key, 5).await.map_err(failed)?;
+    let state = stepwright_schedule::scheduler::state_of(&record).map_err(failed)?;
+    let ticks = shared.store.ticks(&key, 20).await?;
+    Ok(Json(ScheduleDetails {
+        schedule: view(&record),
+        next_fires: next_fires
+            .iter()
+            .map(|t| TickView { at: t.at.as_micros(), local: t.local.clone(), run_id: None, skipped: None })
+            .collect(),
+        waiting: state
+            .waiting
+            .iter()
+            .map(|w| TickView { at: w.at.as_micros(), local: w.local.clone(), run_id: None, skipped: None })
+            .collect(),
+        last_run: state.last_run.map(|run| run.to_string()),
+        ticks: ticks.iter().map(TickView::from).collect(),
+    }))
+}
+
+/// `POST /v1/schedules/{workflow}/{schedule}/pause` (operator).
+pub(crate) async fn pause(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, schedule)): Path<(String, String)>,
+) -> Result<Json<ScheduleView>, ApiError> {
+    set_paused(&shared, &who, &workflow, &schedule, true).await
+}
+
+/// `POST /v1/schedules/{workflow}/{schedule}/resume` (operator).
+pub(crate) async fn resume(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, schedule)): Path<(String, String)>,
+) -> Result<Json<ScheduleView>, ApiError> {
+    set_paused(&shared, &who, &workflow, &schedule, false).await
+}
+
+async fn set_paused(
+    shared: &Shared,
+    who: &Principal,
+    workflow: &str,
+    schedule: &str,
+    paused: bool,
+) -> Result<Json<ScheduleView>, ApiError> {
+    who.require(Role::Operator)?;
+    let key = key(who, workflow, schedule);
+    if scheduler(shared).set_paused(&key, paused).await.map_err(failed)? {
+        let action = if paused { "schedule.paused" } else { "schedule.resumed" };
+        audit(shared, who, action, key.name.clone(), json!({})).await?;
+    }
+    let record = shared.store.schedule(&key).await?.ok_or_else(|| failed(ScheduleError::NotFound(key.clone())))?;
+    Ok(Json(view(&record)))
+}
+
+/// `POST /v1/schedules/{workflow}/{schedule}/trigger` (operator): a run now.
+pub(crate) async fn trigger(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, schedule)): Path<(String, String)>,
+) -> Result<(StatusCode, Json<Triggered>), ApiError> {
+    who.require(Role::Operator)?;
+    let key = key(&who, &workflow, &schedule);
+    let (at, run) = scheduler(&shared).trigger(&key).await.map_err(failed)?;
+    audit(&shared, &who, "schedule.triggered", key.name.clone(), json!({ "run_id": run })).await?;
+    Ok((StatusCode::CREATED, Json(Triggered { run_id: run.to_string(), tick_at: at.as_micros() })))
+}
+
+/// `DELETE /v1/schedules/{workflow}/{schedule}` (operator): the schedule and its tick
+/// records; its runs stay.
+pub(crate) async fn delete(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, schedule)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    who.require(Role::Operator)?;
+    let key = key(&who, &workflow, &schedule);
+    if !shared.store.delete_schedule(&key).await? {
+        return Err(failed(ScheduleError::NotFound(key)));
+    }
+    audit(&shared, &who, "schedule.deleted", key.name.clone(), json!({})).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
