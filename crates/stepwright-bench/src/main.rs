@@ -786,7 +786,8 @@ fn main() {
         }
     }
     if wanted("s1") {
-        let (period, seconds, idle) = if quick { (Duration::from_secs(10), 10, 5) } else { (Duration::from_secs(60), 60, 30) };
+        let (period, seconds, idle) =
+            if quick { (Duration::from_secs(10), 10, 5) } else { (Duration::from_secs(60), 60, 30) };
         let dir = tempfile::tempdir().expect("tempdir");
         let mut stores = vec![("SQLite", schedules::Target::Sqlite(dir.path().join("s1.db")))];
         if let Ok(url) = std::env::var("STEPWRIGHT_TEST_DATABASE_URL") {

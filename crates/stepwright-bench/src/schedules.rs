@@ -154,6 +154,12 @@ pub(crate) fn s1(target: Target, period: Duration, seconds: u64, idle_seconds: u
         let idle_cpu = cpu_time().saturating_sub(cpu).as_secs_f64() * 1000.0 / wall.elapsed().as_secs_f64();
         stop.cancel();
         let _ = idle.await;
-        Figures { ticks: measured.len(), p50_ms: at(0.5), p99_ms: at(0.99), max_ms: at(1.0), idle_cpu_ms_per_s: idle_cpu }
+        Figures {
+            ticks: measured.len(),
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+            idle_cpu_ms_per_s: idle_cpu,
+        }
     })
 }

@@ -234,7 +234,11 @@ fn rfc3339(at: Timestamp, zone: &chrono_tz::Tz) -> String {
 
 /// The next wall-clock reading the expression matches strictly after `reading`.
 fn next_reading(cron: &Cron, reading: NaiveDateTime) -> Option<NaiveDateTime> {
-    cron.find_next_occurrence(&Utc.from_utc_datetime(&reading), false).ok().map(|d| d.naive_utc())
+    use chrono::Timelike;
+    // Whole seconds: croner keeps the fraction of the second it starts from, and a tick is
+    // on its second (07:00:00, not 07:00:00.497).
+    let whole = reading.with_nanosecond(0).unwrap_or(reading);
+    cron.find_next_occurrence(&Utc.from_utc_datetime(&whole), false).ok().map(|d| d.naive_utc())
 }
 
 /// The next cron tick strictly after `after` (see the module's comment).

@@ -135,6 +135,20 @@ fn weekdays_are_posix_numbered_and_seconds_are_optional() {
 }
 
 #[test]
+fn a_tick_is_on_its_second_whatever_the_fraction_searched_from() {
+    let daily = cron("0 7 * * *", "Europe/Berlin", GapPolicy::Shift, FoldPolicy::Once);
+    assert_eq!(
+        ticks(&daily, "2026-11-24T12:34:56.497242Z", "2026-11-26T00:00:00Z"),
+        [("2026-11-25T06:00:00Z".into(), "2026-11-25T07:00:00+01:00".into(), false)]
+    );
+    let every_second = cron("* * * * * *", "UTC", GapPolicy::Shift, FoldPolicy::Once);
+    assert_eq!(
+        times(&every_second, "2026-11-24T12:00:00.75Z", "2026-11-24T12:00:02Z"),
+        ["2026-11-24T12:00:01Z", "2026-11-24T12:00:02Z"]
+    );
+}
+
+#[test]
 fn an_interval_ticks_at_its_phase_within_its_bounds() {
     let hourly = Cadence::every(Duration::from_secs(3600), Duration::from_secs(15 * 60));
     assert_eq!(

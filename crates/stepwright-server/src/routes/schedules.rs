@@ -128,7 +128,9 @@ fn scheduler(shared: &Shared) -> Scheduler {
 
 fn failed(error: ScheduleError) -> ApiError {
     match &error {
-        ScheduleError::NotFound(key) => ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no schedule {}", key.name)),
+        ScheduleError::NotFound(key) => {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no schedule {}", key.name))
+        }
         _ if error.fault() == stepwright_core::Fault::Caller => ApiError::bad_request(error.to_string()),
         _ => ApiError::internal(error.to_string()),
     }

@@ -26,7 +26,8 @@ async fn schedules_are_kept_run_shown_paused_triggered_and_deleted_through_the_a
     assert_eq!((status, body["code"].as_str()), (403, Some("access_denied")));
     let (status, body) = server.post(&admin, "/v1/schedules", json!({ "workflow": "nothing" })).await;
     assert_eq!(status, 404, "{body}");
-    let (status, body) = server.post(&admin, "/v1/schedules", json!({ "workflow": "ticking", "only": ["hourly"] })).await;
+    let (status, body) =
+        server.post(&admin, "/v1/schedules", json!({ "workflow": "ticking", "only": ["hourly"] })).await;
     assert_eq!(status, 400, "{body}");
     assert!(body["detail"].as_str().unwrap().contains("each-second, nightly"), "{body}");
     let (status, kept) = server.post(&admin, "/v1/schedules", json!({ "workflow": "ticking" })).await;
