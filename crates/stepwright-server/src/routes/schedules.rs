@@ -126,13 +126,16 @@ fn scheduler(shared: &Shared) -> Scheduler {
     stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), shared.bindings.clone())
 }
 
-fn failed(error: ScheduleError) -> ApiError {
-    match &error {
-        ScheduleError::NotFound(key) => {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no schedule {}", key.name))
+impl From<ScheduleError> for ApiError {
+    fn from(error: ScheduleError) -> Self {
+        match error {
+            ScheduleError::NotFound(key) => {
+                Self::new(StatusCode::NOT_FOUND, "not_found", format!("no schedule {}", key.name))
+            }
+            ScheduleError::Store(error) => error.into(),
+            error if error.fault() == stepwright_core::Fault::Caller => Self::bad_request(error.to_string()),
+            error => Self::internal(error.to_string()),
         }
-        _ if error.fault() == stepwright_core::Fault::Caller => ApiError::bad_request(error.to_string()),
-        _ => ApiError::internal(error.to_string()),
     }
 }
 
@@ -173,7 +176,7 @@ pub(crate) async fn create(
         body.paused,
     )
     .await
-    .map_err(failed)?;
+    .map_err(ApiError::from)?;
     for record in &kept {
         audit(&shared, &who, "schedule.created", record.key.name.clone(), json!({ "paused": record.paused })).await?;
     }
@@ -198,9 +201,9 @@ pub(crate) async fn show(
 ) -> Result<Json<ScheduleDetails>, ApiError> {
     who.require(Role::Viewer)?;
     let key = key(&who, &workflow, &schedule);
-    let record = shared.store.schedule(&key).await?.ok_or_else(|| failed(ScheduleError::NotFound(key.clone())))?;
-    let next_fires = scheduler(&shared).next_ticks(&key, 5).await.map_err(failed)?;
-    let state = stepwright_schedule::scheduler::state_of(&record).map_err(failed)?;
+    let record = shared.store.schedule(&key).await?.ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
+    let next_fires = scheduler(&shared).next_ticks(&key, 5).await.map_err(ApiError::from)?;
+    let state = stepwright_schedule::scheduler::state_of(&record).map_err(ApiError::from)?;
     let ticks = shared.store.ticks(&key, 20).await?;
     Ok(Json(ScheduleDetails {
         schedule: view(&record),
@@ -245,11 +248,11 @@ async fn set_paused(
 ) -> Result<Json<ScheduleView>, ApiError> {
     who.require(Role::Operator)?;
     let key = key(who, workflow, schedule);
-    if scheduler(shared).set_paused(&key, paused).await.map_err(failed)? {
+    if scheduler(shared).set_paused(&key, paused).await.map_err(ApiError::from)? {
         let action = if paused { "schedule.paused" } else { "schedule.resumed" };
         audit(shared, who, action, key.name.clone(), json!({})).await?;
     }
-    let record = shared.store.schedule(&key).await?.ok_or_else(|| failed(ScheduleError::NotFound(key.clone())))?;
+    let record = shared.store.schedule(&key).await?.ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
     Ok(Json(view(&record)))
 }
 
@@ -261,7 +264,7 @@ pub(crate) async fn trigger(
 ) -> Result<(StatusCode, Json<Triggered>), ApiError> {
     who.require(Role::Operator)?;
     let key = key(&who, &workflow, &schedule);
-    let (at, run) = scheduler(&shared).trigger(&key).await.map_err(failed)?;
+    let (at, run) = scheduler(&shared).trigger(&key).await.map_err(ApiError::from)?;
     audit(&shared, &who, "schedule.triggered", key.name.clone(), json!({ "run_id": run })).await?;
     Ok((StatusCode::CREATED, Json(Triggered { run_id: run.to_string(), tick_at: at.as_micros() })))
 }
@@ -276,7 +279,7 @@ pub(crate) async fn delete(
     who.require(Role::Operator)?;
     let key = key(&who, &workflow, &schedule);
     if !shared.store.delete_schedule(&key).await? {
-        return Err(failed(ScheduleError::NotFound(key)));
+        return Err(ApiError::from(ScheduleError::NotFound(key)));
     }
     audit(&shared, &who, "schedule.deleted", key.name.clone(), json!({})).await?;
     Ok(StatusCode::NO_CONTENT)
