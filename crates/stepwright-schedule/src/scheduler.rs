@@ -523,11 +523,16 @@ impl Scheduler {
         if !running && !paused && !state.waiting.is_empty() {
             let waiting = state.waiting.remove(0);
             let tick = Tick { at: waiting.at, local: waiting.local, in_dst_gap: false };
-            let run = self.start(&record, &spec, &tick, &mut workflow).await?;
-            state.last_run = Some(run.id);
-            running = true;
-            ticks.push(started(&tick, run.id, now));
-            runs.push(run);
+            match self.start(&record, &spec, &tick, &mut workflow).await {
+                Ok(run) => {
+                    state.last_run = Some(run.id);
+                    running = true;
+                    ticks.push(started(&tick, run.id, now));
+                    runs.push(run);
+                }
+                Err(error @ ScheduleError::Store(_)) => return Err(error),
+                Err(error) => ticks.push(start_failed(&tick, &error, now)),
+            }
         }
         let mut cursor = state.decided_through.unwrap_or(record.created_at);
         let mut next = ticker.next_after(cursor);
@@ -540,14 +545,22 @@ impl Scheduler {
             cursor = tick.at;
             match decide(&spec, &tick, fires_at, now, paused, running, state.waiting.len()) {
                 decision @ (Decision::Start | Decision::StartCancellingOther) => {
-                    if decision == Decision::StartCancellingOther {
-                        cancel.extend(state.last_run);
+                    match self.start(&record, &spec, &tick, &mut workflow).await {
+                        Ok(run) => {
+                            if decision == Decision::StartCancellingOther {
+                                cancel.extend(state.last_run);
+                            }
+                            state.last_run = Some(run.id);
+                            running = true;
+                            ticks.push(started(&tick, run.id, now));
+                            runs.push(run);
+                        }
+                        // The store failing is tried again at the next poll; a run that
+                        // cannot be made (its definition gone, its input not rendering or
+                        // not fitting) is this tick's outcome, recorded with why.
+                        Err(error @ ScheduleError::Store(_)) => return Err(error),
+                        Err(error) => ticks.push(start_failed(&tick, &error, now)),
                     }
-                    let run = self.start(&record, &spec, &tick, &mut workflow).await?;
-                    state.last_run = Some(run.id);
-                    running = true;
-                    ticks.push(started(&tick, run.id, now));
-                    runs.push(run);
                 }
                 Decision::Wait => state.waiting.push(Waiting { at: tick.at, local: tick.local.clone() }),
                 Decision::Skip(reason) => {
@@ -649,6 +662,17 @@ pub fn tick_run_id(key: &ScheduleKey, at: Timestamp) -> RunId {
     let mut random = [0u8; 10];
     random.copy_from_slice(&digest[..10]);
     RunId::from_parts(Timestamp::from_micros(at.as_micros().max(0)), random)
+}
+
+/// The record of a tick whose run could not be made: `start_failed: why`.
+fn start_failed(tick: &Tick, error: &ScheduleError, now: Timestamp) -> TickRecord {
+    tracing::warn!(%error, tick = %tick.local, "a tick could not start its run");
+    TickRecord {
+        at: tick.at,
+        local: tick.local.clone(),
+        outcome: TickOutcome::Skipped { reason: format!("start_failed: {error}") },
+        recorded_at: now,
+    }
 }
 
 fn started(tick: &Tick, run: RunId, now: Timestamp) -> TickRecord {

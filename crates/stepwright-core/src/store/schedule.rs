@@ -85,7 +85,9 @@ pub enum TickOutcome {
     },
     /// It started nothing, for this reason.
     Skipped {
-        /// `overlap`, `buffer_full`, `outside_catchup_window`, `paused`, `dst_gap`, …
+        /// `overlap`, `buffer_full`, `outside_catchup_window`, `paused`, `dst_gap`, or
+        /// `start_failed: why` (its run could not be made: the definition gone, the input
+        /// not rendering or not fitting).
         reason: String,
     },
 }

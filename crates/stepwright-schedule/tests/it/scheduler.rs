@@ -420,3 +420,27 @@ async fn trigger_starts_a_run_now_and_pause_resume_change_what_ticks_do() {
     assert!(next.windows(2).all(|w| w[1].at.as_micros() - w[0].at.as_micros() == 60_000_000));
     assert!(next[0].at > engine.clock().now());
 }
+
+/// A tick whose run cannot be made (its input template fails) is recorded with why, and the
+/// schedule goes on to its next tick.
+#[tokio::test(start_paused = true)]
+async fn a_tick_whose_run_cannot_be_made_is_recorded_with_why() {
+    let (engine, store) = stepwright_testkit::engine();
+    let render: stepwright_schedule::InputRenderer = Arc::new(|_, _| Err("`tick.nope` is undefined".into()));
+    let scheduler = scheduler_of(&engine, &store).render_with(render);
+    scheduler.put(key(), &workflow(), minutely(), false).await.unwrap();
+    tokio::time::sleep(to_next_minute()).await;
+    let report = scheduler.pass().await.unwrap();
+    assert!(report.failed.is_empty(), "the pass goes on: {report:?}");
+    let recorded = ticks(&store).await;
+    assert_eq!(recorded.len(), 1);
+    match &recorded[0].outcome {
+        TickOutcome::Skipped { reason } => {
+            assert!(reason.starts_with("start_failed: ") && reason.contains("tick.nope"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    minutes(1).await;
+    scheduler.pass().await.unwrap();
+    assert_eq!(ticks(&store).await.len(), 2, "the next tick is decided too");
+}

@@ -82,7 +82,7 @@ pub(crate) struct TickView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
     /// Why it started none (`overlap`, `buffer_full`, `outside_catchup_window`, `paused`,
-    /// `dst_gap`).
+    /// `dst_gap`, `start_failed: why`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
 }
@@ -201,7 +201,8 @@ pub(crate) async fn show(
 ) -> Result<Json<ScheduleDetails>, ApiError> {
     who.require(Role::Viewer)?;
     let key = key(&who, &workflow, &schedule);
-    let record = shared.store.schedule(&key).await?.ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
+    let record =
+        shared.store.schedule(&key).await?.ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
     let next_fires = scheduler(&shared).next_ticks(&key, 5).await.map_err(ApiError::from)?;
     let state = stepwright_schedule::scheduler::state_of(&record).map_err(ApiError::from)?;
     let ticks = shared.store.ticks(&key, 20).await?;
@@ -252,7 +253,8 @@ async fn set_paused(
         let action = if paused { "schedule.paused" } else { "schedule.resumed" };
         audit(shared, who, action, key.name.clone(), json!({})).await?;
     }
-    let record = shared.store.schedule(&key).await?.ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
+    let record =
+        shared.store.schedule(&key).await?.ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
     Ok(Json(view(&record)))
 }
 
