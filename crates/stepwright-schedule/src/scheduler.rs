@@ -317,17 +317,8 @@ impl Scheduler {
             let run = self.start(&record, &spec, &tick, &mut None).await?;
             let id = run.id;
             state.last_run = Some(id);
-            let advance = ScheduleAdvance {
-                key: key.clone(),
-                version: record.version,
-                state: serde_json::to_value(&state).expect("a state serializes"),
-                paused: record.paused,
-                due_at: record.due_at,
-                ticks: vec![started(&tick, id, now)],
-                runs: vec![run],
-                replace_skipped: false,
-                at: now,
-            };
+            let state = serde_json::to_value(&state).expect("a state serializes");
+            let advance = starting_one(&record, state, &tick, run, now, false);
             if self.store.advance_schedule(advance).await? {
                 return Ok((now, id));
             }
@@ -385,18 +376,7 @@ impl Scheduler {
                 let current = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
                 let run = self.start(&current, &spec, &tick, &mut workflow).await?;
                 let id = run.id;
-                let now = self.now();
-                let advance = ScheduleAdvance {
-                    key: key.clone(),
-                    version: current.version,
-                    state: current.state.clone(),
-                    paused: current.paused,
-                    due_at: current.due_at,
-                    ticks: vec![started(&tick, id, now)],
-                    runs: vec![run],
-                    replace_skipped: true,
-                    at: now,
-                };
+                let advance = starting_one(&current, current.state.clone(), &tick, run, self.now(), true);
                 if self.store.advance_schedule(advance).await? {
                     each(&tick, id);
                     report.started.push((tick.at, id));
@@ -662,6 +642,29 @@ pub fn tick_run_id(key: &ScheduleKey, at: Timestamp) -> RunId {
     let mut random = [0u8; 10];
     random.copy_from_slice(&digest[..10]);
     RunId::from_parts(Timestamp::from_micros(at.as_micros().max(0)), random)
+}
+
+/// An advance that records one started tick and creates its run, leaving the schedule as
+/// `record` has it but for `state` (a trigger, a backfill).
+fn starting_one(
+    record: &ScheduleRecord,
+    state: Value,
+    tick: &Tick,
+    run: stepwright_core::RunRecord,
+    now: Timestamp,
+    replace_skipped: bool,
+) -> ScheduleAdvance {
+    ScheduleAdvance {
+        key: record.key.clone(),
+        version: record.version,
+        state,
+        paused: record.paused,
+        due_at: record.due_at,
+        ticks: vec![started(tick, run.id, now)],
+        runs: vec![run],
+        replace_skipped,
+        at: now,
+    }
 }
 
 /// The record of a tick whose run could not be made: `start_failed: why`.
