@@ -137,6 +137,16 @@ impl ScheduleError {
     }
 }
 
+/// What a backfill will do: the ticks it starts, and how many of its range had started a
+/// run already.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct BackfillPlan {
+    /// The ticks to start, oldest first.
+    pub ticks: Vec<Tick>,
+    /// Ticks of the range that had started a run already.
+    pub already: usize,
+}
+
 /// What a backfill did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Backfill {
@@ -325,19 +335,16 @@ impl Scheduler {
         }
     }
 
-    /// Starts a run for every tick of `(from, to]` that started none (ticks before the
-    /// schedule existed, or recorded as skipped: an outage, a pause), oldest first, at most
-    /// `per_second` a second; each recorded as its tick, so a second backfill of the range
-    /// starts nothing. Only ticks the scheduler has passed: `to` may not be later than its
-    /// last decided tick. `each` hears every run started.
-    pub async fn backfill(
+    /// The plan of a backfill of `(from, to]`: the ticks that started no run (before the
+    /// schedule existed, or recorded as skipped: an outage, a pause), oldest first, and how
+    /// many of the range started one already. Only ticks the scheduler has passed: `to` may
+    /// not be later than its last decided tick.
+    pub async fn backfill_plan(
         &self,
         key: &ScheduleKey,
         from: Timestamp,
         to: Timestamp,
-        per_second: u32,
-        mut each: impl FnMut(&Tick, RunId),
-    ) -> Result<Backfill, ScheduleError> {
+    ) -> Result<BackfillPlan, ScheduleError> {
         let record = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
         let spec = spec_of(&record)?;
         let ticker = ticker_of(key, &spec)?;
@@ -346,13 +353,13 @@ impl Scheduler {
             return Err(ScheduleError::Backfill {
                 key: key.clone(),
                 reason: format!(
-                    "`--to` is after the last tick the schedule has decided ({}); later ticks are the scheduler's",
+                    "`to` is after the last tick the schedule has decided ({}); later ticks are the scheduler's",
                     rfc3339(through)
                 ),
             });
         }
         if from >= to {
-            return Err(ScheduleError::Backfill { key: key.clone(), reason: "`--from` must be before `--to`".into() });
+            return Err(ScheduleError::Backfill { key: key.clone(), reason: "`from` must be before `to`".into() });
         }
         let started_already: std::collections::HashSet<Timestamp> = self
             .store
@@ -362,30 +369,68 @@ impl Scheduler {
             .filter(|tick| tick.at > from && tick.at <= to && matches!(tick.outcome, TickOutcome::Started { .. }))
             .map(|tick| tick.at)
             .collect();
-        let pace = Duration::from_secs(1) / per_second.max(1);
-        let mut report = Backfill::default();
-        let mut workflow = None;
+        let mut plan = BackfillPlan { ticks: Vec::new(), already: 0 };
         let mut cursor = from;
         while let Some(tick) = ticker.next_after(cursor).filter(|tick| tick.at <= to) {
             cursor = tick.at;
-            if tick.in_dst_gap || started_already.contains(&tick.at) {
-                report.already += usize::from(!tick.in_dst_gap);
+            if tick.in_dst_gap {
                 continue;
             }
+            if started_already.contains(&tick.at) {
+                plan.already += 1;
+            } else {
+                plan.ticks.push(tick);
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Starts a run for each tick of a backfill's plan, oldest first, at most `per_second`
+    /// a second; each recorded as its tick (a skipped tick becomes started; a tick started
+    /// meanwhile is left as it is), so a second backfill of the range starts nothing. `each`
+    /// hears every run started.
+    pub async fn backfill(
+        &self,
+        key: &ScheduleKey,
+        plan: BackfillPlan,
+        per_second: u32,
+        mut each: impl FnMut(&Tick, RunId),
+    ) -> Result<Backfill, ScheduleError> {
+        let pace = Duration::from_secs(1) / per_second.max(1);
+        let mut report = Backfill { started: Vec::new(), already: plan.already };
+        let mut workflow = None;
+        for tick in plan.ticks {
             loop {
                 let current = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+                let spec = spec_of(&current)?;
                 let run = self.start(&current, &spec, &tick, &mut workflow).await?;
                 let id = run.id;
                 let advance = starting_one(&current, current.state.clone(), &tick, run, self.now(), true);
-                if self.store.advance_schedule(advance).await? {
-                    each(&tick, id);
-                    report.started.push((tick.at, id));
-                    break;
+                match self.store.advance_schedule(advance).await {
+                    Ok(true) => {
+                        each(&tick, id);
+                        report.started.push((tick.at, id));
+                        break;
+                    }
+                    // The schedule moved on (the scheduler, a pause): read it again.
+                    Ok(false) => {}
+                    // Started meanwhile (another backfill): nothing to do for this tick.
+                    Err(_) if self.tick_started(key, tick.at).await? => {
+                        report.already += 1;
+                        break;
+                    }
+                    Err(error) => return Err(error.into()),
                 }
             }
             tokio::time::sleep(pace).await;
         }
         Ok(report)
+    }
+
+    /// Whether a schedule's tick at `at` started a run.
+    async fn tick_started(&self, key: &ScheduleKey, at: Timestamp) -> Result<bool, ScheduleError> {
+        let ticks = self.store.ticks(key, usize::MAX >> 1).await?;
+        Ok(ticks.iter().any(|tick| tick.at == at && matches!(tick.outcome, TickOutcome::Started { .. })))
     }
 
     /// Decides every due schedule's ticks, once.

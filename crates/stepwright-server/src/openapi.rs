@@ -535,6 +535,17 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             responses: vec![(201, "Started.", Some(schema::<schedules::Triggered>(g)), JSON)],
             errors: &[400, 403, 404],
         },
+        Operation {
+            method: "post",
+            path: "/v1/schedules/{workflow}/{schedule}/backfill",
+            id: "backfillSchedule",
+            summary: "Start, in the background and at the rate asked, a run for every tick of a past range that started none (before the schedule existed, or skipped: an outage, a pause); a second backfill of the range starts nothing.",
+            role: Some(Role::Operator),
+            body: Some(schema::<schedules::BackfillRequest>(g)),
+            query: None,
+            responses: vec![(202, "Accepted: what it starts.", Some(schema::<schedules::BackfillAccepted>(g)), JSON)],
+            errors: &[400, 403, 404, 413, 415, 422],
+        },
     ]
 }
 

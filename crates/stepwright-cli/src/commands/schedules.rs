@@ -47,8 +47,9 @@ pub(crate) async fn schedules(g: &Globals<'_>, command: SchedulesCommand) -> any
         }
         SchedulesCommand::Backfill { name, from, to, rate, tenant, json } => {
             let key = key(tenant.as_deref(), &name);
+            let plan = scheduler.backfill_plan(&key, from, to).await.map_err(failed)?;
             let done = scheduler
-                .backfill(&key, from, to, rate, |tick, run| {
+                .backfill(&key, plan, rate, |tick, run| {
                     if json {
                         println!("{}", json!({ "tick": rfc3339(tick.at), "local": tick.local, "run_id": run }));
                     } else {

@@ -375,13 +375,14 @@ async fn a_backfill_starts_the_missed_ticks_once_at_a_bounded_rate() {
     assert_eq!(skipped, 59, "the last minute's tick started; the rest were too late");
 
     let through = recorded.last().unwrap().at;
-    let future =
-        scheduler.backfill(&key(), created, engine.clock().now().plus(Duration::from_secs(600)), 10, |_, _| {}).await;
+    let future = scheduler.backfill_plan(&key(), created, engine.clock().now().plus(Duration::from_secs(600))).await;
     assert!(future.unwrap_err().to_string().contains("later ticks are the scheduler's"));
 
     let began = tokio::time::Instant::now();
     let mut heard = 0;
-    let done = scheduler.backfill(&key(), created, through, 10, |_, _| heard += 1).await.unwrap();
+    let plan = scheduler.backfill_plan(&key(), created, through).await.unwrap();
+    assert_eq!((plan.ticks.len(), plan.already), (59, 1));
+    let done = scheduler.backfill(&key(), plan, 10, |_, _| heard += 1).await.unwrap();
     assert_eq!((done.started.len(), done.already, heard), (59, 1, 59));
     assert!(began.elapsed() >= Duration::from_millis(5_800), "10 a second: {:?}", began.elapsed());
     let after = ticks(&store).await;
@@ -390,7 +391,8 @@ async fn a_backfill_starts_the_missed_ticks_once_at_a_bounded_rate() {
         store.list_runs(stepwright_core::store::RunFilter { limit: Some(1000), ..Default::default() }).await.unwrap();
     assert_eq!(runs.len(), 60);
 
-    let again = scheduler.backfill(&key(), created, through, 10, |_, _| {}).await.unwrap();
+    let plan = scheduler.backfill_plan(&key(), created, through).await.unwrap();
+    let again = scheduler.backfill(&key(), plan, 10, |_, _| {}).await.unwrap();
     assert_eq!((again.started.len(), again.already), (0, 60), "nothing twice");
 }
 

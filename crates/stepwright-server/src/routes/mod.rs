@@ -63,6 +63,7 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/schedules/{workflow}/{schedule}/pause", post(schedules::pause))
         .route("/v1/schedules/{workflow}/{schedule}/resume", post(schedules::resume))
         .route("/v1/schedules/{workflow}/{schedule}/trigger", post(schedules::trigger))
+        .route("/v1/schedules/{workflow}/{schedule}/backfill", post(schedules::backfill))
 }
 
 /// A run id from a path, or `404` (an id that does not parse names no run).

@@ -87,6 +87,29 @@ pub(crate) struct TickView {
     pub skipped: Option<String>,
 }
 
+/// A past range of a schedule's ticks to start.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackfillRequest {
+    /// After this time (RFC 3339).
+    pub from: String,
+    /// Up to this time, inclusive (RFC 3339); not after the schedule's last decided tick.
+    pub to: String,
+    /// At most this many runs a second (default 10).
+    #[schemars(range(min = 1, max = 100))]
+    pub rate: Option<u32>,
+}
+
+/// What a backfill starts.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct BackfillAccepted {
+    /// How many ticks of the range it starts a run for (in the background, at the rate;
+    /// each shows in the schedule's ticks as it starts).
+    pub ticks: usize,
+    /// How many ticks of the range had started a run already.
+    pub already: usize,
+}
+
 /// What `trigger` started.
 #[derive(Debug, Serialize, JsonSchema)]
 pub(crate) struct Triggered {
@@ -285,4 +308,45 @@ pub(crate) async fn delete(
     }
     audit(&shared, &who, "schedule.deleted", key.name.clone(), json!({})).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/schedules/{workflow}/{schedule}/backfill` (operator): starts, in the
+/// background and at the rate asked, a run for every tick of a past range that started
+/// none (before the schedule existed, or skipped: an outage, a pause). A second backfill of
+/// the range starts nothing; one cut short by a restart is asked again.
+pub(crate) async fn backfill(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, schedule)): Path<(String, String)>,
+    Body(body): Body<BackfillRequest>,
+) -> Result<(StatusCode, Json<BackfillAccepted>), ApiError> {
+    who.require(Role::Operator)?;
+    let instant = |text: &str, what: &str| {
+        stepwright_schedule::parse_instant(text)
+            .ok_or_else(|| ApiError::bad_request(format!("{what} {text:?} is not an RFC 3339 time")))
+    };
+    let (from, to) = (instant(&body.from, "from")?, instant(&body.to, "to")?);
+    let rate = match body.rate {
+        None => 10,
+        Some(rate @ 1..=100) => rate,
+        Some(rate) => return Err(ApiError::bad_request(format!("rate must be 1 to 100 a second, not {rate}"))),
+    };
+    let key = key(&who, &workflow, &schedule);
+    let scheduler = scheduler(&shared);
+    let plan = scheduler.backfill_plan(&key, from, to).await?;
+    let accepted = BackfillAccepted { ticks: plan.ticks.len(), already: plan.already };
+    audit(
+        &shared,
+        &who,
+        "schedule.backfilled",
+        key.name.clone(),
+        json!({ "from": body.from, "to": body.to, "ticks": accepted.ticks }),
+    )
+    .await?;
+    tokio::spawn(async move {
+        if let Err(error) = scheduler.backfill(&key, plan, rate, |_, _| {}).await {
+            tracing::warn!(schedule = %key, %error, "a backfill stopped");
+        }
+    });
+    Ok((StatusCode::ACCEPTED, Json(accepted)))
 }

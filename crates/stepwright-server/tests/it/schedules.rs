@@ -68,6 +68,47 @@ async fn schedules_are_kept_run_shown_paused_triggered_and_deleted_through_the_a
     let (status, resumed) = server.post(&admin, &format!("{path}/resume"), json!(null)).await;
     assert_eq!((status, &resumed["paused"]), (200, &json!(false)));
 
+    // A backfill of the paused ticks starts them, in the background.
+    let paused_ticks: Vec<i64> = shown["ticks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["skipped"] == "paused")
+        .map(|t| t["at"].as_i64().unwrap())
+        .collect();
+    let rfc3339 = |micros: i64| chrono::DateTime::<chrono::Utc>::from_timestamp_micros(micros).unwrap().to_rfc3339();
+    let (first, last) = (*paused_ticks.iter().min().unwrap(), *paused_ticks.iter().max().unwrap());
+    let range = json!({ "from": rfc3339(first - 1), "to": rfc3339(last), "rate": 100 });
+    let (status, accepted) = server.post(&admin, &format!("{path}/backfill"), range.clone()).await;
+    assert_eq!((status, accepted["ticks"].as_u64()), (202, Some(paused_ticks.len() as u64)), "{accepted}");
+    let mut started = 0;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let ticks = server.get(&viewer, path).await.1["ticks"].clone();
+        started = ticks
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| paused_ticks.contains(&t["at"].as_i64().unwrap()) && t["run_id"].is_string())
+            .count();
+        if started == paused_ticks.len() {
+            break;
+        }
+    }
+    assert_eq!(started, paused_ticks.len(), "every paused tick started");
+    let (status, again) = server.post(&admin, &format!("{path}/backfill"), range).await;
+    assert_eq!(
+        (status, again["ticks"].as_u64(), again["already"].as_u64()),
+        (202, Some(0), Some(paused_ticks.len() as u64))
+    );
+    let (status, _) =
+        server.post(&admin, &format!("{path}/backfill"), json!({ "from": "yesterday", "to": rfc3339(last) })).await;
+    assert_eq!(status, 400);
+    let (status, _) = server
+        .post(&admin, &format!("{path}/backfill"), json!({ "from": rfc3339(first - 1), "to": "2999-01-01T00:00:00Z" }))
+        .await;
+    assert_eq!(status, 400, "ticks not yet decided are the scheduler's");
+
     let (status, triggered) = server.post(&admin, "/v1/schedules/ticking/nightly/trigger", json!(null)).await;
     assert_eq!(status, 201, "{triggered}");
     let shown = server.get(&viewer, "/v1/schedules/ticking/nightly").await.1;
