@@ -228,7 +228,7 @@ fn from_chrono<Z: TimeZone>(at: &chrono::DateTime<Z>) -> Timestamp {
     Timestamp::from_micros(at.timestamp_micros())
 }
 
-fn rfc3339(at: Timestamp, zone: &chrono_tz::Tz) -> String {
+pub(crate) fn rfc3339(at: Timestamp, zone: &chrono_tz::Tz) -> String {
     to_chrono(at).with_timezone(zone).to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 

@@ -30,3 +30,9 @@ pub fn parse_instant(text: &str) -> Option<stepwright_core::Timestamp> {
         .ok()
         .map(|at| stepwright_core::Timestamp::from_micros(at.timestamp_micros()))
 }
+
+/// A timestamp in RFC 3339, UTC, to the microsecond when it has one
+/// (`2026-11-23T07:00:00Z`): what a tick's time is shown as.
+pub fn format_instant(at: stepwright_core::Timestamp) -> String {
+    cadence::rfc3339(at, &chrono_tz::Tz::UTC)
+}

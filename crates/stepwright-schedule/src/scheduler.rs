@@ -47,14 +47,8 @@ pub struct TickContext {
 impl TickContext {
     /// The tick as a template sees it.
     pub fn as_value(&self) -> Value {
-        json!({ "at": rfc3339(self.at), "local": self.local, "schedule": self.schedule.name })
+        json!({ "at": crate::format_instant(self.at), "local": self.local, "schedule": self.schedule.name })
     }
-}
-
-fn rfc3339(at: Timestamp) -> String {
-    chrono::DateTime::<chrono::Utc>::from_timestamp_micros(at.as_micros())
-        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
-        .unwrap_or_default()
 }
 
 /// What went wrong with a schedule.
@@ -323,7 +317,8 @@ impl Scheduler {
             let spec = spec_of(&record)?;
             let mut state = state_of(&record)?;
             let now = self.now();
-            let tick = Tick { at: now, local: format!("{} (triggered)", rfc3339(now)), in_dst_gap: false };
+            let tick =
+                Tick { at: now, local: format!("{} (triggered)", crate::format_instant(now)), in_dst_gap: false };
             let run = self.start(&record, &spec, &tick, &mut None).await?;
             let id = run.id;
             state.last_run = Some(id);
@@ -354,7 +349,7 @@ impl Scheduler {
                 key: key.clone(),
                 reason: format!(
                     "`to` is after the last tick the schedule has decided ({}); later ticks are the scheduler's",
-                    rfc3339(through)
+                    crate::format_instant(through)
                 ),
             });
         }
@@ -671,7 +666,7 @@ impl Scheduler {
             ..Caller::default()
         };
         caller.metadata.insert("schedule".into(), Value::String(record.key.name.clone()));
-        caller.metadata.insert("tick".into(), Value::String(rfc3339(tick.at)));
+        caller.metadata.insert("tick".into(), Value::String(crate::format_instant(tick.at)));
         let options =
             StartOptions { caller, run_id: Some(tick_run_id(&record.key, tick.at)), ..StartOptions::default() };
         self.engine

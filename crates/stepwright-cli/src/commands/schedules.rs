@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::anyhow;
 use serde_json::{Value, json};
-use stepwright::schedule::{ScheduleError, ScheduleSpec, Scheduler};
+use stepwright::schedule::{ScheduleError, ScheduleSpec, Scheduler, format_instant as rfc3339};
 use stepwright::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome};
 
 use crate::args::SchedulesCommand;
@@ -88,12 +88,6 @@ fn scheduler(g: &Globals<'_>, store: &std::sync::Arc<dyn CliStore>) -> Scheduler
     let name = stepwright::local_worker_id("cli", &stepwright::SystemEntropy::new());
     let engine = engine_over(store).worker_id(&name).build();
     stepwright::app::scheduler(engine, store.clone(), g.flags.bindings())
-}
-
-fn rfc3339(at: stepwright::Timestamp) -> String {
-    chrono::DateTime::<chrono::Utc>::from_timestamp_micros(at.as_micros())
-        .map(|d| d.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
-        .unwrap_or_default()
 }
 
 async fn create(
