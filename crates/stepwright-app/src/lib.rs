@@ -23,7 +23,7 @@ pub use bindings::{
 pub use decide::{Decided, continue_run, decide_then_continue, only_interrupt};
 pub use error::AppError;
 pub use idempotency::{CLAIM_ABANDONED_AFTER, IdempotentStart, claim_start};
-pub use schedules::{create_schedules, schedule_key, scheduler};
+pub use schedules::{create_schedules, create_triggers, schedule_key, scheduler};
 use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};

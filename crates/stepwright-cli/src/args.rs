@@ -198,6 +198,8 @@ impl Command {
             Self::Serve { .. } => "serve",
             Self::Keys { .. } => "keys",
             Self::Schedules { .. } => "schedules",
+            Self::Triggers { .. } => "triggers",
+            Self::Events { .. } => "events",
         }
     }
 }
@@ -441,6 +443,139 @@ pub(crate) enum Command {
     Schedules {
         #[command(subcommand)]
         command: SchedulesCommand,
+    },
+    /// Triggers: runs a workflow file starts on events (its `triggers:`), once per event
+    /// (or debounced group, or batch) whatever the number of `worker` and `serve` processes.
+    Triggers {
+        #[command(subcommand)]
+        command: TriggersCommand,
+    },
+    /// Events: send one (stored first, then matched by triggers and waits), list them, and
+    /// see what one started.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+}
+
+/// `triggers` subcommands. A trigger is named `WORKFLOW/NAME` (the file's workflow and the
+/// name under its `triggers:`).
+#[derive(Subcommand)]
+pub(crate) enum TriggersCommand {
+    /// Keep a workflow file's triggers in the store (create them, reading the events sent
+    /// from now on, or replace them keeping their place); workers start their runs.
+    Create {
+        /// The workflow file.
+        file: PathBuf,
+        /// Only this trigger of the file (repeatable; default: all of them).
+        #[arg(long = "only", value_name = "NAME")]
+        only: Vec<String>,
+        /// Keep them paused: the events they match are recorded as skipped (`paused`).
+        #[arg(long)]
+        paused: bool,
+        /// The tenant (namespace) whose events they read and their runs belong to.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// One JSON object per trigger.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The triggers, by name: event, state.
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One trigger: its spec, what it holds (debounced events, a batch) and its last fires
+    /// with the run each started or why it started none.
+    Describe {
+        /// The trigger (`WORKFLOW/NAME`).
+        name: String,
+        /// How many past fires to show.
+        #[arg(long, default_value_t = 10)]
+        fires: usize,
+        /// Its tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause a trigger: the events it matches start nothing (recorded `paused`).
+    Pause {
+        /// The trigger (`WORKFLOW/NAME`).
+        name: String,
+        /// Its tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Resume a paused trigger from the next event.
+    Resume {
+        /// The trigger (`WORKFLOW/NAME`).
+        name: String,
+        /// Its tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Delete a trigger and its fire records (its runs stay).
+    Delete {
+        /// The trigger (`WORKFLOW/NAME`).
+        name: String,
+        /// Its tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+}
+
+/// `events` subcommands.
+#[derive(Subcommand)]
+pub(crate) enum EventsCommand {
+    /// Store an event; triggers and waits take it from the store.
+    Send {
+        /// The event's name (`ticket.created`).
+        name: String,
+        /// Its payload: JSON, or `@file.json`.
+        #[arg(long, default_value = "null")]
+        payload: String,
+        /// A key naming one event in the tenant: sending it again stores nothing and
+        /// prints the first event.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// The tenant it belongs to.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Events, newest first.
+    List {
+        /// Only events with this name.
+        #[arg(long)]
+        name: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One event and its history: the runs it started, by trigger, or why it started none.
+    Describe {
+        /// The event's sequence number (`events send` prints it).
+        seq: u64,
+        /// Its tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// One JSON object.
+        #[arg(long)]
+        json: bool,
     },
 }
 

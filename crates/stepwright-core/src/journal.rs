@@ -434,8 +434,12 @@ pub enum Choice {
         event: String,
         /// The message, the wait's output.
         message: Value,
-        /// Its sequence number in the inbox.
+        /// Its sequence number in the inbox (in the event log when `logged`).
         seq: u64,
+        /// Taken from the tenant's event log, not the run's inbox: `message` is the
+        /// event's payload.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        logged: bool,
     },
     /// The inbox message a loop iteration consumed (`None`: none came within the park
     /// timeout), and the newest message sequence taken.
@@ -583,7 +587,7 @@ mod tests {
             (json!({ "message": "hi", "seq": 4 }), Choice::Message { message: Some(json!("hi")), seq: Some(4) }),
             (
                 json!({ "event": "paid", "message": { "amount": 2 }, "seq": 7 }),
-                Choice::Event { event: "paid".into(), message: json!({ "amount": 2 }), seq: 7 },
+                Choice::Event { event: "paid".into(), message: json!({ "amount": 2 }), seq: 7, logged: false },
             ),
             (json!({ "next": "review" }), Choice::Next { next: Some("review".into()) }),
             (json!({ "next": null }), Choice::Next { next: None }),

@@ -42,6 +42,11 @@ pub(crate) struct RunShared {
     /// Wake inboxes of `every` steps that suspended until their next tick, each with the
     /// last wake-up taken: checked once more after the suspension is written.
     pub(crate) wake_checks: Mutex<Vec<(String, Option<u64>)>>,
+    /// Waits that suspended watching the tenant's event log: registered with the store and
+    /// looked at once more after the suspension is written.
+    pub(crate) event_watches: Mutex<Vec<EventWatch>>,
+    /// When the run was created: a wait takes stored events received since.
+    pub(crate) created_at: Timestamp,
     /// By event: the sequence number of the last message a `wait` of this run took from
     /// its inbox (held while a wait reads, so parallel waits take messages in turn).
     pub(crate) event_cursors: tokio::sync::Mutex<std::collections::HashMap<String, Option<u64>>>,
@@ -51,6 +56,15 @@ pub(crate) struct RunShared {
     pub(crate) served: (AtomicU64, AtomicU64),
     /// Content on spans for this run (the workflow's setting, else the engine's).
     pub(crate) capture_content: Option<crate::config::ContentCapture>,
+}
+
+/// A `wait` on stored events: their name, the last one the run's waits took, and the
+/// fields a payload must have.
+#[derive(Debug, Clone)]
+pub(crate) struct EventWatch {
+    pub(crate) name: String,
+    pub(crate) after: Option<u64>,
+    pub(crate) matching: Option<Value>,
 }
 
 /// The store failed: the run stops at once, as a crashed process would, and can be resumed
@@ -485,6 +499,12 @@ impl RunShared {
     /// more after the suspension is written (see `Engine::execute_indexed`).
     pub(crate) fn note_wake_check(&self, inbox: String, after: Option<u64>) {
         self.wake_checks.lock().expect("poisoned").push((inbox, after));
+    }
+
+    /// Notes that the run suspends with a `wait` watching the event log (see
+    /// `Engine::wake_if_woken_meanwhile`).
+    pub(crate) fn note_event_watch(&self, watch: EventWatch) {
+        self.event_watches.lock().expect("poisoned").push(watch);
     }
 
     /// Notes that a step stopped at a checkpoint (`continue`).

@@ -22,6 +22,7 @@ mod scalars;
 mod mcp;
 mod resources;
 mod schedules;
+mod triggers;
 
 use kinds::{KINDS, KindSite};
 pub use mcp::McpToolUse;
@@ -29,6 +30,7 @@ pub use resources::Loaded;
 use resources::Resources;
 pub use scalars::parse_duration;
 pub use schedules::{FileSchedule, render_schedule_input};
+pub use triggers::{FileTrigger, eval_event_filter, render_event_template};
 
 /// One problem in a workflow file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,6 +191,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
     };
     let workflow = c.workflow(&root);
     let schedules = c.schedules(&root);
+    let triggers = c.triggers(&root, &schedules);
     match workflow {
         Some(workflow) if c.diagnostics.is_empty() => {
             let resources = std::mem::take(&mut c.resources);
@@ -203,6 +206,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
                 mcp_servers: resources.mcp_servers.into_values().collect(),
                 mcp_tool_uses: resources.mcp_uses,
                 schedules,
+                triggers,
                 warnings: c.warnings,
             })
         }
@@ -226,6 +230,7 @@ const WORKFLOW_FIELDS: &[&str] = &[
     "output_schema",
     "telemetry",
     "schedules",
+    "triggers",
 ];
 const COMMON_FIELDS: &[&str] = &[
     "id",

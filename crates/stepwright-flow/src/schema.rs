@@ -50,6 +50,62 @@ struct WorkflowFile {
     /// Schedules by name: runs this workflow starts itself, once per tick, whatever the
     /// number of workers (`stepwright schedules create FILE` keeps them in the store).
     schedules: Option<BTreeMap<String, Schedule>>,
+    /// Triggers by name: runs this workflow starts on events, once per event (or per
+    /// debounced group, or batch), whatever the number of workers (`stepwright triggers
+    /// create FILE` keeps them in the store). A name a schedule has is refused.
+    triggers: Option<BTreeMap<String, Trigger>>,
+}
+
+/// A trigger: runs started by stored events (`stepwright events send`, `POST /v1/events`).
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Trigger {
+    /// The event name, or a pattern where `*` stands for any characters (`ticket.*`).
+    event: String,
+    /// A condition over `event` (`name`, `seq`, `payload`, `received_at`): only events it
+    /// holds for start runs.
+    when: Option<String>,
+    /// Each run's input: a template over `event` and `events` (default: the event's payload;
+    /// a batch's: the list of its events).
+    input: Option<Value>,
+    /// One run for the last event of a quiet period, per key.
+    debounce: Option<TriggerDebounce>,
+    /// One run for up to `max` events, or those of `within` after the first.
+    batch: Option<TriggerBatch>,
+    /// At most `limit` runs of the trigger per key execute at once.
+    concurrency: Option<TriggerConcurrency>,
+}
+
+/// A trigger's debounce.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TriggerDebounce {
+    /// A template over `event` giving the group (default: one group).
+    key: Option<String>,
+    /// How long a group must stay quiet before its last event starts a run.
+    period: Duration,
+}
+
+/// A trigger's batch.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TriggerBatch {
+    /// At most this many events in one run (1 to 1000).
+    #[schemars(range(min = 1, max = 1000))]
+    max: u32,
+    /// At most this long after the first event.
+    within: Duration,
+}
+
+/// A trigger's concurrency limit per key.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TriggerConcurrency {
+    /// A template over `event` giving the group (default: one group).
+    key: Option<String>,
+    /// How many runs of a group execute at once.
+    #[schemars(range(min = 1))]
+    limit: u32,
 }
 
 /// A schedule: `cron` (with `timezone`) or `every` (with `phase`).
@@ -329,8 +385,14 @@ enum OnTimeout {
 #[derive(JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Wait {
-    /// The event: the name of the run's inbox its message is sent to.
+    /// The event: the name of the run's inbox its message is sent to, and of the stored
+    /// events (`stepwright events send`) of the run's tenant it takes, received since the
+    /// run was created.
     event: String,
+    /// The fields a stored event's payload must have, each equal (templates over the scope
+    /// when the wait begins): `{ ticket: "{{ input.ticket }}" }`.
+    #[serde(rename = "match")]
+    matching: Option<BTreeMap<String, Value>>,
     /// How long to wait; then the step fails with `interrupt_timeout`.
     timeout: Duration,
     /// A JSON Schema the message must match (else the step fails with `output_validation`).

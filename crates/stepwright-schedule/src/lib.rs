@@ -8,20 +8,29 @@
 //!   writes each decision — new state, tick records, runs started — in one transaction that
 //!   only one process wins, so a tick starts at most one run and every tick is recorded.
 //!
+//! - [`trigger`]: what a trigger says (an event pattern, a filter, the input, debounce,
+//!   batch, a concurrency limit per key) and what the scheduler keeps for it; the scheduler
+//!   advances a trigger as it advances a schedule, reading the event log instead of a clock.
+//!
 //! Architecture invariant: the store knows nothing of cron or policies; this crate knows
 //! nothing of SQL. They meet at `stepwright_core::store::schedule`.
 
 pub mod cadence;
 pub mod scheduler;
 pub mod spec;
+pub mod trigger;
+mod triggers;
 
 pub use cadence::{Cadence, CadenceError, DstPolicy, FoldPolicy, GapPolicy, Tick, Ticker};
 pub use scheduler::{
-    Backfill, InputRenderer, PassReport, ScheduleError, ScheduleResolver, Scheduler, TickContext, tick_run_id,
+    Backfill, EventFilter, EventRenderer, InputRenderer, PassReport, ScheduleError, ScheduleResolver, Scheduler,
+    TickContext, tick_run_id,
 };
 pub use spec::{
     DEFAULT_CATCHUP_WINDOW, Decision, MAX_BUFFERED, Overlap, ScheduleSpec, ScheduleState, SkipReason, decide,
 };
+pub use trigger::{TriggerSpec, TriggerState};
+pub use triggers::{fire_run_id, trigger_spec_of, trigger_state_of};
 
 /// An RFC 3339 time (with its offset) as a timestamp: a schedule's `start` and `end`, a
 /// backfill's range.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use sha2::Digest;
+use stepwright_core::store::event::EventStore;
 use stepwright_core::store::schedule::{
     ScheduleAdvance, ScheduleKey, ScheduleRecord, ScheduleStore, TickOutcome, TickRecord,
 };
@@ -31,6 +32,14 @@ pub type ScheduleResolver =
 /// Renders a schedule's input template for a tick (the host's template language); the
 /// default takes the input as it is.
 pub type InputRenderer = Arc<dyn Fn(&Value, &TickContext) -> Result<Value, String> + Send + Sync>;
+
+/// Renders a trigger's template (an input, a debounce or concurrency key) over what it sees
+/// of its events ([`crate::trigger::events_context`]); the default takes it as it is.
+pub type EventRenderer = Arc<dyn Fn(&Value, &Value) -> Result<Value, String> + Send + Sync>;
+
+/// Evaluates a trigger's `when` over what it sees of an event; the default refuses every
+/// filter (a host without an expression language cannot hold one).
+pub type EventFilter = Arc<dyn Fn(&str, &Value) -> Result<bool, String> + Send + Sync>;
 
 /// What an input template sees of the tick: `tick.at` (RFC 3339, UTC), `tick.local` (the
 /// reading in the schedule's zone), `tick.schedule`.
@@ -106,6 +115,14 @@ pub enum ScheduleError {
     /// No such schedule.
     #[error("no schedule {0}")]
     NotFound(ScheduleKey),
+    /// A trigger that cannot be kept as given, or whose run cannot be made for an event.
+    #[error("trigger {key}: {reason}")]
+    Trigger {
+        /// The trigger.
+        key: ScheduleKey,
+        /// Why.
+        reason: String,
+    },
     /// A backfill that cannot be done as asked.
     #[error("backfill of schedule {key}: {reason}")]
     Backfill {
@@ -121,9 +138,11 @@ impl ScheduleError {
     /// caller's; the rest ours.
     pub fn fault(&self) -> stepwright_core::Fault {
         match self {
-            Self::Cadence { .. } | Self::NotFound(_) | Self::Backfill { .. } | Self::Input { .. } => {
-                stepwright_core::Fault::Caller
-            }
+            Self::Cadence { .. }
+            | Self::NotFound(_)
+            | Self::Backfill { .. }
+            | Self::Input { .. }
+            | Self::Trigger { .. } => stepwright_core::Fault::Caller,
             Self::Engine { source, .. } => source.fault(),
             Self::Store(error) => error.fault(),
             Self::Corrupt { .. } | Self::Unresolved { .. } => stepwright_core::Fault::Engine,
@@ -179,11 +198,15 @@ pub struct PassReport {
 /// Starts the runs of due schedules.
 #[derive(Clone)]
 pub struct Scheduler {
-    engine: Engine,
-    store: Arc<dyn ScheduleStore>,
+    pub(crate) engine: Engine,
+    pub(crate) store: Arc<dyn ScheduleStore>,
     workflows: HashMap<(String, ContentHash), Workflow>,
     resolver: Option<ScheduleResolver>,
     render: InputRenderer,
+    pub(crate) events: Option<Arc<dyn EventStore>>,
+    pub(crate) event_render: EventRenderer,
+    pub(crate) event_filter: EventFilter,
+    wake: Arc<tokio::sync::Notify>,
     poll: Duration,
     /// Where in the list of due schedules this process starts (from its engine's name).
     offset: u16,
@@ -198,6 +221,10 @@ impl Scheduler {
             workflows: HashMap::new(),
             resolver: None,
             render: Arc::new(|input, _| Ok(input.clone())),
+            events: None,
+            event_render: Arc::new(|template, _| Ok(template.clone())),
+            event_filter: Arc::new(|_, _| Err("this host evaluates no filters".into())),
+            wake: Arc::new(tokio::sync::Notify::new()),
             poll: Duration::from_secs(1),
             offset: {
                 let digest = sha2::Sha256::digest(engine.worker_id().as_bytes());
@@ -228,6 +255,24 @@ impl Scheduler {
         self
     }
 
+    /// Where triggers read events (the same database), and how their templates and filters
+    /// are evaluated. Without it, a due trigger fails its advance.
+    #[must_use]
+    pub fn triggers_with(mut self, events: Arc<dyn EventStore>, render: EventRenderer, filter: EventFilter) -> Self {
+        self.events = Some(events);
+        self.event_render = render;
+        self.event_filter = filter;
+        self
+    }
+
+    /// Passes at once when `wake` is notified (the host stored an event: triggers are
+    /// due), not only at the next poll.
+    #[must_use]
+    pub fn wake_on(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
+        self.wake = wake;
+        self
+    }
+
     /// How often to look for due schedules at most (default: a second; sooner when the
     /// next tick is sooner).
     #[must_use]
@@ -236,7 +281,7 @@ impl Scheduler {
         self
     }
 
-    fn now(&self) -> Timestamp {
+    pub(crate) fn now(&self) -> Timestamp {
         self.engine.clock().now()
     }
 
@@ -268,14 +313,27 @@ impl Scheduler {
             version: existing.as_ref().map_or(0, |record| record.version + 1),
             created_at: existing.as_ref().map_or(now, |record| record.created_at),
             updated_at: now,
+            on_event: None,
         };
         self.store.put_schedule(record.clone()).await?;
         Ok(record)
     }
 
+    /// A schedule on a clock (a trigger is refused: it has no ticks).
+    async fn cadenced(&self, key: &ScheduleKey) -> Result<ScheduleRecord, ScheduleError> {
+        match self.store.schedule(key).await? {
+            Some(record) if record.on_event.is_some() => Err(ScheduleError::Trigger {
+                key: key.clone(),
+                reason: "is a trigger: it starts runs on events, not ticks".into(),
+            }),
+            Some(record) => Ok(record),
+            None => Err(ScheduleError::NotFound(key.clone())),
+        }
+    }
+
     /// The next `count` ticks of a schedule after now.
     pub async fn next_ticks(&self, key: &ScheduleKey, count: usize) -> Result<Vec<Tick>, ScheduleError> {
-        let record = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+        let record = self.cadenced(key).await?;
         let spec = spec_of(&record)?;
         let ticker = ticker_of(key, &spec)?;
         let state = state_of(&record)?;
@@ -298,6 +356,7 @@ impl Scheduler {
                 paused,
                 due_at: record.due_at,
                 ticks: Vec::new(),
+                fires: Vec::new(),
                 runs: Vec::new(),
                 replace_skipped: false,
                 at: self.now(),
@@ -313,7 +372,7 @@ impl Scheduler {
     /// run, so its overlap policy sees it.
     pub async fn trigger(&self, key: &ScheduleKey) -> Result<(Timestamp, RunId), ScheduleError> {
         loop {
-            let record = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+            let record = self.cadenced(key).await?;
             let spec = spec_of(&record)?;
             let mut state = state_of(&record)?;
             let now = self.now();
@@ -340,7 +399,7 @@ impl Scheduler {
         from: Timestamp,
         to: Timestamp,
     ) -> Result<BackfillPlan, ScheduleError> {
-        let record = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+        let record = self.cadenced(key).await?;
         let spec = spec_of(&record)?;
         let ticker = ticker_of(key, &spec)?;
         let through = state_of(&record)?.decided_through.unwrap_or(record.created_at);
@@ -396,7 +455,7 @@ impl Scheduler {
         let mut workflow = None;
         for tick in plan.ticks {
             loop {
-                let current = self.store.schedule(key).await?.ok_or_else(|| ScheduleError::NotFound(key.clone()))?;
+                let current = self.cadenced(key).await?;
                 let spec = spec_of(&current)?;
                 let run = self.start(&current, &spec, &tick, &mut workflow).await?;
                 let id = run.id;
@@ -445,7 +504,11 @@ impl Scheduler {
             .map(|record| async move {
                 let key = record.key.clone();
                 let mut report = PassReport::default();
-                let result = self.advance(record, now, &mut report).await;
+                let result = if record.on_event.is_some() {
+                    self.advance_trigger(record, now, &mut report).await
+                } else {
+                    self.advance(record, now, &mut report).await
+                };
                 (key, result, report)
             })
             .buffer_unordered(ADVANCES_AT_ONCE);
@@ -478,12 +541,13 @@ impl Scheduler {
             };
             tokio::select! {
                 () = stop.cancelled() => return,
+                () = self.wake.notified() => {}
                 () = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
             }
         }
     }
 
-    async fn workflow(&self, record: &ScheduleRecord) -> Result<Workflow, ScheduleError> {
+    pub(crate) async fn workflow(&self, record: &ScheduleRecord) -> Result<Workflow, ScheduleError> {
         if let Some(workflow) = self.workflows.get(&(record.workflow.clone(), record.definition_hash)) {
             return Ok(workflow.clone());
         }
@@ -617,6 +681,7 @@ impl Scheduler {
             paused,
             due_at,
             ticks,
+            fires: Vec::new(),
             runs,
             replace_skipped: false,
             at: now,
@@ -701,6 +766,7 @@ fn starting_one(
         paused: record.paused,
         due_at: record.due_at,
         ticks: vec![started(tick, run.id, now)],
+        fires: Vec::new(),
         runs: vec![run],
         replace_skipped,
         at: now,

@@ -181,7 +181,8 @@ impl Server {
             // The server's worker also starts the runs of due schedules (each tick once,
             // whichever process decides it first).
             let scheduler =
-                stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), config.bindings.clone());
+                stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), config.bindings.clone())
+                    .wake_on(shared.scheduler_wake.clone());
             let stop_scheduler = stop.clone();
             tokio::spawn(async move { scheduler.run(stop_scheduler).await });
             tokio::spawn(async move { runner.run(stop_worker).await })

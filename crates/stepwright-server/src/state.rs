@@ -53,6 +53,8 @@ pub struct Shared {
     pub(crate) oidc: Option<crate::oidc::Oidc>,
     /// The host's metrics (`/metrics`), if it keeps any.
     pub(crate) metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>,
+    /// Wakes this process's scheduler (an event was stored here: its triggers are due).
+    pub(crate) scheduler_wake: Arc<tokio::sync::Notify>,
     clock: Arc<dyn Clock>,
     /// Keys by the hash of their secret, with when they were read.
     keys: Mutex<HashMap<[u8; 32], CachedKey>>,
@@ -86,6 +88,7 @@ impl Shared {
             shutdown,
             oidc: None,
             metrics: None,
+            scheduler_wake: Arc::new(tokio::sync::Notify::new()),
             clock: Arc::new(stepwright_core::TokioClock::new()),
             keys: Mutex::default(),
             touched: Mutex::default(),
@@ -103,6 +106,11 @@ impl Shared {
     pub(crate) fn with_metrics(mut self, metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// Tells this process's scheduler that triggers are due (an event was stored).
+    pub(crate) fn wake_scheduler(&self) {
+        self.scheduler_wake.notify_one();
     }
 
     /// The wall clock.

@@ -9,6 +9,7 @@ use serde_json::json;
 use stepwright_core::bank::{MemoryAddress, MemoryBank, MemoryItem, MemoryScope, MemorySearch};
 use stepwright_core::journal::{JournalBatch, JournalEntry, RunRecord};
 use stepwright_core::session::{SessionAppend, SessionOwner, SessionStore};
+use stepwright_core::store::event::{EventFire, EventQuery, EventStore, NewEvent};
 use stepwright_core::store::schedule::{
     ScheduleAdvance, ScheduleKey, ScheduleRecord, ScheduleStore, TickOutcome, TickRecord,
 };
@@ -25,6 +26,7 @@ where
         + SessionStore
         + MemoryBank
         + ScheduleStore
+        + EventStore
         + stepwright_core::store::quota::QuotaStore
         + stepwright_core::StepCache,
     F: Fn() -> Fut,
@@ -59,6 +61,7 @@ where
     memory_bank_stores_and_recalls(&*fresh().await).await;
     run_memory_goes_with_its_run(&*fresh().await).await;
     schedules_advance_once(&*fresh().await).await;
+    events_are_stored_once_and_wake_their_readers(&*fresh().await).await;
 }
 
 /// The step cache answers what was kept under a key, exactly as kept (key order, large
@@ -1546,6 +1549,7 @@ fn schedule(tenant: Option<&str>, name: &str, due_at: Option<i64>) -> ScheduleRe
         version: 0,
         created_at: Timestamp::from_micros(1),
         updated_at: Timestamp::from_micros(1),
+        on_event: None,
     }
 }
 
@@ -1571,6 +1575,7 @@ fn advance_of(
         paused: record.paused,
         due_at: Some(Timestamp::from_micros(9_000)),
         ticks,
+        fires: Vec::new(),
         runs,
         replace_skipped: false,
         at: Timestamp::from_micros(5_000),
@@ -1710,4 +1715,136 @@ pub async fn schedule_advances_race<A: Store + ScheduleStore + ?Sized, B: Store 
         assert_eq!(created, won, "round {round}: only the winner's run exists");
         assert_eq!(a.ticks(&read.key, 10).await.unwrap().len(), 1);
     }
+}
+
+fn new_event(tenant: Option<&str>, name: &str, payload: serde_json::Value, key: Option<&str>, at: i64) -> NewEvent {
+    NewEvent {
+        tenant: tenant.map(str::to_owned),
+        name: name.to_owned(),
+        payload,
+        idempotency_key: key.map(str::to_owned),
+        at: Timestamp::from_micros(at),
+    }
+}
+
+/// Events are stored once per idempotency key and tenant, read back in either order and by
+/// name, position and time; storing one makes its tenant's triggers due and wakes the runs
+/// watching its name (once per registration); a trigger's fire is recorded once per event,
+/// with the advance that writes it, and goes with the trigger.
+pub async fn events_are_stored_once_and_wake_their_readers<S: Store + ScheduleStore + EventStore + ?Sized>(store: &S) {
+    let mut trigger = schedule(None, "flow/on-ticket", None);
+    trigger.on_event = Some("ticket.*".into());
+    let mut elsewhere = schedule(Some("acme"), "flow/on-ticket", None);
+    elsewhere.on_event = Some("ticket.*".into());
+    let clock = schedule(None, "flow/clock", Some(9_000));
+    for record in [trigger.clone(), elsewhere, clock] {
+        store.put_schedule(record).await.unwrap();
+    }
+    // A suspended run watching `ticket.closed`, far from its timer.
+    let far = Timestamp::from_micros(i64::MAX / 2);
+    let mut waiting = record(40, "flow", RunStatus::Pending, 10);
+    waiting.caller = Caller::default();
+    store.create_run(waiting.clone()).await.unwrap();
+    let suspend = StatusUpdate {
+        status: RunStatus::Suspended,
+        output: None,
+        error: None,
+        at: Timestamp::from_micros(20),
+        wake_at: Some(far),
+        fence: None,
+    };
+    store.set_status(waiting.id, suspend.clone()).await.unwrap();
+    store.watch_events(waiting.id, None, "ticket.closed").await.unwrap();
+    store.watch_events(waiting.id, None, "ticket.closed").await.expect("watching twice is watching");
+    let wake_at = |run| async move { store.load(run).await.unwrap().record.wake_at };
+
+    let first =
+        store.append_event(new_event(None, "ticket.created", json!({ "id": 1 }), Some("k1"), 500)).await.unwrap();
+    assert!(first.created);
+    assert_eq!((first.event.name.as_str(), &first.event.payload), ("ticket.created", &json!({ "id": 1 })));
+    assert_eq!(wake_at(waiting.id).await, Some(far), "another name wakes no one");
+    let due = |key: ScheduleKey| async move { store.schedule(&key).await.unwrap().unwrap().due_at };
+    assert_eq!(due(trigger.key.clone()).await, Some(Timestamp::from_micros(500)), "the tenant's trigger is due");
+    assert_eq!(due(ScheduleKey::new(Some("acme"), "flow/on-ticket")).await, None, "another tenant's is not");
+    assert_eq!(
+        due(ScheduleKey::new(None, "flow/clock")).await,
+        Some(Timestamp::from_micros(9_000)),
+        "a clock's is not"
+    );
+
+    let again =
+        store.append_event(new_event(None, "ticket.created", json!({ "id": 99 }), Some("k1"), 600)).await.unwrap();
+    assert!(!again.created, "the key was sent before");
+    assert_eq!(again.event, first.event, "the first event comes back");
+    let acme = store.append_event(new_event(Some("acme"), "ticket.created", json!(2), Some("k1"), 700)).await.unwrap();
+    assert!(acme.created, "keys are per tenant");
+    let closed = store.append_event(new_event(None, "ticket.closed", json!({ "id": 1 }), None, 800)).await.unwrap();
+    assert!(closed.created && closed.event.seq > first.event.seq);
+    let woken = wake_at(waiting.id).await;
+    assert!(woken.is_some_and(|at| at < far), "the watching run is due: {woken:?}");
+    // A registration is used once.
+    store.set_status(waiting.id, suspend).await.unwrap();
+    store.append_event(new_event(None, "ticket.closed", json!({ "id": 2 }), None, 900)).await.unwrap();
+    assert_eq!(wake_at(waiting.id).await, Some(far), "nobody watches any more");
+
+    let seqs =
+        |events: Vec<stepwright_core::store::event::StoredEvent>| events.iter().map(|e| e.seq).collect::<Vec<_>>();
+    let all = seqs(store.event_log(None, EventQuery::default()).await.unwrap());
+    assert_eq!(all.len(), 3, "the tenant's own: {all:?}");
+    assert!(all.windows(2).all(|w| w[0] > w[1]), "newest first: {all:?}");
+    let forward = seqs(store.event_log(None, EventQuery { after: Some(0), ..Default::default() }).await.unwrap());
+    assert_eq!(forward, all.iter().rev().copied().collect::<Vec<_>>(), "after a position: oldest first");
+    let named = EventQuery { name: Some("ticket.closed".into()), limit: 1, ..Default::default() };
+    assert_eq!(seqs(store.event_log(None, named).await.unwrap()), [all[0]], "by name, limited");
+    let before = EventQuery { before: Some(all[0]), since: Some(Timestamp::from_micros(600)), ..Default::default() };
+    assert_eq!(
+        seqs(store.event_log(None, before).await.unwrap()),
+        [closed.event.seq],
+        "before a position, since a time"
+    );
+    let logged =
+        store.logged_events(None, "ticket.closed", Some(closed.event.seq), Timestamp::from_micros(0), 10).await;
+    assert_eq!(seqs(logged.unwrap()), [all[0]], "what a wait reads: after its cursor");
+    let since = store.logged_events(None, "ticket.created", None, Timestamp::from_micros(501), 10).await.unwrap();
+    assert!(since.is_empty(), "received before the run: not for its wait");
+    assert_eq!(store.event_by_seq(None, first.event.seq).await.unwrap(), Some(first.event.clone()));
+    assert_eq!(store.event_by_seq(Some("acme"), first.event.seq).await.unwrap(), None, "another tenant's");
+    assert!(matches!(store.append_event(new_event(None, "", json!(1), None, 1)).await, Err(StoreError::Invalid(_))));
+    let long = "k".repeat(256);
+    assert!(matches!(
+        store.append_event(new_event(None, "x", json!(1), Some(&long), 1)).await,
+        Err(StoreError::Invalid(_))
+    ));
+
+    // Fires: written with the advance, once per (trigger, event).
+    let fire = |event: u64, outcome: TickOutcome| EventFire {
+        trigger: trigger.key.name.clone(),
+        event,
+        outcome,
+        recorded_at: Timestamp::from_micros(1_000),
+    };
+    let mut run = record(41, "flow", RunStatus::Pending, 10);
+    run.caller = Caller::default();
+    let read = store.schedule(&trigger.key).await.unwrap().unwrap();
+    let mut advance = advance_of(&read, json!({ "read_through": closed.event.seq }), vec![], vec![run.clone()]);
+    advance.fires = vec![
+        fire(first.event.seq, TickOutcome::Started { run: run.id }),
+        fire(closed.event.seq, TickOutcome::Skipped { reason: "paused".into() }),
+    ];
+    assert!(store.advance_schedule(advance.clone()).await.unwrap());
+    assert_eq!(store.event_fires(None, first.event.seq).await.unwrap(), [advance.fires[0].clone()]);
+    assert_eq!(store.event_fires(Some("acme"), first.event.seq).await.unwrap(), [], "another tenant's");
+    let fires = store.trigger_fires(&trigger.key, 10).await.unwrap();
+    assert_eq!(fires, [advance.fires[1].clone(), advance.fires[0].clone()], "newest event first");
+    let after = store.schedule(&trigger.key).await.unwrap().unwrap();
+    let mut other = record(42, "flow", RunStatus::Pending, 10);
+    other.caller = Caller::default();
+    let mut repeat = advance_of(&after, json!({}), vec![], vec![other.clone()]);
+    repeat.fires = vec![fire(first.event.seq, TickOutcome::Started { run: other.id })];
+    assert!(store.advance_schedule(repeat).await.is_err(), "an event fires a trigger once");
+    assert!(matches!(store.load(other.id).await, Err(StoreError::RunNotFound(_))), "nothing of it written");
+    assert_eq!(store.schedule(&trigger.key).await.unwrap().unwrap().version, after.version);
+    assert!(store.delete_schedule(&trigger.key).await.unwrap());
+    assert!(store.trigger_fires(&trigger.key, 10).await.unwrap().is_empty(), "the fires go with the trigger");
+    assert!(store.load(run.id).await.is_ok(), "its runs stay");
 }

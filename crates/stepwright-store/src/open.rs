@@ -3,16 +3,18 @@
 
 use std::sync::Arc;
 
+use stepwright_core::store::event::EventStore;
 use stepwright_core::store::quota::QuotaStore;
 use stepwright_core::store::schedule::ScheduleStore;
 use stepwright_core::{MemoryBank, SessionStore, StepCache, Store, StoreError};
 
 /// A store with everything steps use: the journal ([`Store`]), sessions
 /// ([`SessionStore`]), the memory bank ([`MemoryBank`]), shared quotas ([`QuotaStore`])
-/// the step cache ([`StepCache`]) and schedules ([`ScheduleStore`]). Every backend here is one.
-pub trait AnyStore: Store + SessionStore + MemoryBank + QuotaStore + StepCache + ScheduleStore {}
+/// the step cache ([`StepCache`]), schedules and triggers ([`ScheduleStore`]) and the event
+/// log ([`EventStore`]). Every backend here is one.
+pub trait AnyStore: Store + SessionStore + MemoryBank + QuotaStore + StepCache + ScheduleStore + EventStore {}
 
-impl<T: Store + SessionStore + MemoryBank + QuotaStore + StepCache + ScheduleStore> AnyStore for T {}
+impl<T: Store + SessionStore + MemoryBank + QuotaStore + StepCache + ScheduleStore + EventStore> AnyStore for T {}
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]

@@ -32,6 +32,7 @@ mod bank;
 mod cache;
 mod control;
 mod quota;
+mod events;
 mod schedules;
 mod sessions;
 
@@ -48,6 +49,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (8, include_str!("postgres/008_step_cache.sql")),
     (9, include_str!("postgres/009_claims_say_takeovers.sql")),
     (10, include_str!("postgres/010_schedules.sql")),
+    (11, include_str!("postgres/011_events.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.
@@ -1156,6 +1158,35 @@ impl Store for PostgresStore {
             })
             .transpose()
         })
+    }
+
+    fn logged_events<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        name: &'a str,
+        after: Option<u64>,
+        since: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<stepwright_core::store::event::StoredEvent>, StoreError>> {
+        Box::pin(async move {
+            let query = stepwright_core::store::event::EventQuery {
+                name: Some(name.to_owned()),
+                after: Some(after.unwrap_or(0)),
+                since: Some(since),
+                limit,
+                ..Default::default()
+            };
+            self.query_events(tenant, &query).await
+        })
+    }
+
+    fn watch_events<'a>(
+        &'a self,
+        run: RunId,
+        tenant: Option<&'a str>,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.watch(run, tenant, name))
     }
 
     fn wake_run(&self, run: RunId, _now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {

@@ -31,6 +31,7 @@ use crate::encoding::{EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 
 mod bank;
 mod cache;
+mod events;
 pub(crate) mod control;
 mod quota;
 mod schedules;
@@ -81,6 +82,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (10, include_str!("sqlite/010_flow_control.sql")),
     (11, include_str!("sqlite/011_step_cache.sql")),
     (12, include_str!("sqlite/012_schedules.sql")),
+    (13, include_str!("sqlite/013_events.sql")),
 ];
 
 /// A durable store in one SQLite file.
@@ -1526,6 +1528,36 @@ impl Store for SqliteStore {
                 .map_err(|e| backend(doing, e))?;
             row.map(|(seq, text)| Ok((seq as u64, serde_json::from_str(&text).map_err(|e| backend(doing, e))?))).transpose()
         }))
+    }
+
+    fn logged_events<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        name: &'a str,
+        after: Option<u64>,
+        since: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<stepwright_core::store::event::StoredEvent>, StoreError>> {
+        let (tenant, name) = (tenant.map(str::to_owned), name.to_owned());
+        Box::pin(self.read("reading events", move |conn| {
+            let query = stepwright_core::store::event::EventQuery {
+                name: Some(name),
+                after: Some(after.unwrap_or(0)),
+                since: Some(since),
+                limit,
+                ..Default::default()
+            };
+            events::query(conn, tenant.as_deref(), &query)
+        }))
+    }
+
+    fn watch_events<'a>(
+        &'a self,
+        run: RunId,
+        tenant: Option<&'a str>,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.watch_events_in(run, tenant, name)
     }
 
     fn heartbeat(

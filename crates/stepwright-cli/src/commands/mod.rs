@@ -1,6 +1,7 @@
 //! One function per command, nextest-style: `dispatch` only routes.
 
 mod decide;
+mod events;
 mod file;
 mod history;
 mod run;
@@ -9,6 +10,7 @@ mod remote;
 mod runs;
 mod schedules;
 mod serve;
+mod triggers;
 mod worker;
 
 use crate::args::{Cli, Command, ModelFlags};
@@ -159,5 +161,7 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         }
         Command::Keys { command } => keys::keys(g, command).await,
         Command::Schedules { command } => schedules::schedules(g, command).await,
+        Command::Triggers { command } => triggers::triggers(g, command).await,
+        Command::Events { command } => events::events(g, command).await,
     }
 }

@@ -68,7 +68,7 @@ pub(crate) async fn schedules(g: &Globals<'_>, command: SchedulesCommand) -> any
     }
 }
 
-fn key(tenant: Option<&str>, name: &str) -> ScheduleKey {
+pub(crate) fn key(tenant: Option<&str>, name: &str) -> ScheduleKey {
     ScheduleKey::new(tenant, name)
 }
 
@@ -77,14 +77,14 @@ fn not_found(key: &ScheduleKey) -> anyhow::Error {
 }
 
 /// A schedule error, as the caller's fault (exit 2) when it is theirs.
-fn failed(error: ScheduleError) -> anyhow::Error {
+pub(crate) fn failed(error: ScheduleError) -> anyhow::Error {
     match error.fault() {
         stepwright::Fault::Caller => anyhow!(BadInput(error.to_string())),
         _ => anyhow!(error),
     }
 }
 
-fn scheduler(g: &Globals<'_>, store: &std::sync::Arc<dyn CliStore>) -> Scheduler {
+pub(crate) fn scheduler(g: &Globals<'_>, store: &std::sync::Arc<dyn CliStore>) -> Scheduler {
     let name = stepwright::local_worker_id("cli", &stepwright::SystemEntropy::new());
     let engine = engine_over(store).worker_id(&name).build();
     stepwright::app::scheduler(engine, store.clone(), g.flags.bindings())
@@ -161,7 +161,7 @@ fn cadence_text(spec: &ScheduleSpec) -> String {
 }
 
 async fn list(store: &std::sync::Arc<dyn CliStore>, tenant: Option<&str>, json: bool) -> anyhow::Result<u8> {
-    let records = store.schedules(tenant).await?;
+    let records = store.schedules(tenant).await?.into_iter().filter(|r| r.on_event.is_none());
     if !json {
         println!("{:<32} {:<36} {:<8} {:<26} STATE", "NAME", "CADENCE", "OVERLAP", "NEXT FIRE");
     }
@@ -195,7 +195,7 @@ async fn describe(
     ticks: usize,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let record = store.schedule(key).await?.ok_or_else(|| not_found(key))?;
+    let record = store.schedule(key).await?.filter(|r| r.on_event.is_none()).ok_or_else(|| not_found(key))?;
     let next_fires = scheduler.next_ticks(key, next).await.map_err(failed)?;
     let state: stepwright::schedule::ScheduleState = serde_json::from_value(record.state.clone())?;
     let past = store.ticks(key, ticks).await?;

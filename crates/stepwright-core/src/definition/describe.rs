@@ -190,6 +190,9 @@ fn describe_kind(kind: &NodeKind, d: &mut Description, expand: bool) {
         NodeKind::Wait(spec) => {
             d.put("event", json!(spec.event));
             d.put("timeout_ms", json!(spec.timeout.as_millis() as u64));
+            if let Some(matching) = &spec.matching {
+                d.put("match", matching.describe());
+            }
         }
     }
 }

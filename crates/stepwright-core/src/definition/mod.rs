@@ -213,11 +213,14 @@ pub(crate) struct Edge {
     pub(crate) when: Option<Predicate>,
 }
 
-/// A wait for an external event: the next message sent to the run's inbox `event`.
+/// A wait for an external event: the next message sent to the run's inbox `event`, or the
+/// next event of that name stored in the run's tenant since the run was created (whose
+/// payload has every field `matching` gives, when it gives some).
 #[derive(Clone)]
 pub(crate) struct WaitSpec {
     pub(crate) event: String,
     pub(crate) timeout: Duration,
+    pub(crate) matching: Option<Expr<Value>>,
 }
 
 #[derive(Clone)]
@@ -296,8 +299,21 @@ impl Node {
     /// engine's threshold) suspends the run until the message comes (a send makes the run
     /// due at once) or the `timeout`, when the node fails with `interrupt_timeout`. Check a
     /// message's shape with [`Node::output_schema`].
+    ///
+    /// The wait also takes events stored in the run's tenant (`POST /v1/events`,
+    /// `stepwright events send`) named `event` and received since the run was created,
+    /// whichever comes first; the output is the event's payload. An event stored before the
+    /// wait began is not lost either.
     pub fn wait(id: &str, event: &str, timeout: Duration) -> Self {
-        Self::with_kind(id, NodeKind::Wait(WaitSpec { event: event.to_owned(), timeout }))
+        Self::with_kind(id, NodeKind::Wait(WaitSpec { event: event.to_owned(), timeout, matching: None }))
+    }
+
+    /// [`Node::wait`] taking only stored events whose payload has every field of the
+    /// object `matching` evaluates to (over the scope when the wait begins), each equal:
+    /// `{ticket: 42}` takes `{ticket: 42, status: "closed"}`, not `{ticket: 7}`. Messages
+    /// sent to the run's inbox are the run's own and taken whatever they hold.
+    pub fn wait_matching(id: &str, event: &str, timeout: Duration, matching: Expr<Value>) -> Self {
+        Self::with_kind(id, NodeKind::Wait(WaitSpec { event: event.to_owned(), timeout, matching: Some(matching) }))
     }
 
     /// The node's id.

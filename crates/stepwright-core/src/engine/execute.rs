@@ -281,6 +281,8 @@ impl Engine {
             root_layers: ProvidedLayers::default(),
             wake_at: Mutex::new(None),
             wake_checks: Mutex::new(Vec::new()),
+            event_watches: Mutex::new(Vec::new()),
+            created_at: loaded.record.created_at,
             event_cursors: tokio::sync::Mutex::default(),
             yielded: AtomicBool::new(false),
             served: Default::default(),
@@ -393,12 +395,29 @@ impl Engine {
     pub(super) async fn wake_if_woken_meanwhile(&self, shared: &RunShared) -> Result<(), EngineError> {
         let (inner, run_id) = (&self.inner, shared.run_id);
         let checks = std::mem::take(&mut *shared.wake_checks.lock().expect("poisoned"));
+        let mut woken = false;
         for (inbox, after) in checks {
             let waiting = inner.store.next_message(run_id, &inbox, after).await.map_err(EngineError::store(run_id))?;
             if waiting.is_some() {
-                inner.store.wake_run(run_id, inner.clock.now()).await.map_err(EngineError::store(run_id))?;
+                woken = true;
                 break;
             }
+        }
+        let watches = std::mem::take(&mut *shared.event_watches.lock().expect("poisoned"));
+        let tenant = shared.caller.tenant.as_deref();
+        for watch in watches {
+            // Registered first: an event stored after this sees the registration and wakes
+            // the (suspended) run; one stored before is found by the look that follows.
+            inner.store.watch_events(run_id, tenant, &watch.name).await.map_err(EngineError::store(run_id))?;
+            if !woken {
+                let found = super::exec::first_logged_event(inner.store.as_ref(), tenant, &watch, shared.created_at)
+                    .await
+                    .map_err(EngineError::store(run_id))?;
+                woken = found.is_some();
+            }
+        }
+        if woken {
+            inner.store.wake_run(run_id, inner.clock.now()).await.map_err(EngineError::store(run_id))?;
         }
         Ok(())
     }

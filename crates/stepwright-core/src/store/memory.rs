@@ -53,6 +53,8 @@ pub struct InMemoryStore {
     cache: super::cache::InMemoryStepCache,
     /// Schedules and their ticks (see [`super::schedule`]).
     schedules: super::schedule::InMemorySchedules,
+    /// The event log, its watchers and the triggers' fires (see [`super::event`]).
+    events: super::event::InMemoryEvents,
     /// Held by every claim, so that two claims never both see room in one concurrency
     /// group (a run leaving its slot needs no lock: it only makes room).
     claiming: Mutex<()>,
@@ -499,6 +501,35 @@ impl Store for InMemoryStore {
         Box::pin(std::future::ready(Ok(found)))
     }
 
+    fn logged_events<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        name: &'a str,
+        after: Option<u64>,
+        since: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<super::event::StoredEvent>, StoreError>> {
+        let query = super::event::EventQuery {
+            name: Some(name.to_owned()),
+            after: Some(after.unwrap_or(0)),
+            since: Some(since),
+            limit,
+            ..Default::default()
+        };
+        let found = self.events.log.lock().expect("poisoned").query(tenant, &query);
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn watch_events<'a>(
+        &'a self,
+        run: RunId,
+        tenant: Option<&'a str>,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.events.log.lock().expect("poisoned").watch(run, tenant, name);
+        Box::pin(std::future::ready(Ok(())))
+    }
+
     fn heartbeat(
         &self,
         lease: &Lease,
@@ -713,6 +744,8 @@ impl super::schedule::ScheduleStore for InMemoryStore {
     }
 
     fn delete_schedule<'a>(&'a self, key: &'a super::schedule::ScheduleKey) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let tenant = key.tenant.clone().unwrap_or_default();
+        self.events.log.lock().expect("poisoned").fires.retain(|(t, name, _), _| *t != tenant || *name != key.name);
         Box::pin(std::future::ready(Ok(self.schedules.delete(key))))
     }
 
@@ -729,7 +762,7 @@ impl super::schedule::ScheduleStore for InMemoryStore {
     }
 
     fn advance_schedule(&self, advance: super::schedule::ScheduleAdvance) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(std::future::ready(self.schedules.advance(advance, self)))
+        Box::pin(std::future::ready(self.schedules.advance(advance, self, &self.events.log)))
     }
 
     fn ticks<'a>(
@@ -738,5 +771,57 @@ impl super::schedule::ScheduleStore for InMemoryStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<super::schedule::TickRecord>, StoreError>> {
         Box::pin(std::future::ready(Ok(self.schedules.ticks(key, limit))))
+    }
+}
+
+impl super::event::EventStore for InMemoryStore {
+    fn append_event(&self, event: super::event::NewEvent) -> BoxFuture<'_, Result<super::event::Appended, StoreError>> {
+        let result = super::event::check_new_event(&event).map(|()| {
+            let (tenant, at) = (event.tenant.clone(), event.at);
+            let (appended, woken) = self.events.log.lock().expect("poisoned").append(event);
+            if appended.created {
+                self.schedules.wake_triggers(tenant.as_deref(), at);
+                for run in woken {
+                    // A run gone or no longer suspended has nothing to wake.
+                    drop(futures_util::FutureExt::now_or_never(self.wake_run(run, at)));
+                }
+            }
+            appended
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn event_log<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        query: super::event::EventQuery,
+    ) -> BoxFuture<'a, Result<Vec<super::event::StoredEvent>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.events.log.lock().expect("poisoned").query(tenant, &query))))
+    }
+
+    fn event_by_seq<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Option<super::event::StoredEvent>, StoreError>> {
+        let query = super::event::EventQuery { after: Some(seq.saturating_sub(1)), limit: 1, ..Default::default() };
+        let found = self.events.log.lock().expect("poisoned").query(tenant, &query).into_iter().find(|e| e.seq == seq);
+        Box::pin(std::future::ready(Ok(found)))
+    }
+
+    fn event_fires<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<super::event::EventFire>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.events.log.lock().expect("poisoned").fires_of_event(tenant, seq))))
+    }
+
+    fn trigger_fires<'a>(
+        &'a self,
+        key: &'a super::schedule::ScheduleKey,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<super::event::EventFire>, StoreError>> {
+        Box::pin(std::future::ready(Ok(self.events.log.lock().expect("poisoned").fires_of_trigger(key, limit))))
     }
 }

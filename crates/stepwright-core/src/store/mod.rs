@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod bank;
 pub mod cache;
+pub mod event;
 mod memory;
 pub mod quota;
 pub mod schedule;
@@ -372,6 +373,35 @@ pub trait Store: Send + Sync + 'static {
         inbox: &str,
         after: Option<u64>,
     ) -> BoxFuture<'_, Result<Option<(u64, Value)>, StoreError>>;
+
+    /// The events of `tenant` named `name` in the event log ([`event`]) after sequence
+    /// number `after` (from the start if none) and received at or after `since`, oldest
+    /// first, at most `limit`: what a `wait` may take besides its inbox's messages. A store
+    /// without an event log has none.
+    fn logged_events<'a>(
+        &'a self,
+        tenant: Option<&'a str>,
+        name: &'a str,
+        after: Option<u64>,
+        since: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<event::StoredEvent>, StoreError>> {
+        let _ = (tenant, name, after, since, limit);
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    /// Registers the wait of a suspended run on events named `name` in `tenant`: the next
+    /// such event stored brings the run's timer forward (as [`Store::wake_run`]). A
+    /// registration is used once; a run still waiting registers again.
+    fn watch_events<'a>(
+        &'a self,
+        run: RunId,
+        tenant: Option<&'a str>,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (run, tenant, name);
+        Box::pin(std::future::ready(Ok(())))
+    }
 
     /// Keeps a workflow's source under its definition hash (idempotent).
     fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>>;

@@ -16,6 +16,7 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::event::{EventFire, EventLog, fire_recorded};
 use super::{Store, StoreError};
 use crate::hash::ContentHash;
 use crate::ids::{RunId, Timestamp};
@@ -64,6 +65,10 @@ pub struct ScheduleRecord {
     pub state: Value,
     /// Paused: its ticks are recorded as skipped.
     pub paused: bool,
+    /// A trigger: the event name (or pattern) it starts runs on; it is due whenever an
+    /// event is stored in its tenant (`None`: a schedule on a clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_event: Option<String>,
     /// When the scheduler has something to do for it next (`None`: never again).
     pub due_at: Option<Timestamp>,
     /// Grows with every change; an advance names the version it read.
@@ -122,6 +127,9 @@ pub struct ScheduleAdvance {
     pub due_at: Option<Timestamp>,
     /// The ticks decided.
     pub ticks: Vec<TickRecord>,
+    /// A trigger's fires: what it did with each event it read (unique per trigger and
+    /// event, as ticks are per schedule and time).
+    pub fires: Vec<EventFire>,
     /// The runs they start (created pending, for any worker to claim).
     pub runs: Vec<RunRecord>,
     /// A backfill: a tick recorded as skipped may become started (the run the outage or
@@ -222,6 +230,16 @@ impl InMemorySchedules {
         due
     }
 
+    /// Makes a tenant's triggers due at `now` (an event was stored).
+    pub fn wake_triggers(&self, tenant: Option<&str>, now: Timestamp) {
+        let mut table = self.table.lock().expect("poisoned");
+        for (record, _) in table.values_mut() {
+            if record.on_event.is_some() && record.key.tenant.as_deref() == tenant {
+                record.due_at = Some(record.due_at.map_or(now, |at| at.min(now)));
+            }
+        }
+    }
+
     /// The earliest due time.
     pub fn next_due(&self) -> Option<Timestamp> {
         self.table.lock().expect("poisoned").values().filter_map(|(record, _)| record.due_at).min()
@@ -229,8 +247,14 @@ impl InMemorySchedules {
 
     /// Applies an advance: the schedule's part under the table's lock, the runs through
     /// `runs` (created while the lock is held, so no other advance interleaves).
-    pub fn advance(&self, advance: ScheduleAdvance, runs: &dyn Store) -> Result<bool, StoreError> {
+    pub(crate) fn advance(
+        &self,
+        advance: ScheduleAdvance,
+        runs: &dyn Store,
+        events: &Mutex<EventLog>,
+    ) -> Result<bool, StoreError> {
         let mut table = self.table.lock().expect("poisoned");
+        let mut events = events.lock().expect("poisoned");
         let Some((record, ticks)) = table.get_mut(&advance.key) else { return Ok(false) };
         if record.version != advance.version {
             return Ok(false);
@@ -246,12 +270,20 @@ impl InMemorySchedules {
         if let Some(tick) = advance.ticks.iter().find(|tick| taken(tick)) {
             return Err(tick_recorded(&advance.key, tick.at));
         }
+        let tenant = advance.key.tenant.clone().unwrap_or_default();
+        let fire_key = |fire: &EventFire| (tenant.clone(), advance.key.name.clone(), fire.event);
+        if let Some(fire) = advance.fires.iter().find(|fire| events.fires.contains_key(&fire_key(fire))) {
+            return Err(fire_recorded(&advance.key, fire.event));
+        }
         for run in &advance.runs {
             // The in-memory store creates at once (a future that is ready).
             futures_util::FutureExt::now_or_never(runs.create_run(run.clone())).unwrap_or(Ok(()))?;
         }
         for tick in advance.ticks {
             ticks.insert(tick.at, tick);
+        }
+        for fire in advance.fires {
+            events.fires.insert(fire_key(&fire), fire);
         }
         record.state = advance.state;
         record.paused = advance.paused;

@@ -121,7 +121,7 @@ impl Compiler {
     fn wait_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, step, .. } = *site;
         let entries = self.entries(body, "`wait`")?;
-        self.unknown_fields(entries, &["event", "timeout", "schema"], "`wait`");
+        self.unknown_fields(entries, &["event", "timeout", "schema", "match"], "`wait`");
         let event = match body.get("event") {
             Some(event) => {
                 let name = self.string(event, "`wait.event`")?;
@@ -151,7 +151,27 @@ impl Compiler {
                 return None;
             }
         };
-        let mut node = Node::wait(id, &event, timeout);
+        let mut node = match body.get("match") {
+            None => Node::wait(id, &event, timeout),
+            Some(matching) => {
+                if !matches!(matching.value, crate::yaml::Yaml::Map(_)) {
+                    self.error_hint(
+                        matching.pos,
+                        "`wait.match` must be a mapping",
+                        "the fields a stored event's payload must have: `match: { ticket: \"{{ input.ticket }}\" }`",
+                    );
+                    return None;
+                }
+                // Rendered over the scope when the wait begins.
+                self.templates(matching);
+                let template = matching.to_json();
+                let source = template.to_string();
+                let matching =
+                    stepwright_core::Expr::try_new(move |scope| crate::expr::eval_value(&template, &scope.to_json()))
+                        .with_source(source);
+                Node::wait_matching(id, &event, timeout, matching)
+            }
+        };
         if let Some(schema) = body.get("schema") {
             if let Some(output) = step.get("output") {
                 self.error(output.pos, "a `wait` step's message schema is its `wait.schema`; give it once");

@@ -37,6 +37,8 @@ pub struct Loaded {
     pub mcp_tool_uses: Vec<super::mcp::McpToolUse>,
     /// The `schedules` section, by name: what a worker starts when.
     pub schedules: Vec<super::schedules::FileSchedule>,
+    /// The `triggers` section, by name: what a worker starts on which events.
+    pub triggers: Vec<super::triggers::FileTrigger>,
     /// What loads but may not do what the file's author expects (a `retry` that cannot take
     /// effect), this file's and its called files', in file order.
     pub warnings: Vec<super::Diagnostic>,

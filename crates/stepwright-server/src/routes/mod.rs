@@ -11,6 +11,7 @@ pub(crate) mod links;
 pub(crate) mod meta;
 pub(crate) mod runs;
 pub(crate) mod schedules;
+pub(crate) mod triggers;
 pub(crate) mod session;
 pub(crate) mod workflows;
 
@@ -64,6 +65,12 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         .route("/v1/schedules/{workflow}/{schedule}/resume", post(schedules::resume))
         .route("/v1/schedules/{workflow}/{schedule}/trigger", post(schedules::trigger))
         .route("/v1/schedules/{workflow}/{schedule}/backfill", post(schedules::backfill))
+        .route("/v1/events", post(triggers::send).get(triggers::list))
+        .route("/v1/events/{seq}", get(triggers::show))
+        .route("/v1/triggers", post(triggers::create).get(triggers::list_triggers))
+        .route("/v1/triggers/{workflow}/{trigger}", get(triggers::show_trigger).delete(triggers::delete))
+        .route("/v1/triggers/{workflow}/{trigger}/pause", post(triggers::pause))
+        .route("/v1/triggers/{workflow}/{trigger}/resume", post(triggers::resume))
 }
 
 /// A run id from a path, or `404` (an id that does not parse names no run).

@@ -213,7 +213,7 @@ pub(crate) async fn list(
 ) -> Result<Json<Vec<ScheduleView>>, ApiError> {
     who.require(Role::Viewer)?;
     let records = shared.store.schedules(Some(who.namespace())).await?;
-    Ok(Json(records.iter().map(view).collect()))
+    Ok(Json(records.iter().filter(|r| r.on_event.is_none()).map(view).collect()))
 }
 
 /// `GET /v1/schedules/{workflow}/{schedule}` (viewer).
@@ -224,8 +224,12 @@ pub(crate) async fn show(
 ) -> Result<Json<ScheduleDetails>, ApiError> {
     who.require(Role::Viewer)?;
     let key = key(&who, &workflow, &schedule);
-    let record =
-        shared.store.schedule(&key).await?.ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
+    let record = shared
+        .store
+        .schedule(&key)
+        .await?
+        .filter(|r| r.on_event.is_none())
+        .ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
     let next_fires = scheduler(&shared).next_ticks(&key, 5).await.map_err(ApiError::from)?;
     let state = stepwright_schedule::scheduler::state_of(&record).map_err(ApiError::from)?;
     let ticks = shared.store.ticks(&key, 20).await?;

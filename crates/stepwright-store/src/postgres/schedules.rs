@@ -19,7 +19,7 @@ use crate::encoding::backend;
 /// static SQL).
 macro_rules! columns {
     () => {
-        "tenant, name, workflow, definition_hash, spec, state, paused, due_at, version, created_at, updated_at"
+        "tenant, name, workflow, definition_hash, spec, state, paused, due_at, version, created_at, updated_at, on_event"
     };
 }
 
@@ -44,6 +44,7 @@ fn schedule_from(row: &PgRow) -> Result<ScheduleRecord, StoreError> {
         version: row.try_get::<i64, _>(8).map_err(get)? as u64,
         created_at: Timestamp::from_micros(row.try_get(9).map_err(get)?),
         updated_at: Timestamp::from_micros(row.try_get(10).map_err(get)?),
+        on_event: row.try_get(11).map_err(get)?,
     })
 }
 
@@ -135,6 +136,7 @@ impl PostgresStore {
                 return Err(tick_recorded(&a.key, Timestamp::from_micros(at)));
             }
         }
+        super::events::insert_fires(&mut tx, &a.key, &a.fires).await?;
         if !a.runs.is_empty() {
             let records: Vec<&stepwright_core::RunRecord> = a.runs.iter().collect();
             let created = insert_runs(&mut *tx, &records).await?;
@@ -156,8 +158,8 @@ impl ScheduleStore for PostgresStore {
             sqlx::query(concat!(
                 "INSERT INTO stepwright_schedules (",
                 columns!(),
-                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
-                 ON CONFLICT (tenant, name) DO UPDATE SET workflow = excluded.workflow, \
+                ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 ON CONFLICT (tenant, name) DO UPDATE SET workflow = excluded.workflow, on_event = excluded.on_event, \
                  definition_hash = excluded.definition_hash, spec = excluded.spec, state = excluded.state, \
                  paused = excluded.paused, due_at = excluded.due_at, \
                  version = GREATEST(excluded.version, stepwright_schedules.version + 1), \
@@ -174,6 +176,7 @@ impl ScheduleStore for PostgresStore {
             .bind(r.version as i64)
             .bind(r.created_at.as_micros())
             .bind(r.updated_at.as_micros())
+            .bind(&r.on_event)
             .execute(&self.pool)
             .await
             .map(drop)
@@ -216,12 +219,12 @@ impl ScheduleStore for PostgresStore {
         Box::pin(async move {
             let doing = "deleting a schedule";
             let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-            sqlx::query("DELETE FROM stepwright_schedule_ticks WHERE tenant = $1 AND name = $2")
-                .bind(tenant_of(key))
-                .bind(&key.name)
-                .execute(&mut *tx)
-                .await
-                .map_err(pg(doing))?;
+            for delete in [
+                "DELETE FROM stepwright_schedule_ticks WHERE tenant = $1 AND name = $2",
+                "DELETE FROM stepwright_event_fires WHERE tenant = $1 AND trigger = $2",
+            ] {
+                sqlx::query(delete).bind(tenant_of(key)).bind(&key.name).execute(&mut *tx).await.map_err(pg(doing))?;
+            }
             let deleted = sqlx::query("DELETE FROM stepwright_schedules WHERE tenant = $1 AND name = $2")
                 .bind(tenant_of(key))
                 .bind(&key.name)

@@ -13,7 +13,7 @@ use super::{SqliteStore, bytes_to_id, hash_from, insert_run};
 use crate::encoding::backend;
 
 const COLUMNS: &str =
-    "tenant, name, workflow, definition_hash, spec, state, paused, due_at, version, created_at, updated_at";
+    "tenant, name, workflow, definition_hash, spec, state, paused, due_at, version, created_at, updated_at, on_event";
 
 fn tenant_of(key: &ScheduleKey) -> &str {
     key.tenant.as_deref().unwrap_or("")
@@ -37,6 +37,7 @@ fn schedule_from(row: &Row<'_>) -> rusqlite::Result<ScheduleRecord> {
         version: row.get::<_, i64>(8)? as u64,
         created_at: Timestamp::from_micros(row.get(9)?),
         updated_at: Timestamp::from_micros(row.get(10)?),
+        on_event: row.get(11)?,
     })
 }
 
@@ -57,8 +58,8 @@ fn tick_from(row: &Row<'_>) -> rusqlite::Result<TickRecord> {
 
 fn put(conn: &Connection, r: &ScheduleRecord) -> Result<(), StoreError> {
     conn.prepare_cached(&format!(
-        "INSERT INTO schedules ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
-         ON CONFLICT (tenant, name) DO UPDATE SET workflow = excluded.workflow, \
+        "INSERT INTO schedules ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) \
+         ON CONFLICT (tenant, name) DO UPDATE SET workflow = excluded.workflow, on_event = excluded.on_event, \
          definition_hash = excluded.definition_hash, spec = excluded.spec, state = excluded.state, \
          paused = excluded.paused, due_at = excluded.due_at, \
          version = MAX(excluded.version, schedules.version + 1), updated_at = excluded.updated_at"
@@ -76,6 +77,7 @@ fn put(conn: &Connection, r: &ScheduleRecord) -> Result<(), StoreError> {
             r.version as i64,
             r.created_at.as_micros(),
             r.updated_at.as_micros(),
+            r.on_event,
         ])
     })
     .map(drop)
@@ -133,6 +135,9 @@ fn advance(conn: &Connection, a: &ScheduleAdvance) -> Result<bool, StoreError> {
             return Err(tick_recorded(&a.key, tick.at));
         }
     }
+    for fire in &a.fires {
+        super::events::insert_fire(conn, &a.key, fire)?;
+    }
     for run in &a.runs {
         insert_run(conn, run)?;
     }
@@ -168,9 +173,12 @@ impl ScheduleStore for SqliteStore {
         let key = key.clone();
         Box::pin(self.write(move |conn| {
             let doing = "deleting a schedule";
-            conn.prepare_cached("DELETE FROM schedule_ticks WHERE tenant = ?1 AND name = ?2")
-                .and_then(|mut s| s.execute(params![tenant_of(&key), key.name]))
-                .map_err(|e| backend(doing, e))?;
+            for table in ["schedule_ticks", "event_fires"] {
+                let column = if table == "event_fires" { "trigger" } else { "name" };
+                conn.prepare_cached(&format!("DELETE FROM {table} WHERE tenant = ?1 AND {column} = ?2"))
+                    .and_then(|mut s| s.execute(params![tenant_of(&key), key.name]))
+                    .map_err(|e| backend(doing, e))?;
+            }
             conn.prepare_cached("DELETE FROM schedules WHERE tenant = ?1 AND name = ?2")
                 .and_then(|mut s| s.execute(params![tenant_of(&key), key.name]))
                 .map(|n| n > 0)

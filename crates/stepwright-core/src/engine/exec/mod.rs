@@ -13,6 +13,8 @@ mod mailbox;
 mod subworkflow;
 mod wait;
 
+pub(crate) use wait::first_logged_event;
+
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
@@ -282,7 +284,7 @@ impl Exec {
                 Box::pin(self.run_subworkflow(workflow, *spawn, path, input, frame.scope, env)).await
             }
             NodeKind::Every(spec) => Box::pin(self.run_every(spec, path, input, frame.scope, env)).await,
-            NodeKind::Wait(spec) => self.run_wait(spec, path, env).await,
+            NodeKind::Wait(spec) => self.run_wait(spec, path, frame.scope, env).await,
             NodeKind::Sleep(duration) => {
                 let ctx = self.context(path, attempt, frame.scope, env, None);
                 match self.interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(*duration)).await? {

@@ -1,0 +1,388 @@
+//! `/v1/events` and `/v1/triggers` (DESIGN §16): events stored in the key's namespace before
+//! anything reads them, each with its history (what every trigger did with it); and a
+//! registered workflow's `triggers:` kept and driven through the API. The server's worker
+//! (and every other worker on the store) starts their runs, each event once.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use stepwright_core::store::event::{EventFire, EventQuery, NewEvent, StoredEvent};
+use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome};
+use stepwright_schedule::{ScheduleError, TriggerState};
+
+use super::runs::audit;
+use super::{Body, Params};
+use crate::keys::{Principal, Role};
+use crate::problem::ApiError;
+use crate::state::{Shared, registered_source};
+
+/// An event to store.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SendEvent {
+    /// Its name (`ticket.created`).
+    #[schemars(length(min = 1, max = 255))]
+    pub name: String,
+    /// What it carries (default null).
+    #[serde(default)]
+    pub payload: Value,
+    /// A key naming one event in the namespace: the same key again stores nothing and
+    /// returns the first event (`200`).
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 255))]
+    pub idempotency_key: Option<String>,
+}
+
+/// An event as the API shows it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct EventView {
+    /// Its place in the log.
+    pub seq: u64,
+    /// Its name.
+    pub name: String,
+    /// What it carries.
+    pub payload: Value,
+    /// Its idempotency key.
+    pub idempotency_key: Option<String>,
+    /// When it was received (µs since the epoch).
+    pub received_at: i64,
+}
+
+/// What storing an event did.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct EventSent {
+    /// The event (the first one, when its idempotency key was sent before).
+    pub event: EventView,
+    /// Whether this call stored it.
+    pub created: bool,
+}
+
+/// An event with its history.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct EventDetails {
+    /// The event.
+    #[serde(flatten)]
+    pub event: EventView,
+    /// What each trigger did with it: the run it started, or why none.
+    pub fires: Vec<FireView>,
+}
+
+/// What one trigger did with one event.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct FireView {
+    /// The trigger (`workflow/trigger`).
+    pub trigger: String,
+    /// The event.
+    pub event: u64,
+    /// The run it started (a debounced or batched run names every event it stands for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Why it started none (`paused`, `debounced: …`, `filter_failed: …`, `start_failed: …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// `GET /v1/events` filters.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ListEvents {
+    /// Only events with this name.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 255))]
+    pub name: Option<String>,
+    /// At most this many (1 to 500, default 50).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 500))]
+    pub limit: Option<usize>,
+    /// Only events before this one (the next page after a page ending with it).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub before: Option<u64>,
+}
+
+/// The triggers of a registered workflow to keep.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CreateTriggers {
+    /// The registered workflow whose file declares them (`triggers:`).
+    #[schemars(length(min = 1))]
+    pub workflow: String,
+    /// Its version (default: the newest).
+    #[schemars(range(min = 1))]
+    pub version: Option<u32>,
+    /// Only these triggers of the file (default: all).
+    #[serde(default)]
+    pub only: Vec<String>,
+    /// Keep them paused: the events they match are recorded as skipped until resumed.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// A trigger as the API shows it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct TriggerView {
+    /// Its workflow.
+    pub workflow: String,
+    /// Its name in the workflow's file.
+    pub trigger: String,
+    /// What it says: event pattern, filter, input, debounce, batch, concurrency.
+    pub spec: Value,
+    /// Paused: the events it matches start nothing.
+    pub paused: bool,
+    /// When it was created (µs since the epoch).
+    pub created_at: i64,
+}
+
+/// A trigger with what it holds and its recent fires.
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct TriggerDetails {
+    /// The trigger.
+    #[serde(flatten)]
+    pub trigger: TriggerView,
+    /// The last event of the log it has read.
+    pub read_through: u64,
+    /// Events a debounce holds (by key) until their key is quiet.
+    pub held: Vec<Value>,
+    /// Events of the batch being collected.
+    pub batch: Vec<u64>,
+    /// Its last fires, newest event first.
+    pub fires: Vec<FireView>,
+}
+
+fn event_view(event: &StoredEvent) -> EventView {
+    EventView {
+        seq: event.seq,
+        name: event.name.clone(),
+        payload: event.payload.clone(),
+        idempotency_key: event.idempotency_key.clone(),
+        received_at: event.received_at.as_micros(),
+    }
+}
+
+fn fire_view(fire: &EventFire) -> FireView {
+    let (run_id, skipped) = match &fire.outcome {
+        TickOutcome::Started { run } => (Some(run.to_string()), None),
+        TickOutcome::Skipped { reason } => (None, Some(reason.clone())),
+    };
+    FireView { trigger: fire.trigger.clone(), event: fire.event, run_id, skipped }
+}
+
+fn trigger_view(record: &ScheduleRecord) -> TriggerView {
+    let trigger = record.key.name.split_once('/').map_or(record.key.name.as_str(), |(_, name)| name);
+    TriggerView {
+        workflow: record.workflow.clone(),
+        trigger: trigger.to_owned(),
+        spec: record.spec.clone(),
+        paused: record.paused,
+        created_at: record.created_at.as_micros(),
+    }
+}
+
+fn not_found(key: &ScheduleKey) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no trigger {}", key.name))
+}
+
+async fn trigger_record(shared: &Shared, key: &ScheduleKey) -> Result<ScheduleRecord, ApiError> {
+    shared.store.schedule(key).await?.filter(|record| record.on_event.is_some()).ok_or_else(|| not_found(key))
+}
+
+/// `POST /v1/events` (operator): stores an event in the namespace; triggers and waits take
+/// it from the store.
+pub(crate) async fn send(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Body(body): Body<SendEvent>,
+) -> Result<(StatusCode, Json<EventSent>), ApiError> {
+    who.require(Role::Operator)?;
+    let event = NewEvent {
+        tenant: Some(who.namespace().to_owned()),
+        name: body.name,
+        payload: body.payload,
+        idempotency_key: body.idempotency_key,
+        at: shared.engine.clock().now(),
+    };
+    let appended = shared.store.append_event(event).await?;
+    let status = if appended.created { StatusCode::CREATED } else { StatusCode::OK };
+    if appended.created {
+        // The scheduler of this process looks at once (others at their next poll).
+        shared.wake_scheduler();
+    }
+    Ok((status, Json(EventSent { event: event_view(&appended.event), created: appended.created })))
+}
+
+/// `GET /v1/events` (viewer): the namespace's events, newest first.
+pub(crate) async fn list(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Params(query): Params<ListEvents>,
+) -> Result<Json<Vec<EventView>>, ApiError> {
+    who.require(Role::Viewer)?;
+    let limit = match query.limit {
+        None => 50,
+        Some(limit @ 1..=500) => limit,
+        Some(limit) => return Err(ApiError::bad_request(format!("limit must be 1 to 500, not {limit}"))),
+    };
+    let query = EventQuery { name: query.name, before: query.before, limit, ..EventQuery::default() };
+    let events = shared.store.event_log(Some(who.namespace()), query).await?;
+    Ok(Json(events.iter().map(event_view).collect()))
+}
+
+/// `GET /v1/events/{seq}` (viewer): an event and what each trigger did with it.
+pub(crate) async fn show(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(seq): Path<String>,
+) -> Result<Json<EventDetails>, ApiError> {
+    who.require(Role::Viewer)?;
+    let seq: u64 = seq
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("{seq:?} is not an event's sequence number (a whole number)")))?;
+    let event = shared
+        .store
+        .event_by_seq(Some(who.namespace()), seq)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no event {seq}")))?;
+    let fires = shared.store.event_fires(Some(who.namespace()), seq).await?;
+    Ok(Json(EventDetails { event: event_view(&event), fires: fires.iter().map(fire_view).collect() }))
+}
+
+/// `POST /v1/triggers` (operator): keeps a registered workflow's triggers.
+pub(crate) async fn create(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Body(body): Body<CreateTriggers>,
+) -> Result<(StatusCode, Json<Vec<TriggerView>>), ApiError> {
+    who.require(Role::Operator)?;
+    let registered = shared.registered(who.namespace(), &body.workflow, body.version).await?.ok_or_else(|| {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no registered workflow {:?}", body.workflow))
+    })?;
+    let workflow = shared.workflow(&registered).await?;
+    let source = registered_source(&registered);
+    let mut options = shared.bindings.load_options();
+    options.files = Some(Arc::new(registered.files.clone()));
+    let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options)
+        .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
+    let declared: Vec<&str> = loaded.triggers.iter().map(|t| t.name.as_str()).collect();
+    if declared.is_empty() {
+        return Err(ApiError::bad_request(format!("workflow {:?} declares no `triggers:`", body.workflow)));
+    }
+    if let Some(unknown) = body.only.iter().find(|name| !declared.contains(&name.as_str())) {
+        return Err(ApiError::bad_request(format!(
+            "only: workflow {:?} declares no trigger {unknown:?} (it has: {})",
+            body.workflow,
+            declared.join(", ")
+        )));
+    }
+    shared.store.put_definition(registered.hash, source).await?;
+    let scheduler = stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), shared.bindings.clone());
+    let kept = stepwright_app::create_triggers(
+        &scheduler,
+        Some(who.namespace()),
+        &workflow,
+        &loaded.triggers,
+        &body.only,
+        body.paused,
+    )
+    .await
+    .map_err(ApiError::from)?;
+    for record in &kept {
+        audit(&shared, &who, "trigger.created", record.key.name.clone(), json!({ "paused": record.paused })).await?;
+    }
+    Ok((StatusCode::CREATED, Json(kept.iter().map(trigger_view).collect())))
+}
+
+/// `GET /v1/triggers` (viewer): the namespace's triggers, by name.
+pub(crate) async fn list_triggers(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+) -> Result<Json<Vec<TriggerView>>, ApiError> {
+    who.require(Role::Viewer)?;
+    let records = shared.store.schedules(Some(who.namespace())).await?;
+    Ok(Json(records.iter().filter(|r| r.on_event.is_some()).map(trigger_view).collect()))
+}
+
+/// `GET /v1/triggers/{workflow}/{trigger}` (viewer).
+pub(crate) async fn show_trigger(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, trigger)): Path<(String, String)>,
+) -> Result<Json<TriggerDetails>, ApiError> {
+    who.require(Role::Viewer)?;
+    let key = stepwright_app::schedule_key(Some(who.namespace()), &workflow, &trigger);
+    let record = trigger_record(&shared, &key).await?;
+    let state: TriggerState = stepwright_schedule::trigger_state_of(&record).map_err(ApiError::from)?;
+    let fires = shared.store.trigger_fires(&key, 20).await?;
+    Ok(Json(TriggerDetails {
+        trigger: trigger_view(&record),
+        read_through: state.read_through,
+        held: state
+            .held
+            .iter()
+            .map(|(group, held)| json!({ "key": group, "event": held.event.seq, "due_at": held.due.as_micros() }))
+            .collect(),
+        batch: state.batch.iter().map(|e| e.seq).collect(),
+        fires: fires.iter().map(fire_view).collect(),
+    }))
+}
+
+/// `POST /v1/triggers/{workflow}/{trigger}/pause` (operator).
+pub(crate) async fn pause(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, trigger)): Path<(String, String)>,
+) -> Result<Json<TriggerView>, ApiError> {
+    set_paused(&shared, &who, &workflow, &trigger, true).await
+}
+
+/// `POST /v1/triggers/{workflow}/{trigger}/resume` (operator).
+pub(crate) async fn resume(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, trigger)): Path<(String, String)>,
+) -> Result<Json<TriggerView>, ApiError> {
+    set_paused(&shared, &who, &workflow, &trigger, false).await
+}
+
+async fn set_paused(
+    shared: &Shared,
+    who: &Principal,
+    workflow: &str,
+    trigger: &str,
+    paused: bool,
+) -> Result<Json<TriggerView>, ApiError> {
+    who.require(Role::Operator)?;
+    let key = stepwright_app::schedule_key(Some(who.namespace()), workflow, trigger);
+    trigger_record(shared, &key).await?;
+    let scheduler = stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), shared.bindings.clone());
+    let changed = scheduler.set_paused(&key, paused).await.map_err(|error| match error {
+        ScheduleError::NotFound(key) => not_found(&key),
+        error => ApiError::from(error),
+    })?;
+    if changed {
+        let action = if paused { "trigger.paused" } else { "trigger.resumed" };
+        audit(shared, who, action, key.name.clone(), json!({})).await?;
+    }
+    Ok(Json(trigger_view(&trigger_record(shared, &key).await?)))
+}
+
+/// `DELETE /v1/triggers/{workflow}/{trigger}` (operator): the trigger and its fire
+/// records; its runs and the events stay.
+pub(crate) async fn delete(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path((workflow, trigger)): Path<(String, String)>,
+) -> Result<StatusCode, ApiError> {
+    who.require(Role::Operator)?;
+    let key = stepwright_app::schedule_key(Some(who.namespace()), &workflow, &trigger);
+    trigger_record(&shared, &key).await?;
+    if !shared.store.delete_schedule(&key).await? {
+        return Err(not_found(&key));
+    }
+    audit(&shared, &who, "trigger.deleted", key.name.clone(), json!({})).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
