@@ -177,6 +177,7 @@ impl Scheduler {
             })
             .collect();
         let skipped = fires.iter().filter(|f| matches!(f.outcome, TickOutcome::Skipped { .. })).count();
+        let read_through = state.read_through;
         let advance = ScheduleAdvance {
             key: record.key.clone(),
             version: record.version,
@@ -185,6 +186,7 @@ impl Scheduler {
             due_at,
             ticks: Vec::new(),
             fires,
+            read_through: Some(read_through),
             runs,
             replace_skipped: false,
             at: now,

@@ -1576,6 +1576,7 @@ fn advance_of(
         due_at: Some(Timestamp::from_micros(9_000)),
         ticks,
         fires: Vec::new(),
+        read_through: None,
         runs,
         replace_skipped: false,
         at: Timestamp::from_micros(5_000),
@@ -1836,6 +1837,18 @@ pub async fn events_are_stored_once_and_wake_their_readers<S: Store + ScheduleSt
     assert_eq!(store.event_fires(Some("acme"), first.event.seq).await.unwrap(), [], "another tenant's");
     let fires = store.trigger_fires(&trigger.key, 10).await.unwrap();
     assert_eq!(fires, [advance.fires[1].clone(), advance.fires[0].clone()], "newest event first");
+    // An advance that read through an older position leaves the trigger due: events came
+    // after what it read.
+    let read = store.schedule(&trigger.key).await.unwrap().unwrap();
+    let mut behind = advance_of(&read, json!({}), vec![], vec![]);
+    (behind.due_at, behind.read_through) = (None, Some(first.event.seq));
+    assert!(store.advance_schedule(behind).await.unwrap());
+    let read = store.schedule(&trigger.key).await.unwrap().unwrap();
+    assert_eq!(read.due_at, Some(Timestamp::from_micros(5_000)), "due again at once");
+    let mut through = advance_of(&read, json!({}), vec![], vec![]);
+    (through.due_at, through.read_through) = (None, Some(all[0]));
+    assert!(store.advance_schedule(through).await.unwrap());
+    assert_eq!(store.schedule(&trigger.key).await.unwrap().unwrap().due_at, None, "nothing after what it read");
     let after = store.schedule(&trigger.key).await.unwrap().unwrap();
     let mut other = record(42, "flow", RunStatus::Pending, 10);
     other.caller = Caller::default();

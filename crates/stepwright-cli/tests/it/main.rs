@@ -6,6 +6,7 @@
 mod support;
 
 mod cli;
+mod events;
 mod examples;
 mod hostile;
 mod mcp;

@@ -235,6 +235,11 @@ impl EventLog {
         }
     }
 
+    /// Whether the tenant has an event after `seq`.
+    pub(crate) fn has_after(&self, tenant: Option<&str>, seq: u64) -> bool {
+        self.events.iter().rev().take_while(|e| e.seq > seq).any(|e| e.tenant.as_deref() == tenant)
+    }
+
     pub(crate) fn watch(&mut self, run: RunId, tenant: Option<&str>, name: &str) {
         let watchers = self.watchers.entry((tenant_text(tenant), name.to_owned())).or_default();
         if !watchers.contains(&run) {

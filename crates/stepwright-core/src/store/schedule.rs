@@ -130,6 +130,10 @@ pub struct ScheduleAdvance {
     /// A trigger's fires: what it did with each event it read (unique per trigger and
     /// event, as ticks are per schedule and time).
     pub fires: Vec<EventFire>,
+    /// A trigger's position in its tenant's event log after this advance: if an event
+    /// after it is stored by the time the advance is written, the trigger stays due (`due_at`
+    /// is now), so an event stored while the advance was decided is never left unread.
+    pub read_through: Option<u64>,
     /// The runs they start (created pending, for any worker to claim).
     pub runs: Vec<RunRecord>,
     /// A backfill: a tick recorded as skipped may become started (the run the outage or
@@ -288,6 +292,11 @@ impl InMemorySchedules {
         record.state = advance.state;
         record.paused = advance.paused;
         record.due_at = advance.due_at;
+        if let Some(position) = advance.read_through
+            && events.has_after(advance.key.tenant.as_deref(), position)
+        {
+            record.due_at = Some(advance.at);
+        }
         record.version += 1;
         record.updated_at = advance.at;
         Ok(true)

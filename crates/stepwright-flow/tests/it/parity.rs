@@ -310,3 +310,84 @@ async fn a_wait_that_ended_is_not_awaited() {
     assert_eq!(report.pending.len(), 1, "the approval");
     assert!(report.awaiting.is_empty(), "{:?}", report.awaiting);
 }
+
+const TICKET_WAIT: &str = r#"
+workflow: ticket
+steps:
+  - id: work
+    sleep: 10ms
+  - id: reply
+    wait:
+      event: ticket.updated
+      timeout: TIMEOUT
+      match: { ticket: "{{ input.ticket }}" }
+"#;
+
+fn ticket_event(engine: &Engine, payload: Value) -> stepwright_core::store::event::NewEvent {
+    stepwright_core::store::event::NewEvent {
+        tenant: None,
+        name: "ticket.updated".into(),
+        payload,
+        idempotency_key: None,
+        at: engine.clock().now(),
+    }
+}
+
+/// A `wait` takes a stored event (`events send`, `POST /v1/events`) of its name that came
+/// after the run was created, even 1 ms before the wait began; with `match`, only one whose
+/// payload has those fields; an event from before the run is not its.
+#[tokio::test(start_paused = true)]
+async fn a_wait_takes_a_stored_event_sent_1ms_before_it_began() {
+    use stepwright_core::store::event::EventStore;
+    let store = Arc::new(InMemoryStore::new());
+    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
+    let workflow = load_str(&TICKET_WAIT.replace("TIMEOUT", "5s"), "ticket.yaml").unwrap();
+    // Before the run: not for it.
+    store.append_event(ticket_event(&engine, json!({ "ticket": 7, "note": "old" }))).await.unwrap();
+    tokio::time::advance(std::time::Duration::from_millis(1)).await;
+    let running = tokio::spawn({
+        let (engine, workflow) = (engine.clone(), workflow.clone());
+        async move { engine.start(&workflow, json!({ "ticket": 7 })).await.unwrap() }
+    });
+    // The run is in its 10 ms step; 9 ms in, another ticket's event and then its own.
+    tokio::time::sleep(std::time::Duration::from_millis(9)).await;
+    store.append_event(ticket_event(&engine, json!({ "ticket": 8 }))).await.unwrap();
+    store.append_event(ticket_event(&engine, json!({ "ticket": 7, "note": "new" }))).await.unwrap();
+    let report = running.await.unwrap();
+    assert_eq!(
+        (report.status, report.output),
+        (RunStatus::Completed, Some(json!({ "ticket": 7, "note": "new" }))),
+        "the event sent 1 ms before the wait began, not the older one nor another ticket's"
+    );
+    // Without an event in time: the timeout.
+    let report = engine.start(&workflow, json!({ "ticket": 9 })).await.unwrap();
+    assert_eq!(report.error.map(|e| e.code.to_string()), Some("interrupt_timeout".to_owned()));
+}
+
+/// A long wait on a stored event suspends the run; an event of its name stored later makes
+/// the run due (another ticket's too: the run looks, and suspends again), and the resumed
+/// run takes the one that matches.
+#[tokio::test]
+async fn a_long_wait_on_a_stored_event_is_woken_by_it() {
+    use stepwright_core::store::event::EventStore;
+    let store = Arc::new(InMemoryStore::new());
+    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
+    let workflow = load_str(&TICKET_WAIT.replace("TIMEOUT", "1d"), "ticket.yaml").unwrap();
+    let report = engine.start(&workflow, json!({ "ticket": 7 })).await.unwrap();
+    assert_eq!(report.status, RunStatus::Suspended);
+    let now = || stepwright_core::store::quota::wall_now();
+    let wake_at = || async { store.load(report.run_id).await.unwrap().record.wake_at.unwrap() };
+    assert!(wake_at().await > now().plus(std::time::Duration::from_secs(3600)));
+    store.append_event(ticket_event(&engine, json!({ "ticket": 8 }))).await.unwrap();
+    assert!(wake_at().await <= now(), "an event of its name made the run due");
+    let resumed = engine.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!(resumed.status, RunStatus::Suspended, "another ticket's: it waits on");
+    assert!(wake_at().await > now().plus(std::time::Duration::from_secs(3600)));
+    store.append_event(ticket_event(&engine, json!({ "ticket": 7, "state": "closed" }))).await.unwrap();
+    assert!(wake_at().await <= now(), "watched again after it suspended again");
+    let resumed = engine.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!(
+        (resumed.status, resumed.output),
+        (RunStatus::Completed, Some(json!({ "ticket": 7, "state": "closed" })))
+    );
+}

@@ -41,6 +41,9 @@ telemetry: { capture_content: true, max_content_bytes: 100 }
 schedules:
   morning: { cron: "0 7 * * 1-5", timezone: Europe/Berlin, dst: { gap: skip, fold: twice }, input: { day: "{{ tick.local }}" }, overlap: buffer_one, catchup_window: 1h, jitter: 30s, start: "2026-12-01T00:00:00Z", end: "2027-12-01T00:00:00+01:00", pause_on_failure: true }
   quarterly: { every: 15m, phase: 5m, overlap: allow_all }
+triggers:
+  on-ticket: { event: "ticket.*", when: "event.payload.priority != 'low'", input: { id: "{{ event.payload.id }}" }, debounce: { key: "{{ event.payload.customer }}", period: 30s }, concurrency: { key: "{{ event.name }}", limit: 2 } }
+  rows: { event: row.added, batch: { max: 10, within: 5s } }
 models:
   fast: { provider: openai, model: m, base_url: "http://127.0.0.1:9/v1", api_key_env: K, pricing: { input: 1, output: 2, cache_read: 0.1, cache_write: 1.25 }, timeout: 5s, max_retries: 1, token_limit_field: max_completion_tokens, sampling: true }
   deep: { provider: anthropic, model: c, base_url: "http://127.0.0.1:9", api_key_env: K, api_version: "2023-06-01", sampling: false }
@@ -100,6 +103,8 @@ steps:
   - id: recall
     memory.recall: { namespace: notes, scope: user, limit: 2 }
     with: k
+  - id: reply
+    wait: { event: ticket.updated, timeout: 1h, match: { ticket: "{{ steps.a.output }}" }, schema: { type: object } }
 output: "{{ steps.a.output }}"
 "#;
 

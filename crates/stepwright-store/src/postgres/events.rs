@@ -2,10 +2,12 @@
 //! `stepwright_event_fires`. Appending an event is one transaction: the row, its tenant's
 //! triggers made due, its watchers woken.
 //!
-//! A wait's registration and an append of the same name take one advisory lock (by tenant
-//! and name) for their transaction, so one of them always sees the other: an append after a
-//! registration wakes the run, a registration after an append is followed by a look that
-//! finds the event.
+//! Appends take their tenant's advisory lock until they commit, so a tenant's events commit
+//! in the order of their sequence numbers: a trigger that has read through one has seen
+//! every earlier one (a sequence allocated by one transaction and committed after a later
+//! one's would otherwise be skipped for good). A wait's registration takes the same lock, so
+//! it and an append always see each other: an append after a registration wakes the run, a
+//! registration after an append is followed by a look that finds the event.
 
 use futures_util::future::BoxFuture;
 use sqlx::postgres::PgRow;
@@ -54,15 +56,14 @@ fn fire_from(row: &PgRow) -> Result<EventFire, StoreError> {
     })
 }
 
-/// Takes the advisory lock of (tenant, name) until the transaction ends.
-async fn lock_name(tx: &mut Transaction<'_, Postgres>, tenant: &str, name: &str) -> Result<(), StoreError> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended(length($1) || ':' || $1 || $2, 7))")
+/// Takes the advisory lock of a tenant's event log until the transaction ends.
+async fn lock_log(tx: &mut Transaction<'_, Postgres>, tenant: &str) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('stepwright.event_log:' || $1, 7))")
         .bind(tenant)
-        .bind(name)
         .execute(&mut **tx)
         .await
         .map(drop)
-        .map_err(pg("locking an event name"))
+        .map_err(pg("locking the event log"))
 }
 
 /// Records a trigger's fires in an advance's transaction; a fire recorded already fails it.
@@ -114,7 +115,7 @@ impl PostgresStore {
         let doing = "storing an event";
         let tenant = event.tenant.as_deref().unwrap_or("");
         let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-        lock_name(&mut tx, tenant, &event.name).await?;
+        lock_log(&mut tx, tenant).await?;
         let row = sqlx::query(concat!(
             "INSERT INTO stepwright_event_log (tenant, name, payload, idempotency_key, received_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL \
@@ -209,7 +210,7 @@ impl PostgresStore {
         let doing = "watching events";
         let tenant = tenant.unwrap_or("");
         let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-        lock_name(&mut tx, tenant, name).await?;
+        lock_log(&mut tx, tenant).await?;
         sqlx::query(
             "INSERT INTO stepwright_event_watches (tenant, name, run_id) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
         )
@@ -245,13 +246,16 @@ impl EventStore for PostgresStore {
         seq: u64,
     ) -> BoxFuture<'a, Result<Option<StoredEvent>, StoreError>> {
         Box::pin(async move {
-            let row =
-                sqlx::query(concat!("SELECT ", columns!(), " FROM stepwright_event_log WHERE tenant = $1 AND seq = $2"))
-                    .bind(tenant.unwrap_or(""))
-                    .bind(seq as i64)
-                    .fetch_optional(&self.pool)
-                    .await
-                    .map_err(pg("reading an event"))?;
+            let row = sqlx::query(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM stepwright_event_log WHERE tenant = $1 AND seq = $2"
+            ))
+            .bind(tenant.unwrap_or(""))
+            .bind(seq as i64)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(pg("reading an event"))?;
             row.as_ref().map(event_from).transpose()
         })
     }

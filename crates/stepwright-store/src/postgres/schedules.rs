@@ -85,6 +85,22 @@ impl PostgresStore {
         if changed == 0 {
             return Ok(false);
         }
+        if let Some(position) = a.read_through {
+            // Appends hold their tenant's lock until they commit, and this row's lock is
+            // held from the update above: an event committed after this statement finds
+            // the row and makes it due itself.
+            sqlx::query(
+                "UPDATE stepwright_schedules SET due_at = $3 WHERE tenant = $1 AND name = $2 \
+                 AND EXISTS (SELECT 1 FROM stepwright_event_log WHERE tenant = $1 AND seq > $4)",
+            )
+            .bind(tenant_of(&a.key))
+            .bind(&a.key.name)
+            .bind(a.at.as_micros())
+            .bind(position as i64)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg(doing))?;
+        }
         if !a.ticks.is_empty() {
             let (mut ats, mut locals, mut runs, mut reasons, mut recorded) =
                 (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());

@@ -106,6 +106,14 @@ fn advance(conn: &Connection, a: &ScheduleAdvance) -> Result<bool, StoreError> {
     if changed == 0 {
         return Ok(false);
     }
+    if let Some(position) = a.read_through {
+        conn.prepare_cached(
+            "UPDATE schedules SET due_at = ?3 WHERE tenant = ?1 AND name = ?2 \
+             AND EXISTS (SELECT 1 FROM event_log WHERE tenant = ?1 AND seq > ?4)",
+        )
+        .and_then(|mut s| s.execute(params![tenant_of(&a.key), a.key.name, a.at.as_micros(), position as i64]))
+        .map_err(|e| backend(doing, e))?;
+    }
     for tick in &a.ticks {
         let (run, reason) = match &tick.outcome {
             TickOutcome::Started { run } => (Some(run.as_uuid().as_bytes().to_vec()), None),

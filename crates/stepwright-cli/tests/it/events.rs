@@ -1,0 +1,309 @@
+//! Events and triggers across processes, on SQLite and on Postgres: a burst of 1,000 events
+//! (300 repeating an earlier one's idempotency key) while two workers — one SIGKILLed and
+//! started again mid-burst — decide three triggers (each event, a debounce by customer, a
+//! batch): every stored event is one event, each fires each trigger once, every run stands
+//! for the events it should; and a `wait` takes an event sent before it began, or is woken
+//! by one sent while its run is suspended.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use stepwright::store::event::{EventFire, EventQuery, NewEvent, StoredEvent};
+use stepwright::store::schedule::{ScheduleKey, TickOutcome};
+
+use crate::processes::{Db, stores, text};
+
+fn stepwright(dir: &Path, args: &[&str]) -> std::process::Output {
+    crate::support::stepwright(dir, args)
+}
+
+fn worker(dir: &Path, db: &Db) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        .current_dir(dir)
+        .env_remove("STEPWRIGHT_DB")
+        .args(db.args(&["worker"]))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn a worker")
+}
+
+fn ok(output: &std::process::Output, what: &str) -> String {
+    assert_eq!(output.status.code(), Some(0), "{what}: {}", text(&output.stderr));
+    text(&output.stdout)
+}
+
+const TICKETS: &str = r#"
+workflow: tickets
+triggers:
+  each:
+    event: ticket.created
+    when: event.payload.priority != "low"
+    input: { id: "{{ event.payload.id }}" }
+  quiet:
+    event: ticket.*
+    debounce: { key: "{{ event.payload.customer }}", period: 3s }
+  grouped:
+    event: ticket.created
+    batch: { max: 50, within: 2s }
+    concurrency: { limit: 2 }
+steps:
+  - id: note
+    set: "{{ input }}"
+"#;
+
+const EVENTS: u32 = 1_000;
+const QUIET: Duration = Duration::from_secs(3);
+
+fn fired_run(fire: &EventFire) -> Option<String> {
+    match &fire.outcome {
+        TickOutcome::Started { run } => Some(run.to_string()),
+        TickOutcome::Skipped { .. } => None,
+    }
+}
+
+#[test]
+fn a_burst_of_events_fires_each_trigger_once_per_event_while_a_worker_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tickets.yaml"), TICKETS).unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for db in stores(dir.path(), "a_burst_of_events_fires_each_trigger_once") {
+        let created = ok(&stepwright(dir.path(), &db.args(&["triggers", "create", "tickets.yaml"])), "create");
+        assert_eq!(created.lines().count(), 3, "{}: {created}", db.name);
+        let mut workers = [worker(dir.path(), &db), worker(dir.path(), &db)];
+        let store = runtime.block_on(stepwright::stores::open(&db.url)).unwrap();
+
+        // The burst: 8 senders at once; every 8th, 9th and 10th of ten events repeats the
+        // idempotency key of the 4th, 5th and 6th (sent earlier by the same sender).
+        let burst = runtime.spawn({
+            let store = store.clone();
+            async move {
+                let mut senders = Vec::new();
+                for sender in 0..8u32 {
+                    let store = store.clone();
+                    senders.push(tokio::spawn(async move {
+                        let mut sent = Vec::new();
+                        for n in 0..EVENTS / 8 {
+                            let i = sender * (EVENTS / 8) + n;
+                            let id = if i % 10 >= 7 { i - 4 } else { i };
+                            let payload = json!({
+                                "id": id,
+                                "customer": format!("c{}", id % 10),
+                                "priority": if id % 10 == 0 { "low" } else { "high" },
+                            });
+                            let event = NewEvent {
+                                tenant: None,
+                                name: "ticket.created".into(),
+                                payload,
+                                idempotency_key: Some(format!("k{id}")),
+                                at: stepwright::store::quota::wall_now(),
+                            };
+                            let appended = store.append_event(event).await.expect("stored");
+                            sent.push((id, appended.event, appended.created));
+                        }
+                        sent
+                    }));
+                }
+                let mut all = Vec::new();
+                for sender in senders {
+                    all.extend(sender.await.unwrap());
+                }
+                all
+            }
+        });
+        // SIGKILL each worker once while the burst goes on (and the triggers read it), each
+        // started again.
+        for victim in 0..2 {
+            std::thread::sleep(Duration::from_millis(150));
+            workers[victim].kill().unwrap();
+            workers[victim].wait().unwrap();
+            workers[victim] = worker(dir.path(), &db);
+        }
+        let sent: Vec<(u32, StoredEvent, bool)> = runtime.block_on(burst).unwrap();
+
+        let mut first: BTreeMap<u32, StoredEvent> = BTreeMap::new();
+        for (id, event, created) in &sent {
+            if *created {
+                assert!(first.insert(*id, event.clone()).is_none(), "{}: key k{id} stored twice", db.name);
+            }
+        }
+        for (id, event, created) in &sent {
+            if !created {
+                assert_eq!(&first[id], event, "{}: a repeated key returns the first event", db.name);
+            }
+        }
+        assert_eq!(first.len(), 700, "{}: 700 distinct keys", db.name);
+        let events: Vec<StoredEvent> = runtime
+            .block_on(store.event_log(None, EventQuery { after: Some(0), limit: 10_000, ..Default::default() }))
+            .unwrap();
+        assert_eq!(events.len(), 700, "{}: the log holds each event once", db.name);
+        let last_seq = events.iter().map(|e| e.seq).max().unwrap();
+
+        // Wait until every trigger has read the whole log and holds nothing.
+        let key = |name: &str| ScheduleKey::new(None, &format!("tickets/{name}"));
+        let began = Instant::now();
+        loop {
+            let settled = ["each", "quiet", "grouped"].iter().all(|name| {
+                let record = runtime.block_on(store.schedule(&key(name))).unwrap().unwrap();
+                let state: stepwright::schedule::TriggerState = serde_json::from_value(record.state).unwrap();
+                state.read_through >= last_seq && state.held.is_empty() && state.batch.is_empty()
+            });
+            if settled {
+                break;
+            }
+            if began.elapsed() > Duration::from_secs(90) {
+                let states: Vec<String> = ["each", "quiet", "grouped"]
+                    .iter()
+                    .map(|name| {
+                        let record = runtime.block_on(store.schedule(&key(name))).unwrap().unwrap();
+                        format!("{name}: due {:?} state {}", record.due_at, record.state)
+                    })
+                    .collect();
+                panic!("{}: the triggers did not settle (log through {last_seq}): {states:#?}", db.name);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let fires_of = |name: &str| runtime.block_on(store.trigger_fires(&key(name), 100_000)).unwrap();
+
+        // `each`: one run per event but the low-priority ones, with its id.
+        let each = fires_of("each");
+        let wanted: HashSet<u64> = events.iter().filter(|e| e.payload["priority"] != "low").map(|e| e.seq).collect();
+        assert_eq!(each.len(), wanted.len(), "{}: one fire per matching event", db.name);
+        assert_eq!(each.iter().map(|f| f.event).collect::<HashSet<_>>(), wanted, "{}", db.name);
+        let runs: HashSet<String> = each.iter().map(|f| fired_run(f).expect("each starts a run")).collect();
+        assert_eq!(runs.len(), wanted.len(), "{}: a run each", db.name);
+
+        // `quiet`: per customer, an event starts a run exactly when no later event of the
+        // customer came within the quiet period; the others are recorded as debounced.
+        let quiet = fires_of("quiet");
+        assert_eq!(quiet.len(), 700, "{}: every event recorded once", db.name);
+        let by_seq: BTreeMap<u64, &StoredEvent> = events.iter().map(|e| (e.seq, e)).collect();
+        let mut quiet_runs = 0;
+        for fire in &quiet {
+            let event = by_seq[&fire.event];
+            let next = events
+                .iter()
+                .filter(|e| e.seq > event.seq && e.payload["customer"] == event.payload["customer"])
+                .map(|e| e.received_at)
+                .min();
+            let superseded =
+                next.is_some_and(|at| at.as_micros() - event.received_at.as_micros() < QUIET.as_micros() as i64);
+            match (&fire.outcome, superseded) {
+                (TickOutcome::Started { .. }, false) => quiet_runs += 1,
+                (TickOutcome::Skipped { reason }, true) => assert!(reason.starts_with("debounced"), "{reason}"),
+                (outcome, _) => panic!("{}: event {} ({superseded}): {outcome:?}", db.name, event.seq),
+            }
+        }
+        let customers: HashSet<&Value> = events.iter().map(|e| &e.payload["customer"]).collect();
+        assert!(quiet_runs >= customers.len(), "{}: at least one run per customer ({quiet_runs})", db.name);
+
+        // `grouped`: every event in exactly one batch of at most 50.
+        let grouped = fires_of("grouped");
+        assert_eq!(grouped.len(), 700, "{}", db.name);
+        let mut batches: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for fire in &grouped {
+            batches.entry(fired_run(fire).expect("in a batch")).or_default().push(fire.event);
+        }
+        assert!(batches.values().all(|b| b.len() <= 50), "{}", db.name);
+        assert!(batches.len() >= 14, "{}: 700 events in batches of at most 50 ({})", db.name, batches.len());
+
+        // The store's runs are exactly the runs the fires name, and the workers finish them.
+        let fired: HashSet<String> =
+            runs.iter().cloned().chain(quiet.iter().filter_map(fired_run)).chain(batches.keys().cloned()).collect();
+        let finished = loop {
+            let listed = ok(&stepwright(dir.path(), &db.args(&["runs", "list", "--json", "--limit", "5000"])), "list");
+            let runs: Vec<Value> = listed.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            if runs.iter().all(|r| r["status"] == "completed") || began.elapsed() > Duration::from_secs(120) {
+                break runs;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        let listed: HashSet<String> = finished.iter().map(|r| r["run_id"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(listed, fired, "{}: no run but the fires', none twice", db.name);
+        assert!(finished.iter().all(|r| r["status"] == "completed"), "{}: the workers ran them all", db.name);
+
+        // An event's history names what it started.
+        let seq = each[0].event.to_string();
+        let described = ok(&stepwright(dir.path(), &db.args(&["events", "describe", &seq, "--json"])), "describe");
+        let described: Value = serde_json::from_str(&described).unwrap();
+        let triggers: HashSet<&str> =
+            described["fires"].as_array().unwrap().iter().map(|f| f["trigger"].as_str().unwrap()).collect();
+        assert!(triggers.contains("tickets/each") && triggers.contains("tickets/grouped"), "{described}");
+        for worker in &mut workers {
+            worker.kill().unwrap();
+            worker.wait().unwrap();
+        }
+    }
+}
+
+const WAITER: &str = r#"
+workflow: waiter
+steps:
+  - id: work
+    sleep: 2s
+  - id: reply
+    wait: { event: ticket.updated, timeout: 1h, match: { ticket: "{{ input.ticket }}" } }
+"#;
+
+#[test]
+fn a_wait_takes_an_event_sent_before_it_began_and_is_woken_by_a_later_one() {
+    crate::support::on_each_store("a_wait_takes_an_event_sent_before_it_began", |dir, db| {
+        std::fs::write(dir.join("waiter.yaml"), WAITER).unwrap();
+        let send = |payload: &str| {
+            ok(&stepwright(dir, &["--db", db, "events", "send", "ticket.updated", "--payload", payload]), "send")
+        };
+        // Sent while the run is in its first step: before its wait began.
+        let running = Command::new(env!("CARGO_BIN_EXE_stepwright"))
+            .current_dir(dir)
+            .env_remove("STEPWRIGHT_DB")
+            .args(["--db", db, "run", "waiter.yaml", "--input", r#"{"ticket": 7}"#, "--json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        send(r#"{"ticket": 8}"#);
+        send(r#"{"ticket": 7, "state": "closed"}"#);
+        let done = running.wait_with_output().unwrap();
+        let report: Value = serde_json::from_slice(&done.stdout).unwrap_or(Value::Null);
+        assert_eq!(
+            (done.status.code(), &report["output"]),
+            (Some(0), &json!({ "ticket": 7, "state": "closed" })),
+            "{report} {}",
+            text(&done.stderr)
+        );
+
+        // Nothing yet for ticket 9: the run suspends (its wait is longer than the engine
+        // holds a run); an event sent later, from another process, wakes it on a worker.
+        let suspended = stepwright(dir, &["--db", db, "run", "waiter.yaml", "--input", r#"{"ticket": 9}"#, "--json"]);
+        let report: Value = serde_json::from_slice(&suspended.stdout).unwrap();
+        assert_eq!((suspended.status.code(), report["status"].as_str()), (Some(3), Some("suspended")), "{report}");
+        let run = report["run_id"].as_str().unwrap().to_owned();
+        let mut worker = Command::new(env!("CARGO_BIN_EXE_stepwright"))
+            .current_dir(dir)
+            .env_remove("STEPWRIGHT_DB")
+            .args(["--db", db, "worker"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        send(r#"{"ticket": 9, "state": "answered"}"#);
+        let began = Instant::now();
+        let shown = loop {
+            let shown: Value =
+                serde_json::from_str(&ok(&stepwright(dir, &["--db", db, "runs", "show", &run, "--json"]), "show"))
+                    .unwrap();
+            if shown["status"] == "completed" || began.elapsed() > Duration::from_secs(30) {
+                break shown;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        worker.kill().unwrap();
+        worker.wait().unwrap();
+        assert_eq!(shown["status"], "completed", "{shown}");
+        assert_eq!(shown["output"], json!({ "ticket": 9, "state": "answered" }));
+    });
+}
