@@ -46,6 +46,17 @@ steps:
     set: "{{ input.at | default('now') }}"
 """})
 post("/v1/schedules", {"workflow": "hourly"})
+# A trigger and events, so that their listings, details and histories have data.
+post("/v1/workflows", {"source": """workflow: tickets
+triggers:
+  each: { event: "ticket.*", input: { id: "{{ event.payload.id | default(0) }}" } }
+steps:
+  - id: note
+    set: "{{ input.id }}"
+"""})
+post("/v1/triggers", {"workflow": "tickets"})
+for n in range(3):
+    post("/v1/events", {"name": "ticket.created", "payload": {"id": n}, "idempotency_key": "t-%d" % n})
 for _ in range(3):
     post("/v1/runs", {"workflow": "greet", "input": {"name": "Ada"}, "wait_seconds": 5})
 PY

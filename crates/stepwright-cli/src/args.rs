@@ -557,9 +557,9 @@ pub(crate) enum EventsCommand {
         #[arg(long)]
         name: Option<String>,
         /// At most this many.
-        #[arg(long, default_value_t = 20)]
-        limit: usize,
-        /// Only this tenant's.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        limit: u64,
+        /// The tenant whose events to list (default: the events sent without one).
         #[arg(long)]
         tenant: Option<String>,
         /// JSON lines.
@@ -570,7 +570,7 @@ pub(crate) enum EventsCommand {
     Describe {
         /// The event's sequence number (`events send` prints it).
         seq: u64,
-        /// Its tenant.
+        /// Its tenant (default: none).
         #[arg(long)]
         tenant: Option<String>,
         /// One JSON object.

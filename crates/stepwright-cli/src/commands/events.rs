@@ -34,7 +34,7 @@ pub(crate) async fn events(g: &Globals<'_>, command: EventsCommand) -> anyhow::R
         EventsCommand::List { name, limit, tenant, json } => {
             let store = open_store(g.db).await?;
             let events = store
-                .event_log(tenant.as_deref(), EventQuery { name, limit: limit.max(1), ..Default::default() })
+                .event_log(tenant.as_deref(), EventQuery { name, limit: limit as usize, ..Default::default() })
                 .await?;
             if !json {
                 println!("{:<8} {:<28} {:<24} PAYLOAD", "SEQ", "NAME", "RECEIVED");

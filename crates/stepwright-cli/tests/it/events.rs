@@ -116,11 +116,11 @@ fn a_burst_of_events_fires_each_trigger_once_per_event_while_a_worker_is_killed(
         });
         // SIGKILL each worker once while the burst goes on (and the triggers read it), each
         // started again.
-        for victim in 0..2 {
+        for victim in &mut workers {
             std::thread::sleep(Duration::from_millis(150));
-            workers[victim].kill().unwrap();
-            workers[victim].wait().unwrap();
-            workers[victim] = worker(dir.path(), &db);
+            victim.kill().unwrap();
+            victim.wait().unwrap();
+            *victim = worker(dir.path(), &db);
         }
         let sent: Vec<(u32, StoredEvent, bool)> = runtime.block_on(burst).unwrap();
 
@@ -306,4 +306,167 @@ fn a_wait_takes_an_event_sent_before_it_began_and_is_woken_by_a_later_one() {
         assert_eq!(shown["status"], "completed", "{shown}");
         assert_eq!(shown["output"], json!({ "ticket": 9, "state": "answered" }));
     });
+}
+
+#[test]
+fn the_events_and_triggers_commands_do_what_they_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("commands.db").display());
+    std::fs::write(dir.path().join("tickets.yaml"), TICKETS).unwrap();
+    std::fs::write(dir.path().join("plain.yaml"), "workflow: plain\nsteps:\n  - id: a\n    set: 1\n").unwrap();
+    let run = |args: &[&str]| stepwright(dir.path(), &[&["--db", db.as_str()][..], args].concat());
+    let json_lines = |output: &std::process::Output| -> Vec<Value> {
+        text(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+
+    // create: --only (an unknown one refused), --paused, --tenant, --json; a file without
+    // triggers refused.
+    let refused = run(&["triggers", "create", "tickets.yaml", "--only", "nightly"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(text(&refused.stderr).contains("it has: each, grouped, quiet"), "{}", text(&refused.stderr));
+    let none = run(&["triggers", "create", "plain.yaml"]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(text(&none.stderr).contains("no `triggers:` section"), "{}", text(&none.stderr));
+    let created = json_lines(&run(&["triggers", "create", "tickets.yaml", "--only", "each", "--paused", "--json"]));
+    assert_eq!(created.len(), 1);
+    assert_eq!(
+        (&created[0]["name"], &created[0]["paused"], &created[0]["mode"]),
+        (&json!("tickets/each"), &json!(true), &json!("each"))
+    );
+    ok(&run(&["triggers", "create", "tickets.yaml", "--tenant", "acme"]), "create in acme");
+    let acme = json_lines(&run(&["triggers", "list", "--tenant", "acme", "--json"]));
+    let names: Vec<&str> = acme.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["tickets/each", "tickets/grouped", "tickets/quiet"]);
+    assert_eq!(acme[2]["mode"], "debounce 3s");
+    assert_eq!(json_lines(&run(&["triggers", "list", "--json"])).len(), 4, "every tenant's without --tenant");
+    let table = ok(&run(&["triggers", "list"]), "list");
+    assert!(table.starts_with("NAME") && table.contains("ticket.*") && table.contains("paused"), "{table}");
+    // Triggers are not schedules, nor the other way round.
+    assert_eq!(text(&run(&["schedules", "list", "--json"]).stdout), "", "no schedule listed");
+    assert_eq!(run(&["schedules", "describe", "tickets/each"]).status.code(), Some(2));
+
+    // send: the payload (JSON or @file), --idempotency-key (the same key: the first event),
+    // --tenant, --json; a bad payload or an empty name refused.
+    let first = ok(
+        &run(&[
+            "events",
+            "send",
+            "ticket.created",
+            "--payload",
+            r#"{"id": 1, "priority": "high"}"#,
+            "--idempotency-key",
+            "k1",
+        ]),
+        "send",
+    );
+    let again = run(&["events", "send", "ticket.created", "--payload", r#"{"id": 2}"#, "--idempotency-key", "k1"]);
+    assert_eq!(text(&again.stdout), first, "the same key: the first event");
+    assert!(text(&again.stderr).contains("nothing stored"), "{}", text(&again.stderr));
+    std::fs::write(dir.path().join("payload.json"), r#"{"id": 3, "priority": "low"}"#).unwrap();
+    let from_file: Value = serde_json::from_str(&ok(
+        &run(&["events", "send", "ticket.created", "--payload", "@payload.json", "--json"]),
+        "send a file",
+    ))
+    .unwrap();
+    assert_eq!((&from_file["event"]["payload"]["id"], &from_file["created"]), (&json!(3), &json!(true)));
+    let in_acme: Value = serde_json::from_str(&ok(
+        &run(&[
+            "events",
+            "send",
+            "ticket.created",
+            "--tenant",
+            "acme",
+            "--payload",
+            r#"{"id": 4, "priority": "high", "customer": "c4"}"#,
+            "--idempotency-key",
+            "k1",
+            "--json",
+        ]),
+        "send in acme",
+    ))
+    .unwrap();
+    assert_eq!(
+        (&in_acme["created"], &in_acme["event"]["tenant"]),
+        (&json!(true), &json!("acme")),
+        "keys are per tenant"
+    );
+    let bad = run(&["events", "send", "ticket.created", "--payload", "{nope"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("the payload is not JSON"), "{}", text(&bad.stderr));
+    assert_eq!(run(&["events", "send", ""]).status.code(), Some(2), "an empty name");
+
+    // list: newest first, --name, --limit, --tenant, --json.
+    let listed = json_lines(&run(&["events", "list", "--json"]));
+    assert_eq!(listed.iter().map(|e| e["payload"]["id"].as_i64().unwrap()).collect::<Vec<_>>(), [3, 1]);
+    assert_eq!(json_lines(&run(&["events", "list", "--json", "--limit", "1"])).len(), 1);
+    assert!(json_lines(&run(&["events", "list", "--json", "--name", "ticket.closed"])).is_empty());
+    assert_eq!(json_lines(&run(&["events", "list", "--json", "--tenant", "acme"]))[0]["payload"]["id"], 4);
+    let table = ok(&run(&["events", "list"]), "list");
+    assert!(table.starts_with("SEQ") && table.contains("ticket.created"), "{table}");
+
+    // A worker reads them: acme's triggers fire; the paused one records `paused`.
+    ok(&run(&["triggers", "resume", "tickets/each", "--tenant", "acme"]), "resume");
+    let mut worker = worker(dir.path(), &Db { name: "sqlite", url: db.clone() });
+    let acme_seq = in_acme["event"]["seq"].as_u64().unwrap().to_string();
+    let began = Instant::now();
+    let history = loop {
+        let shown: Value = serde_json::from_str(&ok(
+            &run(&["events", "describe", &acme_seq, "--tenant", "acme", "--json"]),
+            "describe",
+        ))
+        .unwrap();
+        let fired = shown["fires"].as_array().unwrap().iter().any(|f| f["trigger"] == "tickets/each");
+        if fired || began.elapsed() > Duration::from_secs(20) {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let each = history["fires"].as_array().unwrap().iter().find(|f| f["trigger"] == "tickets/each").unwrap();
+    assert!(each["started"].is_string(), "{history}");
+    let first_seq = first.trim().to_owned();
+    let paused = loop {
+        let shown: Value =
+            serde_json::from_str(&ok(&run(&["events", "describe", &first_seq, "--json"]), "describe")).unwrap();
+        if !shown["fires"].as_array().unwrap().is_empty() || began.elapsed() > Duration::from_secs(20) {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(paused["fires"][0]["skipped"], "paused", "{paused}");
+    // A filter that cannot be evaluated (a field the payload lacks) says so on the event.
+    let lacking = ok(&run(&["events", "send", "ticket.created", "--payload", r#"{"id": 5}"#]), "send");
+    let lacking = loop {
+        let shown: Value =
+            serde_json::from_str(&ok(&run(&["events", "describe", lacking.trim(), "--json"]), "describe")).unwrap();
+        if !shown["fires"].as_array().unwrap().is_empty() || began.elapsed() > Duration::from_secs(20) {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let reason = lacking["fires"][0]["skipped"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("filter_failed: ") && reason.contains("undefined"), "{lacking}");
+    let human = ok(&run(&["events", "describe", &first_seq]), "describe");
+    assert!(human.contains("tickets/each  skipped: paused") && human.contains("key       k1"), "{human}");
+    assert_eq!(run(&["events", "describe", "999"]).status.code(), Some(2));
+
+    // describe a trigger: --fires, --json; pause, resume, delete say what they did.
+    let described: Value = serde_json::from_str(&ok(
+        &run(&["triggers", "describe", "tickets/grouped", "--tenant", "acme", "--fires", "5", "--json"]),
+        "describe",
+    ))
+    .unwrap();
+    assert!(described["read_through"].as_u64().unwrap() >= in_acme["event"]["seq"].as_u64().unwrap(), "{described}");
+    assert!(described["fires"].as_array().unwrap().len() <= 5);
+    let human = ok(&run(&["triggers", "describe", "tickets/each"]), "describe");
+    assert!(human.contains("(paused)") && human.contains("skipped: paused"), "{human}");
+    let resumed = run(&["triggers", "resume", "tickets/each"]);
+    assert!(text(&resumed.stderr).contains("resumed"), "{}", text(&resumed.stderr));
+    assert!(text(&run(&["triggers", "resume", "tickets/each"]).stderr).contains("was not paused"));
+    assert!(text(&run(&["triggers", "pause", "tickets/each"]).stderr).contains("paused"));
+    let deleted = run(&["triggers", "delete", "tickets/each"]);
+    assert!(text(&deleted.stderr).contains("deleted trigger tickets/each"), "{}", text(&deleted.stderr));
+    assert_eq!(run(&["triggers", "describe", "tickets/each"]).status.code(), Some(2));
+    assert_eq!(run(&["triggers", "delete", "tickets/each"]).status.code(), Some(2));
+    worker.kill().unwrap();
+    worker.wait().unwrap();
 }

@@ -206,6 +206,7 @@ pub(crate) async fn send(
         idempotency_key: body.idempotency_key,
         at: shared.engine.clock().now(),
     };
+    stepwright_core::store::event::check_new_event(&event).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let appended = shared.store.append_event(event).await?;
     let status = if appended.created { StatusCode::CREATED } else { StatusCode::OK };
     if appended.created {

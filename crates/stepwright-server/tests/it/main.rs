@@ -9,6 +9,7 @@ mod openapi;
 mod schedules;
 mod session;
 mod streams;
+mod triggers;
 
 use std::sync::Arc;
 use std::time::Duration;
