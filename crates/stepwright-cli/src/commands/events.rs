@@ -21,14 +21,7 @@ pub(crate) async fn events(g: &Globals<'_>, command: EventsCommand) -> anyhow::R
             let store = open_store(g.db).await?;
             let event = NewEvent { tenant, name, payload, idempotency_key, at: wall_now() };
             let appended = store.append_event(event).await.map_err(caller_or_ours)?;
-            if json {
-                println!("{}", json!({ "event": event_json(&appended.event), "created": appended.created }));
-            } else {
-                println!("{}", appended.event.seq);
-                if !appended.created {
-                    eprintln!("its idempotency key names event {} sent before: nothing stored", appended.event.seq);
-                }
-            }
+            print_sent(&appended.event, appended.created, json);
             Ok(0)
         }
         EventsCommand::List { name, limit, tenant, json } => {
@@ -36,20 +29,7 @@ pub(crate) async fn events(g: &Globals<'_>, command: EventsCommand) -> anyhow::R
             let events = store
                 .event_log(tenant.as_deref(), EventQuery { name, limit: limit as usize, ..Default::default() })
                 .await?;
-            if !json {
-                println!("{:<8} {:<28} {:<24} PAYLOAD", "SEQ", "NAME", "RECEIVED");
-            }
-            for event in &events {
-                if json {
-                    println!("{}", event_json(event));
-                } else {
-                    let mut payload = event.payload.to_string();
-                    if payload.len() > 60 {
-                        payload = format!("{}…", payload.chars().take(59).collect::<String>());
-                    }
-                    println!("{:<8} {:<28} {:<24} {payload}", event.seq, event.name, rfc3339(event.received_at));
-                }
-            }
+            print_list(&events, json);
             Ok(0)
         }
         EventsCommand::Describe { seq, tenant, json } => {
@@ -59,29 +39,65 @@ pub(crate) async fn events(g: &Globals<'_>, command: EventsCommand) -> anyhow::R
                 .await?
                 .ok_or_else(|| anyhow!(BadInput(format!("no event {seq} (`stepwright events list` shows them)"))))?;
             let fires = store.event_fires(tenant.as_deref(), seq).await?;
-            if json {
-                let mut line = event_json(&event);
-                line["fires"] = fires.iter().map(fire_json).collect();
-                println!("{line}");
-                return Ok(0);
-            }
-            println!("event     {} {}", event.seq, event.name);
-            println!("received  {}", rfc3339(event.received_at));
-            if let Some(key) = &event.idempotency_key {
-                println!("key       {key}");
-            }
-            println!("payload   {}", event.payload);
-            println!("fires:");
-            if fires.is_empty() {
-                println!("  none yet (no trigger matched it, or none has read it yet)");
-            }
-            for fire in &fires {
-                match &fire.outcome {
-                    TickOutcome::Started { run } => println!("  {}  started {run}", fire.trigger),
-                    TickOutcome::Skipped { reason } => println!("  {}  skipped: {reason}", fire.trigger),
-                }
-            }
+            print_described(&event, &fires, json);
             Ok(0)
+        }
+    }
+}
+
+/// What `events send` prints: the sequence number (and, on stderr, that nothing was stored
+/// when the key was sent before), or one JSON object.
+pub(crate) fn print_sent(event: &StoredEvent, created: bool, json: bool) {
+    if json {
+        println!("{}", json!({ "event": event_json(event), "created": created }));
+    } else {
+        println!("{}", event.seq);
+        if !created {
+            eprintln!("its idempotency key names event {} sent before: nothing stored", event.seq);
+        }
+    }
+}
+
+/// What `events list` prints: a table, or JSON lines.
+pub(crate) fn print_list(events: &[StoredEvent], json: bool) {
+    if !json {
+        println!("{:<8} {:<28} {:<24} PAYLOAD", "SEQ", "NAME", "RECEIVED");
+    }
+    for event in events {
+        if json {
+            println!("{}", event_json(event));
+        } else {
+            let mut payload = event.payload.to_string();
+            if payload.len() > 60 {
+                payload = format!("{}…", payload.chars().take(59).collect::<String>());
+            }
+            println!("{:<8} {:<28} {:<24} {payload}", event.seq, event.name, rfc3339(event.received_at));
+        }
+    }
+}
+
+/// What `events describe` prints: the event and its fires, or one JSON object.
+pub(crate) fn print_described(event: &StoredEvent, fires: &[EventFire], json: bool) {
+    if json {
+        let mut line = event_json(event);
+        line["fires"] = fires.iter().map(fire_json).collect();
+        println!("{line}");
+        return;
+    }
+    println!("event     {} {}", event.seq, event.name);
+    println!("received  {}", rfc3339(event.received_at));
+    if let Some(key) = &event.idempotency_key {
+        println!("key       {key}");
+    }
+    println!("payload   {}", event.payload);
+    println!("fires:");
+    if fires.is_empty() {
+        println!("  none yet (no trigger matched it, or none has read it yet)");
+    }
+    for fire in fires {
+        match &fire.outcome {
+            TickOutcome::Started { run } => println!("  {}  started {run}", fire.trigger),
+            TickOutcome::Skipped { reason } => println!("  {}  skipped: {reason}", fire.trigger),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The remote mode (DESIGN §13): with `--server URL` (or `STEPWRIGHT_SERVER`) and a key in
 //! `STEPWRIGHT_API_KEY`, `run`, `runs list/show/events`, `approve`/`reject`/`respond`,
-//! `cancel`, `resume`, `replay`, `recompute` and `fork` call the HTTP API instead of opening
-//! a store, with the same output and exit codes. The key decides who the caller is: `--as`,
+//! `cancel`, `resume`, `replay`, `recompute`, `fork` and `events send|list|describe` call the
+//! HTTP API instead of opening a store, with the same output and exit codes. The key decides who the caller is: `--as`,
 //! `--role` and `--tenant` are refused rather than ignored; so are `--model`, `--cassette`
 //! and `--allow-dir`, which are the server's configuration.
 
@@ -12,12 +12,14 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use crate::args::{Command, RunsCommand};
+use crate::args::{Command, EventsCommand, RunsCommand};
 use crate::commands::history::{fork_edits, parse_rebind, print_fork, print_recompute, print_replay};
 use crate::exit::{BadInput, exit_code};
 use crate::render::{
     local_time, owner_text_of, print_facts, print_list_header, print_list_row, print_report, print_timeline, usage_text,
 };
+use stepwright::store::event::{EventFire, StoredEvent};
+use stepwright::store::schedule::TickOutcome;
 
 /// The longest one request waits for a run; the CLI then asks again.
 const WAIT_SECONDS: u64 = 30;
@@ -113,6 +115,7 @@ pub(crate) fn supported(command: &Command) -> bool {
             | Command::Replay { .. }
             | Command::Recompute { .. }
             | Command::Fork { .. }
+            | Command::Events { .. }
     )
 }
 
@@ -175,6 +178,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             let value = crate::host::parse_json(&value, "--value")?;
             decide(remote, &run, who.interrupt.as_deref(), json!({ "decision": "respond", "value": value }), json).await
         }
+        Command::Events { command } => events(remote, command).await,
         Command::Send { run, inbox, message } => {
             let message = crate::host::parse_json(&message, "--message")?;
             remote.post(&format!("/v1/runs/{run}/messages"), json!({ "inbox": inbox, "message": message })).await?;
@@ -440,4 +444,72 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             Ok(0)
         }
     }
+}
+
+/// `events send|list|describe` through the API, printed as the local commands print.
+async fn events(remote: &Remote, command: EventsCommand) -> anyhow::Result<u8> {
+    use crate::commands::events::{print_described, print_list, print_sent};
+    let refuse_tenant = |tenant: &Option<String>| -> anyhow::Result<()> {
+        match tenant {
+            Some(_) => Err(anyhow!(BadInput(
+                "with --server the API key's namespace is the tenant: --tenant is not taken".into()
+            ))),
+            None => Ok(()),
+        }
+    };
+    match command {
+        EventsCommand::Send { name, payload, idempotency_key, tenant, json } => {
+            refuse_tenant(&tenant)?;
+            let payload = crate::host::parse_input(Some(&payload))
+                .map_err(|e| anyhow!(BadInput(e.to_string().replace("the input", "the payload"))))?;
+            let sent = remote
+                .post("/v1/events", json!({ "name": name, "payload": payload, "idempotency_key": idempotency_key }))
+                .await?;
+            print_sent(&stored_event(&sent["event"])?, sent["created"] == json!(true), json);
+        }
+        EventsCommand::List { name, limit, tenant, json } => {
+            refuse_tenant(&tenant)?;
+            let mut params = vec![("limit", limit.min(500).to_string())];
+            params.extend(name.map(|name| ("name", name)));
+            let query = reqwest::Url::parse_with_params("http://query/", &params).context("a query")?;
+            let listed = remote.get(&format!("/v1/events?{}", query.query().unwrap_or_default())).await?;
+            let events = listed.as_array().map(Vec::as_slice).unwrap_or_default();
+            print_list(&events.iter().map(stored_event).collect::<anyhow::Result<Vec<_>>>()?, json);
+        }
+        EventsCommand::Describe { seq, tenant, json } => {
+            refuse_tenant(&tenant)?;
+            let shown = remote.get(&format!("/v1/events/{seq}")).await?;
+            let fires: Vec<EventFire> = shown["fires"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|fire| EventFire {
+                    trigger: fire["trigger"].as_str().unwrap_or_default().to_owned(),
+                    event: fire["event"].as_u64().unwrap_or_default(),
+                    outcome: match fire["run_id"].as_str().and_then(|run| run.parse().ok()) {
+                        Some(run) => TickOutcome::Started { run },
+                        None => {
+                            TickOutcome::Skipped { reason: fire["skipped"].as_str().unwrap_or_default().to_owned() }
+                        }
+                    },
+                    recorded_at: stepwright::Timestamp::from_micros(0),
+                })
+                .collect();
+            print_described(&stored_event(&shown)?, &fires, json);
+        }
+    }
+    Ok(0)
+}
+
+/// An event as the API shows it (`EventView`), as the store keeps it.
+fn stored_event(view: &Value) -> anyhow::Result<StoredEvent> {
+    Ok(StoredEvent {
+        seq: view["seq"].as_u64().context("an event without `seq`")?,
+        tenant: None,
+        name: view["name"].as_str().unwrap_or_default().to_owned(),
+        payload: view["payload"].clone(),
+        idempotency_key: view["idempotency_key"].as_str().map(str::to_owned),
+        received_at: stepwright::Timestamp::from_micros(view["received_at"].as_i64().unwrap_or_default()),
+    })
 }

@@ -470,3 +470,44 @@ fn the_events_and_triggers_commands_do_what_they_say() {
     worker.kill().unwrap();
     worker.wait().unwrap();
 }
+
+/// `events send|list|describe --server`: the API in the key's namespace, printed as the
+/// local commands print; `--tenant` is the key's to say, not the command line's.
+#[test]
+fn the_events_commands_call_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("served.db").display());
+    let key = crate::support::api_key(dir.path(), &db, "ann", &["operator", "viewer"]);
+    let serving = crate::support::serve(dir.path(), &db);
+    let remote = |args: &[&str]| {
+        crate::support::command(dir.path(), &[&["--server", serving.base.as_str()][..], args].concat())
+            .env("STEPWRIGHT_API_KEY", &key)
+            .output()
+            .unwrap()
+    };
+    let first = ok(
+        &remote(&["events", "send", "ticket.created", "--payload", r#"{"id": 1}"#, "--idempotency-key", "k"]),
+        "send",
+    );
+    let again = remote(&["events", "send", "ticket.created", "--payload", r#"{"id": 2}"#, "--idempotency-key", "k"]);
+    assert_eq!(text(&again.stdout), first);
+    assert!(text(&again.stderr).contains("nothing stored"), "{}", text(&again.stderr));
+    let sent: Value =
+        serde_json::from_str(&ok(&remote(&["events", "send", "ticket.closed", "--json"]), "send --json")).unwrap();
+    assert_eq!((&sent["created"], &sent["event"]["payload"]), (&json!(true), &Value::Null));
+    let listed = ok(&remote(&["events", "list", "--json", "--name", "ticket.created", "--limit", "5"]), "list");
+    let listed: Vec<Value> = listed.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(listed.len(), 1);
+    assert_eq!((&listed[0]["payload"], &listed[0]["idempotency_key"]), (&json!({ "id": 1 }), &json!("k")));
+    let shown: Value =
+        serde_json::from_str(&ok(&remote(&["events", "describe", first.trim(), "--json"]), "describe")).unwrap();
+    assert_eq!((&shown["name"], &shown["fires"]), (&json!("ticket.created"), &json!([])), "{shown}");
+    assert_eq!(remote(&["events", "describe", "999"]).status.code(), Some(2), "not found");
+    let refused = remote(&["events", "send", "x", "--tenant", "acme"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(text(&refused.stderr).contains("--tenant is not taken"), "{}", text(&refused.stderr));
+    // The server stored them in the key's namespace.
+    let local =
+        ok(&stepwright(dir.path(), &["--db", &db, "events", "list", "--tenant", "acme", "--json"]), "local list");
+    assert_eq!(local.lines().count(), 2);
+}
