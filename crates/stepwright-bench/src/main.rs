@@ -7,6 +7,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod events;
 mod observability;
 mod postgres;
 mod schedules;
@@ -806,6 +807,25 @@ fn main() {
             println!(
                 "| S1 | the same worker with no tick due (each schedule's next a year away), {name}, {idle} s | {:.1} ms CPU/s | | (report) |",
                 f.idle_cpu_ms_per_s
+            );
+        }
+    }
+    if wanted("e1") {
+        let (rate, seconds, burst) = if quick { (100, 5, 800) } else { (200, 30, 8_000) };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut stores = vec![("SQLite", schedules::Target::Sqlite(dir.path().join("e1.db")))];
+        if let Ok(url) = std::env::var("STEPWRIGHT_TEST_DATABASE_URL") {
+            stores.push(("Postgres", schedules::Target::Postgres(url)));
+        }
+        for (name, store) in stores {
+            let f = events::e1(store, rate, seconds, burst);
+            println!(
+                "| E1 | {rate} events/s for {seconds} s, one trigger, one worker (woken by the sends, as `serve` is), {name}: event → run executing ({} runs) | p50 {:.1} ms, p99 {:.1} ms | max {:.1} ms | (report) |",
+                f.events, f.p50_ms, f.p99_ms, f.max_ms
+            );
+            println!(
+                "| E1 | {burst} events from 8 senders at once (each with an idempotency key), {name} | {:.0} events/s | | (report) |",
+                f.burst_per_second
             );
         }
     }

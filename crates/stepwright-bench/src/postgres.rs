@@ -318,3 +318,8 @@ pub(crate) fn w3_on_postgres(url: &str, concurrent: usize) -> f64 {
 pub(crate) async fn s1_store(url: &str) -> Arc<stepwright::PostgresStore> {
     fresh_schema(url, "stepwright_bench_s1").await.1
 }
+
+/// A fresh schema for E1.
+pub(crate) async fn e1_store(url: &str) -> Arc<stepwright::PostgresStore> {
+    fresh_schema(url, "stepwright_bench_e1").await.1
+}

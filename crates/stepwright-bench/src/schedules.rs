@@ -38,7 +38,7 @@ impl<T: Store + ScheduleStore> Both for T {}
 
 /// The tick a schedule's run stands for: the run id's time (a tick's run id is made from
 /// the tick's time, in milliseconds).
-fn tick_ms(run: RunId) -> i64 {
+pub(crate) fn tick_ms(run: RunId) -> i64 {
     let bytes = run.as_uuid().into_bytes();
     let mut ms = [0u8; 8];
     ms[2..].copy_from_slice(&bytes[..6]);

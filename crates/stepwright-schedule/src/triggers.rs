@@ -159,13 +159,20 @@ impl Scheduler {
         // What a debounce or a batch held and is now due.
         let quiet: Vec<String> =
             state.held.iter().filter(|(_, held)| held.due <= now).map(|(group, _)| group.clone()).collect();
+        // (Paused meanwhile: what it held starts nothing, recorded `paused`.)
         for group in quiet {
             let held = state.held.remove(&group).expect("listed above");
-            self.start_for(&mut decided, std::slice::from_ref(&held.event)).await?;
+            match record.paused {
+                true => decided.skip(held.event.seq, "paused"),
+                false => self.start_for(&mut decided, std::slice::from_ref(&held.event)).await?,
+            }
         }
         if spec.batch.is_some() && state.next_due(&spec).is_some_and(|due| due <= now) {
             let events = std::mem::take(&mut state.batch);
-            self.start_for(&mut decided, &events).await?;
+            match record.paused {
+                true => events.iter().for_each(|event| decided.skip(event.seq, "paused")),
+                false => self.start_for(&mut decided, &events).await?,
+            }
         }
         let due_at = if more { Some(now) } else { state.next_due(&spec) };
         let Decided { fires, runs, .. } = decided;

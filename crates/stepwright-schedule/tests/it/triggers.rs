@@ -178,11 +178,19 @@ async fn a_batch_starts_one_run_for_max_events_or_after_its_window() {
     assert!(scheduler.pass().await.unwrap().started.is_empty(), "the seventh waits for its window");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(scheduler.pass().await.unwrap().started.len(), 1);
-    let fires = fires(&store, "rows").await;
-    let runs: Vec<RunId> = fires.iter().map(|f| started(f).expect("every event in a run")).collect();
-    assert_eq!(fires.iter().map(|f| f.event).collect::<Vec<_>>(), seqs);
+    let fires_now = fires(&store, "rows").await;
+    let runs: Vec<RunId> = fires_now.iter().map(|f| started(f).expect("every event in a run")).collect();
+    assert_eq!(fires_now.iter().map(|f| f.event).collect::<Vec<_>>(), seqs);
     assert_eq!((runs[0], runs[2], runs[3], runs[5]), (runs[2], runs[0], runs[5], runs[3]));
     assert!(runs[0] != runs[3] && runs[3] != runs[6]);
+    // Paused while a batch waits for its window: it starts nothing, recorded `paused`.
+    let held = send(&engine, &store, "row.added", json!({ "n": 7 }), None).await;
+    scheduler.pass().await.unwrap();
+    scheduler.set_paused(&key("rows"), true).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(scheduler.pass().await.unwrap().started.is_empty());
+    let last = fires(&store, "rows").await.pop().unwrap();
+    assert_eq!((last.event, last.outcome), (held, TickOutcome::Skipped { reason: "paused".into() }));
     let input = input_of(&store, runs[0]).await;
     let ns: Vec<&Value> = input.as_array().unwrap().iter().map(|e| &e["payload"]["n"]).collect();
     assert_eq!(ns, [&json!(0), &json!(1), &json!(2)], "the batch's events, in order");

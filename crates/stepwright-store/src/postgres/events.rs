@@ -2,7 +2,8 @@
 //! `stepwright_event_fires`. Appending an event is one transaction: the row, its tenant's
 //! triggers made due, its watchers woken.
 //!
-//! Appends take their tenant's advisory lock until they commit, so a tenant's events commit
+//! An append is one call of `stepwright_append_event` (migration 011): one round trip, one
+//! transaction. Appends take their tenant's advisory lock until they commit, so a tenant's events commit
 //! in the order of their sequence numbers: a trigger that has read through one has seen
 //! every earlier one (a sequence allocated by one transaction and committed after a later
 //! one's would otherwise be skipped for good). A wait's registration takes the same lock, so
@@ -113,62 +114,22 @@ pub(super) async fn insert_fires(
 impl PostgresStore {
     async fn append(&self, event: &NewEvent) -> Result<Appended, StoreError> {
         let doing = "storing an event";
-        let tenant = event.tenant.as_deref().unwrap_or("");
-        let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-        lock_log(&mut tx, tenant).await?;
-        let row = sqlx::query(concat!(
-            "INSERT INTO stepwright_event_log (tenant, name, payload, idempotency_key, received_at) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL \
-             DO NOTHING RETURNING ",
-            columns!()
-        ))
-        .bind(tenant)
-        .bind(&event.name)
-        .bind(&event.payload)
-        .bind(&event.idempotency_key)
-        .bind(event.at.as_micros())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(pg(doing))?;
-        let Some(row) = row else {
-            let first = sqlx::query(concat!(
-                "SELECT ",
-                columns!(),
-                " FROM stepwright_event_log WHERE tenant = $1 AND idempotency_key = $2"
-            ))
-            .bind(tenant)
+        let get = |e: sqlx::Error| backend(doing, e);
+        let row = sqlx::query("SELECT * FROM stepwright_append_event($1, $2, $3, $4, $5)")
+            .bind(event.tenant.as_deref().unwrap_or(""))
+            .bind(&event.name)
+            .bind(&event.payload)
             .bind(&event.idempotency_key)
-            .fetch_one(&mut *tx)
+            .bind(event.at.as_micros())
+            .fetch_one(&self.pool)
             .await
             .map_err(pg(doing))?;
-            return Ok(Appended { event: event_from(&first)?, created: false });
-        };
-        let stored = event_from(&row)?;
-        sqlx::query(
-            "UPDATE stepwright_schedules SET due_at = $2 WHERE tenant = $1 AND on_event IS NOT NULL \
-             AND (due_at IS NULL OR due_at > $2)",
-        )
-        .bind(tenant)
-        .bind(event.at.as_micros())
-        .execute(&mut *tx)
-        .await
-        .map_err(pg(doing))?;
-        let woken = sqlx::query(
-            "WITH watching AS (DELETE FROM stepwright_event_watches WHERE tenant = $1 AND name = $2 RETURNING run_id) \
-             UPDATE stepwright_runs SET wake_at = stepwright_now_us() WHERE status = 'suspended' \
-             AND wake_at > stepwright_now_us() AND id IN (SELECT run_id FROM watching)",
-        )
-        .bind(tenant)
-        .bind(&event.name)
-        .execute(&mut *tx)
-        .await
-        .map_err(pg(doing))?
-        .rows_affected();
-        tx.commit().await.map_err(pg(doing))?;
+        let created: bool = row.try_get(6).map_err(get)?;
+        let woken: i64 = row.try_get(7).map_err(get)?;
         if woken > 0 {
             self.notifier.announce(&self.pool).await;
         }
-        Ok(Appended { event: stored, created: true })
+        Ok(Appended { event: event_from(&row)?, created })
     }
 
     pub(super) async fn query_events(
