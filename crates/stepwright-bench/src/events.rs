@@ -3,16 +3,16 @@
 //! from an event's receipt to its run starting to execute (p50, p99) at a steady rate, and
 //! how many events a second the store takes from 8 senders at once.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stepwright::schedule::{Scheduler, TriggerSpec};
 use stepwright::store::event::{EventStore, NewEvent};
 use stepwright::store::schedule::{ScheduleKey, ScheduleStore};
-use stepwright::{Clock, Engine, Runner, RunnerEvent, Store, TokioClock};
+use stepwright::{Clock, Engine, Runner, Store, TokioClock};
 
 use crate::inc_chain;
-use crate::schedules::{Target, tick_ms};
+use crate::schedules::{Target, executing_latencies};
 
 /// What E1 measured on one store.
 pub(crate) struct Figures {
@@ -64,17 +64,7 @@ pub(crate) fn e1(target: Target, rate: u32, seconds: u64, burst: u64) -> Figures
         let mut spec = TriggerSpec::on("ticket.created");
         spec.input = Some(serde_json::json!(1));
         scheduler.put_trigger(ScheduleKey::new(None, "triaged/each"), &workflow, spec, false).await.expect("put");
-        let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
-        let clock = TokioClock::new();
-        let log: stepwright::RunnerLog = {
-            let latencies = latencies.clone();
-            Arc::new(move |event| {
-                if let RunnerEvent::Executing { run, .. } = event {
-                    let now_ms = clock.now().as_micros() as f64 / 1000.0;
-                    latencies.lock().expect("poisoned").push(now_ms - tick_ms(run) as f64);
-                }
-            })
-        };
+        let (log, latencies) = executing_latencies();
         let runner = Arc::new(Runner::new(engine.clone()).register(&workflow).log_to(log).max_concurrent(256));
         let stop = stepwright::CancellationToken::new();
         let working = {

@@ -45,6 +45,21 @@ pub(crate) fn tick_ms(run: RunId) -> i64 {
     i64::from_be_bytes(ms)
 }
 
+/// A runner log that notes, for every run it starts executing, how long after the time its
+/// id carries (a tick's, an event's) that was, in milliseconds.
+pub(crate) fn executing_latencies() -> (stepwright::RunnerLog, Arc<Mutex<Vec<f64>>>) {
+    let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
+    let clock = TokioClock::new();
+    let noted = latencies.clone();
+    let log: stepwright::RunnerLog = Arc::new(move |event| {
+        if let RunnerEvent::Executing { run, .. } = event {
+            let now_ms = clock.now().as_micros() as f64 / 1000.0;
+            noted.lock().expect("poisoned").push(now_ms - tick_ms(run) as f64);
+        }
+    });
+    (log, latencies)
+}
+
 /// This process's CPU time (user + system), from `/proc/self/stat`.
 fn cpu_time() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
@@ -82,17 +97,7 @@ pub(crate) fn s1(target: Target, period: Duration, seconds: u64, idle_seconds: u
             scheduler.put(ScheduleKey::new(None, &format!("s{i}")), &workflow, spec, false).await.expect("put");
         }
         // Tick → the run executing, measured by the runner's own report.
-        let latencies: Arc<Mutex<Vec<f64>>> = Arc::default();
-        let clock = TokioClock::new();
-        let log: stepwright::RunnerLog = {
-            let latencies = latencies.clone();
-            Arc::new(move |event| {
-                if let RunnerEvent::Executing { run, .. } = event {
-                    let now_ms = clock.now().as_micros() as f64 / 1000.0;
-                    latencies.lock().expect("poisoned").push(now_ms - tick_ms(run) as f64);
-                }
-            })
-        };
+        let (log, latencies) = executing_latencies();
         let runner = Arc::new(Runner::new(engine.clone()).register(&workflow).log_to(log).max_concurrent(256));
         let stop = stepwright::CancellationToken::new();
         let working = {

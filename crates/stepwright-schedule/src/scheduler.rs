@@ -797,18 +797,23 @@ fn ticker_of(key: &ScheduleKey, spec: &ScheduleSpec) -> Result<Ticker, ScheduleE
 
 /// A stored schedule's spec.
 pub fn spec_of(record: &ScheduleRecord) -> Result<ScheduleSpec, ScheduleError> {
-    serde_json::from_value(record.spec.clone()).map_err(|e| ScheduleError::Corrupt {
-        key: record.key.clone(),
-        what: "spec",
-        reason: e.to_string(),
-    })
+    decode(record, "spec", &record.spec)
 }
 
 /// A stored schedule's state.
 pub fn state_of(record: &ScheduleRecord) -> Result<ScheduleState, ScheduleError> {
-    serde_json::from_value(record.state.clone()).map_err(|e| ScheduleError::Corrupt {
+    decode(record, "state", &record.state)
+}
+
+/// A record's stored spec or state (`what`), as the type it is for.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    record: &ScheduleRecord,
+    what: &'static str,
+    value: &Value,
+) -> Result<T, ScheduleError> {
+    serde_json::from_value(value.clone()).map_err(|e| ScheduleError::Corrupt {
         key: record.key.clone(),
-        what: "state",
+        what,
         reason: e.to_string(),
     })
 }

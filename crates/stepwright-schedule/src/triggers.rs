@@ -283,18 +283,10 @@ impl Scheduler {
 
 /// A stored trigger's spec.
 pub fn trigger_spec_of(record: &ScheduleRecord) -> Result<TriggerSpec, ScheduleError> {
-    serde_json::from_value(record.spec.clone()).map_err(|e| ScheduleError::Corrupt {
-        key: record.key.clone(),
-        what: "spec",
-        reason: e.to_string(),
-    })
+    crate::scheduler::decode(record, "spec", &record.spec)
 }
 
 /// A stored trigger's state.
 pub fn trigger_state_of(record: &ScheduleRecord) -> Result<TriggerState, ScheduleError> {
-    serde_json::from_value(record.state.clone()).map_err(|e| ScheduleError::Corrupt {
-        key: record.key.clone(),
-        what: "state",
-        reason: e.to_string(),
-    })
+    crate::scheduler::decode(record, "state", &record.state)
 }

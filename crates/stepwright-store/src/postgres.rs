@@ -1169,13 +1169,7 @@ impl Store for PostgresStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<stepwright_core::store::event::StoredEvent>, StoreError>> {
         Box::pin(async move {
-            let query = stepwright_core::store::event::EventQuery {
-                name: Some(name.to_owned()),
-                after: Some(after.unwrap_or(0)),
-                since: Some(since),
-                limit,
-                ..Default::default()
-            };
+            let query = stepwright_core::store::event::EventQuery::for_wait(name, after, since, limit);
             self.query_events(tenant, &query).await
         })
     }

@@ -1540,13 +1540,7 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<stepwright_core::store::event::StoredEvent>, StoreError>> {
         let (tenant, name) = (tenant.map(str::to_owned), name.to_owned());
         Box::pin(self.read("reading events", move |conn| {
-            let query = stepwright_core::store::event::EventQuery {
-                name: Some(name),
-                after: Some(after.unwrap_or(0)),
-                since: Some(since),
-                limit,
-                ..Default::default()
-            };
+            let query = stepwright_core::store::event::EventQuery::for_wait(&name, after, since, limit);
             events::query(conn, tenant.as_deref(), &query)
         }))
     }

@@ -98,28 +98,9 @@ async fn create(
     tenant: Option<&str>,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let flags = g.flags;
-    // The file is checked before the store is opened (a bad file creates no database).
-    let loaded = stepwright::flow::load_with(&file, &flags.bindings().load_options())
-        .map_err(stepwright::app::AppError::Load)?;
-    let declared: Vec<String> = loaded.schedules.iter().map(|s| s.name.clone()).collect();
-    if declared.is_empty() {
-        return Err(anyhow!(BadInput(format!("{} has no `schedules:` section", file.display()))));
-    }
-    if let Some(unknown) = only.iter().find(|name| !declared.contains(name)) {
-        return Err(anyhow!(BadInput(format!(
-            "--only {unknown}: {} declares no such schedule (it has: {})",
-            file.display(),
-            declared.join(", ")
-        ))));
-    }
-    let schedules = loaded.schedules.clone();
-    let store = open_store(g.db).await?;
-    let bindings = flags.bindings().sharing_limits_in(store.clone());
-    let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
-    keep_source(&store, &workflow, &file).await?;
+    let (store, workflow, file_schedules, _) = load_to_keep(g, &file, only, Section::Schedules).await?;
     let scheduler = scheduler(g, &store);
-    let kept = stepwright::app::create_schedules(&scheduler, tenant, &workflow, &schedules, only, paused)
+    let kept = stepwright::app::create_schedules(&scheduler, tenant, &workflow, &file_schedules, only, paused)
         .await
         .map_err(failed)?;
     for record in &kept {
@@ -131,6 +112,52 @@ async fn create(
         }
     }
     Ok(0)
+}
+
+/// What a workflow file keeps in the store.
+#[derive(Clone, Copy)]
+pub(crate) enum Section {
+    Schedules,
+    Triggers,
+}
+
+/// A workflow file loaded to keep its `schedules:` or `triggers:`: the file checked before the store is opened (a bad file creates no
+/// database), `only` checked against the names the section declares, the workflow
+/// prepared and its source kept in the store (so any worker rebuilds it).
+pub(crate) async fn load_to_keep(
+    g: &Globals<'_>,
+    file: &std::path::Path,
+    only: &[String],
+    section: Section,
+) -> anyhow::Result<(
+    std::sync::Arc<dyn CliStore>,
+    stepwright::Workflow,
+    Vec<stepwright::flow::FileSchedule>,
+    Vec<stepwright::flow::FileTrigger>,
+)> {
+    let flags = g.flags;
+    let loaded =
+        stepwright::flow::load_with(file, &flags.bindings().load_options()).map_err(stepwright::app::AppError::Load)?;
+    let (declared, kind): (Vec<String>, &str) = match section {
+        Section::Schedules => (loaded.schedules.iter().map(|s| s.name.clone()).collect(), "schedule"),
+        Section::Triggers => (loaded.triggers.iter().map(|t| t.name.clone()).collect(), "trigger"),
+    };
+    if declared.is_empty() {
+        return Err(anyhow!(BadInput(format!("{} has no `{kind}s:` section", file.display()))));
+    }
+    if let Some(unknown) = only.iter().find(|name| !declared.contains(name)) {
+        return Err(anyhow!(BadInput(format!(
+            "--only {unknown}: {} declares no such {kind} (it has: {})",
+            file.display(),
+            declared.join(", ")
+        ))));
+    }
+    let (schedules, triggers) = (loaded.schedules.clone(), loaded.triggers.clone());
+    let store = open_store(g.db).await?;
+    let bindings = flags.bindings().sharing_limits_in(store.clone());
+    let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
+    keep_source(&store, &workflow, file).await?;
+    Ok((store, workflow, schedules, triggers))
 }
 
 /// A schedule in one JSON object (`list`, `create --json`).

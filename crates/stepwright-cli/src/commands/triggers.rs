@@ -11,9 +11,9 @@ use stepwright::store::schedule::{ScheduleKey, ScheduleRecord};
 use crate::args::TriggersCommand;
 use crate::commands::Globals;
 use crate::commands::events::fire_json;
-use crate::commands::schedules::{failed, key, scheduler};
+use crate::commands::schedules::{Section, failed, key, load_to_keep, scheduler};
 use crate::exit::BadInput;
-use crate::host::{CliStore, Servers, keep_source, open_store};
+use crate::host::{CliStore, open_store};
 
 /// `triggers`: opens the store, then the subcommand.
 pub(crate) async fn triggers(g: &Globals<'_>, command: TriggersCommand) -> anyhow::Result<u8> {
@@ -175,28 +175,9 @@ async fn create(
     tenant: Option<&str>,
     json: bool,
 ) -> anyhow::Result<u8> {
-    let flags = g.flags;
-    // The file is checked before the store is opened (a bad file creates no database).
-    let loaded = stepwright::flow::load_with(&file, &flags.bindings().load_options())
-        .map_err(stepwright::app::AppError::Load)?;
-    let declared: Vec<String> = loaded.triggers.iter().map(|t| t.name.clone()).collect();
-    if declared.is_empty() {
-        return Err(anyhow!(BadInput(format!("{} has no `triggers:` section", file.display()))));
-    }
-    if let Some(unknown) = only.iter().find(|name| !declared.contains(name)) {
-        return Err(anyhow!(BadInput(format!(
-            "--only {unknown}: {} declares no such trigger (it has: {})",
-            file.display(),
-            declared.join(", ")
-        ))));
-    }
-    let triggers = loaded.triggers.clone();
-    let store = open_store(g.db).await?;
-    let bindings = flags.bindings().sharing_limits_in(store.clone());
-    let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
-    keep_source(&store, &workflow, &file).await?;
+    let (store, workflow, _, file_triggers) = load_to_keep(g, &file, only, Section::Triggers).await?;
     let scheduler = scheduler(g, &store);
-    let kept = stepwright::app::create_triggers(&scheduler, tenant, &workflow, &triggers, only, paused)
+    let kept = stepwright::app::create_triggers(&scheduler, tenant, &workflow, &file_triggers, only, paused)
         .await
         .map_err(failed)?;
     for record in &kept {

@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -15,25 +15,10 @@ use stepwright::store::event::{EventFire, EventQuery, NewEvent, StoredEvent};
 use stepwright::store::schedule::{ScheduleKey, TickOutcome};
 
 use crate::processes::{Db, stores, text};
+use crate::schedules::{ok, worker};
 
 fn stepwright(dir: &Path, args: &[&str]) -> std::process::Output {
     crate::support::stepwright(dir, args)
-}
-
-fn worker(dir: &Path, db: &Db) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_stepwright"))
-        .current_dir(dir)
-        .env_remove("STEPWRIGHT_DB")
-        .args(db.args(&["worker"]))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn a worker")
-}
-
-fn ok(output: &std::process::Output, what: &str) -> String {
-    assert_eq!(output.status.code(), Some(0), "{what}: {}", text(&output.stderr));
-    text(&output.stdout)
 }
 
 const TICKETS: &str = r#"

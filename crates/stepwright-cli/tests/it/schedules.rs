@@ -16,7 +16,7 @@ fn stepwright(dir: &Path, args: &[&str]) -> std::process::Output {
 }
 
 /// A worker whose output goes nowhere (it logs a line per run; a full pipe would stop it).
-fn worker(dir: &Path, db: &Db) -> Child {
+pub(crate) fn worker(dir: &Path, db: &Db) -> Child {
     Command::new(env!("CARGO_BIN_EXE_stepwright"))
         .current_dir(dir)
         .env_remove("STEPWRIGHT_DB")
@@ -27,7 +27,7 @@ fn worker(dir: &Path, db: &Db) -> Child {
         .expect("spawn a worker")
 }
 
-fn ok(output: &std::process::Output, what: &str) -> String {
+pub(crate) fn ok(output: &std::process::Output, what: &str) -> String {
     assert_eq!(output.status.code(), Some(0), "{what}: {}", text(&output.stderr));
     text(&output.stdout)
 }

@@ -86,6 +86,13 @@ pub struct EventQuery {
 }
 
 impl EventQuery {
+    /// What a `wait` reads ([`Store::logged_events`](super::Store::logged_events)): events
+    /// named `name` after `after` (from the start if none), received at or after `since`,
+    /// oldest first.
+    pub fn for_wait(name: &str, after: Option<u64>, since: Timestamp, limit: usize) -> Self {
+        Self { name: Some(name.to_owned()), after: Some(after.unwrap_or(0)), before: None, since: Some(since), limit }
+    }
+
     /// The number of events to return at most.
     pub fn limit(&self) -> usize {
         if self.limit == 0 { 100 } else { self.limit }

@@ -509,13 +509,7 @@ impl Store for InMemoryStore {
         since: Timestamp,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<super::event::StoredEvent>, StoreError>> {
-        let query = super::event::EventQuery {
-            name: Some(name.to_owned()),
-            after: Some(after.unwrap_or(0)),
-            since: Some(since),
-            limit,
-            ..Default::default()
-        };
+        let query = super::event::EventQuery::for_wait(name, after, since, limit);
         let found = self.events.log.lock().expect("poisoned").query(tenant, &query);
         Box::pin(std::future::ready(Ok(found)))
     }

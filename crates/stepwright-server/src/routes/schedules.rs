@@ -162,6 +162,51 @@ impl From<ScheduleError> for ApiError {
     }
 }
 
+/// What a registered workflow's file keeps: its `schedules:` or its `triggers:`.
+#[derive(Clone, Copy)]
+pub(crate) enum Section {
+    Schedules,
+    Triggers,
+}
+
+/// A registered workflow and its file loaded again to read what it keeps (a `Section`),
+/// with `only` checked against the names the section declares; its source kept in the
+/// store's definitions, so any worker rebuilds it.
+pub(crate) async fn load_to_keep(
+    shared: &Shared,
+    who: &Principal,
+    name: &str,
+    version: Option<u32>,
+    only: &[String],
+    section: Section,
+) -> Result<(stepwright_core::Workflow, stepwright_flow::Loaded), ApiError> {
+    let registered = shared
+        .registered(who.namespace(), name, version)
+        .await?
+        .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no registered workflow {name:?}")))?;
+    let workflow = shared.workflow(&registered).await?;
+    let source = registered_source(&registered);
+    let mut options = shared.bindings.load_options();
+    options.files = Some(Arc::new(registered.files.clone()));
+    let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options)
+        .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
+    let (declared, kind): (Vec<&str>, &str) = match section {
+        Section::Schedules => (loaded.schedules.iter().map(|s| s.name.as_str()).collect(), "schedule"),
+        Section::Triggers => (loaded.triggers.iter().map(|t| t.name.as_str()).collect(), "trigger"),
+    };
+    if declared.is_empty() {
+        return Err(ApiError::bad_request(format!("workflow {name:?} declares no `{kind}s:`")));
+    }
+    if let Some(unknown) = only.iter().find(|wanted| !declared.contains(&wanted.as_str())) {
+        return Err(ApiError::bad_request(format!(
+            "only: workflow {name:?} declares no {kind} {unknown:?} (it has: {})",
+            declared.join(", ")
+        )));
+    }
+    shared.store.put_definition(registered.hash, source).await?;
+    Ok((workflow, loaded))
+}
+
 /// `POST /v1/schedules` (operator): keeps a registered workflow's schedules.
 pub(crate) async fn create(
     State(shared): State<Arc<Shared>>,
@@ -169,27 +214,8 @@ pub(crate) async fn create(
     Body(body): Body<CreateSchedules>,
 ) -> Result<(StatusCode, Json<Vec<ScheduleView>>), ApiError> {
     who.require(Role::Operator)?;
-    let registered = shared.registered(who.namespace(), &body.workflow, body.version).await?.ok_or_else(|| {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no registered workflow {:?}", body.workflow))
-    })?;
-    let workflow = shared.workflow(&registered).await?;
-    let source = registered_source(&registered);
-    let mut options = shared.bindings.load_options();
-    options.files = Some(Arc::new(registered.files.clone()));
-    let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options)
-        .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
-    let declared: Vec<&str> = loaded.schedules.iter().map(|s| s.name.as_str()).collect();
-    if declared.is_empty() {
-        return Err(ApiError::bad_request(format!("workflow {:?} declares no `schedules:`", body.workflow)));
-    }
-    if let Some(unknown) = body.only.iter().find(|name| !declared.contains(&name.as_str())) {
-        return Err(ApiError::bad_request(format!(
-            "only: workflow {:?} declares no schedule {unknown:?} (it has: {})",
-            body.workflow,
-            declared.join(", ")
-        )));
-    }
-    shared.store.put_definition(registered.hash, source).await?;
+    let (workflow, loaded) =
+        load_to_keep(&shared, &who, &body.workflow, body.version, &body.only, Section::Schedules).await?;
     let kept = stepwright_app::create_schedules(
         &scheduler(&shared),
         Some(who.namespace()),

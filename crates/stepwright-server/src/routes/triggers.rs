@@ -16,10 +16,11 @@ use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome}
 use stepwright_schedule::{ScheduleError, TriggerState};
 
 use super::runs::audit;
+use super::schedules::{Section, load_to_keep};
 use super::{Body, Params};
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
-use crate::state::{Shared, registered_source};
+use crate::state::Shared;
 
 /// An event to store.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -259,27 +260,8 @@ pub(crate) async fn create(
     Body(body): Body<CreateTriggers>,
 ) -> Result<(StatusCode, Json<Vec<TriggerView>>), ApiError> {
     who.require(Role::Operator)?;
-    let registered = shared.registered(who.namespace(), &body.workflow, body.version).await?.ok_or_else(|| {
-        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no registered workflow {:?}", body.workflow))
-    })?;
-    let workflow = shared.workflow(&registered).await?;
-    let source = registered_source(&registered);
-    let mut options = shared.bindings.load_options();
-    options.files = Some(Arc::new(registered.files.clone()));
-    let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options)
-        .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
-    let declared: Vec<&str> = loaded.triggers.iter().map(|t| t.name.as_str()).collect();
-    if declared.is_empty() {
-        return Err(ApiError::bad_request(format!("workflow {:?} declares no `triggers:`", body.workflow)));
-    }
-    if let Some(unknown) = body.only.iter().find(|name| !declared.contains(&name.as_str())) {
-        return Err(ApiError::bad_request(format!(
-            "only: workflow {:?} declares no trigger {unknown:?} (it has: {})",
-            body.workflow,
-            declared.join(", ")
-        )));
-    }
-    shared.store.put_definition(registered.hash, source).await?;
+    let (workflow, loaded) =
+        load_to_keep(&shared, &who, &body.workflow, body.version, &body.only, Section::Triggers).await?;
     let scheduler = stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), shared.bindings.clone());
     let kept = stepwright_app::create_triggers(
         &scheduler,
