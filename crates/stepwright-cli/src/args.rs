@@ -13,7 +13,8 @@ pub(crate) struct Cli {
     pub(crate) db: Option<String>,
     /// Call this Stepwright server instead of opening a store (default:
     /// `STEPWRIGHT_SERVER`), with the API key in `STEPWRIGHT_API_KEY`: `run`, `runs`,
-    /// `approve`/`reject`/`respond`, `cancel` and `resume`.
+    /// `approve`/`reject`/`respond`, `cancel`, `send`, `wake`, `resume`, `replay`,
+    /// `recompute`, `fork` and `events`.
     #[arg(long, global = true, value_name = "URL")]
     pub(crate) server: Option<String>,
     #[command(flatten)]
