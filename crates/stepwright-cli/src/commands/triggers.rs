@@ -85,8 +85,8 @@ pub(crate) async fn triggers(g: &Globals<'_>, command: TriggersCommand) -> anyho
                 println!(
                     "  held: event {} (key {:?}) until {}",
                     held["event"],
-                    held["key"],
-                    held["due"].as_str().unwrap_or("")
+                    held["key"].as_str().unwrap_or_default(),
+                    held["due"].as_str().unwrap_or_default()
                 );
             }
             if !batch.is_empty() {
