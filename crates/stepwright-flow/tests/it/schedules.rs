@@ -57,3 +57,44 @@ fn schedules_compile_with_their_defaults() {
         json!({ "day": "2026-12-01T07:00:00+01:00", "from": "digest/weekday-morning", "fixed": 3 })
     );
 }
+
+/// A file's `triggers:` compile to their specs; the filter and the templates are the file
+/// format's: strict (a field the payload lacks is an error the trigger records), with `is
+/// defined` for an optional field.
+#[test]
+fn triggers_compile_and_their_filters_are_strict_with_is_defined_for_optional_fields() {
+    let loaded = stepwright_flow::load_source(
+        r#"
+workflow: tickets
+triggers:
+  urgent:
+    event: "ticket.*"
+    when: event.payload.priority is defined and event.payload.priority != "low"
+    input: { id: "{{ event.payload.id }}", count: "{{ events | length }}" }
+    debounce: { key: "{{ event.payload.customer }}", period: 30s }
+    concurrency: { limit: 3 }
+steps:
+  - id: a
+    set: 1
+"#,
+        "tickets.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let [trigger] = loaded.triggers.as_slice() else { panic!("one trigger: {:?}", loaded.triggers) };
+    let spec = &trigger.spec;
+    assert_eq!((trigger.name.as_str(), spec.event.as_str()), ("urgent", "ticket.*"));
+    assert_eq!(
+        spec.debounce.as_ref().map(|d| (d.key.as_deref(), d.period_us)),
+        Some((Some("{{ event.payload.customer }}"), 30_000_000))
+    );
+    assert_eq!(spec.concurrency.as_ref().map(|c| (c.key.as_deref(), c.limit)), Some((None, 3)));
+    let when = spec.when.as_deref().unwrap();
+    let seen = |payload: serde_json::Value| serde_json::json!({ "event": { "name": "ticket.created", "payload": payload }, "events": [{}, {}] });
+    assert_eq!(stepwright_flow::eval_event_filter(when, &seen(json!({ "priority": "high" }))), Ok(true));
+    assert_eq!(stepwright_flow::eval_event_filter(when, &seen(json!({ "priority": "low" }))), Ok(false));
+    assert_eq!(stepwright_flow::eval_event_filter(when, &seen(json!({}))), Ok(false), "`is defined` guards it");
+    let strict = stepwright_flow::eval_event_filter(r#"event.payload.priority != "low""#, &seen(json!({})));
+    assert!(strict.is_err_and(|e| e.contains("undefined")), "a missing field is an error, not a silent no");
+    let input = stepwright_flow::render_event_template(spec.input.as_ref().unwrap(), &seen(json!({ "id": 7 })));
+    assert_eq!(input, Ok(json!({ "id": 7, "count": 2 })));
+}
