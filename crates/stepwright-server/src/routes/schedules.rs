@@ -141,11 +141,11 @@ fn view(record: &ScheduleRecord) -> ScheduleView {
     }
 }
 
-fn key(who: &Principal, workflow: &str, schedule: &str) -> ScheduleKey {
+pub(crate) fn key(who: &Principal, workflow: &str, schedule: &str) -> ScheduleKey {
     stepwright_app::schedule_key(Some(who.namespace()), workflow, schedule)
 }
 
-fn scheduler(shared: &Shared) -> Scheduler {
+pub(crate) fn scheduler(shared: &Shared) -> Scheduler {
     stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), shared.bindings.clone())
 }
 

@@ -16,7 +16,7 @@ use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome}
 use stepwright_schedule::{ScheduleError, TriggerState};
 
 use super::runs::audit;
-use super::schedules::{Section, load_to_keep};
+use super::schedules::{Section, key, load_to_keep, scheduler};
 use super::{Body, Params};
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
@@ -262,9 +262,8 @@ pub(crate) async fn create(
     who.require(Role::Operator)?;
     let (workflow, loaded) =
         load_to_keep(&shared, &who, &body.workflow, body.version, &body.only, Section::Triggers).await?;
-    let scheduler = stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), shared.bindings.clone());
     let kept = stepwright_app::create_triggers(
-        &scheduler,
+        &scheduler(&shared),
         Some(who.namespace()),
         &workflow,
         &loaded.triggers,
@@ -296,7 +295,7 @@ pub(crate) async fn show_trigger(
     Path((workflow, trigger)): Path<(String, String)>,
 ) -> Result<Json<TriggerDetails>, ApiError> {
     who.require(Role::Viewer)?;
-    let key = stepwright_app::schedule_key(Some(who.namespace()), &workflow, &trigger);
+    let key = key(&who, &workflow, &trigger);
     let record = trigger_record(&shared, &key).await?;
     let state: TriggerState = stepwright_schedule::trigger_state_of(&record).map_err(ApiError::from)?;
     let fires = shared.store.trigger_fires(&key, 20).await?;
@@ -339,10 +338,9 @@ async fn set_paused(
     paused: bool,
 ) -> Result<Json<TriggerView>, ApiError> {
     who.require(Role::Operator)?;
-    let key = stepwright_app::schedule_key(Some(who.namespace()), workflow, trigger);
+    let key = key(who, workflow, trigger);
     trigger_record(shared, &key).await?;
-    let scheduler = stepwright_app::scheduler(shared.engine.clone(), shared.store.clone(), shared.bindings.clone());
-    let changed = scheduler.set_paused(&key, paused).await.map_err(|error| match error {
+    let changed = scheduler(shared).set_paused(&key, paused).await.map_err(|error| match error {
         ScheduleError::NotFound(key) => not_found(&key),
         error => ApiError::from(error),
     })?;
@@ -361,7 +359,7 @@ pub(crate) async fn delete(
     Path((workflow, trigger)): Path<(String, String)>,
 ) -> Result<StatusCode, ApiError> {
     who.require(Role::Operator)?;
-    let key = stepwright_app::schedule_key(Some(who.namespace()), &workflow, &trigger);
+    let key = key(&who, &workflow, &trigger);
     trigger_record(&shared, &key).await?;
     if !shared.store.delete_schedule(&key).await? {
         return Err(not_found(&key));
