@@ -405,14 +405,15 @@ impl Engine {
         }
         let watches = std::mem::take(&mut *shared.event_watches.lock().expect("poisoned"));
         let tenant = shared.caller.tenant.as_deref();
-        for watch in watches {
+        for mut watch in watches {
             // Registered first: an event stored after this sees the registration and wakes
             // the (suspended) run; one stored before is found by the look that follows.
             inner.store.watch_events(run_id, tenant, &watch.name).await.map_err(EngineError::store(run_id))?;
             if !woken {
-                let found = super::exec::first_logged_event(inner.store.as_ref(), tenant, &watch, shared.created_at)
-                    .await
-                    .map_err(EngineError::store(run_id))?;
+                let found =
+                    super::exec::first_logged_event(inner.store.as_ref(), tenant, &mut watch, shared.created_at)
+                        .await
+                        .map_err(EngineError::store(run_id))?;
                 woken = found.is_some();
             }
         }

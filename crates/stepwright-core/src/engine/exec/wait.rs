@@ -42,22 +42,25 @@ fn matches(matching: Option<&Value>, payload: &Value) -> bool {
 }
 
 /// The first event a watch may take: named as it says, stored after its cursor, received
-/// since `since`, with the fields it asks for.
+/// since `since`, with the fields it asks for. When there is none, the watch's cursor moves
+/// past the events it looked at (they are not its, and never will be: events do not
+/// change), so the next look reads only newer ones.
 pub(crate) async fn first_logged_event(
     store: &dyn Store,
     tenant: Option<&str>,
-    watch: &EventWatch,
+    watch: &mut EventWatch,
     since: Timestamp,
 ) -> Result<Option<(u64, Value)>, StoreError> {
-    let mut after = watch.after;
     loop {
-        let page = store.logged_events(tenant, &watch.name, after, since, LOOK_PAGE).await?;
+        let page = store.logged_events(tenant, &watch.name, watch.after, since, LOOK_PAGE).await?;
         if let Some(event) = page.iter().find(|e| matches(watch.matching.as_ref(), &e.payload)) {
             return Ok(Some((event.seq, event.payload.clone())));
         }
-        match page.last() {
-            Some(last) if page.len() == LOOK_PAGE => after = Some(last.seq),
-            _ => return Ok(None),
+        if let Some(last) = page.last() {
+            watch.after = Some(last.seq);
+        }
+        if page.len() < LOOK_PAGE {
+            return Ok(None);
         }
     }
 }
@@ -113,13 +116,13 @@ impl Exec {
         let log_key = format!("\u{0}log\u{0}{}", spec.event);
         let after = *cursors.entry(spec.event.clone()).or_insert_with(|| cursor(false));
         let log_after = *cursors.entry(log_key.clone()).or_insert_with(|| cursor(true));
-        let watch = EventWatch { name: spec.event.clone(), after: log_after, matching };
+        let mut watch = EventWatch { name: spec.event.clone(), after: log_after, matching };
         let left = deadline.since(self.now());
         let found = if left > self.run.config.in_process_wait_limit {
             // Too long to hold the run here: look once, then suspend until the deadline.
-            self.look(&spec.event, after, &watch).await?
+            self.look(&spec.event, after, &mut watch).await?
         } else {
-            match self.wait_here(spec, after, &watch, deadline, env).await? {
+            match self.wait_here(spec, after, &mut watch, deadline, env).await? {
                 Ok(found) => found,
                 Err(flow) => return Ok(flow),
             }
@@ -148,7 +151,12 @@ impl Exec {
     }
 
     /// One look: the inbox's next message, else the log's first event the watch takes.
-    async fn look(&self, inbox: &str, after: Option<u64>, watch: &EventWatch) -> Result<Option<Taken>, StoreFailed> {
+    async fn look(
+        &self,
+        inbox: &str,
+        after: Option<u64>,
+        watch: &mut EventWatch,
+    ) -> Result<Option<Taken>, StoreFailed> {
         let store = self.run.recorder.store();
         if let Some((seq, message)) = store.next_message(self.run.run_id, inbox, after).await.map_err(StoreFailed)? {
             return Ok(Some((false, seq, message)));
@@ -165,7 +173,7 @@ impl Exec {
         &self,
         spec: &WaitSpec,
         after: Option<u64>,
-        watch: &EventWatch,
+        watch: &mut EventWatch,
         deadline: Timestamp,
         env: &Env,
     ) -> Result<Result<Option<Taken>, Flow>, StoreFailed> {
