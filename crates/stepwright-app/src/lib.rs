@@ -27,7 +27,7 @@ pub use schedules::{create_schedules, create_triggers, schedule_key, scheduler};
 use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};
-pub use stepwright_llm::Totals;
+pub use stepwright_llm::{DEFAULT_KILL_GRACE, Totals, process_groups_stopped};
 pub use stepwright_store::{OpenError, ServerStore, open};
 pub use view::{
     AwaitedView, ErrorView, ParentView, PendingView, QueuedView, RecomputeView, RunDetails, StepUsageChange, StepView,

@@ -66,7 +66,15 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let code = match runtime.block_on(commands::dispatch(cli)) {
+    let done = runtime.block_on(async {
+        let done = commands::dispatch(cli).await;
+        // A tool's process group stopped by a cancel, a timeout or a shutdown got SIGTERM;
+        // the process stays until each is gone or got its SIGKILL (see `llm::process`).
+        let grace = stepwright::app::DEFAULT_KILL_GRACE + std::time::Duration::from_secs(1);
+        stepwright::app::process_groups_stopped(grace).await;
+        done
+    });
+    let code = match done {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             let (code, message) = exit::failure(&e);

@@ -15,6 +15,7 @@ mod memory;
 mod models;
 mod openai;
 mod prices;
+mod process;
 mod schema;
 mod sse;
 mod step;
@@ -43,6 +44,7 @@ pub use models::{
 };
 pub use openai::OpenAi;
 pub use prices::{PRICE_TABLE_VERSION, list_price};
+pub use process::{DEFAULT_KILL_GRACE, process_groups_stopped};
 pub use step::{LlmSpec, LlmStep};
 pub use tools::{
     ArgvFn, CommandTool, DEFAULT_MAX_OUTPUT_BYTES, FnTool, HttpTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND,

@@ -381,6 +381,7 @@ pub struct CommandTool {
     cwd: Option<PathBuf>,
     env: Vec<(String, String)>,
     max_output_bytes: usize,
+    kill_grace: Duration,
 }
 
 /// The most stdout a command may write unless told otherwise (16 MiB): a tool result goes
@@ -399,7 +400,23 @@ impl std::fmt::Debug for CommandTool {
 impl CommandTool {
     /// A command with a fixed argument vector (`argv[0]` is the program).
     pub fn new(def: ToolDef, argv: Vec<String>) -> Self {
-        Self { def, argv, argv_fn: None, cwd: None, env: Vec::new(), max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES }
+        Self {
+            def,
+            argv,
+            argv_fn: None,
+            cwd: None,
+            env: Vec::new(),
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            kill_grace: crate::process::DEFAULT_KILL_GRACE,
+        }
+    }
+
+    /// How long the command's process group has between `SIGTERM` and `SIGKILL` when its
+    /// step stops early (cancel, timeout, lease lost, shutdown) or leaves processes behind.
+    #[must_use]
+    pub fn kill_grace(mut self, grace: Duration) -> Self {
+        self.kill_grace = grace;
+        self
     }
 
     /// Fails the call (`tool_failed`, the process killed) once stdout passes `max` bytes.
@@ -442,7 +459,9 @@ impl CommandTool {
             .split_first()
             .ok_or_else(|| StepError::new(TOOL_FAILED, format!("tool {name:?} has an empty command")))?;
         let mut command = tokio::process::Command::new(program);
-        command.args(rest).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        // A group of its own, stopped as a whole when the call ends (see `process`): the
+        // leader alone would leave its children running, re-parented to init.
+        command.args(rest).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
         if let Some(dir) = &self.cwd {
             command.current_dir(dir);
         }
@@ -455,6 +474,8 @@ impl CommandTool {
         let mut child = command.spawn().map_err(|e| {
             StepError::new(TOOL_FAILED, format!("tool {name:?}: starting {program:?}: {e}")).with_cause(e)
         })?;
+        // Dropped on every way out of this call, a cancelled or timed-out future included.
+        let mut group = crate::process::ProcessGroup::led_by(child.id(), self.kill_grace);
         let mut stdin = child.stdin.take().expect("stdin is piped");
         let mut stdout = child.stdout.take().expect("stdout is piped");
         let mut stderr = child.stderr.take().expect("stderr is piped");
@@ -500,14 +521,21 @@ impl CommandTool {
                 },
                 read_out,
                 read_err,
-                child.wait()
+                async {
+                    let status = child.wait().await;
+                    // What the command left in its group goes too; their pipes then close.
+                    group.stop();
+                    status
+                }
             )?;
             Ok::<_, std::io::Error>(status)
         };
         let status = tokio::select! {
             status = run => status.map_err(|e| StepError::new(TOOL_FAILED, format!("tool {name:?}: running {program:?}: {e}")))?,
             () = cx.step.cancellation().cancelled() => {
-                return Err(StepError::cancelled(format!("tool {name:?} was cancelled; its process was killed")));
+                return Err(StepError::cancelled(format!(
+                    "tool {name:?} was cancelled; its processes were stopped (SIGTERM, then SIGKILL)"
+                )));
             }
         };
         if !status.success() {

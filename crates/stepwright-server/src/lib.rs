@@ -201,6 +201,9 @@ impl Server {
         serving.await?;
         if let Some(worker) = worker {
             let _ = tokio::time::timeout(config.drain, worker).await;
+            // The runs it stopped sent their tools' process groups SIGTERM: stay until each
+            // group is gone or got its SIGKILL, so that none outlives the server.
+            stepwright_app::process_groups_stopped(stepwright_app::DEFAULT_KILL_GRACE + Duration::from_secs(1)).await;
         }
         let _ = hooks.await;
         Ok(())

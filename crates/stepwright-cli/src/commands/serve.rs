@@ -50,7 +50,7 @@ pub(crate) fn oidc_config(args: crate::args::OidcArgs) -> anyhow::Result<Option<
 }
 
 /// Ctrl-C, or SIGTERM (what a service manager or a container runtime sends).
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     #[cfg(unix)]
     {
         let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {

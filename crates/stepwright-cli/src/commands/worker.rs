@@ -36,7 +36,7 @@ pub(crate) async fn worker(g: &Globals<'_>, once: bool, tenant: Option<String>) 
     let stop = stepwright::CancellationToken::new();
     let signal = stop.clone();
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        crate::commands::serve::shutdown_signal().await;
         signal.cancel();
     });
     let scheduling = tokio::spawn({

@@ -8,6 +8,7 @@ mod support;
 mod cli;
 mod events;
 mod examples;
+mod hardening;
 mod hostile;
 mod mcp;
 mod models;

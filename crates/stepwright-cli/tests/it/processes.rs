@@ -101,7 +101,7 @@ fn step_status(dir: &Path, db: &Db, run: &str, path: &str) -> Option<String> {
         .and_then(|s| s["status"].as_str().map(str::to_owned))
 }
 
-fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     // A zombie (exited, not yet reaped by its parent) counts as gone.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))

@@ -68,7 +68,29 @@ pub(crate) fn serve(dir: &Path, db: &str) -> Serving {
 
 /// [`serve`] with these environment variables set.
 pub(crate) fn serve_with(dir: &Path, db: &str, env: &[(&str, &str)]) -> Serving {
-    let mut child = command(dir, &["--db", db, "serve", "--listen", "127.0.0.1:0"])
+    serve_args(dir, db, env, &[], None)
+}
+
+/// [`serve`] with extra `serve` flags, keeping every line it writes to stderr in `log`.
+pub(crate) fn serve_logged(
+    dir: &Path,
+    db: &str,
+    flags: &[&str],
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) -> Serving {
+    serve_args(dir, db, &[], flags, Some(log))
+}
+
+fn serve_args(
+    dir: &Path,
+    db: &str,
+    env: &[(&str, &str)],
+    flags: &[&str],
+    log: Option<std::sync::Arc<std::sync::Mutex<Vec<String>>>>,
+) -> Serving {
+    let mut args = vec!["--db", db, "serve", "--listen", "127.0.0.1:0"];
+    args.extend_from_slice(flags);
+    let mut child = command(dir, &args)
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -82,8 +104,17 @@ pub(crate) fn serve_with(dir: &Path, db: &str, env: &[(&str, &str)]) -> Serving 
         .and_then(|rest| rest.split("/v1").next())
         .map(|addr| format!("http://{addr}"))
         .unwrap_or_else(|| panic!("no address in {line:?}"));
+    if let Some(log) = &log {
+        log.lock().expect("poisoned").push(line);
+    }
     // Keep reading stderr so the process never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if let Some(log) = &log {
+                log.lock().expect("poisoned").push(line);
+            }
+        }
+    });
     Serving { child, base }
 }
 

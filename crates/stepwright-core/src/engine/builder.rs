@@ -104,6 +104,7 @@ impl EngineBuilder {
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: Mutex::new(HashMap::new()),
                 cancels: Mutex::new(HashMap::new()),
+                abandoned: Mutex::new(std::collections::HashSet::new()),
                 watching: AtomicBool::new(false),
             }),
         }

@@ -192,9 +192,11 @@ impl Engine {
         let inner = &self.inner;
         let cancel = CancellationToken::new();
         let lost = Arc::new(AtomicBool::new(false));
+        let token = lease.token;
         let live = LiveRun { cancel: cancel.clone(), lease, lost: lost.clone() };
         inner.live.lock().expect("poisoned").insert(run_id, live);
-        let _live = LiveGuard { engine: inner, run: run_id };
+        inner.abandoned.lock().expect("poisoned").remove(&run_id);
+        let _live = LiveGuard { engine: inner, run: run_id, token };
         ensure_keeper(&self.inner);
         let fresh = loaded.entries.is_empty() && loaded.record.status == RunStatus::Running;
         if !fresh {
@@ -424,14 +426,20 @@ impl Engine {
     }
 }
 
+/// Takes a run out of the engine's live runs when its activation ends, unless a later
+/// activation (one with a newer lease) replaced it there: that one's lease must stay renewed.
 struct LiveGuard<'a> {
     engine: &'a EngineInner,
     run: RunId,
+    token: u64,
 }
 
 impl Drop for LiveGuard<'_> {
     fn drop(&mut self) {
-        self.engine.live.lock().expect("poisoned").remove(&self.run);
-        self.engine.cancels.lock().expect("poisoned").remove(&self.run);
+        let mut live = self.engine.live.lock().expect("poisoned");
+        if live.get(&self.run).is_some_and(|live| live.lease.token == self.token) {
+            live.remove(&self.run);
+            self.engine.cancels.lock().expect("poisoned").remove(&self.run);
+        }
     }
 }

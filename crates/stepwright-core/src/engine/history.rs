@@ -248,6 +248,7 @@ impl Engine {
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: std::sync::Mutex::new(HashMap::new()),
                 cancels: std::sync::Mutex::new(HashMap::new()),
+                abandoned: std::sync::Mutex::new(std::collections::HashSet::new()),
                 watching: std::sync::atomic::AtomicBool::new(false),
             }),
         };

@@ -119,8 +119,33 @@ struct EngineInner {
     live: Mutex<HashMap<RunId, keeper::LiveRun>>,
     /// Cancel requests seen for live runs: who asked and why, for the run's final error.
     cancels: Mutex<HashMap<RunId, CancelRequest>>,
+    /// Runs whose activation here stopped with an error while it may still hold their lease
+    /// (a store that failed, a definition that could not be resolved): the only runs this
+    /// engine may take over from its own name. A lease in this engine's name on any other run
+    /// belongs to an activation that is starting or executing here, and a second one would
+    /// race it.
+    abandoned: Mutex<std::collections::HashSet<RunId>>,
     /// Whether the keeper runs (one task per engine while it has live runs).
     watching: AtomicBool,
+}
+
+impl EngineInner {
+    /// Remembers a run whose activation here stopped with an error that may have left its
+    /// lease held in this engine's name, so that a resume here may take it over at once.
+    fn note_ended(&self, run: RunId, result: &Result<RunReport, EngineError>) {
+        let held = match result {
+            Ok(_) | Err(EngineError::LeaseLost { .. } | EngineError::NotResumable { .. }) => false,
+            Err(_) => true,
+        };
+        if held && !self.live.lock().expect("poisoned").contains_key(&run) {
+            self.abandoned.lock().expect("poisoned").insert(run);
+        }
+    }
+
+    /// Whether `run`'s activation here was abandoned (and forgets it: one take-over).
+    fn take_abandoned(&self, run: RunId) -> bool {
+        !self.live.lock().expect("poisoned").contains_key(&run) && self.abandoned.lock().expect("poisoned").remove(&run)
+    }
 }
 
 impl Default for Engine {
@@ -190,7 +215,10 @@ impl Engine {
             }
         };
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
-        self.execute(workflow, loaded, lease, TraceStart::Fresh(traceparent)).await
+        let run = loaded.record.id;
+        let result = self.execute(workflow, loaded, lease, TraceStart::Fresh(traceparent)).await;
+        self.inner.note_ended(run, &result);
+        result
     }
 
     /// Claims a pending run of a concurrency group as soon as its group has room (looking
@@ -334,20 +362,23 @@ impl Engine {
             return Err(EngineError::NotResumable { run, status: loaded.record.status });
         }
         let lease = self.claim_for_resume(run).await?;
-        self.resume_leased_with(workflow, lease, options).await
+        let result = self.resume_leased_with(workflow, lease, options).await;
+        self.inner.note_ended(run, &result);
+        result
     }
 
     /// Claims a run to resume it. A live lease refuses the claim (`Leased`: who and until
     /// when), except a lease whose holder is known to be gone: this engine's own name on a
-    /// run it does not execute (an execution that ended in an error), or a process on this
-    /// host that no longer exists (see [`owner::is_dead_local_process`]).
+    /// run whose activation here stopped with an error (and none executes it now), or a
+    /// process on this host that no longer exists (see [`owner::is_dead_local_process`]).
+    /// A lease in this engine's name on any other run is refused like another worker's: an
+    /// activation here claimed it (the runner, a start) and is about to execute it.
     async fn claim_for_resume(&self, run: RunId) -> Result<Lease, EngineError> {
         let inner = &self.inner;
         let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
         match inner.store.claim(run, &inner.worker_id, now, lease_for).await {
             Err(StoreError::Leased { owner, .. })
-                if (owner == inner.worker_id && !inner.live.lock().expect("poisoned").contains_key(&run))
-                    || owner::is_dead_local_process(&owner) =>
+                if (owner == inner.worker_id && inner.take_abandoned(run)) || owner::is_dead_local_process(&owner) =>
             {
                 inner
                     .store

@@ -36,12 +36,16 @@ pub struct Runner {
     tenant: Option<String>,
     /// When it last looked for runs left by a dead process on this host.
     orphans_checked: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// The runs its tasks execute now, with their leases' tokens: those still here when it
+    /// stops were stopped mid-way, and their leases are handed back.
+    in_flight: std::sync::Arc<std::sync::Mutex<HashMap<RunId, u64>>>,
 }
 
 /// How often a runner looks for runs whose lease a dead process on this host holds (at
-/// its start, then this often): a restarted server or worker continues them at once,
-/// without waiting for their leases to lapse.
-const ORPHANS_EVERY: Duration = Duration::from_secs(10);
+/// its start, then this often): a restarted server or worker, or one beside a process that
+/// was killed, continues them within about this time, without waiting for their leases to
+/// lapse. One read of the running runs' headers.
+const ORPHANS_EVERY: Duration = Duration::from_secs(1);
 
 /// What one run's execution by the runner ended in.
 pub type RunOutcome = (RunId, Result<RunReport, EngineError>);
@@ -105,6 +109,7 @@ impl Runner {
             log: None,
             tenant: None,
             orphans_checked: std::sync::Mutex::new(None),
+            in_flight: std::sync::Arc::default(),
         }
     }
 
@@ -239,6 +244,8 @@ impl Runner {
         let engine = self.engine.clone();
         let workflows = self.workflows.clone();
         let resolver = self.resolver.clone();
+        let in_flight = self.in_flight.clone();
+        in_flight.lock().expect("poisoned").insert(lease.run, lease.token);
         set.spawn(async move {
             let run = lease.run;
             let result = async {
@@ -272,6 +279,8 @@ impl Runner {
                 engine.execute(&workflow, loaded, lease, super::TraceStart::Continue).await
             }
             .await;
+            engine.inner.note_ended(run, &result);
+            in_flight.lock().expect("poisoned").remove(&run);
             if let Some(log) = &log {
                 match &result {
                     Ok(report) => log(RunnerEvent::Finished { run, report }),
@@ -347,6 +356,30 @@ impl Runner {
             }
         }
         set.shutdown().await;
+        self.hand_back().await;
         Ok(())
+    }
+
+    /// Hands back the leases of the runs it stopped mid-way (status `pending`, due now), so
+    /// that another worker continues them at once instead of waiting for the leases to
+    /// lapse. A run whose lease cannot be handed back (the store is down) is taken over when
+    /// its lease lapses, as after a crash.
+    async fn hand_back(&self) {
+        let stopped: Vec<(RunId, u64)> = self.in_flight.lock().expect("poisoned").drain().collect();
+        let inner = &self.engine.inner;
+        for (run, token) in stopped {
+            let now = inner.clock.now();
+            let update = crate::store::StatusUpdate {
+                status: crate::journal::RunStatus::Pending,
+                output: None,
+                error: None,
+                at: now,
+                wake_at: Some(now),
+                fence: Some(token),
+            };
+            if let Err(error) = inner.store.set_status(run, update).await {
+                tracing::warn!(run = %run, error = %error, "could not hand back the lease of a run stopped mid-way");
+            }
+        }
     }
 }

@@ -100,6 +100,79 @@ async fn a_command_past_its_timeout_is_killed() {
     assert!(!alive, "the timed-out command {pid} still runs");
 }
 
+/// A script that forks: a background `sleep`, a subshell that ignores `SIGTERM` (only
+/// `SIGKILL` ends it), and a subshell with a grandchild of its own. Every pid goes to
+/// `$1` (the script's own last), one a line.
+const FORKER: &str = r#"
+pids="$1"
+sleep 300 & echo $! >> "$pids"
+( trap '' TERM; while :; do sleep 1; done ) & echo $! >> "$pids"
+( sleep 300 & echo $! >> "$pids"; wait ) & echo $! >> "$pids"
+echo $$ >> "$pids"
+wait
+"#;
+
+/// Whether `pid` still runs (a zombie waiting for its reaper does not).
+fn runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+}
+
+/// The pids a [`FORKER`] wrote, once it has written all five.
+async fn forked(pids: &std::path::Path) -> Vec<u32> {
+    for _ in 0..500 {
+        let written: Vec<u32> =
+            std::fs::read_to_string(pids).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if written.len() == 5 {
+            return written;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the script did not write its pids");
+}
+
+/// Waits until none of `pids` runs (at most `within`); the ones still running if some do.
+async fn gone(pids: &[u32], within: Duration) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|pid| runs(*pid)).collect();
+        if left.is_empty() || std::time::Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_timed_out_command_takes_its_children_and_grandchildren_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let def = read_only("forker").timeout(Duration::from_millis(500));
+    let tool = CommandTool::new(def, argv(&["sh", "-c", FORKER, "sh", pids.to_str().unwrap()]))
+        .kill_grace(Duration::from_millis(300));
+    let report = call(Arc::new(tool), json!({})).await;
+    assert_eq!(report.error.unwrap().code, TOOL_TIMEOUT);
+    let pids = forked(&pids).await;
+    // SIGTERM ends all but the subshell that ignores it; SIGKILL after the grace ends that.
+    let left = gone(&pids, Duration::from_secs(20)).await;
+    assert!(left.is_empty(), "still running after the timeout: {left:?} of {pids:?}");
+}
+
+#[tokio::test]
+async fn what_a_finished_command_leaves_in_its_group_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    // The script leaves a background job that holds no pipe and ignores SIGTERM, and exits.
+    let script = r#"( trap '' TERM; exec 0<&- 1>&- 2>&-; while :; do sleep 1; done ) & echo $! > "$1"; echo done"#;
+    let tool = CommandTool::new(read_only("leaver"), argv(&["sh", "-c", script, "sh", pids.to_str().unwrap()]))
+        .kill_grace(Duration::from_millis(300));
+    let report = call(Arc::new(tool), json!({})).await;
+    assert_eq!(report.output, Some(json!("done")), "{:?}", report.error);
+    let pid: u32 = std::fs::read_to_string(&pids).unwrap().trim().parse().unwrap();
+    let left = gone(&[pid], Duration::from_secs(20)).await;
+    assert!(left.is_empty(), "the background job {pid} outlived its step");
+}
+
 #[tokio::test]
 async fn a_fenced_command_gets_its_idempotency_key() {
     let def = ToolDef::new("charge", "Charge").effect(Effect::Write);

@@ -114,8 +114,8 @@ pub(crate) struct ForkRun {
 }
 
 /// `POST /v1/runs/{id}/fork` (operator): `201` and the new run, whose lineage names this one
-/// and the step. This server continues it unless it runs with `--no-worker` (then a worker
-/// claims it).
+/// and the step. This server's runner continues it unless it runs with `--no-worker` (then a
+/// worker claims it).
 pub(crate) async fn fork(
     State(shared): State<Arc<Shared>>,
     who: Principal,
@@ -134,8 +134,6 @@ pub(crate) async fn fork(
     let forked = shared.engine.fork(run, &StepPath::new(&body.at), patch).await?;
     audit(&shared, &who, "run.forked", forked.id.to_string(), json!({ "parent": run.to_string(), "at": body.at }))
         .await?;
-    if shared.executes {
-        shared.continue_in_background(workflow, forked.id);
-    }
+    // A fork is created pending: this server's runner (or another worker) claims it.
     Ok((StatusCode::CREATED, Json(wait_and_read(&shared, forked.id, wait).await?)))
 }

@@ -130,8 +130,9 @@ pub(crate) fn wait_for(seconds: Option<f64>) -> Result<Duration, ApiError> {
     }
 }
 
-/// Creates the run and, when this server executes runs, executes it in a task of its own
-/// (a client that leaves does not stop it); answers when it stops or `wait` passes.
+/// Creates the run and, when this server executes runs and the client waits, executes it
+/// in a task of its own (a client that leaves does not stop it); answers when it stops or
+/// `wait` passes. A run nobody waits for is left to the runner.
 async fn execute(
     shared: &Arc<Shared>,
     workflow: &Workflow,
@@ -155,10 +156,9 @@ async fn execute(
         }
         return wait_and_read(shared, run, Duration::ZERO).await;
     }
+    // Created pending: this server's runner (woken by the store) or another worker claims
+    // it — one owner, handed over rather than raced for, within the runner's concurrency.
     shared.engine.create(workflow, input, options).await?;
-    if shared.executes {
-        shared.continue_in_background(workflow.clone(), run);
-    }
     wait_and_read(shared, run, wait).await
 }
 

@@ -1,0 +1,294 @@
+//! What a production operator relies on, proven with real processes: a run is activated
+//! once however it is started over HTTP; a tool's whole process tree dies with its step
+//! (cancel, timeout, a spawned workflow's timeout, the server stopping); a stopped server
+//! hands its runs back. On SQLite, and on Postgres when `STEPWRIGHT_TEST_DATABASE_URL` is set.
+#![allow(clippy::print_stderr)] // The burst reports its rate for the closing note.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::processes::{Db, stores, text};
+use crate::support::{serve_logged, stepwright};
+
+/// One command tool per run that appends the run's number to `marks` (so executions are
+/// counted) and then sleeps as long as the input says.
+const COUNTED: &str = r#"
+workflow: counted
+tools:
+  mark:
+    command: [sh, -c, "echo \"$1\" >> marks; sleep \"$2\"", sh, "{{ args.n }}", "{{ args.sleep }}"]
+    effect: read
+    timeout: 2m
+steps:
+  - id: mark
+    tool: mark
+    with: { n: "{{ input.n }}", sleep: "{{ input.sleep }}" }
+"#;
+
+/// How many fast runs the burst starts, and how many runs whose tool outlives a lease.
+const BURST: usize = 2_000;
+const SLOW: usize = 4;
+
+fn key(dir: &Path, db: &str) -> String {
+    crate::support::api_key(dir, db, "ann", &["admin", "operator"])
+}
+
+/// 2,000 starts over HTTP (half waiting for the run, half not) and four runs whose tool runs
+/// 35 s — past the 30 s lease the keeper renews: every tool runs once, and no activation
+/// loses its lease (the server's log has no `lease_lost`).
+#[test]
+fn every_run_started_over_http_is_activated_once() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let scenarios: Vec<_> = stores(dir.path(), "every_run_started_over_http_is_activated_once")
+        .into_iter()
+        .map(|db| {
+            let dir = tempfile::tempdir().unwrap();
+            std::thread::spawn(move || activated_once(dir.path(), &db))
+        })
+        .collect();
+    for scenario in scenarios {
+        scenario.join().unwrap();
+    }
+}
+
+fn activated_once(dir: &Path, db: &Db) {
+    let key = key(dir, &db.url);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let server = serve_logged(dir, &db.url, &[], log.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let http = reqwest::Client::new();
+    let base = server.base.clone();
+    let runs: Vec<String> = runtime.block_on(async {
+        let registered = http
+            .post(format!("{base}/v1/workflows"))
+            .bearer_auth(&key)
+            .json(&json!({ "source": COUNTED }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(registered.status(), 201, "{}", registered.text().await.unwrap());
+        let start = |n: usize, sleep: u32, wait: Option<u32>| {
+            let (http, key, base) = (http.clone(), key.clone(), base.clone());
+            async move {
+                let mut body = json!({ "workflow": "counted", "input": { "n": n, "sleep": sleep } });
+                if let Some(wait) = wait {
+                    body["wait_seconds"] = json!(wait);
+                }
+                let response = http.post(format!("{base}/v1/runs")).bearer_auth(&key).json(&body).send().await.unwrap();
+                let status = response.status().as_u16();
+                let run: Value = response.json().await.unwrap();
+                assert!(matches!(status, 201 | 202), "{status}: {run}");
+                run["run_id"].as_str().unwrap().to_owned()
+            }
+        };
+        let mut runs = Vec::new();
+        for n in 0..SLOW {
+            runs.push(start(BURST + n, 35, None).await);
+        }
+        let began = Instant::now();
+        let burst: Vec<String> = futures_util::stream::iter(0..BURST)
+            .map(|n| start(n, 0, (n % 2 == 0).then_some(5)))
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        let took = began.elapsed();
+        eprintln!("{}: {BURST} starts over HTTP in {took:?} ({:.0}/s)", db.name, BURST as f64 / took.as_secs_f64());
+        runs.extend(burst);
+        runs
+    });
+    // Every run completes (the slow ones after 35 s).
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut left = runs;
+    while !left.is_empty() {
+        assert!(Instant::now() < deadline, "{}: {} runs did not complete", db.name, left.len());
+        std::thread::sleep(Duration::from_millis(500));
+        left = runtime.block_on(async {
+            let mut still = Vec::new();
+            for run in &left {
+                let shown: Value = http
+                    .get(format!("{base}/v1/runs/{run}"))
+                    .bearer_auth(&key)
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                if shown["status"] != "completed" {
+                    assert!(shown["status"] == "running" || shown["status"] == "pending", "{}: {shown}", db.name);
+                    still.push(run.clone());
+                }
+            }
+            still
+        });
+    }
+    let marks = std::fs::read_to_string(dir.join("marks")).unwrap();
+    let mut executions = vec![0u32; BURST + SLOW];
+    for line in marks.lines() {
+        executions[line.trim().parse::<usize>().unwrap()] += 1;
+    }
+    let twice: Vec<usize> = (0..BURST + SLOW).filter(|n| executions[*n] != 1).collect();
+    assert!(twice.is_empty(), "{}: tools not run exactly once: {twice:?}", db.name);
+    drop(server);
+    let log = log.lock().unwrap();
+    assert!(log.iter().any(|line| line.contains("serving the API")), "{}: {log:?}", db.name);
+    let lost: Vec<&String> =
+        log.iter().filter(|line| line.contains("lease_lost") || line.contains("lease lost")).collect();
+    assert!(lost.is_empty(), "{}: {} lost leases: {lost:?}", db.name, lost.len());
+    eprintln!("{}: {} runs, each tool once, 0 lease_lost", db.name, BURST + SLOW);
+}
+
+/// A tool script that forks: a background `sleep`, a subshell that ignores `SIGTERM` (only
+/// `SIGKILL` ends it), and a subshell with a grandchild of its own; every pid (its own
+/// last) goes to the file it is given, one a line.
+const FORKER: &str = r#"
+pids="$1"
+sleep 300 & echo $! >> "$pids"
+( trap '' TERM; while :; do sleep 1; done ) & echo $! >> "$pids"
+( sleep 300 & echo $! >> "$pids"; wait ) & echo $! >> "$pids"
+echo $$ >> "$pids"
+wait
+"#;
+
+/// The tool, called by a step with `timeout` (or none), and a file that spawns it with one.
+fn forking_files(dir: &Path) {
+    std::fs::write(dir.join("forker.sh"), FORKER).unwrap();
+    let workflow = |name: &str, timeout: &str| {
+        format!(
+            "workflow: {name}\ntools:\n  forker:\n    command: [sh, forker.sh, \"{{{{ args.pids }}}}\"]\n    \
+             effect: read\nsteps:\n  - id: fork\n    tool: forker\n    with: {{ pids: \"{{{{ input.pids }}}}\" }}\n{timeout}"
+        )
+    };
+    std::fs::write(dir.join("forks.yaml"), workflow("forks", "")).unwrap();
+    std::fs::write(dir.join("times-out.yaml"), workflow("times-out", "    timeout: 1s\n")).unwrap();
+    std::fs::write(
+        dir.join("spawns.yaml"),
+        "workflow: spawns\nsteps:\n  - id: isolated\n    spawn: forks.yaml\n    with: { pids: \"{{ input.pids }}\" }\n    \
+         timeout: 1s\n",
+    )
+    .unwrap();
+}
+
+/// The five pids a forker wrote, once it has.
+fn forked(pids: &Path) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let written: Vec<u32> =
+            std::fs::read_to_string(pids).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if written.len() == 5 {
+            return written;
+        }
+        assert!(Instant::now() < deadline, "the tool never wrote its pids to {}", pids.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Asserts that none of `pids` runs within 30 s (the grace before `SIGKILL` is 5 s; the
+/// processes themselves would run for minutes).
+fn all_gone(what: &str, pids: &[u32]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|pid| crate::processes::process_alive(*pid)).collect();
+        if left.is_empty() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            // Leave nothing behind for the next test, then fail.
+            for pid in &left {
+                let _ = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            }
+            panic!("{what}: still running: {left:?} of {pids:?}");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Cancel from another process: the tool's children and grandchildren die with it, the one
+/// that ignores SIGTERM after the grace period.
+#[test]
+fn cancel_stops_a_tools_whole_process_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    forking_files(dir.path());
+    for db in stores(dir.path(), "cancel_stops_a_tools_whole_process_tree") {
+        let pids = dir.path().join(format!("{}.cancel.pids", db.name));
+        let input = json!({ "pids": pids }).to_string();
+        let run = crate::support::command(dir.path(), &db.args(&["run", "forks.yaml", "--json", "--input", &input]))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let forked = forked(&pids);
+        let listed = stepwright(dir.path(), &db.args(&["runs", "list", "--json"]));
+        let id = text(&listed.stdout).lines().next().map(|l| serde_json::from_str::<Value>(l).unwrap()).unwrap();
+        let cancelled = stepwright(dir.path(), &db.args(&["cancel", id["run_id"].as_str().unwrap()]));
+        assert_eq!(cancelled.status.code(), Some(0), "{}: {}", db.name, text(&cancelled.stderr));
+        let output = run.wait_with_output().unwrap();
+        assert_eq!(output.status.code(), Some(1), "{}: {}", db.name, text(&output.stderr));
+        all_gone(&format!("{}: after cancel", db.name), &forked);
+    }
+}
+
+/// A step's `timeout` and a `spawn`'s `timeout` stop the tool's whole tree too.
+#[test]
+fn timeouts_stop_a_tools_whole_process_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    forking_files(dir.path());
+    let db = format!("sqlite://{}", dir.path().join("timeouts.db").display());
+    for file in ["times-out.yaml", "spawns.yaml"] {
+        let pids = dir.path().join(format!("{file}.pids"));
+        let input = json!({ "pids": pids }).to_string();
+        let output = stepwright(dir.path(), &["--db", &db, "run", file, "--json", "--input", &input]);
+        assert_eq!(output.status.code(), Some(1), "{file}: {}", text(&output.stderr));
+        let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+        assert_eq!(report["status"], "failed", "{file}: {report}");
+        all_gone(&format!("{file}: after the timeout"), &forked(&pids));
+    }
+}
+
+/// `serve` stopped by SIGTERM while its runner executes a tool: the tool's tree is gone by
+/// the time the server has exited, and the run's lease is handed back (the run is pending,
+/// for any worker to continue at once).
+#[test]
+fn a_stopped_server_stops_its_tools_and_hands_its_runs_back() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    forking_files(dir.path());
+    let db = format!("sqlite://{}", dir.path().join("served.db").display());
+    let key = key(dir.path(), &db);
+    let mut server = serve_logged(dir.path(), &db, &[], Arc::new(Mutex::new(Vec::new())));
+    let pids = dir.path().join("served.pids");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let http = reqwest::Client::new();
+    let run = runtime.block_on(async {
+        let source = std::fs::read_to_string(dir.path().join("forks.yaml")).unwrap();
+        let registered =
+            http.post(format!("{}/v1/workflows", server.base)).bearer_auth(&key).json(&json!({ "source": source }));
+        assert_eq!(registered.send().await.unwrap().status(), 201);
+        let started: Value = http
+            .post(format!("{}/v1/runs", server.base))
+            .bearer_auth(&key)
+            .json(&json!({ "workflow": "forks", "input": { "pids": pids } }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        started["run_id"].as_str().unwrap().to_owned()
+    });
+    let forked = forked(&pids);
+    let _ = std::process::Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status();
+    let exited = server.child.wait().unwrap();
+    assert!(exited.success(), "{exited:?}");
+    // Gone by the time the server exited (a moment for the kernel to reap them).
+    all_gone("after serve stopped", &forked);
+    let shown = stepwright(dir.path(), &["--db", &db, "runs", "show", &run, "--json"]);
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["status"], "pending", "handed back: {shown}");
+    assert!(shown.get("owner").is_none_or(Value::is_null), "no lease left: {shown}");
+}
