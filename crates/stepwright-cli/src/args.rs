@@ -431,6 +431,16 @@ pub(crate) enum Command {
         /// How long a shutdown lets runs in flight finish, in seconds.
         #[arg(long, default_value_t = 10, value_name = "SECONDS")]
         drain: u64,
+        /// A network webhooks may post to besides public addresses (repeatable): an
+        /// intranet receiver's, as `10.1.0.0/16` or `192.168.4.7/32`. Without it, loopback,
+        /// private, link-local and metadata addresses are refused.
+        #[arg(long = "webhook-allow", value_name = "CIDR")]
+        webhook_allow: Vec<stepwright::server::IpNet>,
+        /// The environment variable holding a token that reads every namespace's series at
+        /// `/metrics` (the operator's scraper: `Authorization: Bearer <token>`). Without it,
+        /// a namespace admin's key reads its own namespace's series only.
+        #[arg(long, value_name = "VAR")]
+        metrics_token_env: Option<String>,
         #[command(flatten)]
         oidc: OidcArgs,
     },

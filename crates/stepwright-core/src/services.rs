@@ -216,9 +216,9 @@ pub trait Observer: Send + Sync + 'static {
     /// This execution of the run ended with `status` (finished, suspended, handed back),
     /// and that status is committed.
     fn run_stopped(&self, _run: RunId, _status: RunStatus) {}
-    /// An execution (an activation) of a run of `workflow` begins: `start` (its first),
-    /// `resume` (a later one), `replay` or `recompute` (in a sandbox).
-    fn activation_started(&self, _run: RunId, _workflow: &str, _kind: &str) {}
+    /// An execution (an activation) of a run of `workflow`, started in `tenant`, begins:
+    /// `start` (its first), `resume` (a later one), `replay` or `recompute` (in a sandbox).
+    fn activation_started(&self, _run: RunId, _workflow: &str, _tenant: Option<&str>, _kind: &str) {}
 }
 
 /// Several observers as one: each is told everything, in order.
@@ -240,7 +240,7 @@ impl Observer for Observers {
     fn run_stopped(&self, run: RunId, status: RunStatus) {
         self.0.iter().for_each(|o| o.run_stopped(run, status));
     }
-    fn activation_started(&self, run: RunId, workflow: &str, kind: &str) {
-        self.0.iter().for_each(|o| o.activation_started(run, workflow, kind));
+    fn activation_started(&self, run: RunId, workflow: &str, tenant: Option<&str>, kind: &str) {
+        self.0.iter().for_each(|o| o.activation_started(run, workflow, tenant, kind));
     }
 }

@@ -10,6 +10,7 @@
 //! This crate knows HTTP; the engine and the stores know nothing of it.
 
 mod dashboard;
+mod destination;
 mod feed;
 pub mod keys;
 mod limits;
@@ -26,6 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, Method, header};
+pub use destination::DestinationPolicy;
+/// A network (`10.1.0.0/16`), as `ServerConfig::webhook_destinations` takes them.
+pub use ipnet::IpNet;
 pub use keys::{KeyError, NewKey, Role, create_key};
 pub use limits::LimitsConfig;
 pub use metrics::ServerMetrics;
@@ -63,6 +67,11 @@ pub struct ServerConfig {
     pub engine: stepwright_core::EngineConfig,
     /// What the process counts, served at `GET /metrics`; none: no `/metrics`.
     pub metrics: Option<Arc<dyn ServerMetrics>>,
+    /// Where webhooks may post: public addresses, and the networks this allows.
+    pub webhook_destinations: DestinationPolicy,
+    /// A bearer token that reads every namespace's metrics at `/metrics` (the operator's
+    /// scraper); without it, a namespace admin's key reads its own namespace's only.
+    pub metrics_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -77,6 +86,8 @@ impl Default for ServerConfig {
             oidc: None,
             engine: stepwright_core::EngineConfig::default(),
             metrics: None,
+            webhook_destinations: DestinationPolicy::default(),
+            metrics_token: None,
         }
     }
 }
@@ -131,7 +142,8 @@ impl Server {
         let shared = Arc::new(
             Shared::new(store, engine, config.bindings.clone(), config.worker, limits, shutdown, feeds)
                 .with_oidc(oidc)
-                .with_metrics(config.metrics.clone()),
+                .with_metrics(config.metrics.clone(), config.metrics_token.clone())
+                .with_destinations(config.webhook_destinations.clone()),
         );
         // The dashboard's files are compressed; the API's answers and streams are not (an
         // event must leave at once, not wait for a compressor's block).
@@ -187,7 +199,12 @@ impl Server {
             tokio::spawn(async move { scheduler.run(stop_scheduler).await });
             tokio::spawn(async move { runner.run(stop_worker).await })
         });
-        let hooks = tokio::spawn(webhooks::run(shared.store.clone(), config.metrics.clone(), stop.clone()));
+        let hooks = tokio::spawn(webhooks::run(
+            shared.store.clone(),
+            config.webhook_destinations.clone(),
+            config.metrics.clone(),
+            stop.clone(),
+        ));
         let streams_end = shared.shutdown.clone();
         let stop_serving = stop.clone();
         // `into_make_service` readies the routes once; serving the router itself would copy its

@@ -1,10 +1,17 @@
-//! `GET /metrics`: what the server's process counts, in the Prometheus text format, for an
-//! admin key. The server knows no metrics library: a host gives it a [`ServerMetrics`]
-//! (the CLI's is `stepwright-telemetry`'s) that records and renders.
+//! `GET /metrics`: what the server's process counts, in the Prometheus text format. The
+//! server knows no metrics library: a host gives it a [`ServerMetrics`] (the CLI's is
+//! `stepwright-telemetry`'s) that records and renders.
+//!
+//! Tenancy holds here as on every endpoint: each series about runs carries the namespace
+//! they were started in (`stepwright_namespace`), and a namespace admin's key reads only its
+//! namespace's series. The whole set — every namespace, and the process's own series (claim
+//! latency, take-overs) — is for the server's operator: a scraper that presents the token
+//! `serve --metrics-token-env VAR` names.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
-use axum::extract::State;
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use stepwright_core::{Observer, RunnerEvent};
@@ -19,20 +26,39 @@ pub trait ServerMetrics: std::fmt::Debug + Send + Sync + 'static {
     fn observer(&self) -> Arc<dyn Observer>;
     /// What the server's runner reports (claims, queue waits, takeovers).
     fn runner_event(&self, event: &RunnerEvent<'_>);
-    /// A webhook delivery attempt ended: `delivered`, `retrying` or `failed`.
-    fn webhook_delivery(&self, outcome: &str);
-    /// Everything recorded, in the Prometheus text format, with `queue_depth` runs waiting
-    /// for a worker now.
-    fn prometheus_text(&self, queue_depth: u64) -> String;
+    /// A webhook delivery attempt of `namespace` ended: `delivered`, `retrying` or `failed`.
+    fn webhook_delivery(&self, namespace: &str, outcome: &str);
+    /// Everything recorded, in the Prometheus text format, with each namespace's runs
+    /// waiting for a worker now (`namespace`, `runs`; `""` for runs started without one).
+    fn prometheus_text(&self, queue_depths: &[(String, u64)]) -> String;
 }
 
-/// The most pending runs counted for the queue depth: beyond, the gauge says this many.
+/// The most pending runs counted for the queue depth: beyond, the gauges stop counting.
 const QUEUE_COUNTED: usize = 100_000;
 
-/// `GET /metrics` (admin): the Prometheus text format.
-pub(crate) async fn scrape(State(shared): State<Arc<Shared>>, who: Principal) -> Result<Response, ApiError> {
-    // Counts and workflow names across every tenant of the server: an admin's to read.
-    who.require(Role::Admin)?;
+/// The Prometheus label every series about runs carries.
+const NAMESPACE_LABEL: &str = "stepwright_namespace";
+
+/// Namespaces whose queue depth was reported before: reported again (as 0) when their
+/// queue empties, so that the gauge does not keep its last value.
+#[derive(Debug, Default)]
+pub(crate) struct QueuesSeen(Mutex<BTreeSet<String>>);
+
+/// `GET /metrics`: the whole set for the operator's token, a namespace admin's own series
+/// for an admin key.
+pub(crate) async fn scrape(State(shared): State<Arc<Shared>>, request: Request) -> Result<Response, ApiError> {
+    let (mut parts, _) = request.into_parts();
+    let operator = shared.metrics_token.as_deref().is_some_and(|token| {
+        let presented = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        presented.and_then(|v| v.strip_prefix("Bearer ")).is_some_and(|given| same_secret(given.trim(), token))
+    });
+    let namespace = if operator {
+        None
+    } else {
+        let who = Principal::from_request_parts(&mut parts, &shared).await?;
+        who.require(Role::Admin)?;
+        Some(who.namespace().to_owned())
+    };
     let Some(metrics) = &shared.metrics else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -46,7 +72,100 @@ pub(crate) async fn scrape(State(shared): State<Arc<Shared>>, who: Principal) ->
         headers_only: true,
         ..Default::default()
     };
-    let pending = shared.store.list_runs(filter).await?;
-    let text = metrics.prometheus_text(u64::try_from(pending.len()).unwrap_or(u64::MAX));
+    let mut depths: BTreeMap<String, u64> = BTreeMap::new();
+    for run in shared.store.list_runs(filter).await? {
+        *depths.entry(run.caller.tenant.unwrap_or_default()).or_default() += 1;
+    }
+    {
+        let mut seen = shared.queues_seen.0.lock().expect("poisoned");
+        for namespace in seen.iter() {
+            depths.entry(namespace.clone()).or_default();
+        }
+        seen.extend(depths.keys().cloned());
+    }
+    let depths: Vec<(String, u64)> = depths.into_iter().collect();
+    let text = metrics.prometheus_text(&depths);
+    let text = match &namespace {
+        None => text,
+        Some(namespace) => only_namespace(&text, namespace),
+    };
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
+}
+
+/// Compares a presented secret with the configured one in time independent of where they
+/// differ.
+fn same_secret(given: &str, expected: &str) -> bool {
+    let (given, expected) = (given.as_bytes(), expected.as_bytes());
+    given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
+/// The exposition text with only `namespace`'s samples (and the `# HELP` / `# TYPE` lines,
+/// which name metrics, not tenants' data).
+fn only_namespace(text: &str, namespace: &str) -> String {
+    let escaped = namespace.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    let wanted = format!("{NAMESPACE_LABEL}=\"{escaped}\"");
+    let mut kept = String::with_capacity(text.len() / 2);
+    for line in text.lines() {
+        let keep = line.starts_with('#') || sample_has_label(line, &wanted);
+        if keep {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+/// Whether a sample line's label set has exactly `label="value"` (not as a prefix of a
+/// longer value, not inside another label's value).
+fn sample_has_label(line: &str, wanted: &str) -> bool {
+    let Some(open) = line.find('{') else { return false };
+    let labels = &line[open + 1..];
+    let mut rest = labels;
+    while let Some(at) = rest.find(wanted) {
+        let before = &labels[..labels.len() - rest.len() + at];
+        let after = &rest[at + wanted.len()..];
+        let at_label_start = before.is_empty() || before.ends_with(',');
+        // Inside a quoted value, an odd number of unescaped quotes precede it.
+        let quotes = before.matches('"').count() - before.matches("\\\"").count();
+        if at_label_start && quotes.is_multiple_of(2) && (after.starts_with(',') || after.starts_with('}')) {
+            return true;
+        }
+        rest = &rest[at + wanted.len()..];
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = r#"# HELP stepwright_runs_finished_total Runs that ended.
+# TYPE stepwright_runs_finished_total counter
+stepwright_runs_finished_total{stepwright_namespace="acme",stepwright_run_status="completed",stepwright_workflow="a"} 3
+stepwright_runs_finished_total{stepwright_namespace="acme-eu",stepwright_run_status="completed",stepwright_workflow="b"} 5
+stepwright_runs_finished_total{stepwright_run_status="completed",stepwright_workflow="x",stepwright_namespace="globex"} 7
+stepwright_runs_finished_total{stepwright_workflow="stepwright_namespace=\"acme\"",stepwright_namespace="globex"} 1
+# HELP stepwright_claim_latency_seconds How long new runs waited.
+stepwright_claim_latency_seconds_count 4
+target_info{service_name="stepwright"} 1
+"#;
+
+    #[test]
+    fn a_namespace_sees_only_its_own_samples() {
+        let acme = only_namespace(TEXT, "acme");
+        let samples: Vec<&str> = acme.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(samples.len(), 1, "{acme}");
+        assert!(samples[0].ends_with("} 3"), "{acme}");
+        let globex = only_namespace(TEXT, "globex");
+        assert_eq!(globex.lines().filter(|l| !l.starts_with('#')).count(), 2, "{globex}");
+        assert!(!globex.contains("target_info") && !globex.contains("claim_latency_seconds_count"));
+        assert_eq!(only_namespace(TEXT, "initech").lines().filter(|l| !l.starts_with('#')).count(), 0);
+    }
+
+    #[test]
+    fn secrets_compare_whole() {
+        assert!(same_secret("s3cret-token", "s3cret-token"));
+        assert!(!same_secret("s3cret-toke", "s3cret-token"));
+        assert!(!same_secret("s3cret-tokex", "s3cret-token"));
+    }
 }

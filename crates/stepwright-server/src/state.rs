@@ -55,6 +55,12 @@ pub struct Shared {
     pub(crate) metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>,
     /// Wakes this process's scheduler (an event was stored here: its triggers are due).
     pub(crate) scheduler_wake: Arc<tokio::sync::Notify>,
+    /// Where webhooks may post.
+    pub(crate) destinations: crate::destination::DestinationPolicy,
+    /// The token that reads every namespace's metrics (the server operator's scraper).
+    pub(crate) metrics_token: Option<String>,
+    /// Namespaces whose queue depth `/metrics` reported.
+    pub(crate) queues_seen: crate::metrics::QueuesSeen,
     clock: Arc<dyn Clock>,
     /// Keys by the hash of their secret, with when they were read.
     keys: Mutex<HashMap<[u8; 32], CachedKey>>,
@@ -89,6 +95,9 @@ impl Shared {
             oidc: None,
             metrics: None,
             scheduler_wake: Arc::new(tokio::sync::Notify::new()),
+            destinations: crate::destination::DestinationPolicy::default(),
+            metrics_token: None,
+            queues_seen: crate::metrics::QueuesSeen::default(),
             clock: Arc::new(stepwright_core::TokioClock::new()),
             keys: Mutex::default(),
             touched: Mutex::default(),
@@ -103,8 +112,19 @@ impl Shared {
         self
     }
 
-    pub(crate) fn with_metrics(mut self, metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>) -> Self {
+    /// With webhooks posting where this policy allows.
+    pub(crate) fn with_destinations(mut self, destinations: crate::destination::DestinationPolicy) -> Self {
+        self.destinations = destinations;
+        self
+    }
+
+    pub(crate) fn with_metrics(
+        mut self,
+        metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>,
+        token: Option<String>,
+    ) -> Self {
         self.metrics = metrics;
+        self.metrics_token = token.filter(|token| !token.is_empty());
         self
     }
 

@@ -20,6 +20,8 @@ use stepwright_store::ServerStore;
 use stepwright_store::control::{Attempt, Delivery, DeliveryState, NewDelivery, Webhook};
 use tokio_util::sync::CancellationToken;
 
+use crate::destination::{DestinationPolicy, Refused};
+
 /// The events a webhook may ask for.
 pub(crate) const EVENTS: [&str; 4] = ["interrupt.opened", "run.completed", "run.failed", "run.suspended"];
 
@@ -58,11 +60,22 @@ fn backoff(failed: usize) -> Duration {
 /// Runs both loops until `stop`.
 pub(crate) async fn run(
     store: Arc<dyn ServerStore>,
+    destinations: DestinationPolicy,
     metrics: Option<Arc<dyn crate::metrics::ServerMetrics>>,
     stop: CancellationToken,
 ) {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let Ok(http) = reqwest::Client::builder().timeout(TIMEOUT).build() else { return };
+    // Names resolve through the policy, so a connection goes only to an address it allowed;
+    // no redirect is followed (a public receiver must not bounce a delivery inwards), and no
+    // proxy from the environment is used (it would resolve the name itself).
+    let client = reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .dns_resolver(destinations.clone())
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .build();
+    let Ok(http) = client else { return };
+    let http = Sender { http, destinations };
     let clock = stepwright_core::TokioClock::new();
     loop {
         // A store that fails is asked again at the next turn; nothing is lost meanwhile.
@@ -197,7 +210,7 @@ async fn events_of(
 /// Sends the due deliveries this server could lease.
 async fn deliver(
     store: &dyn ServerStore,
-    http: &reqwest::Client,
+    http: &Sender,
     metrics: Option<&dyn crate::metrics::ServerMetrics>,
     now: Timestamp,
 ) -> Result<(), stepwright_core::StoreError> {
@@ -208,31 +221,49 @@ async fn deliver(
     let webhooks = store.webhooks(None).await?;
     for delivery in due {
         let Some(hook) = webhooks.iter().find(|w| w.id == delivery.webhook_id) else { continue };
-        let attempt = send(http, hook, &delivery).await;
+        let (attempt, refused) = send(http, hook, &delivery).await;
         let failed = delivery.attempts.len() + 1;
         let clock = stepwright_core::TokioClock::new();
         let (state, next) = match attempt.status {
             Some(status) if (200..300).contains(&status) => (DeliveryState::Delivered, clock.now()),
-            _ if failed >= MAX_ATTEMPTS => (DeliveryState::Failed, clock.now()),
+            // A destination the policy refuses stays refused: no attempt is worth repeating.
+            _ if failed >= MAX_ATTEMPTS || refused => (DeliveryState::Failed, clock.now()),
             _ => (DeliveryState::Pending, clock.now().plus(backoff(failed))),
         };
         store.record_attempt(delivery.id, attempt, state, next).await?;
         if let Some(metrics) = metrics {
-            metrics.webhook_delivery(match state {
-                DeliveryState::Delivered => "delivered",
-                DeliveryState::Failed => "failed",
-                _ => "retrying",
-            });
+            metrics.webhook_delivery(
+                &hook.namespace,
+                match state {
+                    DeliveryState::Delivered => "delivered",
+                    DeliveryState::Failed => "failed",
+                    _ => "retrying",
+                },
+            );
         }
     }
     Ok(())
 }
 
-async fn send(http: &reqwest::Client, hook: &Webhook, delivery: &Delivery) -> Attempt {
+/// The delivery client and the policy its resolver applies.
+struct Sender {
+    http: reqwest::Client,
+    destinations: DestinationPolicy,
+}
+
+/// Posts one delivery: the attempt, and whether the destination was refused (nothing was
+/// sent, and the log says only why).
+async fn send(sender: &Sender, hook: &Webhook, delivery: &Delivery) -> (Attempt, bool) {
     let clock = stepwright_core::TokioClock::new();
     let at = clock.now();
     let unix = at.as_micros() / 1_000_000;
-    let sent = http
+    // A literal address is checked here (the resolver sees only names); a webhook stored
+    // before the policy existed, or an allow-list since narrowed, is refused the same way.
+    if let Err(refused) = sender.destinations.check_url(&hook.url) {
+        return (Attempt { at, status: None, error: Some(format!("destination refused: {refused}")) }, true);
+    }
+    let sent = sender
+        .http
         .post(&hook.url)
         .header("content-type", "application/json")
         .header("stepwright-signature", signature(&hook.secret, unix, &delivery.body))
@@ -245,9 +276,34 @@ async fn send(http: &reqwest::Client, hook: &Webhook, delivery: &Delivery) -> At
         Ok(response) => {
             let status = response.status().as_u16();
             let error = (!response.status().is_success()).then(|| format!("the receiver answered {status}"));
-            Attempt { at, status: Some(status), error }
+            (Attempt { at, status: Some(status), error }, false)
         }
-        Err(error) => Attempt { at, status: None, error: Some(error.to_string()) },
+        Err(error) => {
+            // The resolver's refusal is somewhere in the error's chain.
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+            while let Some(cause) = source {
+                if let Some(refused) = cause.downcast_ref::<Refused>() {
+                    return (
+                        Attempt { at, status: None, error: Some(format!("destination refused: {refused}")) },
+                        true,
+                    );
+                }
+                source = cause.source();
+            }
+            let why = if error.is_timeout() {
+                "the receiver did not answer in time"
+            } else if error.is_connect() {
+                "the receiver could not be reached"
+            } else {
+                "the request failed"
+            };
+            // The innermost cause says what happened (a TLS certificate, a refused connection).
+            let mut innermost: &(dyn std::error::Error + 'static) = &error;
+            while let Some(cause) = innermost.source() {
+                innermost = cause;
+            }
+            (Attempt { at, status: None, error: Some(format!("{why}: {innermost}")) }, false)
+        }
     }
 }
 

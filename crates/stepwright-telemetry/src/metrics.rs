@@ -7,6 +7,10 @@
 //! `gen_ai.client.operation.time_to_first_chunk`, `gen_ai.workflow.duration`) and
 //! `stepwright.*` elsewhere. Prometheus sees them with dots as underscores, a unit suffix
 //! and `_total` on counters (`stepwright_runs_finished_total`).
+//!
+//! Every series about runs carries the namespace (tenant) they were started in,
+//! `stepwright.namespace` (`stepwright_namespace`; empty for runs started without one), so
+//! that a server can show a namespace only its own (see `stepwright-server`'s `/metrics`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -155,14 +159,18 @@ impl Metrics {
         }
     }
 
-    /// A webhook delivery attempt ended: `delivered`, `retrying` or `failed`.
-    pub fn webhook_delivery(&self, outcome: &str) {
-        self.instruments.webhook_deliveries.add(1, &[KeyValue::new("stepwright.webhook.outcome", outcome.to_owned())]);
+    /// A webhook delivery attempt of `namespace` ended: `delivered`, `retrying` or `failed`.
+    pub fn webhook_delivery(&self, namespace: &str, outcome: &str) {
+        let labels = [
+            KeyValue::new(NAMESPACE, namespace.to_owned()),
+            KeyValue::new("stepwright.webhook.outcome", outcome.to_owned()),
+        ];
+        self.instruments.webhook_deliveries.add(1, &labels);
     }
 
-    /// Sets the number of runs waiting for a worker.
-    pub fn queue_depth(&self, runs: u64) {
-        self.instruments.queue_depth.record(runs, &[]);
+    /// Sets the number of `namespace`'s runs waiting for a worker.
+    pub fn queue_depth(&self, namespace: &str, runs: u64) {
+        self.instruments.queue_depth.record(runs, &[KeyValue::new(NAMESPACE, namespace.to_owned())]);
     }
 
     /// Everything recorded, in the Prometheus text format (`None` unless installed with
@@ -185,28 +193,46 @@ struct MetricsObserver {
     live: Mutex<Live>,
 }
 
+/// The label every run's series carries: the namespace it was started in.
+const NAMESPACE: &str = "stepwright.namespace";
+
 /// What is under way: activations (by run) and step attempts (by run and path).
 #[derive(Default)]
 struct Live {
-    activations: HashMap<RunId, (Arc<str>, Instant)>,
+    activations: HashMap<RunId, Activation>,
     steps: HashMap<(RunId, StepPath), Instant>,
 }
 
+/// An activation under way: its workflow and namespace (labels), and when it began.
+struct Activation {
+    workflow: Arc<str>,
+    namespace: Arc<str>,
+    started: Instant,
+}
+
 impl MetricsObserver {
-    fn workflow_of(live: &Live, run: RunId) -> Arc<str> {
-        live.activations.get(&run).map_or_else(|| Arc::from(""), |(workflow, _)| workflow.clone())
+    /// The workflow and namespace labels of a run under way (empty for one that is not).
+    fn labels_of(live: &Live, run: RunId) -> [KeyValue; 2] {
+        let (workflow, namespace) = live
+            .activations
+            .get(&run)
+            .map_or_else(|| (String::new(), String::new()), |a| (a.workflow.to_string(), a.namespace.to_string()));
+        [KeyValue::new("stepwright.workflow", workflow), KeyValue::new(NAMESPACE, namespace)]
     }
 }
 
 impl Observer for MetricsObserver {
-    fn activation_started(&self, run: RunId, workflow: &str, kind: &str) {
-        let workflow: Arc<str> = Arc::from(workflow);
+    fn activation_started(&self, run: RunId, workflow: &str, tenant: Option<&str>, kind: &str) {
+        let (workflow, namespace): (Arc<str>, Arc<str>) = (Arc::from(workflow), Arc::from(tenant.unwrap_or_default()));
         let name = KeyValue::new("stepwright.workflow", workflow.to_string());
-        self.instruments.activations.add(1, &[name.clone(), KeyValue::new("stepwright.activation", kind.to_owned())]);
+        let space = KeyValue::new(NAMESPACE, namespace.to_string());
+        let activation = KeyValue::new("stepwright.activation", kind.to_owned());
+        self.instruments.activations.add(1, &[name.clone(), space.clone(), activation]);
         if kind == "start" {
-            self.instruments.runs_started.add(1, &[name]);
+            self.instruments.runs_started.add(1, &[name, space]);
         }
-        self.live.lock().expect("poisoned").activations.insert(run, (workflow, Instant::now()));
+        let activation = Activation { workflow, namespace, started: Instant::now() };
+        self.live.lock().expect("poisoned").activations.insert(run, activation);
     }
 
     fn step_started(&self, run: RunId, path: &StepPath, _attempt: u32) {
@@ -214,25 +240,24 @@ impl Observer for MetricsObserver {
     }
 
     fn step_finished(&self, run: RunId, path: &StepPath, status: StepStatus) {
-        let (started, workflow) = {
+        let (started, [workflow, namespace]) = {
             let mut live = self.live.lock().expect("poisoned");
-            (live.steps.remove(&(run, path.clone())), Self::workflow_of(&live, run))
+            (live.steps.remove(&(run, path.clone())), Self::labels_of(&live, run))
         };
         // A step that never started here (skipped by its condition, served) took no time here.
         if let Some(started) = started {
-            let attributes = [
-                KeyValue::new("stepwright.workflow", workflow.to_string()),
-                KeyValue::new("stepwright.step.status", status.as_str()),
-            ];
+            let attributes = [workflow, namespace, KeyValue::new("stepwright.step.status", status.as_str())];
             self.instruments.step_duration.record(started.elapsed().as_secs_f64(), &attributes);
         }
     }
 
-    fn event(&self, _run: RunId, _path: &StepPath, kind: &str, data: &Value) {
+    fn event(&self, run: RunId, _path: &StepPath, kind: &str, data: &Value) {
         if kind != "model.call" {
             return;
         }
+        let [_, namespace] = Self::labels_of(&self.live.lock().expect("poisoned"), run);
         let attributes = [
+            namespace,
             KeyValue::new("gen_ai.operation.name", "chat"),
             KeyValue::new("gen_ai.provider.name", data["provider"].as_str().unwrap_or_default().to_owned()),
             KeyValue::new("gen_ai.response.model", data["model"].as_str().unwrap_or_default().to_owned()),
@@ -258,12 +283,15 @@ impl Observer for MetricsObserver {
     }
 
     fn run_stopped(&self, run: RunId, status: RunStatus) {
-        let Some((workflow, started)) = self.live.lock().expect("poisoned").activations.remove(&run) else { return };
-        let name = KeyValue::new("stepwright.workflow", workflow.to_string());
-        let ended = KeyValue::new("stepwright.run.status", status.as_str());
-        self.instruments.workflow_duration.record(started.elapsed().as_secs_f64(), &[name.clone(), ended.clone()]);
+        let Some(activation) = self.live.lock().expect("poisoned").activations.remove(&run) else { return };
+        let labels = [
+            KeyValue::new("stepwright.workflow", activation.workflow.to_string()),
+            KeyValue::new(NAMESPACE, activation.namespace.to_string()),
+            KeyValue::new("stepwright.run.status", status.as_str()),
+        ];
+        self.instruments.workflow_duration.record(activation.started.elapsed().as_secs_f64(), &labels);
         if status.is_terminal() {
-            self.instruments.runs_finished.add(1, &[name, ended]);
+            self.instruments.runs_finished.add(1, &labels);
         }
     }
 }

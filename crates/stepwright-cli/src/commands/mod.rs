@@ -139,6 +139,8 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
             rate_limit,
             max_streams_per_key,
             drain,
+            webhook_allow,
+            metrics_token_env,
             oidc,
         } => {
             let limits = stepwright::server::LimitsConfig {
@@ -156,6 +158,8 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
                 oidc: serve::oidc_config(oidc)?,
                 engine: g.flags.engine_config(),
                 metrics: None,
+                webhook_destinations: stepwright::server::DestinationPolicy::allowing(webhook_allow),
+                metrics_token: serve::metrics_token(metrics_token_env)?,
             };
             serve::serve(g, config).await
         }

@@ -26,6 +26,16 @@ pub(crate) async fn serve(g: &Globals<'_>, mut config: stepwright::server::Serve
     Ok(0)
 }
 
+/// The operator's `/metrics` token, from the variable `--metrics-token-env` names.
+pub(crate) fn metrics_token(var: Option<String>) -> anyhow::Result<Option<String>> {
+    let Some(var) = var else { return Ok(None) };
+    match std::env::var(&var) {
+        Ok(token) if token.trim().len() >= 16 => Ok(Some(token.trim().to_owned())),
+        Ok(_) => Err(anyhow::anyhow!("--metrics-token-env {var}: the token must be 16 characters or more")),
+        Err(_) => Err(anyhow::anyhow!("--metrics-token-env {var}: the variable is not set (or not UTF-8)")),
+    }
+}
+
 /// The provider sign-in the flags describe, if any; the client secret from its variable.
 pub(crate) fn oidc_config(args: crate::args::OidcArgs) -> anyhow::Result<Option<stepwright::server::OidcConfig>> {
     let Some(issuer) = args.oidc_issuer else { return Ok(None) };
@@ -81,12 +91,14 @@ impl stepwright::server::ServerMetrics for Scraped {
         self.0.runner_event(event);
     }
 
-    fn webhook_delivery(&self, outcome: &str) {
-        self.0.webhook_delivery(outcome);
+    fn webhook_delivery(&self, namespace: &str, outcome: &str) {
+        self.0.webhook_delivery(namespace, outcome);
     }
 
-    fn prometheus_text(&self, queue_depth: u64) -> String {
-        self.0.queue_depth(queue_depth);
+    fn prometheus_text(&self, queue_depths: &[(String, u64)]) -> String {
+        for (namespace, runs) in queue_depths {
+            self.0.queue_depth(namespace, *runs);
+        }
         self.0.prometheus_text().unwrap_or_default()
     }
 }

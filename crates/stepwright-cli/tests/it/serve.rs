@@ -416,7 +416,7 @@ fn deliveries_survive_a_kill(dir: &Path, db: &str) {
         }
     });
     let key = key(dir, db);
-    let mut first = serve(dir, db);
+    let mut first = crate::support::serve_flags(dir, db, &["--webhook-allow", "127.0.0.1/32"]);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let http = reqwest::Client::new();
     let runs: Vec<String> = runtime.block_on(async {
@@ -450,7 +450,7 @@ fn deliveries_survive_a_kill(dir: &Path, db: &str) {
     // From here on the receiver accepts: only what the second server sends counts.
     let tried_before = receiver.served();
     failing.store(1, Ordering::SeqCst);
-    let mut second = serve(dir, db);
+    let mut second = crate::support::serve_flags(dir, db, &["--webhook-allow", "127.0.0.1/32"]);
     // A delivery the first server was sending when it died is leased for 30 s, then sent.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let delivered = loop {

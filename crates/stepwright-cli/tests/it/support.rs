@@ -66,6 +66,11 @@ pub(crate) fn serve(dir: &Path, db: &str) -> Serving {
     serve_with(dir, db, &[])
 }
 
+/// [`serve`] with extra `serve` flags.
+pub(crate) fn serve_flags(dir: &Path, db: &str, flags: &[&str]) -> Serving {
+    serve_args(dir, db, &[], flags, None)
+}
+
 /// [`serve`] with these environment variables set.
 pub(crate) fn serve_with(dir: &Path, db: &str, env: &[(&str, &str)]) -> Serving {
     serve_args(dir, db, env, &[], None)
@@ -81,7 +86,8 @@ pub(crate) fn serve_logged(
     serve_args(dir, db, &[], flags, Some(log))
 }
 
-fn serve_args(
+/// [`serve`] with environment variables, extra flags, and its stderr kept in `log`.
+pub(crate) fn serve_args(
     dir: &Path,
     db: &str,
     env: &[(&str, &str)],

@@ -401,7 +401,19 @@ fn metrics_agree_with_runs_list(python: &str, dir: &Path, db: &str) {
     }
     let key = crate::support::api_key(dir, db, "ann", &["admin", "operator"]);
     let viewer = crate::support::api_key(dir, db, "bob", &["viewer"]);
-    let serving = crate::support::serve(dir, db);
+    let other = {
+        let args = ["--db", db, "keys", "create", "--namespace", "globex", "--user", "gus", "--role", "admin"];
+        let output = crate::support::stepwright(dir, &args);
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    const OPERATOR: &str = "the-operators-scrape-token";
+    let serving = crate::support::serve_args(
+        dir,
+        db,
+        &[("SCRAPE_TOKEN", OPERATOR)],
+        &["--metrics-token-env", "SCRAPE_TOKEN"],
+        None,
+    );
     let remote = |args: &[&str]| {
         command(dir, &[&["--server", serving.base.as_str()][..], args].concat())
             .env("STEPWRIGHT_API_KEY", &key)
@@ -428,7 +440,15 @@ fn metrics_agree_with_runs_list(python: &str, dir: &Path, db: &str) {
             (status, kind, response.text().await.unwrap())
         })
     };
-    assert_eq!(scrape(&viewer).0, 403, "counts across tenants are an admin's to read");
+    assert_eq!(scrape(&viewer).0, 403, "counts are an admin's to read");
+    assert_eq!(scrape("not-a-key-nor-the-token").0, 401);
+    // Another namespace's admin sees none of acme's series; the operator's token sees them.
+    let (status, _, theirs) = scrape(&other);
+    assert_eq!(status, 200, "{theirs}");
+    assert!(!theirs.contains("answers") && !theirs.contains("\"acme\""), "another namespace's names leak: {theirs}");
+    let (status, _, everything) = scrape(OPERATOR);
+    assert_eq!(status, 200, "{everything}");
+    assert!(everything.contains("stepwright_namespace=\"acme\"") && everything.contains("target_info"), "{everything}");
     let (status, kind, text) = scrape(&key);
     assert_eq!(status, 200, "{text}");
     assert_eq!(kind.as_deref(), Some("text/plain; version=0.0.4; charset=utf-8"));
@@ -472,6 +492,8 @@ fn metrics_agree_with_runs_list(python: &str, dir: &Path, db: &str) {
     let failed = [("stepwright_workflow", "breaks"), ("stepwright_step_status", "failed")];
     assert_eq!(value("stepwright_step_duration_seconds_count", &failed), 2.0, "{text}");
     assert_eq!(value("stepwright_queue_depth", &[]), 0.0, "nothing waits for a worker");
+    // Every sample an admin key reads is its namespace's.
+    assert!(samples.iter().all(|s| s["labels"]["stepwright_namespace"] == "acme"), "{text}");
 }
 
 /// `--log-format json`: one JSON object per line, each inside a run carrying the spans it is

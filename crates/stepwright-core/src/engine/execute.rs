@@ -154,7 +154,8 @@ impl Engine {
         trace: TraceStart,
     ) -> Result<RunReport, EngineError> {
         if let Some(observer) = &self.inner.observer {
-            observer.activation_started(loaded.record.id, workflow.name(), trace.kind());
+            let tenant = loaded.record.caller.tenant.as_deref();
+            observer.activation_started(loaded.record.id, workflow.name(), tenant, trace.kind());
         }
         let span = self.activation_span(workflow, &loaded, trace).await;
         let shared = self.run_shared(workflow, &loaded, Some(lease.token), replay);

@@ -22,7 +22,8 @@ use crate::webhooks::EVENTS;
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewWebhook {
-    /// Where events are posted (`http://` or `https://`).
+    /// Where events are posted (`http://` or `https://`, no user name or password): a public
+    /// address, or one in a network the operator allows (`serve --webhook-allow`).
     pub(crate) url: String,
     /// Which: `interrupt.opened`, `run.completed`, `run.failed`, `run.suspended`.
     pub(crate) events: Vec<String>,
@@ -112,11 +113,9 @@ pub(crate) async fn create(
     Body(body): Body<NewWebhook>,
 ) -> Result<(StatusCode, Json<WebhookView>), ApiError> {
     who.require(Role::Admin)?;
-    if !(body.url.starts_with("http://") || body.url.starts_with("https://"))
-        || body.url.parse::<axum::http::Uri>().is_err()
-    {
-        return Err(ApiError::bad_request(format!("url {:?} is not an http:// or https:// URL", body.url)));
-    }
+    // A public destination only (or one the operator allows): checked with its name
+    // resolved now, and again at every delivery.
+    shared.destinations.check_registered(&body.url).await.map_err(|refused| ApiError::bad_request(refused.0))?;
     if body.events.is_empty() {
         return Err(ApiError::bad_request(format!("events must name at least one of {}", EVENTS.join(", "))));
     }

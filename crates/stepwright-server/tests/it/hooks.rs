@@ -144,3 +144,80 @@ async fn a_burst_of_runs_larger_than_one_read_is_delivered_whole() {
     assert_eq!(receiver.served(), runs.len(), "each once");
     server.shutdown().await;
 }
+
+/// A hostile corpus of destinations, each refused at registration by a server with the
+/// default policy (public addresses only), with why; nothing is stored.
+const HOSTILE: [&str; 16] = [
+    "http://169.254.169.254/latest/meta-data/",
+    "http://metadata.google.internal/computeMetadata/v1/",
+    "http://[fd00:ec2::254]/latest/meta-data/",
+    "http://10.0.0.5/",
+    "http://172.16.3.4:8080/",
+    "http://192.168.1.1/admin",
+    "http://127.0.0.1:5432/",
+    "http://localhost:8080/",
+    "http://0.0.0.0/",
+    "http://2130706433/",
+    "http://0x7f.1/",
+    "http://[::ffff:169.254.169.254]/",
+    "http://[::1]:8080/",
+    "http://[fe80::1]/",
+    "http://user:secret@example.com/",
+    "http://no-such-receiver.invalid/",
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn internal_destinations_are_refused_at_registration_and_at_delivery() {
+    let server = TestServer::start_with(|config| {
+        config.webhook_destinations = stepwright_server::DestinationPolicy::default();
+    })
+    .await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    for url in HOSTILE {
+        let (status, body) = server
+            .post(&admin, "/v1/webhooks", json!({ "url": url, "events": ["run.completed"], "secret": SECRET }))
+            .await;
+        assert_eq!((status, body["code"].as_str()), (400, Some("bad_request")), "{url}: {body}");
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(
+            ["address", "metadata host", "user name", "does not resolve"].iter().any(|why| detail.contains(why)),
+            "{url}: {detail}"
+        );
+    }
+    assert_eq!(server.get(&admin, "/v1/webhooks").await.1, json!([]));
+
+    // A webhook stored before the check (or under an allow-list since narrowed) to a
+    // loopback receiver: its delivery is refused, nothing reaches the receiver, and the log
+    // says why and no more, after one attempt.
+    let receiver = FakeServer::responding(|_| Reply::json(200, json!({ "secret": "internal" })));
+    let webhook = stepwright_store::control::Webhook {
+        id: "swhold".into(),
+        namespace: "acme".into(),
+        url: receiver.url.clone(),
+        events: vec!["run.completed".into()],
+        secret: SECRET.into(),
+        created_at: stepwright_core::Timestamp::from_micros(0),
+    };
+    server.store.create_webhook(webhook).await.unwrap();
+    server.register(&admin, crate::THREE_SETS).await;
+    let (status, _) =
+        server.post(&admin, "/v1/runs", json!({ "workflow": "three", "input": 1, "wait_seconds": 10 })).await;
+    assert_eq!(status, 201);
+    let mut log = json!([]);
+    for _ in 0..200 {
+        log = server.get(&admin, "/v1/webhooks/swhold/deliveries").await.1;
+        if log.as_array().is_some_and(|l| l.iter().any(|d| d["state"] == "failed")) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let delivery = &log.as_array().unwrap()[0];
+    assert_eq!(delivery["state"], "failed", "{log}");
+    let attempts = delivery["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "a refused destination is not tried again: {log}");
+    assert_eq!(attempts[0]["status"], json!(null));
+    let error = attempts[0]["error"].as_str().unwrap();
+    assert!(error.starts_with("destination refused:") && error.contains("loopback"), "{error}");
+    assert!(receiver.requests().is_empty(), "nothing was sent");
+    server.shutdown().await;
+}

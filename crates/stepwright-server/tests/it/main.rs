@@ -47,6 +47,9 @@ impl TestServer {
         let mut config = ServerConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             limits: LimitsConfig::default(),
+            // The tests' webhook receivers listen on loopback, as an intranet receiver would
+            // on an allowed network; `hooks.rs` checks the default refuses them.
+            webhook_destinations: stepwright_server::DestinationPolicy::allowing(vec!["127.0.0.0/8".parse().unwrap()]),
             ..ServerConfig::default()
         };
         configure(&mut config);
