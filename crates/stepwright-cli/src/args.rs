@@ -428,6 +428,14 @@ pub(crate) enum Command {
         /// Event streams one API key may hold open at once.
         #[arg(long, default_value_t = 1000, value_name = "N")]
         max_streams_per_key: usize,
+        /// Seconds a client has to send a request's headers (also how long a kept-alive
+        /// connection may wait idle for its next request); a slower one is disconnected.
+        #[arg(long, default_value_t = 10, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+        header_timeout: u64,
+        /// Connections one client address may hold open at once (0: no cap). Behind a
+        /// reverse proxy every client has the proxy's address: raise it, or cap there.
+        #[arg(long, default_value_t = 1024, value_name = "N")]
+        max_connections_per_ip: usize,
         /// How long a shutdown lets runs in flight finish, in seconds.
         #[arg(long, default_value_t = 10, value_name = "SECONDS")]
         drain: u64,

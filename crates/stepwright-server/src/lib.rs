@@ -9,6 +9,7 @@
 //! (`stepwright-app`) and the stores, and several servers and workers share one database.
 //! This crate knows HTTP; the engine and the stores know nothing of it.
 
+mod connections;
 mod dashboard;
 mod destination;
 mod feed;
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, Method, header};
+pub use connections::ConnectionLimits;
 pub use destination::DestinationPolicy;
 /// A network (`10.1.0.0/16`), as `ServerConfig::webhook_destinations` takes them.
 pub use ipnet::IpNet;
@@ -59,6 +61,8 @@ pub struct ServerConfig {
     pub cors_origins: Vec<String>,
     /// Request limits.
     pub limits: LimitsConfig,
+    /// Connection limits: the header deadline, connections per client address.
+    pub connections: ConnectionLimits,
     /// How long a shutdown waits for runs in flight before handing their leases back.
     pub drain: Duration,
     /// Sign-in through an OpenID Connect provider, besides API keys.
@@ -82,6 +86,7 @@ impl Default for ServerConfig {
             worker: true,
             cors_origins: Vec::new(),
             limits: LimitsConfig::default(),
+            connections: ConnectionLimits::default(),
             drain: Duration::from_secs(10),
             oidc: None,
             engine: stepwright_core::EngineConfig::default(),
@@ -207,15 +212,13 @@ impl Server {
         ));
         let streams_end = shared.shutdown.clone();
         let stop_serving = stop.clone();
-        // `into_make_service` readies the routes once; serving the router itself would copy its
-        // route table for every connection (~9 KiB each: 90 MiB for 10,000 open streams).
-        let serving = axum::serve(listener, app.into_make_service()).with_graceful_shutdown(async move {
+        connections::serve(listener, app, config.connections, async move {
             stop_serving.cancelled().await;
             // Open streams end now (with a comment saying to reconnect), so the graceful
             // shutdown does not wait on them.
             streams_end.cancel();
-        });
-        serving.await?;
+        })
+        .await?;
         if let Some(worker) = worker {
             let _ = tokio::time::timeout(config.drain, worker).await;
             // The runs it stopped sent their tools' process groups SIGTERM: stay until each

@@ -17,9 +17,10 @@ use crate::keys::{Principal, secret_hash};
 use crate::limits::Limits;
 use crate::problem::ApiError;
 
-/// How long a key read from the store is trusted before it is read again: a revoked key is
-/// refused by every server within this.
-const KEY_CACHE_FOR: Duration = Duration::from_secs(5);
+/// How long a key read from the store is trusted before it is read again: a key revoked
+/// anywhere (another server, `keys revoke` on the store) is refused by every server within
+/// this. One indexed read per key per second under load.
+const KEY_CACHE_FOR: Duration = Duration::from_secs(1);
 
 /// How long "the newest version of a workflow" is trusted before it is read again.
 const NEWEST_CACHED_FOR: Duration = Duration::from_secs(1);

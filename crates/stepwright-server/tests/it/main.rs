@@ -2,6 +2,7 @@
 //! real HTTP client (reqwest) and read by an independent SSE parser (eventsource-stream).
 
 mod api;
+mod connections;
 mod dashboard;
 mod hooks;
 mod links;
