@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
 use serde_json::Value;
 use stepwright::journal::DefinitionSource;
 use stepwright::{Engine, RunId, Store};
@@ -74,6 +74,13 @@ pub(crate) fn engine_over(store: &Arc<dyn CliStore>) -> stepwright::EngineBuilde
     }
 }
 
+/// A workflow file's text: a regular file (a FIFO or a device is refused at once, never
+/// waited on) within the file size limit.
+pub(crate) fn read_workflow_file(file: &Path) -> anyhow::Result<String> {
+    stepwright::flow::read_limited(file, stepwright::flow::MAX_FILE_BYTES)
+        .map_err(|why| anyhow!(BadInput(format!("{} cannot be read: {why}", file.display()))))
+}
+
 pub(crate) fn parse_input(input: Option<&str>) -> anyhow::Result<Value> {
     let Some(input) = input else { return Ok(Value::Null) };
     let text = match input.strip_prefix('@') {
@@ -110,7 +117,7 @@ pub(crate) async fn keep_source(
     workflow: &stepwright::Workflow,
     file: &Path,
 ) -> anyhow::Result<()> {
-    let source = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let source = read_workflow_file(file)?;
     let definition = DefinitionSource { name: file.display().to_string(), ..DefinitionSource::default_yaml(&source) };
     Ok(stepwright::app::keep_source(store.as_ref(), workflow, definition).await?)
 }

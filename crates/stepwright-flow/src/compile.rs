@@ -107,6 +107,10 @@ impl Default for LoadOptions {
 /// what is wrong without quoting what the file holds.
 pub fn read_limited(path: &Path, limit: u64) -> Result<String, String> {
     use std::io::Read;
+    // Looked at before it is opened: opening a FIFO waits for a writer, for ever.
+    if !std::fs::metadata(path).map_err(|e| e.to_string())?.is_file() {
+        return Err("it is not a regular file".into());
+    }
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let metadata = file.metadata().map_err(|e| e.to_string())?;
     if !metadata.is_file() {

@@ -67,6 +67,10 @@ pub const MAX_CASSETTE_BYTES: u64 = 64 << 20;
 /// Reads a cassette file: a regular file of at most [`MAX_CASSETTE_BYTES`].
 fn read_cassette(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    // Looked at before it is opened: opening a FIFO waits for a writer, for ever.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "it is not a regular file"));
+    }
     let file = std::fs::File::open(path)?;
     let metadata = file.metadata()?;
     if !metadata.is_file() {

@@ -132,7 +132,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
     match command {
         Command::Run { file, input, json, detach, priority, concurrency, traceparent, idempotency_key, who } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
-            let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let source = crate::host::read_workflow_file(&file)?;
             let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
             let input = crate::host::parse_input(input.as_deref())?;
             let wait = if detach { 0 } else { WAIT_SECONDS };
@@ -241,7 +241,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             if let Some(file) = file {
                 // The new definition is registered, then named by its version.
                 let shown = remote.get(&format!("/v1/runs/{run}")).await?;
-                let source = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+                let source = crate::host::read_workflow_file(&file)?;
                 let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
                 if registered["name"] != shown["workflow"] {
                     return Err(anyhow!(BadInput(format!(

@@ -255,3 +255,44 @@ fn files_over_their_limits_are_refused() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A FIFO (or any file that is not a regular one) where a file is read is refused at once,
+/// never waited on: the workflow file, a called `workflow:`, `--input @…`, `--cassette`.
+#[test]
+fn pipes_where_files_are_read_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ok.yaml"), OK.1).unwrap();
+    std::fs::write(dir.path().join("calls.yaml"), "workflow: c\nsteps:\n  - id: a\n    workflow: pipe.yaml\n").unwrap();
+    for fifo in ["pipe.yaml", "pipe.json"] {
+        let made = std::process::Command::new("mkfifo").arg(dir.path().join(fifo)).status().unwrap();
+        assert!(made.success());
+    }
+    let db = format!("sqlite://{}", dir.path().join("x.db").display());
+    let cases: [&[&str]; 5] = [
+        &["validate", "pipe.yaml"],
+        &["--db", &db, "run", "pipe.yaml"],
+        &["validate", "calls.yaml"],
+        &["--db", &db, "run", "ok.yaml", "--input", "@pipe.json"],
+        &["--db", &db, "run", "ok.yaml", "--cassette", "pipe.json"],
+    ];
+    for args in cases {
+        let child = crate::support::command(dir.path(), args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (done, output) = {
+            let (send, receive) = std::sync::mpsc::channel();
+            std::thread::spawn(move || send.send(child.wait_with_output().unwrap()));
+            match receive.recv_timeout(std::time::Duration::from_secs(30)) {
+                Ok(output) => (true, Some(output)),
+                Err(_) => (false, None),
+            }
+        };
+        assert!(done, "{args:?} waits on a pipe");
+        let output = output.unwrap();
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(said.contains("not a regular file"), "{args:?}: {said}");
+    }
+}
