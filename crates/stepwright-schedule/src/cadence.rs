@@ -152,6 +152,14 @@ impl Cadence {
                     .parse(expression)
                     .map_err(|e| CadenceError::Cron { expression: expression.clone(), reason: e.to_string() })?;
                 let zone = chrono_tz::Tz::from_str(timezone).map_err(|_| CadenceError::Zone(timezone.clone()))?;
+                // `0 0 30 2 *` parses and never matches a date: refused, not kept for ever.
+                let reference = chrono::NaiveDate::from_ymd_opt(2000, 1, 1).and_then(|d| d.and_hms_opt(0, 0, 0));
+                if reference.and_then(|reference| next_reading(&cron, reference)).is_none() {
+                    return Err(CadenceError::Cron {
+                        expression: expression.clone(),
+                        reason: "it matches no date (a day the month never has?), so it would never fire".into(),
+                    });
+                }
                 TickerKind::Cron { cron: Box::new(cron), zone, dst: *dst }
             }
             Self::Every { period_us, phase_us } => {

@@ -24,7 +24,7 @@ mod triggers;
 pub use cadence::{Cadence, CadenceError, DstPolicy, FoldPolicy, GapPolicy, Tick, Ticker};
 pub use scheduler::{
     Backfill, EventFilter, EventRenderer, InputRenderer, PassReport, ScheduleError, ScheduleResolver, Scheduler,
-    TickContext, tick_run_id,
+    TickContext, next_fire, tick_run_id,
 };
 pub use spec::{
     DEFAULT_CATCHUP_WINDOW, Decision, MAX_BUFFERED, Overlap, ScheduleSpec, ScheduleState, SkipReason, decide,

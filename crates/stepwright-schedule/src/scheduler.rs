@@ -795,6 +795,26 @@ fn ticker_of(key: &ScheduleKey, spec: &ScheduleSpec) -> Result<Ticker, ScheduleE
     spec.cadence.ticker(spec.start, spec.end).map_err(|source| ScheduleError::Cadence { key: key.clone(), source })
 }
 
+/// When a stored schedule next starts a run (with its jitter): its first tick after those
+/// already decided that fires. `due_at` is not that: a tick of a daylight-saving gap under
+/// `gap: skip` is due — to be recorded as skipped — but starts nothing. `None`: no tick
+/// fires again (past its `end`), or the record cannot be read.
+pub fn next_fire(record: &ScheduleRecord, now: Timestamp) -> Option<Timestamp> {
+    let spec = spec_of(record).ok()?;
+    let ticker = ticker_of(&record.key, &spec).ok()?;
+    let state = state_of(record).ok()?;
+    let mut cursor = state.decided_through.unwrap_or(now);
+    // A year of gaps is two ticks of a daily cron; a bound, not a real limit.
+    for _ in 0..64 {
+        let tick = ticker.next_after(cursor)?;
+        if !tick.in_dst_gap {
+            return Some(spec.fires_at(&record.key, &tick));
+        }
+        cursor = tick.at;
+    }
+    None
+}
+
 /// A stored schedule's spec.
 pub fn spec_of(record: &ScheduleRecord) -> Result<ScheduleSpec, ScheduleError> {
     decode(record, "spec", &record.spec)

@@ -170,7 +170,8 @@ fn summary(record: &ScheduleRecord) -> anyhow::Result<Value> {
         "cadence": cadence_text(&spec),
         "overlap": spec.overlap,
         "paused": record.paused,
-        "next_fire": record.due_at.map(rfc3339),
+        // The next tick that starts a run (a skipped daylight-saving tick is due, not fired).
+        "next_fire": stepwright::schedule::next_fire(record, crate::host::wall_now()).map(rfc3339),
     }))
 }
 

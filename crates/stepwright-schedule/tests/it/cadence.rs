@@ -177,6 +177,42 @@ fn bad_cadences_say_what_is_wrong() {
     assert!(error(Cadence::cron("0 7 * * *", "Mars/Olympus")).contains("not an IANA zone name"));
     assert!(error(Cadence::every(Duration::from_millis(500), Duration::ZERO)).contains("at least 1s"));
     assert!(error(Cadence::every(Duration::from_secs(60), Duration::from_secs(60))).contains("must be less than"));
-    let never = Cadence::cron("0 0 30 2 *", "UTC").ticker(None, None).unwrap();
-    assert_eq!(never.next_after(at("2026-01-01T00:00:00Z")), None, "the 30th of February never comes");
+    for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 11 *"] {
+        let said = error(Cadence::cron(never, "UTC"));
+        assert!(said.contains("matches no date") && said.contains("never fire"), "{never}: {said}");
+    }
+    // Rare is not never: the 29th of February comes every four years.
+    let leap = Cadence::cron("0 0 29 2 *", "UTC").ticker(None, None).unwrap();
+    assert_eq!(leap.next_after(at("2026-01-01T00:00:00Z")).map(|t| utc(t.at)), Some("2028-02-29T00:00:00Z".into()));
+}
+
+/// What a schedule lists as its next fire is a tick that fires: under `gap: skip`, the
+/// tick of the spring-forward gap is due (to be recorded as skipped), and the next fire is
+/// the day after.
+#[test]
+fn the_next_fire_passes_over_a_skipped_gap_tick() {
+    use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord};
+    let spec =
+        stepwright_schedule::ScheduleSpec::new(cron("30 2 * * *", "Europe/Berlin", GapPolicy::Skip, FoldPolicy::Once));
+    let state =
+        stepwright_schedule::ScheduleState { decided_through: Some(at("2026-03-28T12:00:00Z")), ..Default::default() };
+    let key = ScheduleKey { tenant: None, name: "w/nightly".into() };
+    let ticker = spec.cadence.ticker(None, None).unwrap();
+    let due = ticker.next_after(at("2026-03-28T12:00:00Z")).unwrap();
+    assert!(due.in_dst_gap, "2026-03-29 02:30 does not exist in Berlin: {due:?}");
+    let record = ScheduleRecord {
+        key: key.clone(),
+        workflow: "w".into(),
+        definition_hash: stepwright_core::ContentHash::of_bytes(b"w"),
+        spec: serde_json::to_value(&spec).unwrap(),
+        state: serde_json::to_value(&state).unwrap(),
+        paused: false,
+        on_event: None,
+        due_at: Some(due.at),
+        version: 1,
+        created_at: at("2026-03-01T00:00:00Z"),
+        updated_at: at("2026-03-01T00:00:00Z"),
+    };
+    let next = stepwright_schedule::next_fire(&record, at("2026-03-28T12:00:00Z")).unwrap();
+    assert_eq!(utc(next), "2026-03-30T00:30:00Z", "02:30 CEST on the 30th");
 }

@@ -136,7 +136,12 @@ fn view(record: &ScheduleRecord) -> ScheduleView {
         schedule: schedule.to_owned(),
         spec: record.spec.clone(),
         paused: record.paused,
-        next_fire_at: record.due_at.map(stepwright_core::Timestamp::as_micros),
+        // The next tick that starts a run (a skipped daylight-saving tick is due, not fired).
+        next_fire_at: stepwright_schedule::next_fire(
+            record,
+            stepwright_core::Clock::now(&stepwright_core::TokioClock::new()),
+        )
+        .map(stepwright_core::Timestamp::as_micros),
         created_at: record.created_at.as_micros(),
     }
 }
