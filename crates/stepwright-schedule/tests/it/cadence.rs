@@ -201,7 +201,7 @@ fn the_next_fire_passes_over_a_skipped_gap_tick() {
     let due = ticker.next_after(at("2026-03-28T12:00:00Z")).unwrap();
     assert!(due.in_dst_gap, "2026-03-29 02:30 does not exist in Berlin: {due:?}");
     let record = ScheduleRecord {
-        key: key.clone(),
+        key,
         workflow: "w".into(),
         definition_hash: stepwright_core::ContentHash::of_bytes(b"w"),
         spec: serde_json::to_value(&spec).unwrap(),
