@@ -96,6 +96,9 @@ pub struct SqliteStore {
     /// schedule's tick): a runner in this process waiting for work wakes at once. Other
     /// processes on the file find it at their next poll (SQLite has no notifications).
     work: Arc<tokio::sync::Notify>,
+    /// For a file this process may only read: the URI its readers open (see
+    /// `open_read_only`); `None`: the file itself, read-only.
+    reader_uri: Option<String>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -167,6 +170,12 @@ impl SqliteStore {
     pub fn open_with(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
         let mut conn = Connection::open(&path).map_err(|e| backend("opening the sqlite database", e))?;
+        if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+            // SQLite fell back to reading (the file is not writable by this process): a
+            // store to look at — `runs list`, `runs show` — whose writes fail as such.
+            let (conn, uri) = open_read_only(&path)?;
+            return Ok(Self::over(path, conn, &options, Some(uri)));
+        }
         // Another process creating or migrating the same file holds locks that switching to
         // WAL does not wait for through the busy handler: wait for it here, as a second
         // command started at the same moment as the first must.
@@ -182,6 +191,11 @@ impl SqliteStore {
                 other => break other?,
             }
         }
+        Ok(Self::over(path, conn, &options, None))
+    }
+
+    /// The store over an open, configured writer connection.
+    fn over(path: std::path::PathBuf, conn: Connection, options: &SqliteOptions, reader_uri: Option<String>) -> Self {
         // Read connections open on first use (and are then kept, up to `read_connections`):
         // a process that only writes, or reads once, does not pay for a pool.
         let readers = Vec::with_capacity(options.read_connections.max(1));
@@ -193,14 +207,15 @@ impl SqliteStore {
             queue: Mutex::new(Vec::new()),
             max_batch: options.max_batch.max(1),
         });
-        Ok(Self {
+        Self {
             path,
             shared,
             readers: Arc::new(Mutex::new(readers)),
             max_readers: options.read_connections.max(1),
             fail_next_commit,
             work: Arc::new(tokio::sync::Notify::new()),
-        })
+            reader_uri,
+        }
     }
 
     /// Wakes a runner of this process waiting for work (one permit is kept if none waits,
@@ -238,7 +253,7 @@ impl SqliteStore {
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let readers = self.readers.clone();
-        let path = self.path.clone();
+        let path = self.reader_uri.clone().map_or_else(|| self.path.clone(), PathBuf::from);
         let max_readers = self.max_readers;
         tokio::task::spawn_blocking(move || {
             let pooled = readers.lock().expect("poisoned").pop();
@@ -341,6 +356,43 @@ fn add_functions(conn: &Connection) -> rusqlite::Result<()> {
             _ => false,
         })
     })
+}
+
+/// A database this process may only read: opened read-only, its schema checked to be this
+/// build's (a store that needs migrating cannot be migrated by a reader). Every write then
+/// fails with SQLite's "attempt to write a readonly database".
+fn open_read_only(path: &Path) -> Result<(Connection, String), StoreError> {
+    let doing = "opening the sqlite database read-only (this process may not write the file)";
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let open = |uri: &str| -> rusqlite::Result<(Connection, i64)> {
+        let conn = Connection::open_with_flags(uri, flags)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        add_functions(&conn)?;
+        let applied = conn.query_row("SELECT COALESCE(MAX(version), 0) FROM stepwright_migrations", [], |r| r.get(0))?;
+        Ok((conn, applied))
+    };
+    let uri = format!("file:{}?mode=ro", uri_path(path));
+    // A WAL database read with no write access anywhere near it (its `-shm` cannot be made):
+    // read as an immutable file — what it holds when opened, which is what a reader that
+    // may not write can be shown.
+    let immutable = format!("file:{}?mode=ro&immutable=1", uri_path(path));
+    let ((conn, applied), uri) = match open(&uri) {
+        Ok(opened) => (opened, uri),
+        Err(_) => (open(&immutable).map_err(|e| backend(doing, e))?, immutable),
+    };
+    let latest = MIGRATIONS.iter().map(|(version, _)| *version).max().unwrap_or(0);
+    if applied < latest {
+        return Err(StoreError::Invalid(format!(
+            "{} is read-only and at schema version {applied}; this build needs {latest}: open it once with write              access to migrate it",
+            path.display()
+        )));
+    }
+    Ok((conn, uri))
+}
+
+/// A path as the path of a `file:` URI (`%`, `?` and `#` escaped).
+fn uri_path(path: &Path) -> String {
+    path.to_string_lossy().replace('%', "%25").replace('?', "%3f").replace('#', "%23")
 }
 
 fn migrate(conn: &mut Connection) -> Result<(), StoreError> {

@@ -296,3 +296,50 @@ fn pipes_where_files_are_read_are_refused_at_once() {
         assert!(said.contains("not a regular file"), "{args:?}: {said}");
     }
 }
+
+/// A store this user may only read (a 0444 file in a directory it cannot write) serves
+/// the read-only commands; a command that writes fails saying the database is read-only.
+/// As root (CI) the commands run as `nobody`, for whom the bits hold.
+#[test]
+fn a_read_only_store_serves_the_read_only_commands() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("ok.yaml"), OK.1).unwrap();
+    let db = format!("sqlite://{}", dir.path().join("ro.db").display());
+    let ran = stepwright(dir.path(), &["--db", &db, "run", "ok.yaml", "--json"]);
+    let run: serde_json::Value = serde_json::from_slice(&ran.stdout).unwrap();
+    let run = run["run_id"].as_str().unwrap().to_owned();
+    for leftover in ["ro.db-wal", "ro.db-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(leftover));
+    }
+    std::fs::set_permissions(dir.path().join("ro.db"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
+    let root = std::process::Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    // `nobody` may not reach the build's directory (a clone under /root): a copy it can run.
+    let binary = tempfile::tempdir().unwrap();
+    let copy = binary.path().join("stepwright");
+    if root {
+        std::fs::copy(env!("CARGO_BIN_EXE_stepwright"), &copy).unwrap();
+        std::fs::set_permissions(binary.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let as_reader = |args: &[&str]| {
+        let mut command = if root {
+            let mut command = std::process::Command::new("setpriv");
+            command.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"]).arg(&copy);
+            command
+        } else {
+            std::process::Command::new(env!("CARGO_BIN_EXE_stepwright"))
+        };
+        command.current_dir(dir.path()).env_remove("STEPWRIGHT_DB").args(args).output().unwrap()
+    };
+    let listed = as_reader(&["--db", &db, "runs", "list"]);
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert_eq!(listed.status.code(), Some(0), "{said}");
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&run), "{}", String::from_utf8_lossy(&listed.stdout));
+    let shown = as_reader(&["--db", &db, "runs", "show", &run, "--json"]);
+    assert_eq!(shown.status.code(), Some(0), "{}", String::from_utf8_lossy(&shown.stderr));
+    let written = as_reader(&["--db", &db, "run", "ok.yaml"]);
+    assert_ne!(written.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&written.stderr).contains("readonly database"), "{written:?}");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
