@@ -368,7 +368,8 @@ fn open_read_only(path: &Path) -> Result<(Connection, String), StoreError> {
         let conn = Connection::open_with_flags(uri, flags)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         add_functions(&conn)?;
-        let applied = conn.query_row("SELECT COALESCE(MAX(version), 0) FROM stepwright_migrations", [], |r| r.get(0))?;
+        let applied =
+            conn.query_row("SELECT COALESCE(MAX(version), 0) FROM stepwright_migrations", [], |r| r.get(0))?;
         Ok((conn, applied))
     };
     let uri = format!("file:{}?mode=ro", uri_path(path));

@@ -333,6 +333,7 @@ impl Compiler {
             self.error(command.pos, "`command` is empty");
             return None;
         }
+        self.warn_on_templated_code(parts);
         let mut templates = Vec::new();
         for part in parts {
             let outer = self.roots_only.replace(&["args"]);
@@ -360,6 +361,55 @@ impl Compiler {
             }
         }
         Some(tool)
+    }
+
+    /// Warns where a template is written into code an interpreter runs (`[sh, -c, "… {{ args.x
+    /// }}"]`): the argument's text becomes code, so an argument like `$(rm -rf ~)` runs. The
+    /// safe form passes it as an argument of its own, which the code reads (`"$1"`).
+    fn warn_on_templated_code(&mut self, parts: &[Item]) {
+        fn text(item: &Item) -> Option<&str> {
+            match &item.value {
+                Yaml::Str(s) => Some(s.as_str()),
+                _ => None,
+            }
+        }
+        let Some(program) = parts.first().and_then(text) else { return };
+        let name = program.rsplit('/').next().unwrap_or(program);
+        let (shell, code_flag) = match name {
+            "sh" | "bash" | "zsh" | "dash" | "ksh" | "ash" | "fish" => (true, 'c'),
+            n if n.starts_with("python") => (false, 'c'),
+            "node" | "perl" | "ruby" => (false, 'e'),
+            _ => return,
+        };
+        // The code is the argument after the first flag cluster that holds the code flag
+        // (`-c`, `-ec`, `-lc`, `-e`).
+        let mut args = parts.iter().skip(1);
+        let code = loop {
+            let Some(arg) = args.next() else { return };
+            let Some(flags) = text(arg).and_then(|a| a.strip_prefix('-')) else { return };
+            if !flags.starts_with('-') && flags.contains(code_flag) {
+                break args.next();
+            }
+        };
+        if let Some(code) = code.filter(|code| text(code).is_some_and(|s| s.contains("{{") || s.contains("{%"))) {
+            let hint = if shell {
+                format!(
+                    "pass the value as an argument and read it in the script: [{name}, -c, 'echo \"$1\"', {name}, \"{{{{ args.x }}}}\"]"
+                )
+            } else {
+                "pass the value as an argument of its own (read from argv), or on stdin: the tool's arguments arrive there as JSON".to_owned()
+            };
+            let danger = if shell {
+                "an argument like `$(rm -rf ~)` runs as a command"
+            } else {
+                "an argument can run code of its choosing"
+            };
+            self.warn(
+                code.pos,
+                format!("a template inside the code `{name}` runs: the value becomes code, and {danger}"),
+                hint,
+            );
+        }
     }
 
     fn http_tool(&mut self, def: ToolDef, node: &Item, http: &Item) -> Option<HttpTool> {

@@ -256,6 +256,32 @@ fn a_retry_that_cannot_take_effect_is_warned_about() {
     );
 }
 
+/// `validate` warns where a template is written into code an interpreter runs (shell
+/// injection), and not where the value is passed as an argument of its own.
+#[test]
+fn a_template_inside_shell_code_is_warned_about() {
+    let source = r#"workflow: w
+tools:
+  unsafe: { description: d, command: [sh, -c, "echo {{ args.text }}"] }
+  flags: { description: d, command: [/bin/bash, -euc, "grep {{ args.text }} log"] }
+  python: { description: d, command: [python3, -c, "print('{{ args.text }}')"] }
+  safe: { description: d, command: [sh, -c, 'echo "$1"', sh, "{{ args.text }}"] }
+  plain: { description: d, command: [./lookup, "{{ args.text }}"] }
+steps:
+  - id: a
+    tool: safe
+    with: { text: hi }
+"#;
+    let loaded = stepwright_flow::load_source(source, "w.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 3, "{warnings:?}");
+    assert!(warnings[0].starts_with("w.yaml:3:47: a template inside the code `sh` runs"), "{warnings:?}");
+    assert!(warnings[0].contains("`$(rm -rf ~)` runs as a command"), "{warnings:?}");
+    assert!(warnings[0].contains(r#"[sh, -c, 'echo "$1"', sh, "{{ args.x }}"]"#), "{warnings:?}");
+    assert!(warnings[1].starts_with("w.yaml:4:55: a template inside the code `bash` runs"), "{warnings:?}");
+    assert!(warnings[2].starts_with("w.yaml:5:52: a template inside the code `python3` runs"), "{warnings:?}");
+}
+
 /// `fork` with a nested step's output: taken where its enclosing operator runs again
 /// after the fork point (the edit reaches what follows), refused with the enclosing step
 /// named where that operator already completed (the edit would change nothing).
