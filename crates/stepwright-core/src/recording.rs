@@ -84,8 +84,12 @@ pub(crate) struct Recorder {
     /// `async` durability: the longest a deferred entry waits, and the most entries waiting.
     window: Option<(std::time::Duration, usize)>,
     /// Paths of fenced steps: once a step's intent is committed, everything about it is
-    /// committed at once, so an effect can never be done twice because its record waited.
+    /// committed at once, so an effect can never be done twice because its record waited;
+    /// and a commit about one is retried through a store outage (see `flush`).
     fenced: Mutex<std::collections::HashSet<StepPath>>,
+    /// How long a commit about a fenced step is retried while the store fails (the lease's
+    /// length: past it, another worker may hold the run, and the fence refuses the write).
+    retry_for: std::time::Duration,
     /// When the oldest deferred entry was buffered.
     oldest: Mutex<Option<tokio::time::Instant>>,
     /// `async` durability flushes from two places (the walk and the timer): one at a time,
@@ -105,6 +109,7 @@ impl Recorder {
         fence: Option<u64>,
         window: (std::time::Duration, usize),
         already: usize,
+        retry_for: std::time::Duration,
     ) -> Self {
         Self {
             store,
@@ -115,6 +120,7 @@ impl Recorder {
             fence,
             window: (durability == Durability::Async).then_some(window),
             fenced: Mutex::new(std::collections::HashSet::new()),
+            retry_for,
             oldest: Mutex::new(None),
             flushing: tokio::sync::Mutex::new(()),
             written: std::sync::atomic::AtomicU64::new(already as u64),
@@ -209,7 +215,7 @@ impl Recorder {
     /// Buffers an entry and writes everything buffered; returns once the store has it (in
     /// `sync` durability).
     pub(crate) async fn commit(&self, path: &StepPath, at: Timestamp, record: Record) -> Result<(), StoreFailed> {
-        if self.window.is_some() && matches!(record, Record::Intent { .. }) {
+        if matches!(record, Record::Intent { .. }) {
             self.fenced.lock().expect("poisoned").insert(path.clone());
         }
         let deferrable = self.deferrable(path, &record);
@@ -244,7 +250,19 @@ impl Recorder {
             std::mem::take(&mut *pending)
         };
         let entries = batch.entries.len() as u64;
-        match self.store.append(self.run, self.fence, &mut batch).await {
+        // A batch about a fenced step (its intent, or what its effect did) is kept until it
+        // is known to be stored: through a store outage it is retried, so that an effect
+        // that never started is not `outcome_unknown`, nor one that happened forgotten.
+        let keep = {
+            let fenced = self.fenced.lock().expect("poisoned");
+            batch.entries.iter().any(|e| matches!(e.record, Record::Intent { .. }) || fenced.contains(&e.path))
+        }
+        .then(|| batch.clone());
+        let appended = match (self.store.append(self.run, self.fence, &mut batch).await, keep) {
+            (Err(error @ StoreError::Backend { .. }), Some(kept)) => self.append_through_outage(kept, error).await,
+            (result, _) => result,
+        };
+        match appended {
             Ok(()) => {
                 self.written.fetch_add(entries, Ordering::SeqCst);
                 // Hand the drained buffers back so the next step reuses their capacity.
@@ -259,6 +277,39 @@ impl Recorder {
                 Err(StoreFailed(e))
             }
         }
+    }
+
+    /// Retries an append that failed with a backend error (a database restarting, a
+    /// connection cut) until the store answers or `retry_for` passes. A failed append may
+    /// have committed all the same (the answer was lost): before each new try the journal
+    /// is read, and a batch found there is done. The fence keeps this safe: once the lease
+    /// has passed to another worker, the store refuses the write (`LeaseLost`).
+    async fn append_through_outage(&self, kept: JournalBatch, first: StoreError) -> Result<(), StoreError> {
+        let deadline = tokio::time::Instant::now() + self.retry_for;
+        let mut wait = std::time::Duration::from_millis(50);
+        let mut last = first;
+        tracing::warn!(run = %self.run, error = %last, "the store failed a commit about a fenced step; retrying while the lease lasts");
+        while tokio::time::Instant::now() + wait < deadline {
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(std::time::Duration::from_secs(2));
+            let probe = kept.entries.first().cloned();
+            match self.store.load_from(self.run, self.written.load(Ordering::SeqCst)).await {
+                Ok(loaded) if probe.is_some_and(|probe| loaded.entries.contains(&probe)) => return Ok(()),
+                Ok(_) => {}
+                Err(error @ StoreError::Backend { .. }) => {
+                    last = error;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            }
+            let mut again = kept.clone();
+            match self.store.append(self.run, self.fence, &mut again).await {
+                Ok(()) => return Ok(()),
+                Err(error @ StoreError::Backend { .. }) => last = error,
+                Err(error) => return Err(error),
+            }
+        }
+        Err(last)
     }
 
     pub(crate) fn store(&self) -> &Arc<dyn Store> {

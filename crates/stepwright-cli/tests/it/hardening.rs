@@ -292,3 +292,134 @@ fn a_stopped_server_stops_its_tools_and_hands_its_runs_back() {
     assert_eq!(shown["status"], "pending", "handed back: {shown}");
     assert!(shown.get("owner").is_none_or(Value::is_null), "no lease left: {shown}");
 }
+
+/// A TCP proxy on loopback in front of Postgres that can be cut: while cut, it closes every
+/// connection it carries and every new one — the database, as the server sees it, is down.
+struct CuttableProxy {
+    addr: std::net::SocketAddr,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    epoch: Arc<tokio::sync::watch::Sender<u64>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl CuttableProxy {
+    fn start(upstream: std::net::SocketAddr) -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (epoch, _) = tokio::sync::watch::channel(0u64);
+        let epoch = Arc::new(epoch);
+        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let addr = listener.local_addr().unwrap();
+        runtime.spawn({
+            let (cut, epoch) = (cut.clone(), epoch.clone());
+            async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                        continue; // dropped: the database is down
+                    }
+                    let mut cuts = epoch.subscribe();
+                    tokio::spawn(async move {
+                        let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else { return };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                            _ = cuts.changed() => {}
+                        }
+                    });
+                }
+            }
+        });
+        Self { addr, cut, epoch, _runtime: runtime }
+    }
+
+    /// Cuts every connection now and refuses new ones until [`CuttableProxy::restore`].
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.epoch.send_modify(|n| *n += 1);
+    }
+
+    fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A read step (3 s) and then a `write` tool, executed by `serve`'s runner on Postgres; the
+/// database goes away for 8 s in the middle of the read step. The run waits the outage out
+/// and completes — the write done once, nothing `outcome_unknown` — well within the 30 s its
+/// lease would have taken to lapse.
+#[test]
+fn a_postgres_outage_mid_run_is_waited_out_and_the_write_runs_once() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let dir = tempfile::tempdir().unwrap();
+    let Some(db) = stores(dir.path(), "a_postgres_outage_mid_run").into_iter().find(|db| db.name == "postgres") else {
+        return;
+    };
+    let upstream: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+    assert!(db.url.contains("127.0.0.1:5432"), "the test database is on {upstream}: {}", db.url);
+    let proxy = CuttableProxy::start(upstream);
+    let through_proxy = db.url.replace("127.0.0.1:5432", &proxy.addr.to_string());
+    let workflow = r#"
+workflow: outage
+tools:
+  slow_read:
+    command: [sh, -c, "sleep 3; echo read"]
+    effect: read
+  charge:
+    command: [sh, -c, "echo charged >> charges; echo done"]
+    effect: write
+steps:
+  - id: look
+    tool: slow_read
+  - id: pay
+    tool: charge
+"#;
+    let key = key(dir.path(), &db.url);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let server = serve_logged(dir.path(), &through_proxy, &[], log.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let http = reqwest::Client::new();
+    let run = runtime.block_on(async {
+        let registered =
+            http.post(format!("{}/v1/workflows", server.base)).bearer_auth(&key).json(&json!({ "source": workflow }));
+        assert_eq!(registered.send().await.unwrap().status(), 201);
+        let started: Value = http
+            .post(format!("{}/v1/runs", server.base))
+            .bearer_auth(&key)
+            .json(&json!({ "workflow": "outage", "input": null }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        started["run_id"].as_str().unwrap().to_owned()
+    });
+    // Mid-read: the database goes away for 8 s, through the read's end and the write's start.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let cut_at = Instant::now();
+    proxy.cut();
+    std::thread::sleep(Duration::from_secs(8));
+    proxy.restore();
+    // Read straight from the database (not through the proxy or the server).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let shown = loop {
+        let shown = stepwright(dir.path(), &db.args(&["runs", "show", &run, "--json"]));
+        let shown: Value = serde_json::from_slice(&shown.stdout).unwrap_or(Value::Null);
+        if shown["status"] == "completed" || shown["status"] == "failed" {
+            break shown;
+        }
+        assert!(Instant::now() < deadline, "the run did not finish after the outage: {shown}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let finished_after = cut_at.elapsed();
+    assert_eq!(shown["status"], "completed", "{shown}");
+    let charges = std::fs::read_to_string(dir.path().join("charges")).unwrap_or_default();
+    assert_eq!(charges.lines().count(), 1, "the write ran once: {charges:?}");
+    assert!(!shown.to_string().contains("outcome_unknown"), "{shown}");
+    // Not by a take-over when the lease lapsed (30 s after the last renewal): here, once the
+    // database answered.
+    assert!(finished_after < Duration::from_secs(25), "it waited for its lease: {finished_after:?}");
+    drop(server);
+    eprintln!("postgres outage of 8 s: the run completed {finished_after:?} after the cut");
+    let log = log.lock().unwrap();
+    assert!(log.iter().any(|l| l.contains("the store failed")), "the outage was met and waited out: {log:?}");
+}

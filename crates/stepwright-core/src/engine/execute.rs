@@ -276,6 +276,7 @@ impl Engine {
                 fence,
                 (inner.config.async_max_delay, inner.config.async_max_entries),
                 loaded.entries.len(),
+                inner.config.lease_for,
             ),
             replay,
             observer: inner.observer.clone(),

@@ -47,6 +47,38 @@ pub struct Runner {
 /// lapse. One read of the running runs' headers.
 const ORPHANS_EVERY: Duration = Duration::from_secs(1);
 
+/// Whether an execution stopped because the store failed (a database restarting, a
+/// connection cut): the run is whole in the store, and this worker still holds its lease.
+fn is_outage(error: &EngineError) -> bool {
+    matches!(error, EngineError::Store { source: crate::store::StoreError::Backend { .. }, .. })
+}
+
+/// Continues a run whose execution stopped because the store failed, here, as soon as the
+/// store answers again — while this worker's lease lasts (no other worker can have it), so
+/// the run waits out the outage instead of its lease. Each try resumes from the journal
+/// (the abandoned activation's lease is this engine's to take over).
+async fn continue_after_outage(
+    engine: &Engine,
+    workflow: &Workflow,
+    run: RunId,
+    first: EngineError,
+) -> Result<RunReport, EngineError> {
+    let inner = &engine.inner;
+    let deadline = inner.clock.now().plus(inner.config.lease_for);
+    let mut wait = Duration::from_millis(100);
+    tracing::warn!(run = %run, error = %first, "the store failed mid-run; continuing the run here once it answers");
+    let mut last = first;
+    while inner.clock.now().plus(wait) < deadline {
+        inner.clock.sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(2));
+        match engine.resume(workflow, run).await {
+            Err(error) if is_outage(&error) => last = error,
+            other => return other,
+        }
+    }
+    Err(last)
+}
+
 /// What one run's execution by the runner ended in.
 pub type RunOutcome = (RunId, Result<RunReport, EngineError>);
 
@@ -248,6 +280,7 @@ impl Runner {
         in_flight.lock().expect("poisoned").insert(lease.run, lease.token);
         set.spawn(async move {
             let run = lease.run;
+            let mut resolved: Option<Workflow> = None;
             let result = async {
                 let loaded = engine.inner.store.load(run).await.map_err(EngineError::store(run))?;
                 let record = &loaded.record;
@@ -276,10 +309,17 @@ impl Runner {
                         given: workflow.hash(),
                     });
                 }
+                resolved = Some(workflow.clone());
                 engine.execute(&workflow, loaded, lease, super::TraceStart::Continue).await
             }
             .await;
             engine.inner.note_ended(run, &result);
+            let result = match (result, resolved) {
+                (Err(error), Some(workflow)) if is_outage(&error) => {
+                    continue_after_outage(&engine, &workflow, run, error).await
+                }
+                (result, _) => result,
+            };
             in_flight.lock().expect("poisoned").remove(&run);
             if let Some(log) = &log {
                 match &result {

@@ -23,6 +23,9 @@ pub(crate) struct Counting {
     pub(crate) appends: AtomicUsize,
     pub(crate) claims: AtomicUsize,
     pub(crate) renewals: AtomicUsize,
+    /// The next this many appends commit, then answer an error (the answer lost on the way:
+    /// a connection cut after the commit).
+    pub(crate) lose_answers: AtomicUsize,
 }
 
 impl Counting {
@@ -44,7 +47,14 @@ impl Store for Counting {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.appends.fetch_add(1, Ordering::SeqCst);
-        self.inner.append(run, fence, batch)
+        let lose = self.lose_answers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
+        Box::pin(async move {
+            self.inner.append(run, fence, batch).await?;
+            if lose {
+                return Err(StoreError::Backend { doing: "appending".into(), source: "connection reset".into() });
+            }
+            Ok(())
+        })
     }
     fn set_status(&self, run: RunId, update: StatusUpdate) -> BoxFuture<'_, Result<(), StoreError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
@@ -290,4 +300,77 @@ async fn an_async_crash_reruns_only_unwritten_pure_steps_and_never_a_write() {
     assert_eq!(early.get(), 2, "p1 and p2 were written with the fence: not run again");
     assert_eq!(late.get(), 4, "p3 and p4 were lost with the last batch: run again");
     assert_eq!(writes.get(), 1, "the write is never done twice");
+}
+
+/// A run with one `write` step whose effect counts its calls.
+fn one_write(writes: &Counter) -> Workflow {
+    let writes = writes.clone();
+    let write = Node::step(
+        "charge",
+        fn_step(move |_c, x: i64| {
+            writes.hit();
+            async move { Ok(x * 100) }
+        }),
+    )
+    .effect(Effect::Write);
+    Workflow::builder("charge").step(write).build().unwrap()
+}
+
+/// The store fails while a write step's intent is committed (a database restarting): the
+/// commit is retried while the lease lasts, and once the store is back the write runs,
+/// once — not `outcome_unknown` for an effect that never started.
+#[tokio::test(start_paused = true)]
+async fn a_store_outage_before_a_write_is_waited_out_not_outcome_unknown() {
+    let store = Arc::new(InMemoryStore::new());
+    let engine = engine_on(store.clone(), Durability::Sync, Duration::from_secs(3600));
+    let writes = Counter::default();
+    store.fail_appends_after(0);
+    let healing = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            store.heal();
+        })
+    };
+    let report = engine.start(&one_write(&writes), json!(2)).await.unwrap();
+    healing.await.unwrap();
+    assert_eq!(report.output, Some(json!(200)), "{:?}", report.error);
+    assert_eq!(writes.get(), 1);
+    let intents = records_at(&store, report.run_id, "charge").into_iter().filter(|r| matches!(r, Record::Intent { .. }));
+    assert_eq!(intents.count(), 1);
+}
+
+/// The intent's commit lands but its answer is lost: the retry finds it in the journal and
+/// does not write it again; the write runs once and completes.
+#[tokio::test(start_paused = true)]
+async fn a_commit_whose_answer_was_lost_is_found_not_written_twice() {
+    let store = Arc::new(Counting::new());
+    let engine = engine_on(store.clone(), Durability::Sync, Duration::from_secs(3600));
+    let writes = Counter::default();
+    store.lose_answers.store(1, Ordering::SeqCst);
+    let report = engine.start(&one_write(&writes), json!(3)).await.unwrap();
+    assert_eq!(report.output, Some(json!(300)), "{:?}", report.error);
+    assert_eq!(writes.get(), 1);
+    let records: Vec<Record> = store
+        .inner
+        .entries(report.run_id)
+        .into_iter()
+        .filter(|e| e.path.as_str() == "charge")
+        .map(|e| e.record)
+        .collect();
+    assert_eq!(records.iter().filter(|r| matches!(r, Record::Intent { .. })).count(), 1, "{records:?}");
+    assert_eq!(records.iter().filter(|r| matches!(r, Record::Started { .. })).count(), 1, "{records:?}");
+}
+
+/// An outage longer than the lease: the commit gives up (the run stops, resumable), and
+/// the write never ran.
+#[tokio::test(start_paused = true)]
+async fn an_outage_longer_than_the_lease_stops_the_run_before_its_write() {
+    let store = Arc::new(InMemoryStore::new());
+    let engine = engine_on(store.clone(), Durability::Sync, Duration::from_secs(3600));
+    let writes = Counter::default();
+    store.fail_appends_after(0);
+    let stopped = engine.start(&one_write(&writes), json!(2)).await;
+    assert!(stopped.is_err(), "{stopped:?}");
+    assert_eq!(writes.get(), 0, "nothing was done without its intent stored");
 }
