@@ -423,3 +423,80 @@ steps:
     let log = log.lock().unwrap();
     assert!(log.iter().any(|l| l.contains("the store failed")), "the outage was met and waited out: {log:?}");
 }
+
+/// Two workers on one store: the one executing a run stops (SIGTERM) or dies (SIGKILL), and
+/// the other continues the run within a couple of seconds — the first hands its lease back,
+/// the second sees the dead process's lease — not after the lease's 30 s.
+#[test]
+fn a_worker_that_stops_or_dies_is_succeeded_at_once_on_the_same_host() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three steps of 2 s: the run is mid-step when its worker goes.
+    std::fs::write(
+        dir.path().join("steps.yaml"),
+        "workflow: steps\ntools:\n  nap:\n    command: [sh, -c, \"sleep 2; echo $1 >> naps\", sh, \"{{ args.n }}\"]\n    \
+         effect: read\nsteps:\n  - { id: one, tool: nap, with: { n: 1 } }\n  - { id: two, tool: nap, with: { n: 2 } }\n  \
+         - { id: three, tool: nap, with: { n: 3 } }\n",
+    )
+    .unwrap();
+    for db in stores(dir.path(), "a_worker_that_stops_or_dies_is_succeeded") {
+        for signal in ["TERM", "KILL"] {
+            let _ = std::fs::remove_file(dir.path().join("naps"));
+            let worker = || {
+                crate::support::command(dir.path(), &db.args(&["worker"]))
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            };
+            let (mut first, mut second) = (worker(), worker());
+            let created = stepwright(dir.path(), &db.args(&["run", "steps.yaml", "--detach", "--json"]));
+            let run = serde_json::from_slice::<Value>(&created.stdout).unwrap()["run_id"].as_str().unwrap().to_owned();
+            // Once a step has started, the owner is known: stop it mid-step.
+            let owner = loop {
+                let shown: Value =
+                    serde_json::from_slice(&stepwright(dir.path(), &db.args(&["runs", "show", &run, "--json"])).stdout)
+                        .unwrap();
+                if let Some(owner) = shown["owner"].as_str().filter(|_| shown["status"] == "running") {
+                    break owner.to_owned();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let pid: u32 = owner.split(':').nth_back(1).unwrap().parse().unwrap();
+            let (gone, other) = if pid == first.id() { (&mut first, &mut second) } else { (&mut second, &mut first) };
+            assert_eq!(gone.id(), pid, "{}: the owner {owner} is one of the workers", db.name);
+            std::thread::sleep(Duration::from_millis(500));
+            let stopped_at = Instant::now();
+            let _ = std::process::Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
+            gone.wait().unwrap();
+            // The other worker takes the run: its owner changes to the survivor.
+            let taken_after = loop {
+                let shown: Value =
+                    serde_json::from_slice(&stepwright(dir.path(), &db.args(&["runs", "show", &run, "--json"])).stdout)
+                        .unwrap();
+                let by_other = shown["owner"].as_str().is_some_and(|o| o.contains(&format!(":{}:", other.id())));
+                if by_other || shown["status"] == "completed" {
+                    break stopped_at.elapsed();
+                }
+                assert!(stopped_at.elapsed() < Duration::from_secs(60), "{}: never taken over: {shown}", db.name);
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            // The lease is 30 s: a take-over in a few seconds is the hand-back (TERM) or the
+            // dead owner seen (KILL).
+            assert!(taken_after < Duration::from_secs(5), "{} {signal}: taken over after {taken_after:?}", db.name);
+            eprintln!("{} {signal}: the other worker took the run {taken_after:?} after", db.name);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let shown: Value =
+                    serde_json::from_slice(&stepwright(dir.path(), &db.args(&["runs", "show", &run, "--json"])).stdout)
+                        .unwrap();
+                if shown["status"] == "completed" {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{}: {shown}", db.name);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = other.kill();
+            let _ = other.wait();
+        }
+    }
+}

@@ -336,7 +336,8 @@ async fn a_store_outage_before_a_write_is_waited_out_not_outcome_unknown() {
     healing.await.unwrap();
     assert_eq!(report.output, Some(json!(200)), "{:?}", report.error);
     assert_eq!(writes.get(), 1);
-    let intents = records_at(&store, report.run_id, "charge").into_iter().filter(|r| matches!(r, Record::Intent { .. }));
+    let intents =
+        records_at(&store, report.run_id, "charge").into_iter().filter(|r| matches!(r, Record::Intent { .. }));
     assert_eq!(intents.count(), 1);
 }
 
