@@ -162,7 +162,7 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             body: None,
             query: None,
             responses: vec![(204, "Signed out.", None, JSON)],
-            errors: &[400, 403],
+            errors: &[403, 409],
         },
         Operation {
             method: "post",
@@ -467,7 +467,7 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             body: Some(schema::<schedules::CreateSchedules>(g)),
             query: None,
             responses: vec![(201, "Kept.", Some(schema::<Vec<schedules::ScheduleView>>(g)), JSON)],
-            errors: &[400, 403, 404, 413, 415, 422],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
             method: "get",
@@ -596,7 +596,7 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             body: Some(schema::<triggers::CreateTriggers>(g)),
             query: None,
             responses: vec![(201, "Kept.", Some(schema::<Vec<triggers::TriggerView>>(g)), JSON)],
-            errors: &[400, 403, 404, 413, 415, 422],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
             method: "get",
@@ -751,7 +751,10 @@ pub fn document() -> Value {
         }
         paths.entry(op.path).or_insert_with(|| json!({}))[op.method] = operation;
     }
-    let schemas = generator.take_definitions(true);
+    let mut schemas = Value::Object(generator.take_definitions(true));
+    let mut paths = Value::Object(paths);
+    bound_integers(&mut schemas);
+    bound_integers(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -772,10 +775,43 @@ pub fn document() -> Value {
     })
 }
 
+/// Integer schemas with the range of the type the server reads them into (schemars gives
+/// the `format` and, for unsigned types, the minimum): a number out of it is refused, so
+/// the document says so.
+fn bound_integers(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            let range: Option<(Value, Value)> = match fields.get("format").and_then(Value::as_str) {
+                Some("uint8") => Some((json!(0), json!(u8::MAX))),
+                Some("uint16") => Some((json!(0), json!(u16::MAX))),
+                Some("uint32") => Some((json!(0), json!(u32::MAX))),
+                Some("uint64" | "uint") => Some((json!(0), json!(u64::MAX))),
+                Some("int32") => Some((json!(i32::MIN), json!(i32::MAX))),
+                Some("int64" | "int") => Some((json!(i64::MIN), json!(i64::MAX))),
+                _ => None,
+            };
+            if let Some((min, max)) = range {
+                fields.entry("minimum").or_insert(min);
+                fields.entry("maximum").or_insert(max);
+            }
+            fields.values_mut().for_each(bound_integers);
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_integers),
+        _ => {}
+    }
+}
+
 fn path_parameters(path: &str) -> Vec<Value> {
     path.split('/')
         .filter_map(|part| part.strip_prefix('{').and_then(|p| p.strip_suffix('}')))
-        .map(|name| json!({ "name": name, "in": "path", "required": true, "schema": { "type": "string" } }))
+        .map(|name| {
+            // An event's sequence number is a whole number; every other path segment a name.
+            let schema = match name {
+                "seq" => json!({ "type": "integer", "minimum": 0, "maximum": i64::MAX }),
+                _ => json!({ "type": "string" }),
+            };
+            json!({ "name": name, "in": "path", "required": true, "schema": schema })
+        })
         .collect()
 }
 

@@ -166,20 +166,26 @@ pub fn fire_recorded(key: &ScheduleKey, event: u64) -> StoreError {
     }
 }
 
+/// Whether `name` may name an event: 1 to 255 characters (as JSON Schema counts them), none
+/// a control character.
+pub fn is_event_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().count() <= 255 && !name.chars().any(char::is_control)
+}
+
 /// Checks an event before it is stored: a name, a key of bounded length.
 pub fn check_new_event(event: &NewEvent) -> Result<(), StoreError> {
-    if event.name.is_empty() || event.name.len() > 255 || event.name.chars().any(char::is_control) {
+    if !is_event_name(&event.name) {
         return Err(StoreError::Invalid(format!(
             "an event's name must be 1 to 255 printable characters, not {:?}",
             event.name
         )));
     }
     if let Some(key) = &event.idempotency_key
-        && (key.is_empty() || key.len() > MAX_EVENT_KEY_LEN)
+        && (key.is_empty() || key.chars().count() > MAX_EVENT_KEY_LEN)
     {
         return Err(StoreError::Invalid(format!(
-            "an event's idempotency key must be 1 to {MAX_EVENT_KEY_LEN} bytes long (it is {})",
-            key.len()
+            "an event's idempotency key must be 1 to {MAX_EVENT_KEY_LEN} characters long (it is {})",
+            key.chars().count()
         )));
     }
     Ok(())

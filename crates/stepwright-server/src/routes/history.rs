@@ -46,7 +46,7 @@ pub(crate) struct RecomputeRun {
     pub from: Option<String>,
     /// Recompute with this registered version of the run's workflow — a new prompt, model or
     /// step — instead of the definition the run is pinned to.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub version: Option<u32>,
     /// Model bindings answered by others the definition already has: `{"smart": "fast"}`
     /// sends every call to `smart` to `fast`'s endpoint and model (`GET

@@ -24,6 +24,7 @@ use crate::webhooks::EVENTS;
 pub(crate) struct NewWebhook {
     /// Where events are posted (`http://` or `https://`, no user name or password): a public
     /// address, or one in a network the operator allows (`serve --webhook-allow`).
+    #[schemars(extend("format" = "uri"))]
     pub(crate) url: String,
     /// Which: `interrupt.opened`, `run.completed`, `run.failed`, `run.suspended`.
     pub(crate) events: Vec<String>,

@@ -29,6 +29,7 @@ const INBOX_RUNS: usize = 1000;
 pub(crate) struct InboxQuery {
     /// `open`: interrupts waiting for a decision (the only status listed).
     #[serde(default)]
+    #[schemars(extend("enum" = ["open"]))]
     pub status: Option<String>,
 }
 

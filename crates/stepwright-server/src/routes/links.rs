@@ -34,7 +34,7 @@ const LONGEST: Duration = Duration::from_secs(7 * 24 * 3600);
 #[serde(deny_unknown_fields)]
 pub(crate) struct NewLink {
     /// How long it lasts, in seconds (60 to 604800; default 3600).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     #[schemars(range(min = 60, max = 604_800))]
     pub expires_in_seconds: Option<u64>,
 }

@@ -18,7 +18,6 @@ pub(crate) mod workflows;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, Request};
 use axum::routing::{get, post};
 use stepwright_core::RunId;
@@ -92,29 +91,83 @@ pub(crate) async fn run_in_namespace(shared: &Shared, who: &Principal, run: RunI
     Ok(record)
 }
 
-/// A JSON body whose problems are `400` problem documents naming the field, never axum's
-/// plain-text rejections. Unknown fields are errors (the types deny them).
+/// A JSON body whose problems are `400` (not JSON) or `422` (not the type) problem documents
+/// naming the field, never axum's plain-text rejections. Unknown fields are errors (the types
+/// deny them).
 pub(crate) struct Body<T>(pub T);
 
 impl<S, T> FromRequest<S> for Body<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(request, state).await {
-            Ok(axum::Json(value)) => Ok(Self(value)),
+        let value = match axum::Json::<serde_json::Value>::from_request(request, state).await {
+            Ok(axum::Json(value)) => value,
             Err(rejection) => {
                 let status = rejection.status();
                 let mut error = ApiError::new(status, "bad_request", rejection.body_text());
                 if status == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
                     error.problem.code = "too_large".into();
                 }
-                Err(error)
+                return Err(error);
             }
-        }
+        };
+        serde_path_to_error::deserialize(value).map(Self).map_err(|e| {
+            let at = e.path().to_string();
+            let at = if at == "." { String::new() } else { format!("{at}: ") };
+            let message = format!("Failed to deserialize the JSON body into the target type: {at}{}", e.inner());
+            ApiError::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "bad_request", message)
+        })
+    }
+}
+
+/// Whole numbers in request bodies: JSON has one kind of number, and `3.0` is the integer 3
+/// to JSON Schema (and to a client whose numbers are floats), so an integer field takes a
+/// whole number written with a fraction; any other fraction, or a number out of the type's
+/// range, is refused naming the range. For `#[serde(deserialize_with = …)]`.
+pub(crate) mod whole {
+    use serde::Deserialize;
+    use serde::de::Error;
+
+    fn integer<'de, D, T>(number: &serde_json::Number) -> Result<T, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+        T: TryFrom<i128>,
+    {
+        let whole = match (number.as_i64(), number.as_u64(), number.as_f64()) {
+            (Some(n), _, _) => Some(i128::from(n)),
+            (_, Some(n), _) => Some(i128::from(n)),
+            #[allow(clippy::cast_possible_truncation)] // Checked whole and in range first.
+            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 1.7e38 => Some(f as i128),
+            _ => None,
+        };
+        let Some(whole) = whole else {
+            return Err(D::Error::custom(format!("invalid type: {number} is not a whole number")));
+        };
+        T::try_from(whole).map_err(|_| {
+            D::Error::custom(format!("invalid value: {whole} is out of range for {}", std::any::type_name::<T>()))
+        })
+    }
+
+    /// A required integer.
+    pub(crate) fn required<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+        T: TryFrom<i128>,
+    {
+        integer::<D, T>(&serde_json::Number::deserialize(deserializer)?)
+    }
+
+    /// An optional integer (`null` or absent: none; absent needs `#[serde(default)]`).
+    pub(crate) fn optional<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+    where
+        D: serde::Deserializer<'de>,
+        T: TryFrom<i128>,
+    {
+        Option::<serde_json::Number>::deserialize(deserializer)?.as_ref().map(integer::<D, T>).transpose()
     }
 }
 

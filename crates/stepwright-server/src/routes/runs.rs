@@ -32,7 +32,7 @@ pub(crate) struct StartRun {
     /// The registered workflow's name.
     pub workflow: String,
     /// Its version (default: the newest).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub version: Option<u32>,
     /// The workflow's input.
     #[serde(default)]
@@ -47,7 +47,7 @@ pub(crate) struct StartRun {
     pub wait_seconds: Option<f64>,
     /// The run's priority among runs waiting for a worker, higher first (default: the
     /// workflow's, else 0).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::whole::optional")]
     pub priority: Option<i32>,
     /// The run's concurrency group, instead of the one the workflow's `concurrency.key`
     /// gives: at most `limit` runs with this `key` execute at a time, across all workers.
@@ -63,6 +63,7 @@ pub(crate) struct ConcurrencyGroup {
     #[schemars(length(min = 1))]
     pub key: String,
     /// How many of its runs may execute at once.
+    #[serde(deserialize_with = "super::whole::required")]
     #[schemars(range(min = 1))]
     pub limit: u32,
 }
@@ -191,6 +192,7 @@ pub(crate) struct ListRuns {
     pub limit: Option<usize>,
     /// The `next_cursor` of the page before.
     #[serde(default)]
+    #[schemars(extend("format" = "uuid"))]
     pub cursor: Option<String>,
     /// Only runs created at or after this time (µs since the epoch).
     #[serde(default)]
@@ -204,6 +206,7 @@ pub(crate) struct ListRuns {
     pub input_contains: Option<String>,
     /// Only runs forked from this run.
     #[serde(default)]
+    #[schemars(extend("format" = "uuid"))]
     pub parent: Option<String>,
     /// Include each run's model usage and cost (`usage`), read from its events.
     #[serde(default)]
@@ -496,18 +499,65 @@ pub(crate) async fn resume(
 }
 
 /// A message for a run: to a loop's inbox, or a wake-up of an `every` channel.
-#[derive(Debug, Deserialize, JsonSchema)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RunMessage {
     /// The inbox a loop reads (with `message`).
     #[serde(default)]
     pub inbox: Option<String>,
     /// The message.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "present")]
     pub message: Option<Value>,
     /// A wake channel to wake instead.
     #[serde(default)]
     pub wake: Option<String>,
+}
+
+/// A message's two shapes, for the document: either an inbox and its message, or a
+/// channel to wake (the handler says which was meant when a body has parts of both).
+#[derive(JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // Only its schema is used.
+enum RunMessageShape {
+    /// A message to a loop's inbox.
+    Inbox(InboxMessage),
+    /// A wake-up of an `every` channel.
+    Wake(WakeChannel),
+}
+
+/// A message to a loop's inbox.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Only its schema is used.
+struct InboxMessage {
+    /// The inbox a loop reads.
+    inbox: String,
+    /// The message (any JSON, `null` too).
+    message: Value,
+}
+
+/// A wake-up of an `every` channel.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // Only its schema is used.
+struct WakeChannel {
+    /// The channel.
+    wake: String,
+}
+
+/// A field that is there, `null` included (`None`: absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
+}
+
+impl JsonSchema for RunMessage {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RunMessage".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        RunMessageShape::json_schema(generator)
+    }
 }
 
 /// What was stored.

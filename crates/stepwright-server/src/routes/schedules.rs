@@ -28,6 +28,7 @@ pub(crate) struct CreateSchedules {
     #[schemars(length(min = 1))]
     pub workflow: String,
     /// Its version (default: the newest).
+    #[serde(default, deserialize_with = "super::whole::optional")]
     #[schemars(range(min = 1))]
     pub version: Option<u32>,
     /// Only these schedules of the file (default: all).
@@ -92,10 +93,13 @@ pub(crate) struct TickView {
 #[serde(deny_unknown_fields)]
 pub(crate) struct BackfillRequest {
     /// After this time (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub from: String,
     /// Up to this time, inclusive (RFC 3339); not after the schedule's last decided tick.
+    #[schemars(extend("format" = "date-time"))]
     pub to: String,
     /// At most this many runs a second (default 10).
+    #[serde(default, deserialize_with = "super::whole::optional")]
     #[schemars(range(min = 1, max = 100))]
     pub rate: Option<u32>,
 }
@@ -199,11 +203,14 @@ pub(crate) async fn load_to_keep(
         Section::Schedules => (loaded.schedules.iter().map(|s| s.name.as_str()).collect(), "schedule"),
         Section::Triggers => (loaded.triggers.iter().map(|t| t.name.as_str()).collect(), "trigger"),
     };
+    // A well-formed request that the registered workflow does not fit: a conflict with
+    // what is registered, not a malformed request.
+    let conflict = |detail: String| ApiError::new(axum::http::StatusCode::CONFLICT, "not_declared", detail);
     if declared.is_empty() {
-        return Err(ApiError::bad_request(format!("workflow {name:?} declares no `{kind}s:`")));
+        return Err(conflict(format!("workflow {name:?} declares no `{kind}s:`")));
     }
     if let Some(unknown) = only.iter().find(|wanted| !declared.contains(&wanted.as_str())) {
-        return Err(ApiError::bad_request(format!(
+        return Err(conflict(format!(
             "only: workflow {name:?} declares no {kind} {unknown:?} (it has: {})",
             declared.join(", ")
         )));

@@ -106,7 +106,9 @@ pub(crate) async fn sign_out(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     if !who.by_cookie {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "no_session",
             "no session to sign out of: this request carries an API key, not the session cookie",
         ));
     }

@@ -27,7 +27,7 @@ use crate::state::Shared;
 #[serde(deny_unknown_fields)]
 pub(crate) struct SendEvent {
     /// Its name (`ticket.created`).
-    #[schemars(length(min = 1, max = 255))]
+    #[schemars(length(min = 1, max = 255), regex(pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"))]
     pub name: String,
     /// What it carries (default null).
     #[serde(default)]
@@ -94,7 +94,7 @@ pub(crate) struct FireView {
 pub(crate) struct ListEvents {
     /// Only events with this name.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 255))]
+    #[schemars(length(min = 1, max = 255), regex(pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"))]
     pub name: Option<String>,
     /// At most this many (1 to 500, default 50).
     #[serde(default)]
@@ -114,6 +114,7 @@ pub(crate) struct CreateTriggers {
     #[schemars(length(min = 1))]
     pub workflow: String,
     /// Its version (default: the newest).
+    #[serde(default, deserialize_with = "super::whole::optional")]
     #[schemars(range(min = 1))]
     pub version: Option<u32>,
     /// Only these triggers of the file (default: all).
@@ -229,6 +230,14 @@ pub(crate) async fn list(
         Some(limit @ 1..=500) => limit,
         Some(limit) => return Err(ApiError::bad_request(format!("limit must be 1 to 500, not {limit}"))),
     };
+    if let Some(name) = query.name.as_deref().filter(|name| !stepwright_core::store::event::is_event_name(name)) {
+        return Err(ApiError::bad_request(format!(
+            "name {name:?} is not an event's name (1 to 255 printable characters)"
+        )));
+    }
+    if query.before == Some(0) {
+        return Err(ApiError::bad_request("before must be 1 or more: no event comes before the first"));
+    }
     let query = EventQuery { name: query.name, before: query.before, limit, ..EventQuery::default() };
     let events = shared.store.event_log(Some(who.namespace()), query).await?;
     Ok(Json(events.iter().map(event_view).collect()))

@@ -80,3 +80,39 @@ fn references(value: &Value) -> Vec<String> {
         _ => Vec::new(),
     }
 }
+
+/// Where schemathesis found the document and the server apart, they agree now: a whole
+/// number written with a fraction is an integer (`1.0`), another fraction or a number out of
+/// the type's range is refused naming it; an event name is counted in characters, as the
+/// document counts; an empty or malformed filter is refused as the document says.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_server_reads_numbers_and_names_as_the_document_says() {
+    let server = crate::TestServer::start().await;
+    let key = server.key("acme", "ann", &["admin", "operator", "viewer"]).await;
+    server.register(&key, crate::THREE_SETS).await;
+    let start = |version: serde_json::Value| {
+        server.post(
+            &key,
+            "/v1/runs",
+            serde_json::json!({ "workflow": "three", "version": version, "input": 1, "wait_seconds": 5 }),
+        )
+    };
+    assert_eq!(start(serde_json::json!(1.0)).await.0, 201, "1.0 is the integer 1");
+    let (status, body) = start(serde_json::json!(1.5)).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("version: invalid type: 1.5 is not a whole number"), "{body}");
+    let (status, body) = start(serde_json::json!(8_679_580_776_152_u64)).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("out of range for u32"), "{body}");
+    // 255 characters of three bytes each: a name the document allows.
+    let name = "é".repeat(255);
+    let (status, body) = server.post(&key, "/v1/events", serde_json::json!({ "name": name, "payload": {} })).await;
+    assert_eq!(status, 201, "{body}");
+    let (status, _) = server.post(&key, "/v1/events", serde_json::json!({ "name": "é".repeat(256) })).await;
+    assert_eq!(status, 400);
+    for query in ["name=", "before=0", "name=%C2%84"] {
+        assert_eq!(server.get(&key, &format!("/v1/events?{query}")).await.0, 400, "{query}");
+    }
+    assert_eq!(server.get(&key, "/v1/events/not-a-number").await.0, 400);
+    assert_eq!(server.get(&key, "/v1/runs?cursor=").await.0, 400);
+}
