@@ -37,6 +37,36 @@ fn key(dir: &Path, db: &str) -> String {
     crate::support::api_key(dir, db, "ann", &["admin", "operator"])
 }
 
+/// A server's API as one key calls it.
+struct Api {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+}
+
+impl Api {
+    fn new(base: &str, key: &str) -> Self {
+        Self { http: reqwest::Client::new(), base: base.to_owned(), key: key.to_owned() }
+    }
+
+    /// Registers a workflow file's source.
+    async fn register(&self, source: &str) {
+        let registered = self.http.post(format!("{}/v1/workflows", self.base)).bearer_auth(&self.key);
+        let registered = registered.json(&json!({ "source": source })).send().await.unwrap();
+        assert_eq!(registered.status(), 201, "{}", registered.text().await.unwrap());
+    }
+
+    /// Starts a run (`POST /v1/runs` with `body`): its id, once answered 201 or 202.
+    async fn start(&self, body: Value) -> String {
+        let response = self.http.post(format!("{}/v1/runs", self.base)).bearer_auth(&self.key).json(&body);
+        let response = response.send().await.unwrap();
+        let status = response.status().as_u16();
+        let run: Value = response.json().await.unwrap();
+        assert!(matches!(status, 201 | 202), "{status}: {run}");
+        run["run_id"].as_str().unwrap().to_owned()
+    }
+}
+
 /// 2,000 starts over HTTP (half waiting for the run, half not) and four runs whose tool runs
 /// 35 s — past the 30 s lease the keeper renews: every tool runs once, and no activation
 /// loses its lease (the server's log has no `lease_lost`).
@@ -61,30 +91,15 @@ fn activated_once(dir: &Path, db: &Db) {
     let log = Arc::new(Mutex::new(Vec::new()));
     let server = serve_logged(dir, &db.url, &[], log.clone());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let http = reqwest::Client::new();
-    let base = server.base.clone();
+    let api = Api::new(&server.base, &key);
     let runs: Vec<String> = runtime.block_on(async {
-        let registered = http
-            .post(format!("{base}/v1/workflows"))
-            .bearer_auth(&key)
-            .json(&json!({ "source": COUNTED }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(registered.status(), 201, "{}", registered.text().await.unwrap());
+        api.register(COUNTED).await;
         let start = |n: usize, sleep: u32, wait: Option<u32>| {
-            let (http, key, base) = (http.clone(), key.clone(), base.clone());
-            async move {
-                let mut body = json!({ "workflow": "counted", "input": { "n": n, "sleep": sleep } });
-                if let Some(wait) = wait {
-                    body["wait_seconds"] = json!(wait);
-                }
-                let response = http.post(format!("{base}/v1/runs")).bearer_auth(&key).json(&body).send().await.unwrap();
-                let status = response.status().as_u16();
-                let run: Value = response.json().await.unwrap();
-                assert!(matches!(status, 201 | 202), "{status}: {run}");
-                run["run_id"].as_str().unwrap().to_owned()
+            let mut body = json!({ "workflow": "counted", "input": { "n": n, "sleep": sleep } });
+            if let Some(wait) = wait {
+                body["wait_seconds"] = json!(wait);
             }
+            api.start(body)
         };
         let mut runs = Vec::new();
         for n in 0..SLOW {
@@ -110,9 +125,10 @@ fn activated_once(dir: &Path, db: &Db) {
         left = runtime.block_on(async {
             let mut still = Vec::new();
             for run in &left {
-                let shown: Value = http
-                    .get(format!("{base}/v1/runs/{run}"))
-                    .bearer_auth(&key)
+                let shown: Value = api
+                    .http
+                    .get(format!("{}/v1/runs/{run}", api.base))
+                    .bearer_auth(&api.key)
                     .send()
                     .await
                     .unwrap()
@@ -263,23 +279,10 @@ fn a_stopped_server_stops_its_tools_and_hands_its_runs_back() {
     let mut server = serve_logged(dir.path(), &db, &[], Arc::new(Mutex::new(Vec::new())));
     let pids = dir.path().join("served.pids");
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let http = reqwest::Client::new();
+    let api = Api::new(&server.base, &key);
     let run = runtime.block_on(async {
-        let source = std::fs::read_to_string(dir.path().join("forks.yaml")).unwrap();
-        let registered =
-            http.post(format!("{}/v1/workflows", server.base)).bearer_auth(&key).json(&json!({ "source": source }));
-        assert_eq!(registered.send().await.unwrap().status(), 201);
-        let started: Value = http
-            .post(format!("{}/v1/runs", server.base))
-            .bearer_auth(&key)
-            .json(&json!({ "workflow": "forks", "input": { "pids": pids } }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        started["run_id"].as_str().unwrap().to_owned()
+        api.register(&std::fs::read_to_string(dir.path().join("forks.yaml")).unwrap()).await;
+        api.start(json!({ "workflow": "forks", "input": { "pids": pids } })).await
     });
     let forked = forked(&pids);
     let _ = std::process::Command::new("kill").args(["-TERM", &server.child.id().to_string()]).status();
@@ -376,22 +379,10 @@ steps:
     let log = Arc::new(Mutex::new(Vec::new()));
     let server = serve_logged(dir.path(), &through_proxy, &[], log.clone());
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let http = reqwest::Client::new();
+    let api = Api::new(&server.base, &key);
     let run = runtime.block_on(async {
-        let registered =
-            http.post(format!("{}/v1/workflows", server.base)).bearer_auth(&key).json(&json!({ "source": workflow }));
-        assert_eq!(registered.send().await.unwrap().status(), 201);
-        let started: Value = http
-            .post(format!("{}/v1/runs", server.base))
-            .bearer_auth(&key)
-            .json(&json!({ "workflow": "outage", "input": null }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        started["run_id"].as_str().unwrap().to_owned()
+        api.register(workflow).await;
+        api.start(json!({ "workflow": "outage", "input": null })).await
     });
     // Mid-read: the database goes away for 8 s, through the read's end and the write's start.
     std::thread::sleep(Duration::from_millis(1_500));

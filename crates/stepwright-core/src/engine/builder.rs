@@ -104,7 +104,8 @@ impl EngineBuilder {
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: Mutex::new(HashMap::new()),
                 cancels: Mutex::new(HashMap::new()),
-                abandoned: Mutex::new(std::collections::HashSet::new()),
+                held: Mutex::new(std::collections::HashSet::new()),
+                claiming: tokio::sync::Mutex::new(()),
                 watching: AtomicBool::new(false),
             }),
         }

@@ -196,7 +196,6 @@ impl Engine {
         let token = lease.token;
         let live = LiveRun { cancel: cancel.clone(), lease, lost: lost.clone() };
         inner.live.lock().expect("poisoned").insert(run_id, live);
-        inner.abandoned.lock().expect("poisoned").remove(&run_id);
         let _live = LiveGuard { engine: inner, run: run_id, token };
         ensure_keeper(&self.inner);
         let fresh = loaded.entries.is_empty() && loaded.record.status == RunStatus::Running;

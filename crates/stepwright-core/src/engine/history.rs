@@ -248,7 +248,8 @@ impl Engine {
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: std::sync::Mutex::new(HashMap::new()),
                 cancels: std::sync::Mutex::new(HashMap::new()),
-                abandoned: std::sync::Mutex::new(std::collections::HashSet::new()),
+                held: std::sync::Mutex::new(std::collections::HashSet::new()),
+                claiming: tokio::sync::Mutex::new(()),
                 watching: std::sync::atomic::AtomicBool::new(false),
             }),
         };

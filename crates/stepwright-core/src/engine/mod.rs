@@ -119,32 +119,36 @@ struct EngineInner {
     live: Mutex<HashMap<RunId, keeper::LiveRun>>,
     /// Cancel requests seen for live runs: who asked and why, for the run's final error.
     cancels: Mutex<HashMap<RunId, CancelRequest>>,
-    /// Runs whose activation here stopped with an error while it may still hold their lease
-    /// (a store that failed, a definition that could not be resolved): the only runs this
-    /// engine may take over from its own name. A lease in this engine's name on any other run
-    /// belongs to an activation that is starting or executing here, and a second one would
-    /// race it.
-    abandoned: Mutex<std::collections::HashSet<RunId>>,
+    /// The runs an activation of this engine holds the lease of, from the claim (or the
+    /// leased create) until the activation ends. A lease in this engine's name on a run
+    /// *not* here belongs to an activation that is over — one here that stopped with an
+    /// error, or another process that ran under the same name — and may be taken over; one
+    /// on a run here belongs to an activation starting or executing, and a second would race
+    /// it.
+    held: Mutex<std::collections::HashSet<RunId>>,
+    /// Claims that may find this engine's own name are made one at a time: the runner's claim
+    /// of due runs and the marking of what it claimed happen together, so a resume never
+    /// sees a run the runner has just claimed as not held.
+    claiming: tokio::sync::Mutex<()>,
     /// Whether the keeper runs (one task per engine while it has live runs).
     watching: AtomicBool,
 }
 
 impl EngineInner {
-    /// Remembers a run whose activation here stopped with an error that may have left its
-    /// lease held in this engine's name, so that a resume here may take it over at once.
-    fn note_ended(&self, run: RunId, result: &Result<RunReport, EngineError>) {
-        let held = match result {
-            Ok(_) | Err(EngineError::LeaseLost { .. } | EngineError::NotResumable { .. }) => false,
-            Err(_) => true,
-        };
-        if held && !self.live.lock().expect("poisoned").contains_key(&run) {
-            self.abandoned.lock().expect("poisoned").insert(run);
-        }
+    /// An activation of `run` here holds its lease now.
+    fn hold(&self, run: RunId) {
+        self.held.lock().expect("poisoned").insert(run);
     }
 
-    /// Whether `run`'s activation here was abandoned (and forgets it: one take-over).
-    fn take_abandoned(&self, run: RunId) -> bool {
-        !self.live.lock().expect("poisoned").contains_key(&run) && self.abandoned.lock().expect("poisoned").remove(&run)
+    /// The activation of `run` here ended (however: a lease it may still hold in the store
+    /// is then a resume's to take over).
+    fn release(&self, run: RunId) {
+        self.held.lock().expect("poisoned").remove(&run);
+    }
+
+    /// Whether an activation of `run` here holds its lease.
+    fn holds(&self, run: RunId) -> bool {
+        self.held.lock().expect("poisoned").contains(&run)
     }
 }
 
@@ -205,10 +209,14 @@ impl Engine {
         let traceparent = options.traceparent.clone();
         let (record, lease) = self.create_inner(workflow, input, options, true).await?;
         let (record, lease) = match lease {
-            Some(lease) => (record, lease),
+            Some(lease) => {
+                self.inner.hold(record.id);
+                (record, lease)
+            }
             // In a concurrency group: it waits its turn, then executes here.
             None => {
                 let lease = self.claim_in_turn(record.id).await?;
+                self.inner.hold(record.id);
                 // The claim started it: what the store now has, without reading it back.
                 let record = RunRecord { status: RunStatus::Running, lease: Some(lease.clone()), ..record };
                 (record, lease)
@@ -217,7 +225,7 @@ impl Engine {
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
         let run = loaded.record.id;
         let result = self.execute(workflow, loaded, lease, TraceStart::Fresh(traceparent)).await;
-        self.inner.note_ended(run, &result);
+        self.inner.release(run);
         result
     }
 
@@ -363,31 +371,32 @@ impl Engine {
         }
         let lease = self.claim_for_resume(run).await?;
         let result = self.resume_leased_with(workflow, lease, options).await;
-        self.inner.note_ended(run, &result);
+        self.inner.release(run);
         result
     }
 
     /// Claims a run to resume it. A live lease refuses the claim (`Leased`: who and until
     /// when), except a lease whose holder is known to be gone: this engine's own name on a
-    /// run whose activation here stopped with an error (and none executes it now), or a
-    /// process on this host that no longer exists (see [`owner::is_dead_local_process`]).
-    /// A lease in this engine's name on any other run is refused like another worker's: an
-    /// activation here claimed it (the runner, a start) and is about to execute it.
+    /// run no activation here holds (one that stopped with an error, or a process before
+    /// this one under the same name), or a process on this host that no longer exists (see
+    /// [`owner::is_dead_local_process`]). A lease in this engine's name on a run an
+    /// activation here holds is refused like another worker's: the runner or a start
+    /// claimed it and executes it, or is about to.
     async fn claim_for_resume(&self, run: RunId) -> Result<Lease, EngineError> {
         let inner = &self.inner;
+        let _one_at_a_time = inner.claiming.lock().await;
         let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
-        match inner.store.claim(run, &inner.worker_id, now, lease_for).await {
+        let lease = match inner.store.claim(run, &inner.worker_id, now, lease_for).await {
             Err(StoreError::Leased { owner, .. })
-                if (owner == inner.worker_id && inner.take_abandoned(run)) || owner::is_dead_local_process(&owner) =>
+                if (owner == inner.worker_id && !inner.holds(run)) || owner::is_dead_local_process(&owner) =>
             {
-                inner
-                    .store
-                    .take_over(run, &owner, &inner.worker_id, now, lease_for)
-                    .await
-                    .map_err(EngineError::store(run))
+                inner.store.take_over(run, &owner, &inner.worker_id, now, lease_for).await
             }
-            other => other.map_err(EngineError::store(run)),
+            other => other,
         }
+        .map_err(EngineError::store(run))?;
+        inner.hold(run);
+        Ok(lease)
     }
 
     /// Executes a run this engine has claimed (see [`Runner`]).

@@ -56,7 +56,7 @@ fn is_outage(error: &EngineError) -> bool {
 /// Continues a run whose execution stopped because the store failed, here, as soon as the
 /// store answers again — while this worker's lease lasts (no other worker can have it), so
 /// the run waits out the outage instead of its lease. Each try resumes from the journal
-/// (the abandoned activation's lease is this engine's to take over).
+/// (the stopped activation's lease, in this engine's name, is its to take over).
 async fn continue_after_outage(
     engine: &Engine,
     workflow: &Workflow,
@@ -213,6 +213,8 @@ impl Runner {
             return Ok((Vec::new(), 0));
         }
         let inner = &self.engine.inner;
+        // A run claimed here is marked held before any resume here can look (see `claiming`).
+        let _one_at_a_time = inner.claiming.lock().await;
         let store_failed = |source| EngineError::Store { run: RunId::from_bytes([0; 16]), source };
         let (mut leases, looked) = match self.orphans(limit).await.map_err(store_failed)? {
             Some(orphans) => (orphans, 2),
@@ -230,6 +232,9 @@ impl Runner {
             .await
             .map_err(store_failed)?;
         leases.extend(due);
+        for lease in &leases {
+            inner.hold(lease.run);
+        }
         Ok((leases, looked))
     }
 
@@ -313,7 +318,7 @@ impl Runner {
                 engine.execute(&workflow, loaded, lease, super::TraceStart::Continue).await
             }
             .await;
-            engine.inner.note_ended(run, &result);
+            engine.inner.release(run);
             let result = match (result, resolved) {
                 (Err(error), Some(workflow)) if is_outage(&error) => {
                     continue_after_outage(&engine, &workflow, run, error).await
