@@ -238,12 +238,15 @@ impl Shared {
         Ok(workflow)
     }
 
-    /// Continues a run in a task of its own on this server's engine (a client that leaves
-    /// does not stop it). A worker may claim the run first; then this resume is refused and
-    /// nothing is lost.
-    pub(crate) fn continue_in_background(&self, workflow: Workflow, run: stepwright_core::RunId) {
+    /// Claims a run to continue it here, then executes it in a task of its own: once this
+    /// returns, the run is `running` (a client that reads it next sees that, not the
+    /// suspension it left). A run another live process holds (one waiting on the decision
+    /// in process) is left to it.
+    pub(crate) async fn continue_in_background(&self, workflow: Workflow, run: stepwright_core::RunId) {
         let engine = self.engine.clone();
-        tokio::spawn(async move { engine.resume(&workflow, run).await });
+        if let Ok(lease) = engine.claim_to_resume(run).await {
+            tokio::spawn(async move { engine.resume_leased(&workflow, lease).await });
+        }
     }
 
     /// The definition a run is pinned to: compiled before in this process, or rebuilt from

@@ -399,9 +399,19 @@ impl Engine {
         Ok(lease)
     }
 
-    /// Executes a run this engine has claimed (see [`Runner`]).
+    /// Executes a run this engine has claimed (see [`Runner`], [`Engine::claim_to_resume`]).
     pub async fn resume_leased(&self, workflow: &Workflow, lease: Lease) -> Result<RunReport, EngineError> {
-        self.resume_leased_with(workflow, lease, ResumeOptions::default()).await
+        let run = lease.run;
+        let result = self.resume_leased_with(workflow, lease, ResumeOptions::default()).await;
+        self.inner.release(run);
+        result
+    }
+
+    /// Claims a run to resume it, as [`Engine::resume`] does, without executing it yet: for a
+    /// host that answers once the run is claimed (its status `running`) and executes it in
+    /// a task of its own with [`Engine::resume_leased`].
+    pub async fn claim_to_resume(&self, run: RunId) -> Result<Lease, EngineError> {
+        self.claim_for_resume(run).await
     }
 
     async fn resume_leased_with(

@@ -213,13 +213,13 @@ impl Runner {
             return Ok((Vec::new(), 0));
         }
         let inner = &self.engine.inner;
-        // A run claimed here is marked held before any resume here can look (see `claiming`).
-        let _one_at_a_time = inner.claiming.lock().await;
         let store_failed = |source| EngineError::Store { run: RunId::from_bytes([0; 16]), source };
         let (mut leases, looked) = match self.orphans(limit).await.map_err(store_failed)? {
             Some(orphans) => (orphans, 2),
             None => (Vec::new(), 1),
         };
+        // A run claimed here is marked held before any resume here can look (see `claiming`).
+        let one_at_a_time = inner.claiming.lock().await;
         let due = inner
             .store
             .claim_due(
@@ -235,6 +235,7 @@ impl Runner {
         for lease in &leases {
             inner.hold(lease.run);
         }
+        drop(one_at_a_time);
         Ok((leases, looked))
     }
 

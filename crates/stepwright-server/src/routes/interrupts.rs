@@ -204,7 +204,7 @@ pub(crate) async fn take_decision(
     // process that waits on the interrupt continues it instead (this resume is then
     // refused), and a worker takes it over if this process dies first.
     let workflow = shared.definition_of(record).await?;
-    shared.continue_in_background(workflow, run);
+    shared.continue_in_background(workflow, run).await;
     let status = shared.store.load_from(run, u64::MAX).await?.record.status;
     Ok(DecisionTaken {
         run_id: run.to_string(),

@@ -28,7 +28,7 @@ async fn schedules_are_kept_run_shown_paused_triggered_and_deleted_through_the_a
     assert_eq!(status, 404, "{body}");
     let (status, body) =
         server.post(&admin, "/v1/schedules", json!({ "workflow": "ticking", "only": ["hourly"] })).await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 409, "{body}");
     assert!(body["detail"].as_str().unwrap().contains("each-second, nightly"), "{body}");
     let (status, kept) = server.post(&admin, "/v1/schedules", json!({ "workflow": "ticking" })).await;
     assert_eq!(status, 201, "{kept}");

@@ -76,7 +76,7 @@ async fn a_browser_signs_in_with_a_key_and_its_cookie_is_a_session() {
 
     // Signing out needs the session (a key in a header has none), ends it and clears the cookie.
     let with_key = server.http.delete(url("/v1/session")).bearer_auth(&key).send().await.unwrap();
-    assert_eq!(answer(with_key).await.0, 400);
+    assert_eq!(answer(with_key).await.0, 409);
     let out = server
         .http
         .delete(url("/v1/session"))

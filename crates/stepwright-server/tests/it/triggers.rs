@@ -56,7 +56,7 @@ async fn events_start_triggers_once_and_say_what_they_started_through_the_api() 
     let (status, body) = server.post(&viewer, "/v1/triggers", json!({ "workflow": "tickets" })).await;
     assert_eq!((status, body["code"].as_str()), (403, Some("access_denied")));
     let (status, body) = server.post(&admin, "/v1/triggers", json!({ "workflow": "tickets", "only": ["x"] })).await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 409, "{body}");
     assert!(body["detail"].as_str().unwrap().contains("each, grouped"), "{body}");
     let (status, kept) = server.post(&admin, "/v1/triggers", json!({ "workflow": "tickets" })).await;
     assert_eq!(status, 201, "{kept}");
