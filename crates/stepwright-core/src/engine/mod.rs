@@ -152,6 +152,25 @@ impl EngineInner {
     }
 }
 
+/// Releases a held run when its activation ends — returned, failed, or its future dropped
+/// (a task aborted at shutdown).
+pub(super) struct Releases {
+    engine: Engine,
+    run: RunId,
+}
+
+impl Releases {
+    pub(super) fn new(engine: &Engine, run: RunId) -> Self {
+        Self { engine: engine.clone(), run }
+    }
+}
+
+impl Drop for Releases {
+    fn drop(&mut self) {
+        self.engine.inner.release(self.run);
+    }
+}
+
 impl Default for Engine {
     fn default() -> Self {
         Self::builder().build()
@@ -222,11 +241,9 @@ impl Engine {
                 (record, lease)
             }
         };
+        let _releases = Releases::new(self, record.id);
         let loaded = LoadedRun { record, entries: Vec::new(), blobs: HashMap::new() };
-        let run = loaded.record.id;
-        let result = self.execute(workflow, loaded, lease, TraceStart::Fresh(traceparent)).await;
-        self.inner.release(run);
-        result
+        self.execute(workflow, loaded, lease, TraceStart::Fresh(traceparent)).await
     }
 
     /// Claims a pending run of a concurrency group as soon as its group has room (looking
@@ -370,9 +387,8 @@ impl Engine {
             return Err(EngineError::NotResumable { run, status: loaded.record.status });
         }
         let lease = self.claim_for_resume(run).await?;
-        let result = self.resume_leased_with(workflow, lease, options).await;
-        self.inner.release(run);
-        result
+        let _releases = Releases::new(self, run);
+        self.resume_leased_with(workflow, lease, options).await
     }
 
     /// Claims a run to resume it. A live lease refuses the claim (`Leased`: who and until
@@ -401,10 +417,8 @@ impl Engine {
 
     /// Executes a run this engine has claimed (see [`Runner`], [`Engine::claim_to_resume`]).
     pub async fn resume_leased(&self, workflow: &Workflow, lease: Lease) -> Result<RunReport, EngineError> {
-        let run = lease.run;
-        let result = self.resume_leased_with(workflow, lease, ResumeOptions::default()).await;
-        self.inner.release(run);
-        result
+        let _releases = Releases::new(self, lease.run);
+        self.resume_leased_with(workflow, lease, ResumeOptions::default()).await
     }
 
     /// Claims a run to resume it, as [`Engine::resume`] does, without executing it yet: for a

@@ -286,6 +286,7 @@ impl Runner {
         in_flight.lock().expect("poisoned").insert(lease.run, lease.token);
         set.spawn(async move {
             let run = lease.run;
+            let releases = super::Releases::new(&engine, run);
             let mut resolved: Option<Workflow> = None;
             let result = async {
                 let loaded = engine.inner.store.load(run).await.map_err(EngineError::store(run))?;
@@ -319,7 +320,8 @@ impl Runner {
                 engine.execute(&workflow, loaded, lease, super::TraceStart::Continue).await
             }
             .await;
-            engine.inner.release(run);
+            // Released before a continuation after an outage claims it again.
+            drop(releases);
             let result = match (result, resolved) {
                 (Err(error), Some(workflow)) if is_outage(&error) => {
                     continue_after_outage(&engine, &workflow, run, error).await
