@@ -173,6 +173,41 @@ async fn what_a_finished_command_leaves_in_its_group_is_stopped() {
     assert!(left.is_empty(), "the background job {pid} outlived its step");
 }
 
+/// Another worker takes the run over (as one does once this worker's lease lapsed unseen):
+/// the keeper's renewal finds the lease lost, the run stops, and the tool's whole tree with
+/// it — as on a cancel.
+#[tokio::test]
+async fn a_lost_lease_stops_the_tools_whole_process_tree() {
+    use stepwright_core::{Clock, EngineConfig, EngineError, RunId, StartOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let tool = CommandTool::new(read_only("forker"), argv(&["sh", "-c", FORKER, "sh", pids.to_str().unwrap()]))
+        .kill_grace(Duration::from_millis(300));
+    let tools = Tools::new().with(Arc::new(tool)).unwrap();
+    let node = ToolStep::node("call", &tools, "forker").unwrap();
+    let workflow = Workflow::builder("tools").step(node).build().unwrap();
+    let store = Arc::new(InMemoryStore::new());
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .service(Arc::new(tools))
+        .worker_id("w")
+        .config(EngineConfig { lease_for: Duration::from_millis(600), ..EngineConfig::default() })
+        .build();
+    let run: RunId = "01890000-0000-7000-8000-00000000105e".parse().unwrap();
+    let started = {
+        let (engine, workflow) = (engine.clone(), workflow.clone());
+        let options = StartOptions { run_id: Some(run), ..StartOptions::default() };
+        tokio::spawn(async move { engine.start_with(&workflow, json!({}), options).await })
+    };
+    let pids = forked(&pids).await;
+    let now = stepwright_core::TokioClock::new().now();
+    store.take_over(run, "w", "another-worker", now, Duration::from_secs(30)).await.unwrap();
+    let stopped = started.await.unwrap();
+    assert!(matches!(stopped, Err(EngineError::LeaseLost { .. })), "{stopped:?}");
+    let left = gone(&pids, Duration::from_secs(20)).await;
+    assert!(left.is_empty(), "still running after the lease was lost: {left:?} of {pids:?}");
+}
+
 #[tokio::test]
 async fn a_fenced_command_gets_its_idempotency_key() {
     let def = ToolDef::new("charge", "Charge").effect(Effect::Write);
