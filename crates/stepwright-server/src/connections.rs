@@ -78,7 +78,8 @@ pub(crate) async fn serve(
     let open = Arc::new(OpenPerAddress::default());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
-    let mut refused_logged = tokio::time::Instant::now() - Duration::from_secs(60);
+    // When a refusal was last logged (at most one line per 10 s).
+    let mut refused_logged: Option<tokio::time::Instant> = None;
     tokio::pin!(stop);
     loop {
         let (stream, peer) = tokio::select! {
@@ -95,8 +96,8 @@ pub(crate) async fn serve(
             () = &mut stop => break,
         };
         let Some(counted) = open.admit(peer.ip(), limits.per_ip) else {
-            if refused_logged.elapsed() >= Duration::from_secs(10) {
-                refused_logged = tokio::time::Instant::now();
+            if refused_logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
+                refused_logged = Some(tokio::time::Instant::now());
                 tracing::warn!(client = %peer.ip(), cap = limits.per_ip, "a client holds the most connections allowed; closing new ones");
             }
             drop(stream);
