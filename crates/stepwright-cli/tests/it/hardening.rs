@@ -458,8 +458,8 @@ fn a_worker_that_stops_or_dies_is_succeeded_at_once_on_the_same_host() {
             std::thread::sleep(Duration::from_millis(500));
             let stopped_at = Instant::now();
             let _ = std::process::Command::new("kill").args([&format!("-{signal}"), &pid.to_string()]).status();
-            gone.wait().unwrap();
-            // The other worker takes the run: its owner changes to the survivor.
+            // The other worker takes the run: its owner changes to the survivor (timed from the
+            // signal, not from the stopped process's exit, which may come later).
             let taken_after = loop {
                 let shown: Value =
                     serde_json::from_slice(&stepwright(dir.path(), &db.args(&["runs", "show", &run, "--json"])).stdout)
@@ -473,6 +473,7 @@ fn a_worker_that_stops_or_dies_is_succeeded_at_once_on_the_same_host() {
             };
             // The lease is 30 s: a take-over in a few seconds is the hand-back (TERM) or the
             // dead owner seen (KILL).
+            gone.wait().unwrap();
             assert!(taken_after < Duration::from_secs(5), "{} {signal}: taken over after {taken_after:?}", db.name);
             eprintln!("{} {signal}: the other worker took the run {taken_after:?} after", db.name);
             let deadline = Instant::now() + Duration::from_secs(60);

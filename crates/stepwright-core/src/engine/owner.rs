@@ -43,13 +43,34 @@ pub fn is_dead_local_process(owner: &str) -> bool {
         return false;
     }
     let proc = std::path::Path::new("/proc");
-    proc.join("self").exists() && !proc.join(pid.to_string()).exists()
+    if !proc.join("self").exists() {
+        return false;
+    }
+    // Gone, or a zombie its parent has not reaped yet (it runs nothing; its pid is not reused
+    // until it is reaped, so the zombie at that pid is the worker that died).
+    match std::fs::read_to_string(proc.join(pid.to_string()).join("stat")) {
+        Err(_) => true,
+        Ok(stat) => {
+            stat.rsplit(')').next().is_some_and(|rest| matches!(rest.trim_start().chars().next(), Some('Z' | 'X')))
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::SeededEntropy;
+
+    #[test]
+    fn a_zombie_is_dead() {
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        // Exited and not reaped: a zombie until `wait`.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let name = format!("worker@{}:{}:00000000", host_name(), child.id());
+        assert!(is_dead_local_process(&name), "an unreaped exited process holds no run");
+        child.wait().expect("wait");
+        assert!(is_dead_local_process(&name));
+    }
 
     #[test]
     fn names_carry_host_and_process() {
