@@ -244,8 +244,11 @@ impl Shared {
     /// in process) is left to it.
     pub(crate) async fn continue_in_background(&self, workflow: Workflow, run: stepwright_core::RunId) {
         let engine = self.engine.clone();
-        if let Ok(lease) = engine.claim_to_resume(run).await {
-            tokio::spawn(async move { engine.resume_leased(&workflow, lease).await });
+        match engine.claim_to_resume(run).await {
+            Ok(lease) => {
+                tokio::spawn(async move { engine.resume_leased(&workflow, lease).await });
+            }
+            Err(error) => tracing::warn!(run = %run, error = %error, "a decided run was not continued here"),
         }
     }
 

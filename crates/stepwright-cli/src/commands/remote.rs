@@ -284,12 +284,22 @@ async fn decide(remote: &Remote, run: &str, interrupt: Option<&str>, body: Value
     let shown = as_report(&remote.get(&format!("/v1/runs/{run}")).await?)?;
     let interrupt = stepwright::app::only_interrupt(&shown, interrupt)?.to_string();
     remote.post(&format!("/v1/interrupts/{run}.{interrupt}/decision"), body).await?;
-    // The server continues the run; wait for it to finish or stop again.
+    // The server continues the run (or its runner claims it); wait for it to finish or stop
+    // again. A run still suspended with no other interrupt open may not have been picked up
+    // yet: looked at again for up to 2 s (past that it waits on something else: a timer).
+    let decided_at = tokio::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let mut after = remote.get(&format!("/v1/runs/{run}")).await?;
-    while after["status"] == "suspended"
-        && after["pending"].as_array().is_some_and(|p| p.iter().any(|i| i["id"] == interrupt.as_str()))
-    {
+    loop {
+        let pending: Vec<&str> = after["pending"]
+            .as_array()
+            .map(|p| p.iter().filter_map(|i| i["id"].as_str()).collect())
+            .unwrap_or_default();
+        let ours_open = pending.contains(&interrupt.as_str());
+        let not_yet_continued = pending.is_empty() && decided_at.elapsed() < Duration::from_secs(2);
+        if after["status"] != "suspended" || !(ours_open || not_yet_continued) {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
         after = remote.get(&format!("/v1/runs/{run}")).await?;
     }
