@@ -46,6 +46,20 @@ impl Bindings {
     pub fn load_options(&self) -> stepwright_flow::LoadOptions {
         stepwright_flow::LoadOptions { allowed_dirs: self.allow_dirs.clone(), ..Default::default() }
     }
+
+    /// A workflow's source (named `name`) loaded the way every process loads it again: the
+    /// files it calls from `files`, never from a disk, so a server, a worker and a later
+    /// command compile the same definition.
+    pub fn load_source(
+        &self,
+        source: &str,
+        name: &str,
+        files: &std::collections::BTreeMap<String, String>,
+    ) -> Result<stepwright_flow::Loaded, AppError> {
+        let mut options = self.load_options();
+        options.files = Some(Arc::new(files.clone()));
+        stepwright_flow::load_source_with(source, name, &options).map_err(AppError::Load)
+    }
 }
 
 /// Whether preparing a workflow starts the MCP servers its file declares.

@@ -1,7 +1,7 @@
 //! "Decide, then continue": an interrupt resolved as a caller, and the run it held
 //! continued — here, or by the live process that waits on it.
 
-use stepwright_core::{Caller, Decision, Engine, EngineError, InterruptId, RunId, RunReport, Store};
+use stepwright_core::{Caller, Decision, Engine, EngineError, InterruptId, RunId, RunReport, Store, Workflow};
 
 use crate::{AppError, Bindings, definition_of};
 
@@ -20,19 +20,20 @@ pub enum Decided {
     FinishedElsewhere(RunReport),
 }
 
-/// The interrupt a decision is for: the one named, else the run's only open one.
-pub fn only_interrupt(report: &RunReport, named: Option<&str>) -> Result<InterruptId, AppError> {
+/// The interrupt a decision is for: the one named, else the run's only open one (a run as
+/// the API shows it, so the command line decides the same way locally and over `--server`).
+pub fn only_interrupt(run: &stepwright_api::RunDetails, named: Option<&str>) -> Result<InterruptId, AppError> {
     if let Some(id) = named {
         return Ok(InterruptId::new(id));
     }
-    match report.pending.as_slice() {
-        [only] => Ok(only.id.clone()),
-        [] => Err(AppError::BadInput(format!("run {} has no open interrupt", report.run_id))),
+    match run.pending.as_slice() {
+        [only] => Ok(InterruptId::new(&only.id)),
+        [] => Err(AppError::BadInput(format!("run {} has no open interrupt", run.run_id))),
         many => {
             let ids: Vec<String> = many.iter().map(|p| format!("{} ({})", p.id, p.step)).collect();
             Err(AppError::BadInput(format!(
                 "run {} has several open interrupts; pick one with --interrupt: {}",
-                report.run_id,
+                run.run_id,
                 ids.join(", ")
             )))
         }
@@ -65,5 +66,20 @@ pub async fn continue_run(engine: &Engine, bindings: &Bindings, run: RunId) -> R
             Ok(Decided::FinishedElsewhere(engine.report(run).await?))
         }
         Err(other) => Err(other.into()),
+    }
+}
+
+/// Claims a decided run to continue it in this process, then executes it in a task of its
+/// own: once this returns, the run is `running` (a client that reads it next sees that, not
+/// the suspension it left). A run another live process holds (one waiting on the decision in
+/// process) is left to it, and a claim that fails is logged: the runner (or a worker) takes
+/// the run once it is due.
+pub async fn continue_in_background(engine: &Engine, workflow: Workflow, run: RunId) {
+    match engine.claim_to_resume(run).await {
+        Ok(lease) => {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.resume_leased(&workflow, lease).await });
+        }
+        Err(error) => tracing::warn!(run = %run, error = %error, "a decided run was not continued here"),
     }
 }

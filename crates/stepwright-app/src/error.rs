@@ -49,6 +49,9 @@ pub enum AppError {
     /// The store could not be opened.
     #[error(transparent)]
     Open(#[from] stepwright_store::OpenError),
+    /// The task executing a run stopped without an answer (it panicked): a bug of ours.
+    #[error("the run's task failed: {0}")]
+    TaskFailed(String),
 }
 
 impl AppError {
@@ -59,9 +62,11 @@ impl AppError {
             Self::Open(stepwright_store::OpenError::UnknownScheme { .. }) => Fault::Caller,
             Self::Engine(e) => e.fault(),
             Self::Store(e) => e.fault(),
-            Self::McpServer { .. } | Self::NoSource { .. } | Self::SourceChanged { .. } | Self::Open(_) => {
-                Fault::Engine
-            }
+            Self::McpServer { .. }
+            | Self::NoSource { .. }
+            | Self::SourceChanged { .. }
+            | Self::Open(_)
+            | Self::TaskFailed(_) => Fault::Engine,
         }
     }
 
@@ -77,6 +82,7 @@ impl AppError {
             Self::Store(e) => e.code(),
             Self::Open(stepwright_store::OpenError::UnknownScheme { .. }) => "bad_input",
             Self::Open(_) => "store_unavailable",
+            Self::TaskFailed(_) => "internal",
         }
     }
 }

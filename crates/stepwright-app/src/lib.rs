@@ -13,26 +13,31 @@ mod decide;
 mod error;
 mod idempotency;
 mod schedules;
+mod start;
 mod view;
+pub mod wire;
 
 use std::sync::Arc;
 
 pub use bindings::{
     Bindings, Servers, SharedLimits, connect_servers, load_file, model_bindings, prepare, rebind_models,
 };
-pub use decide::{Decided, continue_run, decide_then_continue, only_interrupt};
+pub use decide::{Decided, continue_in_background, continue_run, decide_then_continue, only_interrupt};
 pub use error::AppError;
 pub use idempotency::{CLAIM_ABANDONED_AFTER, IdempotentStart, claim_start};
-pub use schedules::{create_schedules, create_triggers, schedule_key, scheduler};
+pub use schedules::{
+    NotDeclared, ScheduleError, Scheduler, Section, TriggerState, check_declared, create_schedules, create_triggers,
+    next_fire, parse_instant, schedule_key, schedule_state_of, scheduler, trigger_state_of,
+};
+pub use start::{resume_and_wait, start_and_wait, wait_until_stopped};
+pub use stepwright_api::{RecomputeView, RunDetails};
 use stepwright_core::journal::DefinitionSource;
 use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, Store};
 pub use stepwright_core::{Fault, Workflow};
-pub use stepwright_llm::{DEFAULT_KILL_GRACE, Totals, process_groups_stopped};
+pub use stepwright_flow::Loaded;
+pub use stepwright_llm::{DEFAULT_KILL_GRACE, process_groups_stopped};
 pub use stepwright_store::{OpenError, ServerStore, open};
-pub use view::{
-    AwaitedView, ErrorView, ParentView, PendingView, QueuedView, RecomputeView, RunDetails, StepUsageChange, StepView,
-    UsageChange, recompute_view, run_details, usage_of,
-};
+pub use view::{details_of_report, recompute_view, run_details, usage_of};
 
 /// An engine over the store, with the store's sessions and memory for agent and memory
 /// steps, and its step cache (so a cached step is served across runs and processes).

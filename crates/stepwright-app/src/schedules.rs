@@ -7,10 +7,68 @@ use std::sync::Arc;
 
 use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, ScheduleStore};
 use stepwright_core::{Engine, Workflow};
-use stepwright_schedule::{ScheduleError, Scheduler};
 use stepwright_store::ServerStore;
 
 use crate::Bindings;
+
+pub use stepwright_schedule::scheduler::state_of as schedule_state_of;
+pub use stepwright_schedule::{ScheduleError, Scheduler, TriggerState, next_fire, parse_instant, trigger_state_of};
+
+/// What a workflow file keeps in the store: its `schedules:` or its `triggers:`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// `schedules:`.
+    Schedules,
+    /// `triggers:`.
+    Triggers,
+}
+
+impl Section {
+    /// What one of its entries is called: `schedule` or `trigger`.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Schedules => "schedule",
+            Self::Triggers => "trigger",
+        }
+    }
+}
+
+/// Why a file's section cannot be kept as asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotDeclared {
+    /// The file declares no entry of the section.
+    Empty {
+        /// `schedule` or `trigger`.
+        kind: &'static str,
+    },
+    /// `only` names an entry the file does not declare.
+    Unknown {
+        /// `schedule` or `trigger`.
+        kind: &'static str,
+        /// The name asked for.
+        name: String,
+        /// The names the file declares.
+        declared: Vec<String>,
+    },
+}
+
+/// Checks that `loaded` declares entries of `section`, and every name in `only` among them:
+/// the one check the command line (a file) and the server (a registered workflow) make
+/// before keeping a file's schedules or triggers. Each host words the refusal.
+pub fn check_declared(loaded: &stepwright_flow::Loaded, section: Section, only: &[String]) -> Result<(), NotDeclared> {
+    let declared: Vec<String> = match section {
+        Section::Schedules => loaded.schedules.iter().map(|s| s.name.clone()).collect(),
+        Section::Triggers => loaded.triggers.iter().map(|t| t.name.clone()).collect(),
+    };
+    let kind = section.kind();
+    if declared.is_empty() {
+        return Err(NotDeclared::Empty { kind });
+    }
+    match only.iter().find(|name| !declared.contains(name)) {
+        Some(unknown) => Err(NotDeclared::Unknown { kind, name: unknown.clone(), declared }),
+        None => Ok(()),
+    }
+}
 
 /// The stored name of schedule `schedule` of `workflow` in `tenant`: `workflow/schedule`.
 pub fn schedule_key(tenant: Option<&str>, workflow: &str, schedule: &str) -> ScheduleKey {

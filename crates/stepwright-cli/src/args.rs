@@ -4,6 +4,14 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+mod keys;
+mod runs;
+mod schedules;
+
+pub(crate) use keys::{KeysCommand, OidcArgs};
+pub(crate) use runs::RunsCommand;
+pub(crate) use schedules::{EventsCommand, SchedulesCommand, TriggersCommand};
+
 #[derive(Parser)]
 #[command(name = "stepwright", version, about = "A durable engine for AI-agent workflows")]
 pub(crate) struct Cli {
@@ -167,7 +175,7 @@ impl Command {
         );
         match flag {
             Flag::Db => !matches!(self, Self::Schema | Self::Validate { .. } | Self::Graph { .. }),
-            Flag::Server => crate::commands::remote_supported(self),
+            Flag::Server => self.has_remote_form(),
             Flag::Models => runs_steps,
             // Replay and recompute run in a private sandbox, written nowhere.
             Flag::Durability => runs_steps && !matches!(self, Self::Replay { .. } | Self::Recompute { .. }),
@@ -175,6 +183,27 @@ impl Command {
                 matches!(self, Self::Run { .. } | Self::Validate { .. } | Self::Graph { .. } | Self::Recompute { .. })
             }
         }
+    }
+
+    /// Whether the command has a remote form (`--server`: it calls the HTTP API instead of
+    /// opening a store).
+    pub(crate) fn has_remote_form(&self) -> bool {
+        matches!(
+            self,
+            Self::Run { .. }
+                | Self::Runs { .. }
+                | Self::Approve { .. }
+                | Self::Reject { .. }
+                | Self::Respond { .. }
+                | Self::Cancel { .. }
+                | Self::Send { .. }
+                | Self::Wake { .. }
+                | Self::Resume { .. }
+                | Self::Replay { .. }
+                | Self::Recompute { .. }
+                | Self::Fork { .. }
+                | Self::Events { .. }
+        )
     }
 
     /// The command's name as typed.
@@ -477,312 +506,6 @@ pub(crate) enum Command {
     },
 }
 
-/// `triggers` subcommands. A trigger is named `WORKFLOW/NAME` (the file's workflow and the
-/// name under its `triggers:`).
-#[derive(Subcommand)]
-pub(crate) enum TriggersCommand {
-    /// Keep a workflow file's triggers in the store (create them, reading the events sent
-    /// from now on, or replace them keeping their place); workers start their runs.
-    Create {
-        /// The workflow file.
-        file: PathBuf,
-        /// Only this trigger of the file (repeatable; default: all of them).
-        #[arg(long = "only", value_name = "NAME")]
-        only: Vec<String>,
-        /// Keep them paused: the events they match are recorded as skipped (`paused`).
-        #[arg(long)]
-        paused: bool,
-        /// The tenant (namespace) whose events they read and their runs belong to.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object per trigger.
-        #[arg(long)]
-        json: bool,
-    },
-    /// The triggers, by name: event, state.
-    List {
-        /// Only this tenant's.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-    },
-    /// One trigger: its spec, what it holds (debounced events, a batch) and its last fires
-    /// with the run each started or why it started none.
-    Describe {
-        /// The trigger (`WORKFLOW/NAME`).
-        name: String,
-        /// How many past fires to show.
-        #[arg(long, default_value_t = 10)]
-        fires: usize,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Pause a trigger: the events it matches start nothing (recorded `paused`).
-    Pause {
-        /// The trigger (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
-    /// Resume a paused trigger from the next event.
-    Resume {
-        /// The trigger (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
-    /// Delete a trigger and its fire records (its runs stay).
-    Delete {
-        /// The trigger (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
-}
-
-/// `events` subcommands.
-#[derive(Subcommand)]
-pub(crate) enum EventsCommand {
-    /// Store an event; triggers and waits take it from the store.
-    Send {
-        /// The event's name (`ticket.created`).
-        name: String,
-        /// Its payload: JSON, or `@file.json`.
-        #[arg(long, default_value = "null")]
-        payload: String,
-        /// A key naming one event in the tenant: sending it again stores nothing and
-        /// prints the first event.
-        #[arg(long)]
-        idempotency_key: Option<String>,
-        /// The tenant it belongs to.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Events, newest first.
-    List {
-        /// Only events with this name.
-        #[arg(long)]
-        name: Option<String>,
-        /// At most this many.
-        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
-        limit: u64,
-        /// The tenant whose events to list (default: the events sent without one).
-        #[arg(long)]
-        tenant: Option<String>,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-    },
-    /// One event and its history: the runs it started, by trigger, or why it started none.
-    Describe {
-        /// The event's sequence number (`events send` prints it).
-        seq: u64,
-        /// Its tenant (default: none).
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// `schedules` subcommands. A schedule is named `WORKFLOW/NAME` (the file's workflow and
-/// the name under its `schedules:`).
-#[derive(Subcommand)]
-pub(crate) enum SchedulesCommand {
-    /// Keep a workflow file's schedules in the store (create them, or replace them keeping
-    /// what they decided); workers start their runs from then on.
-    Create {
-        /// The workflow file.
-        file: PathBuf,
-        /// Only this schedule of the file (repeatable; default: all of them).
-        #[arg(long = "only", value_name = "NAME")]
-        only: Vec<String>,
-        /// Keep them paused: their ticks are recorded as skipped until `schedules resume`.
-        #[arg(long)]
-        paused: bool,
-        /// The tenant (namespace) they and their runs belong to.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object per schedule.
-        #[arg(long)]
-        json: bool,
-    },
-    /// The schedules, by name: cadence, state, next fire.
-    List {
-        /// Only this tenant's.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-    },
-    /// One schedule: its spec, its next fires, the ticks waiting for a run, and its last
-    /// ticks with the run each started or why it started none.
-    Describe {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// How many next fires to show.
-        #[arg(long, default_value_t = 5)]
-        next: usize,
-        /// How many past ticks to show.
-        #[arg(long, default_value_t = 10)]
-        ticks: usize,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Pause a schedule: its ticks start nothing (recorded `paused`).
-    Pause {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
-    /// Resume a paused schedule from its next tick.
-    Resume {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
-    /// Delete a schedule and its tick records (its runs stay).
-    Delete {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
-    /// Start a run of a schedule now, outside its cadence (recorded as a tick).
-    Trigger {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Start the runs of the ticks in a past range that started none (an outage, a pause,
-    /// before the schedule existed), oldest first, at a bounded rate.
-    Backfill {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// After this time (RFC 3339).
-        #[arg(long, value_parser = parse_instant_arg)]
-        from: stepwright::Timestamp,
-        /// Up to this time, inclusive (RFC 3339); not after the schedule's last decided tick.
-        #[arg(long, value_parser = parse_instant_arg)]
-        to: stepwright::Timestamp,
-        /// At most this many runs a second.
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
-        rate: u32,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// JSON lines, one per run started.
-        #[arg(long)]
-        json: bool,
-    },
-}
-
-/// A time argument in RFC 3339.
-pub(crate) fn parse_instant_arg(text: &str) -> Result<stepwright::Timestamp, String> {
-    stepwright::schedule::parse_instant(text)
-        .ok_or_else(|| format!("{text:?} is not an RFC 3339 time like 2026-11-23T07:00:00Z"))
-}
-
-/// Sign-in to the dashboard through an OpenID Connect provider.
-#[derive(clap::Args)]
-pub(crate) struct OidcArgs {
-    /// The OpenID Connect issuer people sign in with (its metadata is read from
-    /// `{issuer}/.well-known/openid-configuration`); needs --oidc-client-id and --oidc-map.
-    #[arg(long, value_name = "URL", requires_all = ["oidc_client_id", "oidc_map"])]
-    pub(crate) oidc_issuer: Option<String>,
-    /// This server's client id at the provider.
-    #[arg(long, value_name = "ID", requires = "oidc_issuer")]
-    pub(crate) oidc_client_id: Option<String>,
-    /// The environment variable holding the client secret (a confidential client); none: a
-    /// public client, protected by PKCE.
-    #[arg(long, value_name = "VAR", requires = "oidc_issuer")]
-    pub(crate) oidc_client_secret_env: Option<String>,
-    /// The callback URL registered at the provider, `https://HOST/v1/auth/oidc/callback`
-    /// (default: made from the address the browser reached).
-    #[arg(long, value_name = "URL", requires = "oidc_issuer")]
-    pub(crate) oidc_redirect_url: Option<String>,
-    /// A scope to ask for besides `openid` (repeatable; default: email, profile).
-    #[arg(long = "oidc-scope", value_name = "SCOPE", requires = "oidc_issuer")]
-    pub(crate) oidc_scopes: Vec<String>,
-    /// The ID token claim that lists the person's groups.
-    #[arg(long, value_name = "CLAIM", default_value = "groups")]
-    pub(crate) oidc_groups_claim: String,
-    /// A provider group's namespace and roles, `GROUP=NAMESPACE:ROLE[+ROLE…]` (repeatable;
-    /// the first that matches a person's groups decides the namespace).
-    #[arg(long = "oidc-map", value_name = "MAPPING", requires = "oidc_issuer")]
-    pub(crate) oidc_map: Vec<stepwright::server::GroupMapping>,
-    /// Who may sign in at all: a user (email, username or subject) or `group:NAME`
-    /// (repeatable; none: anyone a mapping gives roles).
-    #[arg(long = "oidc-allow", value_name = "WHO", requires = "oidc_issuer")]
-    pub(crate) oidc_allow: Vec<String>,
-}
-
-/// `keys` subcommands.
-#[derive(Subcommand)]
-pub(crate) enum KeysCommand {
-    /// Create a key; its secret is printed once and stored only as a hash.
-    Create {
-        /// The namespace (tenant) every request with the key is confined to.
-        #[arg(long)]
-        namespace: String,
-        /// The user it acts as (decisions are taken, runs started, as this user).
-        #[arg(long)]
-        user: String,
-        /// A role: viewer, operator, approver, admin (repeatable).
-        #[arg(long = "role", required = true)]
-        roles: Vec<String>,
-        /// It is refused after this many days.
-        #[arg(long, value_name = "DAYS")]
-        expires_in_days: Option<u32>,
-        /// Print one JSON object (with the secret).
-        #[arg(long)]
-        json: bool,
-    },
-    /// The keys (never their secrets), oldest first.
-    List {
-        /// Only this namespace's.
-        #[arg(long)]
-        namespace: Option<String>,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Revoke a key by its id: every request with it is refused (within 5 seconds on a
-    /// running server).
-    Revoke {
-        /// The key's id (`swk…`).
-        id: String,
-    },
-}
-
 /// Who starts a run: templates see it as `run.tenant`, `run.user`, `run.roles`; sessions
 /// and user-scoped memory belong to it (DESIGN §14: whoever may open the database is
 /// trusted to say who they are).
@@ -831,71 +554,6 @@ pub(crate) struct Decider {
     /// The deciding user's tenant: a run of another tenant is refused.
     #[arg(long)]
     pub(crate) tenant: Option<String>,
-}
-
-#[derive(Subcommand)]
-pub(crate) enum RunsCommand {
-    /// A table of runs, newest first, a page at a time (the next page's command is printed
-    /// on stderr when more exist).
-    List {
-        /// Only runs with this status.
-        #[arg(long, value_parser = parse_status)]
-        status: Option<stepwright::RunStatus>,
-        /// Only runs of this workflow.
-        #[arg(long)]
-        workflow: Option<String>,
-        /// At most this many runs.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        /// Only runs older than this one (the last run of the previous page).
-        #[arg(long)]
-        before: Option<String>,
-        /// JSON lines instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// A run's event log: step lifecycle (`step.started`, `step.completed`, `step.failed`,
-    /// `interrupt.opened`, ...) interleaved with the events its steps emitted.
-    Events {
-        /// The run id.
-        run: String,
-        /// Keep printing as the run goes on, until it finishes (Ctrl-C stops watching).
-        #[arg(long)]
-        follow: bool,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-    },
-    /// One run's timeline.
-    Show {
-        /// The run id.
-        run: String,
-        /// One JSON object.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Delete a finished run and everything it recorded (journal, events, its memory), then
-    /// every blob no run references any more.
-    Erase {
-        /// The run id.
-        run: String,
-        /// One JSON object: `{"runs": 1, "blobs": N}`.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Delete finished runs last changed longer ago than `--older-than` (retention), and the
-    /// cached step outputs kept longer ago than that.
-    Prune {
-        /// How old: `30d`, `12h`.
-        #[arg(long, value_parser = parse_duration_arg)]
-        older_than: std::time::Duration,
-        /// Only runs that ended so: completed, failed or cancelled.
-        #[arg(long, value_parser = parse_finished_status)]
-        status: Option<stepwright::RunStatus>,
-        /// One JSON object: `{"runs": N, "blobs": M, "cached": K}`.
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 /// How `graph` draws.

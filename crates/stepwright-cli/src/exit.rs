@@ -2,9 +2,8 @@
 //! that names no run, a run held elsewhere), 1 for everything else.
 
 use anyhow::anyhow;
-use stepwright::RunStatus;
 
-use crate::render::clock_time;
+use crate::time::clock_time;
 
 /// A usage, file or input problem: exit code 2.
 #[derive(Debug)]
@@ -74,7 +73,8 @@ pub(crate) fn held_elsewhere(error: stepwright::EngineError) -> anyhow::Error {
     }
 }
 
-pub(crate) fn exit_code(status: RunStatus) -> u8 {
+pub(crate) fn exit_code(status: stepwright::api::RunStatus) -> u8 {
+    use stepwright::api::RunStatus;
     match status {
         RunStatus::Completed => 0,
         RunStatus::Suspended | RunStatus::Pending => 3,

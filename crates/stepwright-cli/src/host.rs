@@ -104,12 +104,6 @@ pub(crate) async fn open_store(db: Option<&str>) -> anyhow::Result<Arc<dyn CliSt
     }
 }
 
-/// The wall clock as a timestamp (for showing leases and log lines).
-pub(crate) fn wall_now() -> stepwright::Timestamp {
-    use stepwright::Clock;
-    stepwright::TokioClock::new().now()
-}
-
 /// Keeps a workflow file's source in the store under its definition hash, so any later
 /// command, or a worker elsewhere, rebuilds the definition from the store.
 pub(crate) async fn keep_source(

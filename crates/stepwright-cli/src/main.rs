@@ -13,6 +13,7 @@ mod graph;
 mod host;
 mod progress;
 mod render;
+mod time;
 
 use std::process::ExitCode;
 

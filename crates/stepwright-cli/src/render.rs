@@ -3,13 +3,15 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stepwright::{RunReport, RunStatus};
+use stepwright::RunReport;
+use stepwright::api::history::StepChange;
+use stepwright::api::{RunDetails, RunStatus, StepView, Totals};
 
-use crate::host::wall_now;
 use crate::progress;
+use crate::time::wall_now;
+use crate::time::{clock_time, micros_time};
 
-pub(crate) fn change_name(change: &stepwright::StepChange) -> &'static str {
-    use stepwright::StepChange;
+pub(crate) fn change_name(change: &StepChange) -> &'static str {
     match change {
         StepChange::Clean => "clean",
         StepChange::ValueChanged { .. } => "value_changed",
@@ -21,17 +23,14 @@ pub(crate) fn change_name(change: &stepwright::StepChange) -> &'static str {
 }
 
 /// `  3 calls, 1200 in / 80 out tokens, $0.000420` from a usage roll-up.
-pub(crate) fn usage_text(usage: &Value) -> String {
-    let unknown = match usage["calls_without_usage"].as_u64().unwrap_or(0) {
+pub(crate) fn usage_text(usage: &Totals) -> String {
+    let unknown = match usage.calls_without_usage {
         0 => String::new(),
         n => format!(" (+ {n} call(s) whose provider reported no usage: tokens and cost unknown)"),
     };
     format!(
         "  {} call(s), {} in / {} out tokens, ${:.6}{unknown}",
-        usage["calls"],
-        usage["input_tokens"],
-        usage["output_tokens"],
-        usage["cost_usd"].as_f64().unwrap_or(0.0)
+        usage.calls, usage.input_tokens, usage.output_tokens, usage.cost_usd
     )
 }
 
@@ -41,13 +40,17 @@ pub(crate) fn value_or_none(value: &Option<Value>) -> String {
 
 /// Who executes a run, for people: the owner and until when, or that its lease lapsed.
 pub(crate) fn owner_text(run: &stepwright::RunRecord, now: stepwright::Timestamp) -> String {
-    owner_text_of(run.status, run.lease.as_ref().map(|lease| (lease.owner.as_str(), lease.expires_at)), now)
+    owner_text_of(
+        stepwright::app::wire::run_status(run.status),
+        run.lease.as_ref().map(|lease| (lease.owner.as_str(), lease.expires_at)),
+        now,
+    )
 }
 
 /// [`owner_text`] from a run's status and its lease's owner and expiry (as a server lists
 /// them).
 pub(crate) fn owner_text_of(
-    status: stepwright::RunStatus,
+    status: RunStatus,
     lease: Option<(&str, stepwright::Timestamp)>,
     now: stepwright::Timestamp,
 ) -> String {
@@ -101,21 +104,32 @@ pub(crate) fn worker_log(as_json: bool, worker: String) -> stepwright::RunnerLog
     })
 }
 
-pub(crate) fn report_json(report: &RunReport) -> Value {
+/// What `run --json` prints: the run's id, status, output, error, and what it waits for.
+pub(crate) fn report_json(report: &RunDetails) -> Value {
     json!({
         "run_id": report.run_id,
         "status": report.status,
         "output": report.output,
-        "error": report.error.as_ref().map(|e| json!({ "code": e.code, "message": e.message })),
+        "error": report.error,
         "pending": report.pending.iter().map(|p| json!({ "id": p.id, "step": p.step, "kind": p.kind, "message": p.message })).collect::<Vec<_>>(),
-        "awaiting": report.awaiting.iter().map(|a| json!({ "step": a.step, "event": a.event, "until": a.until })).collect::<Vec<_>>(),
+        "awaiting": report.awaiting,
     })
 }
 
-pub(crate) fn print_report(report: &RunReport, as_json: bool) {
+/// Prints a run this process executed or decided (the kernel's report), as [`print_run`];
+/// answers the exit code its status means.
+pub(crate) fn print_report(report: &RunReport, as_json: bool) -> u8 {
+    // The workflow's name is not printed with a report: it need not be read for it.
+    print_run(&stepwright::app::details_of_report(report, ""), as_json)
+}
+
+/// Prints a run where it stopped — `run --json`'s line, or the output (or what it waits
+/// for, or why it failed) for people — and answers the exit code its status means.
+pub(crate) fn print_run(report: &RunDetails, as_json: bool) -> u8 {
+    let code = crate::exit::exit_code(report.status);
     if as_json {
         println!("{}", report_json(report));
-        return;
+        return code;
     }
     match report.status {
         RunStatus::Completed => {
@@ -127,8 +141,8 @@ pub(crate) fn print_report(report: &RunReport, as_json: bool) {
             eprintln!("run {} is waiting:", report.run_id);
             for p in &report.pending {
                 match (p.kind, p.deadline) {
-                    (stepwright::InterruptKind::Timer, Some(until)) => {
-                        eprintln!("  {} at {}: a timer, until {}", p.id, p.step, local_time(until));
+                    (stepwright::api::InterruptKind::Timer, Some(until)) => {
+                        eprintln!("  {} at {}: a timer, until {}", p.id, p.step, micros_time(until));
                     }
                     _ => eprintln!("  {} at {}: {}", p.id, p.step, p.message),
                 }
@@ -138,7 +152,7 @@ pub(crate) fn print_report(report: &RunReport, as_json: bool) {
                     "  {}: the event `{}`, until {} (send it: stepwright send {} --inbox {} --message JSON)",
                     awaited.step,
                     awaited.event,
-                    local_time(awaited.until),
+                    micros_time(awaited.until),
                     report.run_id,
                     awaited.event
                 );
@@ -146,34 +160,34 @@ pub(crate) fn print_report(report: &RunReport, as_json: bool) {
         }
         _ => {
             if let Some(error) = &report.error {
-                eprintln!("run {} {}: {error}", report.run_id, report.status.as_str());
+                eprintln!("run {} {}: {}: {}", report.run_id, report.status.as_str(), error.code, error.message);
             }
         }
     }
+    code
 }
 
 /// The timeline as a table for people: a row per step path, outputs shortened.
-pub(crate) fn print_timeline(steps: &[Value]) {
+pub(crate) fn print_timeline(steps: &[StepView]) {
     println!(
         "  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  OUTPUT",
         "STEP", "STATUS", "TRIES", "DURATION", "TOKENS", "COST"
     );
     for step in steps {
-        let duration = step["duration_ms"]
-            .as_f64()
+        let duration = step
+            .duration_ms
             .map_or_else(|| "-".to_owned(), |ms| progress::duration(std::time::Duration::from_secs_f64(ms / 1000.0)));
-        let usage = &step["usage"];
-        let tokens = usage["input_tokens"].as_u64().map(|i| i + usage["output_tokens"].as_u64().unwrap_or(0));
-        let cost = usage["cost_usd"].as_f64().filter(|c| *c > 0.0);
+        let tokens = step.usage.map(|usage| usage.input_tokens + usage.output_tokens);
+        let cost = step.usage.map(|usage| usage.cost_usd).filter(|c| *c > 0.0);
         println!(
             "  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  {}",
-            step["path"].as_str().unwrap_or_default(),
-            step["status"].as_str().unwrap_or_default(),
-            step["attempts"].as_u64().unwrap_or_default(),
+            step.path,
+            step.status.as_str(),
+            step.attempts,
             duration,
             tokens.map_or_else(|| "-".to_owned(), |t| t.to_string()),
             cost.map_or_else(|| "-".to_owned(), progress::dollars),
-            step.get("output").map(|o| shortened(&o.to_string(), 48)).unwrap_or_default(),
+            step.output.as_ref().map(|o| shortened(&o.to_string(), 48)).unwrap_or_default(),
         );
     }
 }
@@ -201,11 +215,11 @@ pub(crate) fn print_list_row(
     workflow: &str,
     status: RunStatus,
     (created, updated): (stepwright::Timestamp, stepwright::Timestamp),
-    usage: Option<&stepwright::llm::Totals>,
+    usage: Option<&Totals>,
     owner: &str,
 ) {
     let cost = usage.filter(|u| u.calls > 0).map_or_else(|| "-".to_owned(), |u| progress::dollars(u.cost_usd));
-    let end = if status.is_terminal() { updated } else { crate::host::wall_now() };
+    let end = if status.is_terminal() { updated } else { crate::time::wall_now() };
     let lived = std::time::Duration::from_micros(u64::try_from(end.as_micros() - created.as_micros()).unwrap_or(0));
     let created = chrono::DateTime::from_timestamp_micros(created.as_micros())
         .map_or_else(String::new, |t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M:%S").to_string());
@@ -218,50 +232,30 @@ pub(crate) fn print_list_row(
 
 /// The facts `runs show` prints in both modes under its first line: when the run was
 /// created, why it failed, when it wakes, where it was forked from, and its forks.
-pub(crate) fn print_facts(shown: &Value, forks: &[String]) {
-    let time = |field: &str| shown[field].as_i64().map(|at| local_time(stepwright::Timestamp::from_micros(at)));
-    if let Some(created) = time("created_at") {
-        println!("  created {created}");
+pub(crate) fn print_facts(shown: &RunDetails, forks: &[String]) {
+    if let Some(created) = shown.created_at {
+        println!("  created {}", micros_time(created));
     }
-    if let Some(error) = shown["error"].as_object() {
-        let text = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
-        println!("  error: {}: {}", text("code"), text("message"));
+    if let Some(error) = &shown.error {
+        println!("  error: {}: {}", error.code, error.message);
     }
-    if let Some(wake) = time("wake_at") {
-        println!("  wakes at {wake}");
+    if let Some(wake) = shown.wake_at {
+        println!("  wakes at {}", micros_time(wake));
     }
-    for awaited in shown["awaiting"].as_array().into_iter().flatten() {
-        let until = awaited["until"].as_i64().map(|at| local_time(stepwright::Timestamp::from_micros(at)));
+    for awaited in &shown.awaiting {
         println!(
             "  {} waits for the event `{}` until {} (stepwright send {} --inbox {} --message JSON)",
-            awaited["step"].as_str().unwrap_or_default(),
-            awaited["event"].as_str().unwrap_or_default(),
-            until.unwrap_or_default(),
-            shown["run_id"].as_str().unwrap_or_default(),
-            awaited["event"].as_str().unwrap_or_default(),
+            awaited.step,
+            awaited.event,
+            micros_time(awaited.until),
+            shown.run_id,
+            awaited.event,
         );
     }
-    if let Some(parent) = shown["parent"].as_object() {
-        let text = |key: &str| parent.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
-        println!("  forked from {} before {}", text("run_id"), text("at"));
+    if let Some(parent) = &shown.parent {
+        println!("  forked from {} before {}", parent.run_id, parent.at);
     }
     if !forks.is_empty() {
         println!("  forks: {}", forks.join(", "));
     }
-}
-
-/// A time for people: ISO 8601 in the local time zone, to the millisecond, with its offset.
-pub(crate) fn local_time(at: stepwright::Timestamp) -> String {
-    chrono::DateTime::from_timestamp_micros(at.as_micros()).map_or_else(
-        || format!("{} µs", at.as_micros()),
-        |t| t.with_timezone(&chrono::Local).to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-    )
-}
-
-pub(crate) fn clock_time(at: stepwright::Timestamp) -> String {
-    let millis = at.as_micros().div_euclid(1000);
-    let of_day = millis.rem_euclid(86_400_000);
-    let (hours, minutes) = (of_day / 3_600_000, of_day / 60_000 % 60);
-    let (seconds, millis) = (of_day / 1000 % 60, of_day % 1000);
-    format!("{hours:02}:{minutes:02}:{seconds:02}.{millis:03}")
 }

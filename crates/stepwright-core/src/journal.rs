@@ -545,6 +545,45 @@ pub struct LoadedRun {
     pub blobs: HashMap<ContentHash, Arc<Value>>,
 }
 
+/// An interrupt a run opened and nobody has decided yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpenInterrupt {
+    /// Its id within the run.
+    pub id: InterruptId,
+    /// The step that asked.
+    pub step: StepPath,
+    /// What it asks, and who may decide it.
+    pub request: InterruptRequest,
+    /// When its `on_timeout` applies.
+    pub deadline: Option<Timestamp>,
+}
+
+impl LoadedRun {
+    /// The interrupts the run opened and nobody has decided, in id order: what its report
+    /// lists as pending, the inbox shows and a webhook's stop waits on.
+    pub fn open_interrupts(&self) -> Vec<OpenInterrupt> {
+        let mut open: std::collections::BTreeMap<&InterruptId, OpenInterrupt> = std::collections::BTreeMap::new();
+        for entry in &self.entries {
+            match &entry.record {
+                Record::InterruptOpened { id, request, deadline } => {
+                    let interrupt = OpenInterrupt {
+                        id: id.clone(),
+                        step: entry.path.clone(),
+                        request: request.clone(),
+                        deadline: *deadline,
+                    };
+                    open.insert(id, interrupt);
+                }
+                Record::InterruptResolved { id, .. } => {
+                    open.remove(id);
+                }
+                _ => {}
+            }
+        }
+        open.into_values().collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -157,7 +157,6 @@ pub struct CallInfo {
 /// timeline, `inspect::timeline`) also `running` and `waiting`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
-#[non_exhaustive]
 pub enum StepStatus {
     /// It produced its output.
     Completed,

@@ -91,7 +91,7 @@ pub struct ModelError {
 impl ModelError {
     /// An error without status.
     pub fn new(kind: ModelErrorKind, provider: &str, message: impl Into<String>) -> Self {
-        let message = crate::http::shorten(&message.into(), MESSAGE_MOST);
+        let message = shorten(&message.into(), MESSAGE_MOST);
         Self { kind, provider: provider.to_owned(), status: None, message, retry_after: None }
     }
 }
@@ -107,5 +107,16 @@ impl From<ModelError> for StepError {
         // retryable at the step level too, once the adapter gave up.
         let retryable = error.kind.retryable() || error.kind == ModelErrorKind::StreamInterrupted;
         StepError::new(ErrorCode::from_static(error.kind.code()), error.to_string()).retryable(retryable)
+    }
+}
+
+/// `text` cut to `most` characters, marked with `…` when cut (a provider's or a tool's
+/// message in an error).
+pub(crate) fn shorten(text: &str, most: usize) -> String {
+    if text.chars().count() <= most {
+        text.to_owned()
+    } else {
+        let cut: String = text.chars().take(most).collect();
+        format!("{cut}…")
     }
 }

@@ -11,7 +11,7 @@ use governor::{DefaultDirectRateLimiter, RateLimiter};
 use serde_json::Value;
 use stepwright_core::store::quota::{LocalQuotas, Quota, QuotaStore, QuotaTaken};
 
-use crate::error::{ModelError, ModelErrorKind};
+use crate::error::{ModelError, ModelErrorKind, shorten};
 use crate::sse::{SseDecoder, SseEvent};
 
 /// What every request to a model provider or an HTTP tool says it comes from: providers ask
@@ -337,15 +337,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
-}
-
-pub(crate) fn shorten(text: &str, most: usize) -> String {
-    if text.chars().count() <= most {
-        text.to_owned()
-    } else {
-        let cut: String = text.chars().take(most).collect();
-        format!("{cut}…")
-    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ mod memory;
 mod models;
 mod openai;
 mod prices;
+mod provider;
 mod process;
 mod schema;
 mod sse;

@@ -13,91 +13,13 @@ use serde_json::json;
 use crate::adapter::{ChatModel, TokenSink};
 use crate::anthropic::Anthropic;
 use crate::cassette::{Cassette, CassetteMode};
+use crate::error::shorten;
 use crate::error::{ModelError, ModelErrorKind};
-use crate::http::{HttpOptions, RateLimits, shorten};
+use crate::http::{HttpOptions, RateLimits};
 use crate::openai::OpenAi;
+pub use crate::prices::Pricing;
+pub use crate::provider::Provider;
 use crate::types::{ChatRequest, ChatResponse, Message, TokenLimitField, Usage};
-
-/// A built-in provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Provider {
-    /// OpenAI-compatible chat completions.
-    Openai,
-    /// Anthropic Messages.
-    Anthropic,
-}
-
-impl Provider {
-    /// Its name in files and specs.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Openai => "openai",
-            Self::Anthropic => "anthropic",
-        }
-    }
-
-    /// The environment variable the key is read from by default.
-    pub fn key_variable(self) -> &'static str {
-        match self {
-            Self::Openai => "OPENAI_API_KEY",
-            Self::Anthropic => "ANTHROPIC_API_KEY",
-        }
-    }
-
-    fn default_base_url(self) -> &'static str {
-        match self {
-            Self::Openai => OpenAi::DEFAULT_BASE_URL,
-            Self::Anthropic => Anthropic::DEFAULT_BASE_URL,
-        }
-    }
-}
-
-impl std::str::FromStr for Provider {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "openai" => Ok(Self::Openai),
-            "anthropic" => Ok(Self::Anthropic),
-            other => Err(format!("unknown provider {other:?}: expected openai or anthropic")),
-        }
-    }
-}
-
-/// Prices in US dollars per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Pricing {
-    /// Per million prompt tokens not served from (or written to) the provider's cache.
-    pub input: f64,
-    /// Per million generated tokens.
-    pub output: f64,
-    /// Per million prompt tokens read from the provider's cache (`input` when not given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read: Option<f64>,
-    /// Per million prompt tokens written to the provider's cache (`input` when not given).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_write: Option<f64>,
-}
-
-impl Pricing {
-    /// Input and output prices, cached tokens at the input price.
-    pub fn per_million(input: f64, output: f64) -> Self {
-        Self { input, output, cache_read: None, cache_write: None }
-    }
-
-    /// What a call cost: the prompt's cached parts at their prices, the rest at `input`.
-    pub fn cost(&self, usage: Usage) -> f64 {
-        let cached = usage.cache_read_input_tokens + usage.cache_creation_input_tokens;
-        let uncached = usage.input_tokens.saturating_sub(cached);
-        (uncached as f64 * self.input
-            + usage.cache_read_input_tokens as f64 * self.cache_read.unwrap_or(self.input)
-            + usage.cache_creation_input_tokens as f64 * self.cache_write.unwrap_or(self.input)
-            + usage.output_tokens as f64 * self.output)
-            / 1_000_000.0
-    }
-}
 
 /// How one binding reaches its model.
 #[derive(Debug, Clone, PartialEq)]
@@ -277,7 +199,7 @@ impl Models {
     /// when it is called, so a cassette can replay it without one.
     pub fn bind(&mut self, name: &str, config: &ModelConfig) -> Result<(), ModelError> {
         let key = config.key();
-        let base_url = config.base_url.clone().unwrap_or_else(|| config.provider.default_base_url().to_owned());
+        let base_url = config.base_url.clone().unwrap_or_else(|| default_base_url(config.provider).to_owned());
         let named_but_unset = config.api_key.is_none() && config.api_key_env.is_some() && key.is_none();
         let variable = config.api_key_env.clone().unwrap_or_else(|| config.provider.key_variable().to_owned());
         if named_but_unset && self.cassette.is_none() {
@@ -723,3 +645,11 @@ pub const MODEL_CALL_EVENT: &str = "model.call";
 
 /// The request timeout a binding uses unless configured.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Where a provider's API is when a binding gives no `base_url`.
+fn default_base_url(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Openai => OpenAi::DEFAULT_BASE_URL,
+        Provider::Anthropic => Anthropic::DEFAULT_BASE_URL,
+    }
+}

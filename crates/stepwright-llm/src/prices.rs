@@ -4,7 +4,44 @@
 //! dashboard, `runs show`, a recompute's delta and the exported spans read the same figure
 //! and a later change of this table never rewrites history.
 
-use crate::models::{Pricing, Provider};
+use serde::{Deserialize, Serialize};
+
+use crate::provider::Provider;
+use crate::types::Usage;
+
+/// Prices in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pricing {
+    /// Per million prompt tokens not served from (or written to) the provider's cache.
+    pub input: f64,
+    /// Per million generated tokens.
+    pub output: f64,
+    /// Per million prompt tokens read from the provider's cache (`input` when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<f64>,
+    /// Per million prompt tokens written to the provider's cache (`input` when not given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<f64>,
+}
+
+impl Pricing {
+    /// Input and output prices, cached tokens at the input price.
+    pub fn per_million(input: f64, output: f64) -> Self {
+        Self { input, output, cache_read: None, cache_write: None }
+    }
+
+    /// What a call cost: the prompt's cached parts at their prices, the rest at `input`.
+    pub fn cost(&self, usage: Usage) -> f64 {
+        let cached = usage.cache_read_input_tokens + usage.cache_creation_input_tokens;
+        let uncached = usage.input_tokens.saturating_sub(cached);
+        (uncached as f64 * self.input
+            + usage.cache_read_input_tokens as f64 * self.cache_read.unwrap_or(self.input)
+            + usage.cache_creation_input_tokens as f64 * self.cache_write.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output)
+            / 1_000_000.0
+    }
+}
 
 /// The table's version: the date its prices were read from the providers' price pages.
 pub const PRICE_TABLE_VERSION: &str = "2026-11-01";

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use stepwright_core::{DynStep, Effect, ErrorCode, Outcome, StepContext, StepError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::http::shorten;
+use crate::error::shorten;
 use crate::schema::check;
 use crate::types::ToolSpec;
 

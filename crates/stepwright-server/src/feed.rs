@@ -39,14 +39,7 @@ const POLL_AT_MOST_EVERY: Duration = Duration::from_millis(250);
 /// How many streamed tokens a slow subscriber may fall behind before it misses some.
 const TOKENS_BUFFERED: usize = 1024;
 
-/// A piece of text a model streamed for a step: the `data:` of a `token` event.
-#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
-pub struct StreamedToken {
-    /// The step whose model streams it.
-    pub path: String,
-    /// The text.
-    pub text: String,
-}
+pub(crate) use stepwright_api::stream::StreamedToken;
 
 /// A live feed's state: the events so far and whether the run has ended.
 #[derive(Debug, Default)]

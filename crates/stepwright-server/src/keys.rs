@@ -3,48 +3,15 @@
 
 use std::sync::Arc;
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
-use axum::http::{Method, header};
-use serde::{Deserialize, Serialize};
+use axum::http::header;
 use sha2::{Digest, Sha256};
 use stepwright_core::{Caller, Timestamp};
 use stepwright_store::ServerStore;
 use stepwright_store::control::ApiKey;
 
 use crate::problem::ApiError;
-use crate::state::Shared;
 
-/// What a key may do. Any role may read its namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    /// Reads runs, events, workflows and interrupts.
-    Viewer,
-    /// Starts, cancels and resumes runs, and sends them messages.
-    Operator,
-    /// Decides interrupts (as the key's user, among the interrupt's approvers).
-    Approver,
-    /// Registers workflows, manages webhooks; everything an operator does.
-    Admin,
-}
-
-impl Role {
-    /// The role's name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Viewer => "viewer",
-            Self::Operator => "operator",
-            Self::Approver => "approver",
-            Self::Admin => "admin",
-        }
-    }
-
-    /// Parses a role's name.
-    pub fn parse(text: &str) -> Option<Self> {
-        [Self::Viewer, Self::Operator, Self::Approver, Self::Admin].into_iter().find(|role| role.as_str() == text)
-    }
-}
+pub use stepwright_api::Role;
 
 /// A key as created: the stored part and the secret, which exists only here.
 #[derive(Debug)]
@@ -271,50 +238,5 @@ impl Principal {
     /// How the audit log names the caller.
     pub fn actor(&self) -> String {
         format!("{} (key {})", self.key.user, self.key.id)
-    }
-}
-
-impl FromRequestParts<Arc<Shared>> for Principal {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, shared: &Arc<Shared>) -> Result<Self, Self::Rejection> {
-        let (secret, by_cookie) = match parts.headers.get(header::AUTHORIZATION) {
-            Some(header) => {
-                let secret = header
-                    .to_str()
-                    .ok()
-                    .and_then(|value| value.strip_prefix("Bearer "))
-                    .map(str::trim)
-                    .ok_or_else(|| ApiError::unauthorized("the Authorization header is not `Bearer <api key>`"))?;
-                (secret, false)
-            }
-            None => {
-                let secret = cookie(&parts.headers, SESSION_COOKIE).ok_or_else(|| {
-                    ApiError::unauthorized(
-                        "no Authorization header and no session: send `Authorization: Bearer <api key>`, or sign in",
-                    )
-                })?;
-                let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-                if !safe && !parts.headers.contains_key(CSRF_HEADER) {
-                    return Err(ApiError::new(
-                        axum::http::StatusCode::FORBIDDEN,
-                        "csrf_required",
-                        format!(
-                            "a request signed in by the session cookie changes nothing without the {CSRF_HEADER} header"
-                        ),
-                    ));
-                }
-                (secret, true)
-            }
-        };
-        let mut principal = shared.authenticate(secret).await?;
-        if link_scope(&principal.key).is_some() {
-            return Err(ApiError::unauthorized(
-                "this is an approval link's key: it opens its link (/v1/link) and nothing else",
-            ));
-        }
-        principal.by_cookie = by_cookie;
-        shared.limits.check_rate(&principal.key.id)?;
-        Ok(principal)
     }
 }

@@ -17,7 +17,6 @@ pub mod keys;
 mod limits;
 mod metrics;
 mod oidc;
-pub mod openapi;
 mod problem;
 mod routes;
 mod state;

@@ -8,17 +8,10 @@
 //! latency, take-overs) — is for the server's operator: a scraper that presents the token
 //! `serve --metrics-token-env VAR` names.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use axum::extract::{FromRequestParts, Request, State};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use stepwright_core::{Observer, RunnerEvent};
-
-use crate::keys::{Principal, Role};
-use crate::problem::ApiError;
-use crate::state::Shared;
 
 /// What a server reports about itself, for a host's metrics.
 pub trait ServerMetrics: std::fmt::Debug + Send + Sync + 'static {
@@ -34,7 +27,7 @@ pub trait ServerMetrics: std::fmt::Debug + Send + Sync + 'static {
 }
 
 /// The most pending runs counted for the queue depth: beyond, the gauges stop counting.
-const QUEUE_COUNTED: usize = 100_000;
+pub(crate) const QUEUE_COUNTED: usize = 100_000;
 
 /// The Prometheus label every series about runs carries.
 const NAMESPACE_LABEL: &str = "stepwright_namespace";
@@ -42,66 +35,18 @@ const NAMESPACE_LABEL: &str = "stepwright_namespace";
 /// Namespaces whose queue depth was reported before: reported again (as 0) when their
 /// queue empties, so that the gauge does not keep its last value.
 #[derive(Debug, Default)]
-pub(crate) struct QueuesSeen(Mutex<BTreeSet<String>>);
-
-/// `GET /metrics`: the whole set for the operator's token, a namespace admin's own series
-/// for an admin key.
-pub(crate) async fn scrape(State(shared): State<Arc<Shared>>, request: Request) -> Result<Response, ApiError> {
-    let (mut parts, _) = request.into_parts();
-    let operator = shared.metrics_token.as_deref().is_some_and(|token| {
-        let presented = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-        presented.and_then(|v| v.strip_prefix("Bearer ")).is_some_and(|given| same_secret(given.trim(), token))
-    });
-    let namespace = if operator {
-        None
-    } else {
-        let who = Principal::from_request_parts(&mut parts, &shared).await?;
-        who.require(Role::Admin)?;
-        Some(who.namespace().to_owned())
-    };
-    let Some(metrics) = &shared.metrics else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            "this server keeps no metrics (the host gave it none)",
-        ));
-    };
-    let filter = stepwright_core::store::RunFilter {
-        status: Some(stepwright_core::RunStatus::Pending),
-        limit: Some(QUEUE_COUNTED),
-        headers_only: true,
-        ..Default::default()
-    };
-    let mut depths: BTreeMap<String, u64> = BTreeMap::new();
-    for run in shared.store.list_runs(filter).await? {
-        *depths.entry(run.caller.tenant.unwrap_or_default()).or_default() += 1;
-    }
-    {
-        let mut seen = shared.queues_seen.0.lock().expect("poisoned");
-        for namespace in seen.iter() {
-            depths.entry(namespace.clone()).or_default();
-        }
-        seen.extend(depths.keys().cloned());
-    }
-    let depths: Vec<(String, u64)> = depths.into_iter().collect();
-    let text = metrics.prometheus_text(&depths);
-    let text = match &namespace {
-        None => text,
-        Some(namespace) => only_namespace(&text, namespace),
-    };
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
-}
+pub(crate) struct QueuesSeen(pub(crate) Mutex<BTreeSet<String>>);
 
 /// Compares a presented secret with the configured one in time independent of where they
 /// differ.
-fn same_secret(given: &str, expected: &str) -> bool {
+pub(crate) fn same_secret(given: &str, expected: &str) -> bool {
     let (given, expected) = (given.as_bytes(), expected.as_bytes());
     given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
 }
 
 /// The exposition text with only `namespace`'s samples (and the `# HELP` / `# TYPE` lines,
 /// which name metrics, not tenants' data).
-fn only_namespace(text: &str, namespace: &str) -> String {
+pub(crate) fn only_namespace(text: &str, namespace: &str) -> String {
     let escaped = namespace.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
     let wanted = format!("{NAMESPACE_LABEL}=\"{escaped}\"");
     let mut kept = String::with_capacity(text.len() / 2);

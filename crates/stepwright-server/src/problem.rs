@@ -4,8 +4,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use schemars::JsonSchema;
-use serde::Serialize;
+pub use stepwright_api::Problem;
 use stepwright_app::AppError;
 use stepwright_core::{EngineError, Fault, StoreError};
 
@@ -16,22 +15,6 @@ pub struct ApiError {
     pub status: StatusCode,
     /// The body.
     pub problem: Problem,
-}
-
-/// The body of an error answer.
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct Problem {
-    /// The stable error code (`not_found`, `access_denied`, `invalid_workflow`, …).
-    pub code: String,
-    /// A short summary of the kind of problem.
-    pub title: String,
-    /// What happened in this case.
-    pub detail: String,
-    /// The HTTP status, repeated.
-    pub status: u16,
-    /// For `invalid_workflow`: every problem in the file, at its `file:line:col`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub problems: Vec<String>,
 }
 
 impl ApiError {

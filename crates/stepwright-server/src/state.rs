@@ -13,7 +13,11 @@ use stepwright_store::control::{ApiKey, RegisteredWorkflow};
 use tokio_util::sync::CancellationToken;
 
 use crate::feed::Feeds;
-use crate::keys::{Principal, secret_hash};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{Method, header};
+
+use crate::keys::{CSRF_HEADER, Principal, SESSION_COOKIE, cookie, link_scope, secret_hash};
 use crate::limits::Limits;
 use crate::problem::ApiError;
 
@@ -223,10 +227,7 @@ impl Shared {
             return Ok(workflow.clone());
         }
         let source = registered_source(registered);
-        let mut options = self.bindings.load_options();
-        options.files = Some(Arc::new(registered.files.clone()));
-        let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options)
-            .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
+        let loaded = self.bindings.load_source(&source.source, &source.name, &registered.files)?;
         let workflow = stepwright_app::prepare(loaded, &self.bindings, Servers::Connected).await?;
         if workflow.hash() != registered.hash {
             return Err(ApiError::internal(format!(
@@ -236,20 +237,6 @@ impl Shared {
         }
         self.workflows.lock().expect("poisoned").insert(registered.hash, workflow.clone());
         Ok(workflow)
-    }
-
-    /// Claims a run to continue it here, then executes it in a task of its own: once this
-    /// returns, the run is `running` (a client that reads it next sees that, not the
-    /// suspension it left). A run another live process holds (one waiting on the decision
-    /// in process) is left to it.
-    pub(crate) async fn continue_in_background(&self, workflow: Workflow, run: stepwright_core::RunId) {
-        let engine = self.engine.clone();
-        match engine.claim_to_resume(run).await {
-            Ok(lease) => {
-                tokio::spawn(async move { engine.resume_leased(&workflow, lease).await });
-            }
-            Err(error) => tracing::warn!(run = %run, error = %error, "a decided run was not continued here"),
-        }
     }
 
     /// The definition a run is pinned to: compiled before in this process, or rebuilt from
@@ -272,5 +259,50 @@ pub(crate) fn registered_source(registered: &RegisteredWorkflow) -> DefinitionSo
         name: format!("{}.yaml", registered.name),
         files: registered.files.clone(),
         ..DefinitionSource::default_yaml(&registered.source)
+    }
+}
+
+impl FromRequestParts<Arc<Shared>> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, shared: &Arc<Shared>) -> Result<Self, Self::Rejection> {
+        let (secret, by_cookie) = match parts.headers.get(header::AUTHORIZATION) {
+            Some(header) => {
+                let secret = header
+                    .to_str()
+                    .ok()
+                    .and_then(|value| value.strip_prefix("Bearer "))
+                    .map(str::trim)
+                    .ok_or_else(|| ApiError::unauthorized("the Authorization header is not `Bearer <api key>`"))?;
+                (secret, false)
+            }
+            None => {
+                let secret = cookie(&parts.headers, SESSION_COOKIE).ok_or_else(|| {
+                    ApiError::unauthorized(
+                        "no Authorization header and no session: send `Authorization: Bearer <api key>`, or sign in",
+                    )
+                })?;
+                let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+                if !safe && !parts.headers.contains_key(CSRF_HEADER) {
+                    return Err(ApiError::new(
+                        axum::http::StatusCode::FORBIDDEN,
+                        "csrf_required",
+                        format!(
+                            "a request signed in by the session cookie changes nothing without the {CSRF_HEADER} header"
+                        ),
+                    ));
+                }
+                (secret, true)
+            }
+        };
+        let mut principal = shared.authenticate(secret).await?;
+        if link_scope(&principal.key).is_some() {
+            return Err(ApiError::unauthorized(
+                "this is an approval link's key: it opens its link (/v1/link) and nothing else",
+            ));
+        }
+        principal.by_cookie = by_cookie;
+        shared.limits.check_rate(&principal.key.id)?;
+        Ok(principal)
     }
 }

@@ -13,7 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{KeyInit, Mac};
-use serde_json::{Value, json};
+use serde_json::Value;
+use stepwright_api as api;
+use stepwright_api::webhook::{WebhookInterrupt, WebhookPayload};
+use stepwright_app::wire;
 use stepwright_core::store::RunFilter;
 use stepwright_core::{Clock, RunStatus, Timestamp};
 use stepwright_store::ServerStore;
@@ -23,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::destination::{DestinationPolicy, Refused};
 
 /// The events a webhook may ask for.
-pub(crate) const EVENTS: [&str; 4] = ["interrupt.opened", "run.completed", "run.failed", "run.suspended"];
+pub(crate) const EVENTS: [&str; 4] = WebhookPayload::EVENTS;
 
 /// How often each loop looks for work.
 const EVERY: Duration = Duration::from_millis(200);
@@ -114,7 +117,9 @@ async fn find(store: &dyn ServerStore, now: Timestamp) -> Result<(), stepwright_
                 ..RunFilter::default()
             };
             for run in &store.list_runs(filter).await? {
-                for (event, key, body) in events_of(store, run).await? {
+                for (key, body) in events_of(store, run).await? {
+                    let event = body.event();
+                    let body = serde_json::to_string(&body).expect("a payload is JSON");
                     let wanted =
                         hooks.iter().filter(|w| w.events.iter().any(|e| *e == event) && w.created_at <= run.updated_at);
                     for hook in wanted {
@@ -123,7 +128,7 @@ async fn find(store: &dyn ServerStore, now: Timestamp) -> Result<(), stepwright_
                             namespace: namespace.to_owned(),
                             event_key: key.clone(),
                             event: event.to_owned(),
-                            body: body.to_string(),
+                            body: body.clone(),
                             at: now,
                         };
                         store.enqueue_delivery(delivery).await?;
@@ -139,68 +144,64 @@ async fn find(store: &dyn ServerStore, now: Timestamp) -> Result<(), stepwright_
     Ok(())
 }
 
-/// The webhook events of a run so far: each interrupt it opened (and the stop it made for
-/// it), read from its journal so that a stop decided before this looked is not missed; its
-/// end; and a stop on a timer it is in now.
+/// The webhook events of a run so far, each with its delivery key: each interrupt it
+/// opened (and the stop it made for it), read from its journal so that a stop decided before
+/// this looked is not missed; its end; and a stop on a timer it is in now.
 async fn events_of(
     store: &dyn ServerStore,
     run: &stepwright_core::RunRecord,
-) -> Result<Vec<(&'static str, String, Value)>, stepwright_core::StoreError> {
-    let base = |event: &str, at: Timestamp| {
-        json!({
-            "event": event,
-            "run_id": run.id,
-            "workflow": run.workflow,
-            "at": at,
-        })
-    };
+) -> Result<Vec<(String, WebhookPayload)>, stepwright_core::StoreError> {
+    let (run_id, workflow) = (run.id.to_string(), run.workflow.clone());
     let mut events = Vec::new();
     let loaded = store.load(run.id).await?;
-    let mut open = std::collections::HashSet::new();
     for entry in &loaded.entries {
-        if let stepwright_core::Record::InterruptResolved { id, .. } = &entry.record {
-            open.remove(id);
-        }
         if let stepwright_core::Record::InterruptOpened { id, request, deadline } = &entry.record {
-            open.insert(id.clone());
-            let interrupt = json!({
-                "id": id,
-                "step": entry.path,
-                "kind": request.kind,
-                "message": request.message,
-                "payload": request.payload,
-                "deadline": deadline,
-                "decide": format!("/v1/interrupts/{}.{id}/decision", run.id),
-            });
-            let mut opened = base("interrupt.opened", entry.at);
-            opened["interrupt"] = interrupt.clone();
-            events.push(("interrupt.opened", format!("interrupt.opened:{}:{id}", run.id), opened));
-            let mut stopped = base("run.suspended", entry.at);
-            stopped["status"] = json!("suspended");
-            stopped["interrupt"] = interrupt;
-            events.push(("run.suspended", format!("run.suspended:{}:{id}", run.id), stopped));
+            let interrupt = WebhookInterrupt {
+                id: id.to_string(),
+                step: entry.path.as_str().to_owned(),
+                kind: wire::interrupt_kind(request.kind),
+                message: request.message.clone(),
+                payload: request.payload.clone(),
+                deadline: deadline.map(Timestamp::as_micros),
+                decide: format!("/v1/interrupts/{}.{id}/decision", run.id),
+            };
+            let at = entry.at.as_micros();
+            let opened = WebhookPayload::InterruptOpened {
+                run_id: run_id.clone(),
+                workflow: workflow.clone(),
+                at,
+                interrupt: interrupt.clone(),
+            };
+            events.push((format!("interrupt.opened:{}:{id}", run.id), opened));
+            let stopped = WebhookPayload::RunSuspended {
+                run_id: run_id.clone(),
+                workflow: workflow.clone(),
+                at,
+                status: api::RunStatus::Suspended,
+                interrupt: Some(interrupt),
+                wake_at: None,
+            };
+            events.push((format!("run.suspended:{}:{id}", run.id), stopped));
         }
     }
+    let (at, status) = (run.updated_at.as_micros(), wire::run_status(run.status));
     match run.status {
         RunStatus::Completed => {
-            let mut body = base("run.completed", run.updated_at);
-            body["status"] = json!(run.status);
-            body["output"] = run.output.clone().unwrap_or(Value::Null);
-            events.push(("run.completed", format!("run.completed:{}", run.id), body));
+            let output = run.output.clone().unwrap_or(Value::Null);
+            let body = WebhookPayload::RunCompleted { run_id, workflow, at, status, output };
+            events.push((format!("run.completed:{}", run.id), body));
         }
         RunStatus::Failed => {
-            let mut body = base("run.failed", run.updated_at);
-            body["status"] = json!(run.status);
-            body["error"] = json!(run.error.as_ref().map(|e| json!({ "code": e.code, "message": e.message })));
-            events.push(("run.failed", format!("run.failed:{}", run.id), body));
+            let error =
+                run.error.as_ref().map(|e| api::ErrorView { code: e.code.to_string(), message: e.message.clone() });
+            let body = WebhookPayload::RunFailed { run_id, workflow, at, status, error };
+            events.push((format!("run.failed:{}", run.id), body));
         }
         // A stop with no interrupt (a timer): once per time it is found stopped.
-        RunStatus::Suspended if open.is_empty() => {
-            let mut body = base("run.suspended", run.updated_at);
-            body["status"] = json!(run.status);
-            body["wake_at"] = json!(run.wake_at);
-            let key = format!("run.suspended:{}:at:{}", run.id, run.updated_at.as_micros());
-            events.push(("run.suspended", key, body));
+        RunStatus::Suspended if loaded.open_interrupts().is_empty() => {
+            let key = format!("run.suspended:{}:at:{at}", run.id);
+            let wake_at = run.wake_at.map(Timestamp::as_micros);
+            events.push((key, WebhookPayload::RunSuspended { run_id, workflow, at, status, interrupt: None, wake_at }));
         }
         _ => {}
     }

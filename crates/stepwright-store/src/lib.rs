@@ -2,13 +2,14 @@
 //!
 //! [`SqliteStore`] is the embedded default: one file, WAL, one writer thread that commits
 //! many runs' entries in one transaction (group commit), a pool of read connections. The
-//! [`conformance`] module is the suite every `Store` backend must pass; this crate's tests
-//! run it against the memory store, SQLite and (with the `postgres` feature and a database
+//! `conformance` module (feature `conformance`) is the suite every `Store` backend must
+//! pass; this crate's tests run it against the memory store, SQLite and (with the `postgres` feature and a database
 //! to reach) Postgres.
 //!
 //! This crate knows SQL and files; it knows nothing of workflows beyond the journal types
 //! of `stepwright-core`, and nothing of HTTP or YAML.
 
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod control;
 mod encoding;

@@ -49,6 +49,12 @@ pub mod mcp {
     pub use stepwright_mcp::*;
 }
 
+/// The HTTP contract: the API's request, response, event and webhook types and its
+/// OpenAPI document (`stepwright-api`), for a Rust client of a Stepwright server.
+pub mod api {
+    pub use stepwright_api::*;
+}
+
 /// The application layer: what every host (the CLI, the server, yours) does the same way
 /// (`stepwright-app`).
 #[cfg(feature = "app")]

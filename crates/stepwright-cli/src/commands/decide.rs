@@ -6,7 +6,6 @@ use stepwright::{Decision, Engine, RunId, RunStatus};
 
 use crate::args::{Decider, ModelFlags};
 use crate::commands::Globals;
-use crate::exit::exit_code;
 use crate::host::{check_tenant, cli_engine, engine_over, open_store, parse_json, parse_run};
 use crate::render::print_report;
 
@@ -23,7 +22,8 @@ pub(crate) async fn decide(
     let store = open_store(db).await?;
     let engine = cli_engine(&store, !json, flags);
     let report = engine.report(run).await?;
-    let interrupt = stepwright::app::only_interrupt(&report, who.interrupt.as_deref())?;
+    let interrupt =
+        stepwright::app::only_interrupt(&stepwright::app::details_of_report(&report, ""), who.interrupt.as_deref())?;
     check_tenant(store.as_ref(), run, who.tenant.as_deref()).await?;
     let caller = stepwright::Caller {
         tenant: who.tenant.clone(),
@@ -34,10 +34,7 @@ pub(crate) async fn decide(
     // A decision that does not fit is the caller's fault: `exit::failure` says so (exit 2).
     let bindings = flags.bindings().sharing_limits_in(store.clone());
     match stepwright::app::decide_then_continue(&engine, &bindings, run, &interrupt, decision, &caller).await? {
-        Decided::Continued(report) => {
-            print_report(&report, json);
-            Ok(exit_code(report.status))
-        }
+        Decided::Continued(report) => Ok(print_report(&report, json)),
         // The run waits on this interrupt in a live process, which continues it now.
         Decided::ContinuesIn { owner } => {
             if json {
@@ -59,8 +56,7 @@ pub(crate) async fn decide(
                     report.status.as_str()
                 );
             }
-            print_report(&report, json);
-            Ok(exit_code(report.status))
+            Ok(print_report(&report, json))
         }
     }
 }

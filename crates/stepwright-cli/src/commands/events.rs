@@ -10,7 +10,8 @@ use stepwright::store::schedule::TickOutcome;
 use crate::args::EventsCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
-use crate::host::{open_store, parse_input, wall_now};
+use crate::host::{open_store, parse_input};
+use crate::time::wall_now;
 
 /// `events`: opens the store, then the subcommand.
 pub(crate) async fn events(g: &Globals<'_>, command: EventsCommand) -> anyhow::Result<u8> {

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
-use stepwright::{ReplayReport, RunId, RunStatus, StepPath};
+use stepwright::api::history::StepChange;
+use stepwright::api::{RecomputeView, ReplayReport, RunStatus, Totals};
+use stepwright::{RunId, StepPath};
 
 use crate::commands::Globals;
 use crate::exit::BadInput;
@@ -18,7 +20,7 @@ pub(crate) async fn replay(g: &Globals<'_>, run: String, json: bool) -> anyhow::
     let store = open_store(g.db).await?;
     let workflow = definition_of(&store, run, flags).await?;
     let report = cli_engine(&store, false, g.flags).replay(&workflow, run).await?;
-    print_replay(&report, json)
+    print_replay(&stepwright::app::wire::replay_report(report), json)
 }
 
 /// Prints a replay's comparison (local or from a server); exit 0 identical, 1 changed.
@@ -85,20 +87,20 @@ pub(crate) fn parse_rebind(entries: &[String]) -> anyhow::Result<BTreeMap<String
 }
 
 /// Prints what a recompute found (local or from a server); exit 0 clean, 1 changed.
-pub(crate) fn print_recompute(view: &stepwright::app::RecomputeView, json: bool) -> anyhow::Result<u8> {
-    let report = &view.report;
+pub(crate) fn print_recompute(view: &RecomputeView, json: bool) -> anyhow::Result<u8> {
+    let report = view;
     if json {
         println!("{}", serde_json::to_string(view)?);
     } else {
         for step in &report.steps {
             match &step.change {
-                stepwright::StepChange::ValueChanged { diff } => {
+                StepChange::ValueChanged { diff } => {
                     println!("value_changed {}", step.path);
                     for line in diff {
                         println!("    {line}");
                     }
                 }
-                stepwright::StepChange::SchemaViolation { message } => {
+                StepChange::SchemaViolation { message } => {
                     println!("schema_violation {}", step.path);
                     println!("    {message}");
                 }
@@ -123,7 +125,7 @@ pub(crate) fn print_recompute(view: &stepwright::app::RecomputeView, json: bool)
         if usage.before.calls + usage.after.calls > 0 {
             println!("usage         run: {}", usage_change(&usage.before, &usage.after));
         }
-        if let Some(forked) = report.forked {
+        if let Some(forked) = &report.forked {
             println!("kept as run {forked}");
         }
         println!("{}", if report.changed { "changed" } else { "clean" });
@@ -132,8 +134,8 @@ pub(crate) fn print_recompute(view: &stepwright::app::RecomputeView, json: bool)
 }
 
 /// `1200 → 900 tokens (-300), $0.0021 → $0.0009 (-$0.0012)`: model usage before and after.
-fn usage_change(before: &stepwright::llm::Totals, after: &stepwright::llm::Totals) -> String {
-    let tokens = |t: &stepwright::llm::Totals| t.input_tokens + t.output_tokens;
+fn usage_change(before: &Totals, after: &Totals) -> String {
+    let tokens = |t: &Totals| t.input_tokens + t.output_tokens;
     let delta = i128::from(tokens(after)) - i128::from(tokens(before));
     let cost = after.cost_usd - before.cost_usd;
     let sign = if cost < 0.0 { "-" } else { "+" };
@@ -159,7 +161,7 @@ pub(crate) async fn fork(
     let store = open_store(g.db).await?;
     let patch = fork_edits(set.as_deref())?;
     let record = cli_engine(&store, false, g.flags).fork(run, &StepPath::new(&at), patch).await?;
-    print_fork(record.id, record.status, run, &at, json, false);
+    print_fork(record.id, stepwright::app::wire::run_status(record.status), run, &at, json, false);
     Ok(0)
 }
 

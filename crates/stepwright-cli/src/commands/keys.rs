@@ -8,8 +8,9 @@ use stepwright::stores::control::AuditEntry;
 use crate::args::KeysCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
-use crate::host::{CliStore, open_store, wall_now};
-use crate::render::clock_time;
+use crate::host::{CliStore, open_store};
+use crate::time::clock_time;
+use crate::time::wall_now;
 
 /// `keys`: opens the store, then the subcommand.
 pub(crate) async fn keys(g: &Globals<'_>, command: KeysCommand) -> anyhow::Result<u8> {

@@ -25,8 +25,6 @@ pub(crate) struct Globals<'a> {
     pub(crate) json_logs: bool,
 }
 
-pub(crate) use remote::supported as remote_supported;
-
 /// Refuses a flag the command would not act on (`validate --db …`, `runs list --model …`).
 fn refuse_idle_flags(cli: &Cli) -> anyhow::Result<()> {
     use crate::args::Flag;
@@ -69,7 +67,7 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     refuse_idle_flags(&cli)?;
     let server = cli.server.clone().or_else(|| std::env::var("STEPWRIGHT_SERVER").ok().filter(|s| !s.is_empty()));
     if let Some(server) = server
-        && remote::supported(&cli.command)
+        && cli.command.has_remote_form()
     {
         let flags = &cli.models;
         if !flags.overrides.is_empty() || flags.cassette.is_some() || !flags.allow_dirs.is_empty() {

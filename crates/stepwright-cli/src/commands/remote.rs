@@ -10,19 +10,29 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use stepwright::api::interrupt::{DecisionBody, DecisionKind, DecisionTaken};
+use stepwright::api::run::{
+    CancelOutcome, CancelRun, Cancelled, ConcurrencyGroup, ResumeRun, RunMessage, RunPage, StartRun,
+};
+use stepwright::api::stream::StreamedEvent;
+use stepwright::api::trigger::{EventDetails, EventSent, EventView, SendEvent};
+use stepwright::api::workflow::{RegisterWorkflow, WorkflowVersion};
+use stepwright::api::{Problem, RecomputeView, ReplayReport, RunDetails, RunStatus};
 
 use crate::args::{Command, EventsCommand, RunsCommand};
 use crate::commands::history::{fork_edits, parse_rebind, print_fork, print_recompute, print_replay};
-use crate::exit::{BadInput, exit_code};
+use crate::exit::BadInput;
 use crate::render::{
-    local_time, owner_text_of, print_facts, print_list_header, print_list_row, print_report, print_timeline, usage_text,
+    owner_text_of, print_facts, print_list_header, print_list_row, print_run, print_timeline, usage_text,
 };
+use crate::time::micros_time;
 use stepwright::store::event::{EventFire, StoredEvent};
 use stepwright::store::schedule::TickOutcome;
 
 /// The longest one request waits for a run; the CLI then asks again.
-const WAIT_SECONDS: u64 = 30;
+const WAIT_SECONDS: f64 = 30.0;
 
 /// A server and the key to call it with.
 pub(crate) struct Remote {
@@ -30,6 +40,9 @@ pub(crate) struct Remote {
     key: String,
     http: reqwest::Client,
 }
+
+/// No request body.
+const NO_BODY: Option<&()> = None;
 
 impl Remote {
     /// The server `--server` names, with the key from `STEPWRIGHT_API_KEY`.
@@ -41,82 +54,65 @@ impl Remote {
         Ok(Self { base: server.trim_end_matches('/').to_owned(), key, http })
     }
 
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
-        self.call_traced(method, path, body, None).await
-    }
-
-    /// A call in a trace: the server's spans join the `traceparent` given.
-    async fn call_traced(
+    /// A call in a trace (the server's spans join the `traceparent` given), its answer read
+    /// as the contract's type for it.
+    async fn call<T: DeserializeOwned>(
         &self,
         method: reqwest::Method,
         path: &str,
-        body: Option<Value>,
+        body: Option<&impl Serialize>,
         traceparent: Option<&stepwright::trace::TraceParent>,
-    ) -> anyhow::Result<Value> {
+    ) -> anyhow::Result<T> {
         let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(&self.key);
         if let Some(traceparent) = traceparent {
             request = request.header("traceparent", traceparent.as_str());
         }
         if let Some(body) = body {
-            request = request.json(&body);
+            request = request.json(body);
         }
         let response = request.send().await.with_context(|| format!("calling {}", self.base))?;
         let status = response.status();
-        let body: Value = response.json().await.unwrap_or(Value::Null);
-        if status.is_success() {
-            return Ok(body);
+        if !status.is_success() {
+            return Err(problem(status, response.json().await.ok()));
         }
-        Err(problem(status, &body))
+        let text = response.text().await.with_context(|| format!("reading the answer to {path}"))?;
+        serde_json::from_str(&text).with_context(|| format!("the answer to {path} is not what the API promises"))
     }
 
-    async fn get(&self, path: &str) -> anyhow::Result<Value> {
-        self.call(reqwest::Method::GET, path, None).await
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        self.call(reqwest::Method::GET, path, NO_BODY, None).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
-        self.call(reqwest::Method::POST, path, Some(body)).await
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> anyhow::Result<T> {
+        self.call(reqwest::Method::POST, path, Some(body), None).await
+    }
+
+    async fn run(&self, run: &str) -> anyhow::Result<RunDetails> {
+        self.get(&format!("/v1/runs/{run}")).await
+    }
+
+    /// Registers a workflow file (and the files it calls are the server's to find).
+    async fn register(&self, file: &std::path::Path) -> anyhow::Result<WorkflowVersion> {
+        let source = crate::host::read_workflow_file(file)?;
+        self.post("/v1/workflows", &RegisterWorkflow { source, files: Default::default() }).await
     }
 
     /// The run once it stops (finishes or waits for a person).
-    async fn until_stopped(&self, mut run: Value) -> anyhow::Result<Value> {
-        loop {
-            let status = run["status"].as_str().unwrap_or_default();
-            if !matches!(status, "running" | "pending") {
-                return Ok(run);
-            }
+    async fn until_stopped(&self, mut run: RunDetails) -> anyhow::Result<RunDetails> {
+        while !run.status.has_stopped() {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            run = self.get(&format!("/v1/runs/{}", run["run_id"].as_str().unwrap_or_default())).await?;
+            run = self.run(&run.run_id).await?;
         }
+        Ok(run)
     }
 }
 
 /// The server's problem document as the command's error: its 4xx are the caller's fault
 /// (exit 2), the rest ours (exit 1).
-fn problem(status: reqwest::StatusCode, body: &Value) -> anyhow::Error {
-    let detail = body["detail"].as_str().unwrap_or("no detail");
-    let code = body["code"].as_str().unwrap_or("unknown");
+fn problem(status: reqwest::StatusCode, body: Option<Problem>) -> anyhow::Error {
+    let (detail, code) = body.map_or_else(|| ("no detail".to_owned(), "unknown".to_owned()), |p| (p.detail, p.code));
     let message = format!("{detail} ({code}, HTTP {})", status.as_u16());
     if status.is_client_error() { anyhow!(BadInput(format!("stepwright: {message}"))) } else { anyhow!(message) }
-}
-
-/// Whether a command has a remote form.
-pub(crate) fn supported(command: &Command) -> bool {
-    matches!(
-        command,
-        Command::Run { .. }
-            | Command::Runs { .. }
-            | Command::Approve { .. }
-            | Command::Reject { .. }
-            | Command::Respond { .. }
-            | Command::Cancel { .. }
-            | Command::Send { .. }
-            | Command::Wake { .. }
-            | Command::Resume { .. }
-            | Command::Replay { .. }
-            | Command::Recompute { .. }
-            | Command::Fork { .. }
-            | Command::Events { .. }
-    )
 }
 
 /// Runs a command against the server.
@@ -132,92 +128,94 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
     match command {
         Command::Run { file, input, json, detach, priority, concurrency, traceparent, idempotency_key, who } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
-            let source = crate::host::read_workflow_file(&file)?;
-            let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
-            let input = crate::host::parse_input(input.as_deref())?;
-            let wait = if detach { 0 } else { WAIT_SECONDS };
-            let body = json!({
-                "workflow": registered["name"],
-                "version": registered["version"],
-                "input": input,
-                "wait_seconds": wait,
-                "priority": priority,
-                "concurrency": concurrency.map(|c| json!({ "key": c.key, "limit": c.limit })),
-                "idempotency_key": idempotency_key,
-            });
-            let run = remote.call_traced(reqwest::Method::POST, "/v1/runs", Some(body), traceparent.as_ref()).await?;
+            let registered = remote.register(&file).await?;
+            let start = StartRun {
+                workflow: registered.name,
+                version: Some(registered.version),
+                input: crate::host::parse_input(input.as_deref())?,
+                idempotency_key,
+                wait_seconds: Some(if detach { 0.0 } else { WAIT_SECONDS }),
+                priority,
+                concurrency: concurrency.map(|c| ConcurrencyGroup { key: c.key, limit: c.limit }),
+            };
+            let run: RunDetails =
+                remote.call(reqwest::Method::POST, "/v1/runs", Some(&start), traceparent.as_ref()).await?;
             if detach {
-                let id = run["run_id"].as_str().unwrap_or_default();
                 if json {
-                    println!("{}", json!({ "run_id": id, "status": run["status"] }));
+                    println!("{}", serde_json::json!({ "run_id": run.run_id, "status": run.status }));
                 } else {
-                    println!("{id}");
+                    println!("{}", run.run_id);
                 }
                 return Ok(0);
             }
-            report(&remote.until_stopped(run).await?, json)
+            Ok(print_run(&remote.until_stopped(run).await?, json))
         }
         Command::Runs { command } => runs(remote, command).await,
         Command::Approve { run, who, payload, json } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
             let body = match payload {
-                Some(payload) => {
-                    json!({ "decision": "modify", "payload": crate::host::parse_json(&payload, "--payload")? })
-                }
-                None => json!({ "decision": "approve" }),
+                Some(payload) => DecisionBody {
+                    decision: DecisionKind::Modify,
+                    payload: Some(crate::host::parse_json(&payload, "--payload")?),
+                    value: None,
+                    reason: None,
+                },
+                None => DecisionBody { decision: DecisionKind::Approve, payload: None, value: None, reason: None },
             };
             decide(remote, &run, who.interrupt.as_deref(), body, json).await
         }
         Command::Reject { run, who, reason, json } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
-            decide(remote, &run, who.interrupt.as_deref(), json!({ "decision": "reject", "reason": reason }), json)
-                .await
+            let body = DecisionBody { decision: DecisionKind::Reject, payload: None, value: None, reason };
+            decide(remote, &run, who.interrupt.as_deref(), body, json).await
         }
         Command::Respond { run, who, value, json } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
-            let value = crate::host::parse_json(&value, "--value")?;
-            decide(remote, &run, who.interrupt.as_deref(), json!({ "decision": "respond", "value": value }), json).await
+            let value = Some(crate::host::parse_json(&value, "--value")?);
+            let body = DecisionBody { decision: DecisionKind::Respond, payload: None, value, reason: None };
+            decide(remote, &run, who.interrupt.as_deref(), body, json).await
         }
         Command::Events { command } => events(remote, command).await,
         Command::Send { run, inbox, message } => {
             let message = crate::host::parse_json(&message, "--message")?;
-            remote.post(&format!("/v1/runs/{run}/messages"), json!({ "inbox": inbox, "message": message })).await?;
+            let body = RunMessage { inbox: Some(inbox.clone()), message: Some(message), wake: None };
+            let _: serde_json::Value = remote.post(&format!("/v1/runs/{run}/messages"), &body).await?;
             println!("sent to inbox {inbox} of run {run}");
             Ok(0)
         }
         Command::Wake { run, channel } => {
-            remote.post(&format!("/v1/runs/{run}/messages"), json!({ "wake": channel })).await?;
+            let body = RunMessage { inbox: None, message: None, wake: Some(channel.clone()) };
+            let _: serde_json::Value = remote.post(&format!("/v1/runs/{run}/messages"), &body).await?;
             println!("woke channel {channel} of run {run}");
             Ok(0)
         }
         Command::Cancel { run, reason, user, wait } => {
             no_identity(user.is_some())?;
-            let cancelled = remote.post(&format!("/v1/runs/{run}/cancel"), json!({ "reason": reason })).await?;
-            match cancelled["outcome"].as_str() {
-                Some("finished") => {
-                    let status = cancelled["status"].as_str().unwrap_or_default();
-                    eprintln!("run {run} had already finished: {status}");
-                    Ok(if status == "cancelled" { 0 } else { 1 })
+            let cancelled: Cancelled =
+                remote.post(&format!("/v1/runs/{run}/cancel"), &CancelRun { reason: Some(reason) }).await?;
+            match cancelled.outcome {
+                CancelOutcome::Finished => {
+                    eprintln!("run {run} had already finished: {}", cancelled.status.as_str());
+                    Ok(if cancelled.status == RunStatus::Cancelled { 0 } else { 1 })
                 }
-                Some("cancelled") => {
+                CancelOutcome::Cancelled => {
                     println!("cancelled");
                     Ok(0)
                 }
-                _ => {
+                CancelOutcome::Requested => {
                     let deadline = tokio::time::Instant::now() + wait;
                     loop {
-                        let shown = remote.get(&format!("/v1/runs/{run}")).await?;
-                        let status = shown["status"].as_str().unwrap_or_default().to_owned();
-                        if status == "cancelled" {
+                        let status = remote.run(&run).await?.status;
+                        if status == RunStatus::Cancelled {
                             println!("cancelled");
                             return Ok(0);
                         }
-                        if matches!(status.as_str(), "completed" | "failed") {
-                            eprintln!("run {run} {status} before the cancel reached it");
+                        if matches!(status, RunStatus::Completed | RunStatus::Failed) {
+                            eprintln!("run {run} {} before the cancel reached it", status.as_str());
                             return Ok(1);
                         }
                         if tokio::time::Instant::now() >= deadline {
-                            let owner = cancelled["executed_by"].as_str().unwrap_or("another process");
+                            let owner = cancelled.executed_by.as_deref().unwrap_or("another process");
                             eprintln!("cancel of run {run} asked; {owner} executes it and has not stopped it yet");
                             return Ok(0);
                         }
@@ -228,47 +226,46 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
         }
         Command::Resume { run, json, tenant } => {
             no_identity(tenant.is_some())?;
-            let resumed =
-                remote.post(&format!("/v1/runs/{run}/resume"), json!({ "wait_seconds": WAIT_SECONDS })).await?;
-            report(&remote.until_stopped(resumed).await?, json)
+            let body = ResumeRun { wait_seconds: Some(WAIT_SECONDS) };
+            let resumed: RunDetails = remote.post(&format!("/v1/runs/{run}/resume"), &body).await?;
+            Ok(print_run(&remote.until_stopped(resumed).await?, json))
         }
         Command::Replay { run, json } => {
-            let report = remote.post(&format!("/v1/runs/{run}/replay"), json!({})).await?;
-            print_replay(&serde_json::from_value(report).context("the server's answer is not a replay report")?, json)
+            let report: ReplayReport = remote.post(&format!("/v1/runs/{run}/replay"), &serde_json::json!({})).await?;
+            print_replay(&report, json)
         }
         Command::Recompute { run, file, from, rebind, persist, json } => {
-            let mut body = json!({ "from": from, "persist": persist, "models": parse_rebind(&rebind)? });
+            let mut body =
+                stepwright::api::history::RecomputeRun { from, version: None, models: parse_rebind(&rebind)?, persist };
             if let Some(file) = file {
                 // The new definition is registered, then named by its version.
-                let shown = remote.get(&format!("/v1/runs/{run}")).await?;
-                let source = crate::host::read_workflow_file(&file)?;
-                let registered = remote.post("/v1/workflows", json!({ "source": source })).await?;
-                if registered["name"] != shown["workflow"] {
+                let shown = remote.run(&run).await?;
+                let registered = remote.register(&file).await?;
+                if registered.name != shown.workflow {
                     return Err(anyhow!(BadInput(format!(
-                        "{} is workflow {}, run {run} is of workflow {}: over --server a run is recomputed with a \
-                         version of its own workflow",
+                        "{} is workflow {:?}, run {run} is of workflow {:?}: over --server a run is recomputed with \
+                         a version of its own workflow",
                         file.display(),
-                        registered["name"],
-                        shown["workflow"]
+                        registered.name,
+                        shown.workflow
                     ))));
                 }
-                body["version"] = registered["version"].clone();
+                body.version = Some(registered.version);
             }
-            let report = remote.post(&format!("/v1/runs/{run}/recompute"), body).await?;
-            print_recompute(
-                &serde_json::from_value(report).context("the server's answer is not a recompute report")?,
-                json,
-            )
+            let report: RecomputeView = remote.post(&format!("/v1/runs/{run}/recompute"), &body).await?;
+            print_recompute(&report, json)
         }
         Command::Fork { run, at, set, json } => {
             let patch = fork_edits(set.as_deref())?;
-            let body = json!({ "at": at, "input": patch.input, "steps": patch.outputs });
-            let forked = remote.post(&format!("/v1/runs/{run}/fork"), body).await?;
-            let id =
-                forked["run_id"].as_str().and_then(|id| id.parse().ok()).context("the server's answer names no run")?;
-            let status =
-                serde_json::from_value(forked["status"].clone()).context("the server's answer has no status")?;
-            print_fork(id, status, crate::host::parse_run(&run)?, &at, json, true);
+            let body = stepwright::api::history::ForkRun {
+                at: at.clone(),
+                input: patch.input,
+                steps: patch.outputs.into_iter().collect(),
+                wait_seconds: None,
+            };
+            let forked: RunDetails = remote.post(&format!("/v1/runs/{run}/fork"), &body).await?;
+            let id = forked.run_id.parse().context("the server's answer names no run")?;
+            print_fork(id, forked.status, crate::host::parse_run(&run)?, &at, json, true);
             Ok(0)
         }
         other => {
@@ -280,48 +277,32 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
 
 /// Decides the run's interrupt (the only open one unless `--interrupt`), then prints the run
 /// once it stops.
-async fn decide(remote: &Remote, run: &str, interrupt: Option<&str>, body: Value, json: bool) -> anyhow::Result<u8> {
-    let shown = as_report(&remote.get(&format!("/v1/runs/{run}")).await?)?;
+async fn decide(
+    remote: &Remote,
+    run: &str,
+    interrupt: Option<&str>,
+    body: DecisionBody,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let shown = remote.run(run).await?;
     let interrupt = stepwright::app::only_interrupt(&shown, interrupt)?.to_string();
-    remote.post(&format!("/v1/interrupts/{run}.{interrupt}/decision"), body).await?;
+    let _: DecisionTaken = remote.post(&format!("/v1/interrupts/{run}.{interrupt}/decision"), &body).await?;
     // The server continues the run (or its runner claims it); wait for it to finish or stop
     // again. A run still suspended with no other interrupt open may not have been picked up
     // yet: looked at again for up to 2 s (past that it waits on something else: a timer).
     let decided_at = tokio::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let mut after = remote.get(&format!("/v1/runs/{run}")).await?;
+    let mut after = remote.run(run).await?;
     loop {
-        let pending: Vec<&str> = after["pending"]
-            .as_array()
-            .map(|p| p.iter().filter_map(|i| i["id"].as_str()).collect())
-            .unwrap_or_default();
-        let ours_open = pending.contains(&interrupt.as_str());
-        let not_yet_continued = pending.is_empty() && decided_at.elapsed() < Duration::from_secs(2);
-        if after["status"] != "suspended" || !(ours_open || not_yet_continued) {
+        let ours_open = after.pending.iter().any(|p| p.id == interrupt);
+        let not_yet_continued = after.pending.is_empty() && decided_at.elapsed() < Duration::from_secs(2);
+        if after.status != RunStatus::Suspended || !(ours_open || not_yet_continued) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        after = remote.get(&format!("/v1/runs/{run}")).await?;
+        after = remote.run(run).await?;
     }
-    report(&remote.until_stopped(after).await?, json)
-}
-
-/// A run as the server shows it, read as the report the local commands print: the same
-/// printing, the same exit code. (The API's error has no `retryable`; a report printed here
-/// does not need it.)
-fn as_report(run: &Value) -> anyhow::Result<stepwright::RunReport> {
-    let mut run = run.clone();
-    if let Some(error) = run["error"].as_object_mut() {
-        error.entry("retryable").or_insert(json!(false));
-    }
-    serde_json::from_value(run).context("the server's answer is not a run")
-}
-
-/// Prints a run as `run --json` / the run's output, and answers its exit code.
-fn report(run: &Value, json: bool) -> anyhow::Result<u8> {
-    let report = as_report(run)?;
-    print_report(&report, json);
-    Ok(exit_code(report.status))
+    Ok(print_run(&remote.until_stopped(after).await?, json))
 }
 
 async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
@@ -330,48 +311,38 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             if limit == 0 {
                 return Err(anyhow!(BadInput("--limit must be at least 1".into())));
             }
-            let mut query = vec![format!("limit={limit}"), "usage=true".to_owned()];
-            if let Some(status) = status {
-                query.push(format!("status={}", status.as_str()));
-            }
-            if let Some(workflow) = workflow {
-                query.push(format!("workflow={workflow}"));
-            }
-            if let Some(before) = before {
-                query.push(format!("cursor={before}"));
-            }
-            let page = remote.get(&format!("/v1/runs?{}", query.join("&"))).await?;
-            let runs = page["runs"].as_array().cloned().unwrap_or_default();
+            let mut query = vec![("limit", limit.to_string()), ("usage", "true".to_owned())];
+            query.extend(status.map(|status| ("status", status.as_str().to_owned())));
+            query.extend(workflow.map(|workflow| ("workflow", workflow)));
+            query.extend(before.map(|before| ("cursor", before)));
+            let url = reqwest::Url::parse_with_params("http://query/", &query).context("a query")?;
+            let page: RunPage = remote.get(&format!("/v1/runs?{}", url.query().unwrap_or_default())).await?;
             if json {
-                for run in &runs {
+                for run in &page.runs {
                     println!(
                         "{}",
-                        json!({ "run_id": run["run_id"], "workflow": run["workflow"], "status": run["status"], "created_at": run["created_at"], "updated_at": run["updated_at"], "owner": run["owner"], "lease_expires_at": run["lease_expires_at"], "usage": run["usage"] })
+                        serde_json::json!({ "run_id": run.run_id, "workflow": run.workflow, "status": run.status, "created_at": run.created_at, "updated_at": run.updated_at, "owner": run.owner, "lease_expires_at": run.lease_expires_at, "usage": run.usage })
                     );
                 }
             } else {
                 print_list_header();
-                let now = crate::host::wall_now();
-                for run in &runs {
-                    let status: stepwright::RunStatus =
-                        serde_json::from_value(run["status"].clone()).context("a listed run without a status")?;
-                    let lease = run["owner"]
-                        .as_str()
-                        .zip(run["lease_expires_at"].as_i64().map(stepwright::Timestamp::from_micros));
-                    let time =
-                        |field: &str| stepwright::Timestamp::from_micros(run[field].as_i64().unwrap_or_default());
-                    let usage: Option<stepwright::llm::Totals> = serde_json::from_value(run["usage"].clone()).ok();
+                let now = crate::time::wall_now();
+                for run in &page.runs {
+                    let lease = run.owner.as_deref().zip(run.lease_expires_at.map(stepwright::Timestamp::from_micros));
                     print_list_row(
-                        run["run_id"].as_str().unwrap_or_default(),
-                        run["workflow"].as_str().unwrap_or_default(),
-                        status,
-                        (time("created_at"), time("updated_at")),
-                        usage.as_ref(),
-                        &owner_text_of(status, lease, now),
+                        &run.run_id,
+                        &run.workflow,
+                        run.status,
+                        (
+                            stepwright::Timestamp::from_micros(run.created_at),
+                            stepwright::Timestamp::from_micros(run.updated_at),
+                        ),
+                        run.usage.as_ref(),
+                        &owner_text_of(run.status, lease, now),
                     );
                 }
             }
-            if let Some(cursor) = page["next_cursor"].as_str() {
+            if let Some(cursor) = &page.next_cursor {
                 eprintln!("more runs: stepwright runs list --before {cursor} --limit {limit}");
             }
             Ok(0)
@@ -380,42 +351,27 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             "runs erase and runs prune act on a store: give it with --db (or STEPWRIGHT_DB), not --server".into()
         ))),
         RunsCommand::Show { run, json } => {
-            let shown = remote.get(&format!("/v1/runs/{run}")).await?;
+            let shown = remote.run(&run).await?;
             if json {
-                println!("{shown}");
+                println!("{}", serde_json::to_string(&shown)?);
                 return Ok(0);
             }
-            println!(
-                "run {} ({}) {}",
-                run,
-                shown["workflow"].as_str().unwrap_or_default(),
-                shown["status"].as_str().unwrap_or_default()
-            );
-            let children = remote.get(&format!("/v1/runs?parent={run}&limit=50")).await?;
-            let forks: Vec<String> = children["runs"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|r| r["run_id"].as_str().map(str::to_owned))
-                .collect();
+            println!("run {} ({}) {}", run, shown.workflow, shown.status.as_str());
+            let children: RunPage = remote.get(&format!("/v1/runs?parent={run}&limit=50")).await?;
+            let forks: Vec<String> = children.runs.into_iter().map(|r| r.run_id).collect();
             print_facts(&shown, &forks);
-            if let Some(owner) = shown["owner"].as_str().filter(|_| shown["status"] == "running") {
+            if let Some(owner) = shown.owner.as_deref().filter(|_| shown.status == RunStatus::Running) {
                 println!("  executed by {owner}");
             }
-            if let Some(reason) = shown["queued"]["reason"].as_str() {
-                println!("  queued: {reason}");
+            if let Some(queued) = &shown.queued {
+                println!("  queued: {}", queued.reason);
             }
-            print_timeline(shown["steps"].as_array().map(Vec::as_slice).unwrap_or_default());
-            if shown["usage"].is_object() {
-                println!("  model usage:{}", usage_text(&shown["usage"]));
+            print_timeline(&shown.steps);
+            if let Some(usage) = &shown.usage {
+                println!("  model usage:{}", usage_text(usage));
             }
-            for pending in shown["pending"].as_array().into_iter().flatten() {
-                println!(
-                    "  waiting: {} at {} — {}",
-                    pending["id"].as_str().unwrap_or_default(),
-                    pending["step"].as_str().unwrap_or_default(),
-                    pending["message"].as_str().unwrap_or_default()
-                );
+            for pending in &shown.pending {
+                println!("  waiting: {} at {} — {}", pending.id, pending.step, pending.message);
             }
             Ok(0)
         }
@@ -429,7 +385,7 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                 .with_context(|| format!("calling {}", remote.base))?;
             if !response.status().is_success() {
                 let status = response.status();
-                return Err(problem(status, &response.json().await.unwrap_or(Value::Null)));
+                return Err(problem(status, response.json().await.ok()));
             }
             let mut events = response.bytes_stream().eventsource();
             // Without --follow, what is there now: the stream is read until it ends or is
@@ -437,18 +393,11 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             let quiet = if follow { Duration::from_secs(u64::MAX >> 2) } else { Duration::from_millis(300) };
             while let Ok(Some(event)) = tokio::time::timeout(quiet, events.next()).await {
                 let event = event.context("reading the event stream")?;
-                let record: stepwright::journal::EventRecord =
-                    serde_json::from_str(&event.data).context("an event that is not one")?;
+                let record: StreamedEvent = serde_json::from_str(&event.data).context("an event that is not one")?;
                 if json {
                     println!("{}", serde_json::to_string(&record)?);
                 } else {
-                    println!(
-                        "{} {:<24} {:<20} {}",
-                        local_time(record.at),
-                        record.kind,
-                        record.path.as_str(),
-                        record.data
-                    );
+                    println!("{} {:<24} {:<20} {}", micros_time(record.at), record.kind, record.path, record.data);
                 }
             }
             Ok(0)
@@ -472,54 +421,48 @@ async fn events(remote: &Remote, command: EventsCommand) -> anyhow::Result<u8> {
             refuse_tenant(&tenant)?;
             let payload = crate::host::parse_input(Some(&payload))
                 .map_err(|e| anyhow!(BadInput(e.to_string().replace("the input", "the payload"))))?;
-            let sent = remote
-                .post("/v1/events", json!({ "name": name, "payload": payload, "idempotency_key": idempotency_key }))
-                .await?;
-            print_sent(&stored_event(&sent["event"])?, sent["created"] == json!(true), json);
+            let sent: EventSent = remote.post("/v1/events", &SendEvent { name, payload, idempotency_key }).await?;
+            print_sent(&stored_event(sent.event), sent.created, json);
         }
         EventsCommand::List { name, limit, tenant, json } => {
             refuse_tenant(&tenant)?;
             let mut params = vec![("limit", limit.min(500).to_string())];
             params.extend(name.map(|name| ("name", name)));
             let query = reqwest::Url::parse_with_params("http://query/", &params).context("a query")?;
-            let listed = remote.get(&format!("/v1/events?{}", query.query().unwrap_or_default())).await?;
-            let events = listed.as_array().map(Vec::as_slice).unwrap_or_default();
-            print_list(&events.iter().map(stored_event).collect::<anyhow::Result<Vec<_>>>()?, json);
+            let listed: Vec<EventView> =
+                remote.get(&format!("/v1/events?{}", query.query().unwrap_or_default())).await?;
+            print_list(&listed.into_iter().map(stored_event).collect::<Vec<_>>(), json);
         }
         EventsCommand::Describe { seq, tenant, json } => {
             refuse_tenant(&tenant)?;
-            let shown = remote.get(&format!("/v1/events/{seq}")).await?;
-            let fires: Vec<EventFire> = shown["fires"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or_default()
-                .iter()
+            let shown: EventDetails = remote.get(&format!("/v1/events/{seq}")).await?;
+            let fires: Vec<EventFire> = shown
+                .fires
+                .into_iter()
                 .map(|fire| EventFire {
-                    trigger: fire["trigger"].as_str().unwrap_or_default().to_owned(),
-                    event: fire["event"].as_u64().unwrap_or_default(),
-                    outcome: match fire["run_id"].as_str().and_then(|run| run.parse().ok()) {
+                    trigger: fire.trigger,
+                    event: fire.event,
+                    outcome: match fire.run_id.and_then(|run| run.parse().ok()) {
                         Some(run) => TickOutcome::Started { run },
-                        None => {
-                            TickOutcome::Skipped { reason: fire["skipped"].as_str().unwrap_or_default().to_owned() }
-                        }
+                        None => TickOutcome::Skipped { reason: fire.skipped.unwrap_or_default() },
                     },
                     recorded_at: stepwright::Timestamp::from_micros(0),
                 })
                 .collect();
-            print_described(&stored_event(&shown)?, &fires, json);
+            print_described(&stored_event(shown.event), &fires, json);
         }
     }
     Ok(0)
 }
 
-/// An event as the API shows it (`EventView`), as the store keeps it.
-fn stored_event(view: &Value) -> anyhow::Result<StoredEvent> {
-    Ok(StoredEvent {
-        seq: view["seq"].as_u64().context("an event without `seq`")?,
+/// An event as the API shows it, as the store keeps it (for the local commands' printers).
+fn stored_event(view: EventView) -> StoredEvent {
+    StoredEvent {
+        seq: view.seq,
         tenant: None,
-        name: view["name"].as_str().unwrap_or_default().to_owned(),
-        payload: view["payload"].clone(),
-        idempotency_key: view["idempotency_key"].as_str().map(str::to_owned),
-        received_at: stepwright::Timestamp::from_micros(view["received_at"].as_i64().unwrap_or_default()),
-    })
+        name: view.name,
+        payload: view.payload,
+        idempotency_key: view.idempotency_key,
+        received_at: stepwright::Timestamp::from_micros(view.received_at),
+    }
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::args::Identity;
 use crate::commands::Globals;
-use crate::exit::{exit_code, held_elsewhere};
+use crate::exit::held_elsewhere;
 use crate::host::{Servers, check_tenant, cli_engine, definition_of, keep_source, open_store, parse_input, parse_run};
 use crate::render::print_report;
 
@@ -50,7 +50,7 @@ pub(crate) async fn run(
     if let Some(key) = &flow.idempotency_key {
         // Refused input claims no key: the same command fixed is a first one.
         stepwright::Engine::check_input(&workflow, &input)?;
-        let now = crate::host::wall_now();
+        let now = crate::time::wall_now();
         let run = stepwright::RunId::from_parts(now, stepwright::Entropy::bytes10(&stepwright::SystemEntropy::new()));
         let namespace = who.tenant.as_deref().unwrap_or_default();
         match stepwright::app::claim_start(store.as_ref(), namespace, key, run, now).await? {
@@ -69,8 +69,7 @@ pub(crate) async fn run(
                     );
                     return Ok(0);
                 }
-                print_report(&report, json);
-                return Ok(exit_code(report.status));
+                return Ok(print_report(&report, json));
             }
             stepwright::app::IdempotentStart::Starting(first) => {
                 return Err(anyhow::anyhow!(
@@ -100,8 +99,7 @@ pub(crate) async fn run(
             return Ok(130);
         }
     };
-    print_report(&report, json);
-    Ok(exit_code(report.status))
+    Ok(print_report(&report, json))
 }
 
 /// `resume`: continues a run that nobody executes, from its stored definition.
@@ -114,11 +112,9 @@ pub(crate) async fn resume(g: &Globals<'_>, run: String, json: bool, tenant: Opt
     check_tenant(store.as_ref(), run, tenant.as_deref()).await?;
     if report.status.is_terminal() {
         // Nothing to continue: say how it ended, as `run` did.
-        print_report(&report, json);
-        return Ok(exit_code(report.status));
+        return Ok(print_report(&report, json));
     }
     let workflow = definition_of(&store, run, flags).await?;
     let report = engine.resume(&workflow, run).await.map_err(held_elsewhere)?;
-    print_report(&report, json);
-    Ok(exit_code(report.status))
+    Ok(print_report(&report, json))
 }

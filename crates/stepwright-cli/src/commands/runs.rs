@@ -3,17 +3,17 @@
 use std::sync::Arc;
 
 use anyhow::anyhow;
-use serde_json::{Value, json};
+use serde_json::json;
 use stepwright::store::RunFilter;
 use stepwright::{RunId, RunStatus};
 
 use crate::args::RunsCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
-use crate::host::{CliStore, engine_over, open_store, parse_run, wall_now};
-use crate::render::{
-    local_time, owner_text, print_facts, print_list_header, print_list_row, print_timeline, usage_text,
-};
+use crate::host::{CliStore, engine_over, open_store, parse_run};
+use crate::render::{owner_text, print_facts, print_list_header, print_list_row, print_timeline, usage_text};
+use crate::time::local_time;
+use crate::time::wall_now;
 
 /// `runs`: opens the store, then the subcommand.
 pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
@@ -119,7 +119,14 @@ pub(crate) async fn list(
         print_list_header();
         for (run, usage) in runs.iter().zip(&usage) {
             let times = (run.created_at, run.updated_at);
-            print_list_row(&run.id.to_string(), &run.workflow, run.status, times, Some(usage), &owner_text(run, now));
+            print_list_row(
+                &run.id.to_string(),
+                &run.workflow,
+                stepwright::app::wire::run_status(run.status),
+                times,
+                Some(usage),
+                &owner_text(run, now),
+            );
         }
     }
     if more && let Some(last) = runs.last() {
@@ -158,9 +165,8 @@ pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> 
     let engine = engine_over(store).build();
     let details = stepwright::app::run_details(&engine, run).await?;
     let loaded = store.load_from(run, u64::MAX).await?;
-    let steps: Vec<Value> = serde_json::to_value(&details.steps)?.as_array().cloned().unwrap_or_default();
     if json {
-        println!("{}", serde_json::to_value(&details)?);
+        println!("{}", serde_json::to_string(&details)?);
     } else {
         println!("run {} ({}) {}", run, loaded.record.workflow, details.status.as_str());
         let children = stepwright::store::RunFilter {
@@ -170,7 +176,7 @@ pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> 
             ..Default::default()
         };
         let forks: Vec<String> = store.list_runs(children).await?.iter().map(|r| r.id.to_string()).collect();
-        print_facts(&serde_json::to_value(&details)?, &forks);
+        print_facts(&details, &forks);
         if !details.status.is_terminal() && loaded.record.lease.is_some() {
             println!("  executed by {}", owner_text(&loaded.record, wall_now()));
         }
@@ -184,9 +190,9 @@ pub(crate) async fn show(store: &Arc<dyn CliStore>, run: String, json: bool) -> 
                 cancel.reason
             );
         }
-        print_timeline(&steps);
+        print_timeline(&details.steps);
         if let Some(total) = &details.usage {
-            println!("  model usage:{}", usage_text(&json!(total)));
+            println!("  model usage:{}", usage_text(total));
         }
         for pending in &details.pending {
             println!("  waiting: {} at {} — {}", pending.id, pending.step, pending.message);

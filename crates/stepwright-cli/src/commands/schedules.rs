@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::anyhow;
 use serde_json::{Value, json};
+use stepwright::app::{NotDeclared, Section};
 use stepwright::schedule::{ScheduleError, ScheduleSpec, Scheduler, format_instant as rfc3339};
 use stepwright::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome};
 
@@ -114,13 +115,6 @@ async fn create(
     Ok(0)
 }
 
-/// What a workflow file keeps in the store.
-#[derive(Clone, Copy)]
-pub(crate) enum Section {
-    Schedules,
-    Triggers,
-}
-
 /// A workflow file loaded to keep its `schedules:` or `triggers:`: the file checked before the store is opened (a bad file creates no
 /// database), `only` checked against the names the section declares, the workflow
 /// prepared and its source kept in the store (so any worker rebuilds it).
@@ -138,19 +132,18 @@ pub(crate) async fn load_to_keep(
     let flags = g.flags;
     let loaded =
         stepwright::flow::load_with(file, &flags.bindings().load_options()).map_err(stepwright::app::AppError::Load)?;
-    let (declared, kind): (Vec<String>, &str) = match section {
-        Section::Schedules => (loaded.schedules.iter().map(|s| s.name.clone()).collect(), "schedule"),
-        Section::Triggers => (loaded.triggers.iter().map(|t| t.name.clone()).collect(), "trigger"),
-    };
-    if declared.is_empty() {
-        return Err(anyhow!(BadInput(format!("{} has no `{kind}s:` section", file.display()))));
-    }
-    if let Some(unknown) = only.iter().find(|name| !declared.contains(name)) {
-        return Err(anyhow!(BadInput(format!(
-            "--only {unknown}: {} declares no such {kind} (it has: {})",
-            file.display(),
-            declared.join(", ")
-        ))));
+    match stepwright::app::check_declared(&loaded, section, only) {
+        Ok(()) => {}
+        Err(NotDeclared::Empty { kind }) => {
+            return Err(anyhow!(BadInput(format!("{} has no `{kind}s:` section", file.display()))));
+        }
+        Err(NotDeclared::Unknown { kind, name, declared }) => {
+            return Err(anyhow!(BadInput(format!(
+                "--only {name}: {} declares no such {kind} (it has: {})",
+                file.display(),
+                declared.join(", ")
+            ))));
+        }
     }
     let (schedules, triggers) = (loaded.schedules.clone(), loaded.triggers.clone());
     let store = open_store(g.db).await?;
@@ -171,7 +164,7 @@ fn summary(record: &ScheduleRecord) -> anyhow::Result<Value> {
         "overlap": spec.overlap,
         "paused": record.paused,
         // The next tick that starts a run (a skipped daylight-saving tick is due, not fired).
-        "next_fire": stepwright::schedule::next_fire(record, crate::host::wall_now()).map(rfc3339),
+        "next_fire": stepwright::schedule::next_fire(record, crate::time::wall_now()).map(rfc3339),
     }))
 }
 

@@ -11,9 +11,10 @@ use stepwright::store::schedule::{ScheduleKey, ScheduleRecord};
 use crate::args::TriggersCommand;
 use crate::commands::Globals;
 use crate::commands::events::fire_json;
-use crate::commands::schedules::{Section, failed, key, load_to_keep, scheduler};
+use crate::commands::schedules::{failed, key, load_to_keep, scheduler};
 use crate::exit::BadInput;
 use crate::host::{CliStore, open_store};
+use stepwright::app::Section;
 
 /// `triggers`: opens the store, then the subcommand.
 pub(crate) async fn triggers(g: &Globals<'_>, command: TriggersCommand) -> anyhow::Result<u8> {

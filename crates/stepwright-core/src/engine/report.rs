@@ -86,15 +86,15 @@ pub(super) fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> Run
             }
         }
         awaiting.sort_by(|a, b| a.step.cmp(&b.step));
-        let mut open: Vec<_> = index.interrupts.iter().filter(|(_, log)| log.resolution.is_none()).collect();
-        open.sort_by(|a, b| a.1.path.cmp(&b.1.path).then(a.0.cmp(b.0)));
-        for (id, log) in open {
+        let mut open = loaded.open_interrupts();
+        open.sort_by(|a, b| a.step.cmp(&b.step).then(a.id.cmp(&b.id)));
+        for interrupt in open {
             pending.push(PendingInterrupt {
-                id: id.clone(),
-                step: log.path.clone(),
-                kind: log.request.kind,
-                message: log.request.message.clone(),
-                deadline: log.deadline,
+                id: interrupt.id,
+                step: interrupt.step,
+                kind: interrupt.request.kind,
+                message: interrupt.request.message,
+                deadline: interrupt.deadline,
             });
         }
     }

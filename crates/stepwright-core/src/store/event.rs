@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::StoreError;
-use super::schedule::{ScheduleKey, TickOutcome};
+use super::tick::{ScheduleKey, TickOutcome};
 use crate::ids::{RunId, Timestamp};
 
 /// The longest idempotency key an event may carry (the API's limit for runs).

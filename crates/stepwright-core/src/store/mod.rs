@@ -5,6 +5,7 @@
 pub mod backend;
 pub mod bank;
 pub mod cache;
+mod tick;
 pub mod event;
 mod memory;
 pub mod quota;

@@ -8,8 +8,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::Params;
@@ -19,6 +17,7 @@ use crate::keys::{Principal, SESSION_COOKIE, SESSION_FOR, cookie, create_provide
 use crate::oidc::{Oidc, OidcError, Pending};
 use crate::problem::ApiError;
 use crate::state::Shared;
+use stepwright_api::session::{AuthMethods, Callback};
 
 /// The cookie a started sign-in is kept in until its callback: `Lax`, because the callback
 /// is a navigation from the provider's site, which a `Strict` cookie would not come back on.
@@ -26,15 +25,6 @@ const PENDING_COOKIE: &str = "stepwright_oidc";
 
 /// The path of the callback, under this server's address.
 const CALLBACK: &str = "/v1/auth/oidc/callback";
-
-/// How one may sign in.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct AuthMethods {
-    /// With an API key (`POST /v1/session`): always.
-    pub api_key: bool,
-    /// Through the OpenID Connect provider (`GET /v1/auth/oidc/start`), when one is set up.
-    pub oidc: bool,
-}
 
 /// `GET /v1/auth` (no key): how one may sign in.
 pub(crate) async fn methods(State(shared): State<Arc<Shared>>) -> Json<AuthMethods> {
@@ -77,27 +67,6 @@ pub(crate) async fn start(State(shared): State<Arc<Shared>>, headers: HeaderMap)
         HeaderValue::from_str(&url).map_err(|_| ApiError::internal("the provider's URL is not a header"))?,
     );
     with_cookie(response, &cookie)
-}
-
-/// What the provider sends back. Other parameters it adds (`session_state`, …) are ignored:
-/// they are the provider's, not a caller's mistake.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-pub(crate) struct Callback {
-    /// The authorization code.
-    #[serde(default)]
-    pub code: Option<String>,
-    /// The state this server sent.
-    #[serde(default)]
-    pub state: Option<String>,
-    /// Why the provider did not sign the person in.
-    #[serde(default)]
-    pub error: Option<String>,
-    /// More about it.
-    #[serde(default)]
-    pub error_description: Option<String>,
-    /// The issuer (RFC 9207), when the provider says.
-    #[serde(default)]
-    pub iss: Option<String>,
 }
 
 /// `GET /v1/auth/oidc/callback` (no key): checks the state, exchanges the code, checks the ID

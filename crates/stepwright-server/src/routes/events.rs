@@ -11,8 +11,6 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::stream::{self, Stream};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 use tokio::sync::broadcast;
 
@@ -21,44 +19,10 @@ use crate::feed::{Next, StreamedToken};
 use crate::keys::Principal;
 use crate::problem::ApiError;
 use crate::state::Shared;
+use stepwright_api::stream::StreamFrom;
 
 /// How often an idle stream sends a comment, so proxies and clients keep it open.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
-
-/// Where to start.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct StreamFrom {
-    /// The `id` of the last event received: the stream starts after it (as `Last-Event-ID`).
-    #[serde(default)]
-    pub after: Option<u64>,
-    /// Also send the text models stream, as `token` events (`{"path", "text"}`) without an
-    /// `id`: they are live only — not journaled, never sent again on a reconnect — and come
-    /// from runs executing in the server that serves the stream.
-    #[serde(default)]
-    pub tokens: bool,
-}
-
-/// The `data:` of each streamed event: the run's event as `runs events --json` prints it.
-/// (Documentation only: the stream serializes the core's event records themselves.)
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct StreamedEvent {
-    /// The run.
-    pub(crate) run: String,
-    /// The step path it concerns (empty for the run's own events).
-    pub(crate) path: String,
-    /// When (µs since the epoch).
-    pub(crate) at: i64,
-    /// The run's tenant, for events steps emitted.
-    pub(crate) tenant: Option<String>,
-    /// The run's user, for events steps emitted.
-    pub(crate) user: Option<String>,
-    /// The event's name, as in `event:` (`step.started`, `step.completed`, `interrupt.opened`,
-    /// `run.completed`, …).
-    pub(crate) kind: String,
-    /// The event's own fields.
-    pub(crate) data: serde_json::Value,
-}
 
 /// Where a stream stands.
 struct Position {

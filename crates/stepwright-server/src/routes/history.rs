@@ -2,19 +2,17 @@
 //! history (DESIGN §7), answered with the reports the CLI's commands of those names print
 //! with `--json`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use schemars::JsonSchema;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
+use stepwright_api::history::{ForkRun, RecomputeRun};
 use stepwright_app::RunDetails;
 use stepwright_core::{ForkPatch, RecomputeOptions, ReplayReport, StepPath};
 
-use super::runs::{audit, wait_and_read, wait_for};
+use super::runs::{audit, wait_for};
 use super::workflows::not_registered;
 use super::{Body, OptionalBody, parse_run, run_in_namespace};
 use crate::keys::{Principal, Role};
@@ -34,29 +32,6 @@ pub(crate) async fn replay(
     let record = run_in_namespace(&shared, &who, run).await?;
     let workflow = shared.definition_of(&record).await?;
     Ok(Json(shared.engine.replay(&workflow, run).await?))
-}
-
-/// A recompute.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RecomputeRun {
-    /// Re-execute from this step on (default: from the start); what was recorded before it
-    /// is served from the journal.
-    #[serde(default)]
-    pub from: Option<String>,
-    /// Recompute with this registered version of the run's workflow — a new prompt, model or
-    /// step — instead of the definition the run is pinned to.
-    #[serde(default, deserialize_with = "super::whole::optional")]
-    pub version: Option<u32>,
-    /// Model bindings answered by others the definition already has: `{"smart": "fast"}`
-    /// sends every call to `smart` to `fast`'s endpoint and model (`GET
-    /// /v1/runs/{id}/definition` lists them). Never an endpoint or a key: those are the
-    /// server's configuration.
-    #[serde(default)]
-    pub models: BTreeMap<String, String>,
-    /// Keep the result as a new run forked from this one (its id is the report's `forked`).
-    #[serde(default)]
-    pub persist: bool,
 }
 
 /// `POST /v1/runs/{id}/recompute` (operator): re-executes the run (or from a step) in a
@@ -95,24 +70,6 @@ pub(crate) async fn recompute(
     Ok(Json(stepwright_app::recompute_view(report, &events)))
 }
 
-/// A fork.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ForkRun {
-    /// The step to fork before: the new run has everything the run recorded before it.
-    pub at: String,
-    /// A new input for the new run (default: the run's).
-    #[serde(default)]
-    pub input: Option<Value>,
-    /// Replacement outputs, by step path, for steps that completed before `at`.
-    #[serde(default)]
-    pub steps: BTreeMap<String, Value>,
-    /// Wait up to this long (at most 60) for the new run to finish or stop for a person.
-    #[serde(default)]
-    #[schemars(range(min = 0, max = 60))]
-    pub wait_seconds: Option<f64>,
-}
-
 /// `POST /v1/runs/{id}/fork` (operator): `201` and the new run, whose lineage names this one
 /// and the step. This server's runner continues it unless it runs with `--no-worker` (then a
 /// worker claims it).
@@ -135,5 +92,5 @@ pub(crate) async fn fork(
     audit(&shared, &who, "run.forked", forked.id.to_string(), json!({ "parent": run.to_string(), "at": body.at }))
         .await?;
     // A fork is created pending: this server's runner (or another worker) claims it.
-    Ok((StatusCode::CREATED, Json(wait_and_read(&shared, forked.id, wait).await?)))
+    Ok((StatusCode::CREATED, Json(stepwright_app::wait_until_stopped(&shared.engine, forked.id, wait).await?)))
 }

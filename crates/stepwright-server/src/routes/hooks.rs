@@ -6,9 +6,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
+use stepwright_api::webhook::{AttemptView, DeliveryView, NewWebhook, WebhookView};
 use stepwright_store::control::{Delivery, DeliveryState, Webhook};
 
 use super::Body;
@@ -18,92 +17,34 @@ use crate::problem::ApiError;
 use crate::state::Shared;
 use crate::webhooks::EVENTS;
 
-/// A webhook to make.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NewWebhook {
-    /// Where events are posted (`http://` or `https://`, no user name or password): a public
-    /// address, or one in a network the operator allows (`serve --webhook-allow`).
-    #[schemars(extend("format" = "uri"))]
-    pub(crate) url: String,
-    /// Which: `interrupt.opened`, `run.completed`, `run.failed`, `run.suspended`.
-    pub(crate) events: Vec<String>,
-    /// The HMAC key each delivery is signed with (16 characters or more).
-    pub(crate) secret: String,
-}
-
-/// A webhook as the API shows it (never its secret).
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct WebhookView {
-    /// Its id.
-    pub(crate) id: String,
-    /// Where events are posted.
-    pub(crate) url: String,
-    /// Which.
-    pub(crate) events: Vec<String>,
-    /// When it was made (µs since the epoch).
-    pub(crate) created_at: i64,
-}
-
-impl From<&Webhook> for WebhookView {
-    fn from(webhook: &Webhook) -> Self {
-        Self {
-            id: webhook.id.clone(),
-            url: webhook.url.clone(),
-            events: webhook.events.clone(),
-            created_at: webhook.created_at.as_micros(),
-        }
+/// A webhook as the API shows it.
+fn webhook_view(webhook: &Webhook) -> WebhookView {
+    WebhookView {
+        id: webhook.id.clone(),
+        url: webhook.url.clone(),
+        events: webhook.events.clone(),
+        created_at: webhook.created_at.as_micros(),
     }
 }
 
-/// One delivery with its attempts.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct DeliveryView {
-    /// Its id (also sent as `Stepwright-Delivery`).
-    pub(crate) id: i64,
-    /// The event.
-    pub(crate) event: String,
-    /// `pending`, `delivered` or `failed`.
-    pub(crate) state: String,
-    /// Every attempt, oldest first.
-    pub(crate) attempts: Vec<AttemptView>,
-    /// When the next attempt is due, for a pending one (µs since the epoch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) next_attempt_at: Option<i64>,
-    /// The body posted.
-    pub(crate) body: serde_json::Value,
-}
-
-/// One attempt.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct AttemptView {
-    /// When (µs since the epoch).
-    pub(crate) at: i64,
-    /// The receiver's status, if it answered.
-    pub(crate) status: Option<u16>,
-    /// Why it failed, if it did.
-    pub(crate) error: Option<String>,
-}
-
-impl From<Delivery> for DeliveryView {
-    fn from(delivery: Delivery) -> Self {
-        let state = match delivery.state {
-            DeliveryState::Pending => "pending",
-            DeliveryState::Delivered => "delivered",
-            DeliveryState::Failed => "failed",
-        };
-        Self {
-            id: delivery.id,
-            event: delivery.event,
-            state: state.into(),
-            next_attempt_at: (delivery.state == DeliveryState::Pending).then(|| delivery.next_attempt_at.as_micros()),
-            attempts: delivery
-                .attempts
-                .into_iter()
-                .map(|a| AttemptView { at: a.at.as_micros(), status: a.status, error: a.error })
-                .collect(),
-            body: serde_json::from_str(&delivery.body).unwrap_or(serde_json::Value::Null),
-        }
+/// A delivery as the API shows it.
+fn delivery_view(delivery: Delivery) -> DeliveryView {
+    let state = match delivery.state {
+        DeliveryState::Pending => "pending",
+        DeliveryState::Delivered => "delivered",
+        DeliveryState::Failed => "failed",
+    };
+    DeliveryView {
+        id: delivery.id,
+        event: delivery.event,
+        state: state.into(),
+        next_attempt_at: (delivery.state == DeliveryState::Pending).then(|| delivery.next_attempt_at.as_micros()),
+        attempts: delivery
+            .attempts
+            .into_iter()
+            .map(|a| AttemptView { at: a.at.as_micros(), status: a.status, error: a.error })
+            .collect(),
+        body: serde_json::from_str(&delivery.body).unwrap_or(serde_json::Value::Null),
     }
 }
 
@@ -145,7 +86,7 @@ pub(crate) async fn create(
         json!({ "url": webhook.url, "events": webhook.events }),
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(WebhookView::from(&webhook))))
+    Ok((StatusCode::CREATED, Json(webhook_view(&webhook))))
 }
 
 /// `GET /v1/webhooks` (admin).
@@ -155,7 +96,7 @@ pub(crate) async fn list(
 ) -> Result<Json<Vec<WebhookView>>, ApiError> {
     who.require(Role::Admin)?;
     let webhooks = shared.store.webhooks(Some(who.namespace())).await?;
-    Ok(Json(webhooks.iter().map(WebhookView::from).collect()))
+    Ok(Json(webhooks.iter().map(webhook_view).collect()))
 }
 
 /// `DELETE /v1/webhooks/{id}` (admin): `204`; its pending deliveries are not attempted again.
@@ -183,5 +124,5 @@ pub(crate) async fn deliveries(
         return Err(ApiError::not_found("not_found", format!("no webhook {id:?}")));
     }
     let deliveries = shared.store.deliveries(who.namespace(), &id, 200).await?;
-    Ok(Json(deliveries.into_iter().map(DeliveryView::from).collect()))
+    Ok(Json(deliveries.into_iter().map(delivery_view).collect()))
 }

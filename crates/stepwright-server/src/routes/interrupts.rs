@@ -2,17 +2,15 @@
 //! `POST /v1/interrupts/{id}/decision`. A decision is taken as the key's user, with the key's
 //! roles: approvers are enforced from the key, never from the body.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
+use stepwright_api::interrupt::{DecisionBody, DecisionKind, DecisionTaken, InboxItem, InboxQuery};
 use stepwright_core::journal::{LoadedRun, RunRecord};
 use stepwright_core::store::RunFilter;
-use stepwright_core::{Caller, Decision, InterruptId, InterruptKind, Record, RunId, RunStatus};
+use stepwright_core::{Caller, Decision, InterruptId, RunId, RunStatus};
 
 use super::runs::audit;
 use super::{Body, Params, run_in_namespace};
@@ -22,43 +20,6 @@ use crate::state::Shared;
 
 /// The most waiting runs one inbox read looks at.
 const INBOX_RUNS: usize = 1000;
-
-/// Inbox filters.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct InboxQuery {
-    /// `open`: interrupts waiting for a decision (the only status listed).
-    #[serde(default)]
-    #[schemars(extend("enum" = ["open"]))]
-    pub status: Option<String>,
-}
-
-/// An open interrupt the caller may decide.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct InboxItem {
-    /// The id to decide it by: `<run id>.<interrupt id>`.
-    pub id: String,
-    /// The run that waits.
-    pub run_id: String,
-    /// The run's workflow.
-    pub workflow: String,
-    /// The interrupt's id within the run.
-    pub interrupt_id: String,
-    /// The step that asked.
-    pub step: String,
-    /// `approval`, `input`, `event` or `timer`.
-    pub kind: InterruptKind,
-    /// What the person deciding is shown.
-    pub message: String,
-    /// The value to approve, or what the request carries.
-    pub payload: Value,
-    /// For `input`: the schema the answer must match.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub schema: Option<Value>,
-    /// When its `on_timeout` applies (µs since the epoch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<i64>,
-}
 
 /// `GET /v1/interrupts?status=open`: every open interrupt of the namespace the key may
 /// decide (it has the approver role and is among the interrupt's approvers, if it names
@@ -92,81 +53,26 @@ pub(crate) async fn inbox(
     Ok(Json(items))
 }
 
-/// A run's open interrupts that `caller` may decide, in id order.
+/// A run's open interrupts that `caller` may decide, in id order, as the inbox shows them.
 pub(crate) fn open_interrupts(loaded: &LoadedRun, caller: &Caller) -> Vec<InboxItem> {
     let run = &loaded.record;
-    let mut open: BTreeMap<InterruptId, InboxItem> = BTreeMap::new();
-    for entry in &loaded.entries {
-        match &entry.record {
-            Record::InterruptOpened { id, request, deadline } if request.may_decide(caller) => {
-                open.insert(
-                    id.clone(),
-                    InboxItem {
-                        id: format!("{}.{id}", run.id),
-                        run_id: run.id.to_string(),
-                        workflow: run.workflow.clone(),
-                        interrupt_id: id.to_string(),
-                        step: entry.path.as_str().to_owned(),
-                        kind: request.kind,
-                        message: request.message.clone(),
-                        payload: request.payload.clone(),
-                        schema: request.schema.clone(),
-                        deadline: deadline.map(|at| at.as_micros()),
-                    },
-                );
-            }
-            Record::InterruptResolved { id, .. } => {
-                open.remove(id);
-            }
-            _ => {}
-        }
-    }
-    open.into_values().collect()
-}
-
-/// A decision.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct DecisionBody {
-    /// `approve`, `reject`, `modify` (an approval with a corrected `payload`) or `respond`
-    /// (the `value` an input or event request asks for).
-    pub decision: DecisionKind,
-    /// For `modify`: the corrected value.
-    #[serde(default)]
-    pub payload: Option<Value>,
-    /// For `respond`: the answer.
-    #[serde(default)]
-    pub value: Option<Value>,
-    /// For `reject`: why.
-    #[serde(default)]
-    pub reason: Option<String>,
-}
-
-/// What is decided.
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum DecisionKind {
-    /// Go ahead.
-    Approve,
-    /// Do not.
-    Reject,
-    /// Go ahead with a corrected payload.
-    Modify,
-    /// Answer an input or event request.
-    Respond,
-}
-
-/// What a decision did.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct DecisionTaken {
-    /// The run.
-    pub run_id: String,
-    /// The interrupt decided.
-    pub interrupt_id: String,
-    /// Who decided (the key's user).
-    pub decided_by: String,
-    /// Where the run stands: it continues on a worker.
-    pub status: RunStatus,
+    loaded
+        .open_interrupts()
+        .into_iter()
+        .filter(|open| open.request.may_decide(caller))
+        .map(|open| InboxItem {
+            id: format!("{}.{}", run.id, open.id),
+            run_id: run.id.to_string(),
+            workflow: run.workflow.clone(),
+            interrupt_id: open.id.to_string(),
+            step: open.step.as_str().to_owned(),
+            kind: stepwright_app::wire::interrupt_kind(open.request.kind),
+            message: open.request.message,
+            payload: open.request.payload,
+            schema: open.request.schema,
+            deadline: open.deadline.map(|at| at.as_micros()),
+        })
+        .collect()
 }
 
 /// `POST /v1/interrupts/{id}/decision` (approver): `403` if the key is not among the
@@ -182,7 +88,7 @@ pub(crate) async fn decide(
     let run: RunId = run.parse().map_err(|_| missing())?;
     let record = run_in_namespace(&shared, &who, run).await.map_err(|_| missing())?;
     who.require(Role::Approver)?;
-    let decision = body.into_decision()?;
+    let decision = decision_of(body)?;
     Ok(Json(take_decision(&shared, &who, &record, InterruptId::new(interrupt), decision).await?))
 }
 
@@ -204,36 +110,33 @@ pub(crate) async fn take_decision(
     // process that waits on the interrupt continues it instead (this resume is then
     // refused), and a worker takes it over if this process dies first.
     let workflow = shared.definition_of(record).await?;
-    shared.continue_in_background(workflow, run).await;
+    stepwright_app::continue_in_background(&shared.engine, workflow, run).await;
     let status = shared.store.load_from(run, u64::MAX).await?.record.status;
     Ok(DecisionTaken {
         run_id: run.to_string(),
         interrupt_id: interrupt.to_string(),
         decided_by: who.key.user.clone(),
-        status,
+        status: stepwright_app::wire::run_status(status),
     })
 }
 
-impl DecisionBody {
-    /// The decision the body asks for, or `400` for fields its kind does not take.
-    pub(crate) fn into_decision(self) -> Result<Decision, ApiError> {
-        let body = self;
-        Ok(match (body.decision, body.payload, body.value, body.reason) {
-            (DecisionKind::Approve, None, None, None) => Decision::Approve,
-            (DecisionKind::Reject, None, None, reason) => Decision::Reject { reason },
-            (DecisionKind::Modify, Some(payload), None, None) => Decision::Modify { payload },
-            (DecisionKind::Respond, None, Some(value), None) => Decision::Respond { value },
-            (kind, ..) => {
-                return Err(ApiError::bad_request(format!(
-                    "{kind:?} takes {}",
-                    match kind {
-                        DecisionKind::Approve => "no other field",
-                        DecisionKind::Reject => "only a `reason`",
-                        DecisionKind::Modify => "a `payload` (and nothing else)",
-                        DecisionKind::Respond => "a `value` (and nothing else)",
-                    }
-                )));
-            }
-        })
-    }
+/// The decision a body asks for, or `400` for fields its kind does not take.
+pub(crate) fn decision_of(body: DecisionBody) -> Result<Decision, ApiError> {
+    Ok(match (body.decision, body.payload, body.value, body.reason) {
+        (DecisionKind::Approve, None, None, None) => Decision::Approve,
+        (DecisionKind::Reject, None, None, reason) => Decision::Reject { reason },
+        (DecisionKind::Modify, Some(payload), None, None) => Decision::Modify { payload },
+        (DecisionKind::Respond, None, Some(value), None) => Decision::Respond { value },
+        (kind, ..) => {
+            return Err(ApiError::bad_request(format!(
+                "{kind:?} takes {}",
+                match kind {
+                    DecisionKind::Approve => "no other field",
+                    DecisionKind::Reject => "only a `reason`",
+                    DecisionKind::Modify => "a `payload` (and nothing else)",
+                    DecisionKind::Respond => "a `value` (and nothing else)",
+                }
+            )));
+        }
+    })
 }

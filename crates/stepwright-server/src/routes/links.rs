@@ -13,11 +13,10 @@ use axum::Json;
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use stepwright_api::interrupt::{DecisionBody, DecisionTaken, LinkMade, LinkView, NewLink};
 use stepwright_core::{InterruptId, RunId};
 
-use super::interrupts::{DecisionBody, DecisionTaken, InboxItem, open_interrupts, take_decision};
+use super::interrupts::{open_interrupts, take_decision};
 use super::{Body, OptionalBody, run_in_namespace};
 use crate::keys::{Principal, Role, create_link, link_scope, secret_hash};
 use crate::problem::ApiError;
@@ -28,30 +27,6 @@ const DEFAULT_LASTS: Duration = Duration::from_secs(3600);
 
 /// The longest a link may last.
 const LONGEST: Duration = Duration::from_secs(7 * 24 * 3600);
-
-/// A link to make.
-#[derive(Debug, Default, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct NewLink {
-    /// How long it lasts, in seconds (60 to 604800; default 3600).
-    #[serde(default, deserialize_with = "super::whole::optional")]
-    #[schemars(range(min = 60, max = 604_800))]
-    pub expires_in_seconds: Option<u64>,
-}
-
-/// A link made.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct LinkMade {
-    /// The page to open, on the host the request was made to (behind a proxy, the host it
-    /// forwarded): send this.
-    pub url: String,
-    /// The same page relative to the server's root (`/link#…`).
-    pub path: String,
-    /// The interrupt it decides (`<run id>.<interrupt id>`).
-    pub interrupt: String,
-    /// When it stops working (µs since the epoch).
-    pub expires_at: i64,
-}
 
 /// `POST /v1/interrupts/{id}/link` (approver, among the interrupt's approvers): `201` and a
 /// link that decides this interrupt once, as the caller.
@@ -100,17 +75,6 @@ pub(crate) async fn create(
             expires_at: link.key.expires_at.map_or(i64::MAX, stepwright_core::Timestamp::as_micros),
         }),
     ))
-}
-
-/// What a link opens.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct LinkView {
-    /// The request to decide.
-    pub interrupt: InboxItem,
-    /// Who the decision is taken as.
-    pub decide_as: String,
-    /// When the link stops working (µs since the epoch).
-    pub expires_at: Option<i64>,
 }
 
 /// The holder of an approval link: its key, read from `Authorization: Bearer`, straight from
@@ -171,7 +135,7 @@ pub(crate) async fn decide(
     link: LinkHolder,
     Body(body): Body<DecisionBody>,
 ) -> Result<Json<DecisionTaken>, ApiError> {
-    let decision = body.into_decision()?;
+    let decision = super::interrupts::decision_of(body)?;
     link.who.require(Role::Approver)?;
     let record = run_in_namespace(&shared, &link.who, link.run).await?;
     let taken = take_decision(&shared, &link.who, &record, link.interrupt.clone(), decision).await;

@@ -3,24 +3,16 @@
 use std::sync::{Arc, LazyLock};
 
 use axum::Json;
-use schemars::JsonSchema;
-use serde::Serialize;
 use serde_json::Value;
-
-/// Liveness.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct Health {
-    /// `ok`.
-    pub status: &'static str,
-}
+use stepwright_api::session::Health;
 
 /// `GET /v1/health`.
 pub(crate) async fn health() -> Json<Health> {
-    Json(Health { status: "ok" })
+    Json(Health { status: "ok".to_owned() })
 }
 
-/// Built once per process: it depends only on the types.
-static DOCUMENT: LazyLock<Arc<Value>> = LazyLock::new(|| Arc::new(crate::openapi::document()));
+/// Built once per process: it depends only on the contract.
+static DOCUMENT: LazyLock<Arc<Value>> = LazyLock::new(|| Arc::new(stepwright_api::openapi::document()));
 
 /// `GET /v1/openapi.json`.
 pub(crate) async fn openapi() -> Json<Value> {

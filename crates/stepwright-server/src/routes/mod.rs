@@ -9,6 +9,7 @@ pub(crate) mod hooks;
 pub(crate) mod interrupts;
 pub(crate) mod links;
 pub(crate) mod meta;
+pub(crate) mod metrics;
 pub(crate) mod runs;
 pub(crate) mod schedules;
 pub(crate) mod triggers;
@@ -19,7 +20,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{FromRequest, Request};
-use axum::routing::{get, post};
+use axum::routing::{MethodFilter, MethodRouter, on};
+use stepwright_api::{Method, OperationId};
 use stepwright_core::RunId;
 use stepwright_core::journal::RunRecord;
 
@@ -27,49 +29,85 @@ use crate::keys::Principal;
 use crate::problem::ApiError;
 use crate::state::Shared;
 
-/// Every route.
+/// Every route, built from the contract's table of operations: each operation's method
+/// and path come from there, and its id names the handler here (an exhaustive match, so an
+/// operation without a handler does not compile, and a handler without an operation is
+/// never routed).
 pub(crate) fn router() -> Router<Arc<Shared>> {
-    Router::new()
-        .route("/v1/health", get(meta::health))
-        .route("/metrics", get(crate::metrics::scrape))
-        .route("/v1/openapi.json", get(meta::openapi))
-        .route("/v1/session", post(session::sign_in).get(session::show).delete(session::sign_out))
-        .route("/v1/auth", get(auth::methods))
-        .route("/v1/auth/oidc/start", get(auth::start))
-        .route("/v1/auth/oidc/callback", get(auth::callback))
-        .route("/v1/workflows", post(workflows::register).get(workflows::list))
-        .route("/v1/workflows/{name}", get(workflows::show))
-        .route("/v1/runs", post(runs::start).get(runs::list))
-        .route("/v1/runs/{id}", get(runs::show))
-        .route("/v1/runs/{id}/definition", get(runs::definition))
-        .route("/v1/runs/{id}/artifacts/{hash}", get(runs::artifact))
-        .route("/v1/runs/{id}/events", get(events::stream))
-        .route("/v1/runs/{id}/cancel", post(runs::cancel))
-        .route("/v1/runs/{id}/resume", post(runs::resume))
-        .route("/v1/runs/{id}/messages", post(runs::message))
-        .route("/v1/runs/{id}/replay", post(history::replay))
-        .route("/v1/runs/{id}/recompute", post(history::recompute))
-        .route("/v1/runs/{id}/fork", post(history::fork))
-        .route("/v1/interrupts", get(interrupts::inbox))
-        .route("/v1/interrupts/{id}/decision", post(interrupts::decide))
-        .route("/v1/interrupts/{id}/link", post(links::create))
-        .route("/v1/link", get(links::show))
-        .route("/v1/link/decision", post(links::decide))
-        .route("/v1/webhooks", post(hooks::create).get(hooks::list))
-        .route("/v1/webhooks/{id}", axum::routing::delete(hooks::delete))
-        .route("/v1/webhooks/{id}/deliveries", get(hooks::deliveries))
-        .route("/v1/schedules", post(schedules::create).get(schedules::list))
-        .route("/v1/schedules/{workflow}/{schedule}", get(schedules::show).delete(schedules::delete))
-        .route("/v1/schedules/{workflow}/{schedule}/pause", post(schedules::pause))
-        .route("/v1/schedules/{workflow}/{schedule}/resume", post(schedules::resume))
-        .route("/v1/schedules/{workflow}/{schedule}/trigger", post(schedules::trigger))
-        .route("/v1/schedules/{workflow}/{schedule}/backfill", post(schedules::backfill))
-        .route("/v1/events", post(triggers::send).get(triggers::list))
-        .route("/v1/events/{seq}", get(triggers::show))
-        .route("/v1/triggers", post(triggers::create).get(triggers::list_triggers))
-        .route("/v1/triggers/{workflow}/{trigger}", get(triggers::show_trigger).delete(triggers::delete))
-        .route("/v1/triggers/{workflow}/{trigger}/pause", post(triggers::pause))
-        .route("/v1/triggers/{workflow}/{trigger}/resume", post(triggers::resume))
+    let mut routes: Vec<(&'static str, MethodRouter<Arc<Shared>>)> = Vec::new();
+    for operation in stepwright_api::operations() {
+        let handler = handler(operation.id, method_filter(operation.method));
+        match routes.iter_mut().find(|(path, _)| *path == operation.path) {
+            Some((_, methods)) => *methods = std::mem::take(methods).merge(handler),
+            None => routes.push((operation.path, handler)),
+        }
+    }
+    routes.into_iter().fold(Router::new(), |router, (path, methods)| router.route(path, methods))
+}
+
+fn method_filter(method: Method) -> MethodFilter {
+    match method {
+        Method::Get => MethodFilter::GET,
+        Method::Post => MethodFilter::POST,
+        Method::Delete => MethodFilter::DELETE,
+    }
+}
+
+/// The handler of an operation, on `method`.
+fn handler(id: OperationId, method: MethodFilter) -> MethodRouter<Arc<Shared>> {
+    use OperationId as Op;
+    match id {
+        Op::Health => on(method, meta::health),
+        Op::Metrics => on(method, metrics::scrape),
+        Op::Openapi => on(method, meta::openapi),
+        Op::AuthMethods => on(method, auth::methods),
+        Op::OidcStart => on(method, auth::start),
+        Op::OidcCallback => on(method, auth::callback),
+        Op::SignIn => on(method, session::sign_in),
+        Op::ShowSession => on(method, session::show),
+        Op::SignOut => on(method, session::sign_out),
+        Op::RegisterWorkflow => on(method, workflows::register),
+        Op::ListWorkflows => on(method, workflows::list),
+        Op::ShowWorkflow => on(method, workflows::show),
+        Op::StartRun => on(method, runs::start),
+        Op::ListRuns => on(method, runs::list),
+        Op::ShowRun => on(method, runs::show),
+        Op::ShowRunDefinition => on(method, runs::definition),
+        Op::ShowArtifact => on(method, runs::artifact),
+        Op::StreamRunEvents => on(method, events::stream),
+        Op::CancelRun => on(method, runs::cancel),
+        Op::ResumeRun => on(method, runs::resume),
+        Op::MessageRun => on(method, runs::message),
+        Op::ReplayRun => on(method, history::replay),
+        Op::RecomputeRun => on(method, history::recompute),
+        Op::ForkRun => on(method, history::fork),
+        Op::InterruptInbox => on(method, interrupts::inbox),
+        Op::DecideInterrupt => on(method, interrupts::decide),
+        Op::CreateLink => on(method, links::create),
+        Op::ShowLink => on(method, links::show),
+        Op::DecideByLink => on(method, links::decide),
+        Op::CreateWebhook => on(method, hooks::create),
+        Op::ListWebhooks => on(method, hooks::list),
+        Op::DeleteWebhook => on(method, hooks::delete),
+        Op::WebhookDeliveries => on(method, hooks::deliveries),
+        Op::CreateSchedules => on(method, schedules::create),
+        Op::ListSchedules => on(method, schedules::list),
+        Op::ShowSchedule => on(method, schedules::show),
+        Op::DeleteSchedule => on(method, schedules::delete),
+        Op::PauseSchedule => on(method, schedules::pause),
+        Op::ResumeSchedule => on(method, schedules::resume),
+        Op::TriggerSchedule => on(method, schedules::trigger),
+        Op::BackfillSchedule => on(method, schedules::backfill),
+        Op::SendEvent => on(method, triggers::send),
+        Op::ListEvents => on(method, triggers::list),
+        Op::ShowEvent => on(method, triggers::show),
+        Op::CreateTriggers => on(method, triggers::create),
+        Op::ListTriggers => on(method, triggers::list_triggers),
+        Op::ShowTrigger => on(method, triggers::show_trigger),
+        Op::DeleteTrigger => on(method, triggers::delete),
+        Op::PauseTrigger => on(method, triggers::pause),
+        Op::ResumeTrigger => on(method, triggers::resume),
+    }
 }
 
 /// A run id from a path, or `404` (an id that does not parse names no run).
@@ -121,53 +159,6 @@ where
             let message = format!("Failed to deserialize the JSON body into the target type: {at}{}", e.inner());
             ApiError::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "bad_request", message)
         })
-    }
-}
-
-/// Whole numbers in request bodies: JSON has one kind of number, and `3.0` is the integer 3
-/// to JSON Schema (and to a client whose numbers are floats), so an integer field takes a
-/// whole number written with a fraction; any other fraction, or a number out of the type's
-/// range, is refused naming the range. For `#[serde(deserialize_with = …)]`.
-pub(crate) mod whole {
-    use serde::Deserialize;
-    use serde::de::Error;
-
-    fn integer<'de, D, T>(number: &serde_json::Number) -> Result<T, D::Error>
-    where
-        D: serde::Deserializer<'de>,
-        T: TryFrom<i128>,
-    {
-        let whole = match (number.as_i64(), number.as_u64(), number.as_f64()) {
-            (Some(n), _, _) => Some(i128::from(n)),
-            (_, Some(n), _) => Some(i128::from(n)),
-            #[allow(clippy::cast_possible_truncation)] // Checked whole and in range first.
-            (_, _, Some(f)) if f.fract() == 0.0 && f.abs() < 1.7e38 => Some(f as i128),
-            _ => None,
-        };
-        let Some(whole) = whole else {
-            return Err(D::Error::custom(format!("invalid type: {number} is not a whole number")));
-        };
-        T::try_from(whole).map_err(|_| {
-            D::Error::custom(format!("invalid value: {whole} is out of range for {}", std::any::type_name::<T>()))
-        })
-    }
-
-    /// A required integer.
-    pub(crate) fn required<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-    where
-        D: serde::Deserializer<'de>,
-        T: TryFrom<i128>,
-    {
-        integer::<D, T>(&serde_json::Number::deserialize(deserializer)?)
-    }
-
-    /// An optional integer (`null` or absent: none; absent needs `#[serde(default)]`).
-    pub(crate) fn optional<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
-    where
-        D: serde::Deserializer<'de>,
-        T: TryFrom<i128>,
-    {
-        Option::<serde_json::Number>::deserialize(deserializer)?.as_ref().map(integer::<D, T>).transpose()
     }
 }
 

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
+use stepwright_api::schedule::{
+    BackfillAccepted, BackfillRequest, CreateSchedules, ScheduleDetails, ScheduleView, TickView, Triggered,
+};
+use stepwright_app::{NotDeclared, ScheduleError, Scheduler, Section};
 use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome, TickRecord};
-use stepwright_schedule::{ScheduleError, Scheduler};
 
 use super::Body;
 use super::runs::audit;
@@ -20,117 +21,13 @@ use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
 use crate::state::{Shared, registered_source};
 
-/// The schedules of a registered workflow to keep.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CreateSchedules {
-    /// The registered workflow whose file declares them (`schedules:`).
-    #[schemars(length(min = 1))]
-    pub workflow: String,
-    /// Its version (default: the newest).
-    #[serde(default, deserialize_with = "super::whole::optional")]
-    #[schemars(range(min = 1))]
-    pub version: Option<u32>,
-    /// Only these schedules of the file (default: all).
-    #[serde(default)]
-    pub only: Vec<String>,
-    /// Keep them paused: their ticks are recorded as skipped until resumed.
-    #[serde(default)]
-    pub paused: bool,
-}
-
-/// A schedule as the API shows it.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct ScheduleView {
-    /// Its workflow.
-    pub workflow: String,
-    /// Its name in the workflow's file.
-    pub schedule: String,
-    /// What it says: cadence, bounds, jitter, input, overlap, catch-up window.
-    pub spec: Value,
-    /// Paused: its ticks start nothing.
-    pub paused: bool,
-    /// When its next tick fires (µs since the epoch; none past its end).
-    pub next_fire_at: Option<i64>,
-    /// When it was created (µs since the epoch).
-    pub created_at: i64,
-}
-
-/// A schedule with its next fires and its recent ticks.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct ScheduleDetails {
-    /// The schedule.
-    #[serde(flatten)]
-    pub schedule: ScheduleView,
-    /// Its next ticks (µs since the epoch, and the reading in its zone).
-    pub next_fires: Vec<TickView>,
-    /// Ticks waiting for the last run to end (`buffer_one`, `buffer_all`).
-    pub waiting: Vec<TickView>,
-    /// The run of its last started tick.
-    pub last_run: Option<String>,
-    /// Its last ticks, newest first: the run each started, or why it started none.
-    pub ticks: Vec<TickView>,
-}
-
-/// A tick.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct TickView {
-    /// Its time (µs since the epoch).
-    pub at: i64,
-    /// Its reading in the schedule's zone.
-    pub local: String,
-    /// The run it started.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    /// Why it started none (`overlap`, `buffer_full`, `outside_catchup_window`, `paused`,
-    /// `dst_gap`, `start_failed: why`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<String>,
-}
-
-/// A past range of a schedule's ticks to start.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct BackfillRequest {
-    /// After this time (RFC 3339).
-    #[schemars(extend("format" = "date-time"))]
-    pub from: String,
-    /// Up to this time, inclusive (RFC 3339); not after the schedule's last decided tick.
-    #[schemars(extend("format" = "date-time"))]
-    pub to: String,
-    /// At most this many runs a second (default 10).
-    #[serde(default, deserialize_with = "super::whole::optional")]
-    #[schemars(range(min = 1, max = 100))]
-    pub rate: Option<u32>,
-}
-
-/// What a backfill starts.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct BackfillAccepted {
-    /// How many ticks of the range it starts a run for (in the background, at the rate;
-    /// each shows in the schedule's ticks as it starts).
-    pub ticks: usize,
-    /// How many ticks of the range had started a run already.
-    pub already: usize,
-}
-
-/// What `trigger` started.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct Triggered {
-    /// The run.
-    pub run_id: String,
-    /// Its tick (µs since the epoch).
-    pub tick_at: i64,
-}
-
-impl From<&TickRecord> for TickView {
-    fn from(tick: &TickRecord) -> Self {
-        let (run_id, skipped) = match &tick.outcome {
-            TickOutcome::Started { run } => (Some(run.to_string()), None),
-            TickOutcome::Skipped { reason } => (None, Some(reason.clone())),
-        };
-        Self { at: tick.at.as_micros(), local: tick.local.clone(), run_id, skipped }
-    }
+/// A tick as the API shows it.
+pub(crate) fn tick_view(tick: &TickRecord) -> TickView {
+    let (run_id, skipped) = match &tick.outcome {
+        TickOutcome::Started { run } => (Some(run.to_string()), None),
+        TickOutcome::Skipped { reason } => (None, Some(reason.clone())),
+    };
+    TickView { at: tick.at.as_micros(), local: tick.local.clone(), run_id, skipped }
 }
 
 fn view(record: &ScheduleRecord) -> ScheduleView {
@@ -141,7 +38,7 @@ fn view(record: &ScheduleRecord) -> ScheduleView {
         spec: record.spec.clone(),
         paused: record.paused,
         // The next tick that starts a run (a skipped daylight-saving tick is due, not fired).
-        next_fire_at: stepwright_schedule::next_fire(
+        next_fire_at: stepwright_app::next_fire(
             record,
             stepwright_core::Clock::now(&stepwright_core::TokioClock::new()),
         )
@@ -171,13 +68,6 @@ impl From<ScheduleError> for ApiError {
     }
 }
 
-/// What a registered workflow's file keeps: its `schedules:` or its `triggers:`.
-#[derive(Clone, Copy)]
-pub(crate) enum Section {
-    Schedules,
-    Triggers,
-}
-
 /// A registered workflow and its file loaded again to read what it keeps (a `Section`),
 /// with `only` checked against the names the section declares; its source kept in the
 /// store's definitions, so any worker rebuilds it.
@@ -188,32 +78,26 @@ pub(crate) async fn load_to_keep(
     version: Option<u32>,
     only: &[String],
     section: Section,
-) -> Result<(stepwright_core::Workflow, stepwright_flow::Loaded), ApiError> {
+) -> Result<(stepwright_core::Workflow, stepwright_app::Loaded), ApiError> {
     let registered = shared
         .registered(who.namespace(), name, version)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no registered workflow {name:?}")))?;
     let workflow = shared.workflow(&registered).await?;
     let source = registered_source(&registered);
-    let mut options = shared.bindings.load_options();
-    options.files = Some(Arc::new(registered.files.clone()));
-    let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options)
-        .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
-    let (declared, kind): (Vec<&str>, &str) = match section {
-        Section::Schedules => (loaded.schedules.iter().map(|s| s.name.as_str()).collect(), "schedule"),
-        Section::Triggers => (loaded.triggers.iter().map(|t| t.name.as_str()).collect(), "trigger"),
-    };
+    let loaded = shared.bindings.load_source(&source.source, &source.name, &registered.files)?;
     // A well-formed request that the registered workflow does not fit: a conflict with
     // what is registered, not a malformed request.
     let conflict = |detail: String| ApiError::new(axum::http::StatusCode::CONFLICT, "not_declared", detail);
-    if declared.is_empty() {
-        return Err(conflict(format!("workflow {name:?} declares no `{kind}s:`")));
-    }
-    if let Some(unknown) = only.iter().find(|wanted| !declared.contains(&wanted.as_str())) {
-        return Err(conflict(format!(
-            "only: workflow {name:?} declares no {kind} {unknown:?} (it has: {})",
-            declared.join(", ")
-        )));
+    match stepwright_app::check_declared(&loaded, section, only) {
+        Ok(()) => {}
+        Err(NotDeclared::Empty { kind }) => return Err(conflict(format!("workflow {name:?} declares no `{kind}s:`"))),
+        Err(NotDeclared::Unknown { kind, name: unknown, declared }) => {
+            return Err(conflict(format!(
+                "only: workflow {name:?} declares no {kind} {unknown:?} (it has: {})",
+                declared.join(", ")
+            )));
+        }
     }
     shared.store.put_definition(registered.hash, source).await?;
     Ok((workflow, loaded))
@@ -269,7 +153,7 @@ pub(crate) async fn show(
         .filter(|r| r.on_event.is_none())
         .ok_or_else(|| ApiError::from(ScheduleError::NotFound(key.clone())))?;
     let next_fires = scheduler(&shared).next_ticks(&key, 5).await.map_err(ApiError::from)?;
-    let state = stepwright_schedule::scheduler::state_of(&record).map_err(ApiError::from)?;
+    let state = stepwright_app::schedule_state_of(&record).map_err(ApiError::from)?;
     let ticks = shared.store.ticks(&key, 20).await?;
     Ok(Json(ScheduleDetails {
         schedule: view(&record),
@@ -283,7 +167,7 @@ pub(crate) async fn show(
             .map(|w| TickView { at: w.at.as_micros(), local: w.local.clone(), run_id: None, skipped: None })
             .collect(),
         last_run: state.last_run.map(|run| run.to_string()),
-        ticks: ticks.iter().map(TickView::from).collect(),
+        ticks: ticks.iter().map(tick_view).collect(),
     }))
 }
 
@@ -364,7 +248,7 @@ pub(crate) async fn backfill(
 ) -> Result<(StatusCode, Json<BackfillAccepted>), ApiError> {
     who.require(Role::Operator)?;
     let instant = |text: &str, what: &str| {
-        stepwright_schedule::parse_instant(text)
+        stepwright_app::parse_instant(text)
             .ok_or_else(|| ApiError::bad_request(format!("{what} {text:?} is not an RFC 3339 time")))
     };
     let (from, to) = (instant(&body.from, "from")?, instant(&body.to, "to")?);

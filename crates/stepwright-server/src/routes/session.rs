@@ -10,8 +10,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::Body;
@@ -19,29 +17,7 @@ use super::runs::audit;
 use crate::keys::{Principal, SESSION_COOKIE, SESSION_FOR, create_session};
 use crate::problem::ApiError;
 use crate::state::Shared;
-
-/// A sign-in.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SignIn {
-    /// The API key to sign in with (`keys create` made it).
-    pub(crate) api_key: String,
-}
-
-/// Who is signed in.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct Session {
-    /// The namespace every request is confined to.
-    pub(crate) namespace: String,
-    /// The user decisions are taken as.
-    pub(crate) user: String,
-    /// The roles (`viewer`, `operator`, `approver`, `admin`).
-    pub(crate) roles: Vec<String>,
-    /// The key in use: the session's own key when signed in by the cookie.
-    pub(crate) key_id: String,
-    /// When it stops being accepted (µs since the epoch), if ever.
-    pub(crate) expires_at: Option<i64>,
-}
+use stepwright_api::session::{Session, SignIn};
 
 impl From<&Principal> for Session {
     fn from(who: &Principal) -> Self {

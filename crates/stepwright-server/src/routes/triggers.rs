@@ -8,153 +8,20 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
+use stepwright_api::trigger::{
+    CreateTriggers, EventDetails, EventSent, EventView, FireView, ListEvents, SendEvent, TriggerDetails, TriggerView,
+};
+use stepwright_app::{ScheduleError, Section, TriggerState};
 use stepwright_core::store::event::{EventFire, EventQuery, NewEvent, StoredEvent};
 use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome};
-use stepwright_schedule::{ScheduleError, TriggerState};
 
 use super::runs::audit;
-use super::schedules::{Section, key, load_to_keep, scheduler};
+use super::schedules::{key, load_to_keep, scheduler};
 use super::{Body, Params};
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
 use crate::state::Shared;
-
-/// An event to store.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct SendEvent {
-    /// Its name (`ticket.created`).
-    #[schemars(length(min = 1, max = 255), regex(pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"))]
-    pub name: String,
-    /// What it carries (default null).
-    #[serde(default)]
-    pub payload: Value,
-    /// A key naming one event in the namespace: the same key again stores nothing and
-    /// returns the first event (`200`).
-    #[serde(default)]
-    #[schemars(length(min = 1, max = 255))]
-    pub idempotency_key: Option<String>,
-}
-
-/// An event as the API shows it.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct EventView {
-    /// Its place in the log.
-    pub seq: u64,
-    /// Its name.
-    pub name: String,
-    /// What it carries.
-    pub payload: Value,
-    /// Its idempotency key.
-    pub idempotency_key: Option<String>,
-    /// When it was received (µs since the epoch).
-    pub received_at: i64,
-}
-
-/// What storing an event did.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct EventSent {
-    /// The event (the first one, when its idempotency key was sent before).
-    pub event: EventView,
-    /// Whether this call stored it.
-    pub created: bool,
-}
-
-/// An event with its history.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct EventDetails {
-    /// The event.
-    #[serde(flatten)]
-    pub event: EventView,
-    /// What each trigger did with it: the run it started, or why none.
-    pub fires: Vec<FireView>,
-}
-
-/// What one trigger did with one event.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct FireView {
-    /// The trigger (`workflow/trigger`).
-    pub trigger: String,
-    /// The event.
-    pub event: u64,
-    /// The run it started (a debounced or batched run names every event it stands for).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub run_id: Option<String>,
-    /// Why it started none (`paused`, `debounced: …`, `filter_failed: …`, `start_failed: …`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub skipped: Option<String>,
-}
-
-/// `GET /v1/events` filters.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ListEvents {
-    /// Only events with this name.
-    #[serde(default)]
-    #[schemars(length(min = 1, max = 255), regex(pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$"))]
-    pub name: Option<String>,
-    /// At most this many (1 to 500, default 50).
-    #[serde(default)]
-    #[schemars(range(min = 1, max = 500))]
-    pub limit: Option<usize>,
-    /// Only events before this one (the next page after a page ending with it).
-    #[serde(default)]
-    #[schemars(range(min = 1))]
-    pub before: Option<u64>,
-}
-
-/// The triggers of a registered workflow to keep.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CreateTriggers {
-    /// The registered workflow whose file declares them (`triggers:`).
-    #[schemars(length(min = 1))]
-    pub workflow: String,
-    /// Its version (default: the newest).
-    #[serde(default, deserialize_with = "super::whole::optional")]
-    #[schemars(range(min = 1))]
-    pub version: Option<u32>,
-    /// Only these triggers of the file (default: all).
-    #[serde(default)]
-    pub only: Vec<String>,
-    /// Keep them paused: the events they match are recorded as skipped until resumed.
-    #[serde(default)]
-    pub paused: bool,
-}
-
-/// A trigger as the API shows it.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct TriggerView {
-    /// Its workflow.
-    pub workflow: String,
-    /// Its name in the workflow's file.
-    pub trigger: String,
-    /// What it says: event pattern, filter, input, debounce, batch, concurrency.
-    pub spec: Value,
-    /// Paused: the events it matches start nothing.
-    pub paused: bool,
-    /// When it was created (µs since the epoch).
-    pub created_at: i64,
-}
-
-/// A trigger with what it holds and its recent fires.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct TriggerDetails {
-    /// The trigger.
-    #[serde(flatten)]
-    pub trigger: TriggerView,
-    /// The last event of the log it has read.
-    pub read_through: u64,
-    /// Events a debounce holds (by key) until their key is quiet.
-    pub held: Vec<Value>,
-    /// Events of the batch being collected.
-    pub batch: Vec<u64>,
-    /// Its last fires, newest event first.
-    pub fires: Vec<FireView>,
-}
 
 fn event_view(event: &StoredEvent) -> EventView {
     EventView {
@@ -306,7 +173,7 @@ pub(crate) async fn show_trigger(
     who.require(Role::Viewer)?;
     let key = key(&who, &workflow, &trigger);
     let record = trigger_record(&shared, &key).await?;
-    let state: TriggerState = stepwright_schedule::trigger_state_of(&record).map_err(ApiError::from)?;
+    let state: TriggerState = stepwright_app::trigger_state_of(&record).map_err(ApiError::from)?;
     let fires = shared.store.trigger_fires(&key, 20).await?;
     Ok(Json(TriggerDetails {
         trigger: trigger_view(&record),

@@ -1,15 +1,12 @@
 //! `POST /v1/workflows`, `GET /v1/workflows`, `GET /v1/workflows/{name}`: workflow files
 //! registered by name; each new source of a name is its next version.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use stepwright_api::workflow::{RegisterWorkflow, VersionInfo, WorkflowDetails, WorkflowSummary, WorkflowVersion};
 use stepwright_app::Servers;
 use stepwright_store::control::NewWorkflow;
 
@@ -17,66 +14,6 @@ use super::Body;
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
 use crate::state::{Shared, registered_source};
-
-/// A workflow file to register.
-#[derive(Debug, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RegisterWorkflow {
-    /// The file's YAML text.
-    pub source: String,
-    /// The files it calls (`workflow: parts/x.yaml`), by path relative to it.
-    #[serde(default)]
-    pub files: BTreeMap<String, String>,
-}
-
-/// A registered version.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct WorkflowVersion {
-    /// The workflow's name.
-    pub name: String,
-    /// Its version: 1 for the first source of the name, one more for each new source.
-    pub version: u32,
-    /// The definition hash its runs are pinned to.
-    pub hash: String,
-}
-
-/// A registered workflow in a listing.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct WorkflowSummary {
-    /// The workflow's name.
-    pub name: String,
-    /// Its newest version (what a run started by name gets).
-    pub latest_version: u32,
-    /// How many versions it has.
-    pub versions: usize,
-}
-
-/// A registered workflow with its versions, input schema and graph.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct WorkflowDetails {
-    /// The workflow's name.
-    pub name: String,
-    /// Its versions, newest first.
-    pub versions: Vec<VersionInfo>,
-    /// The newest version's input schema, if it declares one.
-    pub input_schema: Option<Value>,
-    /// The newest version's structure (steps, operators, policies), as `stepwright graph`
-    /// draws it.
-    pub graph: Value,
-}
-
-/// One version of a workflow.
-#[derive(Debug, Serialize, JsonSchema)]
-pub(crate) struct VersionInfo {
-    /// The version.
-    pub version: u32,
-    /// Its definition hash.
-    pub hash: String,
-    /// When it was registered (µs since the epoch).
-    pub registered_at: i64,
-    /// Who registered it.
-    pub registered_by: Option<String>,
-}
 
 /// `POST /v1/workflows` (admin): validates with the loader's diagnostics (`422` with every
 /// `line:col` problem), keeps the source, and answers the version (`201`, or `200` when
@@ -88,10 +25,7 @@ pub(crate) async fn register(
 ) -> Result<(StatusCode, Json<WorkflowVersion>), ApiError> {
     who.require(Role::Admin)?;
     // Compiled the way every later process compiles it: from the given files, not a disk.
-    let mut options = shared.bindings.load_options();
-    options.files = Some(Arc::new(body.files.clone()));
-    let loaded = stepwright_flow::load_source_with(&body.source, "workflow.yaml", &options)
-        .map_err(|e| ApiError::from(stepwright_app::AppError::Load(e)))?;
+    let loaded = shared.bindings.load_source(&body.source, "workflow.yaml", &body.files)?;
     let workflow = stepwright_app::prepare(loaded, &shared.bindings, Servers::Declared).await?;
     let name = workflow.name().to_owned();
     let existing = shared.store.registered_workflows(who.namespace()).await?;

@@ -82,8 +82,11 @@ async fn every_event_is_delivered_signed_through_failures_and_logged() {
     let kinds: std::collections::BTreeSet<&str> = delivered.iter().filter_map(|r| r.body["event"].as_str()).collect();
     assert_eq!(kinds, ["interrupt.opened", "run.completed", "run.suspended"].into(), "{delivered:?}");
     for request in &delivered {
-        let body = serde_json::to_string(&request.body).unwrap();
+        // Checked over the bytes received, as a receiver must (not a re-serialization).
+        let body = String::from_utf8(request.raw.clone()).unwrap();
         assert!(verify(&request.headers["stepwright-signature"], &body), "a signature the receiver can check");
+        let payload: stepwright_api::webhook::WebhookPayload = serde_json::from_str(&body).unwrap();
+        assert_eq!(payload.event(), request.body["event"], "the body is the contract's payload");
         assert_eq!(request.body["run_id"], run_id);
     }
     let completed = delivered.iter().find(|r| r.body["event"] == "run.completed").unwrap();

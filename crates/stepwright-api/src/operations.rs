@@ -1,94 +1,200 @@
-//! The OpenAPI 3.1 document, generated from the request and response types themselves
-//! (their JSON Schemas) and the table of operations below, which names each route's types.
-//! The committed `docs/openapi.json` is this document; a test keeps the two in step.
+//! The API's operations: one table of every route — method, path, the role it needs, its
+//! request and response types — that the server builds its router from (each id names one
+//! handler, matched exhaustively) and [`crate::openapi::document`] builds the document from.
+//! A route exists in both or in neither.
 
-use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, SchemaGenerator};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use crate::keys::Role;
-use crate::problem::Problem;
-use crate::routes::{auth, events, history, hooks, interrupts, links, runs, schedules, session, triggers, workflows};
+use crate::{Role, RunDetails, history, interrupt, run, schedule, session, stream, trigger, webhook, workflow};
+
+/// An HTTP method the API uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// `GET`.
+    Get,
+    /// `POST`.
+    Post,
+    /// `DELETE`.
+    Delete,
+}
+
+impl Method {
+    /// Its name in lower case, as OpenAPI keys operations.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::Post => "post",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+/// A JSON Schema of a type, made by the document's generator (so named types become
+/// `$ref`s into `components/schemas`).
+pub type SchemaFn = fn(&mut SchemaGenerator) -> Value;
+
+/// The schema of `T`, as a [`SchemaFn`].
+fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
+    generator.subschema_for::<T>().to_value()
+}
+
+/// One response an operation gives: status, description, body schema (`None`: no body),
+/// content type.
+pub type Response = (u16, &'static str, Option<SchemaFn>, &'static str);
+
+/// A plain-text body.
+fn text(_: &mut SchemaGenerator) -> Value {
+    json!({ "type": "string" })
+}
+
+/// Any JSON object.
+fn any_object(_: &mut SchemaGenerator) -> Value {
+    json!({ "type": "object" })
+}
 
 /// One operation: a method on a path, with its types.
-struct Operation {
-    method: &'static str,
-    path: &'static str,
-    id: &'static str,
-    summary: &'static str,
+#[derive(Debug, Clone)]
+pub struct Operation {
+    /// The method.
+    pub method: Method,
+    /// The path, with `{name}` segments (the router's syntax and OpenAPI's).
+    pub path: &'static str,
+    /// Which operation: the document's `operationId` and the server's handler.
+    pub id: OperationId,
+    /// What it does, for the document.
+    pub summary: &'static str,
     /// The role it needs (`None`: no key at all).
-    role: Option<Role>,
-    body: Option<Value>,
-    query: Option<Value>,
-    /// Status, description, body schema (`None`: no JSON body), content type.
-    responses: Vec<(u16, &'static str, Option<Value>, &'static str)>,
+    pub role: Option<Role>,
+    /// The request body's schema.
+    pub body: Option<SchemaFn>,
+    /// The query parameters' type's schema.
+    pub query: Option<SchemaFn>,
+    /// Its answers besides the errors.
+    pub responses: Vec<Response>,
     /// The error statuses it answers besides 401, 429 and 500.
-    errors: &'static [u16],
+    pub errors: &'static [u16],
 }
 
 const JSON: &str = "application/json";
 const SSE: &str = "text/event-stream";
 
-fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Value {
-    generator.subschema_for::<T>().to_value()
+/// Every operation's id: the document's `operationId` (this name in lower camel case).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[allow(missing_docs)] // Each is described by its entry in `operations()`.
+pub enum OperationId {
+    Health,
+    Metrics,
+    Openapi,
+    AuthMethods,
+    OidcStart,
+    OidcCallback,
+    SignIn,
+    ShowSession,
+    SignOut,
+    RegisterWorkflow,
+    ListWorkflows,
+    ShowWorkflow,
+    StartRun,
+    ListRuns,
+    ShowRun,
+    ShowRunDefinition,
+    ShowArtifact,
+    StreamRunEvents,
+    CancelRun,
+    ResumeRun,
+    MessageRun,
+    ReplayRun,
+    RecomputeRun,
+    ForkRun,
+    InterruptInbox,
+    DecideInterrupt,
+    CreateLink,
+    ShowLink,
+    DecideByLink,
+    CreateWebhook,
+    ListWebhooks,
+    DeleteWebhook,
+    WebhookDeliveries,
+    CreateSchedules,
+    ListSchedules,
+    ShowSchedule,
+    DeleteSchedule,
+    PauseSchedule,
+    ResumeSchedule,
+    TriggerSchedule,
+    BackfillSchedule,
+    SendEvent,
+    ListEvents,
+    ShowEvent,
+    CreateTriggers,
+    ListTriggers,
+    ShowTrigger,
+    DeleteTrigger,
+    PauseTrigger,
+    ResumeTrigger,
 }
 
-fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
-    let run = schema::<stepwright_app::RunDetails>(g);
+impl OperationId {
+    /// The `operationId` (`startRun`, …).
+    pub fn name(self) -> String {
+        let debug = format!("{self:?}");
+        let mut chars = debug.chars();
+        chars.next().map(|first| first.to_ascii_lowercase().to_string() + chars.as_str()).unwrap_or_default()
+    }
+}
+
+/// Every operation, in the order the document lists them.
+pub fn operations() -> Vec<Operation> {
     vec![
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/health",
-            id: "health",
+            id: OperationId::Health,
             summary: "Liveness: `{\"status\":\"ok\"}`.",
             role: None,
             body: None,
             query: None,
-            responses: vec![(200, "The server is up.", Some(schema::<crate::routes::meta::Health>(g)), JSON)],
+            responses: vec![(200, "The server is up.", Some(schema::<session::Health>), JSON)],
             errors: &[],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/metrics",
-            id: "metrics",
+            id: OperationId::Metrics,
             summary: "What this server's process counts, in the Prometheus text format: runs started and finished by workflow and status, step and model-call durations, tokens and cost by model, time to first chunk, queue depth, claim latency, lease takeovers, webhook deliveries. Across every tenant, so an admin's to read; `404` when the host keeps no metrics.",
             role: Some(Role::Admin),
             body: None,
             query: None,
-            responses: vec![(
-                200,
-                "The metrics.",
-                Some(json!({ "type": "string" })),
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
+            responses: vec![(200, "The metrics.", Some(text), "text/plain; version=0.0.4; charset=utf-8")],
             errors: &[403, 404],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/openapi.json",
-            id: "openapi",
+            id: OperationId::Openapi,
             summary: "This document.",
             role: None,
             body: None,
             query: None,
-            responses: vec![(200, "The OpenAPI 3.1 document.", Some(json!({ "type": "object" })), JSON)],
+            responses: vec![(200, "The OpenAPI 3.1 document.", Some(any_object), JSON)],
             errors: &[],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/auth",
-            id: "authMethods",
+            id: OperationId::AuthMethods,
             summary: "How one may sign in here: with an API key, and through an OpenID Connect provider if one is set up.",
             role: None,
             body: None,
             query: None,
-            responses: vec![(200, "The ways to sign in.", Some(schema::<auth::AuthMethods>(g)), JSON)],
+            responses: vec![(200, "The ways to sign in.", Some(schema::<session::AuthMethods>), JSON)],
             errors: &[],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/auth/oidc/start",
-            id: "oidcStart",
+            id: OperationId::OidcStart,
             summary: "Start signing in through the OpenID Connect provider: `302` to it (authorization code with PKCE), with the state in a ten-minute HttpOnly cookie.",
             role: None,
             body: None,
@@ -97,13 +203,13 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             errors: &[404, 502],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/auth/oidc/callback",
-            id: "oidcCallback",
+            id: OperationId::OidcCallback,
             summary: "Where the provider sends the browser back: the code is exchanged, the ID token checked, the groups mapped; an HTML page that signs the browser in (the session cookie) or says why not.",
             role: None,
             body: None,
-            query: Some(schema::<auth::Callback>(g)),
+            query: Some(schema::<session::Callback>),
             responses: vec![
                 (
                     200,
@@ -127,36 +233,36 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             errors: &[404, 502],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/session",
-            id: "signIn",
+            id: OperationId::SignIn,
             summary: "Sign a browser in with an API key: `201` and an HttpOnly, `SameSite=Strict` cookie holding a session key (12 hours at most, revoked with the key). A request the cookie authenticates changes nothing without the `X-Stepwright-Csrf` header.",
             role: None,
-            body: Some(schema::<session::SignIn>(g)),
+            body: Some(schema::<session::SignIn>),
             query: None,
             responses: vec![(
                 201,
                 "Signed in; `Set-Cookie` holds the session.",
-                Some(schema::<session::Session>(g)),
+                Some(schema::<session::Session>),
                 JSON,
             )],
             errors: &[400, 401, 413, 415, 422, 429],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/session",
-            id: "showSession",
+            id: OperationId::ShowSession,
             summary: "Who the request is from: namespace, user, roles, the key in use.",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "The caller.", Some(schema::<session::Session>(g)), JSON)],
+            responses: vec![(200, "The caller.", Some(schema::<session::Session>), JSON)],
             errors: &[],
         },
         Operation {
-            method: "delete",
+            method: Method::Delete,
             path: "/v1/session",
-            id: "signOut",
+            id: OperationId::SignOut,
             summary: "Sign out: the session's key is revoked and the cookie cleared (`400` for a request that carries an API key instead).",
             role: Some(Role::Viewer),
             body: None,
@@ -165,161 +271,161 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             errors: &[403, 409],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/workflows",
-            id: "registerWorkflow",
+            id: OperationId::RegisterWorkflow,
             summary: "Register a workflow file (and the files it calls); each new source of a name is its next version.",
             role: Some(Role::Admin),
-            body: Some(schema::<workflows::RegisterWorkflow>(g)),
+            body: Some(schema::<workflow::RegisterWorkflow>),
             query: None,
             responses: vec![
-                (201, "Registered as a new version.", Some(schema::<workflows::WorkflowVersion>(g)), JSON),
+                (201, "Registered as a new version.", Some(schema::<workflow::WorkflowVersion>), JSON),
                 (
                     200,
                     "This source was registered before: its version.",
-                    Some(schema::<workflows::WorkflowVersion>(g)),
+                    Some(schema::<workflow::WorkflowVersion>),
                     JSON,
                 ),
             ],
             errors: &[400, 403, 413, 415, 422],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/workflows",
-            id: "listWorkflows",
+            id: OperationId::ListWorkflows,
             summary: "The namespace's registered workflows.",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "By name.", Some(schema::<Vec<workflows::WorkflowSummary>>(g)), JSON)],
+            responses: vec![(200, "By name.", Some(schema::<Vec<workflow::WorkflowSummary>>), JSON)],
             errors: &[],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/workflows/{name}",
-            id: "showWorkflow",
+            id: OperationId::ShowWorkflow,
             summary: "One workflow: its versions, input schema and graph.",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "The workflow.", Some(schema::<workflows::WorkflowDetails>(g)), JSON)],
+            responses: vec![(200, "The workflow.", Some(schema::<workflow::WorkflowDetails>), JSON)],
             errors: &[404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/runs",
-            id: "startRun",
+            id: OperationId::StartRun,
             summary: "Start a run of a registered workflow (idempotent with `idempotency_key`).",
             role: Some(Role::Operator),
-            body: Some(schema::<runs::StartRun>(g)),
+            body: Some(schema::<run::StartRun>),
             query: None,
             responses: vec![
                 (
                     201,
                     "Started; finished or waiting for a person if it did within `wait_seconds`.",
-                    Some(run.clone()),
+                    Some(schema::<RunDetails>),
                     JSON,
                 ),
-                (202, "Started and still running after `wait_seconds`.", Some(run.clone()), JSON),
-                (200, "The run this idempotency key started before.", Some(run.clone()), JSON),
+                (202, "Started and still running after `wait_seconds`.", Some(schema::<RunDetails>), JSON),
+                (200, "The run this idempotency key started before.", Some(schema::<RunDetails>), JSON),
             ],
             errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/runs",
-            id: "listRuns",
+            id: OperationId::ListRuns,
             summary: "The namespace's runs, newest first, paged by `next_cursor`.",
             role: Some(Role::Viewer),
             body: None,
-            query: Some(schema::<runs::ListRuns>(g)),
-            responses: vec![(200, "A page.", Some(schema::<runs::RunPage>(g)), JSON)],
+            query: Some(schema::<run::ListRuns>),
+            responses: vec![(200, "A page.", Some(schema::<run::RunPage>), JSON)],
             errors: &[400],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/runs/{id}",
-            id: "showRun",
+            id: OperationId::ShowRun,
             summary: "A run: status, output, error, pending interrupts, steps, usage (the `runs show --json` shape).",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "The run.", Some(run.clone()), JSON)],
+            responses: vec![(200, "The run.", Some(schema::<RunDetails>), JSON)],
             errors: &[404],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/runs/{id}/definition",
-            id: "showRunDefinition",
+            id: OperationId::ShowRunDefinition,
             summary: "The structure of the definition the run is pinned to (its version, not necessarily the newest).",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "The run's graph.", Some(schema::<runs::RunDefinition>(g)), JSON)],
+            responses: vec![(200, "The run's graph.", Some(schema::<run::RunDefinition>), JSON)],
             errors: &[404],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/runs/{id}/artifacts/{hash}",
-            id: "showArtifact",
+            id: OperationId::ShowArtifact,
             summary: "An artifact a step of the run captured (a model call's input or output, a tool call), by its content hash.",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "The artifact.", Some(schema::<runs::Artifact>(g)), JSON)],
+            responses: vec![(200, "The artifact.", Some(schema::<run::Artifact>), JSON)],
             errors: &[404],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/runs/{id}/events",
-            id: "streamRunEvents",
+            id: OperationId::StreamRunEvents,
             summary: "The run's events as Server-Sent Events; `id:` is the event's position, `Last-Event-ID` or `?after=` resumes.",
             role: Some(Role::Viewer),
             body: None,
-            query: Some(schema::<events::StreamFrom>(g)),
-            responses: vec![(200, "The event stream; it ends after the run's final event.", Some(sse_event(g)), SSE)],
+            query: Some(schema::<stream::StreamFrom>),
+            responses: vec![(200, "The event stream; it ends after the run's final event.", Some(sse_event), SSE)],
             errors: &[400, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/runs/{id}/cancel",
-            id: "cancelRun",
+            id: OperationId::CancelRun,
             summary: "Cancel a run, wherever it executes.",
             role: Some(Role::Operator),
-            body: Some(schema::<runs::CancelRun>(g)),
+            body: Some(schema::<run::CancelRun>),
             query: None,
-            responses: vec![(200, "What the cancel did.", Some(schema::<runs::Cancelled>(g)), JSON)],
+            responses: vec![(200, "What the cancel did.", Some(schema::<run::Cancelled>), JSON)],
             errors: &[403, 404, 413, 422],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/runs/{id}/resume",
-            id: "resumeRun",
+            id: OperationId::ResumeRun,
             summary: "Continue a pending or suspended run, or one a dead process left running; a finished run is answered as it ended.",
             role: Some(Role::Operator),
-            body: Some(schema::<runs::ResumeRun>(g)),
+            body: Some(schema::<run::ResumeRun>),
             query: None,
             responses: vec![
-                (200, "It finished (or had finished) or stopped again.", Some(run.clone()), JSON),
-                (202, "Still running.", Some(run.clone()), JSON),
+                (200, "It finished (or had finished) or stopped again.", Some(schema::<RunDetails>), JSON),
+                (202, "Still running.", Some(schema::<RunDetails>), JSON),
             ],
             errors: &[400, 403, 404, 409, 413, 422],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/runs/{id}/messages",
-            id: "messageRun",
+            id: OperationId::MessageRun,
             summary: "A message to a loop's inbox, or a wake-up of an `every` channel; answered once stored.",
             role: Some(Role::Operator),
-            body: Some(schema::<runs::RunMessage>(g)),
+            body: Some(schema::<run::RunMessage>),
             query: None,
-            responses: vec![(202, "Stored.", Some(schema::<runs::Stored>(g)), JSON)],
+            responses: vec![(202, "Stored.", Some(schema::<run::Stored>), JSON)],
             errors: &[400, 403, 404, 413, 415, 422],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/runs/{id}/replay",
-            id: "replayRun",
+            id: OperationId::ReplayRun,
             summary: "Re-execute a run in a sandbox with its own definition, serving every recorded effect; compare step by step (nothing is written).",
             role: Some(Role::Operator),
             body: None,
@@ -327,119 +433,119 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             responses: vec![(
                 200,
                 "The comparison; `identical` says whether every step and the output came out the same.",
-                Some(schema::<stepwright_core::ReplayReport>(g)),
+                Some(schema::<history::ReplayReport>),
                 JSON,
             )],
             errors: &[403, 404, 422],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/runs/{id}/recompute",
-            id: "recomputeRun",
+            id: OperationId::RecomputeRun,
             summary: "Re-execute a run (or from a step), optionally with another registered version or model binding, and report what changed.",
             role: Some(Role::Operator),
-            body: Some(schema::<history::RecomputeRun>(g)),
+            body: Some(schema::<history::RecomputeRun>),
             query: None,
             responses: vec![(
                 200,
                 "What changed, step by step; `changed` gates CI as the CLI's exit code does; `usage` compares the model calls' tokens and cost.",
-                Some(schema::<stepwright_app::RecomputeView>(g)),
+                Some(schema::<history::RecomputeView>),
                 JSON,
             )],
             errors: &[400, 403, 404, 413, 422],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/runs/{id}/fork",
-            id: "forkRun",
+            id: OperationId::ForkRun,
             summary: "A new run from the checkpoint before a step, optionally with a new input or step outputs.",
             role: Some(Role::Operator),
-            body: Some(schema::<history::ForkRun>(g)),
+            body: Some(schema::<history::ForkRun>),
             query: None,
-            responses: vec![(201, "The new run (lineage: this run and the step).", Some(run), JSON)],
+            responses: vec![(201, "The new run (lineage: this run and the step).", Some(schema::<RunDetails>), JSON)],
             errors: &[400, 403, 404, 413, 415, 422],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/interrupts",
-            id: "interruptInbox",
+            id: OperationId::InterruptInbox,
             summary: "The approvals inbox: every open interrupt of the namespace the key may decide.",
             role: Some(Role::Viewer),
             body: None,
-            query: Some(schema::<interrupts::InboxQuery>(g)),
-            responses: vec![(200, "Oldest run first.", Some(schema::<Vec<interrupts::InboxItem>>(g)), JSON)],
+            query: Some(schema::<interrupt::InboxQuery>),
+            responses: vec![(200, "Oldest run first.", Some(schema::<Vec<interrupt::InboxItem>>), JSON)],
             errors: &[400],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/interrupts/{id}/decision",
-            id: "decideInterrupt",
+            id: OperationId::DecideInterrupt,
             summary: "Decide an interrupt as the key's user; the run then continues.",
             role: Some(Role::Approver),
-            body: Some(schema::<interrupts::DecisionBody>(g)),
+            body: Some(schema::<interrupt::DecisionBody>),
             query: None,
-            responses: vec![(200, "Decided.", Some(schema::<interrupts::DecisionTaken>(g)), JSON)],
+            responses: vec![(200, "Decided.", Some(schema::<interrupt::DecisionTaken>), JSON)],
             errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/interrupts/{id}/link",
-            id: "createLink",
+            id: OperationId::CreateLink,
             summary: "A signed-in-free link that decides this interrupt once, as the caller; it expires (default one hour) and is spent by its decision.",
             role: Some(Role::Approver),
-            body: Some(schema::<links::NewLink>(g)),
+            body: Some(schema::<interrupt::NewLink>),
             query: None,
-            responses: vec![(201, "The link; send its `url`.", Some(schema::<links::LinkMade>(g)), JSON)],
+            responses: vec![(201, "The link; send its `url`.", Some(schema::<interrupt::LinkMade>), JSON)],
             errors: &[400, 403, 404, 409, 413, 422],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/link",
-            id: "showLink",
+            id: OperationId::ShowLink,
             summary: "With an approval link's key: the request it decides.",
             role: Some(Role::Approver),
             body: None,
             query: None,
-            responses: vec![(200, "The open request.", Some(schema::<links::LinkView>(g)), JSON)],
+            responses: vec![(200, "The open request.", Some(schema::<interrupt::LinkView>), JSON)],
             errors: &[409, 410],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/link/decision",
-            id: "decideByLink",
+            id: OperationId::DecideByLink,
             summary: "With an approval link's key: decide its interrupt, once, as the approver who made the link.",
             role: Some(Role::Approver),
-            body: Some(schema::<interrupts::DecisionBody>(g)),
+            body: Some(schema::<interrupt::DecisionBody>),
             query: None,
-            responses: vec![(200, "Decided; the link is spent.", Some(schema::<interrupts::DecisionTaken>(g)), JSON)],
+            responses: vec![(200, "Decided; the link is spent.", Some(schema::<interrupt::DecisionTaken>), JSON)],
             errors: &[400, 403, 404, 409, 410, 413, 415, 422],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/webhooks",
-            id: "createWebhook",
+            id: OperationId::CreateWebhook,
             summary: "Post the namespace's events to a URL, signed with `Stepwright-Signature: t=<unix>,v1=<hex hmac-sha256 of \"t.body\">`; durable, retried with backoff.",
             role: Some(Role::Admin),
-            body: Some(schema::<hooks::NewWebhook>(g)),
+            body: Some(schema::<webhook::NewWebhook>),
             query: None,
-            responses: vec![(201, "Made.", Some(schema::<hooks::WebhookView>(g)), JSON)],
+            responses: vec![(201, "Made.", Some(schema::<webhook::WebhookView>), JSON)],
             errors: &[400, 403, 413, 415, 422],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/webhooks",
-            id: "listWebhooks",
+            id: OperationId::ListWebhooks,
             summary: "The namespace's webhooks (never their secrets).",
             role: Some(Role::Admin),
             body: None,
             query: None,
-            responses: vec![(200, "Oldest first.", Some(schema::<Vec<hooks::WebhookView>>(g)), JSON)],
+            responses: vec![(200, "Oldest first.", Some(schema::<Vec<webhook::WebhookView>>), JSON)],
             errors: &[403],
         },
         Operation {
-            method: "delete",
+            method: Method::Delete,
             path: "/v1/webhooks/{id}",
-            id: "deleteWebhook",
+            id: OperationId::DeleteWebhook,
             summary: "Delete a webhook; its pending deliveries are not attempted again.",
             role: Some(Role::Admin),
             body: None,
@@ -448,53 +554,53 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             errors: &[403, 404],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/webhooks/{id}/deliveries",
-            id: "webhookDeliveries",
+            id: OperationId::WebhookDeliveries,
             summary: "The redelivery log: each delivery with its attempts, newest first.",
             role: Some(Role::Admin),
             body: None,
             query: None,
-            responses: vec![(200, "Newest first.", Some(schema::<Vec<hooks::DeliveryView>>(g)), JSON)],
+            responses: vec![(200, "Newest first.", Some(schema::<Vec<webhook::DeliveryView>>), JSON)],
             errors: &[403, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/schedules",
-            id: "createSchedules",
+            id: OperationId::CreateSchedules,
             summary: "Keep a registered workflow's `schedules:` in the namespace (created, or replaced keeping what they decided); every worker starts their runs, each tick once.",
             role: Some(Role::Operator),
-            body: Some(schema::<schedules::CreateSchedules>(g)),
+            body: Some(schema::<schedule::CreateSchedules>),
             query: None,
-            responses: vec![(201, "Kept.", Some(schema::<Vec<schedules::ScheduleView>>(g)), JSON)],
+            responses: vec![(201, "Kept.", Some(schema::<Vec<schedule::ScheduleView>>), JSON)],
             errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/schedules",
-            id: "listSchedules",
+            id: OperationId::ListSchedules,
             summary: "The namespace's schedules, by workflow and name.",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "By name.", Some(schema::<Vec<schedules::ScheduleView>>(g)), JSON)],
+            responses: vec![(200, "By name.", Some(schema::<Vec<schedule::ScheduleView>>), JSON)],
             errors: &[403],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/schedules/{workflow}/{schedule}",
-            id: "showSchedule",
+            id: OperationId::ShowSchedule,
             summary: "A schedule: its spec, next fires, ticks waiting for a run, and last ticks with the run each started or why it started none.",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "The schedule.", Some(schema::<schedules::ScheduleDetails>(g)), JSON)],
+            responses: vec![(200, "The schedule.", Some(schema::<schedule::ScheduleDetails>), JSON)],
             errors: &[403, 404],
         },
         Operation {
-            method: "delete",
+            method: Method::Delete,
             path: "/v1/schedules/{workflow}/{schedule}",
-            id: "deleteSchedule",
+            id: OperationId::DeleteSchedule,
             summary: "Delete a schedule and its tick records; its runs stay.",
             role: Some(Role::Operator),
             body: None,
@@ -503,127 +609,127 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             errors: &[403, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/schedules/{workflow}/{schedule}/pause",
-            id: "pauseSchedule",
+            id: OperationId::PauseSchedule,
             summary: "Pause a schedule: its ticks start nothing and are recorded `paused`.",
             role: Some(Role::Operator),
             body: None,
             query: None,
-            responses: vec![(200, "Paused.", Some(schema::<schedules::ScheduleView>(g)), JSON)],
+            responses: vec![(200, "Paused.", Some(schema::<schedule::ScheduleView>), JSON)],
             errors: &[403, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/schedules/{workflow}/{schedule}/resume",
-            id: "resumeSchedule",
+            id: OperationId::ResumeSchedule,
             summary: "Resume a paused schedule from its next tick.",
             role: Some(Role::Operator),
             body: None,
             query: None,
-            responses: vec![(200, "Resumed.", Some(schema::<schedules::ScheduleView>(g)), JSON)],
+            responses: vec![(200, "Resumed.", Some(schema::<schedule::ScheduleView>), JSON)],
             errors: &[403, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/schedules/{workflow}/{schedule}/trigger",
-            id: "triggerSchedule",
+            id: OperationId::TriggerSchedule,
             summary: "Start a run of a schedule now, outside its cadence (recorded as a tick).",
             role: Some(Role::Operator),
             body: None,
             query: None,
-            responses: vec![(201, "Started.", Some(schema::<schedules::Triggered>(g)), JSON)],
+            responses: vec![(201, "Started.", Some(schema::<schedule::Triggered>), JSON)],
             errors: &[400, 403, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/schedules/{workflow}/{schedule}/backfill",
-            id: "backfillSchedule",
+            id: OperationId::BackfillSchedule,
             summary: "Start, in the background and at the rate asked, a run for every tick of a past range that started none (before the schedule existed, or skipped: an outage, a pause); a second backfill of the range starts nothing.",
             role: Some(Role::Operator),
-            body: Some(schema::<schedules::BackfillRequest>(g)),
+            body: Some(schema::<schedule::BackfillRequest>),
             query: None,
-            responses: vec![(202, "Accepted: what it starts.", Some(schema::<schedules::BackfillAccepted>(g)), JSON)],
+            responses: vec![(202, "Accepted: what it starts.", Some(schema::<schedule::BackfillAccepted>), JSON)],
             errors: &[400, 403, 404, 413, 415, 422],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/events",
-            id: "sendEvent",
+            id: OperationId::SendEvent,
             summary: "Store an event in the namespace (before anything reads it): triggers start runs for it, waits take it. With an idempotency key sent before, nothing is stored and the first event comes back (200).",
             role: Some(Role::Operator),
-            body: Some(schema::<triggers::SendEvent>(g)),
+            body: Some(schema::<trigger::SendEvent>),
             query: None,
             responses: vec![
-                (201, "Stored.", Some(schema::<triggers::EventSent>(g)), JSON),
+                (201, "Stored.", Some(schema::<trigger::EventSent>), JSON),
                 (
                     200,
                     "Its idempotency key was sent before: the first event.",
-                    Some(schema::<triggers::EventSent>(g)),
+                    Some(schema::<trigger::EventSent>),
                     JSON,
                 ),
             ],
             errors: &[400, 403, 413, 415, 422],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/events",
-            id: "listEvents",
+            id: OperationId::ListEvents,
             summary: "The namespace's events, newest first (`before` pages).",
             role: Some(Role::Viewer),
             body: None,
-            query: Some(schema::<triggers::ListEvents>(g)),
-            responses: vec![(200, "Newest first.", Some(schema::<Vec<triggers::EventView>>(g)), JSON)],
+            query: Some(schema::<trigger::ListEvents>),
+            responses: vec![(200, "Newest first.", Some(schema::<Vec<trigger::EventView>>), JSON)],
             errors: &[400, 403],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/events/{seq}",
-            id: "showEvent",
+            id: OperationId::ShowEvent,
             summary: "An event and its history: what each trigger did with it (the run it started, or why none).",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "The event.", Some(schema::<triggers::EventDetails>(g)), JSON)],
+            responses: vec![(200, "The event.", Some(schema::<trigger::EventDetails>), JSON)],
             errors: &[400, 403, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/triggers",
-            id: "createTriggers",
+            id: OperationId::CreateTriggers,
             summary: "Keep a registered workflow's `triggers:` in the namespace (created, reading the events stored from now on, or replaced keeping their place); every worker starts their runs, each event once.",
             role: Some(Role::Operator),
-            body: Some(schema::<triggers::CreateTriggers>(g)),
+            body: Some(schema::<trigger::CreateTriggers>),
             query: None,
-            responses: vec![(201, "Kept.", Some(schema::<Vec<triggers::TriggerView>>(g)), JSON)],
+            responses: vec![(201, "Kept.", Some(schema::<Vec<trigger::TriggerView>>), JSON)],
             errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/triggers",
-            id: "listTriggers",
+            id: OperationId::ListTriggers,
             summary: "The namespace's triggers, by workflow and name.",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "By name.", Some(schema::<Vec<triggers::TriggerView>>(g)), JSON)],
+            responses: vec![(200, "By name.", Some(schema::<Vec<trigger::TriggerView>>), JSON)],
             errors: &[403],
         },
         Operation {
-            method: "get",
+            method: Method::Get,
             path: "/v1/triggers/{workflow}/{trigger}",
-            id: "showTrigger",
+            id: OperationId::ShowTrigger,
             summary: "A trigger: its spec, the events it holds (debounce, batch) and its last fires.",
             role: Some(Role::Viewer),
             body: None,
             query: None,
-            responses: vec![(200, "The trigger.", Some(schema::<triggers::TriggerDetails>(g)), JSON)],
+            responses: vec![(200, "The trigger.", Some(schema::<trigger::TriggerDetails>), JSON)],
             errors: &[403, 404],
         },
         Operation {
-            method: "delete",
+            method: Method::Delete,
             path: "/v1/triggers/{workflow}/{trigger}",
-            id: "deleteTrigger",
+            id: OperationId::DeleteTrigger,
             summary: "Delete a trigger and its fire records; its runs and the events stay.",
             role: Some(Role::Operator),
             body: None,
@@ -632,25 +738,25 @@ fn operations(g: &mut SchemaGenerator) -> Vec<Operation> {
             errors: &[403, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/triggers/{workflow}/{trigger}/pause",
-            id: "pauseTrigger",
+            id: OperationId::PauseTrigger,
             summary: "Pause a trigger: the events it matches start nothing and are recorded `paused`.",
             role: Some(Role::Operator),
             body: None,
             query: None,
-            responses: vec![(200, "Paused.", Some(schema::<triggers::TriggerView>(g)), JSON)],
+            responses: vec![(200, "Paused.", Some(schema::<trigger::TriggerView>), JSON)],
             errors: &[403, 404],
         },
         Operation {
-            method: "post",
+            method: Method::Post,
             path: "/v1/triggers/{workflow}/{trigger}/resume",
-            id: "resumeTrigger",
+            id: OperationId::ResumeTrigger,
             summary: "Resume a paused trigger from the next event.",
             role: Some(Role::Operator),
             body: None,
             query: None,
-            responses: vec![(200, "Resumed.", Some(schema::<triggers::TriggerView>(g)), JSON)],
+            responses: vec![(200, "Resumed.", Some(schema::<trigger::TriggerView>), JSON)],
             errors: &[403, 404],
         },
     ]
@@ -671,7 +777,7 @@ fn sse_event(g: &mut SchemaGenerator) -> Value {
                     "data": {
                         "type": "string",
                         "contentMediaType": "application/json",
-                        "contentSchema": schema::<events::StreamedEvent>(g),
+                        "contentSchema": schema::<stream::StreamedEvent>(g),
                     },
                 },
             },
@@ -683,166 +789,10 @@ fn sse_event(g: &mut SchemaGenerator) -> Value {
                     "data": {
                         "type": "string",
                         "contentMediaType": "application/json",
-                        "contentSchema": schema::<crate::feed::StreamedToken>(g),
+                        "contentSchema": schema::<stream::StreamedToken>(g),
                     },
                 },
             },
         ],
     })
-}
-
-/// The document.
-pub fn document() -> Value {
-    let mut settings = SchemaSettings::draft2020_12();
-    settings.definitions_path = "/components/schemas".into();
-    let mut generator = settings.into_generator();
-    let problem = schema::<Problem>(&mut generator);
-    let operations = operations(&mut generator);
-    let mut paths: Map<String, Value> = Map::new();
-    for op in operations {
-        let mut parameters: Vec<Value> = path_parameters(op.path);
-        if let Some(query) = &op.query {
-            parameters.extend(query_parameters(query, generator.definitions()));
-        }
-        if op.method == "post" && op.path == "/v1/runs" {
-            parameters.push(json!({
-                "name": "traceparent",
-                "in": "header",
-                "required": false,
-                "description": "W3C Trace Context: the run's first activation is traced as a child of this span (a malformed value is ignored, as the recommendation says).",
-                "schema": { "type": "string" },
-            }));
-        }
-        let mut responses: Map<String, Value> = Map::new();
-        for (status, description, body, content_type) in op.responses {
-            let mut response = json!({ "description": description });
-            if let Some(body) = body {
-                response["content"] = json!({ content_type: { "schema": body } });
-            }
-            responses.insert(status.to_string(), response);
-        }
-        let mut errors: Vec<u16> = op.errors.to_vec();
-        if op.role.is_some() {
-            errors.extend([401, 429]);
-        }
-        errors.push(500);
-        for status in errors {
-            let description =
-                axum::http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Error");
-            responses.insert(
-                status.to_string(),
-                json!({ "description": description, "content": { "application/problem+json": { "schema": problem } } }),
-            );
-        }
-        let mut operation = json!({
-            "operationId": op.id,
-            "summary": op.summary,
-            "parameters": parameters,
-            "responses": responses,
-        });
-        match op.role {
-            None => operation["security"] = json!([]),
-            Some(role) => {
-                operation["description"] = json!(format!("Needs a key with the `{}` role.", role.as_str()));
-            }
-        }
-        if let Some(body) = op.body {
-            operation["requestBody"] = json!({ "required": op.method == "post" && !matches!(op.id, "cancelRun" | "resumeRun" | "recomputeRun" | "createLink"), "content": { JSON: { "schema": body } } });
-        }
-        paths.entry(op.path).or_insert_with(|| json!({}))[op.method] = operation;
-    }
-    let mut schemas = Value::Object(generator.take_definitions(true));
-    let mut paths = Value::Object(paths);
-    bound_integers(&mut schemas);
-    bound_integers(&mut paths);
-    json!({
-        "openapi": "3.1.0",
-        "info": {
-            "title": "Stepwright",
-            "version": env!("CARGO_PKG_VERSION"),
-            "description": "Durable AI-agent workflows over HTTP: register workflows, start runs, stream their events, decide their interrupts. Errors are application/problem+json with a stable `code`.",
-        },
-        "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
-        "paths": paths,
-        "components": {
-            "schemas": schemas,
-            "securitySchemes": {
-                "apiKey": { "type": "http", "scheme": "bearer", "description": "An API key from `stepwright keys create`." },
-                "session": { "type": "apiKey", "in": "cookie", "name": "stepwright_session", "description": "A browser's session from `POST /v1/session`; a request it authenticates that changes anything also sends `X-Stepwright-Csrf`." },
-            },
-        },
-        "security": [{ "apiKey": [] }, { "session": [] }],
-    })
-}
-
-/// Integer schemas with the range of the type the server reads them into (schemars gives
-/// the `format` and, for unsigned types, the minimum): a number out of it is refused, so
-/// the document says so.
-fn bound_integers(value: &mut Value) {
-    match value {
-        Value::Object(fields) => {
-            let range: Option<(Value, Value)> = match fields.get("format").and_then(Value::as_str) {
-                Some("uint8") => Some((json!(0), json!(u8::MAX))),
-                Some("uint16") => Some((json!(0), json!(u16::MAX))),
-                Some("uint32") => Some((json!(0), json!(u32::MAX))),
-                Some("uint64" | "uint") => Some((json!(0), json!(u64::MAX))),
-                Some("int32") => Some((json!(i32::MIN), json!(i32::MAX))),
-                Some("int64" | "int") => Some((json!(i64::MIN), json!(i64::MAX))),
-                _ => None,
-            };
-            if let Some((min, max)) = range {
-                fields.entry("minimum").or_insert(min);
-                fields.entry("maximum").or_insert(max);
-            }
-            fields.values_mut().for_each(bound_integers);
-        }
-        Value::Array(items) => items.iter_mut().for_each(bound_integers),
-        _ => {}
-    }
-}
-
-fn path_parameters(path: &str) -> Vec<Value> {
-    path.split('/')
-        .filter_map(|part| part.strip_prefix('{').and_then(|p| p.strip_suffix('}')))
-        .map(|name| {
-            // An event's sequence number is a whole number; every other path segment a name.
-            let schema = match name {
-                "seq" => json!({ "type": "integer", "minimum": 0, "maximum": i64::MAX }),
-                _ => json!({ "type": "string" }),
-            };
-            json!({ "name": name, "in": "path", "required": true, "schema": schema })
-        })
-        .collect()
-}
-
-/// A query type's properties as query parameters.
-fn query_parameters(schema: &Value, definitions: &Map<String, Value>) -> Vec<Value> {
-    let resolved = schema
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix("#/components/schemas/"))
-        .and_then(|name| definitions.get(name))
-        .unwrap_or(schema);
-    let required: Vec<&str> =
-        resolved["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-    resolved["properties"]
-        .as_object()
-        .map(|properties| {
-            properties
-                .iter()
-                .map(|(name, property)| {
-                    let mut parameter = json!({
-                        "name": name,
-                        "in": "query",
-                        "required": required.contains(&name.as_str()),
-                        "schema": property,
-                    });
-                    if let Some(description) = property.get("description") {
-                        parameter["description"] = description.clone();
-                    }
-                    parameter
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }

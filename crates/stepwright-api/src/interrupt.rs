@@ -1,0 +1,123 @@
+//! Interrupts: the inbox, decisions, and approval links.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{InterruptKind, RunStatus};
+
+/// Inbox filters.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InboxQuery {
+    /// `open`: interrupts waiting for a decision (the only status listed).
+    #[serde(default)]
+    #[schemars(extend("enum" = ["open", null]))]
+    pub status: Option<String>,
+}
+
+/// An open interrupt the caller may decide.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct InboxItem {
+    /// The id to decide it by: `<run id>.<interrupt id>`.
+    pub id: String,
+    /// The run that waits.
+    pub run_id: String,
+    /// The run's workflow.
+    pub workflow: String,
+    /// The interrupt's id within the run.
+    pub interrupt_id: String,
+    /// The step that asked.
+    pub step: String,
+    /// `approval`, `input`, `event` or `timer`.
+    pub kind: InterruptKind,
+    /// What the person deciding is shown.
+    pub message: String,
+    /// The value to approve, or what the request carries.
+    pub payload: Value,
+    /// For `input`: the schema the answer must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// When its `on_timeout` applies (µs since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+}
+
+/// A decision.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    /// `approve`, `reject`, `modify` (an approval with a corrected `payload`) or `respond`
+    /// (the `value` an input or event request asks for).
+    pub decision: DecisionKind,
+    /// For `modify`: the corrected value.
+    #[serde(default)]
+    pub payload: Option<Value>,
+    /// For `respond`: the answer.
+    #[serde(default)]
+    pub value: Option<Value>,
+    /// For `reject`: why.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// What is decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Go ahead.
+    Approve,
+    /// Do not.
+    Reject,
+    /// Go ahead with a corrected payload.
+    Modify,
+    /// Answer an input or event request.
+    Respond,
+}
+
+/// What a decision did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct DecisionTaken {
+    /// The run.
+    pub run_id: String,
+    /// The interrupt decided.
+    pub interrupt_id: String,
+    /// Who decided (the key's user).
+    pub decided_by: String,
+    /// Where the run stands: it continues on a worker.
+    pub status: RunStatus,
+}
+/// A link to make.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewLink {
+    /// How long it lasts, in seconds (60 to 604800; default 3600).
+    #[serde(default, deserialize_with = "crate::whole::optional")]
+    #[schemars(range(min = 60, max = 604_800))]
+    pub expires_in_seconds: Option<u64>,
+}
+
+/// A link made.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct LinkMade {
+    /// The page to open, on the host the request was made to (behind a proxy, the host it
+    /// forwarded): send this.
+    pub url: String,
+    /// The same page relative to the server's root (`/link#…`).
+    pub path: String,
+    /// The interrupt it decides (`<run id>.<interrupt id>`).
+    pub interrupt: String,
+    /// When it stops working (µs since the epoch).
+    pub expires_at: i64,
+}
+
+/// What a link opens.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct LinkView {
+    /// The request to decide.
+    pub interrupt: InboxItem,
+    /// Who the decision is taken as.
+    pub decide_as: String,
+    /// When the link stops working (µs since the epoch).
+    pub expires_at: Option<i64>,
+}

@@ -1,0 +1,184 @@
+//! The kernel's values as the contract's views (`stepwright-api`): the one place the two
+//! vocabularies meet. Every match is exhaustive, so a new kernel variant does not compile
+//! until the wire has a spelling for it; the tests check each spelling is the kernel's own.
+
+use stepwright_api as api;
+use stepwright_core as core;
+
+/// A run's status on the wire.
+pub fn run_status(status: core::RunStatus) -> api::RunStatus {
+    match status {
+        core::RunStatus::Pending => api::RunStatus::Pending,
+        core::RunStatus::Running => api::RunStatus::Running,
+        core::RunStatus::Suspended => api::RunStatus::Suspended,
+        core::RunStatus::Completed => api::RunStatus::Completed,
+        core::RunStatus::Failed => api::RunStatus::Failed,
+        core::RunStatus::Cancelled => api::RunStatus::Cancelled,
+    }
+}
+
+/// A status from the wire, as the store filters by it.
+pub fn kernel_run_status(status: api::RunStatus) -> core::RunStatus {
+    match status {
+        api::RunStatus::Pending => core::RunStatus::Pending,
+        api::RunStatus::Running => core::RunStatus::Running,
+        api::RunStatus::Suspended => core::RunStatus::Suspended,
+        api::RunStatus::Completed => core::RunStatus::Completed,
+        api::RunStatus::Failed => core::RunStatus::Failed,
+        api::RunStatus::Cancelled => core::RunStatus::Cancelled,
+    }
+}
+
+/// A step's status on the wire.
+pub fn step_status(status: core::StepStatus) -> api::StepStatus {
+    match status {
+        core::StepStatus::Completed => api::StepStatus::Completed,
+        core::StepStatus::Failed => api::StepStatus::Failed,
+        core::StepStatus::Skipped => api::StepStatus::Skipped,
+        core::StepStatus::Suspended => api::StepStatus::Suspended,
+        core::StepStatus::Handoff => api::StepStatus::Handoff,
+        core::StepStatus::Cancelled => api::StepStatus::Cancelled,
+        core::StepStatus::Retrying => api::StepStatus::Retrying,
+        core::StepStatus::Running => api::StepStatus::Running,
+        core::StepStatus::Waiting => api::StepStatus::Waiting,
+    }
+}
+
+/// An interrupt's kind on the wire.
+pub fn interrupt_kind(kind: core::InterruptKind) -> api::InterruptKind {
+    match kind {
+        core::InterruptKind::Approval => api::InterruptKind::Approval,
+        core::InterruptKind::Input => api::InterruptKind::Input,
+        core::InterruptKind::Event => api::InterruptKind::Event,
+        core::InterruptKind::Timer => api::InterruptKind::Timer,
+    }
+}
+
+/// Model usage and cost on the wire.
+pub fn totals(totals: stepwright_llm::Totals) -> api::Totals {
+    let stepwright_llm::Totals { calls, input_tokens, output_tokens, cost_usd, calls_without_usage } = totals;
+    api::Totals { calls, input_tokens, output_tokens, cost_usd, calls_without_usage }
+}
+
+/// A replay's report on the wire.
+pub fn replay_report(report: core::ReplayReport) -> api::ReplayReport {
+    use api::history::{StepComparison, StepReplay};
+    let outcome = |outcome| match outcome {
+        core::StepReplay::Identical => StepReplay::Identical,
+        core::StepReplay::Different => StepReplay::Different,
+        core::StepReplay::Served => StepReplay::Served,
+        core::StepReplay::Missing => StepReplay::Missing,
+        core::StepReplay::Added => StepReplay::Added,
+    };
+    api::ReplayReport {
+        run: report.run.to_string(),
+        steps: report
+            .steps
+            .into_iter()
+            .map(|step| StepComparison {
+                path: step.path.as_str().to_owned(),
+                outcome: outcome(step.outcome),
+                recorded: step.recorded.map(|hash| hash.to_hex()),
+                replayed: step.replayed.map(|hash| hash.to_hex()),
+                diff: step.diff,
+            })
+            .collect(),
+        recorded_output: report.recorded_output,
+        replayed_output: report.replayed_output,
+        identical: report.identical,
+    }
+}
+
+/// A recompute's step changes on the wire.
+pub(crate) fn step_change(change: core::StepChange) -> api::history::StepChange {
+    use api::history::StepChange;
+    match change {
+        core::StepChange::Clean => StepChange::Clean,
+        core::StepChange::ValueChanged { diff } => StepChange::ValueChanged { diff },
+        core::StepChange::SchemaViolation { message } => StepChange::SchemaViolation { message },
+        core::StepChange::Served => StepChange::Served,
+        core::StepChange::Missing => StepChange::Missing,
+        core::StepChange::Added => StepChange::Added,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each wire spelling is the kernel's own (the journal and the file format use the
+    /// kernel's; the API must say the same words).
+    #[test]
+    fn every_status_is_spelled_as_the_kernel_spells_it() {
+        let same = |kernel: serde_json::Value, wire: serde_json::Value| assert_eq!(kernel, wire);
+        for status in [
+            core::RunStatus::Pending,
+            core::RunStatus::Running,
+            core::RunStatus::Suspended,
+            core::RunStatus::Completed,
+            core::RunStatus::Failed,
+            core::RunStatus::Cancelled,
+        ] {
+            same(serde_json::json!(status), serde_json::json!(run_status(status)));
+            assert_eq!(kernel_run_status(run_status(status)), status);
+            assert_eq!(status.as_str(), run_status(status).as_str());
+        }
+        for status in [
+            core::StepStatus::Completed,
+            core::StepStatus::Failed,
+            core::StepStatus::Skipped,
+            core::StepStatus::Suspended,
+            core::StepStatus::Handoff,
+            core::StepStatus::Cancelled,
+            core::StepStatus::Retrying,
+            core::StepStatus::Running,
+            core::StepStatus::Waiting,
+        ] {
+            same(serde_json::json!(status), serde_json::json!(step_status(status)));
+            assert_eq!(status.as_str(), step_status(status).as_str());
+        }
+        for kind in [
+            core::InterruptKind::Approval,
+            core::InterruptKind::Input,
+            core::InterruptKind::Event,
+            core::InterruptKind::Timer,
+        ] {
+            same(serde_json::json!(kind), serde_json::json!(interrupt_kind(kind)));
+        }
+    }
+
+    #[test]
+    fn usage_reads_back_as_the_model_layer_wrote_it() {
+        let kernel = stepwright_llm::Totals {
+            calls: 3,
+            input_tokens: 10,
+            output_tokens: 20,
+            cost_usd: 0.5,
+            calls_without_usage: 1,
+        };
+        assert_eq!(serde_json::json!(kernel), serde_json::json!(totals(kernel)));
+    }
+
+    /// The event stream sends the journal's event records as they are; a client reads each
+    /// as the contract's `StreamedEvent`, field for field.
+    #[test]
+    fn a_journal_event_reads_as_the_streamed_event() {
+        let record = core::journal::EventRecord {
+            run: core::RunId::from_parts(core::Timestamp::from_micros(1_700_000_000_000_000), [7; 10]),
+            path: core::StepPath::new("drafts[1]/write"),
+            at: core::Timestamp::from_micros(1_700_000_000_123_456),
+            tenant: Some("acme".into()),
+            user: None,
+            kind: "step.completed".into(),
+            data: serde_json::json!({ "output": [1, 2] }),
+        };
+        let text = serde_json::to_string(&record).unwrap();
+        let read: api::stream::StreamedEvent = serde_json::from_str(&text).unwrap();
+        assert_eq!(read.run, record.run.to_string());
+        assert_eq!(read.path, "drafts[1]/write");
+        assert_eq!(read.at, record.at.as_micros());
+        assert_eq!((read.tenant.as_deref(), read.user.as_deref()), (Some("acme"), None));
+        assert_eq!((read.kind.as_str(), &read.data), ("step.completed", &record.data));
+        assert_eq!(serde_json::to_value(&read).unwrap(), serde_json::to_value(&record).unwrap());
+    }
+}

@@ -1,0 +1,196 @@
+// A run: its status, graph, waterfall, steps, and the actions on it.
+
+import { TERMINAL } from './contract.js';
+import { Timeline, graphView, isEffect, nodeKey, rollupStatus, waterfallView } from './graph.js';
+import { forkDialog, recomputeDialog, replay } from './history.js';
+import { bulkCancel } from './runs.js';
+import { PAGE_ROWS, api, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, status, toast, usd, when } from './ui.js';
+
+export async function runView(id) {
+  let details;
+  try {
+    details = await api('GET', `/v1/runs/${id}`);
+  } catch (e) {
+    return show(h('h1', { text: 'Run' }), errorBox(e));
+  }
+  const definition = api('GET', `/v1/runs/${id}/definition`).catch(() => null);
+  const timeline = new Timeline(details.created_at);
+  const liveText = new Map();
+  let stepsPage = 0;
+  let wfPage = 0;
+  let picked = null;
+  const openSteps = new Set();
+  let forks = [];
+  let forksMore = false;
+  api('GET', `/v1/runs?parent=${id}&limit=20`).then((page) => { forks = page.runs; forksMore = Boolean(page.next_cursor); drawHeader(); }).catch(() => {});
+
+  const header = h('div');
+  const actions = h('div', { class: 'row' });
+  const pending = h('div');
+  const graphBox = h('div', { class: 'card' }, h('p', { class: 'muted', text: 'Loading the graph…' }));
+  const waterfallBox = h('div', { class: 'card' });
+  const stepsBox = h('div', { class: 'card' });
+  const liveBox = h('div', { 'aria-live': 'polite' });
+  show(header, actions, pending, liveBox,
+    h('h2', { text: 'Graph' }), graphBox,
+    h('h2', { text: 'Timeline' }), waterfallBox,
+    h('h2', { text: 'Steps' }), stepsBox);
+
+  let describe = null;
+  const statusOf = (key) => {
+    const statuses = details.steps.filter((s) => nodeKey(s.path) === key).map((s) => s.status);
+    // A step whose model is writing has not journaled anything yet.
+    if (!TERMINAL.has(details.status) && [...liveText.keys()].some((path) => nodeKey(path) === key)) statuses.push('running');
+    return rollupStatus(statuses);
+  };
+  const drawGraph = () => {
+    if (describe) fill(graphBox, graphView(describe, statusOf, (key) => { picked = key; drawSteps(); stepsBox.scrollIntoView(); }));
+  };
+  definition.then((d) => { describe = d && d.graph; if (describe) drawGraph(); else fill(graphBox, h('p', { class: 'muted', text: 'The definition is not available.' })); });
+
+  const drawHeader = () => {
+    const u = details.usage;
+    fill(header,
+      h('div', { class: 'spread' }, h('h1', {}, `${details.workflow} `, h('span', { class: 'mono muted', text: details.run_id })), status(details.status)),
+      h('div', { class: 'facts' },
+        h('div', {}, h('span', { text: 'created' }), when(details.created_at)),
+        h('div', {}, h('span', { text: 'worker' }), details.owner || '—'),
+        h('div', {}, h('span', { text: 'steps' }), String(details.steps.length)),
+        u ? h('div', {}, h('span', { text: 'tokens' }), `${u.input_tokens} in / ${u.output_tokens} out`) : null,
+        u ? h('div', {}, h('span', { text: 'cost' }), usd(u.cost_usd)) : null,
+        details.parent ? h('div', {}, h('span', { text: 'forked from' }), runLink(details.parent.run_id), ` before ${details.parent.at}`) : null,
+        forks.length ? h('div', { 'data-testid': 'forks' }, h('span', { text: `forks (${forks.length}${forksMore ? '+' : ''})` }), forks.map((f, i) => [i ? ', ' : '', runLink(f.run_id)])) : null),
+      details.error ? h('p', { class: 'error', role: 'alert', text: `${details.error.code}: ${details.error.message}` }) : null,
+      details.output !== null && details.output !== undefined ? h('details', {}, h('summary', { text: 'Output' }), h('pre', { text: json(details.output) })) : null);
+  };
+  const drawActions = () => {
+    if (!has('operator')) return fill(actions);
+    const live = !TERMINAL.has(details.status);
+    fill(actions,
+      h('button', { type: 'button', class: 'danger', text: 'Cancel', disabled: !live, onclick: () => bulkCancel([id], reload) }),
+      h('button', { type: 'button', text: 'Resume', disabled: !live, onclick: () => act(() => api('POST', `/v1/runs/${id}/resume`, { wait_seconds: 0 }), 'Resumed.') }),
+      h('button', { type: 'button', text: 'Replay', onclick: () => replay(id) }),
+      h('button', { type: 'button', text: 'Recompute…', onclick: () => recomputeDialog(details) }),
+      h('button', { type: 'button', text: 'Fork…', onclick: () => forkDialog(details) }));
+  };
+  const act = async (call, done) => {
+    try { await call(); toast(done); reload(); } catch (e) { toast(problemText(e)); }
+  };
+  const drawPending = () => {
+    fill(pending, ...details.pending.map((p) => h('div', { class: 'card' },
+      h('div', { class: 'spread' }, h('strong', { text: `Waiting: ${p.kind} at ${p.step}` }), status('suspended')),
+      h('p', { text: p.message }),
+      has('approver') ? h('a', { href: '#/inbox', text: 'Decide in the approvals inbox' }) : h('p', { class: 'muted', text: 'An approver decides this.' }))),
+    // A `wait` step: answered by a message to the run's inbox of that name, from a program.
+    ...(details.awaiting || []).map((a) => h('div', { class: 'card', 'data-testid': 'awaiting' },
+      h('div', { class: 'spread' }, h('strong', { text: `Waiting for the event ${a.event} at ${a.step}` }), status('suspended')),
+      h('p', { text: `Until ${new Date(a.until / 1000).toLocaleString()}. A message sent to the run's inbox "${a.event}" answers it: stepwright send ${details.run_id} --inbox ${a.event} --message JSON` }))),
+    // A pending run: why no worker has started it.
+    ...(details.queued ? [h('div', { class: 'card', 'data-testid': 'queued' },
+      h('div', { class: 'spread' }, h('strong', { text: 'Not started yet' }), status('pending')),
+      h('p', { text: `Queued: ${details.queued.reason}.` }))] : []));
+  };
+  const drawSteps = () => {
+    const rows = picked ? details.steps.filter((s) => nodeKey(s.path) === picked || nodeKey(s.path).startsWith(`${picked}/`)) : details.steps;
+    const shown = rows.slice(0, (stepsPage + 1) * PAGE_ROWS);
+    fill(stepsBox,
+      picked ? h('p', {}, `Steps of ${picked}. `, h('button', { type: 'button', class: 'ghost', text: 'Show all', onclick: () => { picked = null; drawSteps(); } })) : null,
+      ...shown.map((s) => stepDetails(id, s, () => timeline.events.get(s.path) || [], () => liveText.get(s.path), openSteps)),
+      rows.length > shown.length ? h('button', { type: 'button', text: `Show more (${rows.length - shown.length} left)`, onclick: () => { stepsPage++; drawSteps(); } }) : null);
+  };
+  const drawWaterfall = () => {
+    fill(waterfallBox, waterfallView(timeline, details, wfPage));
+    const total = [...timeline.paths.values()].filter((r) => r.attempts.length && !isEffect(r.path)).length;
+    if (total > (wfPage + 1) * PAGE_ROWS) waterfallBox.append(h('button', { type: 'button', text: 'Show more', onclick: () => { wfPage++; drawWaterfall(); } }));
+  };
+  const drawLive = () => {
+    const running = [...liveText.entries()].filter(([path]) => {
+      const step = details.steps.find((s) => s.path === path || path.startsWith(`${s.path}/`));
+      return !step || step.status === 'running' || !TERMINAL.has(details.status);
+    });
+    fill(liveBox, ...running.slice(-3).map(([path, text]) => h('div', { class: 'card' },
+      h('div', { class: 'muted', text: `${path} is writing…` }), h('div', { class: 'live-text', 'data-testid': 'live-text', text }))));
+  };
+  const drawAll = () => { drawHeader(); drawActions(); drawPending(); drawGraph(); drawSteps(); drawWaterfall(); drawLive(); };
+  let reloading = null;
+  const reload = () => {
+    if (reloading) return;
+    reloading = setTimeout(async () => {
+      reloading = null;
+      try { details = await api('GET', `/v1/runs/${id}`); } catch { return; }
+      if (TERMINAL.has(details.status)) liveText.clear();
+      drawAll();
+      // A large run's details are large: read them less often while it runs.
+    }, Math.min(2000, 150 + details.steps.length / 5));
+  };
+  drawAll();
+
+  // The run's events, live: the whole log first, then as they happen, with streamed text.
+  const stream = new EventSource(`/v1/runs/${id}/events?tokens=true`);
+  let scheduled = false;
+  const redrawSoon = () => {
+    if (scheduled) return;
+    scheduled = true;
+    requestAnimationFrame(() => { scheduled = false; drawWaterfall(); drawLive(); if (liveText.size) drawGraph(); });
+  };
+  const onEvent = (message) => {
+    const event = JSON.parse(message.data);
+    timeline.add(event);
+    if (['step.completed', 'step.failed', 'interrupt.opened', 'interrupt.resolved', 'step.started'].includes(event.kind)) reload();
+    redrawSoon();
+  };
+  for (const kind of ['step.started', 'step.completed', 'step.failed', 'step.skipped', 'step.decided', 'step.intent', 'step.artifact', 'step.checkpoint', 'step.handoff', 'step.cancelled', 'interrupt.opened', 'interrupt.resolved', 'model.call', 'tool.call', 'step.event']) {
+    stream.addEventListener(kind, onEvent);
+  }
+  stream.onmessage = onEvent;
+  stream.addEventListener('token', (message) => {
+    const token = JSON.parse(message.data);
+    liveText.set(token.path, (liveText.get(token.path) || '') + token.text);
+    redrawSoon();
+  });
+  for (const end of ['run.completed', 'run.failed', 'run.cancelled']) {
+    stream.addEventListener(end, (message) => { onEvent(message); stream.close(); reload(); });
+  }
+  onLeave(() => stream.close());
+}
+
+/** A step's row; its details are read when it is opened, and it stays open across redraws. */
+export function stepDetails(runId, step, eventsOf, liveOf, openSteps) {
+  const box = h('details', { class: 'step', 'data-path': step.path });
+  const body = h('div');
+  box.append(h('summary', {},
+    status(step.status),
+    h('span', { class: 'path', text: step.path }),
+    h('span', { class: 'muted', text: ms(step.duration_ms) }),
+    step.attempts > 1 ? h('span', { class: 'muted', text: `${step.attempts} attempts` }) : null,
+    step.usage ? h('span', { class: 'muted', text: `${step.usage.input_tokens + step.usage.output_tokens} tokens · ${usd(step.usage.cost_usd)}` }) : null), body);
+  box.addEventListener('toggle', () => {
+    if (!box.open) { openSteps.delete(step.path); fill(body); return; }
+    openSteps.add(step.path);
+    const events = eventsOf();
+    const live = liveOf();
+    const failed = events.filter((e) => e.kind === 'step.failed').map((e) => e.data && e.data.error).filter(Boolean);
+    const artifacts = events.filter((e) => e.kind === 'step.artifact' && e.data);
+    fill(body,
+
+      live ? h('div', { class: 'live-text', text: live }) : null,
+      step.output !== undefined ? h('div', {}, h('h3', { text: 'Output' }), h('pre', { text: json(step.output) })) : null,
+      failed.length ? h('div', {}, h('h3', { text: 'Errors' }), failed.map((e) => h('pre', { class: 'error', text: json(e) }))) : null,
+      step.usage ? h('p', { class: 'muted', text: `${step.usage.calls} model call(s): ${step.usage.input_tokens} input and ${step.usage.output_tokens} output tokens, ${usd(step.usage.cost_usd)}` }) : null,
+      artifacts.length ? h('div', {}, h('h3', { text: 'Artifacts' }), artifacts.map((a) => {
+        const out = h('div');
+        return h('div', {}, h('button', {
+          type: 'button',
+          class: 'ghost',
+          text: `${a.data.kind} ${a.data.hash.slice(0, 12)}…`,
+          disabled: !a.data.stored,
+          onclick: async () => {
+            try { fill(out, h('pre', { text: json((await api('GET', `/v1/runs/${runId}/artifacts/${a.data.hash}`)).content) })); } catch (e) { fill(out, errorBox(e)); }
+          },
+        }), out);
+      })) : null,
+      events.length ? h('div', {}, h('h3', { text: 'Events' }), h('pre', { text: events.map((e) => `${new Date(e.at / 1000).toISOString()} ${e.kind} ${JSON.stringify(e.data)}`).join('\n') })) : null);
+  });
+  if (openSteps.has(step.path)) box.open = true;
+  return box;
+}
