@@ -36,7 +36,7 @@ use stepwright_core::{Engine, EngineBuilder, MemoryBank, RunId, SessionStore, St
 pub use stepwright_core::{Fault, Workflow};
 pub use stepwright_flow::Loaded;
 pub use stepwright_llm::{DEFAULT_KILL_GRACE, process_groups_stopped};
-pub use stepwright_store::{OpenError, ServerStore, open};
+pub use stepwright_store::{OpenError, ServerStore};
 pub use view::{details_of_report, recompute_view, run_details, usage_of};
 
 /// An engine over the store, with the store's sessions and memory for agent and memory

@@ -10,7 +10,7 @@ mod schedules;
 
 pub(crate) use keys::{KeysCommand, OidcArgs};
 pub(crate) use runs::RunsCommand;
-pub(crate) use schedules::{EventsCommand, SchedulesCommand, TriggersCommand};
+pub(crate) use schedules::{EventsCommand, Keep, Listing, Named, SchedulesCommand, TriggersCommand};
 
 #[derive(Parser)]
 #[command(name = "stepwright", version, about = "A durable engine for AI-agent workflows")]

@@ -18,7 +18,7 @@ use crate::progress;
 pub(crate) const MAX_INPUT_BYTES: u64 = 16 << 20;
 
 /// A store with everything the CLI's steps use: the journal, sessions and memory.
-pub(crate) use stepwright::stores::ServerStore as CliStore;
+pub(crate) use stepwright::backends::ServerStore as CliStore;
 
 /// Each command is its own worker (`cli@host:pid:nonce`): a run it executes is not taken by
 /// another command while it lives, and is taken over at once once it is gone.
@@ -97,9 +97,9 @@ pub(crate) async fn open_store(db: Option<&str>) -> anyhow::Result<Arc<dyn CliSt
         .map(str::to_owned)
         .or_else(|| std::env::var("STEPWRIGHT_DB").ok())
         .unwrap_or_else(|| "sqlite://stepwright.db".into());
-    match stepwright::stores::open(&url).await {
+    match stepwright::backends::open(&url).await {
         Ok(store) => Ok(store),
-        Err(e @ stepwright::stores::OpenError::UnknownScheme { .. }) => Err(anyhow!(BadInput(format!("--db: {e}")))),
+        Err(e @ stepwright::backends::OpenError::UnknownScheme { .. }) => Err(anyhow!(BadInput(format!("--db: {e}")))),
         Err(e) => Err(anyhow!(e)),
     }
 }

@@ -69,9 +69,10 @@ pub mod schedule {
     pub use stepwright_schedule::*;
 }
 
-/// The stores by URL, with the control tables a server keeps (`stepwright-store`).
+/// The stores' backends — SQLite and Postgres, opened by URL — with the control tables a
+/// server keeps (`stepwright-store`). The traits they implement are [`store`].
 #[cfg(feature = "app")]
-pub mod stores {
+pub mod backends {
     pub use stepwright_store::*;
 }
 

@@ -3,37 +3,57 @@
 #[allow(clippy::wildcard_imports)] // The argument types every group shares.
 use super::*;
 
+/// A workflow file's schedules or triggers to keep in the store: created, or replaced
+/// keeping what they decided (a schedule's ticks, a trigger's place in the event log).
+#[derive(clap::Args)]
+pub(crate) struct Keep {
+    /// The workflow file.
+    pub(crate) file: PathBuf,
+    /// Only this one of the file's (repeatable; default: all of them).
+    #[arg(long = "only", value_name = "NAME")]
+    pub(crate) only: Vec<String>,
+    /// Keep them paused: what would start a run (a tick, a matching event) is recorded as
+    /// skipped (`paused`) until they are resumed.
+    #[arg(long)]
+    pub(crate) paused: bool,
+    /// The tenant (namespace) they, the events they read and their runs belong to.
+    #[arg(long)]
+    pub(crate) tenant: Option<String>,
+    /// One JSON object each.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// A schedule or a trigger, by name.
+#[derive(clap::Args)]
+pub(crate) struct Named {
+    /// Its name (`WORKFLOW/NAME`: the file's workflow and the name in its file).
+    pub(crate) name: String,
+    /// Its tenant.
+    #[arg(long)]
+    pub(crate) tenant: Option<String>,
+}
+
+/// Which schedules or triggers to list.
+#[derive(clap::Args)]
+pub(crate) struct Listing {
+    /// Only this tenant's.
+    #[arg(long)]
+    pub(crate) tenant: Option<String>,
+    /// JSON lines.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// `triggers` subcommands. A trigger is named `WORKFLOW/NAME` (the file's workflow and the
 /// name under its `triggers:`).
 #[derive(Subcommand)]
 pub(crate) enum TriggersCommand {
     /// Keep a workflow file's triggers in the store (create them, reading the events sent
     /// from now on, or replace them keeping their place); workers start their runs.
-    Create {
-        /// The workflow file.
-        file: PathBuf,
-        /// Only this trigger of the file (repeatable; default: all of them).
-        #[arg(long = "only", value_name = "NAME")]
-        only: Vec<String>,
-        /// Keep them paused: the events they match are recorded as skipped (`paused`).
-        #[arg(long)]
-        paused: bool,
-        /// The tenant (namespace) whose events they read and their runs belong to.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object per trigger.
-        #[arg(long)]
-        json: bool,
-    },
+    Create(Keep),
     /// The triggers, by name: event, state.
-    List {
-        /// Only this tenant's.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-    },
+    List(Listing),
     /// One trigger: its spec, what it holds (debounced events, a batch) and its last fires
     /// with the run each started or why it started none.
     Describe {
@@ -50,29 +70,11 @@ pub(crate) enum TriggersCommand {
         json: bool,
     },
     /// Pause a trigger: the events it matches start nothing (recorded `paused`).
-    Pause {
-        /// The trigger (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
+    Pause(Named),
     /// Resume a paused trigger from the next event.
-    Resume {
-        /// The trigger (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
+    Resume(Named),
     /// Delete a trigger and its fire records (its runs stay).
-    Delete {
-        /// The trigger (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
+    Delete(Named),
 }
 
 /// `events` subcommands.
@@ -130,31 +132,9 @@ pub(crate) enum EventsCommand {
 pub(crate) enum SchedulesCommand {
     /// Keep a workflow file's schedules in the store (create them, or replace them keeping
     /// what they decided); workers start their runs from then on.
-    Create {
-        /// The workflow file.
-        file: PathBuf,
-        /// Only this schedule of the file (repeatable; default: all of them).
-        #[arg(long = "only", value_name = "NAME")]
-        only: Vec<String>,
-        /// Keep them paused: their ticks are recorded as skipped until `schedules resume`.
-        #[arg(long)]
-        paused: bool,
-        /// The tenant (namespace) they and their runs belong to.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// One JSON object per schedule.
-        #[arg(long)]
-        json: bool,
-    },
+    Create(Keep),
     /// The schedules, by name: cadence, state, next fire.
-    List {
-        /// Only this tenant's.
-        #[arg(long)]
-        tenant: Option<String>,
-        /// JSON lines.
-        #[arg(long)]
-        json: bool,
-    },
+    List(Listing),
     /// One schedule: its spec, its next fires, the ticks waiting for a run, and its last
     /// ticks with the run each started or why it started none.
     Describe {
@@ -174,29 +154,11 @@ pub(crate) enum SchedulesCommand {
         json: bool,
     },
     /// Pause a schedule: its ticks start nothing (recorded `paused`).
-    Pause {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
+    Pause(Named),
     /// Resume a paused schedule from its next tick.
-    Resume {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
+    Resume(Named),
     /// Delete a schedule and its tick records (its runs stay).
-    Delete {
-        /// The schedule (`WORKFLOW/NAME`).
-        name: String,
-        /// Its tenant.
-        #[arg(long)]
-        tenant: Option<String>,
-    },
+    Delete(Named),
     /// Start a run of a schedule now, outside its cadence (recorded as a tick).
     Trigger {
         /// The schedule (`WORKFLOW/NAME`).

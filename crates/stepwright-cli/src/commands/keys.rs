@@ -3,7 +3,7 @@
 
 use anyhow::anyhow;
 use serde_json::json;
-use stepwright::stores::control::AuditEntry;
+use stepwright::backends::control::AuditEntry;
 
 use crate::args::KeysCommand;
 use crate::commands::Globals;

@@ -9,27 +9,31 @@ use stepwright::app::{NotDeclared, Section};
 use stepwright::schedule::{ScheduleError, ScheduleSpec, Scheduler, format_instant as rfc3339};
 use stepwright::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome};
 
-use crate::args::SchedulesCommand;
+use crate::args::{Keep, Listing, Named, SchedulesCommand};
 use crate::commands::Globals;
 use crate::exit::BadInput;
 use crate::host::{CliStore, Servers, engine_over, keep_source, open_store};
 
 /// `schedules`: opens the store, then the subcommand.
 pub(crate) async fn schedules(g: &Globals<'_>, command: SchedulesCommand) -> anyhow::Result<u8> {
-    if let SchedulesCommand::Create { file, only, paused, tenant, json } = command {
+    if let SchedulesCommand::Create(Keep { file, only, paused, tenant, json }) = command {
         return create(g, file, &only, paused, tenant.as_deref(), json).await;
     }
     let store = open_store(g.db).await?;
     let scheduler = scheduler(g, &store);
     match command {
-        SchedulesCommand::Create { .. } => unreachable!("handled above"),
-        SchedulesCommand::List { tenant, json } => list(&store, tenant.as_deref(), json).await,
+        SchedulesCommand::Create(_) => unreachable!("handled above"),
+        SchedulesCommand::List(Listing { tenant, json }) => list(&store, tenant.as_deref(), json).await,
         SchedulesCommand::Describe { name, next, ticks, tenant, json } => {
             describe(&store, &scheduler, &key(tenant.as_deref(), &name), next, ticks, json).await
         }
-        SchedulesCommand::Pause { name, tenant } => pause(&scheduler, &key(tenant.as_deref(), &name), true).await,
-        SchedulesCommand::Resume { name, tenant } => pause(&scheduler, &key(tenant.as_deref(), &name), false).await,
-        SchedulesCommand::Delete { name, tenant } => {
+        SchedulesCommand::Pause(Named { name, tenant }) => {
+            pause(&scheduler, &key(tenant.as_deref(), &name), true).await
+        }
+        SchedulesCommand::Resume(Named { name, tenant }) => {
+            pause(&scheduler, &key(tenant.as_deref(), &name), false).await
+        }
+        SchedulesCommand::Delete(Named { name, tenant }) => {
             let key = key(tenant.as_deref(), &name);
             if !store.delete_schedule(&key).await? {
                 return Err(not_found(&key));

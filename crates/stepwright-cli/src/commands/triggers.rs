@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use stepwright::schedule::{TriggerSpec, TriggerState, format_instant as rfc3339};
 use stepwright::store::schedule::{ScheduleKey, ScheduleRecord};
 
-use crate::args::TriggersCommand;
+use crate::args::{Keep, Listing, Named, TriggersCommand};
 use crate::commands::Globals;
 use crate::commands::events::fire_json;
 use crate::commands::schedules::{failed, key, load_to_keep, scheduler};
@@ -18,13 +18,13 @@ use stepwright::app::Section;
 
 /// `triggers`: opens the store, then the subcommand.
 pub(crate) async fn triggers(g: &Globals<'_>, command: TriggersCommand) -> anyhow::Result<u8> {
-    if let TriggersCommand::Create { file, only, paused, tenant, json } = command {
+    if let TriggersCommand::Create(Keep { file, only, paused, tenant, json }) = command {
         return create(g, file, &only, paused, tenant.as_deref(), json).await;
     }
     let store = open_store(g.db).await?;
     match command {
-        TriggersCommand::Create { .. } => unreachable!("handled above"),
-        TriggersCommand::List { tenant, json } => {
+        TriggersCommand::Create(_) => unreachable!("handled above"),
+        TriggersCommand::List(Listing { tenant, json }) => {
             if !json {
                 println!("{:<32} {:<28} {:<10} STATE", "NAME", "EVENT", "MODE");
             }
@@ -106,9 +106,11 @@ pub(crate) async fn triggers(g: &Globals<'_>, command: TriggersCommand) -> anyho
             }
             Ok(0)
         }
-        TriggersCommand::Pause { name, tenant } => pause(g, &store, &key(tenant.as_deref(), &name), true).await,
-        TriggersCommand::Resume { name, tenant } => pause(g, &store, &key(tenant.as_deref(), &name), false).await,
-        TriggersCommand::Delete { name, tenant } => {
+        TriggersCommand::Pause(Named { name, tenant }) => pause(g, &store, &key(tenant.as_deref(), &name), true).await,
+        TriggersCommand::Resume(Named { name, tenant }) => {
+            pause(g, &store, &key(tenant.as_deref(), &name), false).await
+        }
+        TriggersCommand::Delete(Named { name, tenant }) => {
             let key = key(tenant.as_deref(), &name);
             trigger(&store, &key).await?;
             store.delete_schedule(&key).await?;

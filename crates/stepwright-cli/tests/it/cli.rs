@@ -461,7 +461,7 @@ fn ctrl_c_stops_the_command_and_the_run_is_finished(target: &Target) {
 #[test]
 fn workers_share_one_postgres_database() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let Some(url) = runtime.block_on(stepwright::stores::postgres::test_url("workers_share_one_postgres_database"))
+    let Some(url) = runtime.block_on(stepwright::backends::postgres::test_url("workers_share_one_postgres_database"))
     else {
         return;
     };
@@ -555,7 +555,7 @@ fn runs_show_sums_model_usage_and_cost_per_step() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.db");
     let run = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-        let store = Arc::new(stepwright::stores::SqliteStore::open(&path).unwrap());
+        let store = Arc::new(stepwright::backends::SqliteStore::open(&path).unwrap());
         let mut models = stepwright::llm::Models::new();
         let pricing = stepwright::llm::Pricing::per_million(2.0, 10.0);
         models.bind_adapter("fast", "instant-1", Arc::new(instant_model()), Some(pricing));

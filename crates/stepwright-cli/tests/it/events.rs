@@ -59,7 +59,7 @@ fn a_burst_of_events_fires_each_trigger_once_per_event_while_a_worker_is_killed(
         let created = ok(&stepwright(dir.path(), &db.args(&["triggers", "create", "tickets.yaml"])), "create");
         assert_eq!(created.lines().count(), 3, "{}: {created}", db.name);
         let mut workers = [worker(dir.path(), &db), worker(dir.path(), &db)];
-        let store = runtime.block_on(stepwright::stores::open(&db.url)).unwrap();
+        let store = runtime.block_on(stepwright::backends::open(&db.url)).unwrap();
 
         // The burst: 8 senders at once; every 8th, 9th and 10th of ten events repeats the
         // idempotency key of the 4th, 5th and 6th (sent earlier by the same sender).

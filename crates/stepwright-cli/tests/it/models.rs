@@ -157,7 +157,7 @@ steps:
     // On SQLite, and on Postgres (a schema of its own) when configured.
     let mut stores = vec![format!("sqlite://{}", dir.path().join("chat.db").display())];
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    stores.extend(runtime.block_on(stepwright::stores::postgres::test_url("sessions_from_the_command_line")));
+    stores.extend(runtime.block_on(stepwright::backends::postgres::test_url("sessions_from_the_command_line")));
     for db in &stores {
         let chat = |say: &str, who: &[&str]| {
             let input = json!({ "say": say, "session": "s-1" }).to_string();

@@ -27,7 +27,7 @@ impl Db {
 pub(crate) fn stores(dir: &Path, test: &str) -> Vec<Db> {
     let mut stores = vec![Db { name: "sqlite", url: format!("sqlite://{}", dir.join("shared.db").display()) }];
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    if let Some(url) = runtime.block_on(stepwright::stores::postgres::test_url(test)) {
+    if let Some(url) = runtime.block_on(stepwright::backends::postgres::test_url(test)) {
         stores.push(Db { name: "postgres", url });
     }
     stores

@@ -71,7 +71,7 @@ async fn read_until_broken(
 fn stores(dir: &Path, test: &str) -> Vec<String> {
     let mut stores = vec![format!("sqlite://{}", dir.join("served.db").display())];
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    if let Some(url) = runtime.block_on(stepwright::stores::postgres::test_url(test)) {
+    if let Some(url) = runtime.block_on(stepwright::backends::postgres::test_url(test)) {
         stores.push(url);
     }
     stores

@@ -17,7 +17,7 @@ pub(crate) fn on_each_store(test: &str, scenario: impl Fn(&Path, &str)) {
     let url = format!("sqlite://{}", sqlite.path().join("shared.db").display());
     scenario(sqlite.path(), &url);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    if let Some(url) = runtime.block_on(stepwright::stores::postgres::test_url(test)) {
+    if let Some(url) = runtime.block_on(stepwright::backends::postgres::test_url(test)) {
         let dir = tempfile::tempdir().unwrap();
         scenario(dir.path(), &url);
     }
