@@ -14,7 +14,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use stepwright::api::interrupt::{DecisionBody, DecisionKind, DecisionTaken};
 use stepwright::api::run::{
-    CancelOutcome, CancelRun, Cancelled, ConcurrencyGroup, ResumeRun, RunMessage, RunPage, StartRun,
+    CancelOutcome, CancelRun, Cancelled, ConcurrencyGroup, ResumeRun, RunMessage, RunPage, StartRun, Stored,
 };
 use stepwright::api::stream::StreamedEvent;
 use stepwright::api::trigger::{EventDetails, EventSent, EventView, SendEvent};
@@ -179,13 +179,13 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
         Command::Send { run, inbox, message } => {
             let message = crate::host::parse_json(&message, "--message")?;
             let body = RunMessage { inbox: Some(inbox.clone()), message: Some(message), wake: None };
-            let _: serde_json::Value = remote.post(&format!("/v1/runs/{run}/messages"), &body).await?;
+            let _: Stored = remote.post(&format!("/v1/runs/{run}/messages"), &body).await?;
             println!("sent to inbox {inbox} of run {run}");
             Ok(0)
         }
         Command::Wake { run, channel } => {
             let body = RunMessage { inbox: None, message: None, wake: Some(channel.clone()) };
-            let _: serde_json::Value = remote.post(&format!("/v1/runs/{run}/messages"), &body).await?;
+            let _: Stored = remote.post(&format!("/v1/runs/{run}/messages"), &body).await?;
             println!("woke channel {channel} of run {run}");
             Ok(0)
         }
@@ -231,7 +231,8 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             Ok(print_run(&remote.until_stopped(resumed).await?, json))
         }
         Command::Replay { run, json } => {
-            let report: ReplayReport = remote.post(&format!("/v1/runs/{run}/replay"), &serde_json::json!({})).await?;
+            let report: ReplayReport =
+                remote.call(reqwest::Method::POST, &format!("/v1/runs/{run}/replay"), NO_BODY, None).await?;
             print_replay(&report, json)
         }
         Command::Recompute { run, file, from, rebind, persist, json } => {
