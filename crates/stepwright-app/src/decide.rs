@@ -69,6 +69,22 @@ pub async fn continue_run(engine: &Engine, bindings: &Bindings, run: RunId) -> R
     }
 }
 
+/// Resolves `interrupt` as `caller` (who must be among its approvers), then continues the run
+/// in a task of its own here ([`continue_in_background`]); answers where the run stands once
+/// it is claimed (`running`), or as the live process that waits on it left it.
+pub async fn decide_in_background(
+    engine: &Engine,
+    workflow: Workflow,
+    run: RunId,
+    interrupt: &InterruptId,
+    decision: Decision,
+    caller: &Caller,
+) -> Result<stepwright_core::RunStatus, AppError> {
+    engine.resolve(run, interrupt, decision, caller).await?;
+    continue_in_background(engine, workflow, run).await;
+    Ok(engine.store().load_from(run, u64::MAX).await?.record.status)
+}
+
 /// Claims a decided run to continue it in this process, then executes it in a task of its
 /// own: once this returns, the run is `running` (a client that reads it next sees that, not
 /// the suspension it left). A run another live process holds (one waiting on the decision in

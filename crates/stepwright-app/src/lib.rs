@@ -22,7 +22,9 @@ use std::sync::Arc;
 pub use bindings::{
     Bindings, Servers, SharedLimits, connect_servers, load_file, model_bindings, prepare, rebind_models,
 };
-pub use decide::{Decided, continue_in_background, continue_run, decide_then_continue, only_interrupt};
+pub use decide::{
+    Decided, continue_in_background, continue_run, decide_in_background, decide_then_continue, only_interrupt,
+};
 pub use error::AppError;
 pub use idempotency::{CLAIM_ABANDONED_AFTER, IdempotentStart, claim_start};
 pub use schedules::{

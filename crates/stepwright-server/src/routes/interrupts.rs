@@ -102,16 +102,17 @@ pub(crate) async fn take_decision(
 ) -> Result<DecisionTaken, ApiError> {
     let run = record.id;
     let detail = json!({ "decision": decision });
-    shared.engine.resolve(run, &interrupt, decision, &who.caller()).await?;
-    audit(shared, who, "interrupt.decided", format!("{run}.{interrupt}"), detail).await?;
     // Continued here, in a task of its own (the answer does not wait for the rest of the
     // run), as `stepwright approve` does — also with `--no-worker`: a decided run is not due
     // for a worker's claim, so the process that took the decision takes the run on. A live
-    // process that waits on the interrupt continues it instead (this resume is then
-    // refused), and a worker takes it over if this process dies first.
+    // process that waits on the interrupt continues it instead, and a worker takes it over if
+    // this process dies first. The definition is found first: a run that cannot be continued
+    // here is not decided here.
     let workflow = shared.definition_of(record).await?;
-    stepwright_app::continue_in_background(&shared.engine, workflow, run).await;
-    let status = shared.store.load_from(run, u64::MAX).await?.record.status;
+    let status =
+        stepwright_app::decide_in_background(&shared.engine, workflow, run, &interrupt, decision, &who.caller())
+            .await?;
+    audit(shared, who, "interrupt.decided", format!("{run}.{interrupt}"), detail).await?;
     Ok(DecisionTaken {
         run_id: run.to_string(),
         interrupt_id: interrupt.to_string(),
