@@ -545,15 +545,15 @@ pub struct LoadedRun {
     pub blobs: HashMap<ContentHash, Arc<Value>>,
 }
 
-/// An interrupt a run opened and nobody has decided yet.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OpenInterrupt {
+/// An interrupt a run opened and nobody has decided yet, as its journal holds it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpenInterrupt<'a> {
     /// Its id within the run.
-    pub id: InterruptId,
+    pub id: &'a InterruptId,
     /// The step that asked.
-    pub step: StepPath,
+    pub step: &'a StepPath,
     /// What it asks, and who may decide it.
-    pub request: InterruptRequest,
+    pub request: &'a InterruptRequest,
     /// When its `on_timeout` applies.
     pub deadline: Option<Timestamp>,
 }
@@ -561,18 +561,12 @@ pub struct OpenInterrupt {
 impl LoadedRun {
     /// The interrupts the run opened and nobody has decided, in id order: what its report
     /// lists as pending, the inbox shows and a webhook's stop waits on.
-    pub fn open_interrupts(&self) -> Vec<OpenInterrupt> {
-        let mut open: std::collections::BTreeMap<&InterruptId, OpenInterrupt> = std::collections::BTreeMap::new();
+    pub fn open_interrupts(&self) -> Vec<OpenInterrupt<'_>> {
+        let mut open: std::collections::BTreeMap<&InterruptId, OpenInterrupt<'_>> = std::collections::BTreeMap::new();
         for entry in &self.entries {
             match &entry.record {
                 Record::InterruptOpened { id, request, deadline } => {
-                    let interrupt = OpenInterrupt {
-                        id: id.clone(),
-                        step: entry.path.clone(),
-                        request: request.clone(),
-                        deadline: *deadline,
-                    };
-                    open.insert(id, interrupt);
+                    open.insert(id, OpenInterrupt { id, step: &entry.path, request, deadline: *deadline });
                 }
                 Record::InterruptResolved { id, .. } => {
                     open.remove(id);

@@ -119,9 +119,14 @@ async fn find(store: &dyn ServerStore, now: Timestamp) -> Result<(), stepwright_
             for run in &store.list_runs(filter).await? {
                 for (key, body) in events_of(store, run).await? {
                     let event = body.event();
+                    let wanted: Vec<&&Webhook> = hooks
+                        .iter()
+                        .filter(|w| w.events.iter().any(|e| *e == event) && w.created_at <= run.updated_at)
+                        .collect();
+                    if wanted.is_empty() {
+                        continue;
+                    }
                     let body = serde_json::to_string(&body).expect("a payload is JSON");
-                    let wanted =
-                        hooks.iter().filter(|w| w.events.iter().any(|e| *e == event) && w.created_at <= run.updated_at);
                     for hook in wanted {
                         let delivery = NewDelivery {
                             webhook_id: hook.id.clone(),

@@ -87,13 +87,13 @@ pub(super) fn report_from(loaded: &LoadedRun, wake_at: Option<Timestamp>) -> Run
         }
         awaiting.sort_by(|a, b| a.step.cmp(&b.step));
         let mut open = loaded.open_interrupts();
-        open.sort_by(|a, b| a.step.cmp(&b.step).then(a.id.cmp(&b.id)));
+        open.sort_by(|a, b| a.step.cmp(b.step).then(a.id.cmp(b.id)));
         for interrupt in open {
             pending.push(PendingInterrupt {
-                id: interrupt.id,
-                step: interrupt.step,
+                id: interrupt.id.clone(),
+                step: interrupt.step.clone(),
                 kind: interrupt.request.kind,
-                message: interrupt.request.message,
+                message: interrupt.request.message.clone(),
                 deadline: interrupt.deadline,
             });
         }

@@ -67,9 +67,9 @@ pub(crate) fn open_interrupts(loaded: &LoadedRun, caller: &Caller) -> Vec<InboxI
             interrupt_id: open.id.to_string(),
             step: open.step.as_str().to_owned(),
             kind: stepwright_app::wire::interrupt_kind(open.request.kind),
-            message: open.request.message,
-            payload: open.request.payload,
-            schema: open.request.schema,
+            message: open.request.message.clone(),
+            payload: open.request.payload.clone(),
+            schema: open.request.schema.clone(),
             deadline: open.deadline.map(|at| at.as_micros()),
         })
         .collect()
