@@ -19,6 +19,7 @@ pub mod schedule;
 pub mod session;
 mod status;
 pub mod stream;
+pub mod task;
 pub mod trigger;
 pub mod webhook;
 pub mod whole;

@@ -147,11 +147,14 @@ pub enum Role {
     Approver,
     /// Registers workflows, manages webhooks; everything an operator does.
     Admin,
+    /// Claims and answers step tasks (a step worker's key); `worker:<pattern>` limits it
+    /// to the queues the pattern matches (`worker:py-*`).
+    Worker,
 }
 
 impl Role {
     /// Every role.
-    pub const ALL: [Self; 4] = [Self::Viewer, Self::Operator, Self::Approver, Self::Admin];
+    pub const ALL: [Self; 5] = [Self::Viewer, Self::Operator, Self::Approver, Self::Admin, Self::Worker];
 
     /// The role's name.
     pub fn as_str(self) -> &'static str {
@@ -160,6 +163,7 @@ impl Role {
             Self::Operator => "operator",
             Self::Approver => "approver",
             Self::Admin => "admin",
+            Self::Worker => "worker",
         }
     }
 

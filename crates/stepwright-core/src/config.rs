@@ -66,6 +66,10 @@ pub struct EngineConfig {
     /// Put prompts, completions and tool arguments and results on the exported spans (off
     /// by default: they may hold personal data). A workflow's own setting wins.
     pub capture_content: Option<ContentCapture>,
+    /// How long a run holds its activation for a step worker's answer before it suspends
+    /// (releasing its lease until the task is answered or one of its deadlines comes): a
+    /// quick handler's answer is taken at once, a slow one pins no engine worker.
+    pub task_hold: Duration,
 }
 
 /// Content on spans: how much of each value, after the step's output guardrails redacted it.
@@ -93,6 +97,7 @@ impl Default for EngineConfig {
             async_max_entries: 512,
             cancel_poll: Duration::from_millis(100),
             decision_poll: Duration::from_millis(100),
+            task_hold: Duration::from_secs(2),
             capture_content: None,
         }
     }

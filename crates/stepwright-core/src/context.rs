@@ -299,7 +299,17 @@ impl StepContext {
         })
     }
 
-    pub(crate) fn take_pending(&self) -> (Vec<InterruptId>, Option<StepError>) {
+    /// Hands work to a step worker (a process that claims tasks over the HTTP API) and
+    /// returns its output. The task is journaled and stored once per attempt; the run holds
+    /// for a short while (`EngineConfig::task_hold`), then suspends until the worker
+    /// answers, and on resume this call returns the answer. A fenced step's idempotency key
+    /// goes with the task. Return its error with `?`: while the answer is not there, the
+    /// error is the suspension signal.
+    pub async fn dispatch(&self, request: crate::recording::TaskRequest) -> Result<Value, StepError> {
+        self.inner.recording.dispatch(request, self.inner.idempotency_key.clone()).await
+    }
+
+    pub(crate) fn take_pending(&self) -> (bool, Option<StepError>) {
         self.inner.recording.take_pending()
     }
 }

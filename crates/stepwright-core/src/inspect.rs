@@ -55,6 +55,15 @@ pub fn timeline(loaded: &LoadedRun) -> Vec<StepRow> {
             }
             continue;
         }
+        // A step that handed its work to a step worker waits for it.
+        if let Record::Dispatched { .. } = &entry.record {
+            if let Some(row) = index.get(&entry.path).map(|at| &mut rows[*at])
+                && row.status == StepStatus::Running
+            {
+                row.status = StepStatus::Waiting;
+            }
+            continue;
+        }
         let (status, attempt, started, ended) = match &entry.record {
             Record::Started { attempt } => (StepStatus::Running, *attempt, Some(entry.at), None),
             Record::Completed { attempt, started_at, .. } => {

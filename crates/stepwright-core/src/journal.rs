@@ -356,6 +356,14 @@ pub enum Record {
         /// Why.
         reason: String,
     },
+    /// The step handed a task to a step worker (a `worker:` tool); the store keeps the
+    /// task's row from this entry, in the same commit.
+    Dispatched {
+        /// The attempt that dispatched it.
+        attempt: u32,
+        /// The task.
+        task: crate::task::TaskSpec,
+    },
 }
 
 impl Record {
@@ -378,6 +386,7 @@ impl Record {
             Self::Handoff { .. } => "step.handoff",
             Self::Artifact { .. } => "step.artifact",
             Self::Cancelled { .. } => "step.cancelled",
+            Self::Dispatched { .. } => "step.dispatched",
         })
     }
 }

@@ -32,6 +32,7 @@ mod runtime;
 pub mod trace;
 mod scope;
 mod outcome;
+mod task;
 pub mod journal;
 pub mod store;
 mod policy;
@@ -68,6 +69,7 @@ pub use policy::{
     ApprovalGate, Backoff, Effect, FnGuardrail, Guardrail, GuardrailAction, GuardrailCheck, GuardrailStage,
     GuardrailVerdict, PatternGuardrail, RetryPolicy,
 };
+pub use recording::TaskRequest;
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
 pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services, StepStatus};

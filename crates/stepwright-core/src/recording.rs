@@ -22,6 +22,9 @@ use crate::services::{CallInfo, CallKind, Observer, ProvidedLayers, Services};
 use crate::store::cache::StepCache;
 use crate::store::{Store, StoreError};
 
+mod dispatch;
+pub use dispatch::TaskRequest;
+
 /// Everything a run's steps share. One per execution (start or resume) of a run.
 pub(crate) struct RunShared {
     pub(crate) run_id: RunId,
@@ -42,6 +45,9 @@ pub(crate) struct RunShared {
     /// Wake inboxes of `every` steps that suspended until their next tick, each with the
     /// last wake-up taken: checked once more after the suspension is written.
     pub(crate) wake_checks: Mutex<Vec<(String, Option<u64>)>>,
+    /// Tasks the run suspends on: looked at once more after the suspension is written, so
+    /// an answer that came meanwhile is not left waiting for a deadline.
+    pub(crate) task_checks: Mutex<Vec<crate::task::TaskId>>,
     /// Waits that suspended watching the tenant's event log: registered with the store and
     /// looked at once more after the suspension is written.
     pub(crate) event_watches: Mutex<Vec<EventWatch>>,
@@ -338,6 +344,8 @@ pub(crate) struct PathLog {
     pub(crate) values: HashMap<(u32, u32), Value>,
     pub(crate) checkpoint: Option<(u32, Value)>,
     pub(crate) handoff: Option<(String, Value)>,
+    /// The attempt that handed a task to a step worker, and the task.
+    pub(crate) dispatched: Option<(u32, crate::task::TaskId)>,
 }
 
 /// An interrupt as the journal knows it.
@@ -425,6 +433,10 @@ impl ReplayIndex {
                     if let Some(log) = index.interrupts.get_mut(id) {
                         log.resolution = Some(resolution.clone());
                     }
+                }
+                Record::Dispatched { attempt, task } => {
+                    log.dispatched = Some((*attempt, task.id.clone()));
+                    log.last_attempt = log.last_attempt.max(*attempt);
                 }
                 Record::Artifact { .. } | Record::Cancelled { .. } => {}
             }
@@ -552,6 +564,12 @@ impl RunShared {
         self.wake_checks.lock().expect("poisoned").push((inbox, after));
     }
 
+    /// Notes that the run suspends waiting for a step worker's answer to `task` (see
+    /// `Engine::wake_if_woken_meanwhile`).
+    pub(crate) fn note_task_check(&self, task: crate::task::TaskId) {
+        self.task_checks.lock().expect("poisoned").push(task);
+    }
+
     /// Notes that the run suspends with a `wait` watching the event log (see
     /// `Engine::wake_if_woken_meanwhile`).
     pub(crate) fn note_event_watch(&self, watch: EventWatch) {
@@ -610,6 +628,8 @@ struct Local {
     value_seq: u32,
     interrupt_seq: u32,
     pending: Vec<InterruptId>,
+    /// The step waits for a step worker's answer.
+    waiting: bool,
     interrupt_failure: Option<StepError>,
 }
 
@@ -861,8 +881,13 @@ impl StepRecording {
         Ok(value)
     }
 
-    pub(crate) fn take_pending(&self) -> (Vec<InterruptId>, Option<StepError>) {
+    /// Whether the step must suspend (an interrupt without its answer, a task without its
+    /// worker's), and the failure an interrupt's timeout decided, if any.
+    pub(crate) fn take_pending(&self) -> (bool, Option<StepError>) {
         let mut local = self.local.lock().expect("poisoned");
-        (std::mem::take(&mut local.pending), local.interrupt_failure.take())
+        let suspends = !local.pending.is_empty() || local.waiting;
+        local.pending.clear();
+        local.waiting = false;
+        (suspends, local.interrupt_failure.take())
     }
 }

@@ -25,6 +25,7 @@ mod policies;
 mod resources;
 mod schedules;
 mod triggers;
+mod worker;
 
 use kinds::{KINDS, KindSite};
 pub use mcp::McpToolUse;

@@ -686,7 +686,8 @@ struct Pricing {
     cache_write: Option<f64>,
 }
 
-/// A tool: a command (argv templates over `args`, never a shell) or an HTTP call.
+/// A tool: a command (argv templates over `args`, never a shell), an HTTP call, or a step
+/// worker's handler.
 #[derive(JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Tool {
@@ -699,6 +700,8 @@ struct Tool {
     /// The program and its arguments.
     command: Option<Vec<String>>,
     http: Option<HttpCall>,
+    /// Calls run in a step worker (a Python or TypeScript process polling a queue).
+    worker: Option<WorkerCall>,
     effect: Option<Effect>,
     safe_to_retry: Option<bool>,
     needs_approval: Option<bool>,
@@ -707,6 +710,29 @@ struct Tool {
     cwd: Option<String>,
     /// For `command`: extra environment variables.
     env: Option<BTreeMap<String, String>>,
+}
+
+/// Where a `worker` tool's calls go.
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WorkerCall {
+    /// The queue workers poll (default `default`).
+    queue: Option<String>,
+    /// The handler a worker registers: a name, or `name@version` (default: the tool's name).
+    handler: Option<String>,
+    /// A claim without a heartbeat lasts this long (default: the tool's `timeout`, else 5m).
+    heartbeat_timeout: Option<Duration>,
+    /// Fail with `no_worker` if nobody claims a call within this long.
+    schedule_to_start: Option<Duration>,
+    /// At most this many calls at once, across all workers.
+    concurrency: Option<WorkerConcurrency>,
+}
+
+#[derive(JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct WorkerConcurrency {
+    #[schemars(range(min = 1))]
+    limit: u32,
 }
 
 #[derive(JsonSchema)]

@@ -22,6 +22,7 @@ mod sse;
 mod step;
 mod tools;
 mod types;
+mod worker;
 
 pub use adapter::{ChatModel, ScriptedModel, TokenSink};
 pub use agent::{
@@ -55,6 +56,7 @@ pub use types::{
     ChatRequest, ChatResponse, FinishReason, Message, ModelParams, OutputFormat, TokenLimitField, ToolCall, ToolChoice,
     ToolSpec, Usage, sampling_problem,
 };
+pub use worker::{DEFAULT_LEASE, WorkerTarget, WorkerTool};
 
 #[cfg(test)]
 mod send_sync {

@@ -54,11 +54,17 @@ pub async fn create_key(
         return Err(KeyError::Invalid("a key needs a namespace and a user".into()));
     }
     if roles.is_empty() {
-        return Err(KeyError::Invalid("a key needs at least one role (viewer, operator, approver, admin)".into()));
+        return Err(KeyError::Invalid(
+            "a key needs at least one role (viewer, operator, approver, admin, worker)".into(),
+        ));
     }
-    if let Some(unknown) = roles.iter().find(|role| Role::parse(role).is_none()) {
+    let known = |role: &str| {
+        Role::parse(role).is_some()
+            || role.strip_prefix(WORKER_SCOPE).is_some_and(|p| !p.is_empty() && !p.contains(char::is_whitespace))
+    };
+    if let Some(unknown) = roles.iter().find(|role| !known(role)) {
         return Err(KeyError::Invalid(format!(
-            "unknown role {unknown:?}: the roles are viewer, operator, approver and admin"
+            "unknown role {unknown:?}: the roles are viewer, operator, approver, admin and worker (or worker:<queue pattern>)"
         )));
     }
     let (id, secret) = fresh_secret("swk")?;
@@ -113,6 +119,26 @@ pub async fn create_session(store: &dyn ServerStore, key: &ApiKey, now: Timestam
     };
     store.create_key(session.clone(), secret_hash(&secret)).await?;
     Ok(NewKey { key: session, secret })
+}
+
+/// The role prefix that limits a worker key to queues: `worker:py-*`.
+pub const WORKER_SCOPE: &str = "worker:";
+
+/// Whether `text` matches `pattern`, where `*` matches any run of characters.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let Some((first, rest)) = pattern.split_once('*') else { return pattern == text };
+    let Some(mut left) = text.strip_prefix(first) else { return false };
+    let parts: Vec<&str> = rest.split('*').collect();
+    for (i, part) in parts.iter().enumerate() {
+        if i == parts.len() - 1 {
+            return left.len() >= part.len() && left.ends_with(part);
+        }
+        match left.find(part) {
+            Some(at) => left = &left[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// The role that marks a key as an approval link's, naming the one interrupt it decides:
@@ -204,8 +230,9 @@ impl Principal {
         &self.key.namespace
     }
 
-    /// Whether the key has `role` (an admin has every role but approver's: a decision is a
-    /// person's and is given to the key that says so).
+    /// Whether the key has `role` (an admin has every role but approver's and worker's: a
+    /// decision is a person's and claiming tasks a machine's, each given to the key that
+    /// says so).
     pub fn has(&self, role: Role) -> bool {
         let named = |r: Role| self.key.roles.iter().any(|name| name == r.as_str());
         match role {
@@ -213,6 +240,29 @@ impl Principal {
             Role::Operator => named(Role::Operator) || named(Role::Admin),
             Role::Approver => named(Role::Approver),
             Role::Admin => named(Role::Admin),
+            // A worker key is a machine's, given explicitly (as an approver's is a person's).
+            Role::Worker => named(Role::Worker) || !self.queue_patterns().is_empty(),
+        }
+    }
+
+    /// The queue patterns a `worker:<pattern>` key is limited to (empty: no such limit).
+    fn queue_patterns(&self) -> Vec<&str> {
+        self.key.roles.iter().filter_map(|role| role.strip_prefix(WORKER_SCOPE)).collect()
+    }
+
+    /// `403` unless the key may work `queue`: a `worker` key any queue, a
+    /// `worker:<pattern>` key those its patterns match (`*` matches any run of characters).
+    pub fn require_queue(&self, queue: &str) -> Result<(), ApiError> {
+        self.require(Role::Worker)?;
+        let named = self.key.roles.iter().any(|r| r == Role::Worker.as_str());
+        if named || self.queue_patterns().iter().any(|pattern| glob_matches(pattern, queue)) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(format!(
+                "this key ({}) works only the queues {}, not {queue:?}",
+                self.key.id,
+                self.queue_patterns().join(", ")
+            )))
         }
     }
 
@@ -238,5 +288,23 @@ impl Principal {
     /// How the audit log names the caller.
     pub fn actor(&self) -> String {
         format!("{} (key {})", self.key.user, self.key.id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_matches;
+
+    #[test]
+    fn queue_patterns_match_with_stars() {
+        assert!(glob_matches("py", "py"));
+        assert!(!glob_matches("py", "py-2"));
+        assert!(glob_matches("py-*", "py-2"));
+        assert!(glob_matches("py-*", "py-"));
+        assert!(!glob_matches("py-*", "ts-1"));
+        assert!(glob_matches("*-gpu", "py-gpu"));
+        assert!(glob_matches("a*b*c", "a-x-b-y-c"));
+        assert!(!glob_matches("a*b*c", "a-x-c"));
+        assert!(glob_matches("*", "anything"));
     }
 }

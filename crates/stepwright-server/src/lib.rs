@@ -21,6 +21,7 @@ mod problem;
 mod routes;
 mod state;
 mod webhooks;
+mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

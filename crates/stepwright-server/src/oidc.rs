@@ -66,10 +66,13 @@ impl std::str::FromStr for GroupMapping {
         }
         let roles = roles
             .split('+')
-            .map(|name| {
-                Role::parse(name).ok_or_else(|| {
-                    format!("{text:?}: unknown role {name:?} (the roles are viewer, operator, approver and admin)")
-                })
+            .map(|name| match Role::parse(name) {
+                // Claiming step tasks is a machine's, by a key of its own, not a person's.
+                Some(Role::Worker) => Err(format!("{text:?}: `worker` is a step worker's key's role, not a person's")),
+                Some(role) => Ok(role),
+                None => {
+                    Err(format!("{text:?}: unknown role {name:?} (the roles are viewer, operator, approver and admin)"))
+                }
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { group: group.to_owned(), namespace: namespace.to_owned(), roles })

@@ -82,7 +82,7 @@ impl From<EngineError> for ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         let status = match (&error, error.fault()) {
-            (StoreError::RunNotFound(_), _) => StatusCode::NOT_FOUND,
+            (StoreError::RunNotFound(_) | StoreError::TaskNotFound(_), _) => StatusCode::NOT_FOUND,
             (_, Fault::Caller) => StatusCode::CONFLICT,
             (_, Fault::Engine) => StatusCode::INTERNAL_SERVER_ERROR,
         };

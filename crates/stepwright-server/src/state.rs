@@ -74,6 +74,8 @@ pub struct Shared {
     registered: Mutex<HashMap<VersionAsked, (RegisteredWorkflow, Instant)>>,
     /// Compiled workflows by definition hash (registered versions and rebuilt definitions).
     workflows: Mutex<HashMap<stepwright_core::ContentHash, Workflow>>,
+    /// The step workers this process heard from (`GET /v1/workers`, `/v1/queues`).
+    pub(crate) workers: crate::workers::Workers,
 }
 
 impl Shared {
@@ -108,6 +110,7 @@ impl Shared {
             touched: Mutex::default(),
             workflows: Mutex::default(),
             registered: Mutex::default(),
+            workers: crate::workers::Workers::default(),
         }
     }
 

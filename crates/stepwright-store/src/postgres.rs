@@ -39,6 +39,7 @@ mod quota;
 mod events;
 mod schedules;
 mod sessions;
+mod tasks;
 
 pub use group_commit::GroupCommitStats;
 
@@ -54,6 +55,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (9, include_str!("postgres/009_claims_say_takeovers.sql")),
     (10, include_str!("postgres/010_schedules.sql")),
     (11, include_str!("postgres/011_events.sql")),
+    (12, include_str!("postgres/012_tasks.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.
@@ -73,6 +75,9 @@ pub struct PostgresStore {
     notifier: WorkNotifier,
     listener: tokio::sync::Mutex<Option<PgListener>>,
     cancel_listener: tokio::sync::Mutex<Option<PgListener>>,
+    /// A task was dispatched or answered by this process: parked claims and steps holding
+    /// for an answer look at once (other processes' changes are polled).
+    tasks_changed: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -130,6 +135,7 @@ impl PostgresStore {
             notifier,
             listener: tokio::sync::Mutex::new(None),
             cancel_listener: tokio::sync::Mutex::new(None),
+            tasks_changed: tokio::sync::Notify::new(),
         })
     }
 

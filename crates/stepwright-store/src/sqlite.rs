@@ -40,6 +40,7 @@ mod quota;
 mod read_only;
 mod schedules;
 mod sessions;
+mod tasks;
 mod writer;
 
 /// SQLite's `synchronous` setting for the writer.
@@ -88,6 +89,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (11, include_str!("sqlite/011_step_cache.sql")),
     (12, include_str!("sqlite/012_schedules.sql")),
     (13, include_str!("sqlite/013_events.sql")),
+    (14, include_str!("sqlite/014_tasks.sql")),
 ];
 
 /// A durable store in one SQLite file.
@@ -101,6 +103,9 @@ pub struct SqliteStore {
     /// schedule's tick): a runner in this process waiting for work wakes at once. Other
     /// processes on the file find it at their next poll (SQLite has no notifications).
     work: Arc<tokio::sync::Notify>,
+    /// A task was dispatched or answered by this process: parked claims and steps holding
+    /// for an answer look at once (other processes on the file poll).
+    tasks_changed: Arc<tokio::sync::Notify>,
     /// For a file this process may only read: the URI its readers open (see
     /// `open_read_only`); `None`: the file itself, read-only.
     reader_uri: Option<String>,
@@ -166,6 +171,7 @@ impl SqliteStore {
             max_readers: options.read_connections.max(1),
             fail_next_commit,
             work: Arc::new(tokio::sync::Notify::new()),
+            tasks_changed: Arc::new(tokio::sync::Notify::new()),
             reader_uri,
         }
     }

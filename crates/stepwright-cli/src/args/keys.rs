@@ -48,7 +48,8 @@ pub(crate) enum KeysCommand {
         /// The user it acts as (decisions are taken, runs started, as this user).
         #[arg(long)]
         user: String,
-        /// A role: viewer, operator, approver, admin (repeatable).
+        /// A role: viewer, operator, approver, admin, worker, or `worker:<queue pattern>` (a step
+        /// worker limited to the queues the pattern matches, `*` any run of characters; repeatable).
         #[arg(long = "role", required = true)]
         roles: Vec<String>,
         /// It is refused after this many days.

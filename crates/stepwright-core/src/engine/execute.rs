@@ -284,6 +284,7 @@ impl Engine {
             root_layers: ProvidedLayers::default(),
             wake_at: Mutex::new(None),
             wake_checks: Mutex::new(Vec::new()),
+            task_checks: Mutex::new(Vec::new()),
             event_watches: Mutex::new(Vec::new()),
             created_at: loaded.record.created_at,
             event_cursors: tokio::sync::Mutex::default(),
@@ -404,6 +405,17 @@ impl Engine {
             if waiting.is_some() {
                 woken = true;
                 break;
+            }
+        }
+        let tasks = std::mem::take(&mut *shared.task_checks.lock().expect("poisoned"));
+        if let Some(store) = inner.store.tasks() {
+            for task in tasks {
+                if woken {
+                    break;
+                }
+                let now = inner.clock.now();
+                let found = store.settle_task(&task, now).await.map_err(EngineError::store(run_id))?;
+                woken = found.is_none_or(|t| t.state.is_final());
             }
         }
         let watches = std::mem::take(&mut *shared.event_watches.lock().expect("poisoned"));

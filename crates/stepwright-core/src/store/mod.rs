@@ -11,6 +11,7 @@ mod memory;
 pub mod quota;
 pub mod schedule;
 pub mod session;
+pub mod task;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
@@ -144,6 +145,18 @@ pub enum StoreError {
     /// A run with this id exists already.
     #[error("run {0} exists already")]
     RunExists(RunId),
+    /// No task with this id.
+    #[error("task {0} was not found")]
+    TaskNotFound(task::TaskId),
+    /// A worker answered a task under a lease that is not the task's current one (it ran
+    /// out, or the task was answered or claimed again).
+    #[error("the lease on task {task} is no longer this worker's (token {token})")]
+    TaskLeaseLost {
+        /// The task.
+        task: task::TaskId,
+        /// The stale token.
+        token: u64,
+    },
     /// The interrupt was never opened in this run.
     #[error("interrupt {interrupt} is not open in run {run}")]
     InterruptNotFound { run: RunId, interrupt: InterruptId },
@@ -206,6 +219,8 @@ impl StoreError {
         use crate::error::Fault;
         match self {
             Self::RunNotFound(_)
+            | Self::TaskNotFound(_)
+            | Self::TaskLeaseLost { .. }
             | Self::RunExists(_)
             | Self::InterruptNotFound { .. }
             | Self::AlreadyResolved { .. }
@@ -221,7 +236,8 @@ impl StoreError {
     /// A stable code for the error (`docs/error-codes.md`).
     pub fn code(&self) -> &'static str {
         match self {
-            Self::RunNotFound(_) => "not_found",
+            Self::RunNotFound(_) | Self::TaskNotFound(_) => "not_found",
+            Self::TaskLeaseLost { .. } => "lease_lost",
             Self::RunExists(_) => "run_exists",
             Self::InterruptNotFound { .. } => "not_found",
             Self::AlreadyResolved { .. } => "already_resolved",
@@ -437,4 +453,17 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
         lease_for: std::time::Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>>;
+
+    /// The store's step tasks (`worker:` tools), if it keeps them: the stores that persist
+    /// do; a store without them fails a `worker:` step with a clear error.
+    fn tasks(&self) -> Option<&dyn task::TaskStore> {
+        None
+    }
+
+    /// Waits until a task may have been dispatched or answered in this process (a
+    /// notification) or `timeout` passes; parked claims and steps holding for a task wait
+    /// on it. Stores without notifications wait out the timeout (callers then poll).
+    fn wait_for_tasks(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
+        Box::pin(tokio::time::sleep(timeout))
+    }
 }

@@ -78,6 +78,7 @@ const TOOL_FIELDS: &[&str] = &[
     "output",
     "command",
     "http",
+    "worker",
     "effect",
     "safe_to_retry",
     "needs_approval",
@@ -284,18 +285,31 @@ impl Compiler {
             if let Some(timeout) = node.get("timeout").and_then(|t| self.duration(t, "`timeout`")) {
                 def = def.timeout(timeout);
             }
-            let tool: Option<Arc<dyn stepwright_llm::Tool>> = match (node.get("command"), node.get("http")) {
-                (Some(command), None) => self.command_tool(def, node, command).map(|t| Arc::new(t) as _),
-                (None, Some(http)) => self.http_tool(def, node, http).map(|t| Arc::new(t) as _),
-                (Some(_), Some(_)) => {
-                    self.error(node.pos, format!("tool `{name}` has both `command` and `http`; it has one"));
+            let kinds: Vec<&str> =
+                ["command", "http", "worker"].into_iter().filter(|kind| node.get(kind).is_some()).collect();
+            let tool: Option<Arc<dyn stepwright_llm::Tool>> = match (
+                node.get("command"),
+                node.get("http"),
+                node.get("worker"),
+            ) {
+                _ if kinds.len() > 1 => {
+                    self.error(
+                        node.pos,
+                        format!(
+                            "tool `{name}` has {}; it has one",
+                            kinds.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(" and ")
+                        ),
+                    );
                     None
                 }
-                (None, None) => {
+                (Some(command), _, _) => self.command_tool(def, node, command).map(|t| Arc::new(t) as _),
+                (_, Some(http), _) => self.http_tool(def, node, http).map(|t| Arc::new(t) as _),
+                (_, _, Some(worker)) => self.worker_tool(def, node, worker).map(|t| Arc::new(t) as _),
+                (None, None, None) => {
                     self.error_hint(
                         node.pos,
-                        format!("tool `{name}` has neither `command` nor `http`"),
-                        "like `command: [\"./scripts/lookup\", \"{{ args.id }}\"]`",
+                        format!("tool `{name}` has none of `command`, `http` or `worker`"),
+                        "like `command: [\"./scripts/lookup\", \"{{ args.id }}\"]`, or `worker: { queue: py }` for a step worker",
                     );
                     None
                 }

@@ -14,6 +14,7 @@ pub(crate) mod runs;
 pub(crate) mod schedules;
 pub(crate) mod triggers;
 pub(crate) mod session;
+pub(crate) mod tasks;
 pub(crate) mod workflows;
 
 use std::sync::Arc;
@@ -107,6 +108,15 @@ fn handler(id: OperationId, method: MethodFilter) -> MethodRouter<Arc<Shared>> {
         Op::DeleteTrigger => on(method, triggers::delete),
         Op::PauseTrigger => on(method, triggers::pause),
         Op::ResumeTrigger => on(method, triggers::resume),
+        Op::ClaimTasks => on(method, tasks::claim),
+        Op::HeartbeatTasks => on(method, tasks::heartbeat),
+        Op::CompleteTask => on(method, tasks::complete),
+        Op::FailTask => on(method, tasks::fail),
+        Op::CancelledTask => on(method, tasks::cancelled),
+        Op::ReleaseTask => on(method, tasks::release),
+        Op::ListTasks => on(method, tasks::list),
+        Op::ListQueues => on(method, tasks::queues),
+        Op::ListWorkers => on(method, tasks::workers),
     }
 }
 

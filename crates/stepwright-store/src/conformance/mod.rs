@@ -11,6 +11,7 @@ mod journal;
 mod sessions;
 mod memory;
 mod schedules;
+mod tasks;
 
 pub use control::*;
 pub use definitions::*;
@@ -20,6 +21,7 @@ pub use memory::*;
 pub use quotas::*;
 pub use schedules::*;
 pub use sessions::*;
+pub use tasks::*;
 
 use std::sync::Arc;
 
@@ -80,6 +82,7 @@ where
     run_memory_goes_with_its_run(&*fresh().await).await;
     schedules_advance_once(&*fresh().await).await;
     events_are_stored_once_and_wake_their_readers(&*fresh().await).await;
+    tasks_are_claimed_once_and_fenced_by_their_lease(&*fresh().await).await;
 }
 
 /// Wall time now: lease checks use real time, since some stores (Postgres) take lease times

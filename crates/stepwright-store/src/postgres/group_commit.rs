@@ -498,6 +498,14 @@ struct Columns {
     blob_hashes: Vec<Vec<u8>>,
     blob_codecs: Vec<i16>,
     blob_datas: Vec<Vec<u8>>,
+    task_ids: Vec<String>,
+    task_runs: Vec<uuid::Uuid>,
+    task_paths: Vec<String>,
+    task_attempts: Vec<i32>,
+    task_queues: Vec<String>,
+    task_handlers: Vec<String>,
+    task_specs: Vec<serde_json::Value>,
+    task_ats: Vec<i64>,
 }
 
 /// Writes every append of the batch whose run exists and whose token matches, in one
@@ -526,6 +534,16 @@ async fn commit_together(pool: &PgPool, pending: &[Pending]) -> Result<HashSet<R
                 columns.interrupt_runs.push(run);
                 columns.interrupt_ids.push(id.as_str().to_owned());
                 columns.interrupt_paths.push(entry.path.as_str().to_owned());
+            }
+            if let Record::Dispatched { attempt, task } = &entry.record {
+                columns.task_ids.push(task.id.as_str().to_owned());
+                columns.task_runs.push(run);
+                columns.task_paths.push(entry.path.as_str().to_owned());
+                columns.task_attempts.push(i32::try_from(*attempt).unwrap_or(i32::MAX));
+                columns.task_queues.push(task.queue.clone());
+                columns.task_handlers.push(task.handler.clone());
+                columns.task_specs.push(to_value(task));
+                columns.task_ats.push(entry.at.as_micros());
             }
             columns.entry_runs.push(run);
             columns.entry_offsets.push(counts.1);
@@ -582,6 +600,13 @@ async fn commit_together(pool: &PgPool, pending: &[Pending]) -> Result<HashSet<R
              INSERT INTO stepwright_interrupts (run_id, id, path, resolved) \
              SELECT i.run, i.id, i.path, false FROM UNNEST($20::uuid[], $21::text[], $22::text[]) AS i(run, id, path) \
              JOIN locked l ON l.id = i.run ON CONFLICT DO NOTHING \
+         ), tasks AS ( \
+             INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at) \
+             SELECT t.id, t.run, t.path, t.attempt, COALESCE(r.caller->>'tenant', ''), r.workflow, t.queue, t.handler, \
+                    t.spec, 'pending', t.at \
+             FROM UNNEST($26::text[], $27::uuid[], $28::text[], $29::int[], $30::text[], $31::text[], $32::jsonb[], $33::bigint[]) \
+                  AS t(id, run, path, attempt, queue, handler, spec, at) \
+             JOIN locked l ON l.id = t.run JOIN stepwright_runs r ON r.id = t.run ON CONFLICT (id) DO NOTHING \
          ) \
          SELECT id FROM locked",
     )
@@ -610,6 +635,14 @@ async fn commit_together(pool: &PgPool, pending: &[Pending]) -> Result<HashSet<R
     .bind(&columns.blob_hashes)
     .bind(&columns.blob_codecs)
     .bind(&columns.blob_datas)
+    .bind(&columns.task_ids)
+    .bind(&columns.task_runs)
+    .bind(&columns.task_paths)
+    .bind(&columns.task_attempts)
+    .bind(&columns.task_queues)
+    .bind(&columns.task_handlers)
+    .bind(&columns.task_specs)
+    .bind(&columns.task_ats)
     .fetch_all(pool)
     .await
     .map_err(pg("appending to the journal"))?;

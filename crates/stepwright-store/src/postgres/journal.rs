@@ -140,9 +140,13 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         // Group-committed with the appends of this process's other runs (see `group_commit`).
         let owned = std::mem::take(batch);
+        let dispatched = owned.entries.iter().any(|e| matches!(e.record, Record::Dispatched { .. }));
         let committed = self.writer.append(run, fence, owned);
         Box::pin(async move {
             *batch = committed.await?;
+            if dispatched {
+                self.tasks_changed.notify_waiters();
+            }
             Ok(())
         })
     }
@@ -561,6 +565,16 @@ impl Store for PostgresStore {
         })
     }
 
+    fn tasks(&self) -> Option<&dyn stepwright_core::store::task::TaskStore> {
+        Some(self)
+    }
+
+    fn wait_for_tasks(&self, timeout: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = tokio::time::timeout(timeout, self.tasks_changed.notified()).await;
+        })
+    }
+
     fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             sqlx::query(
@@ -704,7 +718,13 @@ impl PostgresStore {
         let doing = "removing runs";
         let ids: Vec<uuid::Uuid> = victims.iter().map(|r| uuid(*r)).collect();
         let mut tx = self.pool.begin().await.map_err(pg(doing))?;
-        for table in ["stepwright_journal", "stepwright_events", "stepwright_interrupts", "stepwright_messages"] {
+        for table in [
+            "stepwright_journal",
+            "stepwright_events",
+            "stepwright_interrupts",
+            "stepwright_messages",
+            "stepwright_tasks",
+        ] {
             sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE run_id = ANY($1)")))
                 .bind(&ids)
                 .execute(&mut *tx)

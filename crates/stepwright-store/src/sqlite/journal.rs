@@ -215,8 +215,12 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let owned = std::mem::take(batch);
+            let dispatched = owned.entries.iter().any(|e| matches!(e.record, Record::Dispatched { .. }));
             // The writer hands the drained buffers back, so the caller keeps their capacity.
             *batch = self.send(|ack| Op::Append(run, fence, owned, ack)).await?;
+            if dispatched {
+                self.announce_tasks();
+            }
             Ok(())
         })
     }
@@ -519,5 +523,13 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
         let lease = lease.clone();
         Box::pin(self.send(move |ack| Op::Heartbeat(lease, now, lease_for, ack)))
+    }
+
+    fn tasks(&self) -> Option<&dyn stepwright_core::store::task::TaskStore> {
+        Some(self)
+    }
+
+    fn wait_for_tasks(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
+        Box::pin(self.wait_for_task_change(timeout))
     }
 }

@@ -383,6 +383,9 @@ impl Writer {
                         .execute(params![&id[..], interrupt.as_str(), entry.path.as_str()])
                         .map_err(|e| backend(doing, e))?;
                 }
+                if let Record::Dispatched { attempt, task } = &entry.record {
+                    super::tasks::insert(&self.conn, run, &entry.path, *attempt, task, entry.at)?;
+                }
                 seq += 1;
             }
         }
@@ -650,7 +653,7 @@ impl Writer {
         let mut removed = Removed::default();
         for run in victims {
             let id = run.as_uuid().into_bytes();
-            for table in ["journal", "events", "interrupts", "messages"] {
+            for table in ["journal", "events", "interrupts", "messages", "tasks"] {
                 self.conn
                     .execute(&format!("DELETE FROM {table} WHERE run_id = ?1"), [&id[..]])
                     .map_err(|e| backend(doing, e))?;

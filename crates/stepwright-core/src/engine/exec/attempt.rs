@@ -50,6 +50,9 @@ impl Exec {
         let fenced = node.effect_or_default().is_fenced();
         let mut attempt = 1;
         let mut wait_until = None;
+        // An attempt that handed its work to a step worker and suspended goes on where it
+        // was: no new start, no new intent; the step asks for its task's answer again.
+        let mut reentered = false;
         if let Some(log) = self.run.replay.path(path, (node.effect_or_default(), policy.safe_to_retry)) {
             let last = log.last_attempt;
             match log.failures.iter().rev().find(|f| f.0 == last) {
@@ -61,6 +64,10 @@ impl Exec {
                     return self.on_failure(frame, error.clone(), input, last).await;
                 }
                 None if last == 0 => {}
+                None if log.dispatched.as_ref().is_some_and(|(at, _)| *at == last) => {
+                    attempt = last;
+                    reentered = true;
+                }
                 None => {
                     attempt = last;
                     if fenced && log.intent == Some(last) && !policy.safe_to_retry {
@@ -82,14 +89,15 @@ impl Exec {
             {
                 return Ok(flow);
             }
-            self.run.recorder.note(path, self.now(), Record::Started { attempt });
-            if let Some(observer) = &self.run.observer {
-                observer.step_started(self.run.run_id, path, attempt);
-            }
             let key = fenced.then(|| crate::ids::idempotency_key(self.run.run_id, path));
-            if let Some(key) = &key {
+            if std::mem::take(&mut reentered) {
+                // Started (and fenced) when the task was dispatched.
+            } else if let Some(key) = &key {
+                self.started(path, attempt);
                 // The fence: the intent is durable before the effect can happen.
                 self.run.recorder.commit(path, self.now(), Record::Intent { attempt, key: key.clone() }).await?;
+            } else {
+                self.started(path, attempt);
             }
             let span = tracing::info_span!(
                 "step",
@@ -181,6 +189,14 @@ impl Exec {
                 continue;
             }
             return self.fail(frame, error, input, attempt).await;
+        }
+    }
+
+    /// Notes that an attempt started.
+    fn started(&self, path: &StepPath, attempt: u32) {
+        self.run.recorder.note(path, self.now(), Record::Started { attempt });
+        if let Some(observer) = &self.run.observer {
+            observer.step_started(self.run.run_id, path, attempt);
         }
     }
 

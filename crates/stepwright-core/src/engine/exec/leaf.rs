@@ -48,8 +48,8 @@ impl Exec {
                 return Ok(Flow::Failed(StepError::cancelled("the step was cancelled")));
             }
         };
-        let (pending, failure) = ctx.take_pending();
-        if !pending.is_empty() {
+        let (suspends, failure) = ctx.take_pending();
+        if suspends {
             return Ok(Flow::Suspended);
         }
         if let Some(error) = failure {

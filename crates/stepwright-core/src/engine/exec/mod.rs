@@ -341,8 +341,8 @@ impl Exec {
         request: InterruptRequest,
     ) -> Result<Result<Decision, Flow>, StoreFailed> {
         let result = ctx.interrupt_with_ordinal(ordinal, request).await;
-        let (pending, failure) = ctx.take_pending();
-        if !pending.is_empty() {
+        let (suspends, failure) = ctx.take_pending();
+        if suspends {
             self.run.recorder.flush().await?;
             return Ok(Err(Flow::Suspended));
         }

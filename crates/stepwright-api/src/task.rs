@@ -1,0 +1,330 @@
+//! The step-worker protocol (DESIGN §17): a worker claims tasks by long poll, renews every
+//! lease it holds in one heartbeat, and answers each task under its lease. Request types
+//! accept fields they do not know (a newer SDK talks to an older server); answers only add
+//! fields.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The protocol versions this server speaks (`Stepwright-Protocol` header).
+pub const PROTOCOLS: [u32; 1] = [1];
+
+/// The header a worker names its protocol version in.
+pub const PROTOCOL_HEADER: &str = "stepwright-protocol";
+
+/// Who is claiming.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerInfo {
+    /// A stable id for the worker process's life (the SDKs make one).
+    pub id: String,
+    /// A name for people (a host name, a deployment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The SDK and its version: `py/0.1.0`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk: Option<String>,
+}
+
+/// A long-poll claim: up to `max` tasks of `queue` for the handlers the worker offers.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ClaimTasks {
+    /// The worker.
+    pub worker: WorkerInfo,
+    /// The queue.
+    pub queue: String,
+    /// The handlers it offers: names, and `name@version` for versioned ones.
+    pub handlers: Vec<String>,
+    /// Its free slots (0: only cancels for the tasks it holds — a control channel).
+    #[serde(default = "one")]
+    #[schemars(range(max = 100))]
+    pub max: u32,
+    /// How long to wait for a task before answering empty, in seconds (at most 60).
+    #[serde(default = "thirty")]
+    #[schemars(range(max = 60))]
+    pub wait_seconds: u32,
+    /// The tasks it is running: the answer lists those to cancel.
+    #[serde(default)]
+    pub holding: Vec<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn thirty() -> u32 {
+    30
+}
+
+/// The run a task belongs to.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskRun {
+    /// The run's id.
+    pub id: String,
+    /// Its workflow.
+    pub workflow: String,
+}
+
+/// A task as a worker gets it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Task {
+    /// The task's id.
+    pub id: String,
+    /// The lease: send it with every answer about the task.
+    pub lease: u64,
+    /// The queue it came from.
+    pub queue: String,
+    /// The handler to run (`name` or `name@version`).
+    pub handler: String,
+    /// The handler's input.
+    pub input: Value,
+    /// The attempt (1-based) of the step.
+    pub attempt: u32,
+    /// The effect fence's key for a fenced tool: pass it to the system the handler changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
+    /// The run.
+    pub run: TaskRun,
+    /// The step's path in the run.
+    pub step: String,
+    /// How long the lease lasts without a heartbeat, in milliseconds.
+    pub lease_ms: u64,
+    /// When the lease runs out unless renewed (microseconds since the Unix epoch).
+    pub lease_expires: i64,
+    /// The last heartbeat's details from an earlier attempt's worker, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+/// What a claim got.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ClaimedTasks {
+    /// Tasks now leased to the worker.
+    pub tasks: Vec<Task>,
+    /// Tasks it holds whose runs were cancelled: stop them and answer `cancelled`.
+    pub cancel: Vec<String>,
+    /// How often to heartbeat while holding tasks, in milliseconds.
+    pub heartbeat_interval_ms: u64,
+}
+
+/// One lease a heartbeat renews.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HeldTask {
+    /// The task.
+    pub id: String,
+    /// Its lease.
+    pub lease: u64,
+    /// Progress to keep for a later attempt (a checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+/// One heartbeat for every task a worker holds.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Heartbeat {
+    /// The worker.
+    pub worker_id: String,
+    /// Its tasks.
+    pub tasks: Vec<HeldTask>,
+}
+
+/// What a heartbeat says about one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BeatState {
+    /// Renewed.
+    Ok,
+    /// Renewed, but the run was cancelled: stop the handler and answer `cancelled`.
+    Cancel,
+    /// The lease is no longer this worker's: stop the handler and drop its result.
+    Lost,
+}
+
+/// A heartbeat's answer about one task.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct BeatAnswer {
+    /// The task.
+    pub id: String,
+    /// What to do.
+    pub state: BeatState,
+    /// When the renewed lease runs out (microseconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires: Option<i64>,
+}
+
+/// A heartbeat's answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HeartbeatAnswer {
+    /// One per task, in order.
+    pub tasks: Vec<BeatAnswer>,
+}
+
+/// A handler's output.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct CompleteTask {
+    /// The task's lease.
+    pub lease: u64,
+    /// The output (checked against the tool's `output` schema by the engine).
+    pub output: Value,
+}
+
+/// A handler's failure.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskError {
+    /// A stable lowercase code (`docs/error-codes.md`, or the handler's own).
+    pub code: String,
+    /// What went wrong.
+    pub message: String,
+    /// Whether the step's retry policy may try again.
+    #[serde(default)]
+    pub retryable: bool,
+}
+
+/// A handler failed.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct FailTask {
+    /// The task's lease.
+    pub lease: u64,
+    /// Why.
+    pub error: TaskError,
+}
+
+/// A lease alone: for `cancelled` (the handler stopped on a cancel) and `release` (the
+/// handler never started; the task goes back to the queue, not counted as an attempt).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskLeaseBody {
+    /// The task's lease.
+    pub lease: u64,
+}
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Waiting for a worker.
+    Pending,
+    /// A worker holds it.
+    Claimed,
+    /// The handler returned an output.
+    Completed,
+    /// The handler failed.
+    Failed,
+    /// The worker's lease ran out.
+    Lapsed,
+    /// Nobody claimed it before its `schedule_to_start`.
+    NoWorker,
+    /// The handler stopped on a cancel.
+    Cancelled,
+}
+
+/// The state a task is in after an answer.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskAnswered {
+    /// The task.
+    pub id: String,
+    /// Its state now.
+    pub state: TaskStatus,
+}
+
+/// Task filters.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TaskQuery {
+    /// Only this queue's.
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// Only in this state.
+    #[serde(default)]
+    pub state: Option<TaskStatus>,
+    /// Only this run's.
+    #[serde(default)]
+    pub run: Option<String>,
+    /// At most this many (default 100, at most 1000).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: Option<u32>,
+}
+
+/// A task as operators see it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskSummary {
+    /// The task's id.
+    pub id: String,
+    /// Its queue.
+    pub queue: String,
+    /// Its handler.
+    pub handler: String,
+    /// Its state.
+    pub state: TaskStatus,
+    /// The run.
+    pub run_id: String,
+    /// The step's path.
+    pub step: String,
+    /// The attempt.
+    pub attempt: u32,
+    /// The worker that holds (or last held) it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// When it was dispatched (microseconds since the Unix epoch).
+    pub created_at: i64,
+    /// When it ended, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<i64>,
+}
+
+/// Tasks, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskList {
+    /// The tasks.
+    pub tasks: Vec<TaskSummary>,
+}
+
+/// A worker the server has heard from.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerView {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its SDK.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sdk: Option<String>,
+    /// The queue it polls.
+    pub queue: String,
+    /// The handlers it offers.
+    pub handlers: Vec<String>,
+    /// When it last claimed or heartbeat (microseconds since the Unix epoch).
+    pub last_seen: i64,
+    /// Whether a claim of it is parked now.
+    pub polling: bool,
+}
+
+/// The workers this server heard from in the last ten minutes.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerList {
+    /// The workers.
+    pub workers: Vec<WorkerView>,
+}
+
+/// A queue as operators see it.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct QueueView {
+    /// Its name.
+    pub queue: String,
+    /// Tasks waiting for a worker.
+    pub pending: u64,
+    /// Tasks workers hold.
+    pub claimed: u64,
+    /// Workers polling it now.
+    pub pollers: u64,
+    /// The handlers workers polling it offer.
+    pub handlers: Vec<String>,
+}
+
+/// The queues with work or workers.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct QueueList {
+    /// The queues.
+    pub queues: Vec<QueueView>,
+}

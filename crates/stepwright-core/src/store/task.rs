@@ -1,0 +1,416 @@
+//! Step tasks: the work a `worker:` tool hands to a process outside the engine (a Python or
+//! TypeScript step worker), as one table.
+//!
+//! A task is born from the journal: the `dispatched` entry a step writes carries the task,
+//! and the store inserts the task's row in the same commit (as an `interrupt.opened` entry
+//! makes the interrupt's row). Workers claim tasks under a lease whose token grows on every
+//! claim; each answer (complete, fail, release, heartbeat) is fenced by that token on the
+//! store's clock (Postgres: the database's), so a worker that lost its lease can no longer
+//! change anything. The engine reads a task's state when the run comes back to the step
+//! ([`TaskStore::settle_task`]), which also decides, on the store's clock, that a lease
+//! lapsed or that nobody claimed the task in time.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::StoreError;
+use crate::error::StepError;
+use crate::ids::{RunId, StepPath, Timestamp};
+pub use crate::task::{NO_WORKER, TaskId, TaskSpec};
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting for a worker.
+    Pending,
+    /// A worker holds it under a lease.
+    Claimed,
+    /// The handler returned an output.
+    Completed,
+    /// The handler failed (the step's retry policy decides what follows).
+    Failed,
+    /// The worker's lease ran out: it died, hung or lost its connection.
+    Lapsed,
+    /// Nobody claimed it before its `schedule_to_start` passed.
+    NoWorker,
+    /// The worker acknowledged a cancel.
+    Cancelled,
+}
+
+impl TaskState {
+    /// Every state.
+    pub const ALL: [Self; 7] =
+        [Self::Pending, Self::Claimed, Self::Completed, Self::Failed, Self::Lapsed, Self::NoWorker, Self::Cancelled];
+
+    /// Its name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Claimed => "claimed",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Lapsed => "lapsed",
+            Self::NoWorker => "no_worker",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+
+    /// Whether the task will not change again.
+    pub fn is_final(self) -> bool {
+        !matches!(self, Self::Pending | Self::Claimed)
+    }
+}
+
+/// A task as the store has it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredTask {
+    /// What the step handed over.
+    pub spec: TaskSpec,
+    /// The run it belongs to.
+    pub run: RunId,
+    /// The step's path.
+    pub path: StepPath,
+    /// The attempt.
+    pub attempt: u32,
+    /// The run's tenant (the namespace workers claim in).
+    pub tenant: Option<String>,
+    /// The run's workflow.
+    pub workflow: String,
+    /// When it was dispatched.
+    pub created_at: Timestamp,
+    /// Its state.
+    pub state: TaskState,
+    /// The worker that holds (or last held) it.
+    pub worker: Option<String>,
+    /// The current lease's token (0 before the first claim).
+    pub lease_token: u64,
+    /// When the current lease runs out.
+    pub lease_expires: Option<Timestamp>,
+    /// When it was first claimed.
+    pub claimed_at: Option<Timestamp>,
+    /// The last heartbeat's details (kept for the next attempt).
+    pub details: Option<Value>,
+    /// The output of a completed task.
+    pub output: Option<Value>,
+    /// The error of a failed task.
+    pub error: Option<StepError>,
+    /// When it reached a final state.
+    pub finished_at: Option<Timestamp>,
+}
+
+impl StoredTask {
+    /// When the engine must look at the task again: when its lease runs out, or when it must
+    /// have been claimed; `None` when neither applies.
+    pub fn next_deadline(&self) -> Option<Timestamp> {
+        match self.state {
+            TaskState::Claimed => self.lease_expires,
+            TaskState::Pending => {
+                self.spec.schedule_to_start_ms.map(|ms| self.created_at.plus(Duration::from_millis(ms)))
+            }
+            _ => None,
+        }
+    }
+
+    /// What the store decides about the task at `now`, if anything: a claimed task whose
+    /// lease ran out lapsed; a pending one past its `schedule_to_start` has no worker.
+    pub fn settled_at(&self, now: Timestamp) -> Option<TaskState> {
+        match self.state {
+            TaskState::Claimed if self.lease_expires.is_some_and(|at| at <= now) => Some(TaskState::Lapsed),
+            TaskState::Pending if self.next_deadline().is_some_and(|at| at <= now) => Some(TaskState::NoWorker),
+            _ => None,
+        }
+    }
+}
+
+/// A worker's claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The worker's id (stable for the process's life).
+    pub worker: String,
+    /// The namespace it works in (its key's).
+    pub tenant: String,
+    /// The queue.
+    pub queue: String,
+    /// The handlers it offers: names, and `name@version` for versioned ones.
+    pub handlers: Vec<String>,
+    /// At most this many tasks.
+    pub max: usize,
+}
+
+/// A lease on a task: the task and the token its claim got.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskLease {
+    /// The task.
+    pub task: TaskId,
+    /// The claim's token.
+    pub token: u64,
+}
+
+/// What a worker reports about a task it holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TaskAnswer {
+    /// The handler returned this output.
+    Complete(Value),
+    /// The handler failed.
+    Fail(StepError),
+    /// The handler acknowledged a cancel.
+    Cancelled,
+    /// The handler never started: the task goes back to the queue, not counted as tried.
+    Release,
+}
+
+impl TaskAnswer {
+    /// The state the answer puts the task in.
+    pub fn state(&self) -> TaskState {
+        match self {
+            Self::Complete(_) => TaskState::Completed,
+            Self::Fail(_) => TaskState::Failed,
+            Self::Cancelled => TaskState::Cancelled,
+            Self::Release => TaskState::Pending,
+        }
+    }
+}
+
+/// What a heartbeat says about one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    /// Renewed until then.
+    Renewed(Timestamp),
+    /// Renewed, but the run was cancelled: stop the handler.
+    Cancel(Timestamp),
+    /// The lease is no longer this worker's (lapsed, answered, or the task is unknown).
+    Lost,
+}
+
+/// The task table's filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskFilter {
+    /// Only this tenant's.
+    pub tenant: Option<String>,
+    /// Only this queue's.
+    pub queue: Option<String>,
+    /// Only in this state.
+    pub state: Option<TaskState>,
+    /// Only this run's.
+    pub run: Option<RunId>,
+    /// At most this many (newest first).
+    pub limit: usize,
+}
+
+/// The step tasks of a store.
+pub trait TaskStore: Send + Sync {
+    /// Claims up to `claim.max` pending tasks of the claim's queue and namespace whose
+    /// handler it offers, oldest first, leasing each until now + its lease length (a new
+    /// token each); a tool's `concurrency` counts the claimed tasks of the same handler.
+    fn claim_tasks<'a>(
+        &'a self,
+        claim: &'a Claim,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>>;
+
+    /// Renews every lease a worker holds, in one write, and keeps each one's details: one
+    /// answer per lease, in order. `cancelled` lists the runs the caller knows to be
+    /// cancelled (or asked to be).
+    fn heartbeat_tasks<'a>(
+        &'a self,
+        leases: &'a [(TaskLease, Option<Value>)],
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<Beat>, StoreError>>;
+
+    /// Answers a task under its lease: `Ok(state)` with the state it is in after (an answer
+    /// repeated under the same lease changes nothing and is answered the same);
+    /// `TaskLeaseLost` when the token is not the task's current one or the lease ran out.
+    fn answer_task<'a>(
+        &'a self,
+        lease: &'a TaskLease,
+        answer: TaskAnswer,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<TaskState, StoreError>>;
+
+    /// A task, after applying what `now` decides about it ([`StoredTask::settled_at`]).
+    fn settle_task<'a>(
+        &'a self,
+        task: &'a TaskId,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<StoredTask>, StoreError>>;
+
+    /// Tasks matching a filter, newest first.
+    fn list_tasks<'a>(&'a self, filter: &'a TaskFilter) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>>;
+}
+
+/// Whether a worker offering `offered` may run `handler`: the same name, and the same
+/// version when the task names one (`summarise@2` goes only to a worker offering
+/// `summarise@2`; a worker offering `summarise@2` also takes unversioned `summarise`).
+pub fn offers(offered: &[String], handler: &str) -> bool {
+    offered.iter().any(|o| o == handler || (!handler.contains('@') && o.split('@').next() == Some(handler)))
+}
+
+/// The answer to a repeated or late answer on a task in `state`, answered under `token`
+/// while the task's current token is `current`: the same answer again is accepted as done;
+/// anything else is a lost lease.
+pub fn repeated_answer(
+    state: TaskState,
+    current: u64,
+    token: u64,
+    answer: &TaskAnswer,
+) -> Option<Result<TaskState, ()>> {
+    if current != token {
+        return Some(Err(()));
+    }
+    if state == TaskState::Pending && *answer == TaskAnswer::Release {
+        return Some(Ok(state));
+    }
+    if state.is_final() {
+        return Some(if state == answer.state() { Ok(state) } else { Err(()) });
+    }
+    None
+}
+
+/// Whether a task passes a filter.
+pub fn matches(task: &StoredTask, filter: &TaskFilter) -> bool {
+    filter.tenant.as_ref().is_none_or(|t| task.tenant.as_deref().unwrap_or_default() == t)
+        && filter.queue.as_ref().is_none_or(|q| &task.spec.queue == q)
+        && filter.state.is_none_or(|s| task.state == s)
+        && filter.run.is_none_or(|r| task.run == r)
+}
+
+/// A task row as the store writes it when the `dispatched` entry is appended.
+pub fn new_task(
+    spec: TaskSpec,
+    run: RunId,
+    path: StepPath,
+    attempt: u32,
+    record: &crate::journal::RunRecord,
+    at: Timestamp,
+) -> StoredTask {
+    StoredTask {
+        spec,
+        run,
+        path,
+        attempt,
+        tenant: record.caller.tenant.clone(),
+        workflow: record.workflow.clone(),
+        created_at: at,
+        state: TaskState::Pending,
+        worker: None,
+        lease_token: 0,
+        lease_expires: None,
+        claimed_at: None,
+        details: None,
+        output: None,
+        error: None,
+        finished_at: None,
+    }
+}
+
+/// The rules every store applies to a task row the same way (SQLite and the in-memory store
+/// apply them to the row they read under their lock; Postgres under `FOR UPDATE`).
+pub mod rules {
+    use super::{Beat, Claim, StoredTask, TaskAnswer, TaskLease, TaskState, offers, repeated_answer};
+    use crate::ids::Timestamp;
+    use crate::store::StoreError;
+    use serde_json::Value;
+
+    /// Whether `claim` may take `task` (before its concurrency is counted).
+    pub fn claimable(task: &StoredTask, claim: &Claim) -> bool {
+        task.state == TaskState::Pending
+            && task.tenant.as_deref().unwrap_or_default() == claim.tenant
+            && task.spec.queue == claim.queue
+            && offers(&claim.handlers, &task.spec.handler)
+    }
+
+    /// Leases `task` to `worker` until its lease length from `now`, under a new token.
+    pub fn lease(task: &mut StoredTask, worker: &str, now: Timestamp) {
+        task.state = TaskState::Claimed;
+        task.worker = Some(worker.to_owned());
+        task.lease_token += 1;
+        task.lease_expires = Some(now.plus(task.spec.lease_for()));
+        task.claimed_at.get_or_insert(now);
+    }
+
+    /// Applies what `now` decides (a lapsed lease, no worker in time); whether it changed.
+    pub fn settle(task: &mut StoredTask, now: Timestamp) -> bool {
+        match task.settled_at(now) {
+            Some(state) => {
+                task.state = state;
+                task.finished_at = Some(now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Renews `lease` on `task` with `details`; `cancelled`: the task's run is cancelled or
+    /// asked to be.
+    pub fn beat(
+        task: &mut StoredTask,
+        lease: &TaskLease,
+        details: Option<Value>,
+        now: Timestamp,
+        cancelled: bool,
+    ) -> Beat {
+        settle(task, now);
+        if task.state != TaskState::Claimed || task.lease_token != lease.token {
+            return Beat::Lost;
+        }
+        let until = now.plus(task.spec.lease_for());
+        task.lease_expires = Some(until);
+        if details.is_some() {
+            task.details = details;
+        }
+        if cancelled { Beat::Cancel(until) } else { Beat::Renewed(until) }
+    }
+
+    /// Applies a worker's answer under `lease` (see [`super::TaskStore::answer_task`]).
+    pub fn answer(
+        task: &mut StoredTask,
+        lease: &TaskLease,
+        answer: TaskAnswer,
+        now: Timestamp,
+    ) -> Result<TaskState, StoreError> {
+        settle(task, now);
+        let lost = || StoreError::TaskLeaseLost { task: task.spec.id.clone(), token: lease.token };
+        if let Some(repeated) = repeated_answer(task.state, task.lease_token, lease.token, &answer) {
+            return repeated.map_err(|()| lost());
+        }
+        if task.state != TaskState::Claimed {
+            return Err(lost());
+        }
+        match answer {
+            TaskAnswer::Complete(output) => task.output = Some(output),
+            TaskAnswer::Fail(error) => task.error = Some(error),
+            TaskAnswer::Cancelled => {}
+            TaskAnswer::Release => {
+                task.state = TaskState::Pending;
+                task.worker = None;
+                task.lease_expires = None;
+                return Ok(TaskState::Pending);
+            }
+        }
+        task.state = match task.output.is_some() {
+            true => TaskState::Completed,
+            false if task.error.is_some() => TaskState::Failed,
+            false => TaskState::Cancelled,
+        };
+        task.lease_expires = None;
+        task.finished_at = Some(now);
+        Ok(task.state)
+    }
+}
+
+/// The task table of the in-memory store: rows under one lock, and the notification parked
+/// claims and holding steps wait on.
+#[derive(Default)]
+pub(crate) struct InMemoryTasks {
+    pub(crate) rows: std::sync::Mutex<std::collections::BTreeMap<TaskId, StoredTask>>,
+    pub(crate) changed: tokio::sync::Notify,
+}

@@ -1,0 +1,387 @@
+//! The step-worker protocol (DESIGN §17): `POST /v1/tasks/claim` (a long poll),
+//! `/v1/tasks/heartbeat`, `/v1/tasks/{id}/complete | fail | cancelled | release`, and what
+//! operators read: `GET /v1/tasks`, `/v1/queues`, `/v1/workers`. Tasks are found in the
+//! key's namespace only; a `worker:<pattern>` key only in the queues it names. Every answer
+//! is fenced by the task's lease in the store; one that ends the task wakes its run, and
+//! continues it here when this server executes runs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use stepwright_api::task::{
+    BeatAnswer, BeatState, ClaimTasks, ClaimedTasks, CompleteTask, FailTask, Heartbeat, HeartbeatAnswer,
+    PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, Task, TaskAnswered, TaskLeaseBody, TaskList, TaskQuery, TaskRun,
+    TaskStatus, TaskSummary, WorkerList,
+};
+use stepwright_core::store::task::{
+    Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
+};
+use stepwright_core::{ErrorCode, RunStatus, StepError, Timestamp};
+
+use super::{Body, Params};
+use crate::keys::{Principal, Role};
+use crate::problem::ApiError;
+use crate::state::Shared;
+use crate::workers::Parked;
+
+/// How often a parked claim looks at the store for work another process dispatched (work
+/// dispatched in this process wakes it at once).
+const CLAIM_POLL: Duration = Duration::from_millis(50);
+
+/// The longest heartbeat interval advised.
+const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// `400 protocol_unsupported` unless the request speaks a protocol this server does (a
+/// request without the header is taken as version 1).
+fn check_protocol(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(value) = headers.get(PROTOCOL_HEADER) else { return Ok(()) };
+    let version = value.to_str().ok().and_then(|v| v.trim().parse::<u32>().ok());
+    match version {
+        Some(v) if PROTOCOLS.contains(&v) => Ok(()),
+        _ => Err(ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "protocol_unsupported",
+            format!(
+                "protocol {:?} is not spoken here: this server speaks {PROTOCOL_HEADER} {PROTOCOLS:?}",
+                value.to_str().unwrap_or("?")
+            ),
+        )),
+    }
+}
+
+fn tasks_of(shared: &Shared) -> Result<&dyn TaskStore, ApiError> {
+    shared.store.tasks().ok_or_else(|| ApiError::bad_request("this server's store keeps no step tasks"))
+}
+
+fn status_of(state: TaskState) -> TaskStatus {
+    match state {
+        TaskState::Pending => TaskStatus::Pending,
+        TaskState::Claimed => TaskStatus::Claimed,
+        TaskState::Completed => TaskStatus::Completed,
+        TaskState::Failed => TaskStatus::Failed,
+        TaskState::Lapsed => TaskStatus::Lapsed,
+        TaskState::NoWorker => TaskStatus::NoWorker,
+        TaskState::Cancelled => TaskStatus::Cancelled,
+    }
+}
+
+fn state_of(status: TaskStatus) -> TaskState {
+    match status {
+        TaskStatus::Pending => TaskState::Pending,
+        TaskStatus::Claimed => TaskState::Claimed,
+        TaskStatus::Completed => TaskState::Completed,
+        TaskStatus::Failed => TaskState::Failed,
+        TaskStatus::Lapsed => TaskState::Lapsed,
+        TaskStatus::NoWorker => TaskState::NoWorker,
+        TaskStatus::Cancelled => TaskState::Cancelled,
+    }
+}
+
+fn task_view(task: &StoredTask) -> Task {
+    Task {
+        id: task.spec.id.to_string(),
+        lease: task.lease_token,
+        queue: task.spec.queue.clone(),
+        handler: task.spec.handler.clone(),
+        input: task.spec.input.clone(),
+        attempt: task.attempt,
+        idempotency_key: task.spec.idempotency_key.clone(),
+        run: TaskRun { id: task.run.to_string(), workflow: task.workflow.clone() },
+        step: task.path.to_string(),
+        lease_ms: task.spec.lease_ms,
+        lease_expires: task.lease_expires.map_or(0, Timestamp::as_micros),
+        details: task.details.clone(),
+    }
+}
+
+/// Whether a run is cancelled or asked to be.
+async fn cancelling(shared: &Shared, task: &StoredTask) -> Result<bool, ApiError> {
+    let record = shared.store.load_from(task.run, u64::MAX).await?.record;
+    Ok(record.status == RunStatus::Cancelled || record.cancel.is_some())
+}
+
+/// The tasks among `holding` (this namespace's) whose runs are cancelled.
+async fn to_cancel(shared: &Shared, who: &Principal, holding: &[String]) -> Result<Vec<String>, ApiError> {
+    let store = tasks_of(shared)?;
+    let mut cancel = Vec::new();
+    for id in holding {
+        let Some(task) = store.settle_task(&TaskId::new(id), shared.now()).await? else { continue };
+        if task.tenant.as_deref().unwrap_or_default() == who.namespace()
+            && task.state == TaskState::Claimed
+            && cancelling(shared, &task).await?
+        {
+            cancel.push(id.clone());
+        }
+    }
+    Ok(cancel)
+}
+
+/// `POST /v1/tasks/claim`.
+pub(crate) async fn claim(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Body(body): Body<ClaimTasks>,
+) -> Result<Json<ClaimedTasks>, ApiError> {
+    check_protocol(&headers)?;
+    who.require_queue(&body.queue)?;
+    if body.max > 100 || body.wait_seconds > 60 {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_request",
+            "`max` is at most 100 and `wait_seconds` at most 60",
+        ));
+    }
+    if body.max > 0 && body.handlers.is_empty() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_request",
+            "a claim for tasks names the handlers the worker offers",
+        ));
+    }
+    let store = tasks_of(&shared)?;
+    let claim = Claim {
+        worker: body.worker.id.clone(),
+        tenant: who.namespace().to_owned(),
+        queue: body.queue.clone(),
+        handlers: body.handlers.clone(),
+        max: body.max as usize,
+    };
+    let started = tokio::time::Instant::now();
+    let wait = Duration::from_secs(u64::from(body.wait_seconds));
+    shared.workers.heard(who.namespace(), &body, shared.now(), 1);
+    let _parked = Parked { workers: &shared.workers, namespace: who.namespace(), claim: &body, now: shared.now() };
+    loop {
+        // Enabled before looking, so a task dispatched while this looks is not missed.
+        let changed = shared.store.wait_for_tasks(CLAIM_POLL);
+        let cancel = to_cancel(&shared, &who, &body.holding).await?;
+        let tasks = if claim.max > 0 { store.claim_tasks(&claim, shared.now()).await? } else { Vec::new() };
+        if !tasks.is_empty() || !cancel.is_empty() || started.elapsed() >= wait || shared.shutdown.is_cancelled() {
+            let shortest = tasks.iter().map(|t| Duration::from_millis(t.spec.lease_ms)).min();
+            let interval = shortest.map_or(MAX_HEARTBEAT_INTERVAL, |lease| (lease / 3).min(MAX_HEARTBEAT_INTERVAL));
+            return Ok(Json(ClaimedTasks {
+                tasks: tasks.iter().map(task_view).collect(),
+                cancel,
+                heartbeat_interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1),
+            }));
+        }
+        tokio::select! {
+            () = changed => {}
+            () = shared.shutdown.cancelled() => {}
+        }
+    }
+}
+
+/// `POST /v1/tasks/heartbeat`.
+pub(crate) async fn heartbeat(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Body(body): Body<Heartbeat>,
+) -> Result<Json<HeartbeatAnswer>, ApiError> {
+    check_protocol(&headers)?;
+    who.require(Role::Worker)?;
+    let store = tasks_of(&shared)?;
+    shared.workers.touch(who.namespace(), &body.worker_id, shared.now());
+    // A task of another namespace (or one this key may not work) is `lost` to this worker.
+    let mut mine = Vec::with_capacity(body.tasks.len());
+    let mut leases = Vec::new();
+    for held in &body.tasks {
+        let task = store.settle_task(&TaskId::new(&held.id), shared.now()).await?;
+        let allowed = task.as_ref().is_some_and(|t| {
+            t.tenant.as_deref().unwrap_or_default() == who.namespace() && who.require_queue(&t.spec.queue).is_ok()
+        });
+        mine.push(allowed);
+        if allowed {
+            leases.push((TaskLease { task: TaskId::new(&held.id), token: held.lease }, held.details.clone()));
+        }
+    }
+    let mut beats = store.heartbeat_tasks(&leases, shared.now()).await?.into_iter();
+    let tasks = body
+        .tasks
+        .iter()
+        .zip(mine)
+        .map(|(held, allowed)| {
+            let beat = if allowed { beats.next().unwrap_or(Beat::Lost) } else { Beat::Lost };
+            let (state, until) = match beat {
+                Beat::Renewed(until) => (BeatState::Ok, Some(until.as_micros())),
+                Beat::Cancel(until) => (BeatState::Cancel, Some(until.as_micros())),
+                Beat::Lost => (BeatState::Lost, None),
+            };
+            BeatAnswer { id: held.id.clone(), state, lease_expires: until }
+        })
+        .collect();
+    Ok(Json(HeartbeatAnswer { tasks }))
+}
+
+/// Answers a task under its lease, then wakes its run (and continues it here when this
+/// server executes runs and the run is suspended).
+async fn answer(
+    shared: &Shared,
+    who: &Principal,
+    headers: &HeaderMap,
+    id: &str,
+    lease: u64,
+    answer: TaskAnswer,
+) -> Result<Json<TaskAnswered>, ApiError> {
+    check_protocol(headers)?;
+    who.require(Role::Worker)?;
+    let store = tasks_of(shared)?;
+    let task_id = TaskId::new(id);
+    let missing = || ApiError::not_found("not_found", format!("task {id} was not found"));
+    let task = store.settle_task(&task_id, shared.now()).await?.ok_or_else(missing)?;
+    if task.tenant.as_deref().unwrap_or_default() != who.namespace() {
+        return Err(missing());
+    }
+    who.require_queue(&task.spec.queue)?;
+    let state = store.answer_task(&TaskLease { task: task_id, token: lease }, answer, shared.now()).await?;
+    if state.is_final() {
+        shared.store.wake_run(task.run, shared.now()).await?;
+        let record = shared.store.load_from(task.run, u64::MAX).await?.record;
+        if shared.executes && record.status == RunStatus::Suspended {
+            let workflow = shared.definition_of(&record).await?;
+            stepwright_app::continue_in_background(&shared.engine, workflow, task.run).await;
+        }
+    }
+    Ok(Json(TaskAnswered { id: id.to_owned(), state: status_of(state) }))
+}
+
+/// `POST /v1/tasks/{id}/complete`.
+pub(crate) async fn complete(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Body(body): Body<CompleteTask>,
+) -> Result<Json<TaskAnswered>, ApiError> {
+    answer(&shared, &who, &headers, &id, body.lease, TaskAnswer::Complete(body.output)).await
+}
+
+/// `POST /v1/tasks/{id}/fail`.
+pub(crate) async fn fail(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Body(body): Body<FailTask>,
+) -> Result<Json<TaskAnswered>, ApiError> {
+    let code = body.error.code.trim();
+    if code.is_empty() || !code.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.') {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_request",
+            format!("error code {code:?}: a code is lowercase letters, digits, `_` and `.`"),
+        ));
+    }
+    let error = StepError::new(ErrorCode::new(code), body.error.message).retryable(body.error.retryable);
+    answer(&shared, &who, &headers, &id, body.lease, TaskAnswer::Fail(error)).await
+}
+
+/// `POST /v1/tasks/{id}/cancelled`.
+pub(crate) async fn cancelled(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Body(body): Body<TaskLeaseBody>,
+) -> Result<Json<TaskAnswered>, ApiError> {
+    answer(&shared, &who, &headers, &id, body.lease, TaskAnswer::Cancelled).await
+}
+
+/// `POST /v1/tasks/{id}/release`.
+pub(crate) async fn release(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Body(body): Body<TaskLeaseBody>,
+) -> Result<Json<TaskAnswered>, ApiError> {
+    answer(&shared, &who, &headers, &id, body.lease, TaskAnswer::Release).await
+}
+
+/// `GET /v1/tasks`.
+pub(crate) async fn list(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Params(query): Params<TaskQuery>,
+) -> Result<Json<TaskList>, ApiError> {
+    let run = match &query.run {
+        Some(text) => {
+            Some(super::parse_run(text).map_err(|_| ApiError::bad_request(format!("`run` {text:?} is not a run id")))?)
+        }
+        None => None,
+    };
+    let limit = query.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(ApiError::bad_request("`limit` is between 1 and 1000"));
+    }
+    let filter = TaskFilter {
+        tenant: Some(who.namespace().to_owned()),
+        queue: query.queue,
+        state: query.state.map(state_of),
+        run,
+        limit: limit as usize,
+    };
+    let tasks = tasks_of(&shared)?.list_tasks(&filter).await?;
+    Ok(Json(TaskList {
+        tasks: tasks
+            .iter()
+            .map(|t| TaskSummary {
+                id: t.spec.id.to_string(),
+                queue: t.spec.queue.clone(),
+                handler: t.spec.handler.clone(),
+                state: status_of(t.state),
+                run_id: t.run.to_string(),
+                step: t.path.to_string(),
+                attempt: t.attempt,
+                worker: t.worker.clone(),
+                created_at: t.created_at.as_micros(),
+                finished_at: t.finished_at.map(Timestamp::as_micros),
+            })
+            .collect(),
+    }))
+}
+
+/// `GET /v1/queues`: every queue with waiting or held tasks or a worker polling it.
+pub(crate) async fn queues(State(shared): State<Arc<Shared>>, who: Principal) -> Result<Json<QueueList>, ApiError> {
+    let store = tasks_of(&shared)?;
+    let mut queues: BTreeMap<String, QueueView> = BTreeMap::new();
+    let view =
+        |queue: &str| QueueView { queue: queue.to_owned(), pending: 0, claimed: 0, pollers: 0, handlers: Vec::new() };
+    for state in [TaskState::Pending, TaskState::Claimed] {
+        let filter = TaskFilter {
+            tenant: Some(who.namespace().to_owned()),
+            state: Some(state),
+            limit: 100_000,
+            ..TaskFilter::default()
+        };
+        for task in store.list_tasks(&filter).await? {
+            let entry = queues.entry(task.spec.queue.clone()).or_insert_with(|| view(&task.spec.queue));
+            if state == TaskState::Pending { entry.pending += 1 } else { entry.claimed += 1 }
+        }
+    }
+    for worker in shared.workers.views(who.namespace(), shared.now()) {
+        let entry = queues.entry(worker.queue.clone()).or_insert_with(|| view(&worker.queue));
+        if worker.polling {
+            entry.pollers += 1;
+        }
+        for handler in worker.handlers {
+            if !entry.handlers.contains(&handler) {
+                entry.handlers.push(handler);
+            }
+        }
+    }
+    for queue in queues.values_mut() {
+        queue.handlers.sort();
+    }
+    Ok(Json(QueueList { queues: queues.into_values().collect() }))
+}
+
+/// `GET /v1/workers`.
+pub(crate) async fn workers(State(shared): State<Arc<Shared>>, who: Principal) -> Result<Json<WorkerList>, ApiError> {
+    Ok(Json(WorkerList { workers: shared.workers.views(who.namespace(), shared.now()) }))
+}

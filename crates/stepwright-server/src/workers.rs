@@ -1,0 +1,83 @@
+//! The step workers this process heard from (their claims and heartbeats): what
+//! `GET /v1/workers` and `GET /v1/queues` show. Kept in memory: a worker is listed by the
+//! `serve` process it polls, for ten minutes after it was last heard from.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use stepwright_api::task::{ClaimTasks, WorkerInfo, WorkerView};
+use stepwright_core::Timestamp;
+
+/// How long a worker stays listed after it was last heard from.
+const WORKER_SEEN_FOR: Duration = Duration::from_secs(600);
+
+/// The step workers this process heard from, by namespace and worker id.
+#[derive(Default)]
+pub(crate) struct Workers(Mutex<HashMap<(String, String), Seen>>);
+
+struct Seen {
+    info: WorkerInfo,
+    queue: String,
+    handlers: Vec<String>,
+    last_seen: Timestamp,
+    parked: usize,
+}
+
+impl Workers {
+    pub(crate) fn heard(&self, namespace: &str, claim: &ClaimTasks, now: Timestamp, parked: isize) {
+        let mut seen = self.0.lock().expect("poisoned");
+        let entry = seen.entry((namespace.to_owned(), claim.worker.id.clone())).or_insert_with(|| Seen {
+            info: claim.worker.clone(),
+            queue: claim.queue.clone(),
+            handlers: Vec::new(),
+            last_seen: now,
+            parked: 0,
+        });
+        entry.info = claim.worker.clone();
+        entry.queue.clone_from(&claim.queue);
+        entry.handlers.clone_from(&claim.handlers);
+        entry.last_seen = now;
+        entry.parked = entry.parked.saturating_add_signed(parked);
+    }
+
+    pub(crate) fn touch(&self, namespace: &str, worker: &str, now: Timestamp) {
+        if let Some(seen) = self.0.lock().expect("poisoned").get_mut(&(namespace.to_owned(), worker.to_owned())) {
+            seen.last_seen = now;
+        }
+    }
+
+    pub(crate) fn views(&self, namespace: &str, now: Timestamp) -> Vec<WorkerView> {
+        let mut seen = self.0.lock().expect("poisoned");
+        seen.retain(|_, s| s.parked > 0 || now.since(s.last_seen) < WORKER_SEEN_FOR);
+        let mut views: Vec<WorkerView> = seen
+            .iter()
+            .filter(|((ns, _), _)| ns == namespace)
+            .map(|(_, s)| WorkerView {
+                id: s.info.id.clone(),
+                name: s.info.name.clone(),
+                sdk: s.info.sdk.clone(),
+                queue: s.queue.clone(),
+                handlers: s.handlers.clone(),
+                last_seen: s.last_seen.as_micros(),
+                polling: s.parked > 0,
+            })
+            .collect();
+        views.sort_by(|a, b| a.queue.cmp(&b.queue).then_with(|| a.id.cmp(&b.id)));
+        views
+    }
+}
+
+/// Counts a parked claim while it waits, however the wait ends.
+pub(crate) struct Parked<'a> {
+    pub(crate) workers: &'a Workers,
+    pub(crate) namespace: &'a str,
+    pub(crate) claim: &'a ClaimTasks,
+    pub(crate) now: Timestamp,
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.workers.heard(self.namespace, self.claim, self.now, -1);
+    }
+}

@@ -1,0 +1,144 @@
+//! Step tasks: born with their journal entry, claimed once, fenced by their lease.
+
+use std::time::Duration;
+
+use serde_json::json;
+use stepwright_core::journal::JournalBatch;
+use stepwright_core::store::task::{Beat, Claim, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskSpec, TaskState};
+use stepwright_core::{Record, RunStatus, StepPath, Store, StoreError};
+
+use super::{entry, record, wall};
+
+fn spec(id: &TaskId, handler: &str, lease_ms: u64, concurrency: Option<u32>) -> TaskSpec {
+    TaskSpec {
+        id: id.clone(),
+        queue: "py".into(),
+        handler: handler.into(),
+        input: json!({ "doc": "d" }),
+        idempotency_key: Some("key".into()),
+        lease_ms,
+        schedule_to_start_ms: None,
+        concurrency,
+    }
+}
+
+fn claim(worker: &str, handlers: &[&str], max: usize) -> Claim {
+    Claim {
+        worker: worker.into(),
+        tenant: "acme".into(),
+        queue: "py".into(),
+        handlers: handlers.iter().map(|h| (*h).to_owned()).collect(),
+        max,
+    }
+}
+
+/// A `dispatched` entry makes its task's row in the same append; concurrent claims take it
+/// once; only the current lease answers it (a repeat is answered the same, a stale lease
+/// never); a lease that runs out lapses the task; versions reach only workers offering
+/// them; a tool's concurrency holds across claims; tasks are listed by the run's tenant.
+pub async fn tasks_are_claimed_once_and_fenced_by_their_lease<S: Store + ?Sized>(store: &S) {
+    let Some(tasks) = store.tasks() else { return };
+    let run = record(1, "summarise", RunStatus::Running, wall().as_micros());
+    let run_id = run.id;
+    store.create_run(run).await.expect("created");
+    let path = StepPath::new("summary");
+    let (quick, slow, pinned, limited) = (
+        TaskId::derive(run_id, &path, 1),
+        TaskId::derive(run_id, &path, 2),
+        TaskId::derive(run_id, &StepPath::new("pinned"), 1),
+        TaskId::derive(run_id, &StepPath::new("limited"), 1),
+    );
+    let mut batch = JournalBatch::default();
+    for (id, handler, lease_ms, limit) in [
+        (&quick, "summarise", 60_000, None),
+        (&slow, "summarise", 200, None),
+        (&pinned, "summarise@2", 60_000, None),
+        (&limited, "ocr", 60_000, Some(1)),
+    ] {
+        let record = Record::Dispatched { attempt: 1, task: spec(id, handler, lease_ms, limit) };
+        batch.entries.push(entry("summary", wall().as_micros(), record));
+    }
+    store.append(run_id, None, &mut batch).await.expect("appended");
+    let listed = tasks
+        .list_tasks(&TaskFilter { tenant: Some("acme".into()), limit: 10, ..TaskFilter::default() })
+        .await
+        .expect("listed");
+    assert_eq!(listed.len(), 4, "each dispatched entry made its task: {listed:?}");
+    assert!(listed.iter().all(|t| t.state == TaskState::Pending && t.workflow == "summarise"));
+    let other = TaskFilter { tenant: Some("globex".into()), limit: 10, ..TaskFilter::default() };
+    assert!(tasks.list_tasks(&other).await.expect("listed").is_empty(), "another tenant sees none");
+
+    // Ten workers claim at once: each task goes to one of them.
+    let claims: Vec<Claim> = (0..10).map(|n| claim(&format!("w{n}"), &["summarise"], 5)).collect();
+    let got = futures_util::future::join_all(claims.iter().map(|c| tasks.claim_tasks(c, wall()))).await;
+    let mut ids: Vec<TaskId> = got.into_iter().flat_map(|r| r.expect("claimed")).map(|t| t.spec.id).collect();
+    ids.sort();
+    let mut expected = vec![quick.clone(), slow.clone()];
+    expected.sort();
+    assert_eq!(ids, expected, "the unversioned tasks, each once; the pinned one waits for version 2");
+    let v2 = tasks.claim_tasks(&claim("v2", &["summarise@2"], 5), wall()).await.expect("claimed");
+    assert_eq!(v2.iter().map(|t| &t.spec.id).collect::<Vec<_>>(), vec![&pinned]);
+
+    // The current lease answers; a repeat is the same answer; another token is refused.
+    let quick_row = tasks.settle_task(&quick, wall()).await.expect("read").expect("there");
+    assert_eq!(quick_row.state, TaskState::Claimed);
+    let lease = TaskLease { task: quick.clone(), token: quick_row.lease_token };
+    let stale = TaskLease { task: quick.clone(), token: quick_row.lease_token + 1 };
+    assert!(matches!(
+        tasks.answer_task(&stale, TaskAnswer::Complete(json!(1)), wall()).await,
+        Err(StoreError::TaskLeaseLost { .. })
+    ));
+    let done = tasks.answer_task(&lease, TaskAnswer::Complete(json!({ "summary": "s" })), wall()).await;
+    assert_eq!(done.expect("answered"), TaskState::Completed);
+    let again = tasks.answer_task(&lease, TaskAnswer::Complete(json!({ "summary": "s" })), wall()).await;
+    assert_eq!(again.expect("a repeat"), TaskState::Completed);
+    assert!(
+        tasks
+            .answer_task(&lease, TaskAnswer::Fail(stepwright_core::StepError::execution_failed("x")), wall())
+            .await
+            .is_err()
+    );
+    let row = tasks.settle_task(&quick, wall()).await.expect("read").expect("there");
+    assert_eq!(row.output, Some(json!({ "summary": "s" })));
+
+    // A lease renewed keeps; one left to run out lapses, and its late answer is refused.
+    let slow_row = tasks.settle_task(&slow, wall()).await.expect("read").expect("there");
+    let slow_lease = TaskLease { task: slow.clone(), token: slow_row.lease_token };
+    let beats = tasks.heartbeat_tasks(&[(slow_lease.clone(), Some(json!({ "page": 3 })))], wall()).await.expect("beat");
+    assert!(matches!(beats.as_slice(), [Beat::Renewed(_)]), "{beats:?}");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let lapsed = tasks.settle_task(&slow, wall()).await.expect("read").expect("there");
+    assert_eq!(lapsed.state, TaskState::Lapsed);
+    assert_eq!(lapsed.details, Some(json!({ "page": 3 })), "the heartbeat's details are kept");
+    assert!(matches!(
+        tasks.answer_task(&slow_lease, TaskAnswer::Complete(json!(1)), wall()).await,
+        Err(StoreError::TaskLeaseLost { .. })
+    ));
+    let beats = tasks.heartbeat_tasks(&[(slow_lease, None)], wall()).await.expect("beat");
+    assert_eq!(beats, vec![Beat::Lost]);
+
+    // Concurrency 1: a second claimer gets nothing while the first holds it; a release
+    // puts it back for anyone.
+    let first = tasks.claim_tasks(&claim("a", &["ocr"], 5), wall()).await.expect("claimed");
+    assert_eq!(first.len(), 1);
+    assert!(tasks.claim_tasks(&claim("b", &["ocr"], 5), wall()).await.expect("claimed").is_empty());
+    let held = TaskLease { task: limited.clone(), token: first[0].lease_token };
+    assert_eq!(tasks.answer_task(&held, TaskAnswer::Release, wall()).await.expect("released"), TaskState::Pending);
+    let second = tasks.claim_tasks(&claim("b", &["ocr"], 5), wall()).await.expect("claimed");
+    assert_eq!(second.len(), 1);
+    assert!(second[0].lease_token > first[0].lease_token, "a new claim is a new token");
+
+    // A run that is cancelled asks its workers to stop at their next heartbeat.
+    let held = TaskLease { task: limited, token: second[0].lease_token };
+    let update = stepwright_core::store::StatusUpdate {
+        status: RunStatus::Cancelled,
+        output: None,
+        error: None,
+        at: wall(),
+        wake_at: None,
+        fence: None,
+    };
+    store.set_status(run_id, update).await.expect("cancelled");
+    let beats = tasks.heartbeat_tasks(&[(held, None)], wall()).await.expect("beat");
+    assert!(matches!(beats.as_slice(), [Beat::Cancel(_)]), "{beats:?}");
+}

@@ -1,0 +1,287 @@
+//! Step tasks in SQLite: `tasks`, one row per task. Rows are written by the journal's
+//! append (the `dispatched` entry, same transaction); every change afterwards goes through
+//! the single writer, which reads the row, applies the shared rules
+//! (`stepwright_core::store::task::rules`) and writes it back, so two workers never both
+//! claim one task and a stale lease never answers one.
+
+use futures_util::future::BoxFuture;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::Value;
+use stepwright_core::store::task::{
+    Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskSpec, TaskState, TaskStore, rules,
+};
+use stepwright_core::{RunId, StepPath, StoreError, Timestamp};
+
+use super::SqliteStore;
+use super::journal::json;
+use crate::encoding::backend;
+
+const COLUMNS: &str = "spec, run_id, path, attempt, tenant, workflow, created_at, state, worker, lease_token, \
+                       lease_expires, claimed_at, details, output, error, finished_at";
+
+/// Writes the row of a dispatched task (once: a repeated append of the same entry keeps it).
+pub(super) fn insert(
+    conn: &Connection,
+    run: RunId,
+    path: &StepPath,
+    attempt: u32,
+    task: &TaskSpec,
+    at: Timestamp,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at) \
+         SELECT ?1, id, ?2, ?3, COALESCE(json_extract(caller, '$.tenant'), ''), workflow, ?4, ?5, ?6, 'pending', ?7 \
+         FROM runs WHERE id = ?8",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            task.id.as_str(),
+            path.as_str(),
+            attempt,
+            task.queue,
+            task.handler,
+            json(task),
+            at.as_micros(),
+            run.as_uuid().as_bytes()
+        ])
+    })
+    .map(drop)
+    .map_err(|e| backend("dispatching a task", e))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(text: Option<String>) -> rusqlite::Result<Option<T>> {
+    text.map(|t| serde_json::from_str(&t))
+        .transpose()
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+fn read_row(row: &Row<'_>) -> rusqlite::Result<StoredTask> {
+    let spec: Option<TaskSpec> = parse(Some(row.get(0)?))?;
+    let run: Vec<u8> = row.get(1)?;
+    let run = uuid::Uuid::from_slice(&run)
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Blob, Box::new(e)))?;
+    let tenant: String = row.get(4)?;
+    let state: String = row.get(7)?;
+    let state = TaskState::parse(&state).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            7,
+            rusqlite::types::Type::Text,
+            Box::new(std::io::Error::other(format!("unknown task state {state:?}"))),
+        )
+    })?;
+    Ok(StoredTask {
+        spec: spec.expect("given"),
+        run: RunId::from_bytes(run.into_bytes()),
+        path: StepPath::new(&row.get::<_, String>(2)?),
+        attempt: row.get(3)?,
+        tenant: (!tenant.is_empty()).then_some(tenant),
+        workflow: row.get(5)?,
+        created_at: Timestamp::from_micros(row.get(6)?),
+        state,
+        worker: row.get(8)?,
+        lease_token: row.get::<_, i64>(9)? as u64,
+        lease_expires: row.get::<_, Option<i64>>(10)?.map(Timestamp::from_micros),
+        claimed_at: row.get::<_, Option<i64>>(11)?.map(Timestamp::from_micros),
+        details: parse(row.get(12)?)?,
+        output: parse(row.get(13)?)?,
+        error: parse(row.get(14)?)?,
+        finished_at: row.get::<_, Option<i64>>(15)?.map(Timestamp::from_micros),
+    })
+}
+
+fn find(conn: &Connection, task: &TaskId) -> Result<Option<StoredTask>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM tasks WHERE id = ?1"))
+        .and_then(|mut s| s.query_row([task.as_str()], read_row).optional())
+        .map_err(|e| backend("reading a task", e))
+}
+
+/// Writes back what the rules changed.
+fn save(conn: &Connection, task: &StoredTask) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE tasks SET state = ?2, worker = ?3, lease_token = ?4, lease_expires = ?5, claimed_at = ?6, \
+         details = ?7, output = ?8, error = ?9, finished_at = ?10 WHERE id = ?1",
+    )
+    .and_then(|mut s| {
+        s.execute(params![
+            task.spec.id.as_str(),
+            task.state.as_str(),
+            task.worker,
+            task.lease_token as i64,
+            task.lease_expires.map(Timestamp::as_micros),
+            task.claimed_at.map(Timestamp::as_micros),
+            task.details.as_ref().map(json),
+            task.output.as_ref().map(json),
+            task.error.as_ref().map(json),
+            task.finished_at.map(Timestamp::as_micros),
+        ])
+    })
+    .map(drop)
+    .map_err(|e| backend("writing a task", e))
+}
+
+/// Whether a run is cancelled or asked to be.
+fn cancelling(conn: &Connection, run: RunId) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT status = 'cancelled' OR cancel_request IS NOT NULL FROM runs WHERE id = ?1")
+        .and_then(|mut s| s.query_row([run.as_uuid().as_bytes()], |r| r.get::<_, bool>(0)).optional())
+        .map(|found| found.unwrap_or(false))
+        .map_err(|e| backend("reading a run's cancel", e))
+}
+
+fn claim(conn: &Connection, claim: &Claim, now: Timestamp) -> Result<Vec<StoredTask>, StoreError> {
+    let doing = "claiming tasks";
+    let candidates: Vec<StoredTask> = conn
+        .prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM tasks WHERE tenant = ?1 AND queue = ?2 AND state = 'pending' ORDER BY created_at, id LIMIT ?3"
+        ))
+        .and_then(|mut s| {
+            s.query_map(params![claim.tenant, claim.queue, (claim.max.max(1) * 8) as i64], read_row)?.collect()
+        })
+        .map_err(|e| backend(doing, e))?;
+    let mut claimed = Vec::new();
+    for mut task in candidates {
+        if claimed.len() >= claim.max {
+            break;
+        }
+        if rules::settle(&mut task, now) {
+            save(conn, &task)?;
+            continue;
+        }
+        if !rules::claimable(&task, claim) {
+            continue;
+        }
+        if let Some(limit) = task.spec.concurrency {
+            let running: i64 = conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM tasks WHERE tenant = ?1 AND handler = ?2 AND state = 'claimed' AND lease_expires > ?3",
+                )
+                .and_then(|mut s| s.query_row(params![claim.tenant, task.spec.handler, now.as_micros()], |r| r.get(0)))
+                .map_err(|e| backend(doing, e))?;
+            if running >= i64::from(limit) {
+                continue;
+            }
+        }
+        rules::lease(&mut task, &claim.worker, now);
+        save(conn, &task)?;
+        claimed.push(task);
+    }
+    Ok(claimed)
+}
+
+impl TaskStore for SqliteStore {
+    fn claim_tasks<'a>(&'a self, c: &'a Claim, now: Timestamp) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>> {
+        let c = c.clone();
+        Box::pin(self.write(move |conn| claim(conn, &c, now)))
+    }
+
+    fn heartbeat_tasks<'a>(
+        &'a self,
+        leases: &'a [(TaskLease, Option<Value>)],
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Vec<Beat>, StoreError>> {
+        let leases = leases.to_vec();
+        Box::pin(self.write(move |conn| {
+            let mut beats = Vec::with_capacity(leases.len());
+            for (lease, details) in &leases {
+                let Some(mut task) = find(conn, &lease.task)? else {
+                    beats.push(Beat::Lost);
+                    continue;
+                };
+                let cancelled = cancelling(conn, task.run)?;
+                let beat = rules::beat(&mut task, lease, details.clone(), now, cancelled);
+                save(conn, &task)?;
+                beats.push(beat);
+            }
+            Ok(beats)
+        }))
+    }
+
+    fn answer_task<'a>(
+        &'a self,
+        lease: &'a TaskLease,
+        answer: TaskAnswer,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<TaskState, StoreError>> {
+        let lease = lease.clone();
+        Box::pin(async move {
+            let state = self
+                .write(move |conn| {
+                    let mut task =
+                        find(conn, &lease.task)?.ok_or_else(|| StoreError::TaskNotFound(lease.task.clone()))?;
+                    let before = task.clone();
+                    // A refused answer still keeps what `now` decided (a lapsed lease).
+                    let result = rules::answer(&mut task, &lease, answer.clone(), now);
+                    if task != before {
+                        save(conn, &task)?;
+                    }
+                    result.map(Ok).or_else(|e| match e {
+                        StoreError::TaskLeaseLost { .. } => Ok(Err(e)),
+                        other => Err(other),
+                    })
+                })
+                .await??;
+            self.tasks_changed.notify_waiters();
+            Ok(state)
+        })
+    }
+
+    fn settle_task<'a>(
+        &'a self,
+        task: &'a TaskId,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<Option<StoredTask>, StoreError>> {
+        let id = task.clone();
+        Box::pin(async move {
+            let read = id.clone();
+            let found = self.read("reading a task", move |conn| find(conn, &read)).await?;
+            match found {
+                Some(task) if task.settled_at(now).is_some() => {
+                    self.write(move |conn| {
+                        let Some(mut task) = find(conn, &id)? else { return Ok(None) };
+                        if rules::settle(&mut task, now) {
+                            save(conn, &task)?;
+                        }
+                        Ok(Some(task))
+                    })
+                    .await
+                }
+                other => Ok(other),
+            }
+        })
+    }
+
+    fn list_tasks<'a>(&'a self, filter: &'a TaskFilter) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>> {
+        let filter = filter.clone();
+        Box::pin(self.read("listing tasks", move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM tasks WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR queue = ?2) \
+                 AND (?3 IS NULL OR state = ?3) AND (?4 IS NULL OR run_id = ?4) ORDER BY created_at DESC, id DESC LIMIT ?5"
+            ))
+            .and_then(|mut s| {
+                s.query_map(
+                    params![
+                        filter.tenant,
+                        filter.queue,
+                        filter.state.map(TaskState::as_str),
+                        filter.run.map(|r| r.as_uuid().as_bytes().to_vec()),
+                        filter.limit as i64
+                    ],
+                    read_row,
+                )?
+                .collect()
+            })
+            .map_err(|e| backend("listing tasks", e))
+        }))
+    }
+}
+
+impl SqliteStore {
+    /// Announces that a task was dispatched in this process.
+    pub(super) fn announce_tasks(&self) {
+        self.tasks_changed.notify_waiters();
+    }
+
+    /// Waits for a task change in this process, up to `timeout`.
+    pub(super) async fn wait_for_task_change(&self, timeout: std::time::Duration) {
+        let _ = tokio::time::timeout(timeout, self.tasks_changed.notified()).await;
+    }
+}

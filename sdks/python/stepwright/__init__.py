@@ -1,0 +1,20 @@
+"""Stepwright for Python: drive runs over the HTTP API (:class:`Client`) and write steps
+that run in this process (:class:`Worker`)."""
+
+from .client import Client
+from .errors import BadRequest, Conflict, Forbidden, NotFound, StepwrightError
+from .worker import HandlerError, TaskCancelled, TaskContext, Worker
+
+__all__ = [
+    "BadRequest",
+    "Client",
+    "Conflict",
+    "Forbidden",
+    "HandlerError",
+    "NotFound",
+    "StepwrightError",
+    "TaskCancelled",
+    "TaskContext",
+    "Worker",
+]
+__version__ = "0.1.0"

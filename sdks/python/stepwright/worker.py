@@ -1,0 +1,278 @@
+"""A step worker: runs the handlers of ``worker:`` tools in this process.
+
+It long-polls ``POST /v1/tasks/claim`` for tasks of one queue, runs each in a slot (a
+thread; an ``async def`` handler runs on an event loop of its own in that thread), renews
+every lease it holds in one heartbeat from its own thread (so a handler that blocks never
+starves it), and answers each task under its lease. Retries, timeouts and the effect fence
+stay in the engine: a handler that raises fails the attempt, and a worker that dies lets its
+lease run out — the step is tried again, or ends ``outcome_unknown`` for an unsafe write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Union
+
+import httpx
+
+from .errors import Conflict, StepwrightError, raise_for_problem
+
+log = logging.getLogger("stepwright.worker")
+
+PROTOCOL = "1"
+SDK = "py/0.1.0"
+
+Handler = Callable[["TaskContext", Any], Union[Any, Awaitable[Any]]]
+
+
+class TaskCancelled(Exception):
+    """Raised by :meth:`TaskContext.check_cancelled` once the run was cancelled or the lease lost."""
+
+
+class HandlerError(Exception):
+    """Raise it from a handler to fail the attempt with your own ``code`` and retryability."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+
+@dataclass
+class TaskContext:
+    """What a handler gets besides its input."""
+
+    task_id: str
+    handler: str
+    attempt: int
+    run_id: str
+    workflow: str
+    step: str
+    idempotency_key: str | None
+    details: Any
+    lease: int
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    _details_out: list[Any] = field(default_factory=list)
+
+    def heartbeat(self, details: Any = None) -> None:
+        """Keeps ``details`` for a later attempt (sent with the next heartbeat)."""
+        self._details_out.append(details)
+
+    @property
+    def is_cancelled(self) -> bool:
+        """Whether the run was cancelled (or this worker lost the lease): stop soon."""
+        return self.cancelled.is_set()
+
+    def check_cancelled(self) -> None:
+        """Raises :class:`TaskCancelled` once cancelled; call it between pieces of work."""
+        if self.cancelled.is_set():
+            raise TaskCancelled(self.task_id)
+
+
+class Worker:
+    """``Worker(base_url, api_key, queue="default", slots=4)``; register handlers with
+    :meth:`handler`, then :meth:`run` until :meth:`stop`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        queue: str = "default",
+        slots: int = 4,
+        name: str | None = None,
+        wait_seconds: int = 30,
+    ) -> None:
+        self.queue = queue
+        self.slots = slots
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.name = name or socket.gethostname()
+        self.wait_seconds = wait_seconds
+        self._handlers: dict[str, Handler] = {}
+        headers = {
+            "authorization": f"Bearer {api_key}",
+            "stepwright-protocol": PROTOCOL,
+            "user-agent": f"stepwright-{SDK}",
+        }
+        # A long poll answers within `wait_seconds`; the read timeout leaves room for it.
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=httpx.Timeout(10.0, read=wait_seconds + 10.0)
+        )
+        self._beat_http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=10.0)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._running: dict[str, TaskContext] = {}
+        self._interval = 10.0
+
+    def handler(self, name: str) -> Callable[[Handler], Handler]:
+        """Registers a handler (``name`` or ``name@version``) for the queue's tasks."""
+
+        def register(fn: Handler) -> Handler:
+            self._handlers[name] = fn
+            return fn
+
+        return register
+
+    def stop(self) -> None:
+        """Stops claiming; tasks running finish and are answered, then :meth:`run` returns."""
+        self._stop.set()
+
+    def run(self) -> None:
+        """Claims and runs tasks until :meth:`stop` (or Ctrl-C)."""
+        if not self._handlers:
+            raise ValueError("register at least one handler with @worker.handler(name)")
+        beat = threading.Thread(target=self._heartbeat_loop, name="stepwright-heartbeat", daemon=True)
+        beat.start()
+        pool = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="stepwright-slot")
+        try:
+            while not self._stop.is_set():
+                with self._lock:
+                    free = self.slots - len(self._running)
+                    holding = list(self._running)
+                try:
+                    answer = self._claim(free, holding)
+                except (httpx.TransportError, StepwrightError) as error:
+                    log.warning("claim failed: %s", error)
+                    self._stop.wait(1.0)
+                    continue
+                self._interval = max(0.05, answer.get("heartbeat_interval_ms", 10000) / 1000)
+                for task_id in answer.get("cancel", []):
+                    self._cancel(task_id)
+                for task in answer.get("tasks", []):
+                    if self._stop.is_set():
+                        self._answer(task["id"], "release", {"lease": task["lease"]})
+                        continue
+                    ctx = TaskContext(
+                        task_id=task["id"],
+                        handler=task["handler"],
+                        attempt=task["attempt"],
+                        run_id=task["run"]["id"],
+                        workflow=task["run"]["workflow"],
+                        step=task["step"],
+                        idempotency_key=task.get("idempotency_key"),
+                        details=task.get("details"),
+                        lease=task["lease"],
+                    )
+                    with self._lock:
+                        self._running[ctx.task_id] = ctx
+                    future = pool.submit(self._execute, ctx, task["input"])
+                    future.add_done_callback(self._forget(ctx.task_id))
+        except KeyboardInterrupt:
+            self._stop.set()
+        finally:
+            pool.shutdown(wait=True)
+            self._http.close()
+
+    def _forget(self, task_id: str) -> Callable[[Future[None]], None]:
+        def done(_: Future[None]) -> None:
+            with self._lock:
+                self._running.pop(task_id, None)
+
+        return done
+
+    def _claim(self, free: int, holding: list[str]) -> dict[str, Any]:
+        body = {
+            "worker": {"id": self.id, "name": self.name, "sdk": SDK},
+            "queue": self.queue,
+            "handlers": sorted(self._handlers),
+            "max": max(free, 0),
+            # A full worker keeps a short control poll, so cancels reach it quickly.
+            "wait_seconds": self.wait_seconds if free > 0 else min(self.wait_seconds, 1),
+            "holding": holding,
+        }
+        response = self._http.post("/v1/tasks/claim", json=body)
+        raise_for_problem(response)
+        result: dict[str, Any] = response.json()
+        return result
+
+    def _cancel(self, task_id: str) -> None:
+        with self._lock:
+            ctx = self._running.get(task_id)
+        if ctx is not None:
+            ctx.cancelled.set()
+
+    def _execute(self, ctx: TaskContext, task_input: Any) -> None:
+        fn = self._handlers.get(ctx.handler) or self._handlers.get(ctx.handler.split("@")[0])
+        if fn is None:
+            self._answer(ctx.task_id, "release", {"lease": ctx.lease})
+            return
+        try:
+            if inspect.iscoroutinefunction(fn):
+                output = asyncio.run(self._run_async(fn, ctx, task_input))
+            else:
+                output = fn(ctx, task_input)
+        except TaskCancelled:
+            self._answer(ctx.task_id, "cancelled", {"lease": ctx.lease})
+            return
+        except HandlerError as error:
+            failure = {"code": error.code, "message": error.message, "retryable": error.retryable}
+            self._answer(ctx.task_id, "fail", {"lease": ctx.lease, "error": failure})
+            return
+        except Exception as error:  # noqa: BLE001 - any handler failure fails the attempt
+            failure = {"code": "execution_failed", "message": f"{type(error).__name__}: {error}", "retryable": True}
+            self._answer(ctx.task_id, "fail", {"lease": ctx.lease, "error": failure})
+            return
+        if ctx.cancelled.is_set():
+            self._answer(ctx.task_id, "cancelled", {"lease": ctx.lease})
+        else:
+            self._answer(ctx.task_id, "complete", {"lease": ctx.lease, "output": output})
+
+    async def _run_async(self, fn: Handler, ctx: TaskContext, task_input: Any) -> Any:
+        work = asyncio.ensure_future(fn(ctx, task_input))
+        while not work.done():
+            await asyncio.wait({work}, timeout=0.02)
+            if ctx.cancelled.is_set() and not work.done():
+                work.cancel()
+                try:
+                    await work
+                except asyncio.CancelledError:
+                    raise TaskCancelled(ctx.task_id) from None
+        return work.result()
+
+    def _answer(self, task_id: str, verb: str, body: dict[str, Any]) -> None:
+        for attempt in range(5):
+            try:
+                response = self._beat_http.post(f"/v1/tasks/{task_id}/{verb}", json=body)
+                raise_for_problem(response)
+                return
+            except Conflict as error:
+                log.warning("task %s: %s refused (%s); the result is dropped", task_id, verb, error.code)
+                return
+            except (httpx.TransportError, StepwrightError) as error:
+                log.warning("task %s: %s failed (%s); retrying", task_id, verb, error)
+                self._stop.wait(0.2 * 2**attempt)
+
+    def _heartbeat_loop(self) -> None:
+        while True:
+            time.sleep(self._interval)
+            with self._lock:
+                held = list(self._running.values())
+            if not held:
+                if self._stop.is_set():
+                    return
+                continue
+            tasks = []
+            for ctx in held:
+                entry: dict[str, Any] = {"id": ctx.task_id, "lease": ctx.lease}
+                if ctx._details_out:
+                    entry["details"] = ctx._details_out[-1]
+                tasks.append(entry)
+            try:
+                response = self._beat_http.post("/v1/tasks/heartbeat", json={"worker_id": self.id, "tasks": tasks})
+                raise_for_problem(response)
+            except (httpx.TransportError, StepwrightError) as error:
+                log.warning("heartbeat failed: %s", error)
+                continue
+            for beat in response.json().get("tasks", []):
+                if beat["state"] in ("cancel", "lost"):
+                    self._cancel(beat["id"])

@@ -1,0 +1,254 @@
+"""The Python package against a real `stepwright serve`: steps written in Python, with the
+engine's guarantees (retries, the effect fence, cancellation, leases)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+
+from stepwright import Client, Conflict, HandlerError, Worker
+
+HERE = Path(__file__).resolve().parent
+
+
+def workflow(name: str, *, queue: str, handler: str, effect: str = "read", worker_extra: str = "", step_extra: str = "") -> str:
+    return f"""
+workflow: {name}
+tools:
+  {handler}:
+    worker: {{ queue: {queue}, handler: {handler}{worker_extra} }}
+    effect: {effect}
+steps:
+  - id: call
+    tool: {handler}
+    with: {{ text: "{{{{ input.text }}}}", sleep: "{{{{ input.sleep }}}}" }}
+{step_extra}
+"""
+
+
+@pytest.fixture
+def client(server: Any, namespace: str) -> Iterator[tuple[Client, str]]:
+    key = server.key(namespace)
+    with Client(server.url, key) as client:
+        yield client, key
+
+
+def background(worker: Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_sync_handler_runs_a_step_and_the_run_completes(server: Any, client: tuple[Client, str]) -> None:
+    c, key = client
+    c.workflows.register(workflow("shout", queue="py", handler="shout"))
+    worker = Worker(server.url, key, queue="py", wait_seconds=2)
+
+    @worker.handler("shout")
+    def shout(ctx: Any, task_input: dict[str, Any]) -> dict[str, Any]:
+        assert ctx.attempt == 1 and ctx.step == "call"
+        return {"text": task_input["text"].upper(), "run": ctx.run_id}
+
+    thread = background(worker)
+    run = c.runs.start("shout", {"text": "hello", "sleep": 0})
+    done = c.runs.wait(run["run_id"], timeout=30)
+    worker.stop()
+    thread.join(timeout=10)
+    assert done["status"] == "completed", done
+    assert done["output"] == {"text": "HELLO", "run": run["run_id"]}
+    tasks = c.tasks.list(run=run["run_id"])
+    assert [t["state"] for t in tasks] == ["completed"]
+
+
+def test_an_async_handler_runs_and_a_handler_error_fails_the_step_with_its_code(
+    server: Any, client: tuple[Client, str]
+) -> None:
+    c, key = client
+    c.workflows.register(workflow("checked", queue="py", handler="check"))
+    worker = Worker(server.url, key, queue="py", wait_seconds=2)
+
+    @worker.handler("check")
+    async def check(ctx: Any, task_input: dict[str, Any]) -> dict[str, Any]:
+        import asyncio
+
+        await asyncio.sleep(0.01)
+        if task_input["text"] == "bad":
+            raise HandlerError("not_allowed", "bad text is refused")
+        return {"ok": task_input["text"]}
+
+    thread = background(worker)
+    good = c.runs.wait(c.runs.start("checked", {"text": "fine", "sleep": 0})["run_id"], timeout=30)
+    bad = c.runs.wait(c.runs.start("checked", {"text": "bad", "sleep": 0})["run_id"], timeout=30)
+    worker.stop()
+    thread.join(timeout=10)
+    assert good["status"] == "completed" and good["output"] == {"ok": "fine"}
+    assert bad["status"] == "failed"
+    assert bad["error"]["code"] == "not_allowed", bad["error"]
+
+
+def start_slow_worker(server: Any, key: str, queue: str, calls: Path, label: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent))
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "slow_worker.py"), server.url, key, queue, str(calls), label], env=env
+    )
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(0.05)
+
+
+def test_a_read_step_whose_worker_is_killed_runs_again_on_another_worker(
+    server: Any, client: tuple[Client, str], tmp_path: Path
+) -> None:
+    c, key = client
+    c.workflows.register(
+        workflow(
+            "resilient",
+            queue="slow",
+            handler="slow",
+            effect="read",
+            worker_extra=", heartbeat_timeout: 1s",
+            step_extra="    retry: { max_attempts: 3, initial_delay: 10ms }",
+        )
+    )
+    calls = tmp_path / "calls"
+    first = start_slow_worker(server, key, "slow", calls, "first")
+    run = c.runs.start("resilient", {"text": "x", "sleep": 30})
+    wait_for(lambda: calls.exists() and len(calls.read_text().splitlines()) == 1)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    second = start_slow_worker(server, key, "slow", calls, "second")
+    try:
+        # The first attempt's lease runs out (1 s without a heartbeat); its retry is a new
+        # task, which the second worker takes.
+        wait_for(lambda: len(calls.read_text().splitlines()) == 2, timeout=30)
+    finally:
+        second.send_signal(signal.SIGKILL)
+        second.wait()
+    lines = [line.split() for line in calls.read_text().splitlines()]
+    assert [attempt for _, attempt in lines] == ["1", "2"], lines
+    assert lines[0][0] != lines[1][0], "each attempt is a task of its own"
+    tasks = {t["attempt"]: t["state"] for t in c.tasks.list(run=run["run_id"])}
+    assert tasks[1] == "lapsed", tasks
+    c.runs.cancel(run["run_id"])
+
+
+def test_an_unsafe_write_whose_worker_is_killed_ends_outcome_unknown_and_never_runs_twice(
+    server: Any, client: tuple[Client, str], tmp_path: Path
+) -> None:
+    c, key = client
+    c.workflows.register(
+        workflow(
+            "charge",
+            queue="pay",
+            handler="slow",
+            effect="write",
+            worker_extra=", heartbeat_timeout: 1s",
+            step_extra="    retry: { max_attempts: 3, initial_delay: 10ms }",
+        )
+    )
+    calls = tmp_path / "calls"
+    worker = start_slow_worker(server, key, "pay", calls, "first")
+    run = c.runs.start("charge", {"text": "x", "sleep": 30})
+    wait_for(lambda: calls.exists() and len(calls.read_text().splitlines()) == 1)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait()
+    other = start_slow_worker(server, key, "pay", calls, "second")
+    try:
+        done = c.runs.wait(run["run_id"], timeout=30)
+    finally:
+        other.send_signal(signal.SIGKILL)
+        other.wait()
+    assert done["status"] == "failed", done
+    assert done["error"]["code"] == "outcome_unknown", done["error"]
+    assert len(calls.read_text().splitlines()) == 1, "the write never ran twice"
+
+
+def test_a_stale_workers_late_completion_is_refused_and_the_journal_holds_one_completion(
+    server: Any, client: tuple[Client, str]
+) -> None:
+    c, key = client
+    c.workflows.register(
+        workflow(
+            "fenced",
+            queue="stale",
+            handler="echo",
+            worker_extra=", heartbeat_timeout: 1s",
+            step_extra="    retry: { max_attempts: 2, initial_delay: 10ms }",
+        )
+    )
+    run = c.runs.start("fenced", {"text": "x", "sleep": 0})
+    headers = {"authorization": f"Bearer {key}", "stepwright-protocol": "1"}
+    claim = {"worker": {"id": "stale"}, "queue": "stale", "handlers": ["echo"], "wait_seconds": 10}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=20) as http:
+        first = http.post("/v1/tasks/claim", json=claim).json()["tasks"][0]
+        # The lease runs out; the retry is a new task another worker takes and completes.
+        second = http.post("/v1/tasks/claim", json={**claim, "worker": {"id": "fresh"}}).json()["tasks"][0]
+        assert second["id"] != first["id"] and second["attempt"] == 2
+        done = http.post(f"/v1/tasks/{second['id']}/complete", json={"lease": second["lease"], "output": {"by": "fresh"}})
+        assert done.status_code == 200, done.text
+        late = http.post(f"/v1/tasks/{first['id']}/complete", json={"lease": first["lease"], "output": {"by": "stale"}})
+        assert late.status_code == 409, late.text
+        assert late.json()["code"] == "lease_lost"
+        again = http.post(f"/v1/tasks/{second['id']}/complete", json={"lease": second["lease"], "output": {"by": "fresh"}})
+        assert again.status_code == 200 and again.json()["state"] == "completed", "a repeat is answered the same"
+    done_run = c.runs.wait(run["run_id"], timeout=30)
+    assert done_run["output"] == {"by": "fresh"}
+    steps = [s for s in done_run["steps"] if s["path"] == "call"]
+    assert len(steps) == 1 and steps[0]["status"] == "completed"
+    with pytest.raises(Conflict):
+        c._request("POST", f"/v1/tasks/{first['id']}/complete", json={"lease": first["lease"], "output": {}})
+
+
+def test_a_task_nobody_claims_fails_no_worker_after_schedule_to_start(server: Any, client: tuple[Client, str]) -> None:
+    c, _ = client
+    c.workflows.register(workflow("lonely", queue="nobody", handler="echo", worker_extra=", schedule_to_start: 1s"))
+    run = c.runs.start("lonely", {"text": "x", "sleep": 0})
+    done = c.runs.wait(run["run_id"], timeout=30)
+    assert done["status"] == "failed"
+    assert done["error"]["code"] == "no_worker", done["error"]
+    assert "queue `nobody`" in done["error"]["message"]
+
+
+def test_cancel_reaches_a_running_python_handler(server: Any, client: tuple[Client, str]) -> None:
+    c, key = client
+    c.workflows.register(workflow("long", queue="cancel", handler="wait"))
+    worker = Worker(server.url, key, queue="cancel", wait_seconds=2)
+    started = threading.Event()
+    stopped_after: list[float] = []
+
+    @worker.handler("wait")
+    def wait(ctx: Any, task_input: Any) -> Any:
+        started.set()
+        begun = time.monotonic()
+        while not ctx.is_cancelled:
+            time.sleep(0.005)
+            if time.monotonic() - begun > 20:
+                return {"never": "cancelled"}
+        stopped_after.append(time.monotonic())
+        ctx.check_cancelled()
+
+    thread = background(worker)
+    run = c.runs.start("long", {"text": "x", "sleep": 0})
+    assert started.wait(20)
+    asked = time.monotonic()
+    c.runs.cancel(run["run_id"])
+    wait_for(lambda: bool(stopped_after), timeout=15)
+    worker.stop()
+    thread.join(timeout=10)
+    assert stopped_after[0] - asked < 5.0
+    assert c.runs.get(run["run_id"])["status"] == "cancelled"
+    assert [t["state"] for t in c.tasks.list(run=run["run_id"])] == ["cancelled"]
