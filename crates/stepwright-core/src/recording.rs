@@ -229,6 +229,13 @@ impl Recorder {
         if deferrable { self.flush_if_due().await } else { self.flush().await }
     }
 
+    /// Buffers a fence's intent, to be written with the next commit (the task a step
+    /// dispatches): the path is fenced from now on, as by [`Recorder::commit`].
+    pub(crate) fn note_intent(&self, path: &StepPath, at: Timestamp, record: Record) {
+        self.fenced.lock().expect("poisoned").insert(path.clone());
+        self.note(path, at, record);
+    }
+
     /// Writes everything buffered.
     pub(crate) async fn flush(&self) -> Result<(), StoreFailed> {
         let _serial = match self.window {

@@ -54,6 +54,13 @@ pub trait DynStep: Send + Sync + 'static {
     /// name.
     fn type_name(&self) -> &str;
 
+    /// Whether the step hands its work to a step worker ([`StepContext::dispatch`]): its
+    /// fence's intent is then written in the same commit as the task, so a task never
+    /// exists without its intent, nor an intent without its task.
+    fn dispatches(&self) -> bool {
+        false
+    }
+
     /// What identifies the step's behaviour: its implementation and its configuration (an
     /// agent's spec, a prompt). It is part of the definition hash, so a changed
     /// configuration is a changed definition, and of the step cache's key. Defaults to

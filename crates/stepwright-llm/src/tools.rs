@@ -135,6 +135,11 @@ pub trait Tool: Send + Sync + 'static {
     /// Runs one call with arguments already validated against the input schema. A failure
     /// is a [`StepError`]; an agent shows it to the model as an error result.
     fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>>;
+
+    /// Whether a call hands its work to a step worker (a `worker:` tool).
+    fn dispatches(&self) -> bool {
+        false
+    }
 }
 
 struct Registered {
@@ -695,21 +700,27 @@ impl Tool for HttpTool {
 pub struct ToolStep {
     tool: String,
     name: String,
+    /// The tool hands its calls to a step worker.
+    dispatches: bool,
 }
 
 impl ToolStep {
     /// A step calling the tool with this name.
     pub fn new(tool: &str) -> Arc<Self> {
-        Arc::new(Self { tool: tool.to_owned(), name: format!("tool {tool}") })
+        Arc::new(Self { tool: tool.to_owned(), name: format!("tool {tool}"), dispatches: false })
     }
 
     /// A node calling `tool`, with the effect class, retry safety and approval gate the tool
     /// declares.
     pub fn node(id: &str, tools: &Tools, tool: &str) -> Result<stepwright_core::Node, StepError> {
-        let def = tools
+        let found = tools
             .get(tool)
-            .ok_or_else(|| StepError::new(TOOL_NOT_FOUND, format!("step {id}: no tool named {tool:?}")))?
-            .def();
+            .ok_or_else(|| StepError::new(TOOL_NOT_FOUND, format!("step {id}: no tool named {tool:?}")))?;
+        let def = found.def();
+        if found.dispatches() {
+            let step = Arc::new(Self { tool: tool.to_owned(), name: format!("tool {tool}"), dispatches: true });
+            return Ok(Self::gated(stepwright_core::Node::dyn_step(id, step), tool, def.effect, def.safe_to_retry, def.needs_approval));
+        }
         Ok(Self::declared_node(id, tool, def.effect, def.safe_to_retry, def.needs_approval))
     }
 
@@ -723,7 +734,18 @@ impl ToolStep {
         safe_to_retry: bool,
         needs_approval: bool,
     ) -> stepwright_core::Node {
-        let mut node = stepwright_core::Node::dyn_step(id, Self::new(tool)).effect(effect);
+        Self::gated(stepwright_core::Node::dyn_step(id, Self::new(tool)), tool, effect, safe_to_retry, needs_approval)
+    }
+
+    /// `node` with a tool's effect class, retry safety and approval gate.
+    fn gated(
+        node: stepwright_core::Node,
+        tool: &str,
+        effect: Effect,
+        safe_to_retry: bool,
+        needs_approval: bool,
+    ) -> stepwright_core::Node {
+        let mut node = node.effect(effect);
         // Reads and pure calls are retried anyway; the mark means something for fenced ones.
         if safe_to_retry && effect.is_fenced() {
             node = node.safe_to_retry();
@@ -746,5 +768,9 @@ impl DynStep for ToolStep {
 
     fn type_name(&self) -> &str {
         &self.name
+    }
+
+    fn dispatches(&self) -> bool {
+        self.dispatches
     }
 }

@@ -79,4 +79,8 @@ impl Tool for WorkerTool {
             cx.step.dispatch(request).await
         })
     }
+
+    fn dispatches(&self) -> bool {
+        true
+    }
 }

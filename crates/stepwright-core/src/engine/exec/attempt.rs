@@ -94,8 +94,14 @@ impl Exec {
                 // Started (and fenced) when the task was dispatched.
             } else if let Some(key) = &key {
                 self.started(path, attempt);
-                // The fence: the intent is durable before the effect can happen.
-                self.run.recorder.commit(path, self.now(), Record::Intent { attempt, key: key.clone() }).await?;
+                // The fence: the intent is durable before the effect can happen (for a step
+                // that dispatches a task, in the task's own commit).
+                let intent = Record::Intent { attempt, key: key.clone() };
+                if matches!(&node.kind, NodeKind::Step(step) if step.dispatches()) {
+                    self.run.recorder.note_intent(path, self.now(), intent);
+                } else {
+                    self.run.recorder.commit(path, self.now(), intent).await?;
+                }
             } else {
                 self.started(path, attempt);
             }

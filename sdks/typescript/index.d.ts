@@ -1,0 +1,81 @@
+// The package's types. The API's request and answer shapes are `components["schemas"]` of
+// `api.d.ts`, generated from docs/openapi.json by openapi-typescript (see test/api.test.mjs,
+// which fails when it is stale).
+import type { components } from "./api.js";
+
+export type Schemas = components["schemas"];
+export type RunDetails = Schemas["RunDetails"];
+export type Task = Schemas["Task"];
+export type TaskSummary = Schemas["TaskSummary"];
+
+/** A problem+json answer: `status`, the stable `code` and the `detail`. */
+export declare class StepwrightError extends Error {
+  readonly status: number;
+  readonly code: string;
+  readonly detail: string;
+  readonly body: Record<string, unknown>;
+}
+
+export interface StartOptions {
+  version?: number;
+  idempotency_key?: string;
+  priority?: number;
+}
+
+export declare class Client {
+  constructor(baseUrl: string, apiKey: string);
+  readonly runs: {
+    start(workflow: string, input?: unknown, options?: StartOptions): Promise<RunDetails>;
+    get(runId: string): Promise<RunDetails>;
+    cancel(runId: string, reason?: string): Promise<Schemas["Cancelled"]>;
+    wait(runId: string, options?: { timeoutMs?: number; pollMs?: number }): Promise<RunDetails>;
+  };
+  readonly workflows: {
+    register(source: string, files?: Record<string, string>): Promise<Schemas["WorkflowVersion"]>;
+  };
+  readonly tasks: {
+    list(filters?: { queue?: string; state?: Schemas["TaskStatus"]; run?: string; limit?: number }): Promise<TaskSummary[]>;
+  };
+}
+
+/** Raise it from a handler to fail the attempt with your own `code` and retryability. */
+export declare class HandlerError extends Error {
+  constructor(code: string, message: string, options?: { retryable?: boolean });
+  readonly code: string;
+  readonly retryable: boolean;
+}
+
+/** What a handler gets besides its input. */
+export interface TaskContext {
+  readonly taskId: string;
+  readonly handler: string;
+  readonly attempt: number;
+  readonly runId: string;
+  readonly workflow: string;
+  readonly step: string;
+  /** The effect fence's key for a fenced tool: pass it to the system the handler changes. */
+  readonly idempotencyKey: string | null;
+  /** The last heartbeat's details from an earlier attempt, if any. */
+  readonly details: unknown;
+  /** Fires when the run is cancelled or this worker lost the lease. */
+  readonly signal: AbortSignal;
+  /** Keeps `details` for a later attempt (sent with the next heartbeat). */
+  heartbeat(details: unknown): void;
+}
+
+export type Handler<I = any, O = unknown> = (ctx: TaskContext, input: I) => O | Promise<O>;
+
+export interface WorkerOptions {
+  queue?: string;
+  slots?: number;
+  name?: string;
+  waitSeconds?: number;
+}
+
+export declare class Worker {
+  constructor(baseUrl: string, apiKey: string, options?: WorkerOptions);
+  readonly id: string;
+  handler<I = any, O = unknown>(name: string, fn: Handler<I, O>): this;
+  run(): Promise<void>;
+  stop(): void;
+}

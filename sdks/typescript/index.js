@@ -1,0 +1,252 @@
+// Stepwright for JavaScript and TypeScript: drive runs over the HTTP API (`Client`) and
+// write steps that run in this process (`Worker`). `fetch` only: Node ≥ 20, Bun, Deno.
+
+const PROTOCOL = "1";
+const SDK = "ts/0.1.0";
+const TERMINAL = new Set(["completed", "failed", "cancelled"]);
+
+/** A problem+json answer: `status`, the stable `code`, and the `detail`. */
+export class StepwrightError extends Error {
+  constructor(status, code, detail, body) {
+    super(`${status} ${code}: ${detail}`);
+    this.name = "StepwrightError";
+    this.status = status;
+    this.code = code;
+    this.detail = detail;
+    this.body = body ?? {};
+  }
+}
+
+async function problem(response) {
+  let body = {};
+  try {
+    body = await response.json();
+  } catch {
+    body = {};
+  }
+  return new StepwrightError(response.status, body.code ?? "http_error", body.detail ?? response.statusText, body);
+}
+
+async function call(base, headers, method, path, body, signal) {
+  const response = await fetch(base + path, {
+    method,
+    headers: body === undefined ? headers : { ...headers, "content-type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal,
+  });
+  if (!response.ok) throw await problem(response);
+  const text = await response.text();
+  return text ? JSON.parse(text) : {};
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** `new Client(baseUrl, apiKey)`: the API's resources as methods returning its JSON answers. */
+export class Client {
+  constructor(baseUrl, apiKey) {
+    this.base = baseUrl.replace(/\/$/, "");
+    this.headers = { authorization: `Bearer ${apiKey}`, "user-agent": `stepwright-${SDK}` };
+    const request = (method, path, body, retries = 0) => this.request(method, path, body, retries);
+    this.runs = {
+      /** Starts a run; the idempotency key is made here when none is given and reused on
+       * every transport retry, so a retried POST never starts two runs. */
+      start: (workflow, input = null, options = {}) =>
+        request(
+          "POST",
+          "/v1/runs",
+          { workflow, input, ...options, idempotency_key: options.idempotency_key ?? `ts-${crypto.randomUUID()}` },
+          3,
+        ),
+      get: (runId) => request("GET", `/v1/runs/${runId}`),
+      cancel: (runId, reason) => request("POST", `/v1/runs/${runId}/cancel`, reason ? { reason } : {}),
+      /** Polls until the run has finished (or `timeoutMs` passes). */
+      wait: async (runId, { timeoutMs = 60_000, pollMs = 50 } = {}) => {
+        const deadline = Date.now() + timeoutMs;
+        for (;;) {
+          const run = await request("GET", `/v1/runs/${runId}`);
+          if (TERMINAL.has(run.status)) return run;
+          if (Date.now() >= deadline) throw new Error(`run ${runId} is still ${run.status} after ${timeoutMs} ms`);
+          await sleep(pollMs);
+        }
+      },
+    };
+    this.workflows = {
+      register: (source, files = {}) => request("POST", "/v1/workflows", { source, files }),
+    };
+    this.tasks = {
+      list: async (filters = {}) => {
+        const query = new URLSearchParams(Object.entries(filters).filter(([, v]) => v !== undefined));
+        return (await request("GET", `/v1/tasks?${query}`)).tasks;
+      },
+    };
+  }
+
+  async request(method, path, body, retries = 0) {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await call(this.base, this.headers, method, path, body);
+      } catch (error) {
+        if (error instanceof StepwrightError || attempt >= retries) throw error;
+        await sleep(100 * 2 ** attempt);
+      }
+    }
+  }
+}
+
+/** Raise it from a handler to fail the attempt with your own `code` and retryability. */
+export class HandlerError extends Error {
+  constructor(code, message, { retryable = false } = {}) {
+    super(message);
+    this.name = "HandlerError";
+    this.code = code;
+    this.retryable = retryable;
+  }
+}
+
+/**
+ * A step worker: long-polls one queue for tasks, runs each handler with an `AbortSignal`
+ * that fires when the run is cancelled or the lease is lost, renews every lease it holds in
+ * one heartbeat on its own timer, and answers each task under its lease.
+ */
+export class Worker {
+  constructor(baseUrl, apiKey, { queue = "default", slots = 4, name, waitSeconds = 30 } = {}) {
+    this.base = baseUrl.replace(/\/$/, "");
+    this.headers = {
+      authorization: `Bearer ${apiKey}`,
+      "stepwright-protocol": PROTOCOL,
+      "user-agent": `stepwright-${SDK}`,
+    };
+    this.queue = queue;
+    this.slots = slots;
+    this.waitSeconds = waitSeconds;
+    this.id = `${name ?? "ts"}-${process.pid}-${crypto.randomUUID().slice(0, 8)}`;
+    this.name = name;
+    this.handlers = new Map();
+    this.running = new Map();
+    this.stopping = new AbortController();
+    this.interval = 10_000;
+  }
+
+  /** Registers `fn(ctx, input)` for handler `name` (or `name@version`). */
+  handler(name, fn) {
+    this.handlers.set(name, fn);
+    return this;
+  }
+
+  /** Stops claiming; tasks running finish and are answered, then `run()` resolves. */
+  stop() {
+    this.stopping.abort();
+  }
+
+  /** Claims and runs tasks until `stop()`. */
+  async run() {
+    if (this.handlers.size === 0) throw new Error("register at least one handler with worker.handler(name, fn)");
+    try {
+      while (!this.stopping.signal.aborted) {
+        const free = this.slots - this.running.size;
+        let answer;
+        try {
+          answer = await call(
+            this.base,
+            this.headers,
+            "POST",
+            "/v1/tasks/claim",
+            {
+              worker: { id: this.id, name: this.name, sdk: SDK },
+              queue: this.queue,
+              handlers: [...this.handlers.keys()].sort(),
+              max: Math.max(free, 0),
+              wait_seconds: free > 0 ? this.waitSeconds : Math.min(this.waitSeconds, 1),
+              holding: [...this.running.keys()],
+            },
+            this.stopping.signal,
+          );
+        } catch (error) {
+          if (this.stopping.signal.aborted) break;
+          await sleep(1000);
+          continue;
+        }
+        // The heartbeat runs on its own timer, started when the first task is held, at the
+        // interval the server advises.
+        this.interval = Math.max(50, answer.heartbeat_interval_ms ?? 10_000);
+        for (const id of answer.cancel ?? []) this.running.get(id)?.controller.abort();
+        for (const task of answer.tasks ?? []) this.start(task);
+      }
+    } finally {
+      await Promise.allSettled([...this.running.values()].map((r) => r.done));
+      clearInterval(this.beatTimer);
+    }
+  }
+
+  start(task) {
+    const controller = new AbortController();
+    const ctx = {
+      taskId: task.id,
+      handler: task.handler,
+      attempt: task.attempt,
+      runId: task.run.id,
+      workflow: task.run.workflow,
+      step: task.step,
+      idempotencyKey: task.idempotency_key ?? null,
+      details: task.details ?? null,
+      signal: controller.signal,
+      heartbeat: (details) => {
+        entry.details = details;
+      },
+    };
+    const entry = { lease: task.lease, controller, details: undefined, done: undefined };
+    this.running.set(task.id, entry);
+    if (this.running.size === 1) this.keepBeating();
+    entry.done = this.execute(task, ctx, entry).finally(() => this.running.delete(task.id));
+  }
+
+  keepBeating() {
+    clearInterval(this.beatTimer);
+    this.beatTimer = setInterval(() => {
+      if (this.running.size === 0) return clearInterval(this.beatTimer);
+      this.heartbeat().catch(() => {});
+    }, this.interval);
+  }
+
+  async execute(task, ctx, entry) {
+    const fn = this.handlers.get(task.handler) ?? this.handlers.get(task.handler.split("@")[0]);
+    if (!fn) return this.answer(task.id, "release", { lease: entry.lease });
+    let output;
+    try {
+      output = await fn(ctx, task.input);
+    } catch (error) {
+      if (entry.controller.signal.aborted) return this.answer(task.id, "cancelled", { lease: entry.lease });
+      const failure =
+        error instanceof HandlerError
+          ? { code: error.code, message: error.message, retryable: error.retryable }
+          : { code: "execution_failed", message: `${error?.name ?? "Error"}: ${error?.message ?? error}`, retryable: true };
+      return this.answer(task.id, "fail", { lease: entry.lease, error: failure });
+    }
+    if (entry.controller.signal.aborted) return this.answer(task.id, "cancelled", { lease: entry.lease });
+    return this.answer(task.id, "complete", { lease: entry.lease, output: output ?? null });
+  }
+
+  async answer(taskId, verb, body) {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      try {
+        await call(this.base, this.headers, "POST", `/v1/tasks/${taskId}/${verb}`, body);
+        return;
+      } catch (error) {
+        // A stale lease: the result is dropped (the engine has moved on).
+        if (error instanceof StepwrightError && error.status === 409) return;
+        await sleep(200 * 2 ** attempt);
+      }
+    }
+  }
+
+  async heartbeat() {
+    if (this.running.size === 0) return;
+    const tasks = [...this.running.entries()].map(([id, r]) =>
+      r.details === undefined ? { id, lease: r.lease } : { id, lease: r.lease, details: r.details },
+    );
+    const answer = await call(this.base, this.headers, "POST", "/v1/tasks/heartbeat", { worker_id: this.id, tasks });
+    for (const beat of answer.tasks ?? []) {
+      if (beat.state === "cancel" || beat.state === "lost") this.running.get(beat.id)?.controller.abort();
+    }
+  }
+}

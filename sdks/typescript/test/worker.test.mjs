@@ -1,0 +1,143 @@
+// The TypeScript package against a real `stepwright serve`: steps written in JavaScript,
+// with the engine's guarantees (retries, leases, cancellation, concurrency).
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import { Client, HandlerError, StepwrightError, Worker } from "../index.js";
+import { startServer, workflow } from "./server.mjs";
+
+let server;
+before(async () => {
+  server = await startServer();
+});
+after(() => server.stop());
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+test("a handler runs a step and the run completes", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(workflow("shout", { queue: "ts", handler: "shout" }));
+  const worker = new Worker(server.url, key, { queue: "ts", waitSeconds: 2 });
+  worker.handler("shout", async (ctx, input) => ({ text: input.text.toUpperCase(), attempt: ctx.attempt, step: ctx.step }));
+  const running = worker.run();
+  const run = await client.runs.start("shout", { text: "hello" });
+  const done = await client.runs.wait(run.run_id, { timeoutMs: 30_000 });
+  worker.stop();
+  await running;
+  assert.equal(done.status, "completed");
+  assert.deepEqual(done.output, { text: "HELLO", attempt: 1, step: "call" });
+  assert.deepEqual((await client.tasks.list({ run: run.run_id })).map((t) => t.state), ["completed"]);
+});
+
+test("a handler error fails the step with its code", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(workflow("picky", { queue: "ts", handler: "picky" }));
+  const worker = new Worker(server.url, key, { queue: "ts", waitSeconds: 2 });
+  worker.handler("picky", () => {
+    throw new HandlerError("not_allowed", "refused");
+  });
+  const running = worker.run();
+  const done = await client.runs.wait((await client.runs.start("picky", { text: "x" })).run_id, { timeoutMs: 30_000 });
+  worker.stop();
+  await running;
+  assert.equal(done.status, "failed");
+  assert.equal(done.error.code, "not_allowed");
+});
+
+test("cancel reaches a running handler through its AbortSignal", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(workflow("long", { queue: "cancel", handler: "wait" }));
+  const worker = new Worker(server.url, key, { queue: "cancel", waitSeconds: 2 });
+  let started;
+  const begun = new Promise((r) => (started = r));
+  let abortedAt;
+  worker.handler("wait", (ctx) => {
+    started();
+    return new Promise((resolve, reject) => {
+      const giveUp = setTimeout(() => resolve({ never: "cancelled" }), 20_000);
+      ctx.signal.addEventListener("abort", () => {
+        abortedAt = Date.now();
+        clearTimeout(giveUp);
+        reject(new Error("aborted"));
+      });
+    });
+  });
+  const running = worker.run();
+  const run = await client.runs.start("long", { text: "x" });
+  await begun;
+  const asked = Date.now();
+  await client.runs.cancel(run.run_id);
+  for (let i = 0; i < 300 && abortedAt === undefined; i++) await sleep(50);
+  worker.stop();
+  await running;
+  assert.ok(abortedAt !== undefined, "the handler's signal fired");
+  assert.ok(abortedAt - asked < 5000, `cancel reached the handler in ${abortedAt - asked} ms`);
+  assert.equal((await client.runs.get(run.run_id)).status, "cancelled");
+  assert.deepEqual((await client.tasks.list({ run: run.run_id })).map((t) => t.state), ["cancelled"]);
+});
+
+test("two workers on one queue with concurrency limit 1 never overlap", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(
+    workflow("serial", { queue: "one", handler: "slow", worker: ", concurrency: { limit: 1 }" }),
+  );
+  let inside = 0;
+  let most = 0;
+  const make = () =>
+    new Worker(server.url, key, { queue: "one", slots: 4, waitSeconds: 1 }).handler("slow", async () => {
+      inside++;
+      most = Math.max(most, inside);
+      await sleep(60);
+      inside--;
+      return { ok: true };
+    });
+  const workers = [make(), make()];
+  const running = workers.map((w) => w.run());
+  const runs = await Promise.all([0, 1, 2, 3, 4, 5].map((n) => client.runs.start("serial", { text: `${n}` })));
+  const done = await Promise.all(runs.map((r) => client.runs.wait(r.run_id, { timeoutMs: 60_000 })));
+  workers.forEach((w) => w.stop());
+  await Promise.all(running);
+  assert.ok(done.every((d) => d.status === "completed"), JSON.stringify(done.map((d) => d.status)));
+  assert.equal(most, 1, "never two at once across both workers");
+});
+
+test("a stale lease's completion is refused with 409 lease_lost", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(
+    workflow("stale", {
+      queue: "stale",
+      handler: "echo",
+      worker: ", heartbeat_timeout: 1s",
+      step: "    retry: { max_attempts: 2, initial_delay: 10ms }",
+    }),
+  );
+  const run = await client.runs.start("stale", { text: "x" });
+  const headers = { authorization: `Bearer ${key}`, "content-type": "application/json", "stepwright-protocol": "1" };
+  const claim = (id) =>
+    fetch(`${server.url}/v1/tasks/claim`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ worker: { id }, queue: "stale", handlers: ["echo"], wait_seconds: 10 }),
+    }).then((r) => r.json());
+  const first = (await claim("old")).tasks[0];
+  const second = (await claim("new")).tasks[0];
+  assert.equal(second.attempt, 2);
+  const answer = (task, by) =>
+    fetch(`${server.url}/v1/tasks/${task.id}/complete`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ lease: task.lease, output: { by } }),
+    });
+  assert.equal((await answer(second, "new")).status, 200);
+  const late = await answer(first, "old");
+  assert.equal(late.status, 409);
+  assert.equal((await late.json()).code, "lease_lost");
+  const done = await client.runs.wait(run.run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(done.output, { by: "new" });
+  await assert.rejects(client.runs.get("01a21ba0-0000-7000-8000-000000000000"), (e) => e instanceof StepwrightError && e.status === 404);
+});
