@@ -1100,9 +1100,15 @@ export interface components {
             /** @description What to do. */
             state: components["schemas"]["BeatState"];
         };
-        /** @description What a heartbeat says about one task. */
+        /**
+         * @description What a heartbeat says about one task. `ok`: Renewed. `cancel`: Renewed, but the run was cancelled: stop the handler and answer `cancelled`. `lost`: The lease is no longer this worker's: stop the handler and drop its result.
+         * @enum {string}
+         */
         BeatState: "ok" | "cancel" | "lost";
-        /** @description What a cancel did: the values of [`Cancelled::outcome`]. */
+        /**
+         * @description What a cancel did: the values of [`Cancelled::outcome`]. `cancelled`: Nobody executed it: it is cancelled now. `requested`: The process executing it stops it. `finished`: It had ended already; `status` says how.
+         * @enum {string}
+         */
         CancelOutcome: "cancelled" | "requested" | "finished";
         /** @description A cancel. */
         CancelRun: {
@@ -1258,7 +1264,10 @@ export interface components {
             /** @description Where. */
             path: string;
         };
-        /** @description What is decided. */
+        /**
+         * @description What is decided. `approve`: Go ahead. `reject`: Do not. `modify`: Go ahead with a corrected payload. `respond`: Answer an input or event request.
+         * @enum {string}
+         */
         DecisionKind: "approve" | "reject" | "modify" | "respond";
         /** @description What a decision did. */
         DecisionTaken: {
@@ -1455,7 +1464,10 @@ export interface components {
             /** @description The message (any JSON, `null` too). */
             message: unknown;
         };
-        /** @description What kind of pause an interrupt is. */
+        /**
+         * @description What kind of pause an interrupt is. `approval`: Approve, reject or modify. `input`: Provide a value matching a schema. `event`: Wait for an external event. `timer`: Wait until a time.
+         * @enum {string}
+         */
         InterruptKind: "approval" | "input" | "event" | "timer";
         /** @description A link made. */
         LinkMade: {
@@ -1794,7 +1806,10 @@ export interface components {
             /** @description Newest first. */
             runs: components["schemas"]["RunSummary"][];
         };
-        /** @description Where a run stands. */
+        /**
+         * @description Where a run stands. `pending`: Ready to run and not running: created, or stopped at a checkpoint. `running`: Being executed. `suspended`: Waiting on at least one interrupt (approval, input, event or timer). `completed`: Finished with an output. `failed`: Finished with an error. `cancelled`: Cancelled.
+         * @enum {string}
+         */
         RunStatus: "pending" | "running" | "suspended" | "completed" | "failed" | "cancelled";
         /** @description A run in a listing. */
         RunSummary: {
@@ -1970,9 +1985,15 @@ export interface components {
             /** @description The replayed output's hash. */
             replayed?: string | null;
         };
-        /** @description How one step compares in a replay. */
+        /**
+         * @description How one step compares in a replay. `identical`: Re-executed; the same output as recorded. `different`: Re-executed; a different output. `served`: A `write`/`external` step: its recorded output was served, not re-executed. `missing`: Recorded in the original, not reached by the replay. `added`: Reached by the replay, not recorded in the original.
+         * @enum {string}
+         */
         StepReplay: "identical" | "different" | "served" | "missing" | "added";
-        /** @description Where a step path stands in a run's timeline. */
+        /**
+         * @description Where a step path stands in a run's timeline. `completed`: It produced its output. `failed`: It failed for good (after its retries and `on_failure`). `skipped`: Its condition was false, or `on_failure: skip` turned a failure into `null`. `suspended`: It waits on an interrupt; the run suspends. `handoff`: It handed control to another node of its graph. `cancelled`: It was stopped: the run was cancelled, or a sibling's failure or a race ended it. `retrying`: This attempt failed and another one follows. `running`: An attempt started and has not ended. `waiting`: It opened an interrupt and waits for the decision.
+         * @enum {string}
+         */
         StepStatus: "completed" | "failed" | "skipped" | "suspended" | "handoff" | "cancelled" | "retrying" | "running" | "waiting";
         /** @description One step's model usage before and after a recompute. */
         StepUsageChange: {
@@ -2010,36 +2031,6 @@ export interface components {
             run_id: string;
             /** @description Always true: the answer comes once the message is stored. */
             stored: boolean;
-        };
-        /** @description The `data:` of each streamed event: the run's event as `runs events --json` prints it. */
-        StreamedEvent: {
-            /**
-             * Format: int64
-             * @description When (µs since the epoch).
-             */
-            at: number;
-            /** @description The event's own fields. */
-            data: unknown;
-            /**
-             * @description The event's name, as in `event:` (`step.started`, `step.completed`, `interrupt.opened`,
-             *     `run.completed`, …).
-             */
-            kind: string;
-            /** @description The step path it concerns (empty for the run's own events). */
-            path: string;
-            /** @description The run. */
-            run: string;
-            /** @description The run's tenant, for events steps emitted. */
-            tenant?: string | null;
-            /** @description The run's user, for events steps emitted. */
-            user?: string | null;
-        };
-        /** @description A piece of text a model streamed for a step: the `data:` of a `token` event. */
-        StreamedToken: {
-            /** @description The step whose model streams it. */
-            path: string;
-            /** @description The text. */
-            text: string;
         };
         /** @description A task as a worker gets it. */
         Task: {
@@ -2122,7 +2113,10 @@ export interface components {
             /** @description Its workflow. */
             workflow: string;
         };
-        /** @description Where a task is in its life. */
+        /**
+         * @description Where a task is in its life. `pending`: Waiting for a worker. `claimed`: A worker holds it. `completed`: The handler returned an output. `failed`: The handler failed. `lapsed`: The worker's lease ran out. `no_worker`: Nobody claimed it before its `schedule_to_start`. `cancelled`: The handler stopped on a cancel.
+         * @enum {string}
+         */
         TaskStatus: "pending" | "claimed" | "completed" | "failed" | "lapsed" | "no_worker" | "cancelled";
         /** @description A task as operators see it. */
         TaskSummary: {
@@ -3921,17 +3915,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "text/event-stream": {
-                        data: string;
-                        /** @description The event's name (`step.started`, `run.completed`, …). */
-                        event: string;
-                        /** @description The event's position in the run's event sequence. */
-                        id: string;
-                    } | {
-                        data: string;
-                        /** @constant */
-                        event: "token";
-                    };
+                    "text/event-stream": string;
                 };
             };
             /** @description Bad Request */

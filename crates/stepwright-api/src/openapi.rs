@@ -59,7 +59,17 @@ pub fn document() -> Value {
             let mut response = json!({ "description": description });
             if let Some(body) = body {
                 let body = body(&mut generator);
-                response["content"] = json!({ content_type: { "schema": body } });
+                response["content"] = if content_type == "text/event-stream" {
+                    // The body is the stream's text, as generated clients read it; what each
+                    // event carries is `x-stepwright-event` (OpenAPI 3.2 names it
+                    // `itemSchema`), for readers that follow it.
+                    json!({ content_type: {
+                        "schema": { "type": "string", "description": "Server-Sent Events: `id:`, `event:` and `data:` lines, one blank line after each event (see `x-stepwright-event`)." },
+                        "x-stepwright-event": body,
+                    } })
+                } else {
+                    json!({ content_type: { "schema": body } })
+                };
             }
             responses.insert(status.to_string(), response);
         }
@@ -110,6 +120,10 @@ pub fn document() -> Value {
     let mut paths = Value::Object(paths);
     bound_integers(&mut schemas);
     bound_integers(&mut paths);
+    spell_out_any(&mut schemas);
+    spell_out_any(&mut paths);
+    plain_enums(&mut schemas);
+    plain_enums(&mut paths);
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -130,6 +144,74 @@ pub fn document() -> Value {
         },
         "security": [{ "apiKey": [] }, { "session": [] }],
     })
+}
+
+/// A closed set of strings as `enum` rather than a `oneOf` of documented `const`s (what
+/// schemars writes when each variant has a doc comment): the two validate alike, but
+/// generators make a parser of the `oneOf` that accepts only its first value
+/// (openapi-python-client); each value's description moves into the schema's.
+fn plain_enums(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            let values: Option<Vec<(Value, Option<String>)>> =
+                fields.get("oneOf").and_then(Value::as_array).and_then(|choices| {
+                    choices
+                        .iter()
+                        .map(|choice| {
+                            let choice = choice.as_object()?;
+                            let known = choice.keys().all(|k| matches!(k.as_str(), "const" | "type" | "description"));
+                            let constant = choice.get("const").filter(|c| c.is_string())?;
+                            (known && choice.get("type").is_none_or(|t| t == "string")).then(|| {
+                                (constant.clone(), choice.get("description").and_then(Value::as_str).map(str::to_owned))
+                            })
+                        })
+                        .collect()
+                });
+            if let Some(values) = values.filter(|v| !v.is_empty()) {
+                fields.remove("oneOf");
+                let notes: Vec<String> = values
+                    .iter()
+                    .filter_map(|(value, note)| Some(format!("`{}`: {}", value.as_str()?, note.as_deref()?)))
+                    .collect();
+                if !notes.is_empty() {
+                    let head = fields.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
+                    let text = if head.is_empty() { notes.join(" ") } else { format!("{head} {}", notes.join(" ")) };
+                    fields.insert("description".into(), Value::String(text));
+                }
+                fields.insert("type".into(), json!("string"));
+                fields.insert("enum".into(), Value::Array(values.into_iter().map(|(v, _)| v).collect()));
+            }
+            fields.values_mut().for_each(plain_enums);
+        }
+        Value::Array(items) => items.iter_mut().for_each(plain_enums),
+        _ => {}
+    }
+}
+
+/// Any value as `{}` rather than the boolean schema `true` (what schemars writes for a JSON
+/// value): both mean "anything", but common client generators (openapi-python-client) read
+/// only the object form.
+fn spell_out_any(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            for (key, field) in fields.iter_mut() {
+                match (key.as_str(), &mut *field) {
+                    ("items" | "additionalProperties" | "contentSchema", Value::Bool(true)) => *field = json!({}),
+                    ("properties", Value::Object(properties)) => {
+                        for property in properties.values_mut() {
+                            if *property == Value::Bool(true) {
+                                *property = json!({});
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                spell_out_any(field);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(spell_out_any),
+        _ => {}
+    }
 }
 
 /// Integer schemas with the range of the type the server reads them into (schemars gives

@@ -875,10 +875,24 @@ pub fn operations() -> Vec<Operation> {
     ]
 }
 
+/// The schema of `T` with every type it uses spelled out in place (no `$ref`): for the
+/// stream's event description, which lives in an extension that tools do not resolve.
+fn inline<T: JsonSchema>() -> Value {
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|settings| settings.inline_subschemas = true)
+        .into_generator();
+    let mut schema = generator.root_schema_for::<T>().to_value();
+    if let Some(fields) = schema.as_object_mut() {
+        fields.remove("$schema");
+        fields.remove("title");
+    }
+    schema
+}
+
 /// One Server-Sent Event as a stream carries it (the OpenAPI 3.2 way of describing a
 /// stream's items): a recorded event, with `id` its position, `event` its name and `data`
 /// the event as JSON; or, with `?tokens=true`, a `token` event without an `id`.
-fn sse_event(g: &mut SchemaGenerator) -> Value {
+fn sse_event(_: &mut SchemaGenerator) -> Value {
     json!({
         "oneOf": [
             {
@@ -890,7 +904,7 @@ fn sse_event(g: &mut SchemaGenerator) -> Value {
                     "data": {
                         "type": "string",
                         "contentMediaType": "application/json",
-                        "contentSchema": schema::<stream::StreamedEvent>(g),
+                        "contentSchema": inline::<stream::StreamedEvent>(),
                     },
                 },
             },
@@ -902,7 +916,7 @@ fn sse_event(g: &mut SchemaGenerator) -> Value {
                     "data": {
                         "type": "string",
                         "contentMediaType": "application/json",
-                        "contentSchema": schema::<stream::StreamedToken>(g),
+                        "contentSchema": inline::<stream::StreamedToken>(),
                     },
                 },
             },

@@ -719,7 +719,13 @@ impl ToolStep {
         let def = found.def();
         if found.dispatches() {
             let step = Arc::new(Self { tool: tool.to_owned(), name: format!("tool {tool}"), dispatches: true });
-            return Ok(Self::gated(stepwright_core::Node::dyn_step(id, step), tool, def.effect, def.safe_to_retry, def.needs_approval));
+            return Ok(Self::gated(
+                stepwright_core::Node::dyn_step(id, step),
+                tool,
+                def.effect,
+                def.safe_to_retry,
+                def.needs_approval,
+            ));
         }
         Ok(Self::declared_node(id, tool, def.effect, def.safe_to_retry, def.needs_approval))
     }
