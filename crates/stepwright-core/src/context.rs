@@ -303,10 +303,13 @@ impl StepContext {
     /// returns its output. The task is journaled and stored once per attempt; the run holds
     /// for a short while (`EngineConfig::task_hold`), then suspends until the worker
     /// answers, and on resume this call returns the answer. A fenced step's idempotency key
-    /// goes with the task. Return its error with `?`: while the answer is not there, the
-    /// error is the suspension signal.
-    pub async fn dispatch(&self, request: crate::recording::TaskRequest) -> Result<Value, StepError> {
-        self.inner.recording.dispatch(request, self.inner.idempotency_key.clone()).await
+    /// goes with the task (the request's, else this step's). Return its error with `?`:
+    /// while the answer is not there, the error is the suspension signal.
+    pub async fn dispatch(&self, mut request: crate::recording::TaskRequest) -> Result<Value, StepError> {
+        if request.idempotency_key.is_none() && request.at.is_none() {
+            request.idempotency_key.clone_from(&self.inner.idempotency_key);
+        }
+        self.inner.recording.dispatch(request).await
     }
 
     pub(crate) fn take_pending(&self) -> (bool, Option<StepError>) {

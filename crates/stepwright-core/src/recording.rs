@@ -528,7 +528,10 @@ impl ReplayIndex {
         {
             return self.blobs.get(&hash).cloned().map(RecordedCall::Output);
         }
-        (log.intent == Some(attempt)).then_some(RecordedCall::Unfinished)
+        // A call that handed its work to a step worker and suspended is not unfinished: it
+        // runs again and finds its task.
+        let dispatched = log.dispatched.as_ref().is_some_and(|(at, _)| *at == attempt);
+        (log.intent == Some(attempt) && !dispatched).then_some(RecordedCall::Unfinished)
     }
 
     /// The choice recorded at `path`, when this execution serves it: one that came from

@@ -124,6 +124,9 @@ pub struct ToolContext {
     /// For fenced tools: the call's idempotency key, the same after a crash. Pass it on to
     /// the system the tool changes.
     pub idempotency_key: Option<String>,
+    /// The journaled sub-step the call runs as (an agent's `turn.1/tool.0`); `None` when the
+    /// call is the step itself (a `tool` step).
+    pub call_path: Option<stepwright_core::StepPath>,
 }
 
 /// A tool. Implement it for a custom kind; the built-in kinds are [`FnTool`],
@@ -767,7 +770,11 @@ impl DynStep for ToolStep {
     fn run<'a>(&'a self, ctx: &'a StepContext, input: Arc<Value>) -> BoxFuture<'a, Result<Outcome<Value>, StepError>> {
         Box::pin(async move {
             let tools = ctx.require::<Tools>()?;
-            let cx = ToolContext { step: ctx.clone(), idempotency_key: ctx.idempotency_key().map(str::to_owned) };
+            let cx = ToolContext {
+                step: ctx.clone(),
+                idempotency_key: ctx.idempotency_key().map(str::to_owned),
+                call_path: None,
+            };
             tools.invoke(&self.tool, cx, (*input).clone()).await.map(Outcome::completed)
         })
     }

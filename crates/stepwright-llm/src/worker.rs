@@ -75,6 +75,8 @@ impl Tool for WorkerTool {
                 schedule_to_start: self.target.schedule_to_start,
                 concurrency: self.target.concurrency,
                 retry_is_safe: self.def.retry_is_safe(),
+                idempotency_key: cx.idempotency_key.clone(),
+                at: cx.call_path.clone(),
             };
             cx.step.dispatch(request).await
         })

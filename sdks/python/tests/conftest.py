@@ -46,7 +46,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path_factory.mktemp("log") / "serve.log", "wb")
-    process = subprocess.Popen([BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=log)
+    env = dict(os.environ, STEPWRIGHT_SDK_TEST_MODEL_KEY="test-key")
+    process = subprocess.Popen(
+        [BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=log, env=env
+    )
     deadline = time.monotonic() + 30
     while True:
         try:

@@ -37,11 +37,16 @@ pub struct TaskRequest {
     /// Whether a lapsed lease may simply be tried again (a `pure`/`read` tool, or one
     /// marked safe to retry); otherwise whether the effect happened is unknown.
     pub retry_is_safe: bool,
+    /// The effect fence's key, handed to the worker (a fenced tool's).
+    pub idempotency_key: Option<String>,
+    /// The journaled sub-step the task is for (an agent's tool call, `turn.1/tool.0`);
+    /// `None`: the step itself.
+    pub at: Option<crate::ids::StepPath>,
 }
 
 impl StepRecording {
     /// Hands `request` to a step worker and returns its output: see the module's doc.
-    pub(crate) async fn dispatch(&self, request: TaskRequest, key: Option<String>) -> Result<Value, StepError> {
+    pub(crate) async fn dispatch(&self, request: TaskRequest) -> Result<Value, StepError> {
         let run = &self.run;
         let store = run.recorder.store().clone();
         let tasks = store.tasks().ok_or_else(|| {
@@ -56,10 +61,11 @@ impl StepRecording {
                 "`worker` tools need a journal: the run's durability is `none`",
             ));
         }
+        let path = request.at.clone().unwrap_or_else(|| self.path.clone());
         let failed = |doing: &str, e: crate::store::StoreError| {
-            StepError::execution_failed(format!("{doing} task for {}: {e}", self.path)).retryable(true)
+            StepError::execution_failed(format!("{doing} task for {path}: {e}")).retryable(true)
         };
-        let id = TaskId::derive(run.run_id, &self.path, self.attempt);
+        let id = TaskId::derive(run.run_id, &path, self.attempt);
         let retry_is_safe = request.retry_is_safe;
         let mut task = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
         if task.is_none() {
@@ -68,7 +74,7 @@ impl StepRecording {
                 queue: request.queue,
                 handler: request.handler,
                 input: request.input,
-                idempotency_key: key,
+                idempotency_key: request.idempotency_key,
                 lease_ms: u64::try_from(request.lease_for.as_millis()).unwrap_or(u64::MAX),
                 schedule_to_start_ms: request
                     .schedule_to_start
@@ -76,16 +82,13 @@ impl StepRecording {
                 concurrency: request.concurrency,
             };
             let record = Record::Dispatched { attempt: self.attempt, task: spec };
-            run.recorder
-                .commit(&self.path, run.clock.now(), record)
-                .await
-                .map_err(|e| failed("dispatching the", e.0))?;
+            run.recorder.commit(&path, run.clock.now(), record).await.map_err(|e| failed("dispatching the", e.0))?;
             task = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
         }
         let hold_until = run.clock.now().plus(run.config.task_hold);
         loop {
             let Some(found) = &task else {
-                return Err(StepError::execution_failed(format!("task {id} of {} vanished from the store", self.path)));
+                return Err(StepError::execution_failed(format!("task {id} of {path} vanished from the store")));
             };
             if let Some(answer) = answer_of(found, retry_is_safe) {
                 return answer;

@@ -322,7 +322,11 @@ impl AgentRun<'_> {
         let path = prefix.sub(&format!("hook.{moment}"), u64::from(ordinal));
         let args = json!({ "agent": agent.name, "hook": moment, "detail": detail });
         ctx.call(path.as_str(), kind, |info| async move {
-            let cx = crate::tools::ToolContext { step: ctx.clone(), idempotency_key: info.idempotency_key };
+            let cx = crate::tools::ToolContext {
+                step: ctx.clone(),
+                idempotency_key: info.idempotency_key,
+                call_path: Some(info.path.clone()),
+            };
             tools.invoke(tool, cx, args).await
         })
         .await

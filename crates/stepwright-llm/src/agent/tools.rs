@@ -216,7 +216,11 @@ impl AgentRun<'_> {
                 {
                     span.record("gen_ai.tool.call.arguments", text.as_str());
                 }
-                let cx = ToolContext { step: ctx.clone(), idempotency_key: info.idempotency_key };
+                let cx = ToolContext {
+                    step: ctx.clone(),
+                    idempotency_key: info.idempotency_key,
+                    call_path: Some(info.path.clone()),
+                };
                 let outcome = tools.invoke(name, cx, args).instrument(span.clone()).await;
                 match &outcome {
                     Err(error) => {
