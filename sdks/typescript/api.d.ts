@@ -1784,6 +1784,8 @@ export interface components {
             status: components["schemas"]["RunStatus"];
             /** @description A row per step path, in the order they first appear. */
             steps: components["schemas"]["StepView"][];
+            /** @description The step workers' tasks it waits on (`worker:` tools), each with why. */
+            tasks?: components["schemas"]["TaskWaitView"][];
             /** @description Model usage and cost over the whole run, when it called models. */
             usage?: components["schemas"]["Totals"] | null;
             /**
@@ -2148,6 +2150,28 @@ export interface components {
             /** @description The step's path. */
             step: string;
             /** @description The worker that holds (or last held) it. */
+            worker?: string | null;
+        };
+        /** @description A step worker's task a run waits on. */
+        TaskWaitView: {
+            /**
+             * Format: uint32
+             * @description The step's attempt.
+             */
+            attempt: number;
+            /** @description The handler that runs it. */
+            handler: string;
+            /** @description The queue it waits in. */
+            queue: string;
+            /** @description Why the run waits, in words: "no worker polls queue `py` for `summarise`". */
+            reason: string;
+            /** @description `pending` (no worker has it) or `claimed` (a worker runs it). */
+            state: components["schemas"]["TaskStatus"];
+            /** @description The step (or an agent's tool call) whose task it is. */
+            step: string;
+            /** @description The task's id. */
+            task_id: string;
+            /** @description The worker that runs it, once claimed. */
             worker?: string | null;
         };
         /** @description A tick. */

@@ -50,6 +50,31 @@ pub struct RunDetails {
     /// Why a pending run has not started: what it waits for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued: Option<QueuedView>,
+    /// The step workers' tasks it waits on (`worker:` tools), each with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tasks: Vec<TaskWaitView>,
+}
+
+/// A step worker's task a run waits on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct TaskWaitView {
+    /// The step (or an agent's tool call) whose task it is.
+    pub step: String,
+    /// The task's id.
+    pub task_id: String,
+    /// The queue it waits in.
+    pub queue: String,
+    /// The handler that runs it.
+    pub handler: String,
+    /// `pending` (no worker has it) or `claimed` (a worker runs it).
+    pub state: crate::task::TaskStatus,
+    /// The worker that runs it, once claimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// The step's attempt.
+    pub attempt: u32,
+    /// Why the run waits, in words: "no worker polls queue `py` for `summarise`".
+    pub reason: String,
 }
 
 /// An event a `wait` step waits for.

@@ -94,6 +94,7 @@ pub fn details_of_report(report: &RunReport, workflow: &str) -> RunDetails {
         parent: None,
         wake_at: None,
         queued: None,
+        tasks: Vec::new(),
     }
 }
 
@@ -129,7 +130,49 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
     if loaded.record.status == RunStatus::Pending {
         details.queued = Some(queued_view(store.as_ref(), &loaded.record).await?);
     }
+    if !loaded.record.status.is_terminal()
+        && let Some(tasks) = store.tasks()
+    {
+        details.tasks = task_waits(tasks, run).await?;
+    }
     Ok(details)
+}
+
+/// The step workers' tasks a run waits on, each with why (the server, which knows who
+/// polls, says it more precisely).
+async fn task_waits(
+    tasks: &dyn stepwright_core::store::task::TaskStore,
+    run: RunId,
+) -> Result<Vec<stepwright_api::TaskWaitView>, AppError> {
+    use stepwright_core::store::task::{TaskFilter, TaskState};
+    let filter = TaskFilter { run: Some(run), limit: 1000, ..TaskFilter::default() };
+    let mut waits: Vec<stepwright_api::TaskWaitView> = tasks
+        .list_tasks(&filter)
+        .await?
+        .into_iter()
+        .filter(|t| !t.state.is_final())
+        .map(|t| {
+            let (queue, handler) = (&t.spec.queue, &t.spec.handler);
+            let reason = match (&t.state, &t.worker) {
+                (TaskState::Claimed, Some(worker)) => {
+                    format!("worker {worker} runs `{handler}` (attempt {})", t.attempt)
+                }
+                _ => format!("waiting for a worker on queue `{queue}` to claim `{handler}`"),
+            };
+            stepwright_api::TaskWaitView {
+                step: t.path.to_string(),
+                task_id: t.spec.id.to_string(),
+                queue: queue.clone(),
+                handler: handler.clone(),
+                state: crate::wire::task_status(t.state),
+                worker: t.worker.clone(),
+                attempt: t.attempt,
+                reason,
+            }
+        })
+        .collect();
+    waits.sort_by(|a, b| a.step.cmp(&b.step));
+    Ok(waits)
 }
 
 /// The recompute `report` of a run whose events were `original_events`, with its usage

@@ -252,6 +252,9 @@ pub(crate) fn print_facts(shown: &RunDetails, forks: &[String]) {
             awaited.event,
         );
     }
+    for task in &shown.tasks {
+        println!("  {} waits for task {}: {}", task.step, task.task_id, task.reason);
+    }
     if let Some(parent) = &shown.parent {
         println!("  forked from {} before {}", parent.run_id, parent.at);
     }

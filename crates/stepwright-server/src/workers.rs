@@ -81,3 +81,13 @@ impl Drop for Parked<'_> {
         self.workers.heard(self.namespace, self.claim, self.now, -1);
     }
 }
+
+impl Workers {
+    /// Whether a worker of `namespace` polled `queue` offering `handler` in the last ten
+    /// minutes (as this process heard).
+    pub(crate) fn offers(&self, namespace: &str, queue: &str, handler: &str, now: Timestamp) -> bool {
+        self.views(namespace, now)
+            .iter()
+            .any(|w| w.queue == queue && stepwright_core::store::task::offers(&w.handlers, handler))
+    }
+}

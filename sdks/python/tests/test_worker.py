@@ -252,3 +252,28 @@ def test_cancel_reaches_a_running_python_handler(server: Any, client: tuple[Clie
     assert stopped_after[0] - asked < 5.0
     assert c.runs.get(run["run_id"])["status"] == "cancelled"
     assert [t["state"] for t in c.tasks.list(run=run["run_id"])] == ["cancelled"]
+
+
+def test_a_run_says_which_worker_it_waits_for(server: Any, client: tuple[Client, str]) -> None:
+    c, key = client
+    c.workflows.register(workflow("waits", queue="idle", handler="later", worker_extra=", schedule_to_start: 1m"))
+    run = c.runs.start("waits", {"text": "x", "sleep": 0})
+    wait_for(lambda: bool(c.runs.get(run["run_id"]).get("tasks")))
+    waiting = c.runs.get(run["run_id"])["tasks"]
+    assert [(t["step"], t["queue"], t["handler"], t["state"]) for t in waiting] == [("call", "idle", "later", "pending")]
+    assert waiting[0]["reason"].startswith("no worker polls queue `idle` for `later`"), waiting[0]["reason"]
+    # Once a worker holds it, the run says which.
+    headers = {"authorization": f"Bearer {key}", "stepwright-protocol": "1"}
+    claim = {"worker": {"id": "w-42"}, "queue": "idle", "handlers": ["later"], "wait_seconds": 5}
+    task = httpx.post(f"{server.url}/v1/tasks/claim", json=claim, headers=headers, timeout=10).json()["tasks"][0]
+    held = c.runs.get(run["run_id"])["tasks"]
+    assert held[0]["state"] == "claimed" and held[0]["worker"] == "w-42"
+    assert held[0]["reason"] == "worker w-42 runs `later` (attempt 1)"
+    workers = httpx.get(f"{server.url}/v1/workers", headers=headers).json()["workers"]
+    assert [(w["id"], w["queue"], w["handlers"]) for w in workers] == [("w-42", "idle", ["later"])]
+    queues = httpx.get(f"{server.url}/v1/queues", headers=headers).json()["queues"]
+    assert queues == [{"queue": "idle", "pending": 0, "claimed": 1, "pollers": 0, "handlers": ["later"]}]
+    done = httpx.post(f"{server.url}/v1/tasks/{task['id']}/complete", json={"lease": task["lease"], "output": 1}, headers=headers)
+    assert done.status_code == 200
+    assert c.runs.wait(run["run_id"], timeout=30)["output"] == 1
+    assert "tasks" not in c.runs.get(run["run_id"]), "a finished run waits on nothing"

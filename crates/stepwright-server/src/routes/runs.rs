@@ -166,7 +166,19 @@ pub(crate) async fn show(
 ) -> Result<Json<RunDetails>, ApiError> {
     let run = parse_run(&id)?;
     run_in_namespace(&shared, &who, run).await?;
-    Ok(Json(stepwright_app::run_details(&shared.engine, run).await?))
+    let mut details = stepwright_app::run_details(&shared.engine, run).await?;
+    // Who polls is known here: a task nobody can take says so.
+    for task in &mut details.tasks {
+        if task.state == stepwright_api::task::TaskStatus::Pending
+            && !shared.workers.offers(who.namespace(), &task.queue, &task.handler, shared.now())
+        {
+            task.reason = format!(
+                "no worker polls queue `{}` for `{}` (none heard from in the last ten minutes)",
+                task.queue, task.handler
+            );
+        }
+    }
+    Ok(Json(details))
 }
 
 /// `GET /v1/runs/{id}/definition`: the structure of the definition the run is pinned to.

@@ -15,12 +15,14 @@ use axum::http::HeaderMap;
 use stepwright_api::task::{
     BeatAnswer, BeatState, ClaimTasks, ClaimedTasks, CompleteTask, FailTask, Heartbeat, HeartbeatAnswer,
     PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, Task, TaskAnswered, TaskLeaseBody, TaskList, TaskQuery, TaskRun,
-    TaskStatus, TaskSummary, WorkerList,
+    TaskSummary, WorkerList,
 };
 use stepwright_core::store::task::{
     Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
 };
 use stepwright_core::{ErrorCode, RunStatus, StepError, Timestamp};
+
+use stepwright_app::wire::{task_state as state_of, task_status as status_of};
 
 use super::{Body, Params};
 use crate::keys::{Principal, Role};
@@ -55,30 +57,6 @@ fn check_protocol(headers: &HeaderMap) -> Result<(), ApiError> {
 
 fn tasks_of(shared: &Shared) -> Result<&dyn TaskStore, ApiError> {
     shared.store.tasks().ok_or_else(|| ApiError::bad_request("this server's store keeps no step tasks"))
-}
-
-fn status_of(state: TaskState) -> TaskStatus {
-    match state {
-        TaskState::Pending => TaskStatus::Pending,
-        TaskState::Claimed => TaskStatus::Claimed,
-        TaskState::Completed => TaskStatus::Completed,
-        TaskState::Failed => TaskStatus::Failed,
-        TaskState::Lapsed => TaskStatus::Lapsed,
-        TaskState::NoWorker => TaskStatus::NoWorker,
-        TaskState::Cancelled => TaskStatus::Cancelled,
-    }
-}
-
-fn state_of(status: TaskStatus) -> TaskState {
-    match status {
-        TaskStatus::Pending => TaskState::Pending,
-        TaskStatus::Claimed => TaskState::Claimed,
-        TaskStatus::Completed => TaskState::Completed,
-        TaskStatus::Failed => TaskState::Failed,
-        TaskStatus::Lapsed => TaskState::Lapsed,
-        TaskStatus::NoWorker => TaskState::NoWorker,
-        TaskStatus::Cancelled => TaskState::Cancelled,
-    }
 }
 
 fn task_view(task: &StoredTask) -> Task {
