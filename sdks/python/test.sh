@@ -15,3 +15,5 @@ fi
 ( cd "$here" && "$venv/bin/mypy" --strict stepwright )
 # The tests import the installed package, not the source tree.
 ( cd "$here/tests" && STEPWRIGHT_BIN="$bin" "$venv/bin/python" -m pytest -q -p no:cacheprovider . )
+# The example, offline from its cassette, as its README runs it.
+( cd "$here/../.." && STEPWRIGHT_BIN="$bin" env -u OPENAI_API_KEY "$venv/bin/python" examples/python-worker/main.py >/dev/null )

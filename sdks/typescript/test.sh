@@ -20,3 +20,6 @@ npx tsc -p tsconfig.json
 ( cd "$fresh" && npm init -y >/dev/null && npm install --no-audit --no-fund --loglevel=error "$here" >/dev/null && \
   node --input-type=module -e 'import { Client, Worker } from "@stepwright/sdk"; if (typeof Client !== "function" || typeof Worker !== "function") process.exit(1);' )
 STEPWRIGHT_BIN="$bin" node --test test/*.test.mjs
+# The example, offline from its cassette, as its README runs it.
+( cd "$here/../../examples/typescript-worker" && npm install --no-audit --no-fund --loglevel=error >/dev/null && \
+  STEPWRIGHT_BIN="$bin" env -u OPENAI_API_KEY node main.mjs >/dev/null )

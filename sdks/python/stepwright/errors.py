@@ -11,7 +11,9 @@ class StepwrightError(Exception):
     """A problem+json answer: ``status``, the stable ``code`` and the ``detail``."""
 
     def __init__(self, status: int, code: str, detail: str, body: dict[str, Any] | None = None) -> None:
-        super().__init__(f"{status} {code}: {detail}")
+        problems = [str(p) for p in (body or {}).get("problems", [])]
+        more = "".join(f"\n  {p}" for p in problems)
+        super().__init__(f"{status} {code}: {detail}{more}")
         self.status = status
         self.code = code
         self.detail = detail
