@@ -124,7 +124,6 @@ export class Worker {
     this.handlers = new Map();
     this.running = new Map();
     this.stopping = new AbortController();
-    this.interval = 10_000;
   }
 
   /** Registers `fn(ctx, input)` for handler `name` (or `name@version`). */
@@ -166,9 +165,6 @@ export class Worker {
           await sleep(1000);
           continue;
         }
-        // The heartbeat runs on its own timer, started when the first task is held, at the
-        // interval the server advises.
-        this.interval = Math.max(50, answer.heartbeat_interval_ms ?? 10_000);
         for (const id of answer.cancel ?? []) this.running.get(id)?.controller.abort();
         for (const task of answer.tasks ?? []) this.start(task);
       }
@@ -194,18 +190,27 @@ export class Worker {
         entry.details = details;
       },
     };
-    const entry = { lease: task.lease, controller, details: undefined, done: undefined };
+    const entry = { lease: task.lease, leaseMs: task.lease_ms ?? 10_000, controller, details: undefined, done: undefined };
     this.running.set(task.id, entry);
-    if (this.running.size === 1) this.keepBeating();
+    this.keepBeating();
     entry.done = this.execute(task, ctx, entry).finally(() => this.running.delete(task.id));
   }
 
+  // One heartbeat timer for every task held, at a third of the shortest lease (at most 10 s,
+  // as the server advises); re-armed when a task with a shorter lease arrives.
   keepBeating() {
+    const interval = Math.max(50, Math.min(10_000, ...[...this.running.values()].map((r) => r.leaseMs / 3)));
+    if (this.beatTimer && this.beatEvery <= interval) return;
     clearInterval(this.beatTimer);
+    this.beatEvery = interval;
     this.beatTimer = setInterval(() => {
-      if (this.running.size === 0) return clearInterval(this.beatTimer);
+      if (this.running.size === 0) {
+        clearInterval(this.beatTimer);
+        this.beatTimer = undefined;
+        return;
+      }
       this.heartbeat().catch(() => {});
-    }, this.interval);
+    }, interval);
   }
 
   async execute(task, ctx, entry) {

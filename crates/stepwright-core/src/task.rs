@@ -67,6 +67,9 @@ pub struct TaskSpec {
     /// At most this many tasks of the same tool run at once, across all workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// The last heartbeat details of the attempt before (a checkpoint to resume from).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
 }
 
 impl TaskSpec {

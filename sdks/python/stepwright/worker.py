@@ -61,6 +61,7 @@ class TaskContext:
     idempotency_key: str | None
     details: Any
     lease: int
+    lease_ms: int = 10_000
     cancelled: threading.Event = field(default_factory=threading.Event)
     _details_out: list[Any] = field(default_factory=list)
 
@@ -112,7 +113,6 @@ class Worker:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, TaskContext] = {}
-        self._interval = 10.0
 
     def handler(self, name: str) -> Callable[[Handler], Handler]:
         """Registers a handler (``name`` or ``name@version``) for the queue's tasks."""
@@ -145,7 +145,6 @@ class Worker:
                     log.warning("claim failed: %s", error)
                     self._stop.wait(1.0)
                     continue
-                self._interval = max(0.05, answer.get("heartbeat_interval_ms", 10000) / 1000)
                 for task_id in answer.get("cancel", []):
                     self._cancel(task_id)
                 for task in answer.get("tasks", []):
@@ -162,6 +161,7 @@ class Worker:
                         idempotency_key=task.get("idempotency_key"),
                         details=task.get("details"),
                         lease=task["lease"],
+                        lease_ms=task.get("lease_ms", 10_000),
                     )
                     with self._lock:
                         self._running[ctx.task_id] = ctx
@@ -253,14 +253,23 @@ class Worker:
                 self._stop.wait(0.2 * 2**attempt)
 
     def _heartbeat_loop(self) -> None:
+        # Ticks often and beats when the advised interval has passed since the last beat, so
+        # a shorter interval learned from a claim applies at once.
+        last = time.monotonic()
         while True:
-            time.sleep(self._interval)
+            time.sleep(0.02)
             with self._lock:
                 held = list(self._running.values())
             if not held:
                 if self._stop.is_set():
                     return
+                last = time.monotonic()
                 continue
+            # A third of the shortest lease held, at most 10 s (as the server advises).
+            interval = max(0.05, min(10.0, min(ctx.lease_ms for ctx in held) / 3000))
+            if time.monotonic() - last < interval:
+                continue
+            last = time.monotonic()
             tasks = []
             for ctx in held:
                 entry: dict[str, Any] = {"id": ctx.task_id, "lease": ctx.lease}

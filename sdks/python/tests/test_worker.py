@@ -3,6 +3,7 @@ engine's guarantees (retries, the effect fence, cancellation, leases)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -128,6 +129,7 @@ def test_a_read_step_whose_worker_is_killed_runs_again_on_another_worker(
     first = start_slow_worker(server, key, "slow", calls, "first")
     run = c.runs.start("resilient", {"text": "x", "sleep": 30})
     wait_for(lambda: calls.exists() and len(calls.read_text().splitlines()) == 1)
+    time.sleep(0.6)  # a heartbeat carries the handler's checkpoint
     first.send_signal(signal.SIGKILL)
     first.wait()
     second = start_slow_worker(server, key, "slow", calls, "second")
@@ -138,9 +140,10 @@ def test_a_read_step_whose_worker_is_killed_runs_again_on_another_worker(
     finally:
         second.send_signal(signal.SIGKILL)
         second.wait()
-    lines = [line.split() for line in calls.read_text().splitlines()]
-    assert [attempt for _, attempt in lines] == ["1", "2"], lines
+    lines = [line.split(" ", 2) for line in calls.read_text().splitlines()]
+    assert [attempt for _, attempt, _ in lines] == ["1", "2"], lines
     assert lines[0][0] != lines[1][0], "each attempt is a task of its own"
+    assert json.loads(lines[0][2]) is None and json.loads(lines[1][2]) == {"from_attempt": 1}, "the retry resumes from the checkpoint"
     tasks = {t["attempt"]: t["state"] for t in c.tasks.list(run=run["run_id"])}
     assert tasks[1] == "lapsed", tasks
     c.runs.cancel(run["run_id"])
@@ -277,3 +280,22 @@ def test_a_run_says_which_worker_it_waits_for(server: Any, client: tuple[Client,
     assert done.status_code == 200
     assert c.runs.wait(run["run_id"], timeout=30)["output"] == 1
     assert "tasks" not in c.runs.get(run["run_id"]), "a finished run waits on nothing"
+
+
+def test_heartbeats_keep_a_handlers_lease_while_it_runs_longer_than_the_lease(
+    server: Any, client: tuple[Client, str]
+) -> None:
+    c, key = client
+    c.workflows.register(workflow("steady", queue="beat", handler="slow", worker_extra=", heartbeat_timeout: 1s"))
+    worker = Worker(server.url, key, queue="beat", wait_seconds=2)
+
+    @worker.handler("slow")
+    def slow(ctx: Any, task_input: Any) -> Any:
+        time.sleep(2.5)  # blocks its thread; the heartbeat has its own
+        return {"attempt": ctx.attempt}
+
+    thread = background(worker)
+    done = c.runs.wait(c.runs.start("steady", {"text": "x", "sleep": 0})["run_id"], timeout=30)
+    worker.stop()
+    thread.join(timeout=10)
+    assert done["status"] == "completed" and done["output"] == {"attempt": 1}, done

@@ -141,3 +141,20 @@ test("a stale lease's completion is refused with 409 lease_lost", async () => {
   assert.deepEqual(done.output, { by: "new" });
   await assert.rejects(client.runs.get("01a21ba0-0000-7000-8000-000000000000"), (e) => e instanceof StepwrightError && e.status === 404);
 });
+
+test("heartbeats keep a handler's lease while it runs longer than the lease", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(workflow("steady", { queue: "beat", handler: "slow", worker: ", heartbeat_timeout: 1s" }));
+  const worker = new Worker(server.url, key, { queue: "beat", waitSeconds: 2 });
+  worker.handler("slow", async (ctx) => {
+    await sleep(2500);
+    return { attempt: ctx.attempt };
+  });
+  const running = worker.run();
+  const done = await client.runs.wait((await client.runs.start("steady", { text: "x" })).run_id, { timeoutMs: 30_000 });
+  worker.stop();
+  await running;
+  assert.equal(done.status, "completed");
+  assert.deepEqual(done.output, { attempt: 1 }, "one attempt: the lease never lapsed");
+});

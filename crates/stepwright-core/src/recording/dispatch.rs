@@ -69,6 +69,14 @@ impl StepRecording {
         let retry_is_safe = request.retry_is_safe;
         let mut task = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
         if task.is_none() {
+            // A retry resumes from the last attempt's heartbeat details.
+            let details = match self.attempt {
+                1 => None,
+                n => {
+                    let before = TaskId::derive(run.run_id, &path, n - 1);
+                    tasks.settle_task(&before, run.clock.now()).await.ok().flatten().and_then(|t| t.details)
+                }
+            };
             let spec = TaskSpec {
                 id: id.clone(),
                 queue: request.queue,
@@ -80,6 +88,7 @@ impl StepRecording {
                     .schedule_to_start
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 concurrency: request.concurrency,
+                details,
             };
             let record = Record::Dispatched { attempt: self.attempt, task: spec };
             run.recorder.commit(&path, run.clock.now(), record).await.map_err(|e| failed("dispatching the", e.0))?;

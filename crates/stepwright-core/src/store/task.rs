@@ -292,6 +292,7 @@ pub fn new_task(
     record: &crate::journal::RunRecord,
     at: Timestamp,
 ) -> StoredTask {
+    let details = spec.details.clone();
     StoredTask {
         spec,
         run,
@@ -305,7 +306,7 @@ pub fn new_task(
         lease_token: 0,
         lease_expires: None,
         claimed_at: None,
-        details: None,
+        details,
         output: None,
         error: None,
         finished_at: None,

@@ -19,6 +19,7 @@ fn spec(id: &TaskId, handler: &str, lease_ms: u64, concurrency: Option<u32>) -> 
         lease_ms,
         schedule_to_start_ms: None,
         concurrency,
+        details: None,
     }
 }
 

@@ -601,9 +601,9 @@ async fn commit_together(pool: &PgPool, pending: &[Pending]) -> Result<HashSet<R
              SELECT i.run, i.id, i.path, false FROM UNNEST($20::uuid[], $21::text[], $22::text[]) AS i(run, id, path) \
              JOIN locked l ON l.id = i.run ON CONFLICT DO NOTHING \
          ), tasks AS ( \
-             INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at) \
+             INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, details) \
              SELECT t.id, t.run, t.path, t.attempt, COALESCE(r.caller->>'tenant', ''), r.workflow, t.queue, t.handler, \
-                    t.spec, 'pending', t.at \
+                    t.spec, 'pending', t.at, t.spec->'details' \
              FROM UNNEST($26::text[], $27::uuid[], $28::text[], $29::int[], $30::text[], $31::text[], $32::jsonb[], $33::bigint[]) \
                   AS t(id, run, path, attempt, queue, handler, spec, at) \
              JOIN locked l ON l.id = t.run JOIN stepwright_runs r ON r.id = t.run ON CONFLICT (id) DO NOTHING \

@@ -29,8 +29,8 @@ pub(super) fn insert(
     at: Timestamp,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT OR IGNORE INTO tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at) \
-         SELECT ?1, id, ?2, ?3, COALESCE(json_extract(caller, '$.tenant'), ''), workflow, ?4, ?5, ?6, 'pending', ?7 \
+        "INSERT OR IGNORE INTO tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, details) \
+         SELECT ?1, id, ?2, ?3, COALESCE(json_extract(caller, '$.tenant'), ''), workflow, ?4, ?5, ?6, 'pending', ?7, ?9 \
          FROM runs WHERE id = ?8",
     )
     .and_then(|mut s| {
@@ -42,7 +42,8 @@ pub(super) fn insert(
             task.handler,
             json(task),
             at.as_micros(),
-            run.as_uuid().as_bytes()
+            run.as_uuid().as_bytes(),
+            task.details.as_ref().map(json)
         ])
     })
     .map(drop)
