@@ -102,6 +102,36 @@ pub(crate) fn step_change(change: core::StepChange) -> api::history::StepChange 
     }
 }
 
+/// A task's state as the API spells it.
+pub fn task_status(state: stepwright_core::store::task::TaskState) -> stepwright_api::task::TaskStatus {
+    use stepwright_api::task::TaskStatus;
+    use stepwright_core::store::task::TaskState;
+    match state {
+        TaskState::Pending => TaskStatus::Pending,
+        TaskState::Claimed => TaskStatus::Claimed,
+        TaskState::Completed => TaskStatus::Completed,
+        TaskState::Failed => TaskStatus::Failed,
+        TaskState::Lapsed => TaskStatus::Lapsed,
+        TaskState::NoWorker => TaskStatus::NoWorker,
+        TaskState::Cancelled => TaskStatus::Cancelled,
+    }
+}
+
+/// A task's state as the store spells it.
+pub fn task_state(status: stepwright_api::task::TaskStatus) -> stepwright_core::store::task::TaskState {
+    use stepwright_api::task::TaskStatus;
+    use stepwright_core::store::task::TaskState;
+    match status {
+        TaskStatus::Pending => TaskState::Pending,
+        TaskStatus::Claimed => TaskState::Claimed,
+        TaskStatus::Completed => TaskState::Completed,
+        TaskStatus::Failed => TaskState::Failed,
+        TaskStatus::Lapsed => TaskState::Lapsed,
+        TaskStatus::NoWorker => TaskState::NoWorker,
+        TaskStatus::Cancelled => TaskState::Cancelled,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,35 +210,5 @@ mod tests {
         assert_eq!((read.tenant.as_deref(), read.user.as_deref()), (Some("acme"), None));
         assert_eq!((read.kind.as_str(), &read.data), ("step.completed", &record.data));
         assert_eq!(serde_json::to_value(&read).unwrap(), serde_json::to_value(&record).unwrap());
-    }
-}
-
-/// A task's state as the API spells it.
-pub fn task_status(state: stepwright_core::store::task::TaskState) -> stepwright_api::task::TaskStatus {
-    use stepwright_api::task::TaskStatus;
-    use stepwright_core::store::task::TaskState;
-    match state {
-        TaskState::Pending => TaskStatus::Pending,
-        TaskState::Claimed => TaskStatus::Claimed,
-        TaskState::Completed => TaskStatus::Completed,
-        TaskState::Failed => TaskStatus::Failed,
-        TaskState::Lapsed => TaskStatus::Lapsed,
-        TaskState::NoWorker => TaskStatus::NoWorker,
-        TaskState::Cancelled => TaskStatus::Cancelled,
-    }
-}
-
-/// A task's state as the store spells it.
-pub fn task_state(status: stepwright_api::task::TaskStatus) -> stepwright_core::store::task::TaskState {
-    use stepwright_api::task::TaskStatus;
-    use stepwright_core::store::task::TaskState;
-    match status {
-        TaskStatus::Pending => TaskState::Pending,
-        TaskStatus::Claimed => TaskState::Claimed,
-        TaskStatus::Completed => TaskState::Completed,
-        TaskStatus::Failed => TaskState::Failed,
-        TaskStatus::Lapsed => TaskState::Lapsed,
-        TaskStatus::NoWorker => TaskState::NoWorker,
-        TaskStatus::Cancelled => TaskState::Cancelled,
     }
 }
