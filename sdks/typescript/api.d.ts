@@ -730,6 +730,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/chunks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * What a running handler streams, under its lease: tokens live on the run's stream, progress and log lines as journaled events.
+         * @description Needs a key with the `worker` role.
+         */
+        post: operations["taskChunks"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{id}/complete": {
         parameters: {
             query?: never;
@@ -1131,6 +1151,29 @@ export interface components {
             run_id: string;
             /** @description Where the run stands. */
             status: components["schemas"]["RunStatus"];
+        };
+        /** @description One item of a chunk. */
+        ChunkItem: {
+            /** @description Its data (progress: `{done, total}` or anything). */
+            data?: unknown;
+            /** @description What it is. */
+            kind: components["schemas"]["ChunkKind"];
+            /** @description Its text (tokens, log lines). */
+            text?: string | null;
+        };
+        /**
+         * @description What a chunk carries. `token`: Streamed text (a model's tokens): live on the run's stream (`?tokens=true`), not
+         *     journaled. `progress`: How far the handler got: a `step.progress` event on the run's stream, journaled. `log`: A line for people: a `step.log` event, journaled.
+         * @enum {string}
+         */
+        ChunkKind: "token" | "progress" | "log";
+        /** @description What a chunk did. */
+        ChunksTaken: {
+            /**
+             * Format: uint64
+             * @description Items taken (0 for a repeated chunk).
+             */
+            accepted: number;
         };
         /** @description A long-poll claim: up to `max` tasks of `queue` for the handlers the worker offers. */
         ClaimTasks: {
@@ -2079,6 +2122,21 @@ export interface components {
             id: string;
             /** @description Its state now. */
             state: components["schemas"]["TaskStatus"];
+        };
+        /** @description What a running handler streams, in order. */
+        TaskChunks: {
+            /** @description Its items. */
+            items: components["schemas"]["ChunkItem"][];
+            /**
+             * Format: uint64
+             * @description The task's lease.
+             */
+            lease: number;
+            /**
+             * Format: uint64
+             * @description The chunk's number for this task (from 0, one more each time): a repeat is dropped.
+             */
+            seq: number;
         };
         /** @description A handler's failure. */
         TaskError: {
@@ -5576,6 +5634,113 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["TaskAnswered"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    taskChunks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TaskChunks"];
+            };
+        };
+        responses: {
+            /** @description Taken. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ChunksTaken"];
                 };
             };
             /** @description Bad Request */

@@ -8,6 +8,28 @@ export type RunDetails = Schemas["RunDetails"];
 export type Task = Schemas["Task"];
 export type TaskSummary = Schemas["TaskSummary"];
 
+/** A recorded event as a run's stream carries it (the document's `x-stepwright-event`). */
+export interface StreamedEvent {
+  run: string;
+  path: string;
+  at: number;
+  tenant: string | null;
+  user: string | null;
+  kind: string;
+  data: unknown;
+}
+
+/** A piece of text streamed for a step (a model's tokens, a handler's `emit({ token })`). */
+export interface StreamedToken {
+  path: string;
+  text: string;
+}
+
+/** An event of a run's stream: a recorded event (with its `id`), or a live `token`. */
+export type StreamEvent =
+  | { id: number; event: string; data: StreamedEvent }
+  | { id?: undefined; event: "token"; data: StreamedToken };
+
 /** A problem+json answer: `status`, the stable `code` and the `detail`. */
 export declare class StepwrightError extends Error {
   readonly status: number;
@@ -29,6 +51,8 @@ export declare class Client {
     get(runId: string): Promise<RunDetails>;
     cancel(runId: string, reason?: string): Promise<Schemas["Cancelled"]>;
     wait(runId: string, options?: { timeoutMs?: number; pollMs?: number }): Promise<RunDetails>;
+    /** The run's events as they happen; resumes by itself after a cut; ends with the run. */
+    stream(runId: string, options?: { tokens?: boolean; after?: number }): AsyncGenerator<StreamEvent>;
   };
   readonly workflows: {
     register(source: string, files?: Record<string, string>): Promise<Schemas["WorkflowVersion"]>;
@@ -61,6 +85,8 @@ export interface TaskContext {
   readonly signal: AbortSignal;
   /** Keeps `details` for a later attempt (sent with the next heartbeat). */
   heartbeat(details: unknown): void;
+  /** Streams to the run: `token` live (not journaled), `progress` and `log` as journaled events. */
+  emit(chunk: { token?: string; progress?: unknown; log?: string }): void;
 }
 
 export type Handler<I = any, O = unknown> = (ctx: TaskContext, input: I) => O | Promise<O>;

@@ -41,6 +41,25 @@ async function call(base, headers, method, path, body, signal) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+function parseEvent(block) {
+  const event = {};
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line === "" || line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const name = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? "" : line.slice(colon + 1);
+    if (value.startsWith(" ")) value = value.slice(1);
+    if (name === "data") data.push(value);
+    else if (name === "id") event.id = Number(value);
+    else if (name === "event") event.event = value;
+  }
+  if (data.length === 0) return undefined;
+  event.data = JSON.parse(data.join("\n"));
+  event.event ??= "message";
+  return event;
+}
+
 /** `new Client(baseUrl, apiKey)`: the API's resources as methods returning its JSON answers. */
 export class Client {
   constructor(baseUrl, apiKey) {
@@ -59,6 +78,7 @@ export class Client {
         ),
       get: (runId) => request("GET", `/v1/runs/${runId}`),
       cancel: (runId, reason) => request("POST", `/v1/runs/${runId}/cancel`, reason ? { reason } : {}),
+      stream: (runId, options = {}) => this.stream(runId, options),
       /** Polls until the run has finished (or `timeoutMs` passes). */
       wait: async (runId, { timeoutMs = 60_000, pollMs = 50 } = {}) => {
         const deadline = Date.now() + timeoutMs;
@@ -79,6 +99,47 @@ export class Client {
         return (await request("GET", `/v1/tasks?${query}`)).tasks;
       },
     };
+  }
+
+  /**
+   * The run's events as they happen (`{id, event, data}`, and with `tokens` the live
+   * `{event: "token", data}` between them). A cut connection resumes with `Last-Event-ID`:
+   * nothing lost, nothing repeated. Ends after the run's final event.
+   */
+  async *stream(runId, { tokens = false, after } = {}) {
+    let last = after;
+    let failures = 0;
+    for (;;) {
+      const headers = { ...this.headers, accept: "text/event-stream" };
+      if (last !== undefined) headers["last-event-id"] = String(last);
+      const query = tokens ? "?tokens=true" : "";
+      try {
+        const response = await fetch(`${this.base}/v1/runs/${runId}/events${query}`, { headers });
+        if (!response.ok) throw await problem(response);
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for await (const bytes of response.body) {
+          buffer += decoder.decode(bytes, { stream: true });
+          let end;
+          // Only whole events (a blank line ends one): an event cut mid-way is never yielded.
+          while ((end = buffer.indexOf("\n\n")) !== -1) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            const event = parseEvent(block);
+            if (!event) continue;
+            failures = 0;
+            if (event.id !== undefined) last = event.id;
+            yield event;
+          }
+        }
+      } catch (error) {
+        if (error instanceof StepwrightError || ++failures > 10) throw error;
+        await sleep(Math.min(50 * 2 ** failures, 2000));
+        continue;
+      }
+      // A clean end: the run finished, or the server is going away (then resume).
+      if (TERMINAL.has((await this.runs.get(runId)).status)) return;
+    }
   }
 
   async request(method, path, body, retries = 0) {
@@ -189,8 +250,27 @@ export class Worker {
       heartbeat: (details) => {
         entry.details = details;
       },
+      // Streams to the run: `token` text live on its event stream (not journaled), `progress`
+      // as a journaled `step.progress` event, `log` as `step.log`; sent in batches every
+      // 50 ms, and before the task's answer.
+      emit: ({ token, progress, log } = {}) => {
+        if (token !== undefined) entry.chunks.push({ kind: "token", text: token });
+        if (progress !== undefined) entry.chunks.push({ kind: "progress", data: progress });
+        if (log !== undefined) entry.chunks.push({ kind: "log", text: log });
+        entry.flushTimer ??= setTimeout(() => this.flush(task.id, entry).catch(() => {}), 50);
+      },
     };
-    const entry = { lease: task.lease, leaseMs: task.lease_ms ?? 10_000, controller, details: undefined, done: undefined };
+    const entry = {
+      lease: task.lease,
+      leaseMs: task.lease_ms ?? 10_000,
+      controller,
+      details: undefined,
+      done: undefined,
+      chunks: [],
+      seq: 0,
+      flushTimer: undefined,
+      sending: Promise.resolve(),
+    };
     this.running.set(task.id, entry);
     this.keepBeating();
     entry.done = this.execute(task, ctx, entry).finally(() => this.running.delete(task.id));
@@ -231,7 +311,22 @@ export class Worker {
     return this.answer(task.id, "complete", { lease: entry.lease, output: output ?? null });
   }
 
+  // Sends what a handler emitted, in order (one request at a time per task).
+  flush(taskId, entry) {
+    clearTimeout(entry.flushTimer);
+    entry.flushTimer = undefined;
+    if (entry.chunks.length === 0) return entry.sending;
+    const items = entry.chunks.splice(0);
+    const seq = entry.seq++;
+    entry.sending = entry.sending.then(() =>
+      call(this.base, this.headers, "POST", `/v1/tasks/${taskId}/chunks`, { lease: entry.lease, seq, items }).catch(() => {}),
+    );
+    return entry.sending;
+  }
+
   async answer(taskId, verb, body) {
+    const entry = this.running.get(taskId);
+    if (entry) await this.flush(taskId, entry);
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
         await call(this.base, this.headers, "POST", `/v1/tasks/${taskId}/${verb}`, body);

@@ -328,3 +328,48 @@ pub struct QueueList {
     /// The queues.
     pub queues: Vec<QueueView>,
 }
+
+/// What a chunk carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ChunkKind {
+    /// Streamed text (a model's tokens): live on the run's stream (`?tokens=true`), not
+    /// journaled.
+    Token,
+    /// How far the handler got: a `step.progress` event on the run's stream, journaled.
+    Progress,
+    /// A line for people: a `step.log` event, journaled.
+    Log,
+}
+
+/// One item of a chunk.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChunkItem {
+    /// What it is.
+    pub kind: ChunkKind,
+    /// Its text (tokens, log lines).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Its data (progress: `{done, total}` or anything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+/// What a running handler streams, in order.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskChunks {
+    /// The task's lease.
+    pub lease: u64,
+    /// The chunk's number for this task (from 0, one more each time): a repeat is dropped.
+    pub seq: u64,
+    /// Its items.
+    #[schemars(length(max = 1000))]
+    pub items: Vec<ChunkItem>,
+}
+
+/// What a chunk did.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct ChunksTaken {
+    /// Items taken (0 for a repeated chunk).
+    pub accepted: u64,
+}

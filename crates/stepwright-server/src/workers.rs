@@ -14,7 +14,12 @@ const WORKER_SEEN_FOR: Duration = Duration::from_secs(600);
 
 /// The step workers this process heard from, by namespace and worker id.
 #[derive(Default)]
-pub(crate) struct Workers(Mutex<HashMap<(String, String), Seen>>);
+pub(crate) struct Workers(
+    Mutex<HashMap<(String, String), Seen>>,
+    tokio::sync::Notify,
+    /// The next chunk number each (task, lease) expects: a repeated chunk is dropped.
+    Mutex<HashMap<(String, u64), u64>>,
+);
 
 struct Seen {
     info: WorkerInfo,
@@ -89,5 +94,35 @@ impl Workers {
         self.views(namespace, now)
             .iter()
             .any(|w| w.queue == queue && stepwright_core::store::task::offers(&w.handlers, handler))
+    }
+}
+
+impl Workers {
+    /// Wakes every parked claim of this process to look again (a run was cancelled here).
+    pub(crate) fn announce(&self) {
+        self.1.notify_waiters();
+    }
+
+    /// Resolves when [`Workers::announce`] is called.
+    pub(crate) fn announced(&self) -> tokio::sync::futures::Notified<'_> {
+        self.1.notified()
+    }
+}
+
+impl Workers {
+    /// Whether chunk `seq` of a task's lease is new (and from now on taken). Chunks of a
+    /// lease come from one worker in order; a repeat (a retried request) is not.
+    pub(crate) fn take_chunk(&self, task: &str, lease: u64, seq: u64) -> bool {
+        let mut next = self.2.lock().expect("poisoned");
+        if next.len() > 100_000 {
+            // Leases long gone: a repeat of theirs no longer matters.
+            next.clear();
+        }
+        let expected = next.entry((task.to_owned(), lease)).or_insert(0);
+        if seq < *expected {
+            return false;
+        }
+        *expected = seq + 1;
+        true
     }
 }

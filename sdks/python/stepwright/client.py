@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 
@@ -48,10 +49,71 @@ class _Runs:
                 raise TimeoutError(f"run {run_id} is still {run['status']} after {timeout}s")
             time.sleep(poll)
 
+    def stream(self, run_id: str, *, tokens: bool = False, after: int | None = None) -> Iterator[dict[str, Any]]:
+        """Yields the run's events as they happen, from the start (or after event ``after``):
+        ``{"id": n, "event": name, "data": {...}}``, and with ``tokens`` the live
+        ``{"event": "token", "data": {"path", "text"}}`` between them. A cut connection is
+        resumed with ``Last-Event-ID`` — nothing lost, nothing repeated — and the iterator ends
+        after the run's final event."""
+        last = after
+        failures = 0
+        while True:
+            headers = {"accept": "text/event-stream"}
+            if last is not None:
+                headers["last-event-id"] = str(last)
+            params = {"tokens": "true"} if tokens else None
+            try:
+                with self._c._http.stream(
+                    "GET", f"/v1/runs/{run_id}/events", params=params, headers=headers,
+                    timeout=httpx.Timeout(10.0, read=None),
+                ) as response:
+                    if not response.is_success:
+                        response.read()
+                        raise_for_problem(response)
+                    for event in _events(response.iter_lines()):
+                        failures = 0
+                        if "id" in event:
+                            last = event["id"]
+                        yield event
+            except httpx.TransportError:
+                failures += 1
+                if failures > 10:
+                    raise
+                time.sleep(min(0.05 * 2**failures, 2.0))
+                continue
+            # A clean end: the run finished, or the server is going away (then resume).
+            if self.get(run_id)["status"] in TERMINAL:
+                return
+
     def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
         """Cancels a run wherever it executes."""
         body = {"reason": reason} if reason else {}
         return self._c._request("POST", f"/v1/runs/{run_id}/cancel", json=body)
+
+
+def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Server-Sent Events from a stream's lines: only whole events (a blank line ends one),
+    so an event cut mid-way is never yielded."""
+    event: dict[str, Any] = {}
+    data: list[str] = []
+    for line in lines:
+        if line == "":
+            if data:
+                event["data"] = json.loads("\n".join(data))
+                event.setdefault("event", "message")
+                yield event
+            event, data = {}, []
+        elif line.startswith(":"):
+            continue
+        else:
+            name, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if name == "data":
+                data.append(value)
+            elif name == "id":
+                event["id"] = int(value)
+            elif name == "event":
+                event["event"] = value
 
 
 class _Workflows:

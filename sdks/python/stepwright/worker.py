@@ -64,6 +64,21 @@ class TaskContext:
     lease_ms: int = 10_000
     cancelled: threading.Event = field(default_factory=threading.Event)
     _details_out: list[Any] = field(default_factory=list)
+    _chunks: list[dict[str, Any]] = field(default_factory=list)
+    _chunk_seq: int = 0
+    _chunk_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def emit(self, *, token: str | None = None, progress: Any = None, log: str | None = None) -> None:
+        """Streams to the run: ``token`` text live on its event stream (not journaled),
+        ``progress`` as a journaled ``step.progress`` event, ``log`` as ``step.log``. Sent in
+        batches every few tens of milliseconds, and before the task's answer."""
+        with self._chunk_lock:
+            if token is not None:
+                self._chunks.append({"kind": "token", "text": token})
+            if progress is not None:
+                self._chunks.append({"kind": "progress", "data": progress})
+            if log is not None:
+                self._chunks.append({"kind": "log", "text": log})
 
     def heartbeat(self, details: Any = None) -> None:
         """Keeps ``details`` for a later attempt (sent with the next heartbeat)."""
@@ -239,7 +254,26 @@ class Worker:
                     raise TaskCancelled(ctx.task_id) from None
         return work.result()
 
+    def _flush(self, ctx: TaskContext) -> None:
+        with ctx._chunk_lock:
+            if not ctx._chunks:
+                return
+            items, ctx._chunks = ctx._chunks, []
+            seq = ctx._chunk_seq
+            ctx._chunk_seq += 1
+            try:
+                response = self._beat_http.post(
+                    f"/v1/tasks/{ctx.task_id}/chunks", json={"lease": ctx.lease, "seq": seq, "items": items}
+                )
+                raise_for_problem(response)
+            except (httpx.TransportError, StepwrightError) as error:
+                log.warning("task %s: chunks not sent (%s)", ctx.task_id, error)
+
     def _answer(self, task_id: str, verb: str, body: dict[str, Any]) -> None:
+        with self._lock:
+            ctx = self._running.get(task_id)
+        if ctx is not None:
+            self._flush(ctx)
         for attempt in range(5):
             try:
                 response = self._beat_http.post(f"/v1/tasks/{task_id}/{verb}", json=body)
@@ -267,6 +301,9 @@ class Worker:
                 continue
             # A third of the shortest lease held, at most 10 s (as the server advises).
             interval = max(0.05, min(10.0, min(ctx.lease_ms for ctx in held) / 3000))
+            for ctx in held:
+                if ctx._chunks:
+                    self._flush(ctx)
             if time.monotonic() - last < interval:
                 continue
             last = time.monotonic()

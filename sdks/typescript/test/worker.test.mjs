@@ -158,3 +158,36 @@ test("heartbeats keep a handler's lease while it runs longer than the lease", as
   assert.equal(done.status, "completed");
   assert.deepEqual(done.output, { attempt: 1 }, "one attempt: the lease never lapsed");
 });
+
+test("what a handler emits reaches the run's stream, which ends with the run", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(workflow("chatty", { queue: "chatty", handler: "talk" }));
+  let go;
+  const ready = new Promise((r) => (go = r));
+  const worker = new Worker(server.url, key, { queue: "chatty", waitSeconds: 2 }).handler("talk", async (ctx) => {
+    await ready;
+    for (const word of ["durable", " steps", " in", " TypeScript"]) {
+      ctx.emit({ token: word });
+      await sleep(30);
+    }
+    ctx.emit({ progress: { done: 1, total: 1 }, log: "done" });
+    return { said: 4 };
+  });
+  const running = worker.run();
+  const run = await client.runs.start("chatty", { text: "x" });
+  const seen = [];
+  const following = (async () => {
+    for await (const event of client.runs.stream(run.run_id, { tokens: true })) seen.push(event);
+  })();
+  await sleep(500);
+  go();
+  await following;
+  worker.stop();
+  await running;
+  assert.equal(seen.filter((e) => e.event === "token").map((e) => e.data.text).join(""), "durable steps in TypeScript");
+  assert.deepEqual(seen.filter((e) => e.event === "step.progress").map((e) => e.data.data.data), [{ done: 1, total: 1 }]);
+  assert.equal(seen.at(-1).event, "run.completed");
+  const ids = seen.filter((e) => e.id !== undefined).map((e) => e.id);
+  assert.deepEqual(ids, ids.map((_, i) => i), "every recorded event once, in order");
+});

@@ -239,6 +239,8 @@ pub(crate) async fn cancel(
     run_in_namespace(&shared, &who, run).await?;
     let reason = body.reason.unwrap_or_else(|| "cancelled over the API".into());
     let outcome = shared.engine.cancel_by(run, &reason, Some(&who.key.user)).await?;
+    // Step workers running the run's tasks hear of it at once (their parked claims).
+    shared.workers.announce();
     audit(&shared, &who, "run.cancelled", run.to_string(), json!({ "reason": reason })).await?;
     let (outcome, status, executed_by) = match outcome {
         stepwright_core::CancelOutcome::Finished(status) => (CancelOutcome::Finished, run_status(status), None),

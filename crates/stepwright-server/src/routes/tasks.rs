@@ -13,9 +13,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use stepwright_api::task::{
-    BeatAnswer, BeatState, ClaimTasks, ClaimedTasks, CompleteTask, FailTask, Heartbeat, HeartbeatAnswer,
-    PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, Task, TaskAnswered, TaskLeaseBody, TaskList, TaskQuery, TaskRun,
-    TaskSummary, WorkerList,
+    BeatAnswer, BeatState, ChunkKind, ChunksTaken, ClaimTasks, ClaimedTasks, CompleteTask, FailTask, Heartbeat,
+    HeartbeatAnswer, PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, Task, TaskAnswered, TaskChunks, TaskLeaseBody,
+    TaskList, TaskQuery, TaskRun, TaskSummary, WorkerList,
 };
 use stepwright_core::store::task::{
     Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
@@ -134,8 +134,12 @@ pub(crate) async fn claim(
     shared.workers.heard(who.namespace(), &body, shared.now(), 1);
     let _parked = Parked { workers: &shared.workers, namespace: who.namespace(), claim: &body, now: shared.now() };
     loop {
-        // Enabled before looking, so a task dispatched while this looks is not missed.
+        // Enabled before looking, so a task dispatched (or a run cancelled) while this looks
+        // is not missed.
         let changed = shared.store.wait_for_tasks(CLAIM_POLL);
+        let announced = shared.workers.announced();
+        tokio::pin!(announced);
+        announced.as_mut().enable();
         let cancel = to_cancel(&shared, &who, &body.holding).await?;
         let tasks = if claim.max > 0 { store.claim_tasks(&claim, shared.now()).await? } else { Vec::new() };
         if !tasks.is_empty() || !cancel.is_empty() || started.elapsed() >= wait || shared.shutdown.is_cancelled() {
@@ -149,6 +153,7 @@ pub(crate) async fn claim(
         }
         tokio::select! {
             () = changed => {}
+            () = &mut announced => {}
             () = shared.shutdown.cancelled() => {}
         }
     }
@@ -279,6 +284,61 @@ pub(crate) async fn release(
     Body(body): Body<TaskLeaseBody>,
 ) -> Result<Json<TaskAnswered>, ApiError> {
     answer(&shared, &who, &headers, &id, body.lease, TaskAnswer::Release).await
+}
+
+/// `POST /v1/tasks/{id}/chunks`: under the task's current lease, tokens go to the run's
+/// live stream; progress and log lines are appended to the run's events (beside the
+/// journal's writer, unfenced: events are not the journal). A chunk whose `seq` was taken
+/// already is dropped.
+pub(crate) async fn chunks(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Body(body): Body<TaskChunks>,
+) -> Result<Json<ChunksTaken>, ApiError> {
+    check_protocol(&headers)?;
+    who.require(Role::Worker)?;
+    let store = tasks_of(&shared)?;
+    let missing = || ApiError::not_found("not_found", format!("task {id} was not found"));
+    let task = store.settle_task(&TaskId::new(&id), shared.now()).await?.ok_or_else(missing)?;
+    if task.tenant.as_deref().unwrap_or_default() != who.namespace() {
+        return Err(missing());
+    }
+    who.require_queue(&task.spec.queue)?;
+    if task.state != TaskState::Claimed || task.lease_token != body.lease {
+        return Err(ApiError::from(stepwright_core::StoreError::TaskLeaseLost {
+            task: task.spec.id.clone(),
+            token: body.lease,
+        }));
+    }
+    if !shared.workers.take_chunk(&id, body.lease, body.seq) {
+        return Ok(Json(ChunksTaken { accepted: 0 }));
+    }
+    let mut batch = stepwright_core::journal::JournalBatch::default();
+    let record = shared.store.load_from(task.run, u64::MAX).await?.record;
+    for item in &body.items {
+        match item.kind {
+            ChunkKind::Token => shared.feeds.token(task.run, &task.path, item.text.as_deref().unwrap_or_default()),
+            kind => {
+                let name = if kind == ChunkKind::Progress { "step.progress" } else { "step.log" };
+                batch.events.push(stepwright_core::journal::EventRecord {
+                    run: task.run,
+                    path: task.path.clone(),
+                    at: shared.now(),
+                    tenant: record.caller.tenant.clone(),
+                    user: record.caller.user.clone(),
+                    kind: name.to_owned(),
+                    data: serde_json::json!({ "task": id, "text": item.text, "data": item.data }),
+                });
+            }
+        }
+    }
+    if !batch.events.is_empty() {
+        shared.store.append(task.run, None, &mut batch).await?;
+        shared.feeds.nudge(task.run);
+    }
+    Ok(Json(ChunksTaken { accepted: body.items.len() as u64 }))
 }
 
 /// `GET /v1/tasks`.

@@ -1,0 +1,214 @@
+"""Step-worker benchmarks against a real `stepwright serve` (SQLite), with the floor measured
+in the same run: an `http` tool calling the same function over loopback.
+
+    python sdks/python/bench.py target/release/stepwright [--quick]
+
+Prints one JSON object: dispatch latency (the task's dispatch to the handler's start,
+both on this machine's clock), a run's end-to-end time with a worker step vs an http tool,
+tasks per second through one worker, cancel-to-handler latency, and an idle worker's
+requests per 30 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+
+from stepwright import Client, Worker
+
+BIN = sys.argv[1]
+QUICK = "--quick" in sys.argv
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(len(ordered) * p))], 3)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"n": len(values), "p50": pct(values, 0.5), "p99": pct(values, 0.99), "mean": round(statistics.mean(values), 3)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Echo(BaseHTTPRequestHandler):
+    """The floor's tool: the same function as the worker's handler, over HTTP."""
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out as two writes: without this, Nagle and delayed ACKs add
+        # 40 ms to every answer, and the floor would flatter the worker.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def do_POST(self) -> None:  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        data = json.dumps({"n": body.get("n", 0) + 1}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def main() -> None:
+    store = tempfile.mkdtemp()
+    db = f"sqlite://{store}/bench.db"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    roles = ["--role", "admin", "--role", "worker"]
+    key = json.loads(
+        subprocess.run(
+            [BIN, "--db", db, "keys", "create", "--namespace", "bench", "--user", "b", *roles, "--json"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+    )["secret"]
+    server = subprocess.Popen([BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}", "--rate-limit", "1000000"], stderr=subprocess.DEVNULL)
+    echo = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=echo.serve_forever, daemon=True).start()
+    echo_url = f"http://127.0.0.1:{echo.server_address[1]}/echo"
+    results: dict[str, Any] = {}
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{url}/v1/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        client = Client(url, key)
+        common = "    effect: read\n    input: { type: object }\n"
+        client.workflows.register(
+            f"workflow: via-worker\ntools:\n  inc:\n    worker: {{ queue: bench }}\n{common}steps:\n  - id: call\n    tool: inc\n    with: {{ n: 1 }}\n"
+        )
+        client.workflows.register(
+            f"workflow: via-http\ntools:\n  inc:\n    http: {{ url: \"{echo_url}\" }}\n{common}steps:\n  - id: call\n    tool: inc\n    with: {{ n: 1 }}\n"
+        )
+        started_at: dict[str, float] = {}
+        worker = Worker(url, key, queue="bench", slots=64, wait_seconds=30)
+
+        @worker.handler("inc")
+        async def inc(ctx: Any, task_input: dict[str, Any]) -> dict[str, Any]:
+            started_at[ctx.task_id] = time.time()
+            return {"n": task_input.get("n", 0) + 1}
+
+        threading.Thread(target=worker.run, daemon=True).start()
+        time.sleep(0.5)
+        rounds = 100 if QUICK else 400
+
+        def timed_runs(workflow: str) -> list[float]:
+            times = []
+            for _ in range(rounds):
+                begun = time.perf_counter()
+                run = client._request("POST", "/v1/runs", json={"workflow": workflow, "input": {}, "wait_seconds": 10})
+                assert run["status"] == "completed", run
+                times.append((time.perf_counter() - begun) * 1000)
+            return times
+
+        # Both paths warmed, then alternated so the machine's state is the same for each.
+        timed_runs("via-http")
+        timed_runs("via-worker")
+        worker_times, http_times = [], []
+        for _ in range(2):
+            http_times += timed_runs("via-http")
+            worker_times += timed_runs("via-worker")
+        results["end_to_end_ms"] = {"worker_step": summary(worker_times), "http_tool_floor": summary(http_times)}
+        results["end_to_end_ms"]["overhead_p50_ms"] = round(pct(worker_times, 0.5) - pct(http_times, 0.5), 3)
+
+        tasks = client.tasks.list(queue="bench", limit=1000)
+        dispatch = [
+            (started_at[t["id"]] * 1e6 - t["created_at"]) / 1000 for t in tasks if t["id"] in started_at
+        ]
+        results["dispatch_ms"] = summary(dispatch)
+
+        # Throughput: many runs at once, drained by the one worker.
+        burst = 500 if QUICK else 3000
+        before = len(started_at)
+        begun = time.perf_counter()
+        from concurrent.futures import ThreadPoolExecutor
+
+        with httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=30) as http:
+            start = lambda _: http.post("/v1/runs", json={"workflow": "via-worker", "input": {}}).json()["run_id"]  # noqa: E731
+            with ThreadPoolExecutor(16) as pool:
+                ids = list(pool.map(start, range(burst)))
+        while len(started_at) - before < burst:
+            time.sleep(0.01)
+        handled = time.perf_counter() - begun
+        client.runs.wait(ids[-1], timeout=120)
+        results["throughput"] = {
+            "runs": burst,
+            "handled_per_s": round(burst / handled, 1),
+            "note": "runs started over HTTP by 16 threads while one worker drains them; the time includes the starts",
+        }
+
+        # Cancel to handler: the handler waits for its cancellation; time from the cancel call.
+        cancel_worker = Worker(url, key, queue="cancel", slots=4, wait_seconds=30)
+        seen: dict[str, float] = {}
+        ready = threading.Event()
+
+        @cancel_worker.handler("wait")
+        def wait(ctx: Any, task_input: Any) -> Any:
+            ready.set()
+            while not ctx.is_cancelled:
+                time.sleep(0.0005)
+            seen[ctx.run_id] = time.perf_counter()
+            ctx.check_cancelled()
+
+        client.workflows.register("workflow: cancel-me\ntools:\n  wait:\n    worker: { queue: cancel }\n    effect: read\nsteps:\n  - id: call\n    tool: wait\n")
+        threading.Thread(target=cancel_worker.run, daemon=True).start()
+        cancel_times = []
+        for _ in range(20 if QUICK else 50):
+            ready.clear()
+            run = client.runs.start("cancel-me", {})
+            ready.wait(10)
+            asked = time.perf_counter()
+            client.runs.cancel(run["run_id"])
+            deadline = time.time() + 10
+            while run["run_id"] not in seen and time.time() < deadline:
+                time.sleep(0.0005)
+            cancel_times.append((seen[run["run_id"]] - asked) * 1000)
+        results["cancel_to_handler_ms"] = summary(cancel_times)
+
+        # An idle worker's requests: count its calls over a window.
+        if not QUICK:
+            count = {"n": 0}
+            idle = Worker(url, key, queue="idle", slots=4)
+            idle._http.event_hooks["request"].append(lambda request: count.__setitem__("n", count["n"] + 1))
+
+            @idle.handler("nothing")
+            def nothing(ctx: Any, task_input: Any) -> Any:
+                return None
+
+            threading.Thread(target=idle.run, daemon=True).start()
+            time.sleep(61)
+            results["idle_worker"] = {"seconds": 61, "requests": count["n"], "per_30s": round(count["n"] / 61 * 30, 2)}
+            idle.stop()
+        worker.stop()
+        cancel_worker.stop()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        echo.shutdown()
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

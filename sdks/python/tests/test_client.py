@@ -1,0 +1,146 @@
+"""The client against a real `stepwright serve`: a run's event stream, cut mid-event by a
+fault-injecting proxy, resumes by itself with no gap and no duplicate; what a handler emits
+reaches the run's stream; idempotent starts."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+from stepwright import Client, NotFound, Worker
+
+
+class CuttingProxy:
+    """Forwards TCP to the server; the first `cuts` connections are closed after
+    `cut_after` bytes of the server's answer (mid-event, mid-line)."""
+
+    def __init__(self, target: str, cut_after: int, cuts: int = 1) -> None:
+        parsed = urlparse(target)
+        self.target = (parsed.hostname, parsed.port)
+        self.cut_after = cut_after
+        self.cuts = cuts
+        self.connections = 0
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self.listener.accept()
+            self.connections += 1
+            limit = self.cut_after if self.connections <= self.cuts else None
+            upstream = socket.create_connection(self.target)
+            threading.Thread(target=self._pipe, args=(client, upstream, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(upstream, client, limit), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket, limit: int | None) -> None:
+        sent = 0
+        try:
+            while True:
+                data = source.recv(65536)
+                if not data:
+                    break
+                if limit is not None and sent + len(data) >= limit:
+                    sink.sendall(data[: limit - sent])
+                    break
+                sink.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+def test_a_stream_cut_mid_event_resumes_with_no_gap_and_no_duplicate(server: Any, namespace: str) -> None:
+    key = server.key(namespace)
+    steps = "".join(f"  - id: s{n}\n    set: \"{{{{ 'step {n} of a long run' }}}}\"\n" for n in range(25))
+    with Client(server.url, key) as c:
+        c.workflows.register(f"workflow: many\nsteps:\n{steps}")
+        run = c.runs.start("many", {})
+        c.runs.wait(run["run_id"], timeout=30)
+        direct = list(c.runs.stream(run["run_id"]))
+    ids = [e["id"] for e in direct]
+    assert ids == list(range(len(ids))) and len(ids) > 40, ids
+    # Cut the first two connections part-way through the answer (headers + some events).
+    proxy = CuttingProxy(server.url, cut_after=1500, cuts=2)
+    with Client(proxy.url, key) as through:
+        resumed = list(through.runs.stream(run["run_id"]))
+    assert proxy.connections >= 3, "the stream was cut and resumed"
+    assert [e["id"] for e in resumed] == ids, "no gap, no duplicate"
+    assert resumed == direct
+    assert resumed[-1]["event"] == "run.completed"
+
+
+def test_what_a_handler_emits_reaches_the_runs_stream(server: Any, namespace: str) -> None:
+    key = server.key(namespace, "admin", "worker")
+    source = """
+workflow: chatty
+tools:
+  talk:
+    worker: { queue: chatty }
+    effect: read
+steps:
+  - id: call
+    tool: talk
+"""
+    with Client(server.url, key) as c:
+        c.workflows.register(source)
+        worker = Worker(server.url, key, queue="chatty", wait_seconds=2)
+        go = threading.Event()
+
+        @worker.handler("talk")
+        def talk(ctx: Any, task_input: Any) -> Any:
+            go.wait(10)
+            for word in ["durable", " steps", " in", " Python"]:
+                ctx.emit(token=word)
+                time.sleep(0.03)
+            ctx.emit(progress={"done": 1, "total": 2}, log="half way")
+            ctx.emit(progress={"done": 2, "total": 2})
+            return {"said": 4}
+
+        threading.Thread(target=worker.run, daemon=True).start()
+        run = c.runs.start("chatty", {})
+        seen: list[dict[str, Any]] = []
+
+        def follow() -> None:
+            for event in c.runs.stream(run["run_id"], tokens=True):
+                seen.append(event)
+
+        follower = threading.Thread(target=follow)
+        follower.start()
+        time.sleep(0.5)  # the follower is subscribed before the handler speaks
+        go.set()
+        follower.join(timeout=30)
+        worker.stop()
+    tokens = "".join(e["data"]["text"] for e in seen if e["event"] == "token")
+    assert tokens == "durable steps in Python", seen
+    progress = [e["data"]["data"]["data"] for e in seen if e["event"] == "step.progress"]
+    assert progress == [{"done": 1, "total": 2}, {"done": 2, "total": 2}], seen
+    logs = [e["data"]["data"]["text"] for e in seen if e["event"] == "step.log"]
+    assert logs == ["half way"]
+    assert seen[-1]["event"] == "run.completed"
+
+
+def test_a_start_retried_with_its_key_starts_one_run(server: Any, namespace: str) -> None:
+    key = server.key(namespace)
+    with Client(server.url, key) as c:
+        c.workflows.register("workflow: once\nsteps:\n  - id: a\n    set: 1\n")
+        first = c.runs.start("once", {}, idempotency_key="order-1")
+        again = c.runs.start("once", {}, idempotency_key="order-1")
+        assert first["run_id"] == again["run_id"]
+        try:
+            c.runs.get("01a21ba0-0000-7000-8000-000000000000")
+        except NotFound as error:
+            assert error.code == "not_found" and error.status == 404
+        else:
+            raise AssertionError("a missing run is NotFound")
