@@ -22,7 +22,8 @@ pub(crate) struct Cli {
     /// Call this Stepwright server instead of opening a store (default:
     /// `STEPWRIGHT_SERVER`), with the API key in `STEPWRIGHT_API_KEY`: `run`, `runs`,
     /// `approve`/`reject`/`respond`, `cancel`, `send`, `wake`, `resume`, `replay`,
-    /// `recompute`, `fork` and `events`.
+    /// `recompute`, `fork` and `events`; `validate` checks the file's `worker:` tools against
+    /// the server's live step workers.
     #[arg(long, global = true, value_name = "URL")]
     pub(crate) server: Option<String>,
     #[command(flatten)]
@@ -175,7 +176,8 @@ impl Command {
         );
         match flag {
             Flag::Db => !matches!(self, Self::Schema | Self::Validate { .. } | Self::Graph { .. }),
-            Flag::Server => self.has_remote_form(),
+            // `validate --server` checks the file against the server's live step workers.
+            Flag::Server => self.has_remote_form() || matches!(self, Self::Validate { .. }),
             Flag::Models => runs_steps,
             // Replay and recompute run in a private sandbox, written nowhere.
             Flag::Durability => runs_steps && !matches!(self, Self::Replay { .. } | Self::Recompute { .. }),

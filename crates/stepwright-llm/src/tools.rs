@@ -139,9 +139,14 @@ pub trait Tool: Send + Sync + 'static {
     /// is a [`StepError`]; an agent shows it to the model as an error result.
     fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>>;
 
+    /// Where a step worker takes the tool's calls, for a `worker:` tool.
+    fn worker_target(&self) -> Option<&crate::worker::WorkerTarget> {
+        None
+    }
+
     /// Whether a call hands its work to a step worker (a `worker:` tool).
     fn dispatches(&self) -> bool {
-        false
+        self.worker_target().is_some()
     }
 }
 

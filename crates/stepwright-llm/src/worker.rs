@@ -82,7 +82,7 @@ impl Tool for WorkerTool {
         })
     }
 
-    fn dispatches(&self) -> bool {
-        true
+    fn worker_target(&self) -> Option<&WorkerTarget> {
+        Some(&self.target)
     }
 }

@@ -299,3 +299,28 @@ def test_heartbeats_keep_a_handlers_lease_while_it_runs_longer_than_the_lease(
     worker.stop()
     thread.join(timeout=10)
     assert done["status"] == "completed" and done["output"] == {"attempt": 1}, done
+
+
+def test_validate_with_a_server_warns_when_no_live_worker_offers_a_handler(
+    server: Any, client: tuple[Client, str], tmp_path: Path
+) -> None:
+    from conftest import BIN
+
+    c, key = client
+    file = tmp_path / "flow.yaml"
+    file.write_text(workflow("checked-live", queue="live", handler="present@2"))
+
+    def validate() -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, STEPWRIGHT_API_KEY=key)
+        return subprocess.run([BIN, "validate", str(file), "--server", server.url], env=env, capture_output=True, text=True)
+
+    before = validate()
+    assert before.returncode == 0, before.stderr
+    assert "no live worker offers `present@2` on queue `live`" in before.stderr, before.stderr
+    worker = Worker(server.url, key, queue="live", wait_seconds=2)
+    worker.handler("present@2")(lambda ctx, task_input: None)
+    thread = background(worker)
+    wait_for(lambda: "no live worker" not in validate().stderr)
+    worker.stop()
+    thread.join(timeout=10)
+    assert validate().stdout.strip().endswith(": ok")

@@ -19,13 +19,41 @@ pub(crate) async fn validate(g: &Globals<'_>, file: PathBuf) -> anyhow::Result<u
     let loaded =
         stepwright::flow::load_with(&file, &bindings.load_options()).map_err(stepwright::app::AppError::Load)?;
     let warnings = loaded.warnings.clone();
+    let targets = worker_targets(&loaded.workflow);
     stepwright::app::prepare(loaded, &bindings, Servers::Declared).await?;
     for warning in &warnings {
         let hint = warning.hint.as_ref().map(|h| format!(" (hint: {h})")).unwrap_or_default();
         eprintln!("{}:{}:{}: warning: {}{hint}", warning.file, warning.line, warning.column, warning.message);
     }
+    if let Some(server) = g.server {
+        let workers = super::remote::Remote::new(server)?.workers().await?;
+        for (tool, target) in &targets {
+            let offered = workers
+                .workers
+                .iter()
+                .any(|w| w.queue == target.queue && stepwright::store::task::offers(&w.handlers, &target.handler));
+            if !offered {
+                eprintln!(
+                    "{}: warning: tool `{tool}`: no live worker offers `{}` on queue `{}` at {server} (hint: start one;                      a run that calls it waits, or fails with no_worker after its schedule_to_start)",
+                    file.display(),
+                    target.handler,
+                    target.queue
+                );
+            }
+        }
+    }
     println!("{}: ok", file.display());
     Ok(0)
+}
+
+/// A file's `worker:` tools and where their calls go.
+fn worker_targets(workflow: &stepwright::Workflow) -> Vec<(String, stepwright::llm::WorkerTarget)> {
+    let Some(tools) = workflow.services().get::<stepwright::llm::Tools>() else { return Vec::new() };
+    tools
+        .names()
+        .into_iter()
+        .filter_map(|name| Some((name.to_owned(), tools.get(name)?.worker_target()?.clone())))
+        .collect()
 }
 
 /// `graph`: draws a file's definition as Mermaid or dot.

@@ -23,6 +23,8 @@ pub(crate) struct Globals<'a> {
     pub(crate) flags: &'a ModelFlags,
     /// `--log-format json`.
     pub(crate) json_logs: bool,
+    /// `--server` (or `STEPWRIGHT_SERVER`), for a command that only consults it.
+    pub(crate) server: Option<&'a str>,
 }
 
 /// Refuses a flag the command would not act on (`validate --db …`, `runs list --model …`).
@@ -66,7 +68,7 @@ fn refuse_idle_flags(cli: &Cli) -> anyhow::Result<()> {
 pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     refuse_idle_flags(&cli)?;
     let server = cli.server.clone().or_else(|| std::env::var("STEPWRIGHT_SERVER").ok().filter(|s| !s.is_empty()));
-    if let Some(server) = server
+    if let Some(server) = server.as_deref()
         && cli.command.has_remote_form()
     {
         let flags = &cli.models;
@@ -95,7 +97,7 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         };
     }
     let json_logs = cli.telemetry.log_format == Some(crate::args::LogFormat::Json);
-    let g = Globals { db: cli.db.as_deref(), flags: &cli.models, json_logs };
+    let g = Globals { db: cli.db.as_deref(), flags: &cli.models, json_logs, server: server.as_deref() };
     let done = local(&g, cli.command).await;
     // The MCP servers the command connected to are closed before it exits: an HTTP
     // session is deleted, a stdio server's input closed.

@@ -87,6 +87,11 @@ impl Remote {
         self.call(reqwest::Method::POST, path, Some(body), None).await
     }
 
+    /// The step workers the server heard from.
+    pub(crate) async fn workers(&self) -> anyhow::Result<stepwright::api::task::WorkerList> {
+        self.get("/v1/workers").await
+    }
+
     async fn run(&self, run: &str) -> anyhow::Result<RunDetails> {
         self.get(&format!("/v1/runs/{run}")).await
     }
