@@ -324,3 +324,26 @@ def test_validate_with_a_server_warns_when_no_live_worker_offers_a_handler(
     worker.stop()
     thread.join(timeout=10)
     assert validate().stdout.strip().endswith(": ok")
+
+
+def test_a_replay_serves_a_worker_steps_journaled_output_with_no_worker(server: Any, client: tuple[Client, str]) -> None:
+    c, key = client
+    c.workflows.register(workflow("replayed", queue="replay", handler="once"))
+    worker = Worker(server.url, key, queue="replay", wait_seconds=2)
+    calls: list[int] = []
+
+    @worker.handler("once")
+    def once(ctx: Any, task_input: Any) -> Any:
+        calls.append(ctx.attempt)
+        return {"n": len(calls)}
+
+    thread = background(worker)
+    run = c.runs.start("replayed", {"text": "x", "sleep": 0})
+    done = c.runs.wait(run["run_id"], timeout=30)
+    worker.stop()
+    thread.join(timeout=10)
+    started = time.monotonic()
+    report = c._request("POST", f"/v1/runs/{run['run_id']}/replay", json={})
+    assert report["identical"] is True and report["replayed_output"] == done["output"] == {"n": 1}, report
+    assert time.monotonic() - started < 2.0, "served, not dispatched to a worker that is not there"
+    assert calls == [1], "the handler ran once"

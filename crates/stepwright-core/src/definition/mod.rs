@@ -441,6 +441,16 @@ impl Node {
     pub(crate) fn effect_or_default(&self) -> Effect {
         self.policy.effect.unwrap_or_default()
     }
+
+    /// How the journal serves the node in a replay or a recompute: by its effect, except a
+    /// step whose work a step worker does, which is served as an unsafe external effect —
+    /// a sandbox has no workers to hand it to, and the worker's answer is in the journal.
+    pub(crate) fn served_as(&self) -> (Effect, bool) {
+        match &self.kind {
+            NodeKind::Step(step) if step.dispatches() => (Effect::External, false),
+            _ => (self.effect_or_default(), self.policy.safe_to_retry),
+        }
+    }
 }
 
 /// A built, checked workflow definition. Cheap to clone.

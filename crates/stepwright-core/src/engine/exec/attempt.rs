@@ -53,7 +53,7 @@ impl Exec {
         // An attempt that handed its work to a step worker and suspended goes on where it
         // was: no new start, no new intent; the step asks for its task's answer again.
         let mut reentered = false;
-        if let Some(log) = self.run.replay.path(path, (node.effect_or_default(), policy.safe_to_retry)) {
+        if let Some(log) = self.run.replay.path(path, node.served_as()) {
             let last = log.last_attempt;
             match log.failures.iter().rev().find(|f| f.0 == last) {
                 Some((_, _, Some(retry_at))) => {

@@ -184,7 +184,7 @@ impl Exec {
         let frame = &mut Frame { node, path: &path, scope, env };
         {
             let replay = &self.run.replay;
-            let class = (node.effect_or_default(), node.policy.safe_to_retry);
+            let class = node.served_as();
             let log = replay.path(&path, class);
             if let Some(log) = log {
                 if let Some(value) = replay.completed_output(&path, class) {
