@@ -461,6 +461,48 @@ steps:
   await operator.goto(`${base}/#/runs/${queued.body.run_id}`);
   await operator.getByTestId('queued').filter({ hasText: 'concurrency group "desk" is full' }).waitFor();
 
+  step('a run waiting for a step worker says which queue and handler, and that nobody polls it; the Workers page shows the backlog and then the worker');
+  const outsourced = `
+workflow: outsourced
+tools:
+  summarise:
+    worker: { queue: py, schedule_to_start: 1h }
+    effect: read
+steps:
+  - id: summary
+    tool: summarise
+`;
+  assert.equal((await call(admin, 'POST', '/v1/workflows', { source: outsourced })).status, 201);
+  const outsourcedRun = await call(ann, 'POST', '/v1/runs', { workflow: 'outsourced', input: null });
+  await operator.goto(`${base}/#/runs/${outsourcedRun.body.run_id}`);
+  await operator.getByTestId('task-wait').filter({ hasText: 'No worker polls queue py for summarise' }).waitFor();
+  await operator.getByRole('link', { name: 'Workers' }).click();
+  await operator.locator('[data-queue="py"] td').nth(1).filter({ hasText: '1' }).waitFor();
+  await operator.getByText('No step worker was heard from').waitFor();
+  // A worker claims it: the run's page names the worker, the Workers page lists it.
+  const workerKey = key('robot', 'worker');
+  const claimed = await fetch(`${base}/v1/tasks/claim`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${workerKey}`, 'Content-Type': 'application/json', 'Stepwright-Protocol': '1' },
+    body: JSON.stringify({ worker: { id: 'py-7', name: 'box', sdk: 'py/0.1.0' }, queue: 'py', handlers: ['summarise'], wait_seconds: 5 }),
+  }).then((r) => r.json());
+  assert.equal(claimed.tasks.length, 1, JSON.stringify(claimed));
+  await operator.reload();
+  await operator.locator('[data-worker="py-7"]').filter({ hasText: 'summarise' }).waitFor();
+  await operator.locator('[data-queue="py"] td').nth(2).filter({ hasText: '1' }).waitFor();
+  await operator.screenshot({ path: join(shots, 'workers.png'), fullPage: true });
+  await operator.goto(`${base}/#/runs/${outsourcedRun.body.run_id}`);
+  await operator.getByTestId('task-wait').filter({ hasText: 'Worker py-7 runs summarise' }).waitFor();
+  const [task] = claimed.tasks;
+  const completed = await fetch(`${base}/v1/tasks/${task.id}/complete`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${workerKey}`, 'Content-Type': 'application/json', 'Stepwright-Protocol': '1' },
+    body: JSON.stringify({ lease: task.lease, output: { summary: 'short' } }),
+  });
+  assert.equal(completed.status, 200);
+  await operator.locator('[data-node="summary"].st-completed').waitFor();
+  assert.equal(await operator.getByTestId('task-wait').count(), 0, 'a finished run waits on nothing');
+
   step('sign in through the OpenID provider (code flow with PKCE); a group maps to the approver role');
   const waiting = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Flo' }, wait_seconds: 10 });
   const sso = await person(null);

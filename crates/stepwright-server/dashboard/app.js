@@ -13,6 +13,7 @@ import { runView } from './run.js';
 import { runsView } from './runs.js';
 import { refreshInboxCount, showWho, signInView } from './signin.js';
 import { ApiError, api, errorBox, h, problemText, session, show } from './ui.js';
+import { workersView } from './workers.js';
 import { workflowView, workflowsView } from './workflows.js';
 
 export async function route() {
@@ -38,6 +39,7 @@ export async function route() {
     if (parts[0] === 'inbox') return await inboxView();
     if (parts[0] === 'workflows' && parts[1]) return await workflowView(parts[1]);
     if (parts[0] === 'workflows') return await workflowsView();
+    if (parts[0] === 'workers') return await workersView();
     if (parts[0] === 'diff' && parts[1]) return await diffView(parts[1], params);
     return await runsView(params);
   } catch (e) {

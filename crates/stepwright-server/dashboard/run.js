@@ -88,7 +88,7 @@ export async function runView(id) {
     // A step worker's task: which queue and handler, and why it waits.
     ...(details.tasks || []).map((t) => h('div', { class: 'card', 'data-testid': 'task-wait' },
       h('div', { class: 'spread' }, h('strong', { text: `Waiting for a step worker at ${t.step}` }), status(t.state === 'claimed' ? 'running' : 'suspended')),
-      h('p', { text: `${t.reason[0].toUpperCase()}${t.reason.slice(1)}. Task ${t.task_id}, queue ${t.queue}, handler ${t.handler}, attempt ${t.attempt}.` }))),
+      h('p', { text: `${t.reason[0].toUpperCase()}${t.reason.slice(1).replaceAll('`', '')}. Task ${t.task_id}, queue ${t.queue}, handler ${t.handler}, attempt ${t.attempt}.` }))),
     // A pending run: why no worker has started it.
     ...(details.queued ? [h('div', { class: 'card', 'data-testid': 'queued' },
       h('div', { class: 'spread' }, h('strong', { text: 'Not started yet' }), status('pending')),

@@ -41,6 +41,7 @@ const FILES: &[(&str, Asset)] = &[
     ("runs.js", Asset { body: include_str!("../dashboard/runs.js"), content_type: SCRIPT }),
     ("signin.js", Asset { body: include_str!("../dashboard/signin.js"), content_type: SCRIPT }),
     ("ui.js", Asset { body: include_str!("../dashboard/ui.js"), content_type: SCRIPT }),
+    ("workers.js", Asset { body: include_str!("../dashboard/workers.js"), content_type: SCRIPT }),
     ("workflows.js", Asset { body: include_str!("../dashboard/workflows.js"), content_type: SCRIPT }),
 ];
 
