@@ -1,11 +1,13 @@
 """Stepwright for Python: drive runs over the HTTP API (:class:`Client`) and write steps
 that run in this process (:class:`Worker`)."""
 
+from .aio import AsyncWorker
 from .client import Client
 from .errors import BadRequest, Conflict, Forbidden, NotFound, StepwrightError
 from .worker import HandlerError, TaskCancelled, TaskContext, Worker
 
 __all__ = [
+    "AsyncWorker",
     "BadRequest",
     "Client",
     "Conflict",

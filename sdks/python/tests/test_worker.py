@@ -347,3 +347,43 @@ def test_a_replay_serves_a_worker_steps_journaled_output_with_no_worker(server: 
     assert report["identical"] is True and report["replayed_output"] == done["output"] == {"n": 1}, report
     assert time.monotonic() - started < 2.0, "served, not dispatched to a worker that is not there"
     assert calls == [1], "the handler ran once"
+
+
+def test_an_asyncio_worker_runs_many_tasks_at_once_and_a_cancel_cancels_its_coroutine(
+    server: Any, client: tuple[Client, str]
+) -> None:
+    import asyncio
+
+    from stepwright import AsyncWorker
+
+    c, key = client
+    c.workflows.register(workflow("many-at-once", queue="aio", handler="nap"))
+    worker = AsyncWorker(server.url, key, queue="aio", slots=50, wait_seconds=2)
+    inside = {"now": 0, "most": 0}
+    cancelled: list[str] = []
+
+    @worker.handler("nap")
+    async def nap(ctx: Any, task_input: dict[str, Any]) -> dict[str, Any]:
+        inside["now"] += 1
+        inside["most"] = max(inside["most"], inside["now"])
+        try:
+            await asyncio.sleep(30 if task_input["text"] == "forever" else 0.3)
+        except asyncio.CancelledError:
+            cancelled.append(ctx.run_id)
+            raise
+        finally:
+            inside["now"] -= 1
+        return {"text": task_input["text"]}
+
+    thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
+    thread.start()
+    runs = [c.runs.start("many-at-once", {"text": str(n), "sleep": 0}) for n in range(20)]
+    forever = c.runs.start("many-at-once", {"text": "forever", "sleep": 0})
+    done = [c.runs.wait(r["run_id"], timeout=30) for r in runs]
+    assert [d["output"]["text"] for d in done] == [str(n) for n in range(20)]
+    assert inside["most"] >= 10, f"tasks ran concurrently on one loop (at most {inside['most']} at once)"
+    c.runs.cancel(forever["run_id"])
+    wait_for(lambda: cancelled == [forever["run_id"]], timeout=10)
+    worker.stop()
+    thread.join(timeout=10)
+    assert [t["state"] for t in c.tasks.list(run=forever["run_id"])] == ["cancelled"]

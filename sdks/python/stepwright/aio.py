@@ -1,0 +1,229 @@
+"""An asyncio step worker: every task a coroutine on one event loop (sync handlers in the
+loop's thread pool), the claims and answers on one `httpx.AsyncClient`, and the heartbeat
+on a thread of its own — so a handler that blocks the loop never starves it."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import Any
+
+import httpx
+
+from .errors import Conflict, StepwrightError, raise_for_problem
+from .worker import PROTOCOL, SDK, Handler, HandlerError, TaskCancelled, TaskContext
+
+log = logging.getLogger("stepwright.worker")
+
+
+class AsyncWorker:
+    """``AsyncWorker(base_url, api_key, queue="default", slots=100)``; register handlers with
+    :meth:`handler` (``async def`` or plain functions), then ``await worker.run()`` until
+    :meth:`stop`. A cancelled run cancels its handler's coroutine (``CancelledError`` inside
+    it); a sync handler sees ``ctx.is_cancelled``."""
+
+    def __init__(
+        self, base_url: str, api_key: str, *, queue: str = "default", slots: int = 100, wait_seconds: int = 30
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.queue = queue
+        self.slots = slots
+        self.wait_seconds = wait_seconds
+        self.id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.headers = {
+            "authorization": f"Bearer {api_key}",
+            "stepwright-protocol": PROTOCOL,
+            "user-agent": f"stepwright-{SDK}",
+        }
+        self._handlers: dict[str, Handler] = {}
+        self._running: dict[str, tuple[TaskContext, asyncio.Task[None]]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def handler(self, name: str) -> Any:
+        """Registers a handler (``name`` or ``name@version``)."""
+
+        def register(fn: Handler) -> Handler:
+            self._handlers[name] = fn
+            return fn
+
+        return register
+
+    def stop(self) -> None:
+        """Stops claiming; running tasks finish and are answered, then :meth:`run` returns."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        if not self._handlers:
+            raise ValueError("register at least one handler with @worker.handler(name)")
+        self._loop = asyncio.get_running_loop()
+        beat = threading.Thread(target=self._heartbeat_loop, name="stepwright-heartbeat", daemon=True)
+        beat.start()
+        timeout = httpx.Timeout(10.0, read=self.wait_seconds + 10.0)
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=timeout, limits=limits) as http:
+            self._http = http
+            while not self._stop.is_set():
+                with self._lock:
+                    free = self.slots - len(self._running)
+                    holding = list(self._running)
+                body = {
+                    "worker": {"id": self.id, "sdk": SDK},
+                    "queue": self.queue,
+                    "handlers": sorted(self._handlers),
+                    "max": max(free, 0),
+                    "wait_seconds": self.wait_seconds if free > 0 else 1,
+                    "holding": holding,
+                }
+                try:
+                    response = await http.post("/v1/tasks/claim", json=body)
+                    raise_for_problem(response)
+                    answer = response.json()
+                except (httpx.TransportError, StepwrightError) as error:
+                    log.warning("claim failed: %s", error)
+                    await asyncio.sleep(1.0)
+                    continue
+                for task_id in answer.get("cancel", []):
+                    self._cancel(task_id)
+                for task in answer.get("tasks", []):
+                    ctx = TaskContext(
+                        task_id=task["id"],
+                        handler=task["handler"],
+                        attempt=task["attempt"],
+                        run_id=task["run"]["id"],
+                        workflow=task["run"]["workflow"],
+                        step=task["step"],
+                        idempotency_key=task.get("idempotency_key"),
+                        details=task.get("details"),
+                        lease=task["lease"],
+                        lease_ms=task.get("lease_ms", 10_000),
+                    )
+                    job = asyncio.ensure_future(self._execute(ctx, task["input"]))
+                    with self._lock:
+                        self._running[ctx.task_id] = (ctx, job)
+                    job.add_done_callback(self._forgetter(ctx.task_id))
+                if free <= 0 and not answer.get("tasks"):
+                    await asyncio.sleep(0)
+            with self._lock:
+                jobs = [job for _, job in self._running.values()]
+            await asyncio.gather(*jobs, return_exceptions=True)
+
+    def _forgetter(self, task_id: str) -> Any:
+        def forget(_: object) -> None:
+            with self._lock:
+                self._running.pop(task_id, None)
+
+        return forget
+
+    def _cancel(self, task_id: str) -> None:
+        with self._lock:
+            held = self._running.get(task_id)
+        if held is None:
+            return
+        ctx, job = held
+        ctx.cancelled.set()
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(job.cancel)
+
+    async def _execute(self, ctx: TaskContext, task_input: Any) -> None:
+        fn = self._handlers.get(ctx.handler) or self._handlers.get(ctx.handler.split("@")[0])
+        if fn is None:
+            await self._answer(ctx, "release", {})
+            return
+        flusher = asyncio.ensure_future(self._keep_flushing(ctx))
+        try:
+            if inspect.iscoroutinefunction(fn):
+                output = await fn(ctx, task_input)
+            else:
+                output = await asyncio.get_running_loop().run_in_executor(None, fn, ctx, task_input)
+        except (asyncio.CancelledError, TaskCancelled):
+            flusher.cancel()
+            await self._answer(ctx, "cancelled", {})
+            return
+        except HandlerError as error:
+            flusher.cancel()
+            await self._answer(ctx, "fail", {"error": {"code": error.code, "message": error.message, "retryable": error.retryable}})
+            return
+        except Exception as error:  # noqa: BLE001 - any handler failure fails the attempt
+            failure = {"code": "execution_failed", "message": f"{type(error).__name__}: {error}", "retryable": True}
+            flusher.cancel()
+            await self._answer(ctx, "fail", {"error": failure})
+            return
+        flusher.cancel()
+        if ctx.cancelled.is_set():
+            await self._answer(ctx, "cancelled", {})
+        else:
+            await self._answer(ctx, "complete", {"output": output})
+
+    async def _keep_flushing(self, ctx: TaskContext) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            if ctx._chunks:
+                await self._flush(ctx)
+
+    async def _answer(self, ctx: TaskContext, verb: str, body: dict[str, Any]) -> None:
+        # What the handler emitted goes before its answer.
+        await self._flush(ctx)
+        for attempt in range(5):
+            try:
+                response = await self._http.post(f"/v1/tasks/{ctx.task_id}/{verb}", json={"lease": ctx.lease, **body})
+                raise_for_problem(response)
+                return
+            except Conflict as error:
+                log.warning("task %s: %s refused (%s); the result is dropped", ctx.task_id, verb, error.code)
+                return
+            except (httpx.TransportError, StepwrightError) as error:
+                log.warning("task %s: %s failed (%s); retrying", ctx.task_id, verb, error)
+                await asyncio.sleep(0.2 * 2**attempt)
+
+    async def _flush(self, ctx: TaskContext) -> None:
+        with ctx._chunk_lock:
+            if not ctx._chunks:
+                return
+            items, ctx._chunks = ctx._chunks, []
+            seq = ctx._chunk_seq
+            ctx._chunk_seq += 1
+        try:
+            response = await self._http.post(f"/v1/tasks/{ctx.task_id}/chunks", json={"lease": ctx.lease, "seq": seq, "items": items})
+            raise_for_problem(response)
+        except (httpx.TransportError, StepwrightError) as error:
+            log.warning("task %s: chunks not sent (%s)", ctx.task_id, error)
+
+    def _heartbeat_loop(self) -> None:
+        last = time.monotonic()
+        with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=10.0) as http:
+            while True:
+                time.sleep(0.02)
+                with self._lock:
+                    held = [ctx for ctx, _ in self._running.values()]
+                if not held:
+                    if self._stop.is_set():
+                        return
+                    last = time.monotonic()
+                    continue
+                interval = max(0.05, min(10.0, min(ctx.lease_ms for ctx in held) / 3000))
+                if time.monotonic() - last < interval:
+                    continue
+                last = time.monotonic()
+                tasks: list[dict[str, Any]] = []
+                for ctx in held:
+                    entry: dict[str, Any] = {"id": ctx.task_id, "lease": ctx.lease}
+                    if ctx._details_out:
+                        entry["details"] = ctx._details_out[-1]
+                    tasks.append(entry)
+                try:
+                    response = http.post("/v1/tasks/heartbeat", json={"worker_id": self.id, "tasks": tasks})
+                    raise_for_problem(response)
+                except (httpx.TransportError, StepwrightError) as error:
+                    log.warning("heartbeat failed: %s", error)
+                    continue
+                for beat in response.json().get("tasks", []):
+                    if beat["state"] in ("cancel", "lost"):
+                        self._cancel(beat["id"])
