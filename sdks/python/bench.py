@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from stepwright import Client, Worker
+from stepwright import AsyncWorker, Client, Worker
 
 BIN = sys.argv[1]
 QUICK = "--quick" in sys.argv
@@ -103,14 +103,14 @@ def main() -> None:
             f"workflow: via-http\ntools:\n  inc:\n    http: {{ url: \"{echo_url}\" }}\n{common}steps:\n  - id: call\n    tool: inc\n    with: {{ n: 1 }}\n"
         )
         started_at: dict[str, float] = {}
-        worker = Worker(url, key, queue="bench", slots=64, wait_seconds=30)
+        worker = AsyncWorker(url, key, queue="bench", slots=200, wait_seconds=30)
 
         @worker.handler("inc")
         async def inc(ctx: Any, task_input: dict[str, Any]) -> dict[str, Any]:
             started_at[ctx.task_id] = time.time()
             return {"n": task_input.get("n", 0) + 1}
 
-        threading.Thread(target=worker.run, daemon=True).start()
+        threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True).start()
         time.sleep(0.5)
         rounds = 100 if QUICK else 400
 
@@ -156,7 +156,7 @@ def main() -> None:
         results["throughput"] = {
             "runs": burst,
             "handled_per_s": round(burst / handled, 1),
-            "note": "runs started over HTTP by 16 threads while one worker drains them; the time includes the starts",
+            "note": "runs started over HTTP by 16 threads while one AsyncWorker drains them; the time includes the starts",
         }
 
         # Cancel to handler: the handler waits for its cancellation; time from the cancel call.
