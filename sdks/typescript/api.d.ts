@@ -126,7 +126,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness: `{"status":"ok"}`. */
+        /** Liveness, and the protocol versions spoken: `{"status":"ok","protocols":{"worker":[1]}}`. */
         get: operations["health"];
         put?: never;
         post?: never;
@@ -1447,6 +1447,11 @@ export interface components {
         };
         /** @description Liveness. */
         Health: {
+            /**
+             * @description The protocol versions the server speaks, by protocol: `{"worker": [1]}` (a step
+             *     worker sends its version as `Stepwright-Protocol`).
+             */
+            protocols: components["schemas"]["Protocols"];
             /** @description `ok`. */
             status: string;
         };
@@ -1608,6 +1613,11 @@ export interface components {
             status: number;
             /** @description A short summary of the kind of problem. */
             title: string;
+        };
+        /** @description The protocol versions a server speaks. */
+        Protocols: {
+            /** @description The step-worker protocol's versions. */
+            worker: number[];
         };
         /** @description The queues with work or workers. */
         QueueList: {

@@ -161,7 +161,7 @@ pub fn operations() -> Vec<Operation> {
             method: Method::Get,
             path: "/v1/health",
             id: OperationId::Health,
-            summary: "Liveness: `{\"status\":\"ok\"}`.",
+            summary: "Liveness, and the protocol versions spoken: `{\"status\":\"ok\",\"protocols\":{\"worker\":[1]}}`.",
             role: None,
             body: None,
             query: None,

@@ -59,4 +59,14 @@ pub struct Callback {
 pub struct Health {
     /// `ok`.
     pub status: String,
+    /// The protocol versions the server speaks, by protocol: `{"worker": [1]}` (a step
+    /// worker sends its version as `Stepwright-Protocol`).
+    pub protocols: Protocols,
+}
+
+/// The protocol versions a server speaks.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct Protocols {
+    /// The step-worker protocol's versions.
+    pub worker: Vec<u32>,
 }

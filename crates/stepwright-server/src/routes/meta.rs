@@ -8,7 +8,10 @@ use stepwright_api::session::Health;
 
 /// `GET /v1/health`.
 pub(crate) async fn health() -> Json<Health> {
-    Json(Health { status: "ok".to_owned() })
+    Json(Health {
+        status: "ok".to_owned(),
+        protocols: stepwright_api::session::Protocols { worker: stepwright_api::task::PROTOCOLS.to_vec() },
+    })
 }
 
 /// Built once per process: it depends only on the contract.

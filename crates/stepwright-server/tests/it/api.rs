@@ -10,7 +10,7 @@ use crate::{APPROVAL, THREE_SETS, TestServer, answer};
 async fn health_and_the_document_need_no_key_and_everything_else_does() {
     let server = TestServer::start().await;
     let health = server.http.get(format!("{}/v1/health", server.base)).send().await.unwrap();
-    assert_eq!(answer(health).await, (200, json!({ "status": "ok" })));
+    assert_eq!(answer(health).await, (200, json!({ "status": "ok", "protocols": { "worker": [1] } })));
     let document = server.http.get(format!("{}/v1/openapi.json", server.base)).send().await.unwrap();
     assert_eq!(document.status(), 200);
     let nobody = server.http.get(format!("{}/v1/runs", server.base)).send().await.unwrap();
