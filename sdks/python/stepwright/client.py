@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import httpx
 
@@ -37,6 +37,17 @@ class _Runs:
     def get(self, run_id: str) -> dict[str, Any]:
         """The run as the API shows it."""
         return self._c._request("GET", f"/v1/runs/{run_id}")
+
+    def list(self, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Runs of the namespace, newest first, page after page (``workflow``, ``status``,
+        ``limit`` per page, ``input_contains``, ``created_after``, …)."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        while True:
+            page = self._c._request("GET", "/v1/runs", params=params)
+            yield from page["runs"]
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
 
     def wait(self, run_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> dict[str, Any]:
         """Polls until the run has finished (or ``timeout`` seconds pass: ``TimeoutError``)."""
@@ -125,6 +136,58 @@ class _Workflows:
         return self._c._request("POST", "/v1/workflows", json={"source": source, "files": files or {}})
 
 
+class _Interrupts:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def list(self) -> list[dict[str, Any]]:
+        """The open interrupts the key may decide (the approvals inbox), oldest run first."""
+        return cast("list[dict[str, Any]]", self._c._call("GET", "/v1/interrupts", params={"status": "open"}))
+
+    def decide(self, interrupt_id: str, decision: str, **fields: Any) -> dict[str, Any]:
+        """Decides an interrupt (``<run id>.<interrupt id>``) as the key's user: ``approve``,
+        ``reject`` (``reason=``), ``modify`` (``payload=``) or ``respond`` (``value=``)."""
+        return self._c._request("POST", f"/v1/interrupts/{interrupt_id}/decision", json={"decision": decision, **fields})
+
+
+class _Events:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def send(self, name: str, payload: Any = None, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Stores an event in the namespace's log: triggers start runs on it, `wait` steps take it."""
+        body: dict[str, Any] = {"name": name, "payload": payload}
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        return self._c._request("POST", "/v1/events", json=body, retries=3 if idempotency_key else 0)
+
+
+class _Schedules:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, workflow: str, *, version: int | None = None, only: list[str] | None = None) -> dict[str, Any]:
+        """Keeps the schedules a registered workflow's file declares."""
+        body: dict[str, Any] = {"workflow": workflow, "only": only or []}
+        if version is not None:
+            body["version"] = version
+        return self._c._request("POST", "/v1/schedules", json=body)
+
+    def list(self) -> dict[str, Any]:
+        """The namespace's schedules."""
+        return self._c._request("GET", "/v1/schedules")
+
+    def pause(self, workflow: str, schedule: str) -> dict[str, Any]:
+        return self._c._request("POST", f"/v1/schedules/{workflow}/{schedule}/pause")
+
+    def resume(self, workflow: str, schedule: str) -> dict[str, Any]:
+        return self._c._request("POST", f"/v1/schedules/{workflow}/{schedule}/resume")
+
+    def trigger(self, workflow: str, schedule: str) -> dict[str, Any]:
+        """Starts one run of the schedule now."""
+        return self._c._request("POST", f"/v1/schedules/{workflow}/{schedule}/trigger")
+
+
 class _Tasks:
     def __init__(self, client: Client) -> None:
         self._c = client
@@ -147,9 +210,15 @@ class Client:
         )
         self.runs = _Runs(self)
         self.workflows = _Workflows(self)
+        self.interrupts = _Interrupts(self)
+        self.events = _Events(self)
+        self.schedules = _Schedules(self)
         self.tasks = _Tasks(self)
 
     def _request(self, method: str, path: str, *, retries: int = 0, **kwargs: Any) -> dict[str, Any]:
+        return cast("dict[str, Any]", self._call(method, path, retries=retries, **kwargs))
+
+    def _call(self, method: str, path: str, *, retries: int = 0, **kwargs: Any) -> Any:
         attempt = 0
         while True:
             try:
@@ -161,8 +230,7 @@ class Client:
                 time.sleep(0.1 * 2**attempt)
                 continue
             raise_for_problem(response)
-            answer: dict[str, Any] = response.json() if response.content else {}
-            return answer
+            return response.json() if response.content else {}
 
     def close(self) -> None:
         self._http.close()

@@ -4,6 +4,7 @@ reaches the run's stream; idempotent starts."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -144,3 +145,50 @@ def test_a_start_retried_with_its_key_starts_one_run(server: Any, namespace: str
             assert error.code == "not_found" and error.status == 404
         else:
             raise AssertionError("a missing run is NotFound")
+
+
+def test_runs_interrupts_events_and_schedules(server: Any, namespace: str) -> None:
+    key = server.key(namespace, "admin", "approver")
+    source = """
+workflow: ask
+schedules:
+  hourly: { every: 1h }
+steps:
+  - id: ok
+    approval: { message: "Go?" }
+  - id: paid
+    wait: { event: paid, timeout: 1h }
+"""
+    with Client(server.url, key) as c:
+        c.workflows.register(source)
+        run = c.runs.start("ask", {})
+        wait_for_status(c, run["run_id"], "suspended")
+        inbox = c.interrupts.list()
+        assert [i["message"] for i in inbox] == ["Go?"]
+        decided = c.interrupts.decide(inbox[0]["id"], "approve")
+        assert decided["decided_by"] == "tester"
+        wait_for_awaiting(c, run["run_id"])
+        c.events.send("paid", {"amount": 3}, idempotency_key="pay-1")
+        done = c.runs.wait(run["run_id"], timeout=30)
+        assert done["status"] == "completed" and done["output"] == {"amount": 3}, done
+        listed = list(c.runs.list(workflow="ask", limit=1))
+        assert [r["run_id"] for r in listed] == [run["run_id"]]
+        kept = c.schedules.create("ask")
+        assert "hourly" in json.dumps(kept)
+        assert "hourly" in json.dumps(c.schedules.list())
+        c.schedules.pause("ask", "hourly")
+        c.schedules.resume("ask", "hourly")
+
+
+def wait_for_status(c: Client, run_id: str, status: str) -> None:
+    deadline = time.monotonic() + 20
+    while c.runs.get(run_id)["status"] != status:
+        assert time.monotonic() < deadline, f"run {run_id} never became {status}"
+        time.sleep(0.05)
+
+
+def wait_for_awaiting(c: Client, run_id: str) -> None:
+    deadline = time.monotonic() + 20
+    while not c.runs.get(run_id).get("awaiting"):
+        assert time.monotonic() < deadline, "the run never waited for the event"
+        time.sleep(0.05)
