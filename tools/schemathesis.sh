@@ -16,6 +16,9 @@ work="$(mktemp -d)"
 trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 cd "$work"
 db="sqlite://$work/api.db"
+# The key has no `worker` role: a worker's claim is a long poll (up to 60 s, past the request
+# timeout), so the task endpoints answer it 403 here; their answers are checked by the
+# packages' tests (sdks/*/test.sh) and the generated client (tools/openapi/clients.sh).
 key="$("$BIN" --db "$db" keys create --namespace acme --user ann --role admin --role operator --role approver 2>/dev/null)"
 "$BIN" --db "$db" serve --listen 127.0.0.1:0 2> serve.log &
 server=$!

@@ -8,7 +8,7 @@ export type RunDetails = Schemas["RunDetails"];
 export type Task = Schemas["Task"];
 export type TaskSummary = Schemas["TaskSummary"];
 
-/** A recorded event as a run's stream carries it (the document's `x-stepwright-event`). */
+/** A recorded event as a run's stream carries it (the `data:` of an event with an `id`). */
 export interface StreamedEvent {
   run: string;
   path: string;

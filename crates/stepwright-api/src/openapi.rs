@@ -59,17 +59,17 @@ pub fn document() -> Value {
             let mut response = json!({ "description": description });
             if let Some(body) = body {
                 let body = body(&mut generator);
-                response["content"] = if content_type == "text/event-stream" {
-                    // The body is the stream's text, as generated clients read it; what each
-                    // event carries is `x-stepwright-event` (OpenAPI 3.2 names it
-                    // `itemSchema`), for readers that follow it.
-                    json!({ content_type: {
-                        "schema": { "type": "string", "description": "Server-Sent Events: `id:`, `event:` and `data:` lines, one blank line after each event (see `x-stepwright-event`)." },
-                        "x-stepwright-event": body,
-                    } })
+                let body = if content_type == "text/event-stream" {
+                    // One event of the stream (what an SSE-aware reader checks each event
+                    // against), or the stream's whole text (what a generated client, which
+                    // reads the body at once, gets): OpenAPI 3.1 has no `itemSchema`.
+                    let mut choices = body["oneOf"].as_array().cloned().unwrap_or_else(|| vec![body.clone()]);
+                    choices.push(json!({ "type": "string", "description": "The stream's whole text: `id:`, `event:` and `data:` lines, a blank line after each event." }));
+                    json!({ "oneOf": choices })
                 } else {
-                    json!({ content_type: { "schema": body } })
+                    body
                 };
+                response["content"] = json!({ content_type: { "schema": body } });
             }
             responses.insert(status.to_string(), response);
         }

@@ -783,7 +783,7 @@ pub fn operations() -> Vec<Operation> {
                 Some(schema::<task::ClaimedTasks>),
                 JSON,
             )],
-            errors: &[400, 403, 413, 422],
+            errors: &[400, 403, 413, 415, 422],
         },
         Operation {
             method: Method::Post,
@@ -794,7 +794,7 @@ pub fn operations() -> Vec<Operation> {
             body: Some(schema::<task::Heartbeat>),
             query: None,
             responses: vec![(200, "One answer per task, in order.", Some(schema::<task::HeartbeatAnswer>), JSON)],
-            errors: &[400, 403, 413, 422],
+            errors: &[400, 403, 413, 415, 422],
         },
         Operation {
             method: Method::Post,
@@ -805,7 +805,7 @@ pub fn operations() -> Vec<Operation> {
             body: Some(schema::<task::CompleteTask>),
             query: None,
             responses: vec![(200, "The task's state now.", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 422],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
             method: Method::Post,
@@ -816,7 +816,7 @@ pub fn operations() -> Vec<Operation> {
             body: Some(schema::<task::FailTask>),
             query: None,
             responses: vec![(200, "The task's state now.", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 422],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
             method: Method::Post,
@@ -827,7 +827,7 @@ pub fn operations() -> Vec<Operation> {
             body: Some(schema::<task::TaskLeaseBody>),
             query: None,
             responses: vec![(200, "The task's state now.", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 422],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
             method: Method::Post,
@@ -838,7 +838,7 @@ pub fn operations() -> Vec<Operation> {
             body: Some(schema::<task::TaskLeaseBody>),
             query: None,
             responses: vec![(200, "The task's state now.", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 422],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
             method: Method::Post,
@@ -849,7 +849,7 @@ pub fn operations() -> Vec<Operation> {
             body: Some(schema::<task::TaskChunks>),
             query: None,
             responses: vec![(200, "Taken.", Some(schema::<task::ChunksTaken>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 422],
+            errors: &[400, 403, 404, 409, 413, 415, 422],
         },
         Operation {
             method: Method::Get,

@@ -36,11 +36,11 @@ pub struct ClaimTasks {
     /// The handlers it offers: names, and `name@version` for versioned ones.
     pub handlers: Vec<String>,
     /// Its free slots (0: only cancels for the tasks it holds — a control channel).
-    #[serde(default = "one")]
+    #[serde(default = "one", deserialize_with = "crate::whole::required")]
     #[schemars(range(max = 100))]
     pub max: u32,
     /// How long to wait for a task before answering empty, in seconds (at most 60).
-    #[serde(default = "thirty")]
+    #[serde(default = "thirty", deserialize_with = "crate::whole::required")]
     #[schemars(range(max = 60))]
     pub wait_seconds: u32,
     /// The tasks it is running: the answer lists those to cancel.
@@ -113,6 +113,7 @@ pub struct HeldTask {
     /// The task.
     pub id: String,
     /// Its lease.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub lease: u64,
     /// Progress to keep for a later attempt (a checkpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -163,6 +164,7 @@ pub struct HeartbeatAnswer {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct CompleteTask {
     /// The task's lease.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub lease: u64,
     /// The output (checked against the tool's `output` schema by the engine).
     pub output: Value,
@@ -172,6 +174,7 @@ pub struct CompleteTask {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TaskError {
     /// A stable lowercase code (`docs/error-codes.md`, or the handler's own).
+    #[schemars(regex(pattern = r"^[a-z0-9_.]+$"))]
     pub code: String,
     /// What went wrong.
     pub message: String,
@@ -184,6 +187,7 @@ pub struct TaskError {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct FailTask {
     /// The task's lease.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub lease: u64,
     /// Why.
     pub error: TaskError,
@@ -194,6 +198,7 @@ pub struct FailTask {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TaskLeaseBody {
     /// The task's lease.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub lease: u64,
 }
 
@@ -238,6 +243,7 @@ pub struct TaskQuery {
     pub state: Option<TaskStatus>,
     /// Only this run's.
     #[serde(default)]
+    #[schemars(extend("format" = "uuid"))]
     pub run: Option<String>,
     /// At most this many (default 100, at most 1000).
     #[serde(default)]
@@ -359,8 +365,10 @@ pub struct ChunkItem {
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct TaskChunks {
     /// The task's lease.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub lease: u64,
     /// The chunk's number for this task (from 0, one more each time): a repeat is dropped.
+    #[serde(deserialize_with = "crate::whole::required")]
     pub seq: u64,
     /// Its items.
     #[schemars(length(max = 1000))]

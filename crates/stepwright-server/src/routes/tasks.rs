@@ -252,6 +252,7 @@ pub(crate) async fn fail(
     Path(id): Path<String>,
     Body(body): Body<FailTask>,
 ) -> Result<Json<TaskAnswered>, ApiError> {
+    who.require(Role::Worker)?;
     let code = body.error.code.trim();
     if code.is_empty() || !code.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.') {
         return Err(ApiError::new(
