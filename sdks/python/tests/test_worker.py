@@ -387,3 +387,25 @@ def test_an_asyncio_worker_runs_many_tasks_at_once_and_a_cancel_cancels_its_coro
     worker.stop()
     thread.join(timeout=10)
     assert [t["state"] for t in c.tasks.list(run=forever["run_id"])] == ["cancelled"]
+
+
+def test_a_worker_key_limited_to_a_queue_pattern_works_only_those_queues(server: Any, namespace: str) -> None:
+    admin = server.key(namespace, "admin")
+    limited = server.key(namespace, "worker:py-*")
+    headers = {"authorization": f"Bearer {limited}", "stepwright-protocol": "1"}
+    claim = {"worker": {"id": "w"}, "handlers": ["x"], "wait_seconds": 0}
+    allowed = httpx.post(f"{server.url}/v1/tasks/claim", json={**claim, "queue": "py-gpu"}, headers=headers)
+    assert allowed.status_code == 200, allowed.text
+    refused = httpx.post(f"{server.url}/v1/tasks/claim", json={**claim, "queue": "ts"}, headers=headers)
+    assert refused.status_code == 403 and "py-*" in refused.json()["detail"], refused.text
+    # An admin key is no worker's: claiming is given explicitly.
+    as_admin = httpx.post(
+        f"{server.url}/v1/tasks/claim", json={**claim, "queue": "py-gpu"}, headers={"authorization": f"Bearer {admin}"}
+    )
+    assert as_admin.status_code == 403
+    # A protocol version the server does not speak is refused by name; health says which it speaks.
+    newer = httpx.post(
+        f"{server.url}/v1/tasks/claim", json={**claim, "queue": "py-gpu"}, headers={**headers, "stepwright-protocol": "9"}
+    )
+    assert newer.status_code == 400 and newer.json()["code"] == "protocol_unsupported", newer.text
+    assert httpx.get(f"{server.url}/v1/health").json()["protocols"] == {"worker": [1]}
