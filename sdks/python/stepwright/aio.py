@@ -17,7 +17,18 @@ from typing import Any
 import httpx
 
 from .errors import Conflict, StepwrightError, raise_for_problem
-from .worker import PROTOCOL, SDK, Handler, HandlerError, TaskCancelled, TaskContext
+from .worker import (
+    PROTOCOL,
+    SDK,
+    Handler,
+    HandlerError,
+    TaskCancelled,
+    TaskContext,
+    context_of,
+    heartbeat_body,
+    heartbeat_interval,
+    to_stop,
+)
 
 log = logging.getLogger("stepwright.worker")
 
@@ -93,18 +104,7 @@ class AsyncWorker:
                 for task_id in answer.get("cancel", []):
                     self._cancel(task_id)
                 for task in answer.get("tasks", []):
-                    ctx = TaskContext(
-                        task_id=task["id"],
-                        handler=task["handler"],
-                        attempt=task["attempt"],
-                        run_id=task["run"]["id"],
-                        workflow=task["run"]["workflow"],
-                        step=task["step"],
-                        idempotency_key=task.get("idempotency_key"),
-                        details=task.get("details"),
-                        lease=task["lease"],
-                        lease_ms=task.get("lease_ms", 10_000),
-                    )
+                    ctx = context_of(task)
                     job = asyncio.ensure_future(self._execute(ctx, task["input"]))
                     with self._lock:
                         self._running[ctx.task_id] = (ctx, job)
@@ -208,22 +208,14 @@ class AsyncWorker:
                         return
                     last = time.monotonic()
                     continue
-                interval = max(0.05, min(10.0, min(ctx.lease_ms for ctx in held) / 3000))
-                if time.monotonic() - last < interval:
+                if time.monotonic() - last < heartbeat_interval(held):
                     continue
                 last = time.monotonic()
-                tasks: list[dict[str, Any]] = []
-                for ctx in held:
-                    entry: dict[str, Any] = {"id": ctx.task_id, "lease": ctx.lease}
-                    if ctx._details_out:
-                        entry["details"] = ctx._details_out[-1]
-                    tasks.append(entry)
                 try:
-                    response = http.post("/v1/tasks/heartbeat", json={"worker_id": self.id, "tasks": tasks})
+                    response = http.post("/v1/tasks/heartbeat", json=heartbeat_body(self.id, held))
                     raise_for_problem(response)
                 except (httpx.TransportError, StepwrightError) as error:
                     log.warning("heartbeat failed: %s", error)
                     continue
-                for beat in response.json().get("tasks", []):
-                    if beat["state"] in ("cancel", "lost"):
-                        self._cancel(beat["id"])
+                for task_id in to_stop(response.json()):
+                    self._cancel(task_id)

@@ -95,6 +95,43 @@ class TaskContext:
             raise TaskCancelled(self.task_id)
 
 
+def context_of(task: dict[str, Any]) -> TaskContext:
+    """A handler's context for a claimed task."""
+    return TaskContext(
+        task_id=task["id"],
+        handler=task["handler"],
+        attempt=task["attempt"],
+        run_id=task["run"]["id"],
+        workflow=task["run"]["workflow"],
+        step=task["step"],
+        idempotency_key=task.get("idempotency_key"),
+        details=task.get("details"),
+        lease=task["lease"],
+        lease_ms=task.get("lease_ms", 10_000),
+    )
+
+
+def heartbeat_interval(held: list[TaskContext]) -> float:
+    """A third of the shortest lease held, at most 10 s (as the server advises)."""
+    return max(0.05, min(10.0, min(ctx.lease_ms for ctx in held) / 3000))
+
+
+def heartbeat_body(worker_id: str, held: list[TaskContext]) -> dict[str, Any]:
+    """One heartbeat for every lease held, with each task's latest details."""
+    tasks: list[dict[str, Any]] = []
+    for ctx in held:
+        entry: dict[str, Any] = {"id": ctx.task_id, "lease": ctx.lease}
+        if ctx._details_out:
+            entry["details"] = ctx._details_out[-1]
+        tasks.append(entry)
+    return {"worker_id": worker_id, "tasks": tasks}
+
+
+def to_stop(answer: dict[str, Any]) -> list[str]:
+    """The tasks a heartbeat's answer says to stop (cancelled runs, lost leases)."""
+    return [beat["id"] for beat in answer.get("tasks", []) if beat["state"] in ("cancel", "lost")]
+
+
 class Worker:
     """``Worker(base_url, api_key, queue="default", slots=4)``; register handlers with
     :meth:`handler`, then :meth:`run` until :meth:`stop`."""
@@ -166,18 +203,7 @@ class Worker:
                     if self._stop.is_set():
                         self._answer(task["id"], "release", {"lease": task["lease"]})
                         continue
-                    ctx = TaskContext(
-                        task_id=task["id"],
-                        handler=task["handler"],
-                        attempt=task["attempt"],
-                        run_id=task["run"]["id"],
-                        workflow=task["run"]["workflow"],
-                        step=task["step"],
-                        idempotency_key=task.get("idempotency_key"),
-                        details=task.get("details"),
-                        lease=task["lease"],
-                        lease_ms=task.get("lease_ms", 10_000),
-                    )
+                    ctx = context_of(task)
                     with self._lock:
                         self._running[ctx.task_id] = ctx
                     future = pool.submit(self._execute, ctx, task["input"])
@@ -299,26 +325,18 @@ class Worker:
                     return
                 last = time.monotonic()
                 continue
-            # A third of the shortest lease held, at most 10 s (as the server advises).
-            interval = max(0.05, min(10.0, min(ctx.lease_ms for ctx in held) / 3000))
+            # What handlers emitted goes out every tick (a few tens of milliseconds).
             for ctx in held:
                 if ctx._chunks:
                     self._flush(ctx)
-            if time.monotonic() - last < interval:
+            if time.monotonic() - last < heartbeat_interval(held):
                 continue
             last = time.monotonic()
-            tasks = []
-            for ctx in held:
-                entry: dict[str, Any] = {"id": ctx.task_id, "lease": ctx.lease}
-                if ctx._details_out:
-                    entry["details"] = ctx._details_out[-1]
-                tasks.append(entry)
             try:
-                response = self._beat_http.post("/v1/tasks/heartbeat", json={"worker_id": self.id, "tasks": tasks})
+                response = self._beat_http.post("/v1/tasks/heartbeat", json=heartbeat_body(self.id, held))
                 raise_for_problem(response)
             except (httpx.TransportError, StepwrightError) as error:
                 log.warning("heartbeat failed: %s", error)
                 continue
-            for beat in response.json().get("tasks", []):
-                if beat["state"] in ("cancel", "lost"):
-                    self._cancel(beat["id"])
+            for task_id in to_stop(response.json()):
+                self._cancel(task_id)
