@@ -1,12 +1,14 @@
 """Stepwright for Python: drive runs over the HTTP API (:class:`Client`) and write steps
 that run in this process (:class:`Worker`)."""
 
+from .aclient import AsyncClient
 from .aio import AsyncWorker
 from .client import Client
 from .errors import BadRequest, Conflict, Forbidden, NotFound, StepwrightError
 from .worker import HandlerError, TaskCancelled, TaskContext, Worker
 
 __all__ = [
+    "AsyncClient",
     "AsyncWorker",
     "BadRequest",
     "Client",

@@ -192,3 +192,23 @@ def wait_for_awaiting(c: Client, run_id: str) -> None:
     while not c.runs.get(run_id).get("awaiting"):
         assert time.monotonic() < deadline, "the run never waited for the event"
         time.sleep(0.05)
+
+
+def test_the_async_client_starts_waits_and_streams(server: Any, namespace: str) -> None:
+    import asyncio
+
+    from stepwright import AsyncClient
+
+    key = server.key(namespace)
+
+    async def scenario() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        async with AsyncClient(server.url, key) as c:
+            await c.workflows.register("workflow: hi\nsteps:\n  - id: a\n    set: \"{{ 'hi ' ~ input.name }}\"\n")
+            run = await c.runs.start("hi", {"name": "Ada"})
+            done = await c.runs.wait(run["run_id"], timeout=30)
+            events = [e async for e in c.runs.stream(run["run_id"])]
+            return done, events
+
+    done, events = asyncio.run(scenario())
+    assert done["output"] == "hi Ada"
+    assert [e["id"] for e in events] == list(range(len(events))) and events[-1]["event"] == "run.completed"
