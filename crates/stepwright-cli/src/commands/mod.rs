@@ -86,7 +86,7 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
                     .into()
             )));
         }
-        let remote = remote::Remote::new(&server)?;
+        let remote = remote::Remote::new(server)?;
         return tokio::select! {
             code = remote::dispatch(&remote, cli.command) => code,
             _ = tokio::signal::ctrl_c() => {
