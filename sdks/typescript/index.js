@@ -215,7 +215,7 @@ export class Worker {
               worker: { id: this.id, name: this.name, sdk: SDK },
               queue: this.queue,
               handlers: [...this.handlers.keys()].sort(),
-              max: Math.max(free, 0),
+              max: Math.min(Math.max(free, 0), 100), // the most one claim takes
               wait_seconds: free > 0 ? this.waitSeconds : Math.min(this.waitSeconds, 1),
               holding: [...this.running.keys()],
             },

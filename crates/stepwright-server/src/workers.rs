@@ -19,6 +19,11 @@ pub(crate) struct Workers(
     tokio::sync::Notify,
     /// The next chunk number each (task, lease) expects: a repeated chunk is dropped.
     Mutex<HashMap<(String, u64), u64>>,
+    /// How many cancels this process has announced: a worker's held tasks are looked at
+    /// again when it moved.
+    std::sync::atomic::AtomicU64,
+    /// When each worker's held tasks were last looked at for cancels, and the count then.
+    Mutex<HashMap<(String, String), (std::time::Instant, u64)>>,
 );
 
 struct Seen {
@@ -100,7 +105,25 @@ impl Workers {
 impl Workers {
     /// Wakes every parked claim of this process to look again (a run was cancelled here).
     pub(crate) fn announce(&self) {
+        self.3.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.1.notify_waiters();
+    }
+
+    /// Whether a worker's held tasks are due a look for cancels: a cancel was announced here
+    /// since its last look, or `every` passed (another process's cancel). A look is noted.
+    /// Looking costs a read per held task, so a busy worker's claims do not each look.
+    pub(crate) fn cancels_due(&self, namespace: &str, worker: &str, every: std::time::Duration) -> bool {
+        let epoch = self.3.load(std::sync::atomic::Ordering::SeqCst);
+        let mut looked = self.4.lock().expect("poisoned");
+        if looked.len() > 10_000 {
+            looked.retain(|_, (at, _)| at.elapsed() < WORKER_SEEN_FOR);
+        }
+        let key = (namespace.to_owned(), worker.to_owned());
+        let due = looked.get(&key).is_none_or(|(at, seen)| *seen != epoch || at.elapsed() >= every);
+        if due {
+            looked.insert(key, (std::time::Instant::now(), epoch));
+        }
+        due
     }
 
     /// Resolves when [`Workers::announce`] is called.

@@ -77,7 +77,7 @@ pub struct PostgresStore {
     cancel_listener: tokio::sync::Mutex<Option<PgListener>>,
     /// A task was dispatched or answered by this process: parked claims and steps holding
     /// for an answer look at once (other processes' changes are polled).
-    tasks_changed: tokio::sync::Notify,
+    tasks_changed: stepwright_core::store::task::TaskSignals,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -135,7 +135,7 @@ impl PostgresStore {
             notifier,
             listener: tokio::sync::Mutex::new(None),
             cancel_listener: tokio::sync::Mutex::new(None),
-            tasks_changed: tokio::sync::Notify::new(),
+            tasks_changed: stepwright_core::store::task::TaskSignals::default(),
         })
     }
 

@@ -105,7 +105,7 @@ pub struct SqliteStore {
     work: Arc<tokio::sync::Notify>,
     /// A task was dispatched or answered by this process: parked claims and steps holding
     /// for an answer look at once (other processes on the file poll).
-    tasks_changed: Arc<tokio::sync::Notify>,
+    tasks_changed: Arc<stepwright_core::store::task::TaskSignals>,
     /// For a file this process may only read: the URI its readers open (see
     /// `open_read_only`); `None`: the file itself, read-only.
     reader_uri: Option<String>,
@@ -171,7 +171,7 @@ impl SqliteStore {
             max_readers: options.read_connections.max(1),
             fail_next_commit,
             work: Arc::new(tokio::sync::Notify::new()),
-            tasks_changed: Arc::new(tokio::sync::Notify::new()),
+            tasks_changed: Arc::default(),
             reader_uri,
         }
     }

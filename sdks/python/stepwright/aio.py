@@ -89,7 +89,7 @@ class AsyncWorker:
                     "worker": {"id": self.id, "sdk": SDK},
                     "queue": self.queue,
                     "handlers": sorted(self._handlers),
-                    "max": max(free, 0),
+                    "max": min(max(free, 0), 100),  # the most one claim takes
                     "wait_seconds": self.wait_seconds if free > 0 else 1,
                     "holding": holding,
                 }
@@ -137,36 +137,25 @@ class AsyncWorker:
         if fn is None:
             await self._answer(ctx, "release", {})
             return
-        flusher = asyncio.ensure_future(self._keep_flushing(ctx))
         try:
             if inspect.iscoroutinefunction(fn):
                 output = await fn(ctx, task_input)
             else:
                 output = await asyncio.get_running_loop().run_in_executor(None, fn, ctx, task_input)
         except (asyncio.CancelledError, TaskCancelled):
-            flusher.cancel()
             await self._answer(ctx, "cancelled", {})
             return
         except HandlerError as error:
-            flusher.cancel()
             await self._answer(ctx, "fail", {"error": {"code": error.code, "message": error.message, "retryable": error.retryable}})
             return
         except Exception as error:  # noqa: BLE001 - any handler failure fails the attempt
             failure = {"code": "execution_failed", "message": f"{type(error).__name__}: {error}", "retryable": True}
-            flusher.cancel()
             await self._answer(ctx, "fail", {"error": failure})
             return
-        flusher.cancel()
         if ctx.cancelled.is_set():
             await self._answer(ctx, "cancelled", {})
         else:
             await self._answer(ctx, "complete", {"output": output})
-
-    async def _keep_flushing(self, ctx: TaskContext) -> None:
-        while True:
-            await asyncio.sleep(0.05)
-            if ctx._chunks:
-                await self._flush(ctx)
 
     async def _answer(self, ctx: TaskContext, verb: str, body: dict[str, Any]) -> None:
         # What the handler emitted goes before its answer.
@@ -196,6 +185,19 @@ class AsyncWorker:
         except (httpx.TransportError, StepwrightError) as error:
             log.warning("task %s: chunks not sent (%s)", ctx.task_id, error)
 
+    def _flush_from_thread(self, http: httpx.Client, ctx: TaskContext) -> None:
+        with ctx._chunk_lock:
+            if not ctx._chunks:
+                return
+            items, ctx._chunks = ctx._chunks, []
+            seq = ctx._chunk_seq
+            ctx._chunk_seq += 1
+            try:
+                response = http.post(f"/v1/tasks/{ctx.task_id}/chunks", json={"lease": ctx.lease, "seq": seq, "items": items})
+                raise_for_problem(response)
+            except (httpx.TransportError, StepwrightError) as error:
+                log.warning("task %s: chunks not sent (%s)", ctx.task_id, error)
+
     def _heartbeat_loop(self) -> None:
         last = time.monotonic()
         with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=10.0) as http:
@@ -208,6 +210,11 @@ class AsyncWorker:
                         return
                     last = time.monotonic()
                     continue
+                # What handlers emit goes out every tick, from this thread (the answer
+                # sends what is left first).
+                for ctx in held:
+                    if ctx._chunks:
+                        self._flush_from_thread(http, ctx)
                 if time.monotonic() - last < heartbeat_interval(held):
                     continue
                 last = time.monotonic()

@@ -226,7 +226,7 @@ class Worker:
             "worker": {"id": self.id, "name": self.name, "sdk": SDK},
             "queue": self.queue,
             "handlers": sorted(self._handlers),
-            "max": max(free, 0),
+            "max": min(max(free, 0), 100),  # the most one claim takes
             # A full worker keeps a short control poll, so cancels reach it quickly.
             "wait_seconds": self.wait_seconds if free > 0 else min(self.wait_seconds, 1),
             "holding": holding,

@@ -67,8 +67,8 @@ impl StepRecording {
         };
         let id = TaskId::derive(run.run_id, &path, self.attempt);
         let retry_is_safe = request.retry_is_safe;
-        let mut task = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
-        if task.is_none() {
+        let known = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
+        if known.is_none() {
             // A retry resumes from the last attempt's heartbeat details.
             let details = match self.attempt {
                 1 => None,
@@ -92,10 +92,16 @@ impl StepRecording {
             };
             let record = Record::Dispatched { attempt: self.attempt, task: spec };
             run.recorder.commit(&path, run.clock.now(), record).await.map_err(|e| failed("dispatching the", e.0))?;
-            task = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
         }
         let hold_until = run.clock.now().plus(run.config.task_hold);
+        let waiter = store.task_signals().map(|signals| signals.on_answer(&id));
         loop {
+            // Enabled before the look, so an answer given while the step looks is not missed.
+            let mut answered = waiter.clone().map(|waiter| Box::pin(waiter.notified_owned()));
+            if let Some(answered) = answered.as_mut() {
+                answered.as_mut().enable();
+            }
+            let task = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
             let Some(found) = &task else {
                 return Err(StepError::execution_failed(format!("task {id} of {path} vanished from the store")));
             };
@@ -118,13 +124,20 @@ impl StepRecording {
                 ));
             }
             let wait = hold_until.since(now).min(TASK_POLL);
+            let look_again = async {
+                match answered {
+                    Some(answered) => {
+                        let _ = tokio::time::timeout(wait, answered).await;
+                    }
+                    None => run.clock.sleep(wait).await,
+                }
+            };
             tokio::select! {
-                () = store.wait_for_tasks(wait) => {}
+                () = look_again => {}
                 () = self.cancel.cancelled() => {
                     return Err(StepError::cancelled(format!("cancelled while task {id} ran on a worker")));
                 }
             }
-            task = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
         }
     }
 }

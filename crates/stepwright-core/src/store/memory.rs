@@ -183,7 +183,7 @@ impl Store for InMemoryStore {
             data.entries.append(&mut batch.entries);
             data.events.append(&mut batch.events);
             if dispatched {
-                self.tasks.changed.notify_waiters();
+                self.tasks.signals.dispatched();
             }
             Ok(())
         })();
@@ -561,10 +561,8 @@ impl Store for InMemoryStore {
         Some(self)
     }
 
-    fn wait_for_tasks(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            let _ = tokio::time::timeout(timeout, self.tasks.changed.notified()).await;
-        })
+    fn task_signals(&self) -> Option<&super::task::TaskSignals> {
+        Some(&self.tasks.signals)
     }
 }
 
@@ -931,7 +929,7 @@ impl super::task::TaskStore for InMemoryStore {
                 None => Err(StoreError::TaskNotFound(lease.task.clone())),
             }
         };
-        self.tasks.changed.notify_waiters();
+        self.tasks.signals.answered(&lease.task);
         Box::pin(std::future::ready(result))
     }
 

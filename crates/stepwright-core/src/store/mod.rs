@@ -460,10 +460,10 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
-    /// Waits until a task may have been dispatched or answered in this process (a
-    /// notification) or `timeout` passes; parked claims and steps holding for a task wait
-    /// on it. Stores without notifications wait out the timeout (callers then poll).
-    fn wait_for_tasks(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
-        Box::pin(tokio::time::sleep(timeout))
+    /// The store's in-process task notifications (a task dispatched, a task answered), if
+    /// it has them; parked claims and holding steps enable them before they look, so nothing
+    /// announced while they look is missed. Without them, callers poll.
+    fn task_signals(&self) -> Option<&task::TaskSignals> {
+        None
     }
 }

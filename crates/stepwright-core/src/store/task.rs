@@ -408,10 +408,54 @@ pub mod rules {
     }
 }
 
-/// The task table of the in-memory store: rows under one lock, and the notification parked
-/// claims and holding steps wait on.
+/// The task table of the in-memory store: rows under one lock, and its signals.
 #[derive(Default)]
 pub(crate) struct InMemoryTasks {
     pub(crate) rows: std::sync::Mutex<std::collections::BTreeMap<TaskId, StoredTask>>,
-    pub(crate) changed: tokio::sync::Notify,
+    pub(crate) signals: TaskSignals,
+}
+
+/// A store's in-process task notifications: new tasks wake the parked claims (few); an
+/// answered task wakes only the step that waits for it (many steps may hold at once, and
+/// waking them all on every answer would make each answer cost as many reads as there are
+/// holders).
+#[derive(Default)]
+pub struct TaskSignals {
+    dispatched: tokio::sync::Notify,
+    answered: std::sync::Mutex<std::collections::HashMap<TaskId, std::sync::Weak<tokio::sync::Notify>>>,
+}
+
+impl TaskSignals {
+    /// A task was dispatched: parked claims look.
+    pub fn dispatched(&self) {
+        self.dispatched.notify_waiters();
+    }
+
+    /// What a dispatch notifies (enable a `notified()` before looking).
+    pub fn on_dispatch(&self) -> &tokio::sync::Notify {
+        &self.dispatched
+    }
+
+    /// `task` was answered: the step waiting for it looks.
+    pub fn answered(&self, task: &TaskId) {
+        let waiter = self.answered.lock().expect("poisoned").get(task).and_then(std::sync::Weak::upgrade);
+        if let Some(waiter) = waiter {
+            waiter.notify_waiters();
+        }
+    }
+
+    /// What `task`'s answer notifies (enable a `notified()` before looking); kept while the
+    /// caller holds it.
+    pub fn on_answer(&self, task: &TaskId) -> std::sync::Arc<tokio::sync::Notify> {
+        let mut answered = self.answered.lock().expect("poisoned");
+        if answered.len() > 1024 {
+            answered.retain(|_, w| w.strong_count() > 0);
+        }
+        if let Some(waiter) = answered.get(task).and_then(std::sync::Weak::upgrade) {
+            return waiter;
+        }
+        let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
+        answered.insert(task.clone(), std::sync::Arc::downgrade(&waiter));
+        waiter
+    }
 }

@@ -34,6 +34,10 @@ use crate::workers::Parked;
 /// dispatched in this process wakes it at once).
 const CLAIM_POLL: Duration = Duration::from_millis(50);
 
+/// How often a parked claim looks whether the runs of the tasks it holds were cancelled by
+/// another process (a cancel in this process is looked at at once).
+const CANCEL_LOOK: Duration = Duration::from_millis(250);
+
 /// The longest heartbeat interval advised.
 const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -133,14 +137,23 @@ pub(crate) async fn claim(
     let wait = Duration::from_secs(u64::from(body.wait_seconds));
     shared.workers.heard(who.namespace(), &body, shared.now(), 1);
     let _parked = Parked { workers: &shared.workers, namespace: who.namespace(), claim: &body, now: shared.now() };
+    // The held tasks' cancels are looked up when this process cancels a run and every
+    // `CANCEL_LOOK` (another process's cancel) — per worker, across its claims; tasks at
+    // every wake-up.
     loop {
         // Enabled before looking, so a task dispatched (or a run cancelled) while this looks
         // is not missed.
-        let changed = shared.store.wait_for_tasks(CLAIM_POLL);
+        let dispatched = shared.store.task_signals().map(|signals| signals.on_dispatch().notified());
+        let mut dispatched = std::pin::pin!(dispatched);
+        if let Some(dispatched) = dispatched.as_mut().as_pin_mut() {
+            dispatched.enable();
+        }
         let announced = shared.workers.announced();
         tokio::pin!(announced);
         announced.as_mut().enable();
-        let cancel = to_cancel(&shared, &who, &body.holding).await?;
+        let look =
+            !body.holding.is_empty() && shared.workers.cancels_due(who.namespace(), &body.worker.id, CANCEL_LOOK);
+        let cancel = if look { to_cancel(&shared, &who, &body.holding).await? } else { Vec::new() };
         let tasks = if claim.max > 0 { store.claim_tasks(&claim, shared.now()).await? } else { Vec::new() };
         if !tasks.is_empty() || !cancel.is_empty() || started.elapsed() >= wait || shared.shutdown.is_cancelled() {
             let shortest = tasks.iter().map(|t| Duration::from_millis(t.spec.lease_ms)).min();
@@ -151,6 +164,14 @@ pub(crate) async fn claim(
                 heartbeat_interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1),
             }));
         }
+        let changed = async {
+            match dispatched.as_mut().as_pin_mut() {
+                Some(dispatched) => {
+                    let _ = tokio::time::timeout(CLAIM_POLL, dispatched).await;
+                }
+                None => tokio::time::sleep(CLAIM_POLL).await,
+            }
+        };
         tokio::select! {
             () = changed => {}
             () = &mut announced => {}
@@ -223,11 +244,16 @@ async fn answer(
     who.require_queue(&task.spec.queue)?;
     let state = store.answer_task(&TaskLease { task: task_id, token: lease }, answer, shared.now()).await?;
     if state.is_final() {
-        shared.store.wake_run(task.run, shared.now()).await?;
+        // A run that holds for the answer sees it itself; one that suspended is woken (and
+        // continued here). A run suspending at this moment looks at its task once its
+        // suspension is written, so it is not left waiting either.
         let record = shared.store.load_from(task.run, u64::MAX).await?.record;
-        if shared.executes && record.status == RunStatus::Suspended {
-            let workflow = shared.definition_of(&record).await?;
-            stepwright_app::continue_in_background(&shared.engine, workflow, task.run).await;
+        if record.status == RunStatus::Suspended {
+            shared.store.wake_run(task.run, shared.now()).await?;
+            if shared.executes {
+                let workflow = shared.definition_of(&record).await?;
+                stepwright_app::continue_in_background(&shared.engine, workflow, task.run).await;
+            }
         }
     }
     Ok(Json(TaskAnswered { id: id.to_owned(), state: status_of(state) }))

@@ -145,7 +145,7 @@ impl Store for PostgresStore {
         Box::pin(async move {
             *batch = committed.await?;
             if dispatched {
-                self.tasks_changed.notify_waiters();
+                self.tasks_changed.dispatched();
             }
             Ok(())
         })
@@ -569,10 +569,8 @@ impl Store for PostgresStore {
         Some(self)
     }
 
-    fn wait_for_tasks(&self, timeout: Duration) -> BoxFuture<'_, ()> {
-        Box::pin(async move {
-            let _ = tokio::time::timeout(timeout, self.tasks_changed.notified()).await;
-        })
+    fn task_signals(&self) -> Option<&stepwright_core::store::task::TaskSignals> {
+        Some(&self.tasks_changed)
     }
 
     fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -180,7 +180,7 @@ impl PostgresStore {
             save(&mut tx, &task).await?;
         }
         tx.commit().await.map_err(pg(doing))?;
-        self.tasks_changed.notify_waiters();
+        self.tasks_changed.answered(&lease.task);
         result
     }
 

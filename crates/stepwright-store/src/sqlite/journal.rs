@@ -529,7 +529,7 @@ impl Store for SqliteStore {
         Some(self)
     }
 
-    fn wait_for_tasks(&self, timeout: std::time::Duration) -> BoxFuture<'_, ()> {
-        Box::pin(self.wait_for_task_change(timeout))
+    fn task_signals(&self) -> Option<&stepwright_core::store::task::TaskSignals> {
+        Some(self.signals())
     }
 }

@@ -171,7 +171,23 @@ fn claim(conn: &Connection, claim: &Claim, now: Timestamp) -> Result<Vec<StoredT
 impl TaskStore for SqliteStore {
     fn claim_tasks<'a>(&'a self, c: &'a Claim, now: Timestamp) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>> {
         let c = c.clone();
-        Box::pin(self.write(move |conn| claim(conn, &c, now)))
+        Box::pin(async move {
+            // A look first, on a reader: a parked claim that finds nothing takes no write.
+            let (tenant, queue) = (c.tenant.clone(), c.queue.clone());
+            let waiting = self
+                .read("looking for tasks", move |conn| {
+                    conn.prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM tasks WHERE tenant = ?1 AND queue = ?2 AND state = 'pending')",
+                    )
+                    .and_then(|mut s| s.query_row(params![tenant, queue], |r| r.get::<_, bool>(0)))
+                    .map_err(|e| backend("looking for tasks", e))
+                })
+                .await?;
+            if !waiting {
+                return Ok(Vec::new());
+            }
+            self.write(move |conn| claim(conn, &c, now)).await
+        })
     }
 
     fn heartbeat_tasks<'a>(
@@ -203,6 +219,7 @@ impl TaskStore for SqliteStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<TaskState, StoreError>> {
         let lease = lease.clone();
+        let task = lease.task.clone();
         Box::pin(async move {
             let state = self
                 .write(move |conn| {
@@ -220,7 +237,7 @@ impl TaskStore for SqliteStore {
                     })
                 })
                 .await??;
-            self.tasks_changed.notify_waiters();
+            self.tasks_changed.answered(&task);
             Ok(state)
         })
     }
@@ -278,11 +295,11 @@ impl TaskStore for SqliteStore {
 impl SqliteStore {
     /// Announces that a task was dispatched in this process.
     pub(super) fn announce_tasks(&self) {
-        self.tasks_changed.notify_waiters();
+        self.tasks_changed.dispatched();
     }
 
-    /// Waits for a task change in this process, up to `timeout`.
-    pub(super) async fn wait_for_task_change(&self, timeout: std::time::Duration) {
-        let _ = tokio::time::timeout(timeout, self.tasks_changed.notified()).await;
+    /// This process's task signals.
+    pub(super) fn signals(&self) -> &stepwright_core::store::task::TaskSignals {
+        &self.tasks_changed
     }
 }
