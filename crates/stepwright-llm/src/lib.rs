@@ -48,6 +48,7 @@ pub use openai::OpenAi;
 pub use prices::{PRICE_TABLE_VERSION, list_price};
 pub use process::{DEFAULT_KILL_GRACE, process_groups_stopped};
 pub use step::{LlmSpec, LlmStep};
+pub use tools::WorkerTarget;
 pub use tools::{
     ArgvFn, CommandTool, DEFAULT_MAX_OUTPUT_BYTES, FnTool, HttpTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND,
     TOOL_TIMEOUT, Tool, ToolContext, ToolDef, ToolStep, Tools, fn_tool, model_name,
@@ -56,7 +57,7 @@ pub use types::{
     ChatRequest, ChatResponse, FinishReason, Message, ModelParams, OutputFormat, TokenLimitField, ToolCall, ToolChoice,
     ToolSpec, Usage, sampling_problem,
 };
-pub use worker::{DEFAULT_LEASE, WorkerTarget, WorkerTool};
+pub use worker::{DEFAULT_LEASE, WorkerTool};
 
 #[cfg(test)]
 mod send_sync {

@@ -116,6 +116,22 @@ impl ToolDef {
     }
 }
 
+/// Where a worker tool's calls go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerTarget {
+    /// The queue workers poll.
+    pub queue: String,
+    /// The handler: a name, or `name@version`.
+    pub handler: String,
+    /// A claim without a heartbeat lasts this long (default: the tool's `timeout`, else
+    /// `DEFAULT_LEASE` of the worker tool).
+    pub heartbeat_timeout: Option<Duration>,
+    /// Fail with `no_worker` if nobody claims a call within this long.
+    pub schedule_to_start: Option<Duration>,
+    /// At most this many calls of the handler run at once, across all workers.
+    pub concurrency: Option<u32>,
+}
+
 /// What a tool call is given besides its arguments.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
@@ -140,7 +156,7 @@ pub trait Tool: Send + Sync + 'static {
     fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>>;
 
     /// Where a step worker takes the tool's calls, for a `worker:` tool.
-    fn worker_target(&self) -> Option<&crate::worker::WorkerTarget> {
+    fn worker_target(&self) -> Option<&WorkerTarget> {
         None
     }
 

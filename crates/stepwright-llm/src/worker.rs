@@ -11,26 +11,10 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 use stepwright_core::{StepError, TaskRequest};
 
-use crate::tools::{Tool, ToolContext, ToolDef};
+use crate::tools::{Tool, ToolContext, ToolDef, WorkerTarget};
 
 /// How long a claim lasts when the tool sets neither a heartbeat timeout nor a timeout.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(300);
-
-/// Where a worker tool's calls go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WorkerTarget {
-    /// The queue workers poll.
-    pub queue: String,
-    /// The handler: a name, or `name@version`.
-    pub handler: String,
-    /// A claim without a heartbeat lasts this long (default: the tool's `timeout`, else
-    /// [`DEFAULT_LEASE`]).
-    pub heartbeat_timeout: Option<Duration>,
-    /// Fail with `no_worker` if nobody claims a call within this long.
-    pub schedule_to_start: Option<Duration>,
-    /// At most this many calls of the handler run at once, across all workers.
-    pub concurrency: Option<u32>,
-}
 
 /// A tool whose calls run in a step worker.
 pub struct WorkerTool {
