@@ -770,6 +770,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/{id}/defer": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Async completion: the lease lasts `for_ms` without heartbeats, the worker frees its slot, and whoever holds the task's id and lease completes or fails it later.
+         * @description Needs a key with the `worker` role.
+         */
+        post: operations["deferTask"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/{id}/fail": {
         parameters: {
             query?: never;
@@ -1322,6 +1342,23 @@ export interface components {
             run_id: string;
             /** @description Where the run stands: it continues on a worker. */
             status: components["schemas"]["RunStatus"];
+        };
+        /**
+         * @description Async completion: the handler hands the work to something that answers later (a job
+         *     queue, a person, a serverless function), and the worker frees its slot.
+         */
+        DeferTask: {
+            /**
+             * Format: uint64
+             * @description How long the lease lasts from now without heartbeats, in milliseconds (at most 7 days);
+             *     whoever holds the task's id and lease answers it (`complete`, `fail`) before then.
+             */
+            for_ms: number;
+            /**
+             * Format: uint64
+             * @description The task's lease.
+             */
+            lease: number;
         };
         /** @description One delivery with its attempts. */
         DeliveryView: {
@@ -5898,6 +5935,122 @@ export interface operations {
         };
         responses: {
             /** @description The task's state now. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskAnswered"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    deferTask: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DeferTask"];
+            };
+        };
+        responses: {
+            /** @description The task's state now (`claimed`). */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -58,8 +58,16 @@ export declare class Client {
     register(source: string, files?: Record<string, string>): Promise<Schemas["WorkflowVersion"]>;
   };
   readonly tasks: {
+    complete(taskId: string, lease: number, output: unknown): Promise<Schemas["TaskAnswered"]>;
+    fail(taskId: string, lease: number, code: string, message: string, options?: { retryable?: boolean }): Promise<Schemas["TaskAnswered"]>;
     list(filters?: { queue?: string; state?: Schemas["TaskStatus"]; run?: string; limit?: number }): Promise<TaskSummary[]>;
   };
+}
+
+/** Return it from a handler to complete later: the lease lasts `ms` without heartbeats. */
+export declare class Defer {
+  constructor(ms: number);
+  readonly ms: number;
 }
 
 /** Raise it from a handler to fail the attempt with your own `code` and retryability. */
@@ -79,6 +87,8 @@ export interface TaskContext {
   readonly step: string;
   /** The effect fence's key for a fenced tool: pass it to the system the handler changes. */
   readonly idempotencyKey: string | null;
+  /** The task's lease: with `taskId`, what completes it from elsewhere after a `Defer`. */
+  readonly lease: number;
   /** The last heartbeat's details from an earlier attempt, if any. */
   readonly details: unknown;
   /** Fires when the run is cancelled or this worker lost the lease. */

@@ -93,7 +93,13 @@ export class Client {
     this.workflows = {
       register: (source, files = {}) => request("POST", "/v1/workflows", { source, files }),
     };
+    const worker = { ...this.headers, "stepwright-protocol": PROTOCOL };
     this.tasks = {
+      /** Completes a task under its lease (a deferred one, from anywhere; a worker key). */
+      complete: (taskId, lease, output) => call(this.base, worker, "POST", `/v1/tasks/${taskId}/complete`, { lease, output }),
+      /** Fails a task under its lease. */
+      fail: (taskId, lease, code, message, { retryable = false } = {}) =>
+        call(this.base, worker, "POST", `/v1/tasks/${taskId}/fail`, { lease, error: { code, message, retryable } }),
       list: async (filters = {}) => {
         const query = new URLSearchParams(Object.entries(filters).filter(([, v]) => v !== undefined));
         return (await request("GET", `/v1/tasks?${query}`)).tasks;
@@ -151,6 +157,17 @@ export class Client {
         await sleep(100 * 2 ** attempt);
       }
     }
+  }
+}
+
+/**
+ * Return it from a handler to complete later (asynchronous completion): the task's lease
+ * lasts `ms` without heartbeats, the worker's slot is freed, and whoever holds the task's id
+ * and lease answers it with `client.tasks.complete` or `fail`.
+ */
+export class Defer {
+  constructor(ms) {
+    this.ms = ms;
   }
 }
 
@@ -245,6 +262,7 @@ export class Worker {
       workflow: task.run.workflow,
       step: task.step,
       idempotencyKey: task.idempotency_key ?? null,
+      lease: task.lease,
       details: task.details ?? null,
       signal: controller.signal,
       heartbeat: (details) => {
@@ -308,6 +326,7 @@ export class Worker {
       return this.answer(task.id, "fail", { lease: entry.lease, error: failure });
     }
     if (entry.controller.signal.aborted) return this.answer(task.id, "cancelled", { lease: entry.lease });
+    if (output instanceof Defer) return this.answer(task.id, "defer", { lease: entry.lease, for_ms: Math.max(1, Math.round(output.ms)) });
     return this.answer(task.id, "complete", { lease: entry.lease, output: output ?? null });
   }
 

@@ -202,6 +202,20 @@ pub struct TaskLeaseBody {
     pub lease: u64,
 }
 
+/// Async completion: the handler hands the work to something that answers later (a job
+/// queue, a person, a serverless function), and the worker frees its slot.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct DeferTask {
+    /// The task's lease.
+    #[serde(deserialize_with = "crate::whole::required")]
+    pub lease: u64,
+    /// How long the lease lasts from now without heartbeats, in milliseconds (at most 7 days);
+    /// whoever holds the task's id and lease answers it (`complete`, `fail`) before then.
+    #[serde(deserialize_with = "crate::whole::required")]
+    #[schemars(range(min = 1, max = 604_800_000))]
+    pub for_ms: u64,
+}
+
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

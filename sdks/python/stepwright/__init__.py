@@ -5,7 +5,7 @@ from .aclient import AsyncClient
 from .aio import AsyncWorker
 from .client import Client
 from .errors import BadRequest, Conflict, Forbidden, NotFound, StepwrightError
-from .worker import HandlerError, TaskCancelled, TaskContext, Worker
+from .worker import Defer, HandlerError, TaskCancelled, TaskContext, Worker
 
 __all__ = [
     "AsyncClient",
@@ -13,6 +13,7 @@ __all__ = [
     "BadRequest",
     "Client",
     "Conflict",
+    "Defer",
     "Forbidden",
     "HandlerError",
     "NotFound",

@@ -19,6 +19,7 @@ import httpx
 from .errors import Conflict, StepwrightError, raise_for_problem
 from .worker import (
     PROTOCOL,
+    Defer,
     SDK,
     Handler,
     HandlerError,
@@ -154,6 +155,8 @@ class AsyncWorker:
             return
         if ctx.cancelled.is_set():
             await self._answer(ctx, "cancelled", {})
+        elif isinstance(output, Defer):
+            await self._answer(ctx, "defer", {"for_ms": max(1, int(output.seconds * 1000))})
         else:
             await self._answer(ctx, "complete", {"output": output})
 

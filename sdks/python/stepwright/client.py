@@ -13,6 +13,8 @@ from .errors import raise_for_problem
 
 TERMINAL = ("completed", "failed", "cancelled")
 
+_PROTOCOL = {"stepwright-protocol": "1"}
+
 
 class _Runs:
     def __init__(self, client: Client) -> None:
@@ -196,6 +198,15 @@ class _Tasks:
         """Step tasks of the namespace, newest first (``queue``, ``state``, ``run``, ``limit``)."""
         params = {k: v for k, v in filters.items() if v is not None}
         return list(self._c._request("GET", "/v1/tasks", params=params)["tasks"])
+
+    def complete(self, task_id: str, lease: int, output: Any) -> dict[str, Any]:
+        """Completes a task under its lease (a deferred one, from anywhere; a worker key)."""
+        return self._c._request("POST", f"/v1/tasks/{task_id}/complete", json={"lease": lease, "output": output}, headers=_PROTOCOL)
+
+    def fail(self, task_id: str, lease: int, code: str, message: str, *, retryable: bool = False) -> dict[str, Any]:
+        """Fails a task under its lease."""
+        body = {"lease": lease, "error": {"code": code, "message": message, "retryable": retryable}}
+        return self._c._request("POST", f"/v1/tasks/{task_id}/fail", json=body, headers=_PROTOCOL)
 
 
 class Client:

@@ -34,6 +34,15 @@ SDK = "py/0.1.0"
 Handler = Callable[["TaskContext", Any], Union[Any, Awaitable[Any]]]
 
 
+@dataclass(frozen=True)
+class Defer:
+    """Return it from a handler to complete later (asynchronous completion): the task's
+    lease lasts ``seconds`` without heartbeats, the worker's slot is freed, and whoever holds
+    ``ctx.task_id`` and ``ctx.lease`` answers it with ``Client.tasks.complete`` or ``fail``."""
+
+    seconds: float
+
+
 class TaskCancelled(Exception):
     """Raised by :meth:`TaskContext.check_cancelled` once the run was cancelled or the lease lost."""
 
@@ -265,6 +274,8 @@ class Worker:
             return
         if ctx.cancelled.is_set():
             self._answer(ctx.task_id, "cancelled", {"lease": ctx.lease})
+        elif isinstance(output, Defer):
+            self._answer(ctx.task_id, "defer", {"lease": ctx.lease, "for_ms": max(1, int(output.seconds * 1000))})
         else:
             self._answer(ctx.task_id, "complete", {"lease": ctx.lease, "output": output})
 

@@ -409,3 +409,32 @@ def test_a_worker_key_limited_to_a_queue_pattern_works_only_those_queues(server:
     )
     assert newer.status_code == 400 and newer.json()["code"] == "protocol_unsupported", newer.text
     assert httpx.get(f"{server.url}/v1/health").json()["protocols"] == {"worker": [1]}
+
+
+def test_a_deferred_task_frees_the_worker_and_is_completed_later_from_elsewhere(
+    server: Any, client: tuple[Client, str]
+) -> None:
+    from stepwright import Defer
+
+    c, key = client
+    c.workflows.register(workflow("later", queue="defer", handler="hand-off", worker_extra=", heartbeat_timeout: 1s"))
+    worker = Worker(server.url, key, queue="defer", slots=1, wait_seconds=2)
+    handed: list[tuple[str, int]] = []
+
+    @worker.handler("hand-off")
+    def hand_off(ctx: Any, task_input: Any) -> Any:
+        handed.append((ctx.task_id, ctx.lease))
+        return Defer(seconds=60)  # far past the 1 s heartbeat timeout: no heartbeats needed
+
+    thread = background(worker)
+    run = c.runs.start("later", {"text": "x", "sleep": 0})
+    wait_for(lambda: bool(handed))
+    time.sleep(2.5)  # past the heartbeat timeout: a deferred lease does not lapse
+    task_id, lease = handed[0]
+    assert [t["state"] for t in c.tasks.list(run=run["run_id"])] == ["claimed"]
+    assert c.runs.get(run["run_id"])["status"] in ("running", "suspended")
+    c.tasks.complete(task_id, lease, {"done": "elsewhere"})
+    done = c.runs.wait(run["run_id"], timeout=30)
+    worker.stop()
+    thread.join(timeout=10)
+    assert done["output"] == {"done": "elsewhere"}

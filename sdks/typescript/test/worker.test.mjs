@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
-import { Client, HandlerError, StepwrightError, Worker } from "../index.js";
+import { Client, Defer, HandlerError, StepwrightError, Worker } from "../index.js";
 import { startServer, workflow } from "./server.mjs";
 
 let server;
@@ -190,4 +190,26 @@ test("what a handler emits reaches the run's stream, which ends with the run", a
   assert.equal(seen.at(-1).event, "run.completed");
   const ids = seen.filter((e) => e.id !== undefined).map((e) => e.id);
   assert.deepEqual(ids, ids.map((_, i) => i), "every recorded event once, in order");
+});
+
+test("a deferred task frees the worker and is completed later from elsewhere", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(workflow("later", { queue: "defer", handler: "handoff", worker: ", heartbeat_timeout: 1s" }));
+  const handed = [];
+  const worker = new Worker(server.url, key, { queue: "defer", slots: 1, waitSeconds: 2 }).handler("handoff", (ctx) => {
+    handed.push(ctx);
+    return new Defer(60_000);
+  });
+  const running = worker.run();
+  const run = await client.runs.start("later", { text: "x" });
+  while (handed.length === 0) await sleep(20);
+  await sleep(2500); // past the heartbeat timeout: a deferred lease does not lapse
+  worker.stop();
+  await running;
+  assert.deepEqual((await client.tasks.list({ run: run.run_id })).map((t) => t.state), ["claimed"]);
+  const [ctx] = handed;
+  await client.tasks.complete(ctx.taskId, ctx.lease, { done: "elsewhere" });
+  const done = await client.runs.wait(run.run_id, { timeoutMs: 30_000 });
+  assert.deepEqual(done.output, { done: "elsewhere" });
 });

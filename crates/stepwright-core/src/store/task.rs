@@ -166,6 +166,9 @@ pub enum TaskAnswer {
     Cancelled,
     /// The handler never started: the task goes back to the queue, not counted as tried.
     Release,
+    /// The work goes on elsewhere (an asynchronous completion): the lease now lasts this long,
+    /// without heartbeats; whoever holds the task's id and lease answers it later.
+    Defer(Duration),
 }
 
 impl TaskAnswer {
@@ -176,6 +179,7 @@ impl TaskAnswer {
             Self::Fail(_) => TaskState::Failed,
             Self::Cancelled => TaskState::Cancelled,
             Self::Release => TaskState::Pending,
+            Self::Defer(_) => TaskState::Claimed,
         }
     }
 }
@@ -395,6 +399,10 @@ pub mod rules {
                 task.worker = None;
                 task.lease_expires = None;
                 return Ok(TaskState::Pending);
+            }
+            TaskAnswer::Defer(lasts) => {
+                task.lease_expires = Some(now.plus(lasts));
+                return Ok(TaskState::Claimed);
             }
         }
         task.state = match task.output.is_some() {

@@ -114,6 +114,7 @@ fn handler(id: OperationId, method: MethodFilter) -> MethodRouter<Arc<Shared>> {
         Op::FailTask => on(method, tasks::fail),
         Op::CancelledTask => on(method, tasks::cancelled),
         Op::ReleaseTask => on(method, tasks::release),
+        Op::DeferTask => on(method, tasks::defer),
         Op::TaskChunks => on(method, tasks::chunks),
         Op::ListTasks => on(method, tasks::list),
         Op::ListQueues => on(method, tasks::queues),

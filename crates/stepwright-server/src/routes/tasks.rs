@@ -13,9 +13,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use stepwright_api::task::{
-    BeatAnswer, BeatState, ChunkKind, ChunksTaken, ClaimTasks, ClaimedTasks, CompleteTask, FailTask, Heartbeat,
-    HeartbeatAnswer, PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, Task, TaskAnswered, TaskChunks, TaskLeaseBody,
-    TaskList, TaskQuery, TaskRun, TaskSummary, WorkerList,
+    BeatAnswer, BeatState, ChunkKind, ChunksTaken, ClaimTasks, ClaimedTasks, CompleteTask, DeferTask, FailTask,
+    Heartbeat, HeartbeatAnswer, PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, Task, TaskAnswered, TaskChunks,
+    TaskLeaseBody, TaskList, TaskQuery, TaskRun, TaskSummary, WorkerList,
 };
 use stepwright_core::store::task::{
     Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
@@ -311,6 +311,25 @@ pub(crate) async fn release(
     Body(body): Body<TaskLeaseBody>,
 ) -> Result<Json<TaskAnswered>, ApiError> {
     answer(&shared, &who, &headers, &id, body.lease, TaskAnswer::Release).await
+}
+
+/// `POST /v1/tasks/{id}/defer`.
+pub(crate) async fn defer(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Body(body): Body<DeferTask>,
+) -> Result<Json<TaskAnswered>, ApiError> {
+    if !(1..=604_800_000).contains(&body.for_ms) {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_request",
+            "`for_ms` is between 1 and 604800000 (7 days)",
+        ));
+    }
+    let lasts = Duration::from_millis(body.for_ms);
+    answer(&shared, &who, &headers, &id, body.lease, TaskAnswer::Defer(lasts)).await
 }
 
 /// `POST /v1/tasks/{id}/chunks`: under the task's current lease, tokens go to the run's
