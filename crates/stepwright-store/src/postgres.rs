@@ -68,6 +68,10 @@ pub const WORK_CHANNEL: &str = "stepwright_work";
 /// executing the run sees it at once rather than at its next poll.
 pub const CANCEL_CHANNEL: &str = "stepwright_cancel";
 
+/// The channel step tasks are announced on: an empty payload for a dispatched task, the
+/// task's id for an answered one.
+pub const TASKS_CHANNEL: &str = "stepwright_tasks";
+
 /// A durable store in a Postgres database.
 pub struct PostgresStore {
     pool: PgPool,
@@ -75,9 +79,12 @@ pub struct PostgresStore {
     notifier: WorkNotifier,
     listener: tokio::sync::Mutex<Option<PgListener>>,
     cancel_listener: tokio::sync::Mutex<Option<PgListener>>,
-    /// A task was dispatched or answered by this process: parked claims and steps holding
-    /// for an answer look at once (other processes' changes are polled).
-    tasks_changed: stepwright_core::store::task::TaskSignals,
+    /// Tasks dispatched and answered, in this process and (through `NOTIFY` on
+    /// [`TASKS_CHANNEL`], once something waits on them) in every other process on the
+    /// database: parked claims and steps holding for an answer look at once.
+    tasks_changed: Arc<stepwright_core::store::task::TaskSignals>,
+    /// Whether this process listens on [`TASKS_CHANNEL`] yet (started on first use).
+    tasks_listening: std::sync::OnceLock<()>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -135,7 +142,8 @@ impl PostgresStore {
             notifier,
             listener: tokio::sync::Mutex::new(None),
             cancel_listener: tokio::sync::Mutex::new(None),
-            tasks_changed: stepwright_core::store::task::TaskSignals::default(),
+            tasks_changed: Arc::default(),
+            tasks_listening: std::sync::OnceLock::new(),
         })
     }
 
@@ -153,6 +161,25 @@ impl PostgresStore {
     /// Announces that a run became ready (see [`WorkNotifier`]).
     async fn notify(&self, _run: RunId) {
         self.notifier.announce(&self.pool).await;
+    }
+
+    /// The task signals, listening on [`TASKS_CHANNEL`] from the first use on (a process
+    /// that never waits on a task holds no listening connection).
+    pub(crate) fn task_signals(&self) -> &stepwright_core::store::task::TaskSignals {
+        self.tasks_listening.get_or_init(|| {
+            let (pool, signals) = (self.pool.clone(), self.tasks_changed.clone());
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(listen_for_tasks(pool, signals));
+            }
+        });
+        &self.tasks_changed
+    }
+
+    /// Announces a task change to every process (`None`: a task was dispatched).
+    pub(crate) async fn announce_task(&self, answered: Option<&stepwright_core::store::task::TaskId>) {
+        let payload = answered.map_or("", |task| task.as_str());
+        // A lost announcement only delays the others until their next look.
+        let _ = sqlx::query("SELECT pg_notify($1, $2)").bind(TASKS_CHANNEL).bind(payload).execute(&self.pool).await;
     }
 
     /// How many `NOTIFY stepwright_work` this store has sent.
@@ -212,6 +239,24 @@ impl WorkNotifier {
             // One trailing announcement already asked for covers this one.
             let _ = self.trailing.try_send(());
         }
+    }
+}
+
+/// Listens on [`TASKS_CHANNEL`] for as long as the process lives, passing each announcement
+/// to this process's task signals; a connection lost is made again after a second.
+async fn listen_for_tasks(pool: PgPool, signals: Arc<stepwright_core::store::task::TaskSignals>) {
+    loop {
+        if let Ok(mut listener) = PgListener::connect_with(&pool).await
+            && listener.listen(TASKS_CHANNEL).await.is_ok()
+        {
+            while let Ok(notification) = listener.recv().await {
+                match notification.payload() {
+                    "" => signals.dispatched(),
+                    task => signals.answered(&stepwright_core::store::task::TaskId::new(task)),
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

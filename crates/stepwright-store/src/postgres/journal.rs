@@ -146,6 +146,7 @@ impl Store for PostgresStore {
             *batch = committed.await?;
             if dispatched {
                 self.tasks_changed.dispatched();
+                self.announce_task(None).await;
             }
             Ok(())
         })
@@ -570,7 +571,7 @@ impl Store for PostgresStore {
     }
 
     fn task_signals(&self) -> Option<&stepwright_core::store::task::TaskSignals> {
-        Some(&self.tasks_changed)
+        Some(PostgresStore::task_signals(self))
     }
 
     fn put_definition(&self, hash: ContentHash, source: DefinitionSource) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -181,6 +181,9 @@ impl PostgresStore {
         }
         tx.commit().await.map_err(pg(doing))?;
         self.tasks_changed.answered(&lease.task);
+        if result.as_ref().is_ok_and(|state| state.is_final()) {
+            self.announce_task(Some(&lease.task)).await;
+        }
         result
     }
 
