@@ -6,7 +6,9 @@
 use schemars::{JsonSchema, SchemaGenerator};
 use serde_json::{Value, json};
 
-use crate::{Role, RunDetails, history, interrupt, run, schedule, session, stream, task, trigger, webhook, workflow};
+use crate::{Role, RunDetails, history, interrupt, run, schedule, session, stream, trigger, webhook, workflow};
+
+mod tasks;
 
 /// An HTTP method the API uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -770,133 +772,10 @@ pub fn operations() -> Vec<Operation> {
             responses: vec![(200, "Resumed.", Some(schema::<trigger::TriggerView>), JSON)],
             errors: &[403, 404],
         },
-        Operation {
-            method: Method::Post,
-            path: "/v1/tasks/claim",
-            id: OperationId::ClaimTasks,
-            summary: "A step worker's long poll: up to `max` tasks of a queue for the handlers it offers, leased to it, and the tasks it holds that were cancelled; empty after `wait_seconds`.",
-            role: Some(Role::Worker),
-            body: Some(schema::<task::ClaimTasks>),
-            query: None,
-            responses: vec![(
-                200,
-                "Tasks leased (or none in time), and cancels.",
-                Some(schema::<task::ClaimedTasks>),
-                JSON,
-            )],
-            errors: &[400, 403, 413, 415, 422],
-        },
-        Operation {
-            method: Method::Post,
-            path: "/v1/tasks/heartbeat",
-            id: OperationId::HeartbeatTasks,
-            summary: "Renew every lease a worker holds at once: each answered `ok`, `cancel` or `lost`.",
-            role: Some(Role::Worker),
-            body: Some(schema::<task::Heartbeat>),
-            query: None,
-            responses: vec![(200, "One answer per task, in order.", Some(schema::<task::HeartbeatAnswer>), JSON)],
-            errors: &[400, 403, 413, 415, 422],
-        },
-        Operation {
-            method: Method::Post,
-            path: "/v1/tasks/{id}/complete",
-            id: OperationId::CompleteTask,
-            summary: "A handler's output, under the task's lease; a repeat is answered the same, a stale lease is 409.",
-            role: Some(Role::Worker),
-            body: Some(schema::<task::CompleteTask>),
-            query: None,
-            responses: vec![(200, "The task's state now.", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 415, 422],
-        },
-        Operation {
-            method: Method::Post,
-            path: "/v1/tasks/{id}/fail",
-            id: OperationId::FailTask,
-            summary: "A handler's failure, under the task's lease; the step's retry policy decides what follows.",
-            role: Some(Role::Worker),
-            body: Some(schema::<task::FailTask>),
-            query: None,
-            responses: vec![(200, "The task's state now.", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 415, 422],
-        },
-        Operation {
-            method: Method::Post,
-            path: "/v1/tasks/{id}/cancelled",
-            id: OperationId::CancelledTask,
-            summary: "A handler stopped on a cancel, under the task's lease.",
-            role: Some(Role::Worker),
-            body: Some(schema::<task::TaskLeaseBody>),
-            query: None,
-            responses: vec![(200, "The task's state now.", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 415, 422],
-        },
-        Operation {
-            method: Method::Post,
-            path: "/v1/tasks/{id}/release",
-            id: OperationId::ReleaseTask,
-            summary: "Hand back a task whose handler never started (a worker shutting down): it goes back to the queue, not counted as an attempt.",
-            role: Some(Role::Worker),
-            body: Some(schema::<task::TaskLeaseBody>),
-            query: None,
-            responses: vec![(200, "The task's state now.", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 415, 422],
-        },
-        Operation {
-            method: Method::Post,
-            path: "/v1/tasks/{id}/defer",
-            id: OperationId::DeferTask,
-            summary: "Async completion: the lease lasts `for_ms` without heartbeats, the worker frees its slot, and whoever holds the task's id and lease completes or fails it later.",
-            role: Some(Role::Worker),
-            body: Some(schema::<task::DeferTask>),
-            query: None,
-            responses: vec![(200, "The task's state now (`claimed`).", Some(schema::<task::TaskAnswered>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 415, 422],
-        },
-        Operation {
-            method: Method::Post,
-            path: "/v1/tasks/{id}/chunks",
-            id: OperationId::TaskChunks,
-            summary: "What a running handler streams, under its lease: tokens live on the run's stream, progress and log lines as journaled events.",
-            role: Some(Role::Worker),
-            body: Some(schema::<task::TaskChunks>),
-            query: None,
-            responses: vec![(200, "Taken.", Some(schema::<task::ChunksTaken>), JSON)],
-            errors: &[400, 403, 404, 409, 413, 415, 422],
-        },
-        Operation {
-            method: Method::Get,
-            path: "/v1/tasks",
-            id: OperationId::ListTasks,
-            summary: "Step tasks of the namespace, newest first.",
-            role: Some(Role::Viewer),
-            body: None,
-            query: Some(schema::<task::TaskQuery>),
-            responses: vec![(200, "The tasks.", Some(schema::<task::TaskList>), JSON)],
-            errors: &[400],
-        },
-        Operation {
-            method: Method::Get,
-            path: "/v1/queues",
-            id: OperationId::ListQueues,
-            summary: "Queues with work or workers: backlog, tasks held, workers polling.",
-            role: Some(Role::Viewer),
-            body: None,
-            query: None,
-            responses: vec![(200, "The queues.", Some(schema::<task::QueueList>), JSON)],
-            errors: &[],
-        },
-        Operation {
-            method: Method::Get,
-            path: "/v1/workers",
-            id: OperationId::ListWorkers,
-            summary: "Step workers this server heard from in the last ten minutes.",
-            role: Some(Role::Viewer),
-            body: None,
-            query: None,
-            responses: vec![(200, "The workers.", Some(schema::<task::WorkerList>), JSON)],
-            errors: &[],
-        },
     ]
+    .into_iter()
+    .chain(tasks::operations())
+    .collect()
 }
 
 /// The schema of `T` with every type it uses spelled out in place (no `$ref`): for the

@@ -574,12 +574,6 @@ impl RunShared {
         self.wake_checks.lock().expect("poisoned").push((inbox, after));
     }
 
-    /// Notes that the run suspends waiting for a step worker's answer to `task` (see
-    /// `Engine::wake_if_woken_meanwhile`).
-    pub(crate) fn note_task_check(&self, task: crate::task::TaskId) {
-        self.task_checks.lock().expect("poisoned").push(task);
-    }
-
     /// Notes that the run suspends with a `wait` watching the event log (see
     /// `Engine::wake_if_woken_meanwhile`).
     pub(crate) fn note_event_watch(&self, watch: EventWatch) {

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any, AsyncIterator, cast
 
 import httpx
 
-from .client import TERMINAL
+from .client import TERMINAL, SseParser
 from .errors import raise_for_problem
 
 
@@ -61,27 +60,15 @@ class _AsyncRuns:
                     if not response.is_success:
                         await response.aread()
                         raise_for_problem(response)
-                    event: dict[str, Any] = {}
-                    data: list[str] = []
+                    parser = SseParser()
                     async for line in response.aiter_lines():
-                        if line == "":
-                            if data:
-                                event["data"] = json.loads("\n".join(data))
-                                event.setdefault("event", "message")
-                                failures = 0
-                                if "id" in event:
-                                    last = event["id"]
-                                yield event
-                            event, data = {}, []
-                        elif not line.startswith(":"):
-                            name, _, value = line.partition(":")
-                            value = value[1:] if value.startswith(" ") else value
-                            if name == "data":
-                                data.append(value)
-                            elif name == "id":
-                                event["id"] = int(value)
-                            elif name == "event":
-                                event["event"] = value
+                        event = parser.feed(line)
+                        if event is None:
+                            continue
+                        failures = 0
+                        if "id" in event:
+                            last = event["id"]
+                        yield event
             except httpx.TransportError:
                 failures += 1
                 if failures > 10:

@@ -104,30 +104,42 @@ class _Runs:
         return self._c._request("POST", f"/v1/runs/{run_id}/cancel", json=body)
 
 
-def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
-    """Server-Sent Events from a stream's lines: only whole events (a blank line ends one),
-    so an event cut mid-way is never yielded."""
-    event: dict[str, Any] = {}
-    data: list[str] = []
-    for line in lines:
+class SseParser:
+    """Server-Sent Events from a stream's lines, one line at a time: ``feed`` returns an
+    event once a blank line ends it, so an event cut mid-way is never returned."""
+
+    def __init__(self) -> None:
+        self._event: dict[str, Any] = {}
+        self._data: list[str] = []
+
+    def feed(self, line: str) -> dict[str, Any] | None:
         if line == "":
-            if data:
-                event["data"] = json.loads("\n".join(data))
-                event.setdefault("event", "message")
-                yield event
-            event, data = {}, []
-        elif line.startswith(":"):
-            continue
-        else:
+            event, data = self._event, self._data
+            self._event, self._data = {}, []
+            if not data:
+                return None
+            event["data"] = json.loads("\n".join(data))
+            event.setdefault("event", "message")
+            return event
+        if not line.startswith(":"):
             name, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value
             if name == "data":
-                data.append(value)
+                self._data.append(value)
             elif name == "id":
-                event["id"] = int(value)
+                self._event["id"] = int(value)
             elif name == "event":
-                event["event"] = value
+                self._event["event"] = value
+        return None
 
+
+def _events(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """Whole Server-Sent Events from a stream's lines."""
+    parser = SseParser()
+    for line in lines:
+        event = parser.feed(line)
+        if event is not None:
+            yield event
 
 class _Workflows:
     def __init__(self, client: Client) -> None:

@@ -142,6 +142,14 @@ impl StepRecording {
     }
 }
 
+impl super::RunShared {
+    /// Notes that the run suspends waiting for a step worker's answer to `task` (see
+    /// `Engine::wake_if_woken_meanwhile`).
+    pub(crate) fn note_task_check(&self, task: TaskId) {
+        self.task_checks.lock().expect("poisoned").push(task);
+    }
+}
+
 /// What a task's state means for the step: its output, its failure, or `None` while it is
 /// pending or claimed.
 fn answer_of(task: &StoredTask, retry_is_safe: bool) -> Option<Result<Value, StepError>> {

@@ -23,6 +23,8 @@ use crate::journal::{
 use crate::store::bank::{MemoryAddress, MemoryBank, MemoryHit, MemoryItem, MemoryScope, MemorySearch};
 use crate::store::session::{Appended, SessionAppend, SessionMessage, SessionOwner, SessionStore};
 
+mod tasks;
+
 #[derive(Default)]
 struct MemoryRun {
     record: Option<RunRecord>,
@@ -840,121 +842,5 @@ impl super::event::EventStore for InMemoryStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<super::event::EventFire>, StoreError>> {
         Box::pin(std::future::ready(Ok(self.events.log.lock().expect("poisoned").fires_of_trigger(key, limit))))
-    }
-}
-
-impl InMemoryStore {
-    /// Whether a run is cancelled or asked to be.
-    fn cancelling(&self, run: RunId) -> bool {
-        self.run(run).is_some_and(|data| {
-            let data = data.lock().expect("poisoned");
-            data.record.as_ref().is_some_and(|r| r.status == RunStatus::Cancelled || r.cancel.is_some())
-        })
-    }
-}
-
-impl super::task::TaskStore for InMemoryStore {
-    fn claim_tasks<'a>(
-        &'a self,
-        claim: &'a super::task::Claim,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Vec<super::task::StoredTask>, StoreError>> {
-        use super::task::{TaskState, rules};
-        let mut rows = self.tasks.rows.lock().expect("poisoned");
-        for task in rows.values_mut() {
-            rules::settle(task, now);
-        }
-        let mut candidates: Vec<&super::task::StoredTask> =
-            rows.values().filter(|t| rules::claimable(t, claim)).collect();
-        candidates.sort_by_key(|t| t.created_at);
-        let ids: Vec<super::task::TaskId> = candidates.iter().map(|t| t.spec.id.clone()).collect();
-        let mut claimed = Vec::new();
-        for id in ids {
-            if claimed.len() >= claim.max {
-                break;
-            }
-            let (limit, handler, tenant) = {
-                let task = &rows[&id];
-                (task.spec.concurrency, task.spec.handler.clone(), task.tenant.clone())
-            };
-            if let Some(limit) = limit {
-                let running = rows
-                    .values()
-                    .filter(|t| t.state == TaskState::Claimed && t.spec.handler == handler && t.tenant == tenant)
-                    .count();
-                if running >= limit as usize {
-                    continue;
-                }
-            }
-            let task = rows.get_mut(&id).expect("listed above");
-            rules::lease(task, &claim.worker, now);
-            claimed.push(task.clone());
-        }
-        Box::pin(std::future::ready(Ok(claimed)))
-    }
-
-    fn heartbeat_tasks<'a>(
-        &'a self,
-        leases: &'a [(super::task::TaskLease, Option<Value>)],
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Vec<super::task::Beat>, StoreError>> {
-        use super::task::{Beat, rules};
-        let runs: Vec<Option<RunId>> = {
-            let rows = self.tasks.rows.lock().expect("poisoned");
-            leases.iter().map(|(lease, _)| rows.get(&lease.task).map(|t| t.run)).collect()
-        };
-        let cancelling: Vec<bool> = runs.iter().map(|run| run.is_some_and(|run| self.cancelling(run))).collect();
-        let mut rows = self.tasks.rows.lock().expect("poisoned");
-        let beats = leases
-            .iter()
-            .zip(cancelling)
-            .map(|((lease, details), cancelled)| match rows.get_mut(&lease.task) {
-                Some(task) => rules::beat(task, lease, details.clone(), now, cancelled),
-                None => Beat::Lost,
-            })
-            .collect();
-        Box::pin(std::future::ready(Ok(beats)))
-    }
-
-    fn answer_task<'a>(
-        &'a self,
-        lease: &'a super::task::TaskLease,
-        answer: super::task::TaskAnswer,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<super::task::TaskState, StoreError>> {
-        let result = {
-            let mut rows = self.tasks.rows.lock().expect("poisoned");
-            match rows.get_mut(&lease.task) {
-                Some(task) => super::task::rules::answer(task, lease, answer, now),
-                None => Err(StoreError::TaskNotFound(lease.task.clone())),
-            }
-        };
-        self.tasks.signals.answered(&lease.task);
-        Box::pin(std::future::ready(result))
-    }
-
-    fn settle_task<'a>(
-        &'a self,
-        task: &'a super::task::TaskId,
-        now: Timestamp,
-    ) -> BoxFuture<'a, Result<Option<super::task::StoredTask>, StoreError>> {
-        let mut rows = self.tasks.rows.lock().expect("poisoned");
-        let found = rows.get_mut(task).map(|row| {
-            super::task::rules::settle(row, now);
-            row.clone()
-        });
-        Box::pin(std::future::ready(Ok(found)))
-    }
-
-    fn list_tasks<'a>(
-        &'a self,
-        filter: &'a super::task::TaskFilter,
-    ) -> BoxFuture<'a, Result<Vec<super::task::StoredTask>, StoreError>> {
-        let rows = self.tasks.rows.lock().expect("poisoned");
-        let mut found: Vec<super::task::StoredTask> =
-            rows.values().filter(|t| super::task::matches(t, filter)).cloned().collect();
-        found.sort_by(|a, b| b.created_at.cmp(&a.created_at).then_with(|| b.spec.id.cmp(&a.spec.id)));
-        found.truncate(filter.limit);
-        Box::pin(std::future::ready(Ok(found)))
     }
 }
