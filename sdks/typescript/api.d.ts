@@ -2158,6 +2158,11 @@ export interface components {
             lease_ms: number;
             /** @description The queue it came from. */
             queue: string;
+            /**
+             * @description A recompute's task (a what-if over a past run): its answer goes to the recompute, not
+             *     to the run. Absent when false.
+             */
+            recompute?: boolean;
             /** @description The run. */
             run: components["schemas"]["TaskRun"];
             /** @description The step's path in the run. */
@@ -2248,6 +2253,11 @@ export interface components {
             id: string;
             /** @description Its queue. */
             queue: string;
+            /**
+             * @description A recompute's task (a what-if over a past run): its answer goes to the recompute, not
+             *     to the run. Absent when false.
+             */
+            recompute?: boolean;
             /** @description The run. */
             run_id: string;
             /** @description Its state. */

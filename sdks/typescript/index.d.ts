@@ -91,6 +91,8 @@ export interface TaskContext {
   readonly lease: number;
   /** The last heartbeat's details from an earlier attempt, if any. */
   readonly details: unknown;
+  /** A recompute's task (a what-if over a past run): its answer is compared, never kept by the run. */
+  readonly recompute: boolean;
   /** Fires when the run is cancelled or this worker lost the lease. */
   readonly signal: AbortSignal;
   /** Keeps `details` for a later attempt (sent with the next heartbeat). */

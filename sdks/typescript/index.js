@@ -264,6 +264,7 @@ export class Worker {
       idempotencyKey: task.idempotency_key ?? null,
       lease: task.lease,
       details: task.details ?? null,
+      recompute: task.recompute === true,
       signal: controller.signal,
       heartbeat: (details) => {
         entry.details = details;

@@ -94,6 +94,10 @@ pub struct Task {
     /// The last heartbeat's details from an earlier attempt's worker, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
+    /// A recompute's task (a what-if over a past run): its answer goes to the recompute, not
+    /// to the run. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recompute: bool,
 }
 
 /// What a claim got.
@@ -290,6 +294,10 @@ pub struct TaskSummary {
     /// When it ended, if it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<i64>,
+    /// A recompute's task (a what-if over a past run): its answer goes to the recompute, not
+    /// to the run. Absent when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recompute: bool,
 }
 
 /// Tasks, newest first.

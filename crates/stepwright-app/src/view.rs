@@ -150,7 +150,8 @@ async fn task_waits(
         .list_tasks(&filter)
         .await?
         .into_iter()
-        .filter(|t| !t.state.is_final())
+        // A recompute's tasks are not the run's: it waits on none of them.
+        .filter(|t| !t.state.is_final() && !t.spec.recompute)
         .map(|t| {
             let (queue, handler) = (&t.spec.queue, &t.spec.handler);
             let reason = match (&t.state, &t.worker) {

@@ -48,6 +48,9 @@ pub(crate) struct RunShared {
     /// Tasks the run suspends on: looked at once more after the suspension is written, so
     /// an answer that came meanwhile is not left waiting for a deadline.
     pub(crate) task_checks: Mutex<Vec<crate::task::TaskId>>,
+    /// In a sandbox, the real store: a recompute dispatches its tasks there (see
+    /// `StepRecording::dispatch`).
+    pub(crate) task_home: Option<Arc<dyn Store>>,
     /// Waits that suspended watching the tenant's event log: registered with the store and
     /// looked at once more after the suspension is written.
     pub(crate) event_watches: Mutex<Vec<EventWatch>>,
@@ -455,6 +458,18 @@ impl ReplayIndex {
     pub(crate) fn with_mode(mut self, mode: ReplayMode) -> Self {
         self.mode = mode;
         self
+    }
+
+    /// Whether this is a replay (not a resume, not a recompute).
+    pub(crate) fn is_replay(&self) -> bool {
+        matches!(self.mode, ReplayMode::Replay)
+    }
+
+    /// The output the journal records at `path`, whatever this execution serves (a replay
+    /// gives a step worker's recorded answer back instead of dispatching it again).
+    pub(crate) fn recorded_output(&self, path: &StepPath) -> Option<Arc<Value>> {
+        let (_, hash) = self.raw(path)?.completed?;
+        self.blobs.get(&hash).cloned()
     }
 
     /// Whether this is a sandbox re-execution (replay or recompute), whose own journal

@@ -26,6 +26,18 @@ impl TaskId {
         Self(format!("tsk_{}", &hash.to_hex()[..24]))
     }
 
+    /// The task of `attempt` of the step at `path` in a recompute of `run`: unlike the run's
+    /// own, new for every recompute (`nonce`), so a recompute never finds the run's answer.
+    pub fn for_recompute(run: RunId, path: &StepPath, attempt: u32, nonce: u64) -> Self {
+        let hash = ContentHash::of_parts(&[
+            run.as_uuid().as_bytes(),
+            path.as_str().as_bytes(),
+            &attempt.to_le_bytes(),
+            &nonce.to_le_bytes(),
+        ]);
+        Self(format!("tsk_{}", &hash.to_hex()[..24]))
+    }
+
     /// An id from its textual form.
     pub fn new(text: &str) -> Self {
         Self(text.to_owned())
@@ -70,6 +82,10 @@ pub struct TaskSpec {
     /// The last heartbeat details of the attempt before (a checkpoint to resume from).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
+    /// A recompute's task: its answer goes to the recompute that waits for it, never to the
+    /// run's journal (see [`crate::store::task::TaskStore::dispatch_for_recompute`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recompute: bool,
 }
 
 impl TaskSpec {

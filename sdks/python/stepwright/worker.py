@@ -71,6 +71,9 @@ class TaskContext:
     details: Any
     lease: int
     lease_ms: int = 10_000
+    recompute: bool = False
+    """A recompute's task (a what-if over a past run): its answer is compared, never kept
+    by the run."""
     cancelled: threading.Event = field(default_factory=threading.Event)
     _details_out: list[Any] = field(default_factory=list)
     _chunks: list[dict[str, Any]] = field(default_factory=list)
@@ -117,6 +120,7 @@ def context_of(task: dict[str, Any]) -> TaskContext:
         details=task.get("details"),
         lease=task["lease"],
         lease_ms=task.get("lease_ms", 10_000),
+        recompute=task.get("recompute", False),
     )
 
 

@@ -349,6 +349,51 @@ def test_a_replay_serves_a_worker_steps_journaled_output_with_no_worker(server: 
     assert calls == [1], "the handler ran once"
 
 
+def test_a_recompute_hands_a_read_step_to_the_worker_again_and_never_a_write(
+    server: Any, client: tuple[Client, str]
+) -> None:
+    c, key = client
+    source = workflow("requoted", queue="requote", handler="quote") + """
+  - id: book
+    tool: book
+    with: { price: "{{ steps.call.output.price }}" }
+"""
+    source = source.replace(
+        "steps:", "  book:\n    worker: { queue: requote, handler: book }\n    effect: write\nsteps:", 1
+    )
+    c.workflows.register(source)
+    worker = Worker(server.url, key, queue="requote", wait_seconds=2)
+    quotes: list[tuple[int, bool]] = []
+    bookings: list[Any] = []
+
+    @worker.handler("quote")
+    def quote(ctx: Any, task_input: Any) -> Any:
+        quotes.append((ctx.attempt, ctx.recompute))
+        return {"price": 10 * len(quotes)}
+
+    @worker.handler("book")
+    def book(ctx: Any, task_input: Any) -> Any:
+        bookings.append(task_input)
+        return {"booked": task_input["price"]}
+
+    thread = background(worker)
+    try:
+        run = c.runs.start("requoted", {"text": "x", "sleep": 0})
+        done = c.runs.wait(run["run_id"], timeout=30)
+        assert done["status"] == "completed" and done["output"] == {"booked": 10}, done
+        report = c._request("POST", f"/v1/runs/{run['run_id']}/recompute", json={})
+    finally:
+        worker.stop()
+        thread.join(timeout=10)
+    assert quotes == [(1, False), (1, True)], "the read step went to the worker again, marked as a recompute"
+    assert bookings == [{"price": 10}], "the write was served from the journal, never booked twice"
+    changes = {step["path"]: step["change"] for step in report["steps"]}
+    assert changes["call"] == "value_changed" and changes["book"] == "served", report
+    tasks = c.tasks.list(run=run["run_id"])
+    assert sorted(t.get("recompute", False) for t in tasks) == [False, False, True], tasks
+    assert c.runs.get(run["run_id"])["output"] == {"booked": 10}, "the run itself is unchanged"
+
+
 def test_an_asyncio_worker_runs_many_tasks_at_once_and_a_cancel_cancels_its_coroutine(
     server: Any, client: tuple[Client, str]
 ) -> None:

@@ -213,3 +213,29 @@ test("a deferred task frees the worker and is completed later from elsewhere", a
   const done = await client.runs.wait(run.run_id, { timeoutMs: 30_000 });
   assert.deepEqual(done.output, { done: "elsewhere" });
 });
+
+test("a recompute hands a read step to the worker again, marked as a recompute", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(workflow("requoted", { queue: "requote", handler: "quote" }));
+  const worker = new Worker(server.url, key, { queue: "requote", waitSeconds: 2 });
+  const seen = [];
+  worker.handler("quote", async (ctx) => {
+    seen.push(ctx.recompute);
+    return { price: 10 * seen.length };
+  });
+  const running = worker.run();
+  try {
+    const run = await client.runs.start("requoted", { text: "x" });
+    const done = await client.runs.wait(run.run_id, { timeoutMs: 30_000 });
+    assert.deepEqual(done.output, { price: 10 });
+    const report = await client.request("POST", `/v1/runs/${run.run_id}/recompute`, {});
+    assert.deepEqual(seen, [false, true]);
+    assert.deepEqual(report.recomputed_output, { price: 20 });
+    assert.equal(report.steps.find((s) => s.path === "call").change, "value_changed");
+    assert.deepEqual((await client.runs.get(run.run_id)).output, { price: 10 }, "the run itself is unchanged");
+  } finally {
+    worker.stop();
+    await running;
+  }
+});

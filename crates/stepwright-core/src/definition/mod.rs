@@ -442,14 +442,12 @@ impl Node {
         self.policy.effect.unwrap_or_default()
     }
 
-    /// How the journal serves the node in a replay or a recompute: by its effect, except a
-    /// step whose work a step worker does, which is served as an unsafe external effect —
-    /// a sandbox has no workers to hand it to, and the worker's answer is in the journal.
+    /// How the journal serves the node in a replay or a recompute: by its effect. A step
+    /// whose work a step worker does is no exception: a replay gives it its recorded answer
+    /// where it would dispatch, a recompute dispatches it anew unless its effect is served
+    /// (see `StepRecording::dispatch`).
     pub(crate) fn served_as(&self) -> (Effect, bool) {
-        match &self.kind {
-            NodeKind::Step(step) if step.dispatches() => (Effect::External, false),
-            _ => (self.effect_or_default(), self.policy.safe_to_retry),
-        }
+        (self.effect_or_default(), self.policy.safe_to_retry)
     }
 }
 

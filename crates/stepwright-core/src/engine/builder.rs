@@ -107,6 +107,7 @@ impl EngineBuilder {
                 held: Mutex::new(std::collections::HashSet::new()),
                 claiming: tokio::sync::Mutex::new(()),
                 watching: AtomicBool::new(false),
+                task_home: None,
             }),
         }
     }

@@ -285,6 +285,7 @@ impl Engine {
             wake_at: Mutex::new(None),
             wake_checks: Mutex::new(Vec::new()),
             task_checks: Mutex::new(Vec::new()),
+            task_home: inner.task_home.clone(),
             event_watches: Mutex::new(Vec::new()),
             created_at: loaded.record.created_at,
             event_cursors: tokio::sync::Mutex::default(),

@@ -251,6 +251,7 @@ impl Engine {
                 held: std::sync::Mutex::new(std::collections::HashSet::new()),
                 claiming: tokio::sync::Mutex::new(()),
                 watching: std::sync::atomic::AtomicBool::new(false),
+                task_home: Some(inner.store.clone()),
             }),
         };
         let now = inner.clock.now();

@@ -132,6 +132,9 @@ struct EngineInner {
     claiming: tokio::sync::Mutex<()>,
     /// Whether the keeper runs (one task per engine while it has live runs).
     watching: AtomicBool,
+    /// A sandbox's (replay, recompute): the store its tasks for step workers go to — the
+    /// real one, whose workers claim them. `None` for an engine over its own store.
+    task_home: Option<Arc<dyn Store>>,
 }
 
 impl EngineInner {

@@ -44,28 +44,58 @@ pub struct TaskRequest {
     pub at: Option<crate::ids::StepPath>,
 }
 
+/// How long a recompute's task may wait to be claimed when its tool sets no
+/// `schedule_to_start`: a recompute is a question someone waits for, not a run that may
+/// suspend for days.
+const RECOMPUTE_SCHEDULE_TO_START: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How a wait for a task's answer ended.
+enum Waited {
+    /// The task was answered (or could not be read, or the step was cancelled).
+    Answer(Result<Value, StepError>),
+    /// Still unanswered when the hold ran out.
+    Held(StoredTask),
+}
+
 impl StepRecording {
-    /// Hands `request` to a step worker and returns its output: see the module's doc.
+    /// Hands `request` to a step worker and returns its output: see the module's doc. In a
+    /// replay, the run's recorded answer (a replay re-executes code, not workers); in a
+    /// recompute, a task of its own in the real store, waited for without suspending.
     pub(crate) async fn dispatch(&self, request: TaskRequest) -> Result<Value, StepError> {
         let run = &self.run;
+        let path = request.at.clone().unwrap_or_else(|| self.path.clone());
+        if run.replay.is_replay() {
+            return run.replay.recorded_output(&path).map(|value| (*value).clone()).ok_or_else(|| {
+                StepError::execution_failed(format!(
+                    "a replay hands no work to step workers, and the run recorded no answer for {path}"
+                ))
+            });
+        }
         let store = run.recorder.store().clone();
-        let tasks = store.tasks().ok_or_else(|| {
+        let recompute_home = run.task_home.clone();
+        let no_tasks = || {
             StepError::new(
                 ErrorCode::EXECUTION_FAILED,
                 "this store keeps no step tasks: `worker` tools need the SQLite or Postgres store",
             )
-        })?;
+        };
+        let tasks = store.tasks().ok_or_else(no_tasks)?;
+        if recompute_home.as_ref().is_some_and(|home| home.tasks().is_none()) {
+            return Err(no_tasks());
+        }
         if run.config.durability == crate::config::Durability::None {
             return Err(StepError::new(
                 ErrorCode::EXECUTION_FAILED,
                 "`worker` tools need a journal: the run's durability is `none`",
             ));
         }
-        let path = request.at.clone().unwrap_or_else(|| self.path.clone());
         let failed = |doing: &str, e: crate::store::StoreError| {
             StepError::execution_failed(format!("{doing} task for {path}: {e}")).retryable(true)
         };
-        let id = TaskId::derive(run.run_id, &path, self.attempt);
+        let id = match recompute_home {
+            Some(_) => TaskId::for_recompute(run.run_id, &path, self.attempt, run.entropy.next_u64()),
+            None => TaskId::derive(run.run_id, &path, self.attempt),
+        };
         let retry_is_safe = request.retry_is_safe;
         let known = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
         if known.is_none() {
@@ -77,6 +107,10 @@ impl StepRecording {
                     tasks.settle_task(&before, run.clock.now()).await.ok().flatten().and_then(|t| t.details)
                 }
             };
+            let schedule_to_start = match recompute_home {
+                Some(_) => Some(request.schedule_to_start.unwrap_or(RECOMPUTE_SCHEDULE_TO_START)),
+                None => request.schedule_to_start,
+            };
             let spec = TaskSpec {
                 id: id.clone(),
                 queue: request.queue,
@@ -84,46 +118,88 @@ impl StepRecording {
                 input: request.input,
                 idempotency_key: request.idempotency_key,
                 lease_ms: u64::try_from(request.lease_for.as_millis()).unwrap_or(u64::MAX),
-                schedule_to_start_ms: request
-                    .schedule_to_start
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                schedule_to_start_ms: schedule_to_start.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 concurrency: request.concurrency,
                 details,
+                recompute: recompute_home.is_some(),
             };
-            let record = Record::Dispatched { attempt: self.attempt, task: spec };
+            // In a recompute, the sandbox's journal records the task too (with the intent a
+            // fenced step buffered into it), for the comparison.
+            let record = Record::Dispatched { attempt: self.attempt, task: spec.clone() };
             run.recorder.commit(&path, run.clock.now(), record).await.map_err(|e| failed("dispatching the", e.0))?;
+            if let Some(real) = recompute_home.as_ref().and_then(|home| home.tasks()) {
+                real.dispatch_for_recompute(run.run_id, &path, self.attempt, &spec, run.clock.now())
+                    .await
+                    .map_err(|e| failed("dispatching the recompute's", e))?;
+            }
+        }
+        if let Some((home, real)) = recompute_home.as_ref().and_then(|home| Some((home, home.tasks()?))) {
+            // The real workers answer in the real store; the recompute waits for them.
+            return match self.await_answer(real, home.task_signals(), &id, retry_is_safe, None).await {
+                Waited::Answer(answer) => answer,
+                Waited::Held(_) => unreachable!("a wait without a hold ends with an answer"),
+            };
         }
         let hold_until = run.clock.now().plus(run.config.task_hold);
-        let waiter = store.task_signals().map(|signals| signals.on_answer(&id));
+        let found = match self.await_answer(tasks, store.task_signals(), &id, retry_is_safe, Some(hold_until)).await {
+            Waited::Answer(answer) => return answer,
+            Waited::Held(found) => found,
+        };
+        // Without a deadline the run still looks again now and then (and an answer brings
+        // the look forward).
+        let now = run.clock.now();
+        run.note_wake_at(found.next_deadline().unwrap_or_else(|| now.plus(RECHECK)));
+        run.note_task_check(id.clone());
+        self.local.lock().expect("poisoned").waiting = true;
+        Err(StepError::new(
+            ErrorCode::SUSPENDED,
+            format!("waiting for a worker on queue `{}` to run `{}` ({id})", found.spec.queue, found.spec.handler),
+        ))
+    }
+
+    /// Waits for `id`'s answer in `tasks`, woken by `signals` (else polling), until
+    /// `hold_until` if given.
+    async fn await_answer(
+        &self,
+        tasks: &dyn crate::store::task::TaskStore,
+        signals: Option<&crate::store::task::TaskSignals>,
+        id: &TaskId,
+        retry_is_safe: bool,
+        hold_until: Option<crate::ids::Timestamp>,
+    ) -> Waited {
+        let run = &self.run;
+        let waiter = signals.map(|signals| signals.on_answer(id));
         loop {
             // Enabled before the look, so an answer given while the step looks is not missed.
             let mut answered = waiter.clone().map(|waiter| Box::pin(waiter.notified_owned()));
             if let Some(answered) = answered.as_mut() {
                 answered.as_mut().enable();
             }
-            let task = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
-            let Some(found) = &task else {
-                return Err(StepError::execution_failed(format!("task {id} of {path} vanished from the store")));
+            let task = match tasks.settle_task(id, run.clock.now()).await {
+                Ok(Some(task)) => task,
+                Ok(None) => {
+                    return Waited::Answer(Err(StepError::execution_failed(format!(
+                        "task {id} of {} vanished from the store",
+                        self.path
+                    ))));
+                }
+                Err(e) => {
+                    return Waited::Answer(Err(StepError::execution_failed(format!(
+                        "reading task {id} of {}: {e}",
+                        self.path
+                    ))
+                    .retryable(true)));
+                }
             };
-            if let Some(answer) = answer_of(found, retry_is_safe) {
-                return answer;
+            if let Some(answer) = answer_of(&task, retry_is_safe) {
+                return Waited::Answer(answer);
             }
             let now = run.clock.now();
-            if now >= hold_until {
-                // Without a deadline the run still looks again now and then (and an answer
-                // brings the look forward).
-                run.note_wake_at(found.next_deadline().unwrap_or_else(|| now.plus(RECHECK)));
-                run.note_task_check(id.clone());
-                self.local.lock().expect("poisoned").waiting = true;
-                return Err(StepError::new(
-                    ErrorCode::SUSPENDED,
-                    format!(
-                        "waiting for a worker on queue `{}` to run `{}` ({id})",
-                        found.spec.queue, found.spec.handler
-                    ),
-                ));
-            }
-            let wait = hold_until.since(now).min(TASK_POLL);
+            let wait = match hold_until {
+                Some(until) if now >= until => return Waited::Held(task),
+                Some(until) => until.since(now).min(TASK_POLL),
+                None => TASK_POLL,
+            };
             let look_again = async {
                 match answered {
                     Some(answered) => {
@@ -135,7 +211,7 @@ impl StepRecording {
             tokio::select! {
                 () = look_again => {}
                 () = self.cancel.cancelled() => {
-                    return Err(StepError::cancelled(format!("cancelled while task {id} ran on a worker")));
+                    return Waited::Answer(Err(StepError::cancelled(format!("cancelled while task {id} ran on a worker"))));
                 }
             }
         }

@@ -247,6 +247,19 @@ pub trait TaskStore: Send + Sync {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<StoredTask>, StoreError>>;
 
+    /// Writes the row of a recompute's task (`spec.recompute`): one no journal entry stands
+    /// behind, for a step of `run` that a recompute executes again in its sandbox. Workers
+    /// claim it like any other; its answer goes to the recompute waiting for it (which reads
+    /// the task), never to the run's journal. Announced like a dispatched task.
+    fn dispatch_for_recompute<'a>(
+        &'a self,
+        run: RunId,
+        path: &'a StepPath,
+        attempt: u32,
+        spec: &'a TaskSpec,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
     /// Tasks matching a filter, newest first.
     fn list_tasks<'a>(&'a self, filter: &'a TaskFilter) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>>;
 }

@@ -14,3 +14,4 @@ mod policies;
 mod resume;
 mod runner;
 mod steps;
+mod workers;

@@ -77,6 +77,7 @@ fn task_view(task: &StoredTask) -> Task {
         lease_ms: task.spec.lease_ms,
         lease_expires: task.lease_expires.map_or(0, Timestamp::as_micros),
         details: task.details.clone(),
+        recompute: task.spec.recompute,
     }
 }
 
@@ -425,6 +426,7 @@ pub(crate) async fn list(
                 worker: t.worker.clone(),
                 created_at: t.created_at.as_micros(),
                 finished_at: t.finished_at.map(Timestamp::as_micros),
+                recompute: t.spec.recompute,
             })
             .collect(),
     }))

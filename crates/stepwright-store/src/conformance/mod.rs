@@ -83,6 +83,7 @@ where
     schedules_advance_once(&*fresh().await).await;
     events_are_stored_once_and_wake_their_readers(&*fresh().await).await;
     tasks_are_claimed_once_and_fenced_by_their_lease(&*fresh().await).await;
+    a_recompute_dispatches_tasks_outside_the_journal(&*fresh().await).await;
 }
 
 /// Wall time now: lease checks use real time, since some stores (Postgres) take lease times

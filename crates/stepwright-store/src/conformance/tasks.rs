@@ -20,6 +20,7 @@ fn spec(id: &TaskId, handler: &str, lease_ms: u64, concurrency: Option<u32>) -> 
         schedule_to_start_ms: None,
         concurrency,
         details: None,
+        recompute: false,
     }
 }
 
@@ -142,4 +143,36 @@ pub async fn tasks_are_claimed_once_and_fenced_by_their_lease<S: Store + ?Sized>
     store.set_status(run_id, update).await.expect("cancelled");
     let beats = tasks.heartbeat_tasks(&[(held, None)], wall()).await.expect("beat");
     assert!(matches!(beats.as_slice(), [Beat::Cancel(_)]), "{beats:?}");
+}
+
+/// A recompute's task has no journal entry behind it: the store writes its row on its own,
+/// under the run's tenant and workflow, and workers claim and answer it like any other; the
+/// run's journal does not change. A task for a run the store does not have is refused.
+pub async fn a_recompute_dispatches_tasks_outside_the_journal<S: Store + ?Sized>(store: &S) {
+    let Some(tasks) = store.tasks() else { return };
+    let run = record(2, "summarise", RunStatus::Completed, wall().as_micros());
+    let run_id = run.id;
+    store.create_run(run).await.expect("created");
+    let path = StepPath::new("summary");
+    let id = TaskId::for_recompute(run_id, &path, 1, 7);
+    assert_ne!(id, TaskId::derive(run_id, &path, 1), "never the run's own task");
+    assert_ne!(id, TaskId::for_recompute(run_id, &path, 1, 8), "each recompute's own");
+    let task = TaskSpec { recompute: true, ..spec(&id, "summarise", 60_000, None) };
+    tasks.dispatch_for_recompute(run_id, &path, 1, &task, wall()).await.expect("dispatched");
+    let claimed = tasks.claim_tasks(&claim("w", &["summarise"], 5), wall()).await.expect("claimed");
+    assert_eq!(claimed.len(), 1);
+    assert_eq!((&claimed[0].spec.id, claimed[0].spec.recompute, claimed[0].run), (&id, true, run_id));
+    assert_eq!(claimed[0].workflow, "summarise");
+    let lease = TaskLease { task: id.clone(), token: claimed[0].lease_token };
+    let state = tasks.answer_task(&lease, TaskAnswer::Complete(json!("again")), wall()).await.expect("answered");
+    assert_eq!(state, TaskState::Completed);
+    assert_eq!(tasks.settle_task(&id, wall()).await.expect("read").expect("there").output, Some(json!("again")));
+    assert!(store.load(run_id).await.expect("loaded").entries.is_empty(), "the run's journal is untouched");
+
+    let unknown = stepwright_core::RunId::from_bytes([9; 16]);
+    let stray = TaskSpec { recompute: true, ..spec(&TaskId::for_recompute(unknown, &path, 1, 7), "summarise", 1, None) };
+    assert!(matches!(
+        tasks.dispatch_for_recompute(unknown, &path, 1, &stray, wall()).await,
+        Err(StoreError::RunNotFound(_))
+    ));
 }

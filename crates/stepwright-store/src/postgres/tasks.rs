@@ -243,6 +243,40 @@ impl TaskStore for PostgresStore {
         Box::pin(self.settle_in(task))
     }
 
+    fn dispatch_for_recompute<'a>(
+        &'a self,
+        run: RunId,
+        path: &'a StepPath,
+        attempt: u32,
+        spec: &'a TaskSpec,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let inserted = sqlx::query(
+                "INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, details) \
+                 SELECT $1, r.id, $2, $3, COALESCE(r.caller->>'tenant', ''), r.workflow, $4, $5, $6, 'pending', $7, $6->'details' \
+                 FROM stepwright_runs r WHERE r.id = $8 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(spec.id.as_str())
+            .bind(path.as_str())
+            .bind(i32::try_from(attempt).unwrap_or(i32::MAX))
+            .bind(&spec.queue)
+            .bind(&spec.handler)
+            .bind(to_value(spec))
+            .bind(now.as_micros())
+            .bind(run.as_uuid())
+            .execute(&self.pool)
+            .await
+            .map_err(pg("dispatching a recompute's task"))?;
+            if inserted.rows_affected() == 0 {
+                return Err(StoreError::RunNotFound(run));
+            }
+            self.tasks_changed.dispatched();
+            self.announce_task(None).await;
+            Ok(())
+        })
+    }
+
     fn list_tasks<'a>(&'a self, filter: &'a TaskFilter) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>> {
         Box::pin(async move {
             let rows = sqlx::query(sqlx::AssertSqlSafe(format!(

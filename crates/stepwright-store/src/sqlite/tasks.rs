@@ -267,6 +267,30 @@ impl TaskStore for SqliteStore {
         })
     }
 
+    fn dispatch_for_recompute<'a>(
+        &'a self,
+        run: RunId,
+        path: &'a StepPath,
+        attempt: u32,
+        spec: &'a TaskSpec,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (path, spec) = (path.clone(), spec.clone());
+        Box::pin(async move {
+            let inserted = self
+                .write(move |conn| {
+                    insert(conn, run, &path, attempt, &spec, now)?;
+                    Ok(conn.changes() > 0)
+                })
+                .await?;
+            if !inserted {
+                return Err(StoreError::RunNotFound(run));
+            }
+            self.announce_tasks();
+            Ok(())
+        })
+    }
+
     fn list_tasks<'a>(&'a self, filter: &'a TaskFilter) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>> {
         let filter = filter.clone();
         Box::pin(self.read("listing tasks", move |conn| {

@@ -111,6 +111,28 @@ impl crate::store::task::TaskStore for InMemoryStore {
         Box::pin(std::future::ready(Ok(found)))
     }
 
+    fn dispatch_for_recompute<'a>(
+        &'a self,
+        run: RunId,
+        path: &'a crate::ids::StepPath,
+        attempt: u32,
+        spec: &'a crate::store::task::TaskSpec,
+        now: Timestamp,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let result = (|| {
+            let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;
+            let data = data.lock().expect("poisoned");
+            let record = data.record.as_ref().ok_or(StoreError::RunNotFound(run))?;
+            let row = crate::store::task::new_task(spec.clone(), run, path.clone(), attempt, record, now);
+            self.tasks.rows.lock().expect("poisoned").entry(spec.id.clone()).or_insert(row);
+            Ok(())
+        })();
+        if result.is_ok() {
+            self.tasks.signals.dispatched();
+        }
+        Box::pin(std::future::ready(result))
+    }
+
     fn list_tasks<'a>(
         &'a self,
         filter: &'a crate::store::task::TaskFilter,

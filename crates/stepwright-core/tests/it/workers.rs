@@ -1,0 +1,127 @@
+//! Steps a step worker runs, used again: a replay gives them their recorded answers, a
+//! recompute hands them to the workers anew (unless their effect is served).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use stepwright_core::store::task::{Claim, StoredTask, TaskAnswer, TaskLease, TaskState};
+use stepwright_core::{
+    Effect, Engine, EngineConfig, InMemoryStore, Node, RecomputeOptions, Record, RunStatus, SeededEntropy, StepChange,
+    StepContext, Store, TaskRequest, TokioClock, Workflow, fn_step,
+};
+
+const T0: i64 = 1_700_000_000_000_000;
+
+fn worker_step(id: &str, handler: &'static str, effect: Effect) -> Node {
+    Node::step(
+        id,
+        fn_step(move |ctx: StepContext, input: Value| async move {
+            let request = TaskRequest {
+                queue: "py".into(),
+                handler: handler.into(),
+                input,
+                lease_for: Duration::from_secs(30),
+                schedule_to_start: None,
+                concurrency: None,
+                retry_is_safe: effect != Effect::Write,
+                idempotency_key: None,
+                at: None,
+            };
+            ctx.dispatch(request).await
+        }),
+    )
+    .effect(effect)
+}
+
+/// A step worker in the test: claims every task of queue `py` and answers `answer(task)`,
+/// keeping what it was given.
+fn serve(
+    store: Arc<InMemoryStore>,
+    clock: Arc<TokioClock>,
+    answer: Arc<Mutex<fn(&StoredTask) -> Value>>,
+    seen: Arc<Mutex<Vec<StoredTask>>>,
+) -> tokio::task::JoinHandle<()> {
+    use stepwright_core::Clock as _;
+    tokio::spawn(async move {
+        let claim = Claim {
+            worker: "w1".into(),
+            tenant: String::new(),
+            queue: "py".into(),
+            handlers: vec!["lookup".into(), "send".into()],
+            max: 8,
+        };
+        let tasks = store.tasks().expect("the in-memory store keeps tasks");
+        loop {
+            let claimed = tasks.claim_tasks(&claim, clock.now()).await.expect("claimed");
+            if claimed.is_empty() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            for task in claimed {
+                let output = (answer.lock().unwrap())(&task);
+                let lease = TaskLease { task: task.spec.id.clone(), token: task.lease_token };
+                seen.lock().unwrap().push(task);
+                let state = tasks.answer_task(&lease, TaskAnswer::Complete(output), clock.now()).await.expect("answered");
+                assert_eq!(state, TaskState::Completed);
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_replay_serves_worker_answers_and_a_recompute_dispatches_them_anew_but_never_a_write() {
+    let store = Arc::new(InMemoryStore::new());
+    let clock = Arc::new(TokioClock::starting_at(stepwright_core::Timestamp::from_micros(T0)));
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .clock(clock.clone())
+        .entropy(Arc::new(SeededEntropy::new(3)))
+        .config(EngineConfig::default())
+        .build();
+    let workflow = Workflow::builder("quote")
+        .step(worker_step("lookup", "lookup", Effect::Read))
+        .step(worker_step("send", "send", Effect::Write))
+        .build()
+        .unwrap();
+    let first: fn(&StoredTask) -> Value = |task| match task.spec.handler.as_str() {
+        "lookup" => json!({ "price": 1 }),
+        _ => json!({ "sent": task.spec.input }),
+    };
+    let answer = Arc::new(Mutex::new(first));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let worker = serve(store.clone(), clock.clone(), answer.clone(), seen.clone());
+
+    let run = engine.start(&workflow, json!({ "sku": "a" })).await.unwrap();
+    assert_eq!(run.status, RunStatus::Completed);
+    assert_eq!(run.output, Some(json!({ "sent": { "price": 1 } })));
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    let journal = store.load(run.run_id).await.unwrap().entries.len();
+
+    // A replay re-executes code, not workers: both answers come from the journal.
+    let replay = engine.replay(&workflow, run.run_id).await.unwrap();
+    assert!(replay.identical, "{:?}", replay.steps);
+    assert_eq!(seen.lock().unwrap().len(), 2, "a replay dispatches nothing");
+
+    // The worker's lookup now answers otherwise: a recompute asks it again (a task of its
+    // own, marked as a recompute's) and serves the write from the journal.
+    *answer.lock().unwrap() = |task| match task.spec.handler.as_str() {
+        "lookup" => json!({ "price": 2 }),
+        _ => json!({ "sent": "twice!" }),
+    };
+    let report = engine.recompute(&workflow, run.run_id, RecomputeOptions::default()).await.unwrap();
+    let seen_now = seen.lock().unwrap().clone();
+    assert_eq!(seen_now.len(), 3, "only the read step went to a worker again: {seen_now:?}");
+    let again = &seen_now[2];
+    assert_eq!((again.spec.handler.as_str(), again.spec.recompute, again.run), ("lookup", true, run.run_id));
+    assert_ne!(again.spec.id, seen_now[0].spec.id, "a task of its own, not the run's");
+    let change = |path: &str| report.steps.iter().find(|s| s.path.as_str() == path).map(|s| s.change.clone());
+    assert_eq!(change("lookup"), Some(StepChange::ValueChanged { diff: vec!["/price: 1 → 2".into()] }));
+    assert_eq!(change("send"), Some(StepChange::Served), "a write is never repeated");
+    assert_eq!(report.recomputed_output, Some(json!({ "sent": { "price": 1 } })), "the served write's answer");
+
+    // The run itself is untouched: its journal, and the tasks it waits on (none).
+    let after = store.load(run.run_id).await.unwrap();
+    assert_eq!(after.entries.len(), journal);
+    assert!(!after.entries.iter().any(|e| matches!(&e.record, Record::Dispatched { task, .. } if task.recompute)));
+    worker.abort();
+}
