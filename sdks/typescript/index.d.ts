@@ -117,3 +117,17 @@ export declare class Worker {
   run(): Promise<void>;
   stop(): void;
 }
+
+/** The `Stepwright-Signature` header Stepwright sends with `body` (webhooks, pushed tasks). */
+export declare function sign(secret: string, body: string | Uint8Array, at?: number): Promise<string>;
+
+/**
+ * Whether `header` signs exactly `body` (the raw bytes received, before parsing) with
+ * `secret`, sent within `toleranceSeconds` (default 300) of now.
+ */
+export declare function verifySignature(
+  secret: string,
+  header: string | null | undefined,
+  body: string | Uint8Array,
+  options?: { toleranceSeconds?: number; now?: number },
+): Promise<boolean>;

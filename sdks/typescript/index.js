@@ -370,3 +370,44 @@ export class Worker {
     }
   }
 }
+
+const encoder = new TextEncoder();
+
+async function hmacHex(secret, bytes) {
+  const key = await crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [
+    "sign",
+  ]);
+  const mac = new Uint8Array(await crypto.subtle.sign("HMAC", key, bytes));
+  return Array.from(mac, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function asBytes(body) {
+  return typeof body === "string" ? encoder.encode(body) : new Uint8Array(body);
+}
+
+// The `Stepwright-Signature` header Stepwright sends with `body` (webhooks, pushed tasks):
+// `t=<unix>,v1=<hex hmac-sha256 of "t.body">`.
+export async function sign(secret, body, at = Math.floor(Date.now() / 1000)) {
+  const bytes = asBytes(body);
+  const message = new Uint8Array([...encoder.encode(`${at}.`), ...bytes]);
+  return `t=${at},v1=${await hmacHex(secret, message)}`;
+}
+
+// Whether `header` signs exactly `body` (the raw bytes received) with `secret`, sent within
+// `toleranceSeconds` of now (a replayed old request is refused).
+export async function verifySignature(secret, header, body, { toleranceSeconds = 300, now = Date.now() / 1000 } = {}) {
+  if (!header) return false;
+  const fields = Object.fromEntries(
+    header
+      .split(",")
+      .filter((part) => part.includes("="))
+      .map((part) => [part.slice(0, part.indexOf("=")), part.slice(part.indexOf("=") + 1)]),
+  );
+  const at = Number.parseInt(fields.t ?? "", 10);
+  if (!Number.isFinite(at) || typeof fields.v1 !== "string" || Math.abs(now - at) > toleranceSeconds) return false;
+  const expected = (await sign(secret, body, at)).split("v1=")[1];
+  if (expected.length !== fields.v1.length) return false;
+  let differ = 0;
+  for (let i = 0; i < expected.length; i++) differ |= expected.charCodeAt(i) ^ fields.v1.charCodeAt(i);
+  return differ === 0;
+}

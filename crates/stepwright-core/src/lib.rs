@@ -69,7 +69,7 @@ pub use policy::{
     ApprovalGate, Backoff, Effect, FnGuardrail, Guardrail, GuardrailAction, GuardrailCheck, GuardrailStage,
     GuardrailVerdict, PatternGuardrail, RetryPolicy,
 };
-pub use recording::TaskRequest;
+pub use recording::{TaskPusher, TaskRequest};
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
 pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services, StepStatus};

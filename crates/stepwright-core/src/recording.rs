@@ -23,7 +23,7 @@ use crate::store::cache::StepCache;
 use crate::store::{Store, StoreError};
 
 mod dispatch;
-pub use dispatch::TaskRequest;
+pub use dispatch::{TaskPusher, TaskRequest};
 
 /// Everything a run's steps share. One per execution (start or resume) of a run.
 pub(crate) struct RunShared {

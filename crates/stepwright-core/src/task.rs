@@ -86,6 +86,11 @@ pub struct TaskSpec {
     /// run's journal (see [`crate::store::task::TaskStore::dispatch_for_recompute`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recompute: bool,
+    /// Pushed, not claimed: the endpoint it was sent to (an `http` tool in push mode). The
+    /// task is born leased to it (token 1), and the endpoint answers through the task
+    /// endpoints like any worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<String>,
 }
 
 impl TaskSpec {

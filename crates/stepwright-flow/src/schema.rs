@@ -742,6 +742,18 @@ struct HttpCall {
     /// Default POST.
     method: Option<String>,
     headers: Option<BTreeMap<String, String>>,
+    /// Sign every request with the secret in this environment variable:
+    /// `Stepwright-Signature: t=<unix>,v1=<hex hmac-sha256 of "t.body">` (the webhooks' scheme).
+    signing_secret_env: Option<String>,
+    /// Push mode: each call is a step task sent as the body; the endpoint answers `200` with
+    /// the output, or `202` and answers later through `/v1/tasks/{id}/complete` (or `fail`)
+    /// with the task's lease, with a key whose `worker` role covers queue `push`.
+    #[serde(rename = "async")]
+    push: Option<bool>,
+    /// Push mode: how long the endpoint holds a task without a heartbeat (default: the
+    /// tool's `timeout`, else 5m); then it is tried again, or `outcome_unknown` for an unsafe
+    /// effect.
+    heartbeat_timeout: Option<Duration>,
 }
 
 /// An MCP server: started with `command` (stdio) or reached at `url` (streamable HTTP).

@@ -11,6 +11,7 @@ mod anthropic;
 mod cassette;
 mod error;
 mod http;
+mod http_tool;
 mod memory;
 mod models;
 mod openai;
@@ -35,6 +36,7 @@ pub use anthropic::{
 };
 pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction, MAX_CASSETTE_BYTES};
 pub use error::{ModelError, ModelErrorKind};
+pub use http_tool::{HttpTool, PUSH_QUEUE, signature, task_view};
 pub use http::{HttpOptions, RateLimits, USER_AGENT, install_crypto_provider};
 pub use memory::{
     ACCESS_DENIED, DEFAULT_MAX_STORED_MESSAGES, MemoryService, RecallSpec, RecallStep, RememberSpec, RememberStep,
@@ -50,7 +52,7 @@ pub use process::{DEFAULT_KILL_GRACE, process_groups_stopped};
 pub use step::{LlmSpec, LlmStep};
 pub use tools::WorkerTarget;
 pub use tools::{
-    ArgvFn, CommandTool, DEFAULT_MAX_OUTPUT_BYTES, FnTool, HttpTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND,
+    ArgvFn, CommandTool, DEFAULT_MAX_OUTPUT_BYTES, FnTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND,
     TOOL_TIMEOUT, Tool, ToolContext, ToolDef, ToolStep, Tools, fn_tool, model_name,
 };
 pub use types::{

@@ -16,7 +16,6 @@ use serde_json::{Value, json};
 use stepwright_core::{DynStep, Effect, ErrorCode, Outcome, StepContext, StepError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::error::shorten;
 use crate::schema::check;
 use crate::types::ToolSpec;
 
@@ -596,7 +595,7 @@ fn tail(text: &str, most: usize) -> String {
 }
 
 /// A tool's output: JSON if it parses, otherwise its text; nothing is `null`.
-fn output_value(bytes: &[u8]) -> Value {
+pub(crate) fn output_value(bytes: &[u8]) -> Value {
     let text = String::from_utf8_lossy(bytes);
     let trimmed = text.trim();
     if trimmed.is_empty() {
@@ -606,109 +605,6 @@ fn output_value(bytes: &[u8]) -> Value {
 }
 
 impl Tool for CommandTool {
-    fn def(&self) -> &ToolDef {
-        &self.def
-    }
-
-    fn invoke(&self, cx: ToolContext, args: Value) -> BoxFuture<'_, Result<Value, StepError>> {
-        Box::pin(self.run(cx, args))
-    }
-}
-
-/// An HTTP endpoint as a tool. `GET` and `DELETE` send scalar arguments as the query string;
-/// other methods send the arguments as a JSON body. A fenced call carries its idempotency
-/// key in `Idempotency-Key`. An error status is `tool_failed` (retryable for 429 and 5xx).
-pub struct HttpTool {
-    def: ToolDef,
-    method: reqwest::Method,
-    url: String,
-    headers: Vec<(String, String)>,
-    client: reqwest::Client,
-}
-
-impl std::fmt::Debug for HttpTool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpTool")
-            .field("def", &self.def)
-            .field("method", &self.method)
-            .field("url", &self.url)
-            .finish()
-    }
-}
-
-impl HttpTool {
-    /// A tool calling `method url`.
-    pub fn new(def: ToolDef, method: &str, url: &str) -> Result<Self, String> {
-        let method: reqwest::Method =
-            method.to_ascii_uppercase().parse().map_err(|_| format!("{method:?} is not an HTTP method"))?;
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(format!("tool {:?}: the URL must start with http:// or https://, got {url:?}", def.name));
-        }
-        crate::http::install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .user_agent(crate::http::USER_AGENT)
-            .connect_timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| format!("building an HTTP client: {e}"))?;
-        Ok(Self { def, method, url: url.to_owned(), headers: Vec::new(), client })
-    }
-
-    /// Sends this header with every call.
-    #[must_use]
-    pub fn header(mut self, name: &str, value: &str) -> Self {
-        self.headers.push((name.to_owned(), value.to_owned()));
-        self
-    }
-
-    async fn run(&self, cx: ToolContext, args: Value) -> Result<Value, StepError> {
-        let name = &self.def.name;
-        let mut url = reqwest::Url::parse(&self.url)
-            .map_err(|e| StepError::new(TOOL_FAILED, format!("tool {name:?}: bad URL {:?}: {e}", self.url)))?;
-        let in_query = matches!(self.method, reqwest::Method::GET | reqwest::Method::DELETE);
-        if in_query && let Some(object) = args.as_object() {
-            let mut pairs = url.query_pairs_mut();
-            for (key, value) in object.iter().filter(|(_, v)| !v.is_null()) {
-                pairs.append_pair(key, &value.as_str().map_or_else(|| value.to_string(), str::to_owned));
-            }
-        }
-        let mut request = self.client.request(self.method.clone(), url);
-        if !in_query {
-            request = request
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(serde_json::to_vec(&args).expect("arguments serialize"));
-        }
-        for (header, value) in &self.headers {
-            request = request.header(header, value);
-        }
-        if let Some(key) = &cx.idempotency_key {
-            request = request.header("Idempotency-Key", key);
-        }
-        if let Some(traceparent) = stepwright_core::trace::current_traceparent() {
-            request = request.header("traceparent", traceparent.as_str());
-        }
-        let failed = |e: reqwest::Error| {
-            StepError::new(TOOL_FAILED, format!("tool {name:?}: {} {}: {e}", self.method, self.url))
-                .retryable(e.is_connect())
-        };
-        let response = tokio::select! {
-            response = request.send() => response.map_err(failed)?,
-            () = cx.step.cancellation().cancelled() => return Err(StepError::cancelled(format!("tool {name:?} was cancelled"))),
-        };
-        let status = response.status();
-        let bytes = response.bytes().await.map_err(failed)?;
-        if !status.is_success() {
-            let body = String::from_utf8_lossy(&bytes);
-            return Err(StepError::new(
-                TOOL_FAILED,
-                format!("tool {name:?}: {} {} answered {status}: {}", self.method, self.url, shorten(body.trim(), 500)),
-            )
-            .retryable(status.as_u16() == 429 || status.is_server_error()));
-        }
-        Ok(output_value(&bytes))
-    }
-}
-
-impl Tool for HttpTool {
     fn def(&self) -> &ToolDef {
         &self.def
     }

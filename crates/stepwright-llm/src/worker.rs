@@ -61,6 +61,7 @@ impl Tool for WorkerTool {
                 retry_is_safe: self.def.retry_is_safe(),
                 idempotency_key: cx.idempotency_key.clone(),
                 at: cx.call_path.clone(),
+                push: None,
             };
             cx.step.dispatch(request).await
         })

@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hmac::{KeyInit, Mac};
 use serde_json::Value;
 use stepwright_api as api;
 use stepwright_api::webhook::{WebhookInterrupt, WebhookPayload};
@@ -46,13 +45,6 @@ const LEASE: Duration = Duration::from_secs(30);
 
 /// The longest a receiver is waited for.
 const TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The signature header of a body sent at `unix` seconds.
-pub(crate) fn signature(secret: &str, unix: i64, body: &str) -> String {
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
-    mac.update(format!("{unix}.{body}").as_bytes());
-    format!("t={unix},v1={}", hex::encode(mac.finalize().into_bytes()))
-}
 
 /// The wait before attempt `n + 1` after `n` failed ones.
 fn backoff(failed: usize) -> Duration {
@@ -272,7 +264,7 @@ async fn send(sender: &Sender, hook: &Webhook, delivery: &Delivery) -> (Attempt,
         .http
         .post(&hook.url)
         .header("content-type", "application/json")
-        .header("stepwright-signature", signature(&hook.secret, unix, &delivery.body))
+        .header("stepwright-signature", stepwright_llm::signature(&hook.secret, unix, delivery.body.as_bytes()))
         .header("stepwright-event", &delivery.event)
         .header("stepwright-delivery", delivery.id.to_string())
         .body(delivery.body.clone())
@@ -315,15 +307,6 @@ async fn send(sender: &Sender, hook: &Webhook, delivery: &Delivery) -> (Attempt,
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn the_signature_is_hmac_sha256_of_t_dot_body() {
-        // RFC 4231 test case 2 shape: key "Jefe"; the message is "t.body".
-        let header = super::signature("Jefe", 1_700_000_000, "{}");
-        assert!(header.starts_with("t=1700000000,v1="));
-        assert_eq!(header.len(), "t=1700000000,v1=".len() + 64);
-        assert_ne!(header, super::signature("other", 1_700_000_000, "{}"));
-    }
-
     #[test]
     fn backoff_doubles_to_ten_minutes() {
         let waits: Vec<u64> = (1..=12).map(|n| super::backoff(n).as_secs()).collect();

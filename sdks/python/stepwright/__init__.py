@@ -5,6 +5,7 @@ from .aclient import AsyncClient
 from .aio import AsyncWorker
 from .client import Client
 from .errors import BadRequest, Conflict, Forbidden, NotFound, StepwrightError
+from .signature import sign, verify_signature
 from .worker import Defer, HandlerError, TaskCancelled, TaskContext, Worker
 
 __all__ = [
@@ -21,5 +22,7 @@ __all__ = [
     "TaskCancelled",
     "TaskContext",
     "Worker",
+    "sign",
+    "verify_signature",
 ]
 __version__ = "0.1.0"

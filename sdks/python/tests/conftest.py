@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
+PUSH_SECRET = "push-secret"
 BIN = os.environ.get("STEPWRIGHT_BIN", str(ROOT / "target" / "debug" / "stepwright"))
 
 
@@ -46,7 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path_factory.mktemp("log") / "serve.log", "wb")
-    env = dict(os.environ, STEPWRIGHT_SDK_TEST_MODEL_KEY="test-key")
+    env = dict(os.environ, STEPWRIGHT_SDK_TEST_MODEL_KEY="test-key", STEPWRIGHT_SDK_TEST_PUSH_SECRET=PUSH_SECRET)
     process = subprocess.Popen(
         [BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=log, env=env
     )

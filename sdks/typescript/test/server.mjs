@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
 const root = resolve(import.meta.dirname, "..", "..", "..");
+export const PUSH_SECRET = "push-secret";
 export const BIN = process.env.STEPWRIGHT_BIN ?? join(root, "target", "debug", "stepwright");
 
 function freePort() {
@@ -24,7 +25,8 @@ export async function startServer() {
   const db = `sqlite://${join(dir, "sdk.db")}`;
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = spawn(BIN, ["--db", db, "serve", "--listen", `127.0.0.1:${port}`], { stdio: "ignore" });
+  const env = { ...process.env, STEPWRIGHT_SDK_TEST_PUSH_SECRET: PUSH_SECRET };
+  const child = spawn(BIN, ["--db", db, "serve", "--listen", `127.0.0.1:${port}`], { stdio: "ignore", env });
   const deadline = Date.now() + 30_000;
   for (;;) {
     try {

@@ -42,6 +42,24 @@ pub struct TaskRequest {
     /// The journaled sub-step the task is for (an agent's tool call, `turn.1/tool.0`);
     /// `None`: the step itself.
     pub at: Option<crate::ids::StepPath>,
+    /// Hand the task over at once instead of waiting for a worker to claim it (an `http`
+    /// tool in push mode): the task is born leased to the pusher's endpoint.
+    pub push: Option<std::sync::Arc<dyn TaskPusher>>,
+}
+
+/// Sends a task to an endpoint that answers it (push mode): the engine calls it once, right
+/// after the task is dispatched and leased to [`TaskPusher::endpoint`] under token 1.
+pub trait TaskPusher: Send + Sync + std::fmt::Debug {
+    /// Who the task is leased to, shown as its worker (the endpoint's URL).
+    fn endpoint(&self) -> &str;
+
+    /// Sends `task`: `Ok(Some(output))` when the endpoint answered at once, `Ok(None)` when it
+    /// accepted the task to answer later through the task endpoints (under the task's
+    /// lease), an error when it refused or could not be reached (the attempt fails with it).
+    fn push<'a>(
+        &'a self,
+        task: &'a StoredTask,
+    ) -> futures_util::future::BoxFuture<'a, Result<Option<Value>, StepError>>;
 }
 
 /// How long a recompute's task may wait to be claimed when its tool sets no
@@ -54,7 +72,7 @@ enum Waited {
     /// The task was answered (or could not be read, or the step was cancelled).
     Answer(Result<Value, StepError>),
     /// Still unanswered when the hold ran out.
-    Held(StoredTask),
+    Held(Box<StoredTask>),
 }
 
 impl StepRecording {
@@ -122,6 +140,7 @@ impl StepRecording {
                 concurrency: request.concurrency,
                 details,
                 recompute: recompute_home.is_some(),
+                push: request.push.as_ref().map(|pusher| pusher.endpoint().to_owned()),
             };
             // In a recompute, the sandbox's journal records the task too (with the intent a
             // fenced step buffered into it), for the comparison.
@@ -131,6 +150,10 @@ impl StepRecording {
                 real.dispatch_for_recompute(run.run_id, &path, self.attempt, &spec, run.clock.now())
                     .await
                     .map_err(|e| failed("dispatching the recompute's", e))?;
+            }
+            if let Some(pusher) = &request.push {
+                let home = recompute_home.as_ref().and_then(|home| home.tasks()).unwrap_or(tasks);
+                self.push(home, &id, pusher.as_ref()).await.map_err(|e| failed("pushing the", e))?;
             }
         }
         if let Some((home, real)) = recompute_home.as_ref().and_then(|home| Some((home, home.tasks()?))) {
@@ -155,6 +178,32 @@ impl StepRecording {
             ErrorCode::SUSPENDED,
             format!("waiting for a worker on queue `{}` to run `{}` ({id})", found.spec.queue, found.spec.handler),
         ))
+    }
+
+    /// Pushes the task `id` (born leased to the pusher) and records what the endpoint said
+    /// at once: an output completes the task, a refusal fails it, an acceptance leaves it
+    /// to the endpoint. The step then reads the task as it would a worker's.
+    async fn push(
+        &self,
+        tasks: &dyn crate::store::task::TaskStore,
+        id: &TaskId,
+        pusher: &dyn TaskPusher,
+    ) -> Result<(), crate::store::StoreError> {
+        use crate::store::task::{TaskAnswer, TaskLease};
+        let now = self.run.clock.now();
+        let Some(task) = tasks.settle_task(id, now).await? else { return Ok(()) };
+        let answer = match pusher.push(&task).await {
+            Ok(Some(output)) => TaskAnswer::Complete(output),
+            Ok(None) => return Ok(()),
+            Err(error) => TaskAnswer::Fail(error),
+        };
+        let lease = TaskLease { task: id.clone(), token: task.lease_token };
+        match tasks.answer_task(&lease, answer, self.run.clock.now()).await {
+            // The endpoint answered through the task endpoints meanwhile (or its lease ran
+            // out): the task says what happened.
+            Ok(_) | Err(crate::store::StoreError::TaskLeaseLost { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Waits for `id`'s answer in `tasks`, woken by `signals` (else polling), until
@@ -196,7 +245,7 @@ impl StepRecording {
             }
             let now = run.clock.now();
             let wait = match hold_until {
-                Some(until) if now >= until => return Waited::Held(task),
+                Some(until) if now >= until => return Waited::Held(Box::new(task)),
                 Some(until) => until.since(now).min(TASK_POLL),
                 None => TASK_POLL,
             };

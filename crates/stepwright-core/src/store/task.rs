@@ -310,6 +310,7 @@ pub fn new_task(
     at: Timestamp,
 ) -> StoredTask {
     let details = spec.details.clone();
+    let born = Born::of(&spec, at);
     StoredTask {
         spec,
         run,
@@ -318,15 +319,46 @@ pub fn new_task(
         tenant: record.caller.tenant.clone(),
         workflow: record.workflow.clone(),
         created_at: at,
-        state: TaskState::Pending,
-        worker: None,
-        lease_token: 0,
-        lease_expires: None,
-        claimed_at: None,
+        state: born.state,
+        worker: born.worker,
+        lease_token: born.lease_token,
+        lease_expires: born.lease_expires,
+        claimed_at: born.claimed_at,
         details,
         output: None,
         error: None,
         finished_at: None,
+    }
+}
+
+/// How a task row starts: pending, or — a pushed task — already leased to its endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Born {
+    /// Its state.
+    pub state: TaskState,
+    /// Who holds it.
+    pub worker: Option<String>,
+    /// Its lease's token.
+    pub lease_token: u64,
+    /// When that lease runs out.
+    pub lease_expires: Option<Timestamp>,
+    /// When it was claimed.
+    pub claimed_at: Option<Timestamp>,
+}
+
+impl Born {
+    /// How the task `spec` dispatched at `at` starts.
+    pub fn of(spec: &TaskSpec, at: Timestamp) -> Self {
+        match &spec.push {
+            Some(endpoint) => Self {
+                state: TaskState::Claimed,
+                worker: Some(endpoint.clone()),
+                lease_token: 1,
+                lease_expires: Some(at.plus(spec.lease_for())),
+                claimed_at: Some(at),
+            },
+            None => Self { state: TaskState::Pending, worker: None, lease_token: 0, lease_expires: None, claimed_at: None },
+        }
     }
 }
 

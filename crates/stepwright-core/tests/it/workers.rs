@@ -27,6 +27,7 @@ fn worker_step(id: &str, handler: &'static str, effect: Effect) -> Node {
                 retry_is_safe: effect != Effect::Write,
                 idempotency_key: None,
                 at: None,
+                push: None,
             };
             ctx.dispatch(request).await
         }),
@@ -34,12 +35,15 @@ fn worker_step(id: &str, handler: &'static str, effect: Effect) -> Node {
     .effect(effect)
 }
 
+/// What the test's worker answers to a task (changed between executions).
+type Answers = Arc<Mutex<fn(&StoredTask) -> Value>>;
+
 /// A step worker in the test: claims every task of queue `py` and answers `answer(task)`,
 /// keeping what it was given.
 fn serve(
     store: Arc<InMemoryStore>,
     clock: Arc<TokioClock>,
-    answer: Arc<Mutex<fn(&StoredTask) -> Value>>,
+    answer: Answers,
     seen: Arc<Mutex<Vec<StoredTask>>>,
 ) -> tokio::task::JoinHandle<()> {
     use stepwright_core::Clock as _;

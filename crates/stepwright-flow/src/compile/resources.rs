@@ -433,7 +433,11 @@ impl Compiler {
             }
         }
         let fields = self.entries(http, "`http`")?;
-        self.unknown_fields(fields, &["url", "method", "headers"], "`http`");
+        self.unknown_fields(
+            fields,
+            &["url", "method", "headers", "signing_secret_env", "async", "heartbeat_timeout"],
+            "`http`",
+        );
         let url = match http.get("url") {
             Some(u) => self.string(u, "`url`")?,
             None => {
@@ -453,6 +457,43 @@ impl Compiler {
             for (name, value) in self.string_map(headers, "`headers`") {
                 tool = tool.header(&name, &value);
             }
+        }
+        if let Some(env) = http.get("signing_secret_env") {
+            let name = self.string(env, "`signing_secret_env`")?;
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                self.error_hint(
+                    env.pos,
+                    format!("`signing_secret_env` {name:?} is not an environment variable's name"),
+                    "the variable's name, not the secret: `signing_secret_env: PUSH_SECRET`",
+                );
+                return None;
+            }
+            tool = tool.signed_with_env(&name);
+        }
+        let push = match http.get("async") {
+            Some(item) => match &item.value {
+                Yaml::Bool(on) => *on,
+                _ => {
+                    self.error(item.pos, "`async` is true or false");
+                    return None;
+                }
+            },
+            None => false,
+        };
+        let heartbeat_timeout = http.get("heartbeat_timeout").map(|t| (t.pos, self.duration(t, "`heartbeat_timeout`")));
+        match (push, heartbeat_timeout) {
+            (true, timeout) => match tool.push(timeout.and_then(|(_, t)| t)) {
+                Ok(pushed) => tool = pushed,
+                Err(why) => {
+                    self.error(http.pos, why);
+                    return None;
+                }
+            },
+            (false, Some((pos, _))) => {
+                self.error_hint(pos, "`heartbeat_timeout` is for push mode", "add `async: true`, or remove it");
+                return None;
+            }
+            (false, None) => {}
         }
         Some(tool)
     }

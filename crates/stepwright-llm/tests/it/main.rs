@@ -12,4 +12,5 @@ mod llm_step;
 mod memory;
 mod openai;
 mod sdk_bodies;
+mod push;
 mod tools;

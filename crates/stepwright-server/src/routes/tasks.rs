@@ -14,8 +14,8 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use stepwright_api::task::{
     BeatAnswer, BeatState, ChunkKind, ChunksTaken, ClaimTasks, ClaimedTasks, CompleteTask, DeferTask, FailTask,
-    Heartbeat, HeartbeatAnswer, PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, Task, TaskAnswered, TaskChunks,
-    TaskLeaseBody, TaskList, TaskQuery, TaskRun, TaskSummary, WorkerList,
+    Heartbeat, HeartbeatAnswer, PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, TaskAnswered, TaskChunks,
+    TaskLeaseBody, TaskList, TaskQuery, TaskSummary, WorkerList,
 };
 use stepwright_core::store::task::{
     Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
@@ -61,24 +61,6 @@ fn check_protocol(headers: &HeaderMap) -> Result<(), ApiError> {
 
 fn tasks_of(shared: &Shared) -> Result<&dyn TaskStore, ApiError> {
     shared.store.tasks().ok_or_else(|| ApiError::bad_request("this server's store keeps no step tasks"))
-}
-
-fn task_view(task: &StoredTask) -> Task {
-    Task {
-        id: task.spec.id.to_string(),
-        lease: task.lease_token,
-        queue: task.spec.queue.clone(),
-        handler: task.spec.handler.clone(),
-        input: task.spec.input.clone(),
-        attempt: task.attempt,
-        idempotency_key: task.spec.idempotency_key.clone(),
-        run: TaskRun { id: task.run.to_string(), workflow: task.workflow.clone() },
-        step: task.path.to_string(),
-        lease_ms: task.spec.lease_ms,
-        lease_expires: task.lease_expires.map_or(0, Timestamp::as_micros),
-        details: task.details.clone(),
-        recompute: task.spec.recompute,
-    }
 }
 
 /// Whether a run is cancelled or asked to be.
@@ -160,7 +142,7 @@ pub(crate) async fn claim(
             let shortest = tasks.iter().map(|t| Duration::from_millis(t.spec.lease_ms)).min();
             let interval = shortest.map_or(MAX_HEARTBEAT_INTERVAL, |lease| (lease / 3).min(MAX_HEARTBEAT_INTERVAL));
             return Ok(Json(ClaimedTasks {
-                tasks: tasks.iter().map(task_view).collect(),
+                tasks: tasks.iter().map(stepwright_llm::task_view).collect(),
                 cancel,
                 heartbeat_interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1),
             }));

@@ -84,6 +84,7 @@ where
     events_are_stored_once_and_wake_their_readers(&*fresh().await).await;
     tasks_are_claimed_once_and_fenced_by_their_lease(&*fresh().await).await;
     a_recompute_dispatches_tasks_outside_the_journal(&*fresh().await).await;
+    a_pushed_task_is_born_leased_to_its_endpoint(&*fresh().await).await;
 }
 
 /// Wall time now: lease checks use real time, since some stores (Postgres) take lease times

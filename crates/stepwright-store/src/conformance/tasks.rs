@@ -21,6 +21,7 @@ fn spec(id: &TaskId, handler: &str, lease_ms: u64, concurrency: Option<u32>) -> 
         concurrency,
         details: None,
         recompute: false,
+        push: None,
     }
 }
 
@@ -175,4 +176,29 @@ pub async fn a_recompute_dispatches_tasks_outside_the_journal<S: Store + ?Sized>
         tasks.dispatch_for_recompute(unknown, &path, 1, &stray, wall()).await,
         Err(StoreError::RunNotFound(_))
     ));
+}
+
+/// A pushed task (an `http` tool in push mode) is born leased to its endpoint under token 1,
+/// in the commit of its journal entry: no worker can claim it, and the endpoint answers it.
+pub async fn a_pushed_task_is_born_leased_to_its_endpoint<S: Store + ?Sized>(store: &S) {
+    let Some(tasks) = store.tasks() else { return };
+    let run = record(3, "summarise", RunStatus::Running, wall().as_micros());
+    let run_id = run.id;
+    store.create_run(run).await.expect("created");
+    let id = TaskId::derive(run_id, &StepPath::new("call"), 1);
+    let endpoint = "https://fn.example.com/summarise";
+    let task = TaskSpec { queue: "push".into(), push: Some(endpoint.into()), ..spec(&id, "summarise", 60_000, None) };
+    let at = wall();
+    let mut batch = JournalBatch::default();
+    batch.entries.push(entry("call", at.as_micros(), Record::Dispatched { attempt: 1, task }));
+    store.append(run_id, None, &mut batch).await.expect("appended");
+    let row = tasks.settle_task(&id, wall()).await.expect("read").expect("there");
+    assert_eq!((row.state, row.worker.as_deref(), row.lease_token), (TaskState::Claimed, Some(endpoint), 1));
+    assert_eq!(row.lease_expires, Some(at.plus(Duration::from_secs(60))));
+    assert_eq!(row.claimed_at, Some(at));
+    let push_claim = Claim { queue: "push".into(), ..claim("w", &["summarise"], 5) };
+    assert!(tasks.claim_tasks(&push_claim, wall()).await.expect("claimed").is_empty(), "held by its endpoint");
+    let lease = TaskLease { task: id.clone(), token: 1 };
+    let state = tasks.answer_task(&lease, TaskAnswer::Complete(json!({ "summary": "s" })), wall()).await;
+    assert_eq!(state.expect("answered"), TaskState::Completed);
 }

@@ -601,9 +601,13 @@ async fn commit_together(pool: &PgPool, pending: &[Pending]) -> Result<HashSet<R
              SELECT i.run, i.id, i.path, false FROM UNNEST($20::uuid[], $21::text[], $22::text[]) AS i(run, id, path) \
              JOIN locked l ON l.id = i.run ON CONFLICT DO NOTHING \
          ), tasks AS ( \
-             INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, details) \
+             INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, \
+                                           details, worker, lease_token, lease_expires, claimed_at) \
              SELECT t.id, t.run, t.path, t.attempt, COALESCE(r.caller->>'tenant', ''), r.workflow, t.queue, t.handler, \
-                    t.spec, 'pending', t.at, t.spec->'details' \
+                    t.spec, CASE WHEN t.spec->>'push' IS NULL THEN 'pending' ELSE 'claimed' END, t.at, t.spec->'details', \
+                    t.spec->>'push', CASE WHEN t.spec->>'push' IS NULL THEN 0 ELSE 1 END, \
+                    CASE WHEN t.spec->>'push' IS NOT NULL THEN t.at + GREATEST((t.spec->>'lease_ms')::bigint, 1) * 1000 END, \
+                    CASE WHEN t.spec->>'push' IS NOT NULL THEN t.at END \
              FROM UNNEST($26::text[], $27::uuid[], $28::text[], $29::int[], $30::text[], $31::text[], $32::jsonb[], $33::bigint[]) \
                   AS t(id, run, path, attempt, queue, handler, spec, at) \
              JOIN locked l ON l.id = t.run JOIN stepwright_runs r ON r.id = t.run ON CONFLICT (id) DO NOTHING \

@@ -10,7 +10,7 @@ use serde_json::Value;
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use stepwright_core::store::task::{
-    Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskSpec, TaskState, TaskStore, rules,
+    Beat, Born, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskSpec, TaskState, TaskStore, rules,
 };
 use stepwright_core::{RunId, StepPath, StoreError, Timestamp};
 
@@ -252,10 +252,12 @@ impl TaskStore for PostgresStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
+            let born = Born::of(spec, now);
             let inserted = sqlx::query(
-                "INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, details) \
-                 SELECT $1, r.id, $2, $3, COALESCE(r.caller->>'tenant', ''), r.workflow, $4, $5, $6, 'pending', $7, $6->'details' \
-                 FROM stepwright_runs r WHERE r.id = $8 ON CONFLICT (id) DO NOTHING",
+                "INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, \
+                 details, worker, lease_token, lease_expires, claimed_at) \
+                 SELECT $1, r.id, $2, $3, COALESCE(r.caller->>'tenant', ''), r.workflow, $4, $5, $6, $9, $7, $6->'details', \
+                 $10, $11, $12, $13 FROM stepwright_runs r WHERE r.id = $8 ON CONFLICT (id) DO NOTHING",
             )
             .bind(spec.id.as_str())
             .bind(path.as_str())
@@ -265,6 +267,11 @@ impl TaskStore for PostgresStore {
             .bind(to_value(spec))
             .bind(now.as_micros())
             .bind(run.as_uuid())
+            .bind(born.state.as_str())
+            .bind(&born.worker)
+            .bind(born.lease_token as i64)
+            .bind(born.lease_expires.map(Timestamp::as_micros))
+            .bind(born.claimed_at.map(Timestamp::as_micros))
             .execute(&self.pool)
             .await
             .map_err(pg("dispatching a recompute's task"))?;

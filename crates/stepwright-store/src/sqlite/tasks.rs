@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 use stepwright_core::store::task::{
-    Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskSpec, TaskState, TaskStore, rules,
+    Beat, Born, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskSpec, TaskState, TaskStore, rules,
 };
 use stepwright_core::{RunId, StepPath, StoreError, Timestamp};
 
@@ -19,7 +19,8 @@ use crate::encoding::backend;
 const COLUMNS: &str = "spec, run_id, path, attempt, tenant, workflow, created_at, state, worker, lease_token, \
                        lease_expires, claimed_at, details, output, error, finished_at";
 
-/// Writes the row of a dispatched task (once: a repeated append of the same entry keeps it).
+/// Writes the row of a dispatched task (once: a repeated append of the same entry keeps it),
+/// as [`Born::of`] says it starts.
 pub(super) fn insert(
     conn: &Connection,
     run: RunId,
@@ -28,9 +29,11 @@ pub(super) fn insert(
     task: &TaskSpec,
     at: Timestamp,
 ) -> Result<(), StoreError> {
+    let born = Born::of(task, at);
     conn.prepare_cached(
-        "INSERT OR IGNORE INTO tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, details) \
-         SELECT ?1, id, ?2, ?3, COALESCE(json_extract(caller, '$.tenant'), ''), workflow, ?4, ?5, ?6, 'pending', ?7, ?9 \
+        "INSERT OR IGNORE INTO tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, \
+         details, worker, lease_token, lease_expires, claimed_at) \
+         SELECT ?1, id, ?2, ?3, COALESCE(json_extract(caller, '$.tenant'), ''), workflow, ?4, ?5, ?6, ?10, ?7, ?9, ?11, ?12, ?13, ?14 \
          FROM runs WHERE id = ?8",
     )
     .and_then(|mut s| {
@@ -43,7 +46,12 @@ pub(super) fn insert(
             json(task),
             at.as_micros(),
             run.as_uuid().as_bytes(),
-            task.details.as_ref().map(json)
+            task.details.as_ref().map(json),
+            born.state.as_str(),
+            born.worker,
+            born.lease_token as i64,
+            born.lease_expires.map(Timestamp::as_micros),
+            born.claimed_at.map(Timestamp::as_micros),
         ])
     })
     .map(drop)
