@@ -670,6 +670,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/tasks/answers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Many answers (complete, fail, cancelled, release) in one request, each under its own task's lease and answered on its own: what a busy worker sends instead of one request per task.
+         * @description Needs a key with the `worker` role.
+         */
+        post: operations["answerTasks"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/tasks/claim": {
         parameters: {
             query?: never;
@@ -2168,12 +2188,55 @@ export interface components {
             /** @description The step's path in the run. */
             step: string;
         };
+        /** @description One answer of [`TaskAnswers`]. */
+        TaskAnswerItem: {
+            /** @description For `fail`: why. */
+            error?: components["schemas"]["TaskError"] | null;
+            /** @description The task. */
+            id: string;
+            /**
+             * Format: uint64
+             * @description Its lease.
+             */
+            lease: number;
+            /** @description What the handler did. */
+            outcome: components["schemas"]["TaskOutcome"];
+            /** @description For `complete`: the output (absent is `null`). */
+            output?: unknown;
+        };
+        /**
+         * @description What became of one answer: the task's state after it, or why it was refused (the codes of
+         *     the single-answer endpoints: `lease_lost`, `not_found`, `forbidden`, `bad_request`).
+         */
+        TaskAnswerTaken: {
+            /** @description The refusal's code, when it was refused. */
+            code?: string | null;
+            /** @description The refusal, in words. */
+            detail?: string | null;
+            /** @description The task. */
+            id: string;
+            /** @description Its state after the answer, when it was taken. */
+            state?: components["schemas"]["TaskStatus"] | null;
+        };
         /** @description The state a task is in after an answer. */
         TaskAnswered: {
             /** @description The task. */
             id: string;
             /** @description Its state now. */
             state: components["schemas"]["TaskStatus"];
+        };
+        /**
+         * @description Many answers in one request (`POST /v1/tasks/answers`): what a busy worker sends instead
+         *     of one request per task. Each answer is fenced by its own lease and answered on its own.
+         */
+        TaskAnswers: {
+            /** @description The answers (1 to 1000), each about a task the worker holds. */
+            answers: components["schemas"]["TaskAnswerItem"][];
+        };
+        /** @description What became of each answer of a [`TaskAnswers`], in order. */
+        TaskAnswersTaken: {
+            /** @description One per answer sent. */
+            answers: components["schemas"]["TaskAnswerTaken"][];
         };
         /** @description What a running handler streams, in order. */
         TaskChunks: {
@@ -2218,6 +2281,11 @@ export interface components {
             /** @description The tasks. */
             tasks: components["schemas"]["TaskSummary"][];
         };
+        /**
+         * @description What a handler did with a task. `complete`: It returned `output`. `fail`: It failed with `error`. `cancelled`: It stopped on a cancel. `release`: It never started: back to the queue, not counted as an attempt.
+         * @enum {string}
+         */
+        TaskOutcome: "complete" | "fail" | "cancelled" | "release";
         /** @description The run a task belongs to. */
         TaskRun: {
             /** @description The run's id. */
@@ -5478,6 +5546,102 @@ export interface operations {
             };
             /** @description Unauthorized */
             401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    answerTasks: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["TaskAnswers"];
+            };
+        };
+        responses: {
+            /** @description Each answer's result, in order: the task's state, or the refusal's code. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TaskAnswersTaken"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -202,6 +202,8 @@ export class Worker {
     this.handlers = new Map();
     this.running = new Map();
     this.stopping = new AbortController();
+    this.unsent = [];
+    this.sending = 0;
   }
 
   /** Registers `fn(ctx, input)` for handler `name` (or `name@version`). */
@@ -344,9 +346,43 @@ export class Worker {
     return entry.sending;
   }
 
+  // Answers a task: a deferral on its own request, every other answer through the batcher,
+  // which sends what the handlers answered meanwhile in one request (two in flight at most).
+  // Resolves once it is sent.
   async answer(taskId, verb, body) {
     const entry = this.running.get(taskId);
     if (entry) await this.flush(taskId, entry);
+    if (verb === "defer") return this.sendOne(taskId, verb, body);
+    const { lease, ...rest } = body;
+    return new Promise((sent) => {
+      this.unsent.push({ item: { id: taskId, lease, outcome: verb, ...rest }, sent });
+      if (this.sending < 2) this.sendAnswers();
+    });
+  }
+
+  async sendAnswers() {
+    this.sending++;
+    try {
+      while (this.unsent.length > 0) {
+        const batch = this.unsent.splice(0, 500);
+        const items = batch.map((b) => b.item);
+        for (let attempt = 0; attempt < 5; attempt++) {
+          try {
+            // Refused answers (a lost lease: another worker has the task) are dropped.
+            await call(this.base, this.headers, "POST", "/v1/tasks/answers", { answers: items });
+            break;
+          } catch {
+            await sleep(200 * 2 ** attempt);
+          }
+        }
+        for (const { sent } of batch) sent();
+      }
+    } finally {
+      this.sending--;
+    }
+  }
+
+  async sendOne(taskId, verb, body) {
     for (let attempt = 0; attempt < 5; attempt++) {
       try {
         await call(this.base, this.headers, "POST", `/v1/tasks/${taskId}/${verb}`, body);

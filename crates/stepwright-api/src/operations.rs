@@ -137,6 +137,7 @@ pub enum OperationId {
     ResumeTrigger,
     ClaimTasks,
     HeartbeatTasks,
+    AnswerTasks,
     CompleteTask,
     FailTask,
     CancelledTask,

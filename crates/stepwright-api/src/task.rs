@@ -220,6 +220,71 @@ pub struct DeferTask {
     pub for_ms: u64,
 }
 
+/// Many answers in one request (`POST /v1/tasks/answers`): what a busy worker sends instead
+/// of one request per task. Each answer is fenced by its own lease and answered on its own.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskAnswers {
+    /// The answers (1 to 1000), each about a task the worker holds.
+    #[schemars(length(min = 1, max = 1000))]
+    pub answers: Vec<TaskAnswerItem>,
+}
+
+/// What a handler did with a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskOutcome {
+    /// It returned `output`.
+    Complete,
+    /// It failed with `error`.
+    Fail,
+    /// It stopped on a cancel.
+    Cancelled,
+    /// It never started: back to the queue, not counted as an attempt.
+    Release,
+}
+
+/// One answer of [`TaskAnswers`].
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskAnswerItem {
+    /// The task.
+    pub id: String,
+    /// Its lease.
+    #[serde(deserialize_with = "crate::whole::required")]
+    pub lease: u64,
+    /// What the handler did.
+    pub outcome: TaskOutcome,
+    /// For `complete`: the output (absent is `null`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// For `fail`: why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<TaskError>,
+}
+
+/// What became of each answer of a [`TaskAnswers`], in order.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskAnswersTaken {
+    /// One per answer sent.
+    pub answers: Vec<TaskAnswerTaken>,
+}
+
+/// What became of one answer: the task's state after it, or why it was refused (the codes of
+/// the single-answer endpoints: `lease_lost`, `not_found`, `forbidden`, `bad_request`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TaskAnswerTaken {
+    /// The task.
+    pub id: String,
+    /// Its state after the answer, when it was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<TaskStatus>,
+    /// The refusal's code, when it was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The refusal, in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
 /// Where a task is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -83,7 +83,7 @@ pub struct TaskSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Value>,
     /// A recompute's task: its answer goes to the recompute that waits for it, never to the
-    /// run's journal (see [`crate::store::task::TaskStore::dispatch_for_recompute`]).
+    /// run's journal (see `TaskStore::dispatch_for_recompute`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recompute: bool,
     /// Pushed, not claimed: the endpoint it was sent to (an `http` tool in push mode). The

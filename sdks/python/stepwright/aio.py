@@ -18,16 +18,17 @@ import httpx
 
 from .errors import Conflict, StepwrightError, raise_for_problem
 from .worker import (
+    BATCH,
     PROTOCOL,
-    Defer,
     SDK,
     Handler,
-    HandlerError,
-    TaskCancelled,
     TaskContext,
+    answer_for,
+    batched_item,
     context_of,
     heartbeat_body,
     heartbeat_interval,
+    report_refusals,
     to_stop,
 )
 
@@ -82,6 +83,10 @@ class AsyncWorker:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=timeout, limits=limits) as http:
             self._http = http
+            self._answers: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[None]]] = asyncio.Queue()
+            self._unsent: set[asyncio.Future[None]] = set()
+            # Two senders: one batch goes out while the next gathers.
+            answering = [asyncio.ensure_future(self._answer_loop()) for _ in range(2)]
             while not self._stop.is_set():
                 with self._lock:
                     free = self.slots - len(self._running)
@@ -115,6 +120,9 @@ class AsyncWorker:
             with self._lock:
                 jobs = [job for _, job in self._running.values()]
             await asyncio.gather(*jobs, return_exceptions=True)
+            await asyncio.gather(*list(self._unsent), return_exceptions=True)
+            for sender in answering:
+                sender.cancel()
 
     def _forgetter(self, task_id: str) -> Any:
         def forget(_: object) -> None:
@@ -143,26 +151,29 @@ class AsyncWorker:
                 output = await fn(ctx, task_input)
             else:
                 output = await asyncio.get_running_loop().run_in_executor(None, fn, ctx, task_input)
-        except (asyncio.CancelledError, TaskCancelled):
-            await self._answer(ctx, "cancelled", {})
-            return
-        except HandlerError as error:
-            await self._answer(ctx, "fail", {"error": {"code": error.code, "message": error.message, "retryable": error.retryable}})
-            return
-        except Exception as error:  # noqa: BLE001 - any handler failure fails the attempt
-            failure = {"code": "execution_failed", "message": f"{type(error).__name__}: {error}", "retryable": True}
-            await self._answer(ctx, "fail", {"error": failure})
-            return
-        if ctx.cancelled.is_set():
-            await self._answer(ctx, "cancelled", {})
-        elif isinstance(output, Defer):
-            await self._answer(ctx, "defer", {"for_ms": max(1, int(output.seconds * 1000))})
+        except (asyncio.CancelledError, Exception) as error:  # noqa: BLE001 - any failure fails the attempt
+            verb, body = answer_for(ctx, error=error)
         else:
-            await self._answer(ctx, "complete", {"output": output})
+            verb, body = answer_for(ctx, output)
+        await self._answer(ctx, verb, body)
 
     async def _answer(self, ctx: TaskContext, verb: str, body: dict[str, Any]) -> None:
+        """Answers a task: a deferral on its own, every other answer through the answer
+        coroutines, which send what the handlers answered meanwhile in one request. Returns
+        once it is sent."""
         # What the handler emitted goes before its answer.
         await self._flush(ctx)
+        if verb == "defer":
+            await self._send_one(ctx, verb, body)
+            return
+        sent = asyncio.get_running_loop().create_future()
+        self._unsent.add(sent)
+        sent.add_done_callback(self._unsent.discard)
+        self._answers.put_nowait((batched_item(ctx.task_id, ctx.lease, verb, body), sent))
+        # Shielded: a cancel arriving now does not take back an answer already given.
+        await asyncio.shield(sent)
+
+    async def _send_one(self, ctx: TaskContext, verb: str, body: dict[str, Any]) -> None:
         for attempt in range(5):
             try:
                 response = await self._http.post(f"/v1/tasks/{ctx.task_id}/{verb}", json={"lease": ctx.lease, **body})
@@ -174,6 +185,26 @@ class AsyncWorker:
             except (httpx.TransportError, StepwrightError) as error:
                 log.warning("task %s: %s failed (%s); retrying", ctx.task_id, verb, error)
                 await asyncio.sleep(0.2 * 2**attempt)
+
+    async def _answer_loop(self) -> None:
+        """Sends the handlers' answers: whatever is waiting, up to :data:`BATCH`, in one request."""
+        while True:
+            batch = [await self._answers.get()]
+            while len(batch) < BATCH and not self._answers.empty():
+                batch.append(self._answers.get_nowait())
+            items = [item for item, _ in batch]
+            for attempt in range(5):
+                try:
+                    response = await self._http.post("/v1/tasks/answers", json={"answers": items})
+                    raise_for_problem(response)
+                    report_refusals(items, response.json())
+                    break
+                except (httpx.TransportError, StepwrightError) as error:
+                    log.warning("%d answers not sent (%s); retrying", len(items), error)
+                    await asyncio.sleep(0.2 * 2**attempt)
+            for _, sent in batch:
+                if not sent.done():
+                    sent.set_result(None)
 
     async def _flush(self, ctx: TaskContext) -> None:
         with ctx._chunk_lock:

@@ -20,6 +20,7 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from queue import Empty, SimpleQueue
 from typing import Any, Awaitable, Callable, Union
 
 import httpx
@@ -140,6 +141,38 @@ def heartbeat_body(worker_id: str, held: list[TaskContext]) -> dict[str, Any]:
     return {"worker_id": worker_id, "tasks": tasks}
 
 
+def answer_for(ctx: TaskContext, output: Any = None, error: BaseException | None = None) -> tuple[str, dict[str, Any]]:
+    """What a handler's return (``output``) or raise (``error``) answers, as the verb of the
+    task endpoints and its body (without the lease): a cancel, a failure (a
+    :class:`HandlerError`'s own code, else ``execution_failed``, retryable), a
+    :class:`Defer`, or the output. Both workers answer the same way."""
+    if isinstance(error, (TaskCancelled, asyncio.CancelledError)) or (error is None and ctx.cancelled.is_set()):
+        return "cancelled", {}
+    if isinstance(error, HandlerError):
+        return "fail", {"error": {"code": error.code, "message": error.message, "retryable": error.retryable}}
+    if error is not None:
+        return "fail", {"error": {"code": "execution_failed", "message": f"{type(error).__name__}: {error}", "retryable": True}}
+    if isinstance(output, Defer):
+        return "defer", {"for_ms": max(1, int(output.seconds * 1000))}
+    return "complete", {"output": output}
+
+
+#: The answers one ``POST /v1/tasks/answers`` carries at most.
+BATCH = 500
+
+
+def batched_item(task_id: str, lease: int, verb: str, body: dict[str, Any]) -> dict[str, Any]:
+    """One answer of ``POST /v1/tasks/answers``."""
+    return {"id": task_id, "lease": lease, "outcome": verb, **body}
+
+
+def report_refusals(items: list[dict[str, Any]], taken: dict[str, Any]) -> None:
+    """Logs each answer the server refused (a lost lease: another worker has the task)."""
+    for item, result in zip(items, taken.get("answers", [])):
+        if result.get("code"):
+            log.warning("task %s: %s refused (%s); the result is dropped", item["id"], item["outcome"], result["code"])
+
+
 def to_stop(answer: dict[str, Any]) -> list[str]:
     """The tasks a heartbeat's answer says to stop (cancelled runs, lost leases)."""
     return [beat["id"] for beat in answer.get("tasks", []) if beat["state"] in ("cancel", "lost")]
@@ -178,6 +211,7 @@ class Worker:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, TaskContext] = {}
+        self._answers: SimpleQueue[tuple[dict[str, Any], threading.Event] | None] = SimpleQueue()
 
     def handler(self, name: str) -> Callable[[Handler], Handler]:
         """Registers a handler (``name`` or ``name@version``) for the queue's tasks."""
@@ -198,6 +232,8 @@ class Worker:
             raise ValueError("register at least one handler with @worker.handler(name)")
         beat = threading.Thread(target=self._heartbeat_loop, name="stepwright-heartbeat", daemon=True)
         beat.start()
+        answering = threading.Thread(target=self._answer_loop, name="stepwright-answers", daemon=True)
+        answering.start()
         pool = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="stepwright-slot")
         try:
             while not self._stop.is_set():
@@ -225,6 +261,8 @@ class Worker:
             self._stop.set()
         finally:
             pool.shutdown(wait=True)
+            self._answers.put(None)
+            answering.join(timeout=30)
             self._http.close()
 
     def _forget(self, task_id: str) -> Callable[[Future[None]], None]:
@@ -265,23 +303,11 @@ class Worker:
                 output = asyncio.run(self._run_async(fn, ctx, task_input))
             else:
                 output = fn(ctx, task_input)
-        except TaskCancelled:
-            self._answer(ctx.task_id, "cancelled", {"lease": ctx.lease})
-            return
-        except HandlerError as error:
-            failure = {"code": error.code, "message": error.message, "retryable": error.retryable}
-            self._answer(ctx.task_id, "fail", {"lease": ctx.lease, "error": failure})
-            return
         except Exception as error:  # noqa: BLE001 - any handler failure fails the attempt
-            failure = {"code": "execution_failed", "message": f"{type(error).__name__}: {error}", "retryable": True}
-            self._answer(ctx.task_id, "fail", {"lease": ctx.lease, "error": failure})
-            return
-        if ctx.cancelled.is_set():
-            self._answer(ctx.task_id, "cancelled", {"lease": ctx.lease})
-        elif isinstance(output, Defer):
-            self._answer(ctx.task_id, "defer", {"lease": ctx.lease, "for_ms": max(1, int(output.seconds * 1000))})
+            verb, body = answer_for(ctx, error=error)
         else:
-            self._answer(ctx.task_id, "complete", {"lease": ctx.lease, "output": output})
+            verb, body = answer_for(ctx, output)
+        self._answer(ctx.task_id, verb, {"lease": ctx.lease, **body})
 
     async def _run_async(self, fn: Handler, ctx: TaskContext, task_input: Any) -> Any:
         work = asyncio.ensure_future(fn(ctx, task_input))
@@ -311,10 +337,22 @@ class Worker:
                 log.warning("task %s: chunks not sent (%s)", ctx.task_id, error)
 
     def _answer(self, task_id: str, verb: str, body: dict[str, Any]) -> None:
+        """Answers a task: a deferral on its own, every other answer through the answer
+        thread, which sends what the slots answered meanwhile in one request. Returns once
+        it is sent."""
         with self._lock:
             ctx = self._running.get(task_id)
         if ctx is not None:
             self._flush(ctx)
+        if verb == "defer":
+            self._send_one(task_id, verb, body)
+            return
+        lease = body.pop("lease")
+        sent = threading.Event()
+        self._answers.put((batched_item(task_id, lease, verb, body), sent))
+        sent.wait()
+
+    def _send_one(self, task_id: str, verb: str, body: dict[str, Any]) -> None:
         for attempt in range(5):
             try:
                 response = self._beat_http.post(f"/v1/tasks/{task_id}/{verb}", json=body)
@@ -326,6 +364,36 @@ class Worker:
             except (httpx.TransportError, StepwrightError) as error:
                 log.warning("task %s: %s failed (%s); retrying", task_id, verb, error)
                 self._stop.wait(0.2 * 2**attempt)
+
+    def _answer_loop(self) -> None:
+        """Sends the slots' answers: whatever is waiting, up to :data:`BATCH`, in one request."""
+        with httpx.Client(base_url=self._http.base_url, headers=self._http.headers, timeout=10.0) as http:
+            while True:
+                first = self._answers.get()
+                if first is None:
+                    return
+                batch = [first]
+                while len(batch) < BATCH:
+                    try:
+                        following = self._answers.get_nowait()
+                    except Empty:
+                        break
+                    if following is None:
+                        self._answers.put(None)
+                        break
+                    batch.append(following)
+                items = [item for item, _ in batch]
+                for attempt in range(5):
+                    try:
+                        response = http.post("/v1/tasks/answers", json={"answers": items})
+                        raise_for_problem(response)
+                        report_refusals(items, response.json())
+                        break
+                    except (httpx.TransportError, StepwrightError) as error:
+                        log.warning("%d answers not sent (%s); retrying", len(items), error)
+                        time.sleep(0.2 * 2**attempt)
+                for _, sent in batch:
+                    sent.set()
 
     def _heartbeat_loop(self) -> None:
         # Ticks often and beats when the advised interval has passed since the last beat, so

@@ -216,6 +216,46 @@ def test_a_stale_workers_late_completion_is_refused_and_the_journal_holds_one_co
         c._request("POST", f"/v1/tasks/{first['id']}/complete", json={"lease": first["lease"], "output": {}})
 
 
+def test_many_answers_in_one_request_are_each_fenced_by_their_own_lease(server: Any, client: tuple[Client, str]) -> None:
+    c, key = client
+    c.workflows.register(workflow("batched", queue="batch", handler="echo"))
+    runs = [c.runs.start("batched", {"text": str(n), "sleep": 0}) for n in range(3)]
+    headers = {"authorization": f"Bearer {key}", "stepwright-protocol": "1"}
+    claim = {"worker": {"id": "batcher"}, "queue": "batch", "handlers": ["echo"], "max": 3, "wait_seconds": 10}
+    with httpx.Client(base_url=server.url, headers=headers, timeout=20) as http:
+        tasks: list[dict[str, Any]] = []
+        while len(tasks) < 3:
+            tasks += http.post("/v1/tasks/claim", json=claim).json()["tasks"]
+        first, second, third = tasks
+        answers = [
+            {"id": first["id"], "lease": first["lease"], "outcome": "complete", "output": {"n": first["input"]["text"]}},
+            {"id": second["id"], "lease": second["lease"] + 7, "outcome": "complete", "output": {}},
+            {"id": third["id"], "lease": third["lease"], "outcome": "fail"},
+            {"id": "tsk_nope", "lease": 1, "outcome": "cancelled"},
+        ]
+        taken = http.post("/v1/tasks/answers", json={"answers": answers})
+        assert taken.status_code == 200, taken.text
+        results = [(r["id"], r.get("state"), r.get("code")) for r in taken.json()["answers"]]
+        assert results == [
+            (first["id"], "completed", None),
+            (second["id"], None, "lease_lost"),
+            (third["id"], None, "bad_request"),
+            ("tsk_nope", None, "not_found"),
+        ], results
+        rest = [
+            {"id": second["id"], "lease": second["lease"], "outcome": "complete", "output": {"n": second["input"]["text"]}},
+            {"id": third["id"], "lease": third["lease"], "outcome": "fail", "error": {"code": "nope", "message": "no"}},
+        ]
+        assert [r["state"] for r in http.post("/v1/tasks/answers", json={"answers": rest}).json()["answers"]] == [
+            "completed",
+            "failed",
+        ]
+        empty = http.post("/v1/tasks/answers", json={"answers": []})
+        assert empty.status_code == 422 and empty.json()["code"] == "bad_request", empty.text
+    outcomes = sorted(str(c.runs.wait(r["run_id"], timeout=30)["status"]) for r in runs)
+    assert outcomes == ["completed", "completed", "failed"], outcomes
+
+
 def test_a_task_nobody_claims_fails_no_worker_after_schedule_to_start(server: Any, client: tuple[Client, str]) -> None:
     c, _ = client
     c.workflows.register(workflow("lonely", queue="nobody", handler="echo", worker_extra=", schedule_to_start: 1s"))

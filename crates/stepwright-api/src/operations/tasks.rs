@@ -35,6 +35,22 @@ pub(super) fn operations() -> Vec<Operation> {
         },
         Operation {
             method: Method::Post,
+            path: "/v1/tasks/answers",
+            id: OperationId::AnswerTasks,
+            summary: "Many answers (complete, fail, cancelled, release) in one request, each under its own task's lease and answered on its own: what a busy worker sends instead of one request per task.",
+            role: Some(Role::Worker),
+            body: Some(schema::<task::TaskAnswers>),
+            query: None,
+            responses: vec![(
+                200,
+                "Each answer's result, in order: the task's state, or the refusal's code.",
+                Some(schema::<task::TaskAnswersTaken>),
+                JSON,
+            )],
+            errors: &[400, 403, 413, 415, 422],
+        },
+        Operation {
+            method: Method::Post,
             path: "/v1/tasks/{id}/complete",
             id: OperationId::CompleteTask,
             summary: "A handler's output, under the task's lease; a repeat is answered the same, a stale lease is 409.",

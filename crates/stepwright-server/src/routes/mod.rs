@@ -110,6 +110,7 @@ fn handler(id: OperationId, method: MethodFilter) -> MethodRouter<Arc<Shared>> {
         Op::ResumeTrigger => on(method, triggers::resume),
         Op::ClaimTasks => on(method, tasks::claim),
         Op::HeartbeatTasks => on(method, tasks::heartbeat),
+        Op::AnswerTasks => on(method, tasks::answers),
         Op::CompleteTask => on(method, tasks::complete),
         Op::FailTask => on(method, tasks::fail),
         Op::CancelledTask => on(method, tasks::cancelled),

@@ -15,7 +15,7 @@ use axum::http::HeaderMap;
 use stepwright_api::task::{
     BeatAnswer, BeatState, ChunkKind, ChunksTaken, ClaimTasks, ClaimedTasks, CompleteTask, DeferTask, FailTask,
     Heartbeat, HeartbeatAnswer, PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, TaskAnswered, TaskChunks,
-    TaskLeaseBody, TaskList, TaskQuery, TaskSummary, WorkerList,
+    TaskAnswerTaken, TaskAnswers, TaskAnswersTaken, TaskLeaseBody, TaskList, TaskOutcome, TaskQuery, TaskSummary, WorkerList,
 };
 use stepwright_core::store::task::{
     Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
@@ -205,8 +205,7 @@ pub(crate) async fn heartbeat(
     Ok(Json(HeartbeatAnswer { tasks }))
 }
 
-/// Answers a task under its lease, then wakes its run (and continues it here when this
-/// server executes runs and the run is suspended).
+/// Answers a task under its lease (a worker's request, checked for its protocol and role).
 async fn answer(
     shared: &Shared,
     who: &Principal,
@@ -217,6 +216,19 @@ async fn answer(
 ) -> Result<Json<TaskAnswered>, ApiError> {
     check_protocol(headers)?;
     who.require(Role::Worker)?;
+    let state = answer_one(shared, who, id, lease, answer).await?;
+    Ok(Json(TaskAnswered { id: id.to_owned(), state: status_of(state) }))
+}
+
+/// Answers the task `id` of the caller's namespace and queues under `lease`, then wakes its
+/// run (and continues it here when this server executes runs and the run is suspended).
+async fn answer_one(
+    shared: &Shared,
+    who: &Principal,
+    id: &str,
+    lease: u64,
+    answer: TaskAnswer,
+) -> Result<TaskState, ApiError> {
     let store = tasks_of(shared)?;
     let task_id = TaskId::new(id);
     let missing = || ApiError::not_found("not_found", format!("task {id} was not found"));
@@ -226,10 +238,11 @@ async fn answer(
     }
     who.require_queue(&task.spec.queue)?;
     let state = store.answer_task(&TaskLease { task: task_id, token: lease }, answer, shared.now()).await?;
-    if state.is_final() {
+    if state.is_final() && !task.spec.recompute {
         // A run that holds for the answer sees it itself; one that suspended is woken (and
         // continued here). A run suspending at this moment looks at its task once its
-        // suspension is written, so it is not left waiting either.
+        // suspension is written, so it is not left waiting either. (A recompute's task
+        // wakes nothing: the recompute waiting for it reads it.)
         let record = shared.store.load_from(task.run, u64::MAX).await?.record;
         if record.status == RunStatus::Suspended {
             shared.store.wake_run(task.run, shared.now()).await?;
@@ -239,7 +252,67 @@ async fn answer(
             }
         }
     }
-    Ok(Json(TaskAnswered { id: id.to_owned(), state: status_of(state) }))
+    Ok(state)
+}
+
+/// A handler's failure as the step's error; its code must be a code.
+fn handler_error(error: stepwright_api::task::TaskError) -> Result<StepError, ApiError> {
+    let code = error.code.trim();
+    if code.is_empty() || !code.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.') {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_request",
+            format!("error code {code:?}: a code is lowercase letters, digits, `_` and `.`"),
+        ));
+    }
+    Ok(StepError::new(ErrorCode::new(code), error.message).retryable(error.retryable))
+}
+
+/// `POST /v1/tasks/answers`: each answer as its own endpoint would take it, all at once (the
+/// store's writer commits them together), each with its own result.
+pub(crate) async fn answers(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    headers: HeaderMap,
+    Body(body): Body<TaskAnswers>,
+) -> Result<Json<TaskAnswersTaken>, ApiError> {
+    check_protocol(&headers)?;
+    who.require(Role::Worker)?;
+    if !(1..=1000).contains(&body.answers.len()) {
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "bad_request",
+            format!("`answers` holds 1 to 1000 answers, not {}", body.answers.len()),
+        ));
+    }
+    let (shared, who) = (&*shared, &who);
+    let taken = body.answers.into_iter().map(|item| async move {
+        let answer = match (item.outcome, item.error) {
+            (TaskOutcome::Complete, _) => Ok(TaskAnswer::Complete(item.output.unwrap_or(serde_json::Value::Null))),
+            (TaskOutcome::Fail, Some(error)) => handler_error(error).map(TaskAnswer::Fail),
+            (TaskOutcome::Fail, None) => Err(ApiError::new(
+                axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+                "bad_request",
+                "a `fail` answer needs its `error`",
+            )),
+            (TaskOutcome::Cancelled, _) => Ok(TaskAnswer::Cancelled),
+            (TaskOutcome::Release, _) => Ok(TaskAnswer::Release),
+        };
+        let result = match answer {
+            Ok(answer) => answer_one(shared, who, &item.id, item.lease, answer).await,
+            Err(refused) => Err(refused),
+        };
+        match result {
+            Ok(state) => TaskAnswerTaken { id: item.id, state: Some(status_of(state)), code: None, detail: None },
+            Err(refused) => TaskAnswerTaken {
+                id: item.id,
+                state: None,
+                code: Some(refused.problem.code),
+                detail: Some(refused.problem.detail),
+            },
+        }
+    });
+    Ok(Json(TaskAnswersTaken { answers: futures_util::future::join_all(taken).await }))
 }
 
 /// `POST /v1/tasks/{id}/complete`.
@@ -261,16 +334,7 @@ pub(crate) async fn fail(
     Path(id): Path<String>,
     Body(body): Body<FailTask>,
 ) -> Result<Json<TaskAnswered>, ApiError> {
-    who.require(Role::Worker)?;
-    let code = body.error.code.trim();
-    if code.is_empty() || !code.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '.') {
-        return Err(ApiError::new(
-            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
-            "bad_request",
-            format!("error code {code:?}: a code is lowercase letters, digits, `_` and `.`"),
-        ));
-    }
-    let error = StepError::new(ErrorCode::new(code), body.error.message).retryable(body.error.retryable);
+    let error = handler_error(body.error)?;
     answer(&shared, &who, &headers, &id, body.lease, TaskAnswer::Fail(error)).await
 }
 
