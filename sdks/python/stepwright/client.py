@@ -1,19 +1,23 @@
-"""A client for Stepwright's HTTP API (runs, workflows, interrupts, tasks)."""
+"""A client for Stepwright's HTTP API: every resource a key works with (runs, workflows,
+interrupts, events, schedules, triggers, webhooks, step tasks, queues, workers), its answers
+typed by :mod:`stepwright.models`."""
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
-import uuid
-from typing import Any, Iterator, cast
+from typing import Any, Iterator, TypeVar, cast
 
 import httpx
 
+from . import _calls as calls
+from . import models as m
 from .errors import raise_for_problem
 
 TERMINAL = ("completed", "failed", "cancelled")
 
-_PROTOCOL = {"stepwright-protocol": "1"}
+T = TypeVar("T")
 
 
 class _Runs:
@@ -27,31 +31,29 @@ class _Runs:
         *,
         version: int | None = None,
         idempotency_key: str | None = None,
-    ) -> dict[str, Any]:
-        """Starts a run (it does not wait). The idempotency key is made here when none is
-        given and reused on every transport retry, so a retried POST never starts two runs."""
-        body: dict[str, Any] = {"workflow": workflow, "input": input}
-        if version is not None:
-            body["version"] = version
-        body["idempotency_key"] = idempotency_key or f"py-{uuid.uuid4()}"
-        return self._c._request("POST", "/v1/runs", json=body, retries=3)
+        wait_seconds: int | None = None,
+    ) -> m.RunDetails:
+        """Starts a run (waiting up to ``wait_seconds`` for it to end, if given). The
+        idempotency key is made here when none is given and reused on every transport
+        retry, so a retried POST never starts two runs."""
+        return self._c._send(calls.start_run(workflow, input, version, idempotency_key, wait_seconds))
 
-    def get(self, run_id: str) -> dict[str, Any]:
+    def get(self, run_id: str) -> m.RunDetails:
         """The run as the API shows it."""
-        return self._c._request("GET", f"/v1/runs/{run_id}")
+        return self._c._send(calls.show_run(run_id))
 
-    def list(self, **filters: Any) -> Iterator[dict[str, Any]]:
+    def list(self, **filters: Any) -> Iterator[m.RunSummary]:
         """Runs of the namespace, newest first, page after page (``workflow``, ``status``,
         ``limit`` per page, ``input_contains``, ``created_after``, …)."""
         params = {k: v for k, v in filters.items() if v is not None}
         while True:
-            page = self._c._request("GET", "/v1/runs", params=params)
+            page = self._c._send(calls.list_runs(params))
             yield from page["runs"]
             if not page.get("next_cursor"):
                 return
             params["cursor"] = page["next_cursor"]
 
-    def wait(self, run_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> dict[str, Any]:
+    def wait(self, run_id: str, *, timeout: float = 60.0, poll: float = 0.05) -> m.RunDetails:
         """Polls until the run has finished (or ``timeout`` seconds pass: ``TimeoutError``)."""
         deadline = time.monotonic() + timeout
         while True:
@@ -98,10 +100,41 @@ class _Runs:
             if self.get(run_id)["status"] in TERMINAL:
                 return
 
-    def cancel(self, run_id: str, reason: str | None = None) -> dict[str, Any]:
+    def cancel(self, run_id: str, reason: str | None = None) -> m.Cancelled:
         """Cancels a run wherever it executes."""
-        body = {"reason": reason} if reason else {}
-        return self._c._request("POST", f"/v1/runs/{run_id}/cancel", json=body)
+        return self._c._send(calls.cancel_run(run_id, reason))
+
+    def resume(self, run_id: str, *, wait_seconds: int | None = None) -> m.RunDetails:
+        """Continues a run that stopped (failed, or waiting for a timer that is now due)."""
+        return self._c._send(calls.resume_run(run_id, wait_seconds))
+
+    def replay(self, run_id: str) -> m.ReplayReport:
+        """Re-executes the run's code in a sandbox from its journal and compares."""
+        return self._c._send(calls.replay_run(run_id))
+
+    def recompute(self, run_id: str, **options: Any) -> m.RecomputeView:
+        """Recomputes the run with another version or models (``version``, ``models``,
+        ``from_`` a step, ``persist``) in a sandbox: writes served from the journal, worker
+        steps asked again; nothing registered."""
+        body = {("from" if k == "from_" else k): v for k, v in options.items() if v is not None}
+        return self._c._send(calls.recompute_run(run_id, body))
+
+    def fork(self, run_id: str, at: str, **options: Any) -> m.RunDetails:
+        """A new run from before step ``at`` (``input``, ``steps`` outputs patched, ``wait_seconds``)."""
+        body = {"at": at, **{k: v for k, v in options.items() if v is not None}}
+        return self._c._send(calls.fork_run(run_id, body))
+
+    def message(self, run_id: str, inbox: str, message: Any) -> m.Stored:
+        """Sends ``message`` to the run's inbox ``inbox`` (what its `wait` steps take)."""
+        return self._c._send(calls.message_run(run_id, {"inbox": inbox, "message": message}))
+
+    def definition(self, run_id: str) -> m.RunDefinition:
+        """The definition the run executes (its file, as registered)."""
+        return self._c._send(calls.run_definition(run_id))
+
+    def artifact(self, run_id: str, hash: str) -> m.Artifact:
+        """An artifact of the run by its content hash."""
+        return self._c._send(calls.run_artifact(run_id, hash))
 
 
 class SseParser:
@@ -145,85 +178,180 @@ class _Workflows:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def register(self, source: str, files: dict[str, str] | None = None) -> dict[str, Any]:
+    def register(self, source: str, files: dict[str, str] | None = None) -> m.WorkflowVersion:
         """Registers a workflow file's text as the workflow's newest version."""
-        return self._c._request("POST", "/v1/workflows", json={"source": source, "files": files or {}})
+        return self._c._send(calls.register_workflow(source, files))
+
+    def list(self) -> list[m.WorkflowSummary]:
+        return self._c._send(calls.list_workflows())
+
+    def get(self, name: str) -> m.WorkflowDetails:
+        return self._c._send(calls.show_workflow(name))
 
 
 class _Interrupts:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def list(self) -> list[dict[str, Any]]:
-        """The open interrupts the key may decide (the approvals inbox), oldest run first."""
-        return cast("list[dict[str, Any]]", self._c._call("GET", "/v1/interrupts", params={"status": "open"}))
+    def list(self, *, status: str = "open") -> list[m.InboxItem]:
+        """The interrupts the key may decide (the approvals inbox), oldest run first."""
+        return self._c._send(calls.inbox(status))
 
-    def decide(self, interrupt_id: str, decision: str, **fields: Any) -> dict[str, Any]:
+    def decide(self, interrupt_id: str, decision: str, **fields: Any) -> m.DecisionTaken:
         """Decides an interrupt (``<run id>.<interrupt id>``) as the key's user: ``approve``,
         ``reject`` (``reason=``), ``modify`` (``payload=``) or ``respond`` (``value=``)."""
-        return self._c._request("POST", f"/v1/interrupts/{interrupt_id}/decision", json={"decision": decision, **fields})
+        return self._c._send(calls.decide(interrupt_id, decision, fields))
+
+    def link(self, interrupt_id: str, *, expires_in_seconds: int | None = None) -> m.LinkMade:
+        """A signed link a person without a key decides the interrupt with."""
+        return self._c._send(calls.create_link(interrupt_id, expires_in_seconds))
 
 
 class _Events:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def send(self, name: str, payload: Any = None, *, idempotency_key: str | None = None) -> dict[str, Any]:
+    def send(self, name: str, payload: Any = None, *, idempotency_key: str | None = None) -> m.EventSent:
         """Stores an event in the namespace's log: triggers start runs on it, `wait` steps take it."""
-        body: dict[str, Any] = {"name": name, "payload": payload}
-        if idempotency_key is not None:
-            body["idempotency_key"] = idempotency_key
-        return self._c._request("POST", "/v1/events", json=body, retries=3 if idempotency_key else 0)
+        return self._c._send(calls.send_event(name, payload, idempotency_key))
+
+    def list(self, *, name: str | None = None, before: int | None = None, limit: int | None = None) -> list[m.EventView]:
+        return self._c._send(calls.list_events(name, before, limit))
+
+    def get(self, seq: int) -> m.EventDetails:
+        return self._c._send(calls.show_event(seq))
 
 
 class _Schedules:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def create(self, workflow: str, *, version: int | None = None, only: list[str] | None = None) -> dict[str, Any]:
+    def create(
+        self, workflow: str, *, version: int | None = None, only: list[str] | None = None, paused: bool | None = None
+    ) -> list[m.ScheduleView]:
         """Keeps the schedules a registered workflow's file declares."""
-        body: dict[str, Any] = {"workflow": workflow, "only": only or []}
-        if version is not None:
-            body["version"] = version
-        return self._c._request("POST", "/v1/schedules", json=body)
+        return self._c._send(calls.create_schedules(workflow, version, only, paused))
 
-    def list(self) -> dict[str, Any]:
-        """The namespace's schedules."""
-        return self._c._request("GET", "/v1/schedules")
+    def list(self) -> list[m.ScheduleView]:
+        return self._c._send(calls.list_schedules())
 
-    def pause(self, workflow: str, schedule: str) -> dict[str, Any]:
-        return self._c._request("POST", f"/v1/schedules/{workflow}/{schedule}/pause")
+    def get(self, workflow: str, schedule: str) -> m.ScheduleDetails:
+        return self._c._send(calls.show_schedule(workflow, schedule))
 
-    def resume(self, workflow: str, schedule: str) -> dict[str, Any]:
-        return self._c._request("POST", f"/v1/schedules/{workflow}/{schedule}/resume")
+    def delete(self, workflow: str, schedule: str) -> None:
+        self._c._send(calls.delete_schedule(workflow, schedule))
 
-    def trigger(self, workflow: str, schedule: str) -> dict[str, Any]:
+    def pause(self, workflow: str, schedule: str) -> m.ScheduleView:
+        return self._c._send(calls.schedule_action(workflow, schedule, "pause"))
+
+    def resume(self, workflow: str, schedule: str) -> m.ScheduleView:
+        return self._c._send(calls.schedule_action(workflow, schedule, "resume"))
+
+    def trigger(self, workflow: str, schedule: str) -> m.Triggered:
         """Starts one run of the schedule now."""
-        return self._c._request("POST", f"/v1/schedules/{workflow}/{schedule}/trigger")
+        return self._c._send(calls.trigger_schedule(workflow, schedule))
+
+    def backfill(self, workflow: str, schedule: str, start: int, end: int, *, rate: Any = None) -> m.BackfillAccepted:
+        """Runs the schedule's ticks between ``start`` and ``end`` (µs since the epoch)."""
+        body = {"from": start, "to": end, **({"rate": rate} if rate is not None else {})}
+        return self._c._send(calls.backfill_schedule(workflow, schedule, body))
+
+
+class _Triggers:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(
+        self, workflow: str, *, version: int | None = None, only: list[str] | None = None, paused: bool | None = None
+    ) -> list[m.TriggerView]:
+        """Keeps the triggers a registered workflow's file declares."""
+        return self._c._send(calls.create_triggers(workflow, version, only, paused))
+
+    def list(self) -> list[m.TriggerView]:
+        return self._c._send(calls.list_triggers())
+
+    def get(self, workflow: str, trigger: str) -> m.TriggerDetails:
+        return self._c._send(calls.show_trigger(workflow, trigger))
+
+    def delete(self, workflow: str, trigger: str) -> None:
+        self._c._send(calls.delete_trigger(workflow, trigger))
+
+    def pause(self, workflow: str, trigger: str) -> m.TriggerView:
+        return self._c._send(calls.trigger_action(workflow, trigger, "pause"))
+
+    def resume(self, workflow: str, trigger: str) -> m.TriggerView:
+        return self._c._send(calls.trigger_action(workflow, trigger, "resume"))
+
+
+class _Webhooks:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, url: str, events: list[str], secret: str) -> m.WebhookView:
+        return self._c._send(calls.create_webhook(url, events, secret))
+
+    def list(self) -> list[m.WebhookView]:
+        return self._c._send(calls.list_webhooks())
+
+    def delete(self, webhook_id: str) -> None:
+        self._c._send(calls.delete_webhook(webhook_id))
+
+    def deliveries(self, webhook_id: str) -> builtins.list[m.DeliveryView]:
+        return self._c._send(calls.webhook_deliveries(webhook_id))
 
 
 class _Tasks:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def list(self, **filters: Any) -> list[dict[str, Any]]:
+    def list(self, **filters: Any) -> list[m.TaskSummary]:
         """Step tasks of the namespace, newest first (``queue``, ``state``, ``run``, ``limit``)."""
         params = {k: v for k, v in filters.items() if v is not None}
-        return list(self._c._request("GET", "/v1/tasks", params=params)["tasks"])
+        return self._c._send(calls.list_tasks(params))["tasks"]
 
-    def complete(self, task_id: str, lease: int, output: Any) -> dict[str, Any]:
-        """Completes a task under its lease (a deferred one, from anywhere; a worker key)."""
-        return self._c._request("POST", f"/v1/tasks/{task_id}/complete", json={"lease": lease, "output": output}, headers=_PROTOCOL)
+    def complete(self, task_id: str, lease: int, output: Any) -> m.TaskAnswered:
+        """Completes a task under its lease (a deferred or pushed one, from anywhere; a worker key)."""
+        return self._c._send(calls.answer_task(task_id, "complete", {"lease": lease, "output": output}))
 
-    def fail(self, task_id: str, lease: int, code: str, message: str, *, retryable: bool = False) -> dict[str, Any]:
+    def fail(self, task_id: str, lease: int, code: str, message: str, *, retryable: bool = False) -> m.TaskAnswered:
         """Fails a task under its lease."""
         body = {"lease": lease, "error": {"code": code, "message": message, "retryable": retryable}}
-        return self._c._request("POST", f"/v1/tasks/{task_id}/fail", json=body, headers=_PROTOCOL)
+        return self._c._send(calls.answer_task(task_id, "fail", body))
+
+    def defer(self, task_id: str, lease: int, seconds: float) -> m.TaskAnswered:
+        """Keeps a deferred or pushed task's lease for ``seconds`` from now (its heartbeat)."""
+        body = {"lease": lease, "for_ms": max(1, int(seconds * 1000))}
+        return self._c._send(calls.answer_task(task_id, "defer", body))
+
+    def release(self, task_id: str, lease: int) -> m.TaskAnswered:
+        """Hands a task back unstarted (to the queue, not counted as an attempt)."""
+        return self._c._send(calls.answer_task(task_id, "release", {"lease": lease}))
+
+    def answer(self, answers: builtins.list[m.TaskAnswerItem]) -> m.TaskAnswersTaken:
+        """Many answers in one request, each under its own lease."""
+        return self._c._send(calls.answer_tasks(answers))
+
+
+class _Listing:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+
+class _Queues(_Listing):
+    def list(self) -> m.QueueList:
+        """Every queue with waiting or held tasks or a worker polling it."""
+        return self._c._send(calls.list_queues())
+
+
+class _Workers(_Listing):
+    def list(self) -> m.WorkerList:
+        """The step workers seen recently, with what they hold."""
+        return self._c._send(calls.list_workers())
 
 
 class Client:
-    """``Client(base_url, api_key)``: the API's resources as methods that return its JSON
-    answers and raise :class:`stepwright.StepwrightError` subclasses for problems."""
+    """``Client(base_url, api_key)``: the API's resources as methods that return its typed
+    JSON answers and raise :class:`stepwright.StepwrightError` subclasses for problems."""
 
     def __init__(self, base_url: str, api_key: str, *, timeout: float = 30.0) -> None:
         self._http = httpx.Client(
@@ -236,10 +364,21 @@ class Client:
         self.interrupts = _Interrupts(self)
         self.events = _Events(self)
         self.schedules = _Schedules(self)
+        self.triggers = _Triggers(self)
+        self.webhooks = _Webhooks(self)
         self.tasks = _Tasks(self)
+        self.queues = _Queues(self)
+        self.workers = _Workers(self)
+
+    def health(self) -> m.Health:
+        return self._send(calls.health())
+
+    def _send(self, call: calls.Call[T]) -> T:
+        return cast(T, self._call(call.method, call.path, retries=call.retries, params=call.params, json=call.json, headers=call.headers))
 
     def _request(self, method: str, path: str, *, retries: int = 0, **kwargs: Any) -> dict[str, Any]:
-        return cast("dict[str, Any]", self._call(method, path, retries=retries, **kwargs))
+        """Any other request (an operation this client has no method for yet)."""
+        return cast("dict[str, Any]", self._call(method, path, retries=retries, **kwargs) or {})
 
     def _call(self, method: str, path: str, *, retries: int = 0, **kwargs: Any) -> Any:
         attempt = 0
@@ -253,7 +392,7 @@ class Client:
                 time.sleep(0.1 * 2**attempt)
                 continue
             raise_for_problem(response)
-            return response.json() if response.content else {}
+            return response.json() if response.content else None
 
     def close(self) -> None:
         self._http.close()

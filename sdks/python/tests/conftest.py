@@ -49,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     log = open(tmp_path_factory.mktemp("log") / "serve.log", "wb")
     env = dict(os.environ, STEPWRIGHT_SDK_TEST_MODEL_KEY="test-key", STEPWRIGHT_SDK_TEST_PUSH_SECRET=PUSH_SECRET)
     process = subprocess.Popen(
-        [BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}"], stdout=log, stderr=log, env=env
+        [BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}", "--webhook-allow", "127.0.0.0/8"], stdout=log, stderr=log, env=env
     )
     deadline = time.monotonic() + 30
     while True:
