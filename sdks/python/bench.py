@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -175,17 +176,29 @@ def main() -> None:
                 drained["at"] = time.perf_counter()
             return {"n": task_input.get("n", 0) + 1}
 
+        def cpu_seconds(pid: int) -> float:
+            """A process's CPU time so far (user + system), from /proc."""
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        cpu_before = (cpu_seconds(server.pid), cpu_seconds(os.getpid()))
         begun = time.perf_counter()
         threading.Thread(target=lambda: asyncio.run(drainer.run()), daemon=True).start()
         while drained["n"] < burst:
             time.sleep(0.001)
         queued = burst / (drained["at"] - begun)
+        cpu_used = {
+            "serve_s": round(cpu_seconds(server.pid) - cpu_before[0], 2),
+            "worker_process_s": round(cpu_seconds(os.getpid()) - cpu_before[1], 2),
+        }
         client.runs.wait(ids[-1], timeout=120)
         drainer.stop()
         results["throughput"] = {
             "runs": burst,
             "while_started_per_s": round(while_started, 1),
             "queued_then_drained_per_s": round(queued, 1),
+            "queued_then_drained_cpu": cpu_used,
             "note": "handlers started per second by one AsyncWorker (200 slots)",
         }
 

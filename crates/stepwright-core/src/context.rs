@@ -277,7 +277,26 @@ impl StepContext {
         F: FnOnce(CallInfo) -> Fut,
         Fut: std::future::Future<Output = Result<Value, StepError>>,
     {
-        self.inner.recording.call(name, kind, work).await
+        self.inner.recording.call(name, kind, false, work).await
+    }
+
+    /// [`StepContext::call`] for work that may hand a task to a step worker
+    /// ([`StepContext::dispatch`] at the call's path, as a `worker:` tool does): when
+    /// `dispatches`, a fenced call's intent is not committed alone but goes in the task's own
+    /// commit, so a crash never leaves an intent without its task (which would make the call's
+    /// outcome look unknown when nothing was handed over).
+    pub async fn call_dispatching<F, Fut>(
+        &self,
+        name: &str,
+        kind: CallKind,
+        dispatches: bool,
+        work: F,
+    ) -> Result<Arc<Value>, StepError>
+    where
+        F: FnOnce(CallInfo) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, StepError>>,
+    {
+        self.inner.recording.call(name, kind, dispatches, work).await
     }
 
     /// A durable sleep: the deadline is journaled, so after a crash the step waits only for

@@ -460,6 +460,12 @@ impl ReplayIndex {
         self
     }
 
+    /// The attempt whose task the journal shows dispatched at `path`, if any (whatever this
+    /// execution serves: a task exists exactly when its entry does).
+    pub(crate) fn dispatched(&self, path: &StepPath) -> Option<u32> {
+        self.raw(path)?.dispatched.as_ref().map(|(attempt, _)| *attempt)
+    }
+
     /// Whether this is a replay (not a resume, not a recompute).
     pub(crate) fn is_replay(&self) -> bool {
         matches!(self.mode, ReplayMode::Replay)
@@ -835,7 +841,13 @@ impl StepRecording {
 
     /// A journaled sub-step: its recorded output, else the work done (behind its intent, if
     /// fenced) and its output committed at once.
-    pub(crate) async fn call<F, Fut>(&self, name: &str, kind: CallKind, work: F) -> Result<Arc<Value>, StepError>
+    pub(crate) async fn call<F, Fut>(
+        &self,
+        name: &str,
+        kind: CallKind,
+        dispatches: bool,
+        work: F,
+    ) -> Result<Arc<Value>, StepError>
     where
         F: FnOnce(CallInfo) -> Fut,
         Fut: std::future::Future<Output = Result<Value, StepError>>,
@@ -876,11 +888,14 @@ impl StepRecording {
         }
         let idempotency_key = fenced.then(|| crate::ids::idempotency_key(run.run_id, &path));
         if let Some(key) = &idempotency_key {
-            // The fence: the intent is durable before the effect can happen.
-            run.recorder
-                .commit(&path, run.clock.now(), Record::Intent { attempt, key: key.clone() })
-                .await
-                .map_err(|e| crash("its intent", e))?;
+            // The fence: the intent is durable before the effect can happen (for work that
+            // hands a task to a step worker, in the task's own commit).
+            let intent = Record::Intent { attempt, key: key.clone() };
+            if dispatches {
+                run.recorder.note_intent(&path, run.clock.now(), intent);
+            } else {
+                run.recorder.commit(&path, run.clock.now(), intent).await.map_err(|e| crash("its intent", e))?;
+            }
         }
         // A cancelled step stops waiting at once: the work is dropped (an HTTP request's
         // connection closes, a child process started with kill-on-drop is killed), whether

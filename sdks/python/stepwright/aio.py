@@ -115,8 +115,8 @@ class AsyncWorker:
                     with self._lock:
                         self._running[ctx.task_id] = (ctx, job)
                     job.add_done_callback(self._forgetter(ctx.task_id))
-                if free <= 0 and not answer.get("tasks"):
-                    await asyncio.sleep(0)
+                # The handlers just scheduled start before the next claim is sent.
+                await asyncio.sleep(0)
             with self._lock:
                 jobs = [job for _, job in self._running.values()]
             await asyncio.gather(*jobs, return_exceptions=True)

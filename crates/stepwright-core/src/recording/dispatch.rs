@@ -115,7 +115,13 @@ impl StepRecording {
             None => TaskId::derive(run.run_id, &path, self.attempt),
         };
         let retry_is_safe = request.retry_is_safe;
-        let known = tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?;
+        // A task exists only once its `dispatched` entry is committed: an attempt the journal
+        // shows no dispatch for has none to read (the common case, a fresh attempt, costs no
+        // read), and a recompute's ids are new.
+        let known = match recompute_home.is_none() && run.replay.dispatched(&path) == Some(self.attempt) {
+            true => tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?,
+            false => None,
+        };
         if known.is_none() {
             // A retry resumes from the last attempt's heartbeat details.
             let details = match self.attempt {

@@ -26,6 +26,8 @@ pub(crate) struct Counting {
     /// The next this many appends commit, then answer an error (the answer lost on the way:
     /// a connection cut after the commit).
     pub(crate) lose_answers: AtomicUsize,
+    /// Each append's entries, as (path, record), in order: what went in one commit.
+    pub(crate) batches: std::sync::Mutex<Vec<Vec<(String, stepwright_core::Record)>>>,
 }
 
 impl Counting {
@@ -47,6 +49,8 @@ impl Store for Counting {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.appends.fetch_add(1, Ordering::SeqCst);
+        let entries = batch.entries.iter().map(|e| (e.path.as_str().to_owned(), e.record.clone())).collect();
+        self.batches.lock().unwrap().push(entries);
         let lose = self.lose_answers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok();
         Box::pin(async move {
             self.inner.append(run, fence, batch).await?;
@@ -188,6 +192,12 @@ impl Store for Counting {
     ) -> BoxFuture<'_, Result<Option<stepwright_core::journal::DefinitionSource>, StoreError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.get_definition(hash)
+    }
+    fn tasks(&self) -> Option<&dyn stepwright_core::store::task::TaskStore> {
+        self.inner.tasks()
+    }
+    fn task_signals(&self) -> Option<&stepwright_core::store::task::TaskSignals> {
+        self.inner.task_signals()
     }
 }
 

@@ -40,8 +40,8 @@ type Answers = Arc<Mutex<fn(&StoredTask) -> Value>>;
 
 /// A step worker in the test: claims every task of queue `py` and answers `answer(task)`,
 /// keeping what it was given.
-fn serve(
-    store: Arc<InMemoryStore>,
+fn serve<S: Store + 'static>(
+    store: Arc<S>,
     clock: Arc<TokioClock>,
     answer: Answers,
     seen: Arc<Mutex<Vec<StoredTask>>>,
@@ -127,5 +127,62 @@ async fn a_replay_serves_worker_answers_and_a_recompute_dispatches_them_anew_but
     let after = store.load(run.run_id).await.unwrap();
     assert_eq!(after.entries.len(), journal);
     assert!(!after.entries.iter().any(|e| matches!(&e.record, Record::Dispatched { task, .. } if task.recompute)));
+    worker.abort();
+}
+
+/// A fenced call whose work hands a task to a step worker (an agent calling a `worker:` tool)
+/// commits its intent in the task's own commit: a crash between the two cannot leave an
+/// intent with no task, which would make the call look as if its effect might have happened.
+#[tokio::test]
+async fn a_dispatching_calls_intent_goes_in_its_tasks_commit() {
+    use stepwright_core::CallKind;
+    let store = Arc::new(crate::durability::Counting::new());
+    let clock = Arc::new(TokioClock::starting_at(stepwright_core::Timestamp::from_micros(T0)));
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .clock(clock.clone())
+        .entropy(Arc::new(SeededEntropy::new(3)))
+        .build();
+    let answer: Answers = Arc::new(Mutex::new(|_| json!({ "charged": true })));
+    let worker = serve(store.clone(), clock.clone(), answer, Arc::new(Mutex::new(Vec::new())));
+    let workflow = Workflow::builder("agentish")
+        .step(Node::step(
+            "turn",
+            fn_step(|ctx: StepContext, input: Value| async move {
+                let kind = CallKind::Action { effect: Effect::Write, safe_to_retry: false };
+                let inner = ctx.clone();
+                let output = ctx
+                    .call_dispatching("tool.0", kind, true, |info| async move {
+                        let request = TaskRequest {
+                            queue: "py".into(),
+                            handler: "send".into(),
+                            input,
+                            lease_for: Duration::from_secs(30),
+                            schedule_to_start: None,
+                            concurrency: None,
+                            retry_is_safe: false,
+                            idempotency_key: info.idempotency_key.clone(),
+                            at: Some(info.path.clone()),
+                            push: None,
+                        };
+                        inner.dispatch(request).await
+                    })
+                    .await?;
+                Ok((*output).clone())
+            }),
+        ))
+        .build()
+        .unwrap();
+    let run = engine.start(&workflow, json!({ "to": "ada" })).await.unwrap();
+    assert_eq!(run.output, Some(json!({ "charged": true })));
+    let batches = store.batches.lock().unwrap().clone();
+    let at_call = |b: &Vec<(String, Record)>, kind: fn(&Record) -> bool| {
+        b.iter().any(|(path, record)| path == "turn/tool.0" && kind(record))
+    };
+    let intent = |r: &Record| matches!(r, Record::Intent { .. });
+    let dispatched = |r: &Record| matches!(r, Record::Dispatched { .. });
+    let with_intent: Vec<_> = batches.iter().filter(|b| at_call(b, intent)).collect();
+    assert_eq!(with_intent.len(), 1, "{batches:?}");
+    assert!(at_call(with_intent[0], dispatched), "the intent and the task in one commit: {batches:?}");
     worker.abort();
 }

@@ -192,10 +192,11 @@ impl AgentRun<'_> {
     ) -> Result<CallResult, StepError> {
         let ctx = self.ctx;
         let tools = self.tools.as_deref().expect("offered tools exist");
-        let def = tools.get(name).expect("offered tools exist").def();
+        let tool = tools.get(name).expect("offered tools exist");
+        let def = tool.def();
         let kind = CallKind::Action { effect: def.effect, safe_to_retry: def.safe_to_retry };
         let recorded = ctx
-            .call(tool_path(prefix, turn, index).as_str(), kind, |info| async move {
+            .call_dispatching(tool_path(prefix, turn, index).as_str(), kind, tool.dispatches(), |info| async move {
                 let started = std::time::Instant::now();
                 // Opened here, inside the work: a call served from the journal has no span.
                 let span = tracing::info_span!(
