@@ -44,24 +44,75 @@ export interface StartOptions {
   priority?: number;
 }
 
+type S<Name extends keyof Schemas> = Schemas[Name];
+
+/** Schedules and triggers: kept from a registered workflow's file. */
+export interface KeptFromFiles<View, Details> {
+  create(workflow: string, options?: { version?: number; only?: string[]; paused?: boolean }): Promise<View[]>;
+  list(): Promise<View[]>;
+  get(workflow: string, name: string): Promise<Details>;
+  delete(workflow: string, name: string): Promise<Record<string, never>>;
+  pause(workflow: string, name: string): Promise<View>;
+  resume(workflow: string, name: string): Promise<View>;
+}
+
 export declare class Client {
   constructor(baseUrl: string, apiKey: string);
+  health(): Promise<S<"Health">>;
   readonly runs: {
     start(workflow: string, input?: unknown, options?: StartOptions): Promise<RunDetails>;
     get(runId: string): Promise<RunDetails>;
-    cancel(runId: string, reason?: string): Promise<Schemas["Cancelled"]>;
+    list(filters?: { workflow?: string; status?: string; limit?: number; input_contains?: string; parent?: string }): AsyncGenerator<S<"RunSummary">>;
+    cancel(runId: string, reason?: string): Promise<S<"Cancelled">>;
     wait(runId: string, options?: { timeoutMs?: number; pollMs?: number }): Promise<RunDetails>;
     /** The run's events as they happen; resumes by itself after a cut; ends with the run. */
     stream(runId: string, options?: { tokens?: boolean; after?: number }): AsyncGenerator<StreamEvent>;
+    resume(runId: string, options?: Partial<S<"ResumeRun">>): Promise<RunDetails>;
+    replay(runId: string): Promise<S<"ReplayReport">>;
+    recompute(runId: string, options?: Partial<S<"RecomputeRun">>): Promise<S<"RecomputeView">>;
+    fork(runId: string, at: string, options?: Partial<Omit<S<"ForkRun">, "at">>): Promise<RunDetails>;
+    message(runId: string, inbox: string, message: unknown): Promise<S<"Stored">>;
+    definition(runId: string): Promise<S<"RunDefinition">>;
+    artifact(runId: string, hash: string): Promise<S<"Artifact">>;
   };
   readonly workflows: {
-    register(source: string, files?: Record<string, string>): Promise<Schemas["WorkflowVersion"]>;
+    register(source: string, files?: Record<string, string>): Promise<S<"WorkflowVersion">>;
+    list(): Promise<S<"WorkflowSummary">[]>;
+    get(name: string): Promise<S<"WorkflowDetails">>;
+  };
+  readonly interrupts: {
+    list(options?: { status?: string }): Promise<S<"InboxItem">[]>;
+    decide(interruptId: string, decision: S<"DecisionKind">, fields?: Partial<Omit<S<"DecisionBody">, "decision">>): Promise<S<"DecisionTaken">>;
+    link(interruptId: string, options?: { expiresInSeconds?: number }): Promise<S<"LinkMade">>;
+  };
+  readonly events: {
+    send(name: string, payload?: unknown, options?: { idempotencyKey?: string }): Promise<S<"EventSent">>;
+    list(filters?: { name?: string; before?: number; limit?: number }): Promise<S<"EventView">[]>;
+    get(seq: number): Promise<S<"EventDetails">>;
+  };
+  readonly schedules: KeptFromFiles<S<"ScheduleView">, S<"ScheduleDetails">> & {
+    trigger(workflow: string, name: string): Promise<S<"Triggered">>;
+    backfill(workflow: string, name: string, from: number, to: number, options?: { rate?: S<"BackfillRequest">["rate"] }): Promise<S<"BackfillAccepted">>;
+  };
+  readonly triggers: KeptFromFiles<S<"TriggerView">, S<"TriggerDetails">>;
+  readonly webhooks: {
+    create(url: string, events: string[], secret: string): Promise<S<"WebhookView">>;
+    list(): Promise<S<"WebhookView">[]>;
+    delete(webhookId: string): Promise<Record<string, never>>;
+    deliveries(webhookId: string): Promise<S<"DeliveryView">[]>;
   };
   readonly tasks: {
-    complete(taskId: string, lease: number, output: unknown): Promise<Schemas["TaskAnswered"]>;
-    fail(taskId: string, lease: number, code: string, message: string, options?: { retryable?: boolean }): Promise<Schemas["TaskAnswered"]>;
-    list(filters?: { queue?: string; state?: Schemas["TaskStatus"]; run?: string; limit?: number }): Promise<TaskSummary[]>;
+    complete(taskId: string, lease: number, output: unknown): Promise<S<"TaskAnswered">>;
+    fail(taskId: string, lease: number, code: string, message: string, options?: { retryable?: boolean }): Promise<S<"TaskAnswered">>;
+    defer(taskId: string, lease: number, ms: number): Promise<S<"TaskAnswered">>;
+    release(taskId: string, lease: number): Promise<S<"TaskAnswered">>;
+    answer(answers: S<"TaskAnswerItem">[]): Promise<S<"TaskAnswersTaken">>;
+    list(filters?: { queue?: string; state?: S<"TaskStatus">; run?: string; limit?: number }): Promise<TaskSummary[]>;
   };
+  readonly queues: { list(): Promise<S<"QueueList">> };
+  readonly workers: { list(): Promise<S<"WorkerList">> };
+  /** Any other request (an operation this client has no method for yet). */
+  request(method: string, path: string, body?: unknown, retries?: number): Promise<any>;
 }
 
 /** Return it from a handler to complete later: the lease lasts `ms` without heartbeats. */

@@ -60,7 +60,8 @@ function parseEvent(block) {
   return event;
 }
 
-/** `new Client(baseUrl, apiKey)`: the API's resources as methods returning its JSON answers. */
+/** `new Client(baseUrl, apiKey)`: every resource a key works with, as methods returning the
+ * API's JSON answers (typed by `api.d.ts`, generated from the document). */
 export class Client {
   constructor(baseUrl, apiKey) {
     this.base = baseUrl.replace(/\/$/, "");
@@ -76,7 +77,7 @@ export class Client {
           { workflow, input, ...options, idempotency_key: options.idempotency_key ?? `ts-${crypto.randomUUID()}` },
           3,
         ),
-      get: (runId) => request("GET", `/v1/runs/${runId}`),
+      get: (runId) => request("GET", `/v1/runs/${encodeURIComponent(runId)}`, undefined, 3),
       cancel: (runId, reason) => request("POST", `/v1/runs/${runId}/cancel`, reason ? { reason } : {}),
       stream: (runId, options = {}) => this.stream(runId, options),
       /** Polls until the run has finished (or `timeoutMs` passes). */
@@ -90,21 +91,99 @@ export class Client {
         }
       },
     };
+    const seg = encodeURIComponent;
+    const given = (fields) => Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined && v !== null));
+    const query = (fields) => {
+      const text = new URLSearchParams(Object.entries(given(fields)).map(([k, v]) => [k, String(v)])).toString();
+      return text ? `?${text}` : "";
+    };
+    Object.assign(this.runs, {
+      /** Runs of the namespace, newest first, page after page. */
+      list: async function* (filters = {}) {
+        let cursor;
+        for (;;) {
+          const page = await request("GET", `/v1/runs${query({ ...filters, cursor })}`, undefined, 3);
+          yield* page.runs;
+          if (!page.next_cursor) return;
+          cursor = page.next_cursor;
+        }
+      },
+      resume: (runId, options = {}) => request("POST", `/v1/runs/${seg(runId)}/resume`, given(options)),
+      replay: (runId) => request("POST", `/v1/runs/${seg(runId)}/replay`, {}),
+      /** In a sandbox, with another version or models (`version`, `models`, `from`, `persist`). */
+      recompute: (runId, options = {}) => request("POST", `/v1/runs/${seg(runId)}/recompute`, given(options)),
+      fork: (runId, at, options = {}) => request("POST", `/v1/runs/${seg(runId)}/fork`, { at, ...given(options) }),
+      message: (runId, inbox, message) => request("POST", `/v1/runs/${seg(runId)}/messages`, { inbox, message }),
+      definition: (runId) => request("GET", `/v1/runs/${seg(runId)}/definition`, undefined, 3),
+      artifact: (runId, hash) => request("GET", `/v1/runs/${seg(runId)}/artifacts/${seg(hash)}`, undefined, 3),
+    });
     this.workflows = {
       register: (source, files = {}) => request("POST", "/v1/workflows", { source, files }),
+      list: () => request("GET", "/v1/workflows", undefined, 3),
+      get: (name) => request("GET", `/v1/workflows/${seg(name)}`, undefined, 3),
+    };
+    this.interrupts = {
+      /** The interrupts the key may decide (the approvals inbox). */
+      list: ({ status = "open" } = {}) => request("GET", `/v1/interrupts${query({ status })}`, undefined, 3),
+      /** `approve`, `reject` (`reason`), `modify` (`payload`) or `respond` (`value`). */
+      decide: (interruptId, decision, fields = {}) =>
+        request("POST", `/v1/interrupts/${seg(interruptId)}/decision`, { decision, ...fields }),
+      link: (interruptId, { expiresInSeconds } = {}) =>
+        request("POST", `/v1/interrupts/${seg(interruptId)}/link`, given({ expires_in_seconds: expiresInSeconds })),
+    };
+    this.events = {
+      send: (name, payload = null, { idempotencyKey } = {}) =>
+        request("POST", "/v1/events", { name, payload, ...given({ idempotency_key: idempotencyKey }) }, idempotencyKey ? 3 : 0),
+      list: (filters = {}) => request("GET", `/v1/events${query(filters)}`, undefined, 3),
+      get: (seq) => request("GET", `/v1/events/${seq}`, undefined, 3),
+    };
+    // Schedules and triggers are kept from a registered workflow's file, and act alike.
+    const kept = (kind) => ({
+      create: (workflow, { version, only = [], paused } = {}) =>
+        request("POST", `/v1/${kind}`, { workflow, only, ...given({ version, paused }) }),
+      list: () => request("GET", `/v1/${kind}`, undefined, 3),
+      get: (workflow, name) => request("GET", `/v1/${kind}/${seg(workflow)}/${seg(name)}`, undefined, 3),
+      delete: (workflow, name) => request("DELETE", `/v1/${kind}/${seg(workflow)}/${seg(name)}`),
+      pause: (workflow, name) => request("POST", `/v1/${kind}/${seg(workflow)}/${seg(name)}/pause`),
+      resume: (workflow, name) => request("POST", `/v1/${kind}/${seg(workflow)}/${seg(name)}/resume`),
+    });
+    this.schedules = {
+      ...kept("schedules"),
+      /** Starts one run of the schedule now. */
+      trigger: (workflow, name) => request("POST", `/v1/schedules/${seg(workflow)}/${seg(name)}/trigger`),
+      /** Runs the schedule's ticks between `from` and `to` (µs since the epoch). */
+      backfill: (workflow, name, from, to, { rate } = {}) =>
+        request("POST", `/v1/schedules/${seg(workflow)}/${seg(name)}/backfill`, { from, to, ...given({ rate }) }),
+    };
+    this.triggers = kept("triggers");
+    this.webhooks = {
+      create: (url, events, secret) => request("POST", "/v1/webhooks", { url, events, secret }),
+      list: () => request("GET", "/v1/webhooks", undefined, 3),
+      delete: (webhookId) => request("DELETE", `/v1/webhooks/${seg(webhookId)}`),
+      deliveries: (webhookId) => request("GET", `/v1/webhooks/${seg(webhookId)}/deliveries`, undefined, 3),
     };
     const worker = { ...this.headers, "stepwright-protocol": PROTOCOL };
+    const answer = (taskId, verb, body) => call(this.base, worker, "POST", `/v1/tasks/${seg(taskId)}/${verb}`, body);
     this.tasks = {
-      /** Completes a task under its lease (a deferred one, from anywhere; a worker key). */
-      complete: (taskId, lease, output) => call(this.base, worker, "POST", `/v1/tasks/${taskId}/complete`, { lease, output }),
+      /** Completes a task under its lease (a deferred or pushed one, from anywhere; a worker key). */
+      complete: (taskId, lease, output) => answer(taskId, "complete", { lease, output }),
       /** Fails a task under its lease. */
       fail: (taskId, lease, code, message, { retryable = false } = {}) =>
-        call(this.base, worker, "POST", `/v1/tasks/${taskId}/fail`, { lease, error: { code, message, retryable } }),
-      list: async (filters = {}) => {
-        const query = new URLSearchParams(Object.entries(filters).filter(([, v]) => v !== undefined));
-        return (await request("GET", `/v1/tasks?${query}`)).tasks;
-      },
+        answer(taskId, "fail", { lease, error: { code, message, retryable } }),
+      /** Keeps a deferred or pushed task's lease for `ms` from now (its heartbeat). */
+      defer: (taskId, lease, ms) => answer(taskId, "defer", { lease, for_ms: Math.max(1, Math.round(ms)) }),
+      /** Hands a task back unstarted (to the queue, not counted as an attempt). */
+      release: (taskId, lease) => answer(taskId, "release", { lease }),
+      /** Many answers in one request, each under its own lease. */
+      answer: (answers) => call(this.base, worker, "POST", "/v1/tasks/answers", { answers }),
+      list: async (filters = {}) => (await request("GET", `/v1/tasks${query(filters)}`, undefined, 3)).tasks,
     };
+    this.queues = { list: () => request("GET", "/v1/queues", undefined, 3) };
+    this.workers = { list: () => request("GET", "/v1/workers", undefined, 3) };
+  }
+
+  health() {
+    return this.request("GET", "/v1/health", undefined, 3);
   }
 
   /**

@@ -26,7 +26,7 @@ export async function startServer() {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const env = { ...process.env, STEPWRIGHT_SDK_TEST_PUSH_SECRET: PUSH_SECRET };
-  const child = spawn(BIN, ["--db", db, "serve", "--listen", `127.0.0.1:${port}`], { stdio: "ignore", env });
+  const child = spawn(BIN, ["--db", db, "serve", "--listen", `127.0.0.1:${port}`, "--webhook-allow", "127.0.0.0/8"], { stdio: "ignore", env });
   const deadline = Date.now() + 30_000;
   for (;;) {
     try {

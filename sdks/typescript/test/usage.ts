@@ -12,7 +12,14 @@ async function usage(): Promise<string> {
     return { summary: input.doc.slice(0, 10), key: ctx.idempotencyKey };
   });
   const tasks = await client.tasks.list({ state: "completed" });
-  return `${done.status} ${tasks.length}`;
+  const report = await client.runs.recompute(run.run_id, { persist: false });
+  const changed: boolean = report.changed;
+  for await (const summary of client.runs.list({ workflow: "summarise" })) void summary.run_id;
+  const [item] = await client.interrupts.list();
+  if (item) await client.interrupts.decide(item.id, "approve");
+  const schedules = await client.schedules.create("summarise", { paused: true });
+  const queues = (await client.queues.list()).queues.map((q) => q.queue);
+  return `${done.status} ${tasks.length} ${changed} ${schedules.length} ${queues.join()}`;
 }
 
 void usage;
