@@ -96,7 +96,8 @@ impl Target {
             let unix = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-            request = request.header("Stepwright-Signature", signature(&secret, unix, body.as_deref().unwrap_or_default()));
+            request =
+                request.header("Stepwright-Signature", signature(&secret, unix, body.as_deref().unwrap_or_default()));
         }
         if let Some(body) = body {
             request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
@@ -130,7 +131,13 @@ impl Target {
         let body = String::from_utf8_lossy(bytes);
         StepError::new(
             TOOL_FAILED,
-            format!("tool {:?}: {} {} answered {status}: {}", self.tool, self.method, self.url, shorten(body.trim(), 500)),
+            format!(
+                "tool {:?}: {} {} answered {status}: {}",
+                self.tool,
+                self.method,
+                self.url,
+                shorten(body.trim(), 500)
+            ),
         )
         .retryable(status.as_u16() == 429 || status.is_server_error())
     }
@@ -173,14 +180,8 @@ impl HttpTool {
             .connect_timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| format!("building an HTTP client: {e}"))?;
-        let target = Target {
-            tool: def.name.clone(),
-            method,
-            url: url.to_owned(),
-            headers: Vec::new(),
-            signing: None,
-            client,
-        };
+        let target =
+            Target { tool: def.name.clone(), method, url: url.to_owned(), headers: Vec::new(), signing: None, client };
         Ok(Self { def, target: Arc::new(target), push: None })
     }
 
@@ -300,8 +301,9 @@ impl TaskPusher for Pusher {
     fn push<'a>(&'a self, task: &'a StoredTask) -> BoxFuture<'a, Result<Option<Value>, StepError>> {
         Box::pin(async move {
             let target = &self.target;
-            let url = reqwest::Url::parse(&target.url)
-                .map_err(|e| StepError::new(TOOL_FAILED, format!("tool {:?}: bad URL {:?}: {e}", target.tool, target.url)))?;
+            let url = reqwest::Url::parse(&target.url).map_err(|e| {
+                StepError::new(TOOL_FAILED, format!("tool {:?}: bad URL {:?}: {e}", target.tool, target.url))
+            })?;
             let body = serde_json::to_vec(&task_view(task)).expect("a task serializes");
             // An endpoint that answers at once holds the task while it works: its lease.
             let request =

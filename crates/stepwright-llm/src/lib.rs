@@ -36,8 +36,8 @@ pub use anthropic::{
 };
 pub use cassette::{Cassette, CassetteError, CassetteMode, Interaction, MAX_CASSETTE_BYTES};
 pub use error::{ModelError, ModelErrorKind};
-pub use http_tool::{HttpTool, PUSH_QUEUE, signature, task_view};
 pub use http::{HttpOptions, RateLimits, USER_AGENT, install_crypto_provider};
+pub use http_tool::{HttpTool, PUSH_QUEUE, signature, task_view};
 pub use memory::{
     ACCESS_DENIED, DEFAULT_MAX_STORED_MESSAGES, MemoryService, RecallSpec, RecallStep, RememberSpec, RememberStep,
     ScopeKind, Sessions,
@@ -52,8 +52,8 @@ pub use process::{DEFAULT_KILL_GRACE, process_groups_stopped};
 pub use step::{LlmSpec, LlmStep};
 pub use tools::WorkerTarget;
 pub use tools::{
-    ArgvFn, CommandTool, DEFAULT_MAX_OUTPUT_BYTES, FnTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND,
-    TOOL_TIMEOUT, Tool, ToolContext, ToolDef, ToolStep, Tools, fn_tool, model_name,
+    ArgvFn, CommandTool, DEFAULT_MAX_OUTPUT_BYTES, FnTool, RegisterError, TOOL_FAILED, TOOL_NOT_FOUND, TOOL_TIMEOUT,
+    Tool, ToolContext, ToolDef, ToolStep, Tools, fn_tool, model_name,
 };
 pub use types::{
     ChatRequest, ChatResponse, FinishReason, Message, ModelParams, OutputFormat, TokenLimitField, ToolCall, ToolChoice,

@@ -357,7 +357,9 @@ impl Born {
                 lease_expires: Some(at.plus(spec.lease_for())),
                 claimed_at: Some(at),
             },
-            None => Self { state: TaskState::Pending, worker: None, lease_token: 0, lease_expires: None, claimed_at: None },
+            None => {
+                Self { state: TaskState::Pending, worker: None, lease_token: 0, lease_expires: None, claimed_at: None }
+            }
         }
     }
 }

@@ -65,7 +65,8 @@ fn serve<S: Store + 'static>(
                 let output = (answer.lock().unwrap())(&task);
                 let lease = TaskLease { task: task.spec.id.clone(), token: task.lease_token };
                 seen.lock().unwrap().push(task);
-                let state = tasks.answer_task(&lease, TaskAnswer::Complete(output), clock.now()).await.expect("answered");
+                let state =
+                    tasks.answer_task(&lease, TaskAnswer::Complete(output), clock.now()).await.expect("answered");
                 assert_eq!(state, TaskState::Completed);
             }
         }

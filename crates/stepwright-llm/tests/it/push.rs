@@ -62,7 +62,10 @@ async fn an_endpoint_that_accepts_a_task_answers_it_later_under_its_lease() {
 
     // Born leased to the endpoint: no worker can claim it; the endpoint answers under its lease.
     let row = the_task(&store).await;
-    assert_eq!((row.state, row.worker.as_deref()), (TaskState::Claimed, Some(format!("{}/summarise", server.url).as_str())));
+    assert_eq!(
+        (row.state, row.worker.as_deref()),
+        (TaskState::Claimed, Some(format!("{}/summarise", server.url).as_str()))
+    );
     let lease = TaskLease { task: TaskId::new(&task.id), token: task.lease };
     let now = stepwright_core::TokioClock::new();
     let at = stepwright_core::Clock::now(&now);
@@ -107,5 +110,7 @@ async fn a_signed_tool_without_push_signs_its_plain_request() {
     let header = &request.headers["stepwright-signature"];
     let unix: i64 = header.strip_prefix("t=").and_then(|h| h.split(',').next()).unwrap().parse().unwrap();
     assert_eq!(header, &signature("s3cret", unix, &request.raw));
-    assert!(store.tasks().unwrap().list_tasks(&TaskFilter { limit: 1, ..TaskFilter::default() }).await.unwrap().is_empty());
+    assert!(
+        store.tasks().unwrap().list_tasks(&TaskFilter { limit: 1, ..TaskFilter::default() }).await.unwrap().is_empty()
+    );
 }

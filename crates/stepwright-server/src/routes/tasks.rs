@@ -14,8 +14,9 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use stepwright_api::task::{
     BeatAnswer, BeatState, ChunkKind, ChunksTaken, ClaimTasks, ClaimedTasks, CompleteTask, DeferTask, FailTask,
-    Heartbeat, HeartbeatAnswer, PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, TaskAnswered, TaskChunks,
-    TaskAnswerTaken, TaskAnswers, TaskAnswersTaken, TaskLeaseBody, TaskList, TaskOutcome, TaskQuery, TaskSummary, WorkerList,
+    Heartbeat, HeartbeatAnswer, PROTOCOL_HEADER, PROTOCOLS, QueueList, QueueView, TaskAnswerTaken, TaskAnswered,
+    TaskAnswers, TaskAnswersTaken, TaskChunks, TaskLeaseBody, TaskList, TaskOutcome, TaskQuery, TaskSummary,
+    WorkerList,
 };
 use stepwright_core::store::task::{
     Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,

@@ -171,7 +171,8 @@ pub async fn a_recompute_dispatches_tasks_outside_the_journal<S: Store + ?Sized>
     assert!(store.load(run_id).await.expect("loaded").entries.is_empty(), "the run's journal is untouched");
 
     let unknown = stepwright_core::RunId::from_bytes([9; 16]);
-    let stray = TaskSpec { recompute: true, ..spec(&TaskId::for_recompute(unknown, &path, 1, 7), "summarise", 1, None) };
+    let stray =
+        TaskSpec { recompute: true, ..spec(&TaskId::for_recompute(unknown, &path, 1, 7), "summarise", 1, None) };
     assert!(matches!(
         tasks.dispatch_for_recompute(unknown, &path, 1, &stray, wall()).await,
         Err(StoreError::RunNotFound(_))
