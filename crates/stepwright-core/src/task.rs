@@ -86,11 +86,12 @@ pub struct TaskSpec {
     /// run's journal (see `TaskStore::dispatch_for_recompute`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recompute: bool,
-    /// Pushed, not claimed: the endpoint it was sent to (an `http` tool in push mode). The
-    /// task is born leased to it (token 1), and the endpoint answers through the task
+    /// Handed over at dispatch rather than claimed: the task is born leased (token 1) to
+    /// this holder — the endpoint an `http` tool in push mode sent it to, or the worker whose
+    /// claim was parked waiting for it in the same process — which answers it through the task
     /// endpoints like any worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub push: Option<String>,
+    pub leased_to: Option<String>,
 }
 
 impl TaskSpec {

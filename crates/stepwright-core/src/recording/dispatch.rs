@@ -146,12 +146,45 @@ impl StepRecording {
                 concurrency: request.concurrency,
                 details,
                 recompute: recompute_home.is_some(),
-                push: request.push.as_ref().map(|pusher| pusher.endpoint().to_owned()),
+                leased_to: request.push.as_ref().map(|pusher| pusher.endpoint().to_owned()),
             };
+            // A claim parked in this process for this queue and handler takes the task at
+            // once: born leased to its worker, in the task's own commit (no look, no claim
+            // write). Not a tool's concurrency-limited task (the limit is counted at claim),
+            // nor a pushed or a recompute's one.
+            let tenant = run.caller.tenant.as_deref().unwrap_or_default();
+            let matched = match (&spec.leased_to, recompute_home.is_some(), spec.concurrency) {
+                (None, false, None) => {
+                    store.task_signals().and_then(|signals| signals.take_parked(tenant, &spec.queue, &spec.handler))
+                }
+                _ => None,
+            };
+            let spec = TaskSpec { leased_to: matched.as_ref().map(|m| m.worker.clone()).or(spec.leased_to), ..spec };
             // In a recompute, the sandbox's journal records the task too (with the intent a
             // fenced step buffered into it), for the comparison.
+            let at = run.clock.now();
             let record = Record::Dispatched { attempt: self.attempt, task: spec.clone() };
-            run.recorder.commit(&path, run.clock.now(), record).await.map_err(|e| failed("dispatching the", e.0))?;
+            run.recorder.commit(&path, at, record).await.map_err(|e| failed("dispatching the", e.0))?;
+            if let Some(matched) = matched {
+                let task = StoredTask::born(
+                    spec.clone(),
+                    run.run_id,
+                    path.clone(),
+                    self.attempt,
+                    run.caller.tenant.clone(),
+                    run.workflow.to_string(),
+                    at,
+                );
+                if let Some(task) = matched.deliver(task) {
+                    // The claim went away before it got the task: back to the queue for anyone.
+                    let lease = crate::store::task::TaskLease { task: task.spec.id.clone(), token: task.lease_token };
+                    let released = tasks.answer_task(&lease, crate::store::task::TaskAnswer::Release, run.clock.now());
+                    released.await.map_err(|e| failed("releasing the", e))?;
+                    if let Some(signals) = store.task_signals() {
+                        signals.dispatched();
+                    }
+                }
+            }
             if let Some(real) = recompute_home.as_ref().and_then(|home| home.tasks()) {
                 real.dispatch_for_recompute(run.run_id, &path, self.attempt, &spec, run.clock.now())
                     .await

@@ -309,29 +309,46 @@ pub fn new_task(
     record: &crate::journal::RunRecord,
     at: Timestamp,
 ) -> StoredTask {
-    let details = spec.details.clone();
-    let born = Born::of(&spec, at);
-    StoredTask {
-        spec,
-        run,
-        path,
-        attempt,
-        tenant: record.caller.tenant.clone(),
-        workflow: record.workflow.clone(),
-        created_at: at,
-        state: born.state,
-        worker: born.worker,
-        lease_token: born.lease_token,
-        lease_expires: born.lease_expires,
-        claimed_at: born.claimed_at,
-        details,
-        output: None,
-        error: None,
-        finished_at: None,
+    StoredTask::born(spec, run, path, attempt, record.caller.tenant.clone(), record.workflow.clone(), at)
+}
+
+impl StoredTask {
+    /// The row of `spec`, dispatched at `at` by `run` (of `tenant` and `workflow`) for the
+    /// step at `path`: as every store writes it.
+    pub fn born(
+        spec: TaskSpec,
+        run: RunId,
+        path: StepPath,
+        attempt: u32,
+        tenant: Option<String>,
+        workflow: String,
+        at: Timestamp,
+    ) -> Self {
+        let details = spec.details.clone();
+        let born = Born::of(&spec, at);
+        Self {
+            spec,
+            run,
+            path,
+            attempt,
+            tenant,
+            workflow,
+            created_at: at,
+            state: born.state,
+            worker: born.worker,
+            lease_token: born.lease_token,
+            lease_expires: born.lease_expires,
+            claimed_at: born.claimed_at,
+            details,
+            output: None,
+            error: None,
+            finished_at: None,
+        }
     }
 }
 
-/// How a task row starts: pending, or — a pushed task — already leased to its endpoint.
+/// How a task row starts: pending, or — a task handed over at dispatch (pushed, or matched to
+/// a parked claim) — already leased to its holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Born {
     /// Its state.
@@ -349,10 +366,10 @@ pub struct Born {
 impl Born {
     /// How the task `spec` dispatched at `at` starts.
     pub fn of(spec: &TaskSpec, at: Timestamp) -> Self {
-        match &spec.push {
-            Some(endpoint) => Self {
+        match &spec.leased_to {
+            Some(holder) => Self {
                 state: TaskState::Claimed,
-                worker: Some(endpoint.clone()),
+                worker: Some(holder.clone()),
                 lease_token: 1,
                 lease_expires: Some(at.plus(spec.lease_for())),
                 claimed_at: Some(at),
@@ -478,9 +495,124 @@ pub(crate) struct InMemoryTasks {
 pub struct TaskSignals {
     dispatched: tokio::sync::Notify,
     answered: std::sync::Mutex<std::collections::HashMap<TaskId, std::sync::Weak<tokio::sync::Notify>>>,
+    parked: std::sync::Mutex<ParkedClaims>,
+}
+
+/// The claims parked in this process, waiting for a task.
+#[derive(Default)]
+struct ParkedClaims {
+    next: u64,
+    waiting: Vec<(u64, ParkedClaim, tokio::sync::oneshot::Sender<StoredTask>)>,
+}
+
+/// A worker's claim waiting for a task in this process: a dispatch here may hand it one
+/// directly — the task born leased to the worker, in its own commit — with no look and no
+/// claim write ([`TaskSignals::park`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParkedClaim {
+    /// The worker.
+    pub worker: String,
+    /// Its namespace.
+    pub tenant: String,
+    /// The queue.
+    pub queue: String,
+    /// The handlers it offers.
+    pub handlers: Vec<String>,
+}
+
+/// A parked claim a dispatch took: [`Matched::deliver`] hands it the task once committed
+/// (dropped undelivered, the claim goes on waiting the usual way).
+#[derive(Debug)]
+pub struct Matched {
+    /// The worker the task is leased to.
+    pub worker: String,
+    deliver: tokio::sync::oneshot::Sender<StoredTask>,
+}
+
+impl Matched {
+    /// Hands the committed task to the claim; gives it back when the claim is gone meanwhile
+    /// (its worker disconnected), for the caller to put back on the queue.
+    #[must_use = "a task given back must go back on the queue"]
+    pub fn deliver(self, task: StoredTask) -> Option<StoredTask> {
+        self.deliver.send(task).err()
+    }
+}
+
+/// A parked claim's place in line (see [`TaskSignals::park`]); leaving it (or dropping it)
+/// takes the claim out of the line.
+pub struct Parking<'a> {
+    signals: &'a TaskSignals,
+    id: u64,
+    received: tokio::sync::oneshot::Receiver<StoredTask>,
+    done: bool,
+}
+
+impl Parking<'_> {
+    /// The task a dispatch handed this claim, once one has; `None` when the dispatch that
+    /// took it failed (the claim then looks for tasks the usual way).
+    pub async fn matched(&mut self) -> Option<StoredTask> {
+        if self.done {
+            return std::future::pending().await;
+        }
+        let task = (&mut self.received).await.ok();
+        self.done = true;
+        task
+    }
+
+    /// Leaves the line: no later dispatch takes this claim. A task a dispatch already took
+    /// it for is returned (waited for while its commit is under way, at most `within`).
+    pub async fn leave(mut self, within: std::time::Duration) -> Option<StoredTask> {
+        if self.done {
+            return None;
+        }
+        let still_waiting = self.signals.unpark(self.id);
+        self.done = true;
+        if still_waiting {
+            return None;
+        }
+        tokio::time::timeout(within, &mut self.received).await.ok().and_then(Result::ok)
+    }
+}
+
+impl Drop for Parking<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.signals.unpark(self.id);
+        }
+    }
 }
 
 impl TaskSignals {
+    /// Parks `claim` until the returned place is left: a dispatch of a task it may take
+    /// ([`TaskSignals::take_parked`]) hands it over directly.
+    pub fn park(&self, claim: ParkedClaim) -> Parking<'_> {
+        let (deliver, received) = tokio::sync::oneshot::channel();
+        let mut parked = self.parked.lock().expect("poisoned");
+        parked.next += 1;
+        let id = parked.next;
+        parked.waiting.push((id, claim, deliver));
+        Parking { signals: self, id, received, done: false }
+    }
+
+    /// Takes a parked claim out of line; whether it was still in it.
+    fn unpark(&self, id: u64) -> bool {
+        let mut parked = self.parked.lock().expect("poisoned");
+        let before = parked.waiting.len();
+        parked.waiting.retain(|(waiting, _, _)| *waiting != id);
+        parked.waiting.len() < before
+    }
+
+    /// The longest-parked claim that may take a task of `handler` on `queue` in `tenant`,
+    /// taken out of line (one task per parked claim), if one is waiting.
+    pub fn take_parked(&self, tenant: &str, queue: &str, handler: &str) -> Option<Matched> {
+        let mut parked = self.parked.lock().expect("poisoned");
+        let at = parked.waiting.iter().position(|(_, claim, deliver)| {
+            !deliver.is_closed() && claim.tenant == tenant && claim.queue == queue && offers(&claim.handlers, handler)
+        })?;
+        let (_, claim, deliver) = parked.waiting.remove(at);
+        Some(Matched { worker: claim.worker, deliver })
+    }
+
     /// A task was dispatched: parked claims look.
     pub fn dispatched(&self) {
         self.dispatched.notify_waiters();

@@ -187,3 +187,61 @@ async fn a_dispatching_calls_intent_goes_in_its_tasks_commit() {
     assert!(at_call(with_intent[0], dispatched), "the intent and the task in one commit: {batches:?}");
     worker.abort();
 }
+
+/// A claim parked in the same process gets a dispatched task handed to it: born leased to
+/// its worker (token 1) in the task's own commit, with no claim of its own. Only a claim that
+/// may take the task is taken (namespace, queue, handler and version), one task per claim;
+/// a claim that left the line is never taken, and one taken as it leaves still gets its task.
+#[tokio::test]
+async fn a_parked_claim_is_handed_its_task_at_dispatch() {
+    use stepwright_core::store::task::ParkedClaim;
+    let store = Arc::new(InMemoryStore::new());
+    let signals = store.task_signals().expect("the in-memory store has task signals");
+    let claim = |worker: &str, tenant: &str, queue: &str, handlers: &[&str]| ParkedClaim {
+        worker: worker.into(),
+        tenant: tenant.into(),
+        queue: queue.into(),
+        handlers: handlers.iter().map(|h| (*h).to_owned()).collect(),
+    };
+    let _other_tenant = signals.park(claim("w-other", "globex", "py", &["send"]));
+    let _other_queue = signals.park(claim("w-queue", "", "ts", &["send"]));
+    let _pinned = signals.park(claim("w-v2", "", "py", &["lookup@2"]));
+    let left = signals.park(claim("w-left", "", "py", &["send"]));
+    assert_eq!(left.leave(Duration::from_millis(1)).await, None);
+    let mut waiting = signals.park(claim("w-1", "", "py", &["lookup", "send"]));
+
+    let clock = Arc::new(TokioClock::starting_at(stepwright_core::Timestamp::from_micros(T0)));
+    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).clock(clock.clone()).build();
+    let workflow = Workflow::builder("handed").step(worker_step("send", "send", Effect::Write)).build().unwrap();
+    let run = {
+        let (engine, workflow) = (engine.clone(), workflow.clone());
+        tokio::spawn(async move { engine.start(&workflow, json!({ "to": "ada" })).await })
+    };
+    let task =
+        tokio::time::timeout(Duration::from_secs(5), waiting.matched()).await.expect("handed over").expect("a task");
+    assert_eq!((task.state, task.worker.as_deref(), task.lease_token), (TaskState::Claimed, Some("w-1"), 1));
+    assert_eq!(task.spec.leased_to.as_deref(), Some("w-1"));
+    let stored = store.tasks().unwrap().settle_task(&task.spec.id, stepwright_core::Clock::now(&*clock)).await.unwrap();
+    assert_eq!(stored.as_ref(), Some(&task), "what the claim got is the committed row");
+    // Nobody else can claim it; its worker answers under token 1.
+    let tasks = store.tasks().unwrap();
+    let other = Claim {
+        worker: "w-2".into(),
+        tenant: String::new(),
+        queue: "py".into(),
+        handlers: vec!["send".into()],
+        max: 5,
+    };
+    assert!(tasks.claim_tasks(&other, stepwright_core::Clock::now(&*clock)).await.unwrap().is_empty());
+    let lease = TaskLease { task: task.spec.id.clone(), token: 1 };
+    let answered =
+        tasks.answer_task(&lease, TaskAnswer::Complete(json!({ "sent": true })), stepwright_core::Clock::now(&*clock));
+    assert_eq!(answered.await.unwrap(), TaskState::Completed);
+    assert_eq!(run.await.unwrap().unwrap().output, Some(json!({ "sent": true })));
+    // The claims that could not take it are still in line; a second dispatch takes none of
+    // them for another queue's handler.
+    assert!(signals.take_parked("", "py", "send").is_none(), "w-1 got one task; w-v2 offers another handler");
+    assert!(signals.take_parked("", "py", "lookup@3").is_none(), "nor another version");
+    assert_eq!(signals.take_parked("", "py", "lookup@2").map(|m| m.worker), Some("w-v2".into()));
+    assert_eq!(signals.take_parked("globex", "py", "send").map(|m| m.worker), Some("w-other".into()));
+}

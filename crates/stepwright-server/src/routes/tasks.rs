@@ -19,7 +19,7 @@ use stepwright_api::task::{
     WorkerList,
 };
 use stepwright_core::store::task::{
-    Beat, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
+    Beat, Claim, ParkedClaim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
 };
 use stepwright_core::{ErrorCode, RunStatus, StepError, Timestamp};
 
@@ -41,6 +41,10 @@ const CANCEL_LOOK: Duration = Duration::from_millis(250);
 
 /// The longest heartbeat interval advised.
 const MAX_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How long a claim leaving its place in line waits for a task a dispatch took it for, whose
+/// commit is under way (a commit takes milliseconds; past this the task's lease decides).
+const MATCH_COMMIT: Duration = Duration::from_secs(2);
 
 /// `400 protocol_unsupported` unless the request speaks a protocol this server does (a
 /// request without the header is taken as version 1).
@@ -124,6 +128,16 @@ pub(crate) async fn claim(
     // The held tasks' cancels are looked up when this process cancels a run and every
     // `CANCEL_LOOK` (another process's cancel) — per worker, across its claims; tasks at
     // every wake-up.
+    // Parked in line in this process: a dispatch here may hand this claim its task directly.
+    let mut parking = match (claim.max > 0, shared.store.task_signals()) {
+        (true, Some(signals)) => Some(signals.park(ParkedClaim {
+            worker: claim.worker.clone(),
+            tenant: claim.tenant.clone(),
+            queue: claim.queue.clone(),
+            handlers: claim.handlers.clone(),
+        })),
+        _ => None,
+    };
     loop {
         // Enabled before looking, so a task dispatched (or a run cancelled) while this looks
         // is not missed.
@@ -138,8 +152,24 @@ pub(crate) async fn claim(
         let look =
             !body.holding.is_empty() && shared.workers.cancels_due(who.namespace(), &body.worker.id, CANCEL_LOOK);
         let cancel = if look { to_cancel(&shared, &who, &body.holding).await? } else { Vec::new() };
-        let tasks = if claim.max > 0 { store.claim_tasks(&claim, shared.now()).await? } else { Vec::new() };
+        let mut tasks = if claim.max > 0 { store.claim_tasks(&claim, shared.now()).await? } else { Vec::new() };
         if !tasks.is_empty() || !cancel.is_empty() || started.elapsed() >= wait || shared.shutdown.is_cancelled() {
+            // Out of line; a task a dispatch took this claim for meanwhile comes too (or, past
+            // the claim's `max`, goes back to the queue).
+            if let Some(matched) = match parking.take() {
+                Some(parking) => parking.leave(MATCH_COMMIT).await,
+                None => None,
+            } {
+                if tasks.len() < claim.max {
+                    tasks.push(matched);
+                } else {
+                    let lease = TaskLease { task: matched.spec.id.clone(), token: matched.lease_token };
+                    store.answer_task(&lease, TaskAnswer::Release, shared.now()).await?;
+                    if let Some(signals) = shared.store.task_signals() {
+                        signals.dispatched();
+                    }
+                }
+            }
             let shortest = tasks.iter().map(|t| Duration::from_millis(t.spec.lease_ms)).min();
             let interval = shortest.map_or(MAX_HEARTBEAT_INTERVAL, |lease| (lease / 3).min(MAX_HEARTBEAT_INTERVAL));
             return Ok(Json(ClaimedTasks {
@@ -156,10 +186,28 @@ pub(crate) async fn claim(
                 None => tokio::time::sleep(CLAIM_POLL).await,
             }
         };
+        let matched = async {
+            match parking.as_mut() {
+                Some(parking) => parking.matched().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             () = changed => {}
             () = &mut announced => {}
             () = shared.shutdown.cancelled() => {}
+            task = matched => match task {
+                Some(task) => {
+                    let interval = (Duration::from_millis(task.spec.lease_ms) / 3).min(MAX_HEARTBEAT_INTERVAL);
+                    return Ok(Json(ClaimedTasks {
+                        tasks: vec![stepwright_llm::task_view(&task)],
+                        cancel: Vec::new(),
+                        heartbeat_interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1),
+                    }));
+                }
+                // The dispatch that took this claim failed: it looks the usual way.
+                None => parking = None,
+            },
         }
     }
 }

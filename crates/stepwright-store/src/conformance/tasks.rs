@@ -21,7 +21,7 @@ fn spec(id: &TaskId, handler: &str, lease_ms: u64, concurrency: Option<u32>) -> 
         concurrency,
         details: None,
         recompute: false,
-        push: None,
+        leased_to: None,
     }
 }
 
@@ -188,7 +188,8 @@ pub async fn a_pushed_task_is_born_leased_to_its_endpoint<S: Store + ?Sized>(sto
     store.create_run(run).await.expect("created");
     let id = TaskId::derive(run_id, &StepPath::new("call"), 1);
     let endpoint = "https://fn.example.com/summarise";
-    let task = TaskSpec { queue: "push".into(), push: Some(endpoint.into()), ..spec(&id, "summarise", 60_000, None) };
+    let task =
+        TaskSpec { queue: "push".into(), leased_to: Some(endpoint.into()), ..spec(&id, "summarise", 60_000, None) };
     let at = wall();
     let mut batch = JournalBatch::default();
     batch.entries.push(entry("call", at.as_micros(), Record::Dispatched { attempt: 1, task }));

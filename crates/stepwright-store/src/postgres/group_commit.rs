@@ -604,10 +604,10 @@ async fn commit_together(pool: &PgPool, pending: &[Pending]) -> Result<HashSet<R
              INSERT INTO stepwright_tasks (id, run_id, path, attempt, tenant, workflow, queue, handler, spec, state, created_at, \
                                            details, worker, lease_token, lease_expires, claimed_at) \
              SELECT t.id, t.run, t.path, t.attempt, COALESCE(r.caller->>'tenant', ''), r.workflow, t.queue, t.handler, \
-                    t.spec, CASE WHEN t.spec->>'push' IS NULL THEN 'pending' ELSE 'claimed' END, t.at, t.spec->'details', \
-                    t.spec->>'push', CASE WHEN t.spec->>'push' IS NULL THEN 0 ELSE 1 END, \
-                    CASE WHEN t.spec->>'push' IS NOT NULL THEN t.at + GREATEST((t.spec->>'lease_ms')::bigint, 1) * 1000 END, \
-                    CASE WHEN t.spec->>'push' IS NOT NULL THEN t.at END \
+                    t.spec, CASE WHEN t.spec->>'leased_to' IS NULL THEN 'pending' ELSE 'claimed' END, t.at, t.spec->'details', \
+                    t.spec->>'leased_to', CASE WHEN t.spec->>'leased_to' IS NULL THEN 0 ELSE 1 END, \
+                    CASE WHEN t.spec->>'leased_to' IS NOT NULL THEN t.at + GREATEST((t.spec->>'lease_ms')::bigint, 1) * 1000 END, \
+                    CASE WHEN t.spec->>'leased_to' IS NOT NULL THEN t.at END \
              FROM UNNEST($26::text[], $27::uuid[], $28::text[], $29::int[], $30::text[], $31::text[], $32::jsonb[], $33::bigint[]) \
                   AS t(id, run, path, attempt, queue, handler, spec, at) \
              JOIN locked l ON l.id = t.run JOIN stepwright_runs r ON r.id = t.run ON CONFLICT (id) DO NOTHING \
