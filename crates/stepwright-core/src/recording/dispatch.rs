@@ -231,7 +231,13 @@ impl StepRecording {
         use crate::store::task::{TaskAnswer, TaskLease};
         let now = self.run.clock.now();
         let Some(task) = tasks.settle_task(id, now).await? else { return Ok(()) };
-        let answer = match pusher.push(&task).await {
+        // A cancelled step stops waiting for the endpoint (the request is dropped); the task,
+        // leased to the endpoint, is then the cancel's to settle.
+        let pushed = tokio::select! {
+            pushed = pusher.push(&task) => pushed,
+            () = self.cancel.cancelled() => return Ok(()),
+        };
+        let answer = match pushed {
             Ok(Some(output)) => TaskAnswer::Complete(output),
             Ok(None) => return Ok(()),
             Err(error) => TaskAnswer::Fail(error),

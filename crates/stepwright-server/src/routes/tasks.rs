@@ -125,10 +125,8 @@ pub(crate) async fn claim(
     let wait = Duration::from_secs(u64::from(body.wait_seconds));
     shared.workers.heard(who.namespace(), &body, shared.now(), 1);
     let _parked = Parked { workers: &shared.workers, namespace: who.namespace(), claim: &body, now: shared.now() };
-    // The held tasks' cancels are looked up when this process cancels a run and every
-    // `CANCEL_LOOK` (another process's cancel) — per worker, across its claims; tasks at
-    // every wake-up.
-    // Parked in line in this process: a dispatch here may hand this claim its task directly.
+    // In line in this process: a dispatch here may hand this claim its task directly
+    // (decision 72).
     let mut parking = match (claim.max > 0, shared.store.task_signals()) {
         (true, Some(signals)) => Some(signals.park(ParkedClaim {
             worker: claim.worker.clone(),
@@ -138,6 +136,9 @@ pub(crate) async fn claim(
         })),
         _ => None,
     };
+    // The held tasks' cancels are looked up when this process cancels a run and every
+    // `CANCEL_LOOK` (another process's cancel) — per worker, across its claims; tasks at
+    // every wake-up.
     loop {
         // Enabled before looking, so a task dispatched (or a run cancelled) while this looks
         // is not missed.
