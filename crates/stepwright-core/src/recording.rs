@@ -1,7 +1,6 @@
 //! The recording protocol: per-run shared state ([`RunShared`]), the single recording point
 //! ([`Recorder`]) and the replay index that serves what a run already recorded.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,16 +13,17 @@ use crate::error::{ErrorCode, StepError};
 use crate::hash::ContentHash;
 use crate::identity::Caller;
 use crate::ids::{InterruptId, RunId, StepPath, Timestamp};
-use crate::journal::{Choice, EventRecord, JournalBatch, JournalEntry, LoadedRun, Record};
+use crate::journal::{EventRecord, JournalBatch, JournalEntry, Record};
 use crate::outcome::{Decision, InterruptRequest, Resolution};
-use crate::policy::Effect;
 use crate::runtime::{Clock, Entropy};
 use crate::services::{CallInfo, CallKind, Observer, ProvidedLayers, Services};
 use crate::store::cache::StepCache;
 use crate::store::{Store, StoreError};
 
 mod dispatch;
+mod replay;
 pub use dispatch::{TaskPusher, TaskRequest};
+pub(crate) use replay::{RecordedCall, ReplayIndex, ReplayMode};
 
 /// Everything a run's steps share. One per execution (start or resume) of a run.
 pub(crate) struct RunShared {
@@ -340,241 +340,6 @@ fn take_started(entries: &mut Vec<JournalEntry>, path: &StepPath, attempt: u32) 
         .iter()
         .rposition(|e| &e.path == path && matches!(e.record, Record::Started { attempt: a } if a == attempt))?;
     Some(entries.remove(index).at)
-}
-
-/// What the journal says about one step path.
-#[derive(Default, Debug)]
-pub(crate) struct PathLog {
-    pub(crate) last_attempt: u32,
-    pub(crate) completed: Option<(u32, ContentHash)>,
-    pub(crate) failures: Vec<(u32, StepError, Option<Timestamp>)>,
-    pub(crate) intent: Option<u32>,
-    pub(crate) skipped: Option<String>,
-    pub(crate) decided: Option<Choice>,
-    pub(crate) values: HashMap<(u32, u32), Value>,
-    pub(crate) checkpoint: Option<(u32, Value)>,
-    pub(crate) handoff: Option<(String, Value)>,
-    /// The attempt that handed a task to a step worker, and the task.
-    pub(crate) dispatched: Option<(u32, crate::task::TaskId)>,
-}
-
-/// An interrupt as the journal knows it.
-#[derive(Debug, Clone)]
-pub(crate) struct InterruptLog {
-    pub(crate) path: StepPath,
-    pub(crate) request: InterruptRequest,
-    pub(crate) deadline: Option<Timestamp>,
-    pub(crate) resolution: Option<Resolution>,
-}
-
-/// The journal of a run, indexed by step path, consulted when a run resumes. Empty for a
-/// fresh run, so the fast path pays only an `is_empty` check.
-/// What a run's journal is used for.
-#[derive(Default)]
-pub(crate) enum ReplayMode {
-    /// Continue the run: serve everything recorded.
-    #[default]
-    Resume,
-    /// Re-execute the run in a sandbox: serve only what must not happen again (fenced steps'
-    /// outputs, human decisions, timing-dependent inputs) and journaled values.
-    Replay,
-    /// Re-execute from a point in a sandbox: serve everything recorded before it (these
-    /// paths), and after it only `write` steps, `external` steps not safe to retry, human
-    /// decisions and timing-dependent inputs.
-    Recompute(std::collections::HashSet<StepPath>),
-}
-
-/// A sub-step as the journal knows it.
-pub(crate) enum RecordedCall {
-    /// It completed with this output.
-    Output(Arc<Value>),
-    /// Its intent was committed but nothing after it: it may or may not have happened.
-    Unfinished,
-}
-
-#[derive(Default)]
-pub(crate) struct ReplayIndex {
-    mode: ReplayMode,
-    paths: HashMap<StepPath, PathLog>,
-    blobs: HashMap<ContentHash, Arc<Value>>,
-    pub(crate) interrupts: HashMap<InterruptId, InterruptLog>,
-}
-
-impl ReplayIndex {
-    pub(crate) fn from_loaded(loaded: &LoadedRun) -> Result<Self, StoreError> {
-        let mut index = Self { blobs: loaded.blobs.clone(), ..Self::default() };
-        for entry in &loaded.entries {
-            let log = index.paths.entry(entry.path.clone()).or_default();
-            match &entry.record {
-                Record::Started { attempt } => log.last_attempt = log.last_attempt.max(*attempt),
-                Record::Intent { attempt, .. } => log.intent = Some(*attempt),
-                Record::Completed { attempt, output, .. } => {
-                    let value = index.blobs.get(output).ok_or(StoreError::Corrupt(*output))?;
-                    if ContentHash::of_value(value) != *output {
-                        return Err(StoreError::Corrupt(*output));
-                    }
-                    log.completed = Some((*attempt, *output));
-                    // A folded `Started` entry means the completion also marks the attempt.
-                    log.last_attempt = log.last_attempt.max(*attempt);
-                }
-                Record::Failed { attempt, error, retry_at, .. } => {
-                    log.failures.push((*attempt, error.clone(), *retry_at));
-                    log.last_attempt = log.last_attempt.max(*attempt);
-                }
-                Record::Skipped { reason } => log.skipped = Some(reason.clone()),
-                Record::Decided { choice } => log.decided = Some(choice.clone()),
-                Record::Value { attempt, seq, value } => {
-                    log.values.insert((*attempt, *seq), value.clone());
-                }
-                Record::Checkpoint { attempt, state } => log.checkpoint = Some((*attempt, state.clone())),
-                Record::Handoff { target, payload } => log.handoff = Some((target.clone(), payload.clone())),
-                Record::InterruptOpened { id, request, deadline } => {
-                    index.interrupts.insert(
-                        id.clone(),
-                        InterruptLog {
-                            path: entry.path.clone(),
-                            request: request.clone(),
-                            deadline: *deadline,
-                            resolution: None,
-                        },
-                    );
-                }
-                Record::InterruptResolved { id, resolution } => {
-                    if let Some(log) = index.interrupts.get_mut(id) {
-                        log.resolution = Some(resolution.clone());
-                    }
-                }
-                Record::Dispatched { attempt, task } => {
-                    log.dispatched = Some((*attempt, task.id.clone()));
-                    log.last_attempt = log.last_attempt.max(*attempt);
-                }
-                Record::Artifact { .. } | Record::Cancelled { .. } => {}
-            }
-        }
-        Ok(index)
-    }
-
-    /// The same journal, used another way.
-    pub(crate) fn with_mode(mut self, mode: ReplayMode) -> Self {
-        self.mode = mode;
-        self
-    }
-
-    /// The attempt whose task the journal shows dispatched at `path`, if any (whatever this
-    /// execution serves: a task exists exactly when its entry does).
-    pub(crate) fn dispatched(&self, path: &StepPath) -> Option<u32> {
-        self.raw(path)?.dispatched.as_ref().map(|(attempt, _)| *attempt)
-    }
-
-    /// Whether this is a replay (not a resume, not a recompute).
-    pub(crate) fn is_replay(&self) -> bool {
-        matches!(self.mode, ReplayMode::Replay)
-    }
-
-    /// The output the journal records at `path`, whatever this execution serves (a replay
-    /// gives a step worker's recorded answer back instead of dispatching it again).
-    pub(crate) fn recorded_output(&self, path: &StepPath) -> Option<Arc<Value>> {
-        let (_, hash) = self.raw(path)?.completed?;
-        self.blobs.get(&hash).cloned()
-    }
-
-    /// Whether this is a sandbox re-execution (replay or recompute), whose own journal
-    /// records served steps too, for comparison.
-    pub(crate) fn replaying(&self) -> bool {
-        !matches!(self.mode, ReplayMode::Resume)
-    }
-
-    fn serves_code(&self, path: &StepPath) -> bool {
-        match &self.mode {
-            ReplayMode::Resume => true,
-            ReplayMode::Replay => false,
-            ReplayMode::Recompute(prefix) => prefix.contains(path),
-        }
-    }
-
-    fn raw(&self, path: &StepPath) -> Option<&PathLog> {
-        if self.paths.is_empty() { None } else { self.paths.get(path) }
-    }
-
-    /// What the journal says about a node with this effect class (see [`ReplayMode`]).
-    pub(crate) fn path(&self, path: &StepPath, effect: (Effect, bool)) -> Option<&PathLog> {
-        let (effect, safe_to_retry) = effect;
-        let served = match &self.mode {
-            ReplayMode::Resume => true,
-            ReplayMode::Replay => effect.is_fenced(),
-            ReplayMode::Recompute(prefix) => {
-                prefix.contains(path) || effect == Effect::Write || (effect == Effect::External && !safe_to_retry)
-            }
-        };
-        if served { self.raw(path) } else { None }
-    }
-
-    pub(crate) fn completed_output(&self, path: &StepPath, effect: (Effect, bool)) -> Option<Arc<Value>> {
-        let (_, hash) = self.path(path, effect)?.completed?;
-        self.blobs.get(&hash).cloned()
-    }
-
-    /// Every recorded completion, by path (for comparing a replay with its original).
-    pub(crate) fn completions(&self) -> impl Iterator<Item = (&StepPath, ContentHash)> {
-        self.paths.iter().filter_map(|(path, log)| log.completed.map(|(_, hash)| (path, hash)))
-    }
-
-    pub(crate) fn value(&self, path: &StepPath, attempt: u32, seq: u32) -> Option<&Value> {
-        if matches!(self.mode, ReplayMode::Recompute(_)) && !self.serves_code(path) {
-            return None;
-        }
-        self.raw(path)?.values.get(&(attempt, seq))
-    }
-
-    /// A decision the code makes (branch arm, map items, loop verdict, graph edge): served
-    /// on resume, re-evaluated in a replay (and after a recompute's starting point).
-    /// What the journal holds for a sub-step (`StepContext::call`) of the given attempt,
-    /// when this mode serves it: its output, or that it started and did not finish.
-    pub(crate) fn call(&self, path: &StepPath, attempt: u32, kind: CallKind) -> Option<RecordedCall> {
-        let log = match kind {
-            CallKind::Input => match &self.mode {
-                ReplayMode::Resume | ReplayMode::Replay => self.raw(path)?,
-                ReplayMode::Recompute(prefix) => {
-                    if prefix.contains(path) {
-                        self.raw(path)?
-                    } else {
-                        return None;
-                    }
-                }
-            },
-            CallKind::Action { effect, safe_to_retry } => self.path(path, (effect, safe_to_retry))?,
-        };
-        if let Some((done, hash)) = log.completed
-            && done == attempt
-        {
-            return self.blobs.get(&hash).cloned().map(RecordedCall::Output);
-        }
-        // A call that handed its work to a step worker and suspended is not unfinished: it
-        // runs again and finds its task.
-        let dispatched = log.dispatched.as_ref().is_some_and(|(at, _)| *at == attempt);
-        (log.intent == Some(attempt) && !dispatched).then_some(RecordedCall::Unfinished)
-    }
-
-    /// The choice recorded at `path`, when this execution serves it: one that came from
-    /// outside the code ([`Choice::is_outside_input`]) always, one the code made (an arm,
-    /// items, a verdict, an edge) where code is served (see [`ReplayMode`]).
-    pub(crate) fn choice(&self, path: &StepPath) -> Option<&Choice> {
-        let choice = self.raw(path)?.decided.as_ref()?;
-        (choice.is_outside_input() || self.serves_code(path)).then_some(choice)
-    }
-
-    /// Every recorded choice, by path (for comparing a recompute with its original).
-    pub(crate) fn choices(&self) -> impl Iterator<Item = (&StepPath, &Choice)> {
-        self.paths.iter().filter_map(|(path, log)| log.decided.as_ref().map(|d| (path, d)))
-    }
-
-    pub(crate) fn has_interrupts(&self) -> bool {
-        !self.interrupts.is_empty()
-    }
-
-    pub(crate) fn interrupt(&self, id: &InterruptId) -> Option<&InterruptLog> {
-        self.interrupts.get(id)
-    }
 }
 
 impl RunShared {
