@@ -277,7 +277,7 @@ impl StepContext {
         F: FnOnce(CallInfo) -> Fut,
         Fut: std::future::Future<Output = Result<Value, StepError>>,
     {
-        self.inner.recording.call(name, kind, false, work).await
+        self.call_dispatching(name, kind, false, work).await
     }
 
     /// [`StepContext::call`] for work that may hand a task to a step worker

@@ -165,34 +165,31 @@ impl StepRecording {
             let at = run.clock.now();
             let record = Record::Dispatched { attempt: self.attempt, task: spec.clone() };
             run.recorder.commit(&path, at, record).await.map_err(|e| failed("dispatching the", e.0))?;
-            if let Some(matched) = matched {
-                let task = StoredTask::born(
-                    spec.clone(),
-                    run.run_id,
-                    path.clone(),
-                    self.attempt,
-                    run.caller.tenant.clone(),
-                    run.workflow.to_string(),
-                    at,
-                );
-                if let Some(task) = matched.deliver(task) {
-                    // The claim went away before it got the task: back to the queue for anyone.
-                    let lease = crate::store::task::TaskLease { task: task.spec.id.clone(), token: task.lease_token };
-                    let released = tasks.answer_task(&lease, crate::store::task::TaskAnswer::Release, run.clock.now());
-                    released.await.map_err(|e| failed("releasing the", e))?;
-                    if let Some(signals) = store.task_signals() {
-                        signals.dispatched();
-                    }
-                }
-            }
             if let Some(real) = recompute_home.as_ref().and_then(|home| home.tasks()) {
-                real.dispatch_for_recompute(run.run_id, &path, self.attempt, &spec, run.clock.now())
+                real.dispatch_for_recompute(run.run_id, &path, self.attempt, &spec, at)
                     .await
                     .map_err(|e| failed("dispatching the recompute's", e))?;
             }
+            // A task handed over at dispatch is the row just written (born leased to its
+            // holder), built here rather than read back.
+            let born = || {
+                let (tenant, workflow) = (run.caller.tenant.clone(), run.workflow.to_string());
+                StoredTask::born(spec.clone(), run.run_id, path.clone(), self.attempt, tenant, workflow, at)
+            };
+            if let Some(matched) = matched
+                && let Some(task) = matched.deliver(born())
+            {
+                // The claim went away before it got the task: back to the queue for anyone.
+                let lease = crate::store::task::TaskLease { task: task.spec.id.clone(), token: task.lease_token };
+                let released = tasks.answer_task(&lease, crate::store::task::TaskAnswer::Release, run.clock.now());
+                released.await.map_err(|e| failed("releasing the", e))?;
+                if let Some(signals) = store.task_signals() {
+                    signals.dispatched();
+                }
+            }
             if let Some(pusher) = &request.push {
                 let home = recompute_home.as_ref().and_then(|home| home.tasks()).unwrap_or(tasks);
-                self.push(home, &id, pusher.as_ref()).await.map_err(|e| failed("pushing the", e))?;
+                self.push(home, born(), pusher.as_ref()).await.map_err(|e| failed("pushing the", e))?;
             }
         }
         if let Some((home, real)) = recompute_home.as_ref().and_then(|home| Some((home, home.tasks()?))) {
@@ -219,18 +216,16 @@ impl StepRecording {
         ))
     }
 
-    /// Pushes the task `id` (born leased to the pusher) and records what the endpoint said
+    /// Pushes `task` (born leased to the pusher) and records what the endpoint said
     /// at once: an output completes the task, a refusal fails it, an acceptance leaves it
     /// to the endpoint. The step then reads the task as it would a worker's.
     async fn push(
         &self,
         tasks: &dyn crate::store::task::TaskStore,
-        id: &TaskId,
+        task: StoredTask,
         pusher: &dyn TaskPusher,
     ) -> Result<(), crate::store::StoreError> {
         use crate::store::task::{TaskAnswer, TaskLease};
-        let now = self.run.clock.now();
-        let Some(task) = tasks.settle_task(id, now).await? else { return Ok(()) };
         // A cancelled step stops waiting for the endpoint (the request is dropped); the task,
         // leased to the endpoint, is then the cancel's to settle.
         let pushed = tokio::select! {
@@ -242,7 +237,7 @@ impl StepRecording {
             Ok(None) => return Ok(()),
             Err(error) => TaskAnswer::Fail(error),
         };
-        let lease = TaskLease { task: id.clone(), token: task.lease_token };
+        let lease = TaskLease { task: task.spec.id.clone(), token: task.lease_token };
         match tasks.answer_task(&lease, answer, self.run.clock.now()).await {
             // The endpoint answered through the task endpoints meanwhile (or its lease ran
             // out): the task says what happened.

@@ -171,13 +171,7 @@ pub(crate) async fn claim(
                     }
                 }
             }
-            let shortest = tasks.iter().map(|t| Duration::from_millis(t.spec.lease_ms)).min();
-            let interval = shortest.map_or(MAX_HEARTBEAT_INTERVAL, |lease| (lease / 3).min(MAX_HEARTBEAT_INTERVAL));
-            return Ok(Json(ClaimedTasks {
-                tasks: tasks.iter().map(stepwright_llm::task_view).collect(),
-                cancel,
-                heartbeat_interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1),
-            }));
+            return Ok(Json(claimed(&tasks, cancel)));
         }
         let changed = async {
             match dispatched.as_mut().as_pin_mut() {
@@ -198,18 +192,23 @@ pub(crate) async fn claim(
             () = &mut announced => {}
             () = shared.shutdown.cancelled() => {}
             task = matched => match task {
-                Some(task) => {
-                    let interval = (Duration::from_millis(task.spec.lease_ms) / 3).min(MAX_HEARTBEAT_INTERVAL);
-                    return Ok(Json(ClaimedTasks {
-                        tasks: vec![stepwright_llm::task_view(&task)],
-                        cancel: Vec::new(),
-                        heartbeat_interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1),
-                    }));
-                }
+                Some(task) => return Ok(Json(claimed(&[task], Vec::new()))),
                 // The dispatch that took this claim failed: it looks the usual way.
                 None => parking = None,
             },
         }
+    }
+}
+
+/// A claim's answer: the tasks leased, the cancels, and the heartbeat interval the shortest
+/// lease calls for.
+fn claimed(tasks: &[StoredTask], cancel: Vec<String>) -> ClaimedTasks {
+    let shortest = tasks.iter().map(|t| Duration::from_millis(t.spec.lease_ms)).min();
+    let interval = shortest.map_or(MAX_HEARTBEAT_INTERVAL, |lease| (lease / 3).min(MAX_HEARTBEAT_INTERVAL));
+    ClaimedTasks {
+        tasks: tasks.iter().map(stepwright_llm::task_view).collect(),
+        cancel,
+        heartbeat_interval_ms: u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1),
     }
 }
 
