@@ -144,7 +144,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The approvals inbox: every open interrupt of the namespace the key may decide.
+         * The approvals inbox: every open decision of the namespace the key may take (`kind` lists timers or awaited events instead).
          * @description Needs a key with the `viewer` role.
          */
         get: operations["interruptInbox"];
@@ -190,6 +190,26 @@ export interface paths {
          * @description Needs a key with the `approver` role.
          */
         post: operations["createLink"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/interrupts/{id}/wake": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Wake a durable timer now (its step goes on as if the time had come); the run then continues. Only timers are woken; a decision is never skipped this way.
+         * @description Needs a key with the `operator` role.
+         */
+        post: operations["wakeTimer"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2374,6 +2394,17 @@ export interface components {
              */
             skipped?: string | null;
         };
+        /** @description A durable timer woken before it was due. */
+        TimerWoken: {
+            /** @description The timer's interrupt. */
+            interrupt_id: string;
+            /** @description The run. */
+            run_id: string;
+            /** @description Where the run stands: it continues on a worker. */
+            status: components["schemas"]["RunStatus"];
+            /** @description Who woke it (the key's user). */
+            woken_by: string;
+        };
         /** @description Usage and cost summed over calls. */
         Totals: {
             /**
@@ -3079,6 +3110,12 @@ export interface operations {
     interruptInbox: {
         parameters: {
             query?: {
+                /**
+                 * @description Only interrupts of this kind. Without it: the decisions a person takes (`approval`
+                 *     and `input`); durable timers (`timer`) and awaited events (`event`) are listed only
+                 *     when asked for.
+                 */
+                kind?: components["schemas"]["InterruptKind"] | null;
                 /** @description `open`: interrupts waiting for a decision (the only status listed). */
                 status?: "open" | null;
             };
@@ -3322,6 +3359,91 @@ export interface operations {
             };
             /** @description Payload Too Large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    wakeTimer: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Woken. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TimerWoken"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

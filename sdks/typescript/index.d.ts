@@ -81,7 +81,8 @@ export declare class Client {
     get(name: string): Promise<S<"WorkflowDetails">>;
   };
   readonly interrupts: {
-    list(options?: { status?: string }): Promise<S<"InboxItem">[]>;
+    list(options?: { status?: string; kind?: S<"InterruptKind"> }): Promise<S<"InboxItem">[]>;
+    wake(interruptId: string): Promise<S<"TimerWoken">>;
     decide(interruptId: string, decision: S<"DecisionKind">, fields?: Partial<Omit<S<"DecisionBody">, "decision">>): Promise<S<"DecisionTaken">>;
     link(interruptId: string, options?: { expiresInSeconds?: number }): Promise<S<"LinkMade">>;
   };

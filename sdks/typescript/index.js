@@ -123,8 +123,10 @@ export class Client {
       get: (name) => request("GET", `/v1/workflows/${seg(name)}`, undefined, 3),
     };
     this.interrupts = {
-      /** The interrupts the key may decide (the approvals inbox). */
-      list: ({ status = "open" } = {}) => request("GET", `/v1/interrupts${query({ status })}`, undefined, 3),
+      /** The decisions the key may take (the approvals inbox); `kind` lists that kind instead. */
+      list: ({ status = "open", kind } = {}) => request("GET", `/v1/interrupts${query({ status, kind })}`, undefined, 3),
+      /** Wakes a durable timer now, as an operator (only timers are woken). */
+      wake: (interruptId) => request("POST", `/v1/interrupts/${seg(interruptId)}/wake`, {}),
       /** `approve`, `reject` (`reason`), `modify` (`payload`) or `respond` (`value`). */
       decide: (interruptId, decision, fields = {}) =>
         request("POST", `/v1/interrupts/${seg(interruptId)}/decision`, { decision, ...fields }),

@@ -14,6 +14,11 @@ pub struct InboxQuery {
     #[serde(default)]
     #[schemars(extend("enum" = ["open", null]))]
     pub status: Option<String>,
+    /// Only interrupts of this kind. Without it: the decisions a person takes (`approval`
+    /// and `input`); durable timers (`timer`) and awaited events (`event`) are listed only
+    /// when asked for.
+    #[serde(default)]
+    pub kind: Option<InterruptKind>,
 }
 
 /// An open interrupt the caller may decide.
@@ -87,6 +92,20 @@ pub struct DecisionTaken {
     /// Where the run stands: it continues on a worker.
     pub status: RunStatus,
 }
+
+/// A durable timer woken before it was due.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct TimerWoken {
+    /// The run.
+    pub run_id: String,
+    /// The timer's interrupt.
+    pub interrupt_id: String,
+    /// Who woke it (the key's user).
+    pub woken_by: String,
+    /// Where the run stands: it continues on a worker.
+    pub status: RunStatus,
+}
+
 /// A link to make.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -20,22 +20,40 @@ pub enum Decided {
     FinishedElsewhere(RunReport),
 }
 
-/// The interrupt a decision is for: the one named, else the run's only open one (a run as
-/// the API shows it, so the command line decides the same way locally and over `--server`).
+/// The interrupt a decision is for: the one named, else the run's only open decision (a
+/// run as the API shows it, so the command line decides the same way locally and over
+/// `--server`). Timers are not decisions: they are woken ([`only_timer`]).
 pub fn only_interrupt(run: &stepwright_api::RunDetails, named: Option<&str>) -> Result<InterruptId, AppError> {
+    let decisions: Vec<_> = run.pending.iter().filter(|p| p.kind != stepwright_api::InterruptKind::Timer).collect();
+    only_one(run, named, &decisions, "open interrupt", "--interrupt")
+}
+
+/// The timer a wake is for: the one named, else the run's only open timer.
+pub fn only_timer(run: &stepwright_api::RunDetails, named: Option<&str>) -> Result<InterruptId, AppError> {
+    let timers: Vec<_> = run.pending.iter().filter(|p| p.kind == stepwright_api::InterruptKind::Timer).collect();
+    only_one(run, named, &timers, "running timer", "--timer")
+}
+
+fn only_one(
+    run: &stepwright_api::RunDetails,
+    named: Option<&str>,
+    open: &[&stepwright_api::PendingView],
+    what: &str,
+    flag: &str,
+) -> Result<InterruptId, AppError> {
     if let Some(id) = named {
         return Ok(InterruptId::new(id));
     }
-    match run.pending.as_slice() {
+    match open {
         [only] => Ok(InterruptId::new(&only.id)),
-        [] => Err(AppError::BadInput(format!("run {} has no open interrupt", run.run_id))),
+        [] => {
+            let waits: Vec<String> = run.pending.iter().map(|p| format!("{} (a {})", p.id, p.kind.as_str())).collect();
+            let besides = if waits.is_empty() { String::new() } else { format!("; it waits on {}", waits.join(", ")) };
+            Err(AppError::BadInput(format!("run {} has no {what}{besides}", run.run_id)))
+        }
         many => {
             let ids: Vec<String> = many.iter().map(|p| format!("{} ({})", p.id, p.step)).collect();
-            Err(AppError::BadInput(format!(
-                "run {} has several open interrupts; pick one with --interrupt: {}",
-                run.run_id,
-                ids.join(", ")
-            )))
+            Err(AppError::BadInput(format!("run {} has several: pick one with {flag}: {}", run.run_id, ids.join(", "))))
         }
     }
 }
@@ -83,6 +101,33 @@ pub async fn decide_in_background(
     engine.resolve(run, interrupt, decision, caller).await?;
     continue_in_background(engine, workflow, run).await;
     Ok(engine.store().load_from(run, u64::MAX).await?.record.status)
+}
+
+/// Wakes a durable timer of `run` as `caller`, then continues the run in a task of its own
+/// here, as [`decide_in_background`] does for a decision.
+pub async fn wake_in_background(
+    engine: &Engine,
+    workflow: Workflow,
+    run: RunId,
+    interrupt: &InterruptId,
+    caller: &Caller,
+) -> Result<stepwright_core::RunStatus, AppError> {
+    engine.wake_timer(run, interrupt, caller).await?;
+    continue_in_background(engine, workflow, run).await;
+    Ok(engine.store().load_from(run, u64::MAX).await?.record.status)
+}
+
+/// Wakes a durable timer of `run` as `caller`, then continues the run (as
+/// [`decide_then_continue`] does).
+pub async fn wake_then_continue(
+    engine: &Engine,
+    bindings: &Bindings,
+    run: RunId,
+    interrupt: &InterruptId,
+    caller: &Caller,
+) -> Result<Decided, AppError> {
+    engine.wake_timer(run, interrupt, caller).await?;
+    continue_run(engine, bindings, run).await
 }
 
 /// Claims a decided run to continue it in this process, then executes it in a task of its

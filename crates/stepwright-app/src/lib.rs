@@ -24,6 +24,7 @@ pub use bindings::{
 };
 pub use decide::{
     Decided, continue_in_background, continue_run, decide_in_background, decide_then_continue, only_interrupt,
+    only_timer, wake_in_background, wake_then_continue,
 };
 pub use error::AppError;
 pub use idempotency::{CLAIM_ABANDONED_AFTER, IdempotentStart, claim_start};

@@ -374,13 +374,20 @@ pub(crate) enum Command {
         #[arg(long)]
         message: String,
     },
-    /// Wake an `every` step's channel: its next tick runs now, wherever the run executes.
+    /// Wake an `every` step's channel (its next tick runs now, wherever the run executes),
+    /// or with `--timer` a durable timer (a `sleep`): it goes off now and the run goes on.
     Wake {
         /// The run id.
         run: String,
         /// The channel (an `every`'s `wake`).
+        #[arg(long, required_unless_present = "timer", conflicts_with = "timer")]
+        channel: Option<String>,
+        /// The timer's interrupt id (alone: the run's only running timer).
         #[arg(long)]
-        channel: String,
+        timer: Option<Option<String>>,
+        /// With `--timer`: the run's report as one JSON object.
+        #[arg(long, requires = "timer")]
+        json: bool,
     },
     /// Re-execute a run with current code (effects and decisions served from the journal)
     /// and report per step whether outputs are identical. Exit 0 identical, 1 changed.
@@ -542,7 +549,7 @@ pub(crate) fn parse_duration_arg(text: &str) -> Result<std::time::Duration, Stri
 }
 
 /// Who decides, and which interrupt.
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 pub(crate) struct Decider {
     /// The interrupt (default: the run's only open one).
     #[arg(long)]

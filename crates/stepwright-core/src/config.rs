@@ -70,6 +70,10 @@ pub struct EngineConfig {
     /// (releasing its lease until the task is answered or one of its deadlines comes): a
     /// quick handler's answer is taken at once, a slow one pins no engine worker.
     pub task_hold: Duration,
+    /// A step still running after this long has its start written to the journal at once
+    /// (not with its end), so the API, the event stream and the dashboard show it running:
+    /// a quick step costs one write, a slow one two.
+    pub show_running_after: Duration,
 }
 
 /// Content on spans: how much of each value, after the step's output guardrails redacted it.
@@ -98,6 +102,7 @@ impl Default for EngineConfig {
             cancel_poll: Duration::from_millis(100),
             decision_poll: Duration::from_millis(100),
             task_hold: Duration::from_secs(2),
+            show_running_after: Duration::from_millis(200),
             capture_content: None,
         }
     }

@@ -101,8 +101,8 @@ pub(crate) struct Recorder {
     retry_for: std::time::Duration,
     /// When the oldest deferred entry was buffered.
     oldest: Mutex<Option<tokio::time::Instant>>,
-    /// `async` durability flushes from two places (the walk and the timer): one at a time,
-    /// so that batches reach the store in order.
+    /// Flushes come from several places (parallel branches, a slow step's start, the
+    /// `async` timer): one at a time, so that batches reach the store in order.
     flushing: tokio::sync::Mutex<()>,
     /// How many journal entries of the run the store held when this execution began plus
     /// those this recorder wrote since: a lower bound of the journal's length (others may
@@ -239,12 +239,24 @@ impl Recorder {
         self.note(path, at, record);
     }
 
+    /// Writes the buffer now if it still holds `path`'s start of `attempt` (a slow step is
+    /// seen running; see `EngineConfig::show_running_after`).
+    pub(crate) async fn flush_start(&self, path: &StepPath, attempt: u32) -> Result<(), StoreFailed> {
+        let pending = self
+            .pending
+            .lock()
+            .expect("poisoned")
+            .entries
+            .iter()
+            .any(|e| &e.path == path && matches!(e.record, Record::Started { attempt: a } if a == attempt));
+        if pending { self.flush().await } else { Ok(()) }
+    }
+
     /// Writes everything buffered.
     pub(crate) async fn flush(&self) -> Result<(), StoreFailed> {
-        let _serial = match self.window {
-            Some(_) => Some(self.flushing.lock().await),
-            None => None,
-        };
+        // One batch at a time, so that batches reach the store in the order they were taken:
+        // a step's start written by one flush never lands after its end written by another.
+        let _serial = self.flushing.lock().await;
         if self.crashed.load(Ordering::Relaxed) {
             return Err(StoreFailed(StoreError::Backend {
                 doing: "appending to the journal".into(),

@@ -70,7 +70,7 @@ impl From<EngineError> for ApiError {
         let status = match (&error, code) {
             (_, "not_found") => StatusCode::NOT_FOUND,
             (EngineError::Resolve { .. }, "access_denied") => StatusCode::FORBIDDEN,
-            (EngineError::Resolve { .. }, "already_resolved") => StatusCode::CONFLICT,
+            (EngineError::Resolve { .. }, "already_resolved" | "run_finished") => StatusCode::CONFLICT,
             (EngineError::Leased { .. } | EngineError::NotResumable { .. }, _) | (_, "queued") => StatusCode::CONFLICT,
             _ if error.fault() == Fault::Caller => StatusCode::UNPROCESSABLE_ENTITY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,

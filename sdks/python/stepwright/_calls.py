@@ -101,8 +101,12 @@ def show_workflow(name: str) -> Call[m.WorkflowDetails]:
 
 
 # Interrupts.
-def inbox(status: str) -> Call[list[m.InboxItem]]:
-    return Call("GET", "/v1/interrupts", params={"status": status}, retries=3)
+def inbox(status: str, kind: str | None) -> Call[list[m.InboxItem]]:
+    return Call("GET", "/v1/interrupts", params=_given(status=status, kind=kind), retries=3)
+
+
+def wake(interrupt_id: str) -> Call[m.TimerWoken]:
+    return Call("POST", f"/v1/interrupts/{_seg(interrupt_id)}/wake", json={})
 
 
 def decide(interrupt_id: str, decision: str, fields: dict[str, Any]) -> Call[m.DecisionTaken]:

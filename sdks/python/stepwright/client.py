@@ -193,9 +193,15 @@ class _Interrupts:
     def __init__(self, client: Client) -> None:
         self._c = client
 
-    def list(self, *, status: str = "open") -> list[m.InboxItem]:
-        """The interrupts the key may decide (the approvals inbox), oldest run first."""
-        return self._c._send(calls.inbox(status))
+    def list(self, *, status: str = "open", kind: str | None = None) -> list[m.InboxItem]:
+        """The decisions the key may take (the approvals inbox), oldest run first; ``kind``
+        (``timer``, ``event``, ``approval``, ``input``) lists that kind instead."""
+        return self._c._send(calls.inbox(status, kind))
+
+    def wake(self, interrupt_id: str) -> m.TimerWoken:
+        """Wakes a durable timer (``<run id>.<interrupt id>``) now, as an operator: its step
+        goes on as if the time had come. Only timers are woken."""
+        return self._c._send(calls.wake(interrupt_id))
 
     def decide(self, interrupt_id: str, decision: str, **fields: Any) -> m.DecisionTaken:
         """Decides an interrupt (``<run id>.<interrupt id>``) as the key's user: ``approve``,

@@ -98,6 +98,7 @@ __all__ = [
     "TaskSummary",
     "TaskWaitView",
     "TickView",
+    "TimerWoken",
     "Totals",
     "TriggerDetails",
     "TriggerView",
@@ -1258,6 +1259,18 @@ class TickView(_TickViewRequired, total=False):
     """Why it started none (`overlap`, `buffer_full`, `outside_catchup_window`, `paused`,
     `dst_gap`, `start_failed: why`).
     """
+
+
+class TimerWoken(TypedDict):
+    """A durable timer woken before it was due."""
+    interrupt_id: str
+    """The timer's interrupt."""
+    run_id: str
+    """The run."""
+    status: RunStatus
+    """Where the run stands: it continues on a worker."""
+    woken_by: str
+    """Who woke it (the key's user)."""
 
 
 class _TotalsRequired(TypedDict):

@@ -23,6 +23,8 @@ triggers:
 steps:
   - id: ok
     approval: { message: "Go?" }
+  - id: nap
+    sleep: 6h
   - id: shaped
     set: { seen: "{{ input.n }}" }
 """
@@ -34,7 +36,7 @@ def test_the_models_are_generated_from_the_document() -> None:
 
 
 def test_every_resource_answers_through_the_client(server: Any, namespace: str) -> None:
-    key = server.key(namespace, "admin", "approver", "worker")
+    key = server.key(namespace, "admin", "approver", "operator", "worker")
     with Client(server.url, key) as c:
         assert c.health()["status"] == "ok"
         version = c.workflows.register(SOURCE)
@@ -49,6 +51,11 @@ def test_every_resource_answers_through_the_client(server: Any, namespace: str) 
         [item] = c.interrupts.list()
         assert c.interrupts.link(item["id"], expires_in_seconds=600)["url"]
         c.interrupts.decide(item["id"], "approve")
+        while not (timers := c.interrupts.list(kind="timer")):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert c.interrupts.list() == [], "a timer is not a decision"
+        assert c.interrupts.wake(timers[0]["id"])["interrupt_id"] == timers[0]["interrupt_id"]
         done = c.runs.wait(run["run_id"], timeout=30)
         assert done["status"] == "completed", done
         assert c.runs.definition(run["run_id"])["run_id"] == run["run_id"]
@@ -90,7 +97,7 @@ def test_every_resource_answers_through_the_client(server: Any, namespace: str) 
 
 
 def test_the_async_client_has_the_same_resources(server: Any, namespace: str) -> None:
-    key = server.key(namespace, "admin", "approver")
+    key = server.key(namespace, "admin", "approver", "operator")
 
     async def walk() -> None:
         async with AsyncClient(server.url, key) as c:
@@ -102,6 +109,9 @@ def test_the_async_client_has_the_same_resources(server: Any, namespace: str) ->
                 await asyncio.sleep(0.05)
             [item] = await c.interrupts.list()
             await c.interrupts.decide(item["id"], "approve")
+            while not (timers := await c.interrupts.list(kind="timer")):
+                await asyncio.sleep(0.05)
+            await c.interrupts.wake(timers[0]["id"])
             assert (await c.runs.wait(run["run_id"], timeout=30))["status"] == "completed"
             assert (await c.runs.replay(run["run_id"]))["identical"] is True
             listed = [r["run_id"] async for r in c.runs.list(workflow="everything")]

@@ -21,12 +21,14 @@ triggers:
 steps:
   - id: ok
     approval: { message: "Go?" }
+  - id: nap
+    sleep: 6h
   - id: shaped
     set: { seen: "{{ input.n }}" }
 `;
 
 test("every resource answers through the client", async () => {
-  const c = new Client(server.url, server.key("admin", "approver", "worker"));
+  const c = new Client(server.url, server.key("admin", "approver", "operator", "worker"));
   assert.equal((await c.health()).status, "ok");
   await c.workflows.register(SOURCE);
   assert.deepEqual((await c.workflows.list()).map((w) => w.name), ["everything"]);
@@ -40,6 +42,13 @@ test("every resource answers through the client", async () => {
   }
   assert.ok((await c.interrupts.link(inbox[0].id, { expiresInSeconds: 600 })).url);
   await c.interrupts.decide(inbox[0].id, "approve");
+  let timers = [];
+  for (const deadline = Date.now() + 20_000; timers.length === 0 && Date.now() < deadline; ) {
+    timers = await c.interrupts.list({ kind: "timer" });
+    if (timers.length === 0) await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.deepEqual(await c.interrupts.list(), [], "a timer is not a decision");
+  assert.equal((await c.interrupts.wake(timers[0].id)).interrupt_id, timers[0].interrupt_id);
   assert.equal((await c.runs.wait(run.run_id, { timeoutMs: 30_000 })).status, "completed");
   const listed = [];
   for await (const summary of c.runs.list({ workflow: "everything", limit: 1 })) listed.push(summary.run_id);

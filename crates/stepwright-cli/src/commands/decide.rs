@@ -18,12 +18,27 @@ pub(crate) async fn decide(
     decision: Decision,
     json: bool,
 ) -> anyhow::Result<u8> {
+    settle(db, flags, run, who, Some(decision), json).await
+}
+
+/// Takes `decision` (a wake of a timer: `None`) as `who`, then continues the run.
+async fn settle(
+    db: Option<&str>,
+    flags: &ModelFlags,
+    run: &str,
+    who: &Decider,
+    decision: Option<Decision>,
+    json: bool,
+) -> anyhow::Result<u8> {
     let run = parse_run(run)?;
     let store = open_store(db).await?;
     let engine = cli_engine(&store, !json, flags);
     let report = engine.report(run).await?;
-    let interrupt =
-        stepwright::app::only_interrupt(&stepwright::app::details_of_report(&report, ""), who.interrupt.as_deref())?;
+    let shown = stepwright::app::details_of_report(&report, "");
+    let interrupt = match decision {
+        Some(_) => stepwright::app::only_interrupt(&shown, who.interrupt.as_deref())?,
+        None => stepwright::app::only_timer(&shown, who.interrupt.as_deref())?,
+    };
     check_tenant(store.as_ref(), run, who.tenant.as_deref()).await?;
     let caller = stepwright::Caller {
         tenant: who.tenant.clone(),
@@ -33,7 +48,13 @@ pub(crate) async fn decide(
     };
     // A decision that does not fit is the caller's fault: `exit::failure` says so (exit 2).
     let bindings = flags.bindings().sharing_limits_in(store.clone());
-    match stepwright::app::decide_then_continue(&engine, &bindings, run, &interrupt, decision, &caller).await? {
+    let decided = match decision {
+        Some(decision) => {
+            stepwright::app::decide_then_continue(&engine, &bindings, run, &interrupt, decision, &caller).await?
+        }
+        None => stepwright::app::wake_then_continue(&engine, &bindings, run, &interrupt, &caller).await?,
+    };
+    match decided {
         Decided::Continued(report) => Ok(print_report(&report, json)),
         // The run waits on this interrupt in a live process, which continues it now.
         Decided::ContinuesIn { owner } => {
@@ -149,6 +170,12 @@ pub(crate) enum Message {
     Inbox { inbox: String, message: String },
     /// A wake-up for an `every`'s channel.
     Wake { channel: String },
+}
+
+/// `wake --timer`: a durable timer goes off now, and the run continues here.
+pub(crate) async fn wake_timer(g: &Globals<'_>, run: String, timer: Option<String>, json: bool) -> anyhow::Result<u8> {
+    let who = Decider { interrupt: timer, ..Decider::default() };
+    settle(g.db, g.flags, &run, &who, None, json).await
 }
 
 /// `send` and `wake`: stores the message (or wake-up) for a run that exists; the process

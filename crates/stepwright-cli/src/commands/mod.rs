@@ -123,7 +123,10 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         Command::Send { run, inbox, message } => {
             decide::message(g, run, decide::Message::Inbox { inbox, message }).await
         }
-        Command::Wake { run, channel } => decide::message(g, run, decide::Message::Wake { channel }).await,
+        Command::Wake { run, channel: Some(channel), .. } => {
+            decide::message(g, run, decide::Message::Wake { channel }).await
+        }
+        Command::Wake { run, timer, json, .. } => decide::wake_timer(g, run, timer.flatten(), json).await,
         Command::Worker { once, tenant } => worker::worker(g, once, tenant).await,
         Command::Replay { run, json } => history::replay(g, run, json).await,
         Command::Recompute { run, file, from, rebind, persist, json } => {

@@ -12,7 +12,7 @@ use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use stepwright::api::interrupt::{DecisionBody, DecisionKind, DecisionTaken};
+use stepwright::api::interrupt::{DecisionBody, DecisionKind, DecisionTaken, TimerWoken};
 use stepwright::api::run::{
     CancelOutcome, CancelRun, Cancelled, ConcurrencyGroup, ResumeRun, RunMessage, RunPage, StartRun, Stored,
 };
@@ -188,10 +188,22 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             println!("sent to inbox {inbox} of run {run}");
             Ok(0)
         }
-        Command::Wake { run, channel } => {
+        Command::Wake { run, channel: Some(channel), .. } => {
             let body = RunMessage { inbox: None, message: None, wake: Some(channel.clone()) };
             let _: Stored = remote.post(&format!("/v1/runs/{run}/messages"), &body).await?;
             println!("woke channel {channel} of run {run}");
+            Ok(0)
+        }
+        Command::Wake { run, timer, json, .. } => {
+            let shown: RunDetails = remote.get(&format!("/v1/runs/{run}")).await?;
+            let timer = stepwright::app::only_timer(&shown, timer.as_ref().and_then(Option::as_deref))?;
+            let path = format!("/v1/interrupts/{run}.{timer}/wake");
+            let woken: TimerWoken = remote.post(&path, &serde_json::json!({})).await?;
+            if json {
+                println!("{}", serde_json::to_string(&woken)?);
+            } else {
+                println!("woke timer {timer} of run {run}; the run is {}", woken.status.as_str());
+            }
             Ok(0)
         }
         Command::Cancel { run, reason, user, wait } => {

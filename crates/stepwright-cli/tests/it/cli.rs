@@ -17,6 +17,7 @@ local_and_remote!(
     detached_runs_are_executed_by_a_worker,
     a_run_takes_a_priority_and_a_concurrency_group,
     send_reaches_a_loop_inbox_and_wake_an_every_channel,
+    a_timer_is_woken_not_approved,
     an_unknown_run_id_is_a_usage_error,
     ctrl_c_stops_the_command_and_the_run_is_finished,
 );
@@ -355,6 +356,26 @@ fn send_reaches_a_loop_inbox_and_wake_an_every_channel(target: &Target) {
     let bad = target.stepwright(&["send", &run, "--inbox", "notes", "--message", "{oops"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--message is not JSON"));
+}
+
+/// A durable timer is not a decision: `approve` refuses it and names what the run waits
+/// on; `wake --timer` makes it go off now and the run goes on.
+fn a_timer_is_woken_not_approved(target: &Target) {
+    let dir = target.dir();
+    write(dir, "nap.yaml", "workflow: nap\nsteps:\n  - id: nap\n    sleep: 6h\n  - id: up\n    set: awake\n");
+    let started = target.stepwright(&["run", "nap.yaml", "--json"]);
+    let run = run_id(&started);
+    assert_eq!(settled(target, &run)["status"], "suspended");
+    let approved = target.stepwright(&["approve", &run]);
+    assert_eq!(approved.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&approved.stderr);
+    assert!(said.contains("has no open interrupt; it waits on") && said.contains("(a timer)"), "{said}");
+    let woke = target.stepwright(&["wake", &run, "--timer"]);
+    assert_eq!(woke.status.code(), Some(0), "{}", String::from_utf8_lossy(&woke.stderr));
+    let shown = settled(target, &run);
+    assert_eq!((shown["status"].as_str(), &shown["output"]), (Some("completed"), &json!("awake")), "{shown}");
+    let again = target.stepwright(&["wake", &run, "--timer"]);
+    assert_eq!(again.status.code(), Some(2), "a finished run has no timer to wake");
 }
 
 /// The run as `runs show --json` prints it once it no longer runs (at most 10 s).

@@ -81,7 +81,8 @@ pub enum EngineError {
         interrupt: InterruptId,
         /// Why not.
         reason: String,
-        /// A stable code: `not_found`, `already_resolved`, `access_denied`, `invalid_decision`.
+        /// A stable code: `not_found`, `already_resolved`, `access_denied`, `invalid_decision`,
+        /// `run_finished`, `not_a_decision` (a timer), `not_a_timer` (a wake of a decision).
         code: &'static str,
     },
 }

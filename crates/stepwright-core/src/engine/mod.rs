@@ -500,13 +500,33 @@ impl Engine {
     }
 
     /// Resolves an open interrupt (compare-and-set: of concurrent decisions exactly one
-    /// wins). Approvers are enforced; an `input` answer is validated against its schema. The
-    /// run is not continued: call [`Engine::resume`].
+    /// wins). Approvers are enforced; an `input` answer is validated against its schema. A
+    /// timer is not a decision (it is woken: [`Engine::wake_timer`]), and a finished run's
+    /// interrupts are decided by nobody. The run is not continued: call [`Engine::resume`].
     pub async fn resolve(
         &self,
         run: RunId,
         interrupt: &InterruptId,
         decision: Decision,
+        by: &Caller,
+    ) -> Result<(), EngineError> {
+        self.settle(run, interrupt, Some(decision), by).await
+    }
+
+    /// Wakes a durable timer before it is due: its step goes on as if the time had come.
+    /// Only a timer is woken (a person's decision is not skipped this way); who may wake
+    /// one is the caller's business (the server asks for the operator role). The run is not
+    /// continued: call [`Engine::resume`].
+    pub async fn wake_timer(&self, run: RunId, interrupt: &InterruptId, by: &Caller) -> Result<(), EngineError> {
+        self.settle(run, interrupt, None, by).await
+    }
+
+    /// Resolves an open interrupt with `decision`, or wakes it if it is a timer (`None`).
+    async fn settle(
+        &self,
+        run: RunId,
+        interrupt: &InterruptId,
+        decision: Option<Decision>,
         by: &Caller,
     ) -> Result<(), EngineError> {
         let loaded = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
@@ -516,6 +536,12 @@ impl Engine {
             reason,
             code,
         };
+        if loaded.record.status.is_terminal() {
+            return Err(error(
+                "run_finished",
+                format!("the run is {}: its interrupts are decided by nobody now", loaded.record.status.as_str()),
+            ));
+        }
         let index = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(run))?;
         let Some(log) = index.interrupt(interrupt) else {
             return Err(error("not_found", "no such interrupt in this run".into()));
@@ -524,6 +550,16 @@ impl Engine {
             return Err(error("already_resolved", "it was already resolved".into()));
         }
         let request = &log.request;
+        let decision = match (request.kind, decision) {
+            (InterruptKind::Timer, None) => Decision::Approve,
+            (_, None) => {
+                return Err(error("not_a_timer", "only a timer is woken; this interrupt waits for a decision".into()));
+            }
+            (InterruptKind::Timer, Some(_)) => {
+                return Err(error("not_a_decision", "a timer is not decided: it is woken (by an operator)".into()));
+            }
+            (_, Some(decision)) => decision,
+        };
         {
             if !request.may_decide(by) {
                 return Err(error(
@@ -559,7 +595,7 @@ impl Engine {
             (InterruptKind::Approval, Decision::Respond { .. }) => {
                 return Err(error("invalid_decision", "an approval takes approve, reject or modify".into()));
             }
-            (InterruptKind::Event | InterruptKind::Timer, Decision::Modify { .. }) => {
+            (InterruptKind::Event, Decision::Modify { .. }) => {
                 return Err(error("invalid_decision", "only approvals can be modified".into()));
             }
             _ => {}

@@ -126,3 +126,57 @@ async fn the_stream_is_the_same_however_often_it_is_read() {
     assert_eq!(kinds.iter().filter(|k| *k == "nap.ended").count(), 4, "{kinds:?}");
     assert_eq!(kinds.last().map(String::as_str), Some("run.completed"));
 }
+
+/// A step that runs for a while is seen running — in the timeline and the event stream —
+/// long before it ends (its start is journaled once it has run a moment), and still has one
+/// start and one end when it is done.
+#[tokio::test(start_paused = true)]
+async fn a_slow_step_is_seen_running_before_it_ends() {
+    let (engine, store) = engine();
+    let store: Arc<dyn Store> = store;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let opened = gate.clone();
+    let workflow = Workflow::builder("slow")
+        .step(Node::step("quick", fn_step(|_c, x: i64| async move { Ok(x + 1) })))
+        .step(Node::step(
+            "slow",
+            fn_step(move |_c, x: i64| {
+                let gate = opened.clone();
+                async move {
+                    gate.notified().await;
+                    Ok(x * 10)
+                }
+            }),
+        ))
+        .build()
+        .unwrap();
+    let run = {
+        let (engine, workflow) = (engine.clone(), workflow.clone());
+        tokio::spawn(async move { engine.start(&workflow, json!(1)).await.unwrap() })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let id = store.list_runs(stepwright_core::store::RunFilter::default()).await.unwrap()[0].id;
+    let rows = timeline(&store.load(id).await.unwrap());
+    let states: Vec<(&str, StepStatus, u32)> = rows.iter().map(|r| (r.path.as_str(), r.status, r.attempts)).collect();
+    assert_eq!(states, [("quick", StepStatus::Completed, 1), ("slow", StepStatus::Running, 1)]);
+    assert!(rows[1].started.is_some() && rows[1].ended.is_none());
+    let mut cursor = EventCursor::new();
+    let seen: Vec<(String, String)> = cursor
+        .poll(store.as_ref(), id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.kind.clone(), e.path.as_str().to_owned()))
+        .collect();
+    assert_eq!(seen.last().unwrap(), &("step.started".to_owned(), "slow".to_owned()), "{seen:?}");
+
+    gate.notify_one();
+    let report = run.await.unwrap();
+    assert_eq!(report.status, RunStatus::Completed);
+    let rest = cursor.poll(store.as_ref(), id).await.unwrap();
+    let rest: Vec<&str> = rest.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(rest, ["step.completed", "run.completed"], "no second start");
+    let rows = timeline(&store.load(id).await.unwrap());
+    assert_eq!((rows[1].status, rows[1].attempts), (StepStatus::Completed, 1));
+    assert!(rows[1].duration().unwrap() >= std::time::Duration::from_millis(500));
+}

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Path, State};
 use serde_json::json;
-use stepwright_api::interrupt::{DecisionBody, DecisionKind, DecisionTaken, InboxItem, InboxQuery};
+use stepwright_api::InterruptKind;
+use stepwright_api::interrupt::{DecisionBody, DecisionKind, DecisionTaken, InboxItem, InboxQuery, TimerWoken};
 use stepwright_core::journal::{LoadedRun, RunRecord};
 use stepwright_core::store::RunFilter;
 use stepwright_core::{Caller, Decision, InterruptId, RunId, RunStatus};
@@ -21,9 +22,10 @@ use crate::state::Shared;
 /// The most waiting runs one inbox read looks at.
 const INBOX_RUNS: usize = 1000;
 
-/// `GET /v1/interrupts?status=open`: every open interrupt of the namespace the key may
-/// decide (it has the approver role and is among the interrupt's approvers, if it names
-/// any), oldest run first.
+/// `GET /v1/interrupts?status=open`: every open decision of the namespace the key may take
+/// (it has the approver role and is among the interrupt's approvers, if it names any),
+/// oldest run first; `kind` lists one kind instead (timers and awaited events are not
+/// decisions, and are listed only when asked for).
 pub(crate) async fn inbox(
     State(shared): State<Arc<Shared>>,
     who: Principal,
@@ -45,10 +47,14 @@ pub(crate) async fn inbox(
     let mut waiting = shared.store.list_runs(filter).await?;
     waiting.reverse();
     let caller = who.caller();
+    let listed = |kind: InterruptKind| match query.kind {
+        Some(asked) => kind == asked,
+        None => matches!(kind, InterruptKind::Approval | InterruptKind::Input),
+    };
     let mut items = Vec::new();
     for run in waiting {
         let loaded = shared.store.load(run.id).await?;
-        items.extend(open_interrupts(&loaded, &caller));
+        items.extend(open_interrupts(&loaded, &caller).into_iter().filter(|item| listed(item.kind)));
     }
     Ok(Json(items))
 }
@@ -90,6 +96,30 @@ pub(crate) async fn decide(
     who.require(Role::Approver)?;
     let decision = decision_of(body)?;
     Ok(Json(take_decision(&shared, &who, &record, InterruptId::new(interrupt), decision).await?))
+}
+
+/// `POST /v1/interrupts/{id}/wake` (operator): a durable timer goes off now; `422` for an
+/// interrupt that waits for a decision, `409` if it went off (or was woken) already.
+pub(crate) async fn wake(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<TimerWoken>, ApiError> {
+    let missing = || ApiError::not_found("not_found", format!("no interrupt {id:?}"));
+    let (run, interrupt) = id.split_once('.').ok_or_else(missing)?;
+    let run: RunId = run.parse().map_err(|_| missing())?;
+    let record = run_in_namespace(&shared, &who, run).await.map_err(|_| missing())?;
+    who.require(Role::Operator)?;
+    let interrupt = InterruptId::new(interrupt);
+    let workflow = shared.definition_of(&record).await?;
+    let status = stepwright_app::wake_in_background(&shared.engine, workflow, run, &interrupt, &who.caller()).await?;
+    audit(&shared, &who, "timer.woken", format!("{run}.{interrupt}"), json!({})).await?;
+    Ok(Json(TimerWoken {
+        run_id: run.to_string(),
+        interrupt_id: interrupt.to_string(),
+        woken_by: who.key.user.clone(),
+        status: stepwright_app::wire::run_status(status),
+    }))
 }
 
 /// Takes a decision as `who` and continues the run.

@@ -84,6 +84,7 @@ fn handler(id: OperationId, method: MethodFilter) -> MethodRouter<Arc<Shared>> {
         Op::ForkRun => on(method, history::fork),
         Op::InterruptInbox => on(method, interrupts::inbox),
         Op::DecideInterrupt => on(method, interrupts::decide),
+        Op::WakeTimer => on(method, interrupts::wake),
         Op::CreateLink => on(method, links::create),
         Op::ShowLink => on(method, links::show),
         Op::DecideByLink => on(method, links::decide),

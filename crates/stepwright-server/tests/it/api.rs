@@ -444,7 +444,7 @@ async fn limits_refuse_large_bodies_and_fast_keys_and_cors_is_off_unless_configu
 }
 
 /// Polls a run until it has the status.
-async fn wait_for_status(server: &TestServer, key: &str, run: &str, status: &str) -> serde_json::Value {
+pub(crate) async fn wait_for_status(server: &TestServer, key: &str, run: &str, status: &str) -> serde_json::Value {
     for _ in 0..500 {
         let (_, shown) = server.get(key, &format!("/v1/runs/{run}")).await;
         if shown["status"] == status {

@@ -5,6 +5,7 @@ mod api;
 mod connections;
 mod dashboard;
 mod hooks;
+mod interrupts;
 mod links;
 mod openapi;
 mod schedules;

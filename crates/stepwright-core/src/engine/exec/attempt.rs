@@ -118,9 +118,11 @@ impl Exec {
             );
             // Nothing listening (the common case): no span to enter at every poll.
             let flow = if span.is_disabled() {
-                self.run_with_timeout(frame, attempt, input.clone(), key).await?
+                let work = self.run_with_timeout(frame, attempt, input.clone(), key);
+                self.shown_when_slow(path, attempt, work).await?
             } else {
-                let flow = self.run_with_timeout(frame, attempt, input.clone(), key).instrument(span.clone()).await?;
+                let work = self.run_with_timeout(frame, attempt, input.clone(), key).instrument(span.clone());
+                let flow = self.shown_when_slow(path, attempt, work).await?;
                 record_flow(&span, &flow);
                 flow
             };
@@ -204,6 +206,28 @@ impl Exec {
         if let Some(observer) = &self.run.observer {
             observer.step_started(self.run.run_id, path, attempt);
         }
+    }
+
+    /// Runs an attempt's work; once it has run for `show_running_after`, its start is
+    /// written to the journal while it goes on, so that readers in any process see it
+    /// running. A step done at its first poll (the common case) never arms the timer.
+    async fn shown_when_slow<T>(&self, path: &StepPath, attempt: u32, work: impl Future<Output = T>) -> T {
+        let mut work = std::pin::pin!(work);
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(work.as_mut().poll(cx))).await;
+        if let std::task::Poll::Ready(done) = first {
+            return done;
+        }
+        tokio::select! {
+            biased;
+            done = &mut work => return done,
+            () = self.run.clock.sleep(self.run.config.show_running_after) => {}
+        }
+        let (done, written) = tokio::join!(work, self.run.recorder.flush_start(path, attempt));
+        // A store that failed the write fails the step's own next commit, which says so.
+        if let Err(StoreFailed(error)) = written {
+            tracing::warn!(run = %self.run.run_id, path = %path, %error, "a running step's start was not written");
+        }
+        done
     }
 
     /// Waits for a journaled time. `Some(flow)` when the run must stop instead (cancelled, or
