@@ -1893,6 +1893,8 @@ export interface components {
             created_at?: number | null;
             /** @description Why it failed or was cancelled. */
             error?: components["schemas"]["ErrorView"] | null;
+            /** @description Its input, when read from a store. */
+            input?: unknown;
             /**
              * Format: int64
              * @description When that worker's lease lapses unless renewed (µs since the epoch).
@@ -1910,6 +1912,8 @@ export interface components {
             queued?: components["schemas"]["QueuedView"] | null;
             /** @description The run's id (a UUIDv7). */
             run_id: string;
+            /** @description Who started it, when it was started by someone the store knows. */
+            started_by?: components["schemas"]["StartedBy"] | null;
             /** @description Where it stands. */
             status: components["schemas"]["RunStatus"];
             /** @description A row per step path, in the order they first appear. */
@@ -1961,6 +1965,8 @@ export interface components {
             parent_run_id?: string | null;
             /** @description The run's id. */
             run_id: string;
+            /** @description Who started it, when it was started by someone the server knows. */
+            started_by?: components["schemas"]["StartedBy"] | null;
             /** @description Where it stands. */
             status: components["schemas"]["RunStatus"];
             /**
@@ -2060,6 +2066,21 @@ export interface components {
             /** @description The API key to sign in with (`keys create` made it). */
             api_key: string;
         };
+        /** @description One interval of a step's timeline. */
+        SpanView: {
+            /** @description What the step did. */
+            activity: components["schemas"]["StepActivity"];
+            /**
+             * Format: int64
+             * @description From when (µs since the epoch).
+             */
+            from: number;
+            /**
+             * Format: int64
+             * @description Until when (µs since the epoch); absent while it goes on.
+             */
+            to?: number | null;
+        };
         /** @description A run to start. */
         StartRun: {
             /**
@@ -2101,6 +2122,30 @@ export interface components {
             /** @description The registered workflow's name. */
             workflow: string;
         };
+        /** @description Who started a run. */
+        StartedBy: {
+            /** @description The trigger's events that started it (their sequence numbers: `GET /v1/events/{seq}`). */
+            events?: number[];
+            /**
+             * @description As the runs' `started_by` filter takes it: the user's id, `schedule:NAME` or
+             *     `trigger:NAME`.
+             */
+            id: string;
+            /** @description A person (a key's or a signed-in user), a schedule's tick or a trigger's events. */
+            kind: components["schemas"]["StarterKind"];
+            /** @description The schedule's tick that started it (RFC 3339). */
+            tick?: string | null;
+        };
+        /**
+         * @description What kind of starter: the values of [`StartedBy::kind`]. `user`: A person. `schedule`: A schedule's tick. `trigger`: A trigger's events.
+         * @enum {string}
+         */
+        StarterKind: "user" | "schedule" | "trigger";
+        /**
+         * @description What a step did over a span of its timeline. `executing`: Executing an attempt. `person`: Waiting for a person (an approval, an input). `timer`: Waiting for a durable timer. `event`: Waiting for an event. `worker`: Waiting for a step worker. `retry`: Waiting out a retry's delay.
+         * @enum {string}
+         */
+        StepActivity: "executing" | "person" | "timer" | "event" | "worker" | "retry";
         /** @description One step's comparison in a replay. */
         StepComparison: {
             /**
@@ -2148,14 +2193,35 @@ export interface components {
              * @description From its first start to its end, once both are known.
              */
             duration_ms?: number | null;
+            /**
+             * Format: int64
+             * @description When it ended (µs since the epoch).
+             */
+            ended_at?: number | null;
             /** @description Its output, once completed. */
             output?: unknown;
             /** @description The step path (`drafts[1]/write`). */
             path: string;
+            /**
+             * @description What it did when, in order, from the journal's facts (the timeline's bars); once the
+             *     run has ended, none is open.
+             */
+            spans?: components["schemas"]["SpanView"][];
+            /**
+             * Format: int64
+             * @description When its first attempt started (µs since the epoch): a running step's elapsed time is
+             *     from here.
+             */
+            started_at?: number | null;
             /** @description Where it stands. */
             status: components["schemas"]["StepStatus"];
             /** @description Its model usage and cost, when it called models. */
             usage?: components["schemas"]["Totals"] | null;
+            /**
+             * @description What it waits for now, said for a person: `a person: Ship it?`, `a timer until …`,
+             *     `the event `paid``, `a worker on queue `py` to claim `summarise``.
+             */
+            waiting_for?: string | null;
         };
         /** @description What was stored. */
         Stored: {
@@ -3759,6 +3825,11 @@ export interface operations {
                 limit?: number | null;
                 /** @description Only runs forked from this run. */
                 parent?: string | null;
+                /**
+                 * @description Only runs started by this user (a person's id, `schedule:NAME`, `trigger:NAME`: the
+                 *     `started_by.id` the runs show).
+                 */
+                started_by?: string | null;
                 /** @description Only runs with this status. */
                 status?: components["schemas"]["RunStatus"] | null;
                 /** @description Include each run's model usage and cost (`usage`), read from its events. */

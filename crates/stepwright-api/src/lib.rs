@@ -29,5 +29,7 @@ pub use history::{RecomputeView, ReplayReport};
 pub use interrupt::{DecisionBody, DecisionKind, DecisionTaken, InboxItem};
 pub use operations::{Method, Operation, OperationId, operations};
 pub use problem::Problem;
-pub use run::{ErrorView, PendingView, RunDetails, StepView, TaskWaitView, Totals};
+pub use run::{
+    ErrorView, PendingView, RunDetails, SpanView, StartedBy, StarterKind, StepActivity, StepView, TaskWaitView, Totals,
+};
 pub use status::{InterruptKind, Role, RunStatus, StepStatus};

@@ -44,6 +44,12 @@ pub struct RunDetails {
     /// The run it was forked from, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentView>,
+    /// Who started it, when it was started by someone the store knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<StartedBy>,
+    /// Its input, when read from a store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
     /// When a timer, retry or deadline it waits on is due (µs since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wake_at: Option<i64>,
@@ -158,6 +164,51 @@ pub struct StepView {
     /// Its model usage and cost, when it called models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Totals>,
+    /// When its first attempt started (µs since the epoch): a running step's elapsed time is
+    /// from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<i64>,
+    /// When it ended (µs since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<i64>,
+    /// What it did when, in order, from the journal's facts (the timeline's bars); once the
+    /// run has ended, none is open.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<SpanView>,
+    /// What it waits for now, said for a person: `a person: Ship it?`, `a timer until …`,
+    /// `the event `paid``, `a worker on queue `py` to claim `summarise``.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+}
+
+/// One interval of a step's timeline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SpanView {
+    /// What the step did.
+    pub activity: StepActivity,
+    /// From when (µs since the epoch).
+    pub from: i64,
+    /// Until when (µs since the epoch); absent while it goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<i64>,
+}
+
+/// What a step did over a span of its timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StepActivity {
+    /// Executing an attempt.
+    Executing,
+    /// Waiting for a person (an approval, an input).
+    Person,
+    /// Waiting for a durable timer.
+    Timer,
+    /// Waiting for an event.
+    Event,
+    /// Waiting for a step worker.
+    Worker,
+    /// Waiting out a retry's delay.
+    Retry,
 }
 
 /// Usage and cost summed over calls.
@@ -263,9 +314,42 @@ pub struct ListRuns {
     #[serde(default)]
     #[schemars(extend("format" = "uuid"))]
     pub parent: Option<String>,
+    /// Only runs started by this user (a person's id, `schedule:NAME`, `trigger:NAME`: the
+    /// `started_by.id` the runs show).
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 200))]
+    pub started_by: Option<String>,
     /// Include each run's model usage and cost (`usage`), read from its events.
     #[serde(default)]
     pub usage: Option<bool>,
+}
+
+/// Who started a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct StartedBy {
+    /// A person (a key's or a signed-in user), a schedule's tick or a trigger's events.
+    pub kind: StarterKind,
+    /// As the runs' `started_by` filter takes it: the user's id, `schedule:NAME` or
+    /// `trigger:NAME`.
+    pub id: String,
+    /// The schedule's tick that started it (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick: Option<String>,
+    /// The trigger's events that started it (their sequence numbers: `GET /v1/events/{seq}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<u64>,
+}
+
+/// What kind of starter: the values of [`StartedBy::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StarterKind {
+    /// A person.
+    User,
+    /// A schedule's tick.
+    Schedule,
+    /// A trigger's events.
+    Trigger,
 }
 
 /// A page of runs.
@@ -300,6 +384,9 @@ pub struct RunSummary {
     /// The run it was forked from, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_run_id: Option<String>,
+    /// Who started it, when it was started by someone the server knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<StartedBy>,
     /// Its model usage and cost so far, when asked for (`usage=true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Totals>,

@@ -92,6 +92,8 @@ pub fn details_of_report(report: &RunReport, workflow: &str) -> RunDetails {
         usage: None,
         created_at: None,
         parent: None,
+        started_by: None,
+        input: None,
         wake_at: None,
         queued: None,
         tasks: Vec::new(),
@@ -120,10 +122,24 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
             duration_ms: row.duration().map(|d| d.as_secs_f64() * 1000.0),
             output: row.output.as_deref().cloned(),
             usage: by_step.get(row.path.as_str()).copied().map(totals),
+            started_at: row.started.map(|at| at.as_micros()),
+            ended_at: row.ended.map(|at| at.as_micros()),
+            spans: row
+                .spans
+                .iter()
+                .map(|span| stepwright_api::SpanView {
+                    activity: crate::wire::activity(span.activity),
+                    from: span.from.as_micros(),
+                    to: span.to.map(|at| at.as_micros()),
+                })
+                .collect(),
+            waiting_for: None,
         })
         .collect();
     details.usage = (total.calls > 0).then_some(totals(total));
     details.created_at = Some(loaded.record.created_at.as_micros());
+    details.started_by = crate::wire::started_by(&loaded.record.caller);
+    details.input = Some((*loaded.record.input).clone());
     details.parent =
         loaded.record.parent.as_ref().map(|p| ParentView { run_id: p.run.to_string(), at: p.at.as_str().to_owned() });
     details.wake_at = loaded.record.wake_at.filter(|_| !loaded.record.status.is_terminal()).map(|at| at.as_micros());
@@ -135,7 +151,40 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
     {
         details.tasks = task_waits(tasks, run).await?;
     }
+    say_what_steps_wait_for(&mut details);
     Ok(details)
+}
+
+/// Each waiting step's `waiting_for`, from what the run waits on: its interrupts, the events
+/// its `wait`s expect, its workers' tasks, a retry's time.
+pub fn say_what_steps_wait_for(details: &mut RunDetails) {
+    use stepwright_api::{InterruptKind, StepStatus};
+    let when = |micros: i64| stepwright_schedule::format_instant(stepwright_core::Timestamp::from_micros(micros));
+    for step in &mut details.steps {
+        if !matches!(step.status, StepStatus::Waiting | StepStatus::Retrying) {
+            continue;
+        }
+        let interrupt = details.pending.iter().find(|p| p.step == step.path).map(|p| match p.kind {
+            InterruptKind::Approval | InterruptKind::Input => format!("a person: {}", p.message),
+            InterruptKind::Timer => match p.deadline {
+                Some(until) => format!("a timer until {}", when(until)),
+                None => "a timer".to_owned(),
+            },
+            InterruptKind::Event => format!("an event: {}", p.message),
+        });
+        let awaited = || {
+            let awaited = details.awaiting.iter().find(|a| a.step == step.path)?;
+            Some(format!("the event `{}` until {}", awaited.event, when(awaited.until)))
+        };
+        let task = || details.tasks.iter().find(|t| t.step == step.path).map(|t| t.reason.clone());
+        let retry = || {
+            (step.status == StepStatus::Retrying).then(|| match details.wake_at {
+                Some(at) => format!("its next attempt at {}", when(at)),
+                None => "its next attempt".to_owned(),
+            })
+        };
+        step.waiting_for = interrupt.or_else(awaited).or_else(task).or_else(retry);
+    }
 }
 
 /// The step workers' tasks a run waits on, each with why (the server, which knows who

@@ -44,6 +44,37 @@ pub fn step_status(status: core::StepStatus) -> api::StepStatus {
     }
 }
 
+/// A step's activity on the wire.
+pub fn activity(activity: core::inspect::Activity) -> api::StepActivity {
+    use core::inspect::Activity;
+    match activity {
+        Activity::Executing => api::StepActivity::Executing,
+        Activity::Person => api::StepActivity::Person,
+        Activity::Timer => api::StepActivity::Timer,
+        Activity::Event => api::StepActivity::Event,
+        Activity::Worker => api::StepActivity::Worker,
+        Activity::Retry => api::StepActivity::Retry,
+    }
+}
+
+/// Who started a run, from the caller it was started as: a schedule's and a trigger's
+/// starts say so in the caller's metadata (`schedule`/`tick`, `trigger`/`events`); any
+/// other user is a person. A run started anonymously (a local command) has none.
+pub fn started_by(caller: &core::Caller) -> Option<api::StartedBy> {
+    let id = caller.user.clone()?;
+    let text = |key: &str| caller.metadata.get(key).and_then(serde_json::Value::as_str).map(str::to_owned);
+    let (kind, tick, events) = if caller.metadata.contains_key("schedule") {
+        (api::StarterKind::Schedule, text("tick"), Vec::new())
+    } else if caller.metadata.contains_key("trigger") {
+        let events = caller.metadata.get("events").and_then(serde_json::Value::as_array);
+        let events = events.map(|events| events.iter().filter_map(serde_json::Value::as_u64).collect());
+        (api::StarterKind::Trigger, None, events.unwrap_or_default())
+    } else {
+        (api::StarterKind::User, None, Vec::new())
+    };
+    Some(api::StartedBy { kind, id, tick, events })
+}
+
 /// An interrupt's kind on the wire.
 pub fn interrupt_kind(kind: core::InterruptKind) -> api::InterruptKind {
     match kind {

@@ -173,10 +173,17 @@ pub(crate) fn print_timeline(steps: &[StepView]) {
         "  {:<32} {:<10} {:>5} {:>9} {:>8} {:>9}  OUTPUT",
         "STEP", "STATUS", "TRIES", "DURATION", "TOKENS", "COST"
     );
+    let now = crate::time::wall_now().as_micros();
+    let lasted = |from: i64, to: i64| {
+        progress::duration(std::time::Duration::from_micros(u64::try_from(to - from).unwrap_or(0)))
+    };
     for step in steps {
-        let duration = step
-            .duration_ms
-            .map_or_else(|| "-".to_owned(), |ms| progress::duration(std::time::Duration::from_secs_f64(ms / 1000.0)));
+        // A step that goes on shows how long it has run so far.
+        let duration = match (step.duration_ms, step.started_at) {
+            (Some(ms), _) => progress::duration(std::time::Duration::from_secs_f64(ms / 1000.0)),
+            (None, Some(started)) if step.ended_at.is_none() => format!("{}…", lasted(started, now)),
+            _ => "-".to_owned(),
+        };
         let tokens = step.usage.map(|usage| usage.input_tokens + usage.output_tokens);
         let cost = step.usage.map(|usage| usage.cost_usd).filter(|c| *c > 0.0);
         println!(
@@ -187,8 +194,34 @@ pub(crate) fn print_timeline(steps: &[StepView]) {
             duration,
             tokens.map_or_else(|| "-".to_owned(), |t| t.to_string()),
             cost.map_or_else(|| "-".to_owned(), progress::dollars),
-            step.output.as_ref().map(|o| shortened(&o.to_string(), 48)).unwrap_or_default(),
+            match (&step.waiting_for, &step.output) {
+                (Some(waits), _) => format!("waits for {waits}"),
+                (None, Some(output)) => shortened(&output.to_string(), 48),
+                (None, None) => String::new(),
+            },
         );
+        // What it did when, once there was more than executing.
+        if step.spans.len() > 1 {
+            let spans: Vec<String> = step
+                .spans
+                .iter()
+                .map(|span| format!("{} {}", activity_text(span.activity), lasted(span.from, span.to.unwrap_or(now))))
+                .collect();
+            println!("  {:<32} {}", "", spans.join(" · "));
+        }
+    }
+}
+
+/// A timeline span's activity, for people.
+fn activity_text(activity: stepwright::api::StepActivity) -> &'static str {
+    use stepwright::api::StepActivity;
+    match activity {
+        StepActivity::Executing => "executing",
+        StepActivity::Person => "waiting for a person",
+        StepActivity::Timer => "waiting for a timer",
+        StepActivity::Event => "waiting for an event",
+        StepActivity::Worker => "waiting for a worker",
+        StepActivity::Retry => "waiting to retry",
     }
 }
 
@@ -203,28 +236,31 @@ pub(crate) fn shortened(text: &str, width: usize) -> String {
 /// The header of `runs list`'s table.
 pub(crate) fn print_list_header() {
     println!(
-        "{:<38} {:<24} {:<10} {:<19} {:>9} {:>10}  OWNER",
-        "RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "COST"
+        "{:<38} {:<24} {:<10} {:<19} {:>9} {:>10}  {:<20} WORKER",
+        "RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "COST", "STARTED BY"
     );
 }
 
 /// A row of `runs list`: the duration is the run's whole life so far (to its end, once it
-/// has finished); the cost is its model calls' so far (`-` when it made none).
+/// has finished); the cost is its model calls' so far (`-` when it made none); who started
+/// it (`-`: nobody known, a local command); the worker executing it.
 pub(crate) fn print_list_row(
     run: &str,
     workflow: &str,
     status: RunStatus,
     (created, updated): (stepwright::Timestamp, stepwright::Timestamp),
     usage: Option<&Totals>,
+    started_by: Option<&stepwright::api::StartedBy>,
     owner: &str,
 ) {
+    let started_by = started_by.map_or("-", |by| by.id.as_str());
     let cost = usage.filter(|u| u.calls > 0).map_or_else(|| "-".to_owned(), |u| progress::dollars(u.cost_usd));
     let end = if status.is_terminal() { updated } else { crate::time::wall_now() };
     let lived = std::time::Duration::from_micros(u64::try_from(end.as_micros() - created.as_micros()).unwrap_or(0));
     let created = chrono::DateTime::from_timestamp_micros(created.as_micros())
         .map_or_else(String::new, |t| t.with_timezone(&chrono::Local).format("%Y-%m-%d %H:%M:%S").to_string());
     println!(
-        "{run:<38} {workflow:<24} {:<10} {created:<19} {:>9} {cost:>10}  {owner}",
+        "{run:<38} {workflow:<24} {:<10} {created:<19} {:>9} {cost:>10}  {started_by:<20} {owner}",
         status.as_str(),
         progress::duration(lived)
     );
@@ -234,7 +270,10 @@ pub(crate) fn print_list_row(
 /// created, why it failed, when it wakes, where it was forked from, and its forks.
 pub(crate) fn print_facts(shown: &RunDetails, forks: &[String]) {
     if let Some(created) = shown.created_at {
-        println!("  created {}", micros_time(created));
+        match &shown.started_by {
+            Some(by) => println!("  created {} by {}", micros_time(created), started_by_text(by)),
+            None => println!("  created {}", micros_time(created)),
+        }
     }
     if let Some(error) = &shown.error {
         println!("  error: {}: {}", error.code, error.message);
@@ -260,5 +299,18 @@ pub(crate) fn print_facts(shown: &RunDetails, forks: &[String]) {
     }
     if !forks.is_empty() {
         println!("  forks: {}", forks.join(", "));
+    }
+}
+
+/// Who started a run, as `runs show` says it: `lee`, `schedule:hourly (tick …)`,
+/// `trigger:on-ping (events 3, 4)`.
+pub(crate) fn started_by_text(by: &stepwright::api::StartedBy) -> String {
+    match (&by.tick, by.events.as_slice()) {
+        (Some(tick), _) => format!("{} (tick {tick})", by.id),
+        (None, []) => by.id.clone(),
+        (None, events) => {
+            let events: Vec<String> = events.iter().map(u64::to_string).collect();
+            format!("{} (events {})", by.id, events.join(", "))
+        }
     }
 }

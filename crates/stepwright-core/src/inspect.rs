@@ -14,6 +14,44 @@ use crate::journal::{EventRecord, LoadedRun, Record};
 use crate::services::StepStatus;
 use crate::store::{Store, StoreError};
 
+/// What a step did over one interval of its timeline, from the journal's facts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// Executing an attempt.
+    Executing,
+    /// Waiting for a person: an approval or an input.
+    Person,
+    /// Waiting for a durable timer.
+    Timer,
+    /// Waiting for an event (a `wait`'s message, an event interrupt).
+    Event,
+    /// Waiting for a step worker to claim and answer its task.
+    Worker,
+    /// Waiting out a retry's delay.
+    Retry,
+}
+
+impl Activity {
+    fn of(kind: crate::outcome::InterruptKind) -> Self {
+        match kind {
+            crate::outcome::InterruptKind::Approval | crate::outcome::InterruptKind::Input => Self::Person,
+            crate::outcome::InterruptKind::Timer => Self::Timer,
+            crate::outcome::InterruptKind::Event => Self::Event,
+        }
+    }
+}
+
+/// One interval of a step's timeline: open (`to: None`) while it lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// What the step did.
+    pub activity: Activity,
+    /// From when.
+    pub from: Timestamp,
+    /// Until when; `None` while it goes on.
+    pub to: Option<Timestamp>,
+}
+
 /// One step path in a run's timeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepRow {
@@ -29,6 +67,9 @@ pub struct StepRow {
     pub ended: Option<Timestamp>,
     /// Its output, once completed.
     pub output: Option<Arc<Value>>,
+    /// What it did when, in order: executing, waiting for a person, a timer, an event, a
+    /// worker, a retry's delay. Once the run has ended, none is open.
+    pub spans: Vec<Span>,
 }
 
 impl StepRow {
@@ -36,10 +77,32 @@ impl StepRow {
     pub fn duration(&self) -> Option<Duration> {
         Some(self.ended?.since(self.started?))
     }
+
+    /// What it does now, if it goes on (the last span, when open).
+    pub fn now_doing(&self) -> Option<Activity> {
+        self.spans.last().filter(|span| span.to.is_none()).map(|span| span.activity)
+    }
+
+    /// Closes the open span at `at`, then opens one of `activity` — unless the open span
+    /// is that activity already (a start written twice stays one interval).
+    fn open(&mut self, activity: Activity, at: Timestamp) {
+        if self.now_doing() == Some(activity) {
+            return;
+        }
+        self.close(at);
+        self.spans.push(Span { activity, from: at, to: None });
+    }
+
+    fn close(&mut self, at: Timestamp) {
+        if let Some(span) = self.spans.last_mut().filter(|span| span.to.is_none()) {
+            span.to = Some(at.max(span.from));
+        }
+    }
 }
 
 /// A run's steps in the order they first appear in its journal, each with its status,
-/// attempts, times and output.
+/// attempts, times, output and what it did when. Once the run has ended the timeline is
+/// frozen: what was still open (a step cancelled while it waited) ends with the run.
 pub fn timeline(loaded: &LoadedRun) -> Vec<StepRow> {
     let mut rows: Vec<StepRow> = Vec::new();
     let mut index: HashMap<&StepPath, usize> = HashMap::new();
@@ -52,6 +115,7 @@ pub fn timeline(loaded: &LoadedRun) -> Vec<StepRow> {
                 && row.status == StepStatus::Running
             {
                 row.status = StepStatus::Waiting;
+                row.open(Activity::Event, entry.at);
             }
             continue;
         }
@@ -61,6 +125,15 @@ pub fn timeline(loaded: &LoadedRun) -> Vec<StepRow> {
                 && row.status == StepStatus::Running
             {
                 row.status = StepStatus::Waiting;
+                row.open(Activity::Worker, entry.at);
+            }
+            continue;
+        }
+        if let Record::InterruptResolved { .. } = &entry.record {
+            if let Some(row) = index.get(&entry.path).map(|at| &mut rows[*at])
+                && row.now_doing().is_some_and(|doing| doing != Activity::Executing)
+            {
+                row.close(entry.at);
             }
             continue;
         }
@@ -86,6 +159,7 @@ pub fn timeline(loaded: &LoadedRun) -> Vec<StepRow> {
                 started: None,
                 ended: None,
                 output: None,
+                spans: Vec::new(),
             });
             rows.len() - 1
         });
@@ -94,8 +168,29 @@ pub fn timeline(loaded: &LoadedRun) -> Vec<StepRow> {
         row.attempts = row.attempts.max(attempt);
         row.started = row.started.or(started);
         row.ended = ended;
-        if let Record::Completed { output, .. } = &entry.record {
-            row.output = loaded.blobs.get(output).cloned();
+        if let Some(started) = started {
+            row.open(Activity::Executing, started);
+        }
+        match &entry.record {
+            Record::Completed { output, .. } => row.output = loaded.blobs.get(output).cloned(),
+            Record::Failed { retry_at: Some(_), .. } => row.open(Activity::Retry, entry.at),
+            Record::InterruptOpened { request, .. } => row.open(Activity::of(request.kind), entry.at),
+            _ => {}
+        }
+        if ended.is_some() {
+            row.close(entry.at);
+        }
+    }
+    let record = &loaded.record;
+    if record.status.is_terminal() {
+        for row in &mut rows {
+            if row.ended.is_none() && !matches!(row.status, StepStatus::Completed | StepStatus::Skipped) {
+                row.close(record.updated_at);
+                row.ended = Some(record.updated_at);
+                if record.status == crate::journal::RunStatus::Cancelled {
+                    row.status = StepStatus::Cancelled;
+                }
+            }
         }
     }
     rows
@@ -133,12 +228,14 @@ impl EventCursor {
         // status read here is final, the entries and events read with it are the last.
         let loaded = store.load_from(run, self.journal_seen).await?;
         let emitted = store.events_from(run, self.events_seen).await?;
+        // Lifecycle events are the run's own: its tenant, and the user who started it.
+        let caller = &loaded.record.caller;
         let lifecycle = |path: &StepPath, at, kind: &str, data: Value| EventRecord {
             run,
             path: path.clone(),
             at,
-            tenant: None,
-            user: None,
+            tenant: caller.tenant.clone(),
+            user: caller.user.clone(),
             kind: kind.to_owned(),
             data,
         };

@@ -75,7 +75,11 @@ __all__ = [
     "SendEvent",
     "Session",
     "SignIn",
+    "SpanView",
     "StartRun",
+    "StartedBy",
+    "StarterKind",
+    "StepActivity",
     "StepComparison",
     "StepReplay",
     "StepStatus",
@@ -141,6 +145,14 @@ InterruptKind = Literal["approval", "input", "event", "timer"]
 
 RunStatus = Literal["pending", "running", "suspended", "completed", "failed", "cancelled"]
 """Where a run stands. `pending`: Ready to run and not running: created, or stopped at a checkpoint. `running`: Being executed. `suspended`: Waiting on at least one interrupt (approval, input, event or timer). `completed`: Finished with an output. `failed`: Finished with an error. `cancelled`: Cancelled."""
+
+
+StarterKind = Literal["user", "schedule", "trigger"]
+"""What kind of starter: the values of [`StartedBy::kind`]. `user`: A person. `schedule`: A schedule's tick. `trigger`: A trigger's events."""
+
+
+StepActivity = Literal["executing", "person", "timer", "event", "worker", "retry"]
+"""What a step did over a span of its timeline. `executing`: Executing an attempt. `person`: Waiting for a person (an approval, an input). `timer`: Waiting for a durable timer. `event`: Waiting for an event. `worker`: Waiting for a step worker. `retry`: Waiting out a retry's delay."""
 
 
 StepReplay = Literal["identical", "different", "served", "missing", "added"]
@@ -833,6 +845,8 @@ class RunDetails(_RunDetailsRequired, total=False):
     """When it was created (µs since the epoch), when read from a store."""
     error: ErrorView | None
     """Why it failed or was cancelled."""
+    input: Any
+    """Its input, when read from a store."""
     lease_expires_at: int | None
     """When that worker's lease lapses unless renewed (µs since the epoch)."""
     output: Any
@@ -843,6 +857,8 @@ class RunDetails(_RunDetailsRequired, total=False):
     """The run it was forked from, if it was."""
     queued: QueuedView | None
     """Why a pending run has not started: what it waits for."""
+    started_by: StartedBy | None
+    """Who started it, when it was started by someone the store knows."""
     tasks: list[TaskWaitView]
     """The step workers' tasks it waits on (`worker:` tools), each with why."""
     usage: Totals | None
@@ -883,6 +899,8 @@ class RunSummary(_RunSummaryRequired, total=False):
     """The worker executing it, if one is."""
     parent_run_id: str | None
     """The run it was forked from, if it was."""
+    started_by: StartedBy | None
+    """Who started it, when it was started by someone the server knows."""
     usage: Totals | None
     """Its model usage and cost so far, when asked for (`usage=true`)."""
 
@@ -971,6 +989,9 @@ class SignIn(TypedDict):
     """The API key to sign in with (`keys create` made it)."""
 
 
+SpanView = TypedDict("SpanView", {"activity": StepActivity, "from": int, "to": int | None}, total=False)
+
+
 class _StartRunRequired(TypedDict):
     workflow: str
     """The registered workflow's name."""
@@ -996,6 +1017,23 @@ class StartRun(_StartRunRequired, total=False):
     """Its version (default: the newest)."""
     wait_seconds: float | None
     """Wait up to this long (at most 60) for the run to finish or stop for a person."""
+
+
+class _StartedByRequired(TypedDict):
+    id: str
+    """As the runs' `started_by` filter takes it: the user's id, `schedule:NAME` or
+    `trigger:NAME`.
+    """
+    kind: StarterKind
+    """A person (a key's or a signed-in user), a schedule's tick or a trigger's events."""
+
+
+class StartedBy(_StartedByRequired, total=False):
+    """Who started a run."""
+    events: list[int]
+    """The trigger's events that started it (their sequence numbers: `GET /v1/events/{seq}`)."""
+    tick: str | None
+    """The schedule's tick that started it (RFC 3339)."""
 
 
 class _StepComparisonRequired(TypedDict):
@@ -1040,10 +1078,24 @@ class StepView(_StepViewRequired, total=False):
     """One step path of a run."""
     duration_ms: float | None
     """From its first start to its end, once both are known."""
+    ended_at: int | None
+    """When it ended (µs since the epoch)."""
     output: Any
     """Its output, once completed."""
+    spans: list[SpanView]
+    """What it did when, in order, from the journal's facts (the timeline's bars); once the
+    run has ended, none is open.
+    """
+    started_at: int | None
+    """When its first attempt started (µs since the epoch): a running step's elapsed time is
+    from here.
+    """
     usage: Totals | None
     """Its model usage and cost, when it called models."""
+    waiting_for: str | None
+    """What it waits for now, said for a person: `a person: Ship it?`, `a timer until …`,
+    `the event `paid``, `a worker on queue `py` to claim `summarise``.
+    """
 
 
 class Stored(TypedDict):

@@ -20,6 +20,9 @@ pub(crate) enum RunsCommand {
         /// Only runs older than this one (the last run of the previous page).
         #[arg(long)]
         before: Option<String>,
+        /// Only runs started by this user (`schedule:NAME`, `trigger:NAME` for theirs).
+        #[arg(long)]
+        started_by: Option<String>,
         /// JSON lines instead of a table.
         #[arg(long)]
         json: bool,

@@ -325,7 +325,7 @@ async fn decide(
 
 async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
     match command {
-        RunsCommand::List { status, workflow, limit, before, json } => {
+        RunsCommand::List { status, workflow, limit, before, started_by, json } => {
             if limit == 0 {
                 return Err(anyhow!(BadInput("--limit must be at least 1".into())));
             }
@@ -333,13 +333,14 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             query.extend(status.map(|status| ("status", status.as_str().to_owned())));
             query.extend(workflow.map(|workflow| ("workflow", workflow)));
             query.extend(before.map(|before| ("cursor", before)));
+            query.extend(started_by.map(|who| ("started_by", who)));
             let url = reqwest::Url::parse_with_params("http://query/", &query).context("a query")?;
             let page: RunPage = remote.get(&format!("/v1/runs?{}", url.query().unwrap_or_default())).await?;
             if json {
                 for run in &page.runs {
                     println!(
                         "{}",
-                        serde_json::json!({ "run_id": run.run_id, "workflow": run.workflow, "status": run.status, "created_at": run.created_at, "updated_at": run.updated_at, "owner": run.owner, "lease_expires_at": run.lease_expires_at, "usage": run.usage })
+                        serde_json::json!({ "run_id": run.run_id, "workflow": run.workflow, "status": run.status, "created_at": run.created_at, "updated_at": run.updated_at, "started_by": run.started_by, "owner": run.owner, "lease_expires_at": run.lease_expires_at, "usage": run.usage })
                     );
                 }
             } else {
@@ -356,6 +357,7 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                             stepwright::Timestamp::from_micros(run.updated_at),
                         ),
                         run.usage.as_ref(),
+                        run.started_by.as_ref(),
                         &owner_text_of(run.status, lease, now),
                     );
                 }

@@ -19,8 +19,8 @@ use crate::time::wall_now;
 pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
     let store = open_store(g.db).await?;
     match command {
-        RunsCommand::List { status, workflow, limit, before, json } => {
-            list(&store, status, workflow, limit, before, json).await
+        RunsCommand::List { status, workflow, limit, before, started_by, json } => {
+            list(&store, status, workflow, limit, before, started_by, json).await
         }
         RunsCommand::Events { run, follow, json } => events(&store, run, follow, json).await,
         RunsCommand::Show { run, json } => show(&store, run, json).await,
@@ -84,6 +84,7 @@ pub(crate) async fn list(
     workflow: Option<String>,
     limit: usize,
     before: Option<String>,
+    started_by: Option<String>,
     json: bool,
 ) -> anyhow::Result<u8> {
     if limit == 0 {
@@ -91,8 +92,15 @@ pub(crate) async fn list(
     }
     let before = before.as_deref().map(parse_run).transpose()?;
     // One more than shown says whether another page exists.
-    let filter =
-        RunFilter { status, workflow, limit: Some(limit + 1), before, headers_only: true, ..RunFilter::default() };
+    let filter = RunFilter {
+        status,
+        workflow,
+        limit: Some(limit + 1),
+        before,
+        started_by,
+        headers_only: true,
+        ..RunFilter::default()
+    };
     let mut runs = store.list_runs(filter).await?;
     let more = runs.len() > limit;
     runs.truncate(limit);
@@ -109,6 +117,7 @@ pub(crate) async fn list(
                     "status": run.status,
                     "created_at": run.created_at,
                     "updated_at": run.updated_at,
+                    "started_by": stepwright::app::wire::started_by(&run.caller),
                     "owner": run.lease.as_ref().map(|l| &l.owner),
                     "lease_expires_at": run.lease.as_ref().map(|l| l.expires_at),
                     "usage": usage,
@@ -125,6 +134,7 @@ pub(crate) async fn list(
                 stepwright::app::wire::run_status(run.status),
                 times,
                 Some(usage),
+                stepwright::app::wire::started_by(&run.caller).as_ref(),
                 &owner_text(run, now),
             );
         }

@@ -365,7 +365,12 @@ fn a_timer_is_woken_not_approved(target: &Target) {
     write(dir, "nap.yaml", "workflow: nap\nsteps:\n  - id: nap\n    sleep: 6h\n  - id: up\n    set: awake\n");
     let started = target.stepwright(&["run", "nap.yaml", "--json"]);
     let run = run_id(&started);
-    assert_eq!(settled(target, &run)["status"], "suspended");
+    let waiting = settled(target, &run);
+    assert_eq!(waiting["status"], "suspended");
+    let nap = &waiting["steps"][0];
+    assert!(nap["waiting_for"].as_str().is_some_and(|w| w.starts_with("a timer until 20")), "{waiting}");
+    let text = String::from_utf8_lossy(&target.stepwright(&["runs", "show", &run]).stdout).into_owned();
+    assert!(text.contains("waits for a timer until"), "{text}");
     let approved = target.stepwright(&["approve", &run]);
     assert_eq!(approved.status.code(), Some(2));
     let said = String::from_utf8_lossy(&approved.stderr);
@@ -374,6 +379,11 @@ fn a_timer_is_woken_not_approved(target: &Target) {
     assert_eq!(woke.status.code(), Some(0), "{}", String::from_utf8_lossy(&woke.stderr));
     let shown = settled(target, &run);
     assert_eq!((shown["status"].as_str(), &shown["output"]), (Some("completed"), &json!("awake")), "{shown}");
+    let activities: Vec<&str> =
+        shown["steps"][0]["spans"].as_array().unwrap().iter().map(|s| s["activity"].as_str().unwrap()).collect();
+    assert!(activities.contains(&"timer"), "{shown}");
+    let text = String::from_utf8_lossy(&target.stepwright(&["runs", "show", &run]).stdout).into_owned();
+    assert!(text.contains("waiting for a timer"), "{text}");
     let again = target.stepwright(&["wake", &run, "--timer"]);
     assert_eq!(again.status.code(), Some(2), "a finished run has no timer to wake");
 }

@@ -109,6 +109,9 @@ pub struct RunFilter {
     pub parent: Option<RunId>,
     /// Only runs of this concurrency group (what a waiting run waits behind).
     pub concurrency_key: Option<String>,
+    /// Only runs started by this user (`Caller::user`: a person's id, `schedule:NAME`,
+    /// `trigger:NAME`).
+    pub started_by: Option<String>,
 }
 
 /// What retention deletes: finished runs (completed, failed, cancelled) updated before

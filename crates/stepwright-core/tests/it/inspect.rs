@@ -180,3 +180,57 @@ async fn a_slow_step_is_seen_running_before_it_ends() {
     assert_eq!((rows[1].status, rows[1].attempts), (StepStatus::Completed, 1));
     assert!(rows[1].duration().unwrap() >= std::time::Duration::from_millis(500));
 }
+
+/// The timeline says what each step did when, from the journal's facts: a step that waited a
+/// minute for a person and then executed for 50 ms has those two intervals in that
+/// proportion, and a run that ended (here: cancelled while a step waited) is frozen at its end.
+#[tokio::test(start_paused = true)]
+async fn the_timeline_has_what_each_step_did_and_stops_at_the_runs_end() {
+    use stepwright_core::inspect::Activity;
+    let (engine, store) = engine();
+    let workflow = Workflow::builder("wait-then-work")
+        .step(Node::step(
+            "review",
+            fn_step(|ctx: StepContext, x: i64| async move {
+                ctx.interrupt(InterruptRequest::approval("ok?")).await?;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                Ok(x + 1)
+            }),
+        ))
+        .step(Node::step(
+            "again",
+            fn_step(|ctx: StepContext, x: i64| async move {
+                ctx.interrupt(InterruptRequest::approval("sure?")).await?;
+                Ok(x)
+            }),
+        ))
+        .build()
+        .unwrap();
+    let report = engine.start(&workflow, json!(1)).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    let interrupt = report.pending[0].id.clone();
+    engine.resolve(report.run_id, &interrupt, Decision::Approve, &Caller::default()).await.unwrap();
+    let waiting = engine.resume(&workflow, report.run_id).await.unwrap();
+    assert_eq!(waiting.status, RunStatus::Suspended);
+    let rows = timeline(&store.load(report.run_id).await.unwrap());
+    let review: Vec<(Activity, std::time::Duration)> =
+        rows[0].spans.iter().map(|s| (s.activity, s.to.unwrap().since(s.from))).collect();
+    let activities: Vec<Activity> = review.iter().map(|(a, _)| *a).collect();
+    assert_eq!(activities, [Activity::Executing, Activity::Person, Activity::Executing], "{review:?}");
+    assert_eq!(review[1].1, std::time::Duration::from_secs(60));
+    assert_eq!(review[2].1, std::time::Duration::from_millis(50));
+    assert_eq!(rows[0].attempts, 1, "one attempt, however long it waited");
+    assert_eq!(rows[1].now_doing(), Some(Activity::Person), "the second step waits for a person now");
+
+    // Cancelled while it waits: the wait ends with the run, and stays so however late it is read.
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    engine.cancel(report.run_id, "enough").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+    let loaded = store.load(report.run_id).await.unwrap();
+    let rows = timeline(&loaded);
+    let ended = loaded.record.updated_at;
+    assert_eq!((rows[1].status, rows[1].ended), (StepStatus::Cancelled, Some(ended)));
+    let last = rows[1].spans.last().unwrap();
+    assert_eq!((last.activity, last.to), (Activity::Person, Some(ended)));
+    assert_eq!(last.to.unwrap().since(last.from), std::time::Duration::from_secs(5));
+}

@@ -104,6 +104,9 @@ pub(crate) async fn list(
     if query.input_contains.as_ref().is_some_and(|text| text.is_empty() || text.len() > 200) {
         return Err(ApiError::bad_request("input_contains must be 1 to 200 characters"));
     }
+    if query.started_by.as_ref().is_some_and(|who| who.is_empty() || who.len() > 200) {
+        return Err(ApiError::bad_request("started_by must be 1 to 200 characters"));
+    }
     let parent = match &query.parent {
         Some(parent) => Some(parent.parse::<RunId>().map_err(|_| ApiError::bad_request("parent is not a run id"))?),
         None => None,
@@ -125,6 +128,7 @@ pub(crate) async fn list(
         input_contains: query.input_contains,
         parent,
         concurrency_key: None,
+        started_by: query.started_by,
     };
     let mut runs = shared.store.list_runs(filter).await?;
     let more = runs.len() > limit;
@@ -151,6 +155,7 @@ pub(crate) async fn list(
                 lease_expires_at: lease.as_ref().map(|lease| lease.expires_at.as_micros()),
                 owner: lease.map(|lease| lease.owner),
                 parent_run_id: run.parent.map(|parent| parent.run.to_string()),
+                started_by: stepwright_app::wire::started_by(&run.caller),
                 usage: usage.next().flatten(),
             }
         })
@@ -178,6 +183,7 @@ pub(crate) async fn show(
             );
         }
     }
+    stepwright_app::say_what_steps_wait_for(&mut details);
     Ok(Json(details))
 }
 

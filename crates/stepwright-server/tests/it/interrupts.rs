@@ -34,6 +34,12 @@ async fn the_inbox_lists_decisions_and_a_timer_is_woken_only_by_an_operator() {
     let (status, run) = server.post(&admin, "/v1/runs", json!({ "workflow": "nap", "wait_seconds": 10 })).await;
     assert_eq!((status, run["status"].as_str()), (201, Some("suspended")), "{run}");
     let id = run["run_id"].as_str().unwrap();
+    // Who started it, on the run, in the list (and its filter) and on its events.
+    assert_eq!(run["started_by"], json!({ "kind": "user", "id": "ann" }), "{run}");
+    assert_eq!(run["input"], json!(null));
+    let (_, page) = server.get(&approver, "/v1/runs?started_by=ann").await;
+    assert_eq!(page["runs"][0]["started_by"]["id"], "ann", "{page}");
+    assert_eq!(server.get(&approver, "/v1/runs?started_by=lee").await.1["runs"], json!([]));
     let kinds: Vec<&str> = run["pending"].as_array().unwrap().iter().map(|p| p["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds.len(), 2, "{run}");
     assert!(kinds.contains(&"timer") && kinds.contains(&"approval"), "{kinds:?}");

@@ -54,6 +54,17 @@ async fn schedules_are_kept_run_shown_paused_triggered_and_deleted_through_the_a
     let run = ticks[0]["run_id"].as_str().unwrap();
     let (status, details) = server.get(&viewer, &format!("/v1/runs/{run}")).await;
     assert_eq!(status, 200, "the tick's run, in the namespace: {details}");
+    let by = &details["started_by"];
+    assert_eq!(
+        (by["kind"].as_str(), by["id"].as_str()),
+        (Some("schedule"), Some("schedule:ticking/each-second")),
+        "{details}"
+    );
+    assert!(by["tick"].is_string(), "the tick that started it: {details}");
+    let (_, page) = server.get(&viewer, "/v1/runs?started_by=schedule:ticking/each-second&limit=500").await;
+    let listed = page["runs"].as_array().unwrap();
+    assert!(listed.iter().any(|r| r["run_id"] == run), "{page}");
+    assert!(listed.iter().all(|r| r["started_by"]["id"] == "schedule:ticking/each-second"), "{page}");
 
     // Another namespace sees none of it.
     assert_eq!(server.get(&other, "/v1/schedules").await.1, json!([]));

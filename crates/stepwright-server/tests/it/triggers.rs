@@ -92,6 +92,12 @@ async fn events_start_triggers_once_and_say_what_they_started_through_the_api() 
     let run = fires.iter().find(|f| f["trigger"] == "tickets/each").unwrap()["run_id"].as_str().unwrap().to_owned();
     let done = until(&server, &viewer, &format!("/v1/runs/{run}"), |r| r["status"] == "completed").await;
     assert_eq!(done["output"], json!({ "id": 1 }), "{done}");
+    let by = &done["started_by"];
+    assert_eq!(
+        (by["kind"].as_str(), by["id"].as_str(), &by["events"]),
+        (Some("trigger"), Some("trigger:tickets/each"), &json!([seq])),
+        "{done}"
+    );
     let second_seq = second["event"]["seq"].as_u64().unwrap();
     let grouped = until(&server, &viewer, "/v1/triggers/tickets/grouped", |t| {
         t["fires"].as_array().is_some_and(|f| f.len() == 2)

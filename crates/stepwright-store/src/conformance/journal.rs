@@ -559,6 +559,15 @@ pub async fn list_filters(store: &dyn Store) {
     assert!(
         store.list_runs(RunFilter { parent: Some(id(11)), ..RunFilter::default() }).await.expect("list").is_empty()
     );
+    // Who started it: a person, or a schedule by its name.
+    let mut ticked = record(17, "a", RunStatus::Completed, 17);
+    ticked.caller.user = Some("schedule:hourly".into());
+    store.create_run(ticked).await.expect("create");
+    let by = |who: &str| RunFilter { started_by: Some(who.into()), headers_only: true, ..RunFilter::default() };
+    let found = store.list_runs(by("schedule:hourly")).await.expect("list");
+    assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id(17)]);
+    assert_eq!(found[0].caller.user.as_deref(), Some("schedule:hourly"), "headers keep the caller");
+    assert!(store.list_runs(by("schedule:daily")).await.expect("list").is_empty());
 }
 
 /// Erase removes one run and the blobs only it referenced; retention removes old finished

@@ -312,6 +312,7 @@ impl Store for PostgresStore {
                  AND ($9::text IS NULL OR strpos(lower(input::text), lower($9)) > 0) \
                  AND ($10::uuid IS NULL OR parent_run = $10) \
                  AND ($11::text IS NULL OR concurrency_key = $11) \
+                 AND ($12::text IS NULL OR caller->>'user' = $12) \
                  ORDER BY {order} LIMIT $3"
             )))
             .bind(filter.status.map(RunStatus::as_str))
@@ -325,6 +326,7 @@ impl Store for PostgresStore {
             .bind(filter.input_contains)
             .bind(filter.parent.map(uuid))
             .bind(filter.concurrency_key)
+            .bind(filter.started_by)
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;

@@ -58,7 +58,8 @@ pub(super) const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, in
 /// (parameters 6 to 10).
 pub(super) const NARROWED: &str = "(?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR created_at < ?7) \
                         AND (?8 IS NULL OR input_contains(input, ?8)) AND (?9 IS NULL OR parent_run = ?9) \
-                        AND (?10 IS NULL OR concurrency_key = ?10)";
+                        AND (?10 IS NULL OR concurrency_key = ?10) \
+                        AND (?11 IS NULL OR json_extract(caller, '$.user') = ?11)";
 
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 pub(super) const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null', caller, status, NULL, NULL, \
@@ -311,7 +312,8 @@ impl Store for SqliteStore {
                             until,
                             text,
                             parent,
-                            filter.concurrency_key
+                            filter.concurrency_key,
+                            filter.started_by
                         ],
                         run_from_row,
                     )
@@ -339,7 +341,8 @@ impl Store for SqliteStore {
                             until,
                             text,
                             parent,
-                            filter.concurrency_key
+                            filter.concurrency_key,
+                            filter.started_by
                         ],
                         run_from_row,
                     )
