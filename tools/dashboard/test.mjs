@@ -252,7 +252,7 @@ steps:
 
   step('watch it live until it waits for an approval');
   await operator.locator('.status.s-suspended').first().waitFor();
-  await operator.getByText('Waiting: approval at ok').waitFor();
+  await operator.getByText('Waiting for a person at ok').waitFor();
   await operator.getByText('An approver decides this.').waitFor();
   await operator.locator('[data-node="hello"].st-completed').waitFor();
   await operator.locator('[data-node="ok"].st-suspended').waitFor();
@@ -261,7 +261,7 @@ steps:
   step('a viewer sees the run and no decision button; an approver decides from the inbox');
   const viewer = await person(vic);
   await viewer.goto(`${base}/#/runs/${runId}`);
-  await viewer.getByText('Waiting: approval at ok').waitFor();
+  await viewer.getByText('Waiting for a person at ok').waitFor();
   assert.equal(await viewer.getByRole('button', { name: 'Approve' }).count(), 0);
   assert.equal(await viewer.getByRole('button', { name: 'Cancel' }).count(), 0, 'a viewer has no actions');
   await viewer.goto(`${base}/#/inbox`);
@@ -281,6 +281,20 @@ steps:
   await operator.locator('[data-node="shout"].st-completed').waitFor();
   const shown = await call(ann, 'GET', `/v1/runs/${runId}`);
   assert.equal(shown.body.output, 'Hello, Ada!');
+  await operator.getByTestId('started-by').filter({ hasText: 'ann' }).waitFor();
+
+  step('the timeline is what happened: seconds waiting for a person, milliseconds executing, and it stops at the end');
+  const okRow = operator.locator('.wf-row[data-path="ok"]');
+  const widths = async () => okRow.locator('.span-bar').evaluateAll((bars) => bars.map((b) => [b.dataset.activity, b.getBoundingClientRect().width]));
+  const drawn = await widths();
+  const waitedBar = drawn.filter(([a]) => a === 'person').reduce((sum, [, w]) => sum + w, 0);
+  const executing = drawn.filter(([a]) => a === 'executing').reduce((sum, [, w]) => sum + w, 0);
+  const okSpans = shown.body.steps.find((s) => s.path === 'ok').spans;
+  const lasted = (a) => okSpans.filter((s) => s.activity === a).reduce((sum, s) => sum + (s.to - s.from), 0);
+  assert.ok(lasted('person') > 20 * lasted('executing'), JSON.stringify(okSpans));
+  assert.ok(waitedBar > 8 * executing, `bars in proportion: ${JSON.stringify(drawn)}`);
+  await new Promise((r) => setTimeout(r, 1500));
+  assert.deepEqual(await widths(), drawn, 'a finished run\'s bars do not grow');
 
   step('someone else deciding first is shown as such');
   const raced = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Bo' }, wait_seconds: 10 });
@@ -318,6 +332,7 @@ steps:
   await operator.getByLabel('Definition').selectOption('2');
   await operator.getByRole('button', { name: 'Recompute', exact: true }).click();
   await operator.waitForURL(/#\/diff\//);
+  const diffUrl = operator.url();
   await operator.getByTestId('changed-count').waitFor();
   assert.equal(await operator.getByTestId('changed-count').textContent(), '2');
   await operator.locator('[data-path="hello"][data-verdict="changed"]').waitFor();
@@ -337,7 +352,7 @@ steps:
   await operator.waitForURL((url) => !url.href.endsWith(runId) && /#\/runs\/[0-9a-f-]{36}$/.test(url.href));
   const forkId = operator.url().split('/').pop();
   await operator.getByText('forked from').waitFor();
-  await operator.getByText('Waiting: approval at ok').waitFor();
+  await operator.getByText('Waiting for a person at ok').waitFor();
   const forkShown = await call(ann, 'GET', `/v1/runs/${forkId}`);
   assert.equal(forkShown.body.parent.run_id, runId);
   assert.equal(forkShown.body.steps.find((s) => s.path === 'hello').output, 'Hello, Grace');
@@ -356,14 +371,14 @@ steps:
   await rating.getByLabel('score *').fill('4');
   await rating.getByLabel('comment').fill('clear enough');
   await rating.getByRole('button', { name: 'Send' }).click();
-  await approver.getByText(/Decided: run/).waitFor();
+  await approver.getByText(/Answered: run/).waitFor();
   await operator.goto(`${base}/#/runs/${surveyed.body.run_id}`);
   await operator.locator('.spread .status.s-completed').first().waitFor();
   const checkRow = operator.locator('.wf-row', { has: operator.locator('.name', { hasText: /^check/ }) });
-  await checkRow.locator('.bar-fail').waitFor();
-  await checkRow.locator('.bar-run').waitFor();
-  assert.equal(await checkRow.locator('.bar-fail').count(), 1, 'the failed first attempt');
-  assert.equal(await checkRow.locator('.bar-run').count(), 1, 'the retry that succeeded');
+  await checkRow.locator('.bar-retry').waitFor();
+  assert.equal(await checkRow.locator('.bar-executing').count(), 2, 'the failed first attempt and the retry that succeeded');
+  assert.equal(await checkRow.locator('.bar-retry').count(), 1, 'the delay between them');
+  assert.equal(await checkRow.locator('.name').textContent(), 'check (2 attempts)');
   const answered = await call(ann, 'GET', `/v1/runs/${surveyed.body.run_id}`);
   assert.deepEqual(answered.body.steps.find((s) => s.path === 'rating').output, { score: 4, comment: 'clear enough' });
 
@@ -386,7 +401,12 @@ steps:
   step('model text streams live into the running step');
   const told = await call(ann, 'POST', '/v1/runs', { workflow: 'story', input: null });
   assert.equal(told.status, 202, JSON.stringify(told.body));
+  const toldAt = Date.now();
   await operator.goto(`${base}/#/runs/${told.body.run_id}`);
+  await operator.locator('details.step[data-path="tell"] .s-running').waitFor({ timeout: 1500 });
+  await operator.locator('details.step[data-path="tell"] [data-elapsed-from]').waitFor();
+  await operator.locator('.wf-row[data-path="tell"] .bar-executing.live').waitFor();
+  assert.ok(Date.now() - toldAt < 2500, `the running step was on the page ${Date.now() - toldAt} ms after it started`);
   const live = operator.getByTestId('live-text');
   await live.filter({ hasText: 'durable workflow' }).waitFor();
   const early = await live.textContent();
@@ -527,6 +547,51 @@ steps:
   await visitor.getByText("sam@example.com is not on this server's allow-list").waitFor();
   await visitor.goto(`${base}/`);
   await visitor.getByLabel('API key').waitFor();
+
+  step('a durable timer is not a decision: never in the inbox; an operator wakes it from the run\'s page');
+  const nap = 'workflow: nap\nsteps:\n  - id: nap\n    sleep: 6h\n  - id: up\n    set: awake\n';
+  assert.equal((await call(admin, 'POST', '/v1/workflows', { source: nap })).status, 201);
+  const napping = await call(ann, 'POST', '/v1/runs', { workflow: 'nap', input: null, wait_seconds: 10 });
+  assert.equal(napping.body.status, 'suspended', JSON.stringify(napping.body));
+  const inboxNow = await call(lee, 'GET', '/v1/interrupts');
+  assert.ok(!inboxNow.body.some((i) => i.run_id === napping.body.run_id), 'a timer is not in the inbox');
+  await approver.goto(`${base}/#/inbox`);
+  await approver.locator('h1', { hasText: 'Approvals' }).waitFor();
+  assert.equal(await approver.locator(`[data-interrupt^="${napping.body.run_id}."]`).count(), 0);
+  await operator.goto(`${base}/#/runs/${napping.body.run_id}`);
+  await operator.getByTestId('timer').filter({ hasText: 'Sleeping at nap' }).waitFor();
+  await operator.getByRole('button', { name: 'Wake now' }).click();
+  await operator.locator('.spread .status.s-completed').first().waitFor();
+
+  step('navigation: twenty quick clicks end on the last view clicked');
+  const views = ['#/workflows', '#/inbox', '#/workers', '#/runs'];
+  await operator.evaluate(async (list) => {
+    for (let i = 0; i < 20; i++) {
+      location.hash = list[i % list.length];
+      await new Promise((r) => setTimeout(r, 15));
+    }
+  }, views);
+  await new Promise((r) => setTimeout(r, 1500));
+  assert.equal(await operator.locator('main h1').first().textContent(), 'Runs', 'the last view clicked (Runs) is the one shown');
+
+  step('phones: no view is wider than the screen at 360 and 390 px');
+  const waitingForPhone = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Gus' }, wait_seconds: 10 });
+  const phoneViews = [['runs', '#/runs'], ['run', `#/runs/${research.body.run_id}`], ['run-waiting', `#/runs/${waitingForPhone.body.run_id}`],
+    ['inbox', '#/inbox'], ['workflows', '#/workflows'], ['workflow', '#/workflows/greet'], ['workers', '#/workers'], ['diff', diffUrl.slice(diffUrl.indexOf('#'))]];
+  for (const width of [360, 390]) {
+    const phone = await person(admin, { viewport: { width, height: 800 }, isMobile: true, hasTouch: true });
+    for (const [name, hash] of phoneViews) {
+      await phone.goto(`${base}/${hash}`);
+      await phone.locator('main h1').first().waitFor();
+      await new Promise((r) => setTimeout(r, 300));
+      const [scroll, client] = await phone.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+      assert.ok(scroll <= client, `${name} at ${width} px is ${scroll} px wide`);
+      const bar = await phone.locator('header.bar').evaluate((b) => b.scrollWidth <= b.clientWidth);
+      assert.ok(bar, `${name} at ${width} px: the header fits (sign-out and theme on screen)`);
+      if (width === 390) await phone.screenshot({ path: join(shots, `phone-${name}.png`), fullPage: true });
+    }
+    await phone.context().close();
+  }
 
   step('signing out ends the session');
   await operator.getByRole('button', { name: 'Sign out' }).click();

@@ -17,6 +17,7 @@ import { workersView } from './workers.js';
 import { workflowView, workflowsView } from './workflows.js';
 
 export async function route() {
+  session.generation++;
   for (const stop of session.leaving) stop();
   session.leaving = [];
   if (location.pathname === '/link') {

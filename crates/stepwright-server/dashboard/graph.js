@@ -51,82 +51,70 @@ export function graphView(describe, statusOf, onPick) {
 }
 
 /** Attempts per step path from the event stream, and when each step became ready. */
+/** Each step path's events as the stream brings them (a step's details list them). */
 export class Timeline {
-  constructor(createdAt) {
-    this.created = createdAt || null;
-    this.paths = new Map();
-    this.ends = [];
+  constructor() {
     this.events = new Map();
-  }
-  row(path) {
-    let row = this.paths.get(path);
-    if (!row) { row = { path, attempts: [] }; this.paths.set(path, row); }
-    return row;
   }
   add(event) {
     const list = this.events.get(event.path) || [];
     list.push(event);
     if (list.length > 200) list.shift();
     this.events.set(event.path, list);
-    if (!this.created || event.at < this.created) this.created = Math.min(this.created || event.at, event.at);
-    const attempt = event.data && event.data.attempt;
-    if (event.kind === 'step.started') {
-      const row = this.row(event.path);
-      row.attempts.push({ attempt, start: event.at, end: null, failed: false });
-    } else if (event.kind === 'step.completed' || event.kind === 'step.failed') {
-      const row = this.row(event.path);
-      const open = row.attempts.find((a) => a.end === null && (attempt === undefined || a.attempt === attempt));
-      if (open) { open.end = event.at; open.failed = event.kind === 'step.failed'; }
-      this.ends.push(event.at);
-    } else if (event.kind === 'interrupt.resolved') {
-      this.ends.push(event.at);
-    }
-  }
-  /** When the step became ready to run: the latest end of anything before it started. */
-  readyAt(start) {
-    let ready = this.created || start;
-    for (const end of this.ends) if (end <= start && end > ready) ready = end;
-    return Math.min(ready, start);
   }
 }
 
-export function waterfallView(timeline, details, page) {
-  const rows = [...timeline.paths.values()].filter((r) => r.attempts.length && !isEffect(r.path));
+/** What each span's bar is called, in the legend and its tooltip. */
+const ACTIVITIES = {
+  executing: 'executing',
+  person: 'waiting for a person',
+  timer: 'waiting for a timer',
+  event: 'waiting for an event',
+  worker: 'waiting for a worker',
+  retry: 'waiting to retry',
+};
+
+/** The steps that have a timeline, as the waterfall draws them (effects are inside their step). */
+export const waterfallRows = (details) => details.steps.filter((s) => s.spans && s.spans.length && !isEffect(s.path));
+
+/**
+ * Per step, what it did when — executing, waiting for a person, a timer, an event, a worker,
+ * a retry — from the journal's facts the API gives (`steps[].spans`). A finished run's spans
+ * are all closed, so its bars never grow; a live run's open spans reach now.
+ */
+export function waterfallView(details, page) {
+  const rows = waterfallRows(details);
   if (!rows.length) return h('p', { class: 'muted', text: 'No step has started yet.' });
   const now = Date.now() * 1000;
-  const start = Math.min(...rows.map((r) => timeline.readyAt(r.attempts[0].start)));
-  const end = Math.max(...rows.flatMap((r) => r.attempts.map((a) => a.end || now)));
+  const start = Math.min(...rows.map((r) => r.spans[0].from));
+  const end = Math.max(...rows.flatMap((r) => r.spans.map((s) => s.to || now)));
   const span = Math.max(end - start, 1);
   const pct = (t) => `${(((t - start) / span) * 100).toFixed(3)}%`;
   const width = (a, b) => `${Math.max(((b - a) / span) * 100, 0.15).toFixed(3)}%`;
   const shown = rows.slice(0, (page + 1) * PAGE_ROWS);
-  const list = h('div', { class: 'waterfall', role: 'table', 'aria-label': 'Waterfall: wait and execution per step' },
+  const list = h('div', { class: 'waterfall', role: 'table', 'aria-label': 'Timeline: what each step did when' },
     shown.map((row) => {
-      const first = row.attempts[0];
-      const ready = timeline.readyAt(first.start);
       const track = h('div', { class: 'track', role: 'cell' });
-      const wait = h('div', { class: 'bar-wait', title: `waited ${ms((first.start - ready) / 1000)} before it started` });
-      wait.style.left = pct(ready);
-      wait.style.width = width(ready, first.start);
-      track.append(wait);
-      for (const a of row.attempts) {
+      for (const s of row.spans) {
+        const failed = s.activity === 'executing' && row.status === 'failed' && s === row.spans[row.spans.length - 1];
         const bar = h('div', {
-          class: a.failed ? 'bar-fail' : a.end ? 'bar-run' : 'bar-run live',
-          title: `attempt ${a.attempt || 1}: ${a.end ? ms((a.end - a.start) / 1000) : 'running'}${a.failed ? ', failed' : ''}`,
+          class: `span-bar bar-${s.activity}${s.to ? '' : ' live'}${failed ? ' bar-failed' : ''}`,
+          'data-activity': s.activity,
+          title: `${ACTIVITIES[s.activity]}: ${s.to ? ms((s.to - s.from) / 1000) : `${ms((now - s.from) / 1000)} so far`}`,
         });
-        bar.style.left = pct(a.start);
-        bar.style.width = width(a.start, a.end || now);
+        bar.style.left = pct(s.from);
+        bar.style.width = width(s.from, s.to || now);
         track.append(bar);
       }
-      const last = row.attempts[row.attempts.length - 1];
-      const total = (last.end || now) - first.start;
-      return h('div', { class: 'wf-row', role: 'row' },
-        h('div', { class: 'name', role: 'cell', title: row.path, text: `${row.path}${row.attempts.length > 1 ? ` ×${row.attempts.length}` : ''}` }),
+      const total = (row.spans[row.spans.length - 1].to || now) - row.spans[0].from;
+      return h('div', { class: 'wf-row', role: 'row', 'data-path': row.path },
+        h('div', { class: 'name', role: 'cell', title: row.path, text: `${row.path}${row.attempts > 1 ? ` (${row.attempts} attempts)` : ''}` }),
         track,
         h('div', { class: 'ms', role: 'cell', text: ms(total / 1000) }));
     }));
+  const used = new Set(rows.flatMap((r) => r.spans.map((s) => s.activity)));
   return h('div', {},
-    h('div', { class: 'legend' }, h('span', {}, h('i', { class: 'l-wait' }), 'waiting to start'), h('span', {}, h('i', { class: 'l-run' }), 'executing'), h('span', {}, h('i', { class: 'l-fail' }), 'failed attempt')),
+    h('div', { class: 'legend' }, Object.entries(ACTIVITIES).filter(([k]) => used.has(k)).map(([k, text]) => h('span', {}, h('i', { class: `bar-${k}` }), text))),
     list,
     rows.length > shown.length ? h('p', { class: 'muted', text: `${shown.length} of ${rows.length} steps shown.` }) : null);
 }

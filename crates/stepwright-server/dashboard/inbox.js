@@ -2,7 +2,30 @@
 
 import { schemaForm } from './forms.js';
 import { refreshInboxCount } from './signin.js';
-import { api, errorBox, fill, h, has, json, onLeave, problemText, runLink, shortId, show, status, toast, when } from './ui.js';
+import { api, at, errorBox, fill, h, has, json, onLeave, problemText, runLink, shortId, show, status, toast, when } from './ui.js';
+
+/** What a decision did, said in a toast. */
+const DECIDED = { approve: 'Approved', reject: 'Rejected', modify: 'Approved with changes', respond: 'Answered' };
+
+/** The inbox's keys: j/k move between requests, a approves, r rejects (not while typing). */
+function inboxKeys(list) {
+  const cards = () => [...list.querySelectorAll('article[data-interrupt]')];
+  const current = () => cards().find((c) => c.contains(document.activeElement)) || null;
+  return (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey || /^(INPUT|TEXTAREA|SELECT)$/.test(document.activeElement?.tagName || '')) return;
+    const all = cards();
+    if (!all.length) return;
+    const at = all.indexOf(current());
+    const focus = (card) => { card.focus(); card.scrollIntoView({ block: 'nearest' }); };
+    if (event.key === 'j') focus(all[Math.min(at + 1, all.length - 1)]);
+    else if (event.key === 'k') focus(all[Math.max(at - 1, 0)]);
+    else if ((event.key === 'a' || event.key === 'r') && at >= 0) {
+      const name = event.key === 'a' ? 'Approve' : 'Reject';
+      [...all[at].querySelectorAll('button')].find((b) => b.textContent === name)?.click();
+    } else return;
+    event.preventDefault();
+  };
+}
 
 export function decisionForm(item, send, onDone) {
   const problem = h('div', { role: 'alert', class: 'error' });
@@ -10,7 +33,7 @@ export function decisionForm(item, send, onDone) {
     problem.textContent = '';
     try {
       const taken = await send(body);
-      onDone(taken);
+      onDone(taken, body);
     } catch (e) {
       problem.textContent = problemText(e);
     }
@@ -35,11 +58,11 @@ export function decisionForm(item, send, onDone) {
 }
 
 export function interruptCard(item, send, onDone) {
-  return h('article', { class: 'card', 'aria-label': `${item.workflow}: ${item.message}`, 'data-interrupt': item.id },
+  return h('article', { class: 'card', tabindex: '-1', 'aria-label': `${item.workflow}: ${item.message}`, 'data-interrupt': item.id },
     h('div', { class: 'spread' },
       h('strong', { text: item.message }),
       h('span', { class: 'muted' }, `${item.kind} · `, item.workflow, ' · ', runLink(item.run_id), ` · ${item.step}`)),
-    item.deadline ? h('p', { class: 'muted', text: `Decide by ${when(item.deadline)}` }) : null,
+    item.deadline ? h('p', { class: 'muted' }, 'Decide by ', at(item.deadline), ' (', when(item.deadline), ')') : null,
     item.payload !== null && item.payload !== undefined ? h('pre', { text: json(item.payload) }) : null,
     decisionForm(item, send, onDone));
 }
@@ -58,8 +81,8 @@ export async function inboxView() {
   const list = h('div');
   const draw = () => {
     fill(list, ...(items.length ? items.map((item) => {
-      const card = interruptCard(item, (body) => api('POST', `/v1/interrupts/${item.id}/decision`, body), (taken) => {
-        toast(`Decided: run ${shortId(taken.run_id)} continues.`);
+      const card = interruptCard(item, (body) => api('POST', `/v1/interrupts/${item.id}/decision`, body), (taken, body) => {
+        toast(`${DECIDED[body.decision]}: run ${shortId(taken.run_id)} is ${taken.status} now.`);
         items = items.filter((i) => i.id !== item.id);
         draw();
         refreshInboxCount();
@@ -72,7 +95,7 @@ export async function inboxView() {
         onclick: async () => {
           try {
             const link = await api('POST', `/v1/interrupts/${item.id}/link`, {});
-            fill(linkOut, h('p', {}, 'Decides once, as you, until ', when(link.expires_at), ': ', h('input', { type: 'text', readonly: true, value: link.url, 'aria-label': 'Approval link', class: 'mono' })));
+            fill(linkOut, h('p', {}, 'Decides once, as you, until ', at(link.expires_at), ': ', h('input', { type: 'text', readonly: true, value: link.url, 'aria-label': 'Approval link', class: 'mono' })));
           } catch (e) { fill(linkOut, errorBox(e)); }
         },
       }), linkOut);
@@ -80,7 +103,10 @@ export async function inboxView() {
     }) : [h('p', { class: 'muted', text: 'Nothing waits for you.' })]));
   };
   draw();
-  show(h('h1', { text: 'Approvals' }), list);
+  show(h('div', { class: 'spread' }, h('h1', { text: 'Approvals' }), h('span', { class: 'muted', text: 'Keys: j / k next and previous, a approve, r reject' })), list);
+  const keys = inboxKeys(list);
+  document.addEventListener('keydown', keys);
+  onLeave(() => document.removeEventListener('keydown', keys));
   const timer = setInterval(async () => {
     if (document.hidden || document.activeElement && document.activeElement.closest && document.activeElement.closest('article')) return;
     try { items = await api('GET', '/v1/interrupts'); draw(); } catch { /* next time */ }
@@ -98,7 +124,7 @@ export async function linkView(secret) {
   }
   show(
     h('h1', { text: 'Approval requested' }),
-    h('p', { class: 'muted', text: `You decide as ${view.decide_as}. This link works once${view.expires_at ? `, until ${when(view.expires_at)}` : ''}.` }),
+    h('p', { class: 'muted', text: `You decide as ${view.decide_as}. This link works once${view.expires_at ? `, until ${at(view.expires_at)}` : ''}.` }),
     interruptCard(view.interrupt, (body) => api('POST', '/v1/link/decision', body, secret), (taken) => {
       show(h('h1', { text: 'Thank you' }), h('p', { role: 'status', text: `Decided as ${taken.decided_by}. The run continues; this link is now spent.` }));
     }));

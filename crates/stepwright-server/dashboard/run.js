@@ -1,10 +1,10 @@
 // A run: its status, graph, waterfall, steps, and the actions on it.
 
 import { TERMINAL } from './contract.js';
-import { Timeline, graphView, isEffect, nodeKey, rollupStatus, waterfallView } from './graph.js';
+import { Timeline, graphView, nodeKey, rollupStatus, waterfallRows, waterfallView } from './graph.js';
 import { forkDialog, recomputeDialog, replay } from './history.js';
 import { bulkCancel } from './runs.js';
-import { PAGE_ROWS, api, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, status, toast, usd, when } from './ui.js';
+import { PAGE_ROWS, api, at, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, startedBy, status, toast, usd, when } from './ui.js';
 
 export async function runView(id) {
   let details;
@@ -14,11 +14,13 @@ export async function runView(id) {
     return show(h('h1', { text: 'Run' }), errorBox(e));
   }
   const definition = api('GET', `/v1/runs/${id}/definition`).catch(() => null);
-  const timeline = new Timeline(details.created_at);
+  const timeline = new Timeline();
   const liveText = new Map();
   let stepsPage = 0;
   let wfPage = 0;
   let picked = null;
+  // The steps' filter: a status and text in the path (a 1,000-item map's one failure).
+  const stepFilter = { status: '', text: '' };
   const openSteps = new Set();
   let forks = [];
   let forksMore = false;
@@ -54,6 +56,7 @@ export async function runView(id) {
       h('div', { class: 'spread' }, h('h1', {}, `${details.workflow} `, h('span', { class: 'mono muted', text: details.run_id })), status(details.status)),
       h('div', { class: 'facts' },
         h('div', {}, h('span', { text: 'created' }), when(details.created_at)),
+        h('div', { 'data-testid': 'started-by' }, h('span', { text: 'started by' }), startedBy(details.started_by)),
         h('div', {}, h('span', { text: 'worker' }), details.owner || '—'),
         h('div', {}, h('span', { text: 'steps' }), String(details.steps.length)),
         u ? h('div', {}, h('span', { text: 'tokens' }), `${u.input_tokens} in / ${u.output_tokens} out`) : null,
@@ -61,7 +64,8 @@ export async function runView(id) {
         details.parent ? h('div', {}, h('span', { text: 'forked from' }), runLink(details.parent.run_id), ` before ${details.parent.at}`) : null,
         forks.length ? h('div', { 'data-testid': 'forks' }, h('span', { text: `forks (${forks.length}${forksMore ? '+' : ''})` }), forks.map((f, i) => [i ? ', ' : '', runLink(f.run_id)])) : null),
       details.error ? h('p', { class: 'error', role: 'alert', text: `${details.error.code}: ${details.error.message}` }) : null,
-      details.output !== null && details.output !== undefined ? h('details', {}, h('summary', { text: 'Output' }), h('pre', { text: json(details.output) })) : null);
+      details.output !== null && details.output !== undefined ? h('details', { open: true }, h('summary', { text: 'Output' }), h('pre', { text: json(details.output) })) : null,
+      details.input !== undefined ? h('details', { 'data-testid': 'run-input' }, h('summary', { text: 'Input' }), h('pre', { text: json(details.input) })) : null);
   };
   const drawActions = () => {
     if (!has('operator')) return fill(actions);
@@ -77,10 +81,16 @@ export async function runView(id) {
     try { await call(); toast(done); reload(); } catch (e) { toast(problemText(e)); }
   };
   const drawPending = () => {
-    fill(pending, ...details.pending.map((p) => h('div', { class: 'card' },
-      h('div', { class: 'spread' }, h('strong', { text: `Waiting: ${p.kind} at ${p.step}` }), status('suspended')),
-      h('p', { text: p.message }),
-      has('approver') ? h('a', { href: '#/inbox', text: 'Decide in the approvals inbox' }) : h('p', { class: 'muted', text: 'An approver decides this.' }))),
+    fill(pending, ...details.pending.map((p) => p.kind === 'timer'
+      // A durable timer is not a decision: it goes off by itself, or an operator wakes it.
+      ? h('div', { class: 'card', 'data-testid': 'timer' },
+        h('div', { class: 'spread' }, h('strong', { text: `Sleeping at ${p.step}` }), status('suspended')),
+        h('p', {}, 'Until ', at(p.deadline), ' (', when(p.deadline), ').'),
+        has('operator') ? h('button', { type: 'button', text: 'Wake now', onclick: () => act(() => api('POST', `/v1/interrupts/${id}.${p.id}/wake`, {}), 'Woken.') }) : null)
+      : h('div', { class: 'card' },
+        h('div', { class: 'spread' }, h('strong', { text: `Waiting for ${p.kind === 'event' ? 'an event' : 'a person'} at ${p.step}` }), status('suspended')),
+        h('p', { text: p.message }),
+        has('approver') ? h('a', { href: '#/inbox', text: 'Decide in the approvals inbox' }) : h('p', { class: 'muted', text: 'An approver decides this.' }))),
     // A `wait` step: answered by a message to the run's inbox of that name, from a program.
     ...(details.awaiting || []).map((a) => h('div', { class: 'card', 'data-testid': 'awaiting' },
       h('div', { class: 'spread' }, h('strong', { text: `Waiting for the event ${a.event} at ${a.step}` }), status('suspended')),
@@ -94,17 +104,31 @@ export async function runView(id) {
       h('div', { class: 'spread' }, h('strong', { text: 'Not started yet' }), status('pending')),
       h('p', { text: `Queued: ${details.queued.reason}.` }))] : []));
   };
+  const filterStatus = h('select', { id: 'step-status', onchange: (e) => { stepFilter.status = e.target.value; stepsPage = 0; drawSteps(); } },
+    h('option', { value: '', text: 'any' }), ['failed', 'running', 'waiting', 'retrying', 'completed', 'skipped', 'cancelled'].map((v) => h('option', { value: v, text: v })));
+  const filterText = h('input', { id: 'step-text', type: 'search', placeholder: 'path contains', oninput: (e) => { stepFilter.text = e.target.value.trim(); stepsPage = 0; drawSteps(); } });
+  const stepFilters = h('div', { class: 'filters', role: 'search', 'aria-label': 'Filter steps' },
+    h('div', {}, h('label', { for: 'step-status', text: 'Status' }), filterStatus),
+    h('div', {}, h('label', { for: 'step-text', text: 'Step' }), filterText));
+  const stepList = h('div');
   const drawSteps = () => {
-    const rows = picked ? details.steps.filter((s) => nodeKey(s.path) === picked || nodeKey(s.path).startsWith(`${picked}/`)) : details.steps;
+    let rows = picked ? details.steps.filter((s) => nodeKey(s.path) === picked || nodeKey(s.path).startsWith(`${picked}/`)) : details.steps;
+    if (stepFilter.status) rows = rows.filter((s) => s.status === stepFilter.status);
+    if (stepFilter.text) rows = rows.filter((s) => s.path.includes(stepFilter.text));
+    // Failures first: the step to look at is at the top, not on page 4.
+    rows = [...rows.filter((s) => s.status === 'failed'), ...rows.filter((s) => s.status !== 'failed')];
     const shown = rows.slice(0, (stepsPage + 1) * PAGE_ROWS);
-    fill(stepsBox,
+    if (details.steps.length > 10 && !stepsBox.contains(stepFilters)) fill(stepsBox, stepFilters, stepList);
+    else if (!stepsBox.contains(stepList)) fill(stepsBox, stepList);
+    fill(stepList,
       picked ? h('p', {}, `Steps of ${picked}. `, h('button', { type: 'button', class: 'ghost', text: 'Show all', onclick: () => { picked = null; drawSteps(); } })) : null,
+      rows.length ? null : h('p', { class: 'muted', text: 'No step matches.' }),
       ...shown.map((s) => stepDetails(id, s, () => timeline.events.get(s.path) || [], () => liveText.get(s.path), openSteps)),
       rows.length > shown.length ? h('button', { type: 'button', text: `Show more (${rows.length - shown.length} left)`, onclick: () => { stepsPage++; drawSteps(); } }) : null);
   };
   const drawWaterfall = () => {
-    fill(waterfallBox, waterfallView(timeline, details, wfPage));
-    const total = [...timeline.paths.values()].filter((r) => r.attempts.length && !isEffect(r.path)).length;
+    fill(waterfallBox, waterfallView(details, wfPage));
+    const total = waterfallRows(details).length;
     if (total > (wfPage + 1) * PAGE_ROWS) waterfallBox.append(h('button', { type: 'button', text: 'Show more', onclick: () => { wfPage++; drawWaterfall(); } }));
   };
   const drawLive = () => {
@@ -128,6 +152,13 @@ export async function runView(id) {
     }, Math.min(2000, 150 + details.steps.length / 5));
   };
   drawAll();
+  // While it runs, running steps' bars and elapsed times move on between events.
+  const ticking = setInterval(() => {
+    if (document.hidden || TERMINAL.has(details.status)) return;
+    drawWaterfall();
+    for (const el of stepsBox.querySelectorAll('[data-elapsed-from]')) el.textContent = `${ms((Date.now() * 1000 - Number(el.dataset.elapsedFrom)) / 1000)} so far`;
+  }, 1000);
+  onLeave(() => clearInterval(ticking));
 
   // The run's events, live: the whole log first, then as they happen, with streamed text.
   const stream = new EventSource(`/v1/runs/${id}/events?tokens=true`);
@@ -165,8 +196,12 @@ export function stepDetails(runId, step, eventsOf, liveOf, openSteps) {
   box.append(h('summary', {},
     status(step.status),
     h('span', { class: 'path', text: step.path }),
-    h('span', { class: 'muted', text: ms(step.duration_ms) }),
+    step.duration_ms !== undefined || !step.started_at
+      ? h('span', { class: 'muted', text: ms(step.duration_ms) })
+      // Still going: how long so far (the page's ticker keeps it current).
+      : h('span', { class: 'muted', 'data-elapsed-from': String(step.started_at), text: `${ms((Date.now() * 1000 - step.started_at) / 1000)} so far` }),
     step.attempts > 1 ? h('span', { class: 'muted', text: `${step.attempts} attempts` }) : null,
+    step.waiting_for ? h('span', { class: 'waits', text: `waits for ${step.waiting_for.replaceAll('`', '')}` }) : null,
     step.usage ? h('span', { class: 'muted', text: `${step.usage.input_tokens + step.usage.output_tokens} tokens · ${usd(step.usage.cost_usd)}` }) : null), body);
   box.addEventListener('toggle', () => {
     if (!box.open) { openSteps.delete(step.path); fill(body); return; }

@@ -1,7 +1,7 @@
 // The runs list: filters, pages, live rows, bulk cancel.
 
 import { RUN_STATUSES, TERMINAL } from './contract.js';
-import { api, errorBox, fill, h, has, onLeave, runLink, show, status, toast, when } from './ui.js';
+import { api, errorBox, fill, h, has, ms, onLeave, runLink, show, startedBy, status, toast, usd, when } from './ui.js';
 
 export async function runsView(params) {
   const filters = {
@@ -10,6 +10,7 @@ export async function runsView(params) {
     input_contains: params.get('q') || '',
     after: params.get('after') || '',
     before: params.get('before') || '',
+    started_by: params.get('by') || '',
   };
   const cursors = [];
   let cursor = null;
@@ -21,6 +22,7 @@ export async function runsView(params) {
   const text = h('input', { id: 'f-text', type: 'search', value: filters.input_contains, placeholder: 'text in the input' });
   const after = h('input', { id: 'f-after', type: 'datetime-local', value: filters.after });
   const before = h('input', { id: 'f-before', type: 'datetime-local', value: filters.before });
+  const by = h('input', { id: 'f-by', type: 'search', value: filters.started_by, placeholder: 'a user, schedule:…, trigger:…' });
   api('GET', '/v1/workflows').then((list) => {
     for (const w of list) workflowSelect.append(h('option', { value: w.name, text: w.name }));
     workflowSelect.value = filters.workflow;
@@ -33,6 +35,7 @@ export async function runsView(params) {
     if (text.value.trim()) query.set('q', text.value.trim());
     if (after.value) query.set('after', after.value);
     if (before.value) query.set('before', before.value);
+    if (by.value.trim()) query.set('by', by.value.trim());
     location.hash = `#/runs?${query}`;
   };
   const form = h('form', { class: 'filters', onsubmit: apply, 'aria-label': 'Filter runs' },
@@ -41,6 +44,7 @@ export async function runsView(params) {
     h('div', {}, h('label', { for: 'f-after', text: 'Created after' }), after),
     h('div', {}, h('label', { for: 'f-before', text: 'Created before' }), before),
     h('div', {}, h('label', { for: 'f-text', text: 'Input contains' }), text),
+    h('div', {}, h('label', { for: 'f-by', text: 'Started by' }), by),
     h('button', { type: 'submit', text: 'Apply' }));
   const table = h('div', { 'aria-live': 'polite' });
   const bulk = h('div', { class: 'row' });
@@ -48,7 +52,8 @@ export async function runsView(params) {
   show(h('div', { class: 'spread' }, h('h1', { text: 'Runs' }), bulk), form, table, pager);
 
   const query = () => {
-    const q = new URLSearchParams({ limit: '50' });
+    const q = new URLSearchParams({ limit: '50', usage: 'true' });
+    if (filters.started_by) q.set('started_by', filters.started_by);
     if (filters.status) q.set('status', filters.status);
     if (filters.workflow) q.set('workflow', filters.workflow);
     if (filters.input_contains) q.set('input_contains', filters.input_contains);
@@ -90,11 +95,14 @@ export async function runsView(params) {
           h('td', {}, runLink(run.run_id)),
           h('td', { text: run.workflow }),
           h('td', {}, status(run.status)),
-          h('td', { text: when(run.created_at) }),
+          h('td', {}, when(run.created_at)),
+          h('td', { class: 'num', text: ms(((TERMINAL.has(run.status) ? run.updated_at : Date.now() * 1000) - run.created_at) / 1000) }),
+          h('td', { class: 'num', text: run.usage && run.usage.calls ? usd(run.usage.cost_usd) : '—' }),
+          h('td', { text: startedBy(run.started_by) }),
           h('td', { class: 'muted', text: run.owner || '' }));
       });
       fill(table, h('table', { 'aria-label': 'Runs' },
-        h('thead', {}, h('tr', {}, h('th', { text: '' }), ['Run', 'Workflow', 'Status', 'Created', 'Worker'].map((t) => h('th', { scope: 'col', text: t })))),
+        h('thead', {}, h('tr', {}, h('th', { text: '' }), ['Run', 'Workflow', 'Status', 'Created', 'Duration', 'Cost', 'Started by', 'Worker'].map((t) => h('th', { scope: 'col', text: t })))),
         h('tbody', {}, rows)));
     }
     fill(pager,

@@ -7,7 +7,8 @@ const CSRF = { 'X-Stepwright-Csrf': '1' };
 export const PAGE_ROWS = 200;
 
 /** Who is signed in (`null`: nobody), and the work to stop when the page changes. */
-export const session = { me: null, leaving: [] };
+// `generation` counts navigations (see `api`).
+export const session = { me: null, leaving: [], generation: 0 };
 
 export class ApiError extends Error {
   constructor(status, problem) {
@@ -18,7 +19,24 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * A request to the API. A read whose answer comes after the person moved to another view
+ * never settles: the view that asked is gone, and must not draw over the one shown now
+ * (fast navigation would otherwise leave a stale view on screen).
+ */
 export async function api(method, path, body, token) {
+  const asked = session.generation;
+  const stale = () => method === 'GET' && asked !== session.generation;
+  try {
+    const answer = await request(method, path, body, token);
+    return stale() ? new Promise(() => {}) : answer;
+  } catch (e) {
+    if (stale()) return new Promise(() => {});
+    throw e;
+  }
+}
+
+async function request(method, path, body, token) {
   const headers = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (method !== 'GET') Object.assign(headers, CSRF);
@@ -60,11 +78,33 @@ export const has = (role) => {
   return roles.includes(role);
 };
 export const json = (value) => JSON.stringify(value, null, 2);
-export const when = (micros) => (micros ? new Date(micros / 1000).toLocaleString() : '—');
-export const ms = (value) => (value === undefined || value === null ? '—' : value < 1000 ? `${value.toFixed(1)} ms` : `${(value / 1000).toFixed(2)} s`);
+/** How long ago (or ahead) a time is, for people: `3 min ago`, `in 6 h`. */
+export function ago(micros) {
+  const seconds = Math.round((Date.now() * 1000 - micros) / 1e6);
+  const size = Math.abs(seconds);
+  const text = size < 60 ? `${size} s` : size < 3600 ? `${Math.round(size / 60)} min` : size < 86400 ? `${Math.round(size / 3600)} h` : `${Math.round(size / 86400)} d`;
+  return seconds >= 0 ? `${text} ago` : `in ${text}`;
+}
+const ZONE = (() => {
+  try { return new Intl.DateTimeFormat(undefined, { timeZoneName: 'short' }).formatToParts(new Date()).find((p) => p.type === 'timeZoneName').value; } catch { return ''; }
+})();
+/** A time as people read it: relative, with the absolute time and its zone on hover. */
+export const when = (micros) => (micros ? h('time', { datetime: new Date(micros / 1000).toISOString(), title: `${new Date(micros / 1000).toLocaleString()} ${ZONE}`, text: ago(micros) }) : '—');
+/** An absolute time with its zone. */
+export const at = (micros) => (micros ? `${new Date(micros / 1000).toLocaleString()} ${ZONE}` : '—');
+export const ms = (value) => {
+  if (value === undefined || value === null) return '—';
+  if (value < 1000) return `${value.toFixed(1)} ms`;
+  if (value < 60_000) return `${(value / 1000).toFixed(2)} s`;
+  const s = Math.round(value / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+};
 export const usd = (value) => (value ? `$${value.toFixed(5)}` : '$0');
 export const status = (name) => h('span', { class: `status s-${name}`, text: name.replace('_', ' ') });
-export const shortId = (id) => id.slice(0, 8) + '…' + id.slice(-4);
+// A UUIDv7 begins with its time (runs made together look alike): its random end tells them apart.
+export const shortId = (id) => `…${id.slice(-8)}`;
 export const runLink = (id, text) => h('a', { href: `#/runs/${id}`, class: 'mono', title: id }, text || shortId(id));
 
 export function toast(text) {
@@ -105,4 +145,12 @@ export function show(...children) {
 /** Work that stops when the page changes: streams, timers. */
 export function onLeave(stop) {
   session.leaving.push(stop);
+}
+
+/** Who started a run: a person, a schedule's tick, a trigger's events. */
+export function startedBy(by) {
+  if (!by) return '—';
+  if (by.kind === 'schedule') return `schedule ${by.id.replace(/^schedule:/, '')}${by.tick ? ` (tick ${by.tick})` : ''}`;
+  if (by.kind === 'trigger') return `trigger ${by.id.replace(/^trigger:/, '')}${by.events?.length ? ` (event ${by.events.join(', ')})` : ''}`;
+  return by.id;
 }

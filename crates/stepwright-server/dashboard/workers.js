@@ -24,7 +24,7 @@ export async function workersView() {
       h('td', { class: 'mono', text: w.queue }),
       h('td', { class: 'mono', text: w.handlers.join(', ') }),
       h('td', { text: w.sdk || '' }),
-      h('td', { text: when(w.last_seen) }),
+      h('td', {}, when(w.last_seen)),
       h('td', { text: w.polling ? 'yes' : 'no' })))))
     : h('p', { class: 'muted', text: 'No step worker was heard from in the last ten minutes.' });
   show(h('h1', { text: 'Step workers' }), h('h2', { text: 'Queues' }), queueTable, h('h2', { text: 'Workers' }), workerTable);

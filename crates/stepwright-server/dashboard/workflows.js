@@ -44,6 +44,6 @@ export async function workflowView(name) {
     h('h2', { text: 'Versions' }),
     h('table', { 'aria-label': 'Versions' },
       h('thead', {}, h('tr', {}, ['Version', 'Hash', 'Registered', 'By'].map((t) => h('th', { scope: 'col', text: t })))),
-      h('tbody', {}, w.versions.map((v) => h('tr', {}, h('td', { text: String(v.version) }), h('td', { class: 'mono', text: v.hash.slice(0, 16) }), h('td', { text: when(v.registered_at) }), h('td', { text: v.registered_by || '' }))))),
+      h('tbody', {}, w.versions.map((v) => h('tr', {}, h('td', { text: String(v.version) }), h('td', { class: 'mono', text: v.hash.slice(0, 16) }), h('td', {}, when(v.registered_at)), h('td', { text: v.registered_by || '' }))))),
     w.input_schema ? h('details', {}, h('summary', { text: 'Input schema' }), h('pre', { text: json(w.input_schema) })) : null);
 }

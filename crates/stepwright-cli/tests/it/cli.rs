@@ -143,13 +143,20 @@ fn runs_list_and_show_read_the_store(target: &Target) {
     let listed = String::from_utf8_lossy(&target.stepwright(&["runs", "list"]).stdout).into_owned();
     let rows: Vec<&str> = listed.lines().collect();
     let header: Vec<&str> = rows[0].split_whitespace().collect();
-    assert_eq!(header, ["RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "COST", "OWNER"], "{listed}");
+    assert_eq!(
+        header,
+        ["RUN", "WORKFLOW", "STATUS", "CREATED", "DURATION", "COST", "STARTED", "BY", "WORKER"],
+        "{listed}"
+    );
+    // Who started each run: the key's user over a server; nobody known for a local command.
+    let starter = if target.is_remote() { "ann" } else { "-" };
     let created = rows[0].find("CREATED").unwrap();
     for row in &rows[1..] {
         assert!(row[created..].starts_with("20"), "aligned under CREATED: {listed}");
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert!(cells[5].ends_with("ms") || cells[5].ends_with('s'), "a duration: {listed}");
         assert_eq!(cells[6], "-", "no model calls, no cost: {listed}");
+        assert_eq!(cells[7], starter, "{listed}");
     }
     assert_eq!(rows.len(), 3, "two runs: {listed}");
 }

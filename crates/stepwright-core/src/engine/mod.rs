@@ -536,18 +536,18 @@ impl Engine {
             reason,
             code,
         };
-        if loaded.record.status.is_terminal() {
-            return Err(error(
-                "run_finished",
-                format!("the run is {}: its interrupts are decided by nobody now", loaded.record.status.as_str()),
-            ));
-        }
         let index = ReplayIndex::from_loaded(&loaded).map_err(EngineError::store(run))?;
         let Some(log) = index.interrupt(interrupt) else {
             return Err(error("not_found", "no such interrupt in this run".into()));
         };
         if log.resolution.is_some() {
             return Err(error("already_resolved", "it was already resolved".into()));
+        }
+        if loaded.record.status.is_terminal() {
+            return Err(error(
+                "run_finished",
+                format!("the run is {}: its interrupts are decided by nobody now", loaded.record.status.as_str()),
+            ));
         }
         let request = &log.request;
         let decision = match (request.kind, decision) {
