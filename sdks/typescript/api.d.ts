@@ -4328,6 +4328,13 @@ export interface operations {
                     } | string;
                 };
             };
+            /** @description The run has ended and its final event was read already: nothing more will come (an EventSource stops reconnecting). */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
             /** @description Bad Request */
             400: {
                 headers: {

@@ -202,6 +202,8 @@ export class Client {
       const query = tokens ? "?tokens=true" : "";
       try {
         const response = await fetch(`${this.base}/v1/runs/${runId}/events${query}`, { headers });
+        // The run ended and its last event was read already: nothing more comes.
+        if (response.status === 204) return;
         if (!response.ok) throw await problem(response);
         const decoder = new TextDecoder();
         let buffer = "";

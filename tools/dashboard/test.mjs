@@ -396,6 +396,9 @@ steps:
   await plan.locator('summary').click();
   await plan.getByRole('button', { name: /llm-output/ }).click();
   await plan.locator('pre', { hasText: 'questions' }).first().waitFor();
+  // Every artifact the events mark stored is served, the model's input too.
+  await plan.getByRole('button', { name: /llm-input/ }).click();
+  await plan.locator('pre', { hasText: '"messages"' }).first().waitFor();
   await operator.screenshot({ path: join(shots, 'run.png'), fullPage: true });
 
   step('model text streams live into the running step');

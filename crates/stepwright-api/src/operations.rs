@@ -398,7 +398,10 @@ pub fn operations() -> Vec<Operation> {
             role: Some(Role::Viewer),
             body: None,
             query: Some(schema::<stream::StreamFrom>),
-            responses: vec![(200, "The event stream; it ends after the run's final event.", Some(sse_event), SSE)],
+            responses: vec![
+                (200, "The event stream; it ends after the run's final event.", Some(sse_event), SSE),
+                (204, "The run has ended and its final event was read already: nothing more will come (an EventSource stops reconnecting).", None, JSON),
+            ],
             errors: &[400, 404],
         },
         Operation {

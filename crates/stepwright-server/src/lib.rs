@@ -155,6 +155,7 @@ impl Server {
         let dashboard = dashboard::router().layer(tower_http::compression::CompressionLayer::new());
         let mut app = routes::router()
             .merge(dashboard)
+            .fallback(routes::no_such_path)
             .with_state(shared.clone())
             // The extractors refuse a larger body with a problem document (`too_large`).
             .layer(axum::extract::DefaultBodyLimit::max(config.limits.max_body_bytes));

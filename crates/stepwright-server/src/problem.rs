@@ -127,8 +127,13 @@ impl IntoResponse for ApiError {
                 "request failed"
             );
         }
+        let too_many = self.status == StatusCode::TOO_MANY_REQUESTS;
         let mut response = (self.status, axum::Json(self.problem)).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        if too_many {
+            // The limits are per second (and per open stream): a second later is a fair try.
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
         response
     }
 }

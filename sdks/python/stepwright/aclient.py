@@ -76,6 +76,9 @@ class _AsyncRuns:
                     "GET", f"/v1/runs/{run_id}/events", params={"tokens": "true"} if tokens else None,
                     headers=headers, timeout=httpx.Timeout(10.0, read=None),
                 ) as response:
+                    # The run ended and its last event was read already: nothing more comes.
+                    if response.status_code == 204:
+                        return
                     if not response.is_success:
                         await response.aread()
                         raise_for_problem(response)

@@ -82,6 +82,9 @@ class _Runs:
                     "GET", f"/v1/runs/{run_id}/events", params=params, headers=headers,
                     timeout=httpx.Timeout(10.0, read=None),
                 ) as response:
+                    # The run ended and its last event was read already: nothing more comes.
+                    if response.status_code == 204:
+                        return
                     if not response.is_success:
                         response.read()
                         raise_for_problem(response)

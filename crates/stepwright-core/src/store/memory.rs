@@ -145,6 +145,11 @@ impl InMemoryStore {
 }
 
 impl Store for InMemoryStore {
+    fn blob(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<Arc<Value>>, StoreError>> {
+        let found = InMemoryStore::blob(self, &hash);
+        Box::pin(async move { Ok(found) })
+    }
+
     fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         let result = (|| {
             let mut runs = self.runs.write().expect("poisoned");

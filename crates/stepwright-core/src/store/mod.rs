@@ -299,6 +299,11 @@ pub trait Store: Send + Sync + 'static {
     /// A run's events from position `from` on (numbered from 0 in append order).
     fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>>;
 
+    /// A stored value by its hash — an artifact's content (`load` reads completed outputs
+    /// only, so that resuming a run never reads its model inputs back); `None` if no blob
+    /// has that hash.
+    fn blob(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<std::sync::Arc<Value>>, StoreError>>;
+
     /// Runs matching a filter, newest first.
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
 

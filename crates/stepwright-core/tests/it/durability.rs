@@ -76,6 +76,13 @@ impl Store for Counting {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.events_from(run, from)
     }
+
+    fn blob(
+        &self,
+        hash: stepwright_core::ContentHash,
+    ) -> BoxFuture<'_, Result<Option<std::sync::Arc<serde_json::Value>>, StoreError>> {
+        Store::blob(&self.inner, hash)
+    }
     fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         self.inner.wake_run(run, now)

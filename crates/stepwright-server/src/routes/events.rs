@@ -1,15 +1,18 @@
 //! `GET /v1/runs/{id}/events`: a run's events as Server-Sent Events. Each event's `id:` is
 //! its position in the run's event sequence, so `Last-Event-ID` (or `?after=N`) resumes with
 //! nothing lost or repeated, on any server and across restarts. The stream ends after the
-//! run's final event; a client that leaves never cancels the run.
+//! run's final event, and a client that comes back after it gets `204 No Content` (which
+//! stops a browser's `EventSource` from reconnecting forever); a client that leaves never
+//! cancels the run.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 
 use tokio::sync::broadcast;
@@ -30,6 +33,8 @@ struct Position {
     from: Option<usize>,
     /// Streamed tokens, when asked for.
     tokens: Option<broadcast::Receiver<Arc<StreamedToken>>>,
+    /// What the feed answered before the stream began (read to tell a finished stream).
+    first: Option<Next>,
 }
 
 /// `GET /v1/runs/{id}/events`.
@@ -39,9 +44,9 @@ pub(crate) async fn stream(
     Path(id): Path<String>,
     Params(query): Params<StreamFrom>,
     headers: HeaderMap,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+) -> Result<Response, ApiError> {
     let run = parse_run(&id)?;
-    run_in_namespace(&shared, &who, run).await?;
+    let record = run_in_namespace(&shared, &who, run).await?;
     let last_seen = match headers.get("last-event-id") {
         Some(value) => Some(
             value
@@ -57,24 +62,50 @@ pub(crate) async fn stream(
     let feed = shared.feeds.subscribe(run);
     let shutdown = shared.shutdown.clone();
     let tokens = query.tokens.then(|| feed.tokens());
-    let events = stream::unfold(Position { from: Some(from), tokens }, move |mut position| {
+    // A finished run's client that resumes after its last event: nothing more will come.
+    let first = match (record.status.is_terminal(), last_seen) {
+        (true, Some(_)) => match feed.next(from).await {
+            Next::End => return Ok(StatusCode::NO_CONTENT.into_response()),
+            other => Some(other),
+        },
+        _ => None,
+    };
+    Ok(Sse::new(events(feed, from, tokens, first, shutdown, slot))
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response())
+}
+
+/// The stream of a run's events from `from` on (and its tokens, if asked for).
+fn events(
+    feed: Arc<crate::feed::Feed>,
+    from: usize,
+    tokens: Option<broadcast::Receiver<Arc<StreamedToken>>>,
+    first: Option<Next>,
+    shutdown: tokio_util::sync::CancellationToken,
+    slot: crate::limits::StreamSlot,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let events = stream::unfold(Position { from: Some(from), tokens, first }, move |mut position| {
         let (feed, shutdown) = (feed.clone(), shutdown.clone());
         // The slot is held as long as the stream lives.
         let _held = &slot;
         async move {
             let from = position.from?;
-            let next = tokio::select! {
-                // Recorded events first: a token never jumps ahead of a backlog.
-                biased;
-                next = feed.next(from) => next,
-                Some(token) = next_token(position.tokens.as_mut()) => {
-                    let sent = Event::default().event("token").json_data(&*token)
-                        .unwrap_or_else(|_| Event::default().comment("a token that does not serialize"));
-                    return Some((vec![sent], position));
-                }
-                () = shutdown.cancelled() => {
-                    let bye = Event::default().comment("server shutting down; reconnect with Last-Event-ID");
-                    return Some((vec![bye], Position { from: None, tokens: None }));
+            let next = if let Some(first) = position.first.take() {
+                first
+            } else {
+                tokio::select! {
+                    // Recorded events first: a token never jumps ahead of a backlog.
+                    biased;
+                    next = feed.next(from) => next,
+                    Some(token) = next_token(position.tokens.as_mut()) => {
+                        let sent = Event::default().event("token").json_data(&*token)
+                            .unwrap_or_else(|_| Event::default().comment("a token that does not serialize"));
+                        return Some((vec![sent], position));
+                    }
+                    () = shutdown.cancelled() => {
+                        let bye = Event::default().comment("server shutting down; reconnect with Last-Event-ID");
+                        return Some((vec![bye], Position { from: None, tokens: None, first: None }));
+                    }
                 }
             };
             match next {
@@ -96,13 +127,12 @@ pub(crate) async fn stream(
                 Next::End => None,
                 Next::Failed(why) => Some((
                     vec![Event::default().comment(format!("reading the run failed: {why}"))],
-                    Position { from: None, tokens: None },
+                    Position { from: None, tokens: None, first: None },
                 )),
             }
         }
     });
-    let flat = futures_util::StreamExt::flat_map(events, |batch| stream::iter(batch.into_iter().map(Ok)));
-    Ok(Sse::new(flat).keep_alive(KeepAlive::new().interval(KEEP_ALIVE)))
+    futures_util::StreamExt::flat_map(events, |batch| stream::iter(batch.into_iter().map(Ok)))
 }
 
 /// The next streamed token, skipping over any a slow reader missed; never, without tokens.

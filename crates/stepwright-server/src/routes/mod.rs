@@ -35,15 +35,44 @@ use crate::state::Shared;
 /// operation without a handler does not compile, and a handler without an operation is
 /// never routed).
 pub(crate) fn router() -> Router<Arc<Shared>> {
-    let mut routes: Vec<(&'static str, MethodRouter<Arc<Shared>>)> = Vec::new();
+    let mut routes: Vec<(&'static str, MethodRouter<Arc<Shared>>, Vec<&'static str>)> = Vec::new();
     for operation in stepwright_api::operations() {
         let handler = handler(operation.id, method_filter(operation.method));
-        match routes.iter_mut().find(|(path, _)| *path == operation.path) {
-            Some((_, methods)) => *methods = std::mem::take(methods).merge(handler),
-            None => routes.push((operation.path, handler)),
+        let name = method_name(operation.method);
+        match routes.iter_mut().find(|(path, ..)| *path == operation.path) {
+            Some((_, methods, names)) => {
+                *methods = std::mem::take(methods).merge(handler);
+                names.push(name);
+            }
+            None => routes.push((operation.path, handler, vec![name])),
         }
     }
-    routes.into_iter().fold(Router::new(), |router, (path, methods)| router.route(path, methods))
+    routes.into_iter().fold(Router::new(), |router, (path, methods, names)| {
+        // A method the path does not take: `405` as a problem document, with `Allow`.
+        let allow = names.join(", ");
+        let refuse = move |method: axum::http::Method| async move {
+            let detail = format!("{path} takes {allow}, not {method}");
+            (
+                [(axum::http::header::ALLOW, allow)],
+                ApiError::new(axum::http::StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", detail),
+            )
+        };
+        router.route(path, methods.fallback(refuse))
+    })
+}
+
+/// No operation at this path: `404` as a problem document (the dashboard's paths are
+/// routed beside these).
+pub(crate) async fn no_such_path(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found("not_found", format!("nothing is served at {}", uri.path()))
+}
+
+fn method_name(method: Method) -> &'static str {
+    match method {
+        Method::Get => "GET",
+        Method::Post => "POST",
+        Method::Delete => "DELETE",
+    }
 }
 
 fn method_filter(method: Method) -> MethodFilter {

@@ -228,8 +228,13 @@ pub(crate) async fn artifact(
             _ => None,
         })
         .ok_or_else(missing)?;
-    let content = loaded.blobs.get(&content_hash).ok_or_else(missing)?;
-    Ok(Json(Artifact { hash, kind, path, content: (**content).clone() }))
+    // A small artifact equal to a step's output is kept inline with it (and loaded with the
+    // journal); any other is a blob of its own.
+    let content = match loaded.blobs.get(&content_hash) {
+        Some(content) => content.clone(),
+        None => shared.store.blob(content_hash).await?.ok_or_else(missing)?,
+    };
+    Ok(Json(Artifact { hash, kind, path, content: (*content).clone() }))
 }
 
 /// `POST /v1/runs/{id}/cancel` (operator): as `stepwright cancel`; reaches a run executing

@@ -98,6 +98,39 @@ async fn two_watchers_see_every_event_once_in_order_as_runs_events_does_and_resu
     }
     let (status, body) = server.get(&admin, &format!("{path}?after=x")).await;
     assert_eq!((status, body["code"].as_str()), (400, Some("bad_request")));
+    // After the final event, a client that comes back gets `204`: nothing more will come, and
+    // a browser's EventSource stops reconnecting.
+    let last = first.last().unwrap().id;
+    for request in [
+        server.http.get(format!("{}{path}", server.base)).header("last-event-id", last.to_string()),
+        server.http.get(format!("{}{path}?after={last}", server.base)),
+    ] {
+        let response = request.bearer_auth(&admin).send().await.unwrap();
+        assert_eq!(response.status(), 204);
+        assert!(response.bytes().await.unwrap().is_empty());
+    }
+    // Lifecycle events are the run's: its tenant and who started it.
+    assert_eq!(
+        (first[0].data["tenant"].as_str(), first[0].data["user"].as_str()),
+        (Some("acme"), Some("ann")),
+        "{:?}",
+        first[0]
+    );
+    server.shutdown().await;
+}
+
+/// Every error is a problem document: a path nothing serves (`404`), a method a path does not
+/// take (`405`, with `Allow`), a limit (`429`, with `Retry-After`).
+#[tokio::test]
+async fn unknown_paths_and_methods_are_problem_documents() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    let (status, body) = server.get(&admin, "/v1/nothing-here").await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "{body}");
+    let response = server.http.delete(format!("{}/v1/runs", server.base)).bearer_auth(&admin).send().await.unwrap();
+    assert_eq!(response.headers()["allow"], "POST, GET");
+    let (status, body) = crate::answer(response).await;
+    assert_eq!((status, body["code"].as_str()), (405, Some("method_not_allowed")), "{body}");
     server.shutdown().await;
 }
 
@@ -119,6 +152,8 @@ async fn a_shutdown_ends_open_streams_with_a_comment_and_streams_per_key_are_lim
     assert_eq!(open.status(), 200);
     let (status, body) = crate::answer(server.http.get(&path).bearer_auth(&admin).send().await.unwrap()).await;
     assert_eq!((status, body["code"].as_str()), (429, Some("rate_limited")), "one stream per key here");
+    let refused = server.http.get(&path).bearer_auth(&admin).send().await.unwrap();
+    assert_eq!((refused.status().as_u16(), refused.headers()["retry-after"].to_str().unwrap()), (429, "1"));
     let reading = tokio::spawn(async move { open.text().await.unwrap() });
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     server.shutdown().await;

@@ -35,6 +35,19 @@ pub async fn append_keeps_order_and_blobs(store: &dyn Store) {
     assert_eq!(loaded.entries[0].record, Record::Started { attempt: 1 });
     assert_eq!(*loaded.blobs[&ContentHash::of_value(&big)], big, "a large blob round-trips");
     assert_eq!(loaded.blobs.len(), 2, "equal values are one blob");
+    // An artifact's content is no step's output: `load` leaves it out, `blob` reads it.
+    let prompt = json!({ "messages": [{ "role": "user", "content": "hi ".repeat(300) }] });
+    let hash = ContentHash::of_value(&prompt);
+    let artifact = Record::Artifact { kind: "llm-input".into(), hash, stored: true };
+    let mut third = JournalBatch {
+        entries: vec![entry("d", 5, artifact)],
+        blobs: vec![(hash, Arc::new(prompt.clone()))],
+        events: vec![],
+    };
+    store.append(run.id, None, &mut third).await.expect("append");
+    assert!(!store.load(run.id).await.expect("load").blobs.contains_key(&hash), "a resume reads no prompts");
+    assert_eq!(store.blob(hash).await.expect("blob").as_deref(), Some(&prompt));
+    assert_eq!(store.blob(ContentHash::of_value(&json!("never stored"))).await.expect("blob"), None);
 }
 
 /// Many writers appending to one run at once (a fork's paths, a map's items, another

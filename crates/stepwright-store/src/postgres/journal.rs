@@ -119,6 +119,17 @@ pub(super) fn position(from: u64) -> i64 {
 }
 
 impl Store for PostgresStore {
+    fn blob(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<Arc<Value>>, StoreError>> {
+        Box::pin(async move {
+            let row = sqlx::query("SELECT codec, data FROM stepwright_blobs WHERE hash = $1")
+                .bind(hash.as_bytes().to_vec())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(pg("reading a blob"))?;
+            row.map(|row| decode_blob(hash, i64::from(row.get::<i16, _>(0)), &row.get::<Vec<u8>, _>(1))).transpose()
+        })
+    }
+
     fn create_run(&self, r: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         // Group-committed with this process's other new runs (see `group_commit`).
         let (run, pending) = (r.id, r.status == RunStatus::Pending);

@@ -251,6 +251,16 @@ impl Store for SqliteStore {
         Box::pin(self.send(move |ack| Op::Resolve(run, entry, ack)))
     }
 
+    fn blob(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<Arc<Value>>, StoreError>> {
+        Box::pin(self.read("reading a blob", move |conn| {
+            let row: Option<(i64, Vec<u8>)> = conn
+                .prepare_cached("SELECT codec, data FROM blobs WHERE hash = ?1")
+                .and_then(|mut s| s.query_row([&hash.as_bytes()[..]], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+                .map_err(|e| backend("reading a blob", e))?;
+            row.map(|(codec, data)| decode_blob(hash, codec, &data)).transpose()
+        }))
+    }
+
     fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
         Box::pin(self.read("reading events", move |conn| {
             let doing = "reading events";
