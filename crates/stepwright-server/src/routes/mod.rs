@@ -35,7 +35,9 @@ use crate::state::Shared;
 /// operation without a handler does not compile, and a handler without an operation is
 /// never routed).
 pub(crate) fn router() -> Router<Arc<Shared>> {
-    let mut routes: Vec<(&'static str, MethodRouter<Arc<Shared>>, Vec<&'static str>)> = Vec::new();
+    // Each path: its methods' handlers, and their names (for `Allow`).
+    type Routed = (&'static str, MethodRouter<Arc<Shared>>, Vec<&'static str>);
+    let mut routes: Vec<Routed> = Vec::new();
     for operation in stepwright_api::operations() {
         let handler = handler(operation.id, method_filter(operation.method));
         let name = method_name(operation.method);
