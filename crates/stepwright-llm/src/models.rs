@@ -123,6 +123,8 @@ pub type ContentRenderer<'a> = dyn Fn(&serde_json::Value) -> Option<String> + Se
 struct Binding {
     model: Arc<dyn ChatModel>,
     model_id: String,
+    /// The host and port its requests go to (`server.address`/`server.port` on its spans).
+    server: Option<(String, u16)>,
     pricing: Option<Pricing>,
     /// Where the prices came from (journaled with each call's cost).
     prices: Option<PriceSource>,
@@ -151,6 +153,8 @@ impl PriceSource {
 pub struct CallRecord {
     /// The binding name.
     pub binding: String,
+    /// The model id asked for (the binding's; a provider may answer with another).
+    pub request_model: String,
     /// The provider that answered (`openai`, `anthropic`, `scripted`).
     pub provider: String,
     /// The answer as the adapter decoded it, usage included.
@@ -257,14 +261,19 @@ impl Models {
                 None => (None, None),
             },
         };
-        self.bindings.insert(name.to_owned(), Binding { model, model_id: config.model.clone(), pricing, prices });
+        let server = reqwest::Url::parse(&base_url)
+            .ok()
+            .and_then(|url| Some((url.host_str()?.to_owned(), url.port_or_known_default()?)));
+        let binding = Binding { model, model_id: config.model.clone(), server, pricing, prices };
+        self.bindings.insert(name.to_owned(), binding);
         Ok(())
     }
 
     /// Binds a name to any adapter (a custom provider, a scripted fake in tests).
     pub fn bind_adapter(&mut self, name: &str, model_id: &str, model: Arc<dyn ChatModel>, pricing: Option<Pricing>) {
         let prices = pricing.map(|_| PriceSource::Binding);
-        self.bindings.insert(name.to_owned(), Binding { model, model_id: model_id.to_owned(), pricing, prices });
+        let binding = Binding { model, model_id: model_id.to_owned(), server: None, pricing, prices };
+        self.bindings.insert(name.to_owned(), binding);
     }
 
     /// Counts the bindings' request and token limits in `quotas` (a store every worker on
@@ -319,7 +328,13 @@ impl Models {
         sink: Option<TokenSink<'_>>,
         content: Option<&ContentRenderer<'_>>,
     ) -> Result<CallRecord, ModelError> {
-        let model = self.bindings.get(binding).map_or(request.model.as_str(), |b| b.model_id.as_str());
+        let bound = self.bindings.get(binding);
+        let model = bound.map_or(request.model.as_str(), |b| b.model_id.as_str());
+        let (address, port) = bound
+            .and_then(|b| b.server.as_ref())
+            .map_or((None, None), |(host, port)| (Some(host.as_str()), Some(i64::from(*port))));
+        // The conventions' output type: structured output asks for JSON, else text.
+        let output_type = if request.output.is_some() { "json" } else { "text" };
         let params = &request.params;
         let span = tracing::info_span!(
             "chat",
@@ -332,6 +347,9 @@ impl Models {
             gen_ai.request.temperature = params.temperature,
             gen_ai.request.top_p = params.top_p,
             gen_ai.request.stream = sink.is_some(),
+            gen_ai.output.type = output_type,
+            server.address = address,
+            server.port = port,
             gen_ai.response.id = tracing::field::Empty,
             gen_ai.response.model = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
@@ -526,6 +544,7 @@ fn record(
 ) -> CallRecord {
     CallRecord {
         binding: binding.to_owned(),
+        request_model: bound.model_id.clone(),
         provider: provider.to_owned(),
         // No usage reported (a stream some servers end without it) is no cost known: `null`,
         // counted apart, never a silent $0.
@@ -607,6 +626,7 @@ impl Totals {
 pub fn call_event(record: &CallRecord) -> serde_json::Value {
     let mut event = json!({
         "binding": record.binding,
+        "request_model": record.request_model,
         "provider": record.provider,
         "model": record.response.model,
         "usage": record.response.usage,

@@ -260,6 +260,7 @@ impl Observer for MetricsObserver {
             namespace,
             KeyValue::new("gen_ai.operation.name", "chat"),
             KeyValue::new("gen_ai.provider.name", data["provider"].as_str().unwrap_or_default().to_owned()),
+            KeyValue::new("gen_ai.request.model", data["request_model"].as_str().unwrap_or_default().to_owned()),
             KeyValue::new("gen_ai.response.model", data["model"].as_str().unwrap_or_default().to_owned()),
         ];
         if let Some(ms) = data["latency_ms"].as_u64() {

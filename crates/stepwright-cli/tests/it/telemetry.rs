@@ -212,6 +212,10 @@ fn traced_across_a_crash(dir: &Path, url: &str) {
         assert_eq!(chat.str("gen_ai.provider.name"), Some("openai"));
         assert_eq!(chat.str("gen_ai.request.model"), Some("gpt-test"));
         assert_eq!(chat.str("gen_ai.response.model"), Some("gpt-test"));
+        assert_eq!(chat.str("gen_ai.output.type"), Some("text"));
+        // Where the request went: the fake model on loopback.
+        assert_eq!(chat.str("server.address"), Some("127.0.0.1"));
+        assert!(chat.int("server.port").is_some_and(|port| port > 0), "{:?}", chat.attributes);
         assert_eq!(chat.str("gen_ai.response.id"), Some("chatcmpl-fake"));
         assert_eq!(
             (chat.int("gen_ai.usage.input_tokens"), chat.int("gen_ai.usage.output_tokens")),
@@ -350,6 +354,11 @@ fn a_cassette_runs_tokens_and_cost_are_the_providers_figures_everywhere() {
         metric_sum("gen_ai.client.token.usage", Some("output")),
     );
     assert_eq!(tokens, (sum(0) as f64, sum(1) as f64), "the token histograms' sums");
+    // Each model's figures apart: the model asked for is on the metrics too.
+    for (attributes, _) in receiver.metric("gen_ai.client.token.usage") {
+        let asked = attributes.get("gen_ai.request.model").and_then(Value::as_str).unwrap_or_default().to_owned();
+        assert!(reported.iter().any(|(model, ..)| *model == asked), "{attributes:?}");
+    }
     assert!((metric_sum("stepwright.model.cost", None) - total).abs() < 1e-12, "the cost counter");
     assert_eq!(metric_sum("stepwright.runs.finished", None), 1.0);
 }
@@ -734,4 +743,20 @@ fn content_goes_on_spans_only_when_asked_redacted_and_cut() {
             assert_eq!((&answered[0]["role"], &answered[0]["finish_reason"]), (&json!("assistant"), &json!("stop")));
         }
     }
+}
+
+/// A failed step's span says what kind of error it was (`error.type`, the error's stable code).
+#[test]
+fn a_failed_steps_span_carries_its_error_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = OtlpReceiver::start();
+    let source = "workflow: broken\nsteps:\n  - id: a\n    set: \"{{ 1 / 0 }}\"\n";
+    std::fs::write(dir.path().join("broken.yaml"), source).unwrap();
+    let run = traced(dir.path(), &receiver, &["--db", "sqlite://broken.db", "run", "broken.yaml", "--json"]);
+    assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
+    let failed: Value = serde_json::from_slice(&run.stdout).unwrap();
+    let spans = spans_once(&receiver, |s| !named(s, "step a").is_empty());
+    let step = named(&spans, "step a")[0];
+    assert_eq!(step.str("stepwright.step.status"), Some("failed"));
+    assert_eq!(step.str("error.type"), failed["error"]["code"].as_str(), "{failed}");
 }

@@ -181,19 +181,31 @@ impl Compiler {
         Some(node)
     }
 
-    /// `input`: asks a person for a value matching a schema.
+    /// `input`: asks a person, with a rendered message (as `approval` does), for a value
+    /// matching a schema.
     fn input_step(&mut self, site: &KindSite<'_>) -> Option<Node> {
         let KindSite { id, body, .. } = *site;
         let entries = self.entries(body, "`input`")?;
         self.unknown_fields(entries, &["message", "schema"], "`input`");
-        let message = body.get("message").and_then(|m| self.string(m, "`input.message`")).unwrap_or_default();
+        let message = body.get("message").and_then(|m| {
+            self.templates(m);
+            self.string(m, "`input.message`")
+        });
+        let message = message.unwrap_or_default();
         let schema = body.get("schema").map_or(json!({}), |s| self.schema(s, "`schema`"));
         let name = format!("input {}", body.to_json());
         Some(Node::dyn_step(
             id,
-            dyn_fn_step(&name, move |_ctx, _input| {
-                let request = InterruptRequest::input(message.clone(), schema.clone());
-                async move { Ok(Outcome::suspended(request)) }
+            dyn_fn_step(&name, move |ctx, _input| {
+                let rendered = expr::eval_value(&Value::String(message.clone()), &ctx.scope().to_json());
+                let schema = schema.clone();
+                async move {
+                    let text = match rendered? {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    Ok(Outcome::suspended(InterruptRequest::input(text, schema)))
+                }
             }),
         ))
     }

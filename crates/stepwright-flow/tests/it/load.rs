@@ -413,3 +413,27 @@ async fn templates_see_the_run_and_who_started_it() {
     assert_eq!(output["id"], json!(report.run_id.to_string()));
     assert_eq!(output["line"], json!("ann@acme as lead,ops in who"));
 }
+
+/// An `input` step's message is rendered as an approval's is: the person sees the values,
+/// not the template.
+#[tokio::test(start_paused = true)]
+async fn an_input_message_is_rendered_like_an_approval_message() {
+    let source = r#"
+workflow: billing
+steps:
+  - id: summarize
+    set: "the March invoices"
+  - id: centre
+    input:
+      message: "Which cost centre pays for: {{ steps.summarize.output }}?"
+      schema: { type: string }
+"#;
+    let workflow = load_str(source, "billing.yaml").unwrap();
+    let engine = Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).build();
+    let report = engine.start(&workflow, json!(null)).await.unwrap();
+    assert_eq!(report.pending[0].message, "Which cost centre pays for: the March invoices?");
+    // A reference to no step is caught by the loader, as in an approval's message.
+    let broken = source.replace("steps.summarize.output", "steps.sumarize.output");
+    let problems = load_str(&broken, "billing.yaml").unwrap_err().to_string();
+    assert!(problems.contains("sumarize"), "{problems}");
+}

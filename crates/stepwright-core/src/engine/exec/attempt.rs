@@ -23,6 +23,7 @@ fn record_flow(span: &tracing::Span, flow: &Flow) {
         Flow::Failed(error) => {
             span.record("otel.status_code", "error");
             span.record("otel.status_description", format!("{}: {}", error.code, error.message).as_str());
+            span.record("error.type", error.code.as_str());
             StepStatus::Failed
         }
         Flow::Skipped(_) => StepStatus::Skipped,
@@ -115,6 +116,7 @@ impl Exec {
                 stepwright.step.status = tracing::field::Empty,
                 otel.status_code = tracing::field::Empty,
                 otel.status_description = tracing::field::Empty,
+                error.type = tracing::field::Empty,
             );
             // Nothing listening (the common case): no span to enter at every poll.
             let flow = if span.is_disabled() {
