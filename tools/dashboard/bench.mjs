@@ -1,6 +1,7 @@
-// The dashboard's page weights, and how long a 10,000-step run's page takes to show its
-// first view (header, graph and the first page of steps) in Debian's chromium, against a
-// real `stepwright serve` (release build) over SQLite on loopback.
+// The dashboard's page weights, how long a 10,000-step run's page takes to show its first
+// view (header, graph, timeline and the first page of steps), and how long the runs list
+// takes with 10,000 runs in the store, in Debian's chromium, against a real
+// `stepwright serve` (release build) over SQLite on loopback.
 //
 //   node tools/dashboard/bench.mjs target/release/stepwright
 //
@@ -16,6 +17,7 @@ import { chromium } from 'playwright-core';
 
 const binary = resolve(process.argv[2] || 'target/release/stepwright');
 const STEPS = Number(process.env.STEPS || 10000);
+const RUNS = Number(process.env.RUNS || 10000);
 const dir = mkdtempSync(join(tmpdir(), 'stepwright-dashboard-bench-'));
 const db = `sqlite://${join(dir, 'bench.db')}`;
 const key = (user, role) => JSON.parse(execFileSync(binary, ['keys', 'create', '--db', db, '--namespace', 'bench', '--user', user, '--role', role, '--json'])).secret;
@@ -55,6 +57,15 @@ try {
     await new Promise((r) => setTimeout(r, 500));
     run = await call(admin, 'GET', `/v1/runs/${run.run_id}`);
   }
+  // The store holds RUNS runs besides (a one-step workflow, started eight at a time).
+  await call(admin, 'POST', '/v1/workflows', { source: 'workflow: tiny\nsteps:\n  - id: one\n    set: 1\n' });
+  let started = 0;
+  await Promise.all(Array.from({ length: 8 }, async () => {
+    while (started < RUNS) {
+      started++;
+      await call(admin, 'POST', '/v1/runs', { workflow: 'tiny', input: started, wait_seconds: 10 });
+    }
+  }));
   const details = await weight(`/v1/runs/${run.run_id}`, viewer);
   const pages = { page: await weight('/'), script: await weight('/assets/app.js'), styles: await weight('/assets/app.css') };
 
@@ -77,10 +88,24 @@ try {
   }
   firstView.sort((a, b) => a - b);
   const stepRows = await page.locator('details.step').count();
+  // The runs list: from navigating to it to its first page (50 rows, with duration, cost and
+  // who started each) drawn.
+  const listView = [];
+  for (let i = 0; i < 5; i++) {
+    await page.goto(`${base}/#/workers`);
+    await page.locator('main h1', { hasText: 'Workers' }).waitFor();
+    const began = Date.now();
+    await page.goto(`${base}/#/runs`);
+    await page.locator('tbody tr').nth(49).waitFor();
+    listView.push(Date.now() - began);
+  }
+  listView.sort((a, b) => a - b);
   console.log(JSON.stringify({
     steps_in_run: run.steps ? run.steps.length : null,
     first_view_ms: { min: firstView[0], median: firstView[2], max: firstView[4], runs: firstView },
     step_rows_drawn: stepRows,
+    runs_in_store: RUNS + 1,
+    runs_list_first_view_ms: { min: listView[0], median: listView[2], max: listView[4], runs: listView },
     run_details_bytes: details.plain,
     page_weight_bytes: pages,
     first_load_gzip_bytes: pages.page.gzip + pages.script.gzip + pages.styles.gzip,

@@ -596,6 +596,30 @@ steps:
     await phone.context().close();
   }
 
+  // The views as docs/dashboard shows them (DASHBOARD_DOCS=docs/dashboard): at 1366 and
+  // 390 px, light and dark.
+  if (process.env.DASHBOARD_DOCS) {
+    step(`screenshots of every view into ${process.env.DASHBOARD_DOCS}`);
+    const out = resolve(process.env.DASHBOARD_DOCS);
+    mkdirSync(out, { recursive: true });
+    const waitingForDocs = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Hal' }, wait_seconds: 10 });
+    const shown = key('dana', 'admin', 'approver');
+    const docViews = [['runs', '#/runs'], ['run', `#/runs/${research.body.run_id}`], ['run-waiting', `#/runs/${waitingForDocs.body.run_id}`],
+      ['inbox', '#/inbox'], ['workflows', '#/workflows'], ['workers', '#/workers'], ['diff', diffUrl.slice(diffUrl.indexOf('#'))]];
+    for (const [width, height] of [[1366, 860], [390, 844]]) {
+      for (const colorScheme of ['light', 'dark']) {
+        const page = await person(shown, { viewport: { width, height }, colorScheme, isMobile: width < 500 });
+        for (const [name, hash] of docViews) {
+          await page.goto(`${base}/${hash}`);
+          await page.locator('main h1').first().waitFor();
+          await new Promise((r) => setTimeout(r, 400));
+          await page.screenshot({ path: join(out, `${name}-${width}-${colorScheme}.png`) });
+        }
+        await page.context().close();
+      }
+    }
+  }
+
   step('signing out ends the session');
   await operator.getByRole('button', { name: 'Sign out' }).click();
   await operator.getByLabel('API key').waitFor();

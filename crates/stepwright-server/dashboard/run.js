@@ -4,7 +4,7 @@ import { TERMINAL } from './contract.js';
 import { Timeline, graphView, nodeKey, rollupStatus, waterfallRows, waterfallView } from './graph.js';
 import { forkDialog, recomputeDialog, replay } from './history.js';
 import { bulkCancel } from './runs.js';
-import { PAGE_ROWS, api, at, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, startedBy, status, toast, usd, when } from './ui.js';
+import { PAGE_ROWS, api, at, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, startedBy, status, toast, usd, valueBox, when } from './ui.js';
 
 export async function runView(id) {
   let details;
@@ -64,8 +64,8 @@ export async function runView(id) {
         details.parent ? h('div', {}, h('span', { text: 'forked from' }), runLink(details.parent.run_id), ` before ${details.parent.at}`) : null,
         forks.length ? h('div', { 'data-testid': 'forks' }, h('span', { text: `forks (${forks.length}${forksMore ? '+' : ''})` }), forks.map((f, i) => [i ? ', ' : '', runLink(f.run_id)])) : null),
       details.error ? h('p', { class: 'error', role: 'alert', text: `${details.error.code}: ${details.error.message}` }) : null,
-      details.output !== null && details.output !== undefined ? h('details', { open: true }, h('summary', { text: 'Output' }), h('pre', { text: json(details.output) })) : null,
-      details.input !== undefined ? h('details', { 'data-testid': 'run-input' }, h('summary', { text: 'Input' }), h('pre', { text: json(details.input) })) : null);
+      details.output !== null && details.output !== undefined ? valueBox('Output', details.output, { open: true }) : null,
+      details.input !== undefined ? valueBox('Input', details.input, { 'data-testid': 'run-input' }) : null);
   };
   const drawActions = () => {
     if (!has('operator')) return fill(actions);
@@ -141,10 +141,15 @@ export async function runView(id) {
   };
   const drawAll = () => { drawHeader(); drawActions(); drawPending(); drawGraph(); drawSteps(); drawWaterfall(); drawLive(); };
   let reloading = null;
+  let gone = false;
+  onLeave(() => { gone = true; clearTimeout(reloading); });
+  // The details again, once events say they changed: never after leaving the page, and never
+  // for a run that had ended when they were read (its stream only replays what they hold).
   const reload = () => {
-    if (reloading) return;
+    if (reloading || gone || TERMINAL.has(details.status)) return;
     reloading = setTimeout(async () => {
       reloading = null;
+      if (gone) return;
       try { details = await api('GET', `/v1/runs/${id}`); } catch { return; }
       if (TERMINAL.has(details.status)) liveText.clear();
       drawAll();
@@ -166,7 +171,8 @@ export async function runView(id) {
   const redrawSoon = () => {
     if (scheduled) return;
     scheduled = true;
-    requestAnimationFrame(() => { scheduled = false; drawWaterfall(); drawLive(); if (liveText.size) drawGraph(); });
+    // The timeline is drawn from the details (reloaded as events come), not from events.
+    requestAnimationFrame(() => { scheduled = false; drawLive(); if (liveText.size) drawGraph(); });
   };
   const onEvent = (message) => {
     const event = JSON.parse(message.data);

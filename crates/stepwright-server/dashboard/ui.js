@@ -154,3 +154,16 @@ export function startedBy(by) {
   if (by.kind === 'trigger') return `trigger ${by.id.replace(/^trigger:/, '')}${by.events?.length ? ` (event ${by.events.join(', ')})` : ''}`;
   return by.id;
 }
+
+/**
+ * A value under a summary, as JSON: open at once when it is small; a large one (a 10,000-item
+ * map's output) is laid out only when someone opens it.
+ */
+export function valueBox(title, value, attrs = {}) {
+  const text = json(value);
+  const small = text.length <= 4000;
+  const box = h('details', { ...attrs, open: small && attrs.open }, h('summary', { text: small ? title : `${title} (${Math.round(text.length / 1024)} KB)` }));
+  const pre = () => { if (box.childElementCount === 1) box.append(h('pre', { text })); };
+  if (box.open) pre(); else box.addEventListener('toggle', pre, { once: true });
+  return box;
+}
