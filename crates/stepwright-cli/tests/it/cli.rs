@@ -18,6 +18,7 @@ local_and_remote!(
     a_run_takes_a_priority_and_a_concurrency_group,
     send_reaches_a_loop_inbox_and_wake_an_every_channel,
     a_timer_is_woken_not_approved,
+    a_running_step_is_shown_running_with_its_time_so_far,
     an_unknown_run_id_is_a_usage_error,
     ctrl_c_stops_the_command_and_the_run_is_finished,
 );
@@ -393,6 +394,50 @@ fn a_timer_is_woken_not_approved(target: &Target) {
     assert!(text.contains("waiting for a timer"), "{text}");
     let again = target.stepwright(&["wake", &run, "--timer"]);
     assert_eq!(again.status.code(), Some(2), "a finished run has no timer to wake");
+}
+
+/// A step that runs a while is shown running — its attempt and its time so far — by
+/// `runs show` and `runs events` before it ends, whatever its effect.
+fn a_running_step_is_shown_running_with_its_time_so_far(target: &Target) {
+    let dir = target.dir();
+    write(
+        dir,
+        "slow.yaml",
+        "workflow: slow\ntools:\n  nap:\n    command: [sleep, \"3\"]\n    effect: read\nsteps:\n  - id: nap\n    tool: nap\n",
+    );
+    let mut running =
+        target.command(&["run", "slow.yaml", "--json"]).stdout(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let shown = loop {
+        let listed = target.stepwright(&["runs", "list", "--json"]);
+        let run = String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .next()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap()["run_id"].as_str().unwrap().to_owned());
+        if let Some(run) = run {
+            let shown: Value =
+                serde_json::from_slice(&target.stepwright(&["runs", "show", &run, "--json"]).stdout).unwrap();
+            if shown["steps"].as_array().is_some_and(|steps| !steps.is_empty()) {
+                break (run, shown);
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "the running step was never shown");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let (run, details) = shown;
+    let nap = &details["steps"][0];
+    assert_eq!(
+        (nap["path"].as_str(), nap["status"].as_str(), nap["attempts"].as_u64()),
+        (Some("nap"), Some("running"), Some(1)),
+        "{details}"
+    );
+    assert!(nap["started_at"].is_i64() && nap["ended_at"].is_null(), "{details}");
+    let text = String::from_utf8_lossy(&target.stepwright(&["runs", "show", &run]).stdout).into_owned();
+    let row = text.lines().find(|line| line.trim_start().starts_with("nap ")).unwrap_or_default().to_owned();
+    assert!(row.contains("running") && row.contains('…'), "the time so far: {text}");
+    let events = String::from_utf8_lossy(&target.stepwright(&["runs", "events", &run, "--json"]).stdout).into_owned();
+    assert!(events.lines().any(|line| line.contains("\"step.started\"") && line.contains("\"nap\"")), "{events}");
+    assert!(running.wait().unwrap().success());
 }
 
 /// The run as `runs show --json` prints it once it no longer runs (at most 10 s).
