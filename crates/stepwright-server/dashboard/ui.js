@@ -162,7 +162,7 @@ export function startedBy(by) {
 export function valueBox(title, value, attrs = {}) {
   const text = json(value);
   const small = text.length <= 4000;
-  const box = h('details', { ...attrs, open: small && attrs.open }, h('summary', { text: small ? title : `${title} (${Math.round(text.length / 1024)} KB)` }));
+  const box = h('details', { class: 'value', ...attrs, open: small && attrs.open }, h('summary', { text: small ? title : `${title} (${Math.round(text.length / 1024)} KB)` }));
   const pre = () => { if (box.childElementCount === 1) box.append(h('pre', { text })); };
   if (box.open) pre(); else box.addEventListener('toggle', pre, { once: true });
   return box;
