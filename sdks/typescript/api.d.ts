@@ -1976,6 +1976,11 @@ export interface components {
             updated_at: number;
             /** @description Its model usage and cost so far, when asked for (`usage=true`). */
             usage?: components["schemas"]["Totals"] | null;
+            /**
+             * @description A suspended run: what it waits for, said for a person (`a person at review: Ship it?`,
+             *     `a timer at nap until …`).
+             */
+            waiting_for?: string | null;
             /** @description Its workflow. */
             workflow: string;
         };

@@ -434,6 +434,7 @@ steps:
   const boxes = operator.getByRole('checkbox', { name: /^Select run/ });
   await boxes.first().waitFor();
   assert.equal(await boxes.count(), 3, 'Di, Ed and the fork of Ada\'s run wait');
+  await operator.getByText('waits for a person at ok: Send the greeting?').first().waitFor();
   await boxes.nth(0).check();
   await boxes.nth(1).check();
   await boxes.nth(2).check();

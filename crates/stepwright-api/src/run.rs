@@ -387,6 +387,10 @@ pub struct RunSummary {
     /// Who started it, when it was started by someone the server knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<StartedBy>,
+    /// A suspended run: what it waits for, said for a person (`a person at review: Ship it?`,
+    /// `a timer at nap until …`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
     /// Its model usage and cost so far, when asked for (`usage=true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Totals>,

@@ -155,6 +155,34 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
     Ok(details)
 }
 
+/// What a suspended run waits for, said for a person (the runs list's status): its first
+/// open interrupt — a person, a timer until when, an event — else its wake-up time.
+pub fn run_waits_for(loaded: &stepwright_core::journal::LoadedRun) -> Option<String> {
+    use stepwright_core::InterruptKind;
+    if loaded.record.status != RunStatus::Suspended {
+        return None;
+    }
+    let when = |at: stepwright_core::Timestamp| stepwright_schedule::format_instant(at);
+    let open = loaded.open_interrupts();
+    let said = open.first().map(|open| match open.request.kind {
+        InterruptKind::Approval | InterruptKind::Input => {
+            format!("a person at {}: {}", open.step, open.request.message)
+        }
+        InterruptKind::Timer => match open.deadline {
+            Some(until) => format!("a timer at {} until {}", open.step, when(until)),
+            None => format!("a timer at {}", open.step),
+        },
+        InterruptKind::Event => format!("an event at {}: {}", open.step, open.request.message),
+    });
+    let more = open.len().saturating_sub(1);
+    match (said, loaded.record.wake_at) {
+        (Some(said), _) if more > 0 => Some(format!("{said} (and {more} more)")),
+        (Some(said), _) => Some(said),
+        (None, Some(at)) => Some(format!("its wake-up at {}", when(at))),
+        (None, None) => None,
+    }
+}
+
 /// Each waiting step's `waiting_for`, from what the run waits on: its interrupts, the events
 /// its `wait`s expect, its workers' tasks, a retry's time.
 pub fn say_what_steps_wait_for(details: &mut RunDetails) {

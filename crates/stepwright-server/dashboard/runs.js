@@ -94,7 +94,7 @@ export async function runsView(params) {
           h('td', {}, box),
           h('td', {}, runLink(run.run_id)),
           h('td', { text: run.workflow }),
-          h('td', {}, status(run.status)),
+          h('td', {}, status(run.status), run.waiting_for ? h('div', { class: 'waits', text: `waits for ${run.waiting_for}` }) : null),
           h('td', {}, when(run.created_at)),
           h('td', { class: 'num', text: ms(((TERMINAL.has(run.status) ? run.updated_at : Date.now() * 1000) - run.created_at) / 1000) }),
           h('td', { class: 'num', text: run.usage && run.usage.calls ? usd(run.usage.cost_usd) : '—' }),

@@ -903,6 +903,10 @@ class RunSummary(_RunSummaryRequired, total=False):
     """Who started it, when it was started by someone the server knows."""
     usage: Totals | None
     """Its model usage and cost so far, when asked for (`usage=true`)."""
+    waiting_for: str | None
+    """A suspended run: what it waits for, said for a person (`a person at review: Ship it?`,
+    `a timer at nap until …`).
+    """
 
 
 class _ScheduleDetailsRequired(TypedDict):

@@ -142,6 +142,16 @@ pub(crate) async fn list(
         _ => vec![None; runs.len()],
     }
     .into_iter();
+    // What each suspended run of the page waits for (a page holds at most 500 runs, and only
+    // the suspended ones are read).
+    let mut waits = Vec::with_capacity(runs.len());
+    for run in &runs {
+        waits.push(match run.status {
+            stepwright_core::RunStatus::Suspended => stepwright_app::run_waits_for(&shared.store.load(run.id).await?),
+            _ => None,
+        });
+    }
+    let mut waits = waits.into_iter();
     let runs = runs
         .into_iter()
         .map(|run| {
@@ -156,6 +166,7 @@ pub(crate) async fn list(
                 owner: lease.map(|lease| lease.owner),
                 parent_run_id: run.parent.map(|parent| parent.run.to_string()),
                 started_by: stepwright_app::wire::started_by(&run.caller),
+                waiting_for: waits.next().flatten(),
                 usage: usage.next().flatten(),
             }
         })

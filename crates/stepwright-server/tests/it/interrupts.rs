@@ -39,6 +39,12 @@ async fn the_inbox_lists_decisions_and_a_timer_is_woken_only_by_an_operator() {
     assert_eq!(run["input"], json!(null));
     let (_, page) = server.get(&approver, "/v1/runs?started_by=ann").await;
     assert_eq!(page["runs"][0]["started_by"]["id"], "ann", "{page}");
+    // The list says what a suspended run waits for.
+    let waits = page["runs"][0]["waiting_for"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        waits.ends_with("(and 1 more)") && (waits.starts_with("a person at") || waits.starts_with("a timer at")),
+        "{page}"
+    );
     assert_eq!(server.get(&approver, "/v1/runs?started_by=lee").await.1["runs"], json!([]));
     let kinds: Vec<&str> = run["pending"].as_array().unwrap().iter().map(|p| p["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds.len(), 2, "{run}");
@@ -67,6 +73,16 @@ async fn the_inbox_lists_decisions_and_a_timer_is_woken_only_by_an_operator() {
     assert_eq!((status, woken["woken_by"].as_str()), (200, Some("olga")), "{woken}");
     let (status, body) = server.post(&operator, &format!("/v1/interrupts/{timer}/wake"), json!({})).await;
     assert_eq!((status, body["code"].as_str()), (409, Some("already_resolved")), "{body}");
+    let mut waits = String::new();
+    for _ in 0..200 {
+        let (_, page) = server.get(&approver, "/v1/runs?status=suspended").await;
+        waits = page["runs"][0]["waiting_for"].as_str().unwrap_or_default().to_owned();
+        if waits.starts_with("a person at") && !waits.contains("more") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(waits.ends_with(": Ship it?"), "only the person is left: {waits}");
 
     // The run still waits for the person; once approved it ends without sleeping six hours.
     let (status, _) =
