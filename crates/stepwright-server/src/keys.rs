@@ -61,10 +61,11 @@ pub async fn create_key(
     let known = |role: &str| {
         Role::parse(role).is_some()
             || role.strip_prefix(WORKER_SCOPE).is_some_and(|p| !p.is_empty() && !p.contains(char::is_whitespace))
+            || custom_role(role).is_some()
     };
     if let Some(unknown) = roles.iter().find(|role| !known(role)) {
         return Err(KeyError::Invalid(format!(
-            "unknown role {unknown:?}: the roles are viewer, operator, approver, admin and worker (or worker:<queue pattern>)"
+            "unknown role {unknown:?}: the roles are viewer, operator, approver, admin and worker (or              worker:<queue pattern>); a role of your own, as approver lists name it, is given as role:NAME              (approvers: [\"role:lead\"] is met by --role role:lead)"
         )));
     }
     let (id, secret) = fresh_secret("swk")?;
@@ -119,6 +120,18 @@ pub async fn create_session(store: &dyn ServerStore, key: &ApiKey, now: Timestam
     };
     store.create_key(session.clone(), secret_hash(&secret)).await?;
     Ok(NewKey { key: session, secret })
+}
+
+/// The prefix of a role an organisation names itself, spelt as a workflow's approver lists
+/// spell it: a key (or a provider group) with `role:lead` meets `approvers: ["role:lead"]`.
+pub const CUSTOM_ROLE: &str = "role:";
+
+/// The name of a role of one's own (`role:lead` → `lead`): not empty, no whitespace or
+/// colon, and not a built-in role's name (whose powers it would seem to give).
+pub fn custom_role(role: &str) -> Option<&str> {
+    let name = role.strip_prefix(CUSTOM_ROLE)?;
+    let fits = !name.is_empty() && !name.contains(|c: char| c.is_whitespace() || c == ':');
+    (fits && Role::parse(name).is_none()).then_some(name)
 }
 
 /// The role prefix that limits a worker key to queues: `worker:py-*`.
@@ -280,7 +293,15 @@ impl Principal {
         Caller {
             tenant: Some(self.key.namespace.clone()),
             user: Some(self.key.user.clone()),
-            roles: self.key.roles.iter().filter(|role| !role.starts_with(LINK_SCOPE)).cloned().collect(),
+            // A role of one's own is the caller's by its name (`role:lead` meets an approver
+            // list's `role:lead` as `lead`); a link's scope is no role.
+            roles: self
+                .key
+                .roles
+                .iter()
+                .filter(|role| !role.starts_with(LINK_SCOPE))
+                .map(|role| custom_role(role).unwrap_or(role).to_owned())
+                .collect(),
             ..Caller::default()
         }
     }

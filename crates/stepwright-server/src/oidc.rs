@@ -43,15 +43,16 @@ pub struct OidcConfig {
     pub allow: Vec<String>,
 }
 
-/// A provider group's namespace and roles: `--oidc-map GROUP=NAMESPACE:ROLE[+ROLE…]`.
+/// A provider group's namespace and roles: `--oidc-map GROUP=NAMESPACE:ROLE[+ROLE…]`, each
+/// role a built-in one or one of the organisation's own (`leads=acme:approver+role:lead`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupMapping {
     /// The provider's group.
     pub group: String,
     /// The namespace its members work in.
     pub namespace: String,
-    /// The roles they get there.
-    pub roles: Vec<Role>,
+    /// The roles they get there, as a key holds them (`approver`, `role:lead`).
+    pub roles: Vec<String>,
 }
 
 impl std::str::FromStr for GroupMapping {
@@ -69,10 +70,12 @@ impl std::str::FromStr for GroupMapping {
             .map(|name| match Role::parse(name) {
                 // Claiming step tasks is a machine's, by a key of its own, not a person's.
                 Some(Role::Worker) => Err(format!("{text:?}: `worker` is a step worker's key's role, not a person's")),
-                Some(role) => Ok(role),
-                None => {
-                    Err(format!("{text:?}: unknown role {name:?} (the roles are viewer, operator, approver and admin)"))
-                }
+                Some(role) => Ok(role.as_str().to_owned()),
+                None if crate::keys::custom_role(name).is_some() => Ok(name.to_owned()),
+                None => Err(format!(
+                    "{text:?}: unknown role {name:?} (the roles are viewer, operator, approver and admin, \
+                     and role:NAME for a role of your own that approver lists name)"
+                )),
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { group: group.to_owned(), namespace: namespace.to_owned(), roles })
@@ -332,10 +335,20 @@ impl Oidc {
         let roles: BTreeSet<&str> = mapped
             .iter()
             .filter(|m| m.namespace == namespace)
-            .flat_map(|m| m.roles.iter().map(|r| r.as_str()))
+            .flat_map(|m| m.roles.iter().map(String::as_str))
             .collect();
+        // The built-in roles in their order, then the organisation's own by name.
         let order = [Role::Viewer, Role::Operator, Role::Approver, Role::Admin];
-        let roles = order.iter().map(|r| r.as_str()).filter(|r| roles.contains(r)).map(str::to_owned).collect();
+        let mut roles: Vec<String> = order
+            .iter()
+            .map(|r| r.as_str())
+            .filter(|r| roles.contains(r))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .chain(roles.iter().filter(|r| crate::keys::custom_role(r).is_some()).map(|r| (*r).to_owned()))
+            .collect();
+        roles.dedup();
         Ok(SignedIn { user, subject, groups, namespace, roles })
     }
 }
@@ -368,7 +381,12 @@ mod tests {
     fn mappings_parse_with_their_roles_and_refuse_what_is_not_one() {
         let mapping: GroupMapping = "approvers=acme:approver+viewer".parse().unwrap();
         assert_eq!((mapping.group.as_str(), mapping.namespace.as_str()), ("approvers", "acme"));
-        assert_eq!(mapping.roles, [Role::Approver, Role::Viewer]);
+        assert_eq!(mapping.roles, ["approver", "viewer"]);
+        let leads: GroupMapping = "leads=acme:approver+role:lead".parse().unwrap();
+        assert_eq!(leads.roles, ["approver", "role:lead"], "a role of the organisation's own");
+        for bad in ["x=acme:role:", "x=acme:role:admin", "x=acme:role:a b"] {
+            assert!(bad.parse::<GroupMapping>().is_err(), "{bad}");
+        }
         for bad in ["approvers", "approvers=acme", "=acme:viewer", "ops=acme:", "ops=acme:root"] {
             assert!(bad.parse::<GroupMapping>().is_err(), "{bad}");
         }
@@ -383,6 +401,9 @@ mod tests {
         assert_eq!(signed.user, "olga@example.com");
         assert_eq!(signed.namespace, "acme", "the first mapping in order decides the namespace");
         assert_eq!(signed.roles, ["viewer", "approver"]);
+        let with_leads = oidc(&["staff=acme:viewer", "leads=acme:approver+role:lead"], &[]);
+        let lead = json!({ "sub": "u9", "email": "lee@example.com", "groups": ["staff", "leads"] });
+        assert_eq!(with_leads.map(&lead).unwrap().roles, ["viewer", "approver", "role:lead"]);
         // An unverified email is not a name: the username, then the subject, is.
         let unverified = json!({ "sub": "u2", "email": "x@example.com", "email_verified": false, "groups": "staff" });
         assert_eq!(provider.map(&unverified).unwrap().user, "u2");

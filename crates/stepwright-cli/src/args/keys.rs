@@ -28,7 +28,8 @@ pub(crate) struct OidcArgs {
     #[arg(long, value_name = "CLAIM", default_value = "groups")]
     pub(crate) oidc_groups_claim: String,
     /// A provider group's namespace and roles, `GROUP=NAMESPACE:ROLE[+ROLE…]` (repeatable;
-    /// the first that matches a person's groups decides the namespace).
+    /// the first that matches a person's groups decides the namespace); a role of your own is
+    /// `role:NAME`, as approver lists write it (`leads=acme:approver+role:lead`).
     #[arg(long = "oidc-map", value_name = "MAPPING", requires = "oidc_issuer")]
     pub(crate) oidc_map: Vec<stepwright::server::GroupMapping>,
     /// Who may sign in at all: a user (email, username or subject) or `group:NAME`
@@ -48,8 +49,10 @@ pub(crate) enum KeysCommand {
         /// The user it acts as (decisions are taken, runs started, as this user).
         #[arg(long)]
         user: String,
-        /// A role: viewer, operator, approver, admin, worker, or `worker:<queue pattern>` (a step
-        /// worker limited to the queues the pattern matches, `*` any run of characters; repeatable).
+        /// A role: viewer, operator, approver, admin, worker, `worker:<queue pattern>` (a step
+        /// worker limited to the queues the pattern matches, `*` any run of characters), or
+        /// `role:NAME`, a role of your own that approver lists name (`approvers: ["role:lead"]`
+        /// is met by `--role approver --role role:lead`); repeatable.
         #[arg(long = "role", required = true)]
         roles: Vec<String>,
         /// It is refused after this many days.

@@ -117,3 +117,41 @@ async fn a_cancelled_runs_interrupt_is_decided_by_nobody() {
     assert_eq!(inbox, json!([]));
     server.shutdown().await;
 }
+
+/// An approver list that names a role of the organisation's own (`role:lead`) is met by a key
+/// that holds it (`role:lead`, beside `approver`), and by nobody else — an admin included.
+#[tokio::test]
+async fn a_custom_approver_role_is_met_by_a_key_that_holds_it() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator", "approver"]).await;
+    let lead = server.key("acme", "lee", &["approver", "role:lead"]).await;
+    let source = r#"
+workflow: triage
+steps:
+  - id: escalate
+    approval: { message: "Page the on-call?", approvers: ["role:lead"] }
+"#;
+    server.register(&admin, source).await;
+    let (_, run) = server.post(&admin, "/v1/runs", json!({ "workflow": "triage", "wait_seconds": 10 })).await;
+    let id = run["run_id"].as_str().unwrap();
+    let decision = format!("/v1/interrupts/{id}.{}/decision", run["pending"][0]["id"].as_str().unwrap());
+    assert_eq!(server.get(&admin, "/v1/interrupts").await.1, json!([]), "not the admin's to decide");
+    let (status, body) = server.post(&admin, &decision, json!({ "decision": "approve" })).await;
+    assert_eq!((status, body["code"].as_str()), (403, Some("access_denied")), "{body}");
+    let (_, inbox) = server.get(&lead, "/v1/interrupts").await;
+    assert_eq!(inbox.as_array().unwrap().len(), 1, "{inbox}");
+    let (status, decided) = server.post(&lead, &decision, json!({ "decision": "approve" })).await;
+    assert_eq!((status, decided["decided_by"].as_str()), (200, Some("lee")), "{decided}");
+
+    // A bare name is refused with the spelling that works; a built-in's name is no custom role.
+    let now = stepwright_core::Timestamp::from_micros(0);
+    for (roles, says) in
+        [(&["lead"][..], "role:lead"), (&["role:admin"][..], "unknown role"), (&["role:"][..], "unknown role")]
+    {
+        let roles: Vec<String> = roles.iter().map(|r| (*r).to_owned()).collect();
+        let refused = stepwright_server::create_key(server.store.as_ref(), "acme", "x", &roles, None, now).await;
+        let said = refused.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(said.contains(says), "{roles:?}: {said}");
+    }
+    server.shutdown().await;
+}
