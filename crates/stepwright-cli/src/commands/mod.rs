@@ -64,6 +64,25 @@ fn refuse_idle_flags(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `STEPWRIGHT_SERVER` set for a command that manages a store and has no remote form
+/// (`keys`, `schedules`, `triggers`): acting on `./stepwright.db` instead would print empty
+/// tables as if they were the server's. A store named (`--db`, `STEPWRIGHT_DB`) says which.
+fn refuse_a_server_ignored(cli: &Cli, server: Option<&str>) -> anyhow::Result<()> {
+    use crate::args::Command;
+    let Some(server) = server else { return Ok(()) };
+    let manages_a_store =
+        matches!(cli.command, Command::Keys { .. } | Command::Schedules { .. } | Command::Triggers { .. });
+    let store_named = cli.db.is_some() || std::env::var("STEPWRIGHT_DB").is_ok_and(|db| !db.is_empty());
+    if manages_a_store && !store_named {
+        return Err(anyhow::anyhow!(crate::exit::BadInput(format!(
+            "`{}` acts on a store, not on a server, and STEPWRIGHT_SERVER is set ({server}): give the server's \
+             store with --db (or STEPWRIGHT_DB), or unset STEPWRIGHT_SERVER to use ./stepwright.db",
+            cli.command.name()
+        ))));
+    }
+    Ok(())
+}
+
 /// Runs the command; the exit code on success.
 pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     refuse_idle_flags(&cli)?;
@@ -96,6 +115,7 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             }
         };
     }
+    refuse_a_server_ignored(&cli, server.as_deref())?;
     let json_logs = cli.telemetry.log_format == Some(crate::args::LogFormat::Json);
     let g = Globals { db: cli.db.as_deref(), flags: &cli.models, json_logs, server: server.as_deref() };
     let done = local(&g, cli.command).await;

@@ -835,3 +835,24 @@ fn flags_are_taken_only_by_the_commands_they_act_on() {
     assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
     assert!(dir.path().join("y.db").exists(), "run takes --db after the command too");
 }
+
+/// `STEPWRIGHT_SERVER` set for `keys`, `schedules` or `triggers` (which act on a store) is
+/// not silently ignored: without a store named they refuse and create no `./stepwright.db`;
+/// with one named they act on it.
+#[test]
+fn a_server_in_the_environment_is_not_ignored_by_store_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [&["keys", "list"][..], &["schedules", "list"], &["triggers", "list"]] {
+        let refused =
+            crate::support::command(dir.path(), args).env("STEPWRIGHT_SERVER", "http://127.0.0.1:9").output().unwrap();
+        assert_eq!(refused.status.code(), Some(2), "{args:?}");
+        let said = String::from_utf8_lossy(&refused.stderr);
+        assert!(said.contains("acts on a store, not on a server, and STEPWRIGHT_SERVER is set"), "{said}");
+        assert!(!dir.path().join("stepwright.db").exists(), "{args:?} made no store");
+    }
+    let named = crate::support::command(dir.path(), &["--db", "sqlite://named.db", "keys", "list"])
+        .env("STEPWRIGHT_SERVER", "http://127.0.0.1:9")
+        .output()
+        .unwrap();
+    assert_eq!(named.status.code(), Some(0), "{}", String::from_utf8_lossy(&named.stderr));
+}
