@@ -47,7 +47,15 @@ fn only_one(
     match open {
         [only] => Ok(InterruptId::new(&only.id)),
         [] => {
-            let waits: Vec<String> = run.pending.iter().map(|p| format!("{} (a {})", p.id, p.kind.as_str())).collect();
+            let mut waits: Vec<String> =
+                run.pending.iter().map(|p| format!("{} (a {})", p.id, p.kind.as_str())).collect();
+            // A `wait` is answered by a message, not by a decision: say how.
+            waits.extend(run.awaiting.iter().map(|a| {
+                format!(
+                    "the event `{}` at {} (send it: stepwright send {} --inbox {} --message JSON)",
+                    a.event, a.step, run.run_id, a.event
+                )
+            }));
             let besides = if waits.is_empty() { String::new() } else { format!("; it waits on {}", waits.join(", ")) };
             Err(AppError::BadInput(format!("run {} has no {what}{besides}", run.run_id)))
         }

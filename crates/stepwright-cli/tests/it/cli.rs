@@ -19,6 +19,7 @@ local_and_remote!(
     send_reaches_a_loop_inbox_and_wake_an_every_channel,
     a_timer_is_woken_not_approved,
     a_running_step_is_shown_running_with_its_time_so_far,
+    a_decision_for_a_wait_says_how_to_answer_it,
     an_unknown_run_id_is_a_usage_error,
     ctrl_c_stops_the_command_and_the_run_is_finished,
 );
@@ -438,6 +439,30 @@ fn a_running_step_is_shown_running_with_its_time_so_far(target: &Target) {
     let events = String::from_utf8_lossy(&target.stepwright(&["runs", "events", &run, "--json"]).stdout).into_owned();
     assert!(events.lines().any(|line| line.contains("\"step.started\"") && line.contains("\"nap\"")), "{events}");
     assert!(running.wait().unwrap().success());
+}
+
+/// A `wait` is answered by a message, not a decision: `respond` says so, and how.
+fn a_decision_for_a_wait_says_how_to_answer_it(target: &Target) {
+    let dir = target.dir();
+    write(dir, "paid.yaml", "workflow: paid\nsteps:\n  - id: payment\n    wait: { event: payment, timeout: 1d }\n");
+    let run = run_id(&target.stepwright(&["run", "paid.yaml", "--json"]));
+    assert_eq!(settled(target, &run)["status"], "suspended");
+    let refused = target.stepwright(&["respond", &run, "--value", "1"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    let how = format!("it waits on the event `payment` at payment (send it: stepwright send {run} --inbox payment");
+    assert!(said.contains(&how), "{said}");
+    assert_eq!(target.stepwright(&["cancel", &run]).status.code(), Some(0));
+}
+
+/// A mistyped flag is answered with the flag that exists.
+#[test]
+fn a_mistyped_flag_gets_the_one_that_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let typed = stepwright(dir.path(), &["run", "flow.yaml", "--inputs", "{}"]);
+    assert_eq!(typed.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&typed.stderr);
+    assert!(said.contains("a similar argument exists: '--input'"), "{said}");
 }
 
 /// The run as `runs show --json` prints it once it no longer runs (at most 10 s).
