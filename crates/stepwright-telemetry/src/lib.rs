@@ -236,7 +236,13 @@ pub fn install(settings: Settings) -> Result<Telemetry, TelemetryError> {
         None => EnvFilter::new("warn"),
     };
     let logs = match settings.log_format {
-        LogFormat::Text => tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_target(false).boxed(),
+        // Colours for a person at a terminal only: a file or a pipe gets plain text (and
+        // NO_COLOR turns them off everywhere, https://no-color.org).
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none())
+            .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
             .with_writer(std::io::stderr)

@@ -881,3 +881,18 @@ fn a_server_in_the_environment_is_not_ignored_by_store_commands() {
         .unwrap();
     assert_eq!(named.status.code(), Some(0), "{}", String::from_utf8_lossy(&named.stderr));
 }
+
+/// Log lines on a pipe are plain text: no terminal colour codes in a file or a CI log.
+#[test]
+fn logs_on_a_pipe_have_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "greet.yaml", GREET);
+    let ran = crate::support::command(dir.path(), &["run", "greet.yaml", "--input", r#"{"name": "bo"}"#])
+        .env("STEPWRIGHT_LOG", "debug")
+        .output()
+        .unwrap();
+    assert_eq!(ran.status.code(), Some(0));
+    let logs = String::from_utf8_lossy(&ran.stderr);
+    assert!(logs.contains("DEBUG") || logs.contains("INFO"), "some log lines to check: {logs}");
+    assert!(!logs.contains('\u{1b}'), "{logs:?}");
+}
