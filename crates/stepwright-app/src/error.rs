@@ -13,8 +13,9 @@ pub enum AppError {
     /// A workflow file does not load: every problem, at its `file:line:col`.
     #[error(transparent)]
     Load(stepwright_flow::LoadError),
-    /// An MCP server a file declares did not start, or its tools could not be added.
-    #[error("starting MCP server {server:?}: {source}")]
+    /// An MCP server a file declares did not start, or its tools could not be added (the
+    /// MCP error names the server already).
+    #[error("{source}")]
     McpServer {
         /// The server's name in the file.
         server: String,

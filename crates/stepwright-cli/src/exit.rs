@@ -55,10 +55,28 @@ pub(crate) fn failure(error: &anyhow::Error) -> (u8, String) {
         };
         if let Some(fault) = fault {
             let code = if fault == Fault::Caller { 2 } else { 1 };
-            return (code, format!("stepwright: {error:#}"));
+            return (code, format!("stepwright: {}", said(error)));
         }
     }
-    (1, format!("stepwright: {error:#}"))
+    (1, format!("stepwright: {}", said(error)))
+}
+
+/// An error and its causes on one line, each said once: a message that already ends with its
+/// cause's text (`starting workflow "w": input_validation: …`, whose source is that validation
+/// error) does not repeat it, nor does a cause that begins with the message
+/// (`starting MCP server "s"` over `starting MCP server "s": running …`).
+fn said(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.is_empty() || text.starts_with(&line) {
+            // The cause says all the message said, and more.
+            line = text;
+        } else if !line.ends_with(&text) {
+            line = format!("{line}: {text}");
+        }
+    }
+    line
 }
 
 /// A resume refused because a live process executes the run: the caller's to know (exit 2).

@@ -896,3 +896,24 @@ fn logs_on_a_pipe_have_no_colour_codes() {
     assert!(logs.contains("DEBUG") || logs.contains("INFO"), "some log lines to check: {logs}");
     assert!(!logs.contains('\u{1b}'), "{logs:?}");
 }
+
+/// A failure to start says its message once (an error that already ends with its cause, or
+/// whose cause repeats it, is not printed twice).
+#[test]
+fn a_start_failure_says_its_message_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "greet.yaml", GREET);
+    write(
+        dir.path(),
+        "mcp.yaml",
+        "workflow: m\nmcp_servers:\n  s: { command: /nonexistent/bin }\nsteps:\n  - id: a\n    tool: s.x\n",
+    );
+    for (args, said) in [
+        (&["run", "greet.yaml", "--input", "{}"][..], "input_validation: the workflow input does not match"),
+        (&["run", "mcp.yaml"], "starting MCP server \"s\""),
+    ] {
+        let failed = stepwright(dir.path(), args);
+        let text = String::from_utf8_lossy(&failed.stderr).into_owned();
+        assert_eq!(text.matches(said).count(), 1, "{args:?}: {text}");
+    }
+}
