@@ -94,7 +94,7 @@ pub fn details_of_report(report: &RunReport, workflow: &str) -> RunDetails {
         parent: None,
         started_by: None,
         input: None,
-        wake_at: None,
+        wake_at: report.wake_at.filter(|_| !report.status.is_terminal()).map(stepwright_core::Timestamp::as_micros),
         queued: None,
         tasks: Vec::new(),
     }

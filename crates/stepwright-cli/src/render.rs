@@ -157,6 +157,21 @@ pub(crate) fn print_run(report: &RunDetails, as_json: bool) -> u8 {
                     awaited.event
                 );
             }
+            for task in &report.tasks {
+                eprintln!("  {}: {}", task.step, task.reason);
+            }
+            // Nothing to decide or send: it sleeps until a time (an `every`'s next tick, a
+            // retry's delay), when a worker resumes it.
+            if report.pending.is_empty() && report.awaiting.is_empty() && report.tasks.is_empty() {
+                match report.wake_at {
+                    Some(at) => eprintln!(
+                        "  its next wake-up, at {} (a worker resumes it then; an `every` is woken early by `stepwright wake {} --channel NAME`)",
+                        micros_time(at),
+                        report.run_id
+                    ),
+                    None => eprintln!("  nothing it can name (see `stepwright runs show {}`)", report.run_id),
+                }
+            }
         }
         _ => {
             if let Some(error) = &report.error {

@@ -917,3 +917,19 @@ fn a_start_failure_says_its_message_once() {
         assert_eq!(text.matches(said).count(), 1, "{args:?}: {text}");
     }
 }
+
+/// A run that waits only for a time (an `every`'s next tick) says until when, not nothing.
+#[test]
+fn a_run_waiting_for_its_next_tick_says_until_when() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "ping.yaml",
+        "workflow: ping\nsteps:\n  - id: ping\n    every:\n      interval: 1h\n      wake: poke\n      steps:\n        - id: beat\n          set: \"{{ tick }}\"\n",
+    );
+    let ran = stepwright(dir.path(), &["run", "ping.yaml"]);
+    assert_eq!(ran.status.code(), Some(3), "suspended");
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert!(said.contains("is waiting:\n  its next wake-up, at 20"), "{said}");
+    assert!(said.contains("--channel NAME"), "{said}");
+}
