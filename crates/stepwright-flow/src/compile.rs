@@ -188,6 +188,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
         troubled: HashSet::new(),
         bound: Vec::new(),
         roots_only: None,
+        input_fields: None,
     };
     let root = match yaml::parse(source) {
         Ok(root) => root,
@@ -281,6 +282,9 @@ struct Compiler {
     /// The only names expressions may start from here, where they see something other
     /// than the run's scope (a guardrail's `value`, a command tool's `args`).
     roots_only: Option<&'static [&'static str]>,
+    /// The properties the workflow's input schema declares, and whether it allows no others
+    /// (`additionalProperties: false`): what `input.NAME` in a template may name.
+    input_fields: Option<(Vec<String>, bool)>,
 }
 
 /// The names every expression over a run's scope may start from.
@@ -490,11 +494,44 @@ impl Compiler {
                 } else if !self.references(node.pos, s) {
                     // (A dashed id's tail would be reported again as an unknown name.)
                     self.roots(node.pos, &expr::template_roots(s));
+                    self.input_names(node.pos, s);
                 }
             }
             Yaml::Seq(items) => items.iter().for_each(|i| self.templates(i)),
             Yaml::Map(entries) => entries.iter().for_each(|(_, v)| self.templates(v)),
             _ => {}
+        }
+    }
+
+    /// `input.NAME` should name a property the workflow's input schema declares: an error
+    /// when the schema allows no others, else a warning (a typo reads as `null`).
+    fn input_names(&mut self, pos: Pos, source: &str) {
+        let Some((names, closed)) = self.input_fields.clone() else { return };
+        // Only where `input` is the workflow's (not a name an operator binds, not a scope of
+        // its own such as a guardrail's).
+        if self.bound.iter().any(|b| b == "input") || self.roots_only.is_some_and(|roots| !roots.contains(&"input")) {
+            return;
+        }
+        let mut rest = source;
+        while let Some(at) = rest.find("input.") {
+            let before = rest[..at].chars().last();
+            rest = &rest[at + "input.".len()..];
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+                continue;
+            }
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if name.is_empty() || names.contains(&name) {
+                continue;
+            }
+            let message = format!(
+                "`input.{name}` names no property of the workflow's input (its schema declares {})",
+                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            );
+            let hint = match closest(&name, names.iter().map(String::as_str)) {
+                Some(near) => format!("did you mean `{near}`?"),
+                None => "declare it under the input schema's `properties`".to_owned(),
+            };
+            if closed { self.error_hint(pos, message, hint) } else { self.warn(pos, message, hint) }
         }
     }
 
@@ -653,7 +690,12 @@ impl Compiler {
         let version = root.get("version").and_then(|v| self.string(v, "`version`")).unwrap_or_else(|| "0.0.0".into());
         let mut builder = Workflow::builder(name.as_deref().unwrap_or("unnamed")).version(&version);
         if let Some(schema) = root.get("input") {
-            builder = builder.input_schema(self.schema(schema, "the workflow's `input`"));
+            let schema = self.schema(schema, "the workflow's `input`");
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+                self.input_fields = Some((properties.keys().cloned().collect(), closed));
+            }
+            builder = builder.input_schema(schema);
         }
         if let Some(schema) = root.get("output_schema") {
             builder = builder.output_schema(self.schema(schema, "the workflow's `output_schema`"));

@@ -437,3 +437,35 @@ steps:
     let problems = load_str(&broken, "billing.yaml").unwrap_err().to_string();
     assert!(problems.contains("sumarize"), "{problems}");
 }
+
+/// `input.NAME` in a template is checked against the input schema's properties: a typo is
+/// named with the property it likely meant — a warning, or an error where the schema allows
+/// no other property.
+#[test]
+fn an_input_name_the_schema_does_not_declare_is_reported() {
+    let open = r#"
+workflow: greet
+input: { type: object, properties: { name: { type: string } } }
+steps:
+  - id: hello
+    set: "Hello, {{ input.nmae }}"
+  - id: fine
+    set: "{{ input.name }} and {{ steps.hello.input }}"
+"#;
+    let loaded = stepwright_flow::load_source(open, "greet.yaml").unwrap();
+    let warnings: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains(
+            "greet.yaml:6:10: `input.nmae` names no property of the workflow's input (its schema declares `name`)"
+        ),
+        "{warnings:?}"
+    );
+    assert!(warnings[0].contains("did you mean `name`?"), "{warnings:?}");
+    let closed = open.replace(
+        "properties: { name: { type: string } } }",
+        "properties: { name: { type: string } }, additionalProperties: false }",
+    );
+    let problems = load_str(&closed, "greet.yaml").unwrap_err().to_string();
+    assert!(problems.contains("`input.nmae` names no property"), "{problems}");
+}
