@@ -435,16 +435,30 @@ impl Models {
         // When the first chunk of a streamed answer arrived (the conventions' time to first
         // chunk), noted by the sink on its first call.
         let first_chunk = std::sync::OnceLock::new();
-        let response = match sink {
+        let answered = match sink {
             Some(sink) => {
                 let noting = |text: &str| {
                     let _ = first_chunk.set(Instant::now());
                     sink(text);
                 };
-                bound.model.chat_stream(&request, &noting).await?
+                bound.model.chat_stream(&request, &noting).await
             }
-            None => bound.model.chat(&request).await?,
+            None => bound.model.chat(&request).await,
         };
+        // A cassette that lacked the call sent it to the provider: a failure says which
+        // cassette missed, so "no API key" is not a mystery.
+        let response = answered.map_err(|mut error| {
+            if let Some((cassette, key)) = &cassette {
+                error.message = format!(
+                    "{}; cassette {} has no recording of this call (model {:?}, key {}), so it went to the provider",
+                    error.message,
+                    cassette.path().display(),
+                    request.model,
+                    &key.to_hex()[..12]
+                );
+            }
+            error
+        })?;
         if let Some((cassette, key)) = &cassette {
             cassette
                 .record(key, &provider, &request, &response)

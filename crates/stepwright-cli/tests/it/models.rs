@@ -248,3 +248,30 @@ fn an_agents_hooks_call_tools_at_its_start_and_answer() {
     let paths: Vec<&str> = shown["steps"].as_array().unwrap().iter().filter_map(|s| s["path"].as_str()).collect();
     assert!(paths.contains(&"assist/hook.start.0") && paths.contains(&"assist/hook.complete.1"), "{paths:?}");
 }
+
+/// A call the cassette lacks, in `auto` mode, goes to the provider; when that fails (no key
+/// here), the message names the cassette that missed and the call's key.
+#[test]
+fn an_auto_cassette_miss_that_fails_names_the_cassette() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        "workflow: t\nmodels:\n  fast: { provider: openai, model: gpt-4o-mini }\nsteps:\n  - id: a\n    llm: { model: fast, prompt: hi }\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("empty.cassette.json"), r#"{"version":1,"interactions":[]}"#).unwrap();
+    let ran = crate::support::command(
+        dir.path(),
+        &["run", "t.yaml", "--cassette", "empty.cassette.json", "--cassette-mode", "auto"],
+    )
+    .env_remove("OPENAI_API_KEY")
+    .output()
+    .unwrap();
+    assert_eq!(ran.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&ran.stderr);
+    assert!(said.contains("has no API key"), "{said}");
+    assert!(
+        said.contains("cassette empty.cassette.json has no recording of this call (model \"gpt-4o-mini\", key "),
+        "{said}"
+    );
+}
