@@ -1745,6 +1745,13 @@ export interface components {
         /** @description A recompute. */
         RecomputeRun: {
             /**
+             * @description The files `source` calls (`workflow: parts/x.yaml`), by path relative to it.
+             * @default {}
+             */
+            files: {
+                [key: string]: string;
+            };
+            /**
              * @description Re-execute from this step on (default: from the start); what was recorded before it
              *     is served from the journal.
              * @default null
@@ -1765,6 +1772,12 @@ export interface components {
              * @default false
              */
             persist: boolean;
+            /**
+             * @description Recompute with this definition — an edited file's YAML, never registered: a what-if
+             *     changes no version the workflow's runs start with. Not with `version`.
+             * @default null
+             */
+            source: string | null;
             /**
              * Format: uint32
              * @description Recompute with this registered version of the run's workflow — a new prompt, model or

@@ -29,6 +29,13 @@ pub struct RecomputeRun {
     /// Keep the result as a new run forked from this one (its id is the report's `forked`).
     #[serde(default)]
     pub persist: bool,
+    /// Recompute with this definition — an edited file's YAML, never registered: a what-if
+    /// changes no version the workflow's runs start with. Not with `version`.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// The files `source` calls (`workflow: parts/x.yaml`), by path relative to it.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
 }
 
 /// A fork.

@@ -730,7 +730,7 @@ class QueuedView(_QueuedViewRequired, total=False):
     """The group's runs holding its slots now (running or suspended)."""
 
 
-RecomputeRun = TypedDict("RecomputeRun", {"from": str | None, "models": dict[str, str], "persist": bool, "version": int | None}, total=False)
+RecomputeRun = TypedDict("RecomputeRun", {"files": dict[str, str], "from": str | None, "models": dict[str, str], "persist": bool, "source": str | None, "version": int | None}, total=False)
 
 
 class _RecomputeViewRequired(TypedDict):

@@ -253,22 +253,18 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             print_replay(&report, json)
         }
         Command::Recompute { run, file, from, rebind, persist, json } => {
-            let mut body =
-                stepwright::api::history::RecomputeRun { from, version: None, models: parse_rebind(&rebind)?, persist };
+            let mut body = stepwright::api::history::RecomputeRun {
+                from,
+                version: None,
+                models: parse_rebind(&rebind)?,
+                persist,
+                source: None,
+                files: Default::default(),
+            };
             if let Some(file) = file {
-                // The new definition is registered, then named by its version.
-                let shown = remote.run(&run).await?;
-                let registered = remote.register(&file).await?;
-                if registered.name != shown.workflow {
-                    return Err(anyhow!(BadInput(format!(
-                        "{} is workflow {:?}, run {run} is of workflow {:?}: over --server a run is recomputed with \
-                         a version of its own workflow",
-                        file.display(),
-                        registered.name,
-                        shown.workflow
-                    ))));
-                }
-                body.version = Some(registered.version);
+                // The edited file travels with the request and is registered nowhere: a
+                // what-if never changes what later runs start with.
+                body.source = Some(crate::host::read_workflow_file(&file)?);
             }
             let report: RecomputeView = remote.post(&format!("/v1/runs/{run}/recompute"), &body).await?;
             print_recompute(&report, json)

@@ -342,6 +342,22 @@ fn the_remote_mode_gives_the_local_output_and_exit_codes() {
     assert_eq!(recomputed.status.code(), Some(1), "changed: {}", String::from_utf8_lossy(&recomputed.stderr));
     assert!(text(&recomputed).contains("value_changed shout"), "{}", text(&recomputed));
     assert_eq!((text(&recomputed), recomputed.status.code()), (text(&local_recompute), local_recompute.status.code()));
+    // A what-if changes no version: the edited file was compiled for the recompute only, and
+    // the workflow's runs still start with the version they did.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let versions = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let shown: Value = reqwest::Client::new()
+            .get(format!("{base}/v1/workflows/greet"))
+            .bearer_auth(&operator)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        shown["versions"].as_array().map_or(0, Vec::len)
+    });
+    assert_eq!(versions, 1, "the recompute registered nothing");
     let other_workflow = dir.path().join("other.yaml");
     std::fs::write(&other_workflow, "workflow: other\nsteps:\n  - id: a\n    set: 1\n").unwrap();
     let wrong =

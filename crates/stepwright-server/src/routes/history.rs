@@ -47,9 +47,33 @@ pub(crate) async fn recompute(
     who.require(Role::Operator)?;
     let run = parse_run(&id)?;
     let record = run_in_namespace(&shared, &who, run).await?;
-    let workflow = match body.version {
-        None => shared.definition_of(&record).await?,
-        Some(version) => {
+    let workflow = match (body.version, &body.source) {
+        (Some(_), Some(_)) => return Err(ApiError::bad_request("give a `version` or a `source`, not both")),
+        // A what-if over an edited file: compiled here as a registration would be, and
+        // registered nowhere.
+        (None, Some(source)) => {
+            let loaded = shared.bindings.load_source(source, "workflow.yaml", &body.files)?;
+            let workflow = stepwright_app::prepare(loaded, &shared.bindings, stepwright_app::Servers::Declared).await?;
+            if workflow.name() != record.workflow {
+                return Err(ApiError::bad_request(format!(
+                    "the source is workflow {:?}, the run is of workflow {:?}: a run is recomputed with a version of its own workflow",
+                    workflow.name(),
+                    record.workflow
+                )));
+            }
+            if body.persist {
+                // The kept run is pinned to this definition: a worker rebuilds it by hash.
+                let kept = stepwright_core::journal::DefinitionSource {
+                    name: format!("{}.yaml", record.workflow),
+                    files: body.files.clone(),
+                    ..stepwright_core::journal::DefinitionSource::default_yaml(source)
+                };
+                shared.store.put_definition(workflow.hash(), kept).await?;
+            }
+            workflow
+        }
+        (None, None) => shared.definition_of(&record).await?,
+        (Some(version), None) => {
             let registered = shared
                 .registered(who.namespace(), &record.workflow, Some(version))
                 .await?
@@ -61,8 +85,7 @@ pub(crate) async fn recompute(
     let options = RecomputeOptions { from: body.from.as_deref().map(StepPath::new), persist: body.persist };
     let report = shared.engine.recompute(&workflow, run, options).await?;
     if let Some(forked) = report.forked {
-        let detail =
-            json!({ "parent": run.to_string(), "from": body.from, "version": body.version, "models": body.models });
+        let detail = json!({ "parent": run.to_string(), "from": body.from, "version": body.version, "models": body.models, "edited_source": body.source.is_some() });
         audit(&shared, &who, "run.recomputed", forked.to_string(), detail).await?;
     }
     let events =
