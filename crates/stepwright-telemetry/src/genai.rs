@@ -57,6 +57,8 @@ pub const GEN_AI_TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
 pub const GEN_AI_INPUT_MESSAGES: &str = "gen_ai.input.messages";
 /// The messages the model returned (content: captured only on request).
 pub const GEN_AI_OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+/// What the model was asked to answer with: `json` (structured output) or `text`.
+pub const GEN_AI_OUTPUT_TYPE: &str = "gen_ai.output.type";
 /// A conversation (an agent's session).
 pub const GEN_AI_CONVERSATION_ID: &str = "gen_ai.conversation.id";
 
@@ -78,8 +80,10 @@ pub const MCP_METHOD_NAME: &str = "mcp.method.name";
 pub const MCP_SESSION_ID: &str = "mcp.session.id";
 /// How an MCP server is reached: `pipe` (a child's stdio) or `tcp` (streamable HTTP).
 pub const NETWORK_TRANSPORT: &str = "network.transport";
-/// The host of an MCP server reached over HTTP.
+/// The host of a model's endpoint, or of an MCP server reached over HTTP.
 pub const SERVER_ADDRESS: &str = "server.address";
+/// The port of a model's endpoint.
+pub const SERVER_PORT: &str = "server.port";
 
 /// Stepwright: the run.
 pub const STEPWRIGHT_RUN_ID: &str = "stepwright.run.id";
