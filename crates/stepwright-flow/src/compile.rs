@@ -287,6 +287,21 @@ struct Compiler {
     input_fields: Option<(Vec<String>, bool)>,
 }
 
+/// What follows each `root` (`steps.`, `input.`) in `source` that starts a name (is not the
+/// tail of another, as `loop.input.` or `my_steps.` are).
+fn after_root<'a>(source: &'a str, root: &str) -> Vec<&'a str> {
+    let mut found = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find(root) {
+        let before = rest[..at].chars().last();
+        rest = &rest[at + root.len()..];
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
+            found.push(rest);
+        }
+    }
+    found
+}
+
 /// The names every expression over a run's scope may start from.
 const SCOPE_ROOTS: &[&str] = &["input", "steps", "run"];
 
@@ -512,13 +527,7 @@ impl Compiler {
         if self.bound.iter().any(|b| b == "input") || self.roots_only.is_some_and(|roots| !roots.contains(&"input")) {
             return;
         }
-        let mut rest = source;
-        while let Some(at) = rest.find("input.") {
-            let before = rest[..at].chars().last();
-            rest = &rest[at + "input.".len()..];
-            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
-                continue;
-            }
+        for rest in after_root(source, "input.") {
             let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             if name.is_empty() || names.contains(&name) {
                 continue;
@@ -539,13 +548,7 @@ impl Compiler {
     /// with a `-` written as `steps.a-b`.
     fn references(&mut self, pos: Pos, source: &str) -> bool {
         let mut dashed_found = false;
-        let mut rest = source;
-        while let Some(at) = rest.find("steps.") {
-            let before = rest[..at].chars().last();
-            rest = &rest[at + "steps.".len()..];
-            if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') {
-                continue;
-            }
+        for rest in after_root(source, "steps.") {
             let id: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
             if !id.is_empty() && !self.ids.contains(&id) {
                 let known: Vec<String> = self.ids.iter().cloned().collect();
