@@ -13,9 +13,8 @@ pub enum AppError {
     /// A workflow file does not load: every problem, at its `file:line:col`.
     #[error(transparent)]
     Load(stepwright_flow::LoadError),
-    /// An MCP server a file declares did not start, or its tools could not be added (the
-    /// MCP error names the server already).
-    #[error("{source}")]
+    /// An MCP server a file declares did not start, or its tools could not be added.
+    #[error("{}", mcp_failure(server, source))]
     McpServer {
         /// The server's name in the file.
         server: String,
@@ -86,4 +85,12 @@ impl AppError {
             Self::TaskFailed(_) => "internal",
         }
     }
+}
+
+/// "starting MCP server NAME: why", said once: a start error of the MCP layer already begins
+/// so.
+fn mcp_failure(server: &str, source: &stepwright_mcp::McpError) -> String {
+    let why = source.to_string();
+    let context = format!("starting MCP server {server:?}");
+    if why.starts_with(&context) { why } else { format!("{context}: {why}") }
 }
