@@ -96,14 +96,10 @@ impl Compiler {
         Some(Node::dyn_step(
             id,
             dyn_fn_step(&name, move |ctx, input| {
-                let rendered = expr::eval_value(&Value::String(message.clone()), &ctx.scope().to_json());
+                let rendered = rendered_message(&message, &ctx);
                 let approvers = approvers.clone();
                 async move {
-                    let text = match rendered? {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    };
-                    let mut request = InterruptRequest::approval(text).payload((*input).clone());
+                    let mut request = InterruptRequest::approval(rendered?).payload((*input).clone());
                     for approver in &approvers {
                         request = request.approver(approver);
                     }
@@ -197,15 +193,9 @@ impl Compiler {
         Some(Node::dyn_step(
             id,
             dyn_fn_step(&name, move |ctx, _input| {
-                let rendered = expr::eval_value(&Value::String(message.clone()), &ctx.scope().to_json());
+                let rendered = rendered_message(&message, &ctx);
                 let schema = schema.clone();
-                async move {
-                    let text = match rendered? {
-                        Value::String(s) => s,
-                        other => other.to_string(),
-                    };
-                    Ok(Outcome::suspended(InterruptRequest::input(text, schema)))
-                }
+                async move { Ok(Outcome::suspended(InterruptRequest::input(rendered?, schema))) }
             }),
         ))
     }
@@ -453,4 +443,13 @@ impl Compiler {
         }
         Some(every.into())
     }
+}
+
+/// A message a person is shown (an approval's, an input's), its template rendered over the
+/// run's scope; a value that is not text is shown as JSON.
+fn rendered_message(message: &str, ctx: &stepwright_core::StepContext) -> Result<String, stepwright_core::StepError> {
+    Ok(match expr::eval_value(&Value::String(message.to_owned()), &ctx.scope().to_json())? {
+        Value::String(text) => text,
+        other => other.to_string(),
+    })
 }
