@@ -185,7 +185,13 @@ pub(crate) fn encode(request: &ChatRequest, stream: bool) -> Value {
             "description": "Give the final answer by calling this tool with it as the input.",
             "input_schema": crate::schema::object_root(&output.schema).0,
         }));
-        choice = Some(json!({ "type": "tool", "name": output.name }));
+        // Alone, the answer tool is forced. Beside the step's own tools (an agent with an output
+        // schema) the model must call a tool, and answering is one of them.
+        choice = Some(if tools.len() == 1 {
+            json!({ "type": "tool", "name": output.name })
+        } else {
+            json!({ "type": "any" })
+        });
     }
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));

@@ -132,7 +132,10 @@ pub(crate) fn encode(request: &ChatRequest, stream: bool, token_limit_field: Tok
             Message::System { content } => json!({ "role": "system", "content": content }),
             Message::User { content } => json!({ "role": "user", "content": content }),
             Message::Assistant { content, tool_calls } => {
-                let mut m = json!({ "role": "assistant", "content": if content.is_empty() { Value::Null } else { json!(content) } });
+                // `content` may be null only beside `tool_calls`; an empty answer being repaired
+                // is sent as the empty string it was.
+                let content = if content.is_empty() && !tool_calls.is_empty() { Value::Null } else { json!(content) };
+                let mut m = json!({ "role": "assistant", "content": content });
                 if !tool_calls.is_empty() {
                     m["tool_calls"] = tool_calls
                         .iter()

@@ -15,7 +15,7 @@ use super::{
     AGENT_HANDOFF_EVENT, AGENT_STUCK, AGENT_STUCK_EVENT, AgentRun, AgentSpec, HookEvent, OnStuck, exceeded, text_of,
 };
 use crate::step::{Continues, call_model, repair_prompt, structured};
-use crate::types::{ChatRequest, ChatResponse, Message, ToolChoice, ToolSpec};
+use crate::types::{ChatRequest, ChatResponse, Message, OutputFormat, ToolChoice, ToolSpec};
 
 /// What an agent that answered with nothing is told.
 const EMPTY_ANSWER_PROMPT: &str =
@@ -91,7 +91,9 @@ impl Conversation {
             messages: self.messages.clone(),
             tool_choice: (!self.offered.is_empty()).then_some(ToolChoice::Auto),
             tools: self.offered.clone(),
-            output: None,
+            // The provider is asked for the schema's shape; the answer is still checked (and
+            // repaired) here, as not every provider or model keeps to it.
+            output: agent.output.as_ref().map(|schema| OutputFormat { name: "answer".into(), schema: schema.clone() }),
             params: agent.params.clone(),
         };
         let (ctx, models) = (run.ctx, &run.models);

@@ -728,3 +728,30 @@ async fn an_empty_answer_is_asked_again_then_fails() {
     let repairs = AgentSpec::new("quiet", "fast").repair_turns as usize;
     assert_eq!(silent.requests().len(), 1 + repairs, "one call and its repair turns");
 }
+
+/// An agent with an output schema asks its provider for that shape (OpenAI's `response_format`,
+/// Anthropic's answer tool) on every turn, tools still offered, and still checks the answer.
+#[tokio::test]
+async fn an_agent_with_an_output_schema_asks_the_model_for_it() {
+    let model = scripted(|request: &ChatRequest| {
+        if tool_results(request).is_empty() {
+            use_tools(&[("c1", "weather", json!({ "city": "Oslo" }))])
+        } else {
+            say(r#"{"city": "Oslo", "fine": true}"#)
+        }
+    });
+    let mut spec = support_agent();
+    let schema = json!({ "type": "object", "required": ["city", "fine"], "properties": { "city": { "type": "string" }, "fine": { "type": "boolean" } } });
+    spec.output = Some(schema.clone());
+    let engine =
+        engine(Arc::new(InMemoryStore::new()), model.clone(), weather_tools(&Counter::default(), None), Agents::new());
+    let report = engine.start(&workflow(spec), json!("Oslo?")).await.unwrap();
+    assert_eq!(report.output, Some(json!({ "city": "Oslo", "fine": true })), "{:?}", report.error);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        let output = request.output.as_ref().expect("the schema is sent");
+        assert_eq!(output.schema, schema);
+        assert_eq!(request.tools.len(), 2, "the tools are still offered");
+    }
+}

@@ -200,6 +200,32 @@ async fn structured_output_is_a_forced_tool_whose_input_is_the_answer() {
     assert_eq!(sent["tools"][0]["input_schema"], schema);
 }
 
+/// Beside the step's own tools (an agent with an output schema) the answer tool is one the model
+/// may choose: forcing it would leave the agent unable to call anything else.
+#[tokio::test]
+async fn an_output_schema_beside_tools_lets_the_model_call_either() {
+    let server = FakeServer::scripted(vec![Reply::json(
+        200,
+        json!({ "content": [{ "type": "tool_use", "id": "toolu_0", "name": "lookup_order", "input": { "order_id": "42" } }],
+                "stop_reason": "tool_use", "usage": { "input_tokens": 20, "output_tokens": 9 } }),
+    )]);
+    let mut request = ChatRequest::new("claude", vec![Message::user("Where is order 42?")]);
+    request.tools = vec![ToolSpec {
+        name: "lookup_order".into(),
+        description: "Look up an order".into(),
+        parameters: json!({ "type": "object", "properties": { "order_id": { "type": "string" } } }),
+    }];
+    request.tool_choice = Some(ToolChoice::Auto);
+    request.output = Some(OutputFormat { name: "answer".into(), schema: json!({ "type": "object" }) });
+    let response = adapter(&server).chat(&request).await.unwrap();
+    assert_eq!(response.tool_calls.len(), 1, "a real tool call stays a call");
+    assert_eq!(response.finish_reason, FinishReason::ToolCalls);
+    let sent = &server.requests()[0].body;
+    assert_eq!(sent["tool_choice"], json!({ "type": "any" }));
+    let names: Vec<&str> = sent["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["lookup_order", "answer"]);
+}
+
 #[tokio::test]
 async fn overloaded_529_is_retried_and_an_error_event_mid_stream_is_classified() {
     let ok = json!({ "content": [{ "type": "text", "text": "fine" }], "stop_reason": "end_turn", "usage": { "input_tokens": 3, "output_tokens": 1 } });

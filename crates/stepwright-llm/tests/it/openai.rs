@@ -345,3 +345,19 @@ async fn cached_prompt_tokens_and_the_completion_id_are_read() {
         Usage { input_tokens: 900, output_tokens: 2, cache_read_input_tokens: 512, cache_creation_input_tokens: 0 }
     );
 }
+
+/// An empty answer being repaired goes back as the empty string it was: the API allows a null
+/// `content` only beside `tool_calls`.
+#[tokio::test]
+async fn an_empty_assistant_turn_is_sent_as_an_empty_string_not_null() {
+    let server = FakeServer::scripted(vec![Reply::json(
+        200,
+        json!({ "model": "m", "choices": [{ "finish_reason": "stop", "message": { "role": "assistant", "content": "fine" } }] }),
+    )]);
+    let request = ChatRequest::new(
+        "m",
+        vec![Message::user("Oslo?"), Message::assistant(""), Message::user("Your answer was empty. Answer.")],
+    );
+    adapter(&server).chat(&request).await.unwrap();
+    assert_eq!(server.requests()[0].body["messages"][1], json!({ "role": "assistant", "content": "" }));
+}
