@@ -23,7 +23,7 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ServiceExt, model::Tool as McpToolInfo};
 use serde_json::Value;
-use stepwright_core::{Effect, StepError};
+use stepwright_core::{Effect, ErrorCode, StepError};
 use stepwright_llm::{TOOL_FAILED, Tool, ToolContext, ToolDef, Tools};
 use tokio::sync::Mutex;
 use tracing::Instrument;
@@ -528,6 +528,7 @@ impl McpServer {
             Some(limit) => tokio::time::timeout(limit, client.peer().call_tool(params.clone())).await.ok(),
             None => Some(client.peer().call_tool(params.clone()).await),
         };
+        let limit = self.config.call_timeout.unwrap_or_default();
         let broken = match first {
             Some(Ok(result)) => return convert(server, tool, result, wrapped),
             // The answer was too large: the connection ended for it. Asking again would only
@@ -539,10 +540,10 @@ impl McpServer {
             Some(Err(error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
                 // A send that failed never reached the server; anything else may have.
                 let delivered = !matches!(error, ServiceError::TransportSend(_));
-                (error.to_string(), delivered)
+                (Broken::Connection(error.to_string()), delivered)
             }
             Some(Err(error)) => return Err(call_failed(server, tool, &error)),
-            None => (format!("no answer within {:?}", self.config.call_timeout.unwrap_or_default()), true),
+            None => (Broken::Silent, true),
         };
         // The server died or forgot us. Start it (or a session) again; repeat the call only
         // if that is harmless, since the first one may have reached it.
@@ -552,12 +553,20 @@ impl McpServer {
         let client = self.client().await.map_err(|e| unavailable(&e))?;
         let (why, delivered) = broken;
         if delivered && !retry_is_safe {
-            return Err(StepError::new(
-                TOOL_FAILED,
-                format!(
-                    "the connection to MCP server {server:?} broke during a call of {tool} ({why}{said}); it was opened again, but the call is not safe to repeat and may or may not have happened"
+            return Err(match why {
+                Broken::Silent => StepError::new(
+                    ErrorCode::TIMEOUT,
+                    format!(
+                        "MCP tool {server}.{tool} got no answer within {limit:?} (its call_timeout); the call is not safe to repeat, so it was not, and it may or may not have happened"
+                    ),
                 ),
-            ));
+                Broken::Connection(why) => StepError::new(
+                    TOOL_FAILED,
+                    format!(
+                        "the connection to MCP server {server:?} broke during a call of {tool} ({why}{said}); it was opened again, but the call is not safe to repeat and may or may not have happened"
+                    ),
+                ),
+            });
         }
         // The repeat is bounded as the first attempt was: `call_timeout` is a limit on every
         // attempt, not only the first.
@@ -573,15 +582,27 @@ impl McpServer {
             }
             Some(Err(error)) => Err(call_failed(server, tool, &error)),
             None => Err(StepError::new(
-                TOOL_FAILED,
-                format!(
-                    "MCP tool {server}.{tool} got no answer within {:?} ({why}), nor when repeated on a new connection",
-                    self.config.call_timeout.unwrap_or_default()
-                ),
+                ErrorCode::TIMEOUT,
+                match why {
+                    Broken::Silent => format!(
+                        "MCP tool {server}.{tool} got no answer within {limit:?} (its call_timeout), nor when repeated on a new connection"
+                    ),
+                    Broken::Connection(why) => format!(
+                        "the connection to MCP server {server:?} broke during a call of {tool} ({why}{said}); repeated on a new connection, the call got no answer within {limit:?} (its call_timeout)"
+                    ),
+                },
             )
             .retryable(true)),
         }
     }
+}
+
+/// Why a call's first attempt got no answer.
+enum Broken {
+    /// None came within `call_timeout`.
+    Silent,
+    /// The connection ended or could not be written to (what the transport said).
+    Connection(String),
 }
 
 fn call_failed(server: &str, tool: &str, error: &ServiceError) -> StepError {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use stepwright_core::{Effect, Engine, InMemoryStore, Node, RunStatus, Store, Workflow};
+use stepwright_core::{Effect, Engine, ErrorCode, InMemoryStore, Node, RunStatus, Store, Workflow};
 use stepwright_llm::{
     AgentSpec, AgentStep, ChatRequest, ChatResponse, FinishReason, Models, ScriptedModel, ToolCall, ToolStep, Tools,
     Usage,
@@ -195,9 +195,37 @@ async fn the_call_timeout_bounds_the_repeat_too_and_every_call_has_a_limit() {
     assert_eq!(report.status, RunStatus::Failed);
     let error = report.error.unwrap();
     assert!(error.message.contains("nor when repeated on a new connection"), "{}", error.message);
+    assert_eq!(error.code, ErrorCode::TIMEOUT, "a call cut off by call_timeout timed out: {}", error.message);
     assert_eq!(server.starts(), 2, "the repeat went over a new connection");
     // The server is usable afterwards.
     assert_eq!(call(&tools, "everything.echo", json!({ "message": "hi" })).await, json!("Echo: hi"));
+}
+
+/// A tool that is not safe to repeat and gets no answer within `call_timeout` timed out — it is
+/// not repeated, and the message says so, not that a connection broke.
+#[tokio::test]
+async fn an_unsafe_call_past_its_call_timeout_is_a_timeout_not_repeated() {
+    let Some(script) = server_script() else { return };
+    let mut config = stdio_config(&script);
+    config.only = vec!["trigger-long-running-operation".into()];
+    config.policy = ToolPolicy { effect: Effect::Write, safe_to_retry: false, ..ToolPolicy::default() };
+    config.call_timeout = Some(Duration::from_secs(1));
+    let mut tools = Tools::new();
+    let server = McpServer::register(config, &mut tools).await.unwrap();
+    let tools = Arc::new(tools);
+    let node = ToolStep::node("call", &tools, "everything.trigger-long-running-operation").unwrap();
+    let workflow = Workflow::builder("slow").step(node).build().unwrap();
+    let engine =
+        Engine::builder().store(Arc::new(InMemoryStore::new()) as Arc<dyn Store>).service(tools.clone()).build();
+    let report = engine.start(&workflow, json!({ "duration": 4, "steps": 1 })).await.unwrap();
+    let error = report.error.expect("failed");
+    assert_eq!(error.code, ErrorCode::TIMEOUT, "{}", error.message);
+    assert_eq!(
+        error.message,
+        "MCP tool everything.trigger-long-running-operation got no answer within 1s (its call_timeout); the call is not safe to repeat, so it was not, and it may or may not have happened"
+    );
+    assert!(!error.message.contains("broke"), "{}", error.message);
+    assert_eq!(server.starts(), 2, "a new connection for the next call, but no repeat on it");
 }
 
 /// A stdio server that fails says why on stderr: the start error carries what it said.
