@@ -40,6 +40,10 @@ pub enum AppError {
         /// The source's name.
         name: String,
     },
+    /// A message for an inbox or wake channel the run does not read (the message says which
+    /// it does).
+    #[error("{0}")]
+    UnknownMailbox(String),
     /// The engine refused or failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -58,7 +62,7 @@ impl AppError {
     /// Whose fault it is: the CLI's exit 2 or 1, the server's 4xx or 5xx.
     pub fn fault(&self) -> Fault {
         match self {
-            Self::BadInput(_) | Self::Load(_) => Fault::Caller,
+            Self::BadInput(_) | Self::Load(_) | Self::UnknownMailbox(_) => Fault::Caller,
             Self::Open(stepwright_store::OpenError::UnknownScheme { .. }) => Fault::Caller,
             Self::Engine(e) => e.fault(),
             Self::Store(e) => e.fault(),
@@ -74,6 +78,7 @@ impl AppError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::BadInput(_) => "bad_input",
+            Self::UnknownMailbox(_) => "unknown_inbox",
             Self::Load(_) => "invalid_workflow",
             Self::McpServer { .. } => "mcp_server_failed",
             Self::NoSource { .. } => "definition_missing",

@@ -12,6 +12,7 @@ mod bindings;
 mod decide;
 mod error;
 mod idempotency;
+mod mail;
 mod schedules;
 mod start;
 mod view;
@@ -28,6 +29,7 @@ pub use decide::{
 };
 pub use error::AppError;
 pub use idempotency::{CLAIM_ABANDONED_AFTER, IdempotentStart, claim_start};
+pub use mail::{Mail, send_mail};
 pub use schedules::{
     NotDeclared, ScheduleError, Scheduler, Section, TriggerState, check_declared, create_schedules, create_triggers,
     next_fire, parse_instant, schedule_key, schedule_state_of, scheduler, trigger_state_of,
@@ -84,13 +86,27 @@ async fn rebuild(
     bindings: &Bindings,
 ) -> Result<Rebuilt, AppError> {
     let Some(source) = store.get_definition(hash).await.map_err(AppError::Store)? else { return Ok(Rebuilt::Missing) };
+    let workflow = compile_source(&source, bindings, Servers::Connected).await?;
+    Ok(if workflow.hash() == hash { Rebuilt::Same(workflow) } else { Rebuilt::Changed(source.name) })
+}
+
+/// A stored source compiled with its MCP servers only declared: its shape (steps, inboxes),
+/// not a definition to execute.
+pub(crate) async fn rebuild_declared(source: &DefinitionSource, bindings: &Bindings) -> Result<Workflow, AppError> {
+    compile_source(source, bindings, Servers::Declared).await
+}
+
+async fn compile_source(
+    source: &DefinitionSource,
+    bindings: &Bindings,
+    servers: Servers,
+) -> Result<Workflow, AppError> {
     let mut options = bindings.load_options();
     if !source.files.is_empty() {
         options.files = Some(Arc::new(source.files.clone()));
     }
     let loaded = stepwright_flow::load_source_with(&source.source, &source.name, &options).map_err(AppError::Load)?;
-    let workflow = prepare(loaded, bindings, Servers::Connected).await?;
-    Ok(if workflow.hash() == hash { Rebuilt::Same(workflow) } else { Rebuilt::Changed(source.name) })
+    prepare(loaded, bindings, servers).await
 }
 
 /// The definition a schedule's runs are pinned to, rebuilt from the source the store keeps.

@@ -326,23 +326,9 @@ fn locate<'a>(node: &'a Item, pointer: &str) -> (&'a Item, String) {
     (at, path.join("."))
 }
 
-/// The closest of `candidates` to `word` (for "did you mean" hints).
-fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    fn distance(a: &str, b: &str) -> usize {
-        let b: Vec<char> = b.chars().collect();
-        let mut row: Vec<usize> = (0..=b.len()).collect();
-        for (i, ca) in a.chars().enumerate() {
-            let mut prev = row[0];
-            row[0] = i + 1;
-            for (j, cb) in b.iter().enumerate() {
-                let cur = row[j + 1];
-                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(row[j + 1] + 1);
-                prev = cur;
-            }
-        }
-        row[b.len()]
-    }
-    candidates.into_iter().map(|c| (distance(word, c), c)).filter(|(d, _)| *d <= 2).min().map(|(_, c)| c)
+/// The closest of `candidates` to `word` (for "did you mean" hints): at most two edits away.
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates.into_iter().map(|c| (strsim::levenshtein(word, c), c)).filter(|(d, _)| *d <= 2).min().map(|(_, c)| c)
 }
 
 impl Compiler {

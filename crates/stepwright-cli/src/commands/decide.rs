@@ -1,7 +1,7 @@
 //! `approve`, `reject`, `respond` and `cancel`: decisions on a run, wherever it executes.
 
 use serde_json::json;
-use stepwright::app::Decided;
+use stepwright::app::{Decided, Mail};
 use stepwright::{Decision, Engine, RunId, RunStatus};
 
 use crate::args::{Decider, ModelFlags};
@@ -182,24 +182,18 @@ pub(crate) async fn wake_timer(g: &Globals<'_>, run: String, timer: Option<Strin
 /// executing the run, wherever it is, takes it.
 pub(crate) async fn message(g: &Globals<'_>, run: String, message: Message) -> anyhow::Result<u8> {
     let run = parse_run(&run)?;
-    let message = match message {
-        Message::Inbox { inbox, message } => Ok((inbox, parse_json(&message, "--message")?)),
-        Message::Wake { channel } => Err(channel),
+    let mail = match message {
+        Message::Inbox { inbox, message } => Mail::Inbox { inbox, message: parse_json(&message, "--message")? },
+        Message::Wake { channel } => Mail::Wake { channel },
     };
     let store = open_store(g.db).await?;
-    // A message for a run that does not exist would wait for it forever: refuse it.
-    store.load_from(run, u64::MAX).await?;
     let engine = engine_over(&store).build();
-    match message {
-        Ok((inbox, message)) => {
-            engine.send(run, &inbox, message).await?;
-            println!("sent to inbox {inbox} of run {run}");
-        }
-        Err(channel) => {
-            engine.wake(run, &channel).await?;
-            println!("woke channel {channel} of run {run}");
-        }
-    }
+    let said = match &mail {
+        Mail::Inbox { inbox, .. } => format!("sent to inbox {inbox} of run {run}"),
+        Mail::Wake { channel } => format!("woke channel {channel} of run {run}"),
+    };
+    stepwright::app::send_mail(&engine, &g.flags.bindings(), run, mail).await?;
+    println!("{said}");
     Ok(0)
 }
 

@@ -362,6 +362,19 @@ fn send_reaches_a_loop_inbox_and_wake_an_every_channel(target: &Target) {
             String::from_utf8_lossy(&refused.stderr)
         );
     }
+    // A name the run does not read would be stored and never taken: refused, with a hint.
+    for (args, says) in [
+        (
+            &["send", &run, "--inbox", "note", "--message", "1"][..],
+            "has no inbox `note` (did you mean `notes`?); its workflow \"notes\" reads: `notes`",
+        ),
+        (&["wake", &ping, "--channel", "poek"], "has no wake channel `poek` (did you mean `poke`?)"),
+    ] {
+        let refused = target.stepwright(args);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
     let bad = target.stepwright(&["send", &run, "--inbox", "notes", "--message", "{oops"]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--message is not JSON"));

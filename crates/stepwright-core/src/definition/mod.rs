@@ -22,6 +22,7 @@ pub use expr::{
     EveryOnError, Expr, ForkMode, InputSource, LoopOnError, OnMaxIterations, PathResult, Predicate, Verdict,
 };
 pub use operators::{Branch, Every, Fork, Graph, Loop};
+pub use walk::Mailboxes;
 use walk::Segment;
 
 use std::fmt;

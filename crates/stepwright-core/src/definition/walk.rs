@@ -120,3 +120,29 @@ fn each_node_pattern<'a>(at: &PathPattern, node: &'a Node, visit: &mut impl FnMu
         }
     }
 }
+
+/// What a run of a definition takes messages from, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mailboxes {
+    /// The inboxes its loops take messages from and the events its waits wait for.
+    pub inboxes: std::collections::BTreeSet<String>,
+    /// The channels that wake its `every` steps.
+    pub wake_channels: std::collections::BTreeSet<String>,
+}
+
+impl super::Workflow {
+    /// The inboxes and wake channels its steps (and the workflows it calls) read: what a
+    /// message sent to one of its runs can reach.
+    pub fn mailboxes(&self) -> Mailboxes {
+        let mut found = Mailboxes::default();
+        each_pattern(&PathPattern::root(), &self.inner.body, &mut |_, node| match &node.kind {
+            NodeKind::Loop(spec) => found.inboxes.extend(spec.inbox.clone()),
+            NodeKind::Wait(spec) => {
+                found.inboxes.insert(spec.event.clone());
+            }
+            NodeKind::Every(spec) => found.wake_channels.extend(spec.wake.clone()),
+            _ => {}
+        });
+        found
+    }
+}

@@ -12,9 +12,9 @@ use stepwright_api::run::{
     Artifact, CancelOutcome, CancelRun, Cancelled, ListRuns, ModelBinding, ResumeRun, RunDefinition, RunMessage,
     RunPage, RunSummary, StartRun, Stored,
 };
-use stepwright_app::IdempotentStart;
 use stepwright_app::RunDetails;
 use stepwright_app::wire::{kernel_run_status, run_status};
+use stepwright_app::{IdempotentStart, Mail};
 use stepwright_core::store::RunFilter;
 use stepwright_core::{Entropy, RunId, StartOptions, Timestamp};
 use stepwright_store::control::AuditEntry;
@@ -308,13 +308,12 @@ pub(crate) async fn message(
     who.require(Role::Operator)?;
     let run = parse_run(&id)?;
     run_in_namespace(&shared, &who, run).await?;
-    match body {
-        RunMessage { inbox: Some(inbox), message: Some(message), wake: None } => {
-            shared.engine.send(run, &inbox, message).await?;
-        }
-        RunMessage { inbox: None, message: None, wake: Some(channel) } => shared.engine.wake(run, &channel).await?,
+    let mail = match body {
+        RunMessage { inbox: Some(inbox), message: Some(message), wake: None } => Mail::Inbox { inbox, message },
+        RunMessage { inbox: None, message: None, wake: Some(channel) } => Mail::Wake { channel },
         _ => return Err(ApiError::bad_request("send either {inbox, message} or {wake}")),
-    }
+    };
+    stepwright_app::send_mail(&shared.engine, &shared.bindings, run, mail).await?;
     Ok((StatusCode::ACCEPTED, Json(Stored { run_id: run.to_string(), stored: true })))
 }
 

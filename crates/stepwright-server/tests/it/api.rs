@@ -389,9 +389,11 @@ async fn cancel_resume_and_messages_act_on_runs() {
     assert_eq!((status, body["status"].as_str()), (200, Some("cancelled")), "{body}");
     let (status, body) = server.post(&admin, &format!("/v1/runs/{id}/messages"), json!({ "inbox": "x" })).await;
     assert_eq!((status, body["code"].as_str()), (400, Some("bad_request")));
-    let (status, stored) =
+    // A name the run's workflow does not read is refused: it would be stored and never taken.
+    let (status, refused) =
         server.post(&admin, &format!("/v1/runs/{id}/messages"), json!({ "inbox": "x", "message": { "hi": 1 } })).await;
-    assert_eq!((status, stored["stored"].as_bool()), (202, Some(true)));
+    assert_eq!((status, refused["code"].as_str()), (422, Some("unknown_inbox")), "{refused}");
+    assert!(refused["detail"].as_str().unwrap().contains("has no inbox `x`"), "{refused}");
     let (status, _) = server.get(&admin, "/v1/runs/not-a-run").await;
     assert_eq!(status, 404);
     let log = server.store.audit_entries("acme", 10).await.unwrap();
