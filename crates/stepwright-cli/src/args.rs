@@ -50,8 +50,9 @@ pub(crate) struct ModelFlags {
     /// Record model calls to, or replay them from, this file.
     #[arg(long, value_name = "FILE", global = true)]
     pub(crate) cassette: Option<PathBuf>,
-    /// `auto` (replay what is recorded, call and record the rest), `replay` (never call a
-    /// model: a missing recording fails the step) or `record`.
+    /// `replay` (never call a model: a missing recording fails the step; the default for a
+    /// file that exists), `auto` (replay what is recorded, call and record the rest into the
+    /// file; the default for a new file) or `record` (call every time, rewrite the file).
     #[arg(long, value_name = "MODE", value_parser = parse_cassette_mode, global = true)]
     pub(crate) cassette_mode: Option<stepwright::llm::CassetteMode>,
     /// When a step's result must be durable: `sync` (committed before the run moves past it,
@@ -137,7 +138,11 @@ impl ModelFlags {
             allow_dirs: self.allow_dirs.clone(),
             overrides: self.overrides.clone(),
             cassette: self.cassette.clone(),
-            cassette_mode: self.cassette_mode.unwrap_or(stepwright::llm::CassetteMode::Auto),
+            cassette_mode: match (self.cassette_mode, &self.cassette) {
+                (Some(mode), _) => mode,
+                (None, Some(path)) => stepwright::llm::CassetteMode::default_for(path),
+                (None, None) => stepwright::llm::CassetteMode::Auto,
+            },
             shared_limits: None,
         }
     }

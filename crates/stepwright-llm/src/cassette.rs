@@ -24,6 +24,14 @@ pub enum CassetteMode {
     Auto,
 }
 
+impl CassetteMode {
+    /// The mode when none is asked for: a file that exists is only played back (no command
+    /// changes a file it was given unless recording is asked for by name); a new one records.
+    pub fn default_for(path: &Path) -> Self {
+        if path.exists() { Self::Replay } else { Self::Auto }
+    }
+}
+
 impl std::str::FromStr for CassetteMode {
     type Err = String;
 

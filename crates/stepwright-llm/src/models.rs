@@ -424,7 +424,7 @@ impl Models {
                 ModelErrorKind::CassetteMiss,
                 &provider,
                 format!(
-                    "{site}: cassette {} has no recording of this request (model {:?} through binding {binding:?}, key {}, last prompt {:?}); record it with the cassette in record or auto mode",
+                    "{site}: cassette {} has no recording of this request (model {:?} through binding {binding:?}, key {}, last prompt {:?}); nothing was called and the file is unchanged; to call the model and add its answer to the cassette, run again with `--cassette-mode auto`",
                     cassette.path().display(),
                     request.model,
                     &key.to_hex()[..12],

@@ -96,6 +96,20 @@ fn a_run_is_recorded_to_a_cassette_and_replayed_offline() {
     assert_eq!(report(&missed)["error"]["code"], json!("cassette_miss"));
     assert_eq!(served.served(), 3);
 
+    // Without a mode, a cassette that exists is only played back: the model is reachable (and
+    // a key set), yet nothing is called and the file is not touched; the message says how to
+    // record.
+    let before = std::fs::read(dir.path().join("calls.json")).unwrap();
+    let default = stepwright(dir.path(), &[&args[..], &["--db", "sqlite://five.db", "--model", &other]].concat());
+    assert_eq!(default.status.code(), Some(1), "{}", String::from_utf8_lossy(&default.stderr));
+    let error = &report(&default)["error"];
+    assert_eq!(error["code"], json!("cassette_miss"), "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("cassette calls.json has no recording of this request"), "{message}");
+    assert!(message.contains("run again with `--cassette-mode auto`"), "{message}");
+    assert_eq!(served.served(), 3, "no model was called");
+    assert_eq!(std::fs::read(dir.path().join("calls.json")).unwrap(), before, "the cassette is unchanged");
+
     // With auto, the override calls the model and records the new request.
     let auto = stepwright(
         dir.path(),
