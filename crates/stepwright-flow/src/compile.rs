@@ -198,7 +198,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
         }
     };
     let workflow = c.workflow(&root);
-    let schedules = c.schedules(&root);
+    let schedules = c.schedules(&root, workflow.as_ref());
     let triggers = c.triggers(&root, &schedules);
     match workflow {
         Some(workflow) if c.diagnostics.is_empty() => {

@@ -47,7 +47,7 @@ const FIELDS: &[&str] = &[
 
 impl Compiler {
     /// The `schedules:` section, in name order.
-    pub(super) fn schedules(&mut self, root: &Item) -> Vec<FileSchedule> {
+    pub(super) fn schedules(&mut self, root: &Item, workflow: Option<&stepwright_core::Workflow>) -> Vec<FileSchedule> {
         let Some(node) = root.get("schedules") else { return Vec::new() };
         let Some(entries) = self.entries(node, "`schedules`") else { return Vec::new() };
         let mut schedules = Vec::new();
@@ -58,6 +58,9 @@ impl Compiler {
                 continue;
             }
             if let Some(spec) = self.schedule(&name, item) {
+                if let Some(workflow) = workflow {
+                    self.check_schedule_input(&name, item, &spec, workflow);
+                }
                 schedules.push(FileSchedule { name, spec });
             }
         }
@@ -186,6 +189,28 @@ impl Compiler {
             spec.input = input.to_json();
         }
         Some(spec)
+    }
+
+    /// A schedule's runs start with its `input` (null without one): one that the workflow's
+    /// input schema refuses would fail every tick, so it is refused here. The input is rendered
+    /// for a tick of this schedule, as the scheduler will render it.
+    fn check_schedule_input(&mut self, name: &str, node: &Item, spec: &ScheduleSpec, workflow: &stepwright_core::Workflow) {
+        let tick = serde_json::json!({ "at": "2026-01-01T00:00:00Z", "local": "2026-01-01T00:00:00", "schedule": name });
+        // A template that does not render is reported where templates are checked.
+        let Ok(input) = render_schedule_input(&spec.input, &tick) else { return };
+        let Err(refused) = stepwright_core::Engine::check_input(workflow, &input) else { return };
+        let why = match &refused {
+            stepwright_core::EngineError::InvalidInput { source, .. } => source.message.clone(),
+            other => other.to_string(),
+        };
+        match node.get("input") {
+            Some(item) => self.error(item.pos, format!("schedule `{name}`'s `input` would start runs that fail at once: {why}")),
+            None => self.error_hint(
+                node.pos,
+                format!("schedule `{name}` has no `input`, so its runs would start with null and fail at once: {why}"),
+                "give it the input the workflow takes: `input: { … }` (templates see `tick.at`, `tick.local`, `tick.schedule`)",
+            ),
+        }
     }
 
     fn dst(&mut self, node: &Item, what: &str) -> DstPolicy {

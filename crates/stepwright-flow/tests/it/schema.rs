@@ -40,7 +40,7 @@ input: { type: object }
 telemetry: { capture_content: true, max_content_bytes: 100 }
 schedules:
   morning: { cron: "0 7 * * 1-5", timezone: Europe/Berlin, dst: { gap: skip, fold: twice }, input: { day: "{{ tick.local }}" }, overlap: buffer_one, catchup_window: 1h, jitter: 30s, start: "2026-12-01T00:00:00Z", end: "2027-12-01T00:00:00+01:00", pause_on_failure: true }
-  quarterly: { every: 15m, phase: 5m, overlap: allow_all }
+  quarterly: { every: 15m, phase: 5m, overlap: allow_all, input: {} }
 triggers:
   on-ticket: { event: "ticket.*", when: "event.payload.priority != 'low'", input: { id: "{{ event.payload.id }}" }, debounce: { key: "{{ event.payload.customer }}", period: 30s }, concurrency: { key: "{{ event.name }}", limit: 2 } }
   rows: { event: row.added, batch: { max: 10, within: 5s } }
