@@ -1432,6 +1432,12 @@ export interface components {
         EventDetails: {
             /** @description What each trigger did with it: the run it started, or why none. */
             fires: components["schemas"]["FireView"][];
+            /**
+             * @description The triggers that hold it still (a debounce waiting for its key to be quiet, a batch
+             *     being collected): what it will do is not decided yet.
+             * @default []
+             */
+            held: components["schemas"]["HeldView"][];
             /** @description Its idempotency key. */
             idempotency_key?: string | null;
             /** @description Its name. */
@@ -1544,6 +1550,11 @@ export interface components {
             /** @description One per task, in order. */
             tasks: components["schemas"]["BeatAnswer"][];
         };
+        /**
+         * @description How a trigger holds an event. `debounced`: A debounce: a later event of the same key replaces it (recorded `debounced`). `batched`: A batch: it starts with the others when the batch is full or its time is up.
+         * @enum {string}
+         */
+        HeldBy: "debounced" | "batched";
         /** @description One lease a heartbeat renews. */
         HeldTask: {
             /** @description Progress to keep for a later attempt (a checkpoint). */
@@ -1555,6 +1566,21 @@ export interface components {
              * @description Its lease.
              */
             lease: number;
+        };
+        /** @description An event a trigger holds before deciding what it starts. */
+        HeldView: {
+            /** @description How it holds it. */
+            by: components["schemas"]["HeldBy"];
+            /** @description The debounce's key (its rendered `key`), for a debounce. */
+            key?: string | null;
+            /** @description The trigger (`workflow/trigger`). */
+            trigger: string;
+            /**
+             * Format: int64
+             * @description When it starts its run unless something else comes first (µs since the epoch): the
+             *     debounce's quiet period ends, or the batch's `within` runs out.
+             */
+            until: number;
         };
         /** @description An open interrupt the caller may decide. */
         InboxItem: {

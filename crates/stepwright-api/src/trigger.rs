@@ -53,6 +53,35 @@ pub struct EventDetails {
     pub event: EventView,
     /// What each trigger did with it: the run it started, or why none.
     pub fires: Vec<FireView>,
+    /// The triggers that hold it still (a debounce waiting for its key to be quiet, a batch
+    /// being collected): what it will do is not decided yet.
+    #[serde(default)]
+    pub held: Vec<HeldView>,
+}
+
+/// An event a trigger holds before deciding what it starts.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct HeldView {
+    /// The trigger (`workflow/trigger`).
+    pub trigger: String,
+    /// How it holds it.
+    pub by: HeldBy,
+    /// The debounce's key (its rendered `key`), for a debounce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// When it starts its run unless something else comes first (µs since the epoch): the
+    /// debounce's quiet period ends, or the batch's `within` runs out.
+    pub until: i64,
+}
+
+/// How a trigger holds an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldBy {
+    /// A debounce: a later event of the same key replaces it (recorded `debounced`).
+    Debounced,
+    /// A batch: it starts with the others when the batch is full or its time is up.
+    Batched,
 }
 
 /// What one trigger did with one event.

@@ -11,6 +11,7 @@
 mod bindings;
 mod decide;
 mod error;
+mod events;
 mod idempotency;
 mod mail;
 mod schedules;
@@ -28,6 +29,7 @@ pub use decide::{
     only_timer, wake_in_background, wake_then_continue,
 };
 pub use error::AppError;
+pub use events::{event_details, event_view, fire_view};
 pub use idempotency::{CLAIM_ABANDONED_AFTER, IdempotentStart, claim_start};
 pub use mail::{Mail, send_mail};
 pub use schedules::{

@@ -121,7 +121,10 @@ impl Scheduler {
             if let Some(when) = &spec.when {
                 match (self.event_filter)(when, &context) {
                     Ok(true) => {}
-                    Ok(false) => continue,
+                    Ok(false) => {
+                        decided.skip(event.seq, "filter_false: its `when` is false for this event");
+                        continue;
+                    }
                     Err(reason) => {
                         decided.skip(event.seq, format!("filter_failed: {reason}"));
                         continue;

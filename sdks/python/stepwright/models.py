@@ -42,7 +42,9 @@ __all__ = [
     "Health",
     "Heartbeat",
     "HeartbeatAnswer",
+    "HeldBy",
     "HeldTask",
+    "HeldView",
     "InboxItem",
     "InboxMessage",
     "InterruptKind",
@@ -137,6 +139,10 @@ journaled. `progress`: How far the handler got: a `step.progress` event on the r
 
 DecisionKind = Literal["approve", "reject", "modify", "respond"]
 """What is decided. `approve`: Go ahead. `reject`: Do not. `modify`: Go ahead with a corrected payload. `respond`: Answer an input or event request."""
+
+
+HeldBy = Literal["debounced", "batched"]
+"""How a trigger holds an event. `debounced`: A debounce: a later event of the same key replaces it (recorded `debounced`). `batched`: A batch: it starts with the others when the batch is full or its time is up."""
 
 
 InterruptKind = Literal["approval", "input", "event", "timer"]
@@ -453,6 +459,10 @@ class _EventDetailsRequired(TypedDict):
 
 class EventDetails(_EventDetailsRequired, total=False):
     """An event with its history."""
+    held: list[HeldView]
+    """The triggers that hold it still (a debounce waiting for its key to be quiet, a batch
+    being collected): what it will do is not decided yet.
+    """
     idempotency_key: str | None
     """Its idempotency key."""
 
@@ -555,6 +565,23 @@ class HeldTask(_HeldTaskRequired, total=False):
     """One lease a heartbeat renews."""
     details: Any
     """Progress to keep for a later attempt (a checkpoint)."""
+
+
+class _HeldViewRequired(TypedDict):
+    by: HeldBy
+    """How it holds it."""
+    trigger: str
+    """The trigger (`workflow/trigger`)."""
+    until: int
+    """When it starts its run unless something else comes first (µs since the epoch): the
+    debounce's quiet period ends, or the batch's `within` runs out.
+    """
+
+
+class HeldView(_HeldViewRequired, total=False):
+    """An event a trigger holds before deciding what it starts."""
+    key: str | None
+    """The debounce's key (its rendered `key`), for a debounce."""
 
 
 class _InboxItemRequired(TypedDict):

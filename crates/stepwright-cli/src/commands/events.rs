@@ -3,9 +3,10 @@
 
 use anyhow::anyhow;
 use serde_json::{Value, json};
+use stepwright::Timestamp;
+use stepwright::api::trigger::{EventDetails, FireView, HeldBy};
 use stepwright::schedule::format_instant as rfc3339;
-use stepwright::store::event::{EventFire, EventQuery, NewEvent, StoredEvent};
-use stepwright::store::schedule::TickOutcome;
+use stepwright::store::event::{EventQuery, NewEvent, StoredEvent};
 
 use crate::args::EventsCommand;
 use crate::commands::Globals;
@@ -35,12 +36,10 @@ pub(crate) async fn events(g: &Globals<'_>, command: EventsCommand) -> anyhow::R
         }
         EventsCommand::Describe { seq, tenant, json } => {
             let store = open_store(g.db).await?;
-            let event = store
-                .event_by_seq(tenant.as_deref(), seq)
+            let details = stepwright::app::event_details(store.as_ref(), tenant.as_deref(), seq)
                 .await?
                 .ok_or_else(|| anyhow!(BadInput(format!("no event {seq} (`stepwright events list` shows them)"))))?;
-            let fires = store.event_fires(tenant.as_deref(), seq).await?;
-            print_described(&event, &fires, json);
+            print_described(&details, json);
             Ok(0)
         }
     }
@@ -77,28 +76,60 @@ pub(crate) fn print_list(events: &[StoredEvent], json: bool) {
     }
 }
 
-/// What `events describe` prints: the event and its fires, or one JSON object.
-pub(crate) fn print_described(event: &StoredEvent, fires: &[EventFire], json: bool) {
+/// What `events describe` prints: the event, what each trigger did with it and what a trigger
+/// still holds it for; or one JSON object.
+pub(crate) fn print_described(details: &EventDetails, json: bool) {
+    let event = &details.event;
+    let received = rfc3339(Timestamp::from_micros(event.received_at));
     if json {
-        let mut line = event_json(event);
-        line["fires"] = fires.iter().map(fire_json).collect();
+        let mut line = json!({
+            "seq": event.seq,
+            "name": event.name,
+            "payload": event.payload,
+            "idempotency_key": event.idempotency_key,
+            "received_at": received,
+        });
+        line["fires"] = details.fires.iter().map(fire_json).collect();
+        line["held"] = details
+            .held
+            .iter()
+            .map(|held| {
+                json!({ "trigger": held.trigger, "by": held.by, "key": held.key, "until": rfc3339(Timestamp::from_micros(held.until)) })
+            })
+            .collect();
         println!("{line}");
         return;
     }
     println!("event     {} {}", event.seq, event.name);
-    println!("received  {}", rfc3339(event.received_at));
+    println!("received  {received}");
     if let Some(key) = &event.idempotency_key {
         println!("key       {key}");
     }
     println!("payload   {}", event.payload);
     println!("fires:");
-    if fires.is_empty() {
-        println!("  none yet (no trigger matched it, or none has read it yet)");
+    if details.fires.is_empty() && details.held.is_empty() {
+        println!("  none yet (no trigger reads its name, or none has read it yet)");
     }
-    for fire in fires {
-        match &fire.outcome {
-            TickOutcome::Started { run } => println!("  {}  started {run}", fire.trigger),
-            TickOutcome::Skipped { reason } => println!("  {}  skipped: {reason}", fire.trigger),
+    for fire in &details.fires {
+        match (&fire.run_id, &fire.skipped) {
+            (Some(run), _) => println!("  {}  started {run}", fire.trigger),
+            (None, reason) => println!("  {}  skipped: {}", fire.trigger, reason.as_deref().unwrap_or_default()),
+        }
+    }
+    for held in &details.held {
+        let until = rfc3339(Timestamp::from_micros(held.until));
+        match (held.by, &held.key) {
+            (HeldBy::Debounced, key) => println!(
+                "  {}  held: debounced (key {:?}) until {until}, unless a later event of its key replaces it",
+                held.trigger,
+                key.as_deref().unwrap_or_default()
+            ),
+            (HeldBy::Batched, _) => {
+                println!(
+                    "  {}  held: batched, starting with its batch by {until} (or when the batch is full)",
+                    held.trigger
+                );
+            }
         }
     }
 }
@@ -124,9 +155,9 @@ pub(crate) fn event_json(event: &StoredEvent) -> Value {
 }
 
 /// A fire in one JSON object.
-pub(crate) fn fire_json(fire: &EventFire) -> Value {
-    match &fire.outcome {
-        TickOutcome::Started { run } => json!({ "trigger": fire.trigger, "event": fire.event, "started": run }),
-        TickOutcome::Skipped { reason } => json!({ "trigger": fire.trigger, "event": fire.event, "skipped": reason }),
+pub(crate) fn fire_json(fire: &FireView) -> Value {
+    match (&fire.run_id, &fire.skipped) {
+        (Some(run), _) => json!({ "trigger": fire.trigger, "event": fire.event, "started": run }),
+        (None, reason) => json!({ "trigger": fire.trigger, "event": fire.event, "skipped": reason }),
     }
 }

@@ -28,8 +28,7 @@ use crate::render::{
     owner_text_of, print_facts, print_list_header, print_list_row, print_run, print_timeline, usage_text,
 };
 use crate::time::micros_time;
-use stepwright::store::event::{EventFire, StoredEvent};
-use stepwright::store::schedule::TickOutcome;
+use stepwright::store::event::StoredEvent;
 
 /// The longest one request waits for a run; the CLI then asks again.
 const WAIT_SECONDS: f64 = 30.0;
@@ -452,20 +451,7 @@ async fn events(remote: &Remote, command: EventsCommand) -> anyhow::Result<u8> {
         EventsCommand::Describe { seq, tenant, json } => {
             refuse_tenant(&tenant)?;
             let shown: EventDetails = remote.get(&format!("/v1/events/{seq}")).await?;
-            let fires: Vec<EventFire> = shown
-                .fires
-                .into_iter()
-                .map(|fire| EventFire {
-                    trigger: fire.trigger,
-                    event: fire.event,
-                    outcome: match fire.run_id.and_then(|run| run.parse().ok()) {
-                        Some(run) => TickOutcome::Started { run },
-                        None => TickOutcome::Skipped { reason: fire.skipped.unwrap_or_default() },
-                    },
-                    recorded_at: stepwright::Timestamp::from_micros(0),
-                })
-                .collect();
-            print_described(&stored_event(shown.event), &fires, json);
+            print_described(&shown, json);
         }
     }
     Ok(0)

@@ -68,7 +68,7 @@ pub(crate) async fn triggers(g: &Globals<'_>, command: TriggersCommand) -> anyho
                         "read_through": state.read_through,
                         "held": held,
                         "batch": batch,
-                        "fires": past.iter().map(fire_json).collect::<Vec<_>>(),
+                        "fires": past.iter().map(|fire| fire_json(&stepwright::app::fire_view(fire))).collect::<Vec<_>>(),
                     })
                 );
                 return Ok(0);

@@ -418,6 +418,16 @@ fn the_events_and_triggers_commands_do_what_they_say() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(paused["fires"][0]["skipped"], "paused", "{paused}");
+    // A `when` that is false is recorded too (before the trigger's pause is looked at).
+    let low_seq = from_file["event"]["seq"].as_u64().unwrap().to_string();
+    let low = loop {
+        let human = ok(&run(&["events", "describe", &low_seq]), "describe");
+        if human.contains("skipped") || began.elapsed() > Duration::from_secs(20) {
+            break human;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(low.contains("tickets/each  skipped: filter_false"), "{low}");
     // A filter that cannot be evaluated (a field the payload lacks) says so on the event.
     let lacking = ok(&run(&["events", "send", "ticket.created", "--payload", r#"{"id": 5}"#]), "send");
     let lacking = loop {

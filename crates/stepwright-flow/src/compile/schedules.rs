@@ -194,8 +194,15 @@ impl Compiler {
     /// A schedule's runs start with its `input` (null without one): one that the workflow's
     /// input schema refuses would fail every tick, so it is refused here. The input is rendered
     /// for a tick of this schedule, as the scheduler will render it.
-    fn check_schedule_input(&mut self, name: &str, node: &Item, spec: &ScheduleSpec, workflow: &stepwright_core::Workflow) {
-        let tick = serde_json::json!({ "at": "2026-01-01T00:00:00Z", "local": "2026-01-01T00:00:00", "schedule": name });
+    fn check_schedule_input(
+        &mut self,
+        name: &str,
+        node: &Item,
+        spec: &ScheduleSpec,
+        workflow: &stepwright_core::Workflow,
+    ) {
+        let tick =
+            serde_json::json!({ "at": "2026-01-01T00:00:00Z", "local": "2026-01-01T00:00:00", "schedule": name });
         // A template that does not render is reported where templates are checked.
         let Ok(input) = render_schedule_input(&spec.input, &tick) else { return };
         let Err(refused) = stepwright_core::Engine::check_input(workflow, &input) else { return };

@@ -78,7 +78,7 @@ async fn input_of(store: &InMemoryStore, run: RunId) -> Value {
 }
 
 /// Each matching event starts one run, with the event's payload (or the rendered input),
-/// carrying the trigger and the event; the filter leaves events out without a record; a
+/// carrying the trigger and the event; the filter leaves events out (recorded `filter_false`); a
 /// pattern reads several names; a paused trigger records `paused`; a pass after them starts
 /// nothing more, and events from before the trigger existed are not its.
 #[tokio::test(start_paused = true)]
@@ -100,7 +100,12 @@ async fn each_matching_event_starts_one_run_that_carries_it() {
     let report = scheduler.pass().await.unwrap();
     assert_eq!(report.started.len(), 2 + 2, "triage: a and b; plain: a and low");
     let triage = fires(&store, "triage").await;
-    assert_eq!(triage.iter().map(|f| f.event).collect::<Vec<_>>(), [a, b], "filtered out: no record");
+    assert_eq!(triage.iter().map(|f| f.event).collect::<Vec<_>>(), [a, b, low], "filtered out: recorded too");
+    assert!(
+        matches!(&triage[2].outcome, TickOutcome::Skipped { reason } if reason.starts_with("filter_false")),
+        "{:?}",
+        triage[2]
+    );
     let run = started(&triage[0]).unwrap();
     assert_eq!(input_of(&store, run).await, json!({ "id": 1, "priority": "high" }), "the payload by default");
     let caller = store.load(run).await.unwrap().record.caller;

@@ -10,11 +10,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde_json::json;
 use stepwright_api::trigger::{
-    CreateTriggers, EventDetails, EventSent, EventView, FireView, ListEvents, SendEvent, TriggerDetails, TriggerView,
+    CreateTriggers, EventDetails, EventSent, EventView, ListEvents, SendEvent, TriggerDetails, TriggerView,
 };
-use stepwright_app::{ScheduleError, Section, TriggerState};
-use stepwright_core::store::event::{EventFire, EventQuery, NewEvent, StoredEvent};
-use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome};
+use stepwright_app::{ScheduleError, Section, TriggerState, event_view, fire_view};
+use stepwright_core::store::event::{EventQuery, NewEvent};
+use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord};
 
 use super::runs::audit;
 use super::schedules::{key, load_to_keep, scheduler};
@@ -22,24 +22,6 @@ use super::{Body, Params};
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
 use crate::state::Shared;
-
-fn event_view(event: &StoredEvent) -> EventView {
-    EventView {
-        seq: event.seq,
-        name: event.name.clone(),
-        payload: event.payload.clone(),
-        idempotency_key: event.idempotency_key.clone(),
-        received_at: event.received_at.as_micros(),
-    }
-}
-
-fn fire_view(fire: &EventFire) -> FireView {
-    let (run_id, skipped) = match &fire.outcome {
-        TickOutcome::Started { run } => (Some(run.to_string()), None),
-        TickOutcome::Skipped { reason } => (None, Some(reason.clone())),
-    };
-    FireView { trigger: fire.trigger.clone(), event: fire.event, run_id, skipped }
-}
 
 fn trigger_view(record: &ScheduleRecord) -> TriggerView {
     let trigger = record.key.name.split_once('/').map_or(record.key.name.as_str(), |(_, name)| name);
@@ -120,13 +102,10 @@ pub(crate) async fn show(
     let seq: u64 = seq
         .parse()
         .map_err(|_| ApiError::bad_request(format!("{seq:?} is not an event's sequence number (a whole number)")))?;
-    let event = shared
-        .store
-        .event_by_seq(Some(who.namespace()), seq)
+    let details = stepwright_app::event_details(shared.store.as_ref(), Some(who.namespace()), seq)
         .await?
         .ok_or_else(|| ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no event {seq}")))?;
-    let fires = shared.store.event_fires(Some(who.namespace()), seq).await?;
-    Ok(Json(EventDetails { event: event_view(&event), fires: fires.iter().map(fire_view).collect() }))
+    Ok(Json(details))
 }
 
 /// `POST /v1/triggers` (operator): keeps a registered workflow's triggers.

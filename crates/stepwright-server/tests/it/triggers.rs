@@ -18,6 +18,9 @@ triggers:
   grouped:
     event: ticket.created
     batch: { max: 2, within: 1h }
+  quiet:
+    event: ticket.created
+    debounce: { key: "{{ event.payload.customer }}", period: 1h }
 steps:
   - id: note
     set: "{{ input }}"
@@ -57,17 +60,16 @@ async fn events_start_triggers_once_and_say_what_they_started_through_the_api() 
     assert_eq!((status, body["code"].as_str()), (403, Some("access_denied")));
     let (status, body) = server.post(&admin, "/v1/triggers", json!({ "workflow": "tickets", "only": ["x"] })).await;
     assert_eq!(status, 409, "{body}");
-    assert!(body["detail"].as_str().unwrap().contains("each, grouped"), "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("each, grouped, quiet"), "{body}");
     let (status, kept) = server.post(&admin, "/v1/triggers", json!({ "workflow": "tickets" })).await;
     assert_eq!(status, 201, "{kept}");
     let names: Vec<&str> = kept.as_array().unwrap().iter().map(|t| t["trigger"].as_str().unwrap()).collect();
-    assert_eq!(names, ["each", "grouped"]);
-    assert_eq!(server.get(&viewer, "/v1/triggers").await.1.as_array().map(Vec::len), Some(2));
+    assert_eq!(names, ["each", "grouped", "quiet"]);
+    assert_eq!(server.get(&viewer, "/v1/triggers").await.1.as_array().map(Vec::len), Some(3));
     assert_eq!(server.get(&viewer, "/v1/schedules").await.1, json!([]), "triggers are not schedules");
 
     // Sending: a viewer may not; the same idempotency key gives the first event back.
-    let event =
-        json!({ "name": "ticket.created", "payload": { "id": 1, "priority": "high" }, "idempotency_key": "t-1" });
+    let event = json!({ "name": "ticket.created", "payload": { "id": 1, "priority": "high", "customer": "c1" }, "idempotency_key": "t-1" });
     assert_eq!(server.post(&viewer, "/v1/events", event.clone()).await.0, 403);
     let (status, first) = server.post(&admin, "/v1/events", event.clone()).await;
     assert_eq!((status, &first["created"]), (201, &json!(true)), "{first}");
@@ -76,7 +78,11 @@ async fn events_start_triggers_once_and_say_what_they_started_through_the_api() 
     let (status, body) = server.post(&admin, "/v1/events", json!({ "name": "" })).await;
     assert_eq!(status, 400, "{body}");
     let (status, second) = server
-        .post(&admin, "/v1/events", json!({ "name": "ticket.created", "payload": { "id": 2, "priority": "low" } }))
+        .post(
+            &admin,
+            "/v1/events",
+            json!({ "name": "ticket.created", "payload": { "id": 2, "priority": "low", "customer": "c2" } }),
+        )
         .await;
     assert_eq!(status, 201, "{second}");
 
@@ -106,6 +112,23 @@ async fn events_start_triggers_once_and_say_what_they_started_through_the_api() 
     let batch: Vec<&Value> = grouped["fires"].as_array().unwrap().iter().map(|f| &f["run_id"]).collect();
     assert!(batch[0].is_string() && batch[0] == batch[1], "one run for the batch: {grouped}");
     assert_eq!(grouped["read_through"].as_u64(), Some(second_seq));
+    // Every evaluation is on the event: a `when` that is false is recorded, and what a trigger
+    // still holds (a debounce of an hour) is shown with its key and when it will start.
+    let low = until(&server, &viewer, &format!("/v1/events/{second_seq}"), |e| {
+        e["fires"].as_array().is_some_and(|f| f.len() == 2)
+    })
+    .await;
+    let each = low["fires"].as_array().unwrap().iter().find(|f| f["trigger"] == "tickets/each").unwrap();
+    assert!(each["skipped"].as_str().unwrap().starts_with("filter_false"), "{low}");
+    let held = &low["held"];
+    assert_eq!(held.as_array().map(Vec::len), Some(1), "{low}");
+    assert_eq!(
+        (&held[0]["trigger"], &held[0]["by"], &held[0]["key"]),
+        (&json!("tickets/quiet"), &json!("debounced"), &json!("c2"))
+    );
+    let received = low["received_at"].as_i64().unwrap();
+    let until_us = held[0]["until"].as_i64().unwrap();
+    assert!((until_us - received - 3_600_000_000).abs() < 1_000_000, "an hour after it came: {low}");
 
     // Listing: newest first, by name, paged by `before`; another namespace sees nothing.
     let listed = server.get(&viewer, "/v1/events").await.1;
