@@ -1822,6 +1822,8 @@ export interface components {
             changed: boolean;
             /** @description Decisions that changed. */
             decisions: components["schemas"]["DecisionChange"][];
+            /** @description Why it failed, if it did. */
+            error?: components["schemas"]["ErrorView"] | null;
             /** @description The new run, if persisted. */
             forked?: string | null;
             /** @description The recomputed output. */
@@ -1830,6 +1832,8 @@ export interface components {
             recorded_output?: unknown;
             /** @description The run recomputed. */
             run: string;
+            /** @description How the recompute ended. */
+            status: components["schemas"]["RunStatus"];
             /**
              * @description Every step, in the order the original run first reached it (steps only the
              *     recompute reached after them, in its order).
@@ -1860,6 +1864,11 @@ export interface components {
         } | {
             /** @constant */
             change: "served";
+        } | {
+            /** @constant */
+            change: "failed";
+            /** @description Why. */
+            error: components["schemas"]["ErrorView"];
         } | {
             /** @constant */
             change: "missing";

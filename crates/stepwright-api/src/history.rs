@@ -125,6 +125,11 @@ pub struct RecomputeView {
     pub forked: Option<String>,
     /// Whether anything changed (a value, a schema violation, a decision, the output).
     pub changed: bool,
+    /// How the recompute ended.
+    pub status: crate::RunStatus,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<crate::run::ErrorView>,
     /// Model usage and cost, original against recomputed.
     pub usage: UsageChange,
 }
@@ -145,8 +150,14 @@ pub enum StepChange {
         /// What the validation said.
         message: String,
     },
-    /// Served from the journal (before the starting point, or an effect not repeated).
+    /// Served from the journal (before the starting point, an effect not repeated, or a
+    /// sub-step of a served step).
     Served,
+    /// Failed in the recompute (its last attempt).
+    Failed {
+        /// Why.
+        error: crate::run::ErrorView,
+    },
     /// Recorded in the original, not reached now.
     Missing,
     /// Reached now, not recorded in the original.

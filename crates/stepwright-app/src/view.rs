@@ -262,6 +262,7 @@ pub fn recompute_view(
 ) -> RecomputeView {
     let (before_by_step, before) = stepwright_llm::rollup(original_events);
     let (mut after_by_step, _) = stepwright_llm::rollup(&report.recomputed_events);
+    // A served step's usage is what it used the first time (its calls were not made again).
     for step in &report.steps {
         if step.change == stepwright_core::StepChange::Served
             && let Some(kept) = before_by_step.get(step.path.as_str())
@@ -317,6 +318,8 @@ pub fn recompute_view(
         recomputed_output: report.recomputed_output,
         forked: report.forked.map(|run| run.to_string()),
         changed: report.changed,
+        status: crate::wire::run_status(report.status),
+        error: report.error.as_ref().map(crate::wire::error_view),
         usage: UsageChange { before: totals(before), after: totals(after), steps },
     }
 }

@@ -120,6 +120,11 @@ pub fn replay_report(report: core::ReplayReport) -> api::ReplayReport {
     }
 }
 
+/// An error on the wire.
+pub fn error_view(error: &stepwright_core::StepError) -> api::run::ErrorView {
+    api::run::ErrorView { code: error.code.to_string(), message: error.message.clone() }
+}
+
 /// A recompute's step changes on the wire.
 pub(crate) fn step_change(change: core::StepChange) -> api::history::StepChange {
     use api::history::StepChange;
@@ -128,6 +133,7 @@ pub(crate) fn step_change(change: core::StepChange) -> api::history::StepChange 
         core::StepChange::ValueChanged { diff } => StepChange::ValueChanged { diff },
         core::StepChange::SchemaViolation { message } => StepChange::SchemaViolation { message },
         core::StepChange::Served => StepChange::Served,
+        core::StepChange::Failed { error } => StepChange::Failed { error: error_view(&error) },
         core::StepChange::Missing => StepChange::Missing,
         core::StepChange::Added => StepChange::Added,
     }

@@ -17,6 +17,7 @@ pub(crate) fn change_name(change: &StepChange) -> &'static str {
         StepChange::ValueChanged { .. } => "value_changed",
         StepChange::SchemaViolation { .. } => "schema_violation",
         StepChange::Served => "served",
+        StepChange::Failed { .. } => "failed",
         StepChange::Missing => "missing",
         StepChange::Added => "added",
     }

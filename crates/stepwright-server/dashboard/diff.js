@@ -87,6 +87,7 @@ export async function diffView(id, params) {
         h('span', {}, 'cost ', delta(cost(x), cost(y), usd)),
         h('span', {}, 'latency ', delta(x && x.duration_ms, y && y.duration_ms, ms))),
       reported && reported.change === 'schema_violation' ? h('p', { class: 'error', text: `schema violation: ${reported.message}` }) : null,
+      reported && reported.change === 'failed' ? h('p', { class: 'error', text: `failed in the recompute: ${reported.error.code}: ${reported.error.message}` }) : null,
       diffLines(pairs));
   });
   const decisions = report && report.decisions.length

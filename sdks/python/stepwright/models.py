@@ -767,6 +767,8 @@ class _RecomputeViewRequired(TypedDict):
     """Decisions that changed."""
     run: str
     """The run recomputed."""
+    status: RunStatus
+    """How the recompute ended."""
     steps: list[RecomputedStep]
     """Every step, in the order the original run first reached it (steps only the
     recompute reached after them, in its order).
@@ -780,6 +782,8 @@ class RecomputeView(_RecomputeViewRequired, total=False):
     what changed, decisions, outputs, and what the run's model calls used and cost before
     and after.
     """
+    error: ErrorView | None
+    """Why it failed, if it did."""
     forked: str | None
     """The new run, if persisted."""
     recomputed_output: Any

@@ -104,6 +104,10 @@ pub(crate) fn print_recompute(view: &RecomputeView, json: bool) -> anyhow::Resul
                     println!("schema_violation {}", step.path);
                     println!("    {message}");
                 }
+                StepChange::Failed { error } => {
+                    println!("failed        {}", step.path);
+                    println!("    {}: {}", error.code, error.message);
+                }
                 other => match &step.why {
                     Some(why) => println!("{:<13} {} ({why})", change_name(other), step.path),
                     None => println!("{:<13} {}", change_name(other), step.path),
@@ -128,6 +132,9 @@ pub(crate) fn print_recompute(view: &RecomputeView, json: bool) -> anyhow::Resul
         if let Some(forked) = &report.forked {
             println!("kept as run {forked}");
         }
+        if let Some(error) = &report.error {
+            println!("the recompute ended {}: {}: {}", report.status.as_str(), error.code, error.message);
+        }
         println!("{}", if report.changed { "changed" } else { "clean" });
     }
     Ok(u8::from(report.changed))
@@ -138,6 +145,8 @@ fn usage_change(before: &Totals, after: &Totals) -> String {
     let tokens = |t: &Totals| t.input_tokens + t.output_tokens;
     let delta = i128::from(tokens(after)) - i128::from(tokens(before));
     let cost = after.cost_usd - before.cost_usd;
+    // Sums of floats differ in their last bits: less than a millionth of a dollar is no change.
+    let cost = if cost.abs() < 5e-7 { 0.0 } else { cost };
     let sign = if cost < 0.0 { "-" } else { "+" };
     format!(
         "{} → {} tokens ({delta:+}), {} → {} ({sign}{})",

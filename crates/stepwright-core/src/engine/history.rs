@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::definition::Workflow;
 use crate::engine::{Engine, EngineError, EngineInner};
+use crate::error::StepError;
 use crate::hash::ContentHash;
 use crate::ids::{RunId, StepPath};
 use crate::journal::{Choice, JournalBatch, Lease, Lineage, LoadedRun, Record, RunRecord, RunStatus};
@@ -89,8 +90,15 @@ pub enum StepChange {
         /// What the validation said.
         message: String,
     },
-    /// Served from the journal (before the starting point, or an effect not repeated).
+    /// Served from the journal (before the starting point, an effect not repeated, or a
+    /// sub-step of a served step).
     Served,
+    /// Failed in the recompute (its last attempt): why.
+    Failed {
+        /// The error, with its stable code.
+        #[schemars(with = "serde_json::Value")]
+        error: StepError,
+    },
     /// Recorded in the original, not reached now.
     Missing,
     /// Reached now, not recorded in the original.
@@ -149,6 +157,12 @@ pub struct RecomputeReport {
     pub forked: Option<RunId>,
     /// Whether anything changed (a value, a schema violation, a decision, the output).
     pub changed: bool,
+    /// How the recompute ended.
+    pub status: RunStatus,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub error: Option<StepError>,
     /// The events the recompute emitted (in its sandbox): what a host reads the new model
     /// calls' usage and cost from, to compare with the original run's. Not serialized.
     #[serde(skip)]
@@ -308,6 +322,7 @@ impl Engine {
         let mut after: HashMap<StepPath, ContentHash> = HashMap::new();
         let mut violations: HashMap<StepPath, String> = HashMap::new();
         let mut decided_after: HashMap<StepPath, Choice> = HashMap::new();
+        let mut failures: HashMap<StepPath, StepError> = HashMap::new();
         for entry in &journal {
             match &entry.record {
                 Record::Completed { output, .. } => {
@@ -316,20 +331,33 @@ impl Engine {
                 Record::Failed { error, .. } if error.is(&crate::error::ErrorCode::OUTPUT_VALIDATION) => {
                     violations.insert(entry.path.clone(), error.message.clone());
                 }
+                Record::Failed { error, .. } => {
+                    failures.insert(entry.path.clone(), error.clone());
+                }
                 Record::Decided { choice } => {
                     decided_after.insert(entry.path.clone(), choice.clone());
                 }
                 _ => {}
             }
         }
-        let served = |path: &StepPath| {
+        let served_itself = |path: &StepPath| {
             prefix.contains(path)
                 || original.entries.iter().any(|e| &e.path == path && matches!(e.record, Record::Intent { .. }))
                     && !journal.iter().any(|e| &e.path == path && matches!(e.record, Record::Intent { .. }))
         };
         let paths = execution_order(&original.entries, &journal, |p| {
-            recorded.contains_key(p) || after.contains_key(p) || violations.contains_key(p)
+            recorded.contains_key(p) || after.contains_key(p) || violations.contains_key(p) || failures.contains_key(p)
         });
+        // A step served whole (its recorded output stands) serves its sub-steps too: they were
+        // not run again, and are neither missing nor savings.
+        let served_whole: Vec<&StepPath> = paths
+            .iter()
+            .copied()
+            .filter(|p| recorded.contains_key(*p) && after.contains_key(*p) && served_itself(p))
+            .collect();
+        let served = |path: &StepPath| served_itself(path) || served_whole.iter().any(|whole| path.starts_with(whole));
+        let under_served = |path: &StepPath| served_whole.iter().any(|whole| path != *whole && path.starts_with(whole));
+        let first_failed = paths.iter().find(|p| failures.contains_key(**p)).copied();
         let decisions_changed =
             decided_before.iter().any(|(p, c)| !prefix.contains(p) && decided_after.get(p) != Some(c));
         let steps: Vec<RecomputedStep> = paths
@@ -340,6 +368,10 @@ impl Engine {
                 } else {
                     match (recorded.get(path), after.get(path)) {
                         (Some(_), Some(_)) if served(path) => StepChange::Served,
+                        (Some(_), None) if under_served(path) => StepChange::Served,
+                        (_, None) if failures.contains_key(path) => {
+                            StepChange::Failed { error: failures[path].clone() }
+                        }
                         (Some(a), Some(b)) if a == b => StepChange::Clean,
                         (Some(a), Some(b)) => {
                             let key = workflow.diff_key_at(path.as_str());
@@ -358,6 +390,9 @@ impl Engine {
                     StepChange::Served if prefix.contains(path) => {
                         Some("recorded before the step the recompute starts from".to_owned())
                     }
+                    StepChange::Served if under_served(path) => {
+                        Some("part of a step served from the journal".to_owned())
+                    }
                     StepChange::Served => Some(
                         "a write or external step that is not safe_to_retry: its recorded effect is not repeated"
                             .to_owned(),
@@ -366,7 +401,8 @@ impl Engine {
                         Some("the new definition has no step here".to_owned())
                     }
                     StepChange::Missing if report.status != crate::journal::RunStatus::Completed => {
-                        Some(format!("not reached: the recompute ended {} before it", report.status.as_str()))
+                        let at = first_failed.map(|p| format!(" at {p}")).unwrap_or_default();
+                        Some(format!("not reached: the recompute ended {}{at} before it", report.status.as_str()))
                     }
                     StepChange::Missing if decisions_changed => {
                         Some("not reached: a decision went another way (see the decisions)".to_owned())
@@ -405,6 +441,8 @@ impl Engine {
             recomputed_output: report.output,
             forked,
             changed,
+            status: report.status,
+            error: report.error,
             recomputed_events: sandbox_store.events(run).await.map_err(EngineError::store(run))?,
         })
     }

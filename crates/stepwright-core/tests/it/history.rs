@@ -272,3 +272,67 @@ async fn recompute_reports_schema_violations_and_changed_decisions() {
     assert!(outcomes.contains(&("route/low".to_owned(), stepwright_core::StepChange::Missing)), "{outcomes:?}");
     assert!(outcomes.contains(&("route/high".to_owned(), stepwright_core::StepChange::Added)), "{outcomes:?}");
 }
+
+/// A recompute that fails says where and why: the step that failed is `failed` with its error,
+/// the steps after it are missing "not reached: … failed at STEP", and the report carries the
+/// recompute's status and error.
+#[tokio::test(start_paused = true)]
+async fn a_failed_recompute_says_which_step_failed_and_why() {
+    let (engine, _) = engine();
+    let flow = |fail: bool| {
+        Workflow::builder("fragile")
+            .step(Node::step("a", fn_step(|_c, x: i64| async move { Ok(x + 1) })))
+            .step(Node::step(
+                "b",
+                fn_step(move |_c, x: i64| async move {
+                    if fail {
+                        Err(stepwright_core::StepError::execution_failed("the new code divides by zero"))
+                    } else {
+                        Ok(x * 2)
+                    }
+                }),
+            ))
+            .step(Node::step("c", fn_step(|_c, x: i64| async move { Ok(x - 1) })))
+            .build()
+            .unwrap()
+    };
+    let run = engine.start(&flow(false), json!(1)).await.unwrap();
+    let report = engine.recompute(&flow(true), run.run_id, Default::default()).await.unwrap();
+    assert_eq!(report.status, RunStatus::Failed);
+    assert!(report.error.as_ref().is_some_and(|e| e.message.contains("divides by zero")), "{:?}", report.error);
+    let b = report.steps.iter().find(|s| s.path.as_str() == "b").unwrap();
+    assert!(
+        matches!(&b.change, stepwright_core::StepChange::Failed { error } if error.message.contains("divides by zero")),
+        "{b:?}"
+    );
+    let c = report.steps.iter().find(|s| s.path.as_str() == "c").unwrap();
+    assert_eq!(c.change, stepwright_core::StepChange::Missing);
+    assert_eq!(c.why.as_deref(), Some("not reached: the recompute ended failed at b before it"));
+    assert!(report.changed);
+}
+
+/// From a later step, a step served from the journal serves its sub-steps too (a branch's
+/// arm): they are `served`, not missing, and nothing changed when nothing did.
+#[tokio::test(start_paused = true)]
+async fn a_served_steps_sub_steps_are_served_not_missing() {
+    let (engine, _) = engine();
+    let flow = Workflow::builder("arms")
+        .step(
+            stepwright_core::Branch::new("route")
+                .when(
+                    stepwright_core::Expr::new(|s| s.input().as_i64() > Some(10)),
+                    [Node::step("high", fn_step(|_c, x: i64| async move { Ok(x) }))],
+                )
+                .otherwise([Node::step("low", fn_step(|_c, x: i64| async move { Ok(-x) }))]),
+        )
+        .step(Node::step("last", fn_step(|_c, x: i64| async move { Ok(x * 2) })))
+        .build()
+        .unwrap();
+    let run = engine.start(&flow, json!(5)).await.unwrap();
+    let options = stepwright_core::RecomputeOptions { from: Some(StepPath::new("last")), persist: false };
+    let report = engine.recompute(&flow, run.run_id, options).await.unwrap();
+    let low = report.steps.iter().find(|s| s.path.as_str() == "route/low").unwrap();
+    assert_eq!(low.change, stepwright_core::StepChange::Served, "{:?}", report.steps);
+    assert!(!report.changed, "{:?}", report.steps);
+    assert_eq!(report.status, RunStatus::Completed);
+}
