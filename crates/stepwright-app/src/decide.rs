@@ -76,16 +76,63 @@ pub async fn decide_then_continue(
     decision: Decision,
     caller: &Caller,
 ) -> Result<Decided, AppError> {
+    let workflow = definition_before_deciding(engine, bindings, run).await?;
     engine.resolve(run, interrupt, decision, caller).await?;
-    continue_run(engine, bindings, run).await
+    continue_with(engine, bindings, workflow, run).await
+}
+
+/// The definition to continue a run with, rebuilt before anything is decided: a definition
+/// that no longer rebuilds refuses the decision with nothing stored. Only a run with no source
+/// in the store (a Rust workflow, continued by the process that defines it) is decided
+/// without one.
+async fn definition_before_deciding(
+    engine: &Engine,
+    bindings: &Bindings,
+    run: RunId,
+) -> Result<Option<Workflow>, AppError> {
+    match definition_of(engine.store().as_ref(), run, bindings).await {
+        Ok(workflow) => Ok(Some(workflow)),
+        Err(AppError::NoSource { .. }) => Ok(None),
+        Err(other) => Err(other),
+    }
+}
+
+async fn continue_with(
+    engine: &Engine,
+    bindings: &Bindings,
+    workflow: Option<Workflow>,
+    run: RunId,
+) -> Result<Decided, AppError> {
+    match workflow {
+        Some(workflow) => resume(engine, &workflow, run).await,
+        None => continue_run(engine, bindings, run).await,
+    }
 }
 
 /// Continues a run after a decision: here, unless a live process holds it (and continues it
 /// itself) or has finished it already.
 pub async fn continue_run(engine: &Engine, bindings: &Bindings, run: RunId) -> Result<Decided, AppError> {
     let store: &dyn Store = engine.store().as_ref();
-    let workflow = definition_of(store, run, bindings).await?;
-    match engine.resume(&workflow, run).await {
+    match definition_of(store, run, bindings).await {
+        Ok(workflow) => resume(engine, &workflow, run).await,
+        // A Rust workflow is continued by the live process that defines it, if one holds it.
+        Err(error @ AppError::NoSource { .. }) => match live_owner(engine, run).await? {
+            Some(owner) => Ok(Decided::ContinuesIn { owner }),
+            None => Err(error),
+        },
+        Err(other) => Err(other),
+    }
+}
+
+/// The live process that holds `run`, if one does.
+async fn live_owner(engine: &Engine, run: RunId) -> Result<Option<String>, AppError> {
+    let record = engine.store().load_from(run, u64::MAX).await?.record;
+    let now = engine.clock().now();
+    Ok(record.lease.filter(|lease| lease.expires_at > now).map(|lease| lease.owner))
+}
+
+async fn resume(engine: &Engine, workflow: &Workflow, run: RunId) -> Result<Decided, AppError> {
+    match engine.resume(workflow, run).await {
         Ok(report) => Ok(Decided::Continued(report)),
         Err(EngineError::Leased { owner, .. }) => Ok(Decided::ContinuesIn { owner }),
         Err(EngineError::NotResumable { status, .. }) if status.is_terminal() => {
@@ -134,8 +181,9 @@ pub async fn wake_then_continue(
     interrupt: &InterruptId,
     caller: &Caller,
 ) -> Result<Decided, AppError> {
+    let workflow = definition_before_deciding(engine, bindings, run).await?;
     engine.wake_timer(run, interrupt, caller).await?;
-    continue_run(engine, bindings, run).await
+    continue_with(engine, bindings, workflow, run).await
 }
 
 /// Claims a decided run to continue it in this process, then executes it in a task of its

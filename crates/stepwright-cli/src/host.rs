@@ -110,8 +110,15 @@ pub(crate) async fn keep_source(
     store: &Arc<dyn CliStore>,
     workflow: &stepwright::Workflow,
     file: &Path,
+    called_files: Option<std::collections::BTreeMap<String, String>>,
 ) -> anyhow::Result<()> {
     let source = read_workflow_file(file)?;
-    let definition = DefinitionSource { name: file.display().to_string(), ..DefinitionSource::default_yaml(&source) };
+    // With the files it calls as they were read: a run goes on with the definition it started
+    // with, whatever becomes of those files.
+    let definition = DefinitionSource {
+        name: file.display().to_string(),
+        files: called_files.unwrap_or_default(),
+        ..DefinitionSource::default_yaml(&source)
+    };
     Ok(stepwright::app::keep_source(store.as_ref(), workflow, definition).await?)
 }

@@ -189,6 +189,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
         bound: Vec::new(),
         roots_only: None,
         input_fields: None,
+        called_files: Some(std::collections::BTreeMap::new()),
     };
     let root = match yaml::parse(source) {
         Ok(root) => root,
@@ -216,6 +217,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
                 schedules,
                 triggers,
                 warnings: c.warnings,
+                called_files: c.called_files,
             })
         }
         _ => Err(c.finish_err()),
@@ -285,6 +287,9 @@ struct Compiler {
     /// The properties the workflow's input schema declares, and whether it allows no others
     /// (`additionalProperties: false`): what `input.NAME` in a template may name.
     input_fields: Option<(Vec<String>, bool)>,
+    /// The called files read so far, by path relative to the first file's directory (see
+    /// [`Loaded::called_files`]).
+    called_files: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// What follows each `root` (`steps.`, `input.`) in `source` that starts a name (is not the

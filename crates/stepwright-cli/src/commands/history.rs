@@ -10,7 +10,7 @@ use stepwright::{RunId, StepPath};
 
 use crate::commands::Globals;
 use crate::exit::BadInput;
-use crate::host::{Servers, cli_engine, definition_of, keep_source, load, open_store, parse_json, parse_run};
+use crate::host::{Servers, cli_engine, definition_of, keep_source, open_store, parse_json, parse_run};
 use crate::render::{change_name, value_or_none};
 
 /// `replay`: re-executes a run in a sandbox, serving every recorded result, and compares.
@@ -62,12 +62,16 @@ pub(crate) async fn recompute(
     let rebind = parse_rebind(rebind)?;
     let store = open_store(g.db).await?;
     let workflow = match &file {
-        Some(file) => load(file, flags, Servers::Connected).await?,
+        Some(file) => {
+            let loaded = stepwright::flow::load_with(file, &flags.bindings().load_options())
+                .map_err(stepwright::app::AppError::Load)?;
+            let called = loaded.called_files.clone();
+            let workflow = stepwright::app::prepare(loaded, &flags.bindings(), Servers::Connected).await?;
+            keep_source(&store, &workflow, file, called).await?;
+            workflow
+        }
         None => definition_of(&store, run, flags).await?,
     };
-    if let Some(file) = &file {
-        keep_source(&store, &workflow, file).await?;
-    }
     let workflow = stepwright::app::rebind_models(workflow, &rebind)?;
     let options = stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
     let report = cli_engine(&store, false, g.flags).recompute(&workflow, run, options).await?;

@@ -37,8 +37,9 @@ pub(crate) async fn run(
     let store = open_store(g.db).await?;
     // Its models' rate limits are counted in the store, shared with every worker on it.
     let bindings = flags.bindings().sharing_limits_in(store.clone());
+    let called = loaded.called_files.clone();
     let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
-    keep_source(&store, &workflow, &file).await?;
+    keep_source(&store, &workflow, &file, called).await?;
     let engine = cli_engine(&store, !json, flags);
     let mut options = stepwright::StartOptions {
         caller: who.caller(),

@@ -152,8 +152,9 @@ pub(crate) async fn load_to_keep(
     let (schedules, triggers) = (loaded.schedules.clone(), loaded.triggers.clone());
     let store = open_store(g.db).await?;
     let bindings = flags.bindings().sharing_limits_in(store.clone());
+    let called = loaded.called_files.clone();
     let workflow = stepwright::app::prepare(loaded, &bindings, Servers::Connected).await?;
-    keep_source(&store, &workflow, file).await?;
+    keep_source(&store, &workflow, file, called).await?;
     Ok((store, workflow, schedules, triggers))
 }
 

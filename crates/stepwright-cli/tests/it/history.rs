@@ -186,3 +186,27 @@ fn runs_events_follow_watches_a_run_until_it_finishes(target: &Target) {
     assert_eq!(seen.last().unwrap().0, "run.completed");
     assert_eq!(seen.iter().filter(|(k, _)| k == "interrupt.opened").count(), 1, "nothing is printed twice");
 }
+
+/// A run keeps the files its workflow calls as they were when it started: after a called file
+/// changes (or is gone), `approve` continues the run with the definition it started with.
+#[test]
+fn a_run_goes_on_with_its_called_files_as_they_were_after_they_change() {
+    let target = Target::local();
+    let dir = target.dir();
+    write(dir, "main.yaml", "workflow: main\nsteps:\n  - id: call\n    workflow: parts/gate.yaml\n");
+    std::fs::create_dir_all(dir.join("parts")).unwrap();
+    let gate =
+        "workflow: gate\nsteps:\n  - id: ok\n    approval: { message: Ship it? }\n  - id: done\n    set: shipped\n";
+    write(dir, "parts/gate.yaml", gate);
+    let run = run_id(&target.stepwright(&["run", "main.yaml", "--json"]));
+    assert_eq!(settled(&target, &run)["status"], "suspended");
+    write(dir, "parts/gate.yaml", &gate.replace("shipped", "changed on disk"));
+    let approved = target.stepwright(&["approve", &run, "--json"]);
+    assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
+    let shown = settled(&target, &run);
+    assert_eq!(
+        (&shown["status"], &shown["output"]),
+        (&serde_json::json!("completed"), &serde_json::json!("shipped")),
+        "{shown}"
+    );
+}

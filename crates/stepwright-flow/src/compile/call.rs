@@ -50,6 +50,22 @@ impl Compiler {
             );
             return None;
         }
+        // Kept by its path below the first file's directory (as a registered workflow's files
+        // are), or, outside it, not at all.
+        let first_dir = self.stack.first().and_then(|first| first.parent()).map(Path::to_path_buf);
+        let relative = match (&self.options.files, &first_dir) {
+            (Some(_), _) => Some(canonical.clone()),
+            (None, Some(dir)) => canonical.strip_prefix(dir).ok().map(Path::to_path_buf),
+            (None, None) => None,
+        };
+        let relative =
+            relative.map(|path| path.components().filter_map(|c| c.as_os_str().to_str()).collect::<Vec<_>>().join("/"));
+        match (relative, self.called_files.as_mut()) {
+            (Some(relative), Some(kept)) => {
+                kept.insert(relative, source.clone());
+            }
+            _ => self.called_files = None,
+        }
         let mut stack = self.stack.clone();
         stack.push(canonical);
         let shown = path.display().to_string();
@@ -70,6 +86,10 @@ impl Compiler {
             }
         };
         self.warnings.extend(loaded.warnings.iter().cloned());
+        match (loaded.called_files.clone(), self.called_files.as_mut()) {
+            (Some(theirs), Some(kept)) => kept.extend(theirs),
+            _ => self.called_files = None,
+        }
         if !loaded.mcp_servers.is_empty() {
             self.error_hint(
                 body.pos,

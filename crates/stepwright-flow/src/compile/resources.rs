@@ -42,6 +42,12 @@ pub struct Loaded {
     /// What loads but may not do what the file's author expects (a `retry` that cannot take
     /// effect), this file's and its called files', in file order.
     pub warnings: Vec<super::Diagnostic>,
+    /// The files its `workflow:` calls read from disk (and theirs), by path relative to the
+    /// first file's directory: kept with the source, so a run rebuilds the definition it
+    /// started with even after a called file changes. `None` when a called file lies outside
+    /// the first file's directory tree (reached through an allowed directory): then the calls
+    /// are read from the disk again.
+    pub called_files: Option<BTreeMap<String, String>>,
 }
 
 /// The declared resources, while compiling.
