@@ -167,50 +167,13 @@ impl Command {
     /// Whether this command acts on `flag`: a flag it would ignore is refused, so a person
     /// never believes `validate --db …` checked against a store.
     pub(crate) fn takes(&self, flag: Flag) -> bool {
-        let runs_steps = matches!(
-            self,
-            Self::Run { .. }
-                | Self::Resume { .. }
-                | Self::Approve { .. }
-                | Self::Reject { .. }
-                | Self::Respond { .. }
-                | Self::Replay { .. }
-                | Self::Recompute { .. }
-                | Self::Worker { .. }
-                | Self::Serve { .. }
-        );
-        match flag {
-            Flag::Db => !matches!(self, Self::Schema | Self::Validate { .. } | Self::Graph { .. }),
-            // `validate --server` checks the file against the server's live step workers.
-            Flag::Server => self.has_remote_form() || matches!(self, Self::Validate { .. }),
-            Flag::Models => runs_steps,
-            // Replay and recompute run in a private sandbox, written nowhere.
-            Flag::Durability => runs_steps && !matches!(self, Self::Replay { .. } | Self::Recompute { .. }),
-            Flag::AllowDir => {
-                matches!(self, Self::Run { .. } | Self::Validate { .. } | Self::Graph { .. } | Self::Recompute { .. })
-            }
-        }
+        takes(self.name(), flag)
     }
 
     /// Whether the command has a remote form (`--server`: it calls the HTTP API instead of
     /// opening a store).
     pub(crate) fn has_remote_form(&self) -> bool {
-        matches!(
-            self,
-            Self::Run { .. }
-                | Self::Runs { .. }
-                | Self::Approve { .. }
-                | Self::Reject { .. }
-                | Self::Respond { .. }
-                | Self::Cancel { .. }
-                | Self::Send { .. }
-                | Self::Wake { .. }
-                | Self::Resume { .. }
-                | Self::Replay { .. }
-                | Self::Recompute { .. }
-                | Self::Fork { .. }
-                | Self::Events { .. }
-        )
+        has_remote_form(self.name())
     }
 
     /// The command's name as typed.
@@ -239,6 +202,101 @@ impl Command {
             Self::Events { .. } => "events",
         }
     }
+}
+
+/// Whether the command named `name` acts on `flag` (what [`Command::takes`] answers, and
+/// what `--help` shows: a flag a command would refuse is hidden from its help).
+pub(crate) fn takes(name: &str, flag: Flag) -> bool {
+    let runs_steps = matches!(
+        name,
+        "run" | "resume" | "approve" | "reject" | "respond" | "replay" | "recompute" | "worker" | "serve"
+    );
+    match flag {
+        Flag::Db => !matches!(name, "schema" | "validate" | "graph"),
+        // `validate --server` checks the file against the server's live step workers.
+        Flag::Server => has_remote_form(name) || name == "validate",
+        Flag::Models => runs_steps,
+        // Replay and recompute run in a private sandbox, written nowhere.
+        Flag::Durability => runs_steps && !matches!(name, "replay" | "recompute"),
+        Flag::AllowDir => matches!(name, "run" | "validate" | "graph" | "recompute"),
+    }
+}
+
+/// Whether the command named `name` has a remote form (`--server`).
+fn has_remote_form(name: &str) -> bool {
+    matches!(
+        name,
+        "run"
+            | "runs"
+            | "approve"
+            | "reject"
+            | "respond"
+            | "cancel"
+            | "send"
+            | "wake"
+            | "resume"
+            | "replay"
+            | "recompute"
+            | "fork"
+            | "events"
+    )
+}
+
+/// The help of the (sub)command `args` name, showing only the flags it acts on: the flags are
+/// accepted anywhere on the line, so they are global to the parser, and clap's own help would
+/// list them under every command.
+pub(crate) fn help_for(args: impl IntoIterator<Item = String>) -> String {
+    let mut command = with_idle_flags_hidden();
+    let mut at = &mut command;
+    let mut long = false;
+    for word in args.into_iter().skip(1) {
+        long |= word == "--help" || word == "help";
+        // `stepwright help run` is `stepwright run --help`.
+        if word == "help" || at.find_subcommand(&word).is_none() {
+            continue;
+        }
+        at = at.find_subcommand_mut(&word).expect("found above");
+    }
+    if long { at.render_long_help() } else { at.render_help() }.to_string()
+}
+
+/// The command line with each subcommand's idle flags hidden: for rendering help only (clap
+/// indexes a built command's flags, and hiding them after the build leaves that index stale
+/// for parsing).
+fn with_idle_flags_hidden() -> clap::Command {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    command.build();
+    let names: Vec<String> = command.get_subcommands().map(|sub| sub.get_name().to_owned()).collect();
+    let flags: [(&str, Flag); 8] = [
+        ("db", Flag::Db),
+        ("server", Flag::Server),
+        ("overrides", Flag::Models),
+        ("cassette", Flag::Models),
+        ("cassette_mode", Flag::Models),
+        ("allow_dirs", Flag::AllowDir),
+        ("durability", Flag::Durability),
+        ("async_window", Flag::Durability),
+    ];
+    for name in names {
+        let idle: Vec<&str> = flags.iter().filter(|(_, flag)| !takes(&name, *flag)).map(|(id, _)| *id).collect();
+        command = command.mut_subcommand(&name, |sub| hide(sub, &idle));
+    }
+    command
+}
+
+/// `sub` and its own subcommands with the flags `ids` hidden from their help.
+fn hide(mut sub: clap::Command, ids: &[&str]) -> clap::Command {
+    for id in ids {
+        if sub.get_arguments().any(|arg| arg.get_id() == id) {
+            sub = sub.mut_arg(*id, |arg| arg.hide(true));
+        }
+    }
+    let nested: Vec<String> = sub.get_subcommands().map(|s| s.get_name().to_owned()).collect();
+    for name in nested {
+        sub = sub.mut_subcommand(&name, |s| hide(s, ids));
+    }
+    sub
 }
 
 #[derive(Subcommand)]

@@ -34,6 +34,10 @@ fn main() -> ExitCode {
     }));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => {
+            print!("{}", args::help_for(std::env::args()));
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
             let _ = e.print();

@@ -872,6 +872,19 @@ fn flags_are_taken_only_by_the_commands_they_act_on() {
     );
     assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
     assert!(dir.path().join("y.db").exists(), "run takes --db after the command too");
+    // Help shows a flag only where it acts: `runs list` lists no model or durability flags,
+    // `run` does; `validate` no --db; `help CMD` is `CMD --help`.
+    let help = |args: &[&str]| String::from_utf8_lossy(&stepwright(dir.path(), args).stdout).into_owned();
+    for args in [&["runs", "list", "--help"][..], &["help", "runs", "list"], &["runs", "list", "-h"]] {
+        let text = help(args);
+        assert!(text.contains("--started-by"), "{args:?}: {text}");
+        for idle in ["--model", "--cassette", "--durability", "--async-window", "--allow-dir"] {
+            assert!(!text.contains(idle), "{args:?} shows {idle}: {text}");
+        }
+    }
+    let run = help(&["run", "--help"]);
+    assert!(["--model", "--cassette", "--durability", "--db", "--server"].iter().all(|f| run.contains(f)), "{run}");
+    assert!(!help(&["validate", "--help"]).contains("--db"));
 }
 
 /// `STEPWRIGHT_SERVER` set for `keys`, `schedules` or `triggers` (which act on a store) is
