@@ -49,7 +49,7 @@ fn runnable(name: &str, dir: &Path) -> Option<PathBuf> {
 }
 
 /// The input each example is run (and was recorded) with, as its header comment shows.
-fn input_of(name: &str) -> &'static str {
+pub(crate) fn input_of(name: &str) -> &'static str {
     match name {
         "ticket-triage" => r#"{"ticket": "I was charged twice for order A-1042, please refund one of them."}"#,
         "research" => r#"{"topic": "durable execution for AI agents"}"#,

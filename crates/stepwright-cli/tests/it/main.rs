@@ -26,6 +26,7 @@ mod hostile;
 mod mcp;
 mod models;
 mod processes;
+mod readme;
 mod schedules;
 mod serve;
 mod snapshots;
