@@ -24,6 +24,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/approvers/check": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Who in the namespace could meet an approver list: live keys and OIDC group mappings with the approver role that meet it (what `validate --server` warns about when there are none).
+         * @description Needs a key with the `operator` role.
+         */
+        post: operations["checkApprovers"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/auth": {
         parameters: {
             query?: never;
@@ -1090,6 +1110,23 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /**
+         * @description Who could meet an approver list: live keys and OIDC group mappings of the namespace that
+         *     hold the approver role and meet the list. None of either: a step naming it waits for
+         *     someone who cannot sign in.
+         */
+        ApproversChecked: {
+            /**
+             * @description The provider groups whose members could decide (for a `user:` entry: those whose
+             *     members may be that user, as only their sign-in says).
+             */
+            groups: string[];
+            /**
+             * Format: uint32
+             * @description How many live keys could decide.
+             */
+            keys: number;
+        };
         /** @description An artifact a step captured (a model call's input or output, a tool call, ...). */
         Artifact: {
             /** @description Its content. */
@@ -1211,6 +1248,11 @@ export interface components {
             run_id: string;
             /** @description Where the run stands. */
             status: components["schemas"]["RunStatus"];
+        };
+        /** @description An approver list to check against who can sign in to the namespace. */
+        CheckApprovers: {
+            /** @description The entries, as a file writes them (`role:lead`, `user:ann`, a built-in role). */
+            approvers: string[];
         };
         /** @description One item of a chunk. */
         ChunkItem: {
@@ -2773,6 +2815,102 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    checkApprovers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckApprovers"];
+            };
+        };
+        responses: {
+            /** @description Who could decide. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ApproversChecked"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -83,6 +83,8 @@ export declare class Client {
   readonly interrupts: {
     list(options?: { status?: string; kind?: S<"InterruptKind"> }): Promise<S<"InboxItem">[]>;
     wake(interruptId: string): Promise<S<"TimerWoken">>;
+    /** Who in the key's namespace could meet an approver list (`["role:lead"]`). */
+    checkApprovers(approvers: string[]): Promise<S<"ApproversChecked">>;
     decide(interruptId: string, decision: S<"DecisionKind">, fields?: Partial<Omit<S<"DecisionBody">, "decision">>): Promise<S<"DecisionTaken">>;
     link(interruptId: string, options?: { expiresInSeconds?: number }): Promise<S<"LinkMade">>;
   };

@@ -127,6 +127,8 @@ export class Client {
       list: ({ status = "open", kind } = {}) => request("GET", `/v1/interrupts${query({ status, kind })}`, undefined, 3),
       /** Wakes a durable timer now, as an operator (only timers are woken). */
       wake: (interruptId) => request("POST", `/v1/interrupts/${seg(interruptId)}/wake`, {}),
+      /** Who in the key's namespace could meet an approver list (`["role:lead"]`). */
+      checkApprovers: (approvers) => request("POST", "/v1/approvers/check", { approvers }),
       /** `approve`, `reject` (`reason`), `modify` (`payload`) or `respond` (`value`). */
       decide: (interruptId, decision, fields = {}) =>
         request("POST", `/v1/interrupts/${seg(interruptId)}/decision`, { decision, ...fields }),

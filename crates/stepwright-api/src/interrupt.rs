@@ -140,3 +140,24 @@ pub struct LinkView {
     /// When the link stops working (µs since the epoch).
     pub expires_at: Option<i64>,
 }
+
+/// An approver list to check against who can sign in to the namespace.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckApprovers {
+    /// The entries, as a file writes them (`role:lead`, `user:ann`, a built-in role).
+    #[schemars(length(min = 1, max = 100))]
+    pub approvers: Vec<String>,
+}
+
+/// Who could meet an approver list: live keys and OIDC group mappings of the namespace that
+/// hold the approver role and meet the list. None of either: a step naming it waits for
+/// someone who cannot sign in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ApproversChecked {
+    /// How many live keys could decide.
+    pub keys: u32,
+    /// The provider groups whose members could decide (for a `user:` entry: those whose
+    /// members may be that user, as only their sign-in says).
+    pub groups: Vec<String>,
+}

@@ -29,8 +29,8 @@ mod worker;
 
 use kinds::{KINDS, KindSite};
 pub use mcp::McpToolUse;
-pub use resources::Loaded;
 use resources::Resources;
+pub use resources::{ApproverList, Loaded};
 pub use scalars::parse_duration;
 pub use schedules::{FileSchedule, render_schedule_input};
 pub use triggers::{FileTrigger, eval_event_filter, render_event_template};
@@ -190,6 +190,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
         roots_only: None,
         input_fields: None,
         called_files: Some(std::collections::BTreeMap::new()),
+        approver_lists: Vec::new(),
     };
     let root = match yaml::parse(source) {
         Ok(root) => root,
@@ -218,6 +219,7 @@ fn load_nested(source: &str, file: &str, stack: Vec<PathBuf>, options: &LoadOpti
                 triggers,
                 warnings: c.warnings,
                 called_files: c.called_files,
+                approver_lists: c.approver_lists,
             })
         }
         _ => Err(c.finish_err()),
@@ -290,6 +292,8 @@ struct Compiler {
     /// The called files read so far, by path relative to the first file's directory (see
     /// [`Loaded::called_files`]).
     called_files: Option<std::collections::BTreeMap<String, String>>,
+    /// The approver lists named so far (see [`Loaded::approver_lists`]).
+    approver_lists: Vec<resources::ApproverList>,
 }
 
 /// What follows each `root` (`steps.`, `input.`) in `source` that starts a name (is not the

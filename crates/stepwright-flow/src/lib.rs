@@ -12,8 +12,8 @@ mod schema;
 mod yaml;
 
 pub use compile::{
-    Diagnostic, FileSchedule, FileTrigger, LoadError, LoadOptions, Loaded, MAX_FILE_BYTES, McpToolUse, closest,
-    eval_event_filter, load, load_file, load_source, load_source_with, load_str, load_with, parse_duration,
+    ApproverList, Diagnostic, FileSchedule, FileTrigger, LoadError, LoadOptions, Loaded, MAX_FILE_BYTES, McpToolUse,
+    closest, eval_event_filter, load, load_file, load_source, load_source_with, load_str, load_with, parse_duration,
     read_limited, render_event_template, render_schedule_input,
 };
 pub use schema::file_schema;

@@ -109,6 +109,10 @@ def wake(interrupt_id: str) -> Call[m.TimerWoken]:
     return Call("POST", f"/v1/interrupts/{_seg(interrupt_id)}/wake", json={})
 
 
+def check_approvers(approvers: list[str]) -> Call[m.ApproversChecked]:
+    return Call("POST", "/v1/approvers/check", json={"approvers": approvers}, retries=3)
+
+
 def decide(interrupt_id: str, decision: str, fields: dict[str, Any]) -> Call[m.DecisionTaken]:
     return Call("POST", f"/v1/interrupts/{_seg(interrupt_id)}/decision", json={"decision": decision, **fields})
 

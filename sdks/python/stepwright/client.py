@@ -201,6 +201,12 @@ class _Interrupts:
         (``timer``, ``event``, ``approval``, ``input``) lists that kind instead."""
         return self._c._send(calls.inbox(status, kind))
 
+    def check_approvers(self, approvers: builtins.list[str]) -> m.ApproversChecked:
+        """Who in the key's namespace could meet an approver list (``["role:lead"]``): live
+        keys and OIDC groups with the approver role that meet it. None of either: a step
+        naming it would wait for someone who cannot sign in."""
+        return self._c._send(calls.check_approvers(approvers))
+
     def wake(self, interrupt_id: str) -> m.TimerWoken:
         """Wakes a durable timer (``<run id>.<interrupt id>``) now, as an operator: its step
         goes on as if the time had come. Only timers are woken."""

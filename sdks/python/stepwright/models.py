@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal, TypedDict, Union
 
 __all__ = [
+    "ApproversChecked",
     "Artifact",
     "AttemptView",
     "AuthMethods",
@@ -17,6 +18,7 @@ __all__ = [
     "CancelOutcome",
     "CancelRun",
     "Cancelled",
+    "CheckApprovers",
     "ChunkItem",
     "ChunkKind",
     "ChunksTaken",
@@ -177,6 +179,19 @@ TaskStatus = Literal["pending", "claimed", "completed", "failed", "lapsed", "no_
 """Where a task is in its life. `pending`: Waiting for a worker. `claimed`: A worker holds it. `completed`: The handler returned an output. `failed`: The handler failed. `lapsed`: The worker's lease ran out. `no_worker`: Nobody claimed it before its `schedule_to_start`. `cancelled`: The handler stopped on a cancel."""
 
 
+class ApproversChecked(TypedDict):
+    """Who could meet an approver list: live keys and OIDC group mappings of the namespace that
+    hold the approver role and meet the list. None of either: a step naming it waits for
+    someone who cannot sign in.
+    """
+    groups: list[str]
+    """The provider groups whose members could decide (for a `user:` entry: those whose
+    members may be that user, as only their sign-in says).
+    """
+    keys: int
+    """How many live keys could decide."""
+
+
 class Artifact(TypedDict):
     """An artifact a step captured (a model call's input or output, a tool call, ...)."""
     content: Any
@@ -267,6 +282,12 @@ class Cancelled(_CancelledRequired, total=False):
     """What a cancel did."""
     executed_by: str | None
     """The worker that executes it and stops it, for `requested`."""
+
+
+class CheckApprovers(TypedDict):
+    """An approver list to check against who can sign in to the namespace."""
+    approvers: list[str]
+    """The entries, as a file writes them (`role:lead`, `user:ann`, a built-in role)."""
 
 
 class _ChunkItemRequired(TypedDict):

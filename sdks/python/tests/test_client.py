@@ -167,6 +167,8 @@ steps:
         assert [i["message"] for i in inbox] == ["Go?"]
         decided = c.interrupts.decide(inbox[0]["id"], "approve")
         assert decided["decided_by"] == "tester"
+        assert c.interrupts.check_approvers(["user:tester"]) == {"keys": 1, "groups": []}
+        assert c.interrupts.check_approvers(["role:nobody"]) == {"keys": 0, "groups": []}
         wait_for_awaiting(c, run["run_id"])
         c.events.send("paid", {"amount": 3}, idempotency_key="pay-1")
         done = c.runs.wait(run["run_id"], timeout=30)

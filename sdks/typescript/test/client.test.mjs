@@ -42,6 +42,8 @@ test("every resource answers through the client", async () => {
   }
   assert.ok((await c.interrupts.link(inbox[0].id, { expiresInSeconds: 600 })).url);
   await c.interrupts.decide(inbox[0].id, "approve");
+  assert.deepEqual(await c.interrupts.checkApprovers(["role:nobody"]), { keys: 0, groups: [] });
+  assert.ok((await c.interrupts.checkApprovers(["role:approver"])).keys >= 1);
   let timers = [];
   for (const deadline = Date.now() + 20_000; timers.length === 0 && Date.now() < deadline; ) {
     timers = await c.interrupts.list({ kind: "timer" });

@@ -19,6 +19,7 @@ pub(crate) async fn validate(g: &Globals<'_>, file: PathBuf) -> anyhow::Result<u
     let loaded =
         stepwright::flow::load_with(&file, &bindings.load_options()).map_err(stepwright::app::AppError::Load)?;
     let warnings = loaded.warnings.clone();
+    let approver_lists = loaded.approver_lists.clone();
     let targets = worker_targets(&loaded.workflow);
     stepwright::app::prepare(loaded, &bindings, Servers::Declared).await?;
     for warning in &warnings {
@@ -26,7 +27,22 @@ pub(crate) async fn validate(g: &Globals<'_>, file: PathBuf) -> anyhow::Result<u
         eprintln!("{}:{}:{}: warning: {}{hint}", warning.file, warning.line, warning.column, warning.message);
     }
     if let Some(server) = g.server {
-        let workers = super::remote::Remote::new(server)?.workers().await?;
+        let remote = super::remote::Remote::new(server)?;
+        // An approver list no key or provider group of the namespace meets: its step would
+        // wait for someone who cannot sign in.
+        for list in &approver_lists {
+            let checked = remote.check_approvers(&list.approvers).await?;
+            if checked.keys == 0 && checked.groups.is_empty() {
+                eprintln!(
+                    "{}:{}:{}: warning: no key or OIDC group at {server} can approve [{}] (hint: give a person a key with the approver role that meets it, like `stepwright keys create --user ann --role approver --role role:lead`, or map a provider group: `--oidc-map leads=NAMESPACE:approver+role:lead`)",
+                    list.file,
+                    list.line,
+                    list.column,
+                    list.approvers.join(", ")
+                );
+            }
+        }
+        let workers = remote.workers().await?;
         for (tool, target) in &targets {
             let offered = workers
                 .workers

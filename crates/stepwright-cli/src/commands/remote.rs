@@ -91,6 +91,15 @@ impl Remote {
         self.get("/v1/workers").await
     }
 
+    /// Who in the key's namespace could meet an approver list.
+    pub(crate) async fn check_approvers(
+        &self,
+        approvers: &[String],
+    ) -> anyhow::Result<stepwright::api::interrupt::ApproversChecked> {
+        let body = stepwright::api::interrupt::CheckApprovers { approvers: approvers.to_vec() };
+        self.post("/v1/approvers/check", &body).await
+    }
+
     async fn run(&self, run: &str) -> anyhow::Result<RunDetails> {
         self.get(&format!("/v1/runs/{run}")).await
     }

@@ -607,3 +607,49 @@ fn provider_sign_in_flags_are_checked_before_serving() {
         "--oidc-client-secret-env STEPWRIGHT_TEST_UNSET_SECRET: the variable is not set",
     );
 }
+
+/// `validate --server` warns, at the list's line, about an approver list that no live key
+/// with the approver role in the key's namespace meets — and not about one a key meets.
+#[test]
+fn validate_with_a_server_warns_of_approver_lists_nobody_can_meet() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("approvers.db").display());
+    let key = key(dir.path(), &db);
+    crate::support::api_key(dir.path(), &db, "lee", &["approver", "role:lead"]);
+    // A lead who is no approver cannot decide anything: not counted.
+    crate::support::api_key(dir.path(), &db, "max", &["viewer", "role:auditor"]);
+    std::fs::write(
+        dir.path().join("gates.yaml"),
+        "workflow: gates\nsteps:\n  - id: lead\n    approval:\n      message: Ship?\n      approvers: [role:lead]\n  \
+         - id: audit\n    approval:\n      message: Audited?\n      approvers: [role:auditor, user:nobody]\n",
+    )
+    .unwrap();
+    let serving = serve(dir.path(), &db);
+    let checked = remote(dir.path(), &serving.base, &key, &["validate", "gates.yaml"]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(0), "a warning does not fail it: {stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "gates.yaml:10:18: warning: no key or OIDC group at {} can approve [role:auditor, user:nobody]",
+            serving.base
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("[role:lead]"), "a lead with the approver role meets it: {stderr}");
+    drop(serving);
+    // A provider group mapped to the namespace with the approver role and `role:auditor` meets
+    // the other list (its members sign in through the provider, which is not asked here).
+    let flags = [
+        "--oidc-issuer",
+        "http://127.0.0.1:9",
+        "--oidc-client-id",
+        "stepwright",
+        "--oidc-map",
+        "audit=acme:approver+role:auditor",
+    ];
+    let serving = crate::support::serve_flags(dir.path(), &db, &flags);
+    let checked = remote(dir.path(), &serving.base, &key, &["validate", "gates.yaml"]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert_eq!(checked.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("warning"), "the group `audit` meets it: {stderr}");
+}

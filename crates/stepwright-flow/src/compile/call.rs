@@ -86,6 +86,7 @@ impl Compiler {
             }
         };
         self.warnings.extend(loaded.warnings.iter().cloned());
+        self.approver_lists.extend(loaded.approver_lists.iter().cloned());
         match (loaded.called_files.clone(), self.called_files.as_mut()) {
             (Some(theirs), Some(kept)) => kept.extend(theirs),
             _ => self.called_files = None,

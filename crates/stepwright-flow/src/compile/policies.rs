@@ -16,10 +16,21 @@ impl Compiler {
         let mut gate = ApprovalGate::new(message);
         match node.get("approvers").map(|a| &a.value) {
             Some(Yaml::Seq(items)) => {
+                let mut named = Vec::new();
                 for item in items {
                     if let Some(who) = self.string(item, "an approver") {
+                        named.push(who.clone());
                         gate = gate.approver(who);
                     }
+                }
+                let pos = node.get("approvers").map_or(node.pos, |a| a.pos);
+                if !named.is_empty() {
+                    self.approver_lists.push(resources::ApproverList {
+                        file: self.file.clone(),
+                        line: pos.line.max(1),
+                        column: pos.column.max(1),
+                        approvers: named,
+                    });
                 }
             }
             Some(_) => self.error(node.pos, "`approvers` must be a list like [\"role:lead\", \"user:ann\"]"),

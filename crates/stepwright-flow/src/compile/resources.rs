@@ -48,6 +48,22 @@ pub struct Loaded {
     /// the first file's directory tree (reached through an allowed directory): then the calls
     /// are read from the disk again.
     pub called_files: Option<BTreeMap<String, String>>,
+    /// Every approver list the file (and the files it calls) names, where it names it: what
+    /// `validate --server` asks a server whether anyone can meet.
+    pub approver_lists: Vec<ApproverList>,
+}
+
+/// An approver list (`approvers: [role:lead, user:ann]`) and where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApproverList {
+    /// The file (as given).
+    pub file: String,
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// The entries, as written.
+    pub approvers: Vec<String>,
 }
 
 /// The declared resources, while compiling.

@@ -8,10 +8,12 @@ use axum::Json;
 use axum::extract::{Path, State};
 use serde_json::json;
 use stepwright_api::InterruptKind;
-use stepwright_api::interrupt::{DecisionBody, DecisionKind, DecisionTaken, InboxItem, InboxQuery, TimerWoken};
+use stepwright_api::interrupt::{
+    ApproversChecked, CheckApprovers, DecisionBody, DecisionKind, DecisionTaken, InboxItem, InboxQuery, TimerWoken,
+};
 use stepwright_core::journal::{LoadedRun, RunRecord};
 use stepwright_core::store::RunFilter;
-use stepwright_core::{Caller, Decision, InterruptId, RunId, RunStatus};
+use stepwright_core::{Approver, Caller, Decision, InterruptId, InterruptRequest, RunId, RunStatus};
 
 use super::runs::audit;
 use super::{Body, Params, run_in_namespace};
@@ -170,4 +172,42 @@ pub(crate) fn decision_of(body: DecisionBody) -> Result<Decision, ApiError> {
             )));
         }
     })
+}
+
+/// `POST /v1/approvers/check` (operator): who in the namespace could meet an approver list —
+/// its live keys with the approver role that meet it, and the OIDC groups mapped to it with
+/// that role whose members would (a `user:` entry: whose members may be that user).
+pub(crate) async fn check_approvers(
+    State(shared): State<Arc<Shared>>,
+    who: Principal,
+    Body(body): Body<CheckApprovers>,
+) -> Result<Json<ApproversChecked>, ApiError> {
+    who.require(Role::Operator)?;
+    let list = body.approvers.iter().fold(InterruptRequest::approval(""), |list, entry| list.approver(entry));
+    let now = shared.now();
+    let keys = shared.store.keys(Some(who.namespace())).await?;
+    let deciders = keys
+        .into_iter()
+        .filter(|key| key.revoked_at.is_none() && key.expires_at.is_none_or(|at| at > now))
+        .map(|key| Principal { key: Arc::new(key), by_cookie: false })
+        .filter(|holder| holder.has(Role::Approver) && list.may_decide(&holder.caller()))
+        .count();
+    let names_a_user = list.approvers.iter().any(|a| matches!(a, Approver::User(_)));
+    let groups = shared
+        .oidc
+        .iter()
+        .flat_map(|oidc| oidc.config.mappings.iter())
+        .filter(|mapping| {
+            mapping.namespace == who.namespace() && mapping.roles.iter().any(|r| r == Role::Approver.as_str())
+        })
+        .filter(|mapping| {
+            let member = Caller {
+                roles: mapping.roles.iter().map(|r| crate::keys::custom_role(r).unwrap_or(r).to_owned()).collect(),
+                ..Caller::default()
+            };
+            names_a_user || list.may_decide(&member)
+        })
+        .map(|mapping| mapping.group.clone())
+        .collect();
+    Ok(Json(ApproversChecked { keys: u32::try_from(deciders).unwrap_or(u32::MAX), groups }))
 }

@@ -116,6 +116,7 @@ fn handler(id: OperationId, method: MethodFilter) -> MethodRouter<Arc<Shared>> {
         Op::InterruptInbox => on(method, interrupts::inbox),
         Op::DecideInterrupt => on(method, interrupts::decide),
         Op::WakeTimer => on(method, interrupts::wake),
+        Op::CheckApprovers => on(method, interrupts::check_approvers),
         Op::CreateLink => on(method, links::create),
         Op::ShowLink => on(method, links::show),
         Op::DecideByLink => on(method, links::decide),
