@@ -769,3 +769,33 @@ fn run_with_an_idempotency_key_starts_one_run_across_processes() {
         assert_eq!(runs(dir.path(), &db).len(), 2, "{}", db.name);
     }
 }
+
+/// A worker process executes a slow step; another process reading the same store sees it
+/// `running` (with its start, no end) while it runs, and `completed` after — on Postgres as on
+/// SQLite.
+#[test]
+fn a_step_another_process_runs_is_seen_running_on_every_store() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "nap.yaml",
+        "workflow: nap\ntools:\n  nap:\n    command: [sleep, \"3\"]\n    effect: read\nsteps:\n  - id: nap\n    tool: nap\n",
+    );
+    for db in stores(dir.path(), "a_step_another_process_runs_is_seen_running_on_every_store") {
+        let created = stepwright(dir.path(), &db.args(&["run", "nap.yaml", "--detach", "--json"]));
+        assert_eq!(created.status.code(), Some(0), "{}", text(&created.stderr));
+        let run = json_of(&created)["run_id"].as_str().unwrap().to_owned();
+        let mut worker = spawn(dir.path(), &db.args(&["worker"]));
+        wait_for("the step to show running", || {
+            step_status(dir.path(), &db, &run, "nap").as_deref() == Some("running")
+        });
+        let details = shown(dir.path(), &db, &run);
+        let nap = &details["steps"][0];
+        assert!(nap["started_at"].is_i64() && nap["ended_at"].is_null(), "{}: {details}", db.name);
+        assert_eq!(details["status"], "running", "{}: {details}", db.name);
+        wait_for("the run to complete", || shown(dir.path(), &db, &run)["status"] == "completed");
+        assert_eq!(step_status(dir.path(), &db, &run, "nap").as_deref(), Some("completed"), "{}", db.name);
+        let _ = Command::new("kill").args(["-INT", &worker.id().to_string()]).status();
+        worker.wait().unwrap();
+    }
+}
