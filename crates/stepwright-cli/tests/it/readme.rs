@@ -162,23 +162,28 @@ fn is_assignment(word: &str) -> bool {
         .is_some_and(|(name, _)| !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
 }
 
+/// `stepwright ARGS --help` exits 0: the subcommand and every flag exist, and every value
+/// given parses (help is shown only once the words before it parse).
+fn assert_parses(dir: &Path, args: &[String], place: &str) {
+    let mut line: Vec<&str> = args.iter().map(String::as_str).collect();
+    line.push("--help");
+    let parsed = stepwright(dir, &line);
+    assert_eq!(
+        parsed.status.code(),
+        Some(0),
+        "{place}: `stepwright {}` does not parse: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+}
+
 #[test]
 fn every_stepwright_command_of_the_readme_parses() {
     let dir = tempfile::tempdir().unwrap();
     let mut checked = 0;
     for block in blocks(&readme()).into_iter().filter(|b| b.lang == "sh") {
         for args in commands(&block.text) {
-            let mut line: Vec<&str> = args.iter().map(String::as_str).collect();
-            line.push("--help");
-            let parsed = stepwright(dir.path(), &line);
-            assert_eq!(
-                parsed.status.code(),
-                Some(0),
-                "README.md:{}: `stepwright {}` does not parse: {}",
-                block.line,
-                args.join(" "),
-                String::from_utf8_lossy(&parsed.stderr)
-            );
+            assert_parses(dir.path(), &args, &format!("README.md:{}", block.line));
             checked += 1;
         }
     }
@@ -216,16 +221,7 @@ fn every_examples_header_commands_parse() {
         assert_eq!(flag("--cassette"), Some(format!("examples/{name}.cassette.json")), "{name}");
         assert_eq!(flag("--input").as_deref(), Some(crate::examples::input_of(&name)), "{name}");
         for args in &commands {
-            let mut line: Vec<&str> = args.iter().map(String::as_str).collect();
-            line.push("--help");
-            let parsed = stepwright(dir.path(), &line);
-            assert_eq!(
-                parsed.status.code(),
-                Some(0),
-                "{name}: `stepwright {}`: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&parsed.stderr)
-            );
+            assert_parses(dir.path(), args, &name);
         }
     }
 }
