@@ -29,11 +29,24 @@ mod worker;
 
 use kinds::{KINDS, KindSite};
 pub use mcp::McpToolUse;
+pub use resources::Loaded;
 use resources::Resources;
-pub use resources::{ApproverList, Loaded};
 pub use scalars::parse_duration;
 pub use schedules::{FileSchedule, render_schedule_input};
 pub use triggers::{FileTrigger, eval_event_filter, render_event_template};
+
+/// An approver list (`approvers: [role:lead, user:ann]`) and where it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApproverList {
+    /// The file (as given).
+    pub file: String,
+    /// 1-based line.
+    pub line: u64,
+    /// 1-based column.
+    pub column: u64,
+    /// The entries, as written.
+    pub approvers: Vec<String>,
+}
 
 /// One problem in a workflow file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -293,7 +306,7 @@ struct Compiler {
     /// [`Loaded::called_files`]).
     called_files: Option<std::collections::BTreeMap<String, String>>,
     /// The approver lists named so far (see [`Loaded::approver_lists`]).
-    approver_lists: Vec<resources::ApproverList>,
+    approver_lists: Vec<ApproverList>,
 }
 
 /// What follows each `root` (`steps.`, `input.`) in `source` that starts a name (is not the

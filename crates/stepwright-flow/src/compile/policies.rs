@@ -25,7 +25,7 @@ impl Compiler {
                 }
                 let pos = node.get("approvers").map_or(node.pos, |a| a.pos);
                 if !named.is_empty() {
-                    self.approver_lists.push(resources::ApproverList {
+                    self.approver_lists.push(ApproverList {
                         file: self.file.clone(),
                         line: pos.line.max(1),
                         column: pos.column.max(1),

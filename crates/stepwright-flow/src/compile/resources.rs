@@ -50,20 +50,7 @@ pub struct Loaded {
     pub called_files: Option<BTreeMap<String, String>>,
     /// Every approver list the file (and the files it calls) names, where it names it: what
     /// `validate --server` asks a server whether anyone can meet.
-    pub approver_lists: Vec<ApproverList>,
-}
-
-/// An approver list (`approvers: [role:lead, user:ann]`) and where it is written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApproverList {
-    /// The file (as given).
-    pub file: String,
-    /// 1-based line.
-    pub line: u64,
-    /// 1-based column.
-    pub column: u64,
-    /// The entries, as written.
-    pub approvers: Vec<String>,
+    pub approver_lists: Vec<super::ApproverList>,
 }
 
 /// The declared resources, while compiling.
