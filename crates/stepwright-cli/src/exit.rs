@@ -29,7 +29,9 @@ pub(crate) fn failure(error: &anyhow::Error) -> (u8, String) {
     }
     // The application layer's mistakes of the caller's (a file that does not load, a binding
     // that does not fit) say what to fix, and nothing else.
-    if let Some(app @ (AppError::BadInput(_) | AppError::Load(_))) = error.downcast_ref::<AppError>() {
+    if let Some(app @ (AppError::BadInput(_) | AppError::Load(_) | AppError::UnknownMailbox(_))) =
+        error.downcast_ref::<AppError>()
+    {
         return (2, app.to_string());
     }
     // A run id that names no run says just that, whichever layer noticed it.
