@@ -22,8 +22,8 @@ pub(crate) struct Cli {
     /// Call this Stepwright server instead of opening a store (default:
     /// `STEPWRIGHT_SERVER`), with the API key in `STEPWRIGHT_API_KEY`: `run`, `runs`,
     /// `approve`/`reject`/`respond`, `cancel`, `send`, `wake`, `resume`, `replay`,
-    /// `recompute`, `fork` and `events`; `validate` checks the file's `worker:` tools against
-    /// the server's live step workers.
+    /// `recompute`, `fork`, `events`, `schedules` and `triggers`; `validate` checks the file's
+    /// `worker:` tools and approver lists against the server.
     #[arg(long, global = true, value_name = "URL")]
     pub(crate) server: Option<String>,
     #[command(flatten)]
@@ -239,6 +239,8 @@ fn has_remote_form(name: &str) -> bool {
             | "recompute"
             | "fork"
             | "events"
+            | "schedules"
+            | "triggers"
     )
 }
 

@@ -7,6 +7,7 @@ mod history;
 mod run;
 mod keys;
 mod remote;
+mod remote_schedules;
 mod runs;
 mod schedules;
 mod serve;
@@ -64,16 +65,20 @@ fn refuse_idle_flags(cli: &Cli) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `STEPWRIGHT_SERVER` set for a command that manages a store and has no remote form
-/// (`keys`, `schedules`, `triggers`): acting on `./stepwright.db` instead would print empty
-/// tables as if they were the server's. A store named (`--db`, `STEPWRIGHT_DB`) says which.
+/// Whether a store is named (`--db`, `STEPWRIGHT_DB`): then `schedules` and `triggers` act on
+/// it even with `STEPWRIGHT_SERVER` set (the server's own store, from its machine).
+fn store_named(cli: &Cli) -> bool {
+    cli.db.is_some() || std::env::var("STEPWRIGHT_DB").is_ok_and(|db| !db.is_empty())
+}
+
+/// `STEPWRIGHT_SERVER` set for `keys`, which manages a store and has no remote form: acting on
+/// `./stepwright.db` instead would print empty tables as if they were the server's. A store
+/// named (`--db`, `STEPWRIGHT_DB`) says which.
 fn refuse_a_server_ignored(cli: &Cli, server: Option<&str>) -> anyhow::Result<()> {
     use crate::args::Command;
     let Some(server) = server else { return Ok(()) };
-    let manages_a_store =
-        matches!(cli.command, Command::Keys { .. } | Command::Schedules { .. } | Command::Triggers { .. });
-    let store_named = cli.db.is_some() || std::env::var("STEPWRIGHT_DB").is_ok_and(|db| !db.is_empty());
-    if manages_a_store && !store_named {
+    let manages_a_store = matches!(cli.command, Command::Keys { .. });
+    if manages_a_store && !store_named(cli) {
         return Err(anyhow::anyhow!(crate::exit::BadInput(format!(
             "`{}` acts on a store, not on a server, and STEPWRIGHT_SERVER is set ({server}): give the server's \
              store with --db (or STEPWRIGHT_DB), or unset STEPWRIGHT_SERVER to use ./stepwright.db",
@@ -87,8 +92,11 @@ fn refuse_a_server_ignored(cli: &Cli, server: Option<&str>) -> anyhow::Result<()
 pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
     refuse_idle_flags(&cli)?;
     let server = cli.server.clone().or_else(|| std::env::var("STEPWRIGHT_SERVER").ok().filter(|s| !s.is_empty()));
+    let keeps_schedules =
+        matches!(cli.command, crate::args::Command::Schedules { .. } | crate::args::Command::Triggers { .. });
     if let Some(server) = server.as_deref()
         && cli.command.has_remote_form()
+        && !(keeps_schedules && cli.server.is_none() && store_named(&cli))
     {
         let flags = &cli.models;
         if !flags.overrides.is_empty() || flags.cassette.is_some() || !flags.allow_dirs.is_empty() {

@@ -1,6 +1,7 @@
 //! The remote mode (DESIGN §13): with `--server URL` (or `STEPWRIGHT_SERVER`) and a key in
 //! `STEPWRIGHT_API_KEY`, `run`, `runs list/show/events`, `approve`/`reject`/`respond`,
-//! `cancel`, `resume`, `replay`, `recompute`, `fork` and `events send|list|describe` call the
+//! `cancel`, `resume`, `replay`, `recompute`, `fork`, `events send|list|describe`, `schedules` and
+//! `triggers` (`remote_schedules`) call the
 //! HTTP API instead of opening a store, with the same output and exit codes. The key decides who the caller is: `--as`,
 //! `--role` and `--tenant` are refused rather than ignored; so are `--model`, `--cassette`
 //! and `--allow-dir`, which are the server's configuration.
@@ -78,12 +79,23 @@ impl Remote {
         serde_json::from_str(&text).with_context(|| format!("the answer to {path} is not what the API promises"))
     }
 
-    async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+    pub(crate) async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
         self.call(reqwest::Method::GET, path, NO_BODY, None).await
     }
 
-    async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> anyhow::Result<T> {
+    pub(crate) async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl Serialize) -> anyhow::Result<T> {
         self.call(reqwest::Method::POST, path, Some(body), None).await
+    }
+
+    /// A `DELETE`, answered `204` with nothing.
+    pub(crate) async fn delete(&self, path: &str) -> anyhow::Result<()> {
+        let request = self.http.delete(format!("{}{path}", self.base)).bearer_auth(&self.key);
+        let response = request.send().await.with_context(|| format!("calling {}", self.base))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(problem(status, response.json().await.ok()));
+        }
+        Ok(())
     }
 
     /// The step workers the server heard from.
@@ -104,10 +116,16 @@ impl Remote {
         self.get(&format!("/v1/runs/{run}")).await
     }
 
-    /// Registers a workflow file (and the files it calls are the server's to find).
-    async fn register(&self, file: &std::path::Path) -> anyhow::Result<WorkflowVersion> {
+    /// Registers a workflow file with the files it calls (as this machine reads them: the
+    /// server has no disk of ours).
+    pub(crate) async fn register(&self, file: &std::path::Path) -> anyhow::Result<WorkflowVersion> {
         let source = crate::host::read_workflow_file(file)?;
-        self.post("/v1/workflows", &RegisterWorkflow { source, files: Default::default() }).await
+        // A file that does not load here is sent as it is: the server says what is wrong.
+        let files = stepwright::flow::load_with(file, &stepwright::flow::LoadOptions::default())
+            .ok()
+            .and_then(|loaded| loaded.called_files)
+            .unwrap_or_default();
+        self.post("/v1/workflows", &RegisterWorkflow { source, files }).await
     }
 
     /// The run once it stops (finishes or waits for a person).
@@ -189,6 +207,8 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             decide(remote, &run, who.interrupt.as_deref(), body, json).await
         }
         Command::Events { command } => events(remote, command).await,
+        Command::Schedules { command } => super::remote_schedules::schedules(remote, command).await,
+        Command::Triggers { command } => super::remote_schedules::triggers(remote, command).await,
         Command::Send { run, inbox, message } => {
             let message = crate::host::parse_json(&message, "--message")?;
             let body = RunMessage { inbox: Some(inbox.clone()), message: Some(message), wake: None };

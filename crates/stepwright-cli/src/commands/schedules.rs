@@ -110,7 +110,7 @@ async fn create(
         .map_err(failed)?;
     for record in &kept {
         if json {
-            println!("{}", summary(record)?);
+            println!("{}", Shown::of_record(record).summary()?);
         } else {
             let next = record.due_at.map_or_else(|| "never".to_owned(), rfc3339);
             println!("{}  next {next}{}", record.key, if record.paused { "  (paused)" } else { "" });
@@ -158,19 +158,54 @@ pub(crate) async fn load_to_keep(
     Ok((store, workflow, schedules, triggers))
 }
 
-/// A schedule in one JSON object (`list`, `create --json`).
-fn summary(record: &ScheduleRecord) -> anyhow::Result<Value> {
-    let spec: ScheduleSpec = serde_json::from_value(record.spec.clone())?;
-    Ok(json!({
-        "name": record.key.name,
-        "tenant": record.key.tenant,
-        "workflow": record.workflow,
-        "cadence": cadence_text(&spec),
-        "overlap": spec.overlap,
-        "paused": record.paused,
-        // The next tick that starts a run (a skipped daylight-saving tick is due, not fired).
-        "next_fire": stepwright::schedule::next_fire(record, crate::time::wall_now()).map(rfc3339),
-    }))
+/// A schedule as the commands print it, read from the store or from a server's API.
+pub(crate) struct Shown {
+    /// `WORKFLOW/NAME`.
+    pub(crate) name: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) workflow: String,
+    pub(crate) spec: Value,
+    pub(crate) paused: bool,
+    /// The next tick that starts a run (a skipped daylight-saving tick is due, not fired).
+    pub(crate) next_fire: Option<stepwright::Timestamp>,
+}
+
+impl Shown {
+    fn of_record(record: &ScheduleRecord) -> Self {
+        Self {
+            name: record.key.name.clone(),
+            tenant: record.key.tenant.clone(),
+            workflow: record.workflow.clone(),
+            spec: record.spec.clone(),
+            paused: record.paused,
+            next_fire: stepwright::schedule::next_fire(record, crate::time::wall_now()),
+        }
+    }
+
+    pub(crate) fn of_view(view: &stepwright::api::schedule::ScheduleView) -> Self {
+        Self {
+            name: format!("{}/{}", view.workflow, view.schedule),
+            tenant: None,
+            workflow: view.workflow.clone(),
+            spec: view.spec.clone(),
+            paused: view.paused,
+            next_fire: view.next_fire_at.map(stepwright::Timestamp::from_micros),
+        }
+    }
+
+    /// In one JSON object (`list`, `create --json`).
+    fn summary(&self) -> anyhow::Result<Value> {
+        let spec: ScheduleSpec = serde_json::from_value(self.spec.clone())?;
+        Ok(json!({
+            "name": self.name,
+            "tenant": self.tenant,
+            "workflow": self.workflow,
+            "cadence": cadence_text(&spec),
+            "overlap": spec.overlap,
+            "paused": self.paused,
+            "next_fire": self.next_fire.map(rfc3339),
+        }))
+    }
 }
 
 fn cadence_text(spec: &ScheduleSpec) -> String {
@@ -187,18 +222,24 @@ fn cadence_text(spec: &ScheduleSpec) -> String {
 }
 
 async fn list(store: &std::sync::Arc<dyn CliStore>, tenant: Option<&str>, json: bool) -> anyhow::Result<u8> {
-    let records = store.schedules(tenant).await?.into_iter().filter(|r| r.on_event.is_none());
+    let records = store.schedules(tenant).await?;
+    let shown: Vec<Shown> = records.iter().filter(|r| r.on_event.is_none()).map(Shown::of_record).collect();
+    print_list(&shown, json)
+}
+
+/// What `schedules list` prints: a table, or JSON lines.
+pub(crate) fn print_list(schedules: &[Shown], json: bool) -> anyhow::Result<u8> {
     if !json {
         println!("{:<32} {:<36} {:<8} {:<26} STATE", "NAME", "CADENCE", "OVERLAP", "NEXT FIRE");
     }
-    for record in records {
-        let line = summary(&record)?;
+    for shown in schedules {
+        let line = shown.summary()?;
         if json {
             println!("{line}");
         } else {
-            let name = match &record.key.tenant {
-                Some(tenant) => format!("{tenant}:{}", record.key.name),
-                None => record.key.name.clone(),
+            let name = match &shown.tenant {
+                Some(tenant) => format!("{tenant}:{}", shown.name),
+                None => shown.name.clone(),
             };
             println!(
                 "{:<32} {:<36} {:<8} {:<26} {}",
@@ -206,11 +247,22 @@ async fn list(store: &std::sync::Arc<dyn CliStore>, tenant: Option<&str>, json: 
                 line["cadence"].as_str().unwrap_or_default(),
                 line["overlap"].as_str().unwrap_or_default(),
                 line["next_fire"].as_str().unwrap_or("never"),
-                if record.paused { "paused" } else { "active" }
+                if shown.paused { "paused" } else { "active" }
             );
         }
     }
     Ok(0)
+}
+
+/// A schedule with its next fires, the ticks waiting for a run and its last ticks, as
+/// `schedules describe` prints it.
+pub(crate) struct Described {
+    pub(crate) shown: Shown,
+    pub(crate) next_fires: Vec<(stepwright::Timestamp, String)>,
+    pub(crate) last_run: Option<String>,
+    pub(crate) waiting: Vec<(stepwright::Timestamp, String)>,
+    /// Newest first: the run each started, or why it started none.
+    pub(crate) ticks: Vec<(stepwright::Timestamp, String, TickOutcome)>,
 }
 
 async fn describe(
@@ -225,30 +277,49 @@ async fn describe(
     let next_fires = scheduler.next_ticks(key, next).await.map_err(failed)?;
     let state: stepwright::schedule::ScheduleState = serde_json::from_value(record.state.clone())?;
     let past = store.ticks(key, ticks).await?;
-    let tick_json = |t: &stepwright::store::schedule::TickRecord| match &t.outcome {
-        TickOutcome::Started { run } => json!({ "tick": rfc3339(t.at), "local": t.local, "started": run }),
-        TickOutcome::Skipped { reason } => json!({ "tick": rfc3339(t.at), "local": t.local, "skipped": reason }),
+    let described = Described {
+        shown: Shown::of_record(&record),
+        next_fires: next_fires.iter().map(|t| (t.at, t.local.clone())).collect(),
+        last_run: state.last_run.map(|run| run.to_string()),
+        waiting: state.waiting.iter().map(|w| (w.at, w.local.clone())).collect(),
+        ticks: past.iter().map(|t| (t.at, t.local.clone(), t.outcome.clone())).collect(),
     };
+    print_described(&described, json)
+}
+
+/// What `schedules describe` prints: the schedule, its next fires, the ticks waiting and its
+/// last ticks; or one JSON object.
+pub(crate) fn print_described(described: &Described, json: bool) -> anyhow::Result<u8> {
+    let Described { shown, next_fires, last_run, waiting, ticks } = described;
+    let at = |(at, local): &(stepwright::Timestamp, String)| json!({ "tick": rfc3339(*at), "local": local });
     if json {
+        let tick_json = |(at, local, outcome): &(stepwright::Timestamp, String, TickOutcome)| match outcome {
+            TickOutcome::Started { run } => json!({ "tick": rfc3339(*at), "local": local, "started": run }),
+            TickOutcome::Skipped { reason } => json!({ "tick": rfc3339(*at), "local": local, "skipped": reason }),
+        };
         println!(
             "{}",
             json!({
-                "name": record.key.name,
-                "tenant": record.key.tenant,
-                "workflow": record.workflow,
-                "paused": record.paused,
-                "spec": record.spec,
-                "next_fires": next_fires.iter().map(|t| json!({ "tick": rfc3339(t.at), "local": t.local })).collect::<Vec<_>>(),
-                "last_run": state.last_run,
-                "waiting": state.waiting.iter().map(|w| json!({ "tick": rfc3339(w.at), "local": w.local })).collect::<Vec<_>>(),
-                "ticks": past.iter().map(tick_json).collect::<Vec<_>>(),
+                "name": shown.name,
+                "tenant": shown.tenant,
+                "workflow": shown.workflow,
+                "paused": shown.paused,
+                "spec": shown.spec,
+                "next_fires": next_fires.iter().map(at).collect::<Vec<_>>(),
+                "last_run": last_run,
+                "waiting": waiting.iter().map(at).collect::<Vec<_>>(),
+                "ticks": ticks.iter().map(tick_json).collect::<Vec<_>>(),
             })
         );
         return Ok(0);
     }
-    let spec: ScheduleSpec = serde_json::from_value(record.spec.clone())?;
-    println!("schedule  {key}{}", if record.paused { "  (paused)" } else { "" });
-    println!("workflow  {}", record.workflow);
+    let spec: ScheduleSpec = serde_json::from_value(shown.spec.clone())?;
+    let name = match &shown.tenant {
+        Some(tenant) => format!("{tenant}:{}", shown.name),
+        None => shown.name.clone(),
+    };
+    println!("schedule  {name}{}", if shown.paused { "  (paused)" } else { "" });
+    println!("workflow  {}", shown.workflow);
     println!("cadence   {}", cadence_text(&spec));
     println!(
         "overlap   {}   catch-up window {:?}   jitter {:?}{}",
@@ -257,27 +328,27 @@ async fn describe(
         std::time::Duration::from_micros(spec.jitter_us.unsigned_abs()),
         if spec.pause_on_failure { "   pauses on failure" } else { "" }
     );
-    if let Some(run) = state.last_run {
+    if let Some(run) = last_run {
         println!("last run  {run}");
     }
     println!("next fires:");
     if next_fires.is_empty() {
         println!("  none (past its end)");
     }
-    for tick in &next_fires {
-        println!("  {}", tick.local);
+    for (_, local) in next_fires {
+        println!("  {local}");
     }
-    if !state.waiting.is_empty() {
+    if !waiting.is_empty() {
         println!("waiting for the last run to end:");
-        for waiting in &state.waiting {
-            println!("  {}", waiting.local);
+        for (_, local) in waiting {
+            println!("  {local}");
         }
     }
     println!("last ticks:");
-    for tick in &past {
-        match &tick.outcome {
-            TickOutcome::Started { run } => println!("  {}  started {run}", tick.local),
-            TickOutcome::Skipped { reason } => println!("  {}  skipped: {reason}", tick.local),
+    for (_, local, outcome) in ticks {
+        match outcome {
+            TickOutcome::Started { run } => println!("  {local}  started {run}"),
+            TickOutcome::Skipped { reason } => println!("  {local}  skipped: {reason}"),
         }
     }
     Ok(0)

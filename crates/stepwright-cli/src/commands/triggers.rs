@@ -14,6 +14,7 @@ use crate::commands::events::fire_json;
 use crate::commands::schedules::{failed, key, load_to_keep, scheduler};
 use crate::exit::BadInput;
 use crate::host::{CliStore, open_store};
+use stepwright::api::trigger::FireView;
 use stepwright::app::Section;
 
 /// `triggers`: opens the store, then the subcommand.
@@ -25,85 +26,21 @@ pub(crate) async fn triggers(g: &Globals<'_>, command: TriggersCommand) -> anyho
     match command {
         TriggersCommand::Create(_) => unreachable!("handled above"),
         TriggersCommand::List(Listing { tenant, json }) => {
-            if !json {
-                println!("{:<32} {:<28} {:<10} STATE", "NAME", "EVENT", "MODE");
-            }
-            for record in store.schedules(tenant.as_deref()).await?.iter().filter(|r| r.on_event.is_some()) {
-                let line = summary(record)?;
-                if json {
-                    println!("{line}");
-                } else {
-                    println!(
-                        "{:<32} {:<28} {:<10} {}",
-                        record.key.to_string(),
-                        line["event"].as_str().unwrap_or_default(),
-                        line["mode"].as_str().unwrap_or_default(),
-                        if record.paused { "paused" } else { "active" }
-                    );
-                }
-            }
+            let records = store.schedules(tenant.as_deref()).await?;
+            let shown = records
+                .iter()
+                .filter(|r| r.on_event.is_some())
+                .map(TriggerShown::of_record)
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            print_trigger_list(&shown, json);
             Ok(0)
         }
         TriggersCommand::Describe { name, fires, tenant, json } => {
             let key = key(tenant.as_deref(), &name);
             let record = trigger(&store, &key).await?;
-            let spec: TriggerSpec = serde_json::from_value(record.spec.clone())?;
-            let state: TriggerState = serde_json::from_value(record.state.clone())?;
             let past = store.trigger_fires(&key, fires).await?;
-            let held: Vec<Value> = state
-                .held
-                .iter()
-                .map(|(group, held)| json!({ "key": group, "event": held.event.seq, "due": rfc3339(held.due) }))
-                .collect();
-            let batch: Vec<u64> = state.batch.iter().map(|e| e.seq).collect();
-            if json {
-                println!(
-                    "{}",
-                    json!({
-                        "name": record.key.name,
-                        "tenant": record.key.tenant,
-                        "workflow": record.workflow,
-                        "paused": record.paused,
-                        "spec": record.spec,
-                        "read_through": state.read_through,
-                        "held": held,
-                        "batch": batch,
-                        "fires": past.iter().map(|fire| fire_json(&stepwright::app::fire_view(fire))).collect::<Vec<_>>(),
-                    })
-                );
-                return Ok(0);
-            }
-            println!("trigger   {key}{}", if record.paused { "  (paused)" } else { "" });
-            println!("workflow  {}", record.workflow);
-            println!(
-                "event     {}{}",
-                spec.event,
-                spec.when.as_ref().map(|w| format!("  when {w}")).unwrap_or_default()
-            );
-            println!("mode      {}", mode(&spec));
-            println!("read      through event {}", state.read_through);
-            for held in &held {
-                println!(
-                    "  held: event {} (key {:?}) until {}",
-                    held["event"],
-                    held["key"].as_str().unwrap_or_default(),
-                    held["due"].as_str().unwrap_or_default()
-                );
-            }
-            if !batch.is_empty() {
-                println!("  batch: events {batch:?}");
-            }
-            println!("last fires:");
-            for fire in &past {
-                match &fire.outcome {
-                    stepwright::store::schedule::TickOutcome::Started { run } => {
-                        println!("  event {}  started {run}", fire.event);
-                    }
-                    stepwright::store::schedule::TickOutcome::Skipped { reason } => {
-                        println!("  event {}  skipped: {reason}", fire.event);
-                    }
-                }
-            }
+            let fires: Vec<FireView> = past.iter().map(stepwright::app::fire_view).collect();
+            print_trigger_described(&TriggerShown::of_record(&record)?, &fires, json);
             Ok(0)
         }
         TriggersCommand::Pause(Named { name, tenant }) => pause(g, &store, &key(tenant.as_deref(), &name), true).await,
@@ -156,18 +93,132 @@ fn mode(spec: &TriggerSpec) -> String {
     }
 }
 
-/// A trigger in one JSON object (`list`, `create --json`).
-fn summary(record: &ScheduleRecord) -> anyhow::Result<Value> {
-    let spec: TriggerSpec = serde_json::from_value(record.spec.clone())?;
-    Ok(json!({
-        "name": record.key.name,
-        "tenant": record.key.tenant,
-        "workflow": record.workflow,
-        "event": spec.event,
-        "when": spec.when,
-        "mode": mode(&spec),
-        "paused": record.paused,
-    }))
+/// A trigger as the commands print it, read from the store or from a server's API.
+pub(crate) struct TriggerShown {
+    /// `WORKFLOW/NAME`, after its tenant (`acme:tickets/new`) when it has one.
+    pub(crate) name: String,
+    pub(crate) tenant: Option<String>,
+    pub(crate) workflow: String,
+    pub(crate) spec: TriggerSpec,
+    pub(crate) raw_spec: Value,
+    pub(crate) paused: bool,
+    pub(crate) read_through: u64,
+    /// What a debounce holds: its key, the event, when it starts its run.
+    pub(crate) held: Vec<(String, u64, stepwright::Timestamp)>,
+    /// The events of the batch being collected.
+    pub(crate) batch: Vec<u64>,
+}
+
+impl TriggerShown {
+    fn of_record(record: &ScheduleRecord) -> anyhow::Result<Self> {
+        let state: TriggerState = serde_json::from_value(record.state.clone())?;
+        Ok(Self {
+            name: record.key.to_string(),
+            tenant: record.key.tenant.clone(),
+            workflow: record.workflow.clone(),
+            spec: serde_json::from_value(record.spec.clone())?,
+            raw_spec: record.spec.clone(),
+            paused: record.paused,
+            read_through: state.read_through,
+            held: state.held.iter().map(|(group, held)| (group.clone(), held.event.seq, held.due)).collect(),
+            batch: state.batch.iter().map(|e| e.seq).collect(),
+        })
+    }
+
+    /// A trigger the API shows (what it holds is only in its details).
+    pub(crate) fn of_view(view: &stepwright::api::trigger::TriggerView) -> anyhow::Result<Self> {
+        Ok(Self {
+            name: format!("{}/{}", view.workflow, view.trigger),
+            tenant: None,
+            workflow: view.workflow.clone(),
+            spec: serde_json::from_value(view.spec.clone())?,
+            raw_spec: view.spec.clone(),
+            paused: view.paused,
+            read_through: 0,
+            held: Vec::new(),
+            batch: Vec::new(),
+        })
+    }
+
+    /// In one JSON object (`list`, `create --json`).
+    fn summary(&self) -> Value {
+        json!({
+            "name": self.name.split_once(':').filter(|_| self.tenant.is_some()).map_or(self.name.as_str(), |(_, name)| name),
+            "tenant": self.tenant,
+            "workflow": self.workflow,
+            "event": self.spec.event,
+            "when": self.spec.when,
+            "mode": mode(&self.spec),
+            "paused": self.paused,
+        })
+    }
+}
+
+/// What `triggers list` prints: a table, or JSON lines.
+pub(crate) fn print_trigger_list(triggers: &[TriggerShown], json: bool) {
+    if !json {
+        println!("{:<32} {:<28} {:<10} STATE", "NAME", "EVENT", "MODE");
+    }
+    for trigger in triggers {
+        let line = trigger.summary();
+        if json {
+            println!("{line}");
+        } else {
+            println!(
+                "{:<32} {:<28} {:<10} {}",
+                trigger.name,
+                trigger.spec.event,
+                mode(&trigger.spec),
+                if trigger.paused { "paused" } else { "active" }
+            );
+        }
+    }
+}
+
+/// What `triggers describe` prints: the trigger, what it holds and its last fires; or one
+/// JSON object.
+pub(crate) fn print_trigger_described(trigger: &TriggerShown, fires: &[FireView], json: bool) {
+    if json {
+        let held: Vec<Value> = trigger
+            .held
+            .iter()
+            .map(|(key, event, due)| json!({ "key": key, "event": event, "due": rfc3339(*due) }))
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "name": trigger.summary()["name"],
+                "tenant": trigger.tenant,
+                "workflow": trigger.workflow,
+                "paused": trigger.paused,
+                "spec": trigger.raw_spec,
+                "read_through": trigger.read_through,
+                "held": held,
+                "batch": trigger.batch,
+                "fires": fires.iter().map(fire_json).collect::<Vec<_>>(),
+            })
+        );
+        return;
+    }
+    let spec = &trigger.spec;
+    println!("trigger   {}{}", trigger.name, if trigger.paused { "  (paused)" } else { "" });
+    println!("workflow  {}", trigger.workflow);
+    println!("event     {}{}", spec.event, spec.when.as_ref().map(|w| format!("  when {w}")).unwrap_or_default());
+    println!("mode      {}", mode(spec));
+    println!("read      through event {}", trigger.read_through);
+    for (key, event, due) in &trigger.held {
+        println!("  held: event {event} (key {key:?}) until {}", rfc3339(*due));
+    }
+    if !trigger.batch.is_empty() {
+        println!("  batch: events {:?}", trigger.batch);
+    }
+    println!("last fires:");
+    for fire in fires {
+        match (&fire.run_id, &fire.skipped) {
+            (Some(run), _) => println!("  event {}  started {run}", fire.event),
+            (None, reason) => println!("  event {}  skipped: {}", fire.event, reason.as_deref().unwrap_or_default()),
+        }
+    }
 }
 
 async fn create(
@@ -185,7 +236,7 @@ async fn create(
         .map_err(failed)?;
     for record in &kept {
         if json {
-            println!("{}", summary(record)?);
+            println!("{}", TriggerShown::of_record(record)?.summary());
         } else {
             println!(
                 "{}  on {}{}",

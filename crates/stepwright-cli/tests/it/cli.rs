@@ -887,25 +887,29 @@ fn flags_are_taken_only_by_the_commands_they_act_on() {
     assert!(!help(&["validate", "--help"]).contains("--db"));
 }
 
-/// `STEPWRIGHT_SERVER` set for `keys`, `schedules` or `triggers` (which act on a store) is
-/// not silently ignored: without a store named they refuse and create no `./stepwright.db`;
-/// with one named they act on it.
+/// `STEPWRIGHT_SERVER` set is not silently ignored: `keys` (which acts on a store) refuses
+/// without a store named and creates no `./stepwright.db`; `schedules` and `triggers` call
+/// the server; with a store named (`--db`), each acts on it.
 #[test]
 fn a_server_in_the_environment_is_not_ignored_by_store_commands() {
     let dir = tempfile::tempdir().unwrap();
-    for args in [&["keys", "list"][..], &["schedules", "list"], &["triggers", "list"]] {
-        let refused =
-            crate::support::command(dir.path(), args).env("STEPWRIGHT_SERVER", "http://127.0.0.1:9").output().unwrap();
-        assert_eq!(refused.status.code(), Some(2), "{args:?}");
-        let said = String::from_utf8_lossy(&refused.stderr);
-        assert!(said.contains("acts on a store, not on a server, and STEPWRIGHT_SERVER is set"), "{said}");
-        assert!(!dir.path().join("stepwright.db").exists(), "{args:?} made no store");
+    let with_server = |args: &[&str]| {
+        crate::support::command(dir.path(), args).env("STEPWRIGHT_SERVER", "http://127.0.0.1:9").output().unwrap()
+    };
+    let refused = with_server(&["keys", "list"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("acts on a store, not on a server, and STEPWRIGHT_SERVER is set"), "{said}");
+    for args in [&["schedules", "list"][..], &["triggers", "list"]] {
+        let called = with_server(args);
+        let said = String::from_utf8_lossy(&called.stderr);
+        assert!(said.contains("--server needs an API key in STEPWRIGHT_API_KEY"), "{args:?} calls the server: {said}");
     }
-    let named = crate::support::command(dir.path(), &["--db", "sqlite://named.db", "keys", "list"])
-        .env("STEPWRIGHT_SERVER", "http://127.0.0.1:9")
-        .output()
-        .unwrap();
-    assert_eq!(named.status.code(), Some(0), "{}", String::from_utf8_lossy(&named.stderr));
+    assert!(!dir.path().join("stepwright.db").exists(), "no store was made");
+    for args in [&["keys", "list"][..], &["schedules", "list"], &["triggers", "list"]] {
+        let named = with_server(&[&["--db", "sqlite://named.db"][..], args].concat());
+        assert_eq!(named.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&named.stderr));
+    }
 }
 
 /// Log lines on a pipe are plain text: no terminal colour codes in a file or a CI log.

@@ -512,3 +512,78 @@ fn the_events_commands_call_a_server() {
         ok(&stepwright(dir.path(), &["--db", &db, "events", "list", "--tenant", "acme", "--json"]), "local list");
     assert_eq!(local.lines().count(), 2);
 }
+
+/// `schedules` and `triggers` over `--server`: `create FILE` registers the file and keeps its
+/// schedules or triggers in the key's namespace; list, describe, pause, resume, trigger,
+/// delete act through the API and print as the local commands print.
+#[test]
+fn the_schedules_and_triggers_commands_call_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("served.db").display());
+    let key = crate::support::api_key(dir.path(), &db, "ann", &["admin", "operator", "viewer"]);
+    let serving = crate::support::serve(dir.path(), &db);
+    let remote = |args: &[&str]| {
+        crate::support::command(dir.path(), &[&["--server", serving.base.as_str()][..], args].concat())
+            .env("STEPWRIGHT_API_KEY", &key)
+            .output()
+            .unwrap()
+    };
+    std::fs::write(
+        dir.path().join("digest.yaml"),
+        "workflow: digest\nschedules:\n  hourly: { every: 1h, input: { why: tick } }\ntriggers:\n  on-ping: { event: ping }\n\
+         steps:\n  - id: note\n    set: \"{{ input }}\"\n",
+    )
+    .unwrap();
+    let created = remote(&["schedules", "create", "digest.yaml"]);
+    assert!(
+        text(&created.stderr).contains("registered digest.yaml as version 1 of digest"),
+        "{}",
+        text(&created.stderr)
+    );
+    assert!(ok(&created, "create").starts_with("digest/hourly  next 20"));
+    let listed: Value = serde_json::from_str(&ok(&remote(&["schedules", "list", "--json"]), "list")).unwrap();
+    assert_eq!(
+        (&listed["name"], &listed["cadence"], &listed["paused"]),
+        (&json!("digest/hourly"), &json!("every 3600s"), &json!(false))
+    );
+    let described = ok(&remote(&["schedules", "describe", "digest/hourly", "--next", "2"]), "describe");
+    assert!(described.starts_with("schedule  digest/hourly") && described.contains("next fires:"), "{described}");
+    assert!(ok(&remote(&["schedules", "pause", "digest/hourly"]), "pause").is_empty());
+    let paused: Value = serde_json::from_str(&ok(&remote(&["schedules", "list", "--json"]), "list")).unwrap();
+    assert_eq!(paused["paused"], json!(true));
+    ok(&remote(&["schedules", "resume", "digest/hourly"]), "resume");
+    let run = ok(&remote(&["schedules", "trigger", "digest/hourly"]), "trigger").trim().to_owned();
+    let shown: Value = serde_json::from_str(&ok(&remote(&["runs", "show", &run, "--json"]), "show")).unwrap();
+    assert_eq!(shown["workflow"], json!("digest"), "{shown}");
+    let refused = remote(&["schedules", "list", "--tenant", "acme"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(text(&refused.stderr).contains("--tenant is not taken"), "{}", text(&refused.stderr));
+
+    // Triggers: kept from the file (its second version is the same source: no new version).
+    let kept = remote(&["triggers", "create", "digest.yaml", "--json"]);
+    let kept: Value = serde_json::from_str(&ok(&kept, "triggers create")).unwrap();
+    assert_eq!(
+        (&kept["name"], &kept["event"], &kept["mode"]),
+        (&json!("digest/on-ping"), &json!("ping"), &json!("each"))
+    );
+    let sent = ok(&remote(&["events", "send", "ping", "--payload", r#"{"n": 1}"#]), "send").trim().to_owned();
+    let began = Instant::now();
+    let fired = loop {
+        let shown: Value =
+            serde_json::from_str(&ok(&remote(&["triggers", "describe", "digest/on-ping", "--json"]), "describe"))
+                .unwrap();
+        if !shown["fires"].as_array().unwrap().is_empty() || began.elapsed() > Duration::from_secs(20) {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(fired["fires"][0]["event"].to_string(), sent, "{fired}");
+    assert!(fired["fires"][0]["started"].is_string(), "{fired}");
+    let table = ok(&remote(&["triggers", "list"]), "list");
+    assert!(table.starts_with("NAME") && table.contains("digest/on-ping") && table.contains("active"), "{table}");
+    ok(&remote(&["triggers", "pause", "digest/on-ping"]), "pause");
+    ok(&remote(&["triggers", "delete", "digest/on-ping"]), "delete");
+    assert_eq!(remote(&["triggers", "describe", "digest/on-ping"]).status.code(), Some(2), "gone");
+    ok(&remote(&["schedules", "delete", "digest/hourly"]), "delete");
+    assert_eq!(remote(&["schedules", "describe", "digest/hourly"]).status.code(), Some(2), "gone");
+}
