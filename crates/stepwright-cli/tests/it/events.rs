@@ -555,6 +555,16 @@ fn the_schedules_and_triggers_commands_call_a_server() {
     let run = ok(&remote(&["schedules", "trigger", "digest/hourly"]), "trigger").trim().to_owned();
     let shown: Value = serde_json::from_str(&ok(&remote(&["runs", "show", &run, "--json"]), "show")).unwrap();
     assert_eq!(shown["workflow"], json!("digest"), "{shown}");
+    // Backfill: the three hourly ticks after 4 h ago up to 1 h ago, started by the server.
+    let hour = 3_600_000_000_i64;
+    let now =
+        i64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros()).unwrap();
+    let hours_ago =
+        |h: i64| stepwright::schedule::format_instant(stepwright::Timestamp::from_micros((now / hour - h) * hour));
+    let backfill =
+        remote(&["schedules", "backfill", "digest/hourly", "--from", &hours_ago(4), "--to", &hours_ago(1), "--json"]);
+    let accepted: Value = serde_json::from_str(&ok(&backfill, "backfill")).unwrap();
+    assert_eq!((&accepted["ticks"], &accepted["already"]), (&json!(3), &json!(0)), "{accepted}");
     let refused = remote(&["schedules", "list", "--tenant", "acme"]);
     assert_eq!(refused.status.code(), Some(2));
     assert!(text(&refused.stderr).contains("--tenant is not taken"), "{}", text(&refused.stderr));
