@@ -114,8 +114,15 @@ pub(crate) async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
             )));
         }
         let remote = remote::Remote::new(server)?;
+        let work = async {
+            match cli.command {
+                crate::args::Command::Schedules { command } => remote_schedules::schedules(&remote, command).await,
+                crate::args::Command::Triggers { command } => remote_schedules::triggers(&remote, command).await,
+                other => remote::dispatch(&remote, other).await,
+            }
+        };
         return tokio::select! {
-            code = remote::dispatch(&remote, cli.command) => code,
+            code = work => code,
             _ = tokio::signal::ctrl_c() => {
                 // Only the waiting stops: a run the server was asked to start or continue goes on there.
                 eprintln!("stepwright: interrupted; the server goes on with the run");

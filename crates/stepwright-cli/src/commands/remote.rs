@@ -207,8 +207,6 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
             decide(remote, &run, who.interrupt.as_deref(), body, json).await
         }
         Command::Events { command } => events(remote, command).await,
-        Command::Schedules { command } => super::remote_schedules::schedules(remote, command).await,
-        Command::Triggers { command } => super::remote_schedules::triggers(remote, command).await,
         Command::Send { run, inbox, message } => {
             let message = crate::host::parse_json(&message, "--message")?;
             let body = RunMessage { inbox: Some(inbox.clone()), message: Some(message), wake: None };
