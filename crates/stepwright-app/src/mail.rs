@@ -3,8 +3,11 @@
 //! A message for a name nothing reads would be stored and never taken: a typo that passes
 //! in silence is refused instead, with the names the run does read.
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
 use serde_json::Value;
-use stepwright_core::{Engine, RunId, Workflow};
+use stepwright_core::{ContentHash, Engine, Mailboxes, RunId};
 
 use crate::{AppError, Bindings};
 
@@ -32,10 +35,27 @@ pub async fn send_mail(engine: &Engine, bindings: &Bindings, run: RunId, mail: M
     let store = engine.store();
     // A message for a run that does not exist would wait for it forever: refused (not found).
     let record = store.load_from(run, u64::MAX).await?.record;
-    if let Some(source) = store.get_definition(record.definition_hash).await? {
-        // The shape is all that is asked of it: its MCP servers are declared, not started.
-        let workflow = crate::rebuild_declared(&source, bindings).await?;
-        check(run, &workflow, &mail)?;
+    let hash = record.definition_hash;
+    let known = SHAPES.lock().expect("poisoned").get(&hash).cloned();
+    let shape = match known {
+        Some(shape) => Some(shape),
+        None => match store.get_definition(hash).await? {
+            Some(source) => {
+                // The shape is all that is asked of it: its MCP servers are declared, not started.
+                let workflow = crate::rebuild_declared(&source, bindings).await?;
+                let shape = Shape { workflow: workflow.name().to_owned(), mailboxes: workflow.mailboxes() };
+                let mut shapes = SHAPES.lock().expect("poisoned");
+                if shapes.len() >= MAX_SHAPES {
+                    shapes.clear();
+                }
+                shapes.insert(hash, shape.clone());
+                Some(shape)
+            }
+            None => None,
+        },
+    };
+    if let Some(shape) = shape {
+        check(run, &shape, &mail)?;
     }
     match mail {
         Mail::Inbox { inbox, message } => engine.send(run, &inbox, message).await?,
@@ -44,8 +64,22 @@ pub async fn send_mail(engine: &Engine, bindings: &Bindings, run: RunId, mail: M
     Ok(())
 }
 
-fn check(run: RunId, workflow: &Workflow, mail: &Mail) -> Result<(), AppError> {
-    let mailboxes = workflow.mailboxes();
+/// What a definition's messages may name: a definition hash stands for one text forever, so
+/// its shape is compiled once per process (the cache is emptied when it grows past
+/// [`MAX_SHAPES`]).
+#[derive(Debug, Clone)]
+struct Shape {
+    workflow: String,
+    mailboxes: Mailboxes,
+}
+
+static SHAPES: LazyLock<Mutex<HashMap<ContentHash, Shape>>> = LazyLock::new(Mutex::default);
+
+/// The most definitions whose shapes are kept.
+const MAX_SHAPES: usize = 1024;
+
+fn check(run: RunId, shape: &Shape, mail: &Mail) -> Result<(), AppError> {
+    let mailboxes = &shape.mailboxes;
     let (kind, name, known) = match mail {
         Mail::Inbox { inbox, .. } => ("inbox", inbox, &mailboxes.inboxes),
         Mail::Wake { channel } => ("wake channel", channel, &mailboxes.wake_channels),
@@ -54,10 +88,10 @@ fn check(run: RunId, workflow: &Workflow, mail: &Mail) -> Result<(), AppError> {
         return Ok(());
     }
     let reads = match known.len() {
-        0 => format!("its workflow {:?} reads no {kind}", workflow.name()),
+        0 => format!("its workflow {:?} reads no {kind}", shape.workflow),
         _ => format!(
             "its workflow {:?} reads: {}",
-            workflow.name(),
+            shape.workflow,
             known.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
         ),
     };
