@@ -183,6 +183,9 @@ pub(crate) async fn check_approvers(
     Body(body): Body<CheckApprovers>,
 ) -> Result<Json<ApproversChecked>, ApiError> {
     who.require(Role::Operator)?;
+    if body.approvers.is_empty() || body.approvers.len() > 100 {
+        return Err(ApiError::bad_request("`approvers` lists 1 to 100 entries"));
+    }
     let list = body.approvers.iter().fold(InterruptRequest::approval(""), |list, entry| list.approver(entry));
     let now = shared.now();
     let keys = shared.store.keys(Some(who.namespace())).await?;
