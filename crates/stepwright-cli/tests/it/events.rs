@@ -480,12 +480,7 @@ fn the_events_commands_call_a_server() {
     let db = format!("sqlite://{}", dir.path().join("served.db").display());
     let key = crate::support::api_key(dir.path(), &db, "ann", &["operator", "viewer"]);
     let serving = crate::support::serve(dir.path(), &db);
-    let remote = |args: &[&str]| {
-        crate::support::command(dir.path(), &[&["--server", serving.base.as_str()][..], args].concat())
-            .env("STEPWRIGHT_API_KEY", &key)
-            .output()
-            .unwrap()
-    };
+    let remote = |args: &[&str]| crate::support::over_server(dir.path(), &serving.base, &key, args);
     let first = ok(
         &remote(&["events", "send", "ticket.created", "--payload", r#"{"id": 1}"#, "--idempotency-key", "k"]),
         "send",
@@ -522,12 +517,7 @@ fn the_schedules_and_triggers_commands_call_a_server() {
     let db = format!("sqlite://{}", dir.path().join("served.db").display());
     let key = crate::support::api_key(dir.path(), &db, "ann", &["admin", "operator", "viewer"]);
     let serving = crate::support::serve(dir.path(), &db);
-    let remote = |args: &[&str]| {
-        crate::support::command(dir.path(), &[&["--server", serving.base.as_str()][..], args].concat())
-            .env("STEPWRIGHT_API_KEY", &key)
-            .output()
-            .unwrap()
-    };
+    let remote = |args: &[&str]| crate::support::over_server(dir.path(), &serving.base, &key, args);
     std::fs::write(
         dir.path().join("digest.yaml"),
         "workflow: digest\nschedules:\n  hourly: { every: 1h, input: { why: tick } }\ntriggers:\n  on-ping: { event: ping }\n\

@@ -124,6 +124,11 @@ pub(crate) fn serve_args(
     Serving { child, base }
 }
 
+/// The binary in `dir` calling `base` (`--server`) with `key`, to completion.
+pub(crate) fn over_server(dir: &Path, base: &str, key: &str, args: &[&str]) -> Output {
+    command(dir, &[&["--server", base][..], args].concat()).env("STEPWRIGHT_API_KEY", key).output().unwrap()
+}
+
 /// An API key for user `user` in namespace `acme` with `roles`, created in `db`.
 pub(crate) fn api_key(dir: &Path, db: &str, user: &str, roles: &[&str]) -> String {
     let mut args = vec!["--db", db, "keys", "create", "--namespace", "acme", "--user", user];
