@@ -9,6 +9,7 @@
 //! and write the same types, and the Python and TypeScript packages are generated from the
 //! document they produce.
 
+pub mod experiment;
 pub mod history;
 pub mod interrupt;
 pub mod openapi;

@@ -12,6 +12,7 @@ mod bindings;
 mod decide;
 mod error;
 mod events;
+pub mod experiment;
 mod idempotency;
 mod mail;
 mod schedules;

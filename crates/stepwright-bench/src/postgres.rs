@@ -88,16 +88,18 @@ pub(crate) fn d8_worker(url: &str, schema: &str, name: &str) {
         let watcher = {
             let (store, stop) = (store.clone(), stop.clone());
             tokio::spawn(async move {
-                // Done when no run waits or runs: one count every 50 ms.
+                // Done when no run waits or runs: one look every 50 ms. `EXISTS` stops at the
+                // first open run (through the partial index of open runs); a `count(*)` per
+                // worker every 50 ms took ~6% of the database's CPU with 8 workers on 16 cores.
                 loop {
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    let open: i64 = sqlx::query_scalar(
-                        "SELECT count(*) FROM stepwright_runs WHERE status IN ('pending', 'running')",
+                    let open: bool = sqlx::query_scalar(
+                        "SELECT EXISTS (SELECT 1 FROM stepwright_runs WHERE status IN ('pending', 'running'))",
                     )
                     .fetch_one(store.pool())
                     .await
-                    .expect("count");
-                    if open == 0 {
+                    .expect("look");
+                    if !open {
                         stop.cancel();
                         return;
                     }

@@ -4,10 +4,12 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+mod experiments;
 mod keys;
 mod runs;
 mod schedules;
 
+pub(crate) use experiments::ExperimentsCommand;
 pub(crate) use keys::{KeysCommand, OidcArgs};
 pub(crate) use runs::RunsCommand;
 pub(crate) use schedules::{EventsCommand, Keep, Listing, Named, SchedulesCommand, TriggersCommand};
@@ -167,6 +169,14 @@ impl Command {
     /// Whether this command acts on `flag`: a flag it would ignore is refused, so a person
     /// never believes `validate --db …` checked against a store.
     pub(crate) fn takes(&self, flag: Flag) -> bool {
+        // Of `schedules` and `triggers`, only `create` loads a workflow file.
+        if flag == Flag::AllowDir {
+            match self {
+                Self::Schedules { command } => return matches!(command, SchedulesCommand::Create(_)),
+                Self::Triggers { command } => return matches!(command, TriggersCommand::Create(_)),
+                _ => {}
+            }
+        }
         takes(self.name(), flag)
     }
 
@@ -200,6 +210,7 @@ impl Command {
             Self::Schedules { .. } => "schedules",
             Self::Triggers { .. } => "triggers",
             Self::Events { .. } => "events",
+            Self::Experiments { .. } => "experiments",
         }
     }
 }
@@ -209,7 +220,16 @@ impl Command {
 pub(crate) fn takes(name: &str, flag: Flag) -> bool {
     let runs_steps = matches!(
         name,
-        "run" | "resume" | "approve" | "reject" | "respond" | "replay" | "recompute" | "worker" | "serve"
+        "run"
+            | "resume"
+            | "approve"
+            | "reject"
+            | "respond"
+            | "replay"
+            | "recompute"
+            | "experiments"
+            | "worker"
+            | "serve"
     );
     match flag {
         Flag::Db => !matches!(name, "schema" | "validate" | "graph"),
@@ -217,8 +237,12 @@ pub(crate) fn takes(name: &str, flag: Flag) -> bool {
         Flag::Server => has_remote_form(name) || name == "validate",
         Flag::Models => runs_steps,
         // Replay and recompute run in a private sandbox, written nowhere.
-        Flag::Durability => runs_steps && !matches!(name, "replay" | "recompute"),
-        Flag::AllowDir => matches!(name, "run" | "validate" | "graph" | "recompute"),
+        Flag::Durability => runs_steps && !matches!(name, "replay" | "recompute" | "experiments"),
+        // `schedules create` and `triggers create` load a file too ([`Command::takes`] refuses
+        // the flag on their other subcommands; help shows it on the command).
+        Flag::AllowDir => {
+            matches!(name, "run" | "validate" | "graph" | "recompute" | "experiments" | "schedules" | "triggers")
+        }
     }
 }
 
@@ -577,6 +601,12 @@ pub(crate) enum Command {
     Events {
         #[command(subcommand)]
         command: EventsCommand,
+    },
+    /// Experiments: try a new file or model on real past runs, recomputed in a sandbox, and
+    /// see what changed, improved and regressed.
+    Experiments {
+        #[command(subcommand)]
+        command: ExperimentsCommand,
     },
 }
 

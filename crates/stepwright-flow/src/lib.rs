@@ -17,3 +17,20 @@ pub use compile::{
     read_limited, render_event_template, render_schedule_input,
 };
 pub use schema::file_schema;
+
+/// Evaluates one expression — the language of `when:` and `{{ … }}`, with strict undefined —
+/// against a JSON context (what an experiment's evaluators are written in).
+///
+/// # Errors
+/// The expression does not parse, names something the context lacks, or fails.
+pub fn eval_expression(source: &str, ctx: &serde_json::Value) -> Result<serde_json::Value, stepwright_core::StepError> {
+    expr::eval(source, ctx)
+}
+
+/// Whether `source` is one well-formed expression; the parser's message when not.
+///
+/// # Errors
+/// What the parser said.
+pub fn check_expression(source: &str) -> Result<(), String> {
+    expr::check_expression(source)
+}

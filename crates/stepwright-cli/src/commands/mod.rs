@@ -2,6 +2,7 @@
 
 mod decide;
 mod events;
+mod experiments;
 mod file;
 mod history;
 mod run;
@@ -71,13 +72,13 @@ fn store_named(cli: &Cli) -> bool {
     cli.db.is_some() || std::env::var("STEPWRIGHT_DB").is_ok_and(|db| !db.is_empty())
 }
 
-/// `STEPWRIGHT_SERVER` set for `keys`, which manages a store and has no remote form: acting on
+/// `STEPWRIGHT_SERVER` set for `keys` or `experiments`, which act on a store and have no remote form: acting on
 /// `./stepwright.db` instead would print empty tables as if they were the server's. A store
 /// named (`--db`, `STEPWRIGHT_DB`) says which.
 fn refuse_a_server_ignored(cli: &Cli, server: Option<&str>) -> anyhow::Result<()> {
     use crate::args::Command;
     let Some(server) = server else { return Ok(()) };
-    let manages_a_store = matches!(cli.command, Command::Keys { .. });
+    let manages_a_store = matches!(cli.command, Command::Keys { .. } | Command::Experiments { .. });
     if manages_a_store && !store_named(cli) {
         return Err(anyhow::anyhow!(crate::exit::BadInput(format!(
             "`{}` acts on a store, not on a server, and STEPWRIGHT_SERVER is set ({server}): give the server's \
@@ -211,5 +212,6 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         Command::Schedules { command } => schedules::schedules(g, command).await,
         Command::Triggers { command } => triggers::triggers(g, command).await,
         Command::Events { command } => events::events(g, command).await,
+        Command::Experiments { command } => experiments::experiments(g, command).await,
     }
 }

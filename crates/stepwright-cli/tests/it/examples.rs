@@ -336,3 +336,94 @@ fn recording_the_examples_again_reproduces_their_cassettes() {
         );
     }
 }
+
+/// Every example finishes over `serve` as its header says it does locally: one server replays
+/// all the examples' cassettes; each example is started with `--server` (which registers its
+/// file), and the ones that wait are finished over the server — the ticket's reply approved by
+/// a key with the custom role `role:lead` (and refused to one without), the order's delivery
+/// sent to its inbox. Each ends `completed` with the output the local run gives.
+#[test]
+fn every_example_finishes_over_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("served.db").display());
+    // One cassette holding every example's recordings (their keys differ by request).
+    let mut interactions = Vec::new();
+    for name in EXAMPLES {
+        let file: Value = serde_json::from_str(&std::fs::read_to_string(cassette(name)).unwrap()).unwrap();
+        interactions.extend(file["interactions"].as_array().unwrap().iter().cloned());
+    }
+    let all = dir.path().join("all.cassette.json");
+    std::fs::write(&all, json!({ "version": 1, "interactions": interactions }).to_string()).unwrap();
+    // Registering a file is an admin's act; starting its runs an operator's.
+    let operator = crate::support::api_key(dir.path(), &db, "ops", &["admin", "operator", "viewer"]);
+    let lead = crate::support::api_key(dir.path(), &db, "ann", &["approver", "viewer", "role:lead"]);
+    let approver = crate::support::api_key(dir.path(), &db, "bob", &["approver", "viewer"]);
+    let all = all.display().to_string();
+    let serving =
+        crate::support::serve_flags(dir.path(), &db, &["--cassette", all.as_str(), "--cassette-mode", "replay"]);
+    let call = |key: &str, args: &[&str]| {
+        crate::support::command(dir.path(), args)
+            .env("STEPWRIGHT_SERVER", &serving.base)
+            .env("STEPWRIGHT_API_KEY", key)
+            .output()
+            .unwrap()
+    };
+    let mut finished = Vec::new();
+    for name in EXAMPLES {
+        let Some(file) = runnable(name, dir.path()) else { continue };
+        let file = file.display().to_string();
+        let started = call(&operator, &["run", file.as_str(), "--input", input_of(name), "--json"]);
+        let report = json_of(&started);
+        let run = report["run_id"].as_str().unwrap().to_owned();
+        let done = match *name {
+            "ticket-triage" => {
+                assert_eq!(started.status.code(), Some(3), "{name}: {report}");
+                assert_eq!(report["pending"][0]["step"], json!("review"), "{report}");
+                let refused = call(&approver, &["approve", &run]);
+                assert_eq!(refused.status.code(), Some(2), "an approver without role:lead: {refused:?}");
+                let approved = call(&lead, &["approve", &run, "--json"]);
+                assert_eq!(approved.status.code(), Some(0), "{}", String::from_utf8_lossy(&approved.stderr));
+                json_of(&approved)
+            }
+            "order-followup" => {
+                assert_eq!(started.status.code(), Some(3), "{name}: {report}");
+                assert_eq!(report["awaiting"][0]["event"], json!("delivered"), "{report}");
+                let sent =
+                    call(&operator, &["send", &run, "--inbox", "delivered", "--message", r#"{"signed_by": "Ann"}"#]);
+                assert_eq!(sent.status.code(), Some(0), "{}", String::from_utf8_lossy(&sent.stderr));
+                // The server's worker resumes it: wait for the end over the API.
+                let mut shown = json!(null);
+                for _ in 0..200 {
+                    shown = json_of(&call(&operator, &["runs", "show", &run, "--json"]));
+                    if shown["status"] == json!("completed") {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                shown
+            }
+            _ => {
+                assert_eq!(started.status.code(), Some(0), "{name}: {report}");
+                report
+            }
+        };
+        assert_eq!(done["status"], json!("completed"), "{name}: {done}");
+        let output = &done["output"];
+        let expected = match *name {
+            "ticket-triage" => output["sent"]["body"].as_str().is_some_and(|b| b.contains("A-1042")),
+            "order-followup" => output["signed_by"] == json!("Ann"),
+            "research" => output["key_points"].as_array().is_some_and(|points| points.len() >= 2),
+            "mcp-agent" => output["answer"].as_str().is_some_and(|a| a.contains("7012")),
+            "refine" => output["score"] == json!(9),
+            other => panic!("no checks for {other}"),
+        };
+        assert!(expected, "{name}: {output}");
+        finished.push(*name);
+    }
+    let expected: Vec<&str> = EXAMPLES
+        .iter()
+        .copied()
+        .filter(|name| *name != "mcp-agent" || std::env::var("STEPWRIGHT_TEST_MCP_EVERYTHING").is_ok())
+        .collect();
+    assert_eq!(finished, expected, "every example finished over the server");
+}

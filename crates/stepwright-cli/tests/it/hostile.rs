@@ -50,6 +50,56 @@ const CASES: &[Case] = &[
         never_says: &[],
     },
     Case {
+        name: "schedules create loads a file too: its calls out of the tree need the allow-list",
+        files: &[
+            (
+                "app/main.yaml",
+                "workflow: w\nschedules:\n  hourly: { every: 1h }\nsteps:\n  - id: a\n    workflow: ../lib/l.yaml\n",
+            ),
+            ("lib/l.yaml", "workflow: l\nsteps:\n  - id: x\n    set: 2\n"),
+        ],
+        args: &["schedules", "create", "app/main.yaml"],
+        code: 2,
+        says: "is outside the directory tree of the first file",
+        never_says: &[],
+    },
+    Case {
+        name: "schedules create takes the allow-list",
+        files: &[
+            (
+                "app/main.yaml",
+                "workflow: w\nschedules:\n  hourly: { every: 1h }\nsteps:\n  - id: a\n    workflow: ../lib/l.yaml\n",
+            ),
+            ("lib/l.yaml", "workflow: l\nsteps:\n  - id: x\n    set: 2\n"),
+        ],
+        args: &["schedules", "create", "app/main.yaml", "--allow-dir", "lib"],
+        code: 0,
+        says: "w/hourly  next ",
+        never_says: &[],
+    },
+    Case {
+        name: "triggers create takes the allow-list",
+        files: &[
+            (
+                "app/main.yaml",
+                "workflow: w\ntriggers:\n  on-ping: { event: ping }\nsteps:\n  - id: a\n    workflow: ../lib/l.yaml\n",
+            ),
+            ("lib/l.yaml", "workflow: l\nsteps:\n  - id: x\n    set: 2\n"),
+        ],
+        args: &["triggers", "create", "app/main.yaml", "--allow-dir", "lib"],
+        code: 0,
+        says: "w/on-ping",
+        never_says: &[],
+    },
+    Case {
+        name: "of schedules, only create loads a file",
+        files: &[],
+        args: &["schedules", "list", "--allow-dir", "lib"],
+        code: 2,
+        says: "`schedules` does not take --allow-dir: it loads no workflow file from disk",
+        never_says: &[],
+    },
+    Case {
         name: "a top-level file that is a device",
         files: &[],
         args: &["validate", "/dev/zero"],

@@ -20,6 +20,7 @@ mod support;
 mod cli;
 mod events;
 mod examples;
+mod experiments;
 mod hardening;
 mod history;
 mod hostile;

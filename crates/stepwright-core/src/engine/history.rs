@@ -183,7 +183,8 @@ fn execution_order<'a>(
 
 /// Structural differences between two JSON values, as `pointer: before → after` lines.
 /// Arrays of objects are matched by `key` when given, else by position.
-pub(crate) fn json_diff(before: &Value, after: &Value, key: Option<&str>) -> Vec<String> {
+#[must_use]
+pub fn json_diff(before: &Value, after: &Value, key: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
     diff_into("", before, after, key, &mut out);
     out

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::Params;
-use super::runs::audit;
+use super::audit;
 use super::session::{secure, with_cookie};
 use crate::keys::{Principal, SESSION_COOKIE, SESSION_FOR, cookie, create_provider_session};
 use crate::oidc::{Oidc, OidcError, Pending};

@@ -12,9 +12,9 @@ use stepwright_api::history::{ForkRun, RecomputeRun};
 use stepwright_app::RunDetails;
 use stepwright_core::{ForkPatch, RecomputeOptions, ReplayReport, StepPath};
 
-use super::runs::{audit, wait_for};
+use super::runs::wait_for;
 use super::workflows::not_registered;
-use super::{Body, OptionalBody, parse_run, run_in_namespace};
+use super::{Body, OptionalBody, audit, parse_run, run_in_namespace};
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
 use crate::state::Shared;

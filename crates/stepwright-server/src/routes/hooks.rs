@@ -11,7 +11,7 @@ use stepwright_api::webhook::{AttemptView, DeliveryView, NewWebhook, WebhookView
 use stepwright_store::control::{Delivery, DeliveryState, Webhook};
 
 use super::Body;
-use super::runs::audit;
+use super::audit;
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
 use crate::state::Shared;

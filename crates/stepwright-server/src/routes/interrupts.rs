@@ -15,7 +15,7 @@ use stepwright_core::journal::{LoadedRun, RunRecord};
 use stepwright_core::store::RunFilter;
 use stepwright_core::{Approver, Caller, Decision, InterruptId, InterruptRequest, RunId, RunStatus};
 
-use super::runs::audit;
+use super::audit;
 use super::{Body, Params, run_in_namespace};
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;

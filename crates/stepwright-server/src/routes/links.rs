@@ -59,7 +59,7 @@ pub(crate) async fn create(
     let link = create_link(shared.store.as_ref(), &who.key, &id, now, lasts)
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    super::runs::audit(&shared, &who, "link.created", id.clone(), serde_json::json!({ "link": link.key.id })).await?;
+    super::audit(&shared, &who, "link.created", id.clone(), serde_json::json!({ "link": link.key.id })).await?;
     let path = format!("/link#{}", link.secret);
     let scheme = match headers.get("x-forwarded-proto").and_then(|v| v.to_str().ok()) {
         Some(proto) if proto.eq_ignore_ascii_case("https") => "https",

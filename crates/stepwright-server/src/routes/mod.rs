@@ -22,9 +22,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{FromRequest, Request};
 use axum::routing::{MethodFilter, MethodRouter, on};
+use serde_json::Value;
 use stepwright_api::{Method, OperationId};
 use stepwright_core::RunId;
 use stepwright_core::journal::RunRecord;
+use stepwright_store::control::AuditEntry;
 
 use crate::keys::Principal;
 use crate::problem::ApiError;
@@ -251,4 +253,23 @@ where
             ApiError::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "bad_request", format!("the body: {e}"))
         })
     }
+}
+
+/// Appends to the audit log.
+pub(crate) async fn audit(
+    shared: &Shared,
+    who: &Principal,
+    action: &str,
+    subject: String,
+    detail: Value,
+) -> Result<(), ApiError> {
+    let entry = AuditEntry {
+        namespace: who.namespace().to_owned(),
+        at: shared.now(),
+        actor: who.actor(),
+        action: action.to_owned(),
+        subject,
+        detail,
+    };
+    Ok(shared.store.audit(entry).await?)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 use stepwright_api::run::{
     Artifact, CancelOutcome, CancelRun, Cancelled, ListRuns, ModelBinding, ResumeRun, RunDefinition, RunMessage,
     RunPage, RunSummary, StartRun, Stored,
@@ -17,10 +17,9 @@ use stepwright_app::wire::{kernel_run_status, run_status};
 use stepwright_app::{IdempotentStart, Mail};
 use stepwright_core::store::RunFilter;
 use stepwright_core::{Entropy, RunId, StartOptions, Timestamp};
-use stepwright_store::control::AuditEntry;
 
 use super::workflows::not_registered;
-use super::{Body, OptionalBody, Params, parse_run, run_in_namespace};
+use super::{Body, OptionalBody, Params, audit, parse_run, run_in_namespace};
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
 use crate::state::Shared;
@@ -315,23 +314,4 @@ pub(crate) async fn message(
     };
     stepwright_app::send_mail(&shared.engine, &shared.bindings, run, mail).await?;
     Ok((StatusCode::ACCEPTED, Json(Stored { run_id: run.to_string(), stored: true })))
-}
-
-/// Appends to the audit log.
-pub(crate) async fn audit(
-    shared: &Shared,
-    who: &Principal,
-    action: &str,
-    subject: String,
-    detail: Value,
-) -> Result<(), ApiError> {
-    let entry = AuditEntry {
-        namespace: who.namespace().to_owned(),
-        at: shared.now(),
-        actor: who.actor(),
-        action: action.to_owned(),
-        subject,
-        detail,
-    };
-    Ok(shared.store.audit(entry).await?)
 }

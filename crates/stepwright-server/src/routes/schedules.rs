@@ -16,7 +16,7 @@ use stepwright_app::{NotDeclared, ScheduleError, Scheduler, Section};
 use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord, TickOutcome, TickRecord};
 
 use super::Body;
-use super::runs::audit;
+use super::audit;
 use crate::keys::{Principal, Role};
 use crate::problem::ApiError;
 use crate::state::{Shared, registered_source};

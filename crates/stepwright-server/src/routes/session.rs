@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::Body;
-use super::runs::audit;
+use super::audit;
 use crate::keys::{Principal, SESSION_COOKIE, SESSION_FOR, create_session};
 use crate::problem::ApiError;
 use crate::state::Shared;

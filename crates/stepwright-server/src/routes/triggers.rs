@@ -16,7 +16,7 @@ use stepwright_app::{ScheduleError, Section, TriggerState, event_view, fire_view
 use stepwright_core::store::event::{EventQuery, NewEvent};
 use stepwright_core::store::schedule::{ScheduleKey, ScheduleRecord};
 
-use super::runs::audit;
+use super::audit;
 use super::schedules::{key, load_to_keep, scheduler};
 use super::{Body, Params};
 use crate::keys::{Principal, Role};

@@ -45,6 +45,11 @@ pub(crate) async fn register(
     // Kept by hash too, so a worker rebuilds a run's definition without the registry.
     shared.store.put_definition(registered.hash, registered_source(&registered)).await?;
     shared.registered_changed(who.namespace());
+    // Registering changes what later runs of the name start with: audited, as a new version.
+    if !seen {
+        let detail = serde_json::json!({ "version": registered.version, "hash": registered.hash.to_hex() });
+        super::audit(&shared, &who, "workflow.registered", registered.name.clone(), detail).await?;
+    }
     let status = if seen { StatusCode::OK } else { StatusCode::CREATED };
     Ok((
         status,

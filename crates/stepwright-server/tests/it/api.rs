@@ -398,6 +398,8 @@ async fn cancel_resume_and_messages_act_on_runs() {
     assert_eq!(status, 404);
     let log = server.store.audit_entries("acme", 10).await.unwrap();
     assert!(log.iter().any(|e| e.action == "run.cancelled" && e.subject == id));
+    // Registering is audited: what later runs of the name start with changed.
+    assert!(log.iter().any(|e| e.action == "workflow.registered" && e.subject == "greet"), "{log:?}");
     server.shutdown().await;
 }
 

@@ -1,0 +1,217 @@
+//! Experiments (DESIGN §18): a change — a new file, other model bindings — tried on a
+//! population of real past runs, each recomputed in a sandbox (effects and people's decisions
+//! served from its journal), scored by evaluators, and compared with what it did then.
+//!
+//! [`ExperimentSpec`] is the experiment file (YAML) and the request body alike; an unknown
+//! field is an error. [`ExperimentReport`] is what running one gives.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::history::UsageChange;
+use crate::run::Totals;
+use crate::{ErrorView, RunStatus};
+
+/// An experiment: which runs, what change, how each is scored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentSpec {
+    /// Its name (what reports and listings call it).
+    pub experiment: String,
+    /// The past runs to recompute.
+    pub runs: Population,
+    /// What is tried on them (nothing: each run's own definition, again — a determinism check).
+    #[serde(default)]
+    pub change: Change,
+    /// How each run's output is scored, old against new.
+    #[serde(default)]
+    pub evaluators: Vec<Evaluator>,
+    /// How many runs are recomputed at once (1–64; default 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub concurrency: Option<u32>,
+    /// Stop starting recomputes once their model calls cost this many US dollars; the report
+    /// then says `budget_spent` and how many runs it left.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0))]
+    pub budget_usd: Option<f64>,
+}
+
+/// Which past runs: one workflow's, narrowed by status and time, or by id; then a sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Population {
+    /// The workflow whose runs are taken.
+    pub workflow: String,
+    /// Only runs that ended so (default: completed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<RunStatus>,
+    /// Only runs created at or after this instant (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Only runs created before this instant (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
+    /// Only runs started by this user (`ann`, `schedule:…`, `trigger:…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_by: Option<String>,
+    /// Exactly these runs (each must be of the workflow); the filters above then do not apply.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<String>,
+    /// At most this many of them, drawn at random with `seed` (the same seed, the same runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub sample: Option<u32>,
+    /// The sample's seed (default 0).
+    #[serde(default)]
+    pub seed: u64,
+}
+
+/// The change tried.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Change {
+    /// A new version of the workflow file (relative to the experiment file); default: each
+    /// run's own definition. It is compiled, never registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// `NAME: OTHER`: calls to model binding NAME go to binding OTHER (its endpoint and model).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rebind: BTreeMap<String, String>,
+    /// Re-execute from this step on; everything before it is served from the journal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+}
+
+/// One evaluator: a name and exactly one of `schema`, `check`, `compare`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Evaluator {
+    /// What the report calls its score.
+    pub name: String,
+    /// A JSON Schema the output must meet: scores 1 when it does, 0 when not (old and new).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// An expression over `output` and `input`, scored on the old and on the new output: true
+    /// is 1, false 0, a number itself (`output.score`, `output.items | length`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
+    /// An expression over `old`, `new` and `input`: true is no worse, false a regression; a
+    /// number above 0 an improvement, below 0 a regression (`new.category == old.category`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compare: Option<String>,
+}
+
+/// How an experiment ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExperimentStatus {
+    /// Every run of the population was recomputed.
+    Completed,
+    /// The budget was spent: the runs left were not recomputed.
+    BudgetSpent,
+}
+
+/// What a run did under the change, judged by the evaluators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No evaluator scored it lower, and one higher.
+    Improved,
+    /// An evaluator scored it lower, or the recompute failed where the run had not.
+    Regressed,
+    /// Every evaluator scored it the same (or there are none).
+    Same,
+}
+
+/// One evaluator's score of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Score {
+    /// The evaluator.
+    pub name: String,
+    /// The recorded output's score (`compare`: none).
+    pub old: Option<f64>,
+    /// The recomputed output's score; for `compare`, the change it judged: 0 no worse (true),
+    /// −1 a regression (false), or the number it gave.
+    pub new: Option<f64>,
+    /// Why there is no score (the expression failed, there is no output).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One run of the population, recomputed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ExperimentRun {
+    /// The run.
+    pub run: String,
+    /// Whether what the run did changed: its output, a step's value (a model call's own record
+    /// aside: it names the model), a decision, how it ended.
+    pub changed: bool,
+    /// How the recompute ended.
+    pub status: RunStatus,
+    /// Why it failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorView>,
+    /// The output's differences, as `pointer: before → after` lines.
+    pub diff: Vec<String>,
+    /// The steps whose value changed, failed or broke their schema, by path (model call
+    /// records aside).
+    pub changed_steps: Vec<String>,
+    /// Each evaluator's score.
+    pub scores: Vec<Score>,
+    /// The judgement.
+    pub verdict: Verdict,
+    /// Model usage and cost, then and now.
+    pub usage: UsageChange,
+    /// How long the recompute took, in milliseconds.
+    pub elapsed_ms: f64,
+}
+
+/// The totals of an experiment.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ExperimentTotals {
+    /// Runs recomputed.
+    pub runs: u64,
+    /// Of them, changed.
+    pub changed: u64,
+    /// Unchanged.
+    pub unchanged: u64,
+    /// Judged improved.
+    pub improved: u64,
+    /// Judged regressed.
+    pub regressed: u64,
+    /// Whose recompute failed.
+    pub failed: u64,
+    /// Runs of the population left out when the budget was spent.
+    pub skipped: u64,
+    /// What the runs' model calls cost then and now, in all.
+    pub before: Totals,
+    /// The same, recomputed.
+    pub after: Totals,
+    /// Cost per 1,000 runs, then (US dollars).
+    pub cost_per_1000_before: f64,
+    /// Cost per 1,000 runs, now.
+    pub cost_per_1000_after: f64,
+    /// Per evaluator: the mean score, old and new (over the runs it scored).
+    pub means: Vec<Score>,
+}
+
+/// What an experiment found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ExperimentReport {
+    /// Its name.
+    pub experiment: String,
+    /// The workflow.
+    pub workflow: String,
+    /// How it ended.
+    pub status: ExperimentStatus,
+    /// The totals.
+    pub totals: ExperimentTotals,
+    /// The runs to look at first: regressions, then the largest diffs (at most 10).
+    pub look_first: Vec<String>,
+    /// Every run recomputed, in the population's order.
+    pub runs: Vec<ExperimentRun>,
+}

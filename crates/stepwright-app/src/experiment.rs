@@ -1,0 +1,559 @@
+//! Experiments (DESIGN §18): a change tried on a population of real past runs. Each run is
+//! recomputed in a sandbox — everything a `write` step, an unsafe `external` step or a
+//! person decided is served from its journal, so nothing outside is touched and nothing is
+//! registered — then scored by the evaluators, old output against new, and judged improved,
+//! regressed or the same. The report totals what changed and what it would cost.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use stepwright_api::experiment::{
+    Evaluator, ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, ExperimentTotals, Population, Score,
+    Verdict,
+};
+use stepwright_api::history::StepChange;
+use stepwright_api::run::Totals;
+use stepwright_core::store::RunFilter;
+use stepwright_core::{ContentHash, Engine, RecomputeOptions, RunId, StepPath, Store, Workflow};
+
+use crate::{AppError, Bindings};
+
+/// How many runs a population may hold before the filter must be narrowed (or sampled).
+pub const MAX_POPULATION: usize = 100_000;
+
+/// Runs recomputed at once when the spec says nothing.
+const DEFAULT_CONCURRENCY: u32 = 4;
+
+/// An experiment file (YAML, or JSON) read and checked: every evaluator's schema compiles and
+/// expression parses, the ids are run ids, the instants RFC 3339, the numbers in range.
+///
+/// # Errors
+/// [`AppError::BadInput`], naming `file` and what to change.
+pub fn parse_experiment(source: &str, file: &str) -> Result<ExperimentSpec, AppError> {
+    let spec: ExperimentSpec =
+        serde_saphyr::from_str(source).map_err(|e| AppError::BadInput(format!("{file}: {e}")))?;
+    check_experiment(&spec).map_err(|why| AppError::BadInput(format!("{file}: {why}")))?;
+    Ok(spec)
+}
+
+/// What [`parse_experiment`] checks beyond the shape (the API checks a posted spec so too).
+///
+/// # Errors
+/// What is wrong, and where in the spec.
+pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
+    if spec.experiment.trim().is_empty() {
+        return Err("`experiment` (its name) is empty".into());
+    }
+    if spec.runs.workflow.trim().is_empty() {
+        return Err("`runs.workflow` is empty: name the workflow whose runs are recomputed".into());
+    }
+    if let Some(n) = spec.concurrency
+        && !(1..=64).contains(&n)
+    {
+        return Err(format!("`concurrency` is {n}: it must be between 1 and 64"));
+    }
+    if let Some(budget) = spec.budget_usd
+        && !(budget.is_finite() && budget >= 0.0)
+    {
+        return Err(format!("`budget_usd` is {budget}: it must be a number of dollars, 0 or more"));
+    }
+    if spec.runs.sample == Some(0) {
+        return Err("`runs.sample` is 0: sample at least one run, or leave it out for all".into());
+    }
+    for (field, value) in [("since", &spec.runs.since), ("until", &spec.runs.until)] {
+        if let Some(text) = value
+            && stepwright_schedule::parse_instant(text).is_none()
+        {
+            return Err(format!("`runs.{field}` {text:?} is not an RFC 3339 instant (2026-11-01T00:00:00Z)"));
+        }
+    }
+    for id in &spec.runs.ids {
+        id.parse::<RunId>().map_err(|_| format!("`runs.ids`: {id:?} is not a run id"))?;
+    }
+    let mut names = std::collections::HashSet::new();
+    for (i, evaluator) in spec.evaluators.iter().enumerate() {
+        let at = format!("`evaluators[{i}]` ({})", evaluator.name);
+        if !names.insert(evaluator.name.as_str()) {
+            return Err(format!("{at}: another evaluator has this name"));
+        }
+        Prepared::new(evaluator).map_err(|why| format!("{at}: {why}"))?;
+    }
+    Ok(())
+}
+
+/// An evaluator ready to score: its schema compiled.
+enum Prepared {
+    Schema(Arc<jsonschema::Validator>),
+    Check(String),
+    Compare(String),
+}
+
+impl Prepared {
+    fn new(evaluator: &Evaluator) -> Result<Self, String> {
+        match (&evaluator.schema, &evaluator.check, &evaluator.compare) {
+            (Some(schema), None, None) => jsonschema::validator_for(schema)
+                .map(|v| Self::Schema(Arc::new(v)))
+                .map_err(|e| format!("the schema does not compile: {e}")),
+            (None, Some(check), None) => stepwright_flow::check_expression(check)
+                .map(|()| Self::Check(check.clone()))
+                .map_err(|e| format!("`check` does not parse: {e}")),
+            (None, None, Some(compare)) => stepwright_flow::check_expression(compare)
+                .map(|()| Self::Compare(compare.clone()))
+                .map_err(|e| format!("`compare` does not parse: {e}")),
+            _ => Err("give exactly one of `schema`, `check` and `compare`".into()),
+        }
+    }
+
+    /// The score of the old and new outputs (either may be missing: the run or the
+    /// recompute gave none).
+    fn score(&self, name: &str, input: &Value, old: Option<&Value>, new: Option<&Value>) -> Score {
+        let mut score = Score { name: name.to_owned(), old: None, new: None, error: None };
+        let number = |value: Value, what: &str| match value {
+            Value::Bool(b) => Ok(if b { 1.0 } else { 0.0 }),
+            Value::Number(n) => n.as_f64().ok_or_else(|| format!("{what} gave {n}, out of range")),
+            other => Err(format!("{what} gave {other}, not a boolean or a number")),
+        };
+        match self {
+            Self::Schema(validator) => {
+                let valid = |v: &Value| if validator.is_valid(v) { 1.0 } else { 0.0 };
+                score.old = old.map(valid);
+                score.new = new.map(valid);
+            }
+            Self::Check(check) => {
+                let run = |output: &Value| {
+                    let ctx = json!({ "output": output, "input": input });
+                    stepwright_flow::eval_expression(check, &ctx)
+                        .map_err(|e| e.message)
+                        .and_then(|v| number(v, "the check"))
+                };
+                match (old.map(run).transpose(), new.map(run).transpose()) {
+                    (Ok(o), Ok(n)) => (score.old, score.new) = (o, n),
+                    (Err(e), _) | (_, Err(e)) => score.error = Some(e),
+                }
+            }
+            Self::Compare(compare) => match (old, new) {
+                (Some(old), Some(new)) => {
+                    let ctx = json!({ "old": old, "new": new, "input": input });
+                    // true is "no worse" (0), false a regression (-1); a number is the change.
+                    match stepwright_flow::eval_expression(compare, &ctx).map_err(|e| e.message) {
+                        Ok(Value::Bool(b)) => score.new = Some(if b { 0.0 } else { -1.0 }),
+                        Ok(other) => match number(other, "the comparison") {
+                            Ok(n) => score.new = Some(n),
+                            Err(e) => score.error = Some(e),
+                        },
+                        Err(e) => score.error = Some(e),
+                    }
+                }
+                _ => score.error = Some("no output to compare (the run or its recompute gave none)".into()),
+            },
+        }
+        score
+    }
+
+    fn is_compare(&self) -> bool {
+        matches!(self, Self::Compare(_))
+    }
+}
+
+/// What the runs are recomputed with.
+pub enum Candidate {
+    /// One definition for every run (a new version of the file, compiled, not registered).
+    Workflow(Workflow),
+    /// Each run's own definition, rebuilt from the store with these bindings.
+    EachRunsOwn(Bindings),
+}
+
+/// The runs of the population, oldest first: by id, or every run the filter finds (at
+/// most [`MAX_POPULATION`]), then the sample drawn with its seed.
+///
+/// # Errors
+/// A run that does not exist or is of another workflow (or tenant), a population too large,
+/// the store failing.
+pub async fn select_runs(
+    store: &dyn Store,
+    population: &Population,
+    tenant: Option<&str>,
+) -> Result<Vec<RunId>, AppError> {
+    let mut runs: Vec<RunId> = Vec::new();
+    if population.ids.is_empty() {
+        let mut filter = RunFilter {
+            workflow: Some(population.workflow.clone()),
+            status: Some(crate::wire::kernel_run_status(
+                population.status.unwrap_or(stepwright_api::RunStatus::Completed),
+            )),
+            tenant: tenant.map(str::to_owned),
+            started_by: population.started_by.clone(),
+            created_from: population.since.as_deref().and_then(stepwright_schedule::parse_instant),
+            created_until: population.until.as_deref().and_then(stepwright_schedule::parse_instant),
+            headers_only: true,
+            limit: Some(1_000),
+            ..RunFilter::default()
+        };
+        loop {
+            let page = store.list_runs(filter.clone()).await?;
+            let full = page.len() == 1_000;
+            filter.before = page.last().map(|r| r.id);
+            runs.extend(page.iter().map(|r| r.id));
+            if runs.len() > MAX_POPULATION {
+                return Err(AppError::BadInput(format!(
+                    "the population has more than {MAX_POPULATION} runs: narrow it (`since`, `until`, `status`) or \
+                     draw a `sample`"
+                )));
+            }
+            if !full {
+                break;
+            }
+        }
+    } else {
+        for id in &population.ids {
+            let run: RunId = id.parse().map_err(|_| AppError::BadInput(format!("{id:?} is not a run id")))?;
+            let record = match store.load_from(run, u64::MAX).await {
+                Ok(loaded) => loaded.record,
+                Err(stepwright_core::StoreError::RunNotFound(_)) => {
+                    return Err(AppError::BadInput(format!("run {run} does not exist")));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            // A run of another tenant is named as if it did not exist.
+            if tenant.is_some() && record.caller.tenant.as_deref() != tenant {
+                return Err(AppError::BadInput(format!("run {run} does not exist")));
+            }
+            if record.workflow != population.workflow {
+                return Err(AppError::BadInput(format!(
+                    "run {run} is a run of {:?}, not of {:?}",
+                    record.workflow, population.workflow
+                )));
+            }
+            if !runs.contains(&run) {
+                runs.push(run);
+            }
+        }
+    }
+    runs.sort();
+    if let Some(n) = population.sample {
+        let mut rng = SplitMix64(population.seed);
+        // Fisher–Yates over the sorted population: the same seed draws the same runs.
+        for i in (1..runs.len()).rev() {
+            let j = usize::try_from(rng.next() % (i as u64 + 1)).unwrap_or(0);
+            runs.swap(i, j);
+        }
+        runs.truncate(n as usize);
+        runs.sort();
+    }
+    Ok(runs)
+}
+
+/// SplitMix64 (Steele, Lea, Flood 2014): a seeded sequence good enough to draw a sample,
+/// and the same on every platform.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Runs the experiment: every run of the population recomputed with `candidate` (at the
+/// spec's concurrency, until the budget is spent), scored and judged.
+///
+/// # Errors
+/// The population cannot be read, or the spec does not check; a run whose recompute fails
+/// is reported as failed, not an error.
+pub async fn run_experiment(
+    engine: &Engine,
+    store: &dyn Store,
+    spec: &ExperimentSpec,
+    candidate: &Candidate,
+    tenant: Option<&str>,
+) -> Result<ExperimentReport, AppError> {
+    check_experiment(spec).map_err(AppError::BadInput)?;
+    let evaluators: Vec<(String, Prepared)> = spec
+        .evaluators
+        .iter()
+        .map(|e| Prepared::new(e).map(|p| (e.name.clone(), p)).map_err(AppError::BadInput))
+        .collect::<Result<_, _>>()?;
+    let runs = select_runs(store, &spec.runs, tenant).await?;
+    let concurrency = spec.concurrency.unwrap_or(DEFAULT_CONCURRENCY) as usize;
+    let spent = Mutex::new(0.0_f64);
+    let definitions: Mutex<HashMap<ContentHash, Workflow>> = Mutex::default();
+    let over_budget = || spec.budget_usd.is_some_and(|budget| *spent.lock().expect("poisoned") >= budget);
+    let one = |index: usize, run: RunId| {
+        let (evaluators, definitions, spent) = (&evaluators, &definitions, &spent);
+        async move {
+            if over_budget() {
+                return (index, None);
+            }
+            let result = recompute_one(engine, store, spec, candidate, definitions, evaluators, run).await;
+            if let Ok(done) = &result {
+                *spent.lock().expect("poisoned") += done.usage.after.cost_usd;
+            }
+            (index, Some(result))
+        }
+    };
+    let mut results: Vec<(usize, Option<Result<ExperimentRun, AppError>>)> =
+        futures_util::stream::iter(runs.iter().copied().enumerate())
+            .map(|(index, run)| one(index, run))
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+    results.sort_by_key(|(index, _)| *index);
+    let mut done = Vec::new();
+    let mut skipped = 0_u64;
+    for (index, result) in results {
+        match result {
+            None => skipped += 1,
+            Some(Ok(run)) => done.push(run),
+            Some(Err(error)) => done.push(failed_run(runs[index], &error)),
+        }
+    }
+    let status = if skipped > 0 { ExperimentStatus::BudgetSpent } else { ExperimentStatus::Completed };
+    Ok(ExperimentReport {
+        experiment: spec.experiment.clone(),
+        workflow: spec.runs.workflow.clone(),
+        status,
+        totals: totals(&done, skipped),
+        look_first: look_first(&done),
+        runs: done,
+    })
+}
+
+async fn recompute_one(
+    engine: &Engine,
+    store: &dyn Store,
+    spec: &ExperimentSpec,
+    candidate: &Candidate,
+    definitions: &Mutex<HashMap<ContentHash, Workflow>>,
+    evaluators: &[(String, Prepared)],
+    run: RunId,
+) -> Result<ExperimentRun, AppError> {
+    let record = store.load_from(run, u64::MAX).await?.record;
+    let workflow = match candidate {
+        Candidate::Workflow(workflow) => workflow.clone(),
+        Candidate::EachRunsOwn(bindings) => {
+            let known = definitions.lock().expect("poisoned").get(&record.definition_hash).cloned();
+            match known {
+                Some(workflow) => workflow,
+                None => {
+                    let workflow = crate::definition_of(store, run, bindings).await?;
+                    definitions.lock().expect("poisoned").insert(record.definition_hash, workflow.clone());
+                    workflow
+                }
+            }
+        }
+    };
+    let workflow = crate::rebind_models(workflow, &spec.change.rebind)?;
+    let started = Instant::now();
+    let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
+    let report = engine.recompute(&workflow, run, options).await?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    let events = store.events(run).await?;
+    let view = crate::recompute_view(report, &events);
+    let (old, new) = (view.recorded_output.as_ref(), view.recomputed_output.as_ref());
+    let diff = match (old, new) {
+        (Some(old), Some(new)) => stepwright_core::json_diff(old, new, None),
+        (Some(_), None) => vec!["(the recompute gave no output)".to_owned()],
+        (None, Some(_)) => vec!["(the run gave no output; the recompute did)".to_owned()],
+        (None, None) => Vec::new(),
+    };
+    let scores: Vec<Score> =
+        evaluators.iter().map(|(name, e)| e.score(name, record.input.as_ref(), old, new)).collect();
+    let failed_now = view.status == stepwright_api::RunStatus::Failed
+        && record.status != stepwright_core::journal::RunStatus::Failed;
+    let verdict = judge(evaluators, &scores, failed_now);
+    // A model call's own record (`…/call.0`) differs whenever the model does (its name, its
+    // usage): what the run did is its steps' values, decisions and output.
+    let changed_steps: Vec<String> = view
+        .steps
+        .iter()
+        .filter(|s| {
+            matches!(
+                s.change,
+                StepChange::ValueChanged { .. } | StepChange::SchemaViolation { .. } | StepChange::Failed { .. }
+            ) && !s.path.rsplit('/').next().is_some_and(|last| last.starts_with("call."))
+        })
+        .map(|s| s.path.clone())
+        .collect();
+    let changed = !diff.is_empty()
+        || !changed_steps.is_empty()
+        || !view.decisions.is_empty()
+        || view.status != crate::wire::run_status(record.status);
+    Ok(ExperimentRun {
+        run: run.to_string(),
+        changed,
+        status: view.status,
+        error: view.error,
+        diff,
+        changed_steps,
+        scores,
+        verdict,
+        usage: view.usage,
+        elapsed_ms,
+    })
+}
+
+/// Regressed when the recompute failed where the run had not, or an evaluator scored it
+/// lower; improved when none did and one scored it higher.
+fn judge(evaluators: &[(String, Prepared)], scores: &[Score], failed_now: bool) -> Verdict {
+    if failed_now {
+        return Verdict::Regressed;
+    }
+    let (mut worse, mut better) = (false, false);
+    for ((_, evaluator), score) in evaluators.iter().zip(scores) {
+        if evaluator.is_compare() {
+            let change = score.new.unwrap_or(0.0);
+            worse |= change < 0.0;
+            better |= change > 0.0;
+        } else if let (Some(old), Some(new)) = (score.old, score.new) {
+            worse |= new < old;
+            better |= new > old;
+        } else if score.old.is_some() && score.new.is_none() {
+            worse = true;
+        }
+    }
+    if worse {
+        Verdict::Regressed
+    } else if better {
+        Verdict::Improved
+    } else {
+        Verdict::Same
+    }
+}
+
+/// A run whose recompute could not be made (its definition is gone, the change does not fit
+/// it): failed and regressed, with why.
+fn failed_run(run: RunId, error: &AppError) -> ExperimentRun {
+    ExperimentRun {
+        run: run.to_string(),
+        changed: true,
+        status: stepwright_api::RunStatus::Failed,
+        error: Some(stepwright_api::ErrorView { code: error.code().to_string(), message: error.to_string() }),
+        diff: Vec::new(),
+        changed_steps: Vec::new(),
+        scores: Vec::new(),
+        verdict: Verdict::Regressed,
+        usage: stepwright_api::history::UsageChange {
+            before: Totals::default(),
+            after: Totals::default(),
+            steps: Vec::new(),
+        },
+        elapsed_ms: 0.0,
+    }
+}
+
+fn add(into: &mut Totals, more: &Totals) {
+    into.calls += more.calls;
+    into.input_tokens += more.input_tokens;
+    into.output_tokens += more.output_tokens;
+    into.cost_usd += more.cost_usd;
+    into.calls_without_usage += more.calls_without_usage;
+}
+
+fn totals(runs: &[ExperimentRun], skipped: u64) -> ExperimentTotals {
+    let (mut before, mut after) = (Totals::default(), Totals::default());
+    for run in runs {
+        add(&mut before, &run.usage.before);
+        add(&mut after, &run.usage.after);
+    }
+    let count = |f: &dyn Fn(&ExperimentRun) -> bool| runs.iter().filter(|r| f(r)).count() as u64;
+    let per_1000 = |cost: f64| if runs.is_empty() { 0.0 } else { cost / runs.len() as f64 * 1000.0 };
+    // The mean of each evaluator's scores, over the runs it scored.
+    let mut means: Vec<Score> = Vec::new();
+    if let Some(first) = runs.iter().find(|r| !r.scores.is_empty()) {
+        for (i, score) in first.scores.iter().enumerate() {
+            let mean = |pick: &dyn Fn(&Score) -> Option<f64>| {
+                let values: Vec<f64> = runs.iter().filter_map(|r| r.scores.get(i).and_then(pick)).collect();
+                (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+            };
+            means.push(Score { name: score.name.clone(), old: mean(&|s| s.old), new: mean(&|s| s.new), error: None });
+        }
+    }
+    ExperimentTotals {
+        runs: runs.len() as u64,
+        changed: count(&|r| r.changed),
+        unchanged: count(&|r| !r.changed),
+        improved: count(&|r| r.verdict == Verdict::Improved),
+        regressed: count(&|r| r.verdict == Verdict::Regressed),
+        failed: count(&|r| r.status == stepwright_api::RunStatus::Failed),
+        skipped,
+        cost_per_1000_before: per_1000(before.cost_usd),
+        cost_per_1000_after: per_1000(after.cost_usd),
+        before,
+        after,
+        means,
+    }
+}
+
+/// Regressions first, then the largest output diffs: at most ten runs.
+fn look_first(runs: &[ExperimentRun]) -> Vec<String> {
+    let mut candidates: Vec<&ExperimentRun> =
+        runs.iter().filter(|r| r.verdict == Verdict::Regressed || r.changed).collect();
+    candidates
+        .sort_by_key(|r| (r.verdict != Verdict::Regressed, std::cmp::Reverse(r.diff.len() + r.changed_steps.len())));
+    candidates.into_iter().take(10).map(|r| r.run.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_is_checked_before_anything_runs() {
+        let parse = |yaml: &str| parse_experiment(yaml, "x.yaml").map(drop).map_err(|e| e.to_string());
+        let base = "experiment: e\nruns: { workflow: w }\n";
+        assert_eq!(parse(base), Ok(()));
+        assert!(parse(&format!("{base}colour: red\n")).unwrap_err().contains("colour"), "unknown fields are errors");
+        let both = format!("{base}evaluators:\n  - {{ name: a, check: 'output.x', compare: 'new == old' }}\n");
+        assert!(parse(&both).unwrap_err().contains("exactly one of"));
+        let bad = format!("{base}evaluators:\n  - {{ name: a, check: 'output.x ==' }}\n");
+        assert!(parse(&bad).unwrap_err().contains("`evaluators[0]` (a): `check` does not parse"));
+        let schema = format!("{base}evaluators:\n  - {{ name: a, schema: {{ type: 12 }} }}\n");
+        assert!(parse(&schema).unwrap_err().contains("the schema does not compile"));
+        assert!(parse(&format!("{base}concurrency: 0\n")).unwrap_err().contains("between 1 and 64"));
+        assert!(parse("experiment: e\nruns: { workflow: w, since: yesterday }\n").unwrap_err().contains("RFC 3339"));
+        assert!(parse("experiment: e\nruns: { workflow: w, ids: [nope] }\n").unwrap_err().contains("not a run id"));
+    }
+
+    #[test]
+    fn evaluators_score_old_and_new_and_judge() {
+        let prepared = |e: Evaluator| (e.name.clone(), Prepared::new(&e).unwrap());
+        let evaluator = |name: &str| Evaluator { name: name.into(), schema: None, check: None, compare: None };
+        let evaluators = vec![
+            prepared(Evaluator { schema: Some(json!({ "required": ["category"] })), ..evaluator("shape") }),
+            prepared(Evaluator { check: Some("output.score".into()), ..evaluator("score") }),
+            prepared(Evaluator { compare: Some("new.category == old.category".into()), ..evaluator("same") }),
+        ];
+        let input = json!({});
+        let score_all = |old: Value, new: Value| -> Vec<Score> {
+            evaluators.iter().map(|(n, e)| e.score(n, &input, Some(&old), Some(&new))).collect()
+        };
+        let same = score_all(json!({ "category": "a", "score": 3 }), json!({ "category": "a", "score": 3 }));
+        assert_eq!((same[0].old, same[0].new, same[1].new, same[2].new), (Some(1.0), Some(1.0), Some(3.0), Some(0.0)));
+        assert_eq!(judge(&evaluators, &same, false), Verdict::Same);
+        let better = score_all(json!({ "category": "a", "score": 3 }), json!({ "category": "a", "score": 5 }));
+        assert_eq!(judge(&evaluators, &better, false), Verdict::Improved);
+        let moved = score_all(json!({ "category": "a", "score": 3 }), json!({ "category": "b", "score": 9 }));
+        assert_eq!(moved[2].new, Some(-1.0));
+        assert_eq!(judge(&evaluators, &moved, false), Verdict::Regressed, "a category that moved is a regression");
+        let broken = score_all(json!({ "category": "a", "score": 3 }), json!({ "score": 3 }));
+        assert_eq!((broken[0].new, broken[2].error.is_some()), (Some(0.0), true));
+        assert_eq!(judge(&evaluators, &broken, false), Verdict::Regressed);
+        assert_eq!(judge(&evaluators, &same, true), Verdict::Regressed, "a recompute that failed");
+        let text = score_all(json!({ "category": "a", "score": "high" }), json!({ "category": "a", "score": "high" }));
+        assert!(text[1].error.as_deref().unwrap().contains("not a boolean or a number"), "{:?}", text[1]);
+    }
+
+    #[test]
+    fn a_sample_is_the_same_for_the_same_seed() {
+        let mut a = SplitMix64(7);
+        let mut b = SplitMix64(7);
+        assert_eq!((a.next(), a.next()), (b.next(), b.next()));
+        assert_ne!(SplitMix64(8).next(), SplitMix64(7).next());
+    }
+}

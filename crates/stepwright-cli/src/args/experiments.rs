@@ -1,0 +1,28 @@
+//! `experiments`: a change tried on real past runs before it ships (DESIGN §18).
+
+#[allow(clippy::wildcard_imports)] // The argument types every group shares.
+use super::*;
+
+/// `experiments` subcommands.
+#[derive(Subcommand)]
+pub(crate) enum ExperimentsCommand {
+    /// Recompute the runs an experiment file names with its change (a new file, other model
+    /// bindings), in a sandbox: no side effect is executed again and nothing is registered.
+    /// Scores each run with the file's evaluators and reports what changed, improved and
+    /// regressed, and the cost per 1,000 runs then and now.
+    Run {
+        /// The experiment file (YAML): `experiment`, `runs`, `change`, `evaluators`,
+        /// `concurrency`, `budget_usd`.
+        file: PathBuf,
+        /// Exit 1 when a total passes a bound: `regressed>0`, `changed>=5`, `failed>0`
+        /// (totals: changed, unchanged, improved, regressed, failed, skipped); repeatable.
+        #[arg(long = "fail-on", value_name = "TOTAL>N")]
+        fail_on: Vec<String>,
+        /// Only runs of this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// One JSON object: the whole report.
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,0 +1,149 @@
+//! `experiments run`: a change tried on real past runs, recomputed in a sandbox (DESIGN §18).
+
+use std::path::{Path, PathBuf};
+
+use stepwright::api::experiment::{ExperimentReport, ExperimentTotals, Verdict};
+use stepwright::app::experiment::{Candidate, parse_experiment, run_experiment};
+
+use crate::args::ExperimentsCommand;
+use crate::commands::Globals;
+use crate::exit::BadInput;
+use crate::host::{cli_engine, open_store, read_workflow_file};
+
+pub(crate) async fn experiments(g: &Globals<'_>, command: ExperimentsCommand) -> anyhow::Result<u8> {
+    match command {
+        ExperimentsCommand::Run { file, fail_on, tenant, json } => {
+            run(g, &file, &fail_on, tenant.as_deref(), json).await
+        }
+    }
+}
+
+async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&str>, json: bool) -> anyhow::Result<u8> {
+    let bounds: Vec<Bound> = fail_on.iter().map(|b| Bound::parse(b)).collect::<anyhow::Result<_>>()?;
+    let text = stepwright::flow::read_limited(file, stepwright::flow::MAX_FILE_BYTES)
+        .map_err(|why| anyhow::anyhow!(BadInput(format!("{} cannot be read: {why}", file.display()))))?;
+    let spec = parse_experiment(&text, &file.display().to_string())?;
+    // The file and the store are checked before anything runs.
+    let bindings = g.flags.bindings();
+    let candidate = match &spec.change.file {
+        Some(changed) => {
+            let path = file.parent().map_or_else(|| PathBuf::from(changed), |dir| dir.join(changed));
+            read_workflow_file(&path)?;
+            let loaded = stepwright::flow::load_with(&path, &bindings.load_options())
+                .map_err(stepwright::app::AppError::Load)?;
+            // Compiled, never registered nor kept: nothing of the experiment is written.
+            let workflow = stepwright::app::prepare(loaded, &bindings, stepwright::app::Servers::Connected).await?;
+            if workflow.name() != spec.runs.workflow {
+                return Err(anyhow::anyhow!(BadInput(format!(
+                    "{}: `change.file` {} is workflow {:?}, but the runs are of {:?}",
+                    file.display(),
+                    path.display(),
+                    workflow.name(),
+                    spec.runs.workflow
+                ))));
+            }
+            Candidate::Workflow(workflow)
+        }
+        None => Candidate::EachRunsOwn(bindings),
+    };
+    let store = open_store(g.db).await?;
+    let engine = cli_engine(&store, false, g.flags);
+    let report = run_experiment(&engine, store.as_ref(), &spec, &candidate, tenant).await?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_report(&report);
+    }
+    let crossed: Vec<String> = bounds.iter().filter(|b| b.crossed(&report.totals)).map(|b| b.text.clone()).collect();
+    if crossed.is_empty() {
+        Ok(0)
+    } else {
+        eprintln!("stepwright: --fail-on {}", crossed.join(", "));
+        Ok(1)
+    }
+}
+
+/// `--fail-on TOTAL>N` (or `>=`).
+struct Bound {
+    text: String,
+    total: &'static str,
+    at_least: u64,
+}
+
+impl Bound {
+    const TOTALS: [&'static str; 6] = ["changed", "unchanged", "improved", "regressed", "failed", "skipped"];
+
+    fn parse(text: &str) -> anyhow::Result<Self> {
+        let bad = || {
+            anyhow::anyhow!(BadInput(format!(
+                "--fail-on {text:?}: expected TOTAL>N or TOTAL>=N, a total of {}",
+                Self::TOTALS.join(", ")
+            )))
+        };
+        let (name, op_and_n) = text.split_at(text.find('>').ok_or_else(bad)?);
+        let (inclusive, n) = match op_and_n.strip_prefix(">=") {
+            Some(n) => (true, n),
+            None => (false, &op_and_n[1..]),
+        };
+        let n: u64 = n.trim().parse().map_err(|_| bad())?;
+        let total = Self::TOTALS.iter().find(|t| **t == name.trim()).ok_or_else(bad)?;
+        Ok(Self { text: text.to_owned(), total, at_least: if inclusive { n } else { n + 1 } })
+    }
+
+    fn crossed(&self, totals: &ExperimentTotals) -> bool {
+        let value = match self.total {
+            "changed" => totals.changed,
+            "unchanged" => totals.unchanged,
+            "improved" => totals.improved,
+            "regressed" => totals.regressed,
+            "failed" => totals.failed,
+            _ => totals.skipped,
+        };
+        value >= self.at_least
+    }
+}
+
+fn print_report(report: &ExperimentReport) {
+    let t = &report.totals;
+    let ended = match report.status {
+        stepwright::api::experiment::ExperimentStatus::Completed => "completed".to_owned(),
+        stepwright::api::experiment::ExperimentStatus::BudgetSpent => {
+            format!("budget spent: {} runs not recomputed", t.skipped)
+        }
+    };
+    println!("experiment {} on {}: {ended}", report.experiment, report.workflow);
+    println!(
+        "{} runs: {} changed, {} unchanged; {} improved, {} regressed, {} failed",
+        t.runs, t.changed, t.unchanged, t.improved, t.regressed, t.failed
+    );
+    println!(
+        "model calls {} → {}; cost per 1,000 runs ${:.4} → ${:.4}",
+        t.before.calls, t.after.calls, t.cost_per_1000_before, t.cost_per_1000_after
+    );
+    let score = |s: Option<f64>| s.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
+    if !t.means.is_empty() {
+        println!("{:<24} {:>8} {:>8}", "EVALUATOR (mean)", "OLD", "NEW");
+        for mean in &t.means {
+            println!("{:<24} {:>8} {:>8}", mean.name, score(mean.old), score(mean.new));
+        }
+    }
+    println!("{:<38} {:<10} {:<8} WHAT CHANGED", "RUN", "VERDICT", "CHANGED");
+    for run in &report.runs {
+        let verdict = match run.verdict {
+            Verdict::Improved => "improved",
+            Verdict::Regressed => "regressed",
+            Verdict::Same => "same",
+        };
+        let what = match (&run.error, run.diff.first()) {
+            (Some(error), _) => format!("failed: {}", error.message),
+            (None, Some(first)) if run.diff.len() > 1 => format!("{first} (+{} more)", run.diff.len() - 1),
+            (None, Some(first)) => first.clone(),
+            (None, None) if run.changed => format!("steps: {}", run.changed_steps.join(", ")),
+            (None, None) => String::new(),
+        };
+        println!("{:<38} {verdict:<10} {:<8} {what}", run.run, if run.changed { "yes" } else { "no" });
+    }
+    if !report.look_first.is_empty() {
+        println!("look first: {}", report.look_first.join(" "));
+    }
+}

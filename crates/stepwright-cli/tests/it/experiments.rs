@@ -1,0 +1,182 @@
+//! `experiments run`: a changed model binding tried on 50 real past runs. The runs are made
+//! against a fake OpenAI-compatible model on loopback whose two models classify differently
+//! for one kind of ticket; the experiment must report exactly those runs as changed, never
+//! execute the runs' `write` tool again, leave the runs as they were, draw the same sample for
+//! the same seed, and stop when its budget is spent.
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use crate::support::{Answer, Tokens, contents, stepwright};
+
+/// The smart model calls a ticket billing when it mentions a charge; the cheap one also when
+/// it asks for a refund.
+fn classifier(request: &Value) -> Answer {
+    let ticket = contents(request, "user").first().copied().unwrap_or_default().to_owned();
+    let cheap = request["model"] == json!("cheap-model");
+    let billing = ticket.contains("charged") || (cheap && ticket.contains("refund"));
+    Answer::Text(json!({ "category": if billing { "billing" } else { "other" } }).to_string())
+}
+
+fn workflow(port: u16) -> String {
+    format!(
+        r#"
+workflow: triage
+input: {{ type: object, required: [ticket], properties: {{ ticket: {{ type: string }} }} }}
+models:
+  smart: {{ provider: openai, model: smart-model, base_url: "http://127.0.0.1:{port}/v1", api_key_env: STEPWRIGHT_TEST_FAKE_KEY, pricing: {{ input: 5, output: 15 }} }}
+  cheap: {{ provider: openai, model: cheap-model, base_url: "http://127.0.0.1:{port}/v1", api_key_env: STEPWRIGHT_TEST_FAKE_KEY, pricing: {{ input: 0.15, output: 0.6 }} }}
+tools:
+  notify:
+    command: [sh, -c, "echo \"$1\" >> notified.log", sh, "{{{{ args.category }}}}"]
+    effect: write
+steps:
+  - id: classify
+    llm: {{ model: smart, prompt: "Classify: {{{{ input.ticket }}}}", stream: false }}
+    output: {{ type: object, required: [category], properties: {{ category: {{ enum: [billing, other] }} }} }}
+  - id: notify
+    tool: notify
+    with: {{ category: "{{{{ steps.classify.output.category }}}}" }}
+output: "{{{{ steps.classify.output }}}}"
+"#
+    )
+}
+
+/// The tickets: every fifth asks for a refund without mentioning a charge.
+fn ticket(i: usize) -> String {
+    match i % 5 {
+        0 | 1 => format!("I was charged twice for order {i}"),
+        2 => format!("Please refund order {i}"),
+        3 => format!("Where is my parcel {i}?"),
+        _ => format!("I was charged and want a refund for order {i}"),
+    }
+}
+
+fn json_of(output: &std::process::Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!("not JSON: {}\n{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr))
+    })
+}
+
+fn lines(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("notified.log")).unwrap_or_default().lines().count()
+}
+
+#[test]
+fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, served) = crate::support::fake_openai(classifier, Tokens::Fixed(12, 4));
+    std::fs::write(dir.path().join("triage.yaml"), workflow(port)).unwrap();
+    let mut refunds = Vec::new();
+    for i in 0..50 {
+        let input = json!({ "ticket": ticket(i) }).to_string();
+        let ran = stepwright(dir.path(), &["run", "triage.yaml", "--input", &input, "--json"]);
+        assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+        if i % 5 == 2 {
+            refunds.push(json_of(&ran)["run_id"].as_str().unwrap().to_owned());
+        }
+    }
+    refunds.sort();
+    assert_eq!((lines(dir.path()), served.served()), (50, 50));
+    let listed_before = stepwright(dir.path(), &["runs", "list", "--json", "--limit", "100"]).stdout;
+
+    std::fs::write(
+        dir.path().join("cheaper.yaml"),
+        "experiment: cheaper\nruns: { workflow: triage }\nchange: { rebind: { smart: cheap } }\nconcurrency: 4\n\
+         evaluators:\n  - { name: shape, schema: { required: [category] } }\n  \
+         - { name: same-category, compare: new.category == old.category }\n",
+    )
+    .unwrap();
+    let ran = stepwright(dir.path(), &["experiments", "run", "cheaper.yaml", "--json", "--fail-on", "regressed>0"]);
+    assert_eq!(ran.status.code(), Some(1), "--fail-on regressed>0: {}", String::from_utf8_lossy(&ran.stderr));
+    assert!(String::from_utf8_lossy(&ran.stderr).contains("--fail-on regressed>0"));
+    let report = json_of(&ran);
+    let totals = &report["totals"];
+    assert_eq!(report["status"], json!("completed"));
+    assert_eq!(
+        [&totals["runs"], &totals["changed"], &totals["unchanged"], &totals["regressed"], &totals["improved"]],
+        [&json!(50), &json!(10), &json!(40), &json!(10), &json!(0)],
+        "{totals}"
+    );
+    let runs = report["runs"].as_array().unwrap();
+    let mut changed: Vec<String> =
+        runs.iter().filter(|r| r["changed"] == json!(true)).map(|r| r["run"].as_str().unwrap().to_owned()).collect();
+    changed.sort();
+    assert_eq!(changed, refunds, "exactly the refund tickets changed");
+    let one = runs.iter().find(|r| r["run"] == json!(refunds[0])).unwrap();
+    assert_eq!(one["diff"], json!([r#"/category: "other" → "billing""#]), "{one}");
+    assert_eq!(one["verdict"], json!("regressed"));
+    assert_eq!(one["scores"][0], json!({ "name": "shape", "old": 1.0, "new": 1.0 }));
+    assert_eq!(one["scores"][1], json!({ "name": "same-category", "old": null, "new": -1.0 }));
+    assert_eq!(report["look_first"].as_array().unwrap().len(), 10);
+    // Every run's one model call was made again, on the cheaper model: the cost fell.
+    assert_eq!((&totals["before"]["calls"], &totals["after"]["calls"]), (&json!(50), &json!(50)));
+    let (before, after) =
+        (totals["cost_per_1000_before"].as_f64().unwrap(), totals["cost_per_1000_after"].as_f64().unwrap());
+    assert!((before - 0.12).abs() < 1e-9 && (after - 0.0042).abs() < 1e-9, "{before} → {after}");
+    assert_eq!(served.served(), 100, "50 new calls");
+    // The `write` tool ran no more (its step is served from each run's journal), and the runs
+    // are as they were.
+    assert_eq!(lines(dir.path()), 50, "no write executed again");
+    assert_eq!(stepwright(dir.path(), &["runs", "list", "--json", "--limit", "100"]).stdout, listed_before);
+
+    // The table says the same.
+    let table = stepwright(dir.path(), &["experiments", "run", "cheaper.yaml"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert_eq!(table.status.code(), Some(0), "no --fail-on: {text}");
+    assert!(text.contains("50 runs: 10 changed, 40 unchanged; 0 improved, 10 regressed, 0 failed"), "{text}");
+    assert!(text.contains("cost per 1,000 runs $0.1200 → $0.0042"), "{text}");
+    assert!(
+        text.contains(&format!("{:<38} regressed  yes      /category: \"other\" → \"billing\"", refunds[0])),
+        "{text}"
+    );
+
+    // No change: each run's own definition again, nothing changes.
+    std::fs::write(dir.path().join("same.yaml"), "experiment: same\nruns: { workflow: triage, sample: 5, seed: 3 }\n")
+        .unwrap();
+    let sampled = |file: &str| {
+        let out = stepwright(dir.path(), &["experiments", "run", file, "--json", "--fail-on", "changed>=1"]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let report = json_of(&out);
+        report["runs"].as_array().unwrap().iter().map(|r| r["run"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    let first = sampled("same.yaml");
+    assert_eq!(first.len(), 5);
+    assert_eq!(sampled("same.yaml"), first, "the same seed draws the same runs");
+
+    // A budget: one cheap call costs $0.0000042; at one run at a time, the third passes $0.00001.
+    std::fs::write(
+        dir.path().join("budget.yaml"),
+        "experiment: capped\nruns: { workflow: triage }\nchange: { rebind: { smart: cheap } }\nconcurrency: 1\n\
+         budget_usd: 0.00001\n",
+    )
+    .unwrap();
+    let capped = stepwright(dir.path(), &["experiments", "run", "budget.yaml", "--json"]);
+    let report = json_of(&capped);
+    assert_eq!(report["status"], json!("budget_spent"), "{report}");
+    assert_eq!((&report["totals"]["runs"], &report["totals"]["skipped"]), (&json!(3), &json!(47)));
+    assert_eq!(lines(dir.path()), 50);
+}
+
+#[test]
+fn an_experiment_file_is_checked_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, says) in [
+        ("experiment: e\nruns: { workflow: w }\nshots: 3\n", "unknown field `shots`"),
+        (
+            "experiment: e\nruns: { workflow: w }\nevaluators: [{ name: a, check: 'output ==' }]\n",
+            "`check` does not parse",
+        ),
+        ("experiment: e\nruns: { workflow: w }\nchange: { file: missing.yaml }\n", "missing.yaml cannot be read"),
+    ] {
+        std::fs::write(dir.path().join("e.yaml"), file).unwrap();
+        let out = stepwright(dir.path(), &["experiments", "run", "e.yaml"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {stderr}");
+        assert!(stderr.contains(says), "{file}: {stderr}");
+    }
+    let bad = stepwright(dir.path(), &["experiments", "run", "e.yaml", "--fail-on", "regresed>0"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("expected TOTAL>N"), "{bad:?}");
+    assert!(!dir.path().join("stepwright.db").exists(), "a bad file opens no store");
+}
