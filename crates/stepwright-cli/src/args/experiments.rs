@@ -14,8 +14,9 @@ pub(crate) enum ExperimentsCommand {
         /// The experiment file (YAML): `experiment`, `runs`, `change`, `evaluators`,
         /// `concurrency`, `budget_usd`.
         file: PathBuf,
-        /// Exit 1 when a total passes a bound: `regressed>0`, `changed>=5`, `failed>0`
-        /// (totals: changed, unchanged, improved, regressed, failed, skipped); repeatable.
+        /// Exit 1 when a total passes a bound: `'regressed>0'`, `'changed>=5'` (quoted: a shell
+        /// reads `>` as a redirect). Totals: changed, unchanged, improved, regressed, failed,
+        /// skipped; repeatable.
         #[arg(long = "fail-on", value_name = "TOTAL>N")]
         fail_on: Vec<String>,
         /// Only runs of this tenant.

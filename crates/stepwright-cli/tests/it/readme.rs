@@ -61,6 +61,12 @@ fn every_yaml_block_of_the_readme_loads() {
     let yaml: Vec<Block> = blocks(&readme()).into_iter().filter(|b| b.lang == "yaml").collect();
     assert!(yaml.len() >= 8, "{} YAML blocks", yaml.len());
     for block in yaml {
+        // An experiment file is checked as `experiments run` reads it.
+        if block.text.starts_with("experiment:") {
+            let checked = stepwright::app::experiment::parse_experiment(&block.text, "README.md");
+            assert!(checked.is_ok(), "README.md:{}: the experiment does not parse: {checked:?}", block.line);
+            continue;
+        }
         let file = dir.path().join(format!("readme-{}.yaml", block.line));
         std::fs::write(&file, as_file(&block.text)).unwrap();
         // A file a block calls (`workflow: parts/x.yaml`) is not the README's to show: a
