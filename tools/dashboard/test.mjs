@@ -10,7 +10,7 @@
 
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
-import { copyFileSync, mkdtempSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -140,8 +140,15 @@ async function main() {
   model = await storyModel();
   // The research example's calls come from a copy of its cassette; the story's (not in it)
   // go to the fake model.
+  // The ticket-triage and order-followup examples' are added to it: they are finished in the
+  // browser too.
   const cassette = join(dir, 'research.cassette.json');
   copyFileSync(join(repo, 'examples/research.cassette.json'), cassette);
+  const recorded = JSON.parse(readFileSync(cassette, 'utf8'));
+  for (const name of ['ticket-triage', 'order-followup']) {
+    recorded.interactions.push(...JSON.parse(readFileSync(join(repo, `examples/${name}.cassette.json`), 'utf8')).interactions);
+  }
+  writeFileSync(cassette, JSON.stringify(recorded));
   const idpPort = await freePort();
   idp = await openIdProvider(idpPort, `${base}/v1/auth/oidc/callback`);
   const oidcFlags = ['--oidc-issuer', `http://127.0.0.1:${idpPort}`, '--oidc-client-id', 'stepwright',
@@ -189,7 +196,8 @@ steps:
     tool: flaky
     retry: { max_attempts: 2, initial_delay: 50ms }
 `;
-  for (const source of [GREET, readFileSync(join(repo, 'examples/research.yaml'), 'utf8'), story, survey]) {
+  const examples = ['research', 'ticket-triage', 'order-followup'].map((name) => readFileSync(join(repo, `examples/${name}.yaml`), 'utf8'));
+  for (const source of [GREET, ...examples, story, survey]) {
     const registered = await call(admin, 'POST', '/v1/workflows', { source });
     assert.equal(registered.status, 201, JSON.stringify(registered.body));
   }
@@ -620,6 +628,47 @@ steps:
       }
     }
   }
+
+  step('the ticket-triage example is finished in the browser: its reply approved by a lead (a role of its own)');
+  const ticket = await call(ann, 'POST', '/v1/runs', { workflow: 'ticket-triage',
+    input: { ticket: 'I was charged twice for order A-1042, please refund one of them.' }, wait_seconds: 10 });
+  assert.equal(ticket.body.status, 'suspended', JSON.stringify(ticket.body));
+  const notLead = await call(lee, 'POST', `/v1/interrupts/${ticket.body.run_id}.${ticket.body.pending[0].id}/decision`, { decision: 'approve' });
+  assert.equal(notLead.status, 403, `an approver without role:lead: ${JSON.stringify(notLead.body)}`);
+  const lead = await person(key('lena', 'approver', 'viewer', 'role:lead'));
+  await lead.getByRole('link', { name: /Approvals/ }).click();
+  const ticketCard = lead.locator(`[data-interrupt^="${ticket.body.run_id}."]`);
+  await ticketCard.getByText('Send this reply?').waitFor();
+  await ticketCard.getByRole('button', { name: 'Approve' }).click();
+  await ticketCard.waitFor({ state: 'detached' });
+  await lead.goto(`${base}/#/runs/${ticket.body.run_id}`);
+  await lead.locator('.spread .status.s-completed').first().waitFor();
+  const triaged = await call(ann, 'GET', `/v1/runs/${ticket.body.run_id}`);
+  assert.equal(triaged.body.status, 'completed');
+  assert.match(triaged.body.output.sent.body, /A-1042/);
+  await lead.context().close();
+
+  step('the order-followup example is finished in the browser: its delivery sent to the run\'s inbox from the run\'s page');
+  const order = await call(ann, 'POST', '/v1/runs', { workflow: 'order-followup', input: { order_id: 'A-1042', customer: 'Ann' }, wait_seconds: 10 });
+  assert.equal(order.body.status, 'suspended', JSON.stringify(order.body));
+  await operator.goto(`${base}/#/runs/${order.body.run_id}`);
+  const awaiting = operator.getByTestId('awaiting');
+  await awaiting.getByText('Waiting for the event delivered at').waitFor();
+  await awaiting.getByLabel('Message to delivered (JSON)').fill('{"signed_by": ');
+  await awaiting.getByRole('button', { name: 'Send' }).click();
+  await awaiting.getByText('not JSON').waitFor();
+  await awaiting.getByLabel('Message to delivered (JSON)').fill('{"signed_by": "Ann"}');
+  await awaiting.getByRole('button', { name: 'Send' }).click();
+  await operator.getByText('Sent to delivered.').waitFor();
+  let followed;
+  for (let i = 0; i < 100; i++) {
+    followed = await call(ann, 'GET', `/v1/runs/${order.body.run_id}`);
+    if (followed.body.status === 'completed') break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(followed.body.status, 'completed', JSON.stringify(followed.body));
+  assert.equal(followed.body.output.signed_by, 'Ann', JSON.stringify(followed.body.output));
+  await operator.locator('.spread .status.s-completed').first().waitFor();
 
   step('signing out ends the session');
   await operator.getByRole('button', { name: 'Sign out' }).click();

@@ -80,6 +80,8 @@ export async function runView(id) {
   const act = async (call, done) => {
     try { await call(); toast(done); reload(); } catch (e) { toast(problemText(e)); }
   };
+  // What a person is writing to a run's inbox outlives the redraws that events cause.
+  const drafts = new Map();
   const drawPending = () => {
     fill(pending, ...details.pending.map((p) => p.kind === 'timer'
       // A durable timer is not a decision: it goes off by itself, or an operator wakes it.
@@ -91,10 +93,15 @@ export async function runView(id) {
         h('div', { class: 'spread' }, h('strong', { text: `Waiting for ${p.kind === 'event' ? 'an event' : 'a person'} at ${p.step}` }), status('suspended')),
         h('p', { text: p.message }),
         has('approver') ? h('a', { href: '#/inbox', text: 'Decide in the approvals inbox' }) : h('p', { class: 'muted', text: 'An approver decides this.' }))),
-    // A `wait` step: answered by a message to the run's inbox of that name, from a program.
+    // A `wait` step: answered by a message to the run's inbox of that name — from a program,
+    // or here by an operator.
     ...(details.awaiting || []).map((a) => h('div', { class: 'card', 'data-testid': 'awaiting' },
       h('div', { class: 'spread' }, h('strong', { text: `Waiting for the event ${a.event} at ${a.step}` }), status('suspended')),
-      h('p', { text: `Until ${new Date(a.until / 1000).toLocaleString()}. A message sent to the run's inbox "${a.event}" answers it: stepwright send ${details.run_id} --inbox ${a.event} --message JSON` }))),
+      h('p', { text: `Until ${new Date(a.until / 1000).toLocaleString()}. A message sent to the run's inbox "${a.event}" answers it: stepwright send ${details.run_id} --inbox ${a.event} --message JSON` }),
+      has('operator') ? messageForm(a.event, drafts, (message) => act(async () => {
+        await api('POST', `/v1/runs/${id}/messages`, { inbox: a.event, message });
+        drafts.delete(a.event);
+      }, `Sent to ${a.event}.`)) : null)),
     // A step worker's task: which queue and handler, and why it waits.
     ...(details.tasks || []).map((t) => h('div', { class: 'card', 'data-testid': 'task-wait' },
       h('div', { class: 'spread' }, h('strong', { text: `Waiting for a step worker at ${t.step}` }), status(t.state === 'claimed' ? 'running' : 'suspended')),
@@ -196,6 +203,29 @@ export async function runView(id) {
 }
 
 /** A step's row; its details are read when it is opened, and it stays open across redraws. */
+/** A message for a run's inbox, written as JSON and checked before it is sent; what is
+ * written is kept in `drafts` (and the focus kept) when the page draws the form again. */
+function messageForm(inbox, drafts, send) {
+  const fieldId = `message-${inbox}`.replace(/[^a-zA-Z0-9_-]/g, '_');
+  const text = h('textarea', { id: fieldId, rows: 3, placeholder: '{"signed_by": "Ann"}', 'aria-describedby': `${fieldId}-error` });
+  text.value = drafts.get(inbox) || '';
+  text.addEventListener('input', () => drafts.set(inbox, text.value));
+  if (document.activeElement && document.activeElement.id === fieldId) queueMicrotask(() => text.focus());
+  const problem = h('div', { class: 'field-error', id: `${fieldId}-error` });
+  const button = h('button', { type: 'button', text: 'Send', onclick: () => {
+    let message;
+    try { message = JSON.parse(text.value); } catch (e) {
+      problem.textContent = `not JSON: ${e.message}`;
+      text.setAttribute('aria-invalid', 'true');
+      return;
+    }
+    problem.textContent = '';
+    text.removeAttribute('aria-invalid');
+    send(message);
+  } });
+  return h('div', { class: 'field' }, h('label', { for: fieldId, text: `Message to ${inbox} (JSON)` }), text, problem, button);
+}
+
 export function stepDetails(runId, step, eventsOf, liveOf, openSteps) {
   const box = h('details', { class: 'step', 'data-path': step.path });
   const body = h('div');
