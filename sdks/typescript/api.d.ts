@@ -1643,7 +1643,10 @@ export interface components {
             payload: unknown;
             /** @description The run that waits. */
             run_id: string;
-            /** @description For `input`: the schema the answer must match. */
+            /**
+             * @description For `input`: the schema the answer must match; `x-stepwright-order` lists its
+             *     top-level properties in the order the file declares them (what a form follows).
+             */
             schema?: unknown;
             /** @description The step that asked. */
             step: string;
@@ -2734,7 +2737,10 @@ export interface components {
              *     draws it.
              */
             graph: unknown;
-            /** @description The newest version's input schema, if it declares one. */
+            /**
+             * @description The newest version's input schema, if it declares one; `x-stepwright-order` lists its
+             *     top-level properties in the order the file declares them (what a form follows).
+             */
             input_schema?: unknown;
             /** @description The workflow's name. */
             name: string;

@@ -372,6 +372,8 @@ steps:
   assert.equal(surveyed.body.status, 'suspended', JSON.stringify(surveyed.body));
   await approver.reload();
   const rating = approver.locator(`[data-interrupt^="${surveyed.body.run_id}."]`);
+  await rating.getByLabel('score *').waitFor();
+  assert.deepEqual(await rating.locator('.field label').allTextContents(), ['score *', 'comment'], 'the fields in the file\'s order, not alphabetical');
   await rating.getByLabel('score *').fill('9');
   await rating.getByRole('button', { name: 'Send' }).click();
   await rating.getByText('at most 5').waitFor();

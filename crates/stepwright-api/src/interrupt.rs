@@ -40,7 +40,8 @@ pub struct InboxItem {
     pub message: String,
     /// The value to approve, or what the request carries.
     pub payload: Value,
-    /// For `input`: the schema the answer must match.
+    /// For `input`: the schema the answer must match; `x-stepwright-order` lists its
+    /// top-level properties in the order the file declares them (what a form follows).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<Value>,
     /// When its `on_timeout` applies (µs since the epoch).

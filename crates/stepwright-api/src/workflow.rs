@@ -46,7 +46,8 @@ pub struct WorkflowDetails {
     pub name: String,
     /// Its versions, newest first.
     pub versions: Vec<VersionInfo>,
-    /// The newest version's input schema, if it declares one.
+    /// The newest version's input schema, if it declares one; `x-stepwright-order` lists its
+    /// top-level properties in the order the file declares them (what a form follows).
     pub input_schema: Option<Value>,
     /// The newest version's structure (steps, operators, policies), as `stepwright graph`
     /// draws it.

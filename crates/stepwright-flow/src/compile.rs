@@ -700,8 +700,9 @@ impl Compiler {
         };
         let version = root.get("version").and_then(|v| self.string(v, "`version`")).unwrap_or_else(|| "0.0.0".into());
         let mut builder = Workflow::builder(name.as_deref().unwrap_or("unnamed")).version(&version);
-        if let Some(schema) = root.get("input") {
-            let schema = self.schema(schema, "the workflow's `input`");
+        if let Some(node) = root.get("input") {
+            builder = builder.input_order(node.property_order());
+            let schema = self.schema(node, "the workflow's `input`");
             if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
                 let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
                 self.input_fields = Some((properties.keys().cloned().collect(), closed));

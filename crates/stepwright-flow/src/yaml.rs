@@ -45,6 +45,15 @@ pub(crate) struct Key {
 }
 
 impl Item {
+    /// A schema's top-level property names in the order the file writes them (what a form
+    /// shows them in; the JSON the schema becomes has no order).
+    pub(crate) fn property_order(&self) -> Vec<String> {
+        match self.get("properties").map(|p| &p.value) {
+            Some(Yaml::Map(entries)) => entries.iter().map(|(key, _)| key.name.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The node as plain JSON (positions dropped).
     pub(crate) fn to_json(&self) -> Value {
         match &self.value {

@@ -48,7 +48,12 @@ export function schemaForm(schema, initial) {
   };
   if (isObject) {
     const required = new Set(schema.required || []);
-    for (const [name, prop] of Object.entries(schema.properties)) {
+    // The fields in the order the file declares them (the server lists it: JSON objects
+    // keep none); properties it does not list follow.
+    const declared = Array.isArray(schema['x-stepwright-order']) ? schema['x-stepwright-order'] : [];
+    const rank = (name) => { const i = declared.indexOf(name); return i < 0 ? declared.length : i; };
+    const entries = Object.entries(schema.properties).sort(([a], [b]) => rank(a) - rank(b));
+    for (const [name, prop] of entries) {
       add(name, prop, initial && initial[name], required.has(name));
     }
   } else {

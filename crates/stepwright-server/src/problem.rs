@@ -134,6 +134,11 @@ impl IntoResponse for ApiError {
             // The limits are per second (and per open stream): a second later is a fair try.
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The body was not read to its end, so the connection carries no further request:
+            // said, a client does not reuse it (and see its next request fail on a closed socket).
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }

@@ -629,7 +629,9 @@ class InboxItem(_InboxItemRequired, total=False):
     deadline: int | None
     """When its `on_timeout` applies (µs since the epoch)."""
     schema: Any
-    """For `input`: the schema the answer must match."""
+    """For `input`: the schema the answer must match; `x-stepwright-order` lists its
+    top-level properties in the order the file declares them (what a form follows).
+    """
 
 
 class InboxMessage(TypedDict):
@@ -1539,7 +1541,9 @@ class _WorkflowDetailsRequired(TypedDict):
 class WorkflowDetails(_WorkflowDetailsRequired, total=False):
     """A registered workflow with its versions, input schema and graph."""
     input_schema: Any
-    """The newest version's input schema, if it declares one."""
+    """The newest version's input schema, if it declares one; `x-stepwright-order` lists its
+    top-level properties in the order the file declares them (what a form follows).
+    """
 
 
 class WorkflowSummary(TypedDict):

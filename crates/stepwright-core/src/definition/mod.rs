@@ -89,6 +89,23 @@ impl fmt::Debug for Node {
     }
 }
 
+/// The annotation a schema served to a form carries: its top-level property names in the
+/// order they were declared (a JSON object has none; a form shows fields in this order).
+/// Validators ignore it, as JSON Schema says of keywords it does not define.
+pub const FIELD_ORDER: &str = "x-stepwright-order";
+
+/// `schema` with [`FIELD_ORDER`] set to `order` (when `order` has two names or more and the
+/// schema is an object).
+#[must_use]
+pub fn with_field_order(mut schema: Value, order: &[String]) -> Value {
+    if order.len() > 1
+        && let Some(object) = schema.as_object_mut()
+    {
+        object.insert(FIELD_ORDER.to_owned(), Value::from(order.to_vec()));
+    }
+    schema
+}
+
 /// A JSON Schema, compiled when it is set; a schema that does not compile is reported by
 /// the build's checks (so a built workflow has only compiled schemas).
 #[derive(Clone)]
@@ -476,6 +493,9 @@ pub(crate) struct WorkflowDef {
     /// Content on spans for this workflow's runs, whatever the engine says: `Some(None)`
     /// off, `Some(Some(_))` on. Not in the hash: what is observed, not what runs.
     pub(crate) capture_content: Option<Option<crate::config::ContentCapture>>,
+    /// The input schema's top-level properties in the order the file declares them, for
+    /// forms. Not in the hash (JSON objects have no order; the schema is the same schema).
+    pub(crate) input_order: Vec<String>,
     pub(crate) hash: ContentHash,
     pub(crate) description: Value,
 }
@@ -517,6 +537,7 @@ impl Workflow {
             concurrency: None,
             priority: 0,
             capture_content: None,
+            input_order: Vec::new(),
         }
     }
 
@@ -541,6 +562,13 @@ impl Workflow {
         &self.inner.description
     }
 
+    /// The input schema for a form: with [`FIELD_ORDER`] listing its top-level properties
+    /// in the order they were declared, when the builder was told it.
+    pub fn input_schema_for_forms(&self) -> Option<Value> {
+        let schema = self.inner.input_schema.as_ref()?.value.clone();
+        Some(with_field_order(schema, &self.inner.input_order))
+    }
+
     /// The structure as JSON with each called workflow's steps under its call (`steps`):
     /// what `graph` draws. Unlike [`Workflow::describe`], not what the hash covers.
     pub fn outline(&self) -> Value {
@@ -559,6 +587,7 @@ pub struct WorkflowBuilder {
     concurrency: Option<(Expr<Value>, u32)>,
     priority: i32,
     capture_content: Option<Option<crate::config::ContentCapture>>,
+    input_order: Vec<String>,
 }
 
 impl WorkflowBuilder {
@@ -635,6 +664,14 @@ impl WorkflowBuilder {
         self
     }
 
+    /// The input schema's top-level properties in the order a form shows them (a file's
+    /// order); not in the hash.
+    #[must_use]
+    pub fn input_order(mut self, order: Vec<String>) -> Self {
+        self.input_order = order;
+        self
+    }
+
     /// Checks every node and policy, compiles schemas, and computes the definition hash.
     /// Every problem is reported, not only the first.
     pub fn build(mut self) -> Result<Workflow, BuildError> {
@@ -685,6 +722,7 @@ impl WorkflowBuilder {
                 concurrency: self.concurrency,
                 priority: self.priority,
                 capture_content: self.capture_content,
+                input_order: self.input_order,
                 hash,
                 description,
             }),

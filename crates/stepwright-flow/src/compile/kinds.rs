@@ -188,8 +188,12 @@ impl Compiler {
             self.string(m, "`input.message`")
         });
         let message = message.unwrap_or_default();
-        let schema = body.get("schema").map_or(json!({}), |s| self.schema(s, "`schema`"));
         let name = format!("input {}", body.to_json());
+        // The form's field order rides on the request's schema, outside the step's name (so
+        // outside the definition hash).
+        let schema = body
+            .get("schema")
+            .map_or(json!({}), |s| stepwright_core::with_field_order(self.schema(s, "`schema`"), &s.property_order()));
         Some(Node::dyn_step(
             id,
             dyn_fn_step(&name, move |ctx, _input| {

@@ -193,6 +193,42 @@ fn the_definition_hash_covers_templates_and_is_stable() {
     assert_ne!(load_str(a, "a").unwrap().hash(), load_str(b, "b").unwrap().hash(), "a changed template changes it");
 }
 
+/// A form shows fields in the order the file declares them; the order rides outside the
+/// hash (the schema is the same schema), on the workflow and on an `input` step's request.
+#[tokio::test]
+async fn a_schemas_field_order_is_kept_for_forms_and_left_out_of_the_hash() {
+    // The same schemas, their properties written in the order given.
+    let file = |first: &str, second: &str| {
+        let kind = |name: &str| if name == "alpha" { "integer" } else { "string" };
+        let (a, b) = (kind(first), kind(second));
+        format!(
+            "workflow: w\ninput: {{ type: object, properties: {{ {first}: {{ type: {a} }}, {second}: {{ type: {b} }} }} }}\n\
+             steps:\n  - id: ask\n    input:\n      message: Rate it\n      schema:\n        type: object\n        \
+             properties:\n          {second}: {{ type: {b} }}\n          {first}: {{ type: {a} }}\n"
+        )
+    };
+    let (zeta_first, alpha_first) =
+        (load_str(&file("zeta", "alpha"), "w.yaml").unwrap(), load_str(&file("alpha", "zeta"), "w.yaml").unwrap());
+    assert_eq!(zeta_first.hash(), alpha_first.hash(), "the order is not part of the definition");
+    let schema = zeta_first.input_schema_for_forms().unwrap();
+    assert_eq!(schema[stepwright_core::FIELD_ORDER], json!(["zeta", "alpha"]));
+    assert_eq!(alpha_first.input_schema_for_forms().unwrap()[stepwright_core::FIELD_ORDER], json!(["alpha", "zeta"]));
+
+    let store = Arc::new(InMemoryStore::new());
+    let engine = Engine::builder().store(store.clone()).build();
+    let asked = engine.start(&zeta_first, json!({})).await.unwrap();
+    assert_eq!(asked.status, RunStatus::Suspended);
+    let loaded = store.load(asked.run_id).await.unwrap();
+    let open = loaded.open_interrupts();
+    let schema = open[0].request.schema.as_ref().unwrap();
+    assert_eq!(schema[stepwright_core::FIELD_ORDER], json!(["alpha", "zeta"]));
+    // The annotation is not a constraint: an answer is checked by the schema alone.
+    let id = asked.pending[0].id.clone();
+    let answer = Decision::Respond { value: json!({ "alpha": 3, "zeta": "x" }) };
+    let answered = engine.resolve(asked.run_id, &id, answer, &Caller::default()).await;
+    assert!(answered.is_ok(), "{answered:?}");
+}
+
 const GUARDED: &str = r#"
 workflow: guarded
 input: { type: object }

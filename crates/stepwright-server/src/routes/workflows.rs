@@ -86,7 +86,8 @@ pub(crate) async fn show(
     let graph = workflow.describe().clone();
     Ok(Json(WorkflowDetails {
         name: name.clone(),
-        input_schema: graph.get("input").cloned().filter(|schema| !schema.is_null()),
+        // With its fields' order, which a form follows (not in the hashed graph).
+        input_schema: workflow.input_schema_for_forms(),
         graph,
         versions: versions
             .iter()

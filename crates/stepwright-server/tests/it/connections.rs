@@ -103,6 +103,8 @@ async fn a_body_over_the_limit_is_413_declared_or_chunked() {
             .await
             .unwrap();
         assert_eq!(declared.status(), 413, "{path}, with a length");
+        // The connection is not reused: the server says it closes it.
+        assert_eq!(declared.headers().get("connection").map(|v| v.as_bytes()), Some(&b"close"[..]), "{path}");
         // A streamed body has no Content-Length: it goes chunked.
         let chunks = futures_util::stream::iter(
             big.as_bytes().chunks(700).map(|c| Ok::<_, std::io::Error>(c.to_vec())).collect::<Vec<_>>(),
