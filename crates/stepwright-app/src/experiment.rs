@@ -282,7 +282,7 @@ pub async fn run_experiment(
     let runs = select_runs(store, &spec.runs, tenant).await?;
     let concurrency = spec.concurrency.unwrap_or(DEFAULT_CONCURRENCY) as usize;
     let spent = Mutex::new(0.0_f64);
-    let definitions: Mutex<HashMap<ContentHash, Workflow>> = Mutex::default();
+    let definitions: Mutex<HashMap<Option<ContentHash>, Workflow>> = Mutex::default();
     let over_budget = || spec.budget_usd.is_some_and(|budget| *spent.lock().expect("poisoned") >= budget);
     let one = |index: usize, run: RunId| {
         let (evaluators, definitions, spent) = (&evaluators, &definitions, &spent);
@@ -329,26 +329,26 @@ async fn recompute_one(
     store: &dyn Store,
     spec: &ExperimentSpec,
     candidate: &Candidate,
-    definitions: &Mutex<HashMap<ContentHash, Workflow>>,
+    definitions: &Mutex<HashMap<Option<ContentHash>, Workflow>>,
     evaluators: &[(String, Prepared)],
     run: RunId,
 ) -> Result<ExperimentRun, AppError> {
     let record = store.load_from(run, u64::MAX).await?.record;
-    let workflow = match candidate {
-        Candidate::Workflow(workflow) => workflow.clone(),
-        Candidate::EachRunsOwn(bindings) => {
-            let known = definitions.lock().expect("poisoned").get(&record.definition_hash).cloned();
-            match known {
-                Some(workflow) => workflow,
-                None => {
-                    let workflow = crate::definition_of(store, run, bindings).await?;
-                    definitions.lock().expect("poisoned").insert(record.definition_hash, workflow.clone());
-                    workflow
-                }
-            }
+    // The definition each run is recomputed with, rebound once per definition (a file's for
+    // every run; each run's own, by its hash).
+    let key = match candidate {
+        Candidate::Workflow(_) => None,
+        Candidate::EachRunsOwn(_) => Some(record.definition_hash),
+    };
+    let known = definitions.lock().expect("poisoned").get(&key).cloned();
+    let workflow = match (known, candidate) {
+        (Some(workflow), _) => workflow,
+        (None, Candidate::Workflow(workflow)) => crate::rebind_models(workflow.clone(), &spec.change.rebind)?,
+        (None, Candidate::EachRunsOwn(bindings)) => {
+            crate::rebind_models(crate::definition_of(store, run, bindings).await?, &spec.change.rebind)?
         }
     };
-    let workflow = crate::rebind_models(workflow, &spec.change.rebind)?;
+    definitions.lock().expect("poisoned").entry(key).or_insert_with(|| workflow.clone());
     let started = Instant::now();
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
     let report = engine.recompute(&workflow, run, options).await?;

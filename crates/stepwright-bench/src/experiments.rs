@@ -1,0 +1,136 @@
+//! X2: experiments (DESIGN §18). A W-style workflow of ten `llm` steps against instant
+//! in-process models, `runs` completed runs in an in-memory store; then the same change (one
+//! model binding answering another's calls) tried on all of them twice, one run at a time:
+//! as bare `Engine::recompute` calls, and as an experiment (the run's record read, the recompute,
+//! its usage view, the output diff, two evaluators, the verdict and totals). The difference is
+//! the experiment's overhead per run. Then the experiment at concurrency 4: its wall time.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::json;
+use stepwright::api::experiment::{Change, Evaluator, ExperimentSpec, Population};
+use stepwright::app::experiment::{Candidate, run_experiment};
+use stepwright::{Engine, InMemoryStore, Node, RecomputeOptions, Store, Workflow};
+
+use crate::current_thread;
+
+/// Steps in each run.
+const STEPS: usize = 10;
+
+/// An instant model whose answer says which model gave it.
+fn model(category: &'static str) -> stepwright::llm::ScriptedModel {
+    stepwright::llm::ScriptedModel::new(move |_request| stepwright::llm::ChatResponse {
+        id: None,
+        content: json!({ "category": category }).to_string(),
+        tool_calls: Vec::new(),
+        finish_reason: stepwright::llm::FinishReason::Stop,
+        usage: stepwright::llm::Usage { input_tokens: 120, output_tokens: 8, ..Default::default() },
+        model: "instant".into(),
+    })
+}
+
+/// What one X2 measurement found.
+pub(crate) struct X2 {
+    /// Bare recomputes, one at a time: ms per run (mean).
+    pub(crate) bare_ms_per_run: f64,
+    /// Recomputes with their report (what `stepwright recompute` prints), one at a time.
+    pub(crate) reported_ms_per_run: f64,
+    /// The experiment, one at a time: ms per run (mean).
+    pub(crate) experiment_ms_per_run: f64,
+    /// The experiment at concurrency 4: wall time for all the runs, ms.
+    pub(crate) concurrent_wall_ms: f64,
+}
+
+pub(crate) fn x2(runs: usize) -> X2 {
+    let mut models = stepwright::llm::Models::new();
+    models.bind_adapter("smart", "instant-smart", Arc::new(model("bug")), None);
+    models.bind_adapter("cheap", "instant-cheap", Arc::new(model("billing")), None);
+    let mut spec = stepwright::llm::LlmSpec::new("smart");
+    spec.output =
+        Some(json!({ "type": "object", "required": ["category"], "properties": { "category": { "type": "string" } } }));
+    let mut builder = Workflow::builder("x2");
+    for i in 0..STEPS {
+        let step = Node::dyn_step(&format!("s{i}"), stepwright::llm::LlmStep::new(spec.clone()));
+        builder = builder.step(step.input(stepwright::InputSource::WorkflowInput));
+    }
+    let workflow = builder.build().expect("valid").with_service(Arc::new(models));
+    let store = Arc::new(InMemoryStore::new());
+    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
+    let rt = current_thread();
+    rt.block_on(async {
+        let mut ids = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let report = engine.start(&workflow, json!("Classify: it crashes")).await.expect("run");
+            assert_eq!(report.status, stepwright::RunStatus::Completed, "{:?}", report.error);
+            ids.push(report.run_id);
+        }
+        let replacements = std::collections::BTreeMap::from([("smart".to_owned(), "cheap".to_owned())]);
+        let rebound = stepwright::app::rebind_models(workflow.clone(), &replacements).expect("rebind");
+
+        let experiment = |concurrency: u32| ExperimentSpec {
+            experiment: "cheaper".into(),
+            runs: Population {
+                workflow: "x2".into(),
+                status: None,
+                since: None,
+                until: None,
+                started_by: None,
+                ids: Vec::new(),
+                sample: None,
+                seed: 0,
+            },
+            change: Change { file: None, rebind: replacements.clone(), from: None },
+            evaluators: vec![
+                Evaluator {
+                    name: "shape".into(),
+                    schema: Some(json!({ "required": ["category"] })),
+                    check: None,
+                    compare: None,
+                },
+                Evaluator {
+                    name: "same".into(),
+                    schema: None,
+                    check: None,
+                    compare: Some("new.category == old.category".into()),
+                },
+            ],
+            concurrency: Some(concurrency),
+            budget_usd: None,
+        };
+        let candidate = Candidate::Workflow(workflow.clone());
+        // Three rounds, the three ways interleaved in each; the median round of each.
+        let (mut bare, mut reported, mut experimented) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let start = Instant::now();
+            for run in &ids {
+                let report = engine.recompute(&rebound, *run, RecomputeOptions::default()).await.expect("recompute");
+                assert!(report.changed);
+            }
+            bare.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
+            // What `stepwright recompute` gives a person: the recompute and its report with
+            // the usage then and now (the run's events read and rolled up).
+            let start = Instant::now();
+            for run in &ids {
+                let report = engine.recompute(&rebound, *run, RecomputeOptions::default()).await.expect("recompute");
+                let events = store.events(*run).await.expect("events");
+                assert!(stepwright::app::recompute_view(report, &events).changed);
+            }
+            reported.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
+            let start = Instant::now();
+            let report =
+                run_experiment(&engine, store.as_ref(), &experiment(1), &candidate, None).await.expect("experiment");
+            experimented.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
+            assert_eq!((report.totals.runs, report.totals.changed), (runs as u64, runs as u64));
+        }
+        let (bare_ms_per_run, reported_ms_per_run, experiment_ms_per_run) =
+            (crate::median(bare), crate::median(reported), crate::median(experimented));
+
+        let start = Instant::now();
+        let report =
+            run_experiment(&engine, store.as_ref(), &experiment(4), &candidate, None).await.expect("experiment");
+        let concurrent_wall_ms = start.elapsed().as_secs_f64() * 1e3;
+        assert_eq!(report.totals.regressed, runs as u64);
+        X2 { bare_ms_per_run, reported_ms_per_run, experiment_ms_per_run, concurrent_wall_ms }
+    })
+}
