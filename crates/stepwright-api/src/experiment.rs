@@ -86,7 +86,19 @@ pub struct Change {
     pub from: Option<String>,
 }
 
-/// One evaluator: a name and exactly one of `schema`, `check`, `compare`.
+/// An `llm` judge: one of the workflow's model bindings compares the old and new outputs by a
+/// rubric and answers better, same or worse, with its reason (a run whose output did not change
+/// is not sent: it is the same).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Judge {
+    /// The model binding that judges (the workflow's, before the change rebinds any).
+    pub model: String,
+    /// What "better" means here, for the model.
+    pub rubric: String,
+}
+
+/// One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Evaluator {
@@ -103,6 +115,9 @@ pub struct Evaluator {
     /// number above 0 an improvement, below 0 a regression (`new.category == old.category`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compare: Option<String>,
+    /// A model compares the outputs by a rubric: better is 1, same 0, worse −1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<Judge>,
 }
 
 /// How an experiment ended.
@@ -134,12 +149,15 @@ pub struct Score {
     pub name: String,
     /// The recorded output's score (`compare`: none).
     pub old: Option<f64>,
-    /// The recomputed output's score; for `compare`, the change it judged: 0 no worse (true),
-    /// −1 a regression (false), or the number it gave.
+    /// The recomputed output's score; for `compare` and `judge`, the change judged: 0 no worse
+    /// (true, same), −1 a regression (false, worse), 1 better, or the number a `compare` gave.
     pub new: Option<f64>,
     /// Why there is no score (the expression failed, there is no output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A judge's reason for its verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// One run of the population, recomputed.
@@ -168,6 +186,9 @@ pub struct ExperimentRun {
     pub usage: UsageChange,
     /// How long the recompute took, in milliseconds.
     pub elapsed_ms: f64,
+    /// What the judges' model calls cost (US dollars).
+    #[serde(default)]
+    pub evaluation_cost_usd: f64,
 }
 
 /// The totals of an experiment.
@@ -197,6 +218,8 @@ pub struct ExperimentTotals {
     pub cost_per_1000_after: f64,
     /// Per evaluator: the mean score, old and new (over the runs it scored).
     pub means: Vec<Score>,
+    /// What the judges' model calls cost, in all (US dollars; counted against the budget).
+    pub evaluation_cost_usd: f64,
 }
 
 /// What an experiment found.

@@ -11,8 +11,8 @@ use std::time::Instant;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use stepwright_api::experiment::{
-    Evaluator, ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, ExperimentTotals, Population, Score,
-    Verdict,
+    Evaluator, ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, ExperimentTotals, Judge, Population,
+    Score, Verdict,
 };
 use stepwright_api::history::StepChange;
 use stepwright_api::run::Totals;
@@ -89,28 +89,33 @@ enum Prepared {
     Schema(Arc<jsonschema::Validator>),
     Check(String),
     Compare(String),
+    Judge(Judge),
 }
 
 impl Prepared {
     fn new(evaluator: &Evaluator) -> Result<Self, String> {
-        match (&evaluator.schema, &evaluator.check, &evaluator.compare) {
-            (Some(schema), None, None) => jsonschema::validator_for(schema)
+        match (&evaluator.schema, &evaluator.check, &evaluator.compare, &evaluator.judge) {
+            (Some(schema), None, None, None) => jsonschema::validator_for(schema)
                 .map(|v| Self::Schema(Arc::new(v)))
                 .map_err(|e| format!("the schema does not compile: {e}")),
-            (None, Some(check), None) => stepwright_flow::check_expression(check)
+            (None, Some(check), None, None) => stepwright_flow::check_expression(check)
                 .map(|()| Self::Check(check.clone()))
                 .map_err(|e| format!("`check` does not parse: {e}")),
-            (None, None, Some(compare)) => stepwright_flow::check_expression(compare)
+            (None, None, Some(compare), None) => stepwright_flow::check_expression(compare)
                 .map(|()| Self::Compare(compare.clone()))
                 .map_err(|e| format!("`compare` does not parse: {e}")),
-            _ => Err("give exactly one of `schema`, `check` and `compare`".into()),
+            (None, None, None, Some(judge)) if judge.model.trim().is_empty() || judge.rubric.trim().is_empty() => {
+                Err("a `judge` needs a `model` (one of the workflow's bindings) and a `rubric`".into())
+            }
+            (None, None, None, Some(judge)) => Ok(Self::Judge(judge.clone())),
+            _ => Err("give exactly one of `schema`, `check`, `compare` and `judge`".into()),
         }
     }
 
     /// The score of the old and new outputs (either may be missing: the run or the
     /// recompute gave none).
     fn score(&self, name: &str, input: &Value, old: Option<&Value>, new: Option<&Value>) -> Score {
-        let mut score = Score { name: name.to_owned(), old: None, new: None, error: None };
+        let mut score = Score { name: name.to_owned(), old: None, new: None, error: None, reason: None };
         let number = |value: Value, what: &str| match value {
             Value::Bool(b) => Ok(if b { 1.0 } else { 0.0 }),
             Value::Number(n) => n.as_f64().ok_or_else(|| format!("{what} gave {n}, out of range")),
@@ -149,12 +154,92 @@ impl Prepared {
                 }
                 _ => score.error = Some("no output to compare (the run or its recompute gave none)".into()),
             },
+            Self::Judge(_) => score.error = Some("a judge is asked, not computed".into()),
         }
         score
     }
 
-    fn is_compare(&self) -> bool {
-        matches!(self, Self::Compare(_))
+    /// Whether it judges the pair (its `new` is the change), not each output.
+    fn is_pairwise(&self) -> bool {
+        matches!(self, Self::Compare(_) | Self::Judge(_))
+    }
+}
+
+/// What a judge is told: compare, by the rubric, and answer in the verdict's shape.
+const JUDGE_INSTRUCTIONS: &str = "You compare two outputs of the same workflow for the same input: the OLD one it \
+    gave, and the NEW one a change gives. Judge by the rubric alone whether NEW is better, the same, or worse than OLD, \
+    and say why in one sentence. Answer with JSON: {\"verdict\": \"better\" | \"same\" | \"worse\", \"reason\": \"...\"}.";
+
+/// Asks the judge's model to compare the outputs; the score and what the call cost.
+async fn ask_judge(
+    name: &str,
+    judge: &Judge,
+    models: Option<&stepwright_llm::Models>,
+    input: &Value,
+    old: Option<&Value>,
+    new: Option<&Value>,
+) -> (Score, f64) {
+    let mut score = Score { name: name.to_owned(), old: None, new: None, error: None, reason: None };
+    let (Some(old), Some(new)) = (old, new) else {
+        score.error = Some("no output to compare (the run or its recompute gave none)".into());
+        return (score, 0.0);
+    };
+    if old == new {
+        // Nothing to judge: the same output is the same, and costs no call.
+        score.new = Some(0.0);
+        return (score, 0.0);
+    }
+    let Some(models) = models.filter(|m| m.has(&judge.model)) else {
+        let names = models.map(|m| m.names().join(", ")).unwrap_or_default();
+        score.error =
+            Some(format!("the judge's model `{}` is not one of the workflow's bindings ({names})", judge.model));
+        return (score, 0.0);
+    };
+    let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let request = stepwright_llm::ChatRequest {
+        model: String::new(),
+        messages: vec![
+            stepwright_llm::Message::System { content: JUDGE_INSTRUCTIONS.to_owned() },
+            stepwright_llm::Message::User {
+                content: format!(
+                    "Rubric: {}\n\nInput:\n{}\n\nOLD output:\n{}\n\nNEW output:\n{}",
+                    judge.rubric,
+                    pretty(input),
+                    pretty(old),
+                    pretty(new)
+                ),
+            },
+        ],
+        tools: Vec::new(),
+        tool_choice: None,
+        output: Some(stepwright_llm::OutputFormat {
+            name: "verdict".into(),
+            schema: json!({
+                "type": "object",
+                "required": ["verdict", "reason"],
+                "properties": { "verdict": { "enum": ["better", "same", "worse"] }, "reason": { "type": "string" } },
+                "additionalProperties": false
+            }),
+        }),
+        params: stepwright_llm::ModelParams::default(),
+    };
+    match models.chat("experiment/judge", &judge.model, request, None).await {
+        Ok(call) => {
+            let cost = call.cost_usd.unwrap_or(0.0);
+            let answer: Value = serde_json::from_str(&call.response.content).unwrap_or(Value::Null);
+            match answer["verdict"].as_str() {
+                Some("better") => score.new = Some(1.0),
+                Some("same") => score.new = Some(0.0),
+                Some("worse") => score.new = Some(-1.0),
+                _ => score.error = Some(format!("the judge answered {:?}, not a verdict", call.response.content)),
+            }
+            score.reason = answer["reason"].as_str().map(str::to_owned);
+            (score, cost)
+        }
+        Err(e) => {
+            score.error = Some(format!("the judge's call failed: {e}"));
+            (score, 0.0)
+        }
     }
 }
 
@@ -282,7 +367,7 @@ pub async fn run_experiment(
     let runs = select_runs(store, &spec.runs, tenant).await?;
     let concurrency = spec.concurrency.unwrap_or(DEFAULT_CONCURRENCY) as usize;
     let spent = Mutex::new(0.0_f64);
-    let definitions: Mutex<HashMap<Option<ContentHash>, Workflow>> = Mutex::default();
+    let definitions: Mutex<HashMap<Option<ContentHash>, (Workflow, Workflow)>> = Mutex::default();
     let over_budget = || spec.budget_usd.is_some_and(|budget| *spent.lock().expect("poisoned") >= budget);
     let one = |index: usize, run: RunId| {
         let (evaluators, definitions, spent) = (&evaluators, &definitions, &spent);
@@ -292,7 +377,7 @@ pub async fn run_experiment(
             }
             let result = recompute_one(engine, store, spec, candidate, definitions, evaluators, run).await;
             if let Ok(done) = &result {
-                *spent.lock().expect("poisoned") += done.usage.after.cost_usd;
+                *spent.lock().expect("poisoned") += done.usage.after.cost_usd + done.evaluation_cost_usd;
             }
             (index, Some(result))
         }
@@ -329,7 +414,7 @@ async fn recompute_one(
     store: &dyn Store,
     spec: &ExperimentSpec,
     candidate: &Candidate,
-    definitions: &Mutex<HashMap<Option<ContentHash>, Workflow>>,
+    definitions: &Mutex<HashMap<Option<ContentHash>, (Workflow, Workflow)>>,
     evaluators: &[(String, Prepared)],
     run: RunId,
 ) -> Result<ExperimentRun, AppError> {
@@ -341,14 +426,18 @@ async fn recompute_one(
         Candidate::EachRunsOwn(_) => Some(record.definition_hash),
     };
     let known = definitions.lock().expect("poisoned").get(&key).cloned();
-    let workflow = match (known, candidate) {
-        (Some(workflow), _) => workflow,
-        (None, Candidate::Workflow(workflow)) => crate::rebind_models(workflow.clone(), &spec.change.rebind)?,
-        (None, Candidate::EachRunsOwn(bindings)) => {
-            crate::rebind_models(crate::definition_of(store, run, bindings).await?, &spec.change.rebind)?
+    let (original, workflow) = match known {
+        Some(pair) => pair,
+        None => {
+            let original = match candidate {
+                Candidate::Workflow(workflow) => workflow.clone(),
+                Candidate::EachRunsOwn(bindings) => crate::definition_of(store, run, bindings).await?,
+            };
+            let rebound = crate::rebind_models(original.clone(), &spec.change.rebind)?;
+            (original, rebound)
         }
     };
-    definitions.lock().expect("poisoned").entry(key).or_insert_with(|| workflow.clone());
+    definitions.lock().expect("poisoned").entry(key).or_insert_with(|| (original.clone(), workflow.clone()));
     let started = Instant::now();
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
     let report = engine.recompute(&workflow, run, options).await?;
@@ -362,8 +451,20 @@ async fn recompute_one(
         (None, Some(_)) => vec!["(the run gave no output; the recompute did)".to_owned()],
         (None, None) => Vec::new(),
     };
-    let scores: Vec<Score> =
-        evaluators.iter().map(|(name, e)| e.score(name, record.input.as_ref(), old, new)).collect();
+    // A judge speaks with the workflow's own bindings, not the ones the change rebinds.
+    let judges = original.services().get::<stepwright_llm::Models>();
+    let mut scores: Vec<Score> = Vec::with_capacity(evaluators.len());
+    let mut evaluation_cost_usd = 0.0;
+    for (name, evaluator) in evaluators {
+        scores.push(match evaluator {
+            Prepared::Judge(j) => {
+                let (score, cost) = ask_judge(name, j, judges.as_deref(), record.input.as_ref(), old, new).await;
+                evaluation_cost_usd += cost;
+                score
+            }
+            other => other.score(name, record.input.as_ref(), old, new),
+        });
+    }
     let failed_now = view.status == stepwright_api::RunStatus::Failed
         && record.status != stepwright_core::journal::RunStatus::Failed;
     let verdict = judge(evaluators, &scores, failed_now);
@@ -395,6 +496,7 @@ async fn recompute_one(
         verdict,
         usage: view.usage,
         elapsed_ms,
+        evaluation_cost_usd,
     })
 }
 
@@ -406,7 +508,7 @@ fn judge(evaluators: &[(String, Prepared)], scores: &[Score], failed_now: bool) 
     }
     let (mut worse, mut better) = (false, false);
     for ((_, evaluator), score) in evaluators.iter().zip(scores) {
-        if evaluator.is_compare() {
+        if evaluator.is_pairwise() {
             let change = score.new.unwrap_or(0.0);
             worse |= change < 0.0;
             better |= change > 0.0;
@@ -444,6 +546,7 @@ fn failed_run(run: RunId, error: &AppError) -> ExperimentRun {
             steps: Vec::new(),
         },
         elapsed_ms: 0.0,
+        evaluation_cost_usd: 0.0,
     }
 }
 
@@ -471,7 +574,13 @@ fn totals(runs: &[ExperimentRun], skipped: u64) -> ExperimentTotals {
                 let values: Vec<f64> = runs.iter().filter_map(|r| r.scores.get(i).and_then(pick)).collect();
                 (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
             };
-            means.push(Score { name: score.name.clone(), old: mean(&|s| s.old), new: mean(&|s| s.new), error: None });
+            means.push(Score {
+                name: score.name.clone(),
+                old: mean(&|s| s.old),
+                new: mean(&|s| s.new),
+                error: None,
+                reason: None,
+            });
         }
     }
     ExperimentTotals {
@@ -487,6 +596,7 @@ fn totals(runs: &[ExperimentRun], skipped: u64) -> ExperimentTotals {
         before,
         after,
         means,
+        evaluation_cost_usd: runs.iter().map(|r| r.evaluation_cost_usd).sum(),
     }
 }
 
@@ -511,6 +621,8 @@ mod tests {
         assert!(parse(&format!("{base}colour: red\n")).unwrap_err().contains("colour"), "unknown fields are errors");
         let both = format!("{base}evaluators:\n  - {{ name: a, check: 'output.x', compare: 'new == old' }}\n");
         assert!(parse(&both).unwrap_err().contains("exactly one of"));
+        let judge = format!("{base}evaluators:\n  - {{ name: a, judge: {{ model: smart, rubric: '' }} }}\n");
+        assert!(parse(&judge).unwrap_err().contains("a `judge` needs a `model`"));
         let bad = format!("{base}evaluators:\n  - {{ name: a, check: 'output.x ==' }}\n");
         assert!(parse(&bad).unwrap_err().contains("`evaluators[0]` (a): `check` does not parse"));
         let schema = format!("{base}evaluators:\n  - {{ name: a, schema: {{ type: 12 }} }}\n");
@@ -523,7 +635,8 @@ mod tests {
     #[test]
     fn evaluators_score_old_and_new_and_judge() {
         let prepared = |e: Evaluator| (e.name.clone(), Prepared::new(&e).unwrap());
-        let evaluator = |name: &str| Evaluator { name: name.into(), schema: None, check: None, compare: None };
+        let evaluator =
+            |name: &str| Evaluator { name: name.into(), schema: None, check: None, compare: None, judge: None };
         let evaluators = vec![
             prepared(Evaluator { schema: Some(json!({ "required": ["category"] })), ..evaluator("shape") }),
             prepared(Evaluator { check: Some("output.score".into()), ..evaluator("score") }),

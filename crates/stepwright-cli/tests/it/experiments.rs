@@ -13,6 +13,16 @@ use crate::support::{Answer, Tokens, contents, stepwright};
 /// The smart model calls a ticket billing when it mentions a charge; the cheap one also when
 /// it asks for a refund.
 fn classifier(request: &Value) -> Answer {
+    // The judge: a refund that became "billing" is worse by the rubric.
+    // Only the smart model judges: a judgement from another is no verdict.
+    if contents(request, "system").first().is_some_and(|s| s.starts_with("You compare two outputs")) {
+        if request["model"] != json!("smart-model") {
+            return Answer::Text("judged by the wrong model".into());
+        }
+        return Answer::Text(
+            json!({ "verdict": "worse", "reason": "a refund request is not a billing error" }).to_string(),
+        );
+    }
     let ticket = contents(request, "user").first().copied().unwrap_or_default().to_owned();
     let cheap = request["model"] == json!("cheap-model");
     let billing = ticket.contains("charged") || (cheap && ticket.contains("refund"));
@@ -85,7 +95,8 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
         dir.path().join("cheaper.yaml"),
         "experiment: cheaper\nruns: { workflow: triage }\nchange: { rebind: { smart: cheap } }\nconcurrency: 4\n\
          evaluators:\n  - { name: shape, schema: { required: [category] } }\n  \
-         - { name: same-category, compare: new.category == old.category }\n",
+         - { name: same-category, compare: new.category == old.category }\n  \
+         - { name: judge, judge: { model: smart, rubric: Is the category right for the ticket? } }\n",
     )
     .unwrap();
     let ran = stepwright(dir.path(), &["experiments", "run", "cheaper.yaml", "--json", "--fail-on", "regressed>0"]);
@@ -109,13 +120,22 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
     assert_eq!(one["verdict"], json!("regressed"));
     assert_eq!(one["scores"][0], json!({ "name": "shape", "old": 1.0, "new": 1.0 }));
     assert_eq!(one["scores"][1], json!({ "name": "same-category", "old": null, "new": -1.0 }));
+    // The judge (the workflow's own `smart` binding, not the rebound one) was asked about the
+    // ten changed runs only, and said why.
+    assert_eq!(
+        one["scores"][2],
+        json!({ "name": "judge", "old": null, "new": -1.0, "reason": "a refund request is not a billing error" })
+    );
+    let unchanged = runs.iter().find(|r| r["changed"] == json!(false)).unwrap();
+    assert_eq!(unchanged["scores"][2], json!({ "name": "judge", "old": null, "new": 0.0 }), "not asked");
+    assert!((totals["evaluation_cost_usd"].as_f64().unwrap() - 0.0012).abs() < 1e-9, "{totals}");
     assert_eq!(report["look_first"].as_array().unwrap().len(), 10);
     // Every run's one model call was made again, on the cheaper model: the cost fell.
     assert_eq!((&totals["before"]["calls"], &totals["after"]["calls"]), (&json!(50), &json!(50)));
     let (before, after) =
         (totals["cost_per_1000_before"].as_f64().unwrap(), totals["cost_per_1000_after"].as_f64().unwrap());
     assert!((before - 0.12).abs() < 1e-9 && (after - 0.0042).abs() < 1e-9, "{before} → {after}");
-    assert_eq!(served.served(), 100, "50 new calls");
+    assert_eq!(served.served(), 110, "50 recomputed calls and 10 judgements");
     // The `write` tool ran no more (its step is served from each run's journal), and the runs
     // are as they were.
     assert_eq!(lines(dir.path()), 50, "no write executed again");
