@@ -63,21 +63,53 @@ async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&s
     }
 }
 
+/// A total of the report that `--fail-on` bounds.
+#[derive(Clone, Copy)]
+enum Total {
+    Changed,
+    Unchanged,
+    Improved,
+    Regressed,
+    Failed,
+    Skipped,
+}
+
+impl Total {
+    const NAMES: [(&'static str, Self); 6] = [
+        ("changed", Self::Changed),
+        ("unchanged", Self::Unchanged),
+        ("improved", Self::Improved),
+        ("regressed", Self::Regressed),
+        ("failed", Self::Failed),
+        ("skipped", Self::Skipped),
+    ];
+
+    fn of(self, totals: &ExperimentTotals) -> u64 {
+        match self {
+            Self::Changed => totals.changed,
+            Self::Unchanged => totals.unchanged,
+            Self::Improved => totals.improved,
+            Self::Regressed => totals.regressed,
+            Self::Failed => totals.failed,
+            Self::Skipped => totals.skipped,
+        }
+    }
+}
+
 /// `--fail-on TOTAL>N` (or `>=`).
 struct Bound {
     text: String,
-    total: &'static str,
+    total: Total,
     at_least: u64,
 }
 
 impl Bound {
-    const TOTALS: [&'static str; 6] = ["changed", "unchanged", "improved", "regressed", "failed", "skipped"];
-
     fn parse(text: &str) -> anyhow::Result<Self> {
         let bad = || {
+            let names: Vec<&str> = Total::NAMES.iter().map(|(name, _)| *name).collect();
             anyhow::anyhow!(BadInput(format!(
                 "--fail-on {text:?}: expected TOTAL>N or TOTAL>=N, a total of {}",
-                Self::TOTALS.join(", ")
+                names.join(", ")
             )))
         };
         let (name, op_and_n) = text.split_at(text.find('>').ok_or_else(bad)?);
@@ -86,20 +118,12 @@ impl Bound {
             None => (false, &op_and_n[1..]),
         };
         let n: u64 = n.trim().parse().map_err(|_| bad())?;
-        let total = Self::TOTALS.iter().find(|t| **t == name.trim()).ok_or_else(bad)?;
+        let total = Total::NAMES.iter().find(|(known, _)| *known == name.trim()).map(|(_, t)| *t).ok_or_else(bad)?;
         Ok(Self { text: text.to_owned(), total, at_least: if inclusive { n } else { n + 1 } })
     }
 
     fn crossed(&self, totals: &ExperimentTotals) -> bool {
-        let value = match self.total {
-            "changed" => totals.changed,
-            "unchanged" => totals.unchanged,
-            "improved" => totals.improved,
-            "regressed" => totals.regressed,
-            "failed" => totals.failed,
-            _ => totals.skipped,
-        };
-        value >= self.at_least
+        self.total.of(totals) >= self.at_least
     }
 }
 
