@@ -23,14 +23,22 @@ async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&s
     let text = stepwright::flow::read_limited(file, stepwright::flow::MAX_FILE_BYTES)
         .map_err(|why| anyhow::anyhow!(BadInput(format!("{} cannot be read: {why}", file.display()))))?;
     let spec = parse_experiment(&text, &file.display().to_string())?;
-    // The file and the store are checked before anything runs.
-    let bindings = g.flags.bindings();
-    let candidate = match &spec.change.file {
-        Some(changed) => {
-            let path = file.parent().map_or_else(|| PathBuf::from(changed), |dir| dir.join(changed));
-            read_workflow_file(&path)?;
-            let loaded = stepwright::flow::load_with(&path, &bindings.load_options())
-                .map_err(stepwright::app::AppError::Load)?;
+    // A change file that cannot be read is refused before the store is opened.
+    let changed = spec
+        .change
+        .file
+        .as_ref()
+        .map(|changed| file.parent().map_or_else(|| PathBuf::from(changed), |dir| dir.join(changed)));
+    if let Some(path) = &changed {
+        read_workflow_file(path)?;
+    }
+    let store = open_store(g.db).await?;
+    // Model calls count against the store's shared rate limits, as every command's do.
+    let bindings = g.flags.bindings().sharing_limits_in(store.clone());
+    let candidate = match &changed {
+        Some(path) => {
+            let loaded =
+                stepwright::flow::load_with(path, &bindings.load_options()).map_err(stepwright::app::AppError::Load)?;
             // Compiled, never registered nor kept: nothing of the experiment is written.
             let workflow = stepwright::app::prepare(loaded, &bindings, stepwright::app::Servers::Connected).await?;
             if workflow.name() != spec.runs.workflow {
@@ -46,7 +54,6 @@ async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&s
         }
         None => Candidate::EachRunsOwn(bindings),
     };
-    let store = open_store(g.db).await?;
     let engine = cli_engine(&store, false, g.flags);
     let report = run_experiment(&engine, store.as_ref(), &spec, &candidate, tenant).await?;
     if json {

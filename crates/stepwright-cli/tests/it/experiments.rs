@@ -152,6 +152,34 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
         "{text}"
     );
 
+    // A new version of the file (classify on the cheap model): compiled, not registered, the same
+    // runs change; a file of another workflow is refused.
+    std::fs::write(
+        dir.path().join("triage-v2.yaml"),
+        workflow(port).replace("llm: { model: smart", "llm: { model: cheap"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("v2.yaml"),
+        "experiment: v2\nruns: { workflow: triage }\nchange: { file: triage-v2.yaml }\n",
+    )
+    .unwrap();
+    let v2 = json_of(&stepwright(dir.path(), &["experiments", "run", "v2.yaml", "--json"]));
+    assert_eq!((&v2["totals"]["changed"], &v2["totals"]["unchanged"]), (&json!(10), &json!(40)), "{}", v2["totals"]);
+    std::fs::write(dir.path().join("other.yaml"), "workflow: other\nsteps:\n  - id: a\n    set: 1\n").unwrap();
+    std::fs::write(
+        dir.path().join("wrong.yaml"),
+        "experiment: wrong\nruns: { workflow: triage }\nchange: { file: other.yaml }\n",
+    )
+    .unwrap();
+    let wrong = stepwright(dir.path(), &["experiments", "run", "wrong.yaml"]);
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("is workflow \"other\", but the runs are of \"triage\""),
+        "{wrong:?}"
+    );
+    assert_eq!(lines(dir.path()), 50);
+
     // No change: each run's own definition again, nothing changes.
     std::fs::write(dir.path().join("same.yaml"), "experiment: same\nruns: { workflow: triage, sample: 5, seed: 3 }\n")
         .unwrap();
