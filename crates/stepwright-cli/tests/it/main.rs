@@ -21,6 +21,7 @@ mod cli;
 mod events;
 mod examples;
 mod experiments;
+mod flags;
 mod hardening;
 mod history;
 mod hostile;
