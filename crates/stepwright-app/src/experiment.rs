@@ -17,6 +17,7 @@ use stepwright_api::experiment::{
 use stepwright_api::history::StepChange;
 use stepwright_api::run::Totals;
 use stepwright_core::store::RunFilter;
+use stepwright_core::store::experiment::{ExperimentRecord, ExperimentState, ExperimentStore};
 use stepwright_core::{ContentHash, Engine, RecomputeOptions, RunId, StepPath, Store, Workflow};
 
 use crate::{AppError, Bindings};
@@ -345,8 +346,60 @@ impl SplitMix64 {
     }
 }
 
+/// Keeps a new experiment in `kept` with its population fixed: the spec kept names the runs
+/// the filter (and sample) found now by id, so that going on after a crash recomputes the
+/// same runs, whatever was started since. Returns the spec kept, which is what runs.
+///
+/// # Errors
+/// The spec does not check, the population cannot be read, the store fails.
+pub async fn begin_experiment(
+    store: &dyn Store,
+    kept: &dyn ExperimentStore,
+    spec: &ExperimentSpec,
+    tenant: Option<&str>,
+    id: RunId,
+    now: stepwright_core::Timestamp,
+) -> Result<ExperimentSpec, AppError> {
+    check_experiment(spec).map_err(AppError::BadInput)?;
+    let runs = select_runs(store, &spec.runs, tenant).await?;
+    let mut fixed = spec.clone();
+    fixed.runs = Population {
+        workflow: spec.runs.workflow.clone(),
+        status: None,
+        since: None,
+        until: None,
+        started_by: None,
+        ids: runs.iter().map(ToString::to_string).collect(),
+        sample: None,
+        seed: 0,
+    };
+    let record = ExperimentRecord {
+        id,
+        tenant: tenant.map(str::to_owned),
+        name: spec.experiment.clone(),
+        workflow: spec.runs.workflow.clone(),
+        spec: serde_json::to_value(&fixed).map_err(|e| AppError::BadInput(format!("the experiment: {e}")))?,
+        state: ExperimentState::Running,
+        created_at: now,
+        report: None,
+    };
+    kept.experiment_begin(record).await?;
+    Ok(fixed)
+}
+
+/// Where an experiment keeps each run's result as it comes, and its report at the end.
+#[derive(Clone, Copy)]
+pub struct Keeping<'a> {
+    /// The store.
+    pub store: &'a dyn ExperimentStore,
+    /// The experiment's id.
+    pub id: RunId,
+}
+
 /// Runs the experiment: every run of the population recomputed with `candidate` (at the
-/// spec's concurrency, until the budget is spent), scored and judged.
+/// spec's concurrency, until the budget is spent), scored and judged. With `keeping`, each
+/// result is kept as it comes and the report at the end; a run already kept (the experiment
+/// was stopped and goes on) is not recomputed, and what it cost counts against the budget.
 ///
 /// # Errors
 /// The population cannot be read, or the spec does not check; a run whose recompute fails
@@ -357,6 +410,7 @@ pub async fn run_experiment(
     spec: &ExperimentSpec,
     candidate: &Candidate,
     tenant: Option<&str>,
+    keeping: Option<Keeping<'_>>,
 ) -> Result<ExperimentReport, AppError> {
     check_experiment(spec).map_err(AppError::BadInput)?;
     let evaluators: Vec<(String, Prepared)> = spec
@@ -366,18 +420,38 @@ pub async fn run_experiment(
         .collect::<Result<_, _>>()?;
     let runs = select_runs(store, &spec.runs, tenant).await?;
     let concurrency = spec.concurrency.unwrap_or(DEFAULT_CONCURRENCY) as usize;
-    let spent = Mutex::new(0.0_f64);
+    // What an earlier process of this experiment finished.
+    let mut earlier: HashMap<RunId, ExperimentRun> = HashMap::new();
+    if let Some(keeping) = keeping {
+        for (run, result) in keeping.store.experiment_kept(keeping.id).await? {
+            let result: ExperimentRun = serde_json::from_value(result).map_err(|e| {
+                AppError::BadInput(format!("experiment {}: a kept result does not read: {e}", keeping.id))
+            })?;
+            earlier.insert(run, result);
+        }
+    }
+    let spent = Mutex::new(earlier.values().map(|r| r.usage.after.cost_usd + r.evaluation_cost_usd).sum::<f64>());
     let definitions: Mutex<HashMap<Option<ContentHash>, (Workflow, Workflow)>> = Mutex::default();
     let over_budget = || spec.budget_usd.is_some_and(|budget| *spent.lock().expect("poisoned") >= budget);
     let one = |index: usize, run: RunId| {
-        let (evaluators, definitions, spent) = (&evaluators, &definitions, &spent);
+        let (evaluators, definitions, spent, earlier) = (&evaluators, &definitions, &spent, &earlier);
         async move {
+            if let Some(done) = earlier.get(&run) {
+                return (index, Some(Ok(done.clone())));
+            }
             if over_budget() {
                 return (index, None);
             }
             let result = recompute_one(engine, store, spec, candidate, definitions, evaluators, run).await;
             if let Ok(done) = &result {
                 *spent.lock().expect("poisoned") += done.usage.after.cost_usd + done.evaluation_cost_usd;
+                // Kept before the next starts: a crash from here on does not recompute it.
+                if let Some(keeping) = keeping {
+                    let value = serde_json::to_value(done).unwrap_or(Value::Null);
+                    if let Err(error) = keeping.store.experiment_keep(keeping.id, run, value).await {
+                        tracing::warn!(run = %run, error = %error, "an experiment's result could not be kept; it is recomputed if the experiment goes on");
+                    }
+                }
             }
             (index, Some(result))
         }
@@ -399,14 +473,23 @@ pub async fn run_experiment(
         }
     }
     let status = if skipped > 0 { ExperimentStatus::BudgetSpent } else { ExperimentStatus::Completed };
-    Ok(ExperimentReport {
+    let report = ExperimentReport {
         experiment: spec.experiment.clone(),
         workflow: spec.runs.workflow.clone(),
         status,
         totals: totals(&done, skipped),
         look_first: look_first(&done),
         runs: done,
-    })
+    };
+    if let Some(keeping) = keeping {
+        let state = match status {
+            ExperimentStatus::Completed => ExperimentState::Completed,
+            ExperimentStatus::BudgetSpent => ExperimentState::BudgetSpent,
+        };
+        let value = serde_json::to_value(&report).map_err(|e| AppError::BadInput(format!("the report: {e}")))?;
+        keeping.store.experiment_end(keeping.id, state, value).await?;
+    }
+    Ok(report)
 }
 
 async fn recompute_one(

@@ -120,8 +120,9 @@ pub(crate) fn x2(runs: usize) -> X2 {
             }
             reported.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
             let start = Instant::now();
-            let report =
-                run_experiment(&engine, store.as_ref(), &experiment(1), &candidate, None).await.expect("experiment");
+            let report = run_experiment(&engine, store.as_ref(), &experiment(1), &candidate, None, None)
+                .await
+                .expect("experiment");
             experimented.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
             assert_eq!((report.totals.runs, report.totals.changed), (runs as u64, runs as u64));
         }
@@ -130,7 +131,7 @@ pub(crate) fn x2(runs: usize) -> X2 {
 
         let start = Instant::now();
         let report =
-            run_experiment(&engine, store.as_ref(), &experiment(4), &candidate, None).await.expect("experiment");
+            run_experiment(&engine, store.as_ref(), &experiment(4), &candidate, None, None).await.expect("experiment");
         let concurrent_wall_ms = start.elapsed().as_secs_f64() * 1e3;
         assert_eq!(report.totals.regressed, runs as u64);
         X2 { bare_ms_per_run, reported_ms_per_run, experiment_ms_per_run, concurrent_wall_ms }

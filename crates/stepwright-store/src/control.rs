@@ -329,8 +329,24 @@ pub trait WebhookStore: Send + Sync {
 /// Everything a server keeps: runs, sessions and memory ([`crate::AnyStore`]) and the
 /// control tables. SQLite and Postgres are both one.
 pub trait ServerStore:
-    crate::AnyStore + WorkflowRegistry + KeyStore + IdempotencyStore + AuditLog + WebhookStore
+    crate::AnyStore
+    + WorkflowRegistry
+    + KeyStore
+    + IdempotencyStore
+    + AuditLog
+    + WebhookStore
+    + stepwright_core::store::experiment::ExperimentStore
 {
 }
 
-impl<T: crate::AnyStore + WorkflowRegistry + KeyStore + IdempotencyStore + AuditLog + WebhookStore> ServerStore for T {}
+impl<
+    T: crate::AnyStore
+        + WorkflowRegistry
+        + KeyStore
+        + IdempotencyStore
+        + AuditLog
+        + WebhookStore
+        + stepwright_core::store::experiment::ExperimentStore,
+> ServerStore for T
+{
+}

@@ -37,6 +37,7 @@ mod cache;
 mod control;
 mod quota;
 mod events;
+mod experiments;
 mod schedules;
 mod sessions;
 mod tasks;
@@ -56,6 +57,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (10, include_str!("postgres/010_schedules.sql")),
     (11, include_str!("postgres/011_events.sql")),
     (12, include_str!("postgres/012_tasks.sql")),
+    (13, include_str!("postgres/013_experiments.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.

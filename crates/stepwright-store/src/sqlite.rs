@@ -34,6 +34,7 @@ use crate::encoding::{EncodedBlobs, backend, decode_blob, encode_batch_blobs};
 mod bank;
 mod cache;
 mod events;
+mod experiments;
 mod journal;
 pub(crate) mod control;
 mod quota;
@@ -90,6 +91,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (12, include_str!("sqlite/012_schedules.sql")),
     (13, include_str!("sqlite/013_events.sql")),
     (14, include_str!("sqlite/014_tasks.sql")),
+    (15, include_str!("sqlite/015_experiments.sql")),
 ];
 
 /// A durable store in one SQLite file.

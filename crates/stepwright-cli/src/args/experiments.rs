@@ -26,4 +26,36 @@ pub(crate) enum ExperimentsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Go on with an experiment that was stopped (a crash, Ctrl-C): the runs it finished are
+    /// not recomputed again.
+    Resume {
+        /// The experiment's id (`experiments run` says it when it starts).
+        id: String,
+        /// As `run`'s.
+        #[arg(long = "fail-on", value_name = "TOTAL>N")]
+        fail_on: Vec<String>,
+        /// One JSON object: the whole report.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The experiments in the store, newest first: id, name, workflow, state, when.
+    List {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// One JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One experiment: its report once it ended, else how far it got.
+    Show {
+        /// The experiment's id.
+        id: String,
+        /// One JSON object: the report (or the experiment so far).
+        #[arg(long)]
+        json: bool,
+    },
 }

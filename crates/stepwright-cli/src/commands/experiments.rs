@@ -1,20 +1,27 @@
-//! `experiments run`: a change tried on real past runs, recomputed in a sandbox (DESIGN §18).
+//! `experiments`: a change tried on real past runs, recomputed in a sandbox (DESIGN §18),
+//! kept in the store as it goes so that a stopped one goes on (`resume`), and read back
+//! (`list`, `show`).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use stepwright::api::experiment::{ExperimentReport, ExperimentTotals, Verdict};
-use stepwright::app::experiment::{Candidate, parse_experiment, run_experiment};
+use stepwright::api::experiment::{ExperimentReport, ExperimentSpec, ExperimentTotals, Verdict};
+use stepwright::app::experiment::{Candidate, Keeping, begin_experiment, parse_experiment, run_experiment};
+use stepwright::store::experiment::{ExperimentRecord, ExperimentState};
 
 use crate::args::ExperimentsCommand;
 use crate::commands::Globals;
 use crate::exit::BadInput;
-use crate::host::{cli_engine, open_store, read_workflow_file};
+use crate::host::{CliStore, cli_engine, open_store, parse_run, read_workflow_file};
 
 pub(crate) async fn experiments(g: &Globals<'_>, command: ExperimentsCommand) -> anyhow::Result<u8> {
     match command {
         ExperimentsCommand::Run { file, fail_on, tenant, json } => {
             run(g, &file, &fail_on, tenant.as_deref(), json).await
         }
+        ExperimentsCommand::Resume { id, fail_on, json } => resume(g, &id, &fail_on, json).await,
+        ExperimentsCommand::List { tenant, limit, json } => list(g, tenant, limit, json).await,
+        ExperimentsCommand::Show { id, json } => show(g, &id, json).await,
     }
 }
 
@@ -22,40 +29,79 @@ async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&s
     let bounds: Vec<Bound> = fail_on.iter().map(|b| Bound::parse(b)).collect::<anyhow::Result<_>>()?;
     let text = stepwright::flow::read_limited(file, stepwright::flow::MAX_FILE_BYTES)
         .map_err(|why| anyhow::anyhow!(BadInput(format!("{} cannot be read: {why}", file.display()))))?;
-    let spec = parse_experiment(&text, &file.display().to_string())?;
-    // A change file that cannot be read is refused before the store is opened.
-    let changed = spec
-        .change
-        .file
-        .as_ref()
-        .map(|changed| file.parent().map_or_else(|| PathBuf::from(changed), |dir| dir.join(changed)));
-    if let Some(path) = &changed {
-        read_workflow_file(path)?;
+    let mut spec = parse_experiment(&text, &file.display().to_string())?;
+    // A change file that cannot be read is refused before the store is opened; it is kept by
+    // its full path, so that `resume` from anywhere reads the same file.
+    if let Some(changed) = &spec.change.file {
+        let path = file.parent().map_or_else(|| PathBuf::from(changed), |dir| dir.join(changed));
+        read_workflow_file(&path)?;
+        spec.change.file = Some(path.canonicalize().unwrap_or(path).display().to_string());
     }
     let store = open_store(g.db).await?;
-    // Model calls count against the store's shared rate limits, as every command's do.
+    let candidate = candidate(g, &store, &spec).await?;
+    let id = stepwright::RunId::from_parts(stepwright::store::quota::wall_now(), rand_bytes());
+    let spec =
+        begin_experiment(store.as_ref(), store.as_ref(), &spec, tenant, id, stepwright::store::quota::wall_now())
+            .await?;
+    eprintln!(
+        "experiment {id}: {} runs (`stepwright experiments resume {id}` goes on if it is stopped)",
+        spec.runs.ids.len()
+    );
+    go(g, &store, &spec, &candidate, tenant, id, &bounds, json).await
+}
+
+async fn resume(g: &Globals<'_>, id: &str, fail_on: &[String], json: bool) -> anyhow::Result<u8> {
+    let bounds: Vec<Bound> = fail_on.iter().map(|b| Bound::parse(b)).collect::<anyhow::Result<_>>()?;
+    let id = parse_run(id)?;
+    let store = open_store(g.db).await?;
+    let record = kept(&store, id).await?;
+    if record.state != ExperimentState::Running {
+        return Err(anyhow::anyhow!(BadInput(format!(
+            "experiment {id} has ended ({}): `stepwright experiments show {id}` prints its report",
+            record.state.as_str()
+        ))));
+    }
+    let spec: ExperimentSpec = serde_json::from_value(record.spec)
+        .map_err(|e| anyhow::anyhow!(BadInput(format!("experiment {id}: its kept spec does not read: {e}"))))?;
+    let candidate = candidate(g, &store, &spec).await?;
+    go(g, &store, &spec, &candidate, record.tenant.as_deref(), id, &bounds, json).await
+}
+
+/// What the runs are recomputed with: the spec's change file, compiled (never registered),
+/// or each run's own definition; model calls count against the store's shared rate limits.
+async fn candidate(g: &Globals<'_>, store: &Arc<dyn CliStore>, spec: &ExperimentSpec) -> anyhow::Result<Candidate> {
     let bindings = g.flags.bindings().sharing_limits_in(store.clone());
-    let candidate = match &changed {
-        Some(path) => {
-            let loaded =
-                stepwright::flow::load_with(path, &bindings.load_options()).map_err(stepwright::app::AppError::Load)?;
-            // Compiled, never registered nor kept: nothing of the experiment is written.
-            let workflow = stepwright::app::prepare(loaded, &bindings, stepwright::app::Servers::Connected).await?;
-            if workflow.name() != spec.runs.workflow {
-                return Err(anyhow::anyhow!(BadInput(format!(
-                    "{}: `change.file` {} is workflow {:?}, but the runs are of {:?}",
-                    file.display(),
-                    path.display(),
-                    workflow.name(),
-                    spec.runs.workflow
-                ))));
-            }
-            Candidate::Workflow(workflow)
-        }
-        None => Candidate::EachRunsOwn(bindings),
+    let Some(path) = spec.change.file.as_deref().map(PathBuf::from) else {
+        return Ok(Candidate::EachRunsOwn(bindings));
     };
-    let engine = cli_engine(&store, false, g.flags);
-    let report = run_experiment(&engine, store.as_ref(), &spec, &candidate, tenant).await?;
+    let loaded =
+        stepwright::flow::load_with(&path, &bindings.load_options()).map_err(stepwright::app::AppError::Load)?;
+    let workflow = stepwright::app::prepare(loaded, &bindings, stepwright::app::Servers::Connected).await?;
+    if workflow.name() != spec.runs.workflow {
+        return Err(anyhow::anyhow!(BadInput(format!(
+            "`change.file` {} is workflow {:?}, but the runs are of {:?}",
+            path.display(),
+            workflow.name(),
+            spec.runs.workflow
+        ))));
+    }
+    Ok(Candidate::Workflow(workflow))
+}
+
+#[allow(clippy::too_many_arguments)] // The one place both `run` and `resume` end in.
+async fn go(
+    g: &Globals<'_>,
+    store: &Arc<dyn CliStore>,
+    spec: &ExperimentSpec,
+    candidate: &Candidate,
+    tenant: Option<&str>,
+    id: stepwright::RunId,
+    bounds: &[Bound],
+    json: bool,
+) -> anyhow::Result<u8> {
+    let engine = cli_engine(store, false, g.flags);
+    let keeping = Keeping { store: store.as_ref(), id };
+    let report = run_experiment(&engine, store.as_ref(), spec, candidate, tenant, Some(keeping)).await?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -68,6 +114,81 @@ async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&s
         eprintln!("stepwright: --fail-on {}", crossed.join(", "));
         Ok(1)
     }
+}
+
+/// Ten random bytes for an experiment's id (a UUIDv7, as a run's).
+fn rand_bytes() -> [u8; 10] {
+    use stepwright::Entropy;
+    let entropy = stepwright::SystemEntropy::new();
+    let (a, b) = (entropy.next_u64().to_le_bytes(), entropy.next_u64().to_le_bytes());
+    let mut bytes = [0_u8; 10];
+    bytes[..8].copy_from_slice(&a);
+    bytes[8..].copy_from_slice(&b[..2]);
+    bytes
+}
+
+async fn kept(store: &Arc<dyn CliStore>, id: stepwright::RunId) -> anyhow::Result<ExperimentRecord> {
+    store.experiment(id).await?.ok_or_else(|| anyhow::anyhow!(BadInput(format!("experiment {id} does not exist"))))
+}
+
+async fn list(g: &Globals<'_>, tenant: Option<String>, limit: usize, json: bool) -> anyhow::Result<u8> {
+    let store = open_store(g.db).await?;
+    let all = store.experiments(tenant, limit).await?;
+    if json {
+        let rows: Vec<serde_json::Value> = all
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "id": e.id.to_string(), "name": e.name, "workflow": e.workflow, "tenant": e.tenant,
+                    "state": e.state.as_str(), "created_at": e.created_at.as_micros(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string(&rows)?);
+    } else {
+        println!("{:<38} {:<20} {:<20} {:<13} CREATED", "ID", "NAME", "WORKFLOW", "STATE");
+        for e in &all {
+            println!(
+                "{:<38} {:<20} {:<20} {:<13} {}",
+                e.id.to_string(),
+                e.name,
+                e.workflow,
+                e.state.as_str(),
+                stepwright::schedule::format_instant(e.created_at)
+            );
+        }
+    }
+    Ok(0)
+}
+
+async fn show(g: &Globals<'_>, id: &str, json: bool) -> anyhow::Result<u8> {
+    let id = parse_run(id)?;
+    let store = open_store(g.db).await?;
+    let record = kept(&store, id).await?;
+    if let Some(report) = record.report {
+        let report: ExperimentReport = serde_json::from_value(report)?;
+        if json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print_report(&report);
+        }
+        return Ok(0);
+    }
+    let population = record.spec["runs"]["ids"].as_array().map_or(0, Vec::len);
+    let finished = store.experiment_kept(id).await?.len();
+    if json {
+        let so_far = serde_json::json!({ "id": id.to_string(), "state": record.state.as_str(), "runs": population, "kept": finished });
+        println!("{so_far}");
+    } else {
+        println!(
+            "experiment {id} ({}) on {}: {}; {finished} of {population} runs recomputed and kept \
+             (`stepwright experiments resume {id}` goes on)",
+            record.name,
+            record.workflow,
+            record.state.as_str()
+        );
+    }
+    Ok(0)
 }
 
 /// A total of the report that `--fail-on` bounds.

@@ -228,3 +228,63 @@ fn an_experiment_file_is_checked_before_anything_runs() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("expected TOTAL>N"), "{bad:?}");
     assert!(!dir.path().join("stepwright.db").exists(), "a bad file opens no store");
 }
+
+/// An experiment is kept as it goes: killed mid-way (SIGKILL), `experiments resume ID` goes on
+/// and recomputes only the runs it had not finished — the read tool the runs call counts
+/// exactly those — then `list` and `show` read it back, and a second `resume` is refused.
+#[test]
+fn a_killed_experiment_resumes_without_recomputing_what_it_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.yaml"),
+        "workflow: slow\ntools:\n  look:\n    command: [sh, -c, 'echo x >> looked.log; sleep 0.3; echo done']\n    \
+         effect: read\nsteps:\n  - id: look\n    tool: look\n",
+    )
+    .unwrap();
+    for _ in 0..8 {
+        let ran = stepwright(dir.path(), &["run", "slow.yaml", "--json"]);
+        assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    }
+    let looked = || std::fs::read_to_string(dir.path().join("looked.log")).unwrap_or_default().lines().count();
+    assert_eq!(looked(), 8);
+    std::fs::write(dir.path().join("again.yaml"), "experiment: again\nruns: { workflow: slow }\nconcurrency: 1\n")
+        .unwrap();
+
+    let mut child = crate::support::command(dir.path(), &["experiments", "run", "again.yaml", "--json"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stderr.take().unwrap()), &mut first).unwrap();
+    let id = first.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_owned();
+    assert!(first.contains("8 runs"), "{first}");
+    let kept = || json_of(&stepwright(dir.path(), &["experiments", "show", &id, "--json"]))["kept"].as_u64().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while kept() < 3 {
+        assert!(std::time::Instant::now() < deadline, "the experiment kept nothing");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (finished, looked_at_kill) = (kept(), looked());
+    assert!((3..8).contains(&finished), "killed mid-way: {finished} kept");
+    let text = String::from_utf8_lossy(&stepwright(dir.path(), &["experiments", "show", &id]).stdout).into_owned();
+    assert!(text.contains(&format!("{finished} of 8 runs recomputed and kept")), "{text}");
+
+    let resumed = stepwright(dir.path(), &["experiments", "resume", &id, "--json"]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let report = json_of(&resumed);
+    assert_eq!((&report["status"], &report["totals"]["runs"]), (&json!("completed"), &json!(8)), "{report}");
+    assert_eq!(report["totals"]["unchanged"], json!(8), "the same definition, the same outputs");
+    assert_eq!(looked() - looked_at_kill, 8 - finished as usize, "only the runs not kept were recomputed");
+
+    let listed = json_of(&stepwright(dir.path(), &["experiments", "list", "--json"]));
+    assert_eq!(listed[0]["id"], json!(id));
+    assert_eq!((&listed[0]["name"], &listed[0]["state"]), (&json!("again"), &json!("completed")));
+    let shown = json_of(&stepwright(dir.path(), &["experiments", "show", &id, "--json"]));
+    assert_eq!(shown, report, "show prints the kept report");
+    let again = stepwright(dir.path(), &["experiments", "resume", &id]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("has ended (completed)"), "{again:?}");
+}

@@ -7,6 +7,7 @@ pub mod bank;
 pub mod cache;
 mod tick;
 pub mod event;
+pub mod experiment;
 mod memory;
 pub mod quota;
 pub mod schedule;

@@ -153,6 +153,48 @@ pub async fn control_tables(store: &dyn crate::ServerStore) {
     store.set_webhook_watermark("acme", Timestamp::from_micros(40)).await.expect("set");
     store.set_webhook_watermark("acme", Timestamp::from_micros(30)).await.expect("set");
     assert_eq!(store.webhook_watermark("acme").await.expect("read"), Some(Timestamp::from_micros(40)), "never back");
+    experiments(store).await;
+}
+
+/// Experiments: kept with their spec, each run's first result kept once, ended with a report;
+/// listed newest first by tenant, without reports.
+async fn experiments(store: &dyn crate::ServerStore) {
+    use stepwright_core::store::experiment::{ExperimentRecord, ExperimentState};
+    let id = |n: u8| RunId::from_parts(Timestamp::from_micros(i64::from(n) * 1_000), [n; 10]);
+    let record = |n: u8, tenant: &str| ExperimentRecord {
+        id: id(n),
+        tenant: Some(tenant.into()),
+        name: format!("e{n}"),
+        workflow: "triage".into(),
+        spec: serde_json::json!({ "experiment": format!("e{n}"), "runs": { "ids": ["a", "b"] } }),
+        state: ExperimentState::Running,
+        created_at: Timestamp::from_micros(i64::from(n)),
+        report: None,
+    };
+    store.experiment_begin(record(1, "acme")).await.expect("begin");
+    store.experiment_begin(record(2, "acme")).await.expect("begin");
+    store.experiment_begin(record(3, "other")).await.expect("begin");
+    assert_eq!(store.experiment(id(1)).await.expect("read"), Some(record(1, "acme")));
+    assert_eq!(store.experiment(id(9)).await.expect("read"), None);
+    store.experiment_keep(id(1), id(7), serde_json::json!({ "run": "seven" })).await.expect("keep");
+    store.experiment_keep(id(1), id(7), serde_json::json!({ "run": "again" })).await.expect("keep");
+    store.experiment_keep(id(1), id(8), serde_json::json!({ "run": "eight" })).await.expect("keep");
+    let mut kept = store.experiment_kept(id(1)).await.expect("kept");
+    kept.sort_by_key(|(run, _)| *run);
+    assert_eq!(
+        kept,
+        [(id(7), serde_json::json!({ "run": "seven" })), (id(8), serde_json::json!({ "run": "eight" }))],
+        "a run's first result stays"
+    );
+    assert!(store.experiment_kept(id(2)).await.expect("kept").is_empty());
+    store.experiment_end(id(1), ExperimentState::BudgetSpent, serde_json::json!({ "totals": 2 })).await.expect("end");
+    let ended = store.experiment(id(1)).await.expect("read").expect("kept");
+    assert_eq!((ended.state, ended.report), (ExperimentState::BudgetSpent, Some(serde_json::json!({ "totals": 2 }))));
+    let acme = store.experiments(Some("acme".into()), 10).await.expect("list");
+    assert_eq!(acme.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["e2", "e1"], "newest first");
+    assert!(acme.iter().all(|e| e.report.is_none()), "listed without reports");
+    assert_eq!(store.experiments(None, 2).await.expect("list").len(), 2, "the limit");
+    assert_eq!(store.experiments(None, 10).await.expect("list").len(), 3, "every tenant's");
 }
 
 /// Two stores on one database (two processes) claiming one idempotency key and registering
