@@ -105,7 +105,10 @@ impl ExperimentStore for SqliteStore {
     fn experiment(&self, id: RunId) -> BoxFuture<'_, Result<Option<ExperimentRecord>, StoreError>> {
         Box::pin(self.read("reading an experiment", move |conn| {
             conn.prepare_cached(&format!("SELECT {COLUMNS}, report FROM experiments WHERE id = ?1"))
-                .and_then(|mut s| s.query_row(params![id_bytes(id)], |row| record(row, row.get::<_, Option<String>>(7)?.as_deref())).optional())
+                .and_then(|mut s| {
+                    s.query_row(params![id_bytes(id)], |row| record(row, row.get::<_, Option<String>>(7)?.as_deref()))
+                        .optional()
+                })
                 .map_err(|e| backend("reading an experiment", e))
         }))
     }
