@@ -39,10 +39,10 @@ async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&s
     }
     let store = open_store(g.db).await?;
     let candidate = candidate(g, &store, &spec).await?;
-    let id = stepwright::RunId::from_parts(stepwright::store::quota::wall_now(), rand_bytes());
-    let spec =
-        begin_experiment(store.as_ref(), store.as_ref(), &spec, tenant, id, stepwright::store::quota::wall_now())
-            .await?;
+    // An id as a run's: a UUIDv7 of now and the system's randomness.
+    let now = stepwright::store::quota::wall_now();
+    let id = stepwright::RunId::from_parts(now, stepwright::Entropy::bytes10(&stepwright::SystemEntropy::new()));
+    let spec = begin_experiment(store.as_ref(), store.as_ref(), &spec, tenant, id, now).await?;
     eprintln!(
         "experiment {id}: {} runs (`stepwright experiments resume {id}` goes on if it is stopped)",
         spec.runs.ids.len()
@@ -114,17 +114,6 @@ async fn go(
         eprintln!("stepwright: --fail-on {}", crossed.join(", "));
         Ok(1)
     }
-}
-
-/// Ten random bytes for an experiment's id (a UUIDv7, as a run's).
-fn rand_bytes() -> [u8; 10] {
-    use stepwright::Entropy;
-    let entropy = stepwright::SystemEntropy::new();
-    let (a, b) = (entropy.next_u64().to_le_bytes(), entropy.next_u64().to_le_bytes());
-    let mut bytes = [0_u8; 10];
-    bytes[..8].copy_from_slice(&a);
-    bytes[8..].copy_from_slice(&b[..2]);
-    bytes
 }
 
 async fn kept(store: &Arc<dyn CliStore>, id: stepwright::RunId) -> anyhow::Result<ExperimentRecord> {
