@@ -139,6 +139,90 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/experiments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The namespace's experiments, newest first (the newest 200).
+         * @description Needs a key with the `viewer` role.
+         */
+        get: operations["listExperiments"];
+        put?: never;
+        /**
+         * Start an experiment: the population is fixed by id now, then each run is recomputed in a sandbox with the change (effects and decisions served from its journal; nothing registered), scored and kept as it goes, by this server in the background. `202`: follow it with `GET /v1/experiments/{id}`.
+         * @description Needs a key with the `operator` role.
+         */
+        post: operations["startExperiment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/experiments/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * An experiment: its spec and its report — while it runs, of the runs recomputed so far.
+         * @description Needs a key with the `viewer` role.
+         */
+        get: operations["showExperiment"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/experiments/{id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Stop a running experiment: no run is started after this; what was recomputed stays in its report. `409` when it has ended.
+         * @description Needs a key with the `operator` role.
+         */
+        post: operations["cancelExperiment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/experiments/{id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Go on with an experiment that a stopped process left running: the runs it kept are not recomputed. `409` when it has ended, or this server is at work on it.
+         * @description Needs a key with the `operator` role.
+         */
+        post: operations["resumeExperiment"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/health": {
         parameters: {
             query?: never;
@@ -1249,6 +1333,34 @@ export interface components {
             /** @description Where the run stands. */
             status: components["schemas"]["RunStatus"];
         };
+        /**
+         * @description The change tried: at most one of `file`, `source` and `version` (none: each run's own
+         *     definition), then `rebind` and `from`.
+         */
+        Change: {
+            /**
+             * @description A new version of the workflow file (relative to the experiment file; the CLI reads it
+             *     — a server reads no file of its callers: send `source`). Compiled, never registered.
+             */
+            file?: string | null;
+            /** @description The files `source` calls (`workflow: parts/x.yaml`), by path relative to it. */
+            files?: {
+                [key: string]: string;
+            };
+            /** @description Re-execute from this step on; everything before it is served from the journal. */
+            from?: string | null;
+            /** @description `NAME: OTHER`: calls to model binding NAME go to binding OTHER (its endpoint and model). */
+            rebind?: {
+                [key: string]: string;
+            };
+            /** @description A new version of the workflow file, its text (YAML). Compiled, never registered. */
+            source?: string | null;
+            /**
+             * Format: uint32
+             * @description A registered version of the workflow (`GET /v1/workflows/{name}` lists them).
+             */
+            version?: number | null;
+        };
         /** @description An approver list to check against who can sign in to the namespace. */
         CheckApprovers: {
             /** @description The entries, as a file writes them (`role:lead`, `user:ann`, a built-in role). */
@@ -1470,6 +1582,25 @@ export interface components {
             /** @description What happened. */
             message: string;
         };
+        /** @description One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`. */
+        Evaluator: {
+            /**
+             * @description An expression over `output` and `input`, scored on the old and on the new output: true
+             *     is 1, false 0, a number itself (`output.score`, `output.items | length`).
+             */
+            check?: string | null;
+            /**
+             * @description An expression over `old`, `new` and `input`: true is no worse, false a regression; a
+             *     number above 0 an improvement, below 0 a regression (`new.category == old.category`).
+             */
+            compare?: string | null;
+            /** @description A model compares the outputs by a rubric: better is 1, same 0, worse −1. */
+            judge?: components["schemas"]["Judge"] | null;
+            /** @description What the report calls its score. */
+            name: string;
+            /** @description A JSON Schema the output must meet: scores 1 when it does, 0 when not (old and new). */
+            schema?: unknown;
+        };
         /** @description An event with its history. */
         EventDetails: {
             /** @description What each trigger did with it: the run it started, or why none. */
@@ -1522,6 +1653,202 @@ export interface components {
              * @description Its place in the log.
              */
             seq: number;
+        };
+        /**
+         * @description One experiment: what it was started with and its report (while it runs, of the runs
+         *     recomputed so far).
+         */
+        ExperimentDetails: {
+            /**
+             * Format: int64
+             * @description When it started (microseconds since the Unix epoch).
+             */
+            created_at: number;
+            /** @description Its id. */
+            id: string;
+            /**
+             * Format: uint64
+             * @description Of them, recomputed so far.
+             */
+            recomputed: number;
+            /** @description What it found. */
+            report: components["schemas"]["ExperimentReport"];
+            /**
+             * Format: uint64
+             * @description The runs of its population.
+             */
+            runs: number;
+            /** @description The spec it runs, its population fixed by id when it began. */
+            spec: components["schemas"]["ExperimentSpec"];
+            /** @description How it stands. */
+            status: components["schemas"]["ExperimentStatus"];
+        };
+        /** @description What an experiment found. */
+        ExperimentReport: {
+            /** @description Its name. */
+            experiment: string;
+            /** @description The runs to look at first: regressions, then the largest diffs (at most 10). */
+            look_first: string[];
+            /** @description Every run recomputed, in the population's order. */
+            runs: components["schemas"]["ExperimentRun"][];
+            /** @description How it stands (while `running`, the report is of the runs recomputed so far). */
+            status: components["schemas"]["ExperimentStatus"];
+            /** @description The totals. */
+            totals: components["schemas"]["ExperimentTotals"];
+            /** @description The workflow. */
+            workflow: string;
+        };
+        /** @description One run of the population, recomputed. */
+        ExperimentRun: {
+            /**
+             * @description Whether what the run did changed: its output, a step's value (a model call's own record
+             *     aside: it names the model), a decision, how it ended.
+             */
+            changed: boolean;
+            /**
+             * @description The steps whose value changed, failed or broke their schema, by path (model call
+             *     records aside).
+             */
+            changed_steps: string[];
+            /** @description The output's differences, as `pointer: before → after` lines. */
+            diff: string[];
+            /**
+             * Format: double
+             * @description How long the recompute took, in milliseconds.
+             */
+            elapsed_ms: number;
+            /** @description Why it failed, if it did. */
+            error?: components["schemas"]["ErrorView"] | null;
+            /**
+             * Format: double
+             * @description What the judges' model calls cost (US dollars).
+             * @default 0
+             */
+            evaluation_cost_usd: number;
+            /** @description The run. */
+            run: string;
+            /** @description Each evaluator's score. */
+            scores: components["schemas"]["Score"][];
+            /** @description How the recompute ended. */
+            status: components["schemas"]["RunStatus"];
+            /** @description Model usage and cost, then and now. */
+            usage: components["schemas"]["UsageChange"];
+            /** @description The judgement. */
+            verdict: components["schemas"]["Verdict"];
+        };
+        /** @description An experiment: which runs, what change, how each is scored. */
+        ExperimentSpec: {
+            /**
+             * Format: double
+             * @description Stop starting recomputes once their model calls cost this many US dollars; the report
+             *     then says `budget_spent` and how many runs it left.
+             */
+            budget_usd?: number | null;
+            /**
+             * @description What is tried on them (nothing: each run's own definition, again — a determinism check).
+             * @default {}
+             */
+            change: components["schemas"]["Change"];
+            /**
+             * Format: uint32
+             * @description How many runs are recomputed at once (1–64; default 4).
+             */
+            concurrency?: number | null;
+            /**
+             * @description How each run's output is scored, old against new.
+             * @default []
+             */
+            evaluators: components["schemas"]["Evaluator"][];
+            /** @description Its name (what reports and listings call it). */
+            experiment: string;
+            /** @description The past runs to recompute. */
+            runs: components["schemas"]["Population"];
+        };
+        /**
+         * @description How an experiment stands. `running`: Not ended: a process is at work on it, or it was stopped and goes on when resumed. `completed`: Every run of the population was recomputed. `budget_spent`: The budget was spent: the runs left were not recomputed. `cancelled`: A person stopped it: the runs left were not recomputed.
+         * @enum {string}
+         */
+        ExperimentStatus: "running" | "completed" | "budget_spent" | "cancelled";
+        /** @description An experiment as `GET /v1/experiments` lists it. */
+        ExperimentSummary: {
+            /**
+             * Format: int64
+             * @description When it started (microseconds since the Unix epoch).
+             */
+            created_at: number;
+            /** @description Its name. */
+            experiment: string;
+            /** @description Its id. */
+            id: string;
+            /**
+             * Format: uint64
+             * @description The runs of its population.
+             */
+            runs: number;
+            /** @description How it stands. */
+            status: components["schemas"]["ExperimentStatus"];
+            /** @description The workflow whose runs it recomputes. */
+            workflow: string;
+        };
+        /** @description The totals of an experiment. */
+        ExperimentTotals: {
+            /** @description The same, recomputed. */
+            after: components["schemas"]["Totals"];
+            /** @description What the runs' model calls cost then and now, in all. */
+            before: components["schemas"]["Totals"];
+            /**
+             * Format: uint64
+             * @description Of them, changed.
+             */
+            changed: number;
+            /**
+             * Format: double
+             * @description Cost per 1,000 runs, now.
+             */
+            cost_per_1000_after: number;
+            /**
+             * Format: double
+             * @description Cost per 1,000 runs, then (US dollars).
+             */
+            cost_per_1000_before: number;
+            /**
+             * Format: double
+             * @description What the judges' model calls cost, in all (US dollars; counted against the budget).
+             */
+            evaluation_cost_usd: number;
+            /**
+             * Format: uint64
+             * @description Whose recompute failed.
+             */
+            failed: number;
+            /**
+             * Format: uint64
+             * @description Judged improved.
+             */
+            improved: number;
+            /** @description Per evaluator: the mean score, old and new (over the runs it scored). */
+            means: components["schemas"]["Score"][];
+            /**
+             * Format: uint64
+             * @description Judged regressed.
+             */
+            regressed: number;
+            /**
+             * Format: uint64
+             * @description Runs recomputed.
+             */
+            runs: number;
+            /**
+             * Format: uint64
+             * @description Runs of the population not recomputed (the budget was spent, it was cancelled, or it
+             *     is still at work).
+             */
+            skipped: number;
+            /**
+             * Format: uint64
+             * @description Unchanged.
+             */
+            unchanged: number;
         };
         /** @description A handler failed. */
         FailTask: {
@@ -1665,6 +1992,17 @@ export interface components {
          * @enum {string}
          */
         InterruptKind: "approval" | "input" | "event" | "timer";
+        /**
+         * @description An `llm` judge: one of the workflow's model bindings compares the old and new outputs by a
+         *     rubric and answers better, same or worse, with its reason (a run whose output did not change
+         *     is not sent: it is the same).
+         */
+        Judge: {
+            /** @description The model binding that judges (the workflow's, before the change rebinds any). */
+            model: string;
+            /** @description What "better" means here, for the model. */
+            rubric: string;
+        };
         /** @description A link made. */
         LinkMade: {
             /**
@@ -1745,6 +2083,32 @@ export interface components {
             message: string;
             /** @description The step that asked. */
             step: string;
+        };
+        /** @description Which past runs: one workflow's, narrowed by status and time, or by id; then a sample. */
+        Population: {
+            /** @description Exactly these runs (each must be of the workflow); the filters above then do not apply. */
+            ids?: string[];
+            /**
+             * Format: uint32
+             * @description At most this many of them, drawn at random with `seed` (the same seed, the same runs).
+             */
+            sample?: number | null;
+            /**
+             * Format: uint64
+             * @description The sample's seed (default 0).
+             * @default 0
+             */
+            seed: number;
+            /** @description Only runs created at or after this instant (RFC 3339). */
+            since?: string | null;
+            /** @description Only runs started by this user (`ann`, `schedule:…`, `trigger:…`). */
+            started_by?: string | null;
+            /** @description Only runs that ended so (default: completed). */
+            status?: components["schemas"]["RunStatus"] | null;
+            /** @description Only runs created before this instant (RFC 3339). */
+            until?: string | null;
+            /** @description The workflow whose runs are taken. */
+            workflow: string;
         };
         /** @description The body of an error answer. */
         Problem: {
@@ -2126,6 +2490,26 @@ export interface components {
             spec: unknown;
             /** @description Its workflow. */
             workflow: string;
+        };
+        /** @description One evaluator's score of one run. */
+        Score: {
+            /** @description Why there is no score (the expression failed, there is no output). */
+            error?: string | null;
+            /** @description The evaluator. */
+            name: string;
+            /**
+             * Format: double
+             * @description The recomputed output's score; for `compare` and `judge`, the change judged: 0 no worse
+             *     (true, same), −1 a regression (false, worse), 1 better, or the number a `compare` gave.
+             */
+            new?: number | null;
+            /**
+             * Format: double
+             * @description The recorded output's score (`compare`: none).
+             */
+            old?: number | null;
+            /** @description A judge's reason for its verdict. */
+            reason?: string | null;
         };
         /** @description An event to store. */
         SendEvent: {
@@ -2660,6 +3044,11 @@ export interface components {
             /** @description Per step path whose usage differs, in the report's step order. */
             steps: components["schemas"]["StepUsageChange"][];
         };
+        /**
+         * @description What a run did under the change, judged by the evaluators. `improved`: No evaluator scored it lower, and one higher. `regressed`: An evaluator scored it lower, or the recompute failed where the run had not. `same`: Every evaluator scored it the same (or there are none).
+         * @enum {string}
+         */
+        Verdict: "improved" | "regressed" | "same";
         /** @description One version of a workflow. */
         VersionInfo: {
             /** @description Its definition hash. */
@@ -3314,6 +3703,386 @@ export interface operations {
             };
             /** @description Not Found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    listExperiments: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Newest first. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentSummary"][];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    startExperiment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExperimentSpec"];
+            };
+        };
+        responses: {
+            /** @description Started. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentSummary"];
+                };
+            };
+            /** @description Bad Request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Payload Too Large */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unsupported Media Type */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable Entity */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    showExperiment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The experiment. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentDetails"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    cancelExperiment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Cancelled. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentSummary"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Too Many Requests */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Internal Server Error */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    resumeExperiment: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Going on. */
+            202: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ExperimentSummary"];
+                };
+            };
+            /** @description Unauthorized */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Forbidden */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not Found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

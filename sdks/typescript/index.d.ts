@@ -114,6 +114,14 @@ export declare class Client {
   };
   readonly queues: { list(): Promise<S<"QueueList">> };
   readonly workers: { list(): Promise<S<"WorkerList">> };
+  readonly experiments: {
+    start(spec: S<"ExperimentSpec">): Promise<S<"ExperimentSummary">>;
+    list(): Promise<S<"ExperimentSummary">[]>;
+    get(experimentId: string): Promise<S<"ExperimentDetails">>;
+    cancel(experimentId: string): Promise<S<"ExperimentSummary">>;
+    resume(experimentId: string): Promise<S<"ExperimentSummary">>;
+    wait(experimentId: string, options?: { timeoutMs?: number; pollMs?: number }): Promise<S<"ExperimentDetails">>;
+  };
   /** Any other request (an operation this client has no method for yet). */
   request(method: string, path: string, body?: unknown, retries?: number): Promise<any>;
 }

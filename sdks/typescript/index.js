@@ -184,6 +184,26 @@ export class Client {
     };
     this.queues = { list: () => request("GET", "/v1/queues", undefined, 3) };
     this.workers = { list: () => request("GET", "/v1/workers", undefined, 3) };
+    const experiment = (id, verb) => request("POST", `/v1/experiments/${seg(id)}/${verb}`);
+    this.experiments = {
+      /** Starts an experiment (DESIGN §18): the server recomputes its runs in the background. */
+      start: (spec) => request("POST", "/v1/experiments", spec),
+      list: () => request("GET", "/v1/experiments", undefined, 3),
+      /** The experiment and its report (of the runs recomputed so far while it runs). */
+      get: (id) => request("GET", `/v1/experiments/${seg(id)}`, undefined, 3),
+      cancel: (id) => experiment(id, "cancel"),
+      resume: (id) => experiment(id, "resume"),
+      /** Polls until the experiment has ended. */
+      wait: async (id, { timeoutMs = 600_000, pollMs = 250 } = {}) => {
+        const deadline = Date.now() + timeoutMs;
+        for (;;) {
+          const details = await this.experiments.get(id);
+          if (details.status !== "running") return details;
+          if (Date.now() > deadline) throw new Error(`experiment ${id} is still running after ${timeoutMs} ms`);
+          await new Promise((resolve) => setTimeout(resolve, pollMs));
+        }
+      },
+    };
   }
 
   health() {

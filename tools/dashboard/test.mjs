@@ -588,10 +588,55 @@ steps:
   await new Promise((r) => setTimeout(r, 1500));
   assert.equal(await operator.locator('main h1').first().textContent(), 'Runs', 'the last view clicked (Runs) is the one shown');
 
+  step('an experiment: a change tried on four past runs; its report says what improved and regressed, regressions first');
+  const greeted = {};
+  for (const name of ['Bo', 'Cyd', 'Dominique', 'Evangeline']) {
+    const started = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name }, wait_seconds: 10 });
+    assert.equal(started.body.status, 'suspended', JSON.stringify(started.body));
+    const decided = await call(lee, 'POST', `/v1/interrupts/${started.body.run_id}.${started.body.pending[0].id}/decision`, { decision: 'approve' });
+    assert.equal(decided.status, 200, JSON.stringify(decided.body));
+    greeted[name] = started.body.run_id;
+  }
+  // Dominique is greeted longer than version 2 does (a better `length`), Evangeline shorter
+  // (worse); the others alike.
+  const reworded = GREET_V2.replace("'Hi there, ' ~ input.name", "('Hi there, dear ' if input.name == 'Dominique' else ('Yo ' if input.name == 'Evangeline' else 'Hi there, ')) ~ input.name");
+  let experiment;
+  for (let i = 0; i < 100; i++) {
+    const states = await Promise.all(Object.values(greeted).map((id) => call(ann, 'GET', `/v1/runs/${id}`)));
+    if (states.every((r) => r.body.status === 'completed')) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  experiment = await call(ann, 'POST', '/v1/experiments', {
+    experiment: 'friendlier greeting', runs: { workflow: 'greet', ids: Object.values(greeted) }, change: { source: reworded },
+    evaluators: [{ name: 'length', check: 'output | length' }, { name: 'a string', schema: { type: 'string' } }],
+  });
+  assert.equal(experiment.status, 202, JSON.stringify(experiment.body));
+  await operator.getByRole('link', { name: 'Experiments' }).click();
+  await operator.locator(`[data-experiment="${experiment.body.id}"]`).getByRole('link', { name: 'friendlier greeting' }).click();
+  await operator.locator('.spread .status.s-completed').first().waitFor();
+  for (const [total, text] of [['improved', '1 improved'], ['regressed', '1 regressed'], ['same', '2 same'], ['not recomputed', '0 not recomputed']]) {
+    assert.equal((await operator.locator(`[data-total="${total}"]`).textContent()).trim(), text);
+  }
+  const lengths = await operator.locator('[data-evaluator="length"] svg').getAttribute('aria-label');
+  const now = [...lengths.matchAll(/(\d+) now/g)].reduce((sum, m) => sum + Number(m[1]), 0);
+  const then = [...lengths.matchAll(/(\d+) then/g)].reduce((sum, m) => sum + Number(m[1]), 0);
+  assert.deepEqual([then, now], [4, 4], `every run scored then and now: ${lengths}`);
+  assert.match(lengths, /25: 0 then, 1 now/, `Dominique's greeting is 25 long now: ${lengths}`);
+  const rowOrder = await operator.locator('table[aria-label="Runs recomputed"] tbody tr').evaluateAll((rows) => rows.map((r) => r.dataset.run));
+  assert.deepEqual(rowOrder.slice(0, 2), [greeted.Evangeline, greeted.Dominique], 'the regression first, then the improvement');
+  await operator.screenshot({ path: join(shots, 'experiment.png'), fullPage: true });
+  const worse = operator.locator(`tr[data-run="${greeted.Evangeline}"] details`);
+  await worse.locator('summary').click();
+  await worse.getByText('"Yo Evangeline!"').waitFor();
+  await worse.getByRole('button', { name: 'Compare step by step' }).click();
+  await operator.waitForURL(new RegExp(`#/diff/${greeted.Evangeline}\\?with=`));
+  await operator.getByText('Yo Evangeline!').first().waitFor();
+
   step('phones: no view is wider than the screen at 360 and 390 px');
   const waitingForPhone = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Gus' }, wait_seconds: 10 });
   const phoneViews = [['runs', '#/runs'], ['run', `#/runs/${research.body.run_id}`], ['run-waiting', `#/runs/${waitingForPhone.body.run_id}`],
-    ['inbox', '#/inbox'], ['workflows', '#/workflows'], ['workflow', '#/workflows/greet'], ['workers', '#/workers'], ['diff', diffUrl.slice(diffUrl.indexOf('#'))]];
+    ['inbox', '#/inbox'], ['workflows', '#/workflows'], ['workflow', '#/workflows/greet'], ['workers', '#/workers'], ['diff', diffUrl.slice(diffUrl.indexOf('#'))],
+    ['experiments', '#/experiments'], ['experiment', `#/experiments/${experiment.body.id}`]];
   for (const width of [360, 390]) {
     const phone = await person(admin, { viewport: { width, height: 800 }, isMobile: true, hasTouch: true });
     for (const [name, hash] of phoneViews) {
@@ -616,7 +661,8 @@ steps:
     const waitingForDocs = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Hal' }, wait_seconds: 10 });
     const shown = key('dana', 'admin', 'approver');
     const docViews = [['runs', '#/runs'], ['run', `#/runs/${research.body.run_id}`], ['run-waiting', `#/runs/${waitingForDocs.body.run_id}`],
-      ['inbox', '#/inbox'], ['workflows', '#/workflows'], ['workers', '#/workers'], ['diff', diffUrl.slice(diffUrl.indexOf('#'))]];
+      ['inbox', '#/inbox'], ['workflows', '#/workflows'], ['workers', '#/workers'], ['diff', diffUrl.slice(diffUrl.indexOf('#'))],
+      ['experiment', `#/experiments/${experiment.body.id}`]];
     for (const [width, height] of [[1366, 860], [390, 844]]) {
       for (const colorScheme of ['light', 'dark']) {
         const page = await person(shown, { viewport: { width, height }, colorScheme, isMobile: width < 500 });

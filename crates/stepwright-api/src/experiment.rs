@@ -70,14 +70,25 @@ pub struct Population {
     pub seed: u64,
 }
 
-/// The change tried.
+/// The change tried: at most one of `file`, `source` and `version` (none: each run's own
+/// definition), then `rebind` and `from`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Change {
-    /// A new version of the workflow file (relative to the experiment file); default: each
-    /// run's own definition. It is compiled, never registered.
+    /// A new version of the workflow file (relative to the experiment file; the CLI reads it
+    /// — a server reads no file of its callers: send `source`). Compiled, never registered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<String>,
+    /// A new version of the workflow file, its text (YAML). Compiled, never registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// The files `source` calls (`workflow: parts/x.yaml`), by path relative to it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
+    /// A registered version of the workflow (`GET /v1/workflows/{name}` lists them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub version: Option<u32>,
     /// `NAME: OTHER`: calls to model binding NAME go to binding OTHER (its endpoint and model).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rebind: BTreeMap<String, String>,
@@ -120,14 +131,26 @@ pub struct Evaluator {
     pub judge: Option<Judge>,
 }
 
-/// How an experiment ended.
+/// How an experiment stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ExperimentStatus {
+    /// Not ended: a process is at work on it, or it was stopped and goes on when resumed.
+    Running,
     /// Every run of the population was recomputed.
     Completed,
     /// The budget was spent: the runs left were not recomputed.
     BudgetSpent,
+    /// A person stopped it: the runs left were not recomputed.
+    Cancelled,
+}
+
+impl ExperimentStatus {
+    /// Whether it ended (nothing more is recomputed).
+    #[must_use]
+    pub fn ended(self) -> bool {
+        self != Self::Running
+    }
 }
 
 /// What a run did under the change, judged by the evaluators.
@@ -206,7 +229,8 @@ pub struct ExperimentTotals {
     pub regressed: u64,
     /// Whose recompute failed.
     pub failed: u64,
-    /// Runs of the population left out when the budget was spent.
+    /// Runs of the population not recomputed (the budget was spent, it was cancelled, or it
+    /// is still at work).
     pub skipped: u64,
     /// What the runs' model calls cost then and now, in all.
     pub before: Totals,
@@ -229,7 +253,7 @@ pub struct ExperimentReport {
     pub experiment: String,
     /// The workflow.
     pub workflow: String,
-    /// How it ended.
+    /// How it stands (while `running`, the report is of the runs recomputed so far).
     pub status: ExperimentStatus,
     /// The totals.
     pub totals: ExperimentTotals,
@@ -237,4 +261,41 @@ pub struct ExperimentReport {
     pub look_first: Vec<String>,
     /// Every run recomputed, in the population's order.
     pub runs: Vec<ExperimentRun>,
+}
+
+/// An experiment as `GET /v1/experiments` lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ExperimentSummary {
+    /// Its id.
+    pub id: String,
+    /// Its name.
+    pub experiment: String,
+    /// The workflow whose runs it recomputes.
+    pub workflow: String,
+    /// How it stands.
+    pub status: ExperimentStatus,
+    /// When it started (microseconds since the Unix epoch).
+    pub created_at: i64,
+    /// The runs of its population.
+    pub runs: u64,
+}
+
+/// One experiment: what it was started with and its report (while it runs, of the runs
+/// recomputed so far).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ExperimentDetails {
+    /// Its id.
+    pub id: String,
+    /// How it stands.
+    pub status: ExperimentStatus,
+    /// When it started (microseconds since the Unix epoch).
+    pub created_at: i64,
+    /// The spec it runs, its population fixed by id when it began.
+    pub spec: ExperimentSpec,
+    /// The runs of its population.
+    pub runs: u64,
+    /// Of them, recomputed so far.
+    pub recomputed: u64,
+    /// What it found.
+    pub report: ExperimentReport,
 }

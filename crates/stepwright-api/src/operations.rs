@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::{Role, RunDetails, history, interrupt, run, schedule, session, stream, trigger, webhook, workflow};
 
+mod experiments;
 mod tasks;
 
 /// An HTTP method the API uses.
@@ -149,6 +150,11 @@ pub enum OperationId {
     ListTasks,
     ListQueues,
     ListWorkers,
+    StartExperiment,
+    ListExperiments,
+    ShowExperiment,
+    CancelExperiment,
+    ResumeExperiment,
 }
 
 impl OperationId {
@@ -803,6 +809,7 @@ pub fn operations() -> Vec<Operation> {
     ]
     .into_iter()
     .chain(tasks::operations())
+    .chain(experiments::operations())
     .collect()
 }
 

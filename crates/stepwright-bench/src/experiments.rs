@@ -80,7 +80,7 @@ pub(crate) fn x2(runs: usize) -> X2 {
                 sample: None,
                 seed: 0,
             },
-            change: Change { file: None, rebind: replacements.clone(), from: None },
+            change: Change { rebind: replacements.clone(), ..Change::default() },
             evaluators: vec![
                 Evaluator {
                     name: "shape".into(),

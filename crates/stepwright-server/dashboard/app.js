@@ -8,6 +8,7 @@
 // server from the API's contract (`stepwright-api`), so the names it lists are not copies.
 
 import { diffView } from './diff.js';
+import { experimentView, experimentsView } from './experiments.js';
 import { inboxView, linkView } from './inbox.js';
 import { runView } from './run.js';
 import { runsView } from './runs.js';
@@ -41,6 +42,8 @@ export async function route() {
     if (parts[0] === 'workflows' && parts[1]) return await workflowView(parts[1]);
     if (parts[0] === 'workflows') return await workflowsView();
     if (parts[0] === 'workers') return await workersView();
+    if (parts[0] === 'experiments' && parts[1]) return await experimentView(parts[1]);
+    if (parts[0] === 'experiments') return await experimentsView();
     if (parts[0] === 'diff' && parts[1]) return await diffView(parts[1], params);
     return await runsView(params);
   } catch (e) {

@@ -33,6 +33,7 @@ const FILES: &[(&str, Asset)] = &[
     ("app.css", Asset { body: include_str!("../dashboard/app.css"), content_type: "text/css; charset=utf-8" }),
     ("app.js", Asset { body: include_str!("../dashboard/app.js"), content_type: SCRIPT }),
     ("diff.js", Asset { body: include_str!("../dashboard/diff.js"), content_type: SCRIPT }),
+    ("experiments.js", Asset { body: include_str!("../dashboard/experiments.js"), content_type: SCRIPT }),
     ("forms.js", Asset { body: include_str!("../dashboard/forms.js"), content_type: SCRIPT }),
     ("graph.js", Asset { body: include_str!("../dashboard/graph.js"), content_type: SCRIPT }),
     ("history.js", Asset { body: include_str!("../dashboard/history.js"), content_type: SCRIPT }),

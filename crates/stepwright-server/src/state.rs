@@ -76,6 +76,8 @@ pub struct Shared {
     workflows: Mutex<HashMap<stepwright_core::ContentHash, Workflow>>,
     /// The step workers this process heard from (`GET /v1/workers`, `/v1/queues`).
     pub(crate) workers: crate::workers::Workers,
+    /// The experiments this process recomputes now (a second `resume` of one is refused).
+    pub(crate) experiments_at_work: Mutex<std::collections::HashSet<stepwright_core::RunId>>,
 }
 
 impl Shared {
@@ -111,6 +113,7 @@ impl Shared {
             workflows: Mutex::default(),
             registered: Mutex::default(),
             workers: crate::workers::Workers::default(),
+            experiments_at_work: Mutex::default(),
         }
     }
 

@@ -228,5 +228,22 @@ def list_workers() -> Call[m.WorkerList]:
     return Call("GET", "/v1/workers", retries=3)
 
 
+# Experiments.
+def start_experiment(spec: dict[str, Any]) -> Call[m.ExperimentSummary]:
+    return Call("POST", "/v1/experiments", json=spec)
+
+
+def list_experiments() -> Call[list[m.ExperimentSummary]]:
+    return Call("GET", "/v1/experiments", retries=3)
+
+
+def show_experiment(experiment_id: str) -> Call[m.ExperimentDetails]:
+    return Call("GET", f"/v1/experiments/{_seg(experiment_id)}", retries=3)
+
+
+def experiment_action(experiment_id: str, action: str) -> Call[m.ExperimentSummary]:
+    return Call("POST", f"/v1/experiments/{_seg(experiment_id)}/{action}")
+
+
 def health() -> Call[m.Health]:
     return Call("GET", "/v1/health", retries=3)

@@ -325,6 +325,40 @@ class _AsyncWorkers(_AsyncListing):
         return await self._c._send(calls.list_workers())
 
 
+class _AsyncExperiments:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def start(self, spec: dict[str, Any]) -> m.ExperimentSummary:
+        """Starts an experiment (DESIGN §18): the server recomputes its runs in the background."""
+        return await self._c._send(calls.start_experiment(spec))
+
+    async def list(self) -> list[m.ExperimentSummary]:
+        return await self._c._send(calls.list_experiments())
+
+    async def get(self, experiment_id: str) -> m.ExperimentDetails:
+        """The experiment and its report (of the runs recomputed so far while it runs)."""
+        return await self._c._send(calls.show_experiment(experiment_id))
+
+    async def cancel(self, experiment_id: str) -> m.ExperimentSummary:
+        return await self._c._send(calls.experiment_action(experiment_id, "cancel"))
+
+    async def resume(self, experiment_id: str) -> m.ExperimentSummary:
+        return await self._c._send(calls.experiment_action(experiment_id, "resume"))
+
+    async def wait(self, experiment_id: str, *, timeout: float = 600.0, poll: float = 0.25) -> m.ExperimentDetails:
+        """Polls until the experiment has ended (or ``timeout`` seconds pass: ``TimeoutError``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            details = await self.get(experiment_id)
+            if details["status"] != "running":
+                return details
+            if loop.time() > deadline:
+                raise TimeoutError(f"experiment {experiment_id} is still running after {timeout} s")
+            await asyncio.sleep(poll)
+
+
 class AsyncClient:
     """``AsyncClient(base_url, api_key)``: :class:`stepwright.Client` for asyncio."""
 
@@ -344,6 +378,7 @@ class AsyncClient:
         self.tasks = _AsyncTasks(self)
         self.queues = _AsyncQueues(self)
         self.workers = _AsyncWorkers(self)
+        self.experiments = _AsyncExperiments(self)
 
     async def health(self) -> m.Health:
         return await self._send(calls.health())

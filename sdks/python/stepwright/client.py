@@ -364,6 +364,39 @@ class _Workers(_Listing):
         return self._c._send(calls.list_workers())
 
 
+class _Experiments:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def start(self, spec: dict[str, Any]) -> m.ExperimentSummary:
+        """Starts an experiment (DESIGN §18): the server recomputes its runs in the background."""
+        return self._c._send(calls.start_experiment(spec))
+
+    def list(self) -> list[m.ExperimentSummary]:
+        return self._c._send(calls.list_experiments())
+
+    def get(self, experiment_id: str) -> m.ExperimentDetails:
+        """The experiment and its report (of the runs recomputed so far while it runs)."""
+        return self._c._send(calls.show_experiment(experiment_id))
+
+    def cancel(self, experiment_id: str) -> m.ExperimentSummary:
+        return self._c._send(calls.experiment_action(experiment_id, "cancel"))
+
+    def resume(self, experiment_id: str) -> m.ExperimentSummary:
+        return self._c._send(calls.experiment_action(experiment_id, "resume"))
+
+    def wait(self, experiment_id: str, *, timeout: float = 600.0, poll: float = 0.25) -> m.ExperimentDetails:
+        """Polls until the experiment has ended (or ``timeout`` seconds pass: ``TimeoutError``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            details = self.get(experiment_id)
+            if details["status"] != "running":
+                return details
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"experiment {experiment_id} is still running after {timeout} s")
+            time.sleep(poll)
+
+
 class Client:
     """``Client(base_url, api_key)``: the API's resources as methods that return its typed
     JSON answers and raise :class:`stepwright.StepwrightError` subclasses for problems."""
@@ -384,6 +417,7 @@ class Client:
         self.tasks = _Tasks(self)
         self.queues = _Queues(self)
         self.workers = _Workers(self)
+        self.experiments = _Experiments(self)
 
     def health(self) -> m.Health:
         return self._send(calls.health())

@@ -18,6 +18,7 @@ __all__ = [
     "CancelOutcome",
     "CancelRun",
     "Cancelled",
+    "Change",
     "CheckApprovers",
     "ChunkItem",
     "ChunkKind",
@@ -35,9 +36,17 @@ __all__ = [
     "DeferTask",
     "DeliveryView",
     "ErrorView",
+    "Evaluator",
     "EventDetails",
     "EventSent",
     "EventView",
+    "ExperimentDetails",
+    "ExperimentReport",
+    "ExperimentRun",
+    "ExperimentSpec",
+    "ExperimentStatus",
+    "ExperimentSummary",
+    "ExperimentTotals",
     "FailTask",
     "FireView",
     "ForkRun",
@@ -50,6 +59,7 @@ __all__ = [
     "InboxItem",
     "InboxMessage",
     "InterruptKind",
+    "Judge",
     "LinkMade",
     "LinkView",
     "ModelBinding",
@@ -57,6 +67,7 @@ __all__ = [
     "NewWebhook",
     "ParentView",
     "PendingView",
+    "Population",
     "Problem",
     "Protocols",
     "QueueList",
@@ -76,6 +87,7 @@ __all__ = [
     "RunSummary",
     "ScheduleDetails",
     "ScheduleView",
+    "Score",
     "SendEvent",
     "Session",
     "SignIn",
@@ -112,6 +124,7 @@ __all__ = [
     "TriggerView",
     "Triggered",
     "UsageChange",
+    "Verdict",
     "VersionInfo",
     "WakeChannel",
     "WebhookView",
@@ -141,6 +154,10 @@ journaled. `progress`: How far the handler got: a `step.progress` event on the r
 
 DecisionKind = Literal["approve", "reject", "modify", "respond"]
 """What is decided. `approve`: Go ahead. `reject`: Do not. `modify`: Go ahead with a corrected payload. `respond`: Answer an input or event request."""
+
+
+ExperimentStatus = Literal["running", "completed", "budget_spent", "cancelled"]
+"""How an experiment stands. `running`: Not ended: a process is at work on it, or it was stopped and goes on when resumed. `completed`: Every run of the population was recomputed. `budget_spent`: The budget was spent: the runs left were not recomputed. `cancelled`: A person stopped it: the runs left were not recomputed."""
 
 
 HeldBy = Literal["debounced", "batched"]
@@ -177,6 +194,10 @@ TaskOutcome = Literal["complete", "fail", "cancelled", "release"]
 
 TaskStatus = Literal["pending", "claimed", "completed", "failed", "lapsed", "no_worker", "cancelled"]
 """Where a task is in its life. `pending`: Waiting for a worker. `claimed`: A worker holds it. `completed`: The handler returned an output. `failed`: The handler failed. `lapsed`: The worker's lease ran out. `no_worker`: Nobody claimed it before its `schedule_to_start`. `cancelled`: The handler stopped on a cancel."""
+
+
+Verdict = Literal["improved", "regressed", "same"]
+"""What a run did under the change, judged by the evaluators. `improved`: No evaluator scored it lower, and one higher. `regressed`: An evaluator scored it lower, or the recompute failed where the run had not. `same`: Every evaluator scored it the same (or there are none)."""
 
 
 class ApproversChecked(TypedDict):
@@ -282,6 +303,9 @@ class Cancelled(_CancelledRequired, total=False):
     """What a cancel did."""
     executed_by: str | None
     """The worker that executes it and stops it, for `requested`."""
+
+
+Change = TypedDict("Change", {"file": str | None, "files": dict[str, str], "from": str | None, "rebind": dict[str, str], "source": str | None, "version": int | None}, total=False)
 
 
 class CheckApprovers(TypedDict):
@@ -465,6 +489,27 @@ class ErrorView(TypedDict):
     """What happened."""
 
 
+class _EvaluatorRequired(TypedDict):
+    name: str
+    """What the report calls its score."""
+
+
+class Evaluator(_EvaluatorRequired, total=False):
+    """One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`."""
+    check: str | None
+    """An expression over `output` and `input`, scored on the old and on the new output: true
+    is 1, false 0, a number itself (`output.score`, `output.items | length`).
+    """
+    compare: str | None
+    """An expression over `old`, `new` and `input`: true is no worse, false a regression; a
+    number above 0 an improvement, below 0 a regression (`new.category == old.category`).
+    """
+    judge: Judge | None
+    """A model compares the outputs by a rubric: better is 1, same 0, worse −1."""
+    schema: Any
+    """A JSON Schema the output must meet: scores 1 when it does, 0 when not (old and new)."""
+
+
 class _EventDetailsRequired(TypedDict):
     fires: list[FireView]
     """What each trigger did with it: the run it started, or why none."""
@@ -511,6 +556,144 @@ class EventView(_EventViewRequired, total=False):
     """An event as the API shows it."""
     idempotency_key: str | None
     """Its idempotency key."""
+
+
+class ExperimentDetails(TypedDict):
+    """One experiment: what it was started with and its report (while it runs, of the runs
+    recomputed so far).
+    """
+    created_at: int
+    """When it started (microseconds since the Unix epoch)."""
+    id: str
+    """Its id."""
+    recomputed: int
+    """Of them, recomputed so far."""
+    report: ExperimentReport
+    """What it found."""
+    runs: int
+    """The runs of its population."""
+    spec: ExperimentSpec
+    """The spec it runs, its population fixed by id when it began."""
+    status: ExperimentStatus
+    """How it stands."""
+
+
+class ExperimentReport(TypedDict):
+    """What an experiment found."""
+    experiment: str
+    """Its name."""
+    look_first: list[str]
+    """The runs to look at first: regressions, then the largest diffs (at most 10)."""
+    runs: list[ExperimentRun]
+    """Every run recomputed, in the population's order."""
+    status: ExperimentStatus
+    """How it stands (while `running`, the report is of the runs recomputed so far)."""
+    totals: ExperimentTotals
+    """The totals."""
+    workflow: str
+    """The workflow."""
+
+
+class _ExperimentRunRequired(TypedDict):
+    changed: bool
+    """Whether what the run did changed: its output, a step's value (a model call's own record
+    aside: it names the model), a decision, how it ended.
+    """
+    changed_steps: list[str]
+    """The steps whose value changed, failed or broke their schema, by path (model call
+    records aside).
+    """
+    diff: list[str]
+    """The output's differences, as `pointer: before → after` lines."""
+    elapsed_ms: float
+    """How long the recompute took, in milliseconds."""
+    run: str
+    """The run."""
+    scores: list[Score]
+    """Each evaluator's score."""
+    status: RunStatus
+    """How the recompute ended."""
+    usage: UsageChange
+    """Model usage and cost, then and now."""
+    verdict: Verdict
+    """The judgement."""
+
+
+class ExperimentRun(_ExperimentRunRequired, total=False):
+    """One run of the population, recomputed."""
+    error: ErrorView | None
+    """Why it failed, if it did."""
+    evaluation_cost_usd: float
+    """What the judges' model calls cost (US dollars)."""
+
+
+class _ExperimentSpecRequired(TypedDict):
+    experiment: str
+    """Its name (what reports and listings call it)."""
+    runs: Population
+    """The past runs to recompute."""
+
+
+class ExperimentSpec(_ExperimentSpecRequired, total=False):
+    """An experiment: which runs, what change, how each is scored."""
+    budget_usd: float | None
+    """Stop starting recomputes once their model calls cost this many US dollars; the report
+    then says `budget_spent` and how many runs it left.
+    """
+    change: Change
+    """What is tried on them (nothing: each run's own definition, again — a determinism check)."""
+    concurrency: int | None
+    """How many runs are recomputed at once (1–64; default 4)."""
+    evaluators: list[Evaluator]
+    """How each run's output is scored, old against new."""
+
+
+class ExperimentSummary(TypedDict):
+    """An experiment as `GET /v1/experiments` lists it."""
+    created_at: int
+    """When it started (microseconds since the Unix epoch)."""
+    experiment: str
+    """Its name."""
+    id: str
+    """Its id."""
+    runs: int
+    """The runs of its population."""
+    status: ExperimentStatus
+    """How it stands."""
+    workflow: str
+    """The workflow whose runs it recomputes."""
+
+
+class ExperimentTotals(TypedDict):
+    """The totals of an experiment."""
+    after: Totals
+    """The same, recomputed."""
+    before: Totals
+    """What the runs' model calls cost then and now, in all."""
+    changed: int
+    """Of them, changed."""
+    cost_per_1000_after: float
+    """Cost per 1,000 runs, now."""
+    cost_per_1000_before: float
+    """Cost per 1,000 runs, then (US dollars)."""
+    evaluation_cost_usd: float
+    """What the judges' model calls cost, in all (US dollars; counted against the budget)."""
+    failed: int
+    """Whose recompute failed."""
+    improved: int
+    """Judged improved."""
+    means: list[Score]
+    """Per evaluator: the mean score, old and new (over the runs it scored)."""
+    regressed: int
+    """Judged regressed."""
+    runs: int
+    """Runs recomputed."""
+    skipped: int
+    """Runs of the population not recomputed (the budget was spent, it was cancelled, or it
+    is still at work).
+    """
+    unchanged: int
+    """Unchanged."""
 
 
 class FailTask(TypedDict):
@@ -642,6 +825,17 @@ class InboxMessage(TypedDict):
     """The message (any JSON, `null` too)."""
 
 
+class Judge(TypedDict):
+    """An `llm` judge: one of the workflow's model bindings compares the old and new outputs by a
+    rubric and answers better, same or worse, with its reason (a run whose output did not change
+    is not sent: it is the same).
+    """
+    model: str
+    """The model binding that judges (the workflow's, before the change rebinds any)."""
+    rubric: str
+    """What "better" means here, for the model."""
+
+
 class LinkMade(TypedDict):
     """A link made."""
     expires_at: int
@@ -718,6 +912,29 @@ class PendingView(_PendingViewRequired, total=False):
     """An open interrupt of a run."""
     deadline: int | None
     """When its `on_timeout` applies (for a timer: when it fires), µs since the epoch."""
+
+
+class _PopulationRequired(TypedDict):
+    workflow: str
+    """The workflow whose runs are taken."""
+
+
+class Population(_PopulationRequired, total=False):
+    """Which past runs: one workflow's, narrowed by status and time, or by id; then a sample."""
+    ids: list[str]
+    """Exactly these runs (each must be of the workflow); the filters above then do not apply."""
+    sample: int | None
+    """At most this many of them, drawn at random with `seed` (the same seed, the same runs)."""
+    seed: int
+    """The sample's seed (default 0)."""
+    since: str | None
+    """Only runs created at or after this instant (RFC 3339)."""
+    started_by: str | None
+    """Only runs started by this user (`ann`, `schedule:…`, `trigger:…`)."""
+    status: RunStatus | None
+    """Only runs that ended so (default: completed)."""
+    until: str | None
+    """Only runs created before this instant (RFC 3339)."""
 
 
 class _ProblemRequired(TypedDict):
@@ -1007,6 +1224,25 @@ class ScheduleView(_ScheduleViewRequired, total=False):
     """A schedule as the API shows it."""
     next_fire_at: int | None
     """When its next tick fires (µs since the epoch; none past its end)."""
+
+
+class _ScoreRequired(TypedDict):
+    name: str
+    """The evaluator."""
+
+
+class Score(_ScoreRequired, total=False):
+    """One evaluator's score of one run."""
+    error: str | None
+    """Why there is no score (the expression failed, there is no output)."""
+    new: float | None
+    """The recomputed output's score; for `compare` and `judge`, the change judged: 0 no worse
+    (true, same), −1 a regression (false, worse), 1 better, or the number a `compare` gave.
+    """
+    old: float | None
+    """The recorded output's score (`compare`: none)."""
+    reason: str | None
+    """A judge's reason for its verdict."""
 
 
 class _SendEventRequired(TypedDict):

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stepwright import AsyncClient, Client, NotFound
+from stepwright import AsyncClient, Client, Conflict, NotFound
 
 HERE = Path(__file__).resolve().parent
 
@@ -95,6 +95,21 @@ def test_every_resource_answers_through_the_client(server: Any, namespace: str) 
         assert c.queues.list()["queues"] == [] and c.workers.list()["workers"] == []
         assert c.tasks.list() == []
 
+        spec = {"experiment": "again", "runs": {"workflow": "everything", "ids": [run["run_id"]]}, "evaluators": [{"name": "same", "compare": "new == old"}]}
+        started = c.experiments.start(spec)
+        assert (started["experiment"], started["runs"]) == ("again", 1), started
+        ended = c.experiments.wait(started["id"], timeout=30)
+        assert ended["status"] == "completed" and ended["spec"]["runs"]["ids"] == [run["run_id"]], ended
+        totals = ended["report"]["totals"]
+        assert (totals["runs"], totals["unchanged"], totals["regressed"]) == (1, 1, 0), totals
+        assert [e["id"] for e in c.experiments.list()] == [started["id"]]
+        for verb in (c.experiments.cancel, c.experiments.resume):
+            try:
+                verb(started["id"])
+                raise AssertionError("an ended experiment is neither cancelled nor resumed")
+            except Conflict as e:
+                assert e.code == "experiment_ended"
+
 
 def test_the_async_client_has_the_same_resources(server: Any, namespace: str) -> None:
     key = server.key(namespace, "admin", "approver", "operator")
@@ -121,5 +136,13 @@ def test_the_async_client_has_the_same_resources(server: Any, namespace: str) ->
             await c.schedules.delete("everything", "hourly")
             assert await c.schedules.list() == []
             assert (await c.queues.list())["queues"] == []
+            started = await c.experiments.start({"experiment": "again", "runs": {"workflow": "everything", "ids": [run["run_id"]]}})
+            assert (await c.experiments.wait(started["id"], timeout=30))["report"]["totals"]["unchanged"] == 1
+            assert [e["id"] for e in await c.experiments.list()] == [started["id"]]
+            try:
+                await c.experiments.cancel(started["id"])
+                raise AssertionError("an ended experiment is not cancelled")
+            except Conflict:
+                pass
 
     asyncio.run(walk())

@@ -87,4 +87,13 @@ test("every resource answers through the client", async () => {
   assert.deepEqual((await c.queues.list()).queues, []);
   assert.deepEqual((await c.workers.list()).workers, []);
   assert.deepEqual(await c.tasks.list(), []);
+
+  const started = await c.experiments.start({ experiment: "again", runs: { workflow: "everything", ids: [run.run_id] }, evaluators: [{ name: "same", compare: "new == old" }] });
+  assert.deepEqual([started.experiment, started.runs], ["again", 1]);
+  const ended = await c.experiments.wait(started.id, { timeoutMs: 30_000 });
+  assert.deepEqual(ended.spec.runs.ids, [run.run_id]);
+  assert.deepEqual([ended.status, ended.report.totals.unchanged, ended.report.totals.regressed], ["completed", 1, 0]);
+  assert.deepEqual((await c.experiments.list()).map((e) => e.id), [started.id]);
+  await assert.rejects(c.experiments.cancel(started.id), (e) => e instanceof StepwrightError && e.status === 409 && e.code === "experiment_ended");
+  await assert.rejects(c.experiments.resume(started.id), (e) => e instanceof StepwrightError && e.status === 409);
 });

@@ -50,11 +50,17 @@ pub(crate) enum ExperimentsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// One experiment: its report once it ended, else how far it got.
+    /// Stop a running experiment (in this process or another): no run is started after
+    /// this; what was recomputed stays in its report.
+    Cancel {
+        /// The experiment's id.
+        id: String,
+    },
+    /// One experiment: its report once it ended, else of the runs recomputed so far.
     Show {
         /// The experiment's id.
         id: String,
-        /// One JSON object: the report (or the experiment so far).
+        /// One JSON object: the experiment, its spec and its report.
         #[arg(long)]
         json: bool,
     },

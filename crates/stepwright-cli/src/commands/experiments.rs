@@ -1,12 +1,17 @@
 //! `experiments`: a change tried on real past runs, recomputed in a sandbox (DESIGN §18),
-//! kept in the store as it goes so that a stopped one goes on (`resume`), and read back
-//! (`list`, `show`).
+//! kept in the store as it goes so that a stopped one goes on (`resume`), stopped (`cancel`)
+//! and read back (`list`, `show`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use stepwright::api::experiment::{ExperimentReport, ExperimentSpec, ExperimentTotals, Verdict};
-use stepwright::app::experiment::{Candidate, Keeping, begin_experiment, parse_experiment, run_experiment};
+use stepwright::api::experiment::{
+    ExperimentReport, ExperimentSpec, ExperimentStatus, ExperimentSummary, ExperimentTotals, Verdict,
+};
+use stepwright::app::experiment::{
+    Candidate, Keeping, begin_experiment, experiment_candidate, experiment_details, experiment_summary, kept_spec,
+    parse_experiment, run_experiment,
+};
 use stepwright::store::experiment::{ExperimentRecord, ExperimentState};
 
 use crate::args::ExperimentsCommand;
@@ -22,6 +27,7 @@ pub(crate) async fn experiments(g: &Globals<'_>, command: ExperimentsCommand) ->
         ExperimentsCommand::Resume { id, fail_on, json } => resume(g, &id, &fail_on, json).await,
         ExperimentsCommand::List { tenant, limit, json } => list(g, tenant, limit, json).await,
         ExperimentsCommand::Show { id, json } => show(g, &id, json).await,
+        ExperimentsCommand::Cancel { id } => cancel(g, &id).await,
     }
 }
 
@@ -38,10 +44,10 @@ async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&s
         spec.change.file = Some(path.canonicalize().unwrap_or(path).display().to_string());
     }
     let store = open_store(g.db).await?;
-    let candidate = candidate(g, &store, &spec).await?;
-    // An id as a run's: a UUIDv7 of now and the system's randomness.
-    let now = stepwright::store::quota::wall_now();
-    let id = stepwright::RunId::from_parts(now, stepwright::Entropy::bytes10(&stepwright::SystemEntropy::new()));
+    let candidate = candidate(g, &store, &spec, tenant).await?;
+    let engine = cli_engine(&store, false, g.flags);
+    let id = engine.new_id();
+    let now = engine.clock().now();
     let spec = begin_experiment(store.as_ref(), store.as_ref(), &spec, tenant, id, now).await?;
     eprintln!(
         "experiment {id}: {} runs (`stepwright experiments resume {id}` goes on if it is stopped)",
@@ -61,18 +67,28 @@ async fn resume(g: &Globals<'_>, id: &str, fail_on: &[String], json: bool) -> an
             record.state.as_str()
         ))));
     }
-    let spec: ExperimentSpec = serde_json::from_value(record.spec)
-        .map_err(|e| anyhow::anyhow!(BadInput(format!("experiment {id}: its kept spec does not read: {e}"))))?;
-    let candidate = candidate(g, &store, &spec).await?;
+    let spec = kept_spec(&record)?;
+    let candidate = candidate(g, &store, &spec, record.tenant.as_deref()).await?;
     go(g, &store, &spec, &candidate, record.tenant.as_deref(), id, &bounds, json).await
 }
 
 /// What the runs are recomputed with: the spec's change file, compiled (never registered),
-/// or each run's own definition; model calls count against the store's shared rate limits.
-async fn candidate(g: &Globals<'_>, store: &Arc<dyn CliStore>, spec: &ExperimentSpec) -> anyhow::Result<Candidate> {
+/// a `source` or registered `version` of the tenant's, or each run's own definition; model
+/// calls count against the store's shared rate limits.
+async fn candidate(
+    g: &Globals<'_>,
+    store: &Arc<dyn CliStore>,
+    spec: &ExperimentSpec,
+    tenant: Option<&str>,
+) -> anyhow::Result<Candidate> {
     let bindings = g.flags.bindings().sharing_limits_in(store.clone());
     let Some(path) = spec.change.file.as_deref().map(PathBuf::from) else {
-        return Ok(Candidate::EachRunsOwn(bindings));
+        if spec.change.version.is_some() && tenant.is_none() {
+            return Err(anyhow::anyhow!(BadInput(
+                "`change.version` is a version registered in a namespace: name it with --tenant".into()
+            )));
+        }
+        return Ok(experiment_candidate(store.as_ref(), tenant.unwrap_or_default(), spec, &bindings).await?);
     };
     let loaded =
         stepwright::flow::load_with(&path, &bindings.load_options()).map_err(stepwright::app::AppError::Load)?;
@@ -123,26 +139,19 @@ async fn kept(store: &Arc<dyn CliStore>, id: stepwright::RunId) -> anyhow::Resul
 async fn list(g: &Globals<'_>, tenant: Option<String>, limit: usize, json: bool) -> anyhow::Result<u8> {
     let store = open_store(g.db).await?;
     let all = store.experiments(tenant, limit).await?;
+    let rows: Vec<ExperimentSummary> = all.iter().map(experiment_summary).collect();
     if json {
-        let rows: Vec<serde_json::Value> = all
-            .iter()
-            .map(|e| {
-                serde_json::json!({
-                    "id": e.id.to_string(), "name": e.name, "workflow": e.workflow, "tenant": e.tenant,
-                    "state": e.state.as_str(), "created_at": e.created_at.as_micros(),
-                })
-            })
-            .collect();
         println!("{}", serde_json::to_string(&rows)?);
     } else {
-        println!("{:<38} {:<20} {:<20} {:<13} CREATED", "ID", "NAME", "WORKFLOW", "STATE");
-        for e in &all {
+        println!("{:<38} {:<20} {:<20} {:<13} {:>6} CREATED", "ID", "NAME", "WORKFLOW", "STATE", "RUNS");
+        for (e, row) in all.iter().zip(&rows) {
             println!(
-                "{:<38} {:<20} {:<20} {:<13} {}",
-                e.id.to_string(),
-                e.name,
-                e.workflow,
+                "{:<38} {:<20} {:<20} {:<13} {:>6} {}",
+                row.id,
+                row.experiment,
+                row.workflow,
                 e.state.as_str(),
+                row.runs,
                 stepwright::schedule::format_instant(e.created_at)
             );
         }
@@ -154,29 +163,34 @@ async fn show(g: &Globals<'_>, id: &str, json: bool) -> anyhow::Result<u8> {
     let id = parse_run(id)?;
     let store = open_store(g.db).await?;
     let record = kept(&store, id).await?;
-    if let Some(report) = record.report {
-        let report: ExperimentReport = serde_json::from_value(report)?;
-        if json {
-            println!("{}", serde_json::to_string(&report)?);
-        } else {
-            print_report(&report);
-        }
+    let (name, state) = (record.name.clone(), record.state);
+    let details = experiment_details(store.as_ref(), record).await?;
+    if json {
+        println!("{}", serde_json::to_string(&details)?);
         return Ok(0);
     }
-    let population = record.spec["runs"]["ids"].as_array().map_or(0, Vec::len);
-    let finished = store.experiment_kept(id).await?.len();
-    if json {
-        let so_far = serde_json::json!({ "id": id.to_string(), "state": record.state.as_str(), "runs": population, "kept": finished });
-        println!("{so_far}");
-    } else {
+    if state == ExperimentState::Running {
         println!(
-            "experiment {id} ({}) on {}: {}; {finished} of {population} runs recomputed and kept \
-             (`stepwright experiments resume {id}` goes on)",
-            record.name,
-            record.workflow,
-            record.state.as_str()
+            "experiment {id} ({name}): running; {} of {} runs recomputed and kept so far \
+             (`stepwright experiments resume {id}` goes on if its process stopped)",
+            details.recomputed, details.runs
         );
     }
+    print_report(&details.report);
+    Ok(0)
+}
+
+async fn cancel(g: &Globals<'_>, id: &str) -> anyhow::Result<u8> {
+    let id = parse_run(id)?;
+    let store = open_store(g.db).await?;
+    let record = kept(&store, id).await?;
+    if !store.experiment_cancel(id).await? {
+        return Err(anyhow::anyhow!(BadInput(format!(
+            "experiment {id} has ended ({}): there is nothing to cancel",
+            record.state.as_str()
+        ))));
+    }
+    println!("experiment {id} cancelled: no run is started after this; what was recomputed stays in its report");
     Ok(0)
 }
 
@@ -247,10 +261,10 @@ impl Bound {
 fn print_report(report: &ExperimentReport) {
     let t = &report.totals;
     let ended = match report.status {
-        stepwright::api::experiment::ExperimentStatus::Completed => "completed".to_owned(),
-        stepwright::api::experiment::ExperimentStatus::BudgetSpent => {
-            format!("budget spent: {} runs not recomputed", t.skipped)
-        }
+        ExperimentStatus::Completed => "completed".to_owned(),
+        ExperimentStatus::BudgetSpent => format!("budget spent: {} runs not recomputed", t.skipped),
+        ExperimentStatus::Cancelled => format!("cancelled: {} runs not recomputed", t.skipped),
+        ExperimentStatus::Running => format!("so far ({} runs to go)", t.skipped),
     };
     println!("experiment {} on {}: {ended}", report.experiment, report.workflow);
     println!(

@@ -216,6 +216,13 @@ impl Engine {
         &self.inner.clock
     }
 
+    /// A new id as a run's is made (a UUIDv7 of this engine's clock and entropy): for what
+    /// lives beside runs, such as experiments.
+    #[must_use]
+    pub fn new_id(&self) -> RunId {
+        RunId::from_parts(self.inner.clock.now(), self.inner.entropy.bytes10())
+    }
+
     /// Starts a run and executes it until it completes, fails or suspends.
     pub async fn start(&self, workflow: &Workflow, input: Value) -> Result<RunReport, EngineError> {
         self.start_with(workflow, input, StartOptions::default()).await

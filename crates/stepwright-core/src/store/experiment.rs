@@ -19,6 +19,8 @@ pub enum ExperimentState {
     Completed,
     /// Its budget was spent before the last runs.
     BudgetSpent,
+    /// A person stopped it: the runs it had not recomputed are left out.
+    Cancelled,
 }
 
 impl ExperimentState {
@@ -29,13 +31,14 @@ impl ExperimentState {
             Self::Running => "running",
             Self::Completed => "completed",
             Self::BudgetSpent => "budget_spent",
+            Self::Cancelled => "cancelled",
         }
     }
 
     /// From its stored name.
     #[must_use]
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::Running, Self::Completed, Self::BudgetSpent].into_iter().find(|s| s.as_str() == text)
+        [Self::Running, Self::Completed, Self::BudgetSpent, Self::Cancelled].into_iter().find(|s| s.as_str() == text)
     }
 }
 
@@ -74,6 +77,11 @@ pub trait ExperimentStore: Send + Sync + 'static {
     /// Ends the experiment with its report.
     fn experiment_end(&self, id: RunId, state: ExperimentState, report: Value)
     -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Stops a running experiment: its state becomes `cancelled` (the process at work on it
+    /// sees so before its next run and ends it with what it kept). False when it is not
+    /// running (it ended, or does not exist).
+    fn experiment_cancel(&self, id: RunId) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// One experiment (its tenant checked by the caller).
     fn experiment(&self, id: RunId) -> BoxFuture<'_, Result<Option<ExperimentRecord>, StoreError>>;

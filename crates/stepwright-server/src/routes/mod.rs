@@ -4,6 +4,7 @@
 
 pub(crate) mod auth;
 pub(crate) mod events;
+pub(crate) mod experiments;
 pub(crate) mod history;
 pub(crate) mod hooks;
 pub(crate) mod interrupts;
@@ -155,6 +156,11 @@ fn handler(id: OperationId, method: MethodFilter) -> MethodRouter<Arc<Shared>> {
         Op::ListTasks => on(method, tasks::list),
         Op::ListQueues => on(method, tasks::queues),
         Op::ListWorkers => on(method, tasks::workers),
+        Op::StartExperiment => on(method, experiments::start),
+        Op::ListExperiments => on(method, experiments::list),
+        Op::ShowExperiment => on(method, experiments::show),
+        Op::CancelExperiment => on(method, experiments::cancel),
+        Op::ResumeExperiment => on(method, experiments::resume),
     }
 }
 

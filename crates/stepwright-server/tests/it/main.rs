@@ -4,6 +4,7 @@
 mod api;
 mod connections;
 mod dashboard;
+mod experiments;
 mod hooks;
 mod interrupts;
 mod links;

@@ -190,6 +190,12 @@ async fn experiments(store: &dyn crate::ServerStore) {
     store.experiment_end(id(1), ExperimentState::BudgetSpent, serde_json::json!({ "totals": 2 })).await.expect("end");
     let ended = store.experiment(id(1)).await.expect("read").expect("kept");
     assert_eq!((ended.state, ended.report), (ExperimentState::BudgetSpent, Some(serde_json::json!({ "totals": 2 }))));
+    assert!(!store.experiment_cancel(id(1)).await.expect("cancel"), "an ended experiment is not cancelled");
+    assert_eq!(store.experiment(id(1)).await.expect("read").expect("kept").state, ExperimentState::BudgetSpent);
+    assert!(store.experiment_cancel(id(2)).await.expect("cancel"), "a running one is");
+    assert!(!store.experiment_cancel(id(2)).await.expect("cancel"), "once");
+    assert!(!store.experiment_cancel(id(9)).await.expect("cancel"), "one that does not exist is not");
+    assert_eq!(store.experiment(id(2)).await.expect("read").expect("kept").state, ExperimentState::Cancelled);
     let acme = store.experiments(Some("acme".into()), 10).await.expect("list");
     assert_eq!(acme.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["e2", "e1"], "newest first");
     assert!(acme.iter().all(|e| e.report.is_none()), "listed without reports");

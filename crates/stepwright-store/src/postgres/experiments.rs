@@ -104,6 +104,17 @@ impl ExperimentStore for PostgresStore {
         })
     }
 
+    fn experiment_cancel(&self, id: RunId) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            sqlx::query("UPDATE stepwright_experiments SET state = 'cancelled' WHERE id = $1 AND state = 'running'")
+                .bind(uuid(id))
+                .execute(&self.pool)
+                .await
+                .map(|done| done.rows_affected() == 1)
+                .map_err(pg("cancelling an experiment"))
+        })
+    }
+
     fn experiment(&self, id: RunId) -> BoxFuture<'_, Result<Option<ExperimentRecord>, StoreError>> {
         Box::pin(async move {
             let row = sqlx::query(sqlx::AssertSqlSafe(format!(

@@ -102,6 +102,15 @@ impl ExperimentStore for SqliteStore {
         }))
     }
 
+    fn experiment_cancel(&self, id: RunId) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(self.write(move |conn| {
+            conn.prepare_cached("UPDATE experiments SET state = 'cancelled' WHERE id = ?1 AND state = 'running'")
+                .and_then(|mut s| s.execute(params![id_bytes(id)]))
+                .map(|changed| changed == 1)
+                .map_err(|e| backend("cancelling an experiment", e))
+        }))
+    }
+
     fn experiment(&self, id: RunId) -> BoxFuture<'_, Result<Option<ExperimentRecord>, StoreError>> {
         Box::pin(self.read("reading an experiment", move |conn| {
             conn.prepare_cached(&format!("SELECT {COLUMNS}, report FROM experiments WHERE id = ?1"))

@@ -5,14 +5,14 @@
 //! regressed or the same. The report totals what changed and what it would cost.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use stepwright_api::experiment::{
-    Evaluator, ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, ExperimentTotals, Judge, Population,
-    Score, Verdict,
+    ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, Population, Score, Verdict,
 };
 use stepwright_api::history::StepChange;
 use stepwright_api::run::Totals;
@@ -21,6 +21,13 @@ use stepwright_core::store::experiment::{ExperimentRecord, ExperimentState, Expe
 use stepwright_core::{ContentHash, Engine, RecomputeOptions, RunId, StepPath, Store, Workflow};
 
 use crate::{AppError, Bindings};
+
+mod evaluate;
+mod report;
+
+use evaluate::{Prepared, ask_judge, judge};
+pub use report::{experiment_details, experiment_status, experiment_summary, kept_spec};
+use report::{kept_state, report};
 
 /// How many runs a population may hold before the filter must be narrowed (or sampled).
 pub const MAX_POPULATION: usize = 100_000;
@@ -71,6 +78,14 @@ pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
             return Err(format!("`runs.{field}` {text:?} is not an RFC 3339 instant (2026-11-01T00:00:00Z)"));
         }
     }
+    let change = &spec.change;
+    let given = [change.file.is_some(), change.source.is_some(), change.version.is_some()];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err("`change`: give at most one of `file`, `source` and `version`".into());
+    }
+    if !change.files.is_empty() && change.source.is_none() {
+        return Err("`change.files` are the files `change.source` calls: give the `source`".into());
+    }
     for id in &spec.runs.ids {
         id.parse::<RunId>().map_err(|_| format!("`runs.ids`: {id:?} is not a run id"))?;
     }
@@ -85,171 +100,55 @@ pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// An evaluator ready to score: its schema compiled.
-enum Prepared {
-    Schema(Arc<jsonschema::Validator>),
-    Check(String),
-    Compare(String),
-    Judge(Judge),
-}
-
-impl Prepared {
-    fn new(evaluator: &Evaluator) -> Result<Self, String> {
-        match (&evaluator.schema, &evaluator.check, &evaluator.compare, &evaluator.judge) {
-            (Some(schema), None, None, None) => jsonschema::validator_for(schema)
-                .map(|v| Self::Schema(Arc::new(v)))
-                .map_err(|e| format!("the schema does not compile: {e}")),
-            (None, Some(check), None, None) => stepwright_flow::check_expression(check)
-                .map(|()| Self::Check(check.clone()))
-                .map_err(|e| format!("`check` does not parse: {e}")),
-            (None, None, Some(compare), None) => stepwright_flow::check_expression(compare)
-                .map(|()| Self::Compare(compare.clone()))
-                .map_err(|e| format!("`compare` does not parse: {e}")),
-            (None, None, None, Some(judge)) if judge.model.trim().is_empty() || judge.rubric.trim().is_empty() => {
-                Err("a `judge` needs a `model` (one of the workflow's bindings) and a `rubric`".into())
-            }
-            (None, None, None, Some(judge)) => Ok(Self::Judge(judge.clone())),
-            _ => Err("give exactly one of `schema`, `check`, `compare` and `judge`".into()),
-        }
-    }
-
-    /// The score of the old and new outputs (either may be missing: the run or the
-    /// recompute gave none).
-    fn score(&self, name: &str, input: &Value, old: Option<&Value>, new: Option<&Value>) -> Score {
-        let mut score = Score { name: name.to_owned(), old: None, new: None, error: None, reason: None };
-        let number = |value: Value, what: &str| match value {
-            Value::Bool(b) => Ok(if b { 1.0 } else { 0.0 }),
-            Value::Number(n) => n.as_f64().ok_or_else(|| format!("{what} gave {n}, out of range")),
-            other => Err(format!("{what} gave {other}, not a boolean or a number")),
-        };
-        match self {
-            Self::Schema(validator) => {
-                let valid = |v: &Value| if validator.is_valid(v) { 1.0 } else { 0.0 };
-                score.old = old.map(valid);
-                score.new = new.map(valid);
-            }
-            Self::Check(check) => {
-                let run = |output: &Value| {
-                    let ctx = json!({ "output": output, "input": input });
-                    stepwright_flow::eval_expression(check, &ctx)
-                        .map_err(|e| e.message)
-                        .and_then(|v| number(v, "the check"))
-                };
-                match (old.map(run).transpose(), new.map(run).transpose()) {
-                    (Ok(o), Ok(n)) => (score.old, score.new) = (o, n),
-                    (Err(e), _) | (_, Err(e)) => score.error = Some(e),
-                }
-            }
-            Self::Compare(compare) => match (old, new) {
-                (Some(old), Some(new)) => {
-                    let ctx = json!({ "old": old, "new": new, "input": input });
-                    // true is "no worse" (0), false a regression (-1); a number is the change.
-                    match stepwright_flow::eval_expression(compare, &ctx).map_err(|e| e.message) {
-                        Ok(Value::Bool(b)) => score.new = Some(if b { 0.0 } else { -1.0 }),
-                        Ok(other) => match number(other, "the comparison") {
-                            Ok(n) => score.new = Some(n),
-                            Err(e) => score.error = Some(e),
-                        },
-                        Err(e) => score.error = Some(e),
-                    }
-                }
-                _ => score.error = Some("no output to compare (the run or its recompute gave none)".into()),
-            },
-            Self::Judge(_) => score.error = Some("a judge is asked, not computed".into()),
-        }
-        score
-    }
-
-    /// Whether it judges the pair (its `new` is the change), not each output.
-    fn is_pairwise(&self) -> bool {
-        matches!(self, Self::Compare(_) | Self::Judge(_))
-    }
-}
-
-/// What a judge is told: compare, by the rubric, and answer in the verdict's shape.
-const JUDGE_INSTRUCTIONS: &str = "You compare two outputs of the same workflow for the same input: the OLD one it \
-    gave, and the NEW one a change gives. Judge by the rubric alone whether NEW is better, the same, or worse than OLD, \
-    and say why in one sentence. Answer with JSON: {\"verdict\": \"better\" | \"same\" | \"worse\", \"reason\": \"...\"}.";
-
-/// Asks the judge's model to compare the outputs; the score and what the call cost.
-async fn ask_judge(
-    name: &str,
-    judge: &Judge,
-    models: Option<&stepwright_llm::Models>,
-    input: &Value,
-    old: Option<&Value>,
-    new: Option<&Value>,
-) -> (Score, f64) {
-    let mut score = Score { name: name.to_owned(), old: None, new: None, error: None, reason: None };
-    let (Some(old), Some(new)) = (old, new) else {
-        score.error = Some("no output to compare (the run or its recompute gave none)".into());
-        return (score, 0.0);
-    };
-    if old == new {
-        // Nothing to judge: the same output is the same, and costs no call.
-        score.new = Some(0.0);
-        return (score, 0.0);
-    }
-    let Some(models) = models.filter(|m| m.has(&judge.model)) else {
-        let names = models.map(|m| m.names().join(", ")).unwrap_or_default();
-        score.error =
-            Some(format!("the judge's model `{}` is not one of the workflow's bindings ({names})", judge.model));
-        return (score, 0.0);
-    };
-    let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
-    let request = stepwright_llm::ChatRequest {
-        model: String::new(),
-        messages: vec![
-            stepwright_llm::Message::System { content: JUDGE_INSTRUCTIONS.to_owned() },
-            stepwright_llm::Message::User {
-                content: format!(
-                    "Rubric: {}\n\nInput:\n{}\n\nOLD output:\n{}\n\nNEW output:\n{}",
-                    judge.rubric,
-                    pretty(input),
-                    pretty(old),
-                    pretty(new)
-                ),
-            },
-        ],
-        tools: Vec::new(),
-        tool_choice: None,
-        output: Some(stepwright_llm::OutputFormat {
-            name: "verdict".into(),
-            schema: json!({
-                "type": "object",
-                "required": ["verdict", "reason"],
-                "properties": { "verdict": { "enum": ["better", "same", "worse"] }, "reason": { "type": "string" } },
-                "additionalProperties": false
-            }),
-        }),
-        params: stepwright_llm::ModelParams::default(),
-    };
-    match models.chat("experiment/judge", &judge.model, request, None).await {
-        Ok(call) => {
-            let cost = call.cost_usd.unwrap_or(0.0);
-            let answer: Value = serde_json::from_str(&call.response.content).unwrap_or(Value::Null);
-            match answer["verdict"].as_str() {
-                Some("better") => score.new = Some(1.0),
-                Some("same") => score.new = Some(0.0),
-                Some("worse") => score.new = Some(-1.0),
-                _ => score.error = Some(format!("the judge answered {:?}, not a verdict", call.response.content)),
-            }
-            score.reason = answer["reason"].as_str().map(str::to_owned);
-            (score, cost)
-        }
-        Err(e) => {
-            score.error = Some(format!("the judge's call failed: {e}"));
-            (score, 0.0)
-        }
-    }
-}
-
 /// What the runs are recomputed with.
 pub enum Candidate {
     /// One definition for every run (a new version of the file, compiled, not registered).
     Workflow(Workflow),
     /// Each run's own definition, rebuilt from the store with these bindings.
     EachRunsOwn(Bindings),
+}
+
+/// What an experiment's runs are recomputed with when its change is given as `source` or a
+/// registered `version` of the namespace's (compiled, never registered), else each run's own
+/// definition. A `change.file` is the CLI's to read (a server reads no file of its callers).
+///
+/// # Errors
+/// A `file`; a source that does not compile or is another workflow; a version not registered.
+pub async fn experiment_candidate(
+    registry: &dyn stepwright_store::control::WorkflowRegistry,
+    namespace: &str,
+    spec: &ExperimentSpec,
+    bindings: &Bindings,
+) -> Result<Candidate, AppError> {
+    let change = &spec.change;
+    let (source, files) = if let Some(file) = &change.file {
+        return Err(AppError::BadInput(format!(
+            "`change.file` ({file}) is read by the CLI: over the API, send the file's text as `change.source`"
+        )));
+    } else if let Some(source) = &change.source {
+        (source.clone(), change.files.clone())
+    } else if let Some(version) = change.version {
+        let registered =
+            registry.registered_workflow(namespace, &spec.runs.workflow, Some(version)).await?.ok_or_else(|| {
+                AppError::BadInput(format!(
+                    "`change.version`: no workflow {:?} version {version} is registered",
+                    spec.runs.workflow
+                ))
+            })?;
+        (registered.source, registered.files)
+    } else {
+        return Ok(Candidate::EachRunsOwn(bindings.clone()));
+    };
+    let loaded = bindings.load_source(&source, &format!("{}.yaml", spec.runs.workflow), &files)?;
+    let workflow = crate::prepare(loaded, bindings, crate::Servers::Connected).await?;
+    if workflow.name() != spec.runs.workflow {
+        return Err(AppError::BadInput(format!(
+            "`change.source` is workflow {:?}, but the runs are of {:?}",
+            workflow.name(),
+            spec.runs.workflow
+        )));
+    }
+    Ok(Candidate::Workflow(workflow))
 }
 
 /// The runs of the population, oldest first: by id, or every run the filter finds (at
@@ -433,13 +332,15 @@ pub async fn run_experiment(
     let spent = Mutex::new(earlier.values().map(|r| r.usage.after.cost_usd + r.evaluation_cost_usd).sum::<f64>());
     let definitions: Mutex<HashMap<Option<ContentHash>, (Workflow, Workflow)>> = Mutex::default();
     let over_budget = || spec.budget_usd.is_some_and(|budget| *spent.lock().expect("poisoned") >= budget);
+    let cancelled = Cancelled::default();
     let one = |index: usize, run: RunId| {
-        let (evaluators, definitions, spent, earlier) = (&evaluators, &definitions, &spent, &earlier);
+        let (evaluators, definitions, spent, earlier, cancelled) =
+            (&evaluators, &definitions, &spent, &earlier, &cancelled);
         async move {
             if let Some(done) = earlier.get(&run) {
                 return (index, Some(Ok(done.clone())));
             }
-            if over_budget() {
+            if over_budget() || cancelled.seen(keeping).await {
                 return (index, None);
             }
             let result = recompute_one(engine, store, spec, candidate, definitions, evaluators, run).await;
@@ -472,24 +373,51 @@ pub async fn run_experiment(
             Some(Err(error)) => done.push(failed_run(runs[index], &error)),
         }
     }
-    let status = if skipped > 0 { ExperimentStatus::BudgetSpent } else { ExperimentStatus::Completed };
-    let report = ExperimentReport {
-        experiment: spec.experiment.clone(),
-        workflow: spec.runs.workflow.clone(),
-        status,
-        totals: totals(&done, skipped),
-        look_first: look_first(&done),
-        runs: done,
+    let status = if cancelled.stopped.load(Ordering::Relaxed) {
+        ExperimentStatus::Cancelled
+    } else if skipped > 0 {
+        ExperimentStatus::BudgetSpent
+    } else {
+        ExperimentStatus::Completed
     };
+    let report = report(spec, status, done, skipped);
     if let Some(keeping) = keeping {
-        let state = match status {
-            ExperimentStatus::Completed => ExperimentState::Completed,
-            ExperimentStatus::BudgetSpent => ExperimentState::BudgetSpent,
-        };
+        let state = kept_state(status);
         let value = serde_json::to_value(&report).map_err(|e| AppError::BadInput(format!("the report: {e}")))?;
         keeping.store.experiment_end(keeping.id, state, value).await?;
     }
     Ok(report)
+}
+
+/// Whether the experiment was cancelled (by anyone, in any process: its kept state says so),
+/// read from the store at most every [`Cancelled::EVERY`] while runs are started.
+#[derive(Default)]
+struct Cancelled {
+    stopped: AtomicBool,
+    read_at: Mutex<Option<Instant>>,
+}
+
+impl Cancelled {
+    const EVERY: Duration = Duration::from_millis(200);
+
+    async fn seen(&self, keeping: Option<Keeping<'_>>) -> bool {
+        let Some(keeping) = keeping else { return false };
+        if self.stopped.load(Ordering::Relaxed) {
+            return true;
+        }
+        {
+            let mut read_at = self.read_at.lock().expect("poisoned");
+            if read_at.is_some_and(|at| at.elapsed() < Self::EVERY) {
+                return false;
+            }
+            *read_at = Some(Instant::now());
+        }
+        // A store that cannot be read now does not stop the experiment: the next read tells.
+        let state = keeping.store.experiment(keeping.id).await.ok().flatten().map(|r| r.state);
+        let stopped = state == Some(ExperimentState::Cancelled);
+        self.stopped.fetch_or(stopped, Ordering::Relaxed);
+        stopped
+    }
 }
 
 async fn recompute_one(
@@ -583,34 +511,6 @@ async fn recompute_one(
     })
 }
 
-/// Regressed when the recompute failed where the run had not, or an evaluator scored it
-/// lower; improved when none did and one scored it higher.
-fn judge(evaluators: &[(String, Prepared)], scores: &[Score], failed_now: bool) -> Verdict {
-    if failed_now {
-        return Verdict::Regressed;
-    }
-    let (mut worse, mut better) = (false, false);
-    for ((_, evaluator), score) in evaluators.iter().zip(scores) {
-        if evaluator.is_pairwise() {
-            let change = score.new.unwrap_or(0.0);
-            worse |= change < 0.0;
-            better |= change > 0.0;
-        } else if let (Some(old), Some(new)) = (score.old, score.new) {
-            worse |= new < old;
-            better |= new > old;
-        } else if score.old.is_some() && score.new.is_none() {
-            worse = true;
-        }
-    }
-    if worse {
-        Verdict::Regressed
-    } else if better {
-        Verdict::Improved
-    } else {
-        Verdict::Same
-    }
-}
-
 /// A run whose recompute could not be made (its definition is gone, the change does not fit
 /// it): failed and regressed, with why.
 fn failed_run(run: RunId, error: &AppError) -> ExperimentRun {
@@ -631,65 +531,6 @@ fn failed_run(run: RunId, error: &AppError) -> ExperimentRun {
         elapsed_ms: 0.0,
         evaluation_cost_usd: 0.0,
     }
-}
-
-fn add(into: &mut Totals, more: &Totals) {
-    into.calls += more.calls;
-    into.input_tokens += more.input_tokens;
-    into.output_tokens += more.output_tokens;
-    into.cost_usd += more.cost_usd;
-    into.calls_without_usage += more.calls_without_usage;
-}
-
-fn totals(runs: &[ExperimentRun], skipped: u64) -> ExperimentTotals {
-    let (mut before, mut after) = (Totals::default(), Totals::default());
-    for run in runs {
-        add(&mut before, &run.usage.before);
-        add(&mut after, &run.usage.after);
-    }
-    let count = |f: &dyn Fn(&ExperimentRun) -> bool| runs.iter().filter(|r| f(r)).count() as u64;
-    let per_1000 = |cost: f64| if runs.is_empty() { 0.0 } else { cost / runs.len() as f64 * 1000.0 };
-    // The mean of each evaluator's scores, over the runs it scored.
-    let mut means: Vec<Score> = Vec::new();
-    if let Some(first) = runs.iter().find(|r| !r.scores.is_empty()) {
-        for (i, score) in first.scores.iter().enumerate() {
-            let mean = |pick: &dyn Fn(&Score) -> Option<f64>| {
-                let values: Vec<f64> = runs.iter().filter_map(|r| r.scores.get(i).and_then(pick)).collect();
-                (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
-            };
-            means.push(Score {
-                name: score.name.clone(),
-                old: mean(&|s| s.old),
-                new: mean(&|s| s.new),
-                error: None,
-                reason: None,
-            });
-        }
-    }
-    ExperimentTotals {
-        runs: runs.len() as u64,
-        changed: count(&|r| r.changed),
-        unchanged: count(&|r| !r.changed),
-        improved: count(&|r| r.verdict == Verdict::Improved),
-        regressed: count(&|r| r.verdict == Verdict::Regressed),
-        failed: count(&|r| r.status == stepwright_api::RunStatus::Failed),
-        skipped,
-        cost_per_1000_before: per_1000(before.cost_usd),
-        cost_per_1000_after: per_1000(after.cost_usd),
-        before,
-        after,
-        means,
-        evaluation_cost_usd: runs.iter().map(|r| r.evaluation_cost_usd).sum(),
-    }
-}
-
-/// Regressions first, then the largest output diffs: at most ten runs.
-fn look_first(runs: &[ExperimentRun]) -> Vec<String> {
-    let mut candidates: Vec<&ExperimentRun> =
-        runs.iter().filter(|r| r.verdict == Verdict::Regressed || r.changed).collect();
-    candidates
-        .sort_by_key(|r| (r.verdict != Verdict::Regressed, std::cmp::Reverse(r.diff.len() + r.changed_steps.len())));
-    candidates.into_iter().take(10).map(|r| r.run.clone()).collect()
 }
 
 #[cfg(test)]
@@ -713,36 +554,6 @@ mod tests {
         assert!(parse(&format!("{base}concurrency: 0\n")).unwrap_err().contains("between 1 and 64"));
         assert!(parse("experiment: e\nruns: { workflow: w, since: yesterday }\n").unwrap_err().contains("RFC 3339"));
         assert!(parse("experiment: e\nruns: { workflow: w, ids: [nope] }\n").unwrap_err().contains("not a run id"));
-    }
-
-    #[test]
-    fn evaluators_score_old_and_new_and_judge() {
-        let prepared = |e: Evaluator| (e.name.clone(), Prepared::new(&e).unwrap());
-        let evaluator =
-            |name: &str| Evaluator { name: name.into(), schema: None, check: None, compare: None, judge: None };
-        let evaluators = vec![
-            prepared(Evaluator { schema: Some(json!({ "required": ["category"] })), ..evaluator("shape") }),
-            prepared(Evaluator { check: Some("output.score".into()), ..evaluator("score") }),
-            prepared(Evaluator { compare: Some("new.category == old.category".into()), ..evaluator("same") }),
-        ];
-        let input = json!({});
-        let score_all = |old: Value, new: Value| -> Vec<Score> {
-            evaluators.iter().map(|(n, e)| e.score(n, &input, Some(&old), Some(&new))).collect()
-        };
-        let same = score_all(json!({ "category": "a", "score": 3 }), json!({ "category": "a", "score": 3 }));
-        assert_eq!((same[0].old, same[0].new, same[1].new, same[2].new), (Some(1.0), Some(1.0), Some(3.0), Some(0.0)));
-        assert_eq!(judge(&evaluators, &same, false), Verdict::Same);
-        let better = score_all(json!({ "category": "a", "score": 3 }), json!({ "category": "a", "score": 5 }));
-        assert_eq!(judge(&evaluators, &better, false), Verdict::Improved);
-        let moved = score_all(json!({ "category": "a", "score": 3 }), json!({ "category": "b", "score": 9 }));
-        assert_eq!(moved[2].new, Some(-1.0));
-        assert_eq!(judge(&evaluators, &moved, false), Verdict::Regressed, "a category that moved is a regression");
-        let broken = score_all(json!({ "category": "a", "score": 3 }), json!({ "score": 3 }));
-        assert_eq!((broken[0].new, broken[2].error.is_some()), (Some(0.0), true));
-        assert_eq!(judge(&evaluators, &broken, false), Verdict::Regressed);
-        assert_eq!(judge(&evaluators, &same, true), Verdict::Regressed, "a recompute that failed");
-        let text = score_all(json!({ "category": "a", "score": "high" }), json!({ "category": "a", "score": "high" }));
-        assert!(text[1].error.as_deref().unwrap().contains("not a boolean or a number"), "{:?}", text[1]);
     }
 
     #[test]
