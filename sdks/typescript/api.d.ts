@@ -1735,6 +1735,12 @@ export interface components {
             usage: components["schemas"]["UsageChange"];
             /** @description The judgement. */
             verdict: components["schemas"]["Verdict"];
+            /**
+             * @description The writes (and unsafe external steps) served, not executed, whose input changed:
+             *     what each would have been given. A change that reaches them is a change in what the
+             *     run does outside.
+             */
+            would_execute?: components["schemas"]["WouldExecute"][];
         };
         /** @description An experiment: which runs, what change, how each is scored. */
         ExperimentSpec: {
@@ -1849,6 +1855,12 @@ export interface components {
              * @description Unchanged.
              */
             unchanged: number;
+            /**
+             * Format: uint64
+             * @description In which a served write's input changed (it would execute with another input).
+             * @default 0
+             */
+            would_execute: number;
         };
         /** @description A handler failed. */
         FailTask: {
@@ -2257,6 +2269,11 @@ export interface components {
             path: string;
             /** @description Why a step was served or is missing, in words. */
             why?: string | null;
+            /**
+             * @description A served write (or unsafe external step) whose input changed: the input it would be
+             *     given now. It was not executed.
+             */
+            would_execute_with?: unknown;
         } & ({
             /** @constant */
             change: "clean";
@@ -3162,6 +3179,13 @@ export interface components {
              * @description Its version: 1 for the first source of the name, one more for each new source.
              */
             version: number;
+        };
+        /** @description A write an experiment did not execute, whose input the change changed. */
+        WouldExecute: {
+            /** @description The input it would be given now. */
+            input: unknown;
+            /** @description The step's path. */
+            step: string;
         };
     };
     responses: never;

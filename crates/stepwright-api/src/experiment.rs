@@ -201,6 +201,11 @@ pub struct ExperimentRun {
     /// The steps whose value changed, failed or broke their schema, by path (model call
     /// records aside).
     pub changed_steps: Vec<String>,
+    /// The writes (and unsafe external steps) served, not executed, whose input changed:
+    /// what each would have been given. A change that reaches them is a change in what the
+    /// run does outside.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub would_execute: Vec<WouldExecute>,
     /// Each evaluator's score.
     pub scores: Vec<Score>,
     /// The judgement.
@@ -212,6 +217,15 @@ pub struct ExperimentRun {
     /// What the judges' model calls cost (US dollars).
     #[serde(default)]
     pub evaluation_cost_usd: f64,
+}
+
+/// A write an experiment did not execute, whose input the change changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct WouldExecute {
+    /// The step's path.
+    pub step: String,
+    /// The input it would be given now.
+    pub input: Value,
 }
 
 /// The totals of an experiment.
@@ -229,6 +243,9 @@ pub struct ExperimentTotals {
     pub regressed: u64,
     /// Whose recompute failed.
     pub failed: u64,
+    /// In which a served write's input changed (it would execute with another input).
+    #[serde(default)]
+    pub would_execute: u64,
     /// Runs of the population not recomputed (the budget was spent, it was cancelled, or it
     /// is still at work).
     pub skipped: u64,

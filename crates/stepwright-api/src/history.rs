@@ -175,6 +175,10 @@ pub struct RecomputedStep {
     /// Why a step was served or is missing, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// A served write (or unsafe external step) whose input changed: the input it would be
+    /// given now. It was not executed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_execute_with: Option<serde_json::Value>,
 }
 
 /// A decision (branch arm, map items, loop verdict, graph edge) that came out differently.

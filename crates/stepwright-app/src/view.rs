@@ -307,6 +307,7 @@ pub fn recompute_view(
                 path: step.path.as_str().to_owned(),
                 change: step_change(step.change),
                 why: step.why,
+                would_execute_with: step.would_execute_with,
             })
             .collect(),
         decisions: report

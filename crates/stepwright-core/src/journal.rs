@@ -263,6 +263,11 @@ pub enum Record {
         attempt: u32,
         /// The key handed to the step: hash of run id and step path.
         key: String,
+        /// The hash of the input the step was given (a step's own intent; none for a call
+        /// within a step, and in journals written before it was kept). A recompute compares
+        /// it: a served write whose input changed would have done something else.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input: Option<ContentHash>,
     },
     /// The step (or operator) completed; its output is the blob with this hash.
     Completed {

@@ -25,6 +25,10 @@ mod replay;
 pub use dispatch::{TaskPusher, TaskRequest};
 pub(crate) use replay::{RecordedCall, ReplayIndex, ReplayMode};
 
+/// The artifact kind a recompute's sandbox notes for a served write whose input changed:
+/// its content is the input the write would get now.
+pub(crate) const WOULD_EXECUTE: &str = "would-execute-input";
+
 /// Everything a run's steps share. One per execution (start or resume) of a run.
 pub(crate) struct RunShared {
     pub(crate) run_id: RunId,
@@ -398,6 +402,16 @@ impl RunShared {
         });
     }
 
+    /// Notes, in a recompute's sandbox, the input a served write would get now (it is not
+    /// executed): an artifact of kind [`WOULD_EXECUTE`], its content kept whatever the
+    /// capture mode, for the recompute's report.
+    pub(crate) fn would_execute(&self, path: &StepPath, input: &Value) {
+        let hash = ContentHash::of_value(input);
+        self.recorder.note_blob(hash, Arc::new(input.clone()));
+        let record = Record::Artifact { kind: WOULD_EXECUTE.to_owned(), hash, stored: true };
+        self.recorder.note(path, self.clock.now(), record);
+    }
+
     pub(crate) fn artifact(&self, path: &StepPath, kind: &str, value: &Value) -> ContentHash {
         let hash = ContentHash::of_value(value);
         let stored = self.config.artifacts == ArtifactCapture::Full;
@@ -667,7 +681,7 @@ impl StepRecording {
         if let Some(key) = &idempotency_key {
             // The fence: the intent is durable before the effect can happen (for work that
             // hands a task to a step worker, in the task's own commit).
-            let intent = Record::Intent { attempt, key: key.clone() };
+            let intent = Record::Intent { attempt, key: key.clone(), input: None };
             if dispatches {
                 run.recorder.note_intent(&path, run.clock.now(), intent);
             } else {

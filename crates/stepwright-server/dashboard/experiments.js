@@ -102,7 +102,8 @@ function summaryBar(totals, population) {
       })),
     h('div', { class: 'row summary-legend' },
       parts.map(([name, count]) => h('span', { 'data-total': name }, h('span', { class: `dot seg-${name.replace(' ', '-')}` }), `${count} ${name}`)),
-      h('span', { class: 'muted', text: `· ${totals.changed} changed, ${totals.unchanged} unchanged, ${totals.failed} failed` })));
+      h('span', { class: 'muted', text: `· ${totals.changed} changed, ${totals.unchanged} unchanged, ${totals.failed} failed` }),
+      totals.would_execute ? h('span', { class: 'error', 'data-total': 'would execute', text: `${totals.would_execute} would execute a write with another input` }) : null));
 }
 
 /** Each evaluator's scores, old against new, as an inline SVG histogram. */
@@ -203,14 +204,21 @@ function score(s) {
 function whatChanged(details, r) {
   if (r.error) return h('span', { class: 'error', text: `failed: ${r.error.message}` });
   if (!r.changed) return h('span', { class: 'muted', text: 'nothing' });
-  const first = r.diff[0] || (r.changed_steps.length ? `steps: ${r.changed_steps.join(', ')}` : 'how it ended');
+  const writes = (r.would_execute || []).map((w) => `would execute a write at ${w.step}`);
+  const first = writes[0] || r.diff[0] || (r.changed_steps.length ? `steps: ${r.changed_steps.join(', ')}` : 'how it ended');
+  const more = writes.length + r.diff.length - 1;
   const box = h('details', { 'data-run': r.run },
-    h('summary', { class: 'mono', text: r.diff.length > 1 ? `${first} (+${r.diff.length - 1} more)` : first }));
+    h('summary', { class: `mono${writes.length ? ' error' : ''}`, text: more > 0 ? `${first} (+${more} more)` : first }));
   box.addEventListener('toggle', () => {
     if (!box.open || box.childElementCount > 1) return;
     box.append(
+      // A write served, not executed, with the input it would get now.
+      (r.would_execute || []).map((w) => h('div', { 'data-would-execute': w.step },
+        h('p', { class: 'error', text: `Not executed: the write at ${w.step} would get another input now.` }),
+        h('pre', { text: JSON.stringify(w.input, null, 2) }))),
       // The summary shows the first difference; the rest below it.
-      r.diff.length > 1 ? h('div', {}, r.diff.slice(1).map((line) => h('div', { class: 'mono diff-line', text: line }))) : null,
+      r.diff.length > (writes.length ? 0 : 1)
+        ? h('div', {}, r.diff.slice(writes.length ? 0 : 1).map((line) => h('div', { class: 'mono diff-line', text: line }))) : null,
       r.changed_steps.length ? h('p', { class: 'muted', text: `Steps that changed: ${r.changed_steps.join(', ')}` }) : null,
       r.scores.filter((s) => s.reason).map((s) => h('p', {}, h('strong', { text: `${s.name}: ` }), s.reason)),
       has('operator') ? h('button', { text: 'Compare step by step', onclick: () => compare(details.spec.change, r.run) }) : null);

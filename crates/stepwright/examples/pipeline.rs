@@ -145,7 +145,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for entry in store.entries(report.run_id) {
         let what = match &entry.record {
             Record::Started { attempt } => format!("started (attempt {attempt})"),
-            Record::Intent { attempt, key } => {
+            Record::Intent { attempt, key, .. } => {
                 format!("intent (attempt {attempt}, key {}…)", &key[..12])
             }
             Record::Completed { attempt, output, .. } => {

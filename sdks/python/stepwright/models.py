@@ -134,6 +134,7 @@ __all__ = [
     "WorkflowDetails",
     "WorkflowSummary",
     "WorkflowVersion",
+    "WouldExecute",
 ]
 
 
@@ -625,6 +626,11 @@ class ExperimentRun(_ExperimentRunRequired, total=False):
     """Why it failed, if it did."""
     evaluation_cost_usd: float
     """What the judges' model calls cost (US dollars)."""
+    would_execute: list[WouldExecute]
+    """The writes (and unsafe external steps) served, not executed, whose input changed:
+    what each would have been given. A change that reaches them is a change in what the
+    run does outside.
+    """
 
 
 class _ExperimentSpecRequired(TypedDict):
@@ -664,8 +670,7 @@ class ExperimentSummary(TypedDict):
     """The workflow whose runs it recomputes."""
 
 
-class ExperimentTotals(TypedDict):
-    """The totals of an experiment."""
+class _ExperimentTotalsRequired(TypedDict):
     after: Totals
     """The same, recomputed."""
     before: Totals
@@ -694,6 +699,12 @@ class ExperimentTotals(TypedDict):
     """
     unchanged: int
     """Unchanged."""
+
+
+class ExperimentTotals(_ExperimentTotalsRequired, total=False):
+    """The totals of an experiment."""
+    would_execute: int
+    """In which a served write's input changed (it would execute with another input)."""
 
 
 class FailTask(TypedDict):
@@ -1041,6 +1052,10 @@ class RecomputedStep(_RecomputedStepRequired, total=False):
     """One step in a recompute."""
     why: str | None
     """Why a step was served or is missing, in words."""
+    would_execute_with: Any
+    """A served write (or unsafe external step) whose input changed: the input it would be
+    given now. It was not executed.
+    """
 
 
 class _RegisterWorkflowRequired(TypedDict):
@@ -1800,6 +1815,14 @@ class WorkflowVersion(TypedDict):
     """The workflow's name."""
     version: int
     """Its version: 1 for the first source of the name, one more for each new source."""
+
+
+class WouldExecute(TypedDict):
+    """A write an experiment did not execute, whose input the change changed."""
+    input: Any
+    """The input it would be given now."""
+    step: str
+    """The step's path."""
 
 
 RunMessage = Union[InboxMessage, WakeChannel]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::Value;
 use stepwright_api::experiment::{
-    ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, Population, Score, Verdict,
+    ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, Population, Score, Verdict, WouldExecute,
 };
 use stepwright_api::history::StepChange;
 use stepwright_api::run::Totals;
@@ -492,8 +492,14 @@ async fn recompute_one(
         })
         .map(|s| s.path.clone())
         .collect();
+    let would_execute: Vec<WouldExecute> = view
+        .steps
+        .iter()
+        .filter_map(|s| s.would_execute_with.clone().map(|input| WouldExecute { step: s.path.clone(), input }))
+        .collect();
     let changed = !diff.is_empty()
         || !changed_steps.is_empty()
+        || !would_execute.is_empty()
         || !view.decisions.is_empty()
         || view.status != crate::wire::run_status(record.status);
     Ok(ExperimentRun {
@@ -503,6 +509,7 @@ async fn recompute_one(
         error: view.error,
         diff,
         changed_steps,
+        would_execute,
         scores,
         verdict,
         usage: view.usage,
@@ -521,6 +528,7 @@ fn failed_run(run: RunId, error: &AppError) -> ExperimentRun {
         error: Some(stepwright_api::ErrorView { code: error.code().to_string(), message: error.to_string() }),
         diff: Vec::new(),
         changed_steps: Vec::new(),
+        would_execute: Vec::new(),
         scores: Vec::new(),
         verdict: Verdict::Regressed,
         usage: stepwright_api::history::UsageChange {

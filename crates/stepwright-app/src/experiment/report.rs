@@ -147,6 +147,7 @@ fn totals(runs: &[ExperimentRun], skipped: u64) -> ExperimentTotals {
         improved: count(&|r| r.verdict == Verdict::Improved),
         regressed: count(&|r| r.verdict == Verdict::Regressed),
         failed: count(&|r| r.status == stepwright_api::RunStatus::Failed),
+        would_execute: count(&|r| !r.would_execute.is_empty()),
         skipped,
         cost_per_1000_before: per_1000(before.cost_usd),
         cost_per_1000_after: per_1000(after.cost_usd),

@@ -271,6 +271,9 @@ fn print_report(report: &ExperimentReport) {
         "{} runs: {} changed, {} unchanged; {} improved, {} regressed, {} failed",
         t.runs, t.changed, t.unchanged, t.improved, t.regressed, t.failed
     );
+    if t.would_execute > 0 {
+        println!("{} runs would execute a write with another input (not executed: see WHAT CHANGED)", t.would_execute);
+    }
     println!(
         "model calls {} → {}; cost per 1,000 runs ${:.4} → ${:.4}",
         t.before.calls, t.after.calls, t.cost_per_1000_before, t.cost_per_1000_after
@@ -289,8 +292,12 @@ fn print_report(report: &ExperimentReport) {
             Verdict::Regressed => "regressed",
             Verdict::Same => "same",
         };
+        let writes = run.would_execute.iter().map(|w| format!("would execute a write at {} with {}", w.step, w.input));
         let what = match (&run.error, run.diff.first()) {
             (Some(error), _) => format!("failed: {}", error.message),
+            (None, _) if !run.would_execute.is_empty() => {
+                writes.chain(run.diff.first().cloned()).collect::<Vec<_>>().join("; ")
+            }
             (None, Some(first)) if run.diff.len() > 1 => format!("{first} (+{} more)", run.diff.len() - 1),
             (None, Some(first)) => first.clone(),
             (None, None) if run.changed => format!("steps: {}", run.changed_steps.join(", ")),

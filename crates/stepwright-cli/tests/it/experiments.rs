@@ -118,6 +118,10 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
     let one = runs.iter().find(|r| r["run"] == json!(refunds[0])).unwrap();
     assert_eq!(one["diff"], json!([r#"/category: "other" → "billing""#]), "{one}");
     assert_eq!(one["verdict"], json!("regressed"));
+    // Its `notify` write was served, not executed — and its input changed: the report says
+    // what it would have been given. An unchanged run's write would get what it got.
+    assert_eq!(one["would_execute"], json!([{ "step": "notify", "input": { "category": "billing" } }]), "{one}");
+    assert_eq!(totals["would_execute"], json!(10));
     assert_eq!(one["scores"][0], json!({ "name": "shape", "old": 1.0, "new": 1.0 }));
     assert_eq!(one["scores"][1], json!({ "name": "same-category", "old": null, "new": -1.0 }));
     // The judge (the workflow's own `smart` binding, not the rebound one) was asked about the
@@ -127,6 +131,7 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
         json!({ "name": "judge", "old": null, "new": -1.0, "reason": "a refund request is not a billing error" })
     );
     let unchanged = runs.iter().find(|r| r["changed"] == json!(false)).unwrap();
+    assert_eq!(unchanged.get("would_execute"), None, "{unchanged}");
     assert_eq!(unchanged["scores"][2], json!({ "name": "judge", "old": null, "new": 0.0 }), "not asked");
     assert!((totals["evaluation_cost_usd"].as_f64().unwrap() - 0.0012).abs() < 1e-9, "{totals}");
     assert_eq!(report["look_first"].as_array().unwrap().len(), 10);
@@ -147,8 +152,13 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
     assert_eq!(table.status.code(), Some(0), "no --fail-on: {text}");
     assert!(text.contains("50 runs: 10 changed, 40 unchanged; 0 improved, 10 regressed, 0 failed"), "{text}");
     assert!(text.contains("cost per 1,000 runs $0.1200 → $0.0042"), "{text}");
+    assert!(text.contains("10 runs would execute a write with another input (not executed"), "{text}");
     assert!(
-        text.contains(&format!("{:<38} regressed  yes      /category: \"other\" → \"billing\"", refunds[0])),
+        text.contains(&format!(
+            "{:<38} regressed  yes      would execute a write at notify with {{\"category\":\"billing\"}}; \
+             /category: \"other\" → \"billing\"",
+            refunds[0]
+        )),
         "{text}"
     );
 

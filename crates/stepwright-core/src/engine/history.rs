@@ -116,6 +116,10 @@ pub struct RecomputedStep {
     /// Why a step was served or is missing, in words.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// A served write (or unsafe external step) whose input changed: the input it would be
+    /// given now. It was not executed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub would_execute_with: Option<Value>,
 }
 
 /// A decision (branch arm, map items, loop verdict, graph edge) that came out differently.
@@ -324,8 +328,14 @@ impl Engine {
         let mut violations: HashMap<StepPath, String> = HashMap::new();
         let mut decided_after: HashMap<StepPath, Choice> = HashMap::new();
         let mut failures: HashMap<StepPath, StepError> = HashMap::new();
+        let mut would_execute: HashMap<StepPath, Value> = HashMap::new();
         for entry in &journal {
             match &entry.record {
+                Record::Artifact { kind, hash, .. } if kind == crate::recording::WOULD_EXECUTE => {
+                    if let Some(input) = sandbox.blobs.get(hash) {
+                        would_execute.insert(entry.path.clone(), (**input).clone());
+                    }
+                }
                 Record::Completed { output, .. } => {
                     after.insert(entry.path.clone(), *output);
                 }
@@ -394,6 +404,11 @@ impl Engine {
                     StepChange::Served if under_served(path) => {
                         Some("part of a step served from the journal".to_owned())
                     }
+                    StepChange::Served if would_execute.contains_key(path) => Some(
+                        "a write or external step that is not safe_to_retry, whose input changed: it was not \
+                         executed; it would execute with the input shown"
+                            .to_owned(),
+                    ),
                     StepChange::Served => Some(
                         "a write or external step that is not safe_to_retry: its recorded effect is not repeated"
                             .to_owned(),
@@ -411,7 +426,9 @@ impl Engine {
                     StepChange::Missing => Some("not reached by the recompute".to_owned()),
                     _ => None,
                 };
-                RecomputedStep { path: path.clone(), change, why }
+                let would_execute_with =
+                    matches!(change, StepChange::Served).then(|| would_execute.get(path).cloned()).flatten();
+                RecomputedStep { path: path.clone(), change, why, would_execute_with }
             })
             .collect();
         let mut decision_paths: Vec<&StepPath> = decided_before.keys().chain(decided_after.keys()).collect();
@@ -428,6 +445,7 @@ impl Engine {
             .collect();
         let changed = original.record.output != report.output
             || !decisions.is_empty()
+            || steps.iter().any(|s| s.would_execute_with.is_some())
             || steps.iter().any(|s| !matches!(s.change, StepChange::Clean | StepChange::Served));
         let forked = if options.persist {
             Some(self.keep_recompute(&original, &sandbox, &options, &report).await?)

@@ -23,6 +23,8 @@ pub(crate) struct PathLog {
     pub(crate) completed: Option<(u32, ContentHash)>,
     pub(crate) failures: Vec<(u32, StepError, Option<Timestamp>)>,
     pub(crate) intent: Option<u32>,
+    /// The hash of the input the last intent was given, when the journal kept it.
+    pub(crate) intent_input: Option<ContentHash>,
     pub(crate) skipped: Option<String>,
     pub(crate) decided: Option<Choice>,
     pub(crate) values: HashMap<(u32, u32), Value>,
@@ -81,7 +83,10 @@ impl ReplayIndex {
             let log = index.paths.entry(entry.path.clone()).or_default();
             match &entry.record {
                 Record::Started { attempt } => log.last_attempt = log.last_attempt.max(*attempt),
-                Record::Intent { attempt, .. } => log.intent = Some(*attempt),
+                Record::Intent { attempt, input, .. } => {
+                    log.intent = Some(*attempt);
+                    log.intent_input = *input;
+                }
                 Record::Completed { attempt, output, .. } => {
                     let value = index.blobs.get(output).ok_or(StoreError::Corrupt(*output))?;
                     if ContentHash::of_value(value) != *output {
@@ -156,6 +161,16 @@ impl ReplayIndex {
     /// records served steps too, for comparison.
     pub(crate) fn replaying(&self) -> bool {
         !matches!(self.mode, ReplayMode::Resume)
+    }
+
+    /// The hash of the input a served step was given when it ran, when a recompute serves
+    /// it past its starting point (a write or an unsafe external step) and the journal kept
+    /// the hash: a recompute compares it with the input the step would get now.
+    pub(crate) fn served_effect_input(&self, path: &StepPath) -> Option<ContentHash> {
+        match &self.mode {
+            ReplayMode::Recompute(prefix) if !prefix.contains(path) => self.raw(path)?.intent_input,
+            _ => None,
+        }
     }
 
     fn serves_code(&self, path: &StepPath) -> bool {

@@ -204,6 +204,20 @@ async fn recompute_reports_keyed_diffs_and_never_repeats_writes() {
     assert_eq!(by_path["save"], stepwright_core::StepChange::Served, "a write is never repeated by a recompute");
     assert_eq!(writes.get(), 1);
     assert_eq!(report.recomputed_output, Some(json!({ "saved": 2 })), "the served write keeps its recorded result");
+    // Its input changed (`lines` did): the report says what it would have been given.
+    let save = report.steps.iter().find(|s| s.path.as_str() == "save").unwrap();
+    assert_eq!(
+        save.would_execute_with,
+        Some(json!([{ "sku": "new", "qty": 9 }, { "sku": "a", "qty": 20 }, { "sku": "b", "qty": 1 }]))
+    );
+    assert!(save.why.as_deref().unwrap().contains("whose input changed"), "{:?}", save.why);
+
+    // A definition that changes nothing the write is given: served, and nothing to say.
+    let same = order_flow(|x| json!([{ "sku": "a", "qty": x }, { "sku": "b", "qty": 1 }]), &writes, &a_calls);
+    let report = engine.recompute(&same, run.run_id, stepwright_core::RecomputeOptions::default()).await.unwrap();
+    let save = report.steps.iter().find(|s| s.path.as_str() == "save").unwrap();
+    assert_eq!((&save.change, &save.would_execute_with), (&stepwright_core::StepChange::Served, &None));
+    assert!(!report.changed);
 }
 
 #[tokio::test(start_paused = true)]

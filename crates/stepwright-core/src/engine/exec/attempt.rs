@@ -97,7 +97,8 @@ impl Exec {
                 self.started(path, attempt);
                 // The fence: the intent is durable before the effect can happen (for a step
                 // that dispatches a task, in the task's own commit).
-                let intent = Record::Intent { attempt, key: key.clone() };
+                let intent =
+                    Record::Intent { attempt, key: key.clone(), input: Some(crate::ContentHash::of_value(&input)) };
                 if matches!(&node.kind, NodeKind::Step(step) if step.dispatches()) {
                     self.run.recorder.note_intent(path, self.now(), intent);
                 } else {

@@ -189,6 +189,14 @@ impl Exec {
             if let Some(log) = log {
                 if let Some(value) = replay.completed_output(&path, class) {
                     self.run.served.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // A write a recompute serves, whose input would now differ: it is not
+                    // executed, and the report says what it would have been given.
+                    if let Some(then) = replay.served_effect_input(&path)
+                        && let Ok(now) = self.resolve_input(node, previous.clone(), frame.scope)
+                        && crate::ContentHash::of_value(&now) != then
+                    {
+                        self.run.would_execute(&path, &now);
+                    }
                     if replay.replaying() {
                         // A replay's own journal shows the served step too, for comparison.
                         return self.complete(&path, log.last_attempt.max(1), value, false).await;
