@@ -21,6 +21,36 @@ pub struct Bindings {
     /// Where the models' request and token limits are counted: a store every worker on
     /// the database shares (none: in this process).
     pub shared_limits: Option<SharedLimits>,
+    /// The cassette, once a workflow was prepared with it: every workflow these bindings
+    /// (and their clones) prepare records to and replays from this one, so two of them
+    /// never overwrite each other's recordings.
+    pub opened_cassette: OpenedCassette,
+}
+
+/// The cassette [`Bindings`] opened, shared by their clones.
+#[derive(Clone, Default)]
+pub struct OpenedCassette(Arc<std::sync::Mutex<Option<Arc<stepwright_llm::Cassette>>>>);
+
+impl std::fmt::Debug for OpenedCassette {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpenedCassette")
+    }
+}
+
+impl OpenedCassette {
+    /// The cassette at `path`, opened at the first call.
+    fn get(&self, path: &Path, mode: stepwright_llm::CassetteMode) -> Result<Arc<stepwright_llm::Cassette>, AppError> {
+        let mut opened = self.0.lock().expect("poisoned");
+        if let Some(cassette) = opened.as_ref().filter(|c| c.path() == path && c.mode() == mode) {
+            return Ok(cassette.clone());
+        }
+        let cassette = Arc::new(
+            stepwright_llm::Cassette::open(path, mode)
+                .map_err(|e| AppError::BadInput(format!("--cassette {}: {e}", path.display())))?,
+        );
+        *opened = Some(cassette.clone());
+        Ok(cassette)
+    }
 }
 
 /// A store that counts model rate limits for every process on it.
@@ -111,9 +141,7 @@ pub async fn prepare(
     }
     // The cassette first: with one, a key is needed only for a call it has no recording of.
     if let Some(path) = &bindings.cassette {
-        let cassette = stepwright_llm::Cassette::open(path, bindings.cassette_mode)
-            .map_err(|e| AppError::BadInput(format!("--cassette {}: {e}", path.display())))?;
-        models = models.with_cassette(cassette);
+        models = models.with_shared_cassette(bindings.opened_cassette.get(path, bindings.cassette_mode)?);
     }
     for (name, config) in &configs {
         models.bind(name, config).map_err(|e| AppError::BadInput(format!("model {name:?}: {e}")))?;
@@ -186,4 +214,27 @@ pub async fn connect_servers(
         return Err(AppError::BadInput(problems.join("\n")));
     }
     Ok(workflow.with_service(Arc::new(tools)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every workflow one set of bindings prepares shares one cassette: two instances of a
+    /// file would each rewrite it with only their own recordings (an experiment recording at
+    /// a concurrency of 4 lost some that way).
+    #[test]
+    fn bindings_open_their_cassette_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+        let bindings = Bindings { cassette: Some(a.clone()), ..Bindings::default() };
+        let clone = bindings.clone();
+        let first = bindings.opened_cassette.get(&a, stepwright_llm::CassetteMode::Record).unwrap();
+        let again = clone.opened_cassette.get(&a, stepwright_llm::CassetteMode::Record).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "a clone of the bindings shares the cassette");
+        let other = bindings.opened_cassette.get(&b, stepwright_llm::CassetteMode::Record).unwrap();
+        assert!(!Arc::ptr_eq(&first, &other) && other.path() == b, "another file is another cassette");
+        let separate = Bindings::default().opened_cassette.get(&a, stepwright_llm::CassetteMode::Record).unwrap();
+        assert!(!Arc::ptr_eq(&first, &separate), "bindings made apart open their own");
+    }
 }

@@ -145,7 +145,7 @@ impl ModelFlags {
                 (None, Some(path)) => stepwright::llm::CassetteMode::default_for(path),
                 (None, None) => stepwright::llm::CassetteMode::Auto,
             },
-            shared_limits: None,
+            ..Default::default()
         }
     }
 }

@@ -293,6 +293,14 @@ impl Models {
         self
     }
 
+    /// [`Models::with_cassette`] with a cassette other bindings use too (one file, one
+    /// writer: recordings made through any of them are all kept).
+    #[must_use]
+    pub fn with_shared_cassette(mut self, cassette: Arc<Cassette>) -> Self {
+        self.cassette = Some(cassette);
+        self
+    }
+
     /// Whether a binding exists.
     pub fn has(&self, name: &str) -> bool {
         self.bindings.contains_key(name)

@@ -20,6 +20,7 @@ mod support;
 mod cli;
 mod events;
 mod examples;
+mod experiment_example;
 mod experiments;
 mod flags;
 mod hardening;
