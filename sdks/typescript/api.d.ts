@@ -2994,6 +2994,12 @@ export interface components {
              */
             input_tokens: number;
             /**
+             * Format: double
+             * @description The calls' time, in all: from each request to its whole answer, in milliseconds.
+             * @default 0
+             */
+            latency_ms: number;
+            /**
              * Format: uint64
              * @description Generated tokens.
              */

@@ -225,6 +225,9 @@ pub struct Totals {
     /// Calls whose provider reported no usage: their tokens and cost are unknown (not zero).
     #[serde(default)]
     pub calls_without_usage: u64,
+    /// The calls' time, in all: from each request to its whole answer, in milliseconds.
+    #[serde(default)]
+    pub latency_ms: f64,
 }
 
 /// What a cancel did: the values of [`Cancelled::outcome`].

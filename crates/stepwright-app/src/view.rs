@@ -297,6 +297,7 @@ pub fn recompute_view(
         after.output_tokens += totals.output_tokens;
         after.cost_usd += totals.cost_usd;
         after.calls_without_usage += totals.calls_without_usage;
+        after.latency_ms += totals.latency_ms;
     }
     RecomputeView {
         run: report.run.to_string(),

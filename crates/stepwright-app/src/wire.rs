@@ -87,8 +87,9 @@ pub fn interrupt_kind(kind: core::InterruptKind) -> api::InterruptKind {
 
 /// Model usage and cost on the wire.
 pub fn totals(totals: stepwright_llm::Totals) -> api::Totals {
-    let stepwright_llm::Totals { calls, input_tokens, output_tokens, cost_usd, calls_without_usage } = totals;
-    api::Totals { calls, input_tokens, output_tokens, cost_usd, calls_without_usage }
+    let stepwright_llm::Totals { calls, input_tokens, output_tokens, cost_usd, calls_without_usage, latency_ms } =
+        totals;
+    api::Totals { calls, input_tokens, output_tokens, cost_usd, calls_without_usage, latency_ms }
 }
 
 /// A replay's report on the wire.
@@ -222,6 +223,7 @@ mod tests {
             output_tokens: 20,
             cost_usd: 0.5,
             calls_without_usage: 1,
+            latency_ms: 812.5,
         };
         assert_eq!(serde_json::json!(kernel), serde_json::json!(totals(kernel)));
     }

@@ -623,6 +623,9 @@ pub struct Totals {
     /// Calls whose provider reported no usage: their tokens and cost are unknown (not zero).
     #[serde(default)]
     pub calls_without_usage: u64,
+    /// The calls' time, in all: from each request to its whole answer, in milliseconds.
+    #[serde(default)]
+    pub latency_ms: f64,
 }
 
 /// Whether the provider said what a call used: every request has a prompt, so a call with
@@ -638,6 +641,7 @@ impl Totals {
         self.input_tokens += event["usage"]["input_tokens"].as_u64().unwrap_or(0);
         self.output_tokens += event["usage"]["output_tokens"].as_u64().unwrap_or(0);
         self.cost_usd += event["cost_usd"].as_f64().unwrap_or(0.0);
+        self.latency_ms += event["latency_ms"].as_f64().unwrap_or(0.0);
         if event["usage_reported"] == false {
             self.calls_without_usage += 1;
         }

@@ -45,6 +45,7 @@ export async function experimentView(id) {
         fact('Change', describeChange(details.spec.change)),
         fact('Cost per 1,000 runs', `${usd(report.totals.cost_per_1000_before)} → ${usd(report.totals.cost_per_1000_after)}`),
         fact('Model calls', `${report.totals.before.calls} → ${report.totals.after.calls}`),
+        fact('Model time per run', `${ms(perRun(report.totals, 'before'))} → ${ms(perRun(report.totals, 'after'))}`),
         report.totals.evaluation_cost_usd ? fact('Judging cost', usd(report.totals.evaluation_cost_usd)) : null),
       summaryBar(report.totals, details.runs),
       histograms(report),
@@ -76,6 +77,7 @@ async function cancelExperiment(id) {
   } catch (e) { toast(problemText(e)); }
 }
 
+const perRun = (totals, when) => (totals.runs ? (totals[when].latency_ms || 0) / totals.runs : 0);
 const fact = (name, value) => h('div', {}, h('span', { text: name }), value);
 
 function describeChange(change) {

@@ -1649,6 +1649,8 @@ class Totals(_TotalsRequired, total=False):
     """Usage and cost summed over calls."""
     calls_without_usage: int
     """Calls whose provider reported no usage: their tokens and cost are unknown (not zero)."""
+    latency_ms: float
+    """The calls' time, in all: from each request to its whole answer, in milliseconds."""
 
 
 class TriggerDetails(TypedDict):

@@ -113,6 +113,7 @@ fn add(into: &mut Totals, more: &Totals) {
     into.output_tokens += more.output_tokens;
     into.cost_usd += more.cost_usd;
     into.calls_without_usage += more.calls_without_usage;
+    into.latency_ms += more.latency_ms;
 }
 
 fn totals(runs: &[ExperimentRun], skipped: u64) -> ExperimentTotals {

@@ -274,9 +274,15 @@ fn print_report(report: &ExperimentReport) {
     if t.would_execute > 0 {
         println!("{} runs would execute a write with another input (not executed: see WHAT CHANGED)", t.would_execute);
     }
+    let per_run = |ms: f64| if t.runs == 0 { 0.0 } else { ms / t.runs as f64 };
     println!(
-        "model calls {} → {}; cost per 1,000 runs ${:.4} → ${:.4}",
-        t.before.calls, t.after.calls, t.cost_per_1000_before, t.cost_per_1000_after
+        "model calls {} → {}; cost per 1,000 runs ${:.4} → ${:.4}; model time per run {:.1} ms → {:.1} ms",
+        t.before.calls,
+        t.after.calls,
+        t.cost_per_1000_before,
+        t.cost_per_1000_after,
+        per_run(t.before.latency_ms),
+        per_run(t.after.latency_ms)
     );
     let score = |s: Option<f64>| s.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"));
     if !t.means.is_empty() {

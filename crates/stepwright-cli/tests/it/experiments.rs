@@ -141,6 +141,11 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
         (totals["cost_per_1000_before"].as_f64().unwrap(), totals["cost_per_1000_after"].as_f64().unwrap());
     assert!((before - 0.12).abs() < 1e-9 && (after - 0.0042).abs() < 1e-9, "{before} → {after}");
     assert_eq!(served.served(), 110, "50 recomputed calls and 10 judgements");
+    // The models' time then and now: each call's latency, summed (the loopback model answers
+    // in a few milliseconds, never in none).
+    let latency = |when: &str| totals[when]["latency_ms"].as_f64().unwrap();
+    assert!(latency("before") > 0.0 && latency("after") > 0.0, "{totals}");
+    assert!(one["usage"]["after"]["latency_ms"].as_f64().unwrap() > 0.0, "{one}");
     // The `write` tool ran no more (its step is served from each run's journal), and the runs
     // are as they were.
     assert_eq!(lines(dir.path()), 50, "no write executed again");
@@ -151,7 +156,7 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
     let text = String::from_utf8_lossy(&table.stdout);
     assert_eq!(table.status.code(), Some(0), "no --fail-on: {text}");
     assert!(text.contains("50 runs: 10 changed, 40 unchanged; 0 improved, 10 regressed, 0 failed"), "{text}");
-    assert!(text.contains("cost per 1,000 runs $0.1200 → $0.0042"), "{text}");
+    assert!(text.contains("cost per 1,000 runs $0.1200 → $0.0042; model time per run "), "{text}");
     assert!(text.contains("10 runs would execute a write with another input (not executed"), "{text}");
     assert!(
         text.contains(&format!(
