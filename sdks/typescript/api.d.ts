@@ -1582,7 +1582,7 @@ export interface components {
             /** @description What happened. */
             message: string;
         };
-        /** @description One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`. */
+        /** @description One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`, `worker`. */
         Evaluator: {
             /**
              * @description An expression over `output` and `input`, scored on the old and on the new output: true
@@ -1600,6 +1600,12 @@ export interface components {
             name: string;
             /** @description A JSON Schema the output must meet: scores 1 when it does, 0 when not (old and new). */
             schema?: unknown;
+            /**
+             * @description A step worker's handler compares the outputs (code of your own, in Python or
+             *     TypeScript): given `{input, old, new}`, it answers as a `compare` does — true (no
+             *     worse), false (a regression), a number — or `{"score": …, "reason": "…"}`.
+             */
+            worker?: components["schemas"]["WorkerEvaluator"] | null;
         };
         /** @description An event with its history. */
         EventDetails: {
@@ -3107,6 +3113,13 @@ export interface components {
             id: string;
             /** @description Where events are posted. */
             url: string;
+        };
+        /** @description Where a `worker` evaluator's handler is served. */
+        WorkerEvaluator: {
+            /** @description The handler's name (`name@2` for a version). */
+            handler: string;
+            /** @description The queue its workers poll. */
+            queue: string;
         };
         /** @description Who is claiming. */
         WorkerInfo: {

@@ -109,7 +109,7 @@ pub struct Judge {
     pub rubric: String,
 }
 
-/// One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`.
+/// One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`, `worker`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Evaluator {
@@ -129,6 +129,21 @@ pub struct Evaluator {
     /// A model compares the outputs by a rubric: better is 1, same 0, worse −1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub judge: Option<Judge>,
+    /// A step worker's handler compares the outputs (code of your own, in Python or
+    /// TypeScript): given `{input, old, new}`, it answers as a `compare` does — true (no
+    /// worse), false (a regression), a number — or `{"score": …, "reason": "…"}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerEvaluator>,
+}
+
+/// Where a `worker` evaluator's handler is served.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerEvaluator {
+    /// The queue its workers poll.
+    pub queue: String,
+    /// The handler's name (`name@2` for a version).
+    pub handler: String,
 }
 
 /// How an experiment stands.

@@ -88,6 +88,7 @@ pub(crate) fn x2(runs: usize) -> X2 {
                     check: None,
                     compare: None,
                     judge: None,
+                    worker: None,
                 },
                 Evaluator {
                     name: "same".into(),
@@ -95,6 +96,7 @@ pub(crate) fn x2(runs: usize) -> X2 {
                     check: None,
                     compare: Some("new.category == old.category".into()),
                     judge: None,
+                    worker: None,
                 },
             ],
             concurrency: Some(concurrency),

@@ -128,6 +128,7 @@ __all__ = [
     "VersionInfo",
     "WakeChannel",
     "WebhookView",
+    "WorkerEvaluator",
     "WorkerInfo",
     "WorkerList",
     "WorkerView",
@@ -496,7 +497,7 @@ class _EvaluatorRequired(TypedDict):
 
 
 class Evaluator(_EvaluatorRequired, total=False):
-    """One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`."""
+    """One evaluator: a name and exactly one of `schema`, `check`, `compare`, `judge`, `worker`."""
     check: str | None
     """An expression over `output` and `input`, scored on the old and on the new output: true
     is 1, false 0, a number itself (`output.score`, `output.items | length`).
@@ -509,6 +510,11 @@ class Evaluator(_EvaluatorRequired, total=False):
     """A model compares the outputs by a rubric: better is 1, same 0, worse −1."""
     schema: Any
     """A JSON Schema the output must meet: scores 1 when it does, 0 when not (old and new)."""
+    worker: WorkerEvaluator | None
+    """A step worker's handler compares the outputs (code of your own, in Python or
+    TypeScript): given `{input, old, new}`, it answers as a `compare` does — true (no
+    worse), false (a regression), a number — or `{"score": …, "reason": "…"}`.
+    """
 
 
 class _EventDetailsRequired(TypedDict):
@@ -1738,6 +1744,14 @@ class WebhookView(TypedDict):
     """Its id."""
     url: str
     """Where events are posted."""
+
+
+class WorkerEvaluator(TypedDict):
+    """Where a `worker` evaluator's handler is served."""
+    handler: str
+    """The handler's name (`name@2` for a version)."""
+    queue: str
+    """The queue its workers poll."""
 
 
 class _WorkerInfoRequired(TypedDict):

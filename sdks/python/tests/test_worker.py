@@ -523,3 +523,55 @@ def test_a_deferred_task_frees_the_worker_and_is_completed_later_from_elsewhere(
     worker.stop()
     thread.join(timeout=10)
     assert done["output"] == {"done": "elsewhere"}
+
+
+GRADED = """
+workflow: graded
+input: { type: object, properties: { n: { type: integer } } }
+steps:
+  - id: label
+    set: "n={{ input.n }}"
+"""
+
+
+def test_a_python_handler_scores_an_experiment(server: Any, client: tuple[Client, str]) -> None:
+    """A `worker` evaluator: the experiment (run by the server) asks a Python handler about
+    each run whose output changed; its score and reason are the report's."""
+    c, key = client
+    c.workflows.register(GRADED)
+    runs = [c.runs.start("graded", {"n": n}, wait_seconds=10)["run_id"] for n in range(4)]
+    worker = Worker(server.url, key, queue="grading", wait_seconds=2)
+    asked: list[dict[str, Any]] = []
+
+    @worker.handler("grade")
+    def grade(ctx: Any, pair: dict[str, Any]) -> dict[str, Any]:
+        asked.append(pair)
+        worse = pair["new"] == "odd"
+        return {"score": -1 if worse else 1, "reason": f"{pair['old']} became {pair['new']}"}
+
+    thread = background(worker)
+    changed = GRADED.replace('set: "n={{ input.n }}"', "set: \"{{ 'odd' if input.n % 2 == 1 else 'number ' ~ input.n }}\"")
+    started = c.experiments.start({
+        "experiment": "graded by python",
+        "runs": {"workflow": "graded"},
+        "change": {"source": changed},
+        "evaluators": [{"name": "python", "worker": {"queue": "grading", "handler": "grade"}}],
+    })
+    ended = c.experiments.wait(started["id"], timeout=60)
+    worker.stop()
+    thread.join(timeout=10)
+    assert ended["status"] == "completed", ended
+    by_run = {r["run"]: r for r in ended["report"]["runs"]}
+    assert sorted(by_run) == sorted(runs)
+    # Every output changed, and the handler was asked about each: "odd" is worse, "number 0" better.
+    assert sorted(json.dumps(p, sort_keys=True) for p in asked) == sorted(
+        json.dumps({"input": {"n": n}, "old": f"n={n}", "new": "odd" if n % 2 else f"number {n}"}, sort_keys=True)
+        for n in range(4)
+    )
+    for n, run in enumerate(runs):
+        [score] = by_run[run]["scores"]
+        assert score["new"] == (-1.0 if n % 2 else 1.0), by_run[run]
+        assert score["reason"] == f"n={n} became {'odd' if n % 2 else f'number {n}'}"
+        assert by_run[run]["verdict"] == ("regressed" if n % 2 else "improved")
+    totals = ended["report"]["totals"]
+    assert (totals["improved"], totals["regressed"]) == (2, 2), totals

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use stepwright_api::experiment::{Evaluator, Judge, Score, Verdict};
+use stepwright_api::experiment::{Evaluator, Judge, Score, Verdict, WorkerEvaluator};
 
 /// An evaluator ready to score: its schema compiled.
 pub(super) enum Prepared {
@@ -12,10 +12,21 @@ pub(super) enum Prepared {
     Check(String),
     Compare(String),
     Judge(Judge),
+    Worker(WorkerEvaluator),
 }
 
 impl Prepared {
     pub(super) fn new(evaluator: &Evaluator) -> Result<Self, String> {
+        if let Some(worker) = &evaluator.worker {
+            let others = [evaluator.schema.is_some(), evaluator.check.is_some(), evaluator.compare.is_some()];
+            if others.contains(&true) || evaluator.judge.is_some() {
+                return Err("give exactly one of `schema`, `check`, `compare`, `judge` and `worker`".into());
+            }
+            if worker.queue.trim().is_empty() || worker.handler.trim().is_empty() {
+                return Err("a `worker` needs a `queue` and a `handler`".into());
+            }
+            return Ok(Self::Worker(worker.clone()));
+        }
         match (&evaluator.schema, &evaluator.check, &evaluator.compare, &evaluator.judge) {
             (Some(schema), None, None, None) => jsonschema::validator_for(schema)
                 .map(|v| Self::Schema(Arc::new(v)))
@@ -30,7 +41,7 @@ impl Prepared {
                 Err("a `judge` needs a `model` (one of the workflow's bindings) and a `rubric`".into())
             }
             (None, None, None, Some(judge)) => Ok(Self::Judge(judge.clone())),
-            _ => Err("give exactly one of `schema`, `check`, `compare` and `judge`".into()),
+            _ => Err("give exactly one of `schema`, `check`, `compare`, `judge` and `worker`".into()),
         }
     }
 
@@ -76,14 +87,14 @@ impl Prepared {
                 }
                 _ => score.error = Some("no output to compare (the run or its recompute gave none)".into()),
             },
-            Self::Judge(_) => score.error = Some("a judge is asked, not computed".into()),
+            Self::Judge(_) | Self::Worker(_) => score.error = Some("a judge is asked, not computed".into()),
         }
         score
     }
 
     /// Whether it judges the pair (its `new` is the change), not each output.
     fn is_pairwise(&self) -> bool {
-        matches!(self, Self::Compare(_) | Self::Judge(_))
+        matches!(self, Self::Compare(_) | Self::Judge(_) | Self::Worker(_))
     }
 }
 
@@ -200,8 +211,14 @@ mod tests {
     #[test]
     fn evaluators_score_old_and_new_and_judge() {
         let prepared = |e: Evaluator| (e.name.clone(), Prepared::new(&e).unwrap());
-        let evaluator =
-            |name: &str| Evaluator { name: name.into(), schema: None, check: None, compare: None, judge: None };
+        let evaluator = |name: &str| Evaluator {
+            name: name.into(),
+            schema: None,
+            check: None,
+            compare: None,
+            judge: None,
+            worker: None,
+        };
         let evaluators = vec![
             prepared(Evaluator { schema: Some(json!({ "required": ["category"] })), ..evaluator("shape") }),
             prepared(Evaluator { check: Some("output.score".into()), ..evaluator("score") }),

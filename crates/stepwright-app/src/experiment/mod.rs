@@ -24,6 +24,7 @@ use crate::{AppError, Bindings};
 
 mod evaluate;
 mod report;
+mod worker;
 
 use evaluate::{Prepared, ask_judge, judge};
 pub use report::{experiment_details, experiment_status, experiment_summary, kept_spec};
@@ -473,6 +474,9 @@ async fn recompute_one(
                 evaluation_cost_usd += cost;
                 score
             }
+            Prepared::Worker(w) => {
+                worker::ask_worker(engine, name, w, &record.caller, record.input.as_ref(), old, new).await
+            }
             other => other.score(name, record.input.as_ref(), old, new),
         });
     }
@@ -557,6 +561,15 @@ mod tests {
         assert!(parse(&judge).unwrap_err().contains("a `judge` needs a `model`"));
         let bad = format!("{base}evaluators:\n  - {{ name: a, check: 'output.x ==' }}\n");
         assert!(parse(&bad).unwrap_err().contains("`evaluators[0]` (a): `check` does not parse"));
+        let worker = format!("{base}evaluators:\n  - {{ name: a, worker: {{ queue: py, handler: '' }} }}\n");
+        assert!(parse(&worker).unwrap_err().contains("a `worker` needs a `queue` and a `handler`"));
+        let two =
+            format!("{base}evaluators:\n  - {{ name: a, check: output.x, worker: {{ queue: py, handler: h }} }}\n");
+        assert!(parse(&two).unwrap_err().contains("exactly one of"));
+        assert_eq!(
+            parse(&format!("{base}evaluators:\n  - {{ name: a, worker: {{ queue: py, handler: grade }} }}\n")),
+            Ok(())
+        );
         let schema = format!("{base}evaluators:\n  - {{ name: a, schema: {{ type: 12 }} }}\n");
         assert!(parse(&schema).unwrap_err().contains("the schema does not compile"));
         assert!(parse(&format!("{base}concurrency: 0\n")).unwrap_err().contains("between 1 and 64"));
