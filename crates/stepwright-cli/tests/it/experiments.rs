@@ -244,47 +244,55 @@ fn an_experiment_file_is_checked_before_anything_runs() {
     assert!(!dir.path().join("stepwright.db").exists(), "a bad file opens no store");
 }
 
+/// `stepwright --db DB ARGS` in `dir`.
+fn on(dir: &Path, db: &str, args: &[&str]) -> std::process::Output {
+    let all: Vec<&str> = ["--db", db].into_iter().chain(args.iter().copied()).collect();
+    stepwright(dir, &all)
+}
+
 /// An experiment is kept as it goes: killed mid-way (SIGKILL), `experiments resume ID` goes on
 /// and recomputes only the runs it had not finished — the read tool the runs call counts
-/// exactly those — then `list` and `show` read it back, and a second `resume` is refused.
+/// exactly those — then `list` and `show` read it back, and a second `resume` is refused. On
+/// SQLite, and on Postgres when `STEPWRIGHT_TEST_DATABASE_URL` is set.
 #[test]
 fn a_killed_experiment_resumes_without_recomputing_what_it_finished() {
-    let dir = tempfile::tempdir().unwrap();
-    let looked = || std::fs::read_to_string(dir.path().join("looked.log")).unwrap_or_default().lines().count();
-    let (mut child, id) = slow_experiment_started(dir.path(), std::process::Stdio::null());
-    let kept = || recomputed_so_far(dir.path(), &id);
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let (finished, looked_at_kill) = (kept(), looked());
-    assert!((3..8).contains(&finished), "killed mid-way: {finished} kept");
-    let text = String::from_utf8_lossy(&stepwright(dir.path(), &["experiments", "show", &id]).stdout).into_owned();
-    assert!(text.contains(&format!("running; {finished} of 8 runs recomputed and kept so far")), "{text}");
+    crate::support::on_each_store("experiment_resumes", |dir, db| {
+        let looked = || std::fs::read_to_string(dir.join("looked.log")).unwrap_or_default().lines().count();
+        let (mut child, id) = slow_experiment_started(dir, db, std::process::Stdio::null());
+        let kept = || recomputed_so_far(dir, db, &id);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let (finished, looked_at_kill) = (kept(), looked());
+        assert!((3..8).contains(&finished), "killed mid-way: {finished} kept");
+        let text = String::from_utf8_lossy(&on(dir, db, &["experiments", "show", &id]).stdout).into_owned();
+        assert!(text.contains(&format!("running; {finished} of 8 runs recomputed and kept so far")), "{text}");
 
-    let resumed = stepwright(dir.path(), &["experiments", "resume", &id, "--json"]);
-    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
-    let report = json_of(&resumed);
-    assert_eq!((&report["status"], &report["totals"]["runs"]), (&json!("completed"), &json!(8)), "{report}");
-    assert_eq!(report["totals"]["unchanged"], json!(8), "the same definition, the same outputs");
-    assert_eq!(looked() - looked_at_kill, 8 - finished as usize, "only the runs not kept were recomputed");
+        let resumed = on(dir, db, &["experiments", "resume", &id, "--json"]);
+        assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+        let report = json_of(&resumed);
+        assert_eq!((&report["status"], &report["totals"]["runs"]), (&json!("completed"), &json!(8)), "{report}");
+        assert_eq!(report["totals"]["unchanged"], json!(8), "the same definition, the same outputs");
+        assert_eq!(looked() - looked_at_kill, 8 - finished as usize, "only the runs not kept were recomputed");
 
-    let listed = json_of(&stepwright(dir.path(), &["experiments", "list", "--json"]));
-    assert_eq!(listed[0]["id"], json!(id));
-    assert_eq!(
-        (&listed[0]["experiment"], &listed[0]["status"], &listed[0]["runs"]),
-        (&json!("again"), &json!("completed"), &json!(8))
-    );
-    let shown = json_of(&stepwright(dir.path(), &["experiments", "show", &id, "--json"]));
-    assert_eq!(shown["report"], report, "show prints the kept report");
-    assert_eq!((&shown["status"], &shown["recomputed"]), (&json!("completed"), &json!(8)));
-    let again = stepwright(dir.path(), &["experiments", "resume", &id]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("has ended (completed)"), "{again:?}");
+        let listed = json_of(&on(dir, db, &["experiments", "list", "--json"]));
+        assert_eq!(listed[0]["id"], json!(id));
+        assert_eq!(
+            (&listed[0]["experiment"], &listed[0]["status"], &listed[0]["runs"]),
+            (&json!("again"), &json!("completed"), &json!(8))
+        );
+        let shown = json_of(&on(dir, db, &["experiments", "show", &id, "--json"]));
+        assert_eq!(shown["report"], report, "show prints the kept report");
+        assert_eq!((&shown["status"], &shown["recomputed"]), (&json!("completed"), &json!(8)));
+        let again = on(dir, db, &["experiments", "resume", &id]);
+        assert_eq!(again.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&again.stderr).contains("has ended (completed)"), "{again:?}");
+    });
 }
 
 /// Eight runs of a workflow whose read tool takes 0.3 s (and counts its calls in
 /// `looked.log`), and an experiment over them started in a child process (one at a time),
 /// returned once it has kept three results, with its id.
-fn slow_experiment_started(dir: &std::path::Path, stdout: std::process::Stdio) -> (std::process::Child, String) {
+fn slow_experiment_started(dir: &Path, db: &str, stdout: std::process::Stdio) -> (std::process::Child, String) {
     std::fs::write(
         dir.join("slow.yaml"),
         "workflow: slow\ntools:\n  look:\n    command: [sh, -c, 'echo x >> looked.log; sleep 0.3; echo done']\n    \
@@ -292,12 +300,12 @@ fn slow_experiment_started(dir: &std::path::Path, stdout: std::process::Stdio) -
     )
     .unwrap();
     for _ in 0..8 {
-        let ran = stepwright(dir, &["run", "slow.yaml", "--json"]);
+        let ran = on(dir, db, &["run", "slow.yaml", "--json"]);
         assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
     }
     assert_eq!(std::fs::read_to_string(dir.join("looked.log")).unwrap().lines().count(), 8);
     std::fs::write(dir.join("again.yaml"), "experiment: again\nruns: { workflow: slow }\nconcurrency: 1\n").unwrap();
-    let mut child = crate::support::command(dir, &["experiments", "run", "again.yaml", "--json"])
+    let mut child = crate::support::command(dir, &["--db", db, "experiments", "run", "again.yaml", "--json"])
         .stdout(stdout)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -307,39 +315,41 @@ fn slow_experiment_started(dir: &std::path::Path, stdout: std::process::Stdio) -
     let id = first.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_owned();
     assert!(first.contains("8 runs"), "{first}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while recomputed_so_far(dir, &id) < 3 {
+    while recomputed_so_far(dir, db, &id) < 3 {
         assert!(std::time::Instant::now() < deadline, "the experiment kept nothing");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     (child, id)
 }
 
-fn recomputed_so_far(dir: &std::path::Path, id: &str) -> u64 {
-    json_of(&stepwright(dir, &["experiments", "show", id, "--json"]))["recomputed"].as_u64().unwrap()
+fn recomputed_so_far(dir: &Path, db: &str, id: &str) -> u64 {
+    json_of(&on(dir, db, &["experiments", "show", id, "--json"]))["recomputed"].as_u64().unwrap()
 }
 
 /// `experiments cancel` from another process stops a running experiment before its next
 /// run: the process at work ends it `cancelled` with what it recomputed, and it is then
-/// neither cancelled again nor resumed.
+/// neither cancelled again nor resumed. On SQLite, and on Postgres when set.
 #[test]
 fn an_experiment_is_cancelled_from_another_process() {
-    let dir = tempfile::tempdir().unwrap();
-    let (child, id) = slow_experiment_started(dir.path(), std::process::Stdio::piped());
-    let cancelled = stepwright(dir.path(), &["experiments", "cancel", &id]);
-    assert_eq!(cancelled.status.code(), Some(0), "{cancelled:?}");
-    let ended = child.wait_with_output().unwrap();
-    assert_eq!(ended.status.code(), Some(0), "{}", String::from_utf8_lossy(&ended.stderr));
-    let report: serde_json::Value = serde_json::from_slice(&ended.stdout).unwrap();
-    let (runs, skipped) = (report["totals"]["runs"].as_u64().unwrap(), report["totals"]["skipped"].as_u64().unwrap());
-    assert_eq!(report["status"], json!("cancelled"), "{report}");
-    assert!((3..8).contains(&runs) && runs + skipped == 8, "stopped mid-way: {runs} recomputed, {skipped} not");
-    let looked = std::fs::read_to_string(dir.path().join("looked.log")).unwrap().lines().count() as u64;
-    assert_eq!(looked, 8 + runs, "no run was started that the report does not hold");
-    let shown = json_of(&stepwright(dir.path(), &["experiments", "show", &id, "--json"]));
-    assert_eq!((&shown["status"], &shown["report"]), (&json!("cancelled"), &report));
-    let again = stepwright(dir.path(), &["experiments", "cancel", &id]);
-    assert_eq!(again.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("has ended (cancelled)"), "{again:?}");
-    let resumed = stepwright(dir.path(), &["experiments", "resume", &id]);
-    assert!(String::from_utf8_lossy(&resumed.stderr).contains("has ended (cancelled)"), "{resumed:?}");
+    crate::support::on_each_store("experiment_cancelled", |dir, db| {
+        let (child, id) = slow_experiment_started(dir, db, std::process::Stdio::piped());
+        let cancelled = on(dir, db, &["experiments", "cancel", &id]);
+        assert_eq!(cancelled.status.code(), Some(0), "{cancelled:?}");
+        let ended = child.wait_with_output().unwrap();
+        assert_eq!(ended.status.code(), Some(0), "{}", String::from_utf8_lossy(&ended.stderr));
+        let report: Value = serde_json::from_slice(&ended.stdout).unwrap();
+        let (runs, skipped) =
+            (report["totals"]["runs"].as_u64().unwrap(), report["totals"]["skipped"].as_u64().unwrap());
+        assert_eq!(report["status"], json!("cancelled"), "{report}");
+        assert!((3..8).contains(&runs) && runs + skipped == 8, "stopped mid-way: {runs} recomputed, {skipped} not");
+        let looked = std::fs::read_to_string(dir.join("looked.log")).unwrap().lines().count() as u64;
+        assert_eq!(looked, 8 + runs, "no run was started that the report does not hold");
+        let shown = json_of(&on(dir, db, &["experiments", "show", &id, "--json"]));
+        assert_eq!((&shown["status"], &shown["report"]), (&json!("cancelled"), &report));
+        let again = on(dir, db, &["experiments", "cancel", &id]);
+        assert_eq!(again.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&again.stderr).contains("has ended (cancelled)"), "{again:?}");
+        let resumed = on(dir, db, &["experiments", "resume", &id]);
+        assert!(String::from_utf8_lossy(&resumed.stderr).contains("has ended (cancelled)"), "{resumed:?}");
+    });
 }
