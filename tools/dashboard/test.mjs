@@ -634,14 +634,19 @@ steps:
 
   step('phones: no view is wider than the screen at 360 and 390 px');
   const waitingForPhone = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Gus' }, wait_seconds: 10 });
+  // A run waiting for an event: its page has the message form.
+  const eventForPhone = await call(ann, 'POST', '/v1/runs', { workflow: 'order-followup', input: { order_id: 'A-1042', customer: 'Ann' }, wait_seconds: 10 });
+  assert.equal(eventForPhone.body.status, 'suspended', JSON.stringify(eventForPhone.body));
   const phoneViews = [['runs', '#/runs'], ['run', `#/runs/${research.body.run_id}`], ['run-waiting', `#/runs/${waitingForPhone.body.run_id}`],
     ['inbox', '#/inbox'], ['workflows', '#/workflows'], ['workflow', '#/workflows/greet'], ['workers', '#/workers'], ['diff', diffUrl.slice(diffUrl.indexOf('#'))],
-    ['experiments', '#/experiments'], ['experiment', `#/experiments/${experiment.body.id}`]];
+    ['experiments', '#/experiments'], ['experiment', `#/experiments/${experiment.body.id}`],
+    ['run-waiting-event', `#/runs/${eventForPhone.body.run_id}`]];
   for (const width of [360, 390]) {
     const phone = await person(admin, { viewport: { width, height: 800 }, isMobile: true, hasTouch: true });
     for (const [name, hash] of phoneViews) {
       await phone.goto(`${base}/${hash}`);
       await phone.locator('main h1').first().waitFor();
+      if (name === 'run-waiting-event') await phone.getByLabel('Message to delivered (JSON)').waitFor();
       await new Promise((r) => setTimeout(r, 300));
       const [scroll, client] = await phone.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
       assert.ok(scroll <= client, `${name} at ${width} px is ${scroll} px wide`);
