@@ -280,7 +280,8 @@ fn screenplay(request: &Value) -> Answer {
 }
 
 /// A cassette's recordings by key (the file's order follows which call finished first).
-fn recordings(path: &Path) -> std::collections::BTreeMap<String, Value> {
+/// A cassette's recordings by key.
+pub(crate) fn recordings(path: &Path) -> std::collections::BTreeMap<String, Value> {
     let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     file["interactions"]
         .as_array()

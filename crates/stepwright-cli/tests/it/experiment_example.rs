@@ -124,16 +124,7 @@ fn recording_the_experiment_example_again_reproduces_its_cassette() {
     if std::env::var("STEPWRIGHT_BLESS").is_ok() {
         std::fs::copy(&recorded, &committed).unwrap();
     }
-    let keyed = |path: &Path| -> std::collections::BTreeMap<String, Value> {
-        let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        file["interactions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| (i["key"].as_str().unwrap().to_owned(), i.clone()))
-            .collect()
-    };
-    let (fresh, kept) = (keyed(&recorded), keyed(&committed));
+    let (fresh, kept) = (crate::examples::recordings(&recorded), crate::examples::recordings(&committed));
     assert_eq!(fresh.len(), 110, "fifty runs, fifty recomputes, ten judgements");
     assert!(
         fresh == kept,
