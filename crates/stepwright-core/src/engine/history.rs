@@ -323,7 +323,7 @@ impl Engine {
             .in_sandbox(workflow, &original, index.with_mode(ReplayMode::Recompute(prefix.clone())), "recompute")
             .await?;
         let journal = sandbox_store.entries(run);
-        let sandbox = sandbox_store.load(run).await.map_err(EngineError::store(run))?;
+        let mut sandbox = sandbox_store.load(run).await.map_err(EngineError::store(run))?;
         let mut after: HashMap<StepPath, ContentHash> = HashMap::new();
         let mut violations: HashMap<StepPath, String> = HashMap::new();
         let mut decided_after: HashMap<StepPath, Choice> = HashMap::new();
@@ -332,8 +332,11 @@ impl Engine {
         for entry in &journal {
             match &entry.record {
                 Record::Artifact { kind, hash, .. } if kind == crate::recording::WOULD_EXECUTE => {
-                    if let Some(input) = sandbox.blobs.get(hash) {
-                        would_execute.insert(entry.path.clone(), (**input).clone());
+                    // Not an output, so not among the blobs a load brings: read by its hash.
+                    if let Some(input) = sandbox_store.blob(hash) {
+                        would_execute.insert(entry.path.clone(), (*input).clone());
+                        // Kept with the fork too, when the recompute is kept.
+                        sandbox.blobs.insert(*hash, input);
                     }
                 }
                 Record::Completed { output, .. } => {

@@ -350,3 +350,55 @@ async fn a_served_steps_sub_steps_are_served_not_missing() {
     assert!(!report.changed, "{:?}", report.steps);
     assert_eq!(report.status, RunStatus::Completed);
 }
+
+/// A write whose input guardrail rewrites what it is given is compared as the attempt got it:
+/// recomputed with nothing changed, it would get the same — no "would execute" is claimed.
+#[tokio::test(start_paused = true)]
+async fn a_guarded_write_is_compared_as_its_attempt_got_its_input() {
+    use stepwright_core::{Guardrail, GuardrailAction, GuardrailStage, PatternGuardrail};
+    let (engine, store) = engine();
+    let writes = Counter::default();
+    let flow = |prefix: &'static str| {
+        let writes = writes.clone();
+        Workflow::builder("guarded-write")
+            .step(Node::step(
+                "draft",
+                fn_step(move |_c, to: String| async move { Ok(json!(format!("{prefix} {to}"))) }),
+            ))
+            .step(
+                Node::step(
+                    "send",
+                    fn_step(move |_c, v: Value| {
+                        writes.hit();
+                        async move { Ok(json!({ "sent": v })) }
+                    }),
+                )
+                .effect(stepwright_core::Effect::Write)
+                .guardrail(Guardrail::new(
+                    GuardrailStage::Input,
+                    GuardrailAction::Redact,
+                    PatternGuardrail::new("email", r"[\w.]+@[\w.]+").unwrap(),
+                )),
+            )
+            .build()
+            .unwrap()
+    };
+    let run = engine.start(&flow("write to"), json!("bob@example.com")).await.unwrap();
+    assert_eq!(run.output, Some(json!({ "sent": "write to [REDACTED]" })));
+    let same = engine.recompute(&flow("write to"), run.run_id, stepwright_core::RecomputeOptions::default()).await;
+    let send = same.unwrap().steps.into_iter().find(|s| s.path.as_str() == "send").unwrap();
+    assert_eq!(send.would_execute_with, None, "the same input, through the same guardrail");
+    let kept = stepwright_core::RecomputeOptions { from: None, persist: true };
+    let other = engine.recompute(&flow("mail"), run.run_id, kept).await.unwrap();
+    let send = other.steps.iter().find(|s| s.path.as_str() == "send").unwrap();
+    assert_eq!(send.would_execute_with, Some(json!("mail [REDACTED]")), "as the attempt would get it");
+    assert_eq!(writes.get(), 1);
+    // Kept as a fork, the artifact that says so is there to read.
+    let fork = stepwright_core::Store::load(&*store, other.forked.unwrap()).await.unwrap();
+    let noted = fork.entries.iter().find_map(|e| match &e.record {
+        stepwright_core::Record::Artifact { kind, hash, stored: true } if kind == "would-execute-input" => Some(*hash),
+        _ => None,
+    });
+    let blob = stepwright_core::Store::blob(&*store, noted.expect("noted in the fork")).await.unwrap();
+    assert_eq!(blob.as_deref(), Some(&json!("mail [REDACTED]")));
+}

@@ -190,9 +190,13 @@ impl Exec {
                 if let Some(value) = replay.completed_output(&path, class) {
                     self.run.served.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     // A write a recompute serves, whose input would now differ: it is not
-                    // executed, and the report says what it would have been given.
+                    // executed, and the report says what it would have been given (its input
+                    // as the attempt gets it: through its input guardrails; behind an approval
+                    // gate, the served decision may have replaced it, so nothing is claimed).
                     if let Some(then) = replay.served_effect_input(&path)
+                        && node.policy.approval.is_none()
                         && let Ok(now) = self.resolve_input(node, previous.clone(), frame.scope)
+                        && let Ok((now, _)) = apply_guardrails(&node.policy.guardrails, GuardrailStage::Input, now)
                         && crate::ContentHash::of_value(&now) != then
                     {
                         self.run.would_execute(&path, &now);
