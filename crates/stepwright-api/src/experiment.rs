@@ -20,17 +20,19 @@ use crate::{ErrorView, RunStatus};
 #[serde(deny_unknown_fields)]
 pub struct ExperimentSpec {
     /// Its name (what reports and listings call it).
+    #[schemars(regex(pattern = r"\S"))]
     pub experiment: String,
     /// The past runs to recompute.
+    #[serde(deserialize_with = "crate::object::object")]
     pub runs: Population,
     /// What is tried on them (nothing: each run's own definition, again — a determinism check).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::object::object")]
     pub change: Change,
     /// How each run's output is scored, old against new.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::object::list")]
     pub evaluators: Vec<Evaluator>,
     /// How many runs are recomputed at once (1–64; default 4).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::optional")]
     #[schemars(range(min = 1, max = 64))]
     pub concurrency: Option<u32>,
     /// Stop starting recomputes once their model calls cost this many US dollars; the report
@@ -45,6 +47,7 @@ pub struct ExperimentSpec {
 #[serde(deny_unknown_fields)]
 pub struct Population {
     /// The workflow whose runs are taken.
+    #[schemars(regex(pattern = r"\S"))]
     pub workflow: String,
     /// Only runs that ended so (default: completed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -62,11 +65,11 @@ pub struct Population {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ids: Vec<String>,
     /// At most this many of them, drawn at random with `seed` (the same seed, the same runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::optional")]
     #[schemars(range(min = 1))]
     pub sample: Option<u32>,
     /// The sample's seed (default 0).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::whole::required")]
     pub seed: u64,
 }
 
@@ -86,7 +89,7 @@ pub struct Change {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub files: BTreeMap<String, String>,
     /// A registered version of the workflow (`GET /v1/workflows/{name}` lists them).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::optional")]
     #[schemars(range(min = 1))]
     pub version: Option<u32>,
     /// `NAME: OTHER`: calls to model binding NAME go to binding OTHER (its endpoint and model).
@@ -127,12 +130,12 @@ pub struct Evaluator {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compare: Option<String>,
     /// A model compares the outputs by a rubric: better is 1, same 0, worse −1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::object::optional")]
     pub judge: Option<Judge>,
     /// A step worker's handler compares the outputs (code of your own, in Python or
     /// TypeScript): given `{input, old, new}`, it answers as a `compare` does — true (no
     /// worse), false (a regression), a number — or `{"score": …, "reason": "…"}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::object::optional")]
     pub worker: Option<WorkerEvaluator>,
 }
 

@@ -12,6 +12,7 @@
 pub mod experiment;
 pub mod history;
 pub mod interrupt;
+pub mod object;
 pub mod openapi;
 pub mod operations;
 pub mod problem;

@@ -207,6 +207,12 @@ where
                 return Err(error);
             }
         };
+        // Every body is an object: serde's derive alone would read a struct from an array of
+        // its fields' values too.
+        if !value.is_object() {
+            let message = "Failed to deserialize the JSON body into the target type: the body is not a JSON object";
+            return Err(ApiError::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "bad_request", message));
+        }
         serde_path_to_error::deserialize(value).map(Self).map_err(|e| {
             let at = e.path().to_string();
             let at = if at == "." { String::new() } else { format!("{at}: ") };
@@ -255,7 +261,14 @@ where
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Self(T::default()));
         }
-        serde_json::from_slice(&bytes).map(Self).map_err(|e| {
+        let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "bad_request", format!("the body: {e}"))
+        })?;
+        if !value.is_object() {
+            let message = "the body is not a JSON object";
+            return Err(ApiError::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "bad_request", message));
+        }
+        serde_json::from_value(value).map(Self).map_err(|e| {
             ApiError::new(axum::http::StatusCode::UNPROCESSABLE_ENTITY, "bad_request", format!("the body: {e}"))
         })
     }

@@ -117,6 +117,10 @@ async fn an_experiment_runs_in_the_background_and_reports_what_changed() {
             "is workflow \"other\"",
         ),
         (json!({ "experiment": "x", "runs": { "workflow": "grade" }, "colour": "red" }), "colour"),
+        // Serde's derive alone reads a struct from an array of its fields' values.
+        (json!({ "experiment": "x", "runs": { "workflow": "grade" }, "change": [null, null] }), "expected an object"),
+        (json!({ "experiment": "x", "runs": ["grade"] }), "expected an object"),
+        (json!(["x", { "workflow": "grade" }]), "not a JSON object"),
         (
             json!({ "experiment": "x", "runs": { "workflow": "grade", "ids": [runs[0]] }, "concurrency": 0 }),
             "between 1 and 64",
