@@ -2079,6 +2079,92 @@ export interface components {
              */
             url: string;
         };
+        /**
+         * @description A workflow as it is drawn: each step and operator with its kind, label and layout, each
+         *     called workflow's steps under its call. A renderer draws the six layouts and needs no
+         *     case per operator; an expression in a label is cut to 48 characters.
+         */
+        Outline: {
+            /** @description The workflow's name. */
+            name: string;
+            /** @description Its steps, run in order. */
+            steps: components["schemas"]["OutlineNode"][];
+            /** @description Its version as written in its definition. */
+            version: string;
+        };
+        /** @description An edge between two nodes of a graph. */
+        OutlineEdge: {
+            /** @description The node it leaves. */
+            from: string;
+            /** @description The node it goes to. */
+            to: string;
+            /** @description The condition under which it is taken; always when none. */
+            when?: string | null;
+        };
+        /** @description Children drawn together. */
+        OutlineGroup: {
+            /** @description What leads to it: a branch arm's condition, `otherwise`, `path 0`, `on failure`. */
+            label?: string | null;
+            /** @description Its steps, run in order. */
+            steps: components["schemas"]["OutlineNode"][];
+        };
+        /** @description How a node's groups are drawn. */
+        OutlineLayout: {
+            /** @constant */
+            type: "step";
+        } | {
+            /** @constant */
+            type: "boxed";
+        } | {
+            /** @description The back edge's label (`again`, `next tick`). */
+            again: string;
+            /** @constant */
+            type: "repeated";
+        } | {
+            /** @description Whether none may be taken, the run going on past the decision. */
+            falls_through: boolean;
+            /** @constant */
+            type: "choice";
+        } | {
+            /** @description The join's label (`join`, `merge …`). */
+            join: string;
+            /** @constant */
+            type: "parallel";
+        } | {
+            /** @description The edges, in the order they are tried. */
+            edges: components["schemas"]["OutlineEdge"][];
+            /** @description The node it starts at. */
+            entry?: string | null;
+            /** @constant */
+            type: "graph";
+        };
+        /**
+         * @description A step or an operator, as it is drawn. A child's path is its parent's path, `/`, its id
+         *     (a run's step paths add `[i]` for an item or path and `#n` for an iteration).
+         */
+        OutlineNode: {
+            /** @description What runs in its place when it fails for good (drawn on an `on failure` edge). */
+            fallback?: components["schemas"]["OutlineGroup"] | null;
+            /** @description Its children, group by group: a branch's arms, a fork's paths, a body. */
+            groups: components["schemas"]["OutlineGroup"][];
+            /** @description Its id. */
+            id: string;
+            /**
+             * @description The operator's name (`branch`, `fork`, `map`, `loop`, `graph`, `every`, `workflow`,
+             *     `spawn`, `provide`, `sequence`, `sleep`, `wait`) or a step's kind (`llm`, `agent`,
+             *     `tool`, `set`, `approval`, `input`…; `step` for a step written in Rust).
+             */
+            kind: string;
+            /**
+             * @description What it is in a few words: `map over input.items as item`, `sleep 5m`, `llm`; empty
+             *     for a plain sequence.
+             */
+            label: string;
+            /** @description How its groups are drawn. */
+            layout: components["schemas"]["OutlineLayout"];
+            /** @description What its policies add: `if …`, `approved first`, `cached`. */
+            notes: string[];
+        };
         /** @description Where a forked run came from. */
         ParentView: {
             /** @description The step before which it was forked. */
@@ -2348,10 +2434,10 @@ export interface components {
         /** @description The definition a run is pinned to. */
         RunDefinition: {
             /**
-             * @description Its structure (steps, operators, policies), as `stepwright graph` draws it: the
-             *     version the run executes, not necessarily the newest one.
+             * @description Its structure, as `stepwright graph` and the dashboard draw it: the version the run
+             *     executes, not necessarily the newest one.
              */
-            graph: unknown;
+            graph: components["schemas"]["Outline"];
             /** @description Its definition hash. */
             hash: string;
             /** @description Its model bindings: what a recompute's `models` may name. */
@@ -3157,11 +3243,8 @@ export interface components {
         };
         /** @description A registered workflow with its versions, input schema and graph. */
         WorkflowDetails: {
-            /**
-             * @description The newest version's structure (steps, operators, policies), as `stepwright graph`
-             *     draws it.
-             */
-            graph: unknown;
+            /** @description The newest version's structure, as `stepwright graph` and the dashboard draw it. */
+            graph: components["schemas"]["Outline"];
             /**
              * @description The newest version's input schema, if it declares one; `x-stepwright-order` lists its
              *     top-level properties in the order the file declares them (what a form follows).

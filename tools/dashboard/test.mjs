@@ -398,8 +398,8 @@ steps:
   await operator.goto(`${base}/#/runs/${research.body.run_id}`);
   await operator.locator('[data-node="sides/case-for"].st-completed').waitFor();
   await operator.locator('[data-node="answers/answer"].st-completed').waitFor();
-  await operator.getByRole('group', { name: /^fork sides/ }).waitFor();
-  await operator.getByRole('group', { name: /^map answers/ }).waitFor();
+  await operator.getByRole('group', { name: /^sides · fork \(all\)/ }).waitFor();
+  await operator.getByRole('group', { name: /^answers · map over / }).waitFor();
   await operator.locator('.wf-row .name', { hasText: 'answers[2]/answer' }).waitFor();
   await operator.getByText(/\d+ in \/ \d+ out/).waitFor();
   const plan = operator.locator('details.step[data-path="plan"]');

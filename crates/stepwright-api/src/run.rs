@@ -406,9 +406,9 @@ pub struct RunDefinition {
     pub run_id: String,
     /// Its definition hash.
     pub hash: String,
-    /// Its structure (steps, operators, policies), as `stepwright graph` draws it: the
-    /// version the run executes, not necessarily the newest one.
-    pub graph: Value,
+    /// Its structure, as `stepwright graph` and the dashboard draw it: the version the run
+    /// executes, not necessarily the newest one.
+    pub graph: crate::workflow::Outline,
     /// Its model bindings: what a recompute's `models` may name.
     pub models: Vec<ModelBinding>,
 }

@@ -170,6 +170,42 @@ pub fn task_state(status: stepwright_api::task::TaskStatus) -> stepwright_core::
     }
 }
 
+/// A definition's outline on the wire: what `graph` and the dashboard draw.
+pub fn outline(workflow: &core::Workflow) -> api::workflow::Outline {
+    let outline = workflow.outline();
+    api::workflow::Outline { name: outline.name, version: outline.version, steps: outline_nodes(outline.steps) }
+}
+
+fn outline_nodes(nodes: Vec<core::OutlineNode>) -> Vec<api::workflow::OutlineNode> {
+    nodes.into_iter().map(outline_node).collect()
+}
+
+fn outline_node(node: core::OutlineNode) -> api::workflow::OutlineNode {
+    let group = |g: core::OutlineGroup| api::workflow::OutlineGroup { label: g.label, steps: outline_nodes(g.steps) };
+    api::workflow::OutlineNode {
+        id: node.id,
+        kind: node.kind,
+        label: node.label,
+        notes: node.notes,
+        layout: match node.layout {
+            core::OutlineLayout::Step => api::workflow::OutlineLayout::Step,
+            core::OutlineLayout::Boxed => api::workflow::OutlineLayout::Boxed,
+            core::OutlineLayout::Repeated { again } => api::workflow::OutlineLayout::Repeated { again },
+            core::OutlineLayout::Choice { falls_through } => api::workflow::OutlineLayout::Choice { falls_through },
+            core::OutlineLayout::Parallel { join } => api::workflow::OutlineLayout::Parallel { join },
+            core::OutlineLayout::Graph { entry, edges } => api::workflow::OutlineLayout::Graph {
+                entry,
+                edges: edges
+                    .into_iter()
+                    .map(|e| api::workflow::OutlineEdge { from: e.from, to: e.to, when: e.when })
+                    .collect(),
+            },
+        },
+        groups: node.groups.into_iter().map(group).collect(),
+        fallback: node.fallback.map(group),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,13 +1,13 @@
-//! `graph`'s drawing: a workflow's outline (`Workflow::outline`) as Mermaid or Graphviz dot.
-//! Every operator is drawn with its structure — branch arms with their conditions, fork
-//! paths between a split and a join, map, loop and `every` bodies in a box with their back
-//! edges, graph nodes with their edges and conditions, called and spawned workflows as
-//! subgraphs, fallbacks on a dashed "on failure" edge — and each step is labelled with its
-//! kind (llm, agent, tool, approval…).
+//! `graph`'s drawing: a workflow's outline (the contract's [`Outline`], as the API serves
+//! it) as Mermaid or Graphviz dot. Every node is drawn by its layout, not by its operator —
+//! a choice's groups on edges labelled with their conditions, parallel groups between a
+//! split and a join, repeated bodies in a box with a back edge, graph nodes with their edges
+//! and conditions, boxes for bodies and called workflows, fallbacks on a dashed
+//! "on failure" edge — and each step is labelled with its kind (llm, agent, tool…).
 //!
 //! The outline is walked once into [`Mark`]s; each format writes the marks its own way.
 
-use serde_json::Value;
+use stepwright::api::workflow::{Outline, OutlineEdge, OutlineGroup, OutlineLayout, OutlineNode};
 
 use crate::args::GraphFormat;
 
@@ -53,50 +53,6 @@ struct Drawing {
     next: usize,
 }
 
-/// The longest text in a label, so a long condition or template keeps the drawing readable.
-const LABEL_CHARS: usize = 48;
-
-fn text(value: &Value) -> String {
-    let text = match value {
-        Value::String(s) => s.clone(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    };
-    crate::render::shortened(&text, LABEL_CHARS)
-}
-
-/// A step's kind from its identity: file steps' identities start with their kind.
-fn step_kind(node: &Value) -> &str {
-    const KINDS: &[&str] = &["llm", "agent", "tool", "set", "approval", "input", "memory.store", "memory.recall"];
-    let identity = node["step_type"].as_str().unwrap_or_default();
-    let first = identity.split_whitespace().next().unwrap_or_default();
-    KINDS.iter().find(|k| **k == first).copied().unwrap_or("step")
-}
-
-/// What a step's policies add to its label: its condition, an approval before it, a cache.
-fn notes(node: &Value) -> String {
-    let mut notes = String::new();
-    if !node["if"].is_null() {
-        notes.push_str(&format!(" (if {})", text(&node["if"])));
-    }
-    if !node["requires_approval"].is_null() {
-        notes.push_str(" (approved first)");
-    }
-    if node["cache"] == Value::Bool(true) {
-        notes.push_str(" (cached)");
-    }
-    notes
-}
-
-/// A duration as the file format writes it: `1d`, `2h`, `5m`, `30s`, `500ms`.
-fn duration(ms: &Value) -> String {
-    let Some(ms) = ms.as_u64() else { return String::new() };
-    [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1000, "s")]
-        .into_iter()
-        .find(|(unit, _)| ms >= *unit && ms % unit == 0)
-        .map_or_else(|| format!("{ms}ms"), |(unit, name)| format!("{}{name}", ms / unit))
-}
-
 impl Drawing {
     fn key(&mut self, prefix: &str) -> String {
         self.next += 1;
@@ -122,9 +78,9 @@ impl Drawing {
     }
 
     /// A list of steps run in order; `None` when it is empty.
-    fn sequence(&mut self, nodes: &Value) -> Option<Ends> {
+    fn sequence(&mut self, nodes: &[OutlineNode]) -> Option<Ends> {
         let mut whole: Option<Ends> = None;
-        for node in nodes.as_array().into_iter().flatten() {
+        for node in nodes {
             let ends = self.step(node);
             whole = Some(match whole {
                 None => ends,
@@ -138,7 +94,7 @@ impl Drawing {
     }
 
     /// Steps inside a box labelled `label`; a lone node with that label when there are none.
-    fn boxed(&mut self, label: String, nodes: &Value) -> Ends {
+    fn boxed(&mut self, label: String, nodes: &[OutlineNode]) -> Ends {
         let key = self.key("c");
         self.marks.push(Mark::Open { key, label: label.clone() });
         let ends = self.sequence(nodes);
@@ -150,51 +106,28 @@ impl Drawing {
         ends
     }
 
-    fn step(&mut self, node: &Value) -> Ends {
-        let id = &format!("{}{}", node["id"].as_str().unwrap_or("?"), notes(node));
-        let kind = node["kind"].as_str().unwrap_or("?");
-        let ends = match kind {
-            "step" => self.leaf(format!("{id} · {}", step_kind(node))),
-            "sleep" => self.leaf(format!("{id} · sleep {}", duration(&node["duration_ms"]))),
-            "wait" => self.leaf(format!(
-                "{id} · wait for `{}` (at most {})",
-                text(&node["event"]),
-                duration(&node["timeout_ms"])
-            )),
-            "sequence" => self.boxed(id.to_owned(), &node["steps"]),
-            "provide" => self.boxed(format!("{id} · provide"), &node["steps"]),
-            "branch" => self.branch(id, node),
-            "fork" => self.fork(id, node),
-            "map" => {
-                self.boxed(format!("{id} · map over {} as {}", text(&node["items"]), text(&node["as"])), &node["steps"])
+    /// A node by its layout: no case per operator, so a new operator is drawn as it is.
+    fn step(&mut self, node: &OutlineNode) -> Ends {
+        let notes: String = node.notes.iter().map(|note| format!(" ({note})")).collect();
+        let id = format!("{}{notes}", node.id);
+        let label = if node.label.is_empty() { id.clone() } else { format!("{id} · {}", node.label) };
+        let ends = match &node.layout {
+            OutlineLayout::Step => self.leaf(label),
+            OutlineLayout::Boxed => self.boxed(label, first(node)),
+            OutlineLayout::Repeated { again } => {
+                let ends = self.boxed(label, first(node));
+                self.connect(&ends.exits, &ends.entries, Some(again), true);
+                ends
             }
-            "loop" => {
-                let until = match &node["until"] {
-                    Value::Null => String::new(),
-                    until => format!("until {}, ", text(until)),
-                };
-                let label = format!("{id} · loop {until}at most {}", node["max_iterations"]);
-                self.repeated(label, &node["steps"], "again")
-            }
-            "every" => {
-                let label = format!("{id} · every {}", duration(&node["interval_ms"]));
-                self.repeated(label, &node["steps"], "next tick")
-            }
-            "graph" => self.graph(id, node),
-            "workflow" | "spawn" => {
-                let callee = text(&node["workflow"]["name"]);
-                let label = match node["spawn_timeout_ms"].as_u64() {
-                    Some(_) => format!("{id} · spawn {callee} (at most {})", duration(&node["spawn_timeout_ms"])),
-                    None => format!("{id} · workflow {callee}"),
-                };
-                self.boxed(label, &node["steps"])
-            }
-            other => self.leaf(format!("{id} · {other}")),
+            OutlineLayout::Choice { falls_through } => self.choice(label, &node.groups, *falls_through),
+            OutlineLayout::Parallel { join } => self.parallel(&id, label, &node.groups, join),
+            OutlineLayout::Graph { entry, edges } => self.graph(label, first(node), entry.as_deref(), edges),
         };
-        match node.get("fallback") {
+        match &node.fallback {
             Some(fallback) => {
-                let instead = self.boxed(format!("{id} · fallback"), &fallback["steps"]);
-                self.connect(&ends.entries, &instead.entries, Some("on failure"), true);
+                let instead = self.boxed(format!("{id} · fallback"), &fallback.steps);
+                let why = fallback.label.as_deref().unwrap_or("on failure");
+                self.connect(&ends.entries, &instead.entries, Some(why), true);
                 let mut exits = ends.exits;
                 exits.extend(instead.exits);
                 Ends { entries: ends.entries, exits }
@@ -208,90 +141,64 @@ impl Drawing {
         Ends { entries: vec![key.clone()], exits: vec![key] }
     }
 
-    /// A body in a box with an edge back from its end to its start.
-    fn repeated(&mut self, label: String, body: &Value, back: &str) -> Ends {
-        let ends = self.boxed(label, body);
-        self.connect(&ends.exits, &ends.entries, Some(back), true);
-        ends
-    }
-
-    fn branch(&mut self, id: &str, node: &Value) -> Ends {
-        let split = self.node(format!("{id} · branch"), Shape::Decision);
+    /// A decision with an edge to each group, labelled by the group's label.
+    fn choice(&mut self, label: String, groups: &[OutlineGroup], falls_through: bool) -> Ends {
+        let split = self.node(label, Shape::Decision);
         let mut exits = Vec::new();
-        for arm in node["arms"].as_array().into_iter().flatten() {
-            if let Some(ends) = self.sequence(&arm["steps"]) {
-                self.connect(std::slice::from_ref(&split), &ends.entries, Some(&text(&arm["when"])), false);
+        for group in groups {
+            if let Some(ends) = self.sequence(&group.steps) {
+                self.connect(std::slice::from_ref(&split), &ends.entries, group.label.as_deref(), false);
                 exits.extend(ends.exits);
             }
         }
-        match self.sequence(&node["otherwise"]) {
-            Some(ends) => {
-                self.connect(std::slice::from_ref(&split), &ends.entries, Some("otherwise"), false);
-                exits.extend(ends.exits);
-            }
-            // No arm holds: the branch is skipped and the run goes on from it.
-            None => exits.push(split.clone()),
+        // When none is taken, the run goes on from the decision.
+        if falls_through {
+            exits.push(split.clone());
         }
         Ends { entries: vec![split], exits }
     }
 
-    fn fork(&mut self, id: &str, node: &Value) -> Ends {
+    /// Groups side by side in a box, between a split and a join.
+    fn parallel(&mut self, id: &str, label: String, groups: &[OutlineGroup], join: &str) -> Ends {
         let key = self.key("c");
-        let mode = node["mode"].as_str().unwrap_or("all");
-        self.marks.push(Mark::Open { key, label: format!("{id} · fork ({mode})") });
+        self.marks.push(Mark::Open { key, label });
         let split = self.node(format!("{id} · split"), Shape::Decision);
-        let join_label = match &node["merge"] {
-            Value::Null => "join".to_owned(),
-            // A file's merge is kept as its template's JSON text.
-            Value::String(source) => {
-                let template = serde_json::from_str::<Value>(source).unwrap_or_else(|_| Value::String(source.clone()));
-                format!("merge {}", text(&template))
-            }
-            other => format!("merge {}", text(other)),
-        };
-        let mut path_exits = Vec::new();
-        for (index, path) in node["paths"].as_array().into_iter().flatten().enumerate() {
-            if let Some(ends) = self.sequence(path) {
-                self.connect(std::slice::from_ref(&split), &ends.entries, Some(&format!("path {index}")), false);
-                path_exits.extend(ends.exits);
+        let mut group_exits = Vec::new();
+        for group in groups {
+            if let Some(ends) = self.sequence(&group.steps) {
+                self.connect(std::slice::from_ref(&split), &ends.entries, group.label.as_deref(), false);
+                group_exits.extend(ends.exits);
             }
         }
-        let join = self.node(join_label, Shape::Join);
-        self.connect(&path_exits, std::slice::from_ref(&join), None, false);
+        let join = self.node(join.to_owned(), Shape::Join);
+        self.connect(&group_exits, std::slice::from_ref(&join), None, false);
         self.marks.push(Mark::Close);
         Ends { entries: vec![split], exits: vec![join] }
     }
 
-    fn graph(&mut self, id: &str, node: &Value) -> Ends {
+    fn graph(&mut self, label: String, nodes: &[OutlineNode], entry: Option<&str>, edges: &[OutlineEdge]) -> Ends {
         let key = self.key("c");
-        self.marks.push(Mark::Open { key, label: format!("{id} · graph (at most {} steps)", node["max_steps"]) });
-        let mut drawn: Vec<(String, Ends)> = Vec::new();
-        for inner in node["nodes"].as_array().into_iter().flatten() {
+        self.marks.push(Mark::Open { key, label });
+        let mut drawn: Vec<(&str, Ends)> = Vec::new();
+        for inner in nodes {
             let ends = self.step(inner);
-            drawn.push((inner["id"].as_str().unwrap_or_default().to_owned(), ends));
+            drawn.push((inner.id.as_str(), ends));
         }
         self.marks.push(Mark::Close);
-        let find = |name: &str| drawn.iter().position(|(id, _)| id == name);
-        let edges = node["edges"].as_array().cloned().unwrap_or_default();
+        let find = |name: &str| drawn.iter().position(|(id, _)| *id == name);
         // A node ends the graph where no edge is sure to be taken after it.
         let mut ending = vec![true; drawn.len()];
-        for edge in &edges {
-            let (Some(from), Some(to)) =
-                (find(edge["from"].as_str().unwrap_or_default()), find(edge["to"].as_str().unwrap_or_default()))
-            else {
+        for edge in edges {
+            let (Some(from), Some(to)) = (find(&edge.from), find(&edge.to)) else {
                 continue;
             };
-            let label = match &edge["when"] {
-                Value::Null => None,
-                when => Some(text(when)),
-            };
-            if label.is_none() {
+            if edge.when.is_none() {
                 ending[from] = false;
             }
             let (exits, entries) = (drawn[from].1.exits.clone(), drawn[to].1.entries.clone());
-            self.connect(&exits, &entries, label.as_deref(), false);
+            self.connect(&exits, &entries, edge.when.as_deref(), false);
         }
-        let entry = node["entry"].as_str().and_then(find).unwrap_or(0);
+        let entry = entry.and_then(find).unwrap_or(0);
         let entries = drawn.get(entry).map(|(_, ends)| ends.entries.clone()).unwrap_or_default();
         let exits =
             drawn.iter().zip(ending).filter(|(_, ends)| *ends).flat_map(|((_, e), _)| e.exits.clone()).collect();
@@ -299,13 +206,18 @@ impl Drawing {
     }
 }
 
+/// A node's one group's steps (a body, a graph's nodes).
+fn first(node: &OutlineNode) -> &[OutlineNode] {
+    node.groups.first().map(|g| g.steps.as_slice()).unwrap_or_default()
+}
+
 /// Draws a workflow's outline in `format`.
-pub(crate) fn draw(outline: &Value, format: GraphFormat) -> String {
+pub(crate) fn draw(outline: &Outline, format: GraphFormat) -> String {
     let mut drawing = Drawing::default();
-    drawing.sequence(&outline["steps"]);
+    drawing.sequence(&outline.steps);
     match format {
         GraphFormat::Mermaid => mermaid(&drawing),
-        GraphFormat::Dot => dot(&drawing, outline["name"].as_str().unwrap_or("workflow")),
+        GraphFormat::Dot => dot(&drawing, &outline.name),
     }
 }
 

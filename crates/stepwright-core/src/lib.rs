@@ -48,9 +48,9 @@ pub mod inspect;
 pub use config::{ArtifactCapture, ContentCapture, Durability, EngineConfig};
 pub use context::StepContext;
 pub use definition::{
-    Branch, Every, EveryOnError, Expr, FIELD_ORDER, Fork, ForkMode, Graph, InputSource, Loop, LoopOnError, Mailboxes,
-    Node, OnFailure, OnMaxIterations, PathResult, Predicate, SchemaError, Verdict, Workflow, WorkflowBuilder,
-    check_schema, with_field_order,
+    Branch, Every, EveryOnError, Expr, FIELD_ORDER, Fork, ForkMode, Graph, InputSource, LABEL_CHARS, Loop, LoopOnError,
+    Mailboxes, Node, OnFailure, OnMaxIterations, Outline, OutlineEdge, OutlineGroup, OutlineLayout, OutlineNode,
+    PathResult, Predicate, SchemaError, Verdict, Workflow, WorkflowBuilder, check_schema, with_field_order,
 };
 pub use engine::owner::{is_dead_local_process, local_worker_id};
 pub use engine::{

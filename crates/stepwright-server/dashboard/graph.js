@@ -13,41 +13,51 @@ export function rollupStatus(statuses) {
   return 'not-reached';
 }
 
-export function graphView(describe, statusOf, onPick) {
+/**
+ * A definition's outline (`graph` in the API) with each node's status. Drawn by layout —
+ * step, boxed, repeated, choice, parallel, graph — never by operator, so a new operator
+ * needs nothing here.
+ */
+export function graphView(outline, statusOf, onPick) {
   const node = (n, prefix) => {
     const key = prefix ? `${prefix}/${n.id}` : n.id;
     const st = statusOf(key);
-    const box = (label, extra) => h('button', {
-      type: 'button',
-      class: `node st-${st}`,
-      'data-node': key,
-      title: `${key}: ${st}`,
-      onclick: () => onPick(key),
-    }, h('span', { text: n.id }), h('span', { class: 'kind', text: label }), extra || null, h('span', { class: 'sr-only', text: ` ${st}` }));
-    switch (n.kind) {
-      case 'sequence': return group(`sequence ${n.id}`, seq(n.steps, key), st);
-      case 'fork':
-      case 'map':
-        if (n.paths) return group(`fork ${n.id} (${n.mode || 'all'})`, h('div', { class: 'par' }, n.paths.map((p) => seq(p, key))), st);
-        return group(`map ${n.id} over ${n.items || 'items'}${n.concurrency ? ` · ${n.concurrency} at a time` : ''}`, seq(n.steps, key), st);
-      case 'loop': return group(`loop ${n.id} · at most ${n.max_iterations}${n.until ? ` · until ${n.until}` : ''}`, seq(n.steps, key), st);
-      case 'every': return group(`every ${n.id} · ${ms(n.interval_ms)}`, seq(n.steps, key), st);
-      case 'provide': return group(`${n.id} with ${(n.layers || []).join(', ')}`, seq(n.steps, key), st);
-      case 'branch': return group(`branch ${n.id}`, h('div', { class: 'par' },
-        (n.arms || []).map((arm) => h('div', {}, h('div', { class: 'arm-label', text: `when ${arm.when}` }), seq(arm.steps, key))),
-        n.otherwise ? h('div', {}, h('div', { class: 'arm-label', text: 'otherwise' }), seq(n.otherwise, key)) : null), st);
-      case 'graph': return group(`graph ${n.id}`, h('div', {},
-        h('div', { class: 'par' }, seq(n.nodes, key)),
-        h('div', { class: 'arm-label' }, (n.edges || []).map((e) => h('div', { text: `${e.from} → ${e.to}${e.when ? ` when ${e.when}` : ''}` })))), st);
-      case 'workflow':
-      case 'spawn': return box(`${n.kind} ${n.workflow.name}@${n.workflow.version}`);
-      case 'sleep': return box(`sleep ${ms(n.duration_ms)}`);
-      default: return box(n.step_type ? n.step_type.split(/[\s:]/)[0] : n.kind, n.requires_approval ? h('span', { class: 'kind', text: '· approval' }) : null);
+    const notes = (n.notes || []).map((note) => ` (${note})`).join('');
+    const label = `${n.id}${notes}${n.label ? ` · ${n.label}` : ''}`;
+    const layout = n.layout || { type: 'step' };
+    const body = (n.groups || [])[0] ? n.groups[0].steps : [];
+    let drawn;
+    switch (layout.type) {
+      case 'step':
+        drawn = h('button', {
+          type: 'button',
+          class: `node st-${st}`,
+          'data-node': key,
+          title: `${key}: ${st}`,
+          onclick: () => onPick(key),
+        }, h('span', { text: `${n.id}${notes}` }), h('span', { class: 'kind', text: n.label || n.kind }), h('span', { class: 'sr-only', text: ` ${st}` }));
+        break;
+      case 'choice':
+      case 'parallel':
+        drawn = group(`${label}${layout.type === 'parallel' ? ` → ${layout.join}` : ''}`, h('div', { class: 'par' },
+          n.groups.map((g) => h('div', {}, g.label ? h('div', { class: 'arm-label', text: layout.type === 'choice' && g.label !== 'otherwise' ? `when ${g.label}` : g.label }) : null, seq(g.steps, key)))), st, key);
+        break;
+      case 'graph':
+        drawn = group(label, h('div', {},
+          h('div', { class: 'par' }, seq(body, key)),
+          h('div', { class: 'arm-label' }, (layout.edges || []).map((e) => h('div', { text: `${e.from} → ${e.to}${e.when ? ` when ${e.when}` : ''}` })))), st, key);
+        break;
+      default: // boxed, repeated
+        drawn = group(`${label}${layout.type === 'repeated' ? ` ↺ ${layout.again}` : ''}`, seq(body, key), st, key);
     }
+    if (!n.fallback) return drawn;
+    return h('div', {}, drawn,
+      h('div', { class: 'arm-label', text: n.fallback.label || 'on failure' }),
+      group(`${n.id} · fallback`, seq(n.fallback.steps, `${key}/@fallback`), statusOf(`${key}/@fallback`), `${key}/@fallback`));
   };
-  const group = (label, body, st) => h('div', { class: `group st-${st}`, role: 'group', 'aria-label': label }, h('div', { class: 'head', text: label }), body);
+  const group = (label, body, st, key) => h('div', { class: `group st-${st}`, role: 'group', 'aria-label': label, 'data-node': key }, h('div', { class: 'head', text: label }), body);
   const seq = (nodes, prefix) => h('div', { class: 'seq' }, (nodes || []).map((n, i) => [i ? h('div', { class: 'arrow', 'aria-hidden': 'true', text: '↓' }) : null, node(n, prefix)]));
-  return h('div', { class: 'graph', 'aria-label': 'Run graph' }, seq(describe.steps || [], ''));
+  return h('div', { class: 'graph', 'aria-label': 'Run graph' }, seq(outline.steps || [], ''));
 }
 
 /** Attempts per step path from the event stream, and when each step became ready. */

@@ -65,6 +65,11 @@ __all__ = [
     "ModelBinding",
     "NewLink",
     "NewWebhook",
+    "Outline",
+    "OutlineEdge",
+    "OutlineGroup",
+    "OutlineLayout",
+    "OutlineNode",
     "ParentView",
     "PendingView",
     "Population",
@@ -906,6 +911,61 @@ class NewWebhook(TypedDict):
     """
 
 
+class Outline(TypedDict):
+    """A workflow as it is drawn: each step and operator with its kind, label and layout, each
+    called workflow's steps under its call. A renderer draws the six layouts and needs no
+    case per operator; an expression in a label is cut to 48 characters.
+    """
+    name: str
+    """The workflow's name."""
+    steps: list[OutlineNode]
+    """Its steps, run in order."""
+    version: str
+    """Its version as written in its definition."""
+
+
+OutlineEdge = TypedDict("OutlineEdge", {"from": str, "to": str, "when": str | None}, total=False)
+
+
+class _OutlineGroupRequired(TypedDict):
+    steps: list[OutlineNode]
+    """Its steps, run in order."""
+
+
+class OutlineGroup(_OutlineGroupRequired, total=False):
+    """Children drawn together."""
+    label: str | None
+    """What leads to it: a branch arm's condition, `otherwise`, `path 0`, `on failure`."""
+
+
+class _OutlineNodeRequired(TypedDict):
+    groups: list[OutlineGroup]
+    """Its children, group by group: a branch's arms, a fork's paths, a body."""
+    id: str
+    """Its id."""
+    kind: str
+    """The operator's name (`branch`, `fork`, `map`, `loop`, `graph`, `every`, `workflow`,
+    `spawn`, `provide`, `sequence`, `sleep`, `wait`) or a step's kind (`llm`, `agent`,
+    `tool`, `set`, `approval`, `input`…; `step` for a step written in Rust).
+    """
+    label: str
+    """What it is in a few words: `map over input.items as item`, `sleep 5m`, `llm`; empty
+    for a plain sequence.
+    """
+    layout: OutlineLayout
+    """How its groups are drawn."""
+    notes: list[str]
+    """What its policies add: `if …`, `approved first`, `cached`."""
+
+
+class OutlineNode(_OutlineNodeRequired, total=False):
+    """A step or an operator, as it is drawn. A child's path is its parent's path, `/`, its id
+    (a run's step paths add `[i]` for an item or path and `#n` for an iteration).
+    """
+    fallback: OutlineGroup | None
+    """What runs in its place when it fails for good (drawn on an `on failure` edge)."""
+
+
 class ParentView(TypedDict):
     """Where a forked run came from."""
     at: str
@@ -1102,9 +1162,9 @@ class ResumeRun(TypedDict, total=False):
 
 class RunDefinition(TypedDict):
     """The definition a run is pinned to."""
-    graph: Any
-    """Its structure (steps, operators, policies), as `stepwright graph` draws it: the
-    version the run executes, not necessarily the newest one.
+    graph: Outline
+    """Its structure, as `stepwright graph` and the dashboard draw it: the version the run
+    executes, not necessarily the newest one.
     """
     hash: str
     """Its definition hash."""
@@ -1795,10 +1855,8 @@ class WorkerView(_WorkerViewRequired, total=False):
 
 
 class _WorkflowDetailsRequired(TypedDict):
-    graph: Any
-    """The newest version's structure (steps, operators, policies), as `stepwright graph`
-    draws it.
-    """
+    graph: Outline
+    """The newest version's structure, as `stepwright graph` and the dashboard draw it."""
     name: str
     """The workflow's name."""
     versions: list[VersionInfo]
@@ -1839,6 +1897,10 @@ class WouldExecute(TypedDict):
     """The input it would be given now."""
     step: str
     """The step's path."""
+
+
+OutlineLayout = Union[dict[str, Any]]
+"""How a node's groups are drawn."""
 
 
 RunMessage = Union[InboxMessage, WakeChannel]

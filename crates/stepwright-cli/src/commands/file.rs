@@ -76,6 +76,6 @@ fn worker_targets(workflow: &stepwright::Workflow) -> Vec<(String, stepwright::l
 pub(crate) async fn graph(g: &Globals<'_>, file: PathBuf, format: crate::args::GraphFormat) -> anyhow::Result<u8> {
     let flags = g.flags;
     let workflow = load(&file, flags, Servers::Declared).await?;
-    println!("{}", draw(&workflow.outline(), format));
+    println!("{}", draw(&stepwright::app::wire::outline(&workflow), format));
     Ok(0)
 }

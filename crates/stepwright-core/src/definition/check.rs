@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::walk::Segment;
-use super::{ForkMode, ForkPaths, Node, NodeKind, OnFailure, Schema};
+use super::operator::{NodeKind, problem};
+use super::segment::Segment;
+use super::{Node, OnFailure, Schema};
 use crate::error::BuildProblem;
 use crate::ids::check_step_name as check_name;
 use crate::policy::{Effect, GuardrailAction};
@@ -19,10 +20,7 @@ pub(super) struct Checker {
 
 impl Checker {
     pub(super) fn problem(&mut self, at: &str, message: impl Into<String>) {
-        self.problems.push(BuildProblem {
-            at: if at.is_empty() { "<workflow>".into() } else { at.to_owned() },
-            message: message.into(),
-        });
+        problem(&mut self.problems, at, message);
     }
 
     pub(super) fn nodes(&mut self, segment: Segment, parent: &str, nodes: &[Node]) {
@@ -95,131 +93,13 @@ impl Checker {
         for p in problems {
             self.problem(at, p);
         }
-        self.kind(at, node);
+        node.kind.operator().check(at, &mut self.problems);
         // A called workflow's steps were checked when it was built; checking them again
         // would redo that work once for every workflow that calls it.
         let called = matches!(node.kind, NodeKind::Workflow { .. });
         for (segment, group) in node.children() {
             if !(called && segment == Segment::Body) {
                 self.nodes(segment, at, group);
-            }
-        }
-    }
-
-    /// The checks of each operator's own options (its children are checked by the walk).
-    fn kind(&mut self, at: &str, node: &Node) {
-        let kind_name = node.kind.name();
-        match &node.kind {
-            NodeKind::Step(_) | NodeKind::Sleep(_) => {
-                if let NodeKind::Sleep(d) = node.kind
-                    && d.is_zero()
-                {
-                    self.problem(at, "sleep duration must be longer than zero");
-                }
-            }
-            NodeKind::Wait(spec) => {
-                if spec.timeout.is_zero() {
-                    self.problem(at, "a wait's timeout must be longer than zero");
-                }
-                if spec.event.is_empty() || spec.event.starts_with('@') {
-                    self.problem(at, "a wait's event must be a name that does not start with '@'");
-                }
-            }
-            NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => {
-                if body.is_empty() {
-                    self.problem(at, format!("{kind_name} needs at least one step"));
-                }
-            }
-            NodeKind::Branch { arms, .. } => {
-                if arms.is_empty() {
-                    self.problem(at, "branch needs at least one `when` arm");
-                }
-            }
-            NodeKind::Fork(spec) => {
-                let kind = if spec.is_map { "map" } else { "fork" };
-                if spec.concurrency == Some(0) {
-                    self.problem(
-                        at,
-                        format!("{kind} concurrency must be at least 1 (and paths cannot mix static and dynamic)"),
-                    );
-                }
-                if spec.is_map && spec.mode != ForkMode::All {
-                    self.problem(at, "map always fails fast; use a fork with dynamic paths for race or settle");
-                }
-                match &spec.paths {
-                    ForkPaths::Static(paths) => {
-                        if paths.is_empty() {
-                            self.problem(at, "fork needs at least one path");
-                        }
-                        for (index, path) in paths.iter().enumerate() {
-                            if path.is_empty() {
-                                self.problem(&format!("{at}[{index}]"), "a fork path needs at least one step");
-                            }
-                        }
-                    }
-                    ForkPaths::Dynamic { body, .. } => {
-                        if body.is_empty() {
-                            self.problem(at, format!("{kind} body needs at least one step"));
-                        }
-                    }
-                }
-                if let Some(name) = &spec.item_name
-                    && check_name(name).is_err()
-                    && !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-                {
-                    self.problem(at, format!("map `as` name {name:?} must be an identifier"));
-                }
-            }
-            NodeKind::Loop(spec) => {
-                if spec.max_iterations == 0 {
-                    self.problem(at, "loop max_iterations must be at least 1");
-                }
-                if spec.body.is_empty() {
-                    self.problem(at, "loop needs at least one step");
-                }
-                if spec.park_timeout == Some(Duration::ZERO) {
-                    self.problem(at, "loop park_timeout must be longer than zero");
-                }
-            }
-            NodeKind::Graph(spec) => {
-                if spec.max_steps == 0 {
-                    self.problem(at, "graph max_steps must be at least 1");
-                }
-                if spec.nodes.is_empty() {
-                    self.problem(at, "graph needs at least one node");
-                }
-                let names: HashSet<String> = spec.nodes.iter().map(|n| n.id.to_string()).collect();
-                if let Some(entry) = &spec.entry
-                    && !names.contains(entry)
-                {
-                    self.problem(at, format!("graph entry {entry:?} is not one of its nodes"));
-                }
-                for edge in &spec.edges {
-                    for end in [&edge.from, &edge.to] {
-                        if !names.contains(end) {
-                            self.problem(
-                                at,
-                                format!("graph edge {:?} -> {:?} names unknown node {end:?}", edge.from, edge.to),
-                            );
-                        }
-                    }
-                }
-            }
-            NodeKind::Workflow { spawn, .. } => {
-                if *spawn == Some(Duration::ZERO) {
-                    self.problem(at, "spawn timeout must be longer than zero");
-                }
-            }
-            NodeKind::Every(spec) => {
-                if spec.interval.is_zero() {
-                    self.problem(at, "every interval must be longer than zero");
-                }
-                if !(0.0..1.0).contains(&spec.jitter) {
-                    self.problem(at, format!("every jitter must be within 0..1, not {}", spec.jitter));
-                }
-                if spec.body.is_empty() {
-                    self.problem(at, "every needs at least one step");
-                }
             }
         }
     }

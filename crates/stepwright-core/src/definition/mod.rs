@@ -1,16 +1,20 @@
 //! Workflow definitions: nodes (steps and operators), their policies, and the checks that
 //! reject an option that cannot be honoured when the workflow is built.
 //!
-//! `mod.rs` holds the node and the workflow; `expr` the expressions and small option types;
-//! `operators` the operator builders; `walk` the tree's shape (each node's children);
-//! `check` the build checks; `describe` the canonical description that is hashed; `paths`
-//! the path patterns a definition can produce.
+//! `mod.rs` holds the node, its policies and the workflow; `expr` the expressions and small
+//! option types; `operator` one file per operator (and the leaf step) with all the
+//! definition knows of it; `segment` where a group of children sits in the path grammar;
+//! `walk` the walks of the tree (children, patterns, mailboxes, the outline); `check` the
+//! build checks; `describe` the canonical description that is hashed; `outline` what is
+//! drawn; `paths` the path patterns a definition can produce.
 
 mod check;
 mod describe;
 mod expr;
-mod operators;
+mod operator;
+mod outline;
 mod paths;
+mod segment;
 mod walk;
 
 use check::Checker;
@@ -21,9 +25,10 @@ pub(crate) use expr::Merge;
 pub use expr::{
     EveryOnError, Expr, ForkMode, InputSource, LoopOnError, OnMaxIterations, PathResult, Predicate, Verdict,
 };
-pub use operators::{Branch, Every, Fork, Graph, Loop};
-pub use walk::Mailboxes;
-use walk::Segment;
+pub use operator::{Branch, Every, Fork, Graph, Loop, Mailboxes};
+pub(crate) use operator::{EverySpec, ForkPaths, ForkSpec, GraphSpec, LoopSpec, NodeKind, WaitSpec};
+pub use outline::{LABEL_CHARS, Outline, OutlineEdge, OutlineGroup, OutlineLayout, OutlineNode};
+use segment::Segment;
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,8 +41,7 @@ use crate::hash::ContentHash;
 use crate::ids::check_step_name as check_name;
 use crate::policy::{ApprovalGate, Effect, Guardrail, RetryPolicy};
 use crate::scope::Scope;
-use crate::services::{ProvidedLayer, Services};
-use crate::step::{DynStep, Step, TypedStep};
+use crate::services::Services;
 
 /// What happens when a step fails for good (after its retries).
 #[derive(Clone, Default)]
@@ -151,105 +155,6 @@ pub(crate) struct Policies {
     pub(crate) diff_key: Option<String>,
 }
 
-#[derive(Clone)]
-pub(crate) enum NodeKind {
-    Step(Arc<dyn DynStep>),
-    Sequence(Vec<Node>),
-    Branch { arms: Vec<(Predicate, Vec<Node>)>, otherwise: Option<Vec<Node>> },
-    Fork(ForkSpec),
-    Loop(LoopSpec),
-    Graph(GraphSpec),
-    Workflow { workflow: Workflow, spawn: Option<Duration> },
-    Provide { layers: Vec<Arc<dyn ProvidedLayer>>, body: Vec<Node> },
-    Every(EverySpec),
-    Sleep(Duration),
-    Wait(WaitSpec),
-}
-
-impl NodeKind {
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Self::Step(_) => "step",
-            Self::Sequence(_) => "sequence",
-            Self::Branch { .. } => "branch",
-            Self::Fork(f) if f.is_map => "map",
-            Self::Fork(_) => "fork",
-            Self::Loop(_) => "loop",
-            Self::Graph(_) => "graph",
-            Self::Workflow { spawn: None, .. } => "workflow",
-            Self::Workflow { spawn: Some(_), .. } => "spawn",
-            Self::Provide { .. } => "provide",
-            Self::Every(_) => "every",
-            Self::Sleep(_) => "sleep",
-            Self::Wait(_) => "wait",
-        }
-    }
-}
-
-#[derive(Clone)]
-pub(crate) struct ForkSpec {
-    pub(crate) mode: ForkMode,
-    pub(crate) concurrency: Option<usize>,
-    pub(crate) paths: ForkPaths,
-    pub(crate) merge: Option<Merge>,
-    /// The merge's text where it came from a file (for the definition's description).
-    pub(crate) merge_source: Option<String>,
-    pub(crate) is_map: bool,
-    pub(crate) item_name: Option<String>,
-}
-
-#[derive(Clone)]
-pub(crate) enum ForkPaths {
-    Static(Vec<Vec<Node>>),
-    Dynamic { items: Expr<Vec<Value>>, body: Vec<Node> },
-}
-
-#[derive(Clone)]
-pub(crate) struct LoopSpec {
-    pub(crate) body: Vec<Node>,
-    pub(crate) until: Option<Expr<Verdict>>,
-    pub(crate) max_iterations: u32,
-    pub(crate) prepare_next: Option<Expr<Value>>,
-    pub(crate) on_error: LoopOnError,
-    pub(crate) on_max: OnMaxIterations,
-    pub(crate) inbox: Option<String>,
-    pub(crate) park_timeout: Option<Duration>,
-}
-
-#[derive(Clone)]
-pub(crate) struct GraphSpec {
-    pub(crate) nodes: Vec<Node>,
-    pub(crate) edges: Vec<Edge>,
-    pub(crate) entry: Option<String>,
-    pub(crate) max_steps: u32,
-}
-
-#[derive(Clone)]
-pub(crate) struct Edge {
-    pub(crate) from: String,
-    pub(crate) to: String,
-    pub(crate) when: Option<Predicate>,
-}
-
-/// A wait for an external event: the next message sent to the run's inbox `event`, or the
-/// next event of that name stored in the run's tenant since the run was created (whose
-/// payload has every field `matching` gives, when it gives some).
-#[derive(Clone)]
-pub(crate) struct WaitSpec {
-    pub(crate) event: String,
-    pub(crate) timeout: Duration,
-    pub(crate) matching: Option<Expr<Value>>,
-}
-
-#[derive(Clone)]
-pub(crate) struct EverySpec {
-    pub(crate) interval: Duration,
-    pub(crate) jitter: f64,
-    pub(crate) wake: Option<String>,
-    pub(crate) on_error: EveryOnError,
-    pub(crate) body: Vec<Node>,
-}
-
 impl Node {
     fn with_kind(id: &str, kind: NodeKind) -> Self {
         Self {
@@ -261,77 +166,6 @@ impl Node {
             output_schema: None,
             policy: Policies::default(),
         }
-    }
-
-    /// A typed step. Its input is checked by deserializing into `S::Input` (errors name the
-    /// JSON path), its output is `S::Output` serialized.
-    pub fn step<S: Step>(id: &str, step: S) -> Self {
-        Self::with_kind(id, NodeKind::Step(Arc::new(TypedStep::new(step))))
-    }
-
-    /// A step in its dynamic JSON form (how workflow files drive steps).
-    pub fn dyn_step(id: &str, step: Arc<dyn DynStep>) -> Self {
-        Self::with_kind(id, NodeKind::Step(step))
-    }
-
-    /// A named group of nodes run in order; its output is the last node's.
-    pub fn sequence(id: &str, nodes: impl IntoIterator<Item = Node>) -> Self {
-        Self::with_kind(id, NodeKind::Sequence(nodes.into_iter().collect()))
-    }
-
-    /// Call another workflow: its input and output are checked against its schemas, its
-    /// journal nests under this node's path, and it sees only its own input (not the caller's
-    /// earlier outputs). Memory layers and services are inherited.
-    pub fn workflow(id: &str, workflow: &Workflow) -> Self {
-        Self::with_kind(id, NodeKind::Workflow { workflow: workflow.clone(), spawn: None })
-    }
-
-    /// Like [`Node::workflow`] with an isolated context (no inherited memory layers) and a
-    /// timeout that cancels the whole child.
-    pub fn spawn(id: &str, workflow: &Workflow, timeout: Duration) -> Self {
-        Self::with_kind(id, NodeKind::Workflow { workflow: workflow.clone(), spawn: Some(timeout) })
-    }
-
-    /// Make memory layers available to every descendant of `body`.
-    pub fn provide(
-        id: &str,
-        layers: impl IntoIterator<Item = Arc<dyn ProvidedLayer>>,
-        body: impl IntoIterator<Item = Node>,
-    ) -> Self {
-        Self::with_kind(
-            id,
-            NodeKind::Provide { layers: layers.into_iter().collect(), body: body.into_iter().collect() },
-        )
-    }
-
-    /// A durable timer: the deadline is journaled; a short wait happens in process, a long
-    /// one (over the engine's threshold) suspends the run until the deadline.
-    pub fn sleep(id: &str, duration: Duration) -> Self {
-        Self::with_kind(id, NodeKind::Sleep(duration))
-    }
-
-    /// A durable wait for an external event: the next message sent to the run's inbox
-    /// `event` (`Engine::send`), which becomes the node's output. Messages sent before the
-    /// wait began are not lost: each wait takes the oldest message its inbox has that no
-    /// earlier wait of the run took. Short waits happen in process; a longer one (over the
-    /// engine's threshold) suspends the run until the message comes (a send makes the run
-    /// due at once) or the `timeout`, when the node fails with `interrupt_timeout`. Check a
-    /// message's shape with [`Node::output_schema`].
-    ///
-    /// The wait also takes events stored in the run's tenant (`POST /v1/events`,
-    /// `stepwright events send`) named `event` and received since the run was created,
-    /// whichever comes first; the output is the event's payload. An event stored before the
-    /// wait began is not lost either.
-    pub fn wait(id: &str, event: &str, timeout: Duration) -> Self {
-        Self::with_kind(id, NodeKind::Wait(WaitSpec { event: event.to_owned(), timeout, matching: None }))
-    }
-
-    /// [`Node::wait`] taking only stored events whose payload has every field of the
-    /// object `matching` evaluates to (over the scope when the wait begins), each equal:
-    /// `{ticket: 42}` takes `{ticket: 42, status: "closed"}`, not `{ticket: 7}`. Messages
-    /// sent to the run's inbox are the run's own and taken whatever they hold.
-    pub fn wait_matching(id: &str, event: &str, timeout: Duration, matching: Expr<Value>) -> Self {
-        Self::with_kind(id, NodeKind::Wait(WaitSpec { event: event.to_owned(), timeout, matching: Some(matching) }))
     }
 
     /// The node's id.
@@ -567,12 +401,6 @@ impl Workflow {
     pub fn input_schema_for_forms(&self) -> Option<Value> {
         let schema = self.inner.input_schema.as_ref()?.value.clone();
         Some(with_field_order(schema, &self.inner.input_order))
-    }
-
-    /// The structure as JSON with each called workflow's steps under its call (`steps`):
-    /// what `graph` draws. Unlike [`Workflow::describe`], not what the hash covers.
-    pub fn outline(&self) -> Value {
-        json!({ "name": self.inner.name, "version": self.inner.version, "steps": describe::outline_nodes(&self.inner.body) })
     }
 }
 

@@ -1,78 +1,14 @@
-//! The shape of the definition tree, in one place: each node's children, group by group,
-//! with the [`Segment`] that places them below their parent. The checker, the path patterns
-//! and the diff keys walk the tree through [`Node::children`]; a new operator says where its
-//! children are here and nowhere else (the match has no catch-all arm, so forgetting it
-//! does not compile).
+//! The walks of the definition tree, in one place: each node's children (asked of its
+//! operator), group by group with the [`Segment`] that places them below their parent; every
+//! node with its path pattern; the mailboxes a definition reads; and the outline `graph`
+//! draws. The checker, the description, the path patterns and the diff keys walk the tree
+//! through [`Node::children`].
 
-use super::{ForkPaths, Node, NodeKind, OnFailure};
+use super::operator::{Mailboxes, NodeKind};
+use super::outline::{Outline, OutlineGroup, OutlineNode, short};
+use super::segment::Segment;
+use super::{Node, OnFailure, Workflow};
 use crate::ids::PathPattern;
-
-/// How a group of children sits below its parent, in the path grammar [`crate::StepPath`]
-/// owns. Arms add no segment to step paths; the checker names them in its messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Segment {
-    /// `at/id`: a sequence's or `provide`'s body, a subworkflow's steps.
-    Body,
-    /// `at/id`: the index-th `when` arm of a branch.
-    Arm(usize),
-    /// `at/id`: a branch's `otherwise` arm.
-    Otherwise,
-    /// `at[index]/id`: the index-th static path of a fork.
-    Path(usize),
-    /// `at[i]/id` for each item: a dynamic fork's or a map's body.
-    Item,
-    /// `at#n/id` for each n: a loop's iterations, an `every`'s ticks.
-    Iteration,
-    /// `at/id#n` for each n: a graph node's visits (the graph's own decisions are `at#n`).
-    Visit,
-    /// `at/@fallback`: a step's fallback, which runs in the step's place.
-    Fallback,
-}
-
-impl Segment {
-    /// Where the children's own patterns start from, given the parent's pattern; `None` for
-    /// segments that place each child themselves (see [`Segment::child_pattern`]).
-    fn prefix(self, at: &PathPattern) -> PathPattern {
-        match self {
-            Self::Body | Self::Arm(_) | Self::Otherwise | Self::Visit | Self::Fallback => at.clone(),
-            Self::Path(_) | Self::Item => at.any_index(),
-            Self::Iteration => at.any_ordinal(),
-        }
-    }
-
-    /// The pattern of a child `node` of this group below the parent's pattern `at`.
-    pub(crate) fn child_pattern(self, at: &PathPattern, node: &Node) -> PathPattern {
-        match self {
-            Self::Fallback => at.fallback(),
-            Self::Visit => at.join(&node.id).any_ordinal(),
-            _ => self.prefix(at).join(&node.id),
-        }
-    }
-
-    /// Paths the parent itself records for this group, besides its children's: a fork
-    /// path's or an iteration's own entries (`at[*]`, `at#*`), a graph's decisions (`at#*`).
-    pub(crate) fn own_pattern(self, at: &PathPattern) -> Option<PathPattern> {
-        match self {
-            Self::Path(_) | Self::Item => Some(at.any_index()),
-            Self::Iteration | Self::Visit => Some(at.any_ordinal()),
-            Self::Body | Self::Arm(_) | Self::Otherwise | Self::Fallback => None,
-        }
-    }
-
-    /// How the checker names the group's children in its messages: `at[0]/id` for a branch
-    /// arm or a fork path, `at[otherwise]/id`, `at[*]/id`, `at#*/id`, `at/fallback`.
-    pub(crate) fn display(self, at: &str, id: &str) -> String {
-        let join = |prefix: &str| if prefix.is_empty() { id.to_owned() } else { format!("{prefix}/{id}") };
-        match self {
-            Self::Body | Self::Visit => join(at),
-            Self::Arm(index) | Self::Path(index) => join(&format!("{at}[{index}]")),
-            Self::Otherwise => join(&format!("{at}[otherwise]")),
-            Self::Item => join(&format!("{at}[*]")),
-            Self::Iteration => join(&format!("{at}#*")),
-            Self::Fallback => format!("{at}/fallback"),
-        }
-    }
-}
 
 impl Node {
     /// The node's children, group by group in declaration order: its fallback first, then
@@ -82,25 +18,7 @@ impl Node {
         if let OnFailure::Fallback(fallback) = &self.policy.on_failure {
             groups.push((Segment::Fallback, std::slice::from_ref(&**fallback)));
         }
-        match &self.kind {
-            NodeKind::Step(_) | NodeKind::Sleep(_) | NodeKind::Wait(_) => {}
-            NodeKind::Sequence(body) | NodeKind::Provide { body, .. } => groups.push((Segment::Body, body.as_slice())),
-            NodeKind::Branch { arms, otherwise } => {
-                groups.extend(arms.iter().enumerate().map(|(index, (_, body))| (Segment::Arm(index), body.as_slice())));
-                groups.extend(otherwise.iter().map(|body| (Segment::Otherwise, body.as_slice())));
-            }
-            NodeKind::Fork(spec) => match &spec.paths {
-                ForkPaths::Static(paths) => {
-                    groups
-                        .extend(paths.iter().enumerate().map(|(index, path)| (Segment::Path(index), path.as_slice())));
-                }
-                ForkPaths::Dynamic { body, .. } => groups.push((Segment::Item, body.as_slice())),
-            },
-            NodeKind::Loop(spec) => groups.push((Segment::Iteration, spec.body.as_slice())),
-            NodeKind::Every(spec) => groups.push((Segment::Iteration, spec.body.as_slice())),
-            NodeKind::Graph(spec) => groups.push((Segment::Visit, spec.nodes.as_slice())),
-            NodeKind::Workflow { workflow, .. } => groups.push((Segment::Body, workflow.inner.body.as_slice())),
-        }
+        self.kind.operator().children(&mut groups);
         groups
     }
 }
@@ -121,28 +39,70 @@ fn each_node_pattern<'a>(at: &PathPattern, node: &'a Node, visit: &mut impl FnMu
     }
 }
 
-/// What a run of a definition takes messages from, by name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Mailboxes {
-    /// The inboxes its loops take messages from and the events its waits wait for.
-    pub inboxes: std::collections::BTreeSet<String>,
-    /// The channels that wake its `every` steps.
-    pub wake_channels: std::collections::BTreeSet<String>,
-}
-
-impl super::Workflow {
+impl Workflow {
     /// The inboxes and wake channels its steps (and the workflows it calls) read: what a
     /// message sent to one of its runs can reach.
     pub fn mailboxes(&self) -> Mailboxes {
         let mut found = Mailboxes::default();
-        each_pattern(&PathPattern::root(), &self.inner.body, &mut |_, node| match &node.kind {
-            NodeKind::Loop(spec) => found.inboxes.extend(spec.inbox.clone()),
-            NodeKind::Wait(spec) => {
-                found.inboxes.insert(spec.event.clone());
-            }
-            NodeKind::Every(spec) => found.wake_channels.extend(spec.wake.clone()),
-            _ => {}
-        });
+        each_pattern(&PathPattern::root(), &self.inner.body, &mut |_, node| node.kind.operator().reads(&mut found));
         found
     }
+
+    /// The workflow as it is drawn: each node with its kind, label and layout, each called
+    /// workflow's steps under its call.
+    pub fn outline(&self) -> Outline {
+        Outline { name: self.inner.name.clone(), version: self.inner.version.clone(), steps: nodes(&self.inner.body) }
+    }
+}
+
+fn nodes(nodes: &[Node]) -> Vec<OutlineNode> {
+    nodes.iter().map(node).collect()
+}
+
+/// A node as it is drawn: what its operator says, its notes, and its groups, outlined.
+fn node(node: &Node) -> OutlineNode {
+    let drawn = node.kind.operator().drawn();
+    let mut labels = drawn.groups.into_iter();
+    let mut groups = Vec::new();
+    let mut fallback = None;
+    for (segment, group) in node.children() {
+        if segment == Segment::Fallback {
+            fallback = Some(OutlineGroup { label: Some("on failure".to_owned()), steps: instead(group) });
+        } else {
+            groups.push(OutlineGroup { label: labels.next(), steps: nodes(group) });
+        }
+    }
+    OutlineNode {
+        id: node.id.to_string(),
+        kind: drawn.kind,
+        label: drawn.label,
+        notes: notes(node),
+        layout: drawn.layout,
+        groups,
+        fallback,
+    }
+}
+
+/// A fallback's steps: a sequence's (as a file writes a fallback's list) or the one node.
+fn instead(fallback: &[Node]) -> Vec<OutlineNode> {
+    match fallback {
+        [Node { kind: NodeKind::Sequence(sequence), .. }] => nodes(&sequence.body),
+        _ => nodes(fallback),
+    }
+}
+
+/// What a node's policies add to its drawing.
+fn notes(node: &Node) -> Vec<String> {
+    let policy = &node.policy;
+    let mut notes = Vec::new();
+    if let Some(condition) = &policy.condition {
+        notes.push(format!("if {}", short(&condition.describe())));
+    }
+    if policy.approval.is_some() {
+        notes.push("approved first".to_owned());
+    }
+    if policy.cache {
+        notes.push("cached".to_owned());
+    }
+    notes
 }

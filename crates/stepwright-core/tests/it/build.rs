@@ -5,7 +5,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use stepwright_core::{
     Branch, Effect, Every, Expr, FnGuardrail, Fork, ForkMode, Graph, Guardrail, GuardrailAction, GuardrailStage, Loop,
-    Node, OnFailure, RetryPolicy, Workflow, fn_step,
+    Node, OnFailure, OutlineLayout, OutlineNode, RetryPolicy, Workflow, fn_step,
 };
 
 fn noop(id: &str) -> Node {
@@ -196,4 +196,159 @@ fn path_patterns_cover_every_operator() {
     );
     let journal = ["seq/b/@fallback", "g/plan#2", "refine#3/draft", "each[4]/one", "gone", "fan[0]/missing"];
     assert_eq!(every_kind().unknown_paths(journal), ["fan[0]/missing", "gone"]);
+}
+
+/// The operators and options `every_kind` leaves out, pinned the same way.
+fn every_other_kind() -> Workflow {
+    let noop = |id: &str| {
+        Node::dyn_step(
+            id,
+            stepwright_core::dyn_fn_step("noop", |_ctx, input| async move {
+                Ok(stepwright_core::Outcome::completed((*input).clone()))
+            }),
+        )
+    };
+    let sub = Workflow::builder("sub").step(noop("inner")).build().unwrap();
+    let when = |source: &str| Expr::new(|_| true).with_source(source);
+    let layer: std::sync::Arc<dyn stepwright_core::ProvidedLayer> =
+        std::sync::Arc::new(stepwright_core::MapLayer::new("notes"));
+    Workflow::builder("every-other-kind")
+        .step(noop("first").cache().only_if(when("input.go")).capture_output("report"))
+        .step(
+            noop("write")
+                .effect(Effect::Write)
+                .safe_to_retry()
+                .requires_approval(stepwright_core::ApprovalGate::new("ok?")),
+        )
+        .step(Node::wait("paid", "payment", Duration::from_secs(86_400)))
+        .step(Node::wait_matching(
+            "shipped",
+            "shipment",
+            Duration::from_secs(60),
+            Expr::new(|_| json!({})).with_source("{ id: input.id }"),
+        ))
+        .step(Node::provide("mem", [layer], [noop("remember")]))
+        .step(Node::spawn("child", &sub, Duration::from_secs(600)))
+        .step(Branch::new("maybe").when(when("input.x"), [noop("yes")]))
+        .step(
+            Fork::new("dyn")
+                .paths_from(Expr::new(|_| Vec::new()).with_source("input.list"), [noop("each")])
+                .concurrency(2)
+                .mode(ForkMode::Race)
+                .merge_described("{{ results }}", |_| Ok(Value::Null)),
+        )
+        .step(
+            Loop::new("chat", 9, [noop("turn")])
+                .inbox("messages", Duration::from_secs(30))
+                .prepare_next(Expr::new(|_| Value::Null).with_source("loop.message"))
+                .on_error(stepwright_core::LoopOnError::Retry),
+        )
+        .step(
+            Graph::new("agentic", 7)
+                .node(noop("plan"))
+                .node(noop("act"))
+                .entry("act")
+                .edge_if("act", "plan", when("steps.act.output.again"))
+                .edge("plan", "act"),
+        )
+        .step(
+            Every::new("beat", Duration::from_millis(1500), [noop("ping")])
+                .jitter(0.1)
+                .wake_on("nudge")
+                .on_error(stepwright_core::EveryOnError::Fail),
+        )
+        .build()
+        .unwrap()
+}
+
+/// The same for the operators and options `every_kind` leaves out (pinned when each
+/// operator's description moved into its own file).
+#[test]
+fn the_other_kinds_hash_does_not_change_across_releases() {
+    assert_eq!(every_other_kind().hash().to_hex(), "70a49441f2dc8eb49efad8c6a3434aaf69d5ec17d5674df2239b239e8b273748");
+}
+
+/// A node of an outline by its path of ids (`call/inner`), through any group.
+fn outlined(nodes: &[OutlineNode], path: &str) -> OutlineNode {
+    let (head, rest) = path.split_once('/').map_or((path, None), |(h, r)| (h, Some(r)));
+    let node = nodes.iter().find(|n| n.id == head).unwrap_or_else(|| panic!("{head} is outlined"));
+    match rest {
+        None => node.clone(),
+        Some(rest) => {
+            let children: Vec<OutlineNode> = node.groups.iter().flat_map(|g| g.steps.clone()).collect();
+            outlined(&children, rest)
+        }
+    }
+}
+
+/// What each operator says of its drawing: kind, label, layout, group labels; a called
+/// workflow's steps under its call; a fallback's steps; the notes policies add.
+#[test]
+fn the_outline_draws_each_operator_by_its_layout() {
+    let outline = every_kind().outline();
+    assert_eq!((outline.name.as_str(), outline.version.as_str()), ("every-kind", "1.2.0"));
+    let ids: Vec<&str> = outline.steps.iter().map(|n| n.id.as_str()).collect();
+    assert_eq!(ids, ["first", "seq", "route", "fan", "each", "refine", "g", "tick", "call", "nap"]);
+    let steps = &outline.steps;
+    let first = outlined(steps, "first");
+    assert_eq!((first.kind.as_str(), first.layout, first.groups.len()), ("noop", OutlineLayout::Step, 0));
+    let seq = outlined(steps, "seq");
+    assert_eq!((seq.label.as_str(), &seq.layout), ("", &OutlineLayout::Boxed));
+    let b = outlined(steps, "seq/b");
+    let fallback = b.fallback.as_ref().expect("b has a fallback");
+    assert_eq!(fallback.label.as_deref(), Some("on failure"));
+    assert_eq!(fallback.steps.iter().map(|n| n.id.as_str()).collect::<Vec<_>>(), ["spare"]);
+    let route = outlined(steps, "route");
+    assert_eq!(route.layout, OutlineLayout::Choice { falls_through: false });
+    let arms: Vec<Option<&str>> = route.groups.iter().map(|g| g.label.as_deref()).collect();
+    assert_eq!(arms, [Some("input.x > 1"), Some("otherwise")]);
+    let fan = outlined(steps, "fan");
+    assert_eq!((fan.kind.as_str(), fan.label.as_str()), ("fork", "fork (settle)"));
+    assert_eq!(fan.layout, OutlineLayout::Parallel { join: "join".into() });
+    assert_eq!(fan.groups.iter().map(|g| g.label.clone().unwrap()).collect::<Vec<_>>(), ["path 0", "path 1"]);
+    let each = outlined(steps, "each");
+    assert_eq!((each.kind.as_str(), each.label.as_str()), ("map", "map over input.items as item"));
+    let refine = outlined(steps, "refine");
+    assert_eq!(refine.label, "loop until <closure>, at most 3");
+    assert_eq!(refine.layout, OutlineLayout::Repeated { again: "again".into() });
+    let g = outlined(steps, "g");
+    let OutlineLayout::Graph { entry, edges } = &g.layout else { panic!("a graph's layout: {:?}", g.layout) };
+    assert_eq!(entry.as_deref(), Some("plan"), "the first node when none is set");
+    assert_eq!((edges[0].from.as_str(), edges[0].to.as_str(), edges[0].when.as_deref()), ("plan", "act", None));
+    assert_eq!(outlined(steps, "tick").label, "every 1m");
+    let call = outlined(steps, "call");
+    assert_eq!((call.kind.as_str(), call.label.as_str()), ("workflow", "workflow sub"));
+    assert_eq!(outlined(steps, "call/inner").kind, "noop", "a called workflow's steps are under its call");
+    assert_eq!(outlined(steps, "nap").label, "sleep 1s");
+
+    let other = every_other_kind().outline();
+    let steps = &other.steps;
+    assert_eq!(outlined(steps, "first").notes, ["if input.go", "cached"]);
+    assert_eq!(outlined(steps, "write").notes, ["approved first"]);
+    assert_eq!(outlined(steps, "paid").label, "wait for `payment` (at most 1d)");
+    assert_eq!(outlined(steps, "shipped").label, "wait for `shipment` matching { id: input.id } (at most 1m)");
+    assert_eq!(outlined(steps, "mem").label, "provide notes");
+    assert_eq!(outlined(steps, "child").label, "spawn sub (at most 10m)");
+    assert_eq!(outlined(steps, "maybe").layout, OutlineLayout::Choice { falls_through: true });
+    let dynamic = outlined(steps, "dyn");
+    assert_eq!(dynamic.label, "fork (race) over input.list · 2 at a time");
+    assert_eq!(dynamic.layout, OutlineLayout::Boxed);
+    assert_eq!(outlined(steps, "chat").label, "loop at most 9, a message from `messages` each");
+    let OutlineLayout::Graph { entry, edges } = &outlined(steps, "agentic").layout else { panic!("a graph") };
+    assert_eq!(entry.as_deref(), Some("act"));
+    assert_eq!(edges[0].when.as_deref(), Some("steps.act.output.again"));
+    assert_eq!(outlined(steps, "beat").label, "every 1500ms, or when woken on `nudge`");
+}
+
+/// An expression in a label is cut, so a drawing stays readable; its source is not.
+#[test]
+fn a_long_condition_is_cut_in_the_outline() {
+    let long = "input.tickets | selectattr('priority', 'equalto', 'urgent') | list | length > 0";
+    let workflow = Workflow::builder("long")
+        .step(Branch::new("route").when(Expr::new(|_| true).with_source(long), [noop("page")]))
+        .build()
+        .unwrap();
+    let label = workflow.outline().steps[0].groups[0].label.clone().unwrap();
+    assert_eq!(label.chars().count(), stepwright_core::LABEL_CHARS);
+    assert!(label.ends_with('…') && long.starts_with(label.trim_end_matches('…')));
 }

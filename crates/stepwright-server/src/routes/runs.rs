@@ -209,7 +209,7 @@ pub(crate) async fn definition(
     Ok(Json(RunDefinition {
         run_id: run.to_string(),
         hash: record.definition_hash.to_hex(),
-        graph: workflow.describe().clone(),
+        graph: stepwright_app::wire::outline(&workflow),
         models: stepwright_app::model_bindings(&workflow)
             .into_iter()
             .map(|(name, model)| ModelBinding { name, model })

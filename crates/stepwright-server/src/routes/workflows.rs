@@ -83,10 +83,10 @@ pub(crate) async fn show(
         shared.store.registered_workflows(who.namespace()).await?.into_iter().filter(|w| w.name == name).collect();
     let newest = versions.first().ok_or_else(|| not_registered(&name, None))?;
     let workflow = shared.workflow(newest).await?;
-    let graph = workflow.describe().clone();
+    let graph = stepwright_app::wire::outline(&workflow);
     Ok(Json(WorkflowDetails {
         name: name.clone(),
-        // With its fields' order, which a form follows (not in the hashed graph).
+        // With its fields' order, which a form follows (not in the hashed description).
         input_schema: workflow.input_schema_for_forms(),
         graph,
         versions: versions

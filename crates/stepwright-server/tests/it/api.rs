@@ -105,6 +105,17 @@ async fn registration_validates_versions_and_needs_admin() {
     assert_eq!(shown["versions"][0]["version"], 2);
     assert!(shown["graph"].is_object());
     assert_eq!(shown["input_schema"], json!(null), "three declares no input schema");
+    // The graph is the typed outline, a called workflow's steps under its call.
+    let (_, outer) = server.get(&viewer, "/v1/workflows/outer").await;
+    let outline: stepwright_api::workflow::Outline = serde_json::from_value(outer["graph"].clone()).unwrap();
+    let call = &outline.steps[0];
+    assert_eq!((call.kind.as_str(), call.label.as_str()), ("workflow", "workflow inner"));
+    assert_eq!(call.layout, stepwright_api::workflow::OutlineLayout::Boxed);
+    let inner = &call.groups[0].steps[0];
+    assert_eq!(
+        (inner.id.as_str(), inner.kind.as_str(), &inner.layout),
+        ("twice", "set", &stepwright_api::workflow::OutlineLayout::Step)
+    );
     server.register(&admin, crate::APPROVAL).await;
     let (_, greet) = server.get(&viewer, "/v1/workflows/greet").await;
     assert_eq!(greet["input_schema"]["required"], json!(["name"]), "{greet}");

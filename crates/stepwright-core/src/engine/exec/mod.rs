@@ -280,26 +280,29 @@ impl Exec {
         let Frame { node, path, env, .. } = *frame;
         match &node.kind {
             NodeKind::Step(step) => self.run_leaf(step.as_ref(), frame, attempt, input, key).await,
-            NodeKind::Sequence(body) => self.exec_seq(body, path, input, frame.scope, env).await,
-            NodeKind::Provide { layers, body } => {
-                let inner =
-                    Env { layers: env.layers.with(layers), cancel: env.cancel.clone(), services: env.services.clone() };
-                self.exec_seq(body, path, input, frame.scope, &inner).await
+            NodeKind::Sequence(spec) => self.exec_seq(&spec.body, path, input, frame.scope, env).await,
+            NodeKind::Provide(spec) => {
+                let inner = Env {
+                    layers: env.layers.with(&spec.layers),
+                    cancel: env.cancel.clone(),
+                    services: env.services.clone(),
+                };
+                self.exec_seq(&spec.body, path, input, frame.scope, &inner).await
             }
-            NodeKind::Branch { arms, otherwise } => {
-                self.run_branch(arms, otherwise.as_deref(), path, input, frame.scope, env).await
+            NodeKind::Branch(spec) => {
+                self.run_branch(&spec.arms, spec.otherwise.as_deref(), path, input, frame.scope, env).await
             }
             NodeKind::Fork(spec) => Box::pin(self.run_fork(spec, path, input, frame.scope, env)).await,
             NodeKind::Loop(spec) => Box::pin(self.run_loop(spec, path, input, frame.scope, env)).await,
             NodeKind::Graph(spec) => Box::pin(self.run_graph(spec, path, input, frame.scope, env)).await,
-            NodeKind::Workflow { workflow, spawn } => {
-                Box::pin(self.run_subworkflow(workflow, *spawn, path, input, frame.scope, env)).await
+            NodeKind::Workflow(call) => {
+                Box::pin(self.run_subworkflow(&call.workflow, call.spawn, path, input, frame.scope, env)).await
             }
             NodeKind::Every(spec) => Box::pin(self.run_every(spec, path, input, frame.scope, env)).await,
             NodeKind::Wait(spec) => self.run_wait(spec, path, frame.scope, env).await,
-            NodeKind::Sleep(duration) => {
+            NodeKind::Sleep(sleep) => {
                 let ctx = self.context(path, attempt, frame.scope, env, None);
-                match self.interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(*duration)).await? {
+                match self.interrupt_at(&ctx, OUTCOME_ORDINAL, InterruptRequest::timer(sleep.duration)).await? {
                     Err(flow) => Ok(flow),
                     Ok(_) => Ok(Flow::Done(null())),
                 }
