@@ -1335,7 +1335,7 @@ export interface components {
         };
         /**
          * @description The change tried: at most one of `file`, `source` and `version` (none: each run's own
-         *     definition), then `rebind` and `from`.
+         *     definition), then `models`, `rebind` and `from`.
          */
         Change: {
             /**
@@ -1349,6 +1349,15 @@ export interface components {
             };
             /** @description Re-execute from this step on; everything before it is served from the journal. */
             from?: string | null;
+            /**
+             * @description `NAME: provider:model[@base_url]`: model binding NAME replaced by another model (the
+             *     CLI's `--model`, kept so that a resume recomputes with it too). Not accepted by
+             *     `POST /v1/experiments`: a caller would choose where the server sends its provider key —
+             *     over the API, `rebind` to a binding the definition has, or send a `source` declaring it.
+             */
+            models?: {
+                [key: string]: string;
+            };
             /** @description `NAME: OTHER`: calls to model binding NAME go to binding OTHER (its endpoint and model). */
             rebind?: {
                 [key: string]: string;

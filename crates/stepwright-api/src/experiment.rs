@@ -74,7 +74,7 @@ pub struct Population {
 }
 
 /// The change tried: at most one of `file`, `source` and `version` (none: each run's own
-/// definition), then `rebind` and `from`.
+/// definition), then `models`, `rebind` and `from`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Change {
@@ -92,6 +92,12 @@ pub struct Change {
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::optional")]
     #[schemars(range(min = 1))]
     pub version: Option<u32>,
+    /// `NAME: provider:model[@base_url]`: model binding NAME replaced by another model (the
+    /// CLI's `--model`, kept so that a resume recomputes with it too). Not accepted by
+    /// `POST /v1/experiments`: a caller would choose where the server sends its provider key —
+    /// over the API, `rebind` to a binding the definition has, or send a `source` declaring it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, String>,
     /// `NAME: OTHER`: calls to model binding NAME go to binding OTHER (its endpoint and model).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rebind: BTreeMap<String, String>,

@@ -9,7 +9,7 @@ mod keys;
 mod runs;
 mod schedules;
 
-pub(crate) use experiments::ExperimentsCommand;
+pub(crate) use experiments::{ExperimentsCommand, InlineExperiment};
 pub(crate) use keys::{KeysCommand, OidcArgs};
 pub(crate) use runs::RunsCommand;
 pub(crate) use schedules::{EventsCommand, Keep, Listing, Named, SchedulesCommand, TriggersCommand};

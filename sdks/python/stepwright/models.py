@@ -312,7 +312,7 @@ class Cancelled(_CancelledRequired, total=False):
     """The worker that executes it and stops it, for `requested`."""
 
 
-Change = TypedDict("Change", {"file": str | None, "files": dict[str, str], "from": str | None, "rebind": dict[str, str], "source": str | None, "version": int | None}, total=False)
+Change = TypedDict("Change", {"file": str | None, "files": dict[str, str], "from": str | None, "models": dict[str, str], "rebind": dict[str, str], "source": str | None, "version": int | None}, total=False)
 
 
 class CheckApprovers(TypedDict):

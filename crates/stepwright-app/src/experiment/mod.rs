@@ -87,6 +87,9 @@ pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
     if !change.files.is_empty() && change.source.is_none() {
         return Err("`change.files` are the files `change.source` calls: give the `source`".into());
     }
+    for (name, model) in &change.models {
+        stepwright_llm::ModelConfig::parse_spec(model).map_err(|why| format!("`change.models.{name}`: {why}"))?;
+    }
     for id in &spec.runs.ids {
         id.parse::<RunId>().map_err(|_| format!("`runs.ids`: {id:?} is not a run id"))?;
     }
@@ -122,6 +125,7 @@ pub async fn experiment_candidate(
     bindings: &Bindings,
 ) -> Result<Candidate, AppError> {
     let change = &spec.change;
+    let bindings = &with_models(bindings, spec);
     let (source, files) = if let Some(file) = &change.file {
         return Err(AppError::BadInput(format!(
             "`change.file` ({file}) is read by the CLI: over the API, send the file's text as `change.source`"
@@ -150,6 +154,19 @@ pub async fn experiment_candidate(
         )));
     }
     Ok(Candidate::Workflow(workflow))
+}
+
+/// `bindings` with the spec's model replacements (`change.models`) added to their overrides.
+#[must_use]
+pub fn with_models(bindings: &Bindings, spec: &ExperimentSpec) -> Bindings {
+    let mut bindings = bindings.clone();
+    for (name, model) in &spec.change.models {
+        let entry = format!("{name}={model}");
+        if !bindings.overrides.contains(&entry) {
+            bindings.overrides.push(entry);
+        }
+    }
+    bindings
 }
 
 /// The runs of the population, oldest first: by id, or every run the filter finds (at

@@ -10,10 +10,18 @@ pub(crate) enum ExperimentsCommand {
     /// bindings), in a sandbox: no side effect is executed again and nothing is registered.
     /// Scores each run with the file's evaluators and reports what changed, improved and
     /// regressed, and the cost per 1,000 runs then and now.
+    ///
+    /// Without a file, the flags say the same on one line:
+    /// `experiments run --workflow triage --model smart=openai:gpt-4o-mini --sample 200 --seed 1`.
+    /// A `--model` (either form) is kept with the experiment, so a resume recomputes with it.
     Run {
         /// The experiment file (YAML): `experiment`, `runs`, `change`, `evaluators`,
-        /// `concurrency`, `budget_usd`.
-        file: PathBuf,
+        /// `concurrency`, `budget_usd`. Or leave it out and give `--workflow`.
+        #[arg(required_unless_present = "workflow")]
+        file: Option<PathBuf>,
+        /// The experiment without a file.
+        #[command(flatten)]
+        inline: Box<InlineExperiment>,
         /// Exit 1 when a total passes a bound: `'regressed>0'`, `'changed>=5'` (quoted: a shell
         /// reads `>` as a redirect). Totals: changed, unchanged, improved, regressed, failed,
         /// skipped; repeatable.
@@ -64,4 +72,65 @@ pub(crate) enum ExperimentsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `experiments run`'s one-line form: what a file's `runs`, `change`, `evaluators`,
+/// `concurrency` and `budget_usd` say (each flag conflicts with a file).
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct InlineExperiment {
+    /// The workflow whose past runs are recomputed (`runs.workflow`).
+    #[arg(long, conflicts_with = "file", help_heading = "Without a file")]
+    pub(crate) workflow: Option<String>,
+    /// What the report calls it (default: the workflow and the change).
+    #[arg(long, requires = "workflow", help_heading = "Without a file")]
+    pub(crate) name: Option<String>,
+    /// Only runs that ended so (default: completed).
+    #[arg(long, requires = "workflow", value_parser = parse_run_status, help_heading = "Without a file")]
+    pub(crate) status: Option<stepwright::api::RunStatus>,
+    /// Only runs created at or after this instant (RFC 3339).
+    #[arg(long, requires = "workflow", help_heading = "Without a file")]
+    pub(crate) since: Option<String>,
+    /// Only runs created before this instant (RFC 3339).
+    #[arg(long, requires = "workflow", help_heading = "Without a file")]
+    pub(crate) until: Option<String>,
+    /// Only runs started by this user (`schedule:NAME`, `trigger:NAME` for theirs).
+    #[arg(long, requires = "workflow", help_heading = "Without a file")]
+    pub(crate) started_by: Option<String>,
+    /// Exactly this run (repeatable); the filters then do not apply.
+    #[arg(long = "run", value_name = "RUN_ID", requires = "workflow", help_heading = "Without a file")]
+    pub(crate) runs: Vec<String>,
+    /// At most this many runs, drawn at random with `--seed`.
+    #[arg(long, requires = "workflow", help_heading = "Without a file")]
+    pub(crate) sample: Option<u32>,
+    /// The sample's seed (the same seed, the same runs; default 0).
+    #[arg(long, requires = "workflow", help_heading = "Without a file")]
+    pub(crate) seed: Option<u64>,
+    /// A new version of the workflow file, compiled and never registered (`change.file`).
+    #[arg(long = "change", value_name = "FILE", requires = "workflow", help_heading = "Without a file")]
+    pub(crate) change: Option<PathBuf>,
+    /// A registered version of the workflow (`change.version`; needs `--tenant`).
+    #[arg(long, requires = "workflow", conflicts_with = "change", help_heading = "Without a file")]
+    pub(crate) version: Option<u32>,
+    /// `NAME=OTHER`: calls to model binding NAME go to the definition's binding OTHER
+    /// (repeatable; `change.rebind`).
+    #[arg(long, value_name = "NAME=OTHER", requires = "workflow", help_heading = "Without a file")]
+    pub(crate) rebind: Vec<String>,
+    /// Re-execute from this step on; what comes before it is served from the journal.
+    #[arg(long, value_name = "STEP", requires = "workflow", help_heading = "Without a file")]
+    pub(crate) from: Option<String>,
+    /// An expression over `old`, `new` and `input` scoring each changed run: true is no
+    /// worse, false a regression, a number above 0 an improvement (`new.category == old.category`).
+    #[arg(long, value_name = "EXPR", requires = "workflow", help_heading = "Without a file")]
+    pub(crate) compare: Option<String>,
+    /// How many runs are recomputed at once (1–64; default 4).
+    #[arg(long, requires = "workflow", help_heading = "Without a file")]
+    pub(crate) concurrency: Option<u32>,
+    /// Stop starting recomputes once their model calls cost this many US dollars.
+    #[arg(long = "budget-usd", value_name = "USD", requires = "workflow", help_heading = "Without a file")]
+    pub(crate) budget_usd: Option<f64>,
+}
+
+fn parse_run_status(text: &str) -> Result<stepwright::api::RunStatus, String> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| format!("unknown status {text:?}: pending, running, suspended, completed, failed or cancelled"))
 }

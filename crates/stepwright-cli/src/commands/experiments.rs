@@ -6,23 +6,29 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use stepwright::api::experiment::{
-    ExperimentReport, ExperimentSpec, ExperimentStatus, ExperimentSummary, ExperimentTotals, Verdict,
+    Change, Evaluator, ExperimentReport, ExperimentSpec, ExperimentStatus, ExperimentSummary, ExperimentTotals,
+    Population, Verdict,
 };
 use stepwright::app::experiment::{
-    Candidate, Keeping, begin_experiment, experiment_candidate, experiment_details, experiment_summary, kept_spec,
-    parse_experiment, run_experiment,
+    Candidate, Keeping, begin_experiment, check_experiment, experiment_candidate, experiment_details,
+    experiment_summary, kept_spec, parse_experiment, run_experiment, with_models,
 };
 use stepwright::store::experiment::{ExperimentRecord, ExperimentState};
 
-use crate::args::ExperimentsCommand;
+use crate::args::{ExperimentsCommand, InlineExperiment};
 use crate::commands::Globals;
 use crate::exit::BadInput;
 use crate::host::{CliStore, cli_engine, open_store, parse_run, read_workflow_file};
 
 pub(crate) async fn experiments(g: &Globals<'_>, command: ExperimentsCommand) -> anyhow::Result<u8> {
     match command {
-        ExperimentsCommand::Run { file, fail_on, tenant, json } => {
-            run(g, &file, &fail_on, tenant.as_deref(), json).await
+        ExperimentsCommand::Run { file, inline, fail_on, tenant, json } => {
+            let bounds: Vec<Bound> = fail_on.iter().map(|b| Bound::parse(b)).collect::<anyhow::Result<_>>()?;
+            let spec = match &file {
+                Some(file) => read_spec(file)?,
+                None => inline_spec(*inline)?,
+            };
+            run(g, spec, &bounds, tenant.as_deref(), json).await
         }
         ExperimentsCommand::Resume { id, fail_on, json } => resume(g, &id, &fail_on, json).await,
         ExperimentsCommand::List { tenant, limit, json } => list(g, tenant, limit, json).await,
@@ -31,18 +37,95 @@ pub(crate) async fn experiments(g: &Globals<'_>, command: ExperimentsCommand) ->
     }
 }
 
-async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&str>, json: bool) -> anyhow::Result<u8> {
-    let bounds: Vec<Bound> = fail_on.iter().map(|b| Bound::parse(b)).collect::<anyhow::Result<_>>()?;
+/// The experiment a file says; its change file kept by its full path, so that `resume`
+/// from anywhere reads the same file.
+fn read_spec(file: &Path) -> anyhow::Result<ExperimentSpec> {
     let text = stepwright::flow::read_limited(file, stepwright::flow::MAX_FILE_BYTES)
         .map_err(|why| anyhow::anyhow!(BadInput(format!("{} cannot be read: {why}", file.display()))))?;
     let mut spec = parse_experiment(&text, &file.display().to_string())?;
-    // A change file that cannot be read is refused before the store is opened; it is kept by
-    // its full path, so that `resume` from anywhere reads the same file.
     if let Some(changed) = &spec.change.file {
-        let path = file.parent().map_or_else(|| PathBuf::from(changed), |dir| dir.join(changed));
-        read_workflow_file(&path)?;
-        spec.change.file = Some(path.canonicalize().unwrap_or(path).display().to_string());
+        spec.change.file =
+            Some(kept_path(&file.parent().map_or_else(|| PathBuf::from(changed), |dir| dir.join(changed)))?);
     }
+    Ok(spec)
+}
+
+/// A change file, read now (one that cannot be read is refused before the store is
+/// opened) and kept by its full path.
+fn kept_path(path: &Path) -> anyhow::Result<String> {
+    read_workflow_file(path)?;
+    Ok(path.canonicalize().unwrap_or_else(|_| path.to_owned()).display().to_string())
+}
+
+/// The experiment the flags say: what a file would.
+fn inline_spec(inline: InlineExperiment) -> anyhow::Result<ExperimentSpec> {
+    let workflow = inline.workflow.unwrap_or_default();
+    let pair = |flag: &str, text: &str| -> anyhow::Result<(String, String)> {
+        let (name, other) = text.split_once('=').filter(|(n, o)| !n.is_empty() && !o.is_empty()).ok_or_else(|| {
+            anyhow::anyhow!(BadInput(format!("--{flag} {text:?}: expected NAME=OTHER, such as smart=fast")))
+        })?;
+        Ok((name.to_owned(), other.to_owned()))
+    };
+    let change = Change {
+        file: inline.change.as_deref().map(kept_path).transpose()?,
+        version: inline.version,
+        rebind: inline.rebind.iter().map(|r| pair("rebind", r)).collect::<anyhow::Result<_>>()?,
+        from: inline.from,
+        ..Change::default()
+    };
+    let evaluators = inline
+        .compare
+        .map(|compare| Evaluator {
+            name: "compare".into(),
+            schema: None,
+            check: None,
+            compare: Some(compare),
+            judge: None,
+            worker: None,
+        })
+        .into_iter()
+        .collect();
+    let spec = ExperimentSpec {
+        experiment: inline.name.unwrap_or_else(|| format!("{workflow} from the command line")),
+        runs: Population {
+            workflow,
+            status: inline.status,
+            since: inline.since,
+            until: inline.until,
+            started_by: inline.started_by,
+            ids: inline.runs,
+            sample: inline.sample,
+            seed: inline.seed.unwrap_or_default(),
+        },
+        change,
+        evaluators,
+        concurrency: inline.concurrency,
+        budget_usd: inline.budget_usd,
+    };
+    check_experiment(&spec).map_err(|why| anyhow::anyhow!(BadInput(format!("the experiment the flags say: {why}"))))?;
+    Ok(spec)
+}
+
+async fn run(
+    g: &Globals<'_>,
+    mut spec: ExperimentSpec,
+    bounds: &[Bound],
+    tenant: Option<&str>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    // `--model` is kept with the experiment, so that a resume recomputes with it too.
+    for entry in &g.flags.overrides {
+        let (name, model) = entry.split_once('=').ok_or_else(|| {
+            anyhow::anyhow!(BadInput(format!("--model {entry:?}: expected NAME=provider:model[@base_url]")))
+        })?;
+        if let Some(kept) = spec.change.models.get(name).filter(|kept| *kept != model) {
+            return Err(anyhow::anyhow!(BadInput(format!(
+                "--model {entry}: the experiment's change already replaces {name} with {kept}"
+            ))));
+        }
+        spec.change.models.insert(name.to_owned(), model.to_owned());
+    }
+    check_experiment(&spec).map_err(|why| anyhow::anyhow!(BadInput(why)))?;
     let store = open_store(g.db).await?;
     let candidate = candidate(g, &store, &spec, tenant).await?;
     let engine = cli_engine(&store, false, g.flags);
@@ -53,11 +136,16 @@ async fn run(g: &Globals<'_>, file: &Path, fail_on: &[String], tenant: Option<&s
         "experiment {id}: {} runs (`stepwright experiments resume {id}` goes on if it is stopped)",
         spec.runs.ids.len()
     );
-    go(g, &store, &spec, &candidate, tenant, id, &bounds, json).await
+    go(g, &store, &spec, &candidate, tenant, id, bounds, json).await
 }
 
 async fn resume(g: &Globals<'_>, id: &str, fail_on: &[String], json: bool) -> anyhow::Result<u8> {
     let bounds: Vec<Bound> = fail_on.iter().map(|b| Bound::parse(b)).collect::<anyhow::Result<_>>()?;
+    if let Some(entry) = g.flags.overrides.first() {
+        return Err(anyhow::anyhow!(BadInput(format!(
+            "--model {entry}: an experiment goes on with the models it started with (`experiments show {id}` lists them)"
+        ))));
+    }
     let id = parse_run(id)?;
     let store = open_store(g.db).await?;
     let record = kept(&store, id).await?;
@@ -81,7 +169,7 @@ async fn candidate(
     spec: &ExperimentSpec,
     tenant: Option<&str>,
 ) -> anyhow::Result<Candidate> {
-    let bindings = g.flags.bindings().sharing_limits_in(store.clone());
+    let bindings = with_models(&g.flags.bindings(), spec).sharing_limits_in(store.clone());
     let Some(path) = spec.change.file.as_deref().map(PathBuf::from) else {
         if spec.change.version.is_some() && tenant.is_none() {
             return Err(anyhow::anyhow!(BadInput(

@@ -220,6 +220,58 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
     assert_eq!(report["status"], json!("budget_spent"), "{report}");
     assert_eq!((&report["totals"]["runs"], &report["totals"]["skipped"]), (&json!(3), &json!(47)));
     assert_eq!(lines(dir.path()), 50);
+
+    // The one-line form: no file, the flags say the same; `--model` replaces the binding with
+    // another model (not one the file has) and is kept with the experiment.
+    let cheap = format!("smart=openai:cheap-model@http://127.0.0.1:{port}/v1");
+    let args = ["experiments", "run", "--workflow", "triage", "--model", &cheap, "--sample", "20", "--seed", "7"];
+    let compare = ["--compare", "new.category == old.category", "--json"];
+    let inline = stepwright(dir.path(), &[&args[..], &compare[..]].concat());
+    assert_eq!(inline.status.code(), Some(0), "{}", String::from_utf8_lossy(&inline.stderr));
+    let report = json_of(&inline);
+    let drawn: Vec<String> =
+        report["runs"].as_array().unwrap().iter().map(|r| r["run"].as_str().unwrap().to_owned()).collect();
+    std::fs::write(
+        dir.path().join("twenty.yaml"),
+        "experiment: twenty\nruns: { workflow: triage, sample: 20, seed: 7 }\n",
+    )
+    .unwrap();
+    assert_eq!(sampled("twenty.yaml"), drawn, "the flags draw the sample a file with the same seed draws");
+    let mut changed: Vec<String> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["changed"] == json!(true))
+        .map(|r| r["run"].as_str().unwrap().to_owned())
+        .collect();
+    changed.sort();
+    let expected: Vec<String> = refunds.iter().filter(|r| drawn.contains(r)).cloned().collect();
+    assert!(!expected.is_empty(), "the sample holds refund tickets");
+    assert_eq!(changed, expected, "exactly the sampled refund tickets changed");
+    let one = report["runs"].as_array().unwrap().iter().find(|r| r["run"] == json!(expected[0])).unwrap();
+    assert_eq!(one["scores"][0], json!({ "name": "compare", "old": null, "new": -1.0 }), "{one}");
+    let said = String::from_utf8_lossy(&inline.stderr).into_owned();
+    let id = said.strip_prefix("experiment ").and_then(|rest| rest.split(':').next()).expect("the experiment's id");
+    let shown = json_of(&stepwright(dir.path(), &["experiments", "show", id, "--json"]));
+    let spec = &shown["spec"];
+    assert_eq!(spec["change"]["models"], json!({ "smart": cheap.trim_start_matches("smart=") }), "{spec}");
+    let kept: Vec<&str> = spec["runs"]["ids"].as_array().unwrap().iter().map(|r| r.as_str().unwrap()).collect();
+    assert_eq!(kept, drawn, "the population is kept as the runs drawn");
+    assert_eq!(spec["experiment"], json!("triage from the command line"));
+    let again = stepwright(dir.path(), &["experiments", "resume", id, "--model", "smart=openai:other"]);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("goes on with the models it started with"), "{again:?}");
+    // A flag beside a file, and a flag without `--workflow`, are refused before anything runs.
+    for refused in [
+        &["experiments", "run", "cheaper.yaml", "--workflow", "triage"][..],
+        &["experiments", "run", "--sample", "3"][..],
+        &["experiments", "run", "--workflow", "triage", "--rebind", "smart"][..],
+        &["experiments", "run", "--workflow", "triage", "--sample", "0"][..],
+    ] {
+        let out = stepwright(dir.path(), refused);
+        assert_eq!(out.status.code(), Some(2), "{refused:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(lines(dir.path()), 50);
 }
 
 #[test]

@@ -34,6 +34,14 @@ pub(crate) async fn start(
 ) -> Result<(StatusCode, Json<ExperimentSummary>), ApiError> {
     who.require(Role::Operator)?;
     check_experiment(&spec).map_err(stepwright_app::AppError::BadInput)?;
+    if let Some(name) = spec.change.models.keys().next() {
+        // The caller would choose where this server sends its provider key.
+        return Err(stepwright_app::AppError::BadInput(format!(
+            "`change.models.{name}`: a model of the caller's choosing is the CLI's `--model`; over the API, \
+             `change.rebind` it to a binding the definition has, or send a `change.source` that declares it"
+        ))
+        .into());
+    }
     let candidate = experiment_candidate(shared.store.as_ref(), who.namespace(), &spec, &shared.bindings).await?;
     let id = shared.engine.new_id();
     let fixed =

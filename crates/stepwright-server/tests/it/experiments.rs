@@ -116,6 +116,15 @@ async fn an_experiment_runs_in_the_background_and_reports_what_changed() {
             json!({ "experiment": "x", "runs": { "workflow": "grade" }, "change": { "source": "workflow: other\nsteps:\n  - { id: a, set: 1 }\n" } }),
             "is workflow \"other\"",
         ),
+        (
+            // The caller would choose where the server sends its provider key.
+            json!({ "experiment": "x", "runs": { "workflow": "grade" }, "change": { "models": { "smart": "openai:m@http://10.0.0.1/v1" } } }),
+            "`change.rebind` it to a binding the definition has",
+        ),
+        (
+            json!({ "experiment": "x", "runs": { "workflow": "grade" }, "change": { "models": { "smart": "nonsense" } } }),
+            "`change.models.smart`",
+        ),
         (json!({ "experiment": "x", "runs": { "workflow": "grade" }, "colour": "red" }), "colour"),
         // Serde's derive alone reads a struct from an array of its fields' values.
         (json!({ "experiment": "x", "runs": { "workflow": "grade" }, "change": [null, null] }), "expected an object"),
