@@ -1725,6 +1725,11 @@ export interface components {
              *     records aside).
              */
             changed_steps: string[];
+            /**
+             * @description The decisions (branch arms, map items, loop verdicts, graph edges) that came out
+             *     differently.
+             */
+            decisions?: components["schemas"]["DecisionChange"][];
             /** @description The output's differences, as `pointer: before → after` lines. */
             diff: string[];
             /**
@@ -1746,6 +1751,11 @@ export interface components {
             scores: components["schemas"]["Score"][];
             /** @description How the recompute ended. */
             status: components["schemas"]["RunStatus"];
+            /**
+             * @description Those steps, each with its structural diff (`pointer: before → after` lines), the
+             *     schema it broke or why it failed: what `recompute` of the run shows, kept here.
+             */
+            step_changes?: components["schemas"]["RecomputedStep"][];
             /** @description Model usage and cost, then and now. */
             usage: components["schemas"]["UsageChange"];
             /** @description The judgement. */

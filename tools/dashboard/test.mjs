@@ -627,7 +627,11 @@ steps:
   await operator.screenshot({ path: join(shots, 'experiment.png'), fullPage: true });
   const worse = operator.locator(`tr[data-run="${greeted.Evangeline}"] details`);
   await worse.locator('summary').click();
-  await worse.getByText('"Yo Evangeline!"').waitFor();
+  await worse.locator('summary', { hasText: '"Yo Evangeline!"' }).waitFor();
+  // The step that changed, with its own diff.
+  await worse.locator('[data-step="hello"] .diff-line', { hasText: '"Yo Evangeline"' }).waitFor();
+  const opened = await worse.textContent();
+  assert.ok(!/\[object |null/.test(opened), `nothing is written as text that is not: ${opened}`);
   await worse.getByRole('button', { name: 'Compare step by step' }).click();
   await operator.waitForURL(new RegExp(`#/diff/${greeted.Evangeline}\\?with=`));
   await operator.getByText('Yo Evangeline!').first().waitFor();

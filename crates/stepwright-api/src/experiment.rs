@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::history::UsageChange;
+use crate::history::{DecisionChange, RecomputedStep, UsageChange};
 use crate::run::Totals;
 use crate::{ErrorView, RunStatus};
 
@@ -225,6 +225,14 @@ pub struct ExperimentRun {
     /// The steps whose value changed, failed or broke their schema, by path (model call
     /// records aside).
     pub changed_steps: Vec<String>,
+    /// Those steps, each with its structural diff (`pointer: before → after` lines), the
+    /// schema it broke or why it failed: what `recompute` of the run shows, kept here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step_changes: Vec<RecomputedStep>,
+    /// The decisions (branch arms, map items, loop verdicts, graph edges) that came out
+    /// differently.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decisions: Vec<DecisionChange>,
     /// The writes (and unsafe external steps) served, not executed, whose input changed:
     /// what each would have been given. A change that reaches them is a change in what the
     /// run does outside.

@@ -210,6 +210,37 @@ fn outline_node(node: core::OutlineNode) -> api::workflow::OutlineNode {
 mod tests {
     use super::*;
 
+    /// The outline on the wire is the kernel's, field for field, in every layout.
+    #[test]
+    fn the_outline_on_the_wire_is_the_kernels() {
+        use std::time::Duration;
+
+        use stepwright_core::{Branch, Expr, Fork, Graph, Loop, Node, OnFailure, Workflow};
+        let set = |id: &str| {
+            Node::dyn_step(
+                id,
+                core::dyn_fn_step("set", |_ctx, input| async move { Ok(core::Outcome::completed((*input).clone())) }),
+            )
+        };
+        let when = |source: &str| Expr::new(|_| true).with_source(source);
+        let called = Workflow::builder("called").step(set("inner")).build().unwrap();
+        let workflow = Workflow::builder("every-layout")
+            .step(set("a").on_failure(OnFailure::Fallback(Box::new(set("spare")))).cache())
+            .step(Branch::new("route").when(when("input.x"), [set("b")]))
+            .step(Fork::new("fan").path([set("c")]).path([set("d")]))
+            .step(Loop::new("again", 2, [set("e")]))
+            .step(Graph::new("g", 3).node(set("f")).node(set("h")).edge_if("f", "h", when("input.y")))
+            .step(Node::workflow("call", &called))
+            .step(Node::sleep("nap", Duration::from_secs(5)))
+            .build()
+            .unwrap();
+        let kernel = serde_json::to_value(workflow.outline()).unwrap();
+        let wire = serde_json::to_value(outline(&workflow)).unwrap();
+        assert_eq!(kernel, wire);
+        let read: api::workflow::Outline = serde_json::from_value(wire).unwrap();
+        assert_eq!(read, outline(&workflow), "the contract reads back what it wrote");
+    }
+
     /// Each wire spelling is the kernel's own (the journal and the file format use the
     /// kernel's; the API must say the same words).
     #[test]

@@ -213,7 +213,8 @@ function whatChanged(details, r) {
     h('summary', { class: `mono${writes.length ? ' error' : ''}`, text: more > 0 ? `${first} (+${more} more)` : first }));
   box.addEventListener('toggle', () => {
     if (!box.open || box.childElementCount > 1) return;
-    box.append(
+    // One element: `append` itself would write an array or a null as text.
+    box.append(h('div', {},
       // A write served, not executed, with the input it would get now.
       (r.would_execute || []).map((w) => h('div', { 'data-would-execute': w.step },
         h('p', { class: 'error', text: `Not executed: the write at ${w.step} would get another input now.` }),
@@ -221,9 +222,16 @@ function whatChanged(details, r) {
       // The summary shows the first difference; the rest below it.
       r.diff.length > (writes.length ? 0 : 1)
         ? h('div', {}, r.diff.slice(writes.length ? 0 : 1).map((line) => h('div', { class: 'mono diff-line', text: line }))) : null,
-      r.changed_steps.length ? h('p', { class: 'muted', text: `Steps that changed: ${r.changed_steps.join(', ')}` }) : null,
+      // Each changed step with its own diff, and the decisions that came out differently.
+      (r.step_changes || []).map((s) => h('div', { 'data-step': s.path },
+        h('p', { class: 'muted', text: `Step ${s.path}${s.change === 'value_changed' ? '' : s.change === 'failed' ? ' failed' : ' broke its schema'}` }),
+        (s.diff || []).map((line) => h('div', { class: 'mono diff-line', text: line })),
+        s.error ? h('div', { class: 'mono error', text: s.error.message }) : null,
+        s.message ? h('div', { class: 'mono error', text: s.message }) : null)),
+      (r.decisions || []).map((d) => h('div', { class: 'mono diff-line', 'data-decision': d.path,
+        text: `${d.path} decided ${JSON.stringify(d.before ?? null)} → ${JSON.stringify(d.after ?? null)}` })),
       r.scores.filter((s) => s.reason).map((s) => h('p', {}, h('strong', { text: `${s.name}: ` }), s.reason)),
-      has('operator') ? h('button', { text: 'Compare step by step', onclick: () => compare(details.spec.change, r.run) }) : null);
+      has('operator') ? h('button', { text: 'Compare step by step', onclick: () => compare(details.spec.change, r.run) }) : null));
   });
   return box;
 }

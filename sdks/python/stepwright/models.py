@@ -633,10 +633,18 @@ class _ExperimentRunRequired(TypedDict):
 
 class ExperimentRun(_ExperimentRunRequired, total=False):
     """One run of the population, recomputed."""
+    decisions: list[DecisionChange]
+    """The decisions (branch arms, map items, loop verdicts, graph edges) that came out
+    differently.
+    """
     error: ErrorView | None
     """Why it failed, if it did."""
     evaluation_cost_usd: float
     """What the judges' model calls cost (US dollars)."""
+    step_changes: list[RecomputedStep]
+    """Those steps, each with its structural diff (`pointer: before → after` lines), the
+    schema it broke or why it failed: what `recompute` of the run shows, kept here.
+    """
     would_execute: list[WouldExecute]
     """The writes (and unsafe external steps) served, not executed, whose input changed:
     what each would have been given. A change that reaches them is a change in what the

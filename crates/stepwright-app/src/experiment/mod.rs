@@ -14,7 +14,7 @@ use serde_json::Value;
 use stepwright_api::experiment::{
     ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, Population, Score, Verdict, WouldExecute,
 };
-use stepwright_api::history::StepChange;
+use stepwright_api::history::{RecomputedStep, StepChange};
 use stepwright_api::run::Totals;
 use stepwright_core::store::RunFilter;
 use stepwright_core::store::experiment::{ExperimentRecord, ExperimentState, ExperimentStore};
@@ -502,7 +502,7 @@ async fn recompute_one(
     let verdict = judge(evaluators, &scores, failed_now);
     // A model call's own record (`…/call.0`) differs whenever the model does (its name, its
     // usage): what the run did is its steps' values, decisions and output.
-    let changed_steps: Vec<String> = view
+    let step_changes: Vec<RecomputedStep> = view
         .steps
         .iter()
         .filter(|s| {
@@ -511,8 +511,9 @@ async fn recompute_one(
                 StepChange::ValueChanged { .. } | StepChange::SchemaViolation { .. } | StepChange::Failed { .. }
             ) && !s.path.rsplit('/').next().is_some_and(|last| last.starts_with("call."))
         })
-        .map(|s| s.path.clone())
+        .cloned()
         .collect();
+    let changed_steps: Vec<String> = step_changes.iter().map(|s| s.path.clone()).collect();
     let would_execute: Vec<WouldExecute> = view
         .steps
         .iter()
@@ -523,6 +524,7 @@ async fn recompute_one(
         || !would_execute.is_empty()
         || !view.decisions.is_empty()
         || view.status != crate::wire::run_status(record.status);
+    let decisions = view.decisions;
     Ok(ExperimentRun {
         run: run.to_string(),
         changed,
@@ -530,6 +532,8 @@ async fn recompute_one(
         error: view.error,
         diff,
         changed_steps,
+        step_changes,
+        decisions,
         would_execute,
         scores,
         verdict,
@@ -549,6 +553,8 @@ fn failed_run(run: RunId, error: &AppError) -> ExperimentRun {
         error: Some(stepwright_api::ErrorView { code: error.code().to_string(), message: error.to_string() }),
         diff: Vec::new(),
         changed_steps: Vec::new(),
+        step_changes: Vec::new(),
+        decisions: Vec::new(),
         would_execute: Vec::new(),
         scores: Vec::new(),
         verdict: Verdict::Regressed,

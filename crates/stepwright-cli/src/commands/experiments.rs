@@ -394,12 +394,43 @@ fn print_report(report: &ExperimentReport) {
             }
             (None, Some(first)) if run.diff.len() > 1 => format!("{first} (+{} more)", run.diff.len() - 1),
             (None, Some(first)) => first.clone(),
-            (None, None) if run.changed => format!("steps: {}", run.changed_steps.join(", ")),
+            (None, None) if run.changed => step_lines(run).first().cloned().unwrap_or_else(|| "how it ended".into()),
             (None, None) => String::new(),
         };
         println!("{:<38} {verdict:<10} {:<8} {what}", run.run, if run.changed { "yes" } else { "no" });
     }
     if !report.look_first.is_empty() {
         println!("look first: {}", report.look_first.join(" "));
+        // What changed inside the runs to look at first, step by step.
+        for run in report.runs.iter().filter(|r| report.look_first.contains(&r.run)) {
+            let lines = step_lines(run);
+            if !lines.is_empty() {
+                println!("  {}:", run.run);
+                for line in lines {
+                    println!("    {line}");
+                }
+            }
+        }
     }
+}
+
+/// A run's changed steps and decisions, a line each: `classify /category: "other" → "billing"`.
+fn step_lines(run: &stepwright::api::experiment::ExperimentRun) -> Vec<String> {
+    use stepwright::api::history::StepChange;
+    let mut lines: Vec<String> = run
+        .step_changes
+        .iter()
+        .flat_map(|step| match &step.change {
+            StepChange::ValueChanged { diff } => diff.iter().map(|line| format!("{} {line}", step.path)).collect(),
+            StepChange::SchemaViolation { message } => vec![format!("{} breaks its schema: {message}", step.path)],
+            StepChange::Failed { error } => vec![format!("{} failed: {}", step.path, error.message)],
+            _ => Vec::new(),
+        })
+        .collect();
+    lines.extend(run.decisions.iter().map(|d| {
+        let shown =
+            |v: &Option<serde_json::Value>| v.as_ref().map_or_else(|| "nothing".to_owned(), ToString::to_string);
+        format!("{} decided {} → {}", d.path, shown(&d.before), shown(&d.after))
+    }));
+    lines
 }

@@ -117,6 +117,13 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
     assert_eq!(changed, refunds, "exactly the refund tickets changed");
     let one = runs.iter().find(|r| r["run"] == json!(refunds[0])).unwrap();
     assert_eq!(one["diff"], json!([r#"/category: "other" → "billing""#]), "{one}");
+    // The step that changed, with its own diff (its model call's record aside).
+    assert_eq!(
+        one["step_changes"],
+        json!([{ "path": "classify", "change": "value_changed", "diff": [r#"/category: "other" → "billing""#] }]),
+        "{one}"
+    );
+    assert_eq!(one["changed_steps"], json!(["classify"]));
     assert_eq!(one["verdict"], json!("regressed"));
     // Its `notify` write was served, not executed — and its input changed: the report says
     // what it would have been given. An unchanged run's write would get what it got.
@@ -158,6 +165,7 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
     assert!(text.contains("50 runs: 10 changed, 40 unchanged; 0 improved, 10 regressed, 0 failed"), "{text}");
     assert!(text.contains("cost per 1,000 runs $0.1200 → $0.0042; model time per run "), "{text}");
     assert!(text.contains("10 runs would execute a write with another input (not executed"), "{text}");
+    assert!(text.contains(&format!("  {}:\n    classify /category: \"other\" → \"billing\"", refunds[0])), "{text}");
     assert!(
         text.contains(&format!(
             "{:<38} regressed  yes      would execute a write at notify with {{\"category\":\"billing\"}}; \
