@@ -253,6 +253,20 @@ async fn task_waits(
     Ok(waits)
 }
 
+/// A recompute as every front end reports it (`stepwright recompute`, `POST …/recompute`, an
+/// experiment's runs): the report with what the run's model calls cost then and now, read from
+/// its `model.call` events alone.
+///
+/// # Errors
+/// The store cannot read the run's events.
+pub async fn recompute_report(
+    store: &dyn stepwright_core::Store,
+    report: stepwright_core::RecomputeReport,
+) -> Result<RecomputeView, AppError> {
+    let calls = store.events_of_kind(report.run, stepwright_llm::MODEL_CALL_EVENT).await?;
+    Ok(recompute_view(report, &calls))
+}
+
 /// The recompute `report` of a run whose events were `original_events`, with its usage
 /// change. A step served from the journal made no new call: it counts what it cost then, so
 /// only steps that ran again (or no longer run) change the totals.

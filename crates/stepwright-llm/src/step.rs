@@ -10,7 +10,7 @@ use serde_json::Value;
 use stepwright_core::{CallKind, DynStep, ErrorCode, Event, Outcome, StepContext, StepError};
 
 use crate::models::{MODEL_CALL_EVENT, Models, call_event};
-use crate::schema::{strip_optional_nulls, validate};
+use crate::schema::{check, strip_optional_nulls, validate};
 use crate::types::{ChatRequest, ChatResponse, Message, ModelParams, OutputFormat};
 
 /// What an `llm` step asks.
@@ -66,6 +66,10 @@ pub struct LlmStep {
     spec: LlmSpec,
     /// The kind and the whole spec: what the definition hash covers.
     identity: String,
+    /// The output schema, compiled once (compiling it for every answer cost more than the
+    /// rest of a cached model call); `None` without one, or when it does not compile (each
+    /// answer then says why).
+    validator: Option<Arc<jsonschema::Validator>>,
 }
 
 impl LlmStep {
@@ -73,13 +77,14 @@ impl LlmStep {
     pub fn new(spec: LlmSpec) -> Arc<Self> {
         // The spec is part of the step's identity, so of the definition hash.
         let identity = format!("llm {}", serde_json::to_string(&spec).expect("a spec serializes"));
-        Arc::new(Self { spec, identity })
+        let validator = spec.output.as_ref().and_then(|schema| jsonschema::validator_for(schema).ok()).map(Arc::new);
+        Arc::new(Self { spec, identity, validator })
     }
 }
 
 impl DynStep for LlmStep {
     fn run<'a>(&'a self, ctx: &'a StepContext, input: Arc<Value>) -> BoxFuture<'a, Result<Outcome<Value>, StepError>> {
-        Box::pin(async move { run(&self.spec, ctx, &input).await.map(Outcome::completed) })
+        Box::pin(async move { run(&self.spec, self.validator.as_deref(), ctx, &input).await.map(Outcome::completed) })
     }
 
     fn type_name(&self) -> &str {
@@ -127,8 +132,13 @@ pub(crate) fn messages(system: Option<&str>, input: &Value) -> Result<Vec<Messag
     Ok(out)
 }
 
-/// The answer as JSON matching `schema`, or what is wrong with it.
-pub(crate) fn structured(schema: &Value, text: &str) -> Result<Value, Vec<String>> {
+/// The answer as JSON matching `schema` (checked with `validator`, its compiled form, when
+/// given), or what is wrong with it.
+pub(crate) fn structured(
+    schema: &Value,
+    validator: Option<&jsonschema::Validator>,
+    text: &str,
+) -> Result<Value, Vec<String>> {
     let trimmed = text.trim();
     // Some models wrap JSON in a Markdown fence even when asked not to.
     let unfenced = trimmed
@@ -138,7 +148,11 @@ pub(crate) fn structured(schema: &Value, text: &str) -> Result<Value, Vec<String
         .unwrap_or(trimmed);
     let mut value: Value = serde_json::from_str(unfenced).map_err(|e| vec![format!("the answer is not JSON: {e}")])?;
     strip_optional_nulls(schema, &mut value);
-    validate(schema, &value).map(|()| value)
+    match validator {
+        Some(validator) => check(validator, &value),
+        None => validate(schema, &value),
+    }
+    .map(|()| value)
 }
 
 pub(crate) fn repair_prompt(problems: &[String]) -> String {
@@ -152,7 +166,12 @@ pub(crate) fn repair_prompt(problems: &[String]) -> String {
     text
 }
 
-async fn run(spec: &LlmSpec, ctx: &StepContext, input: &Value) -> Result<Value, StepError> {
+async fn run(
+    spec: &LlmSpec,
+    validator: Option<&jsonschema::Validator>,
+    ctx: &StepContext,
+    input: &Value,
+) -> Result<Value, StepError> {
     let models = ctx.require::<Models>()?;
     let mut conversation = messages(spec.system.as_deref(), input)?;
     let output = spec.output.as_ref().map(|schema| OutputFormat { name: "answer".into(), schema: schema.clone() });
@@ -174,7 +193,7 @@ async fn run(spec: &LlmSpec, ctx: &StepContext, input: &Value) -> Result<Value, 
         let response: ChatResponse = serde_json::from_value((*recorded).clone())
             .map_err(|e| StepError::execution_failed(format!("reading a recorded model answer: {e}")))?;
         let Some(schema) = &spec.output else { return Ok(Value::String(response.content)) };
-        match structured(schema, &response.content) {
+        match structured(schema, validator, &response.content) {
             Ok(value) => return Ok(value),
             Err(found) => {
                 conversation.push(response.to_message());

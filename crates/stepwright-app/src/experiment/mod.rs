@@ -18,7 +18,7 @@ use stepwright_api::history::{RecomputedStep, StepChange};
 use stepwright_api::run::Totals;
 use stepwright_core::store::RunFilter;
 use stepwright_core::store::experiment::{ExperimentRecord, ExperimentState, ExperimentStore};
-use stepwright_core::{ContentHash, Engine, RecomputeOptions, RunId, StepPath, Store, Workflow};
+use stepwright_core::{ContentHash, Engine, RecomputeOptions, RunId, RunRecord, StepPath, Store, Workflow};
 
 use crate::{AppError, Bindings};
 
@@ -179,8 +179,8 @@ pub async fn select_runs(
     store: &dyn Store,
     population: &Population,
     tenant: Option<&str>,
-) -> Result<Vec<RunId>, AppError> {
-    let mut runs: Vec<RunId> = Vec::new();
+) -> Result<Vec<RunRecord>, AppError> {
+    let mut runs: Vec<RunRecord> = Vec::new();
     if population.ids.is_empty() {
         let mut filter = RunFilter {
             workflow: Some(population.workflow.clone()),
@@ -199,7 +199,7 @@ pub async fn select_runs(
             let page = store.list_runs(filter.clone()).await?;
             let full = page.len() == 1_000;
             filter.before = page.last().map(|r| r.id);
-            runs.extend(page.iter().map(|r| r.id));
+            runs.extend(page);
             if runs.len() > MAX_POPULATION {
                 return Err(AppError::BadInput(format!(
                     "the population has more than {MAX_POPULATION} runs: narrow it (`since`, `until`, `status`) or \
@@ -230,12 +230,12 @@ pub async fn select_runs(
                     record.workflow, population.workflow
                 )));
             }
-            if !runs.contains(&run) {
-                runs.push(run);
+            if !runs.iter().any(|r| r.id == run) {
+                runs.push(record);
             }
         }
     }
-    runs.sort();
+    runs.sort_by_key(|r| r.id);
     if let Some(n) = population.sample {
         let mut rng = SplitMix64(population.seed);
         // Fisher–Yates over the sorted population: the same seed draws the same runs.
@@ -244,7 +244,7 @@ pub async fn select_runs(
             runs.swap(i, j);
         }
         runs.truncate(n as usize);
-        runs.sort();
+        runs.sort_by_key(|r| r.id);
     }
     Ok(runs)
 }
@@ -286,7 +286,7 @@ pub async fn begin_experiment(
         since: None,
         until: None,
         started_by: None,
-        ids: runs.iter().map(ToString::to_string).collect(),
+        ids: runs.iter().map(|r| r.id.to_string()).collect(),
         sample: None,
         seed: 0,
     };
@@ -351,9 +351,11 @@ pub async fn run_experiment(
     let definitions: Mutex<HashMap<Option<ContentHash>, (Workflow, Workflow)>> = Mutex::default();
     let over_budget = || spec.budget_usd.is_some_and(|budget| *spent.lock().expect("poisoned") >= budget);
     let cancelled = Cancelled::default();
-    let one = |index: usize, run: RunId| {
+    let one = |index: usize| {
         let (evaluators, definitions, spent, earlier, cancelled) =
             (&evaluators, &definitions, &spent, &earlier, &cancelled);
+        let record = &runs[index];
+        let run = record.id;
         async move {
             if let Some(done) = earlier.get(&run) {
                 return (index, Some(Ok(done.clone())));
@@ -361,7 +363,7 @@ pub async fn run_experiment(
             if over_budget() || cancelled.seen(keeping).await {
                 return (index, None);
             }
-            let result = recompute_one(engine, store, spec, candidate, definitions, evaluators, run).await;
+            let result = recompute_one(engine, store, spec, candidate, definitions, evaluators, record).await;
             if let Ok(done) = &result {
                 *spent.lock().expect("poisoned") += done.usage.after.cost_usd + done.evaluation_cost_usd;
                 // Kept before the next starts: a crash from here on does not recompute it.
@@ -376,11 +378,7 @@ pub async fn run_experiment(
         }
     };
     let mut results: Vec<(usize, Option<Result<ExperimentRun, AppError>>)> =
-        futures_util::stream::iter(runs.iter().copied().enumerate())
-            .map(|(index, run)| one(index, run))
-            .buffer_unordered(concurrency)
-            .collect()
-            .await;
+        futures_util::stream::iter(0..runs.len()).map(one).buffer_unordered(concurrency).collect().await;
     results.sort_by_key(|(index, _)| *index);
     let mut done = Vec::new();
     let mut skipped = 0_u64;
@@ -388,7 +386,7 @@ pub async fn run_experiment(
         match result {
             None => skipped += 1,
             Some(Ok(run)) => done.push(run),
-            Some(Err(error)) => done.push(failed_run(runs[index], &error)),
+            Some(Err(error)) => done.push(failed_run(runs[index].id, &error)),
         }
     }
     let status = if cancelled.stopped.load(Ordering::Relaxed) {
@@ -445,9 +443,10 @@ async fn recompute_one(
     candidate: &Candidate,
     definitions: &Mutex<HashMap<Option<ContentHash>, (Workflow, Workflow)>>,
     evaluators: &[(String, Prepared)],
-    run: RunId,
+    record: &RunRecord,
 ) -> Result<ExperimentRun, AppError> {
-    let record = store.load_from(run, u64::MAX).await?.record;
+    // The run's header, as the population was read (not read again).
+    let run = record.id;
     // The definition each run is recomputed with, rebound once per definition (a file's for
     // every run; each run's own, by its hash).
     let key = match candidate {
@@ -471,8 +470,7 @@ async fn recompute_one(
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
     let report = engine.recompute(&workflow, run, options).await?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-    let events = store.events(run).await?;
-    let view = crate::recompute_view(report, &events);
+    let view = crate::recompute_report(store, report).await?;
     let (old, new) = (view.recorded_output.as_ref(), view.recomputed_output.as_ref());
     let diff = match (old, new) {
         (Some(old), Some(new)) => stepwright_core::json_diff(old, new, None),

@@ -75,8 +75,7 @@ pub(crate) async fn recompute(
     let workflow = stepwright::app::rebind_models(workflow, &rebind)?;
     let options = stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
     let report = cli_engine(&store, false, g.flags).recompute(&workflow, run, options).await?;
-    let events = store.events(run).await?;
-    print_recompute(&stepwright::app::recompute_view(report, &events), json)
+    print_recompute(&stepwright::app::recompute_report(store.as_ref(), report).await?, json)
 }
 
 /// `--rebind NAME=OTHER` options, as the map the API's `models` takes.

@@ -279,6 +279,15 @@ impl Store for InMemoryStore {
         Box::pin(std::future::ready(result))
     }
 
+    fn events_of_kind<'a>(&'a self, run: RunId, kind: &'a str) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
+        // Filtered under the lock: only the events asked for are copied.
+        let result = self
+            .run(run)
+            .map(|r| r.lock().expect("poisoned").events.iter().filter(|e| e.kind == kind).cloned().collect())
+            .ok_or(StoreError::RunNotFound(run));
+        Box::pin(std::future::ready(result))
+    }
+
     fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
         let result = (|| {
             let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;

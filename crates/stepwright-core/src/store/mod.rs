@@ -300,6 +300,12 @@ pub trait Store: Send + Sync + 'static {
     /// A run's events from position `from` on (numbered from 0 in append order).
     fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>>;
 
+    /// A run's events of one kind, in order: what a report needs of a run without reading
+    /// every event it has (`model.call`: what its model calls cost).
+    fn events_of_kind<'a>(&'a self, run: RunId, kind: &'a str) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
+        Box::pin(async move { Ok(self.events(run).await?.into_iter().filter(|e| e.kind == kind).collect()) })
+    }
+
     /// A stored value by its hash — an artifact's content (`load` reads completed outputs
     /// only, so that resuming a run never reads its model inputs back); `None` if no blob
     /// has that hash.

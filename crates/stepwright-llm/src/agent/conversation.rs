@@ -137,7 +137,7 @@ impl Conversation {
                 ));
             }
             None => Value::String(response.content.clone()),
-            Some(schema) => match structured(schema, &response.content) {
+            Some(schema) => match structured(schema, None, &response.content) {
                 Ok(value) => value,
                 Err(found) if self.repairs < self.agent.repair_turns => {
                     self.repairs += 1;

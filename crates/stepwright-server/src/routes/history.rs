@@ -88,9 +88,7 @@ pub(crate) async fn recompute(
         let detail = json!({ "parent": run.to_string(), "from": body.from, "version": body.version, "models": body.models, "edited_source": body.source.is_some() });
         audit(&shared, &who, "run.recomputed", forked.to_string(), detail).await?;
     }
-    let events =
-        shared.engine.store().events(run).await.map_err(|e| ApiError::from(stepwright_app::AppError::Store(e)))?;
-    Ok(Json(stepwright_app::recompute_view(report, &events)))
+    Ok(Json(stepwright_app::recompute_report(shared.engine.store().as_ref(), report).await?))
 }
 
 /// `POST /v1/runs/{id}/fork` (operator): `201` and the new run, whose lineage names this one

@@ -430,10 +430,24 @@ pub async fn reads_from_a_position(store: &dyn Store) {
     assert_eq!(store.events_from(run.id, 0).await.expect("events from 0").len(), 3);
     assert!(store.events_from(run.id, 3).await.expect("events at the end").is_empty());
     assert!(store.events_from(run.id, u64::MAX).await.expect("events past the end").is_empty());
+    // Of one kind only, in order.
+    let mut other = JournalBatch {
+        entries: Vec::new(),
+        blobs: Vec::new(),
+        events: vec![stepwright_core::journal::EventRecord { kind: "tock".into(), ..event(4) }, event(5)],
+    };
+    store.append(run.id, None, &mut other).await.expect("append");
+    assert_eq!(
+        store.events_of_kind(run.id, "tick").await.expect("ticks"),
+        vec![event(1), event(2), event(3), event(5)]
+    );
+    assert_eq!(store.events_of_kind(run.id, "tock").await.expect("tocks").len(), 1);
+    assert!(store.events_of_kind(run.id, "none").await.expect("none").is_empty());
 
     let missing = id(240);
     assert!(matches!(store.load_from(missing, 0).await, Err(StoreError::RunNotFound(_))));
     assert!(matches!(store.events_from(missing, 0).await, Err(StoreError::RunNotFound(_))));
+    assert!(matches!(store.events_of_kind(missing, "tick").await, Err(StoreError::RunNotFound(_))));
 }
 
 /// Waking a run suspended on a timer makes it due now; a run waiting on nothing but a

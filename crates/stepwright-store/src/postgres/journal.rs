@@ -118,6 +118,36 @@ pub(super) fn position(from: u64) -> i64 {
     i64::try_from(from).unwrap_or(i64::MAX)
 }
 
+impl PostgresStore {
+    /// A run's events from `from` on, of one kind when `kind` is given.
+    async fn read_events(&self, run: RunId, from: u64, kind: Option<&str>) -> Result<Vec<EventRecord>, StoreError> {
+        let doing = "reading events";
+        self.check_exists(run, doing).await?;
+        let rows = sqlx::query(
+            "SELECT path, at, tenant, user_id, kind, data FROM stepwright_events WHERE run_id = $1 AND seq >= $2 \
+             AND ($3::text IS NULL OR kind = $3) ORDER BY seq",
+        )
+        .bind(uuid(run))
+        .bind(position(from))
+        .bind(kind)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(pg(doing))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| EventRecord {
+                run,
+                path: StepPath::new(&r.get::<String, _>(0)),
+                at: Timestamp::from_micros(r.get(1)),
+                tenant: r.get(2),
+                user: r.get(3),
+                kind: r.get(4),
+                data: r.get(5),
+            })
+            .collect())
+    }
+}
+
 impl Store for PostgresStore {
     fn blob(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<Arc<Value>>, StoreError>> {
         Box::pin(async move {
@@ -277,31 +307,11 @@ impl Store for PostgresStore {
     }
 
     fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
-        Box::pin(async move {
-            let doing = "reading events";
-            self.check_exists(run, doing).await?;
-            let rows = sqlx::query(
-                "SELECT path, at, tenant, user_id, kind, data FROM stepwright_events WHERE run_id = $1 AND seq >= $2 \
-                 ORDER BY seq",
-            )
-            .bind(uuid(run))
-            .bind(position(from))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg(doing))?;
-            Ok(rows
-                .into_iter()
-                .map(|r| EventRecord {
-                    run,
-                    path: StepPath::new(&r.get::<String, _>(0)),
-                    at: Timestamp::from_micros(r.get(1)),
-                    tenant: r.get(2),
-                    user: r.get(3),
-                    kind: r.get(4),
-                    data: r.get(5),
-                })
-                .collect())
-        })
+        Box::pin(self.read_events(run, from, None))
+    }
+
+    fn events_of_kind<'a>(&'a self, run: RunId, kind: &'a str) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
+        Box::pin(self.read_events(run, 0, Some(kind)))
     }
 
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {

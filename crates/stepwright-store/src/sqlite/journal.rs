@@ -196,6 +196,43 @@ pub(super) fn load_from(conn: &Connection, run: RunId, from: u64) -> Result<Load
     Ok(LoadedRun { record, entries, blobs })
 }
 
+impl SqliteStore {
+    /// A run's events from `from` on, of one kind when `kind` is given.
+    async fn read_events(&self, run: RunId, from: u64, kind: Option<String>) -> Result<Vec<EventRecord>, StoreError> {
+        self.read("reading events", move |conn| {
+            let doing = "reading events";
+            let id = run.as_uuid().into_bytes();
+            let exists: bool = conn
+                .query_row("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)", [&id[..]], |r| r.get(0))
+                .map_err(|e| backend(doing, e))?;
+            if !exists {
+                return Err(StoreError::RunNotFound(run));
+            }
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT path, at, tenant, user_id, kind, data FROM events \
+                     WHERE run_id = ?1 AND seq >= ?2 AND (?3 IS NULL OR kind = ?3) ORDER BY seq",
+                )
+                .map_err(|e| backend(doing, e))?;
+            let rows = stmt
+                .query_map(params![&id[..], position(from), kind], |r| {
+                    Ok(EventRecord {
+                        run,
+                        path: StepPath::new(&r.get::<_, String>(0)?),
+                        at: Timestamp::from_micros(r.get(1)?),
+                        tenant: r.get(2)?,
+                        user: r.get(3)?,
+                        kind: r.get(4)?,
+                        data: serde_json::from_str(&r.get::<_, String>(5)?).map_err(conversion)?,
+                    })
+                })
+                .map_err(|e| backend(doing, e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| backend(doing, e))
+        })
+        .await
+    }
+}
+
 impl Store for SqliteStore {
     fn create_run(&self, record: RunRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         let pending = record.status == RunStatus::Pending;
@@ -262,35 +299,11 @@ impl Store for SqliteStore {
     }
 
     fn events_from(&self, run: RunId, from: u64) -> BoxFuture<'_, Result<Vec<EventRecord>, StoreError>> {
-        Box::pin(self.read("reading events", move |conn| {
-            let doing = "reading events";
-            let id = run.as_uuid().into_bytes();
-            let exists: bool = conn
-                .query_row("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)", [&id[..]], |r| r.get(0))
-                .map_err(|e| backend(doing, e))?;
-            if !exists {
-                return Err(StoreError::RunNotFound(run));
-            }
-            let mut stmt = conn
-                .prepare_cached(
-                    "SELECT path, at, tenant, user_id, kind, data FROM events WHERE run_id = ?1 AND seq >= ?2 ORDER BY seq",
-                )
-                .map_err(|e| backend(doing, e))?;
-            let rows = stmt
-                .query_map(params![&id[..], position(from)], |r| {
-                    Ok(EventRecord {
-                        run,
-                        path: StepPath::new(&r.get::<_, String>(0)?),
-                        at: Timestamp::from_micros(r.get(1)?),
-                        tenant: r.get(2)?,
-                        user: r.get(3)?,
-                        kind: r.get(4)?,
-                        data: serde_json::from_str(&r.get::<_, String>(5)?).map_err(conversion)?,
-                    })
-                })
-                .map_err(|e| backend(doing, e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| backend(doing, e))
-        }))
+        Box::pin(self.read_events(run, from, None))
+    }
+
+    fn events_of_kind<'a>(&'a self, run: RunId, kind: &'a str) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
+        Box::pin(self.read_events(run, 0, Some(kind.to_owned())))
     }
 
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
