@@ -121,17 +121,20 @@ fn an_empty_workflow_is_rejected() {
     assert_eq!(problems(Workflow::builder("empty")), ["<workflow>: a workflow needs at least one step"]);
 }
 
+/// A step that passes its input on, named `noop`: its identity is part of the pinned hashes.
+fn pinned_noop(id: &str) -> Node {
+    Node::dyn_step(
+        id,
+        stepwright_core::dyn_fn_step("noop", |_ctx, input| async move {
+            Ok(stepwright_core::Outcome::completed((*input).clone()))
+        }),
+    )
+}
+
 /// A workflow with every operator and policy, for the compatibility checks below. Its steps
 /// are named, so the hash does not depend on where a closure is defined.
 fn every_kind() -> Workflow {
-    let noop = |id: &str| {
-        Node::dyn_step(
-            id,
-            stepwright_core::dyn_fn_step("noop", |_ctx, input| async move {
-                Ok(stepwright_core::Outcome::completed((*input).clone()))
-            }),
-        )
-    };
+    let noop = pinned_noop;
     let sub = Workflow::builder("sub").step(noop("inner")).build().unwrap();
     let when = |source: &str| Expr::new(|_| true).with_source(source);
     Workflow::builder("every-kind")
@@ -200,14 +203,7 @@ fn path_patterns_cover_every_operator() {
 
 /// The operators and options `every_kind` leaves out, pinned the same way.
 fn every_other_kind() -> Workflow {
-    let noop = |id: &str| {
-        Node::dyn_step(
-            id,
-            stepwright_core::dyn_fn_step("noop", |_ctx, input| async move {
-                Ok(stepwright_core::Outcome::completed((*input).clone()))
-            }),
-        )
-    };
+    let noop = pinned_noop;
     let sub = Workflow::builder("sub").step(noop("inner")).build().unwrap();
     let when = |source: &str| Expr::new(|_| true).with_source(source);
     let layer: std::sync::Arc<dyn stepwright_core::ProvidedLayer> =
