@@ -413,3 +413,65 @@ fn an_experiment_is_cancelled_from_another_process() {
         assert!(String::from_utf8_lossy(&resumed.stderr).contains("has ended (cancelled)"), "{resumed:?}");
     });
 }
+
+/// The cheap model, answering slowly: an experiment on it can be killed mid-way.
+fn slow_classifier(request: &Value) -> Answer {
+    if request["model"] == json!("cheap-model") {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+    classifier(request)
+}
+
+/// A `--model` is kept with the experiment: killed mid-way (SIGKILL), `experiments resume` with
+/// no flag recomputes the rest with that model too — the refund ticket it had not reached
+/// changes as the cheap model classifies it. On SQLite, and on Postgres when set.
+#[test]
+fn a_resumed_experiment_recomputes_with_the_model_it_started_with() {
+    crate::support::on_each_store("experiment_kept_model", |dir, db| {
+        let (port, _served) = crate::support::fake_openai(slow_classifier, Tokens::Fixed(12, 4));
+        std::fs::write(dir.join("triage.yaml"), workflow(port)).unwrap();
+        let mut refunds = Vec::new();
+        for i in 0..10 {
+            let input = json!({ "ticket": ticket(i) }).to_string();
+            let ran = on(dir, db, &["run", "triage.yaml", "--input", &input, "--json"]);
+            assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+            if i % 5 == 2 {
+                refunds.push(json_of(&ran)["run_id"].as_str().unwrap().to_owned());
+            }
+        }
+        let cheap = format!("smart=openai:cheap-model@http://127.0.0.1:{port}/v1");
+        let args = ["--db", db, "experiments", "run", "--workflow", "triage", "--model", &cheap, "--concurrency", "1"];
+        let mut child = crate::support::command(dir, &args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stderr.take().unwrap()), &mut first).unwrap();
+        let id = first.split_whitespace().nth(1).unwrap().trim_end_matches(':').to_owned();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while recomputed_so_far(dir, db, &id) < 1 {
+            assert!(std::time::Instant::now() < deadline, "the experiment kept nothing");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let finished = recomputed_so_far(dir, db, &id);
+        assert!(finished < 7, "killed before the second refund ticket (the 8th run): {finished} kept");
+
+        let resumed = on(dir, db, &["experiments", "resume", &id, "--json"]);
+        assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+        let report = json_of(&resumed);
+        assert_eq!(report["totals"]["runs"], json!(10), "{report}");
+        let mut changed: Vec<String> = report["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["changed"] == json!(true))
+            .map(|r| r["run"].as_str().unwrap().to_owned())
+            .collect();
+        changed.sort();
+        refunds.sort();
+        assert_eq!(changed, refunds, "the runs recomputed after the resume used the kept model too");
+    });
+}
