@@ -99,20 +99,11 @@ pub(crate) struct Drawn {
     pub(crate) kind: String,
     pub(crate) label: String,
     pub(crate) layout: OutlineLayout,
-    /// The labels of its groups other than the fallback, in the order of its children.
-    pub(crate) groups: Vec<String>,
 }
 
 impl Drawn {
     pub(crate) fn new(kind: &str, label: impl Into<String>, layout: OutlineLayout) -> Self {
-        Self { kind: kind.to_owned(), label: label.into(), layout, groups: Vec::new() }
-    }
-
-    /// Labels its groups, in order.
-    #[must_use]
-    pub(crate) fn groups(mut self, labels: impl IntoIterator<Item = String>) -> Self {
-        self.groups = labels.into_iter().collect();
-        self
+        Self { kind: kind.to_owned(), label: label.into(), layout }
     }
 }
 

@@ -61,15 +61,15 @@ fn nodes(nodes: &[Node]) -> Vec<OutlineNode> {
 
 /// A node as it is drawn: what its operator says, its notes, and its groups, outlined.
 fn node(node: &Node) -> OutlineNode {
-    let drawn = node.kind.operator().drawn();
-    let mut labels = drawn.groups.into_iter();
+    let operator = node.kind.operator();
+    let drawn = operator.drawn();
     let mut groups = Vec::new();
     let mut fallback = None;
     for (segment, group) in node.children() {
         if segment == Segment::Fallback {
             fallback = Some(OutlineGroup { label: Some("on failure".to_owned()), steps: instead(group) });
         } else {
-            groups.push(OutlineGroup { label: labels.next(), steps: nodes(group) });
+            groups.push(OutlineGroup { label: operator.group_label(segment), steps: nodes(group) });
         }
     }
     OutlineNode {

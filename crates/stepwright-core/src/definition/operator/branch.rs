@@ -71,9 +71,14 @@ impl Operator for BranchSpec {
     }
 
     fn drawn(&self) -> Drawn {
-        let arms = self.arms.iter().map(|(condition, _)| short(&condition.describe()));
-        let otherwise = self.otherwise.iter().map(|_| "otherwise".to_owned());
         Drawn::new("branch", "branch", OutlineLayout::Choice { falls_through: self.otherwise.is_none() })
-            .groups(arms.chain(otherwise))
+    }
+
+    fn group_label(&self, segment: Segment) -> Option<String> {
+        match segment {
+            Segment::Arm(index) => self.arms.get(index).map(|(condition, _)| short(&condition.describe())),
+            Segment::Otherwise => Some("otherwise".to_owned()),
+            _ => None,
+        }
     }
 }

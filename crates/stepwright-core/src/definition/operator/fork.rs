@@ -210,12 +210,19 @@ impl Operator for ForkSpec {
         }
     }
 
+    fn group_label(&self, segment: Segment) -> Option<String> {
+        match segment {
+            Segment::Path(index) => Some(format!("path {index}")),
+            _ => None,
+        }
+    }
+
     /// Static paths side by side between a split and a join; a map's (or dynamic fork's)
     /// one body in a box, since it runs once per item.
     fn drawn(&self) -> Drawn {
         let at_a_time = self.concurrency.map(|n| format!(" · {n} at a time")).unwrap_or_default();
         match &self.paths {
-            ForkPaths::Static(paths) => {
+            ForkPaths::Static(_) => {
                 let join = match self.merge_described() {
                     Value::Null => "join".to_owned(),
                     // A file's merge is kept as its template's JSON text.
@@ -226,7 +233,6 @@ impl Operator for ForkSpec {
                     other => format!("merge {}", short(&other)),
                 };
                 Drawn::new("fork", format!("fork ({}){at_a_time}", self.mode_name()), OutlineLayout::Parallel { join })
-                    .groups((0..paths.len()).map(|index| format!("path {index}")))
             }
             ForkPaths::Dynamic { items, .. } => {
                 let name = self.item_name.as_ref().map(|n| format!(" as {n}")).unwrap_or_default();

@@ -107,8 +107,14 @@ pub(crate) trait Operator {
     /// writes changes every definition's hash, so stored runs could not be resumed.
     fn describe(&self, d: &mut Description, nodes: &dyn Fn(&[Node]) -> Value);
 
-    /// How it is drawn: its label, its layout and its groups' labels.
+    /// How it is drawn: its kind, label and layout.
     fn drawn(&self) -> Drawn;
+
+    /// What leads to the group of its children at `segment` in a drawing (a branch arm's
+    /// condition, `otherwise`, `path 0`), if anything.
+    fn group_label(&self, _segment: Segment) -> Option<String> {
+        None
+    }
 
     /// The inboxes and wake channels it reads.
     fn reads(&self, _mailboxes: &mut Mailboxes) {}
