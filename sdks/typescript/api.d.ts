@@ -2228,6 +2228,8 @@ export interface components {
             started_by?: string | null;
             /** @description Only runs that ended so (default: completed). */
             status?: components["schemas"]["RunStatus"] | null;
+            /** @description Only runs with this tag (`runs list --tag`, `GET /v1/runs?tag=`). */
+            tag?: string | null;
             /** @description Only runs created before this instant (RFC 3339). */
             until?: string | null;
             /** @description The workflow whose runs are taken. */
@@ -2503,6 +2505,8 @@ export interface components {
             status: components["schemas"]["RunStatus"];
             /** @description A row per step path, in the order they first appear. */
             steps: components["schemas"]["StepView"][];
+            /** @description The tags it was started with (a fork keeps its run's). */
+            tags?: string[];
             /** @description The step workers' tasks it waits on (`worker:` tools), each with why. */
             tasks?: components["schemas"]["TaskWaitView"][];
             /** @description Model usage and cost over the whole run, when it called models. */
@@ -2554,6 +2558,8 @@ export interface components {
             started_by?: components["schemas"]["StartedBy"] | null;
             /** @description Where it stands. */
             status: components["schemas"]["RunStatus"];
+            /** @description The tags it was started with. */
+            tags?: string[];
             /**
              * Format: int64
              * @description When its status last changed (µs since the epoch): for a finished run, when it ended.
@@ -2717,6 +2723,12 @@ export interface components {
              * @default null
              */
             priority: number | null;
+            /**
+             * @description Labels to find the run by later (`GET /v1/runs?tag=…`, an experiment's population):
+             *     at most 16, each 1 to 64 ASCII letters, digits and `_ - . : / =`, none twice.
+             * @default []
+             */
+            tags: string[];
             /**
              * Format: uint32
              * @description Its version (default: the newest).
@@ -4943,6 +4955,8 @@ export interface operations {
                 started_by?: string | null;
                 /** @description Only runs with this status. */
                 status?: components["schemas"]["RunStatus"] | null;
+                /** @description Only runs with this tag (whole: `env:prod` does not find `env:prod-eu`). */
+                tag?: string | null;
                 /** @description Include each run's model usage and cost (`usage`), read from its events. */
                 usage?: boolean | null;
                 /** @description Only runs of this workflow. */

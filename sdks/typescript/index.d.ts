@@ -42,6 +42,8 @@ export interface StartOptions {
   version?: number;
   idempotency_key?: string;
   priority?: number;
+  /** Labels to find the run by later (`runs.list({ tag })`, an experiment's population). */
+  tags?: string[];
 }
 
 type S<Name extends keyof Schemas> = Schemas[Name];
@@ -62,7 +64,7 @@ export declare class Client {
   readonly runs: {
     start(workflow: string, input?: unknown, options?: StartOptions): Promise<RunDetails>;
     get(runId: string): Promise<RunDetails>;
-    list(filters?: { workflow?: string; status?: string; limit?: number; input_contains?: string; parent?: string }): AsyncGenerator<S<"RunSummary">>;
+    list(filters?: { workflow?: string; status?: string; limit?: number; input_contains?: string; parent?: string; started_by?: string; tag?: string }): AsyncGenerator<S<"RunSummary">>;
     cancel(runId: string, reason?: string): Promise<S<"Cancelled">>;
     wait(runId: string, options?: { timeoutMs?: number; pollMs?: number }): Promise<RunDetails>;
     /** The run's events as they happen; resumes by itself after a cut; ends with the run. */

@@ -253,6 +253,7 @@ steps:
   await operator.getByText('at least 2 characters').waitFor();
   assert.equal(await operator.getByLabel('name *').getAttribute('aria-invalid'), 'true');
   await operator.getByLabel('name *').fill('Ada');
+  await operator.getByLabel('Tags (optional, space-separated)').fill('vip env:prod');
   await operator.screenshot({ path: join(shots, 'workflow.png'), fullPage: true });
   await operator.getByRole('button', { name: 'Start' }).click();
   await operator.waitForURL(/#\/runs\/[0-9a-f-]{36}$/);
@@ -290,6 +291,21 @@ steps:
   const shown = await call(ann, 'GET', `/v1/runs/${runId}`);
   assert.equal(shown.body.output, 'Hello, Ada!');
   await operator.getByTestId('started-by').filter({ hasText: 'ann' }).waitFor();
+  assert.deepEqual(shown.body.tags, ['vip', 'env:prod'], 'the form\'s tags are the run\'s');
+  assert.deepEqual(await operator.getByTestId('tags').locator('a.tag').allTextContents(), ['vip', 'env:prod']);
+
+  step('a tag links to the runs that carry it, and only those');
+  const untagged = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Untagged' } });
+  assert.equal(untagged.status, 202, JSON.stringify(untagged.body));
+  await operator.getByTestId('tags').getByRole('link', { name: 'vip' }).click();
+  await operator.waitForURL(/#\/runs\?tag=vip$/);
+  await operator.getByRole('table', { name: 'Runs' }).waitFor();
+  const listedIds = await operator.locator('table[aria-label="Runs"] tbody tr td:nth-child(2) a').evaluateAll((links) => links.map((a) => a.title));
+  assert.deepEqual(listedIds, [runId], 'the tagged run alone');
+  assert.equal(await operator.getByLabel('Tag', { exact: true }).inputValue(), 'vip', 'the filter shows the tag');
+  assert.equal((await call(ann, 'POST', `/v1/runs/${untagged.body.run_id}/cancel`, {})).status, 200);
+  await operator.goto(`${base}/#/runs/${runId}`);
+  await operator.locator('.wf-row[data-path="ok"] .span-bar').first().waitFor();
 
   step('the timeline is what happened: seconds waiting for a person, milliseconds executing, and it stops at the end');
   const okRow = operator.locator('.wf-row[data-path="ok"]');

@@ -61,6 +61,10 @@ pub struct Population {
     /// Only runs started by this user (`ann`, `schedule:…`, `trigger:…`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<String>,
+    /// Only runs with this tag (`runs list --tag`, `GET /v1/runs?tag=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_.:/=-]+$"))]
+    pub tag: Option<String>,
     /// Exactly these runs (each must be of the workflow); the filters above then do not apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ids: Vec<String>,

@@ -47,6 +47,9 @@ pub struct RunDetails {
     /// Who started it, when it was started by someone the store knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<StartedBy>,
+    /// The tags it was started with (a fork keeps its run's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// Its input, when read from a store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
@@ -270,6 +273,12 @@ pub struct StartRun {
     /// gives: at most `limit` runs with this `key` execute at a time, across all workers.
     #[serde(default)]
     pub concurrency: Option<ConcurrencyGroup>,
+    /// Labels to find the run by later (`GET /v1/runs?tag=…`, an experiment's population):
+    /// at most 16, each 1 to 64 ASCII letters, digits and `_ - . : / =`, none twice.
+    #[serde(default)]
+    #[schemars(length(max = 16), inner(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_.:/=-]+$")))]
+    #[schemars(extend("uniqueItems" = true))]
+    pub tags: Vec<String>,
 }
 
 /// A concurrency group a run is started in.
@@ -322,6 +331,10 @@ pub struct ListRuns {
     #[serde(default)]
     #[schemars(length(min = 1, max = 200))]
     pub started_by: Option<String>,
+    /// Only runs with this tag (whole: `env:prod` does not find `env:prod-eu`).
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_.:/=-]+$"))]
+    pub tag: Option<String>,
     /// Include each run's model usage and cost (`usage`), read from its events.
     #[serde(default)]
     pub usage: Option<bool>,
@@ -390,6 +403,9 @@ pub struct RunSummary {
     /// Who started it, when it was started by someone the server knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_by: Option<StartedBy>,
+    /// The tags it was started with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// A suspended run: what it waits for, said for a person (`a person at review: Ship it?`,
     /// `a timer at nap until …`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

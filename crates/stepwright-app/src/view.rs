@@ -93,6 +93,7 @@ pub fn details_of_report(report: &RunReport, workflow: &str) -> RunDetails {
         created_at: None,
         parent: None,
         started_by: None,
+        tags: Vec::new(),
         input: None,
         wake_at: report.wake_at.filter(|_| !report.status.is_terminal()).map(stepwright_core::Timestamp::as_micros),
         queued: None,
@@ -139,6 +140,7 @@ pub async fn run_details(engine: &Engine, run: RunId) -> Result<RunDetails, AppE
     details.usage = (total.calls > 0).then_some(totals(total));
     details.created_at = Some(loaded.record.created_at.as_micros());
     details.started_by = crate::wire::started_by(&loaded.record.caller);
+    details.tags = loaded.record.tags.clone();
     details.input = Some((*loaded.record.input).clone());
     details.parent =
         loaded.record.parent.as_ref().map(|p| ParentView { run_id: p.run.to_string(), at: p.at.as_str().to_owned() });

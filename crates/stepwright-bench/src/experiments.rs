@@ -76,6 +76,7 @@ pub(crate) fn x2(runs: usize) -> X2 {
                 since: None,
                 until: None,
                 started_by: None,
+                tag: None,
                 ids: Vec::new(),
                 sample: None,
                 seed: 0,

@@ -357,6 +357,10 @@ pub(crate) enum Command {
         /// `idempotency_key` does.
         #[arg(long, value_name = "KEY")]
         idempotency_key: Option<String>,
+        /// Tag the run (repeat for more, at most 16): `runs list --tag` and an experiment's
+        /// population find it by any of them. 1 to 64 ASCII letters, digits and `_ - . : / =`.
+        #[arg(long = "tag", value_name = "TAG", value_parser = parse_tag)]
+        tags: Vec<String>,
         #[command(flatten)]
         who: Identity,
     },
@@ -695,6 +699,10 @@ fn parse_finished_status(text: &str) -> Result<stepwright::RunStatus, String> {
 }
 
 /// `--concurrency KEY=LIMIT` (the key may hold `=`; the limit is after the last one).
+pub(crate) fn parse_tag(text: &str) -> Result<String, String> {
+    stepwright::journal::check_tag(text).map(|()| text.to_owned())
+}
+
 fn parse_concurrency(text: &str) -> Result<stepwright::Concurrency, String> {
     let (key, limit) = text.rsplit_once('=').ok_or("expected KEY=LIMIT, such as acme=1")?;
     let limit: u32 = limit.parse().map_err(|_| format!("{limit:?} is not a whole number"))?;

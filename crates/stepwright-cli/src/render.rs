@@ -291,6 +291,9 @@ pub(crate) fn print_facts(shown: &RunDetails, forks: &[String]) {
             None => println!("  created {}", micros_time(created)),
         }
     }
+    if !shown.tags.is_empty() {
+        println!("  tags: {}", shown.tags.join(", "));
+    }
     if let Some(error) = &shown.error {
         println!("  error: {}: {}", error.code, error.message);
     }

@@ -207,6 +207,44 @@ pub struct RunRecord {
     /// Its concurrency group and priority.
     #[serde(default, skip_serializing_if = "is_default_flow")]
     pub flow: FlowControl,
+    /// The labels it was started with (`env:prod`, `customer-42`): what a person, a listing
+    /// or an experiment's population finds it by. Checked by [`check_tags`]; a fork keeps
+    /// its run's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+}
+
+/// How many tags a run may have.
+pub const MAX_TAGS: usize = 16;
+
+/// How long a tag may be, in bytes.
+pub const MAX_TAG_LEN: usize = 64;
+
+/// Checks a run's tags: at most [`MAX_TAGS`], each 1 to [`MAX_TAG_LEN`] ASCII letters,
+/// digits and `_ - . : / =`, no tag twice. The error says which tag and why.
+pub fn check_tags(tags: &[String]) -> Result<(), String> {
+    if tags.len() > MAX_TAGS {
+        return Err(format!("a run has at most {MAX_TAGS} tags; {} were given", tags.len()));
+    }
+    for (i, tag) in tags.iter().enumerate() {
+        check_tag(tag).map_err(|why| format!("tags[{i}]: {why}"))?;
+        if tags[..i].contains(tag) {
+            return Err(format!("tags[{i}]: {tag:?} is given twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one tag (also a listing's `tag` filter): 1 to [`MAX_TAG_LEN`] ASCII letters,
+/// digits and `_ - . : / =`.
+pub fn check_tag(tag: &str) -> Result<(), String> {
+    if tag.is_empty() || tag.len() > MAX_TAG_LEN {
+        return Err(format!("a tag is 1 to {MAX_TAG_LEN} characters; {tag:?} has {}", tag.len()));
+    }
+    match tag.chars().find(|c| !(c.is_ascii_alphanumeric() || "_-.:/=".contains(*c))) {
+        Some(c) => Err(format!("{tag:?} has {c:?}: a tag holds ASCII letters, digits and _ - . : / = only")),
+        None => Ok(()),
+    }
 }
 
 fn is_default_flow(flow: &FlowControl) -> bool {

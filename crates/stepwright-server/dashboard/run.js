@@ -4,7 +4,7 @@ import { TERMINAL } from './contract.js';
 import { Timeline, graphView, nodeKey, rollupStatus, waterfallRows, waterfallView } from './graph.js';
 import { forkDialog, recomputeDialog, replay } from './history.js';
 import { bulkCancel } from './runs.js';
-import { PAGE_ROWS, api, at, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, startedBy, status, toast, usd, valueBox, when } from './ui.js';
+import { PAGE_ROWS, api, at, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, startedBy, status, tagList, toast, usd, valueBox, when } from './ui.js';
 
 export async function runView(id) {
   let details;
@@ -57,6 +57,7 @@ export async function runView(id) {
       h('div', { class: 'facts' },
         h('div', {}, h('span', { text: 'created' }), when(details.created_at)),
         h('div', { 'data-testid': 'started-by' }, h('span', { text: 'started by' }), startedBy(details.started_by)),
+        details.tags && details.tags.length ? h('div', { 'data-testid': 'tags' }, h('span', { text: 'tags' }), tagList(details.tags)) : null,
         h('div', {}, h('span', { text: 'worker' }), details.owner || '—'),
         h('div', {}, h('span', { text: 'steps' }), String(details.steps.length)),
         u ? h('div', {}, h('span', { text: 'tokens' }), `${u.input_tokens} in / ${u.output_tokens} out`) : null,

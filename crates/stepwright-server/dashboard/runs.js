@@ -1,7 +1,7 @@
 // The runs list: filters, pages, live rows, bulk cancel.
 
 import { RUN_STATUSES, TERMINAL } from './contract.js';
-import { api, errorBox, fill, h, has, ms, onLeave, runLink, show, startedBy, status, toast, usd, when } from './ui.js';
+import { api, errorBox, fill, h, has, ms, onLeave, runLink, show, startedBy, status, tagList, toast, usd, when } from './ui.js';
 
 export async function runsView(params) {
   const filters = {
@@ -11,6 +11,7 @@ export async function runsView(params) {
     after: params.get('after') || '',
     before: params.get('before') || '',
     started_by: params.get('by') || '',
+    tag: params.get('tag') || '',
   };
   const cursors = [];
   let cursor = null;
@@ -23,6 +24,7 @@ export async function runsView(params) {
   const after = h('input', { id: 'f-after', type: 'datetime-local', value: filters.after });
   const before = h('input', { id: 'f-before', type: 'datetime-local', value: filters.before });
   const by = h('input', { id: 'f-by', type: 'search', value: filters.started_by, placeholder: 'a user, schedule:…, trigger:…' });
+  const tag = h('input', { id: 'f-tag', type: 'search', value: filters.tag, placeholder: 'env:prod' });
   api('GET', '/v1/workflows').then((list) => {
     for (const w of list) workflowSelect.append(h('option', { value: w.name, text: w.name }));
     workflowSelect.value = filters.workflow;
@@ -36,6 +38,7 @@ export async function runsView(params) {
     if (after.value) query.set('after', after.value);
     if (before.value) query.set('before', before.value);
     if (by.value.trim()) query.set('by', by.value.trim());
+    if (tag.value.trim()) query.set('tag', tag.value.trim());
     location.hash = `#/runs?${query}`;
   };
   const form = h('form', { class: 'filters', onsubmit: apply, 'aria-label': 'Filter runs' },
@@ -45,6 +48,7 @@ export async function runsView(params) {
     h('div', {}, h('label', { for: 'f-before', text: 'Created before' }), before),
     h('div', {}, h('label', { for: 'f-text', text: 'Input contains' }), text),
     h('div', {}, h('label', { for: 'f-by', text: 'Started by' }), by),
+    h('div', {}, h('label', { for: 'f-tag', text: 'Tag' }), tag),
     h('button', { type: 'submit', text: 'Apply' }));
   const table = h('div', { 'aria-live': 'polite' });
   const bulk = h('div', { class: 'row' });
@@ -54,6 +58,7 @@ export async function runsView(params) {
   const query = () => {
     const q = new URLSearchParams({ limit: '50', usage: 'true' });
     if (filters.started_by) q.set('started_by', filters.started_by);
+    if (filters.tag) q.set('tag', filters.tag);
     if (filters.status) q.set('status', filters.status);
     if (filters.workflow) q.set('workflow', filters.workflow);
     if (filters.input_contains) q.set('input_contains', filters.input_contains);
@@ -93,7 +98,7 @@ export async function runsView(params) {
         return h('tr', { class: selected.has(run.run_id) ? 'selected' : '' },
           h('td', {}, box),
           h('td', {}, runLink(run.run_id)),
-          h('td', { text: run.workflow }),
+          h('td', {}, run.workflow, tagList(run.tags)),
           h('td', {}, status(run.status), run.waiting_for ? h('div', { class: 'waits', text: `waits for ${run.waiting_for}` }) : null),
           h('td', {}, when(run.created_at)),
           h('td', { class: 'num', text: ms(((TERMINAL.has(run.status) ? run.updated_at : Date.now() * 1000) - run.created_at) / 1000) }),

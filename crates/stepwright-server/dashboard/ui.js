@@ -155,6 +155,12 @@ export function startedBy(by) {
   return by.id;
 }
 
+/** A run's tags, each a link to the runs that carry it (nothing when it has none). */
+export function tagList(tags) {
+  if (!tags || !tags.length) return null;
+  return h('span', { class: 'tags' }, tags.map((tag) => h('a', { class: 'tag', href: `#/runs?tag=${encodeURIComponent(tag)}`, text: tag })));
+}
+
 /**
  * A value under a summary, as JSON: open at once when it is small; a large one (a 10,000-item
  * map's output) is laid out only when someone opens it.

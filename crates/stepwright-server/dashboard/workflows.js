@@ -22,6 +22,7 @@ export async function workflowView(name) {
   if (has('operator')) {
     const form = schemaForm(w.input_schema || { title: 'Input (JSON)' });
     const problem = h('div', { role: 'alert', class: 'error' });
+    const tags = h('input', { id: 'start-tags', type: 'text', placeholder: 'env:prod customer-42', autocomplete: 'off' });
     start.append(h('form', {
       class: 'card',
       'aria-labelledby': 'start-title',
@@ -31,11 +32,16 @@ export async function workflowView(name) {
         const input = form.value();
         if (input === null) return;
         try {
-          const run = await api('POST', '/v1/runs', { workflow: w.name, input: input === undefined ? null : input });
+          const body = { workflow: w.name, input: input === undefined ? null : input };
+          const given = tags.value.split(/[\s,]+/).filter(Boolean);
+          if (given.length) body.tags = given;
+          const run = await api('POST', '/v1/runs', body);
           location.hash = `#/runs/${run.run_id}`;
         } catch (e) { problem.textContent = problemText(e); }
       },
-    }, h('h2', { id: 'start-title', text: 'Start a run' }), form, problem, h('button', { type: 'submit', class: 'primary', text: 'Start' })));
+    }, h('h2', { id: 'start-title', text: 'Start a run' }), form,
+    h('div', { class: 'field' }, h('label', { for: 'start-tags', text: 'Tags (optional, space-separated)' }), tags),
+    problem, h('button', { type: 'submit', class: 'primary', text: 'Start' })));
   }
   show(
     h('h1', { text: w.name }),

@@ -92,6 +92,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (13, include_str!("sqlite/013_events.sql")),
     (14, include_str!("sqlite/014_tasks.sql")),
     (15, include_str!("sqlite/015_experiments.sql")),
+    (16, include_str!("sqlite/016_run_tags.sql")),
 ];
 
 /// A durable store in one SQLite file.

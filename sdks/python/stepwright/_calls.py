@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Sequence, TypeVar
 from urllib.parse import quote
 
 from . import models as m
@@ -40,11 +40,19 @@ def _given(**fields: Any) -> dict[str, Any]:
 
 
 # Runs.
-def start_run(workflow: str, input: Any, version: int | None, idempotency_key: str | None, wait_seconds: int | None) -> Call[m.RunDetails]:
+def start_run(
+    workflow: str,
+    input: Any,
+    version: int | None,
+    idempotency_key: str | None,
+    wait_seconds: int | None,
+    tags: Sequence[str] | None = None,
+) -> Call[m.RunDetails]:
     # The key is made here when none is given and reused on every transport retry, so a
     # retried POST never starts two runs.
     body = {"workflow": workflow, "input": input, "idempotency_key": idempotency_key or f"py-{uuid.uuid4()}"}
-    return Call("POST", "/v1/runs", json={**body, **_given(version=version, wait_seconds=wait_seconds)}, retries=3)
+    given = _given(version=version, wait_seconds=wait_seconds, tags=None if tags is None else list(tags))
+    return Call("POST", "/v1/runs", json={**body, **given}, retries=3)
 
 
 def show_run(run_id: str) -> Call[m.RunDetails]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from typing import Any, AsyncIterator, TypeVar, cast
+from typing import Any, AsyncIterator, Sequence, TypeVar, cast
 
 import httpx
 
@@ -29,11 +29,13 @@ class _AsyncRuns:
         version: int | None = None,
         idempotency_key: str | None = None,
         wait_seconds: int | None = None,
+        tags: Sequence[str] | None = None,
     ) -> m.RunDetails:
-        """Starts a run (waiting up to ``wait_seconds`` for it to end, if given). The
+        """Starts a run (waiting up to ``wait_seconds`` for it to end, if given), with
+        ``tags`` to find it by later (``list(tag=…)``, an experiment's population). The
         idempotency key is made here when none is given and reused on every transport
         retry, so a retried POST never starts two runs."""
-        return await self._c._send(calls.start_run(workflow, input, version, idempotency_key, wait_seconds))
+        return await self._c._send(calls.start_run(workflow, input, version, idempotency_key, wait_seconds, tags))
 
     async def get(self, run_id: str) -> m.RunDetails:
         """The run as the API shows it."""

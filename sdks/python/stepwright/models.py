@@ -1018,6 +1018,8 @@ class Population(_PopulationRequired, total=False):
     """Only runs started by this user (`ann`, `schedule:…`, `trigger:…`)."""
     status: RunStatus | None
     """Only runs that ended so (default: completed)."""
+    tag: str | None
+    """Only runs with this tag (`runs list --tag`, `GET /v1/runs?tag=`)."""
     until: str | None
     """Only runs created before this instant (RFC 3339)."""
 
@@ -1219,6 +1221,8 @@ class RunDetails(_RunDetailsRequired, total=False):
     """Why a pending run has not started: what it waits for."""
     started_by: StartedBy | None
     """Who started it, when it was started by someone the store knows."""
+    tags: list[str]
+    """The tags it was started with (a fork keeps its run's)."""
     tasks: list[TaskWaitView]
     """The step workers' tasks it waits on (`worker:` tools), each with why."""
     usage: Totals | None
@@ -1261,6 +1265,8 @@ class RunSummary(_RunSummaryRequired, total=False):
     """The run it was forked from, if it was."""
     started_by: StartedBy | None
     """Who started it, when it was started by someone the server knows."""
+    tags: list[str]
+    """The tags it was started with."""
     usage: Totals | None
     """Its model usage and cost so far, when asked for (`usage=true`)."""
     waiting_for: str | None
@@ -1395,6 +1401,10 @@ class StartRun(_StartRunRequired, total=False):
     priority: int | None
     """The run's priority among runs waiting for a worker, higher first (default: the
     workflow's, else 0).
+    """
+    tags: list[str]
+    """Labels to find the run by later (`GET /v1/runs?tag=…`, an experiment's population):
+    at most 16, each 1 to 64 ASCII letters, digits and `_ - . : / =`, none twice.
     """
     version: int | None
     """Its version (default: the newest)."""

@@ -11,7 +11,7 @@ import time
 from typing import Any
 from urllib.parse import urlparse
 
-from stepwright import Client, NotFound, Worker
+from stepwright import BadRequest, Client, NotFound, Worker
 
 
 class CuttingProxy:
@@ -139,6 +139,16 @@ def test_a_start_retried_with_its_key_starts_one_run(server: Any, namespace: str
         first = c.runs.start("once", {}, idempotency_key="order-1")
         again = c.runs.start("once", {}, idempotency_key="order-1")
         assert first["run_id"] == again["run_id"]
+        tagged = c.runs.start("once", {}, tags=["vip", "env:prod"], wait_seconds=5)
+        assert tagged["tags"] == ["vip", "env:prod"]
+        assert [r["run_id"] for r in c.runs.list(tag="vip")] == [tagged["run_id"]]
+        assert list(c.runs.list(tag="env")) == []
+        try:
+            c.runs.start("once", {}, tags=["no good"])
+        except BadRequest as error:
+            assert error.code == "bad_request" and "tags[0]" in error.detail, error
+        else:
+            raise AssertionError("a bad tag is refused")
         try:
             c.runs.get("01a21ba0-0000-7000-8000-000000000000")
         except NotFound as error:

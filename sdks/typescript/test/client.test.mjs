@@ -55,6 +55,12 @@ test("every resource answers through the client", async () => {
   const listed = [];
   for await (const summary of c.runs.list({ workflow: "everything", limit: 1 })) listed.push(summary.run_id);
   assert.deepEqual(listed, [run.run_id]);
+  const tagged = await c.runs.start("everything", { n: 3 }, { tags: ["vip", "env:prod"] });
+  assert.deepEqual(tagged.tags, ["vip", "env:prod"]);
+  const byTag = [];
+  for await (const summary of c.runs.list({ tag: "vip" })) byTag.push(summary.run_id);
+  assert.deepEqual(byTag, [tagged.run_id]);
+  await c.runs.cancel(tagged.run_id);
   assert.equal((await c.runs.definition(run.run_id)).run_id, run.run_id);
   assert.equal((await c.runs.replay(run.run_id)).identical, true);
   assert.equal((await c.runs.recompute(run.run_id)).run, run.run_id);

@@ -79,6 +79,9 @@ pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
             return Err(format!("`runs.{field}` {text:?} is not an RFC 3339 instant (2026-11-01T00:00:00Z)"));
         }
     }
+    if let Some(tag) = &spec.runs.tag {
+        stepwright_core::journal::check_tag(tag).map_err(|why| format!("`runs.tag`: {why}"))?;
+    }
     let change = &spec.change;
     let given = [change.file.is_some(), change.source.is_some(), change.version.is_some()];
     if given.iter().filter(|g| **g).count() > 1 {
@@ -189,6 +192,7 @@ pub async fn select_runs(
             )),
             tenant: tenant.map(str::to_owned),
             started_by: population.started_by.clone(),
+            tag: population.tag.clone(),
             created_from: population.since.as_deref().and_then(stepwright_schedule::parse_instant),
             created_until: population.until.as_deref().and_then(stepwright_schedule::parse_instant),
             headers_only: true,
@@ -202,7 +206,7 @@ pub async fn select_runs(
             runs.extend(page);
             if runs.len() > MAX_POPULATION {
                 return Err(AppError::BadInput(format!(
-                    "the population has more than {MAX_POPULATION} runs: narrow it (`since`, `until`, `status`) or \
+                    "the population has more than {MAX_POPULATION} runs: narrow it (`since`, `until`, `status`, `tag`) or \
                      draw a `sample`"
                 )));
             }
@@ -286,6 +290,7 @@ pub async fn begin_experiment(
         since: None,
         until: None,
         started_by: None,
+        tag: None,
         ids: runs.iter().map(|r| r.id.to_string()).collect(),
         sample: None,
         seed: 0,

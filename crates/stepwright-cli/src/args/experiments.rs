@@ -96,6 +96,9 @@ pub(crate) struct InlineExperiment {
     /// Only runs started by this user (`schedule:NAME`, `trigger:NAME` for theirs).
     #[arg(long, requires = "workflow", help_heading = "Without a file")]
     pub(crate) started_by: Option<String>,
+    /// Only runs with this tag (`run --tag`).
+    #[arg(long, requires = "workflow", value_parser = crate::args::parse_tag, help_heading = "Without a file")]
+    pub(crate) tag: Option<String>,
     /// Exactly this run (repeatable); the filters then do not apply.
     #[arg(long = "run", value_name = "RUN_ID", requires = "workflow", help_heading = "Without a file")]
     pub(crate) runs: Vec<String>,

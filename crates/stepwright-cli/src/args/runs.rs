@@ -23,6 +23,9 @@ pub(crate) enum RunsCommand {
         /// Only runs started by this user (`schedule:NAME`, `trigger:NAME` for theirs).
         #[arg(long)]
         started_by: Option<String>,
+        /// Only runs with this tag (a whole tag: `env:prod` does not find `env:prod-eu`).
+        #[arg(long, value_parser = parse_tag)]
+        tag: Option<String>,
         /// JSON lines instead of a table.
         #[arg(long)]
         json: bool,

@@ -93,6 +93,7 @@ fn inline_spec(inline: InlineExperiment) -> anyhow::Result<ExperimentSpec> {
             since: inline.since,
             until: inline.until,
             started_by: inline.started_by,
+            tag: inline.tag,
             ids: inline.runs,
             sample: inline.sample,
             seed: inline.seed.unwrap_or_default(),

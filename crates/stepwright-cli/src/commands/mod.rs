@@ -147,8 +147,8 @@ async fn local(g: &Globals<'_>, command: Command) -> anyhow::Result<u8> {
         Command::Schema => file::schema(),
         Command::Validate { file } => file::validate(g, file).await,
         Command::Graph { file, format } => file::graph(g, file, format).await,
-        Command::Run { file, input, json, detach, priority, concurrency, traceparent, idempotency_key, who } => {
-            let flow = run::StartFlags { priority, concurrency, traceparent, idempotency_key };
+        Command::Run { file, input, json, detach, priority, concurrency, traceparent, idempotency_key, tags, who } => {
+            let flow = run::StartFlags { priority, concurrency, traceparent, idempotency_key, tags };
             run::run(g, file, input, json, detach, flow, who).await
         }
         Command::Resume { run, json, tenant } => run::resume(g, run, json, tenant).await,

@@ -157,7 +157,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
         Ok(())
     };
     match command {
-        Command::Run { file, input, json, detach, priority, concurrency, traceparent, idempotency_key, who } => {
+        Command::Run { file, input, json, detach, priority, concurrency, traceparent, idempotency_key, tags, who } => {
             no_identity(who.tenant.is_some() || who.user.is_some() || !who.roles.is_empty())?;
             let registered = remote.register(&file).await?;
             let start = StartRun {
@@ -168,6 +168,7 @@ pub(crate) async fn dispatch(remote: &Remote, command: Command) -> anyhow::Resul
                 wait_seconds: Some(if detach { 0.0 } else { WAIT_SECONDS }),
                 priority,
                 concurrency: concurrency.map(|c| ConcurrencyGroup { key: c.key, limit: c.limit }),
+                tags,
             };
             let run: RunDetails =
                 remote.call(reqwest::Method::POST, "/v1/runs", Some(&start), traceparent.as_ref()).await?;
@@ -347,7 +348,7 @@ async fn decide(
 
 async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
     match command {
-        RunsCommand::List { status, workflow, limit, before, started_by, json } => {
+        RunsCommand::List { status, workflow, limit, before, started_by, tag, json } => {
             if limit == 0 {
                 return Err(anyhow!(BadInput("--limit must be at least 1".into())));
             }
@@ -356,13 +357,14 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             query.extend(workflow.map(|workflow| ("workflow", workflow)));
             query.extend(before.map(|before| ("cursor", before)));
             query.extend(started_by.map(|who| ("started_by", who)));
+            query.extend(tag.map(|tag| ("tag", tag)));
             let url = reqwest::Url::parse_with_params("http://query/", &query).context("a query")?;
             let page: RunPage = remote.get(&format!("/v1/runs?{}", url.query().unwrap_or_default())).await?;
             if json {
                 for run in &page.runs {
                     println!(
                         "{}",
-                        serde_json::json!({ "run_id": run.run_id, "workflow": run.workflow, "status": run.status, "created_at": run.created_at, "updated_at": run.updated_at, "started_by": run.started_by, "owner": run.owner, "lease_expires_at": run.lease_expires_at, "usage": run.usage })
+                        serde_json::json!({ "run_id": run.run_id, "workflow": run.workflow, "status": run.status, "created_at": run.created_at, "updated_at": run.updated_at, "started_by": run.started_by, "tags": run.tags, "owner": run.owner, "lease_expires_at": run.lease_expires_at, "usage": run.usage })
                     );
                 }
             } else {

@@ -17,6 +17,8 @@ pub(crate) struct StartFlags {
     pub(crate) traceparent: Option<stepwright::trace::TraceParent>,
     /// `run --idempotency-key`.
     pub(crate) idempotency_key: Option<String>,
+    /// `run --tag`.
+    pub(crate) tags: Vec<String>,
 }
 
 /// `run`: starts a run of a file (or, with `--detach`, creates it for a worker).
@@ -46,6 +48,7 @@ pub(crate) async fn run(
         priority: flow.priority,
         concurrency: flow.concurrency,
         traceparent: flow.traceparent,
+        tags: flow.tags.clone(),
         ..Default::default()
     };
     if let Some(key) = &flow.idempotency_key {

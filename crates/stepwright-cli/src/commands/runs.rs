@@ -19,8 +19,10 @@ use crate::time::wall_now;
 pub(crate) async fn runs(g: &Globals<'_>, command: RunsCommand) -> anyhow::Result<u8> {
     let store = open_store(g.db).await?;
     match command {
-        RunsCommand::List { status, workflow, limit, before, started_by, json } => {
-            list(&store, status, workflow, limit, before, started_by, json).await
+        RunsCommand::List { status, workflow, limit, before, started_by, tag, json } => {
+            let before = before.as_deref().map(parse_run).transpose()?;
+            let filter = RunFilter { status, workflow, before, started_by, tag, ..RunFilter::default() };
+            list(&store, filter, limit, json).await
         }
         RunsCommand::Events { run, follow, json } => events(&store, run, follow, json).await,
         RunsCommand::Show { run, json } => show(&store, run, json).await,
@@ -77,30 +79,13 @@ fn print_removed(removed: &stepwright::store::Removed, json: bool, what: &str) {
     }
 }
 
-/// `runs list`: the newest runs first, a page at a time.
-pub(crate) async fn list(
-    store: &Arc<dyn CliStore>,
-    status: Option<RunStatus>,
-    workflow: Option<String>,
-    limit: usize,
-    before: Option<String>,
-    started_by: Option<String>,
-    json: bool,
-) -> anyhow::Result<u8> {
+/// `runs list`: the newest runs first that `filter` lets through, `limit` at a time.
+pub(crate) async fn list(store: &Arc<dyn CliStore>, filter: RunFilter, limit: usize, json: bool) -> anyhow::Result<u8> {
     if limit == 0 {
         return Err(anyhow!(BadInput("--limit must be at least 1".into())));
     }
-    let before = before.as_deref().map(parse_run).transpose()?;
     // One more than shown says whether another page exists.
-    let filter = RunFilter {
-        status,
-        workflow,
-        limit: Some(limit + 1),
-        before,
-        started_by,
-        headers_only: true,
-        ..RunFilter::default()
-    };
+    let filter = RunFilter { limit: Some(limit + 1), headers_only: true, ..filter };
     let mut runs = store.list_runs(filter).await?;
     let more = runs.len() > limit;
     runs.truncate(limit);
@@ -118,6 +103,7 @@ pub(crate) async fn list(
                     "created_at": run.created_at,
                     "updated_at": run.updated_at,
                     "started_by": stepwright::app::wire::started_by(&run.caller),
+                    "tags": run.tags,
                     "owner": run.lease.as_ref().map(|l| &l.owner),
                     "lease_expires_at": run.lease.as_ref().map(|l| l.expires_at),
                     "usage": usage,

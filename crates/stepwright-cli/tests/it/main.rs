@@ -33,5 +33,6 @@ mod readme;
 mod schedules;
 mod serve;
 mod snapshots;
+mod tags;
 mod telemetry;
 mod terminal;

@@ -87,6 +87,8 @@ pub struct StartOptions {
     /// first activation's trace. Kept with the run, so a worker that executes it later
     /// continues that trace.
     pub traceparent: Option<crate::trace::TraceParent>,
+    /// The run's tags (checked by [`crate::journal::check_tags`]).
+    pub tags: Vec<String>,
 }
 
 /// Options for resuming a run.
@@ -343,6 +345,10 @@ impl Engine {
     ) -> Result<RunRecord, EngineError> {
         let def = &workflow.inner;
         Self::check_input(workflow, &input)?;
+        if let Err(why) = crate::journal::check_tags(&options.tags) {
+            let source = StepError::new(ErrorCode::INPUT_VALIDATION, why);
+            return Err(EngineError::InvalidInput { workflow: def.name.clone(), source });
+        }
         let concurrency = match (options.concurrency, &def.concurrency) {
             (Some(given), _) if given.limit == 0 => {
                 let source = StepError::new(ErrorCode::INPUT_VALIDATION, "a concurrency limit must be at least 1");
@@ -376,6 +382,7 @@ impl Engine {
                 .then(|| Lease::new(id, self.inner.worker_id.clone(), 1, now.plus(self.inner.config.lease_for))),
             cancel: None,
             flow: FlowControl { concurrency, priority: options.priority.unwrap_or(def.priority) },
+            tags: options.tags,
         })
     }
 

@@ -314,6 +314,7 @@ impl Store for InMemoryStore {
                 .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
                 .filter(|r| filter.tenant.is_none() || filter.tenant == r.caller.tenant)
                 .filter(|r| filter.started_by.is_none() || filter.started_by == r.caller.user)
+                .filter(|r| filter.tag.as_ref().is_none_or(|tag| r.tags.contains(tag)))
                 .filter(|r| filter.updated_since.is_none_or(|since| r.updated_at >= since))
                 .filter(|r| filter.created_from.is_none_or(|from| r.created_at >= from))
                 .filter(|r| filter.created_until.is_none_or(|until| r.created_at < until))

@@ -113,6 +113,8 @@ pub struct RunFilter {
     /// Only runs started by this user (`Caller::user`: a person's id, `schedule:NAME`,
     /// `trigger:NAME`).
     pub started_by: Option<String>,
+    /// Only runs with this tag among their `tags`.
+    pub tag: Option<String>,
 }
 
 /// What retention deletes: finished runs (completed, failed, cancelled) updated before

@@ -47,6 +47,7 @@ pub(crate) async fn start(
     let workflow = shared.workflow(&registered).await?;
     // Refused input claims no idempotency key: the same request fixed is a first one.
     stepwright_core::Engine::check_input(&workflow, &body.input)?;
+    stepwright_core::journal::check_tags(&body.tags).map_err(ApiError::bad_request)?;
     let concurrency = match body.concurrency {
         Some(group) if group.key.is_empty() || group.limit == 0 => {
             return Err(ApiError::bad_request("concurrency needs a non-empty key and a limit of at least 1"));
@@ -74,8 +75,14 @@ pub(crate) async fn start(
             }
         }
     }
-    let options =
-        StartOptions { caller: who.caller(), run_id: Some(run), priority: body.priority, concurrency, traceparent };
+    let options = StartOptions {
+        caller: who.caller(),
+        run_id: Some(run),
+        priority: body.priority,
+        concurrency,
+        traceparent,
+        tags: body.tags,
+    };
     let details =
         stepwright_app::start_and_wait(&shared.engine, &workflow, body.input, options, wait, shared.executes).await?;
     let status = if !details.status.has_stopped() { StatusCode::ACCEPTED } else { StatusCode::CREATED };
@@ -106,6 +113,9 @@ pub(crate) async fn list(
     if query.started_by.as_ref().is_some_and(|who| who.is_empty() || who.len() > 200) {
         return Err(ApiError::bad_request("started_by must be 1 to 200 characters"));
     }
+    if let Some(tag) = &query.tag {
+        stepwright_core::journal::check_tag(tag).map_err(|why| ApiError::bad_request(format!("tag: {why}")))?;
+    }
     let parent = match &query.parent {
         Some(parent) => Some(parent.parse::<RunId>().map_err(|_| ApiError::bad_request("parent is not a run id"))?),
         None => None,
@@ -128,6 +138,7 @@ pub(crate) async fn list(
         parent,
         concurrency_key: None,
         started_by: query.started_by,
+        tag: query.tag,
     };
     let mut runs = shared.store.list_runs(filter).await?;
     let more = runs.len() > limit;
@@ -165,6 +176,7 @@ pub(crate) async fn list(
                 owner: lease.map(|lease| lease.owner),
                 parent_run_id: run.parent.map(|parent| parent.run.to_string()),
                 started_by: stepwright_app::wire::started_by(&run.caller),
+                tags: run.tags,
                 waiting_for: waits.next().flatten(),
                 usage: usage.next().flatten(),
             }

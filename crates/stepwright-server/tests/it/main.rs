@@ -12,6 +12,7 @@ mod openapi;
 mod schedules;
 mod session;
 mod streams;
+mod tags;
 mod triggers;
 
 use std::sync::Arc;

@@ -595,6 +595,30 @@ pub async fn list_filters(store: &dyn Store) {
     assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id(17)]);
     assert_eq!(found[0].caller.user.as_deref(), Some("schedule:hourly"), "headers keep the caller");
     assert!(store.list_runs(by("schedule:daily")).await.expect("list").is_empty());
+    // Tags: kept as given, in order; a listing finds a run by any one of them, whole (not a
+    // prefix or a part), in a full listing and in one of headers, and a run without tags
+    // by none.
+    let mut tagged = record(18, "a", RunStatus::Completed, 18);
+    tagged.tags = vec!["env:prod".into(), "customer-42".into()];
+    store.create_run(tagged).await.expect("create");
+    let mut other = record(19, "a", RunStatus::Completed, 19);
+    other.tags = vec!["env:prod-eu".into()];
+    store.create_run(other).await.expect("create");
+    assert_eq!(store.load(id(18)).await.expect("load").record.tags, ["env:prod", "customer-42"]);
+    assert!(store.load(id(17)).await.expect("load").record.tags.is_empty(), "no tags: an empty list");
+    let tag = |tag: &str, headers_only| RunFilter { tag: Some(tag.into()), headers_only, ..RunFilter::default() };
+    for headers_only in [false, true] {
+        let found = store.list_runs(tag("customer-42", headers_only)).await.expect("list");
+        assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id(18)]);
+        assert_eq!(found[0].tags, ["env:prod", "customer-42"], "a listing keeps the tags");
+        let found = store.list_runs(tag("env:prod", headers_only)).await.expect("list");
+        assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), [id(18)], "a whole tag, not a prefix");
+    }
+    for absent in ["env", "prod", "customer-4", "ENV:PROD"] {
+        assert!(store.list_runs(tag(absent, true)).await.expect("list").is_empty(), "{absent} matches no run");
+    }
+    let both = RunFilter { tag: Some("env:prod-eu".into()), workflow: Some("a".into()), ..RunFilter::default() };
+    assert_eq!(store.list_runs(both).await.expect("list").iter().map(|r| r.id).collect::<Vec<_>>(), [id(19)]);
 }
 
 /// Erase removes one run and the blobs only it referenced; retention removes old finished

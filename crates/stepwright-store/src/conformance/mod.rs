@@ -120,6 +120,7 @@ pub(super) fn record(n: u8, workflow: &str, status: RunStatus, at: i64) -> RunRe
         lease: None,
         cancel: None,
         flow: Default::default(),
+        tags: Vec::new(),
     }
 }
 

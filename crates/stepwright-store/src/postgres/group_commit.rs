@@ -250,21 +250,22 @@ pub(crate) async fn insert_runs<'c>(
         c.priorities.push(r.flow.priority);
         c.group_keys.push(r.flow.concurrency.as_ref().map(|g| g.key.as_str()));
         c.group_limits.push(r.flow.concurrency.as_ref().map(|g| i32::try_from(g.limit).unwrap_or(i32::MAX)));
+        c.tags.push((!r.tags.is_empty()).then(|| to_value(&r.tags)));
     }
     let created: Vec<uuid::Uuid> = sqlx::query_scalar(
         "INSERT INTO stepwright_runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
-           priority, concurrency_key, concurrency_limit) \
+           priority, concurrency_key, concurrency_limit, tags) \
          SELECT id, workflow, version, hash, input, caller, status, output, error, parent_run, parent_path, \
            created_at, updated_at, wake_at, lease_owner, lease_token, \
            CASE WHEN lease_owner IS NULL THEN NULL ELSE stepwright_now_us() + lease_for END, \
-           priority, group_key, group_limit \
+           priority, group_key, group_limit, tags \
          FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[], $6::jsonb[], $7::text[], \
            $8::jsonb[], $9::jsonb[], $10::uuid[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[], \
-           $15::text[], $16::bigint[], $17::bigint[], $18::int[], $19::text[], $20::int[]) \
+           $15::text[], $16::bigint[], $17::bigint[], $18::int[], $19::text[], $20::int[], $21::jsonb[]) \
            AS c(id, workflow, version, hash, input, caller, status, output, error, parent_run, parent_path, \
                 created_at, updated_at, wake_at, lease_owner, lease_token, lease_for, priority, group_key, \
-                group_limit) \
+                group_limit, tags) \
          ON CONFLICT (id) DO NOTHING RETURNING id",
     )
     .bind(&c.ids)
@@ -287,6 +288,7 @@ pub(crate) async fn insert_runs<'c>(
     .bind(&c.priorities)
     .bind(&c.group_keys)
     .bind(&c.group_limits)
+    .bind(&c.tags)
     .fetch_all(executor)
     .await
     .map_err(pg("creating runs"))?;
@@ -315,6 +317,7 @@ struct RunColumns<'a> {
     priorities: Vec<i32>,
     group_keys: Vec<Option<&'a str>>,
     group_limits: Vec<Option<i32>>,
+    tags: Vec<Option<serde_json::Value>>,
 }
 
 impl RunColumns<'_> {
@@ -340,6 +343,7 @@ impl RunColumns<'_> {
             priorities: Vec::with_capacity(n),
             group_keys: Vec::with_capacity(n),
             group_limits: Vec::with_capacity(n),
+            tags: Vec::with_capacity(n),
         }
     }
 }

@@ -334,6 +334,7 @@ impl Store for PostgresStore {
                  AND ($10::uuid IS NULL OR parent_run = $10) \
                  AND ($11::text IS NULL OR concurrency_key = $11) \
                  AND ($12::text IS NULL OR caller->>'user' = $12) \
+                 AND ($13::text IS NULL OR tags @> jsonb_build_array($13::text)) \
                  ORDER BY {order} LIMIT $3"
             )))
             .bind(filter.status.map(RunStatus::as_str))
@@ -348,6 +349,7 @@ impl Store for PostgresStore {
             .bind(filter.parent.map(uuid))
             .bind(filter.concurrency_key)
             .bind(filter.started_by)
+            .bind(filter.tag)
             .fetch_all(&self.pool)
             .await
             .map_err(pg(doing))?;

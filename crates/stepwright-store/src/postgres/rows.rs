@@ -5,15 +5,15 @@ use super::*;
 
 pub(super) const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
-                           cancel_request, priority, concurrency_key, concurrency_limit";
+                           cancel_request, priority, concurrency_key, concurrency_limit, tags";
 
 /// How many columns [`RUN_COLUMNS`] has: a query's next column is at this index.
-pub(super) const RUN_COLUMN_COUNT: usize = 21;
+pub(super) const RUN_COLUMN_COUNT: usize = 22;
 
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 pub(super) const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null'::jsonb, caller, status, NULL::jsonb, \
                                   NULL::jsonb, parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, \
-                                  lease_token, lease_expires, cancel_request, priority, concurrency_key, concurrency_limit";
+                                  lease_token, lease_expires, cancel_request, priority, concurrency_key, concurrency_limit, tags";
 
 pub(super) fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
     let doing = "reading a run";
@@ -59,6 +59,10 @@ pub(super) fn run_from_row(row: &PgRow) -> Result<RunRecord, StoreError> {
                 (Some(key), Ok(Some(limit))) => Some(Concurrency { key, limit: limit.max(1) as u32 }),
                 _ => None,
             },
+        },
+        tags: match row.try_get::<Option<Value>, _>(21).map_err(get)? {
+            Some(tags) => from_value(doing, tags)?,
+            None => Vec::new(),
         },
     })
 }

@@ -52,19 +52,20 @@ pub(super) fn hash_from(bytes: &[u8]) -> rusqlite::Result<ContentHash> {
 
 pub(super) const RUN_COLUMNS: &str = "id, workflow, version, definition_hash, input, caller, status, output, error, \
                            parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
-                           cancel_request, priority, concurrency_key, concurrency_limit";
+                           cancel_request, priority, concurrency_key, concurrency_limit, tags";
 
-/// The creation-time, input-text, parent and concurrency-group filters of a listing
-/// (parameters 6 to 10).
+/// The creation-time, input-text, parent, concurrency-group, starter and tag filters of a
+/// listing (parameters 6 to 12).
 pub(super) const NARROWED: &str = "(?6 IS NULL OR created_at >= ?6) AND (?7 IS NULL OR created_at < ?7) \
                         AND (?8 IS NULL OR input_contains(input, ?8)) AND (?9 IS NULL OR parent_run = ?9) \
                         AND (?10 IS NULL OR concurrency_key = ?10) \
-                        AND (?11 IS NULL OR json_extract(caller, '$.user') = ?11)";
+                        AND (?11 IS NULL OR json_extract(caller, '$.user') = ?11) \
+                        AND (?12 IS NULL OR (tags IS NOT NULL AND EXISTS (SELECT 1 FROM json_each(tags) WHERE value = ?12)))";
 
 /// [`RUN_COLUMNS`] with the input, output and error left out (read as JSON `null`).
 pub(super) const RUN_HEADER_COLUMNS: &str = "id, workflow, version, definition_hash, 'null', caller, status, NULL, NULL, \
                                   parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, \
-                                  lease_expires, cancel_request, priority, concurrency_key, concurrency_limit";
+                                  lease_expires, cancel_request, priority, concurrency_key, concurrency_limit, tags";
 
 /// A header with only an id, for fence checks.
 pub(super) fn placeholder(run: RunId) -> RunRecord {
@@ -85,6 +86,7 @@ pub(super) fn placeholder(run: RunId) -> RunRecord {
         lease: None,
         cancel: None,
         flow: Default::default(),
+        tags: Vec::new(),
     }
 }
 
@@ -130,6 +132,10 @@ pub(super) fn run_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecor
                 (Some(key), Some(limit)) => Some(Concurrency { key, limit }),
                 _ => None,
             },
+        },
+        tags: match row.get::<_, Option<String>>(21)? {
+            Some(text) => serde_json::from_str(&text).map_err(conversion)?,
+            None => Vec::new(),
         },
     })
 }
@@ -336,7 +342,8 @@ impl Store for SqliteStore {
                             text,
                             parent,
                             filter.concurrency_key,
-                            filter.started_by
+                            filter.started_by,
+                            filter.tag
                         ],
                         run_from_row,
                     )
@@ -365,7 +372,8 @@ impl Store for SqliteStore {
                             text,
                             parent,
                             filter.concurrency_key,
-                            filter.started_by
+                            filter.started_by,
+                            filter.tag
                         ],
                         run_from_row,
                     )

@@ -702,8 +702,8 @@ pub(crate) fn insert_run(conn: &Connection, r: &RunRecord) -> Result<(), StoreEr
     conn.prepare_cached(
         "INSERT INTO runs (id, workflow, version, definition_hash, input, caller, status, output, error, \
                  parent_run, parent_path, created_at, updated_at, wake_at, lease_owner, lease_token, lease_expires, \
-                 priority, concurrency_key, concurrency_limit) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                 priority, concurrency_key, concurrency_limit, tags) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
     )
     .and_then(|mut s| {
         s.execute(params![
@@ -727,6 +727,7 @@ pub(crate) fn insert_run(conn: &Connection, r: &RunRecord) -> Result<(), StoreEr
             r.flow.priority,
             r.flow.concurrency.as_ref().map(|c| c.key.clone()),
             r.flow.concurrency.as_ref().map(|c| c.limit),
+            (!r.tags.is_empty()).then(|| json(&r.tags)),
         ])
     })
     .map_err(|e| backend(doing, e))?;

@@ -64,6 +64,7 @@ fn pending(n: u8) -> RunRecord {
         lease: None,
         cancel: None,
         flow: Default::default(),
+        tags: Vec::new(),
     }
 }
 
