@@ -320,6 +320,26 @@ steps:
   await new Promise((r) => setTimeout(r, 1500));
   assert.deepEqual(await widths(), drawn, 'a finished run\'s bars do not grow');
 
+  step('a step\'s detail panel: opened from the timeline, true to the API, closed by Escape');
+  const stepPanel = operator.getByTestId('step-panel');
+  assert.equal(await stepPanel.isVisible(), false, 'closed until asked for');
+  await okRow.getByRole('button', { name: 'Details of ok' }).click();
+  await stepPanel.getByRole('heading', { name: 'ok' }).waitFor();
+  const okStep = shown.body.steps.find((s) => s.path === 'ok');
+  assert.equal(await stepPanel.locator('[data-fact="attempts"]').textContent(), String(okStep.attempts));
+  const panelWaited = await stepPanel.locator('dd[data-activity="person"]').textContent();
+  assert.ok(/s|min/.test(panelWaited) && !/^0\.\d ms$/.test(panelWaited), `the wait for a person is seconds: ${panelWaited}`);
+  assert.equal(await stepPanel.locator('.spans li').count(), okStep.spans.length, 'a line per span of the API\'s');
+  assert.equal(await operator.evaluate(() => document.activeElement.getAttribute('aria-label')), 'Close the step details', 'focus moves to the panel');
+  await operator.keyboard.press('Escape');
+  await stepPanel.waitFor({ state: 'hidden' });
+  await operator.locator('details.step[data-path="hello"]').getByRole('button', { name: 'Details of hello' }).click();
+  await stepPanel.getByRole('heading', { name: 'hello' }).waitFor();
+  await stepPanel.getByText('"Hello, Ada"', { exact: true }).waitFor();
+  assert.equal(await operator.locator('details.step[data-path="hello"]').evaluate((d) => d.open), false, 'the button opens the panel, not the row');
+  await stepPanel.getByRole('button', { name: 'Close the step details' }).click();
+  await stepPanel.waitFor({ state: 'hidden' });
+
   step('someone else deciding first is shown as such');
   const raced = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Bo' }, wait_seconds: 10 });
   await approver.reload();
@@ -667,6 +687,15 @@ steps:
       await phone.goto(`${base}/${hash}`);
       await phone.locator('main h1').first().waitFor();
       if (name === 'run-waiting-event') await phone.getByLabel('Message to delivered (JSON)').waitFor();
+      if (name === 'run') {
+        // The step panel open over the page: the whole width, no wider.
+        await phone.locator('.wf-row .name button').first().click();
+        await phone.getByTestId('step-panel').waitFor();
+        const [panelWidth, viewport] = await phone.getByTestId('step-panel').evaluate((p) => [p.getBoundingClientRect().width, document.documentElement.clientWidth]);
+        assert.ok(panelWidth <= viewport, `the panel at ${width} px is ${panelWidth} px wide`);
+        if (width === 390) await phone.screenshot({ path: join(shots, 'phone-step-panel.png') });
+        await phone.keyboard.press('Escape');
+      }
       await new Promise((r) => setTimeout(r, 300));
       const [scroll, client] = await phone.evaluate(() => [document.documentElement.scrollWidth, document.documentElement.clientWidth]);
       assert.ok(scroll <= client, `${name} at ${width} px is ${scroll} px wide`);

@@ -75,7 +75,7 @@ export class Timeline {
 }
 
 /** What each span's bar is called, in the legend and its tooltip. */
-const ACTIVITIES = {
+export const ACTIVITIES = {
   executing: 'executing',
   person: 'waiting for a person',
   timer: 'waiting for a timer',
@@ -92,7 +92,7 @@ export const waterfallRows = (details) => details.steps.filter((s) => s.spans &&
  * a retry — from the journal's facts the API gives (`steps[].spans`). A finished run's spans
  * are all closed, so its bars never grow; a live run's open spans reach now.
  */
-export function waterfallView(details, page) {
+export function waterfallView(details, page, onPick) {
   const rows = waterfallRows(details);
   if (!rows.length) return h('p', { class: 'muted', text: 'No step has started yet.' });
   const now = Date.now() * 1000;
@@ -118,7 +118,8 @@ export function waterfallView(details, page) {
       }
       const total = (row.spans[row.spans.length - 1].to || now) - row.spans[0].from;
       return h('div', { class: 'wf-row', role: 'row', 'data-path': row.path },
-        h('div', { class: 'name', role: 'cell', title: row.path, text: `${row.path}${row.attempts > 1 ? ` (${row.attempts} attempts)` : ''}` }),
+        h('div', { class: 'name', role: 'cell', title: row.path },
+          h('button', { type: 'button', class: 'linkish', 'aria-label': `Details of ${row.path}`, onclick: () => onPick && onPick(row.path), text: `${row.path}${row.attempts > 1 ? ` (${row.attempts} attempts)` : ''}` })),
         track,
         h('div', { class: 'ms', role: 'cell', text: ms(total / 1000) }));
     }));

@@ -3,6 +3,7 @@
 import { TERMINAL } from './contract.js';
 import { Timeline, graphView, nodeKey, rollupStatus, waterfallRows, waterfallView } from './graph.js';
 import { forkDialog, recomputeDialog, replay } from './history.js';
+import { stepPanel } from './panel.js';
 import { bulkCancel } from './runs.js';
 import { PAGE_ROWS, api, at, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, startedBy, status, tagList, toast, usd, valueBox, when } from './ui.js';
 
@@ -33,10 +34,16 @@ export async function runView(id) {
   const waterfallBox = h('div', { class: 'card' });
   const stepsBox = h('div', { class: 'card' });
   const liveBox = h('div', { 'aria-live': 'polite' });
+  const panel = stepPanel({
+    stepOf: (path) => details.steps.find((s) => s.path === path),
+    eventsOf: (path) => timeline.events.get(path) || [],
+    liveOf: (path) => liveText.get(path),
+  });
+  onLeave(() => panel.dispose());
   show(header, actions, pending, liveBox,
     h('h2', { text: 'Graph' }), graphBox,
     h('h2', { text: 'Timeline' }), waterfallBox,
-    h('h2', { text: 'Steps' }), stepsBox);
+    h('h2', { text: 'Steps' }), stepsBox, panel.el);
 
   let describe = null;
   const statusOf = (key) => {
@@ -46,7 +53,13 @@ export async function runView(id) {
     return rollupStatus(statuses);
   };
   const drawGraph = () => {
-    if (describe) fill(graphBox, graphView(describe, statusOf, (key) => { picked = key; drawSteps(); stepsBox.scrollIntoView(); }));
+    if (describe) fill(graphBox, graphView(describe, statusOf, (key) => {
+      picked = key;
+      drawSteps();
+      // A node that is one step opens its details; one that is many (a map's body) lists them.
+      const its = details.steps.filter((s) => nodeKey(s.path) === key);
+      if (its.length === 1) panel.open(its[0].path); else stepsBox.scrollIntoView();
+    }));
   };
   definition.then((d) => { describe = d && d.graph; if (describe) drawGraph(); else fill(graphBox, h('p', { class: 'muted', text: 'The definition is not available.' })); });
 
@@ -131,11 +144,11 @@ export async function runView(id) {
     fill(stepList,
       picked ? h('p', {}, `Steps of ${picked}. `, h('button', { type: 'button', class: 'ghost', text: 'Show all', onclick: () => { picked = null; drawSteps(); } })) : null,
       rows.length ? null : h('p', { class: 'muted', text: 'No step matches.' }),
-      ...shown.map((s) => stepDetails(id, s, () => timeline.events.get(s.path) || [], () => liveText.get(s.path), openSteps)),
+      ...shown.map((s) => stepDetails(id, s, () => timeline.events.get(s.path) || [], () => liveText.get(s.path), openSteps, panel.open)),
       rows.length > shown.length ? h('button', { type: 'button', text: `Show more (${rows.length - shown.length} left)`, onclick: () => { stepsPage++; drawSteps(); } }) : null);
   };
   const drawWaterfall = () => {
-    fill(waterfallBox, waterfallView(details, wfPage));
+    fill(waterfallBox, waterfallView(details, wfPage, panel.open));
     const total = waterfallRows(details).length;
     if (total > (wfPage + 1) * PAGE_ROWS) waterfallBox.append(h('button', { type: 'button', text: 'Show more', onclick: () => { wfPage++; drawWaterfall(); } }));
   };
@@ -147,7 +160,7 @@ export async function runView(id) {
     fill(liveBox, ...running.slice(-3).map(([path, text]) => h('div', { class: 'card' },
       h('div', { class: 'muted', text: `${path} is writing…` }), h('div', { class: 'live-text', 'data-testid': 'live-text', text }))));
   };
-  const drawAll = () => { drawHeader(); drawActions(); drawPending(); drawGraph(); drawSteps(); drawWaterfall(); drawLive(); };
+  const drawAll = () => { drawHeader(); drawActions(); drawPending(); drawGraph(); drawSteps(); drawWaterfall(); drawLive(); panel.redraw(); };
   let reloading = null;
   let gone = false;
   onLeave(() => { gone = true; clearTimeout(reloading); });
@@ -227,7 +240,7 @@ function messageForm(inbox, drafts, send) {
   return h('div', { class: 'field' }, h('label', { for: fieldId, text: `Message to ${inbox} (JSON)` }), text, problem, button);
 }
 
-export function stepDetails(runId, step, eventsOf, liveOf, openSteps) {
+export function stepDetails(runId, step, eventsOf, liveOf, openSteps, openPanel) {
   const box = h('details', { class: 'step', 'data-path': step.path });
   const body = h('div');
   box.append(h('summary', {},
@@ -239,7 +252,15 @@ export function stepDetails(runId, step, eventsOf, liveOf, openSteps) {
       : h('span', { class: 'muted', 'data-elapsed-from': String(step.started_at), text: `${ms((Date.now() * 1000 - step.started_at) / 1000)} so far` }),
     step.attempts > 1 ? h('span', { class: 'muted', text: `${step.attempts} attempts` }) : null,
     step.waiting_for ? h('span', { class: 'waits', text: `waits for ${step.waiting_for.replaceAll('`', '')}` }) : null,
-    step.usage ? h('span', { class: 'muted', text: `${step.usage.input_tokens + step.usage.output_tokens} tokens · ${usd(step.usage.cost_usd)}` }) : null), body);
+    step.usage ? h('span', { class: 'muted', text: `${step.usage.input_tokens + step.usage.output_tokens} tokens · ${usd(step.usage.cost_usd)}` }) : null,
+    openPanel ? h('button', {
+      type: 'button',
+      class: 'ghost open-panel',
+      'aria-label': `Details of ${step.path}`,
+      text: 'Details',
+      // A button in a summary would also open or close the row: it opens the panel only.
+      onclick: (event) => { event.preventDefault(); event.stopPropagation(); openPanel(step.path); },
+    }) : null), body);
   box.addEventListener('toggle', () => {
     if (!box.open) { openSteps.delete(step.path); fill(body); return; }
     openSteps.add(step.path);

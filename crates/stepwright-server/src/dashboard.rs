@@ -38,6 +38,7 @@ const FILES: &[(&str, Asset)] = &[
     ("graph.js", Asset { body: include_str!("../dashboard/graph.js"), content_type: SCRIPT }),
     ("history.js", Asset { body: include_str!("../dashboard/history.js"), content_type: SCRIPT }),
     ("inbox.js", Asset { body: include_str!("../dashboard/inbox.js"), content_type: SCRIPT }),
+    ("panel.js", Asset { body: include_str!("../dashboard/panel.js"), content_type: SCRIPT }),
     ("run.js", Asset { body: include_str!("../dashboard/run.js"), content_type: SCRIPT }),
     ("runs.js", Asset { body: include_str!("../dashboard/runs.js"), content_type: SCRIPT }),
     ("signin.js", Asset { body: include_str!("../dashboard/signin.js"), content_type: SCRIPT }),
