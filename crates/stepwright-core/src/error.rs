@@ -25,6 +25,10 @@ impl ErrorCode {
     /// A `write`/`external` step was interrupted after its intent was recorded, and it is not
     /// safe to retry: whether its effect happened is unknown.
     pub const OUTCOME_UNKNOWN: Self = Self::from_static("outcome_unknown");
+    /// A replay or a recompute reached a `write` step or an `external` one that is not safe to
+    /// retry (or such a sub-step: an agent's tool call) that the original run never ran there:
+    /// a sandbox re-execution does not perform an effect the run did not have.
+    pub const NOT_EXECUTED: Self = Self::from_static("not_executed");
     /// The definition no longer matches the run's journal.
     pub const NONDETERMINISM: Self = Self::from_static("nondeterminism");
     /// A guardrail with action `block` found a violation.

@@ -677,6 +677,22 @@ impl StepRecording {
             }
             None => {}
         }
+        if let CallKind::Action { effect, safe_to_retry } = kind
+            && run.replay.refuses_anew((effect, safe_to_retry))
+        {
+            // A sandbox does not perform an effect the original run did not have (an agent's
+            // new tool call to a write tool): the failure is journaled, for the report.
+            let error = StepError::new(
+                ErrorCode::NOT_EXECUTED,
+                format!(
+                    "{path} is a {} call the original run never made: a replay or recompute does not execute it",
+                    format!("{effect:?}").to_lowercase()
+                ),
+            );
+            let failed = Record::Failed { attempt, error: error.clone(), retry_at: None, started_at: None };
+            run.recorder.commit(&path, run.clock.now(), failed).await.map_err(|e| crash("its refusal", e))?;
+            return Err(error);
+        }
         let idempotency_key = fenced.then(|| crate::ids::idempotency_key(run.run_id, &path));
         if let Some(key) = &idempotency_key {
             // The fence: the intent is durable before the effect can happen (for work that

@@ -475,3 +475,50 @@ fn a_resumed_experiment_recomputes_with_the_model_it_started_with() {
         assert_eq!(changed, refunds, "the runs recomputed after the resume used the kept model too");
     });
 }
+
+/// A change that adds a write step: the experiment reports, per run, the write it would do and
+/// with what, and does none — the tool's log has no line more.
+#[test]
+fn an_experiment_does_not_run_a_write_step_the_change_adds() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, _served) = crate::support::fake_openai(classifier, Tokens::Fixed(12, 4));
+    let v1 = workflow(port);
+    std::fs::write(dir.path().join("triage.yaml"), &v1).unwrap();
+    for i in [0, 3] {
+        let input = json!({ "ticket": ticket(i) }).to_string();
+        let ran = stepwright(dir.path(), &["run", "triage.yaml", "--input", &input, "--json"]);
+        assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    }
+    assert_eq!(lines(dir.path()), 2);
+    let again = "  - id: notify-again\n    tool: notify\n    with: { category: \"again {{ steps.classify.output.category }}\" }\noutput:";
+    // Before the workflow's `output:`, the file's last.
+    let at = v1.rfind("output:").unwrap();
+    std::fs::write(dir.path().join("triage-v2.yaml"), format!("{}{again}{}", &v1[..at], &v1[at + "output:".len()..]))
+        .unwrap();
+    std::fs::write(
+        dir.path().join("again.yaml"),
+        "experiment: again\nruns: { workflow: triage }\nchange: { file: triage-v2.yaml }\n",
+    )
+    .unwrap();
+    let tried = stepwright(dir.path(), &["experiments", "run", "again.yaml", "--json"]);
+    let report = json_of(&tried);
+    assert_eq!(
+        lines(dir.path()),
+        2,
+        "no write ran: {}",
+        std::fs::read_to_string(dir.path().join("notified.log")).unwrap()
+    );
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{report}");
+    let mut said: Vec<Value> = runs.iter().map(|r| r["would_execute"].clone()).collect();
+    said.sort_by_key(Value::to_string);
+    assert_eq!(
+        said,
+        [
+            json!([{ "step": "notify-again", "input": { "category": "again billing" } }]),
+            json!([{ "step": "notify-again", "input": { "category": "again other" } }]),
+        ],
+        "{report}"
+    );
+    assert_eq!(report["totals"]["would_execute"], json!(2), "{report}");
+}

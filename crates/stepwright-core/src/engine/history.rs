@@ -416,6 +416,16 @@ impl Engine {
                         "a write or external step that is not safe_to_retry: its recorded effect is not repeated"
                             .to_owned(),
                     ),
+                    StepChange::Failed { error } if error.is(&crate::error::ErrorCode::NOT_EXECUTED) => Some(
+                        if would_execute.contains_key(path) {
+                            "a write or external step that is not safe_to_retry, which the original run never ran \
+                             here: it was not executed; it would execute with the input shown"
+                        } else {
+                            "a write or external call that is not safe_to_retry, which the original run never made: \
+                             it was not executed"
+                        }
+                        .to_owned(),
+                    ),
                     StepChange::Missing if !workflow.unknown_paths([path.as_str()]).is_empty() => {
                         Some("the new definition has no step here".to_owned())
                     }
@@ -429,8 +439,11 @@ impl Engine {
                     StepChange::Missing => Some("not reached by the recompute".to_owned()),
                     _ => None,
                 };
-                let would_execute_with =
-                    matches!(change, StepChange::Served).then(|| would_execute.get(path).cloned()).flatten();
+                let refused =
+                    matches!(&change, StepChange::Failed { error } if error.is(&crate::error::ErrorCode::NOT_EXECUTED));
+                let would_execute_with = (matches!(change, StepChange::Served) || refused)
+                    .then(|| would_execute.get(path).cloned())
+                    .flatten();
                 RecomputedStep { path: path.clone(), change, why, would_execute_with }
             })
             .collect();

@@ -173,6 +173,19 @@ impl ReplayIndex {
         }
     }
 
+    /// Whether an effect of this class that the journal has no result for must not be
+    /// performed: a sandbox re-execution never does what the original run did not (a replay
+    /// no fenced effect, a recompute no `write` and no `external` that is not safe to retry —
+    /// the classes [`Self::path`] serves).
+    pub(crate) fn refuses_anew(&self, effect: (Effect, bool)) -> bool {
+        let (effect, safe_to_retry) = effect;
+        match &self.mode {
+            ReplayMode::Resume => false,
+            ReplayMode::Replay => effect.is_fenced(),
+            ReplayMode::Recompute(_) => effect == Effect::Write || (effect == Effect::External && !safe_to_retry),
+        }
+    }
+
     fn serves_code(&self, path: &StepPath) -> bool {
         match &self.mode {
             ReplayMode::Resume => true,

@@ -13,5 +13,6 @@ mod operators;
 mod policies;
 mod resume;
 mod runner;
+mod sandbox;
 mod steps;
 mod workers;

@@ -272,6 +272,21 @@ impl Exec {
             {
                 return self.complete(&path, 1, Arc::new(value), true).await;
             }
+            // A write the original run never ran here (a new step, a new map item): a sandbox
+            // does not perform it; the report shows the input it would have been given.
+            if matches!(node.kind, NodeKind::Step(_)) && self.run.replay.refuses_anew(node.served_as()) {
+                self.run.would_execute(&path, &input);
+                let (effect, _) = node.served_as();
+                let error = StepError::new(
+                    ErrorCode::NOT_EXECUTED,
+                    format!(
+                        "{path} is a {} step the original run never ran here: a replay or recompute does not \
+                         execute it",
+                        format!("{effect:?}").to_lowercase()
+                    ),
+                );
+                return self.fail(frame, error, input, 1).await;
+            }
             self.attempts(frame, input, cache_key).await
         }
     }

@@ -1,0 +1,110 @@
+//! A sandbox re-execution (a recompute, a replay) never performs an effect the original run
+//! did not have: a `write` step the new definition adds, or a `write` call a step makes anew
+//! (an agent's new tool call), is not executed — it fails `not_executed`, and the recompute's
+//! report says so, with the input it would have been given.
+
+use serde_json::{Value, json};
+use stepwright_core::{CallKind, Effect, ErrorCode, Node, RecomputeOptions, StepChange, Workflow, fn_step};
+use stepwright_testkit::{Counter, engine};
+
+fn write(id: &str, counter: &Counter) -> Node {
+    let counter = counter.clone();
+    Node::step(
+        id,
+        fn_step(move |_c, v: Value| {
+            counter.hit();
+            async move { Ok(json!({ "done": v })) }
+        }),
+    )
+    .effect(Effect::Write)
+}
+
+fn flow(extra_write: bool, charges: &Counter, refunds: &Counter) -> Workflow {
+    let mut builder = Workflow::builder("billing")
+        .step(Node::step("amount", fn_step(|_c, x: i64| async move { Ok(x * 10) })))
+        .step(write("charge", charges));
+    if extra_write {
+        builder = builder.step(write("refund", refunds));
+    }
+    builder.build().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recompute_does_not_perform_a_write_the_new_definition_adds() {
+    let (engine, _) = engine();
+    let (charges, refunds) = (Counter::default(), Counter::default());
+    let run = engine.start(&flow(false, &charges, &refunds), json!(3)).await.unwrap();
+    assert_eq!(charges.get(), 1);
+
+    let report =
+        engine.recompute(&flow(true, &charges, &refunds), run.run_id, RecomputeOptions::default()).await.unwrap();
+    assert_eq!((charges.get(), refunds.get()), (1, 0), "no write ran in the sandbox");
+    let refund = report.steps.iter().find(|s| s.path.as_str() == "refund").expect("the new step is reported");
+    assert!(
+        matches!(&refund.change, StepChange::Failed { error } if error.is(&ErrorCode::NOT_EXECUTED)),
+        "{:?}",
+        refund.change
+    );
+    assert_eq!(refund.would_execute_with, Some(json!({ "done": 30 })), "the input it would have been given");
+    assert!(refund.why.as_deref().unwrap().contains("never ran here"), "{:?}", refund.why);
+    assert!(report.changed);
+    assert_eq!(report.recomputed_output, None, "the sandbox run ended at the refused write");
+    let charge = report.steps.iter().find(|s| s.path.as_str() == "charge").unwrap();
+    assert_eq!(charge.change, StepChange::Served, "the recorded write is served, as before");
+}
+
+/// A step that sends through a `write` call named by its input (as an agent's tool call is
+/// made by its model's answer).
+fn sender(sends: &Counter) -> Workflow {
+    let sends = sends.clone();
+    Workflow::builder("sender")
+        .step(Node::step(
+            "notify",
+            fn_step(move |ctx, to: String| {
+                let sends = sends.clone();
+                async move {
+                    let kind = CallKind::Action { effect: Effect::Write, safe_to_retry: false };
+                    let sent = ctx
+                        .call(&format!("send-{to}"), kind, |_| async move {
+                            sends.hit();
+                            Ok(json!({ "sent": to }))
+                        })
+                        .await?;
+                    Ok((*sent).clone())
+                }
+            }),
+        ))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_recompute_does_not_make_a_write_call_the_original_run_did_not() {
+    let (engine, store) = engine();
+    let sends = Counter::default();
+    let workflow = sender(&sends);
+    let run = engine.start(&workflow, json!("ann")).await.unwrap();
+    assert_eq!((sends.get(), run.output.clone()), (1, Some(json!({ "sent": "ann" }))));
+
+    // The same call again: served from the journal, not sent twice.
+    let same = engine.recompute(&workflow, run.run_id, RecomputeOptions::default()).await.unwrap();
+    assert_eq!((sends.get(), same.recomputed_output), (1, Some(json!({ "sent": "ann" }))));
+
+    // A call the original never made (the input says another recipient: a fork of the run
+    // with a new input, recomputed): refused, and the step fails with it.
+    let patch = stepwright_core::ForkPatch { input: Some(json!("bob")), ..Default::default() };
+    let forked = engine.fork(run.run_id, &stepwright_core::StepPath::new("notify"), patch).await.unwrap();
+    let report = engine.recompute(&workflow, forked.id, RecomputeOptions::default()).await.unwrap();
+    assert_eq!(sends.get(), 1, "nothing was sent in the sandbox");
+    let call =
+        report.steps.iter().find(|s| s.path.as_str() == "notify/send-bob").expect("the refused call is reported");
+    assert!(
+        matches!(&call.change, StepChange::Failed { error } if error.is(&ErrorCode::NOT_EXECUTED)),
+        "{:?}",
+        call.change
+    );
+    assert!(call.why.as_deref().unwrap().contains("never made"), "{:?}", call.why);
+    // The original runs are as they were.
+    let original = stepwright_core::Store::load(&*store, run.run_id).await.unwrap();
+    assert_eq!(original.record.output, Some(json!({ "sent": "ann" })));
+}
