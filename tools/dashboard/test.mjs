@@ -201,6 +201,11 @@ steps:
     const registered = await call(admin, 'POST', '/v1/workflows', { source });
     assert.equal(registered.status, 201, JSON.stringify(registered.body));
   }
+  // A workflow that calls another, whose second step waits for a person.
+  const outer = 'workflow: outer\nsteps:\n  - id: prep\n    set: "{{ input }}"\n  - id: sub\n    workflow: parts/inner.yaml\n    with: "{{ steps.prep.output }}"\n  - id: after\n    set: "{{ steps.sub.output }}"\n';
+  const inner = 'workflow: inner\nsteps:\n  - id: one\n    set: "{{ input ~ \'!\' }}"\n  - id: ask\n    approval: { message: "Go on?" }\n  - id: two\n    set: "{{ steps.one.output ~ \'?\' }}"\n';
+  const outerRegistered = await call(admin, 'POST', '/v1/workflows', { source: outer, files: { 'parts/inner.yaml': inner } });
+  assert.equal(outerRegistered.status, 201, JSON.stringify(outerRegistered.body));
 
   step('the page and its files: embedded, fenced in by a Content-Security-Policy, compressed');
   const page0 = await fetch(`${base}/`, { headers: { 'Accept-Encoding': 'gzip' } });
@@ -427,6 +432,24 @@ steps:
   assert.equal(await checkRow.locator('.name').textContent(), 'check (2 attempts)');
   const answered = await call(ann, 'GET', `/v1/runs/${surveyed.body.run_id}`);
   assert.deepEqual(answered.body.steps.find((s) => s.path === 'rating').output, { score: 4, comment: 'clear enough' });
+
+  step('a called workflow\'s steps are drawn with their own statuses, as the run goes on');
+  const outerRun = await call(ann, 'POST', '/v1/runs', { workflow: 'outer', input: 'go', wait_seconds: 10 });
+  assert.equal(outerRun.body.status, 'suspended', JSON.stringify(outerRun.body));
+  await operator.goto(`${base}/#/runs/${outerRun.body.run_id}`);
+  const nodeStatus = (key) => operator.locator(`[data-node="${key}"]`).first().getAttribute('class');
+  await operator.locator('[data-node="sub/one"].st-completed').waitFor();
+  await operator.locator('[data-node="sub/ask"].st-suspended').waitFor();
+  assert.match(await nodeStatus('sub/two'), /st-not-reached/, 'not reached yet');
+  assert.match(await nodeStatus('after'), /st-not-reached/);
+  assert.match(await nodeStatus('prep'), /st-completed/);
+  const outerPending = outerRun.body.pending[0].id;
+  assert.equal((await call(lee, 'POST', `/v1/interrupts/${outerRun.body.run_id}.${outerPending}/decision`, { decision: 'approve' })).status, 200);
+  await operator.locator('[data-node="sub/two"].st-completed').waitFor();
+  await operator.locator('[data-node="after"].st-completed').waitFor();
+  assert.match(await nodeStatus('sub/ask'), /st-completed/);
+  const outerDone = await call(ann, 'GET', `/v1/runs/${outerRun.body.run_id}`);
+  assert.equal(outerDone.body.output, 'go!?', JSON.stringify(outerDone.body));
 
   step('a run with models: its real graph (fork, map), the waterfall, tokens and cost, artifacts');
   const research = await call(ann, 'POST', '/v1/runs', { workflow: 'research', input: { topic: 'durable execution for AI agents' }, wait_seconds: 30 });
