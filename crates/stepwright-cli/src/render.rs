@@ -250,6 +250,22 @@ pub(crate) fn shortened(text: &str, width: usize) -> String {
 }
 
 /// The header of `runs list`'s table.
+/// The command that shows the next page of `runs list`: the same filters and output, from
+/// `cursor` on.
+pub(crate) fn next_runs_page(filters: &[(&str, Option<&str>)], json: bool, cursor: &str, limit: usize) -> String {
+    let mut words: Vec<String> = vec!["stepwright".into(), "runs".into(), "list".into()];
+    for (flag, value) in filters {
+        if let Some(value) = value {
+            words.extend([format!("--{flag}"), (*value).to_owned()]);
+        }
+    }
+    if json {
+        words.push("--json".into());
+    }
+    words.extend(["--before".into(), cursor.to_owned(), "--limit".into(), limit.to_string()]);
+    shlex::try_join(words.iter().map(String::as_str)).unwrap_or_else(|_| words.join(" "))
+}
+
 pub(crate) fn print_list_header() {
     println!(
         "{:<38} {:<24} {:<10} {:<19} {:>9} {:>10}  {:<20} WORKER",

@@ -352,6 +352,12 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
             if limit == 0 {
                 return Err(anyhow!(BadInput("--limit must be at least 1".into())));
             }
+            let filters = [
+                ("status", status.map(|s| s.as_str().to_owned())),
+                ("workflow", workflow.clone()),
+                ("started-by", started_by.clone()),
+                ("tag", tag.clone()),
+            ];
             let mut query = vec![("limit", limit.to_string()), ("usage", "true".to_owned())];
             query.extend(status.map(|status| ("status", status.as_str().to_owned())));
             query.extend(workflow.map(|workflow| ("workflow", workflow)));
@@ -387,7 +393,8 @@ async fn runs(remote: &Remote, command: RunsCommand) -> anyhow::Result<u8> {
                 }
             }
             if let Some(cursor) = &page.next_cursor {
-                eprintln!("more runs: stepwright runs list --before {cursor} --limit {limit}");
+                let filters: Vec<(&str, Option<&str>)> = filters.iter().map(|(f, v)| (*f, v.as_deref())).collect();
+                eprintln!("more runs: {}", crate::render::next_runs_page(&filters, json, cursor, limit));
             }
             Ok(0)
         }

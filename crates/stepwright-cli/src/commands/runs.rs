@@ -86,7 +86,7 @@ pub(crate) async fn list(store: &Arc<dyn CliStore>, filter: RunFilter, limit: us
     }
     // One more than shown says whether another page exists.
     let filter = RunFilter { limit: Some(limit + 1), headers_only: true, ..filter };
-    let mut runs = store.list_runs(filter).await?;
+    let mut runs = store.list_runs(filter.clone()).await?;
     let more = runs.len() > limit;
     runs.truncate(limit);
     let now = wall_now();
@@ -126,7 +126,13 @@ pub(crate) async fn list(store: &Arc<dyn CliStore>, filter: RunFilter, limit: us
         }
     }
     if more && let Some(last) = runs.last() {
-        eprintln!("more runs: stepwright runs list --before {} --limit {limit}", last.id);
+        let filters = [
+            ("status", filter.status.map(RunStatus::as_str)),
+            ("workflow", filter.workflow.as_deref()),
+            ("started-by", filter.started_by.as_deref()),
+            ("tag", filter.tag.as_deref()),
+        ];
+        eprintln!("more runs: {}", crate::render::next_runs_page(&filters, json, &last.id.to_string(), limit));
     }
     Ok(0)
 }

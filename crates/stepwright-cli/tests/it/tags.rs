@@ -28,6 +28,8 @@ fn tags_are_given_to_a_run_found_by_and_drawn_by(target: &Target) {
     let vip = start("ann", &["vip", "env:prod"]);
     start("bo", &["env:prod-eu"]);
     start("cy", &[]);
+    let older = start("di", &["batch"]);
+    let newer = start("ed", &["batch"]);
 
     let listed = json_lines(&target.stepwright(&["runs", "list", "--json", "--tag", "vip"]));
     assert_eq!(listed.len(), 1, "{listed:?}");
@@ -50,7 +52,18 @@ fn tags_are_given_to_a_run_found_by_and_drawn_by(target: &Target) {
         assert_eq!(refused.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(stderr.contains("a tag"), "{args:?}: {stderr}");
     }
-    assert_eq!(json_lines(&target.stepwright(&["runs", "list", "--json"])).len(), 3, "nothing more started");
+    assert_eq!(json_lines(&target.stepwright(&["runs", "list", "--json"])).len(), 5, "nothing more started");
+
+    // A page of a filtered listing says how to get the next one with the same filters.
+    let first = target.stepwright(&["runs", "list", "--tag", "batch", "--limit", "1", "--json"]);
+    assert_eq!(json_lines(&first).iter().map(|r| r["run_id"].as_str().unwrap()).collect::<Vec<_>>(), [newer.as_str()]);
+    let stderr = String::from_utf8_lossy(&first.stderr).into_owned();
+    let next = stderr.lines().find_map(|line| line.strip_prefix("more runs: ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(next, format!("stepwright runs list --tag batch --json --before {newer} --limit 1"));
+    let words = shlex::split(next).unwrap();
+    let second = target.stepwright(&words[1..].iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(json_lines(&second).iter().map(|r| r["run_id"].as_str().unwrap()).collect::<Vec<_>>(), [older.as_str()]);
+    assert!(!String::from_utf8_lossy(&second.stderr).contains("more runs"), "the last page");
 
     // An experiment over the runs with a tag recomputes those alone (experiments act on a
     // store: the CLI has no remote form of them).
