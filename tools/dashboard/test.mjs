@@ -749,6 +749,12 @@ steps:
           await new Promise((r) => setTimeout(r, 400));
           await page.screenshot({ path: join(out, `${name}-${width}-${colorScheme}.png`) });
         }
+        // The run's step panel, opened from its timeline.
+        await page.goto(`${base}/#/runs/${research.body.run_id}`);
+        await page.locator('.wf-row .name button').first().click();
+        await page.getByTestId('step-panel').waitFor();
+        await new Promise((r) => setTimeout(r, 300));
+        await page.screenshot({ path: join(out, `step-panel-${width}-${colorScheme}.png`) });
         await page.context().close();
       }
     }

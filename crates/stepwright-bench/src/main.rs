@@ -12,6 +12,7 @@ mod experiments;
 mod observability;
 mod postgres;
 mod schedules;
+mod yaml;
 
 use serde_json::{Value, json};
 use stepwright::{Engine, Expr, Fork, InMemoryStore, Node, Outcome, Step, StepContext, StepError, Store, Workflow};
@@ -629,6 +630,15 @@ fn main() {
         println!(
             "| W1 | chain of 1,000 trivial typed steps, in-memory journal ({r1} runs) | {median1:.3} µs/step | {best1:.3} µs/step | ≤ 1 µs/step |"
         );
+    }
+    if wanted("y1") {
+        for (steps, runs) in [(10, r1 * 10), (100, r1), (1_000, r1 / 10)] {
+            let (median, best) = yaml::y1(steps, runs.max(1));
+            println!(
+                "| Y1 | chain of {steps} YAML `set` steps, one expression each, in-memory journal ({} runs) | {median:.3} µs/step | {best:.3} µs/step | (report) |",
+                runs.max(1)
+            );
+        }
     }
     if wanted("w2") {
         let (median2, best2) = w2(r2);

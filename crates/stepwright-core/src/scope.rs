@@ -85,6 +85,26 @@ impl Scope {
         None
     }
 
+    /// The ids of the outputs in scope, each once.
+    pub fn output_ids(&self) -> Vec<String> {
+        self.names(|f| &f.outputs)
+    }
+
+    /// The names of the variables in scope, each once.
+    pub fn var_names(&self) -> Vec<String> {
+        self.names(|f| &f.vars)
+    }
+
+    fn names(&self, pick: impl Fn(&Frame) -> &Vec<(Arc<str>, Arc<Value>)>) -> Vec<String> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut frame = Some(&*self.frame);
+        while let Some(f) = frame {
+            seen.extend(pick(f).iter().map(|(k, _)| k.to_string()));
+            frame = f.parent.as_deref();
+        }
+        seen.into_iter().collect()
+    }
+
     /// A child scope: sees everything here; what it binds stays in it.
     pub(crate) fn child(&self) -> Self {
         Self {

@@ -677,7 +677,7 @@ impl Compiler {
         };
         if let (Some(template), Some(limit)) = (key, limit) {
             let source = template.to_string();
-            let key = Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())).with_source(source);
+            let key = Expr::try_new(move |scope| expr::eval_value(&template, scope)).with_source(source);
             builder = builder.concurrency(key, limit);
         }
         builder
@@ -726,8 +726,8 @@ impl Compiler {
             self.templates(output);
             let template = output.to_json();
             let source = template.to_string();
-            builder = builder
-                .output(Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())).with_source(source));
+            builder =
+                builder.output(Expr::try_new(move |scope| expr::eval_value(&template, scope)).with_source(source));
         }
         match builder.build() {
             Ok(workflow) if self.diagnostics.is_empty() => Some(workflow),
@@ -830,7 +830,7 @@ impl Compiler {
             step = step.only_if(
                 Expr::try_new({
                     let source = source.clone();
-                    move |scope| expr::truthy(&source, &scope.to_json())
+                    move |scope| expr::truthy(&source, scope)
                 })
                 .with_source(source),
             );

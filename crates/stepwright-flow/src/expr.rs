@@ -3,11 +3,12 @@
 //! A string that is exactly one `{{ expr }}` evaluates to a JSON value (an object stays an
 //! object); other strings with `{{` render to text. Conditions are bare expressions.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, RwLock};
 
 use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
-use stepwright_core::{ErrorCode, StepError};
+use stepwright_core::{ErrorCode, Scope, StepError};
 
 fn env() -> &'static Environment<'static> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();
@@ -42,11 +43,120 @@ fn json_formatter(
     }
 }
 
+/// How many compiled expressions [`compiled`] keeps (a process's workflows have far fewer;
+/// past it the cache starts again rather than grow).
+const MAX_COMPILED: usize = 8_192;
+
+/// An expression compiled once per process: a workflow's expressions are evaluated at every
+/// step of every run, and compiling one costs more than evaluating it.
+fn compiled(source: &str) -> Result<Arc<minijinja::Expression<'static, 'static>>, minijinja::Error> {
+    type Cache = RwLock<HashMap<Box<str>, Arc<minijinja::Expression<'static, 'static>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Cache::default);
+    if let Some(found) = cache.read().expect("poisoned").get(source) {
+        return Ok(found.clone());
+    }
+    let expression = Arc::new(env().compile_expression_owned(source.to_owned())?);
+    let mut cache = cache.write().expect("poisoned");
+    if cache.len() >= MAX_COMPILED {
+        cache.clear();
+    }
+    cache.insert(source.into(), expression.clone());
+    Ok(expression)
+}
+
 /// The instructions one expression or template may take before it fails.
 pub(crate) const TEMPLATE_FUEL: u64 = 5_000_000;
 
 fn to_mj(ctx: &Value) -> minijinja::Value {
     minijinja::Value::from(minijinja::value::Serde(ctx))
+}
+
+/// The scope as templates see it — `{input, steps: {id: {output}}, run, <vars>}` — read
+/// lazily: only what an expression names is converted, where a JSON copy of the whole scope
+/// would copy every earlier step's output at every evaluation (quadratic in a long chain).
+/// Inner bindings shadow outer ones; `input`, `steps` and `run` shadow variables of those
+/// names, as in [`Scope::to_json`].
+#[derive(Debug)]
+struct ScopeView(Scope);
+
+impl minijinja::value::Object for ScopeView {
+    fn get_value(self: &Arc<Self>, key: &minijinja::Value) -> Option<minijinja::Value> {
+        match key.as_str()? {
+            "input" => Some(to_mj(self.0.input())),
+            "steps" => Some(minijinja::Value::from_object(StepsView(self.0.clone()))),
+            "run" => self.0.run().map(to_mj),
+            name => self.0.var(name).map(to_mj),
+        }
+    }
+
+    fn enumerate(self: &Arc<Self>) -> minijinja::value::Enumerator {
+        let mut keys: Vec<minijinja::Value> = self.0.var_names().into_iter().map(minijinja::Value::from).collect();
+        keys.retain(|k| !matches!(k.as_str(), Some("input" | "steps" | "run")));
+        keys.extend(["input", "steps"].map(minijinja::Value::from));
+        if self.0.run().is_some() {
+            keys.push(minijinja::Value::from("run"));
+        }
+        minijinja::value::Enumerator::Values(keys)
+    }
+}
+
+/// `steps`: each earlier step's `{output}`, by id.
+#[derive(Debug)]
+struct StepsView(Scope);
+
+impl minijinja::value::Object for StepsView {
+    fn get_value(self: &Arc<Self>, key: &minijinja::Value) -> Option<minijinja::Value> {
+        let output = self.0.output(key.as_str()?)?;
+        Some(minijinja::Value::from_object(StepView(to_mj(output))))
+    }
+
+    fn enumerate(self: &Arc<Self>) -> minijinja::value::Enumerator {
+        minijinja::value::Enumerator::Values(self.0.output_ids().into_iter().map(minijinja::Value::from).collect())
+    }
+}
+
+/// One step as `steps.<id>` shows it: `{output}`.
+#[derive(Debug)]
+struct StepView(minijinja::Value);
+
+impl minijinja::value::Object for StepView {
+    fn get_value(self: &Arc<Self>, key: &minijinja::Value) -> Option<minijinja::Value> {
+        (key.as_str()? == "output").then(|| self.0.clone())
+    }
+
+    fn enumerate(self: &Arc<Self>) -> minijinja::value::Enumerator {
+        minijinja::value::Enumerator::Str(&["output"])
+    }
+}
+
+/// What an expression or template is evaluated against: a scope (read lazily) or a JSON
+/// object (a trigger's event, a schedule's tick, a join's results).
+#[derive(Clone, Copy)]
+pub(crate) enum Context<'a> {
+    Scope(&'a Scope),
+    Json(&'a Value),
+}
+
+impl Context<'_> {
+    fn value(self) -> minijinja::Value {
+        match self {
+            Self::Scope(scope) => minijinja::Value::from_object(ScopeView(scope.clone())),
+            Self::Json(json) => to_mj(json),
+        }
+    }
+}
+
+impl<'a> From<&'a Scope> for Context<'a> {
+    fn from(scope: &'a Scope) -> Self {
+        Self::Scope(scope)
+    }
+}
+
+impl<'a> From<&'a Value> for Context<'a> {
+    fn from(json: &'a Value) -> Self {
+        Self::Json(json)
+    }
 }
 
 /// The expression inside a string that is exactly one `{{ … }}`.
@@ -141,36 +251,50 @@ fn failed(what: &str, source: &str, e: &minijinja::Error) -> StepError {
 }
 
 /// Evaluates an expression against a context.
-pub(crate) fn eval(source: &str, ctx: &Value) -> Result<Value, StepError> {
-    let expr = env().compile_expression(source).map_err(|e| failed("the expression", source, &e))?;
-    let value = expr.eval(to_mj(ctx)).map_err(|e| failed("the expression", source, &e))?;
+pub(crate) fn eval<'a>(source: &str, ctx: impl Into<Context<'a>>) -> Result<Value, StepError> {
+    eval_mj(source, &ctx.into().value())
+}
+
+fn eval_mj(source: &str, ctx: &minijinja::Value) -> Result<Value, StepError> {
+    let expr = compiled(source).map_err(|e| failed("the expression", source, &e))?;
+    let value = expr.eval(ctx).map_err(|e| failed("the expression", source, &e))?;
     check_defined(source, &value)?;
     serde_json::to_value(&value)
         .map_err(|e| StepError::new(ErrorCode::EXPRESSION, format!("converting `{source}`: {e}")))
 }
 
 /// Evaluates a condition: the expression's truthiness.
-pub(crate) fn truthy(source: &str, ctx: &Value) -> Result<bool, StepError> {
-    let expr = env().compile_expression(source).map_err(|e| failed("the condition", source, &e))?;
-    let value = expr.eval(to_mj(ctx)).map_err(|e| failed("the condition", source, &e))?;
+pub(crate) fn truthy<'a>(source: &str, ctx: impl Into<Context<'a>>) -> Result<bool, StepError> {
+    let expr = compiled(source).map_err(|e| failed("the condition", source, &e))?;
+    let value = expr.eval(ctx.into().value()).map_err(|e| failed("the condition", source, &e))?;
     check_defined(source, &value)?;
     Ok(value.is_true())
 }
 
 /// Evaluates a templated value: strings that are one `{{ expr }}` become the expression's
 /// value; other strings with `{{` render; lists and objects are evaluated element by element.
-pub(crate) fn eval_value(value: &Value, ctx: &Value) -> Result<Value, StepError> {
+pub(crate) fn eval_value<'a>(value: &Value, ctx: impl Into<Context<'a>>) -> Result<Value, StepError> {
+    // A value with nothing to evaluate needs no context.
+    match value {
+        Value::String(text) if !text.contains("{{") && !text.contains("{%") => return Ok(value.clone()),
+        Value::Null | Value::Bool(_) | Value::Number(_) => return Ok(value.clone()),
+        _ => {}
+    }
+    eval_value_mj(value, &ctx.into().value())
+}
+
+fn eval_value_mj(value: &Value, ctx: &minijinja::Value) -> Result<Value, StepError> {
     Ok(match value {
         Value::String(text) => match single_expression(text) {
-            Some(expr) => eval(expr, ctx)?,
+            Some(expr) => eval_mj(expr, ctx)?,
             None if text.contains("{{") || text.contains("{%") => {
-                Value::String(env().render_str(text, to_mj(ctx)).map_err(|e| failed("the template", text, &e))?)
+                Value::String(env().render_str(text, ctx).map_err(|e| failed("the template", text, &e))?)
             }
             None => value.clone(),
         },
-        Value::Array(items) => Value::Array(items.iter().map(|v| eval_value(v, ctx)).collect::<Result<_, _>>()?),
+        Value::Array(items) => Value::Array(items.iter().map(|v| eval_value_mj(v, ctx)).collect::<Result<_, _>>()?),
         Value::Object(map) => Value::Object(
-            map.iter().map(|(k, v)| Ok((k.clone(), eval_value(v, ctx)?))).collect::<Result<_, StepError>>()?,
+            map.iter().map(|(k, v)| Ok((k.clone(), eval_value_mj(v, ctx)?))).collect::<Result<_, StepError>>()?,
         ),
         other => other.clone(),
     })

@@ -87,7 +87,7 @@ impl Compiler {
                             &to,
                             Expr::try_new({
                                 let source = source.clone();
-                                move |scope| expr::truthy(&source, &scope.to_json())
+                                move |scope| expr::truthy(&source, scope)
                             })
                             .with_source(source),
                         ),

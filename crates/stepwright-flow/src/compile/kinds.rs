@@ -77,7 +77,7 @@ impl Compiler {
         Some(Node::dyn_step(
             id,
             dyn_fn_step(&name, move |ctx, _input| {
-                let result = expr::eval_value(&template, &ctx.scope().to_json());
+                let result = expr::eval_value(&template, ctx.scope());
                 async move { result.map(Outcome::completed) }
             }),
         ))
@@ -162,9 +162,8 @@ impl Compiler {
                 self.templates(matching);
                 let template = matching.to_json();
                 let source = template.to_string();
-                let matching =
-                    stepwright_core::Expr::try_new(move |scope| crate::expr::eval_value(&template, &scope.to_json()))
-                        .with_source(source);
+                let matching = stepwright_core::Expr::try_new(move |scope| crate::expr::eval_value(&template, scope))
+                    .with_source(source);
                 Node::wait_matching(id, &event, timeout, matching)
             }
         };
@@ -229,7 +228,7 @@ impl Compiler {
                 };
                 let condition = Expr::try_new({
                     let source = source.clone();
-                    move |scope| expr::truthy(&source, &scope.to_json())
+                    move |scope| expr::truthy(&source, scope)
                 })
                 .with_source(source);
                 branch = branch.when(condition, steps);
@@ -291,7 +290,7 @@ impl Compiler {
         let source = items?;
         let items = Expr::try_new({
             let source = source.clone();
-            move |scope| match expr::eval(&source, &scope.to_json())? {
+            move |scope| match expr::eval(&source, scope)? {
                 Value::Array(items) => Ok(items),
                 other => Err(stepwright_core::StepError::new(
                     stepwright_core::ErrorCode::EXPRESSION,
@@ -357,7 +356,7 @@ impl Compiler {
                 Expr::try_new({
                     let source = source.clone();
                     move |scope| {
-                        Ok(if expr::truthy(&source, &scope.to_json())? {
+                        Ok(if expr::truthy(&source, scope)? {
                             Verdict::done(format!("`{source}` holds"))
                         } else {
                             Verdict::again(format!("`{source}` does not hold yet"))
@@ -372,9 +371,8 @@ impl Compiler {
             self.binding("loop", |c| c.templates(next));
             let template = next.to_json();
             let source = template.to_string();
-            looped = looped.prepare_next(
-                Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())).with_source(source),
-            );
+            looped =
+                looped.prepare_next(Expr::try_new(move |scope| expr::eval_value(&template, scope)).with_source(source));
         }
         if let Some(on_error) = body.get("on_error") {
             match on_error.as_str() {
@@ -452,7 +450,7 @@ impl Compiler {
 /// A message a person is shown (an approval's, an input's), its template rendered over the
 /// run's scope; a value that is not text is shown as JSON.
 fn rendered_message(message: &str, ctx: &stepwright_core::StepContext) -> Result<String, stepwright_core::StepError> {
-    Ok(match expr::eval_value(&Value::String(message.to_owned()), &ctx.scope().to_json())? {
+    Ok(match expr::eval_value(&Value::String(message.to_owned()), ctx.scope())? {
         Value::String(text) => text,
         other => other.to_string(),
     })

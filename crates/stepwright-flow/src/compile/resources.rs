@@ -113,7 +113,7 @@ const LLM_FIELDS: &[&str] = &[
 /// A node's input computed from a template over the scope when the step runs.
 fn templated_input(template: Value) -> InputSource {
     let source = template.to_string();
-    InputSource::Expr(Expr::try_new(move |scope| expr::eval_value(&template, &scope.to_json())).with_source(source))
+    InputSource::Expr(Expr::try_new(move |scope| expr::eval_value(&template, scope)).with_source(source))
 }
 
 impl Compiler {

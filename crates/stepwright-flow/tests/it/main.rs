@@ -12,3 +12,4 @@ mod parity;
 mod resources;
 mod schedules;
 mod schema;
+mod scope;
