@@ -3,12 +3,6 @@
 //! the step before (`{{ steps.sN.output + 1 }}`), in-memory journal on. Its difference from W1 is
 //! the template language: compiling and evaluating each expression, and the scope it reads.
 
-use std::time::Instant;
-
-use serde_json::json;
-
-use crate::{current_thread, engine, median};
-
 /// The YAML of a chain of `steps` `set` steps, each adding one to the one before.
 fn chain(steps: usize) -> String {
     let mut yaml = String::from("workflow: y1\nsteps:\n  - id: s0\n    set: \"{{ input + 1 }}\"\n");
@@ -21,17 +15,5 @@ fn chain(steps: usize) -> String {
 /// Median and best µs per step over `runs` runs of a chain of `steps`.
 pub(crate) fn y1(steps: usize, runs: usize) -> (f64, f64) {
     let workflow = stepwright::flow::load_str(&chain(steps), "y1.yaml").expect("valid");
-    let rt = current_thread();
-    let mut per_step = Vec::with_capacity(runs);
-    rt.block_on(async {
-        let engine = engine();
-        for _ in 0..runs {
-            let start = Instant::now();
-            let report = engine.start(&workflow, json!(0)).await.expect("run");
-            per_step.push(start.elapsed().as_secs_f64() * 1e6 / steps as f64);
-            assert_eq!(report.output, Some(json!(steps)), "{:?}", report.error);
-        }
-    });
-    let best = per_step.iter().copied().fold(f64::INFINITY, f64::min);
-    (median(per_step), best)
+    crate::chain_per_step(&workflow, steps, runs)
 }

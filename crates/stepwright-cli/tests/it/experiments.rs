@@ -69,6 +69,19 @@ fn json_of(output: &std::process::Output) -> Value {
     })
 }
 
+/// The ids of the runs an experiment's report calls changed, sorted.
+fn changed_runs(report: &Value) -> Vec<String> {
+    let mut changed: Vec<String> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["changed"] == json!(true))
+        .map(|r| r["run"].as_str().unwrap().to_owned())
+        .collect();
+    changed.sort();
+    changed
+}
+
 fn lines(dir: &Path) -> usize {
     std::fs::read_to_string(dir.join("notified.log")).unwrap_or_default().lines().count()
 }
@@ -111,10 +124,7 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
         "{totals}"
     );
     let runs = report["runs"].as_array().unwrap();
-    let mut changed: Vec<String> =
-        runs.iter().filter(|r| r["changed"] == json!(true)).map(|r| r["run"].as_str().unwrap().to_owned()).collect();
-    changed.sort();
-    assert_eq!(changed, refunds, "exactly the refund tickets changed");
+    assert_eq!(changed_runs(&report), refunds, "exactly the refund tickets changed");
     let one = runs.iter().find(|r| r["run"] == json!(refunds[0])).unwrap();
     assert_eq!(one["diff"], json!([r#"/category: "other" → "billing""#]), "{one}");
     // The step that changed, with its own diff (its model call's record aside).
@@ -245,14 +255,7 @@ fn an_experiment_reports_exactly_the_runs_a_new_model_changes() {
     )
     .unwrap();
     assert_eq!(sampled("twenty.yaml"), drawn, "the flags draw the sample a file with the same seed draws");
-    let mut changed: Vec<String> = report["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|r| r["changed"] == json!(true))
-        .map(|r| r["run"].as_str().unwrap().to_owned())
-        .collect();
-    changed.sort();
+    let changed = changed_runs(&report);
     let expected: Vec<String> = refunds.iter().filter(|r| drawn.contains(r)).cloned().collect();
     assert!(!expected.is_empty(), "the sample holds refund tickets");
     assert_eq!(changed, expected, "exactly the sampled refund tickets changed");
@@ -463,16 +466,8 @@ fn a_resumed_experiment_recomputes_with_the_model_it_started_with() {
         assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
         let report = json_of(&resumed);
         assert_eq!(report["totals"]["runs"], json!(10), "{report}");
-        let mut changed: Vec<String> = report["runs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["changed"] == json!(true))
-            .map(|r| r["run"].as_str().unwrap().to_owned())
-            .collect();
-        changed.sort();
         refunds.sort();
-        assert_eq!(changed, refunds, "the runs recomputed after the resume used the kept model too");
+        assert_eq!(changed_runs(&report), refunds, "the runs recomputed after the resume used the kept model too");
     });
 }
 

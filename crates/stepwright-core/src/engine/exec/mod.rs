@@ -274,9 +274,10 @@ impl Exec {
             }
             // A write the original run never ran here (a new step, a new map item): a sandbox
             // does not perform it; the report shows the input it would have been given.
-            if matches!(node.kind, NodeKind::Step(_)) && self.run.replay.refuses_anew(node.served_as()) {
+            let served_as = node.served_as();
+            if matches!(node.kind, NodeKind::Step(_)) && self.run.replay.refuses_anew(served_as) {
                 self.run.would_execute(&path, &input);
-                let (effect, _) = node.served_as();
+                let (effect, _) = served_as;
                 let error = StepError::new(
                     ErrorCode::NOT_EXECUTED,
                     format!(
