@@ -18,6 +18,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Provider from 'oidc-provider';
 import { chromium } from 'playwright-core';
+import { lookProblems } from './look.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = resolve(here, '../..');
@@ -724,9 +725,22 @@ steps:
       assert.ok(scroll <= client, `${name} at ${width} px is ${scroll} px wide`);
       const bar = await phone.locator('header.bar').evaluate((b) => b.scrollWidth <= b.clientWidth);
       assert.ok(bar, `${name} at ${width} px: the header fits (sign-out and theme on screen)`);
+      assert.deepEqual(await lookProblems(phone), [], `${name} at ${width} px: the look`);
       if (width === 390) await phone.screenshot({ path: join(shots, `phone-${name}.png`), fullPage: true });
     }
     await phone.context().close();
+  }
+
+  step('the look: one type scale, every run status in a colour of its own, status and muted text readable (4.5:1) in light and dark');
+  for (const colorScheme of ['light', 'dark']) {
+    const desk = await person(admin, { viewport: { width: 1366, height: 860 }, colorScheme });
+    for (const [name, hash] of phoneViews) {
+      await desk.goto(`${base}/${hash}`);
+      await desk.locator('main h1').first().waitFor();
+      await new Promise((r) => setTimeout(r, 300));
+      assert.deepEqual(await lookProblems(desk), [], `${name} (${colorScheme}): the look`);
+    }
+    await desk.context().close();
   }
 
   // The views as docs/dashboard shows them (DASHBOARD_DOCS=docs/dashboard): at 1366 and

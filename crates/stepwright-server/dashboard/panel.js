@@ -3,7 +3,7 @@
 // errors, live text and events — beside the run page on a wide screen, over it on a phone.
 
 import { ACTIVITIES } from './graph.js';
-import { at, fill, h, json, ms, status, usd, valueBox, when } from './ui.js';
+import { at, fill, h, json, ms, status, usd, valueBox, waitsFor, when } from './ui.js';
 
 /**
  * The panel, closed. `open(path)` shows that step; `redraw()` draws it again from the run's
@@ -40,7 +40,7 @@ export function stepPanel({ stepOf, eventsOf, liveOf }) {
     for (const s of step.spans || []) spent.set(s.activity, (spent.get(s.activity) || 0) + lasted(s));
     fill(el,
       h('div', { class: 'spread' }, h('h2', { class: 'path', text: step.path }), closer),
-      h('div', { class: 'row' }, status(step.status), step.waiting_for ? h('span', { class: 'waits', text: `waits for ${step.waiting_for.replaceAll('`', '')}` }) : null),
+      h('div', { class: 'row' }, status(step.status), step.waiting_for ? waitsFor(step.waiting_for) : null),
       h('dl', { class: 'facts panel-facts' },
         h('dt', { text: 'attempts' }), h('dd', { 'data-fact': 'attempts', text: String(step.attempts) }),
         h('dt', { text: 'started' }), h('dd', {}, when(step.started_at)),

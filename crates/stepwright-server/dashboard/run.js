@@ -5,7 +5,7 @@ import { Timeline, graphView, nodeKey, rollupStatus, waterfallRows, waterfallVie
 import { forkDialog, recomputeDialog, replay } from './history.js';
 import { stepPanel } from './panel.js';
 import { bulkCancel } from './runs.js';
-import { PAGE_ROWS, api, at, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, startedBy, status, tagList, toast, usd, valueBox, when } from './ui.js';
+import { PAGE_ROWS, api, at, errorBox, fill, h, has, json, ms, onLeave, problemText, runLink, show, startedBy, status, tagList, toast, usd, valueBox, waitsFor, when } from './ui.js';
 
 export async function runView(id) {
   let details;
@@ -251,7 +251,7 @@ export function stepDetails(runId, step, eventsOf, liveOf, openSteps, openPanel)
       // Still going: how long so far (the page's ticker keeps it current).
       : h('span', { class: 'muted', 'data-elapsed-from': String(step.started_at), text: `${ms((Date.now() * 1000 - step.started_at) / 1000)} so far` }),
     step.attempts > 1 ? h('span', { class: 'muted', text: `${step.attempts} attempts` }) : null,
-    step.waiting_for ? h('span', { class: 'waits', text: `waits for ${step.waiting_for.replaceAll('`', '')}` }) : null,
+    step.waiting_for ? waitsFor(step.waiting_for) : null,
     step.usage ? h('span', { class: 'muted', text: `${step.usage.input_tokens + step.usage.output_tokens} tokens · ${usd(step.usage.cost_usd)}` }) : null,
     openPanel ? h('button', {
       type: 'button',

@@ -1,7 +1,7 @@
 // The runs list: filters, pages, live rows, bulk cancel.
 
 import { RUN_STATUSES, TERMINAL } from './contract.js';
-import { api, errorBox, fill, h, has, ms, onLeave, runLink, show, startedBy, status, tagList, toast, usd, when } from './ui.js';
+import { api, errorBox, fill, h, has, ms, onLeave, runLink, show, startedBy, status, tagList, toast, usd, waitsFor, when } from './ui.js';
 
 export async function runsView(params) {
   const filters = {
@@ -99,7 +99,7 @@ export async function runsView(params) {
           h('td', {}, box),
           h('td', {}, runLink(run.run_id)),
           h('td', {}, run.workflow, tagList(run.tags)),
-          h('td', {}, status(run.status), run.waiting_for ? h('div', { class: 'waits', text: `waits for ${run.waiting_for}` }) : null),
+          h('td', {}, status(run.status), run.waiting_for ? waitsFor(run.waiting_for, 'div') : null),
           h('td', {}, when(run.created_at)),
           h('td', { class: 'num', text: ms(((TERMINAL.has(run.status) ? run.updated_at : Date.now() * 1000) - run.created_at) / 1000) }),
           h('td', { class: 'num', text: run.usage && run.usage.calls ? usd(run.usage.cost_usd) : '—' }),

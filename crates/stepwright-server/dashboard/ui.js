@@ -101,6 +101,18 @@ export const ms = (value) => {
   if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
   return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 };
+/**
+ * What a run or step waits for, as the API says it, with each RFC 3339 time in it written as
+ * people read it (local time and zone; the exact time on hover).
+ */
+export function waitsFor(text, tag = 'span') {
+  const plain = text.replaceAll('`', '');
+  const local = plain.replace(/\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z/g, (iso) => {
+    const millis = Date.parse(iso);
+    return Number.isNaN(millis) ? iso : at(millis * 1000);
+  });
+  return h(tag, { class: 'waits', title: plain, text: `waits for ${local}` });
+}
 export const usd = (value) => (value ? `$${value.toFixed(5)}` : '$0');
 export const status = (name) => h('span', { class: `status s-${name}`, text: name.replace('_', ' ') });
 // A UUIDv7 begins with its time (runs made together look alike): its random end tells them apart.
