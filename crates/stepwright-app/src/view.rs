@@ -256,27 +256,32 @@ async fn task_waits(
 }
 
 /// A recompute as every front end reports it (`stepwright recompute`, `POST …/recompute`, an
-/// experiment's runs): the report with what the run's model calls cost then and now, read from
-/// its `model.call` events alone.
+/// experiment's runs): `engine.recompute` with what the run's model calls cost then and now.
+/// What they cost then (the run's `model.call` events alone) is read while the recompute
+/// runs: on a store whose reads go to another thread, the report costs no wait of its own.
 ///
 /// # Errors
-/// The store cannot read the run's events.
-pub async fn recompute_report(
-    store: &dyn stepwright_core::Store,
-    report: stepwright_core::RecomputeReport,
+/// The recompute's own, or the store cannot read the run's events.
+pub async fn recompute_with_report(
+    engine: &Engine,
+    workflow: &stepwright_core::Workflow,
+    run: RunId,
+    options: stepwright_core::RecomputeOptions,
 ) -> Result<RecomputeView, AppError> {
-    let calls = store.events_of_kind(report.run, stepwright_llm::MODEL_CALL_EVENT).await?;
-    Ok(recompute_view(report, &calls))
+    let (report, then) = futures_util::future::join(engine.recompute(workflow, run, options), async {
+        let mut then = stepwright_llm::Rollup::default();
+        engine.store().visit_events_of_kind(run, stepwright_llm::MODEL_CALL_EVENT, &mut |e| then.add(e)).await?;
+        Ok::<_, AppError>(then)
+    })
+    .await;
+    Ok(recompute_view(report?, then?))
 }
 
-/// The recompute `report` of a run whose events were `original_events`, with its usage
-/// change. A step served from the journal made no new call: it counts what it cost then, so
-/// only steps that ran again (or no longer run) change the totals.
-pub fn recompute_view(
-    report: stepwright_core::RecomputeReport,
-    original_events: &[stepwright_core::journal::EventRecord],
-) -> RecomputeView {
-    let (before_by_step, before) = stepwright_llm::rollup(original_events);
+/// The recompute `report` of a run whose model calls cost `then`, with its usage change. A
+/// step served from the journal made no new call: it counts what it cost then, so only steps
+/// that ran again (or no longer run) change the totals.
+pub fn recompute_view(report: stepwright_core::RecomputeReport, then: stepwright_llm::Rollup) -> RecomputeView {
+    let stepwright_llm::Rollup { by_step: before_by_step, total: before } = then;
     let (mut after_by_step, _) = stepwright_llm::rollup(&report.recomputed_events);
     // A served step's usage is what it used the first time (its calls were not made again).
     for step in &report.steps {
@@ -288,14 +293,15 @@ pub fn recompute_view(
     }
     // Events made by the sandbox for served paths were already replaced above; a path
     // that only the original has (its step no longer runs) counts zero after.
-    let mut paths: Vec<&String> = Vec::new();
-    let order: Vec<&str> = report.steps.iter().map(|s| s.path.as_str()).collect();
-    for path in before_by_step.keys().chain(after_by_step.keys()) {
-        if !paths.contains(&path) {
-            paths.push(path);
-        }
-    }
-    paths.sort_by_key(|p| order.iter().position(|o| o == p).unwrap_or(usize::MAX));
+    let order: std::collections::HashMap<&str, usize> =
+        report.steps.iter().enumerate().map(|(i, s)| (s.path.as_str(), i)).collect();
+    let mut paths: Vec<&String> = before_by_step
+        .keys()
+        .chain(after_by_step.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    paths.sort_by_key(|p| order.get(p.as_str()).copied().unwrap_or(usize::MAX));
     let steps: Vec<StepUsageChange> = paths
         .into_iter()
         .filter_map(|path| {
@@ -308,12 +314,7 @@ pub fn recompute_view(
         .collect();
     let mut after = stepwright_llm::Totals::default();
     for totals in after_by_step.values() {
-        after.calls += totals.calls;
-        after.input_tokens += totals.input_tokens;
-        after.output_tokens += totals.output_tokens;
-        after.cost_usd += totals.cost_usd;
-        after.calls_without_usage += totals.calls_without_usage;
-        after.latency_ms += totals.latency_ms;
+        after += *totals;
     }
     RecomputeView {
         run: report.run.to_string(),
@@ -342,15 +343,19 @@ pub fn recompute_view(
     }
 }
 
-/// What each of `runs` used of models and cost, in order (reading each run's events, a few
-/// at a time): the cost column of a run listing.
+/// What each of `runs` used of models and cost, in order (reading each run's model calls
+/// alone, a few runs at a time): the cost column of a run listing.
 pub async fn usage_of(
     store: &dyn stepwright_core::Store,
     runs: &[RunId],
 ) -> Result<Vec<stepwright_api::Totals>, AppError> {
     use futures_util::{StreamExt, TryStreamExt};
     futures_util::stream::iter(runs.iter().copied())
-        .map(|run| async move { Ok::<_, AppError>(totals(stepwright_llm::rollup(&store.events(run).await?).1)) })
+        .map(|run| async move {
+            let mut used = stepwright_llm::Rollup::default();
+            store.visit_events_of_kind(run, stepwright_llm::MODEL_CALL_EVENT, &mut |e| used.add(e)).await?;
+            Ok::<_, AppError>(totals(used.total))
+        })
         .buffered(8)
         .try_collect()
         .await

@@ -1,5 +1,5 @@
 //! X2: experiments (DESIGN §18). A W-style workflow of ten `llm` steps against instant
-//! in-process models, `runs` completed runs in an in-memory store; then the same change (one
+//! in-process models, `runs` completed runs in a store (in memory, then SQLite); then the same change (one
 //! model binding answering another's calls) tried on all of them twice, one run at a time:
 //! as bare `Engine::recompute` calls, and as an experiment (the run's record read, the recompute,
 //! its usage view, the output diff, two evaluators, the verdict and totals). The difference is
@@ -11,7 +11,7 @@ use std::time::Instant;
 use serde_json::json;
 use stepwright::api::experiment::{Change, Evaluator, ExperimentSpec, Population};
 use stepwright::app::experiment::{Candidate, run_experiment};
-use stepwright::{Engine, InMemoryStore, Node, RecomputeOptions, Store, Workflow};
+use stepwright::{Engine, InMemoryStore, Node, RecomputeOptions, Store, Synchronous, Workflow};
 
 use crate::current_thread;
 
@@ -42,7 +42,39 @@ pub(crate) struct X2 {
     pub(crate) concurrent_wall_ms: f64,
 }
 
-pub(crate) fn x2(runs: usize) -> X2 {
+/// X2 in memory (two measurements) and on SQLite with `synchronous = NORMAL` (one), as the
+/// results table's rows.
+pub(crate) fn print_x2(runs: usize) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, measurements, on_sqlite) in [("in-memory store", 2, false), ("SQLite NORMAL", 1, true)] {
+        let store = |round: u32| -> Arc<dyn Store> {
+            if on_sqlite {
+                crate::sqlite_engine(dir.path(), &format!("x2-{round}.db"), Synchronous::Normal).1
+            } else {
+                Arc::new(InMemoryStore::new())
+            }
+        };
+        for round in 1..=measurements {
+            let x = x2(runs, &store(round));
+            let overhead = (x.experiment_ms_per_run / x.bare_ms_per_run - 1.0) * 100.0;
+            let over_reported = (x.experiment_ms_per_run / x.reported_ms_per_run - 1.0) * 100.0;
+            println!(
+                "| X2 | experiment overhead per recomputed run over a bare `Engine::recompute` ({runs} runs × 10 `llm` steps, instant models, {name}, one at a time, median of 3 interleaved rounds; measurement {round}: bare {:.3} ms, experiment {:.3} ms) | {overhead:.1} % | | ≤ 10 % |",
+                x.bare_ms_per_run, x.experiment_ms_per_run
+            );
+            println!(
+                "| X2 | the same over a recompute with its report, as `stepwright recompute` gives it ({:.3} ms) | {over_reported:.1} % | | ≤ 10 % |",
+                x.reported_ms_per_run
+            );
+            println!(
+                "| X2 | the same experiment, concurrency 4: {runs} runs recomputed, scored, totalled ({name}, measurement {round}) | {:.0} ms wall | | ≤ 5,000 ms for 1,000 runs |",
+                x.concurrent_wall_ms
+            );
+        }
+    }
+}
+
+fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
     let mut models = stepwright::llm::Models::new();
     models.bind_adapter("smart", "instant-smart", Arc::new(model("bug")), None);
     models.bind_adapter("cheap", "instant-cheap", Arc::new(model("billing")), None);
@@ -55,8 +87,7 @@ pub(crate) fn x2(runs: usize) -> X2 {
         builder = builder.step(step.input(stepwright::InputSource::WorkflowInput));
     }
     let workflow = builder.build().expect("valid").with_service(Arc::new(models));
-    let store = Arc::new(InMemoryStore::new());
-    let engine = Engine::builder().store(store.clone() as Arc<dyn Store>).build();
+    let engine = Engine::builder().store(store.clone()).build();
     let rt = current_thread();
     rt.block_on(async {
         let mut ids = Vec::with_capacity(runs);
@@ -117,8 +148,10 @@ pub(crate) fn x2(runs: usize) -> X2 {
             // the usage then and now (the run's model calls read and rolled up).
             let start = Instant::now();
             for run in &ids {
-                let report = engine.recompute(&rebound, *run, RecomputeOptions::default()).await.expect("recompute");
-                assert!(stepwright::app::recompute_report(store.as_ref(), report).await.expect("report").changed);
+                let view = stepwright::app::recompute_with_report(&engine, &rebound, *run, RecomputeOptions::default())
+                    .await
+                    .expect("recompute");
+                assert!(view.changed);
             }
             reported.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
             let start = Instant::now();

@@ -295,7 +295,7 @@ fn w3(runs: usize, child: &str) -> (f64, f64, u64) {
     (median(walls), best, rss)
 }
 
-fn sqlite_engine(dir: &std::path::Path, name: &str, synchronous: Synchronous) -> (Engine, Arc<SqliteStore>) {
+pub(crate) fn sqlite_engine(dir: &std::path::Path, name: &str, synchronous: Synchronous) -> (Engine, Arc<SqliteStore>) {
     let options = SqliteOptions { synchronous, ..SqliteOptions::default() };
     let store = Arc::new(SqliteStore::open_with(dir.join(name), options).expect("open sqlite"));
     (Engine::builder().store(store.clone() as Arc<dyn Store>).build(), store)
@@ -738,25 +738,7 @@ fn main() {
         );
     }
     if wanted("x2") {
-        let runs = if quick { 100 } else { 1_000 };
-        // Each measurement is the median of three interleaved rounds; the whole twice.
-        for round in 1..=2 {
-            let x = experiments::x2(runs);
-            let overhead = (x.experiment_ms_per_run / x.bare_ms_per_run - 1.0) * 100.0;
-            let over_reported = (x.experiment_ms_per_run / x.reported_ms_per_run - 1.0) * 100.0;
-            println!(
-                "| X2 | experiment overhead per recomputed run over a bare `Engine::recompute` ({runs} runs × 10 `llm` steps, instant models, in-memory store, one at a time, median of 3 interleaved rounds; measurement {round}: bare {:.3} ms, experiment {:.3} ms) | {overhead:.1} % | | ≤ 10 % |",
-                x.bare_ms_per_run, x.experiment_ms_per_run
-            );
-            println!(
-                "| X2 | the same over a recompute with its report, as `stepwright recompute` gives it ({:.3} ms) | {over_reported:.1} % | | ≤ 10 % |",
-                x.reported_ms_per_run
-            );
-            println!(
-                "| X2 | the same experiment, concurrency 4: {runs} runs recomputed, scored, totalled (measurement {round}) | {:.0} ms wall | | ≤ 5,000 ms for 1,000 runs |",
-                x.concurrent_wall_ms
-            );
-        }
+        experiments::print_x2(if quick { 100 } else { 1_000 });
     }
     if wanted("o1") {
         observability::o1(if quick { 10 } else { 200 });

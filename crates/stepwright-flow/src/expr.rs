@@ -136,6 +136,8 @@ impl minijinja::value::Object for StepView {
 pub(crate) enum Context<'a> {
     Scope(&'a Scope),
     Json(&'a Value),
+    /// Named values, each converted as it is (no JSON object of them all is built first).
+    Named(&'a [(&'a str, &'a Value)]),
 }
 
 impl Context<'_> {
@@ -143,6 +145,12 @@ impl Context<'_> {
         match self {
             Self::Scope(scope) => minijinja::Value::from_object(ScopeView(scope.clone())),
             Self::Json(json) => to_mj(json),
+            Self::Named(names) => minijinja::Value::from_object(
+                names
+                    .iter()
+                    .map(|(name, value)| (minijinja::Value::from(*name), to_mj(value)))
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            ),
         }
     }
 }
@@ -150,6 +158,12 @@ impl Context<'_> {
 impl<'a> From<&'a Scope> for Context<'a> {
     fn from(scope: &'a Scope) -> Self {
         Self::Scope(scope)
+    }
+}
+
+impl<'a> From<&'a [(&'a str, &'a Value)]> for Context<'a> {
+    fn from(names: &'a [(&'a str, &'a Value)]) -> Self {
+        Self::Named(names)
     }
 }
 

@@ -27,6 +27,18 @@ pub fn eval_expression(source: &str, ctx: &serde_json::Value) -> Result<serde_js
     expr::eval(source, ctx)
 }
 
+/// [`eval_expression`] against named values (`old`, `new`, `input`: an experiment's
+/// evaluators), which are not first copied into one JSON object.
+///
+/// # Errors
+/// The expression does not parse, names something not given, or fails.
+pub fn eval_expression_over(
+    source: &str,
+    names: &[(&str, &serde_json::Value)],
+) -> Result<serde_json::Value, stepwright_core::StepError> {
+    expr::eval(source, names)
+}
+
 /// Whether `source` is one well-formed expression; the parser's message when not.
 ///
 /// # Errors

@@ -43,8 +43,8 @@ pub use memory::{
     ScopeKind, Sessions,
 };
 pub use models::{
-    CallRecord, ContentRenderer, DEFAULT_TIMEOUT, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, Totals,
-    call_event, rollup,
+    CallRecord, ContentRenderer, DEFAULT_TIMEOUT, MODEL_CALL_EVENT, ModelConfig, Models, Pricing, Provider, Rollup,
+    Totals, call_event, rollup,
 };
 pub use openai::OpenAi;
 pub use prices::{PRICE_TABLE_VERSION, list_price};

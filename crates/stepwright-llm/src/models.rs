@@ -637,14 +637,44 @@ fn usage_reported(usage: Usage) -> bool {
 impl Totals {
     /// Adds one `model.call` event's data.
     pub fn add(&mut self, event: &serde_json::Value) {
-        self.calls += 1;
-        self.input_tokens += event["usage"]["input_tokens"].as_u64().unwrap_or(0);
-        self.output_tokens += event["usage"]["output_tokens"].as_u64().unwrap_or(0);
-        self.cost_usd += event["cost_usd"].as_f64().unwrap_or(0.0);
-        self.latency_ms += event["latency_ms"].as_f64().unwrap_or(0.0);
-        if event["usage_reported"] == false {
-            self.calls_without_usage += 1;
+        *self += Self::of_call(event);
+    }
+
+    /// One `model.call` event's data as the totals of its one call: its fields read in one
+    /// pass (a lookup by name each cost more than the rest of a report's arithmetic).
+    pub fn of_call(event: &serde_json::Value) -> Self {
+        use serde_json::Value;
+        let mut call = Self { calls: 1, ..Self::default() };
+        let Value::Object(fields) = event else { return call };
+        for (name, value) in fields {
+            match (name.as_str(), value) {
+                ("usage", Value::Object(usage)) => {
+                    for (name, value) in usage {
+                        match name.as_str() {
+                            "input_tokens" => call.input_tokens = value.as_u64().unwrap_or(0),
+                            "output_tokens" => call.output_tokens = value.as_u64().unwrap_or(0),
+                            _ => {}
+                        }
+                    }
+                }
+                ("cost_usd", value) => call.cost_usd = value.as_f64().unwrap_or(0.0),
+                ("latency_ms", value) => call.latency_ms = value.as_f64().unwrap_or(0.0),
+                ("usage_reported", Value::Bool(false)) => call.calls_without_usage = 1,
+                _ => {}
+            }
         }
+        call
+    }
+}
+
+impl std::ops::AddAssign for Totals {
+    fn add_assign(&mut self, other: Self) {
+        self.calls += other.calls;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cost_usd += other.cost_usd;
+        self.calls_without_usage += other.calls_without_usage;
+        self.latency_ms += other.latency_ms;
     }
 }
 
@@ -675,15 +705,35 @@ pub fn call_event(record: &CallRecord) -> serde_json::Value {
 pub fn rollup<'a>(
     events: impl IntoIterator<Item = &'a stepwright_core::journal::EventRecord>,
 ) -> (std::collections::BTreeMap<String, Totals>, Totals) {
-    let mut by_step: std::collections::BTreeMap<String, Totals> = std::collections::BTreeMap::new();
-    let mut total = Totals::default();
-    for event in events {
-        if event.kind == MODEL_CALL_EVENT {
-            by_step.entry(event.path.as_str().to_owned()).or_default().add(&event.data);
-            total.add(&event.data);
+    let mut rollup = Rollup::default();
+    events.into_iter().for_each(|event| rollup.add(event));
+    (rollup.by_step, rollup.total)
+}
+
+/// A run's model usage and cost as its `model.call` events are shown to it one by one (see
+/// `Store::visit_events_of_kind`): per step path, and for the whole run.
+#[derive(Clone, Debug, Default)]
+pub struct Rollup {
+    /// Per step path.
+    pub by_step: std::collections::BTreeMap<String, Totals>,
+    /// The whole run.
+    pub total: Totals,
+}
+
+impl Rollup {
+    /// Counts one event, if it is a `model.call`.
+    pub fn add(&mut self, event: &stepwright_core::journal::EventRecord) {
+        if event.kind != MODEL_CALL_EVENT {
+            return;
         }
+        let call = Totals::of_call(&event.data);
+        // A step's path is copied once, at its first call.
+        match self.by_step.get_mut(event.path.as_str()) {
+            Some(step) => *step += call,
+            None => *self.by_step.entry(event.path.as_str().to_owned()).or_default() += call,
+        }
+        self.total += call;
     }
-    (by_step, total)
 }
 
 /// The kind of the event recorded for every model call.
@@ -697,5 +747,37 @@ fn default_base_url(provider: Provider) -> &'static str {
     match provider {
         Provider::Openai => OpenAi::DEFAULT_BASE_URL,
         Provider::Anthropic => Anthropic::DEFAULT_BASE_URL,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::Totals;
+
+    #[test]
+    fn a_call_event_counts_what_it_says_and_nothing_it_does_not() {
+        let call = json!({
+            "binding": "smart", "model": "m", "usage": { "input_tokens": 120, "output_tokens": 8, "cached_tokens": 99 },
+            "cost_usd": 0.25, "usage_reported": true, "latency_ms": 12.5, "prices": { "input_tokens": 3.0 },
+        });
+        let mut totals = Totals::default();
+        totals.add(&call);
+        totals.add(&call);
+        let expected = Totals {
+            calls: 2,
+            input_tokens: 240,
+            output_tokens: 16,
+            cost_usd: 0.5,
+            calls_without_usage: 0,
+            latency_ms: 25.0,
+        };
+        assert_eq!(totals, expected);
+        // A provider that reported no usage: the call counts, its tokens and cost are unknown.
+        let unreported = Totals::of_call(&json!({ "usage": {}, "usage_reported": false, "latency_ms": 3 }));
+        assert_eq!(unreported, Totals { calls: 1, calls_without_usage: 1, latency_ms: 3.0, ..Totals::default() });
+        // Whatever the data, it is one call.
+        assert_eq!(Totals::of_call(&json!("not an object")), Totals { calls: 1, ..Totals::default() });
     }
 }

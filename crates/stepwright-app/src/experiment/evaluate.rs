@@ -62,8 +62,7 @@ impl Prepared {
             }
             Self::Check(check) => {
                 let run = |output: &Value| {
-                    let ctx = json!({ "output": output, "input": input });
-                    stepwright_flow::eval_expression(check, &ctx)
+                    stepwright_flow::eval_expression_over(check, &[("output", output), ("input", input)])
                         .map_err(|e| e.message)
                         .and_then(|v| number(v, "the check"))
                 };
@@ -74,9 +73,9 @@ impl Prepared {
             }
             Self::Compare(compare) => match (old, new) {
                 (Some(old), Some(new)) => {
-                    let ctx = json!({ "old": old, "new": new, "input": input });
                     // true is "no worse" (0), false a regression (-1); a number is the change.
-                    match stepwright_flow::eval_expression(compare, &ctx).map_err(|e| e.message) {
+                    let names = [("old", old), ("new", new), ("input", input)];
+                    match stepwright_flow::eval_expression_over(compare, &names).map_err(|e| e.message) {
                         Ok(Value::Bool(b)) => score.new = Some(if b { 0.0 } else { -1.0 }),
                         Ok(other) => match number(other, "the comparison") {
                             Ok(n) => score.new = Some(n),

@@ -473,9 +473,8 @@ async fn recompute_one(
     definitions.lock().expect("poisoned").entry(key).or_insert_with(|| (original.clone(), workflow.clone()));
     let started = Instant::now();
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
-    let report = engine.recompute(&workflow, run, options).await?;
+    let view = crate::recompute_with_report(engine, &workflow, run, options).await?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-    let view = crate::recompute_report(store, report).await?;
     let (old, new) = (view.recorded_output.as_ref(), view.recomputed_output.as_ref());
     let diff = match (old, new) {
         (Some(old), Some(new)) => stepwright_core::json_diff(old, new, None),
@@ -504,24 +503,23 @@ async fn recompute_one(
         && record.status != stepwright_core::journal::RunStatus::Failed;
     let verdict = judge(evaluators, &scores, failed_now);
     // A model call's own record (`…/call.0`) differs whenever the model does (its name, its
-    // usage): what the run did is its steps' values, decisions and output.
-    let step_changes: Vec<RecomputedStep> = view
-        .steps
-        .iter()
-        .filter(|s| {
-            matches!(
-                s.change,
-                StepChange::ValueChanged { .. } | StepChange::SchemaViolation { .. } | StepChange::Failed { .. }
-            ) && !s.path.rsplit('/').next().is_some_and(|last| last.starts_with("call."))
-        })
-        .cloned()
-        .collect();
+    // usage): what the run did is its steps' values, decisions and output. The view's steps
+    // are taken, not copied: the report is made of them.
+    let mut step_changes: Vec<RecomputedStep> = Vec::new();
+    let mut would_execute: Vec<WouldExecute> = Vec::new();
+    for step in view.steps {
+        if let Some(input) = &step.would_execute_with {
+            would_execute.push(WouldExecute { step: step.path.clone(), input: input.clone() });
+        }
+        let changed = matches!(
+            step.change,
+            StepChange::ValueChanged { .. } | StepChange::SchemaViolation { .. } | StepChange::Failed { .. }
+        ) && !step.path.rsplit('/').next().is_some_and(|last| last.starts_with("call."));
+        if changed {
+            step_changes.push(step);
+        }
+    }
     let changed_steps: Vec<String> = step_changes.iter().map(|s| s.path.clone()).collect();
-    let would_execute: Vec<WouldExecute> = view
-        .steps
-        .iter()
-        .filter_map(|s| s.would_execute_with.clone().map(|input| WouldExecute { step: s.path.clone(), input }))
-        .collect();
     let changed = !diff.is_empty()
         || !changed_steps.is_empty()
         || !would_execute.is_empty()

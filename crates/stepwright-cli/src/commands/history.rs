@@ -74,8 +74,8 @@ pub(crate) async fn recompute(
     };
     let workflow = stepwright::app::rebind_models(workflow, &rebind)?;
     let options = stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
-    let report = cli_engine(&store, false, g.flags).recompute(&workflow, run, options).await?;
-    print_recompute(&stepwright::app::recompute_report(store.as_ref(), report).await?, json)
+    let engine = cli_engine(&store, false, g.flags);
+    print_recompute(&stepwright::app::recompute_with_report(&engine, &workflow, run, options).await?, json)
 }
 
 /// `--rebind NAME=OTHER` options, as the map the API's `models` takes.

@@ -288,6 +288,19 @@ impl Store for InMemoryStore {
         Box::pin(std::future::ready(result))
     }
 
+    fn visit_events_of_kind<'a>(
+        &'a self,
+        run: RunId,
+        kind: &'a str,
+        visit: &'a mut (dyn FnMut(&EventRecord) + Send),
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let result = self
+            .run(run)
+            .map(|r| r.lock().expect("poisoned").events.iter().filter(|e| e.kind == kind).for_each(visit))
+            .ok_or(StoreError::RunNotFound(run));
+        Box::pin(std::future::ready(result))
+    }
+
     fn wake_run(&self, run: RunId, now: Timestamp) -> BoxFuture<'_, Result<bool, StoreError>> {
         let result = (|| {
             let data = self.run(run).ok_or(StoreError::RunNotFound(run))?;

@@ -308,6 +308,22 @@ pub trait Store: Send + Sync + 'static {
         Box::pin(async move { Ok(self.events(run).await?.into_iter().filter(|e| e.kind == kind).collect()) })
     }
 
+    /// Shows `visit` a run's events of one kind, in order, without handing out copies where
+    /// the store need not make them (the memory store shows its own, under its lock): a
+    /// roll-up that reads a few fields of each (what a run's model calls cost) pays for no
+    /// copy of the rest. `visit` must not call the store.
+    fn visit_events_of_kind<'a>(
+        &'a self,
+        run: RunId,
+        kind: &'a str,
+        visit: &'a mut (dyn FnMut(&EventRecord) + Send),
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.events_of_kind(run, kind).await?.iter().for_each(visit);
+            Ok(())
+        })
+    }
+
     /// A stored value by its hash — an artifact's content (`load` reads completed outputs
     /// only, so that resuming a run never reads its model inputs back); `None` if no blob
     /// has that hash.

@@ -76,3 +76,25 @@ async fn a_name_or_field_that_does_not_exist_is_an_error() {
         assert!(error.message.contains(says), "{expression}: {}", error.message);
     }
 }
+
+/// An experiment's evaluators speak the same language over named values: the same answers as
+/// over one JSON object of them, and a name not given is an `expression` error.
+#[test]
+fn named_values_are_seen_as_one_json_object_would_be() {
+    let (old, new, input) =
+        (json!({ "category": "bug", "n": 2 }), json!({ "category": "billing", "n": 5 }), json!("it crashes"));
+    let names = [("old", &old), ("new", &new), ("input", &input)];
+    let whole = json!({ "old": old, "new": new, "input": input });
+    for source in
+        ["new.category == old.category", "new.n - old.n", "input ~ '!'", "old | length", "[new.n, old.n] | max"]
+    {
+        assert_eq!(
+            stepwright_flow::eval_expression_over(source, &names).unwrap(),
+            stepwright_flow::eval_expression(source, &whole).unwrap(),
+            "{source}"
+        );
+    }
+    assert_eq!(stepwright_flow::eval_expression_over("new.n - old.n", &names).unwrap(), json!(3));
+    let missing = stepwright_flow::eval_expression_over("output.n > 1", &names).unwrap_err();
+    assert_eq!(missing.code.as_str(), "expression", "{missing:?}");
+}

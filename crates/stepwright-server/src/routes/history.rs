@@ -83,12 +83,12 @@ pub(crate) async fn recompute(
     };
     let workflow = stepwright_app::rebind_models(workflow, &body.models)?;
     let options = RecomputeOptions { from: body.from.as_deref().map(StepPath::new), persist: body.persist };
-    let report = shared.engine.recompute(&workflow, run, options).await?;
-    if let Some(forked) = report.forked {
+    let view = stepwright_app::recompute_with_report(&shared.engine, &workflow, run, options).await?;
+    if let Some(forked) = &view.forked {
         let detail = json!({ "parent": run.to_string(), "from": body.from, "version": body.version, "models": body.models, "edited_source": body.source.is_some() });
-        audit(&shared, &who, "run.recomputed", forked.to_string(), detail).await?;
+        audit(&shared, &who, "run.recomputed", forked.clone(), detail).await?;
     }
-    Ok(Json(stepwright_app::recompute_report(shared.engine.store().as_ref(), report).await?))
+    Ok(Json(view))
 }
 
 /// `POST /v1/runs/{id}/fork` (operator): `201` and the new run, whose lineage names this one

@@ -443,11 +443,19 @@ pub async fn reads_from_a_position(store: &dyn Store) {
     );
     assert_eq!(store.events_of_kind(run.id, "tock").await.expect("tocks").len(), 1);
     assert!(store.events_of_kind(run.id, "none").await.expect("none").is_empty());
+    // Shown one by one, the same events in the same order, and none of another kind.
+    let mut seen = Vec::new();
+    store.visit_events_of_kind(run.id, "tick", &mut |e| seen.push(e.clone())).await.expect("visit ticks");
+    assert_eq!(seen, vec![event(1), event(2), event(3), event(5)]);
+    let mut none = 0;
+    store.visit_events_of_kind(run.id, "none", &mut |_| none += 1).await.expect("visit none");
+    assert_eq!(none, 0);
 
     let missing = id(240);
     assert!(matches!(store.load_from(missing, 0).await, Err(StoreError::RunNotFound(_))));
     assert!(matches!(store.events_from(missing, 0).await, Err(StoreError::RunNotFound(_))));
     assert!(matches!(store.events_of_kind(missing, "tick").await, Err(StoreError::RunNotFound(_))));
+    assert!(matches!(store.visit_events_of_kind(missing, "tick", &mut |_| ()).await, Err(StoreError::RunNotFound(_))));
 }
 
 /// Waking a run suspended on a timer makes it due now; a run waiting on nothing but a
