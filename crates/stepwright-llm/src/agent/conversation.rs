@@ -25,6 +25,8 @@ const EMPTY_ANSWER_PROMPT: &str =
 struct Conversation {
     /// The agent holding the conversation (another one after a handoff).
     agent: AgentSpec,
+    /// Its output schema, compiled once per agent holding the conversation.
+    validator: Option<std::sync::Arc<jsonschema::Validator>>,
     /// Where its sub-steps are journaled, relative to the step: the step itself (the root
     /// path), or a delegation's call (`turn.2/tool.0`).
     prefix: StepPath,
@@ -137,7 +139,7 @@ impl Conversation {
                 ));
             }
             None => Value::String(response.content.clone()),
-            Some(schema) => match structured(schema, None, &response.content) {
+            Some(schema) => match structured(schema, self.validator.as_deref(), &response.content) {
                 Ok(value) => value,
                 Err(found) if self.repairs < self.agent.repair_turns => {
                     self.repairs += 1;
@@ -179,6 +181,7 @@ impl Conversation {
             self.messages.insert(0, Message::system(instructions.clone()));
         }
         (self.offered, self.targets) = run.offer(&next)?;
+        self.validator = super::output_validator(&next);
         self.agent = next;
         self.since_success = 0;
         self.repairs = 0;
@@ -315,8 +318,11 @@ impl AgentRun<'_> {
     ) -> Result<(Value, Vec<Message>), StepError> {
         {
             let (offered, targets) = self.offer(&agent)?;
+            // The step's own agent's schema was compiled with the step; a delegate's is now.
+            let validator = if depth == 0 { self.own_validator.clone() } else { super::output_validator(&agent) };
             let mut conversation = Conversation {
                 agent,
+                validator,
                 prefix,
                 depth,
                 messages,

@@ -65,6 +65,8 @@ pub struct AgentStep {
     spec: AgentSpec,
     /// The kind and the whole spec: what the definition hash covers.
     identity: String,
+    /// Its output schema, compiled once (not for every answer).
+    validator: Option<Arc<jsonschema::Validator>>,
 }
 
 impl AgentStep {
@@ -72,8 +74,15 @@ impl AgentStep {
     pub fn new(spec: AgentSpec) -> Arc<Self> {
         // The configuration is part of the step's identity, so of the definition hash.
         let identity = format!("agent {}", serde_json::to_string(&spec).expect("a spec serializes"));
-        Arc::new(Self { spec, identity })
+        let validator = output_validator(&spec);
+        Arc::new(Self { spec, identity, validator })
     }
+}
+
+/// An agent's output schema, compiled; `None` without one (or with one that does not compile:
+/// each answer then says why).
+fn output_validator(spec: &AgentSpec) -> Option<Arc<jsonschema::Validator>> {
+    spec.output.as_ref().and_then(|schema| jsonschema::validator_for(schema).ok()).map(Arc::new)
 }
 
 impl DynStep for AgentStep {
@@ -114,6 +123,7 @@ impl DynStep for AgentStep {
                 budget: &self.spec.budget,
                 spent: Mutex::new(Spent::default()),
                 started: Instant::now(),
+                own_validator: self.validator.clone(),
             };
             let (answer, conversation) = run.run(self.spec.clone(), StepPath::root(), 0, conversation).await?;
             if let (Some(id), Some(sessions), Some(limit)) = (&session, &sessions, max_stored) {
@@ -162,6 +172,8 @@ struct AgentRun<'a> {
     budget: &'a Budget,
     spent: Mutex<Spent>,
     started: Instant,
+    /// The step's own agent's output schema, compiled when the step was made.
+    own_validator: Option<Arc<jsonschema::Validator>>,
 }
 
 fn exceeded(message: String) -> StepError {

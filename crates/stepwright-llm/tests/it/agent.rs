@@ -755,3 +755,40 @@ async fn an_agent_with_an_output_schema_asks_the_model_for_it() {
         assert_eq!(request.tools.len(), 2, "the tools are still offered");
     }
 }
+
+/// An answer that does not match the agent's output schema is sent back with what is wrong
+/// (a repair turn), and the repaired answer is the output.
+#[tokio::test]
+async fn an_answer_off_the_schema_is_repaired_with_what_is_wrong() {
+    let model = scripted(|request: &ChatRequest| {
+        let repairs = request
+            .messages
+            .iter()
+            .filter(|m| matches!(m, stepwright_llm::Message::User { content } if content.contains("does not match the required JSON Schema")))
+            .count();
+        match (tool_results(request).is_empty(), repairs) {
+            (true, _) => use_tools(&[("c1", "weather", json!({ "city": "Oslo" }))]),
+            (false, 0) => say(r#"{"city": "Oslo", "fine": "yes"}"#),
+            (false, _) => say(r#"{"city": "Oslo", "fine": true}"#),
+        }
+    });
+    let mut spec = support_agent();
+    spec.output = Some(
+        json!({ "type": "object", "required": ["city", "fine"], "properties": { "city": { "type": "string" }, "fine": { "type": "boolean" } } }),
+    );
+    let engine =
+        engine(Arc::new(InMemoryStore::new()), model.clone(), weather_tools(&Counter::default(), None), Agents::new());
+    let report = engine.start(&workflow(spec), json!("Oslo?")).await.unwrap();
+    assert_eq!(report.output, Some(json!({ "city": "Oslo", "fine": true })), "{:?}", report.error);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3, "the tool turn, the answer off the schema, its repair");
+    let told = requests[2]
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            stepwright_llm::Message::User { content } if content.contains("JSON Schema") => Some(content.clone()),
+            _ => None,
+        })
+        .expect("the repair prompt");
+    assert!(told.contains("at /fine") && told.contains("boolean"), "{told}");
+}
