@@ -172,3 +172,32 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
         X2 { bare_ms_per_run, reported_ms_per_run, experiment_ms_per_run, concurrent_wall_ms }
     })
 }
+
+/// R1: recomputing one long run with its own definition (every step clean), in memory: what a
+/// recompute costs per step of the run, as the run grows.
+pub(crate) fn print_r1(lengths: &[usize]) {
+    let rt = current_thread();
+    for &steps in lengths {
+        let workflow = crate::inc_chain("r1", steps);
+        let store = Arc::new(InMemoryStore::new());
+        let engine = Engine::builder().store(store as Arc<dyn Store>).build();
+        let (median, best) = rt.block_on(async {
+            let run = engine.start(&workflow, json!(0)).await.expect("run").run_id;
+            let mut times = Vec::new();
+            for _ in 0..5 {
+                let start = Instant::now();
+                let report = engine.recompute(&workflow, run, RecomputeOptions::default()).await.expect("recompute");
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+                assert!(!report.changed, "the same definition changes nothing");
+            }
+            let best = times.iter().copied().fold(f64::INFINITY, f64::min);
+            (crate::median(times), best)
+        });
+        let per_step = |ms: f64| ms * 1e3 / steps as f64;
+        println!(
+            "| R1 | recompute of one {steps}-step run with its own definition, in memory (median of 5) | {median:.1} ms ({:.1} µs/step) | {best:.1} ms ({:.1} µs/step) | (report) |",
+            per_step(median),
+            per_step(best)
+        );
+    }
+}

@@ -301,7 +301,7 @@ pub(crate) fn sqlite_engine(dir: &std::path::Path, name: &str, synchronous: Sync
     (Engine::builder().store(store.clone() as Arc<dyn Store>).build(), store)
 }
 
-fn inc_chain(name: &str, steps: usize) -> Workflow {
+pub(crate) fn inc_chain(name: &str, steps: usize) -> Workflow {
     let mut builder = Workflow::builder(name);
     for i in 0..steps {
         builder = builder.step(Node::step(&format!("s{i}"), Inc));
@@ -736,6 +736,9 @@ fn main() {
         println!(
             "| L1 | the same with the commits, SQLite NORMAL | {median:.1} µs/call | {best:.1} µs/call | (reference) |"
         );
+    }
+    if wanted("r1") {
+        experiments::print_r1(if quick { &[100, 1_000] } else { &[1_000, 10_000] });
     }
     if wanted("x2") {
         experiments::print_x2(if quick { 100 } else { 1_000 });

@@ -354,11 +354,14 @@ impl Engine {
                 _ => {}
             }
         }
-        let served_itself = |path: &StepPath| {
-            prefix.contains(path)
-                || original.entries.iter().any(|e| &e.path == path && matches!(e.record, Record::Intent { .. }))
-                    && !journal.iter().any(|e| &e.path == path && matches!(e.record, Record::Intent { .. }))
+        // Steps whose effect was recorded then (an intent) and not made again now: served. Read
+        // once into sets — a scan of both journals per step was quadratic in a run's length.
+        let intents = |entries: &'_ [crate::journal::JournalEntry]| -> std::collections::HashSet<StepPath> {
+            entries.iter().filter(|e| matches!(e.record, Record::Intent { .. })).map(|e| e.path.clone()).collect()
         };
+        let (intended_then, intended_now) = (intents(&original.entries), intents(&journal));
+        let served_itself =
+            |path: &StepPath| prefix.contains(path) || intended_then.contains(path) && !intended_now.contains(path);
         let paths = execution_order(&original.entries, &journal, |p| {
             recorded.contains_key(p) || after.contains_key(p) || violations.contains_key(p) || failures.contains_key(p)
         });
