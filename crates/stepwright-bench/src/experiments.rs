@@ -173,12 +173,19 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
     })
 }
 
-/// R1: recomputing one long run with its own definition (every step clean), in memory: what a
-/// recompute costs per step of the run, as the run grows.
+/// R1: recomputing one long run with its own definition (every step clean; then every step a
+/// `write`, served from the journal), in memory: what a recompute costs per step of the run,
+/// as the run grows.
 pub(crate) fn print_r1(lengths: &[usize]) {
     let rt = current_thread();
+    for (kind, effect) in [("pure", stepwright::Effect::Pure), ("write", stepwright::Effect::Write)] {
+        print_r1_of(&rt, lengths, kind, effect);
+    }
+}
+
+fn print_r1_of(rt: &tokio::runtime::Runtime, lengths: &[usize], kind: &str, effect: stepwright::Effect) {
     for &steps in lengths {
-        let workflow = crate::inc_chain("r1", steps);
+        let workflow = crate::inc_chain_of("r1", steps, effect);
         let store = Arc::new(InMemoryStore::new());
         let engine = Engine::builder().store(store as Arc<dyn Store>).build();
         let (median, best) = rt.block_on(async {
@@ -189,13 +196,14 @@ pub(crate) fn print_r1(lengths: &[usize]) {
                 let report = engine.recompute(&workflow, run, RecomputeOptions::default()).await.expect("recompute");
                 times.push(start.elapsed().as_secs_f64() * 1e3);
                 assert!(!report.changed, "the same definition changes nothing");
+                assert_eq!(report.steps.len(), steps);
             }
             let best = times.iter().copied().fold(f64::INFINITY, f64::min);
             (crate::median(times), best)
         });
         let per_step = |ms: f64| ms * 1e3 / steps as f64;
         println!(
-            "| R1 | recompute of one {steps}-step run with its own definition, in memory (median of 5) | {median:.1} ms ({:.1} µs/step) | {best:.1} ms ({:.1} µs/step) | (report) |",
+            "| R1 | recompute of one run of {steps} {kind} steps with its own definition, in memory (median of 5) | {median:.1} ms ({:.1} µs/step) | {best:.1} ms ({:.1} µs/step) | (report) |",
             per_step(median),
             per_step(best)
         );

@@ -302,9 +302,14 @@ pub(crate) fn sqlite_engine(dir: &std::path::Path, name: &str, synchronous: Sync
 }
 
 pub(crate) fn inc_chain(name: &str, steps: usize) -> Workflow {
+    inc_chain_of(name, steps, stepwright::Effect::Pure)
+}
+
+/// W1's chain with each step of the given effect class.
+pub(crate) fn inc_chain_of(name: &str, steps: usize, effect: stepwright::Effect) -> Workflow {
     let mut builder = Workflow::builder(name);
     for i in 0..steps {
-        builder = builder.step(Node::step(&format!("s{i}"), Inc));
+        builder = builder.step(Node::step(&format!("s{i}"), Inc).effect(effect));
     }
     builder.build().expect("valid")
 }

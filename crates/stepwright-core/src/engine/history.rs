@@ -185,6 +185,14 @@ fn execution_order<'a>(
     first.iter().chain(then).map(|e| &e.path).filter(|p| keep(p) && seen.insert(*p)).collect()
 }
 
+/// Whether `path` lies below one of `wholes` (not is one): each ancestor of it — what comes
+/// before a `/`, `[` or `#`, as [`StepPath::starts_with`] reads a path — looked up.
+fn below(path: &StepPath, wholes: &std::collections::HashSet<&str>) -> bool {
+    let text = path.as_str();
+    (wholes.contains("") && !text.is_empty())
+        || text.char_indices().any(|(at, c)| matches!(c, '/' | '[' | '#') && at > 0 && wholes.contains(&text[..at]))
+}
+
 /// Structural differences between two JSON values, as `pointer: before → after` lines.
 /// Arrays of objects are matched by `key` when given, else by position.
 #[must_use]
@@ -372,8 +380,10 @@ impl Engine {
             .copied()
             .filter(|p| recorded.contains_key(*p) && after.contains_key(*p) && served_itself(p))
             .collect();
-        let served = |path: &StepPath| served_itself(path) || served_whole.iter().any(|whole| path.starts_with(whole));
-        let under_served = |path: &StepPath| served_whole.iter().any(|whole| path != *whole && path.starts_with(whole));
+        // Looked up by each path's own ancestors, not by scanning every served step per path.
+        let wholes: std::collections::HashSet<&str> = served_whole.iter().map(|p| p.as_str()).collect();
+        let served = |path: &StepPath| served_itself(path) || wholes.contains(path.as_str()) || below(path, &wholes);
+        let under_served = |path: &StepPath| below(path, &wholes);
         let first_failed = paths.iter().find(|p| failures.contains_key(**p)).copied();
         let decisions_changed =
             decided_before.iter().any(|(p, c)| !prefix.contains(p) && decided_after.get(p) != Some(c));
@@ -677,7 +687,8 @@ impl Engine {
 mod tests {
     use serde_json::json;
 
-    use super::json_diff;
+    use super::{below, json_diff};
+    use crate::StepPath;
 
     #[test]
     fn json_diff_by_position_and_by_key() {
@@ -688,5 +699,32 @@ mod tests {
         assert!(json_diff(&json!({ "x": [1] }), &json!({ "x": [1] }), None).is_empty());
         let keyed = json_diff(&json!([{ "id": 1, "v": "a" }]), &json!([{ "id": 1, "v": "b" }]), Some("id"));
         assert_eq!(keyed, ["[id=1]/v: \"a\" → \"b\""]);
+    }
+
+    /// `below` says what `StepPath::starts_with` says of every whole, less the path itself.
+    #[test]
+    fn below_agrees_with_starts_with() {
+        let wholes = ["pay", "each[3]", "loop#2/send", "a/b"];
+        let set: std::collections::HashSet<&str> = wholes.into_iter().collect();
+        for path in [
+            "pay",
+            "pay/call.0",
+            "payroll",
+            "pay[1]",
+            "each[3]/x",
+            "each[30]/x",
+            "each[3]",
+            "loop#2/send/tool.0",
+            "loop#2/sender",
+            "loop#20/send/x",
+            "a/b/c",
+            "a/bc",
+            "a",
+            "other",
+        ] {
+            let path = StepPath::new(path);
+            let by_scan = wholes.iter().any(|w| path.as_str() != *w && path.starts_with(&StepPath::new(w)));
+            assert_eq!(below(&path, &set), by_scan, "{path}");
+        }
     }
 }
