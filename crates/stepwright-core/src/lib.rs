@@ -54,9 +54,9 @@ pub use definition::{
 };
 pub use engine::owner::{is_dead_local_process, local_worker_id};
 pub use engine::{
-    AwaitedEvent, DecisionChange, DefinitionResolver, Engine, EngineBuilder, EngineError, ForkPatch, PendingInterrupt,
-    RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions, RunOutcome, RunReport, Runner,
-    RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepReplay, json_diff,
+    AwaitedEvent, DecisionChange, DefinitionResolver, Engine, EngineBuilder, EngineError, ForkPatch, FreshTrial,
+    PendingInterrupt, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions, RunOutcome,
+    RunReport, Runner, RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepReplay, json_diff,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, Fault, StepError};
 pub use hash::ContentHash;
@@ -70,7 +70,7 @@ pub use policy::{
     ApprovalGate, Backoff, Effect, FnGuardrail, Guardrail, GuardrailAction, GuardrailCheck, GuardrailStage,
     GuardrailVerdict, PatternGuardrail, RetryPolicy,
 };
-pub use recording::{TaskPusher, TaskRequest};
+pub use recording::{RecordedEffects, TaskPusher, TaskRequest};
 pub use runtime::{Clock, Entropy, SeededEntropy, SystemEntropy, TokioClock};
 pub use scope::Scope;
 pub use services::{CallInfo, CallKind, MapLayer, Observer, ProvidedLayer, ProvidedLayers, Services, StepStatus};

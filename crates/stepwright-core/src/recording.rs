@@ -21,13 +21,19 @@ use crate::store::cache::StepCache;
 use crate::store::{Store, StoreError};
 
 mod dispatch;
+mod recorded;
 mod replay;
 pub use dispatch::{TaskPusher, TaskRequest};
+pub use recorded::RecordedEffects;
 pub(crate) use replay::{RecordedCall, ReplayIndex, ReplayMode};
 
 /// The artifact kind a recompute's sandbox notes for a served write whose input changed:
 /// its content is the input the write would get now.
 pub(crate) const WOULD_EXECUTE: &str = "would-execute-input";
+
+/// The artifact kind a sandbox notes for a fenced step it served a past run's answer (for
+/// the same place and input, see [`RecordedEffects`]): its content is that run's id.
+pub(crate) const RECORDED_ANSWER: &str = "recorded-answer-of";
 
 /// Everything a run's steps share. One per execution (start or resume) of a run.
 pub(crate) struct RunShared {
@@ -410,6 +416,29 @@ impl RunShared {
         self.recorder.note_blob(hash, Arc::new(input.clone()));
         let record = Record::Artifact { kind: WOULD_EXECUTE.to_owned(), hash, stored: true };
         self.recorder.note(path, self.clock.now(), record);
+    }
+
+    /// Journals, in a sandbox, that a fenced step is served the answer `source` recorded
+    /// for the same input: its intent with the input's hash, as a real attempt's (what a
+    /// recompute over this journal compares a new input with), and an artifact of kind
+    /// [`RECORDED_ANSWER`] naming the run.
+    pub(crate) async fn served_recorded(
+        &self,
+        path: &StepPath,
+        input: &Value,
+        source: RunId,
+    ) -> Result<(), StoreFailed> {
+        let key = crate::ids::idempotency_key(self.run_id, path);
+        let intent = Record::Intent { attempt: 1, key, input: Some(ContentHash::of_value(input)) };
+        let from = Value::String(source.to_string());
+        let hash = ContentHash::of_value(&from);
+        self.recorder.note_blob(hash, Arc::new(from));
+        self.recorder.note(
+            path,
+            self.clock.now(),
+            Record::Artifact { kind: RECORDED_ANSWER.to_owned(), hash, stored: true },
+        );
+        self.recorder.commit(path, self.clock.now(), intent).await
     }
 
     pub(crate) fn artifact(&self, path: &StepPath, kind: &str, value: &Value) -> ContentHash {

@@ -252,7 +252,7 @@ fn diff_into(at: &str, before: &Value, after: &Value, key: Option<&str>, out: &m
 impl Engine {
     /// Runs `workflow` over a copy of `original` in a private in-memory store, with the
     /// journal used as `index` says. Returns the report and the sandbox store.
-    async fn in_sandbox(
+    pub(super) async fn in_sandbox(
         &self,
         workflow: &Workflow,
         original: &LoadedRun,
@@ -315,6 +315,20 @@ impl Engine {
         options: RecomputeOptions,
     ) -> Result<RecomputeReport, EngineError> {
         let original = self.inner.store.load(run).await.map_err(EngineError::store(run))?;
+        self.recompute_over(workflow, original, options, None).await
+    }
+
+    /// [`Engine::recompute`] of a journal given (a run's, or a fresh run's from a sandbox),
+    /// serving `recorded` answers for effects the original never had. Only a run in the
+    /// store may be kept (`persist`): the fork names it as its parent.
+    pub(super) async fn recompute_over(
+        &self,
+        workflow: &Workflow,
+        original: LoadedRun,
+        options: RecomputeOptions,
+        answers: Option<Arc<crate::recording::RecordedEffects>>,
+    ) -> Result<RecomputeReport, EngineError> {
+        let run = original.record.id;
         let prefix: std::collections::HashSet<StepPath> = match &options.from {
             None => std::collections::HashSet::new(),
             Some(from) => {
@@ -327,9 +341,8 @@ impl Engine {
         let index = ReplayIndex::from_loaded(&original).map_err(EngineError::store(run))?;
         let recorded: HashMap<StepPath, ContentHash> = index.completions().map(|(p, h)| (p.clone(), h)).collect();
         let decided_before: HashMap<StepPath, Choice> = index.choices().map(|(p, d)| (p.clone(), d.clone())).collect();
-        let (report, sandbox_store) = self
-            .in_sandbox(workflow, &original, index.with_mode(ReplayMode::Recompute(prefix.clone())), "recompute")
-            .await?;
+        let index = index.with_mode(ReplayMode::Recompute(prefix.clone())).with_recorded(answers);
+        let (report, sandbox_store) = self.in_sandbox(workflow, &original, index, "recompute").await?;
         let journal = sandbox_store.entries(run);
         let mut sandbox = sandbox_store.load(run).await.map_err(EngineError::store(run))?;
         let mut after: HashMap<StepPath, ContentHash> = HashMap::new();
@@ -337,8 +350,14 @@ impl Engine {
         let mut decided_after: HashMap<StepPath, Choice> = HashMap::new();
         let mut failures: HashMap<StepPath, StepError> = HashMap::new();
         let mut would_execute: HashMap<StepPath, Value> = HashMap::new();
+        let mut recorded_from: HashMap<StepPath, String> = HashMap::new();
         for entry in &journal {
             match &entry.record {
+                Record::Artifact { kind, hash, .. } if kind == crate::recording::RECORDED_ANSWER => {
+                    if let Some(source) = sandbox_store.blob(hash).and_then(|v| v.as_str().map(str::to_owned)) {
+                        recorded_from.insert(entry.path.clone(), source);
+                    }
+                }
                 Record::Artifact { kind, hash, .. } if kind == crate::recording::WOULD_EXECUTE => {
                     // Not an output, so not among the blobs a load brings: read by its hash.
                     if let Some(input) = sandbox_store.blob(hash) {
@@ -439,6 +458,11 @@ impl Engine {
                         }
                         .to_owned(),
                     ),
+                    StepChange::Added if recorded_from.contains_key(path) => Some(format!(
+                        "a write or external step that is not safe_to_retry: not executed; run {} recorded its \
+                         answer for the same input, served here",
+                        recorded_from[path]
+                    )),
                     StepChange::Missing if !workflow.unknown_paths([path.as_str()]).is_empty() => {
                         Some("the new definition has no step here".to_owned())
                     }

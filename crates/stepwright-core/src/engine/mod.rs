@@ -5,6 +5,7 @@ mod cancel;
 mod error;
 pub(crate) mod exec;
 mod execute;
+mod fresh;
 mod history;
 mod keeper;
 pub(crate) mod owner;
@@ -15,6 +16,7 @@ pub use builder::EngineBuilder;
 use cancel::cancelled_event;
 pub use error::EngineError;
 use execute::TraceStart;
+pub use fresh::FreshTrial;
 use report::report_from;
 pub use report::{AwaitedEvent, PendingInterrupt, RunReport};
 

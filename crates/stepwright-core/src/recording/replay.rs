@@ -74,6 +74,8 @@ pub(crate) struct ReplayIndex {
     paths: HashMap<StepPath, PathLog>,
     blobs: HashMap<ContentHash, Arc<Value>>,
     pub(crate) interrupts: HashMap<InterruptId, InterruptLog>,
+    /// Past runs' answers a sandbox serves for the effects it refuses to perform anew.
+    recorded: Option<Arc<super::RecordedEffects>>,
 }
 
 impl ReplayIndex {
@@ -137,6 +139,34 @@ impl ReplayIndex {
     pub(crate) fn with_mode(mut self, mode: ReplayMode) -> Self {
         self.mode = mode;
         self
+    }
+
+    /// The same journal, with past runs' answers for the effects a sandbox refuses to
+    /// perform anew ([`Self::recorded_answer`]).
+    pub(crate) fn with_recorded(mut self, recorded: Option<Arc<super::RecordedEffects>>) -> Self {
+        self.recorded = recorded;
+        self
+    }
+
+    /// Whether past runs' answers are served (an experiment's fresh run, or its recompute).
+    pub(crate) fn serves_recorded(&self) -> bool {
+        self.recorded.is_some()
+    }
+
+    /// A past run's answer for a step this sandbox refuses to perform anew (see
+    /// [`Self::refuses_anew`]), when one recorded the step's place with the same input: the
+    /// answer, and the run that recorded it.
+    pub(crate) fn recorded_answer(
+        &self,
+        path: &StepPath,
+        effect: (Effect, bool),
+        input: &Value,
+    ) -> Option<(crate::ids::RunId, Arc<Value>)> {
+        let recorded = self.recorded.as_ref().filter(|r| !r.is_empty())?;
+        if !self.refuses_anew(effect) {
+            return None;
+        }
+        recorded.answer(path, ContentHash::of_value(input))
     }
 
     /// The attempt whose task the journal shows dispatched at `path`, if any (whatever this

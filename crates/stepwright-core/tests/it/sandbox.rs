@@ -108,3 +108,72 @@ async fn a_recompute_does_not_make_a_write_call_the_original_run_did_not() {
     let original = stepwright_core::Store::load(&*store, run.run_id).await.unwrap();
     assert_eq!(original.record.output, Some(json!({ "sent": "ann" })));
 }
+
+fn scaled(factor: i64, charges: &Counter) -> Workflow {
+    Workflow::builder("billing")
+        .step(Node::step("amount", fn_step(move |_c, x: i64| async move { Ok(x * factor) })))
+        .step(write("charge", charges))
+        .build()
+        .unwrap()
+}
+
+/// An experiment's fresh run: a new input tried on the definition and on a change of it.
+/// A write a past run performed with the same input is served that run's answer; one no
+/// past run performed is not executed. Nothing is written to the store.
+#[tokio::test(start_paused = true)]
+async fn a_fresh_run_is_served_what_past_runs_recorded_for_the_same_input_and_performs_nothing() {
+    let (engine, store) = engine();
+    let charges = Counter::default();
+    let workflow = scaled(10, &charges);
+    let mut recorded = stepwright_core::RecordedEffects::new();
+    let mut past = Vec::new();
+    for x in [3, 4] {
+        let run = engine.start(&workflow, json!(x)).await.unwrap();
+        past.push(run.run_id);
+        recorded.add(&stepwright_core::Store::load(&*store, run.run_id).await.unwrap());
+    }
+    assert_eq!((charges.get(), recorded.runs(), recorded.len()), (2, 2, 2));
+    let recorded = std::sync::Arc::new(recorded);
+    let before = runs_in(&*store).await;
+
+    // The same input as a past run: its charge is served, the same definition gives the same.
+    let same =
+        engine.try_fresh(&workflow, &workflow, json!(3), Default::default(), None, recorded.clone()).await.unwrap();
+    assert_eq!(charges.get(), 2, "served, not performed");
+    assert_eq!(same.baseline.record.output, Some(json!({ "done": 30 })));
+    assert_eq!(same.report.recomputed_output, Some(json!({ "done": 30 })));
+    assert!(!same.report.changed, "{:?}", same.report.steps);
+
+    // A change that gives the charge another input a past run had (4 × 10 = 40 = 2 × 20): in
+    // the recompute, the charge stands where the baseline's run had it, and the report says
+    // what it would be given now.
+    let doubled = scaled(20, &charges);
+    let trial =
+        engine.try_fresh(&workflow, &doubled, json!(2), Default::default(), None, recorded.clone()).await.unwrap();
+    assert_eq!(charges.get(), 2);
+    assert_eq!(trial.baseline.record.status, stepwright_core::RunStatus::Failed, "no past run charged 20");
+    let error = trial.baseline.record.error.clone().unwrap();
+    assert!(
+        error.is(&ErrorCode::NOT_EXECUTED) && error.message.contains("no recorded run gave this input"),
+        "{error:?}"
+    );
+    // The change reaches a charge a past run made (40): served, with which run's answer.
+    assert_eq!(trial.report.recomputed_output, Some(json!({ "done": 40 })));
+    let charge = trial.report.steps.iter().find(|s| s.path.as_str() == "charge").unwrap();
+    assert_eq!(charge.change, StepChange::Added, "{charge:?}");
+    assert!(charge.why.as_deref().unwrap().contains(&past[1].to_string()), "{:?}", charge.why);
+
+    // A new input no past run had: not executed, with the input it would have been given.
+    let fresh =
+        engine.try_fresh(&workflow, &workflow, json!(7), Default::default(), None, recorded.clone()).await.unwrap();
+    assert_eq!(charges.get(), 2);
+    let charge = fresh.report.steps.iter().find(|s| s.path.as_str() == "charge").unwrap();
+    assert!(matches!(&charge.change, StepChange::Failed { error } if error.is(&ErrorCode::NOT_EXECUTED)));
+    assert_eq!(charge.would_execute_with, Some(json!(70)));
+
+    assert_eq!(runs_in(&*store).await, before, "nothing was kept");
+}
+
+async fn runs_in(store: &dyn stepwright_core::Store) -> usize {
+    store.list_runs(stepwright_core::store::RunFilter::default()).await.unwrap().len()
+}

@@ -272,19 +272,35 @@ impl Exec {
             {
                 return self.complete(&path, 1, Arc::new(value), true).await;
             }
+            let served_as = node.served_as();
+            // An experiment's fresh run: a past run gave this step the same input; its answer
+            // is served, not the effect performed again.
+            if matches!(node.kind, NodeKind::Step(_))
+                && let Some((source, value)) = self.run.replay.recorded_answer(&path, served_as, &input)
+            {
+                self.run.served_recorded(&path, &input, source).await?;
+                self.run.served.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return self.complete(&path, 1, value, false).await;
+            }
             // A write the original run never ran here (a new step, a new map item): a sandbox
             // does not perform it; the report shows the input it would have been given.
-            let served_as = node.served_as();
             if matches!(node.kind, NodeKind::Step(_)) && self.run.replay.refuses_anew(served_as) {
                 self.run.would_execute(&path, &input);
                 let (effect, _) = served_as;
+                let effect = format!("{effect:?}").to_lowercase();
                 let error = StepError::new(
                     ErrorCode::NOT_EXECUTED,
-                    format!(
-                        "{path} is a {} step the original run never ran here: a replay or recompute does not \
-                         execute it",
-                        format!("{effect:?}").to_lowercase()
-                    ),
+                    if self.run.replay.serves_recorded() {
+                        format!(
+                            "{path} is a {effect} step no recorded run gave this input: an experiment's fresh run \
+                             does not execute it"
+                        )
+                    } else {
+                        format!(
+                            "{path} is a {effect} step the original run never ran here: a replay or recompute does \
+                             not execute it"
+                        )
+                    },
                 );
                 return self.fail(frame, error, input, 1).await;
             }
