@@ -68,6 +68,19 @@ pub struct Population {
     /// Exactly these runs (each must be of the workflow); the filters above then do not apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ids: Vec<String>,
+    /// New inputs instead of past runs (at most 100,000): each is run fresh in a sandbox with
+    /// the workflow as its newest recorded run ran it, then recomputed with the change, and
+    /// the two compared. Their `write` and unsafe `external` steps are served the answer a
+    /// past run recorded for the same step and input, else not executed. With `inputs`, the
+    /// filter above (or `ids`) chooses those past runs (the newest 1,000 it finds), and
+    /// `sample` draws from the inputs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<Value>,
+    /// A JSON Lines file of inputs, one JSON value per line (relative to the experiment
+    /// file; the CLI reads it into `inputs` — a server reads no file of its callers: send
+    /// `inputs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inputs_file: Option<String>,
     /// At most this many of them, drawn at random with `seed` (the same seed, the same runs).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "crate::whole::optional")]
     #[schemars(range(min = 1))]
@@ -253,6 +266,33 @@ pub struct ExperimentRun {
     /// What the judges' model calls cost (US dollars).
     #[serde(default)]
     pub evaluation_cost_usd: f64,
+    /// For a population of new inputs: which input this was, and which past runs' answers
+    /// its effects were served. `run` is then the case's id in this experiment (no run of
+    /// the store), "then" the workflow as its newest recorded run ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fresh: Option<FreshCase>,
+}
+
+/// A new input an experiment tried.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FreshCase {
+    /// Its place among the inputs, from 1 (the line of an `inputs_file`).
+    pub line: u64,
+    /// The input.
+    pub input: Value,
+    /// The `write` and unsafe `external` steps served a past run's answer for the same
+    /// input (the others were not executed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served: Vec<ServedAnswer>,
+}
+
+/// An effect served from a past run's journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ServedAnswer {
+    /// The step's path.
+    pub step: String,
+    /// The run that recorded the answer served.
+    pub run: String,
 }
 
 /// A write an experiment did not execute, whose input the change changed.

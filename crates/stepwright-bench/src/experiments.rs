@@ -109,6 +109,8 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
                 started_by: None,
                 tag: None,
                 ids: Vec::new(),
+                inputs: Vec::new(),
+                inputs_file: None,
                 sample: None,
                 seed: 0,
             },
@@ -134,7 +136,7 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
             concurrency: Some(concurrency),
             budget_usd: None,
         };
-        let candidate = Candidate::Workflow(workflow.clone());
+        let candidate = Candidate::Workflow(workflow.clone(), stepwright::app::Bindings::default());
         // Three rounds, the three ways interleaved in each; the median round of each.
         let (mut bare, mut reported, mut experimented) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..3 {

@@ -23,8 +23,11 @@ use stepwright_core::{ContentHash, Engine, RecomputeOptions, RunId, RunRecord, S
 use crate::{AppError, Bindings};
 
 mod evaluate;
+mod fresh;
 mod report;
 mod worker;
+
+pub use fresh::parse_inputs;
 
 use evaluate::{Prepared, ask_judge, judge};
 pub use report::{experiment_details, experiment_status, experiment_summary, kept_spec};
@@ -96,6 +99,7 @@ pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
     for id in &spec.runs.ids {
         id.parse::<RunId>().map_err(|_| format!("`runs.ids`: {id:?} is not a run id"))?;
     }
+    fresh::check(&spec.runs)?;
     let mut names = std::collections::HashSet::new();
     for (i, evaluator) in spec.evaluators.iter().enumerate() {
         let at = format!("`evaluators[{i}]` ({})", evaluator.name);
@@ -109,10 +113,21 @@ pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
 
 /// What the runs are recomputed with.
 pub enum Candidate {
-    /// One definition for every run (a new version of the file, compiled, not registered).
-    Workflow(Workflow),
-    /// Each run's own definition, rebuilt from the store with these bindings.
+    /// One definition for every run (a new version of the file, compiled, not registered),
+    /// and the host's bindings with the change's models (see [`with_models`]).
+    Workflow(Workflow, Bindings),
+    /// Each run's own definition, rebuilt from the store with these bindings (the host's,
+    /// with the change's models).
     EachRunsOwn(Bindings),
+}
+
+impl Candidate {
+    /// The host's bindings with the change's models.
+    fn bindings(&self) -> &Bindings {
+        match self {
+            Self::Workflow(_, bindings) | Self::EachRunsOwn(bindings) => bindings,
+        }
+    }
 }
 
 /// What an experiment's runs are recomputed with when its change is given as `source` or a
@@ -156,7 +171,7 @@ pub async fn experiment_candidate(
             spec.runs.workflow
         )));
     }
-    Ok(Candidate::Workflow(workflow))
+    Ok(Candidate::Workflow(workflow, bindings.clone()))
 }
 
 /// `bindings` with the spec's model replacements (`change.models`) added to their overrides.
@@ -169,6 +184,14 @@ pub fn with_models(bindings: &Bindings, spec: &ExperimentSpec) -> Bindings {
             bindings.overrides.push(entry);
         }
     }
+    bindings
+}
+
+/// `bindings` without the spec's model replacements: what the workflow runs with unchanged.
+fn without_models(bindings: &Bindings, spec: &ExperimentSpec) -> Bindings {
+    let mut bindings = bindings.clone();
+    let changed: Vec<String> = spec.change.models.iter().map(|(name, model)| format!("{name}={model}")).collect();
+    bindings.overrides.retain(|entry| !changed.contains(entry));
     bindings
 }
 
@@ -240,17 +263,29 @@ pub async fn select_runs(
         }
     }
     runs.sort_by_key(|r| r.id);
-    if let Some(n) = population.sample {
-        let mut rng = SplitMix64(population.seed);
-        // Fisher–Yates over the sorted population: the same seed draws the same runs.
-        for i in (1..runs.len()).rev() {
-            let j = usize::try_from(rng.next() % (i as u64 + 1)).unwrap_or(0);
-            runs.swap(i, j);
-        }
-        runs.truncate(n as usize);
-        runs.sort_by_key(|r| r.id);
+    // With new inputs, the sample draws from them; these are the runs that recorded answers.
+    if population.inputs.is_empty() && population.sample.is_some() {
+        let kept = drawn(runs.len(), population.sample, population.seed);
+        runs = kept.into_iter().map(|i| runs[i].clone()).collect();
     }
     Ok(runs)
+}
+
+/// Which of `n` items (in their order) a sample of `sample` draws with `seed`: their
+/// indices, in order; all of them without a sample.
+fn drawn(n: usize, sample: Option<u32>, seed: u64) -> Vec<usize> {
+    let mut indices: Vec<usize> = (0..n).collect();
+    if let Some(take) = sample {
+        let mut rng = SplitMix64(seed);
+        // Fisher–Yates over the population in order: the same seed draws the same items.
+        for i in (1..indices.len()).rev() {
+            let j = usize::try_from(rng.next() % (i as u64 + 1)).unwrap_or(0);
+            indices.swap(i, j);
+        }
+        indices.truncate(take as usize);
+        indices.sort_unstable();
+    }
+    indices
 }
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a seeded sequence good enough to draw a sample,
@@ -282,8 +317,25 @@ pub async fn begin_experiment(
     now: stepwright_core::Timestamp,
 ) -> Result<ExperimentSpec, AppError> {
     check_experiment(spec).map_err(AppError::BadInput)?;
-    let runs = select_runs(store, &spec.runs, tenant).await?;
+    if let Some(file) = &spec.runs.inputs_file {
+        return Err(AppError::BadInput(format!(
+            "`runs.inputs_file` ({file}) is read by the CLI: over the API, send the inputs as `runs.inputs`"
+        )));
+    }
+    let mut runs = select_runs(store, &spec.runs, tenant).await?;
+    // Said now: a population fixed with no id would read as no filter at all.
+    if runs.is_empty() {
+        return Err(AppError::BadInput(if spec.runs.inputs.is_empty() {
+            format!("no run of {:?} matches the population's filter: there is nothing to recompute", spec.runs.workflow)
+        } else {
+            fresh::no_recorded_run(&spec.runs.workflow)
+        }));
+    }
+    if !spec.runs.inputs.is_empty() {
+        runs = fresh::newest_recorded(runs);
+    }
     let mut fixed = spec.clone();
+    let fresh = !spec.runs.inputs.is_empty();
     fixed.runs = Population {
         workflow: spec.runs.workflow.clone(),
         status: None,
@@ -292,8 +344,11 @@ pub async fn begin_experiment(
         started_by: None,
         tag: None,
         ids: runs.iter().map(|r| r.id.to_string()).collect(),
-        sample: None,
-        seed: 0,
+        // New inputs are kept whole, with their sample: a resume draws the same ones.
+        inputs: spec.runs.inputs.clone(),
+        inputs_file: None,
+        sample: if fresh { spec.runs.sample } else { None },
+        seed: if fresh { spec.runs.seed } else { 0 },
     };
     let record = ExperimentRecord {
         id,
@@ -341,6 +396,15 @@ pub async fn run_experiment(
         .map(|e| Prepared::new(e).map(|p| (e.name.clone(), p)).map_err(AppError::BadInput))
         .collect::<Result<_, _>>()?;
     let runs = select_runs(store, &spec.runs, tenant).await?;
+    // New inputs (`runs.inputs`): the runs found are those whose recorded effects serve them.
+    let cases = match spec.runs.inputs.is_empty() {
+        true => None,
+        false => Some(fresh::Cases::prepare(store, spec, candidate, &runs, keeping.map(|k| k.id), tenant).await?),
+    };
+    let keys: Vec<RunId> = match &cases {
+        None => runs.iter().map(|r| r.id).collect(),
+        Some(cases) => cases.keys().to_vec(),
+    };
     let concurrency = spec.concurrency.unwrap_or(DEFAULT_CONCURRENCY) as usize;
     // What an earlier process of this experiment finished.
     let mut earlier: HashMap<RunId, ExperimentRun> = HashMap::new();
@@ -357,10 +421,9 @@ pub async fn run_experiment(
     let over_budget = || spec.budget_usd.is_some_and(|budget| *spent.lock().expect("poisoned") >= budget);
     let cancelled = Cancelled::default();
     let one = |index: usize| {
-        let (evaluators, definitions, spent, earlier, cancelled) =
-            (&evaluators, &definitions, &spent, &earlier, &cancelled);
-        let record = &runs[index];
-        let run = record.id;
+        let (evaluators, definitions, spent, earlier, cancelled, cases, runs) =
+            (&evaluators, &definitions, &spent, &earlier, &cancelled, &cases, &runs);
+        let run = keys[index];
         async move {
             if let Some(done) = earlier.get(&run) {
                 return (index, Some(Ok(done.clone())));
@@ -368,7 +431,10 @@ pub async fn run_experiment(
             if over_budget() || cancelled.seen(keeping).await {
                 return (index, None);
             }
-            let result = recompute_one(engine, store, spec, candidate, definitions, evaluators, record).await;
+            let result = match cases {
+                None => recompute_one(engine, store, spec, candidate, definitions, evaluators, &runs[index]).await,
+                Some(cases) => cases.try_one(engine, spec, evaluators, index).await,
+            };
             if let Ok(done) = &result {
                 *spent.lock().expect("poisoned") += done.usage.after.cost_usd + done.evaluation_cost_usd;
                 // Kept before the next starts: a crash from here on does not recompute it.
@@ -383,7 +449,7 @@ pub async fn run_experiment(
         }
     };
     let mut results: Vec<(usize, Option<Result<ExperimentRun, AppError>>)> =
-        futures_util::stream::iter(0..runs.len()).map(one).buffer_unordered(concurrency).collect().await;
+        futures_util::stream::iter(0..keys.len()).map(one).buffer_unordered(concurrency).collect().await;
     results.sort_by_key(|(index, _)| *index);
     let mut done = Vec::new();
     let mut skipped = 0_u64;
@@ -391,7 +457,10 @@ pub async fn run_experiment(
         match result {
             None => skipped += 1,
             Some(Ok(run)) => done.push(run),
-            Some(Err(error)) => done.push(failed_run(runs[index].id, &error)),
+            Some(Err(error)) => {
+                let case = cases.as_ref().map(|cases| cases.case(spec, index));
+                done.push(failed_run(keys[index], &error, case));
+            }
         }
     }
     let status = if cancelled.stopped.load(Ordering::Relaxed) {
@@ -455,7 +524,7 @@ async fn recompute_one(
     // The definition each run is recomputed with, rebound once per definition (a file's for
     // every run; each run's own, by its hash).
     let key = match candidate {
-        Candidate::Workflow(_) => None,
+        Candidate::Workflow(..) => None,
         Candidate::EachRunsOwn(_) => Some(record.definition_hash),
     };
     let known = definitions.lock().expect("poisoned").get(&key).cloned();
@@ -463,7 +532,7 @@ async fn recompute_one(
         Some(pair) => pair,
         None => {
             let original = match candidate {
-                Candidate::Workflow(workflow) => workflow.clone(),
+                Candidate::Workflow(workflow, _) => workflow.clone(),
                 Candidate::EachRunsOwn(bindings) => crate::definition_of(store, run, bindings).await?,
             };
             let rebound = crate::rebind_models(original.clone(), &spec.change.rebind)?;
@@ -475,6 +544,25 @@ async fn recompute_one(
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
     let view = crate::recompute_with_report(engine, &workflow, run, options).await?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    // A judge speaks with the workflow's own bindings, not the ones the change rebinds.
+    let judges = original.services().get::<stepwright_llm::Models>();
+    let caller = &record.caller;
+    Ok(assess(engine, evaluators, judges.as_deref(), caller, &record.input, record.status, view, elapsed_ms).await)
+}
+
+/// A recompute's view, scored by the evaluators and judged: the result of one run (or new
+/// input) of the population. `then` is how the run ended then.
+#[allow(clippy::too_many_arguments)] // What a past run's and a new input's trial share.
+async fn assess(
+    engine: &Engine,
+    evaluators: &[(String, Prepared)],
+    judges: Option<&stepwright_llm::Models>,
+    caller: &stepwright_core::Caller,
+    input: &Value,
+    then: stepwright_core::RunStatus,
+    view: stepwright_api::history::RecomputeView,
+    elapsed_ms: f64,
+) -> ExperimentRun {
     let (old, new) = (view.recorded_output.as_ref(), view.recomputed_output.as_ref());
     let diff = match (old, new) {
         (Some(old), Some(new)) => stepwright_core::json_diff(old, new, None),
@@ -482,25 +570,21 @@ async fn recompute_one(
         (None, Some(_)) => vec!["(the run gave no output; the recompute did)".to_owned()],
         (None, None) => Vec::new(),
     };
-    // A judge speaks with the workflow's own bindings, not the ones the change rebinds.
-    let judges = original.services().get::<stepwright_llm::Models>();
     let mut scores: Vec<Score> = Vec::with_capacity(evaluators.len());
     let mut evaluation_cost_usd = 0.0;
     for (name, evaluator) in evaluators {
         scores.push(match evaluator {
             Prepared::Judge(j) => {
-                let (score, cost) = ask_judge(name, j, judges.as_deref(), record.input.as_ref(), old, new).await;
+                let (score, cost) = ask_judge(name, j, judges, input, old, new).await;
                 evaluation_cost_usd += cost;
                 score
             }
-            Prepared::Worker(w) => {
-                worker::ask_worker(engine, name, w, &record.caller, record.input.as_ref(), old, new).await
-            }
-            other => other.score(name, record.input.as_ref(), old, new),
+            Prepared::Worker(w) => worker::ask_worker(engine, name, w, caller, input, old, new).await,
+            other => other.score(name, input, old, new),
         });
     }
-    let failed_now = view.status == stepwright_api::RunStatus::Failed
-        && record.status != stepwright_core::journal::RunStatus::Failed;
+    let failed_now =
+        view.status == stepwright_api::RunStatus::Failed && then != stepwright_core::journal::RunStatus::Failed;
     let verdict = judge(evaluators, &scores, failed_now);
     // A model call's own record (`…/call.0`) differs whenever the model does (its name, its
     // usage): what the run did is its steps' values, decisions and output. The view's steps
@@ -524,10 +608,10 @@ async fn recompute_one(
         || !changed_steps.is_empty()
         || !would_execute.is_empty()
         || !view.decisions.is_empty()
-        || view.status != crate::wire::run_status(record.status);
+        || view.status != crate::wire::run_status(then);
     let decisions = view.decisions;
-    Ok(ExperimentRun {
-        run: run.to_string(),
+    ExperimentRun {
+        run: view.run,
         changed,
         status: view.status,
         error: view.error,
@@ -541,12 +625,13 @@ async fn recompute_one(
         usage: view.usage,
         elapsed_ms,
         evaluation_cost_usd,
-    })
+        fresh: None,
+    }
 }
 
 /// A run whose recompute could not be made (its definition is gone, the change does not fit
-/// it): failed and regressed, with why.
-fn failed_run(run: RunId, error: &AppError) -> ExperimentRun {
+/// it), or a new input that could not be tried: failed and regressed, with why.
+fn failed_run(run: RunId, error: &AppError, fresh: Option<stepwright_api::experiment::FreshCase>) -> ExperimentRun {
     ExperimentRun {
         run: run.to_string(),
         changed: true,
@@ -566,6 +651,7 @@ fn failed_run(run: RunId, error: &AppError) -> ExperimentRun {
         },
         elapsed_ms: 0.0,
         evaluation_cost_usd: 0.0,
+        fresh,
     }
 }
 

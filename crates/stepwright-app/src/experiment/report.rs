@@ -67,7 +67,17 @@ pub fn experiment_summary(record: &ExperimentRecord) -> ExperimentSummary {
         workflow: record.workflow.clone(),
         status: experiment_status(record.state),
         created_at: record.created_at.as_micros(),
-        runs: record.spec["runs"]["ids"].as_array().map_or(0, |ids| ids.len() as u64),
+        runs: population_size(&record.spec["runs"]),
+    }
+}
+
+/// How many runs (or new inputs) a kept spec's population holds, read without the spec
+/// whole (a listing reads many).
+fn population_size(runs: &serde_json::Value) -> u64 {
+    let count = |field: &str| runs[field].as_array().map_or(0, |items| items.len() as u64);
+    match count("inputs") {
+        0 => count("ids"),
+        inputs => runs["sample"].as_u64().map_or(inputs, |sample| sample.min(inputs)),
     }
 }
 
@@ -82,7 +92,8 @@ pub async fn experiment_details(
 ) -> Result<ExperimentDetails, AppError> {
     let spec = kept_spec(&record)?;
     let status = experiment_status(record.state);
-    let population = spec.runs.ids.len() as u64;
+    let keys = super::fresh::population_keys(&spec, record.id);
+    let population = keys.len() as u64;
     let unreadable = |e: serde_json::Error| AppError::BadInput(format!("experiment {}: {e}", record.id));
     let report: ExperimentReport = match &record.report {
         Some(report) => serde_json::from_value(report.clone()).map_err(unreadable)?,
@@ -91,7 +102,7 @@ pub async fn experiment_details(
             for (run, value) in kept.experiment_kept(record.id).await? {
                 results.insert(run.to_string(), serde_json::from_value(value).map_err(unreadable)?);
             }
-            let done: Vec<ExperimentRun> = spec.runs.ids.iter().filter_map(|id| results.remove(id)).collect();
+            let done: Vec<ExperimentRun> = keys.iter().filter_map(|id| results.remove(id)).collect();
             let skipped = population.saturating_sub(done.len() as u64);
             report(&spec, status, done, skipped)
         }

@@ -102,7 +102,12 @@ pub(crate) struct InlineExperiment {
     /// Exactly this run (repeatable); the filters then do not apply.
     #[arg(long = "run", value_name = "RUN_ID", requires = "workflow", help_heading = "Without a file")]
     pub(crate) runs: Vec<String>,
-    /// At most this many runs, drawn at random with `--seed`.
+    /// New inputs instead of past runs: a JSON Lines file, one input per line
+    /// (`runs.inputs_file`). Each is run fresh in a sandbox, then and now; the runs the
+    /// filters find serve the effects they recorded.
+    #[arg(long, value_name = "FILE", requires = "workflow", help_heading = "Without a file")]
+    pub(crate) inputs: Option<PathBuf>,
+    /// At most this many runs (or inputs), drawn at random with `--seed`.
     #[arg(long, requires = "workflow", help_heading = "Without a file")]
     pub(crate) sample: Option<u32>,
     /// The sample's seed (the same seed, the same runs; default 0).

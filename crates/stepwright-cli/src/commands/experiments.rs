@@ -11,7 +11,7 @@ use stepwright::api::experiment::{
 };
 use stepwright::app::experiment::{
     Candidate, Keeping, begin_experiment, check_experiment, experiment_candidate, experiment_details,
-    experiment_summary, kept_spec, parse_experiment, run_experiment, with_models,
+    experiment_summary, kept_spec, parse_experiment, parse_inputs, run_experiment, with_models,
 };
 use stepwright::store::experiment::{ExperimentRecord, ExperimentState};
 
@@ -43,12 +43,26 @@ fn read_spec(file: &Path) -> anyhow::Result<ExperimentSpec> {
     let text = stepwright::flow::read_limited(file, stepwright::flow::MAX_FILE_BYTES)
         .map_err(|why| anyhow::anyhow!(BadInput(format!("{} cannot be read: {why}", file.display()))))?;
     let mut spec = parse_experiment(&text, &file.display().to_string())?;
+    if let Some(inputs) = spec.runs.inputs_file.take() {
+        spec.runs.inputs = read_inputs(&file.parent().map_or_else(|| PathBuf::from(&inputs), |dir| dir.join(&inputs)))?;
+    }
     if let Some(changed) = &spec.change.file {
         spec.change.file =
             Some(kept_path(&file.parent().map_or_else(|| PathBuf::from(changed), |dir| dir.join(changed)))?);
     }
     Ok(spec)
 }
+
+/// A JSON Lines file of new inputs, read now: they are kept with the experiment, so that a
+/// resume tries the same ones whatever becomes of the file.
+fn read_inputs(path: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let text = stepwright::flow::read_limited(path, MAX_INPUTS_BYTES)
+        .map_err(|why| anyhow::anyhow!(BadInput(format!("{} cannot be read: {why}", path.display()))))?;
+    Ok(parse_inputs(&text, &path.display().to_string())?)
+}
+
+/// How large a file of new inputs may be.
+const MAX_INPUTS_BYTES: u64 = 256 * 1024 * 1024;
 
 /// A change file, read now (one that cannot be read is refused before the store is
 /// opened) and kept by its full path.
@@ -95,6 +109,8 @@ fn inline_spec(inline: InlineExperiment) -> anyhow::Result<ExperimentSpec> {
             started_by: inline.started_by,
             tag: inline.tag,
             ids: inline.runs,
+            inputs: inline.inputs.as_deref().map(read_inputs).transpose()?.unwrap_or_default(),
+            inputs_file: None,
             sample: inline.sample,
             seed: inline.seed.unwrap_or_default(),
         },
@@ -133,10 +149,13 @@ async fn run(
     let id = engine.new_id();
     let now = engine.clock().now();
     let spec = begin_experiment(store.as_ref(), store.as_ref(), &spec, tenant, id, now).await?;
-    eprintln!(
-        "experiment {id}: {} runs (`stepwright experiments resume {id}` goes on if it is stopped)",
-        spec.runs.ids.len()
-    );
+    let population = if spec.runs.inputs.is_empty() {
+        format!("{} runs", spec.runs.ids.len())
+    } else {
+        let drawn = spec.runs.sample.map_or(spec.runs.inputs.len(), |n| spec.runs.inputs.len().min(n as usize));
+        format!("{drawn} new inputs, served what {} recorded runs did", spec.runs.ids.len())
+    };
+    eprintln!("experiment {id}: {population} (`stepwright experiments resume {id}` goes on if it is stopped)");
     go(g, &store, &spec, &candidate, tenant, id, bounds, json).await
 }
 
@@ -190,7 +209,7 @@ async fn candidate(
             spec.runs.workflow
         ))));
     }
-    Ok(Candidate::Workflow(workflow))
+    Ok(Candidate::Workflow(workflow, bindings))
 }
 
 #[allow(clippy::too_many_arguments)] // The one place both `run` and `resume` end in.
@@ -398,7 +417,9 @@ fn print_report(report: &ExperimentReport) {
             (None, None) if run.changed => step_lines(run).first().cloned().unwrap_or_else(|| "how it ended".into()),
             (None, None) => String::new(),
         };
-        println!("{:<38} {verdict:<10} {:<8} {what}", run.run, if run.changed { "yes" } else { "no" });
+        // A new input is named by its line: its key is no run of the store.
+        let name = run.fresh.as_ref().map_or_else(|| run.run.clone(), |case| format!("input line {}", case.line));
+        println!("{name:<38} {verdict:<10} {:<8} {what}", if run.changed { "yes" } else { "no" });
     }
     if !report.look_first.is_empty() {
         println!("look first: {}", report.look_first.join(" "));

@@ -517,3 +517,102 @@ fn an_experiment_does_not_run_a_write_step_the_change_adds() {
     );
     assert_eq!(report["totals"]["would_execute"], json!(2), "{report}");
 }
+
+/// New inputs (a JSON Lines file) tried then and now: each is run fresh in a sandbox with the
+/// workflow as its runs ran it, then recomputed on the cheaper model. The `notify` write is
+/// served what a past run answered for the same input, else not executed; nothing is written
+/// to the store and nothing notified.
+#[test]
+fn an_experiment_tries_new_inputs_with_the_effects_past_runs_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, served) = crate::support::fake_openai(classifier, Tokens::Fixed(12, 4));
+    std::fs::write(dir.path().join("triage.yaml"), workflow(port)).unwrap();
+    // Five past runs, all billing: the only `notify` answer recorded is for "billing".
+    let mut past = Vec::new();
+    for i in 0..5 {
+        let input = json!({ "ticket": format!("I was charged twice for order {i}") }).to_string();
+        let ran = stepwright(dir.path(), &["run", "triage.yaml", "--input", &input, "--json"]);
+        assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+        past.push(json_of(&ran)["run_id"].as_str().unwrap().to_owned());
+    }
+    let listed_before = stepwright(dir.path(), &["runs", "list", "--json", "--limit", "100"]).stdout;
+    assert_eq!((lines(dir.path()), served.served()), (5, 5));
+    std::fs::write(
+        dir.path().join("cases.jsonl"),
+        "{\"ticket\": \"I was charged twice for order 77\"}\n{\"ticket\": \"Please refund order 8\"}\n\
+         {\"ticket\": \"Where is my parcel 9?\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("new.yaml"),
+        "experiment: new tickets\nruns: { workflow: triage, inputs_file: cases.jsonl }\n\
+         change: { rebind: { smart: cheap } }\n\
+         evaluators:\n  - { name: same-category, compare: new.category == old.category }\n",
+    )
+    .unwrap();
+    let ran = stepwright(dir.path(), &["experiments", "run", "new.yaml", "--json"]);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    assert!(String::from_utf8_lossy(&ran.stderr).contains("3 new inputs, served what 5 recorded runs did"));
+    let report = json_of(&ran);
+    let runs = report["runs"].as_array().unwrap();
+    assert_eq!(report["totals"]["runs"], json!(3), "{report}");
+    let case =
+        |line: u64| runs.iter().find(|r| r["fresh"]["line"] == json!(line)).unwrap_or_else(|| panic!("{report}"));
+
+    // A billing ticket: billing then and now; its notify served the newest past run's answer.
+    let billing = case(1);
+    assert_eq!(billing["fresh"]["input"], json!({ "ticket": "I was charged twice for order 77" }));
+    assert_eq!(billing["fresh"]["served"], json!([{ "step": "notify", "run": past[4] }]), "{billing}");
+    assert_eq!((&billing["changed"], &billing["status"]), (&json!(false), &json!("completed")), "{billing}");
+    // A refund: "other" then, whose notify no past run performed (not executed: the run then
+    // failed there); "billing" now, whose notify a past run answered.
+    let refund = case(2);
+    assert_eq!(refund["changed"], json!(true), "{refund}");
+    assert_eq!(refund["status"], json!("completed"), "{refund}");
+    assert_eq!(refund["diff"], json!(["(the run gave no output; the recompute did)"]), "{refund}");
+    // A parcel: "other" then and now; notify not executed either time — the same, unchanged.
+    let parcel = case(3);
+    assert_eq!((&parcel["changed"], &parcel["status"]), (&json!(false), &json!("failed")), "{parcel}");
+    assert_eq!(parcel["error"]["code"], json!("not_executed"), "{parcel}");
+    assert!(parcel["error"]["message"].as_str().unwrap().contains("no recorded run gave this input"), "{parcel}");
+    // Model calls were made then and now (two per input); nothing was notified or kept.
+    assert_eq!(served.served(), 5 + 6);
+    assert_eq!(lines(dir.path()), 5, "no write executed");
+    assert_eq!(stepwright(dir.path(), &["runs", "list", "--json", "--limit", "100"]).stdout, listed_before);
+
+    // Kept as any experiment: listed with its three inputs, shown with their results.
+    let id = stepwright(dir.path(), &["experiments", "list", "--json"]);
+    let listed = json_of(&id);
+    assert_eq!(listed[0]["runs"], json!(3), "{listed}");
+    let shown = json_of(&stepwright(dir.path(), &["experiments", "show", listed[0]["id"].as_str().unwrap(), "--json"]));
+    assert_eq!(shown["report"]["runs"], report["runs"], "{shown}");
+
+    // The table names an input by its line; a sample draws from the inputs.
+    let table = stepwright(dir.path(), &["experiments", "run", "--workflow", "triage", "--inputs", "cases.jsonl"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("input line 3 "), "{text}");
+    let sampled = stepwright(
+        dir.path(),
+        &["experiments", "run", "--workflow", "triage", "--inputs", "cases.jsonl", "--sample", "2", "--json"],
+    );
+    assert_eq!(json_of(&sampled)["totals"]["runs"], json!(2));
+    // A line that is not JSON is named, and a blank one (an input's place is its line); so
+    // is a population with no recorded run.
+    for (text, said) in
+        [("{\"ticket\": \"a\"}\n{oops\n", "bad.jsonl:2: not a JSON value"), ("1\n\n2\n", "bad.jsonl:2: a blank line")]
+    {
+        std::fs::write(dir.path().join("bad.jsonl"), text).unwrap();
+        let bad = stepwright(dir.path(), &["experiments", "run", "--workflow", "triage", "--inputs", "bad.jsonl"]);
+        assert_eq!(bad.status.code(), Some(2), "{}", String::from_utf8_lossy(&bad.stderr));
+        assert!(String::from_utf8_lossy(&bad.stderr).contains(said), "{}", String::from_utf8_lossy(&bad.stderr));
+    }
+    let none = stepwright(
+        dir.path(),
+        &["experiments", "run", "--workflow", "triage", "--inputs", "cases.jsonl", "--status", "failed"],
+    );
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no recorded run of \"triage\" matches"), "{none:?}");
+    // The same of past runs: an empty population is said, not read as every run.
+    let none = stepwright(dir.path(), &["experiments", "run", "--workflow", "triage", "--status", "failed"]);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&none.stderr).contains("no run of \"triage\" matches"), "{none:?}");
+}

@@ -406,6 +406,26 @@ impl Engine {
         let first_failed = paths.iter().find(|p| failures.contains_key(**p)).copied();
         let decisions_changed =
             decided_before.iter().any(|(p, c)| !prefix.contains(p) && decided_after.get(p) != Some(c));
+        // How the steps that never completed then ended: one that fails now as it failed then
+        // (the same error; a refused write, given the same input) did not change.
+        let mut failed_then: HashMap<&StepPath, &StepError> = HashMap::new();
+        let mut refused_then: HashMap<&StepPath, ContentHash> = HashMap::new();
+        for entry in &original.entries {
+            match &entry.record {
+                Record::Failed { error, .. } => {
+                    failed_then.insert(&entry.path, error);
+                }
+                Record::Artifact { kind, hash, .. } if kind == crate::recording::WOULD_EXECUTE => {
+                    refused_then.insert(&entry.path, *hash);
+                }
+                _ => {}
+            }
+        }
+        let fails_as_then = |path: &StepPath| {
+            let (then, now) = (failed_then.get(path), failures.get(path));
+            then.zip(now).is_some_and(|(then, now)| then.code == now.code && then.message == now.message)
+                && refused_then.get(path).copied() == would_execute.get(path).map(ContentHash::of_value)
+        };
         let steps: Vec<RecomputedStep> = paths
             .into_iter()
             .map(|path| {
@@ -415,6 +435,7 @@ impl Engine {
                     match (recorded.get(path), after.get(path)) {
                         (Some(_), Some(_)) if served(path) => StepChange::Served,
                         (Some(_), None) if under_served(path) => StepChange::Served,
+                        (None, None) if failures.contains_key(path) && fails_as_then(path) => StepChange::Clean,
                         (_, None) if failures.contains_key(path) => {
                             StepChange::Failed { error: failures[path].clone() }
                         }

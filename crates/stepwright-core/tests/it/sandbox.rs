@@ -163,13 +163,22 @@ async fn a_fresh_run_is_served_what_past_runs_recorded_for_the_same_input_and_pe
     assert_eq!(charge.change, StepChange::Added, "{charge:?}");
     assert!(charge.why.as_deref().unwrap().contains(&past[1].to_string()), "{:?}", charge.why);
 
-    // A new input no past run had: not executed, with the input it would have been given.
+    // A new input no past run had: not executed, then or now — the same, not a change.
     let fresh =
         engine.try_fresh(&workflow, &workflow, json!(7), Default::default(), None, recorded.clone()).await.unwrap();
     assert_eq!(charges.get(), 2);
     let charge = fresh.report.steps.iter().find(|s| s.path.as_str() == "charge").unwrap();
+    assert_eq!((&charge.change, &charge.would_execute_with), (&StepChange::Clean, &None), "{charge:?}");
+    assert!(!fresh.report.changed);
+    // Changed so that the refused charge would be given another input: that is a change, and
+    // the report says the input it would have been given now.
+    let fresh =
+        engine.try_fresh(&workflow, &doubled, json!(7), Default::default(), None, recorded.clone()).await.unwrap();
+    assert_eq!(charges.get(), 2);
+    let charge = fresh.report.steps.iter().find(|s| s.path.as_str() == "charge").unwrap();
     assert!(matches!(&charge.change, StepChange::Failed { error } if error.is(&ErrorCode::NOT_EXECUTED)));
-    assert_eq!(charge.would_execute_with, Some(json!(70)));
+    assert_eq!(charge.would_execute_with, Some(json!(140)));
+    assert!(fresh.report.changed);
 
     assert_eq!(runs_in(&*store).await, before, "nothing was kept");
 }

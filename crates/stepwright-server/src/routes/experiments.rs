@@ -47,7 +47,12 @@ pub(crate) async fn start(
     let fixed =
         begin_experiment(shared.store.as_ref(), shared.store.as_ref(), &spec, Some(who.namespace()), id, shared.now())
             .await?;
-    let detail = json!({ "name": spec.experiment, "workflow": spec.runs.workflow, "runs": fixed.runs.ids.len() });
+    let detail = json!({
+        "name": spec.experiment,
+        "workflow": spec.runs.workflow,
+        "runs": fixed.runs.ids.len(),
+        "inputs": fixed.runs.inputs.len(),
+    });
     audit(&shared, &who, "experiment.started", id.to_string(), detail).await?;
     let record = experiment_in_namespace(&shared, &who, &id.to_string()).await?;
     work_on(&shared, who.namespace().to_owned(), id, fixed, candidate);

@@ -186,3 +186,47 @@ async fn an_experiment_is_cancelled_mid_way_over_the_api() {
     assert_eq!((status, body["code"].as_str()), (409, Some("experiment_ended")), "{body}");
     server.shutdown().await;
 }
+
+/// New inputs over the API: sent whole (a server reads no file of its callers), each tried
+/// with the workflow as its newest run ran it and with the change, in the background.
+#[tokio::test]
+async fn an_experiment_tries_new_inputs_sent_with_it() {
+    let server = TestServer::start().await;
+    let admin = server.key("acme", "ann", &["admin", "operator"]).await;
+    server.register(&admin, GRADE).await;
+    start_runs(&server, &admin, "grade", &[json!({ "n": 0 })]).await;
+    let runs_before = server.get(&admin, "/v1/runs?limit=100").await.1;
+    let changed =
+        GRADE.replace("set: \"n={{ input.n }}\"", "set: \"{{ 'odd' if input.n % 2 == 1 else 'n=' ~ input.n }}\"");
+    let spec = json!({
+        "experiment": "new numbers",
+        "runs": { "workflow": "grade", "inputs": [{ "n": 41 }, { "n": 42 }, { "n": 43 }] },
+        "change": { "source": changed },
+    });
+    let (status, started) = server.post(&admin, "/v1/experiments", spec).await;
+    assert_eq!((status, &started["runs"]), (202, &json!(3)), "{started}");
+    let id = started["id"].as_str().unwrap().to_owned();
+    let shown = until(&server, &admin, &id, |e| e["status"] == "completed").await;
+    let runs = shown["report"]["runs"].as_array().unwrap();
+    let seen: Vec<(u64, bool, Value)> = runs
+        .iter()
+        .map(|r| (r["fresh"]["line"].as_u64().unwrap(), r["changed"].as_bool().unwrap(), r["diff"].clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (1, true, json!([r#"/: "n=41" → "odd""#])),
+            (2, false, json!([])),
+            (3, true, json!([r#"/: "n=43" → "odd""#]))
+        ],
+        "{shown}"
+    );
+    assert_eq!((&shown["runs"], &shown["recomputed"]), (&json!(3), &json!(3)));
+    assert_eq!(server.get(&admin, "/v1/runs?limit=100").await.1, runs_before, "no run was kept");
+
+    // A file of inputs is the CLI's to read.
+    let file = json!({ "experiment": "f", "runs": { "workflow": "grade", "inputs_file": "cases.jsonl" } });
+    let (status, refused) = server.post(&admin, "/v1/experiments", file).await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(refused["detail"].as_str().unwrap().contains("send the inputs as `runs.inputs`"), "{refused}");
+}
