@@ -1745,6 +1745,12 @@ export interface components {
              * @default 0
              */
             evaluation_cost_usd: number;
+            /**
+             * @description For a population of new inputs: which input this was, and which past runs' answers
+             *     its effects were served. `run` is then the case's id in this experiment (no run of
+             *     the store), "then" the workflow as its newest recorded run ran it.
+             */
+            fresh?: components["schemas"]["FreshCase"] | null;
             /** @description The run. */
             run: string;
             /** @description Each evaluator's score. */
@@ -1933,6 +1939,21 @@ export interface components {
              * @default null
              */
             wait_seconds: number | null;
+        };
+        /** @description A new input an experiment tried. */
+        FreshCase: {
+            /** @description The input. */
+            input: unknown;
+            /**
+             * Format: uint64
+             * @description Its place among the inputs, from 1 (the line of an `inputs_file`).
+             */
+            line: number;
+            /**
+             * @description The `write` and unsafe `external` steps served a past run's answer for the same
+             *     input (the others were not executed).
+             */
+            served?: components["schemas"]["ServedAnswer"][];
         };
         /** @description Liveness. */
         Health: {
@@ -2211,6 +2232,21 @@ export interface components {
         Population: {
             /** @description Exactly these runs (each must be of the workflow); the filters above then do not apply. */
             ids?: string[];
+            /**
+             * @description New inputs instead of past runs (at most 100,000): each is run fresh in a sandbox with
+             *     the workflow as its newest recorded run ran it, then recomputed with the change, and
+             *     the two compared. Their `write` and unsafe `external` steps are served the answer a
+             *     past run recorded for the same step and input, else not executed. With `inputs`, the
+             *     filter above (or `ids`) chooses those past runs (the newest 1,000 it finds), and
+             *     `sample` draws from the inputs.
+             */
+            inputs?: unknown[];
+            /**
+             * @description A JSON Lines file of inputs, one JSON value per line (relative to the experiment
+             *     file; the CLI reads it into `inputs` — a server reads no file of its callers: send
+             *     `inputs`).
+             */
+            inputs_file?: string | null;
             /**
              * Format: uint32
              * @description At most this many of them, drawn at random with `seed` (the same seed, the same runs).
@@ -2660,6 +2696,13 @@ export interface components {
              * @default null
              */
             payload: unknown;
+        };
+        /** @description An effect served from a past run's journal. */
+        ServedAnswer: {
+            /** @description The run that recorded the answer served. */
+            run: string;
+            /** @description The step's path. */
+            step: string;
         };
         /** @description Who is signed in. */
         Session: {

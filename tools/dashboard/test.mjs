@@ -696,6 +696,18 @@ steps:
   await operator.waitForURL(new RegExp(`#/diff/${greeted.Evangeline}\\?with=`));
   await operator.getByText('Yo Evangeline!').first().waitFor();
 
+  step('an experiment over a new input: its row names the input by its line, and shows what it was given');
+  const fresh = await call(ann, 'POST', '/v1/experiments', {
+    experiment: 'a new name', runs: { workflow: 'greet', inputs: [{ name: 'Dominique' }] }, change: { source: reworded },
+  });
+  assert.equal(fresh.status, 202, JSON.stringify(fresh.body));
+  await operator.goto(`${base}/#/experiments/${fresh.body.id}`);
+  const freshRow = operator.locator('table[aria-label="Runs recomputed"] tbody tr').first();
+  await freshRow.locator('td').first().getByText('input line 1').waitFor();
+  await freshRow.locator('details summary').click();
+  await freshRow.locator('[data-fresh="1"]', { hasText: '"Dominique"' }).waitFor();
+  assert.equal(await freshRow.getByRole('button', { name: 'Compare step by step' }).count(), 0, 'a new input is no run to compare');
+
   step('phones: no view is wider than the screen at 360 and 390 px');
   const waitingForPhone = await call(ann, 'POST', '/v1/runs', { workflow: 'greet', input: { name: 'Gus' }, wait_seconds: 10 });
   // A run waiting for an event: its page has the message form.

@@ -187,7 +187,7 @@ function runsTable(details, which, limit, more) {
     h('table', { 'aria-label': 'Runs recomputed' },
       h('thead', {}, h('tr', {}, ['Run', 'Verdict', 'What changed', ...names, 'Cost', 'Took'].map((t) => h('th', { scope: 'col', text: t })))),
       h('tbody', {}, runs.slice(0, limit).map((r) => h('tr', { 'data-run': r.run },
-        h('td', {}, runLink(r.run)),
+        h('td', {}, r.fresh ? freshName(r.fresh) : runLink(r.run)),
         h('td', {}, status(r.verdict === 'same' && !r.changed ? 'unchanged' : r.verdict)),
         h('td', {}, whatChanged(details, r)),
         r.scores.map((s) => h('td', { class: 'mono', title: s.error || s.reason || '', text: score(s) })),
@@ -231,9 +231,25 @@ function whatChanged(details, r) {
       (r.decisions || []).map((d) => h('div', { class: 'mono diff-line', 'data-decision': d.path,
         text: `${d.path} decided ${JSON.stringify(d.before ?? null)} → ${JSON.stringify(d.after ?? null)}` })),
       r.scores.filter((s) => s.reason).map((s) => h('p', {}, h('strong', { text: `${s.name}: ` }), s.reason)),
-      has('operator') ? h('button', { text: 'Compare step by step', onclick: () => compare(details.spec.change, r.run) }) : null));
+      // A new input is no run of the store: what it was given and served is shown instead.
+      r.fresh ? freshFacts(r.fresh)
+        : has('operator') ? h('button', { text: 'Compare step by step', onclick: () => compare(details.spec.change, r.run) }) : null));
   });
   return box;
+}
+
+/** A new input's name in the table: its line, the input itself on hover. */
+function freshName(fresh) {
+  return h('span', { class: 'mono', title: JSON.stringify(fresh.input), text: `input line ${fresh.line}` });
+}
+
+/** A new input's input, and the past runs whose recorded answers its writes were served. */
+function freshFacts(fresh) {
+  return h('div', { 'data-fresh': String(fresh.line) },
+    h('p', { class: 'muted', text: `Input line ${fresh.line}, run fresh then and now:` }),
+    h('pre', { text: JSON.stringify(fresh.input, null, 2) }),
+    (fresh.served || []).map((s) => h('p', { 'data-served': s.step },
+      `The write at ${s.step} was served what `, runLink(s.run), ' recorded for the same input.')));
 }
 
 /** Recomputes the run again with the experiment's change, kept as a fork, and opens the compare view. */

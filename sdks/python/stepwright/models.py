@@ -50,6 +50,7 @@ __all__ = [
     "FailTask",
     "FireView",
     "ForkRun",
+    "FreshCase",
     "Health",
     "Heartbeat",
     "HeartbeatAnswer",
@@ -94,6 +95,7 @@ __all__ = [
     "ScheduleView",
     "Score",
     "SendEvent",
+    "ServedAnswer",
     "Session",
     "SignIn",
     "SpanView",
@@ -641,6 +643,11 @@ class ExperimentRun(_ExperimentRunRequired, total=False):
     """Why it failed, if it did."""
     evaluation_cost_usd: float
     """What the judges' model calls cost (US dollars)."""
+    fresh: FreshCase | None
+    """For a population of new inputs: which input this was, and which past runs' answers
+    its effects were served. `run` is then the case's id in this experiment (no run of
+    the store), "then" the workflow as its newest recorded run ran it.
+    """
     step_changes: list[RecomputedStep]
     """Those steps, each with its structural diff (`pointer: before → after` lines), the
     schema it broke or why it failed: what `recompute` of the run shows, kept here.
@@ -762,6 +769,21 @@ class ForkRun(_ForkRunRequired, total=False):
     """Replacement outputs, by step path, for steps that completed before `at`."""
     wait_seconds: float | None
     """Wait up to this long (at most 60) for the new run to finish or stop for a person."""
+
+
+class _FreshCaseRequired(TypedDict):
+    input: Any
+    """The input."""
+    line: int
+    """Its place among the inputs, from 1 (the line of an `inputs_file`)."""
+
+
+class FreshCase(_FreshCaseRequired, total=False):
+    """A new input an experiment tried."""
+    served: list[ServedAnswer]
+    """The `write` and unsafe `external` steps served a past run's answer for the same
+    input (the others were not executed).
+    """
 
 
 class Health(TypedDict):
@@ -1008,6 +1030,19 @@ class Population(_PopulationRequired, total=False):
     """Which past runs: one workflow's, narrowed by status and time, or by id; then a sample."""
     ids: list[str]
     """Exactly these runs (each must be of the workflow); the filters above then do not apply."""
+    inputs: list[Any]
+    """New inputs instead of past runs (at most 100,000): each is run fresh in a sandbox with
+    the workflow as its newest recorded run ran it, then recomputed with the change, and
+    the two compared. Their `write` and unsafe `external` steps are served the answer a
+    past run recorded for the same step and input, else not executed. With `inputs`, the
+    filter above (or `ids`) chooses those past runs (the newest 1,000 it finds), and
+    `sample` draws from the inputs.
+    """
+    inputs_file: str | None
+    """A JSON Lines file of inputs, one JSON value per line (relative to the experiment
+    file; the CLI reads it into `inputs` — a server reads no file of its callers: send
+    `inputs`).
+    """
     sample: int | None
     """At most this many of them, drawn at random with `seed` (the same seed, the same runs)."""
     seed: int
@@ -1353,6 +1388,14 @@ class SendEvent(_SendEventRequired, total=False):
     """
     payload: Any
     """What it carries (default null)."""
+
+
+class ServedAnswer(TypedDict):
+    """An effect served from a past run's journal."""
+    run: str
+    """The run that recorded the answer served."""
+    step: str
+    """The step's path."""
 
 
 class _SessionRequired(TypedDict):

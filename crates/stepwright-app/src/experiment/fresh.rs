@@ -201,3 +201,56 @@ impl Cases {
         Ok(run)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_case_key_is_the_same_in_every_process_and_one_per_case() {
+        let experiment: RunId = "01a22189-3364-7ee4-b99f-46665f18c977".parse().unwrap();
+        let keys: std::collections::HashSet<RunId> = (0..10_000).map(|i| case_key(experiment, i)).collect();
+        assert_eq!(keys.len(), 10_000);
+        assert_eq!(case_key(experiment, 7), case_key(experiment, 7));
+        assert_ne!(case_key(experiment, 7), experiment);
+    }
+
+    #[test]
+    fn the_population_of_new_inputs_is_their_sample_in_order() {
+        let spec = |sample: Option<u32>| ExperimentSpec {
+            runs: Population { inputs: (0..10).map(Value::from).collect(), sample, seed: 3, ..population() },
+            ..super::super::parse_experiment("experiment: e\nruns: { workflow: w }\n", "e.yaml").unwrap()
+        };
+        let experiment = RunId::from_bytes([7; 16]);
+        assert_eq!(population_keys(&spec(None), experiment).len(), 10);
+        let drawn = population_keys(&spec(Some(4)), experiment);
+        assert_eq!(drawn, population_keys(&spec(Some(4)), experiment), "the same seed, the same inputs");
+        let all = population_keys(&spec(None), experiment);
+        let places: Vec<usize> = drawn.iter().map(|k| all.iter().position(|a| a == k).unwrap()).collect();
+        assert!(places.len() == 4 && places.windows(2).all(|w| w[0] < w[1]), "{places:?}");
+    }
+
+    #[test]
+    fn a_file_of_inputs_names_its_bad_lines() {
+        assert_eq!(parse_inputs("{\"a\": 1}\n2\n\n\n", "f").unwrap(), [serde_json::json!({ "a": 1 }), Value::from(2)]);
+        assert!(parse_inputs("1\n\n2\n", "f").unwrap_err().to_string().contains("f:2: a blank line"));
+        assert!(parse_inputs("1\n{\n", "f").unwrap_err().to_string().contains("f:2: not a JSON value"));
+        assert!(parse_inputs("\n", "f").unwrap_err().to_string().contains("holds no input"));
+    }
+
+    fn population() -> Population {
+        Population {
+            workflow: "w".into(),
+            status: None,
+            since: None,
+            until: None,
+            started_by: None,
+            tag: None,
+            ids: Vec::new(),
+            inputs: Vec::new(),
+            inputs_file: None,
+            sample: None,
+            seed: 0,
+        }
+    }
+}

@@ -214,11 +214,7 @@ async fn an_experiment_tries_new_inputs_sent_with_it() {
         .collect();
     assert_eq!(
         seen,
-        [
-            (1, true, json!([r#"/: "n=41" → "odd""#])),
-            (2, false, json!([])),
-            (3, true, json!([r#"/: "n=43" → "odd""#]))
-        ],
+        [(1, true, json!([r#"/: "n=41" → "odd""#])), (2, false, json!([])), (3, true, json!([r#"/: "n=43" → "odd""#]))],
         "{shown}"
     );
     assert_eq!((&shown["runs"], &shown["recomputed"]), (&json!(3), &json!(3)));
