@@ -416,7 +416,7 @@ pub async fn run_experiment(
             earlier.insert(run, result);
         }
     }
-    let spent = Mutex::new(earlier.values().map(|r| r.usage.after.cost_usd + r.evaluation_cost_usd).sum::<f64>());
+    let spent = Mutex::new(earlier.values().map(spent_on).sum::<f64>());
     let definitions: Mutex<HashMap<Option<ContentHash>, (Workflow, Workflow)>> = Mutex::default();
     let over_budget = || spec.budget_usd.is_some_and(|budget| *spent.lock().expect("poisoned") >= budget);
     let cancelled = Cancelled::default();
@@ -436,7 +436,7 @@ pub async fn run_experiment(
                 Some(cases) => cases.try_one(engine, spec, evaluators, index).await,
             };
             if let Ok(done) = &result {
-                *spent.lock().expect("poisoned") += done.usage.after.cost_usd + done.evaluation_cost_usd;
+                *spent.lock().expect("poisoned") += spent_on(done);
                 // Kept before the next starts: a crash from here on does not recompute it.
                 if let Some(keeping) = keeping {
                     let value = serde_json::to_value(done).unwrap_or(Value::Null);
@@ -477,6 +477,13 @@ pub async fn run_experiment(
         keeping.store.experiment_end(keeping.id, state, value).await?;
     }
     Ok(report)
+}
+
+/// What trying one run cost now, against the budget: its recompute's model calls and the
+/// judges'; for a new input, its run "then" too (made now, not read from a journal).
+fn spent_on(run: &ExperimentRun) -> f64 {
+    let then = if run.fresh.is_some() { run.usage.before.cost_usd } else { 0.0 };
+    then + run.usage.after.cost_usd + run.evaluation_cost_usd
 }
 
 /// Whether the experiment was cancelled (by anyone, in any process: its kept state says so),

@@ -375,12 +375,13 @@ fn print_report(report: &ExperimentReport) {
         ExperimentStatus::Running => format!("so far ({} runs to go)", t.skipped),
     };
     println!("experiment {} on {}: {ended}", report.experiment, report.workflow);
+    let what = if report.runs.iter().any(|r| r.fresh.is_some()) { "new inputs" } else { "runs" };
     println!(
-        "{} runs: {} changed, {} unchanged; {} improved, {} regressed, {} failed",
+        "{} {what}: {} changed, {} unchanged; {} improved, {} regressed, {} failed",
         t.runs, t.changed, t.unchanged, t.improved, t.regressed, t.failed
     );
     if t.would_execute > 0 {
-        println!("{} runs would execute a write with another input (not executed: see WHAT CHANGED)", t.would_execute);
+        println!("{} {what} would execute a write with another input (not executed: see WHAT CHANGED)", t.would_execute);
     }
     let per_run = |ms: f64| if t.runs == 0 { 0.0 } else { ms / t.runs as f64 };
     println!(
@@ -417,23 +418,31 @@ fn print_report(report: &ExperimentReport) {
             (None, None) if run.changed => step_lines(run).first().cloned().unwrap_or_else(|| "how it ended".into()),
             (None, None) => String::new(),
         };
-        // A new input is named by its line: its key is no run of the store.
-        let name = run.fresh.as_ref().map_or_else(|| run.run.clone(), |case| format!("input line {}", case.line));
-        println!("{name:<38} {verdict:<10} {:<8} {what}", if run.changed { "yes" } else { "no" });
+        println!("{:<38} {verdict:<10} {:<8} {what}", name_of(run), if run.changed { "yes" } else { "no" });
     }
     if !report.look_first.is_empty() {
-        println!("look first: {}", report.look_first.join(" "));
+        let named: Vec<String> = report
+            .look_first
+            .iter()
+            .map(|key| report.runs.iter().find(|r| r.run == *key).map_or_else(|| key.clone(), name_of))
+            .collect();
+        println!("look first: {}", named.join(", "));
         // What changed inside the runs to look at first, step by step.
         for run in report.runs.iter().filter(|r| report.look_first.contains(&r.run)) {
             let lines = step_lines(run);
             if !lines.is_empty() {
-                println!("  {}:", run.run);
+                println!("  {}:", name_of(run));
                 for line in lines {
                     println!("    {line}");
                 }
             }
         }
     }
+}
+
+/// A run by its id; a new input by its line (its key is no run of the store).
+fn name_of(run: &stepwright::api::experiment::ExperimentRun) -> String {
+    run.fresh.as_ref().map_or_else(|| run.run.clone(), |case| format!("input line {}", case.line))
 }
 
 /// A run's changed steps and decisions, a line each: `classify /category: "other" → "billing"`.

@@ -101,6 +101,23 @@ fn the_readme_experiment_runs_offline_from_its_cassette() {
     let regressed = report["runs"].as_array().unwrap().iter().find(|r| r["verdict"] == json!("regressed")).unwrap();
     assert_eq!(regressed["would_execute"], json!([{ "step": "tell", "input": { "category": "bug" } }]));
     assert_eq!(regressed["scores"][2]["reason"], json!("a refund for a broken item is a billing matter, not a bug"));
+
+    // The README's new tickets: run fresh then and now, their `tell` served what the fifty runs
+    // answered for the same input; two would tell another team.
+    let db = format!("sqlite://{}", dir.path().join("triage.db").display());
+    let new = example("new-tickets.yaml");
+    let args = ["experiments", "run", new.as_str(), "--json", "--db", &db, "--cassette", &cassette];
+    let ran = offline(dir.path(), &args, None);
+    assert_eq!(ran.status.code(), Some(0), "{}", String::from_utf8_lossy(&ran.stderr));
+    let report: Value = serde_json::from_slice(&ran.stdout).unwrap();
+    let totals = &report["totals"];
+    assert_eq!(
+        [&totals["runs"], &totals["changed"], &totals["regressed"], &totals["would_execute"]],
+        [&json!(10), &json!(2), &json!(2), &json!(2)],
+        "{totals}"
+    );
+    let same = report["runs"].as_array().unwrap().iter().find(|r| r["changed"] == json!(false)).unwrap();
+    assert_eq!(same["fresh"]["served"][0]["step"], json!("tell"), "{same}");
     assert_eq!(std::fs::read(&cassette).unwrap(), before, "played back, not written");
 }
 

@@ -596,6 +596,22 @@ fn an_experiment_tries_new_inputs_with_the_effects_past_runs_recorded() {
         &["experiments", "run", "--workflow", "triage", "--inputs", "cases.jsonl", "--sample", "2", "--json"],
     );
     assert_eq!(json_of(&sampled)["totals"]["runs"], json!(2));
+    // A new input's run "then" is made now: it counts against the budget. A case costs
+    // $0.00012 then and $0.0000042 now: after two, $0.0002 is spent (not counting "then", all
+    // three would be tried).
+    std::fs::write(
+        dir.path().join("budget.yaml"),
+        "experiment: budget\nruns: { workflow: triage, inputs_file: cases.jsonl }\n\
+         change: { rebind: { smart: cheap } }\nconcurrency: 1\nbudget_usd: 0.0002\n",
+    )
+    .unwrap();
+    let budget = json_of(&stepwright(dir.path(), &["experiments", "run", "budget.yaml", "--json"]));
+    assert_eq!(
+        (&budget["status"], &budget["totals"]["runs"], &budget["totals"]["skipped"]),
+        (&json!("budget_spent"), &json!(2), &json!(1)),
+        "{budget}"
+    );
+
     // A line that is not JSON is named, and a blank one (an input's place is its line); so
     // is a population with no recorded run.
     for (text, said) in
