@@ -381,7 +381,10 @@ fn print_report(report: &ExperimentReport) {
         t.runs, t.changed, t.unchanged, t.improved, t.regressed, t.failed
     );
     if t.would_execute > 0 {
-        println!("{} {what} would execute a write with another input (not executed: see WHAT CHANGED)", t.would_execute);
+        println!(
+            "{} {what} would execute a write with another input (not executed: see WHAT CHANGED)",
+            t.would_execute
+        );
     }
     let per_run = |ms: f64| if t.runs == 0 { 0.0 } else { ms / t.runs as f64 };
     println!(
