@@ -90,6 +90,26 @@ pub struct Population {
     pub seed: u64,
 }
 
+impl Population {
+    /// Every completed run of `workflow`: no filter, no sample.
+    #[must_use]
+    pub fn of(workflow: impl Into<String>) -> Self {
+        Self {
+            workflow: workflow.into(),
+            status: None,
+            since: None,
+            until: None,
+            started_by: None,
+            tag: None,
+            ids: Vec::new(),
+            inputs: Vec::new(),
+            inputs_file: None,
+            sample: None,
+            seed: 0,
+        }
+    }
+}
+
 /// The change tried: at most one of `file`, `source` and `version` (none: each run's own
 /// definition), then `models`, `rebind` and `from`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -101,19 +101,7 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
 
         let experiment = |concurrency: u32| ExperimentSpec {
             experiment: "cheaper".into(),
-            runs: Population {
-                workflow: "x2".into(),
-                status: None,
-                since: None,
-                until: None,
-                started_by: None,
-                tag: None,
-                ids: Vec::new(),
-                inputs: Vec::new(),
-                inputs_file: None,
-                sample: None,
-                seed: 0,
-            },
+            runs: Population::of("x2"),
             change: Change { rebind: replacements.clone(), ..Change::default() },
             evaluators: vec![
                 Evaluator {

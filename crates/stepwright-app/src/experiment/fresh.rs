@@ -218,7 +218,7 @@ mod tests {
     #[test]
     fn the_population_of_new_inputs_is_their_sample_in_order() {
         let spec = |sample: Option<u32>| ExperimentSpec {
-            runs: Population { inputs: (0..10).map(Value::from).collect(), sample, seed: 3, ..population() },
+            runs: Population { inputs: (0..10).map(Value::from).collect(), sample, seed: 3, ..Population::of("w") },
             ..super::super::parse_experiment("experiment: e\nruns: { workflow: w }\n", "e.yaml").unwrap()
         };
         let experiment = RunId::from_bytes([7; 16]);
@@ -236,21 +236,5 @@ mod tests {
         assert!(parse_inputs("1\n\n2\n", "f").unwrap_err().to_string().contains("f:2: a blank line"));
         assert!(parse_inputs("1\n{\n", "f").unwrap_err().to_string().contains("f:2: not a JSON value"));
         assert!(parse_inputs("\n", "f").unwrap_err().to_string().contains("holds no input"));
-    }
-
-    fn population() -> Population {
-        Population {
-            workflow: "w".into(),
-            status: None,
-            since: None,
-            until: None,
-            started_by: None,
-            tag: None,
-            ids: Vec::new(),
-            inputs: Vec::new(),
-            inputs_file: None,
-            sample: None,
-            seed: 0,
-        }
     }
 }
