@@ -53,6 +53,16 @@ pub enum AppError {
     /// The store could not be opened.
     #[error(transparent)]
     Open(#[from] stepwright_store::OpenError),
+    /// Another process works on the experiment (it holds it, and is alive).
+    #[error("experiment {id} is at work in {holder} (its hold lapses at {} unless renewed)", stepwright_schedule::format_instant(*until))]
+    ExperimentHeld {
+        /// The experiment.
+        id: stepwright_core::RunId,
+        /// Who holds it.
+        holder: String,
+        /// Until when.
+        until: stepwright_core::Timestamp,
+    },
     /// The task executing a run stopped without an answer (it panicked): a bug of ours.
     #[error("the run's task failed: {0}")]
     TaskFailed(String),
@@ -62,7 +72,7 @@ impl AppError {
     /// Whose fault it is: the CLI's exit 2 or 1, the server's 4xx or 5xx.
     pub fn fault(&self) -> Fault {
         match self {
-            Self::BadInput(_) | Self::Load(_) | Self::UnknownMailbox(_) => Fault::Caller,
+            Self::BadInput(_) | Self::Load(_) | Self::UnknownMailbox(_) | Self::ExperimentHeld { .. } => Fault::Caller,
             Self::Open(stepwright_store::OpenError::UnknownScheme { .. }) => Fault::Caller,
             Self::Engine(e) => e.fault(),
             Self::Store(e) => e.fault(),
@@ -87,6 +97,7 @@ impl AppError {
             Self::Store(e) => e.code(),
             Self::Open(stepwright_store::OpenError::UnknownScheme { .. }) => "bad_input",
             Self::Open(_) => "store_unavailable",
+            Self::ExperimentHeld { .. } => "already_running",
             Self::TaskFailed(_) => "internal",
         }
     }

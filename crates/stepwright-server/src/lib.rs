@@ -203,6 +203,8 @@ impl Server {
                     .wake_on(shared.scheduler_wake.clone());
             let stop_scheduler = stop.clone();
             tokio::spawn(async move { scheduler.run(stop_scheduler).await });
+            // And it takes up experiments whose server stopped.
+            tokio::spawn(routes::experiments::take_up(shared.clone(), stop.clone()));
             tokio::spawn(async move { runner.run(stop_worker).await })
         });
         let hooks = tokio::spawn(webhooks::run(

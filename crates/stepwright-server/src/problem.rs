@@ -95,6 +95,7 @@ impl From<AppError> for ApiError {
         match error {
             AppError::Engine(error) => error.into(),
             AppError::Store(error) => error.into(),
+            held @ AppError::ExperimentHeld { .. } => Self::new(StatusCode::CONFLICT, held.code(), held.to_string()),
             AppError::Load(load) => {
                 let problems: Vec<String> = load.diagnostics.iter().map(ToString::to_string).collect();
                 let mut api = Self::new(

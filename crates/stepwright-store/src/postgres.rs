@@ -59,6 +59,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (12, include_str!("postgres/012_tasks.sql")),
     (13, include_str!("postgres/013_experiments.sql")),
     (14, include_str!("postgres/014_run_tags.sql")),
+    (15, include_str!("postgres/015_experiment_holds.sql")),
 ];
 
 /// How long connecting to the database may take before it is reported as unreachable.

@@ -93,6 +93,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (14, include_str!("sqlite/014_tasks.sql")),
     (15, include_str!("sqlite/015_experiments.sql")),
     (16, include_str!("sqlite/016_run_tags.sql")),
+    (17, include_str!("sqlite/017_experiment_holds.sql")),
 ];
 
 /// A durable store in one SQLite file.

@@ -24,10 +24,12 @@ use crate::{AppError, Bindings};
 
 mod evaluate;
 mod fresh;
+mod hold;
 mod report;
 mod worker;
 
 pub use fresh::parse_inputs;
+pub use hold::{HOLD_FOR, RENEW_EVERY, hold_from, holder_stopped, take_hold};
 
 use evaluate::{Prepared, ask_judge, judge};
 pub use report::{experiment_details, experiment_status, experiment_summary, kept_spec};
@@ -315,6 +317,7 @@ pub async fn begin_experiment(
     tenant: Option<&str>,
     id: RunId,
     now: stepwright_core::Timestamp,
+    hold: Option<stepwright_core::store::experiment::ExperimentHold>,
 ) -> Result<ExperimentSpec, AppError> {
     check_experiment(spec).map_err(AppError::BadInput)?;
     if let Some(file) = &spec.runs.inputs_file {
@@ -359,6 +362,7 @@ pub async fn begin_experiment(
         state: ExperimentState::Running,
         created_at: now,
         report: None,
+        hold,
     };
     kept.experiment_begin(record).await?;
     Ok(fixed)
@@ -371,6 +375,8 @@ pub struct Keeping<'a> {
     pub store: &'a dyn ExperimentStore,
     /// The experiment's id.
     pub id: RunId,
+    /// Who holds it, renewing the hold as it works (a server); none: no one holds it (a CLI).
+    pub holder: Option<&'a str>,
 }
 
 /// Runs the experiment: every run of the population recomputed with `candidate` (at the
@@ -448,8 +454,20 @@ pub async fn run_experiment(
             (index, Some(result))
         }
     };
+    let work = futures_util::stream::iter(0..keys.len()).map(one).buffer_unordered(concurrency).collect::<Vec<_>>();
+    // A holder renews its hold while it works; a hold lost (another took the experiment up)
+    // stops the work: the runs under way are dropped, not kept, and the other goes on.
     let mut results: Vec<(usize, Option<Result<ExperimentRun, AppError>>)> =
-        futures_util::stream::iter(0..keys.len()).map(one).buffer_unordered(concurrency).collect().await;
+        match keeping.and_then(|k| k.holder.map(|holder| (k, holder))) {
+            None => work.await,
+            Some((keeping, holder)) => {
+                let lost = hold::keep_holding(engine, keeping.store, keeping.id, holder);
+                tokio::select! {
+                    results = work => results,
+                    lost = lost => return Err(lost),
+                }
+            }
+        };
     results.sort_by_key(|(index, _)| *index);
     let mut done = Vec::new();
     let mut skipped = 0_u64;

@@ -11,7 +11,7 @@ use stepwright::api::experiment::{
 };
 use stepwright::app::experiment::{
     Candidate, Keeping, begin_experiment, check_experiment, experiment_candidate, experiment_details,
-    experiment_summary, kept_spec, parse_experiment, parse_inputs, run_experiment, with_models,
+    experiment_summary, kept_spec, parse_experiment, parse_inputs, run_experiment, take_hold, with_models,
 };
 use stepwright::store::experiment::{ExperimentRecord, ExperimentState};
 
@@ -148,7 +148,9 @@ async fn run(
     let engine = cli_engine(&store, false, g.flags);
     let id = engine.new_id();
     let now = engine.clock().now();
-    let spec = begin_experiment(store.as_ref(), store.as_ref(), &spec, tenant, id, now).await?;
+    // Held by no one: a server never takes up a CLI's experiment (its models and files are
+    // this command's); `experiments resume` goes on with it.
+    let spec = begin_experiment(store.as_ref(), store.as_ref(), &spec, tenant, id, now, None).await?;
     let population = if spec.runs.inputs.is_empty() {
         format!("{} runs", spec.runs.ids.len())
     } else {
@@ -156,7 +158,7 @@ async fn run(
         format!("{drawn} new inputs, served what {} recorded runs did", spec.runs.ids.len())
     };
     eprintln!("experiment {id}: {population} (`stepwright experiments resume {id}` goes on if it is stopped)");
-    go(g, &store, &spec, &candidate, tenant, id, bounds, json).await
+    go(g, &store, &spec, &candidate, tenant, id, None, bounds, json).await
 }
 
 async fn resume(g: &Globals<'_>, id: &str, fail_on: &[String], json: bool) -> anyhow::Result<u8> {
@@ -177,7 +179,15 @@ async fn resume(g: &Globals<'_>, id: &str, fail_on: &[String], json: bool) -> an
     }
     let spec = kept_spec(&record)?;
     let candidate = candidate(g, &store, &spec, record.tenant.as_deref()).await?;
-    go(g, &store, &spec, &candidate, record.tenant.as_deref(), id, &bounds, json).await
+    // A server's experiment is held: a live server at work on it keeps it (exit 2, saying
+    // which); one whose server stopped is taken, and held here while this works, so that no
+    // server takes it up meanwhile.
+    let engine = cli_engine(&store, false, g.flags);
+    let holder = record.hold.as_ref().map(|_| engine.worker_id().to_owned());
+    if let Some(holder) = &holder {
+        take_hold(store.as_ref(), &record, holder, engine.clock().now()).await?;
+    }
+    go(g, &store, &spec, &candidate, record.tenant.as_deref(), id, holder.as_deref(), &bounds, json).await
 }
 
 /// What the runs are recomputed with: the spec's change file, compiled (never registered),
@@ -220,11 +230,12 @@ async fn go(
     candidate: &Candidate,
     tenant: Option<&str>,
     id: stepwright::RunId,
+    holder: Option<&str>,
     bounds: &[Bound],
     json: bool,
 ) -> anyhow::Result<u8> {
     let engine = cli_engine(store, false, g.flags);
-    let keeping = Keeping { store: store.as_ref(), id };
+    let keeping = Keeping { store: store.as_ref(), id, holder };
     let report = run_experiment(&engine, store.as_ref(), spec, candidate, tenant, Some(keeping)).await?;
     if json {
         println!("{}", serde_json::to_string(&report)?);

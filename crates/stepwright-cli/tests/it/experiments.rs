@@ -632,3 +632,72 @@ fn an_experiment_tries_new_inputs_with_the_effects_past_runs_recorded() {
     assert_eq!(none.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&none.stderr).contains("no run of \"triage\" matches"), "{none:?}");
 }
+
+/// A server killed (SIGKILL) mid-experiment: a server started again on the same store takes
+/// the experiment up — the process that held it is gone — and goes on without recomputing
+/// what was kept: every run is recomputed once, the one under way at the kill at most twice,
+/// and the experiment completes with no one asking. On SQLite, and on Postgres when set.
+#[test]
+fn a_server_takes_up_the_experiment_of_a_server_that_died() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::support::on_each_store("experiment_taken_up", |dir, db| {
+        let looked = || std::fs::read_to_string(dir.join("looked.log")).unwrap_or_default().lines().count();
+        let key = crate::support::api_key(dir, db, "ann", &["admin", "operator"]);
+        let mut first = crate::support::serve(dir, db);
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let http = reqwest::Client::new();
+        let call = |base: String, method: reqwest::Method, path: &str, body: Option<Value>| {
+            let mut request = http.request(method, format!("{base}{path}")).bearer_auth(&key);
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            async move {
+                let response = request.send().await.unwrap();
+                (response.status().as_u16(), response.json::<Value>().await.unwrap_or(Value::Null))
+            }
+        };
+        let slow = "workflow: slow\ntools:\n  look:\n    command: [sh, -c, 'echo x >> looked.log; sleep 0.3; echo done']\n    \
+                    effect: read\nsteps:\n  - id: look\n    tool: look\n";
+        let id = runtime.block_on(async {
+            let post =
+                |path: &'static str, body: Value| call(first.base.clone(), reqwest::Method::POST, path, Some(body));
+            assert_eq!(post("/v1/workflows", json!({ "source": slow })).await.0, 201);
+            for _ in 0..8 {
+                let (status, run) = post("/v1/runs", json!({ "workflow": "slow", "wait_seconds": 10 })).await;
+                assert_eq!((status, &run["status"]), (201, &json!("completed")), "{run}");
+            }
+            let spec = json!({ "experiment": "again", "runs": { "workflow": "slow" }, "concurrency": 1 });
+            let (status, started) = post("/v1/experiments", spec).await;
+            assert_eq!(status, 202, "{started}");
+            started["id"].as_str().unwrap().to_owned()
+        });
+        let show = |base: &str| {
+            runtime.block_on(call(base.to_owned(), reqwest::Method::GET, &format!("/v1/experiments/{id}"), None)).1
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while show(&first.base)["recomputed"].as_u64().unwrap_or(0) < 3 {
+            assert!(std::time::Instant::now() < deadline, "the experiment kept nothing");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        first.child.kill().unwrap();
+        first.child.wait().unwrap();
+        let looked_at_kill = looked();
+        let second = crate::support::serve(dir, db);
+        let kept_at_kill = show(&second.base)["recomputed"].as_u64().unwrap();
+        assert!((3..8).contains(&kept_at_kill), "killed mid-way: {kept_at_kill} kept");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let shown = loop {
+            let shown = show(&second.base);
+            if shown["status"] == json!("completed") {
+                break shown;
+            }
+            assert!(std::time::Instant::now() < deadline, "not taken up: {shown}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        };
+        let totals = &shown["report"]["totals"];
+        assert_eq!((&totals["runs"], &totals["unchanged"]), (&json!(8), &json!(8)), "{shown}");
+        let again = looked() - looked_at_kill;
+        let left = 8 - kept_at_kill as usize;
+        assert!(again == left || again == left + 1, "{again} recomputed after the kill, {left} were left");
+    });
+}

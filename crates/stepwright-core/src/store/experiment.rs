@@ -61,6 +61,19 @@ pub struct ExperimentRecord {
     pub created_at: Timestamp,
     /// Its report, once it ended.
     pub report: Option<Value>,
+    /// Who works on it, while a server does (none: a CLI's, or no one's).
+    pub hold: Option<ExperimentHold>,
+}
+
+/// Who works on an experiment, and until when: a server holds the experiments it works on
+/// and renews the hold as it goes; one whose holder stopped (the hold lapsed, or its process
+/// on this host is gone) is taken up by another server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExperimentHold {
+    /// The holder (a worker id: host, process, instance).
+    pub holder: String,
+    /// When the hold lapses unless renewed.
+    pub until: Timestamp,
 }
 
 /// Where experiments are kept.
@@ -82,6 +95,20 @@ pub trait ExperimentStore: Send + Sync + 'static {
     /// sees so before its next run and ends it with what it kept). False when it is not
     /// running (it ended, or does not exist).
     fn experiment_cancel(&self, id: RunId) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Moves the hold of a running experiment from `from` (none: no one holds it) to `to`, a
+    /// compare-and-set: of two processes taking up one experiment, one does; renewing is
+    /// taking from oneself. False when it is not running or not held as `from` says.
+    fn experiment_hold(
+        &self,
+        id: RunId,
+        from: Option<String>,
+        to: ExperimentHold,
+    ) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// The running experiments of every tenant, oldest first, at most `limit`, without their
+    /// reports: what a server looks through for ones to take up.
+    fn experiments_running(&self, limit: usize) -> BoxFuture<'_, Result<Vec<ExperimentRecord>, StoreError>>;
 
     /// One experiment (its tenant checked by the caller).
     fn experiment(&self, id: RunId) -> BoxFuture<'_, Result<Option<ExperimentRecord>, StoreError>>;

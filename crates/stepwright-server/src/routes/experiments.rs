@@ -11,8 +11,8 @@ use axum::http::StatusCode;
 use serde_json::json;
 use stepwright_api::experiment::{ExperimentDetails, ExperimentSpec, ExperimentSummary};
 use stepwright_app::experiment::{
-    Candidate, Keeping, begin_experiment, check_experiment, experiment_candidate, experiment_details,
-    experiment_summary, kept_spec, run_experiment,
+    Candidate, Keeping, RENEW_EVERY, begin_experiment, check_experiment, experiment_candidate, experiment_details,
+    experiment_summary, hold_from, holder_stopped, kept_spec, run_experiment, take_hold,
 };
 use stepwright_core::RunId;
 use stepwright_core::store::experiment::{ExperimentRecord, ExperimentState};
@@ -44,9 +44,18 @@ pub(crate) async fn start(
     }
     let candidate = experiment_candidate(shared.store.as_ref(), who.namespace(), &spec, &shared.bindings).await?;
     let id = shared.engine.new_id();
-    let fixed =
-        begin_experiment(shared.store.as_ref(), shared.store.as_ref(), &spec, Some(who.namespace()), id, shared.now())
-            .await?;
+    // Held by this server while it works: another takes it up if this one stops.
+    let hold = Some(hold_from(shared.engine.worker_id(), shared.now()));
+    let fixed = begin_experiment(
+        shared.store.as_ref(),
+        shared.store.as_ref(),
+        &spec,
+        Some(who.namespace()),
+        id,
+        shared.now(),
+        hold,
+    )
+    .await?;
     let detail = json!({
         "name": spec.experiment,
         "workflow": spec.runs.workflow,
@@ -117,22 +126,80 @@ pub(crate) async fn resume(
     }
     let spec = kept_spec(&record)?;
     let candidate = experiment_candidate(shared.store.as_ref(), who.namespace(), &spec, &shared.bindings).await?;
+    // Another live server at work on it keeps it (409, naming it); one that stopped is taken.
+    take_hold(shared.store.as_ref(), &record, shared.engine.worker_id(), shared.now()).await?;
     audit(&shared, &who, "experiment.resumed", record.id.to_string(), json!({})).await?;
     work_on(&shared, who.namespace().to_owned(), record.id, spec, candidate);
     Ok((StatusCode::ACCEPTED, Json(experiment_summary(&record))))
 }
 
-/// Recomputes the experiment's runs in the background, each result kept as it comes; a
-/// server stopped mid-way leaves it `running`, and `resume` goes on with what it kept.
+/// Looks, now and every [`RENEW_EVERY`] until `stop`, for running experiments whose holder
+/// stopped (its hold lapsed, or its process on this host is gone) and takes them up: each
+/// goes on here without recomputing what was kept. One no server held (a CLI's) is left to
+/// `stepwright experiments resume`: its models and files are the CLI's.
+pub(crate) async fn take_up(shared: Arc<Shared>, stop: tokio_util::sync::CancellationToken) {
+    loop {
+        match shared.store.experiments_running(100).await {
+            Ok(running) => {
+                for record in running {
+                    take_up_one(&shared, record).await;
+                }
+            }
+            Err(error) => tracing::warn!(error = %error, "the running experiments could not be read"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(RENEW_EVERY) => {}
+        }
+    }
+}
+
+async fn take_up_one(shared: &Arc<Shared>, record: ExperimentRecord) {
+    let (now, me) = (shared.now(), shared.engine.worker_id());
+    let Some(namespace) = record.tenant.clone() else { return };
+    if !holder_stopped(&record, now) || shared.experiments_at_work.lock().expect("poisoned").contains(&record.id) {
+        return;
+    }
+    let prepared = async {
+        let spec = kept_spec(&record)?;
+        let candidate = experiment_candidate(shared.store.as_ref(), &namespace, &spec, &shared.bindings).await?;
+        take_hold(shared.store.as_ref(), &record, me, now).await?;
+        Ok::<_, stepwright_app::AppError>((spec, candidate))
+    };
+    match prepared.await {
+        Ok((spec, candidate)) => {
+            let from = record.hold.as_ref().map_or("", |hold| hold.holder.as_str());
+            tracing::info!(experiment = %record.id, from, "an experiment whose holder stopped is taken up");
+            work_on(shared, namespace, record.id, spec, candidate);
+        }
+        // Taken up first by another server: it goes on there.
+        Err(stepwright_app::AppError::ExperimentHeld { .. }) => {}
+        Err(error) => {
+            tracing::warn!(experiment = %record.id, error = %error, "an experiment whose holder stopped cannot go on here");
+        }
+    }
+}
+
+/// Recomputes the experiment's runs in the background, each result kept as it comes, held by
+/// this server (renewed as it goes); a server stopped mid-way leaves it `running`, and
+/// another takes it up once the hold lapses (`resume` asks for it at once).
 fn work_on(shared: &Arc<Shared>, namespace: String, id: RunId, spec: ExperimentSpec, candidate: Candidate) {
     shared.experiments_at_work.lock().expect("poisoned").insert(id);
     let shared = shared.clone();
     tokio::spawn(async move {
-        let keeping = Keeping { store: shared.store.as_ref(), id };
+        let holder = shared.engine.worker_id().to_owned();
+        let keeping = Keeping { store: shared.store.as_ref(), id, holder: Some(&holder) };
         let store = shared.store.as_ref();
         let ran = run_experiment(&shared.engine, store, &spec, &candidate, Some(&namespace), Some(keeping)).await;
-        if let Err(error) = ran {
-            tracing::warn!(experiment = %id, error = %error, "an experiment stopped; `POST /v1/experiments/{{id}}/resume` goes on with it");
+        match ran {
+            Ok(_) => {}
+            // Another server took it up (this one was stopped longer than its hold): it goes on there.
+            Err(held @ stepwright_app::AppError::ExperimentHeld { .. }) => {
+                tracing::info!(experiment = %id, why = %held, "an experiment is left to the server that took it up");
+            }
+            Err(error) => {
+                tracing::warn!(experiment = %id, error = %error, "an experiment stopped; a server takes it up once its hold lapses (`POST /v1/experiments/{{id}}/resume`: at once)");
+            }
         }
         shared.experiments_at_work.lock().expect("poisoned").remove(&id);
     });

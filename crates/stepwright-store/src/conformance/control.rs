@@ -170,6 +170,7 @@ async fn experiments(store: &dyn crate::ServerStore) {
         state: ExperimentState::Running,
         created_at: Timestamp::from_micros(i64::from(n)),
         report: None,
+        hold: None,
     };
     store.experiment_begin(record(1, "acme")).await.expect("begin");
     store.experiment_begin(record(2, "acme")).await.expect("begin");
@@ -201,6 +202,28 @@ async fn experiments(store: &dyn crate::ServerStore) {
     assert!(acme.iter().all(|e| e.report.is_none()), "listed without reports");
     assert_eq!(store.experiments(None, 2).await.expect("list").len(), 2, "the limit");
     assert_eq!(store.experiments(None, 10).await.expect("list").len(), 3, "every tenant's");
+
+    // Holds: taken from whoever the taker saw hold it, renewed by its holder, never from
+    // another, never of an ended experiment.
+    use stepwright_core::store::experiment::ExperimentHold;
+    let hold =
+        |holder: &str, until: i64| ExperimentHold { holder: holder.into(), until: Timestamp::from_micros(until) };
+    let (running, a, b) = (id(3), Some("a".to_owned()), Some("b".to_owned()));
+    assert!(store.experiment_hold(running, None, hold("a", 100)).await.expect("hold"), "no one held it");
+    assert!(!store.experiment_hold(running, None, hold("b", 100)).await.expect("hold"), "a holds it now");
+    assert!(!store.experiment_hold(running, b.clone(), hold("b", 100)).await.expect("hold"), "b never held it");
+    assert!(store.experiment_hold(running, a.clone(), hold("a", 200)).await.expect("hold"), "a renews");
+    assert_eq!(store.experiment(running).await.expect("read").expect("kept").hold, Some(hold("a", 200)));
+    assert!(store.experiment_hold(running, a, hold("b", 300)).await.expect("hold"), "taken up from a");
+    let held = store.experiments_running(10).await.expect("running");
+    assert_eq!(held.iter().map(|e| (e.id, e.hold.clone())).collect::<Vec<_>>(), [(running, Some(hold("b", 300)))]);
+    assert!(!store.experiment_hold(id(1), None, hold("b", 300)).await.expect("hold"), "an ended one is not held");
+    store.experiment_begin(ExperimentRecord { hold: Some(hold("c", 5)), ..record(4, "acme") }).await.expect("begin");
+    store.experiment_begin(record(5, "acme")).await.expect("begin");
+    let running: Vec<RunId> = store.experiments_running(10).await.expect("running").iter().map(|e| e.id).collect();
+    assert_eq!(running, [id(3), id(4), id(5)], "oldest first");
+    assert_eq!(store.experiments_running(2).await.expect("running").len(), 2, "the limit");
+    assert_eq!(store.experiment(id(4)).await.expect("read").expect("kept").hold, Some(hold("c", 5)), "begun held");
 }
 
 /// Two stores on one database (two processes) claiming one idempotency key and registering
@@ -242,4 +265,30 @@ pub async fn control_races(a: &dyn crate::ServerStore, b: &dyn crate::ServerStor
     }
     versions.sort_unstable();
     assert_eq!(versions, (1..=20).collect::<Vec<u32>>(), "distinct versions, none skipped");
+    // Two servers taking up one experiment whose holder stopped: one does.
+    use stepwright_core::store::experiment::{ExperimentHold, ExperimentRecord, ExperimentState};
+    for round in 0..10u8 {
+        let experiment = id(round.wrapping_add(200));
+        let gone = ExperimentHold { holder: "gone".into(), until: at };
+        a.experiment_begin(ExperimentRecord {
+            id: experiment,
+            tenant: Some("ns".into()),
+            name: "raced".into(),
+            workflow: "w".into(),
+            spec: serde_json::json!({}),
+            state: ExperimentState::Running,
+            created_at: at,
+            report: None,
+            hold: Some(gone),
+        })
+        .await
+        .expect("begin");
+        let to = |holder: &str| ExperimentHold { holder: holder.into(), until: Timestamp::from_micros(9) };
+        let (first, second) = futures_util::future::join(
+            a.experiment_hold(experiment, Some("gone".into()), to("a")),
+            b.experiment_hold(experiment, Some("gone".into()), to("b")),
+        )
+        .await;
+        assert!(first.expect("hold") ^ second.expect("hold"), "round {round}: exactly one takes it up");
+    }
 }

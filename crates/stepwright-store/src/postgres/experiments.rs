@@ -4,14 +4,14 @@
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 use sqlx::Row;
-use stepwright_core::store::experiment::{ExperimentRecord, ExperimentState, ExperimentStore};
+use stepwright_core::store::experiment::{ExperimentHold, ExperimentRecord, ExperimentState, ExperimentStore};
 use stepwright_core::{RunId, StoreError, Timestamp};
 
 use super::rows::uuid;
 use super::{PostgresStore, pg};
 use crate::encoding::backend;
 
-const COLUMNS: &str = "id, tenant, name, workflow, spec, state, created_at";
+const COLUMNS: &str = "id, tenant, name, workflow, spec, state, created_at, holder, held_until";
 
 fn json(text: &str) -> Result<Value, StoreError> {
     serde_json::from_str(text).map_err(|e| backend("decoding an experiment", e))
@@ -19,7 +19,7 @@ fn json(text: &str) -> Result<Value, StoreError> {
 
 fn record(row: &sqlx::postgres::PgRow, with_report: bool) -> Result<ExperimentRecord, StoreError> {
     let state: String = row.get(5);
-    let report: Option<String> = if with_report { row.get(7) } else { None };
+    let report: Option<String> = if with_report { row.get(9) } else { None };
     Ok(ExperimentRecord {
         id: RunId::from_bytes(row.get::<uuid::Uuid, _>(0).into_bytes()),
         tenant: row.get(1),
@@ -31,6 +31,10 @@ fn record(row: &sqlx::postgres::PgRow, with_report: bool) -> Result<ExperimentRe
         })?,
         created_at: Timestamp::from_micros(row.get(6)),
         report: report.as_deref().map(json).transpose()?,
+        hold: match (row.get::<Option<String>, _>(7), row.get::<Option<i64>, _>(8)) {
+            (Some(holder), Some(until)) => Some(ExperimentHold { holder, until: Timestamp::from_micros(until) }),
+            _ => None,
+        },
     })
 }
 
@@ -38,8 +42,9 @@ impl ExperimentStore for PostgresStore {
     fn experiment_begin(&self, record: ExperimentRecord) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             sqlx::query(
-                "INSERT INTO stepwright_experiments (id, tenant, name, workflow, spec, state, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                "INSERT INTO stepwright_experiments \
+                 (id, tenant, name, workflow, spec, state, created_at, holder, held_until) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(uuid(record.id))
             .bind(record.tenant)
@@ -48,6 +53,8 @@ impl ExperimentStore for PostgresStore {
             .bind(record.spec.to_string())
             .bind(record.state.as_str())
             .bind(record.created_at.as_micros())
+            .bind(record.hold.as_ref().map(|h| h.holder.clone()))
+            .bind(record.hold.as_ref().map(|h| h.until.as_micros()))
             .execute(&self.pool)
             .await
             .map(drop)
@@ -112,6 +119,41 @@ impl ExperimentStore for PostgresStore {
                 .await
                 .map(|done| done.rows_affected() == 1)
                 .map_err(pg("cancelling an experiment"))
+        })
+    }
+
+    fn experiment_hold(
+        &self,
+        id: RunId,
+        from: Option<String>,
+        to: ExperimentHold,
+    ) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            sqlx::query(
+                "UPDATE stepwright_experiments SET holder = $3, held_until = $4 \
+                 WHERE id = $1 AND state = 'running' AND holder IS NOT DISTINCT FROM $2",
+            )
+            .bind(uuid(id))
+            .bind(from)
+            .bind(to.holder)
+            .bind(to.until.as_micros())
+            .execute(&self.pool)
+            .await
+            .map(|done| done.rows_affected() == 1)
+            .map_err(pg("holding an experiment"))
+        })
+    }
+
+    fn experiments_running(&self, limit: usize) -> BoxFuture<'_, Result<Vec<ExperimentRecord>, StoreError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {COLUMNS} FROM stepwright_experiments WHERE state = 'running' ORDER BY created_at, id LIMIT $1"
+            )))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("listing running experiments"))?;
+            rows.iter().map(|row| record(row, false)).collect()
         })
     }
 
