@@ -296,7 +296,26 @@ impl StepContext {
         F: FnOnce(CallInfo) -> Fut,
         Fut: std::future::Future<Output = Result<Value, StepError>>,
     {
-        self.inner.recording.call(name, kind, dispatches, work).await
+        self.inner.recording.call(name, kind, dispatches, None, work).await
+    }
+
+    /// [`StepContext::call_dispatching`] of a call that says what it does (an agent's tool
+    /// call: `{"tool": …, "args": …}`): a fenced call's intent keeps the hash of that, with
+    /// the step's place, and an experiment's fresh run is served the answer a recorded run's
+    /// call with the same identity got instead of making it (see `RecordedEffects`).
+    pub async fn call_identified<F, Fut>(
+        &self,
+        name: &str,
+        kind: CallKind,
+        dispatches: bool,
+        identity: &Value,
+        work: F,
+    ) -> Result<Arc<Value>, StepError>
+    where
+        F: FnOnce(CallInfo) -> Fut,
+        Fut: std::future::Future<Output = Result<Value, StepError>>,
+    {
+        self.inner.recording.call(name, kind, dispatches, Some(identity), work).await
     }
 
     /// A durable sleep: the deadline is journaled, so after a crash the step waits only for

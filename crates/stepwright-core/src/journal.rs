@@ -301,9 +301,11 @@ pub enum Record {
         attempt: u32,
         /// The key handed to the step: hash of run id and step path.
         key: String,
-        /// The hash of the input the step was given (a step's own intent; none for a call
-        /// within a step, and in journals written before it was kept). A recompute compares
-        /// it: a served write whose input changed would have done something else.
+        /// The hash of the input the step was given (a step's own intent), or of what a call
+        /// within it does (an agent's tool call: its step's place, the tool, its arguments);
+        /// none for other calls, and in journals written before it was kept. A recompute
+        /// compares a step's: a served write whose input changed would have done something
+        /// else; an experiment's fresh run finds recorded answers by it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         input: Option<ContentHash>,
     },

@@ -425,11 +425,12 @@ impl RunShared {
     pub(crate) async fn served_recorded(
         &self,
         path: &StepPath,
-        input: &Value,
+        attempt: u32,
+        input: ContentHash,
         source: RunId,
     ) -> Result<(), StoreFailed> {
         let key = crate::ids::idempotency_key(self.run_id, path);
-        let intent = Record::Intent { attempt: 1, key, input: Some(ContentHash::of_value(input)) };
+        let intent = Record::Intent { attempt, key, input: Some(input) };
         let from = Value::String(source.to_string());
         let hash = ContentHash::of_value(&from);
         self.recorder.note_blob(hash, Arc::new(from));
@@ -661,11 +662,15 @@ impl StepRecording {
 
     /// A journaled sub-step: its recorded output, else the work done (behind its intent, if
     /// fenced) and its output committed at once.
+    /// `identity` says what the call does (an agent's tool call: the tool and its arguments):
+    /// a fenced call's intent keeps its hash, with the step's place, and an experiment's fresh
+    /// run is served the answer a recorded run's call with the same identity got.
     pub(crate) async fn call<F, Fut>(
         &self,
         name: &str,
         kind: CallKind,
         dispatches: bool,
+        identity: Option<&Value>,
         work: F,
     ) -> Result<Arc<Value>, StepError>
     where
@@ -676,6 +681,7 @@ impl StepRecording {
         let run = &self.run;
         let attempt = self.attempt;
         let path = self.path.join(name);
+        let identity = identity.map(|call| RecordedEffects::call_identity(&self.path, call));
         let fenced = matches!(kind, CallKind::Action { effect, .. } if effect.is_fenced());
         let crash = |doing: &str, e: crate::recording::StoreFailed| {
             StepError::execution_failed(format!("recording sub-step {path} ({doing}): {}", e.0))
@@ -709,14 +715,33 @@ impl StepRecording {
         if let CallKind::Action { effect, safe_to_retry } = kind
             && run.replay.refuses_anew((effect, safe_to_retry))
         {
+            // An experiment's fresh run: a recorded run made the same call; its answer is
+            // served, the effect not performed again.
+            if let Some(identity) = identity
+                && let Some((source, value)) = run.replay.recorded_call(identity)
+            {
+                run.served_recorded(&path, attempt, identity, source).await.map_err(|e| crash("its intent", e))?;
+                let hash = ContentHash::of_value(&value);
+                run.recorder
+                    .commit_output(&path, run.clock.now(), attempt, hash, value.clone(), false)
+                    .await
+                    .map_err(|e| crash("its served result", e))?;
+                return Ok(value);
+            }
             // A sandbox does not perform an effect the original run did not have (an agent's
             // new tool call to a write tool): the failure is journaled, for the report.
+            let effect = format!("{effect:?}").to_lowercase();
             let error = StepError::new(
                 ErrorCode::NOT_EXECUTED,
-                format!(
-                    "{path} is a {} call the original run never made: a replay or recompute does not execute it",
-                    format!("{effect:?}").to_lowercase()
-                ),
+                if run.replay.serves_recorded() {
+                    format!(
+                        "{path} is a {effect} call no recorded run made: an experiment's fresh run does not make it"
+                    )
+                } else {
+                    format!(
+                        "{path} is a {effect} call the original run never made: a replay or recompute does not execute it"
+                    )
+                },
             );
             let failed = Record::Failed { attempt, error: error.clone(), retry_at: None, started_at: None };
             run.recorder.commit(&path, run.clock.now(), failed).await.map_err(|e| crash("its refusal", e))?;
@@ -726,7 +751,7 @@ impl StepRecording {
         if let Some(key) = &idempotency_key {
             // The fence: the intent is durable before the effect can happen (for work that
             // hands a task to a step worker, in the task's own commit).
-            let intent = Record::Intent { attempt, key: key.clone(), input: None };
+            let intent = Record::Intent { attempt, key: key.clone(), input: identity };
             if dispatches {
                 run.recorder.note_intent(&path, run.clock.now(), intent);
             } else {

@@ -43,6 +43,9 @@ fn place(path: &StepPath) -> String {
 #[derive(Debug, Default, Clone)]
 pub struct RecordedEffects {
     answers: HashMap<(String, ContentHash), (RunId, Arc<Value>)>,
+    /// Every answer by its intent's hash alone: a call's ([`Self::call_identity`]) holds
+    /// its step's place and what the call does.
+    calls: HashMap<ContentHash, (RunId, Arc<Value>)>,
     runs: usize,
 }
 
@@ -68,7 +71,9 @@ impl RecordedEffects {
                         && intended == attempt
                         && let Some(value) = run.blobs.get(output)
                     {
-                        self.answers.insert((place(&entry.path), *input), (run.record.id, value.clone()));
+                        let answer = (run.record.id, value.clone());
+                        self.calls.insert(*input, answer.clone());
+                        self.answers.insert((place(&entry.path), *input), answer);
                     }
                 }
                 _ => {}
@@ -93,6 +98,20 @@ impl RecordedEffects {
     #[must_use]
     pub fn is_empty(&self) -> bool {
         self.answers.is_empty()
+    }
+
+    /// What identifies a call within the step at `step` (an agent's tool call: the tool and
+    /// its arguments), wherever the step's map item or loop round, whichever turn made it:
+    /// the hash its intent keeps.
+    #[must_use]
+    pub fn call_identity(step: &StepPath, call: &Value) -> ContentHash {
+        ContentHash::of_value(&serde_json::json!({ "at": place(step), "call": call }))
+    }
+
+    /// The answer a past run recorded for a call with this identity, and which run.
+    #[must_use]
+    pub fn answer_to_call(&self, identity: ContentHash) -> Option<(RunId, Arc<Value>)> {
+        self.calls.get(&identity).cloned()
     }
 
     /// The answer a past run recorded at `path`'s place for an input with this hash, and

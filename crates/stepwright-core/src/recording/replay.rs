@@ -169,6 +169,12 @@ impl ReplayIndex {
         recorded.answer(path, ContentHash::of_value(input))
     }
 
+    /// A past run's answer for a call with this identity (see
+    /// [`super::RecordedEffects::call_identity`]), and the run that recorded it.
+    pub(crate) fn recorded_call(&self, identity: ContentHash) -> Option<(crate::ids::RunId, Arc<Value>)> {
+        self.recorded.as_ref()?.answer_to_call(identity)
+    }
+
     /// The attempt whose task the journal shows dispatched at `path`, if any (whatever this
     /// execution serves: a task exists exactly when its entry does).
     pub(crate) fn dispatched(&self, path: &StepPath) -> Option<u32> {

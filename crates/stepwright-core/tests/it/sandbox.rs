@@ -186,3 +186,61 @@ async fn a_fresh_run_is_served_what_past_runs_recorded_for_the_same_input_and_pe
 async fn runs_in(store: &dyn stepwright_core::Store) -> usize {
     store.list_runs(stepwright_core::store::RunFilter::default()).await.unwrap().len()
 }
+
+/// A step whose `write` call says what it does (as an agent's tool call does: the tool and its
+/// arguments), made at a path that depends on its input (as a turn number does).
+fn identified_sender(sends: &Counter) -> Workflow {
+    let sends = sends.clone();
+    Workflow::builder("sender")
+        .step(Node::step(
+            "notify",
+            fn_step(move |ctx, input: Value| {
+                let sends = sends.clone();
+                async move {
+                    let kind = CallKind::Action { effect: Effect::Write, safe_to_retry: false };
+                    let to = input["to"].clone();
+                    let name = format!("turn.{}/send", input["turn"]);
+                    let identity = json!({ "tool": "send", "args": { "to": &to } });
+                    let sent = ctx
+                        .call_identified(&name, kind, false, &identity, |_| async move {
+                            sends.hit();
+                            Ok(json!({ "sent": to }))
+                        })
+                        .await?;
+                    Ok((*sent).clone())
+                }
+            }),
+        ))
+        .build()
+        .unwrap()
+}
+
+/// An experiment's fresh run is served a recorded run's answer to the same call — whichever
+/// turn made it — and makes no call no recorded run made.
+#[tokio::test(start_paused = true)]
+async fn a_fresh_run_is_served_the_answer_to_the_same_call() {
+    let (engine, store) = engine();
+    let sends = Counter::default();
+    let workflow = identified_sender(&sends);
+    let run = engine.start(&workflow, json!({ "turn": 1, "to": "ann" })).await.unwrap();
+    assert_eq!(sends.get(), 1);
+    let mut recorded = stepwright_core::RecordedEffects::new();
+    recorded.add(&stepwright_core::Store::load(&*store, run.run_id).await.unwrap());
+    let recorded = std::sync::Arc::new(recorded);
+
+    let same = engine
+        .try_fresh(&workflow, &workflow, json!({ "turn": 3, "to": "ann" }), Default::default(), None, recorded.clone())
+        .await
+        .unwrap();
+    assert_eq!(sends.get(), 1, "served, not sent");
+    assert_eq!(same.baseline.record.output, Some(json!({ "sent": "ann" })));
+    assert_eq!(same.report.recomputed_output, Some(json!({ "sent": "ann" })));
+
+    let other = engine
+        .try_fresh(&workflow, &workflow, json!({ "turn": 1, "to": "bob" }), Default::default(), None, recorded)
+        .await
+        .unwrap();
+    assert_eq!(sends.get(), 1, "nothing sent to bob");
+    let error = other.baseline.record.error.unwrap();
+    assert!(error.is(&ErrorCode::NOT_EXECUTED), "{error:?}");
+}

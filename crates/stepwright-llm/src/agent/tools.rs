@@ -195,8 +195,12 @@ impl AgentRun<'_> {
         let tool = tools.get(name).expect("offered tools exist");
         let def = tool.def();
         let kind = CallKind::Action { effect: def.effect, safe_to_retry: def.safe_to_retry };
+        // What the call does, whichever turn makes it: an experiment's fresh run is served a
+        // recorded run's answer to the same call instead of making it again.
+        let identity = serde_json::json!({ "tool": name, "args": &args });
+        let path = tool_path(prefix, turn, index);
         let recorded = ctx
-            .call_dispatching(tool_path(prefix, turn, index).as_str(), kind, tool.dispatches(), |info| async move {
+            .call_identified(path.as_str(), kind, tool.dispatches(), &identity, |info| async move {
                 let started = std::time::Instant::now();
                 // Opened here, inside the work: a call served from the journal has no span.
                 let span = tracing::info_span!(

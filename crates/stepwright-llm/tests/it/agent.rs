@@ -792,3 +792,49 @@ async fn an_answer_off_the_schema_is_repaired_with_what_is_wrong() {
         .expect("the repair prompt");
     assert!(told.contains("at /fine") && told.contains("boolean"), "{told}");
 }
+
+/// An experiment's fresh run of an agent: its `write` tool call is served what a recorded run's
+/// call of the same tool with the same arguments got, and one no recorded run made is not
+/// made (the run stops there, as a recompute's does).
+#[tokio::test]
+async fn a_fresh_run_serves_an_agents_tool_call_a_recorded_run_made() {
+    let model = scripted(|request| {
+        let asked = request.messages.iter().find_map(|m| match m {
+            Message::User { content } => Some(content.clone()),
+            _ => None,
+        });
+        let amount = if asked.unwrap_or_default().contains("12") { 12 } else { 99 };
+        match tool_results(request).first() {
+            None => use_tools(&[("pay", "charge", json!({ "amount": amount }))]),
+            Some((_, content, is_error)) => say(&format!("{is_error}: {content}")),
+        }
+    });
+    let calls = Counter::default();
+    let mut tools = Tools::new();
+    tools
+        .register(counting_tool("charge", ToolDef::new("charge", "Charge a card").effect(Effect::Write), &calls, false))
+        .unwrap();
+    let store = Arc::new(InMemoryStore::new());
+    let engine = engine(store.clone(), model, tools, Agents::new());
+    let mut spec = AgentSpec::new("payer", "fast");
+    spec.tools = vec!["charge".into()];
+    let flow = workflow(spec);
+    let past = engine.start(&flow, json!("pay 12")).await.unwrap();
+    assert_eq!((past.status, calls.get()), (RunStatus::Completed, 1));
+    let mut recorded = stepwright_core::RecordedEffects::new();
+    recorded.add(&store.load(past.run_id).await.unwrap());
+    let recorded = Arc::new(recorded);
+
+    // Another input, the same call: served, not charged again.
+    let trial = engine.try_fresh(&flow, &flow, json!("pay the 12 now"), Default::default(), None, recorded.clone());
+    let trial = trial.await.unwrap();
+    assert_eq!(calls.get(), 1, "served, not charged");
+    let answer = trial.baseline.record.output.unwrap();
+    assert!(answer.as_str().unwrap().starts_with("false: {\"done\":{\"amount\":12}"), "{answer}");
+    assert!(!trial.report.changed, "{:?}", trial.report.steps);
+    // A call no recorded run made: not made, and the run stops there (as a recompute's does).
+    let trial = engine.try_fresh(&flow, &flow, json!("pay 99"), Default::default(), None, recorded).await.unwrap();
+    assert_eq!(calls.get(), 1, "nothing charged");
+    let error = trial.baseline.record.error.unwrap();
+    assert!(error.is(&ErrorCode::NOT_EXECUTED) && error.message.contains("no recorded run made"), "{error:?}");
+}
