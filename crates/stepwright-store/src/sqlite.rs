@@ -228,6 +228,7 @@ impl SqliteStore {
                     )
                     .map_err(|e| backend("opening a sqlite read connection", e))?;
                     conn.busy_timeout(std::time::Duration::from_secs(5))
+                        .and_then(|()| for_reuse(&conn))
                         .and_then(|()| add_functions(&conn))
                         .map_err(|e| backend("configuring a reader", e))?;
                     conn
@@ -296,7 +297,17 @@ fn configure(conn: &Connection, synchronous: Synchronous) -> rusqlite::Result<()
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", if synchronous == Synchronous::Full { "FULL" } else { "NORMAL" })?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    for_reuse(conn)?;
     add_functions(conn)
+}
+
+/// Statements are prepared once per connection and reused: room for every statement the store
+/// runs (the default 16 evicted some on every task), and the query planner's stability
+/// guarantee, without which a statement with `LIMIT ?` is prepared again each time the limit
+/// bound to it changes (the claims' do). The plans do not depend on the values bound.
+fn for_reuse(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_prepared_statement_cache_capacity(256);
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true).map(drop)
 }
 
 /// The SQL functions the queries use: `input_contains(stored, text)` is whether a stored JSON

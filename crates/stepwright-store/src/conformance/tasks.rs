@@ -70,6 +70,28 @@ pub async fn tasks_are_claimed_once_and_fenced_by_their_lease<S: Store + ?Sized>
     assert!(listed.iter().all(|t| t.state == TaskState::Pending && t.workflow == "summarise"));
     let other = TaskFilter { tenant: Some("globex".into()), limit: 10, ..TaskFilter::default() };
     assert!(tasks.list_tasks(&other).await.expect("listed").is_empty(), "another tenant sees none");
+    // Each filter alone and together, and the limit.
+    let count = |filter: TaskFilter| async move { tasks.list_tasks(&filter).await.expect("listed").len() };
+    let all = || TaskFilter { limit: 10, ..TaskFilter::default() };
+    assert_eq!(count(all()).await, 4);
+    assert_eq!(count(TaskFilter { run: Some(run_id), ..all() }).await, 4);
+    assert_eq!(
+        count(TaskFilter { run: Some(stepwright_core::RunId::from_bytes([9; 16])), ..all() }).await,
+        0,
+        "another run's"
+    );
+    assert_eq!(count(TaskFilter { queue: Some("py".into()), ..all() }).await, 4);
+    assert_eq!(count(TaskFilter { queue: Some("ts".into()), ..all() }).await, 0);
+    assert_eq!(count(TaskFilter { state: Some(TaskState::Pending), ..all() }).await, 4);
+    assert_eq!(count(TaskFilter { state: Some(TaskState::Claimed), ..all() }).await, 0);
+    let together = TaskFilter {
+        tenant: Some("acme".into()),
+        queue: Some("py".into()),
+        state: Some(TaskState::Pending),
+        run: Some(run_id),
+        limit: 3,
+    };
+    assert_eq!(count(together).await, 3, "the limit");
 
     // Ten workers claim at once: each task goes to one of them.
     let claims: Vec<Claim> = (0..10).map(|n| claim(&format!("w{n}"), &["summarise"], 5)).collect();

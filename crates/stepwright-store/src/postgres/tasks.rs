@@ -286,19 +286,48 @@ impl TaskStore for PostgresStore {
 
     fn list_tasks<'a>(&'a self, filter: &'a TaskFilter) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>> {
         Box::pin(async move {
-            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT {COLUMNS} FROM stepwright_tasks WHERE ($1::text IS NULL OR tenant = $1) \
-                 AND ($2::text IS NULL OR queue = $2) AND ($3::text IS NULL OR state = $3) \
-                 AND ($4::uuid IS NULL OR run_id = $4) ORDER BY created_at DESC, id DESC LIMIT $5"
-            )))
-            .bind(&filter.tenant)
-            .bind(&filter.queue)
-            .bind(filter.state.map(TaskState::as_str))
-            .bind(filter.run.map(|r| r.as_uuid()))
-            .bind(filter.limit as i64)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("listing tasks"))?;
+            // Only the conditions the filter sets (see the SQLite store's): each shape its own
+            // statement, planned for its indexes.
+            let mut conditions: Vec<String> = Vec::new();
+            let mut next = 0;
+            let mut placeholder = || {
+                next += 1;
+                format!("${next}")
+            };
+            for (set, column) in [
+                (filter.tenant.is_some(), "tenant"),
+                (filter.queue.is_some(), "queue"),
+                (filter.state.is_some(), "state"),
+                (filter.run.is_some(), "run_id"),
+            ] {
+                if set {
+                    conditions.push(format!("{column} = {}", placeholder()));
+                }
+            }
+            let limit = placeholder();
+            let matching =
+                if conditions.is_empty() { String::new() } else { format!("WHERE {}", conditions.join(" AND ")) };
+            let sql = format!(
+                "SELECT {COLUMNS} FROM stepwright_tasks {matching} ORDER BY created_at DESC, id DESC LIMIT {limit}"
+            );
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            if let Some(tenant) = &filter.tenant {
+                query = query.bind(tenant);
+            }
+            if let Some(queue) = &filter.queue {
+                query = query.bind(queue);
+            }
+            if let Some(state) = filter.state {
+                query = query.bind(state.as_str());
+            }
+            if let Some(run) = filter.run {
+                query = query.bind(run.as_uuid());
+            }
+            let rows = query
+                .bind(i64::try_from(filter.limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("listing tasks"))?;
             rows.iter().map(read_row).collect()
         })
     }

@@ -209,7 +209,8 @@ impl SqliteStore {
             let doing = "reading events";
             let id = run.as_uuid().into_bytes();
             let exists: bool = conn
-                .query_row("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)", [&id[..]], |r| r.get(0))
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM runs WHERE id = ?1)")
+                .and_then(|mut s| s.query_row([&id[..]], |r| r.get(0)))
                 .map_err(|e| backend(doing, e))?;
             if !exists {
                 return Err(StoreError::RunNotFound(run));

@@ -300,26 +300,35 @@ impl TaskStore for SqliteStore {
     }
 
     fn list_tasks<'a>(&'a self, filter: &'a TaskFilter) -> BoxFuture<'a, Result<Vec<StoredTask>, StoreError>> {
-        let filter = filter.clone();
+        // Only the conditions the filter sets: `?N IS NULL OR …` would keep the planner from
+        // the indexes (a run's tasks, looked up on every run's details, scanned them all).
+        use rusqlite::types::Value as Sql;
+        let mut conditions: Vec<&str> = Vec::new();
+        let mut values: Vec<Sql> = Vec::new();
+        if let Some(tenant) = &filter.tenant {
+            conditions.push("tenant = ?");
+            values.push(Sql::Text(tenant.clone()));
+        }
+        if let Some(queue) = &filter.queue {
+            conditions.push("queue = ?");
+            values.push(Sql::Text(queue.clone()));
+        }
+        if let Some(state) = filter.state {
+            conditions.push("state = ?");
+            values.push(Sql::Text(state.as_str().to_owned()));
+        }
+        if let Some(run) = filter.run {
+            conditions.push("run_id = ?");
+            values.push(Sql::Blob(run.as_uuid().as_bytes().to_vec()));
+        }
+        values.push(Sql::Integer(i64::try_from(filter.limit).unwrap_or(i64::MAX)));
+        let matching =
+            if conditions.is_empty() { String::new() } else { format!("WHERE {}", conditions.join(" AND ")) };
+        let sql = format!("SELECT {COLUMNS} FROM tasks {matching} ORDER BY created_at DESC, id DESC LIMIT ?");
         Box::pin(self.read("listing tasks", move |conn| {
-            conn.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM tasks WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR queue = ?2) \
-                 AND (?3 IS NULL OR state = ?3) AND (?4 IS NULL OR run_id = ?4) ORDER BY created_at DESC, id DESC LIMIT ?5"
-            ))
-            .and_then(|mut s| {
-                s.query_map(
-                    params![
-                        filter.tenant,
-                        filter.queue,
-                        filter.state.map(TaskState::as_str),
-                        filter.run.map(|r| r.as_uuid().as_bytes().to_vec()),
-                        filter.limit as i64
-                    ],
-                    read_row,
-                )?
-                .collect()
-            })
-            .map_err(|e| backend("listing tasks", e))
+            conn.prepare_cached(&sql)
+                .and_then(|mut s| s.query_map(rusqlite::params_from_iter(values), read_row)?.collect())
+                .map_err(|e| backend("listing tasks", e))
         }))
     }
 }
