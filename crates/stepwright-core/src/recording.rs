@@ -442,6 +442,18 @@ impl RunShared {
         self.recorder.commit(path, self.clock.now(), intent).await
     }
 
+    /// Commits a sub-step's output that was served (from this journal, or a recorded run's
+    /// answer) rather than produced: what a sandbox compares.
+    pub(crate) async fn commit_served(
+        &self,
+        path: &StepPath,
+        attempt: u32,
+        value: &Arc<Value>,
+    ) -> Result<(), StoreFailed> {
+        let hash = ContentHash::of_value(value);
+        self.recorder.commit_output(path, self.clock.now(), attempt, hash, value.clone(), false).await
+    }
+
     pub(crate) fn artifact(&self, path: &StepPath, kind: &str, value: &Value) -> ContentHash {
         let hash = ContentHash::of_value(value);
         let stored = self.config.artifacts == ArtifactCapture::Full;
@@ -681,7 +693,9 @@ impl StepRecording {
         let run = &self.run;
         let attempt = self.attempt;
         let path = self.path.join(name);
-        let identity = identity.map(|call| RecordedEffects::call_identity(&self.path, call));
+        // What the call does is hashed only where it is kept (a fenced call's intent) or looked
+        // up (a fresh run): an agent's ordinary tool call pays nothing for it.
+        let identity = || identity.map(|call| RecordedEffects::call_identity(&self.path, call));
         let fenced = matches!(kind, CallKind::Action { effect, .. } if effect.is_fenced());
         let crash = |doing: &str, e: crate::recording::StoreFailed| {
             StepError::execution_failed(format!("recording sub-step {path} ({doing}): {}", e.0))
@@ -691,11 +705,7 @@ impl StepRecording {
                 run.served.1.fetch_add(1, Ordering::Relaxed);
                 // A sandbox re-execution journals what it served too, for the comparison.
                 if run.replay.replaying() {
-                    let hash = ContentHash::of_value(&value);
-                    run.recorder
-                        .commit_output(&path, run.clock.now(), attempt, hash, value.clone(), false)
-                        .await
-                        .map_err(|e| crash("its served result", e))?;
+                    run.commit_served(&path, attempt, &value).await.map_err(|e| crash("its served result", e))?;
                 }
                 return Ok(value);
             }
@@ -717,15 +727,11 @@ impl StepRecording {
         {
             // An experiment's fresh run: a recorded run made the same call; its answer is
             // served, the effect not performed again.
-            if let Some(identity) = identity
+            if let Some(identity) = identity()
                 && let Some((source, value)) = run.replay.recorded_call(identity)
             {
                 run.served_recorded(&path, attempt, identity, source).await.map_err(|e| crash("its intent", e))?;
-                let hash = ContentHash::of_value(&value);
-                run.recorder
-                    .commit_output(&path, run.clock.now(), attempt, hash, value.clone(), false)
-                    .await
-                    .map_err(|e| crash("its served result", e))?;
+                run.commit_served(&path, attempt, &value).await.map_err(|e| crash("its served result", e))?;
                 return Ok(value);
             }
             // A sandbox does not perform an effect the original run did not have (an agent's
@@ -751,7 +757,7 @@ impl StepRecording {
         if let Some(key) = &idempotency_key {
             // The fence: the intent is durable before the effect can happen (for work that
             // hands a task to a step worker, in the task's own commit).
-            let intent = Record::Intent { attempt, key: key.clone(), input: identity };
+            let intent = Record::Intent { attempt, key: key.clone(), input: identity() };
             if dispatches {
                 run.recorder.note_intent(&path, run.clock.now(), intent);
             } else {

@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use futures_util::StreamExt;
 use serde_json::Value;
 use stepwright_api::experiment::{ExperimentRun, ExperimentSpec, FreshCase, Population, ServedAnswer};
 use stepwright_core::journal::Record;
@@ -122,9 +123,14 @@ impl Cases {
         tenant: Option<&str>,
     ) -> Result<Self, AppError> {
         let newest = runs.last().ok_or_else(|| AppError::BadInput(no_recorded_run(&spec.runs.workflow)))?;
+        // Up to 1,000 journals: read eight at a time (a Postgres store's round trips overlap),
+        // added in the runs' order so a newer run's answer wins.
         let mut recorded = RecordedEffects::new();
-        for run in newest_recorded(runs.to_vec()) {
-            recorded.add(&store.load(run.id).await?);
+        let mut journals = futures_util::stream::iter(newest_recorded(runs.to_vec()))
+            .map(|run| async move { store.load(run.id).await })
+            .buffered(8);
+        while let Some(journal) = journals.next().await {
+            recorded.add(&journal?);
         }
         let baseline = crate::definition_of(store, newest.id, &without_models(candidate.bindings(), spec)).await?;
         let changed = match candidate {
