@@ -190,13 +190,17 @@ pub async fn wake_then_continue(
 /// own: once this returns, the run is `running` (a client that reads it next sees that, not
 /// the suspension it left). A run another live process holds (one waiting on the decision in
 /// process) is left to it, and a claim that fails is logged: the runner (or a worker) takes
-/// the run once it is due.
-pub async fn continue_in_background(engine: &Engine, workflow: Workflow, run: RunId) {
+/// the run once it is due. Whether it was claimed here.
+pub async fn continue_in_background(engine: &Engine, workflow: Workflow, run: RunId) -> bool {
     match engine.claim_to_resume(run).await {
         Ok(lease) => {
             let engine = engine.clone();
             tokio::spawn(async move { engine.resume_leased(&workflow, lease).await });
+            true
         }
-        Err(error) => tracing::warn!(run = %run, error = %error, "a decided run was not continued here"),
+        Err(error) => {
+            tracing::warn!(run = %run, error = %error, "a decided run was not continued here");
+            false
+        }
     }
 }

@@ -118,10 +118,19 @@ impl StepRecording {
         // A task exists only once its `dispatched` entry is committed: an attempt the journal
         // shows no dispatch for has none to read (the common case, a fresh attempt, costs no
         // read), and a recompute's ids are new.
+        // Waited on before the task is read or written, so an answer written in this process
+        // (however soon) hands the task over: the step reads nothing back.
+        let home_signals = match &recompute_home {
+            Some(home) => home.task_signals(),
+            None => store.task_signals(),
+        };
+        let waiter = home_signals.map(|signals| signals.on_answer(&id));
         let known = match recompute_home.is_none() && run.replay.dispatched(&path) == Some(self.attempt) {
             true => tasks.settle_task(&id, run.clock.now()).await.map_err(|e| failed("reading the", e))?,
             false => None,
         };
+        // The task as just read or written: the step's first look.
+        let mut first_look = known.clone();
         if known.is_none() {
             // A retry resumes from the last attempt's heartbeat details.
             let details = match self.attempt {
@@ -176,9 +185,11 @@ impl StepRecording {
                 let (tenant, workflow) = (run.caller.tenant.clone(), run.workflow.to_string());
                 StoredTask::born(spec.clone(), run.run_id, path.clone(), self.attempt, tenant, workflow, at)
             };
+            let mut handed_back = false;
             if let Some(matched) = matched
                 && let Some(task) = matched.deliver(born())
             {
+                handed_back = true;
                 // The claim went away before it got the task: back to the queue for anyone.
                 let lease = crate::store::task::TaskLease { task: task.spec.id.clone(), token: task.lease_token };
                 let released = tasks.answer_task(&lease, crate::store::task::TaskAnswer::Release, run.clock.now());
@@ -190,17 +201,19 @@ impl StepRecording {
             if let Some(pusher) = &request.push {
                 let home = recompute_home.as_ref().and_then(|home| home.tasks()).unwrap_or(tasks);
                 self.push(home, born(), pusher.as_ref()).await.map_err(|e| failed("pushing the", e))?;
+            } else if !handed_back {
+                first_look = Some(born());
             }
         }
-        if let Some((home, real)) = recompute_home.as_ref().and_then(|home| Some((home, home.tasks()?))) {
+        if let Some(real) = recompute_home.as_ref().and_then(|home| home.tasks()) {
             // The real workers answer in the real store; the recompute waits for them.
-            return match self.await_answer(real, home.task_signals(), &id, retry_is_safe, None).await {
+            return match self.await_answer(real, waiter, &id, retry_is_safe, None, first_look).await {
                 Waited::Answer(answer) => answer,
                 Waited::Held(_) => unreachable!("a wait without a hold ends with an answer"),
             };
         }
         let hold_until = run.clock.now().plus(run.config.task_hold);
-        let found = match self.await_answer(tasks, store.task_signals(), &id, retry_is_safe, Some(hold_until)).await {
+        let found = match self.await_answer(tasks, waiter, &id, retry_is_safe, Some(hold_until), first_look).await {
             Waited::Answer(answer) => return answer,
             Waited::Held(found) => found,
         };
@@ -246,25 +259,35 @@ impl StepRecording {
         }
     }
 
-    /// Waits for `id`'s answer in `tasks`, woken by `signals` (else polling), until
-    /// `hold_until` if given.
+    /// Waits for `id`'s answer in `tasks`, woken by `waiter` (else polling), until
+    /// `hold_until` if given. `first_look`: the task as the step just read or wrote it, taken
+    /// for the first look instead of reading it again (an answer since is in the waiter).
     async fn await_answer(
         &self,
         tasks: &dyn crate::store::task::TaskStore,
-        signals: Option<&crate::store::task::TaskSignals>,
+        waiter: Option<std::sync::Arc<crate::store::task::AnswerWaiter>>,
         id: &TaskId,
         retry_is_safe: bool,
         hold_until: Option<crate::ids::Timestamp>,
+        mut first_look: Option<StoredTask>,
     ) -> Waited {
         let run = &self.run;
-        let waiter = signals.map(|signals| signals.on_answer(id));
         loop {
             // Enabled before the look, so an answer given while the step looks is not missed.
-            let mut answered = waiter.clone().map(|waiter| Box::pin(waiter.notified_owned()));
+            let mut answered = waiter.as_ref().map(|waiter| Box::pin(waiter.notify().notified_owned()));
             if let Some(answered) = answered.as_mut() {
                 answered.as_mut().enable();
             }
-            let task = match tasks.settle_task(id, run.clock.now()).await {
+            // The task as last read or written stands in only for a final one or a look that
+            // then waits (a held step's deadline is read from the row).
+            let waits = hold_until.is_none_or(|until| run.clock.now() < until);
+            let first = first_look.take().filter(|task| waits || task.state.is_final());
+            let handed = waiter.as_ref().and_then(|waiter| waiter.take()).or(first);
+            let looked = match handed {
+                Some(task) => Ok(Some(task)),
+                None => tasks.settle_task(id, run.clock.now()).await,
+            };
+            let task = match looked {
                 Ok(Some(task)) => task,
                 Ok(None) => {
                     return Waited::Answer(Err(StepError::execution_failed(format!(

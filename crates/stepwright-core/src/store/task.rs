@@ -494,8 +494,31 @@ pub(crate) struct InMemoryTasks {
 #[derive(Default)]
 pub struct TaskSignals {
     dispatched: tokio::sync::Notify,
-    answered: std::sync::Mutex<std::collections::HashMap<TaskId, std::sync::Weak<tokio::sync::Notify>>>,
+    answered: std::sync::Mutex<std::collections::HashMap<TaskId, std::sync::Weak<AnswerWaiter>>>,
     parked: std::sync::Mutex<ParkedClaims>,
+}
+
+/// What a step waiting for its task's answer in this process is woken by: the answer's
+/// notification, and the answered task itself when the answer was written in this process
+/// (the step then reads nothing back). An answer written by another process (Postgres) only
+/// notifies; the step reads the task.
+#[derive(Debug, Default)]
+pub struct AnswerWaiter {
+    notify: std::sync::Arc<tokio::sync::Notify>,
+    answered: std::sync::Mutex<Option<StoredTask>>,
+}
+
+impl AnswerWaiter {
+    /// What the answer notifies (enable a `notified()` before looking).
+    #[must_use]
+    pub fn notify(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.notify.clone()
+    }
+
+    /// The answered task handed over by an answer written in this process, if one was.
+    pub fn take(&self) -> Option<StoredTask> {
+        self.answered.lock().expect("poisoned").take()
+    }
 }
 
 /// The claims parked in this process, waiting for a task.
@@ -623,17 +646,39 @@ impl TaskSignals {
         &self.dispatched
     }
 
-    /// `task` was answered: the step waiting for it looks.
+    /// `task` was answered (in another process, or its new state is not at hand): the step
+    /// waiting for it looks.
     pub fn answered(&self, task: &TaskId) {
         let waiter = self.answered.lock().expect("poisoned").get(task).and_then(std::sync::Weak::upgrade);
         if let Some(waiter) = waiter {
-            waiter.notify_waiters();
+            waiter.notify.notify_waiters();
         }
     }
 
-    /// What `task`'s answer notifies (enable a `notified()` before looking); kept while the
-    /// caller holds it.
-    pub fn on_answer(&self, task: &TaskId) -> std::sync::Arc<tokio::sync::Notify> {
+    /// `task` was answered in this process and is now as given: a step waiting for it is
+    /// handed it (when it is final) and woken.
+    pub fn answered_as(&self, task: &StoredTask) {
+        let waiter = self.answered.lock().expect("poisoned").get(&task.spec.id).and_then(std::sync::Weak::upgrade);
+        if let Some(waiter) = waiter {
+            if task.state.is_final() {
+                *waiter.answered.lock().expect("poisoned") = Some(task.clone());
+            }
+            waiter.notify.notify_waiters();
+        }
+    }
+
+    /// Whether a step in this process is waiting for `task`'s answer now. Asked after the
+    /// answer is written, `true` means the step sees it: it is still waiting, or it stopped
+    /// waiting so recently that its run's suspension (if it suspends) is not yet written, and
+    /// the run's last look after writing it finds the answer.
+    #[must_use]
+    pub fn is_awaited(&self, task: &TaskId) -> bool {
+        self.answered.lock().expect("poisoned").get(task).is_some_and(|waiter| waiter.strong_count() > 0)
+    }
+
+    /// What `task`'s answer wakes and hands over; kept while the caller holds it (take it
+    /// before the task can be answered, and no answer is missed).
+    pub fn on_answer(&self, task: &TaskId) -> std::sync::Arc<AnswerWaiter> {
         let mut answered = self.answered.lock().expect("poisoned");
         if answered.len() > 1024 {
             answered.retain(|_, w| w.strong_count() > 0);
@@ -641,7 +686,7 @@ impl TaskSignals {
         if let Some(waiter) = answered.get(task).and_then(std::sync::Weak::upgrade) {
             return waiter;
         }
-        let waiter = std::sync::Arc::new(tokio::sync::Notify::new());
+        let waiter = std::sync::Arc::new(AnswerWaiter::default());
         answered.insert(task.clone(), std::sync::Arc::downgrade(&waiter));
         waiter
     }

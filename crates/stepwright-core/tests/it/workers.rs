@@ -245,3 +245,57 @@ async fn a_parked_claim_is_handed_its_task_at_dispatch() {
     assert_eq!(signals.take_parked("", "py", "lookup@2").map(|m| m.worker), Some("w-v2".into()));
     assert_eq!(signals.take_parked("globex", "py", "send").map(|m| m.worker), Some("w-other".into()));
 }
+
+/// An answer written in this process hands the answered task to the step waiting for it,
+/// which then reads nothing back; a task that is not final yet (claimed) only wakes it. While
+/// the step waits, the answer's writer is told so (and need not wake the run); once it
+/// stops waiting, it is not.
+#[tokio::test]
+async fn an_answer_written_here_is_handed_to_the_step_waiting_for_it() {
+    use stepwright_core::store::task::{TaskId, TaskSpec};
+    let store = InMemoryStore::new();
+    let signals = store.task_signals().expect("the in-memory store has task signals");
+    let id = TaskId::new("t-handed");
+    assert!(!signals.is_awaited(&id), "nobody waits yet");
+    let waiter = signals.on_answer(&id);
+    assert!(signals.is_awaited(&id));
+    let spec = TaskSpec {
+        id: id.clone(),
+        queue: "py".into(),
+        handler: "send".into(),
+        input: json!({}),
+        idempotency_key: None,
+        lease_ms: 30_000,
+        schedule_to_start_ms: None,
+        concurrency: None,
+        details: None,
+        recompute: false,
+        leased_to: Some("w-1".into()),
+    };
+    let at = stepwright_core::Timestamp::from_micros(T0);
+    let run = stepwright_core::RunId::from_bytes([7; 16]);
+    let mut task = StoredTask::born(spec, run, stepwright_core::StepPath::new("send"), 1, None, "w".into(), at);
+    assert_eq!(task.state, TaskState::Claimed);
+
+    let woken = waiter.notify().notified_owned();
+    tokio::pin!(woken);
+    woken.as_mut().enable();
+    signals.answered_as(&task);
+    tokio::time::timeout(Duration::from_secs(1), woken).await.expect("a claimed task's change wakes the step");
+    assert_eq!(waiter.take(), None, "but hands nothing over: it is not answered");
+
+    task.state = TaskState::Completed;
+    task.output = Some(json!({ "sent": true }));
+    let woken = waiter.notify().notified_owned();
+    tokio::pin!(woken);
+    woken.as_mut().enable();
+    signals.answered_as(&task);
+    tokio::time::timeout(Duration::from_secs(1), woken).await.expect("the answer wakes the step");
+    assert_eq!(waiter.take(), Some(task.clone()), "and hands it the task as written");
+    assert_eq!(waiter.take(), None, "once");
+
+    drop(waiter);
+    assert!(!signals.is_awaited(&id), "a step that stopped waiting is not counted");
+    signals.answered_as(&task);
+    assert_eq!(signals.on_answer(&id).take(), None, "an answer nobody waited for is not kept");
+}

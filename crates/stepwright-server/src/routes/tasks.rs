@@ -287,17 +287,25 @@ async fn answer_one(
     }
     who.require_queue(&task.spec.queue)?;
     let state = store.answer_task(&TaskLease { task: task_id, token: lease }, answer, shared.now()).await?;
-    if state.is_final() && !task.spec.recompute {
-        // A run that holds for the answer sees it itself; one that suspended is woken (and
-        // continued here). A run suspending at this moment looks at its task once its
-        // suspension is written, so it is not left waiting either. (A recompute's task
-        // wakes nothing: the recompute waiting for it reads it.)
+    // A step waiting here for the answer sees it itself (and a run suspending at this
+    // moment looks at its task once its suspension is written); a run that suspended is
+    // woken (and continued here). (A recompute's task wakes nothing: the recompute waiting
+    // for it reads it.)
+    let awaited_here = || shared.store.task_signals().is_some_and(|signals| signals.is_awaited(&task.spec.id));
+    if state.is_final() && !task.spec.recompute && !awaited_here() {
         let record = shared.store.load_from(task.run, u64::MAX).await?.record;
         if record.status == RunStatus::Suspended {
-            shared.store.wake_run(task.run, shared.now()).await?;
-            if shared.executes {
-                let workflow = shared.definition_of(&record).await?;
-                stepwright_app::continue_in_background(&shared.engine, workflow, task.run).await;
+            // Claimed and continued here if this server executes runs (its timer is then
+            // moot); else, or if the claim fails, its timer is brought forward for a runner.
+            let continued = match shared.executes {
+                true => {
+                    let workflow = shared.definition_of(&record).await?;
+                    stepwright_app::continue_in_background(&shared.engine, workflow, task.run).await
+                }
+                false => false,
+            };
+            if !continued {
+                shared.store.wake_run(task.run, shared.now()).await?;
             }
         }
     }

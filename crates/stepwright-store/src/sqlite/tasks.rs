@@ -227,9 +227,8 @@ impl TaskStore for SqliteStore {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<TaskState, StoreError>> {
         let lease = lease.clone();
-        let task = lease.task.clone();
         Box::pin(async move {
-            let state = self
+            let (state, after) = self
                 .write(move |conn| {
                     let mut task =
                         find(conn, &lease.task)?.ok_or_else(|| StoreError::TaskNotFound(lease.task.clone()))?;
@@ -239,14 +238,16 @@ impl TaskStore for SqliteStore {
                     if task != before {
                         save(conn, &task)?;
                     }
-                    result.map(Ok).or_else(|e| match e {
+                    let result = result.map(Ok).or_else(|e| match e {
                         StoreError::TaskLeaseLost { .. } => Ok(Err(e)),
                         other => Err(other),
-                    })
+                    })?;
+                    Ok((result, task))
                 })
-                .await??;
-            self.tasks_changed.answered(&task);
-            Ok(state)
+                .await?;
+            // The step waiting here is handed the task as written: it reads nothing back.
+            self.tasks_changed.answered_as(&after);
+            state
         })
     }
 

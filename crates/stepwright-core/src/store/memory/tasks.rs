@@ -87,14 +87,16 @@ impl crate::store::task::TaskStore for InMemoryStore {
         answer: crate::store::task::TaskAnswer,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<crate::store::task::TaskState, StoreError>> {
-        let result = {
+        let (result, after) = {
             let mut rows = self.tasks.rows.lock().expect("poisoned");
             match rows.get_mut(&lease.task) {
-                Some(task) => crate::store::task::rules::answer(task, lease, answer, now),
-                None => Err(StoreError::TaskNotFound(lease.task.clone())),
+                Some(task) => (crate::store::task::rules::answer(task, lease, answer, now), Some(task.clone())),
+                None => (Err(StoreError::TaskNotFound(lease.task.clone())), None),
             }
         };
-        self.tasks.signals.answered(&lease.task);
+        if let Some(task) = after {
+            self.tasks.signals.answered_as(&task);
+        }
         Box::pin(std::future::ready(result))
     }
 
