@@ -165,7 +165,12 @@ def main() -> None:
             f"workflow: queued\ntools:\n  inc:\n    worker: {{ queue: queued }}\n{common}steps:\n  - id: call\n    tool: inc\n    with: {{ n: 1 }}\n"
         )
         ids = start_runs("queued", burst)
-        time.sleep(3)
+        # Until every run has dispatched its task, and the last of them held for it (the
+        # engine's 2 s `task_hold`) and suspended.
+        queue_of = lambda: next((q for q in client.queues.list()["queues"] if q["queue"] == "queued"), None)  # noqa: E731
+        while (queue := queue_of()) is None or queue["pending"] < burst:
+            time.sleep(0.05)
+        time.sleep(2.5)
         drainer = AsyncWorker(url, key, queue="queued", slots=200, wait_seconds=30)
         drained = {"n": 0, "at": 0.0}
 

@@ -125,13 +125,17 @@ try {
     await working;
     results.while_started_per_s = Math.round((runs / seconds) * 10) / 10;
   }
-  // Runs queued first (each waiting for a worker, suspended), then drained by one worker.
+  // Runs queued first (each suspended, waiting for a worker), then drained by one worker.
   {
     await client.workflows.register(
       "workflow: queued\ntools:\n  inc:\n    worker: { queue: queued }\n    effect: read\nsteps:\n  - id: call\n    tool: inc\n    with: { n: 1 }\n",
     );
     const ids = await startRuns("queued", runs);
-    await new Promise((r) => setTimeout(r, 3000));
+    // Until every run has dispatched its task, and the last of them held for it (the
+    // engine's 2 s `task_hold`) and suspended.
+    const pending = async () => (await client.queues.list()).queues.find((q) => q.queue === "queued")?.pending ?? 0;
+    while ((await pending()) < runs) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 2500));
     const begun = performance.now();
     const { worker, working, finished } = drain("queued", runs);
     const seconds = ((await finished) - begun) / 1000;
@@ -139,6 +143,32 @@ try {
     worker.stop();
     await working;
     results.queued_then_drained_per_s = Math.round((runs / seconds) * 10) / 10;
+  }
+  // No worker online: how soon 1,000 runs of a worker tool all wait for one (their tasks
+  // queued; a run holding for its task lends its runner slot), and how long a plain run
+  // started right after them takes.
+  {
+    await client.workflows.register(
+      "workflow: unserved\ntools:\n  inc:\n    worker: { queue: nobody }\n    effect: read\nsteps:\n  - id: call\n    tool: inc\n    with: { n: 1 }\n",
+    );
+    await client.workflows.register("workflow: plain\nsteps:\n  - id: a\n    set: 1\n");
+    const count = 1000;
+    const begun = performance.now();
+    await startRuns("unserved", count);
+    const plainBegun = performance.now();
+    const plain = await client.request("POST", "/v1/runs", { workflow: "plain", input: {} });
+    const queued = async () => (await client.queues.list()).queues.find((q) => q.queue === "nobody")?.pending ?? 0;
+    let plainMs;
+    const plainDone = client.runs.wait(plain.run_id, { timeoutMs: 300_000 }).then(() => (plainMs = performance.now() - plainBegun));
+    while ((await queued()) < count) await new Promise((r) => setTimeout(r, 20));
+    const allWaitMs = performance.now() - begun;
+    await plainDone;
+    results.no_worker = {
+      runs: count,
+      all_waiting_after_ms: Math.round(allWaitMs),
+      waiting_per_s: Math.round((count / allWaitMs) * 1000),
+      plain_run_meanwhile_ms: Math.round(plainMs),
+    };
   }
   results.note = "one TypeScript worker (200 slots); runs started over HTTP by 16 concurrent callers in the same process";
   console.log(JSON.stringify(results, null, 2));

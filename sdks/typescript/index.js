@@ -320,6 +320,7 @@ export class Worker {
   /** Stops claiming; tasks running finish and are answered, then `run()` resolves. */
   stop() {
     this.stopping.abort();
+    this.fullPoll?.abort();
   }
 
   /** Claims and runs tasks until `stop()`. */
@@ -328,6 +329,9 @@ export class Worker {
     try {
       while (!this.stopping.signal.aborted) {
         const free = this.slots - this.running.size;
+        // A full worker's control poll (cancels only: no task comes with it) gives way as
+        // soon as a slot frees, so the next claim takes work at once.
+        this.fullPoll = free > 0 ? undefined : new AbortController();
         let answer;
         try {
           answer = await call(
@@ -343,10 +347,11 @@ export class Worker {
               wait_seconds: free > 0 ? this.waitSeconds : Math.min(this.waitSeconds, 1),
               holding: [...this.running.keys()],
             },
-            this.stopping.signal,
+            this.fullPoll?.signal ?? this.stopping.signal,
           );
         } catch (error) {
           if (this.stopping.signal.aborted) break;
+          if (this.fullPoll?.signal.aborted) continue;
           await sleep(1000);
           continue;
         }
@@ -399,7 +404,10 @@ export class Worker {
     };
     this.running.set(task.id, entry);
     this.keepBeating();
-    entry.done = this.execute(task, ctx, entry).finally(() => this.running.delete(task.id));
+    entry.done = this.execute(task, ctx, entry).finally(() => {
+      this.running.delete(task.id);
+      this.fullPoll?.abort();
+    });
   }
 
   // One heartbeat timer for every task held, at a third of the shortest lease (at most 10 s,

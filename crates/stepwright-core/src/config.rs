@@ -68,7 +68,8 @@ pub struct EngineConfig {
     pub capture_content: Option<ContentCapture>,
     /// How long a run holds its activation for a step worker's answer before it suspends
     /// (releasing its lease until the task is answered or one of its deadlines comes): a
-    /// quick handler's answer is taken at once, a slow one pins no engine worker.
+    /// quick handler's answer is taken at once, a slow one pins no engine worker. While it
+    /// holds, a run the runner executes lends its slot to the next due run.
     pub task_hold: Duration,
     /// A step still running after this long has its start written to the journal at once
     /// (not with its end), so the API, the event stream and the dashboard show it running:

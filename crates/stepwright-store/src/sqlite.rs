@@ -102,6 +102,12 @@ pub struct SqliteStore {
     shared: Arc<Shared>,
     readers: Arc<Mutex<Vec<Connection>>>,
     max_readers: usize,
+    /// One permit per read connection: a read waits for one before it takes a connection,
+    /// so reads never open connections past the pool's size (each new one would prepare
+    /// every statement again, and be closed after its one read).
+    reading: Arc<tokio::sync::Semaphore>,
+    /// Read connections opened so far.
+    readers_opened: Arc<std::sync::atomic::AtomicUsize>,
     fail_next_commit: Arc<AtomicBool>,
     /// New pending work written by this process (a run created, a run woken, the runs of a
     /// schedule's tick): a runner in this process waiting for work wakes at once. Other
@@ -173,6 +179,8 @@ impl SqliteStore {
             shared,
             readers: Arc::new(Mutex::new(readers)),
             max_readers: options.read_connections.max(1),
+            reading: Arc::new(tokio::sync::Semaphore::new(options.read_connections.max(1))),
+            readers_opened: Arc::default(),
             fail_next_commit,
             work: Arc::new(tokio::sync::Notify::new()),
             tasks_changed: Arc::default(),
@@ -217,11 +225,15 @@ impl SqliteStore {
         let readers = self.readers.clone();
         let path = self.reader_uri.clone().map_or_else(|| self.path.clone(), PathBuf::from);
         let max_readers = self.max_readers;
+        let permit = self.reading.clone().acquire_owned().await.map_err(|e| backend(doing, e))?;
+        let opened = self.readers_opened.clone();
         tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let pooled = readers.lock().expect("poisoned").pop();
             let conn = match pooled {
                 Some(conn) => conn,
                 None => {
+                    opened.fetch_add(1, Ordering::Relaxed);
                     let conn = Connection::open_with_flags(
                         &path,
                         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI,
@@ -379,4 +391,26 @@ pub fn used_bytes(path: &Path) -> Result<u64, StoreError> {
     };
     let used = (pragma("page_count")? - pragma("freelist_count")?) * pragma("page_size")?;
     Ok(u64::try_from(used).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many reads at once wait for the pool's connections: none is opened past its size.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn reads_at_once_never_open_connections_past_the_pool() {
+        let dir = tempfile::tempdir().expect("a directory");
+        let options = SqliteOptions { read_connections: 2, ..SqliteOptions::default() };
+        let store = SqliteStore::open_with(dir.path().join("reads.db"), options).expect("opened");
+        let reads = (0..64).map(|_| {
+            store.read("reading in a test", |conn| {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(|e| backend("selecting", e))
+            })
+        });
+        let answers = futures_util::future::join_all(reads).await;
+        assert!(answers.iter().all(|a| matches!(a, Ok(1))));
+        assert_eq!(store.readers_opened.load(Ordering::Relaxed), 2, "two connections, each used again");
+    }
 }

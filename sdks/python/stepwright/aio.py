@@ -77,6 +77,7 @@ class AsyncWorker:
         if not self._handlers:
             raise ValueError("register at least one handler with @worker.handler(name)")
         self._loop = asyncio.get_running_loop()
+        self._slot_freed = asyncio.Event()
         beat = threading.Thread(target=self._heartbeat_loop, name="stepwright-heartbeat", daemon=True)
         beat.start()
         timeout = httpx.Timeout(10.0, read=self.wait_seconds + 10.0)
@@ -88,6 +89,7 @@ class AsyncWorker:
             # Two senders: one batch goes out while the next gathers.
             answering = [asyncio.ensure_future(self._answer_loop()) for _ in range(2)]
             while not self._stop.is_set():
+                self._slot_freed.clear()
                 with self._lock:
                     free = self.slots - len(self._running)
                     holding = list(self._running)
@@ -100,7 +102,17 @@ class AsyncWorker:
                     "holding": holding,
                 }
                 try:
-                    response = await http.post("/v1/tasks/claim", json=body)
+                    claiming = asyncio.ensure_future(http.post("/v1/tasks/claim", json=body))
+                    if free <= 0:
+                        # A full worker's control poll (cancels only, no task can come with
+                        # it) gives way as soon as a slot frees: the next claim takes work.
+                        freed = asyncio.ensure_future(self._slot_freed.wait())
+                        await asyncio.wait({claiming, freed}, return_when=asyncio.FIRST_COMPLETED)
+                        freed.cancel()
+                        if not claiming.done():
+                            claiming.cancel()
+                            continue
+                    response = await claiming
                     raise_for_problem(response)
                     answer = response.json()
                 except (httpx.TransportError, StepwrightError) as error:
@@ -128,6 +140,7 @@ class AsyncWorker:
         def forget(_: object) -> None:
             with self._lock:
                 self._running.pop(task_id, None)
+            self._slot_freed.set()
 
         return forget
 

@@ -160,6 +160,9 @@ def answer_for(ctx: TaskContext, output: Any = None, error: BaseException | None
 #: The answers one ``POST /v1/tasks/answers`` carries at most.
 BATCH = 500
 
+#: How often a worker with every slot busy asks for cancels while it waits for a slot.
+FULL_POLL = 0.25
+
 
 def batched_item(task_id: str, lease: int, verb: str, body: dict[str, Any]) -> dict[str, Any]:
     """One answer of ``POST /v1/tasks/answers``."""
@@ -211,6 +214,7 @@ class Worker:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._running: dict[str, TaskContext] = {}
+        self._slot_freed = threading.Event()
         self._answers: SimpleQueue[tuple[dict[str, Any], threading.Event] | None] = SimpleQueue()
 
     def handler(self, name: str) -> Callable[[Handler], Handler]:
@@ -237,9 +241,15 @@ class Worker:
         pool = ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="stepwright-slot")
         try:
             while not self._stop.is_set():
+                self._slot_freed.clear()
                 with self._lock:
                     free = self.slots - len(self._running)
                     holding = list(self._running)
+                # A full worker waits here for a slot, asking only for cancels now and then
+                # (a control poll that does not wait): a long poll would keep it from
+                # claiming when a slot frees.
+                if free <= 0 and self._slot_freed.wait(FULL_POLL):
+                    continue
                 try:
                     answer = self._claim(free, holding)
                 except (httpx.TransportError, StepwrightError) as error:
@@ -269,6 +279,7 @@ class Worker:
         def done(_: Future[None]) -> None:
             with self._lock:
                 self._running.pop(task_id, None)
+            self._slot_freed.set()
 
         return done
 
@@ -278,8 +289,8 @@ class Worker:
             "queue": self.queue,
             "handlers": sorted(self._handlers),
             "max": min(max(free, 0), 100),  # the most one claim takes
-            # A full worker keeps a short control poll, so cancels reach it quickly.
-            "wait_seconds": self.wait_seconds if free > 0 else min(self.wait_seconds, 1),
+            # A full worker's control poll answers at once (it waits for a slot itself).
+            "wait_seconds": self.wait_seconds if free > 0 else 0,
             "holding": holding,
         }
         response = self._http.post("/v1/tasks/claim", json=body)

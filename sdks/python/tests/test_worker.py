@@ -575,3 +575,76 @@ def test_a_python_handler_scores_an_experiment(server: Any, client: tuple[Client
         assert by_run[run]["verdict"] == ("regressed" if n % 2 else "improved")
     totals = ended["report"]["totals"]
     assert (totals["improved"], totals["regressed"]) == (2, 2), totals
+
+
+def test_a_full_worker_claims_again_as_soon_as_a_slot_frees(
+    server: Any, client: tuple[Client, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker with every slot busy asks only for cancels, and never in a long poll that
+    would keep it from claiming when a slot frees: the threaded worker sends control polls
+    that answer at once, the asyncio worker's control poll is cancelled when a slot frees."""
+    import asyncio
+
+    from stepwright import AsyncWorker
+
+    c, key = client
+    claims: list[dict[str, Any]] = []
+    cancelled_polls: list[dict[str, Any]] = []
+    sync_post, async_post = httpx.Client.post, httpx.AsyncClient.post
+
+    def recording_post(self: httpx.Client, url: str, **kwargs: Any) -> httpx.Response:
+        if str(url).endswith("/v1/tasks/claim"):
+            claims.append(kwargs["json"])
+        return sync_post(self, url, **kwargs)
+
+    async def recording_async_post(self: httpx.AsyncClient, url: str, **kwargs: Any) -> httpx.Response:
+        if not str(url).endswith("/v1/tasks/claim"):
+            return await async_post(self, url, **kwargs)
+        claims.append(kwargs["json"])
+        try:
+            return await async_post(self, url, **kwargs)
+        except asyncio.CancelledError:
+            cancelled_polls.append(kwargs["json"])
+            raise
+
+    monkeypatch.setattr(httpx.Client, "post", recording_post)
+    monkeypatch.setattr(httpx.AsyncClient, "post", recording_async_post)
+
+    for kind in ("threaded", "asyncio"):
+        claims.clear()
+        queue = f"one-slot-{kind}"
+        c.workflows.register(workflow(queue, queue=queue, handler="hold"))
+        first_may_finish = threading.Event()
+        started: list[str] = []
+
+        def hold(ctx: Any, task_input: dict[str, Any]) -> dict[str, Any]:
+            started.append(task_input["text"])
+            if len(started) == 1:
+                first_may_finish.wait(30)
+            return {"text": task_input["text"]}
+
+        if kind == "threaded":
+            worker: Any = Worker(server.url, key, queue=queue, slots=1, wait_seconds=2)
+            worker.handler("hold")(hold)
+            thread = background(worker)
+        else:
+            worker = AsyncWorker(server.url, key, queue=queue, slots=1, wait_seconds=2)
+            worker.handler("hold")(hold)
+            thread = threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True)
+            thread.start()
+        first = c.runs.start(queue, {"text": "a", "sleep": 0})
+        wait_for(lambda: started == ["a"], timeout=20)
+        second = c.runs.start(queue, {"text": "b", "sleep": 0})
+        wait_for(lambda: any(claim["max"] == 0 for claim in claims), timeout=20)
+        first_may_finish.set()
+        assert c.runs.wait(second["run_id"], timeout=30)["status"] == "completed"
+        assert c.runs.wait(first["run_id"], timeout=30)["status"] == "completed"
+        control = [claim for claim in claims if claim["max"] == 0]
+        assert control and all(len(claim["holding"]) == 1 for claim in control)
+        if kind == "threaded":
+            assert all(claim["wait_seconds"] == 0 for claim in control), control
+        else:
+            assert cancelled_polls, "the asyncio worker's control poll gave way when its slot freed"
+        worker.stop()
+        thread.join(timeout=40)
+        assert started == ["a", "b"]

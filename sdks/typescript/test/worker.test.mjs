@@ -79,6 +79,49 @@ test("cancel reaches a running handler through its AbortSignal", async () => {
   assert.deepEqual((await client.tasks.list({ run: run.run_id })).map((t) => t.state), ["cancelled"]);
 });
 
+test("a full worker's control poll gives way when a slot frees, and the next claim takes work", async () => {
+  const key = server.key();
+  const client = new Client(server.url, key);
+  await client.workflows.register(workflow("one-slot", { queue: "one-slot", handler: "hold" }));
+  // Every claim the worker sends, with its body and the signal it can be aborted by.
+  const claims = [];
+  const realFetch = globalThis.fetch;
+  globalThis.fetch = (url, init) => {
+    if (String(url).endsWith("/v1/tasks/claim")) claims.push({ body: JSON.parse(init.body), signal: init.signal });
+    return realFetch(url, init);
+  };
+  try {
+    const worker = new Worker(server.url, key, { queue: "one-slot", slots: 1, waitSeconds: 30 });
+    const started = [];
+    let finishFirst;
+    const firstMayFinish = new Promise((r) => (finishFirst = r));
+    worker.handler("hold", async (ctx, input) => {
+      started.push(input.text);
+      if (started.length === 1) await firstMayFinish;
+      return { text: input.text };
+    });
+    const running = worker.run();
+    const first = await client.runs.start("one-slot", { text: "a" });
+    for (let i = 0; i < 600 && started.length === 0; i++) await sleep(10);
+    const second = await client.runs.start("one-slot", { text: "b" });
+    // Its one slot busy, the worker only asks for cancels.
+    for (let i = 0; i < 600 && !claims.some((c) => c.body.max === 0); i++) await sleep(10);
+    const control = claims.find((c) => c.body.max === 0);
+    assert.ok(control, "a full worker sends a control poll (max 0)");
+    assert.deepEqual(control.body.holding.length, 1);
+    finishFirst();
+    await client.runs.wait(second.run_id, { timeoutMs: 30_000 });
+    // (Asked before the worker stops, which would abort it too.)
+    assert.equal(control.signal.aborted, true, "the control poll gave way when the slot freed");
+    worker.stop();
+    await running;
+    assert.deepEqual(started, ["a", "b"]);
+    assert.equal((await client.runs.get(first.run_id)).status, "completed");
+  } finally {
+    globalThis.fetch = realFetch;
+  }
+});
+
 test("two workers on one queue with concurrency limit 1 never overlap", async () => {
   const key = server.key();
   const client = new Client(server.url, key);

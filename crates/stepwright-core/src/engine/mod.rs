@@ -11,6 +11,7 @@ mod keeper;
 pub(crate) mod owner;
 mod report;
 mod runner;
+pub(crate) mod slots;
 
 pub use builder::EngineBuilder;
 use cancel::cancelled_event;

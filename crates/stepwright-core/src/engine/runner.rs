@@ -11,6 +11,8 @@ use crate::engine::{Engine, EngineError, RunReport};
 use crate::ids::RunId;
 use crate::journal::Lease;
 
+use super::slots::Slots;
+
 /// Finds the definition of a run that no registered workflow matches (a workflow file kept
 /// in the store, for instance). `Err` says why it could not (the source is missing, a
 /// server it needs does not start): the run stops with that reason, for the worker's log.
@@ -39,6 +41,8 @@ pub struct Runner {
     /// The runs its tasks execute now, with their leases' tokens: those still here when it
     /// stops were stopped mid-way, and their leases are handed back.
     in_flight: std::sync::Arc<std::sync::Mutex<HashMap<RunId, u64>>>,
+    /// The slots its runs lend while they wait for a step worker.
+    slots: std::sync::Arc<Slots>,
 }
 
 /// How often a runner looks for runs whose lease a dead process on this host holds (at
@@ -142,6 +146,7 @@ impl Runner {
             tenant: None,
             orphans_checked: std::sync::Mutex::new(None),
             in_flight: std::sync::Arc::default(),
+            slots: std::sync::Arc::default(),
         }
     }
 
@@ -193,8 +198,11 @@ impl Runner {
         self
     }
 
+    /// Free slots with `active` runs executing: those waiting for a step worker lend theirs
+    /// (see [`super::slots`]), up to [`Slots::most_waiting`] of them.
     fn claim_limit(&self, active: usize) -> usize {
-        self.max_concurrent.saturating_sub(active)
+        let lent = self.slots.lent().min(active).min(Slots::most_waiting(self.max_concurrent));
+        self.max_concurrent.saturating_sub(active - lent)
     }
 
     /// The fewest free slots worth a claim while runs execute (a quarter of them).
@@ -284,7 +292,7 @@ impl Runner {
         let resolver = self.resolver.clone();
         let in_flight = self.in_flight.clone();
         in_flight.lock().expect("poisoned").insert(lease.run, lease.token);
-        set.spawn(async move {
+        set.spawn(self.slots.scope(async move {
             let run = lease.run;
             let releases = super::Releases::new(&engine, run);
             let mut resolved: Option<Workflow> = None;
@@ -336,7 +344,7 @@ impl Runner {
                 }
             }
             (run, result)
-        });
+        }));
     }
 
     /// Claims every run that is due now (up to the concurrency limit), executes them, and
@@ -401,6 +409,8 @@ impl Runner {
                     look = false;
                 }
                 () = self.engine.inner.store.wait_for_work(wait) => look = true,
+                // A run waits for a step worker: its slot may take the next due run.
+                () = self.slots.freed() => look = false,
             }
         }
         set.shutdown().await;

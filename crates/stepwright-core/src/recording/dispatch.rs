@@ -12,9 +12,14 @@ use crate::store::task::{NO_WORKER, StoredTask, TaskId, TaskSpec, TaskState};
 
 use super::StepRecording;
 
-/// How often a step holding for a task looks at the store for an answer given in another
-/// process (one given in this process wakes it at once).
+/// How soon a step holding for a task first looks at the store again for an answer given
+/// in another process (one given in this process wakes it at once, as does one given in
+/// another process on Postgres); each look waits twice as long as the last, up to
+/// [`TASK_POLL_MOST`]: hundreds of runs may hold at once, and a look is a read.
 const TASK_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The longest a holding step waits between two looks.
+const TASK_POLL_MOST: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// How long a run waits for a task with no deadline before it looks again on its own.
 const RECHECK: std::time::Duration = std::time::Duration::from_secs(3600);
@@ -213,7 +218,11 @@ impl StepRecording {
             };
         }
         let hold_until = run.clock.now().plus(run.config.task_hold);
-        let found = match self.await_answer(tasks, waiter, &id, retry_is_safe, Some(hold_until), first_look).await {
+        // While it holds, the run's slot on the runner takes another run.
+        let lent = crate::engine::slots::lend_while_waiting();
+        let waited = self.await_answer(tasks, waiter, &id, retry_is_safe, Some(hold_until), first_look).await;
+        drop(lent);
+        let found = match waited {
             Waited::Answer(answer) => return answer,
             Waited::Held(found) => found,
         };
@@ -272,6 +281,7 @@ impl StepRecording {
         mut first_look: Option<StoredTask>,
     ) -> Waited {
         let run = &self.run;
+        let mut poll = TASK_POLL;
         loop {
             // Enabled before the look, so an answer given while the step looks is not missed.
             let mut answered = waiter.as_ref().map(|waiter| Box::pin(waiter.notify().notified_owned()));
@@ -309,9 +319,10 @@ impl StepRecording {
             let now = run.clock.now();
             let wait = match hold_until {
                 Some(until) if now >= until => return Waited::Held(Box::new(task)),
-                Some(until) => until.since(now).min(TASK_POLL),
-                None => TASK_POLL,
+                Some(until) => until.since(now).min(poll),
+                None => poll,
             };
+            poll = (poll * 2).min(TASK_POLL_MOST);
             let look_again = async {
                 match answered {
                     Some(answered) => {

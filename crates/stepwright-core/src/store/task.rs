@@ -247,6 +247,15 @@ pub trait TaskStore: Send + Sync {
         now: Timestamp,
     ) -> BoxFuture<'a, Result<Option<StoredTask>, StoreError>>;
 
+    /// Of `tasks`, those of `tenant` a worker holds (`claimed`) whose runs are cancelled or
+    /// asked to be — what the worker holding them must stop — in one read (ids unknown or of
+    /// another tenant are left out).
+    fn cancelling_among<'a>(
+        &'a self,
+        tenant: &'a str,
+        tasks: &'a [TaskId],
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>>;
+
     /// Writes the row of a recompute's task (`spec.recompute`): one no journal entry stands
     /// behind, for a step of `run` that a recompute executes again in its sandbox. Workers
     /// claim it like any other; its answer goes to the recompute waiting for it (which reads

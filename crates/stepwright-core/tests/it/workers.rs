@@ -299,3 +299,67 @@ async fn an_answer_written_here_is_handed_to_the_step_waiting_for_it() {
     signals.answered_as(&task);
     assert_eq!(signals.on_answer(&id).take(), None, "an answer nobody waited for is not kept");
 }
+
+/// A run holding for its worker lends its runner slot: with one slot and a hold longer than
+/// the test, the runner still dispatches every run's task (up to four waiting per slot),
+/// and the runs complete once a worker answers.
+#[tokio::test]
+async fn a_run_holding_for_a_worker_lends_its_runner_slot() {
+    use stepwright_core::store::task::TaskFilter;
+    let store = Arc::new(InMemoryStore::new());
+    let clock = Arc::new(TokioClock::starting_at(stepwright_core::Timestamp::from_micros(T0)));
+    let config = EngineConfig { task_hold: Duration::from_secs(600), ..EngineConfig::default() };
+    let engine = Engine::builder()
+        .store(store.clone() as Arc<dyn Store>)
+        .clock(clock.clone())
+        .entropy(Arc::new(SeededEntropy::new(5)))
+        .config(config)
+        .build();
+    let workflow = Workflow::builder("held").step(worker_step("lookup", "lookup", Effect::Read)).build().unwrap();
+    let mut runs = Vec::new();
+    for i in 0..7 {
+        runs.push(engine.create(&workflow, json!({ "i": i }), Default::default()).await.unwrap().id);
+    }
+    let runner = stepwright_core::Runner::new(engine.clone())
+        .register(&workflow)
+        .max_concurrent(1)
+        .poll_interval(Duration::from_millis(20));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { runner.run(stop).await }
+    });
+    let tasks = store.tasks().expect("the in-memory store keeps tasks");
+    let dispatched =
+        || async { tasks.list_tasks(&TaskFilter { limit: 100, ..TaskFilter::default() }).await.unwrap().len() };
+    // One slot, four runs waiting on it: five tasks out, each run holding for ten minutes.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while dispatched().await < 5 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("runs holding for a worker lend their slot to the next runs");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(dispatched().await, 5, "at most four runs wait per slot");
+
+    let answer: Answers = Arc::new(Mutex::new(|_| json!({ "price": 1 })));
+    let worker = serve(store.clone(), clock.clone(), answer, Arc::new(Mutex::new(Vec::new())));
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let mut done = 0;
+            for run in &runs {
+                done += usize::from(store.load(*run).await.unwrap().record.status == RunStatus::Completed);
+            }
+            if done == runs.len() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every run completes once a worker answers");
+    stop.cancel();
+    running.await.unwrap().unwrap();
+    worker.abort();
+}

@@ -68,26 +68,12 @@ fn tasks_of(shared: &Shared) -> Result<&dyn TaskStore, ApiError> {
     shared.store.tasks().ok_or_else(|| ApiError::bad_request("this server's store keeps no step tasks"))
 }
 
-/// Whether a run is cancelled or asked to be.
-async fn cancelling(shared: &Shared, task: &StoredTask) -> Result<bool, ApiError> {
-    let record = shared.store.load_from(task.run, u64::MAX).await?.record;
-    Ok(record.status == RunStatus::Cancelled || record.cancel.is_some())
-}
-
-/// The tasks among `holding` (this namespace's) whose runs are cancelled.
+/// The tasks among `holding` (this namespace's, claimed) whose runs are cancelled or asked
+/// to be: one read, however many the worker holds.
 async fn to_cancel(shared: &Shared, who: &Principal, holding: &[String]) -> Result<Vec<String>, ApiError> {
-    let store = tasks_of(shared)?;
-    let mut cancel = Vec::new();
-    for id in holding {
-        let Some(task) = store.settle_task(&TaskId::new(id), shared.now()).await? else { continue };
-        if task.tenant.as_deref().unwrap_or_default() == who.namespace()
-            && task.state == TaskState::Claimed
-            && cancelling(shared, &task).await?
-        {
-            cancel.push(id.clone());
-        }
-    }
-    Ok(cancel)
+    let held: Vec<TaskId> = holding.iter().map(|id| TaskId::new(id)).collect();
+    let cancelling = tasks_of(shared)?.cancelling_among(who.namespace(), &held).await?;
+    Ok(cancelling.iter().map(|id| id.as_str().to_owned()).collect())
 }
 
 /// `POST /v1/tasks/claim`.

@@ -153,8 +153,20 @@ pub async fn tasks_are_claimed_once_and_fenced_by_their_lease<S: Store + ?Sized>
     assert_eq!(second.len(), 1);
     assert!(second[0].lease_token > first[0].lease_token, "a new claim is a new token");
 
-    // A run that is cancelled asks its workers to stop at their next heartbeat.
-    let held = TaskLease { task: limited, token: second[0].lease_token };
+    // A run that is cancelled asks its workers to stop at their next heartbeat, and tells a
+    // worker's claim which of the tasks it holds to stop: those claimed, of its tenant.
+    let unknown = TaskId::new("tsk_unknown");
+    let asked = [limited.clone(), pinned.clone(), quick.clone(), unknown];
+    let among = |tenant: &'static str| {
+        let asked = asked.clone();
+        async move {
+            let mut found = tasks.cancelling_among(tenant, &asked).await.expect("read");
+            found.sort();
+            found
+        }
+    };
+    assert!(among("acme").await.is_empty(), "nothing to stop while the run goes on");
+    let held = TaskLease { task: limited.clone(), token: second[0].lease_token };
     let update = stepwright_core::store::StatusUpdate {
         status: RunStatus::Cancelled,
         output: None,
@@ -164,6 +176,10 @@ pub async fn tasks_are_claimed_once_and_fenced_by_their_lease<S: Store + ?Sized>
         fence: None,
     };
     store.set_status(run_id, update).await.expect("cancelled");
+    let mut claimed = vec![limited, pinned];
+    claimed.sort();
+    assert_eq!(among("acme").await, claimed, "the claimed ones (not the answered one, nor an unknown id)");
+    assert!(among("globex").await.is_empty(), "another tenant's worker is told nothing");
     let beats = tasks.heartbeat_tasks(&[(held, None)], wall()).await.expect("beat");
     assert!(matches!(beats.as_slice(), [Beat::Cancel(_)]), "{beats:?}");
 }

@@ -244,6 +244,27 @@ impl TaskStore for PostgresStore {
         Box::pin(self.settle_in(task))
     }
 
+    fn cancelling_among<'a>(
+        &'a self,
+        tenant: &'a str,
+        tasks: &'a [TaskId],
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        let ids: Vec<&str> = tasks.iter().map(TaskId::as_str).collect();
+        Box::pin(async move {
+            let rows: Vec<String> = sqlx::query_scalar(
+                "SELECT t.id FROM stepwright_tasks t JOIN stepwright_runs r ON r.id = t.run_id \
+                 WHERE t.id = ANY($1) AND t.tenant = $2 AND t.state = 'claimed' \
+                 AND (r.status = 'cancelled' OR r.cancel_request IS NOT NULL)",
+            )
+            .bind(&ids)
+            .bind(tenant)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("reading held tasks' cancels"))?;
+            Ok(rows.iter().map(|id| TaskId::new(id)).collect())
+        })
+    }
+
     fn dispatch_for_recompute<'a>(
         &'a self,
         run: RunId,

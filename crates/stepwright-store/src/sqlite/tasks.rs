@@ -276,6 +276,28 @@ impl TaskStore for SqliteStore {
         })
     }
 
+    fn cancelling_among<'a>(
+        &'a self,
+        tenant: &'a str,
+        tasks: &'a [TaskId],
+    ) -> BoxFuture<'a, Result<Vec<TaskId>, StoreError>> {
+        let ids = Value::from(tasks.iter().map(|t| Value::from(t.as_str())).collect::<Vec<_>>()).to_string();
+        let tenant = tenant.to_owned();
+        Box::pin(self.read("reading held tasks' cancels", move |conn| {
+            // From the ids to their rows (`CROSS JOIN` keeps SQLite's join order): left to
+            // the planner, it scanned the tenant's tasks for the ids (9 ms with 8,000 tasks).
+            conn.prepare_cached(
+                "SELECT t.id FROM json_each(?1) AS j CROSS JOIN tasks AS t CROSS JOIN runs AS r \
+                 WHERE t.id = j.value AND r.id = t.run_id AND t.tenant = ?2 AND t.state = 'claimed' \
+                 AND (r.status = 'cancelled' OR r.cancel_request IS NOT NULL)",
+            )
+            .and_then(|mut s| {
+                s.query_map(params![ids, tenant], |r| r.get::<_, String>(0).map(|id| TaskId::new(&id)))?.collect()
+            })
+            .map_err(|e| backend("reading held tasks' cancels", e))
+        }))
+    }
+
     fn dispatch_for_recompute<'a>(
         &'a self,
         run: RunId,

@@ -113,6 +113,27 @@ impl crate::store::task::TaskStore for InMemoryStore {
         Box::pin(std::future::ready(Ok(found)))
     }
 
+    fn cancelling_among<'a>(
+        &'a self,
+        tenant: &'a str,
+        tasks: &'a [crate::store::task::TaskId],
+    ) -> BoxFuture<'a, Result<Vec<crate::store::task::TaskId>, StoreError>> {
+        let held: Vec<(crate::store::task::TaskId, RunId)> = {
+            let rows = self.tasks.rows.lock().expect("poisoned");
+            tasks
+                .iter()
+                .filter_map(|id| rows.get(id))
+                .filter(|t| {
+                    t.state == crate::store::task::TaskState::Claimed
+                        && t.tenant.as_deref().unwrap_or_default() == tenant
+                })
+                .map(|t| (t.spec.id.clone(), t.run))
+                .collect()
+        };
+        let cancelling = held.into_iter().filter(|(_, run)| self.cancelling(*run)).map(|(id, _)| id).collect();
+        Box::pin(std::future::ready(Ok(cancelling)))
+    }
+
     fn dispatch_for_recompute<'a>(
         &'a self,
         run: RunId,
