@@ -38,6 +38,7 @@ pub mod store;
 mod policy;
 mod config;
 mod services;
+mod slots;
 mod recording;
 mod context;
 mod step;

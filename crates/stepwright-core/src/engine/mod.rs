@@ -11,7 +11,6 @@ mod keeper;
 pub(crate) mod owner;
 mod report;
 mod runner;
-pub(crate) mod slots;
 
 pub use builder::EngineBuilder;
 use cancel::cancelled_event;

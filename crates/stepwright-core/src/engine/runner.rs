@@ -11,7 +11,7 @@ use crate::engine::{Engine, EngineError, RunReport};
 use crate::ids::RunId;
 use crate::journal::Lease;
 
-use super::slots::Slots;
+use crate::slots::Slots;
 
 /// Finds the definition of a run that no registered workflow matches (a workflow file kept
 /// in the store, for instance). `Err` says why it could not (the source is missing, a
@@ -199,7 +199,7 @@ impl Runner {
     }
 
     /// Free slots with `active` runs executing: those waiting for a step worker lend theirs
-    /// (see [`super::slots`]), up to [`Slots::most_waiting`] of them.
+    /// (see [`crate::slots`]), up to [`Slots::most_waiting`] of them.
     fn claim_limit(&self, active: usize) -> usize {
         let lent = self.slots.lent().min(active).min(Slots::most_waiting(self.max_concurrent));
         self.max_concurrent.saturating_sub(active - lent)

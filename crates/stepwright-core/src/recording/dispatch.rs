@@ -219,7 +219,7 @@ impl StepRecording {
         }
         let hold_until = run.clock.now().plus(run.config.task_hold);
         // While it holds, the run's slot on the runner takes another run.
-        let lent = crate::engine::slots::lend_while_waiting();
+        let lent = crate::slots::lend_while_waiting();
         let waited = self.await_answer(tasks, waiter, &id, retry_is_safe, Some(hold_until), first_look).await;
         drop(lent);
         let found = match waited {
