@@ -4,7 +4,8 @@ in the same run: an `http` tool calling the same function over loopback.
     python sdks/python/bench.py target/release/stepwright [--quick]
 
 Prints one JSON object: dispatch latency (the task's dispatch to the handler's start,
-both on this machine's clock), a run's end-to-end time with a worker step vs an http tool,
+both on this machine's clock), a run's end-to-end time with a worker step vs an http tool
+(the worker in the bench's process, and in a process of its own),
 tasks per second through one worker, cancel-to-handler latency, and an idle worker's
 requests per 30 s.
 """
@@ -71,6 +72,19 @@ class Echo(BaseHTTPRequestHandler):
         pass
 
 
+OWN_PROCESS_WORKER = """
+import asyncio, sys
+from stepwright import AsyncWorker
+worker = AsyncWorker(sys.argv[1], sys.argv[2], queue="bench-process", slots=200, wait_seconds=30)
+
+@worker.handler("inc")
+async def inc(ctx, task_input):
+    return {"n": task_input.get("n", 0) + 1}
+
+asyncio.run(worker.run())
+"""
+
+
 def main() -> None:
     store = tempfile.mkdtemp()
     db = f"sqlite://{store}/bench.db"
@@ -88,6 +102,7 @@ def main() -> None:
     threading.Thread(target=echo.serve_forever, daemon=True).start()
     echo_url = f"http://127.0.0.1:{echo.server_address[1]}/echo"
     results: dict[str, Any] = {}
+    own_process: subprocess.Popen[bytes] | None = None
     try:
         for _ in range(300):
             try:
@@ -112,6 +127,12 @@ def main() -> None:
             return {"n": task_input.get("n", 0) + 1}
 
         threading.Thread(target=lambda: asyncio.run(worker.run()), daemon=True).start()
+        # The same worker as users deploy it: a process of its own (the one above shares this
+        # process's interpreter with the bench's client).
+        client.workflows.register(
+            f"workflow: via-worker-process\ntools:\n  inc:\n    worker: {{ queue: bench-process }}\n{common}steps:\n  - id: call\n    tool: inc\n    with: {{ n: 1 }}\n"
+        )
+        own_process = subprocess.Popen([sys.executable, "-c", OWN_PROCESS_WORKER, url, key])
         time.sleep(0.5)
         rounds = 100 if QUICK else 400
 
@@ -124,15 +145,22 @@ def main() -> None:
                 times.append((time.perf_counter() - begun) * 1000)
             return times
 
-        # Both paths warmed, then alternated so the machine's state is the same for each.
+        # The paths warmed, then alternated so the machine's state is the same for each.
         timed_runs("via-http")
         timed_runs("via-worker")
-        worker_times, http_times = [], []
+        timed_runs("via-worker-process")
+        worker_times, process_times, http_times = [], [], []
         for _ in range(2):
             http_times += timed_runs("via-http")
             worker_times += timed_runs("via-worker")
-        results["end_to_end_ms"] = {"worker_step": summary(worker_times), "http_tool_floor": summary(http_times)}
-        results["end_to_end_ms"]["overhead_p50_ms"] = round(pct(worker_times, 0.5) - pct(http_times, 0.5), 3)
+            process_times += timed_runs("via-worker-process")
+        results["end_to_end_ms"] = {
+            "worker_step": summary(worker_times),
+            "worker_step_own_process": summary(process_times),
+            "http_tool_floor": summary(http_times),
+            "overhead_p50_ms": round(pct(worker_times, 0.5) - pct(http_times, 0.5), 3),
+            "overhead_own_process_p50_ms": round(pct(process_times, 0.5) - pct(http_times, 0.5), 3),
+        }
 
         tasks = client.tasks.list(queue="bench", limit=1000)
         dispatch = [
@@ -252,6 +280,8 @@ def main() -> None:
         worker.stop()
         cancel_worker.stop()
     finally:
+        if own_process is not None:
+            own_process.terminate()
         server.terminate()
         server.wait(timeout=30)
         echo.shutdown()

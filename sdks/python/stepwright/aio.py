@@ -1,6 +1,8 @@
 """An asyncio step worker: every task a coroutine on one event loop (sync handlers in the
-loop's thread pool), the claims and answers on one `httpx.AsyncClient`, and the heartbeat
-on a thread of its own — so a handler that blocks the loop never starves it."""
+loop's thread pool), the claims and answers on lanes of their own (``_lane``: one keep-alive
+connection each, lighter than ``httpx`` on the hot path), everything else on one
+``httpx.AsyncClient``, and the heartbeat on a thread of its own — so a handler that blocks
+the loop never starves it."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from ._lane import Lane, open_lane
 from .errors import Conflict, StepwrightError, raise_for_problem
 from .worker import (
     BATCH,
@@ -84,10 +87,12 @@ class AsyncWorker:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=timeout, limits=limits) as http:
             self._http = http
+            claims = open_lane(self.base_url, self.headers, http)
             self._answers: asyncio.Queue[tuple[dict[str, Any], asyncio.Future[None]]] = asyncio.Queue()
             self._unsent: set[asyncio.Future[None]] = set()
             # Two senders: one batch goes out while the next gathers.
-            answering = [asyncio.ensure_future(self._answer_loop()) for _ in range(2)]
+            lanes = [open_lane(self.base_url, self.headers, http) for _ in range(2)]
+            answering = [asyncio.ensure_future(self._answer_loop(lane)) for lane in lanes]
             while not self._stop.is_set():
                 self._slot_freed.clear()
                 with self._lock:
@@ -102,7 +107,7 @@ class AsyncWorker:
                     "holding": holding,
                 }
                 try:
-                    claiming = asyncio.ensure_future(http.post("/v1/tasks/claim", json=body))
+                    claiming = asyncio.ensure_future(claims.post("/v1/tasks/claim", body, timeout=self.wait_seconds + 10.0))
                     if free <= 0:
                         # A full worker's control poll (cancels only, no task can come with
                         # it) gives way as soon as a slot frees: the next claim takes work.
@@ -111,6 +116,9 @@ class AsyncWorker:
                         freed.cancel()
                         if not claiming.done():
                             claiming.cancel()
+                            # Its lane is free again (its connection dropped) only once the
+                            # cancel has landed.
+                            await asyncio.gather(claiming, return_exceptions=True)
                             continue
                     response = await claiming
                     raise_for_problem(response)
@@ -127,7 +135,11 @@ class AsyncWorker:
                     with self._lock:
                         self._running[ctx.task_id] = (ctx, job)
                     job.add_done_callback(self._forgetter(ctx.task_id))
-                # The handlers just scheduled start before the next claim is sent.
+                # The handlers just scheduled start before the next claim is sent, and the
+                # answers of those that returned at once go out first (the handler's
+                # answer wakes a sender, which writes its request on the loop's next turn):
+                # a run waits for the answer, not for this worker's next claim.
+                await asyncio.sleep(0)
                 await asyncio.sleep(0)
             with self._lock:
                 jobs = [job for _, job in self._running.values()]
@@ -135,6 +147,8 @@ class AsyncWorker:
             await asyncio.gather(*list(self._unsent), return_exceptions=True)
             for sender in answering:
                 sender.cancel()
+            for lane in [claims, *lanes]:
+                await lane.aclose()
 
     def _forgetter(self, task_id: str) -> Any:
         def forget(_: object) -> None:
@@ -199,7 +213,7 @@ class AsyncWorker:
                 log.warning("task %s: %s failed (%s); retrying", ctx.task_id, verb, error)
                 await asyncio.sleep(0.2 * 2**attempt)
 
-    async def _answer_loop(self) -> None:
+    async def _answer_loop(self, lane: Lane) -> None:
         """Sends the handlers' answers: whatever is waiting, up to :data:`BATCH`, in one request."""
         while True:
             batch = [await self._answers.get()]
@@ -208,7 +222,7 @@ class AsyncWorker:
             items = [item for item, _ in batch]
             for attempt in range(5):
                 try:
-                    response = await self._http.post("/v1/tasks/answers", json={"answers": items})
+                    response = await lane.post("/v1/tasks/answers", {"answers": items}, timeout=10.0)
                     raise_for_problem(response)
                     report_refusals(items, response.json())
                     break

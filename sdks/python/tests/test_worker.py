@@ -587,28 +587,30 @@ def test_a_full_worker_claims_again_as_soon_as_a_slot_frees(
 
     from stepwright import AsyncWorker
 
+    from stepwright._lane import H11Lane
+
     c, key = client
     claims: list[dict[str, Any]] = []
     cancelled_polls: list[dict[str, Any]] = []
-    sync_post, async_post = httpx.Client.post, httpx.AsyncClient.post
+    sync_post, lane_post = httpx.Client.post, H11Lane.post
 
     def recording_post(self: httpx.Client, url: str, **kwargs: Any) -> httpx.Response:
         if str(url).endswith("/v1/tasks/claim"):
             claims.append(kwargs["json"])
         return sync_post(self, url, **kwargs)
 
-    async def recording_async_post(self: httpx.AsyncClient, url: str, **kwargs: Any) -> httpx.Response:
-        if not str(url).endswith("/v1/tasks/claim"):
-            return await async_post(self, url, **kwargs)
-        claims.append(kwargs["json"])
+    async def recording_lane_post(self: H11Lane, path: str, body: Any, *, timeout: float) -> httpx.Response:
+        if path != "/v1/tasks/claim":
+            return await lane_post(self, path, body, timeout=timeout)
+        claims.append(body)
         try:
-            return await async_post(self, url, **kwargs)
+            return await lane_post(self, path, body, timeout=timeout)
         except asyncio.CancelledError:
-            cancelled_polls.append(kwargs["json"])
+            cancelled_polls.append(body)
             raise
 
     monkeypatch.setattr(httpx.Client, "post", recording_post)
-    monkeypatch.setattr(httpx.AsyncClient, "post", recording_async_post)
+    monkeypatch.setattr(H11Lane, "post", recording_lane_post)
 
     for kind in ("threaded", "asyncio"):
         claims.clear()
