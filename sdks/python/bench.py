@@ -85,31 +85,34 @@ asyncio.run(worker.run())
 """
 
 
-def main() -> None:
+def start_serve() -> tuple[subprocess.Popen[bytes], str, str]:
+    """`BIN serve` on a fresh SQLite store, once it answers: the process, its URL, and a key
+    of namespace `bench` with the admin and worker roles."""
     store = tempfile.mkdtemp()
     db = f"sqlite://{store}/bench.db"
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     roles = ["--role", "admin", "--role", "worker"]
-    key = json.loads(
-        subprocess.run(
-            [BIN, "--db", db, "keys", "create", "--namespace", "bench", "--user", "b", *roles, "--json"],
-            check=True, capture_output=True, text=True,
-        ).stdout
-    )["secret"]
+    args = [BIN, "--db", db, "keys", "create", "--namespace", "bench", "--user", "b", *roles, "--json"]
+    key = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)["secret"]
     server = subprocess.Popen([BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}", "--rate-limit", "1000000"], stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/v1/health").status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.05)
+    return server, url, str(key)
+
+
+def main() -> None:
+    server, url, key = start_serve()
     echo = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     threading.Thread(target=echo.serve_forever, daemon=True).start()
     echo_url = f"http://127.0.0.1:{echo.server_address[1]}/echo"
     results: dict[str, Any] = {}
     own_process: subprocess.Popen[bytes] | None = None
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/v1/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
         client = Client(url, key)
         common = "    effect: read\n    input: { type: object }\n"
         client.workflows.register(

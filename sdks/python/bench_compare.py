@@ -16,12 +16,9 @@ p50, the worker's CPU per task (from /proc), and the drain's tasks per second wi
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +26,8 @@ from http.server import ThreadingHTTPServer
 
 import httpx
 
-from bench import Echo, free_port  # the floor's server, the same as bench.py's
+from bench import Echo, start_serve  # the floor's server and `serve`, as bench.py starts them
 
-BIN = sys.argv[1]
 SIDES = [side.split("=") for side in sys.argv[2:]]
 ROUNDS = int(os.environ.get("ROUNDS", "300"))
 BACKLOG = int(os.environ.get("BACKLOG", "3000"))
@@ -73,23 +69,11 @@ def spawn(side: list[str], url: str, key: str, queue: str, expected: int) -> sub
 
 
 def main() -> None:
-    store = tempfile.mkdtemp()
-    db = f"sqlite://{store}/compare.db"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = [BIN, "--db", db, "keys", "create", "--namespace", "bench", "--user", "b", "--role", "admin", "--role", "worker", "--json"]
-    key = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)["secret"]
-    server = subprocess.Popen([BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}", "--rate-limit", "1000000"], stderr=subprocess.DEVNULL)
+    server, url, key = start_serve()
     echo = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     threading.Thread(target=echo.serve_forever, daemon=True).start()
     workers: list[subprocess.Popen[str]] = []
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/v1/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
         http = httpx.Client(base_url=url, headers={"authorization": f"Bearer {key}"}, timeout=30)
         http.post("/v1/workflows", json=workflow("via-http", f'http: {{ url: "http://127.0.0.1:{echo.server_address[1]}/echo" }}')).raise_for_status()
         for side in SIDES:
