@@ -85,8 +85,8 @@ class H11Lane:
     async def post(self, path: str, body: Any, *, timeout: float) -> httpx.Response:
         if self._busy:
             raise RuntimeError("a lane sends one request at a time")
-        self._busy = True
         data = json.dumps(body, separators=(",", ":")).encode()
+        self._busy = True
         try:
             return await asyncio.wait_for(self._exchange(path, data), timeout)
         except asyncio.TimeoutError as error:
@@ -144,7 +144,10 @@ class H11Lane:
         opening = asyncio.open_connection(
             self._host, self._port, ssl=self._tls, server_hostname=self._host if self._tls else None
         )
-        reader, writer = await asyncio.wait_for(opening, self._connect_timeout)
+        try:
+            reader, writer = await asyncio.wait_for(opening, self._connect_timeout)
+        except asyncio.TimeoutError as error:
+            raise httpx.ConnectTimeout(f"no connection to {self._host}:{self._port} within {self._connect_timeout} s") from error
         self._streams = (reader, writer)
         self._conn = h11.Connection(h11.CLIENT)
         return reader, writer, self._conn
