@@ -219,6 +219,21 @@ steps:
   assert.equal(again.status, 304, 'revalidated by its hash');
 
   browser = await chromium.launch({ executablePath: browserPath, args: ['--no-sandbox'] });
+  // A run's page shows it ended — that run's page, not the one before it: a hash change keeps
+  // the old view on screen until the new run's details arrive, and the old run may have ended
+  // too (a wait on any ended header once raced the page it was meant for).
+  const runEnded = (page, runId, options) => page.locator('.spread', { has: page.locator('h1', { hasText: runId }) })
+    .locator('.status.s-completed').waitFor(options);
+  // A toast with this text; on a timeout, says what the toast and the run said instead.
+  const toastSays = async (page, text, runId) => {
+    try {
+      await page.locator('#toast', { hasText: text }).waitFor();
+    } catch (error) {
+      const seen = await page.locator('#toast').textContent();
+      const run = runId ? JSON.stringify((await call(ann, 'GET', `/v1/runs/${runId}`)).body) : '';
+      throw new Error(`no toast "${text}"; the toast says "${seen}"; the run: ${run}`, { cause: error });
+    }
+  };
   const person = async (secret, options = {}) => {
     const context = await browser.newContext({ viewport: { width: 1280, height: 860 }, ...options });
     const page = await context.newPage();
@@ -292,7 +307,7 @@ steps:
   await approver.getByText('Nothing waits for you.').waitFor();
 
   step('the operator\'s page follows the run to its end');
-  await operator.locator('h1 + .status.s-completed, .spread .status.s-completed').first().waitFor();
+  await runEnded(operator, runId);
   await operator.locator('[data-node="shout"].st-completed').waitFor();
   const shown = await call(ann, 'GET', `/v1/runs/${runId}`);
   assert.equal(shown.body.output, 'Hello, Ada!');
@@ -425,7 +440,7 @@ steps:
   await rating.getByRole('button', { name: 'Send' }).click();
   await approver.getByText(/Answered: run/).waitFor();
   await operator.goto(`${base}/#/runs/${surveyed.body.run_id}`);
-  await operator.locator('.spread .status.s-completed').first().waitFor();
+  await runEnded(operator, surveyed.body.run_id);
   const checkRow = operator.locator('.wf-row', { has: operator.locator('.name', { hasText: /^check/ }) });
   await checkRow.locator('.bar-retry').waitFor();
   assert.equal(await checkRow.locator('.bar-executing').count(), 2, 'the failed first attempt and the retry that succeeded');
@@ -485,7 +500,7 @@ steps:
   const early = await live.textContent();
   assert.ok(!early.includes('nothing at all'), `words arrive while the step runs: ${early}`);
   await operator.screenshot({ path: join(shots, 'run-live.png'), fullPage: true });
-  await operator.locator('.spread .status.s-completed').first().waitFor({ timeout: 20000 });
+  await runEnded(operator, told.body.run_id, { timeout: 20000 });
   const finished = await call(ann, 'GET', `/v1/runs/${told.body.run_id}`);
   assert.match(finished.body.output.text || JSON.stringify(finished.body.output), /lost nothing at all/);
 
@@ -635,7 +650,7 @@ steps:
   await operator.goto(`${base}/#/runs/${napping.body.run_id}`);
   await operator.getByTestId('timer').filter({ hasText: 'Sleeping at nap' }).waitFor();
   await operator.getByRole('button', { name: 'Wake now' }).click();
-  await operator.locator('.spread .status.s-completed').first().waitFor();
+  await runEnded(operator, napping.body.run_id);
 
   step('navigation: twenty quick clicks end on the last view clicked');
   const views = ['#/workflows', '#/inbox', '#/workers', '#/runs'];
@@ -799,7 +814,7 @@ steps:
   await ticketCard.getByRole('button', { name: 'Approve' }).click();
   await ticketCard.waitFor({ state: 'detached' });
   await lead.goto(`${base}/#/runs/${ticket.body.run_id}`);
-  await lead.locator('.spread .status.s-completed').first().waitFor();
+  await runEnded(lead, ticket.body.run_id);
   const triaged = await call(ann, 'GET', `/v1/runs/${ticket.body.run_id}`);
   assert.equal(triaged.body.status, 'completed');
   assert.match(triaged.body.output.sent.body, /A-1042/);
@@ -816,7 +831,7 @@ steps:
   await awaiting.getByText('not JSON').waitFor();
   await awaiting.getByLabel('Message to delivered (JSON)').fill('{"signed_by": "Ann"}');
   await awaiting.getByRole('button', { name: 'Send' }).click();
-  await operator.getByText('Sent to delivered.').waitFor();
+  await toastSays(operator, 'Sent to delivered.', order.body.run_id);
   let followed;
   for (let i = 0; i < 100; i++) {
     followed = await call(ann, 'GET', `/v1/runs/${order.body.run_id}`);
@@ -825,7 +840,7 @@ steps:
   }
   assert.equal(followed.body.status, 'completed', JSON.stringify(followed.body));
   assert.equal(followed.body.output.signed_by, 'Ann', JSON.stringify(followed.body.output));
-  await operator.locator('.spread .status.s-completed').first().waitFor();
+  await runEnded(operator, order.body.run_id);
 
   step('signing out ends the session');
   await operator.getByRole('button', { name: 'Sign out' }).click();

@@ -167,8 +167,15 @@ impl SqliteStore {
         // a process that only writes, or reads once, does not pay for a pool.
         let readers = Vec::with_capacity(options.read_connections.max(1));
         let fail_next_commit = Arc::new(AtomicBool::new(false));
-        let writer =
-            Writer { conn, runs: HashMap::new(), data_version: -1, fail_next_commit: fail_next_commit.clone() };
+        let writer = Writer {
+            conn,
+            runs: HashMap::new(),
+            data_version: -1,
+            fail_next_commit: fail_next_commit.clone(),
+            synchronous: options.synchronous,
+            lazy_now: false,
+            unfenced: std::collections::HashSet::new(),
+        };
         let shared = Arc::new(Shared {
             writer: Mutex::new(writer),
             queue: Mutex::new(Vec::new()),
@@ -265,9 +272,18 @@ impl SqliteStore {
         &self,
         write: impl Fn(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.write_as(WriteKind::Other, write).await
+    }
+
+    /// [`SqliteStore::write`], saying what the write is (the writer's durability depends on it).
+    async fn write_as<T: Send + 'static>(
+        &self,
+        kind: WriteKind,
+        write: impl Fn(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let erased: Box<WriteFn> =
             Box::new(move |conn| write(conn).map(|answer| Box::new(answer) as Box<dyn std::any::Any + Send>));
-        let answer = self.send(|ack| Op::Write(erased, ack)).await?;
+        let answer = self.send(|ack| Op::Write(erased, kind, ack)).await?;
         answer
             .downcast::<T>()
             .map(|answer| *answer)
@@ -412,5 +428,104 @@ mod tests {
         let answers = futures_util::future::join_all(reads).await;
         assert!(answers.iter().all(|a| matches!(a, Ok(1))));
         assert_eq!(store.readers_opened.load(Ordering::Relaxed), 2, "two connections, each used again");
+    }
+
+    /// Under `synchronous = FULL`, the commits that only dispatch or answer unfenced tasks
+    /// are written with `NORMAL` (made durable by the synced commit after them); a fenced
+    /// task's dispatch and answer, a claim, a second answer and a completion are synced.
+    /// Under `NORMAL`, nothing changes.
+    #[tokio::test]
+    async fn only_an_unfenced_tasks_dispatch_and_answer_wait_for_the_next_sync() {
+        use stepwright_core::store::task::{Claim, TaskAnswer, TaskLease, TaskSpec};
+        let dir = tempfile::tempdir().expect("a directory");
+        let (full, normal) = (2, 1);
+        for setting in [Synchronous::Full, Synchronous::Normal] {
+            let options = SqliteOptions { synchronous: setting, ..SqliteOptions::default() };
+            let store = SqliteStore::open_with(dir.path().join(format!("{setting:?}.db")), options).expect("opened");
+            // The level SQLite wrote the last commit with.
+            let last_commit = || -> i64 {
+                let writer = store.shared.writer.lock().expect("poisoned");
+                writer.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).expect("read")
+            };
+            let expect = |lazy: bool| {
+                if lazy && setting == Synchronous::Full {
+                    normal
+                } else if setting == Synchronous::Full {
+                    full
+                } else {
+                    normal
+                }
+            };
+            let run = crate::conformance::record(1, "w", RunStatus::Running, crate::conformance::wall().as_micros());
+            let run_id = run.id;
+            store.create_run(run).await.expect("created");
+            assert_eq!(last_commit(), expect(false), "a run's creation");
+            let task = |step: &str, key: Option<&str>| TaskSpec {
+                id: stepwright_core::store::task::TaskId::derive(run_id, &StepPath::new(step), 1),
+                queue: "py".into(),
+                handler: "h".into(),
+                input: serde_json::json!(null),
+                idempotency_key: key.map(str::to_owned),
+                lease_ms: 60_000,
+                schedule_to_start_ms: None,
+                concurrency: None,
+                details: None,
+                recompute: false,
+                leased_to: Some("w1".into()),
+            };
+            let at = crate::conformance::wall().as_micros();
+            let dispatch = |step: &str, spec: &TaskSpec, intent: bool| {
+                let mut batch = JournalBatch::default();
+                batch.entries.push(crate::conformance::entry(step, at, Record::Started { attempt: 1 }));
+                if intent {
+                    let intent = Record::Intent { attempt: 1, key: "k".into(), input: None };
+                    batch.entries.push(crate::conformance::entry(step, at, intent));
+                }
+                batch.entries.push(crate::conformance::entry(
+                    step,
+                    at,
+                    Record::Dispatched { attempt: 1, task: spec.clone() },
+                ));
+                batch
+            };
+            let tasks = store.tasks().expect("tasks");
+            let answer = |spec: &TaskSpec, answer: TaskAnswer| {
+                let lease = TaskLease { task: spec.id.clone(), token: 1 };
+                async move { tasks.answer_task(&lease, answer, crate::conformance::wall()).await.expect("answered") }
+            };
+
+            let read = task("read", None);
+            store.append(run_id, None, &mut dispatch("read", &read, false)).await.expect("dispatched");
+            assert_eq!(last_commit(), expect(true), "an unfenced task's dispatch");
+            answer(&read, TaskAnswer::Release).await;
+            assert_eq!(last_commit(), expect(true), "its answer");
+            let claim = Claim {
+                worker: "w2".into(),
+                tenant: "acme".into(),
+                queue: "py".into(),
+                handlers: vec!["h".into()],
+                max: 1,
+            };
+            let claimed = tasks.claim_tasks(&claim, crate::conformance::wall()).await.expect("claimed");
+            assert_eq!(claimed.len(), 1);
+            assert_eq!(last_commit(), expect(false), "a claim");
+            let lease = TaskLease { task: read.id.clone(), token: claimed[0].lease_token };
+            tasks
+                .answer_task(&lease, TaskAnswer::Complete(serde_json::json!(1)), crate::conformance::wall())
+                .await
+                .expect("answered");
+            assert_eq!(last_commit(), expect(false), "a second answer to the same task");
+
+            let write = task("write", Some("k"));
+            store.append(run_id, None, &mut dispatch("write", &write, true)).await.expect("dispatched");
+            assert_eq!(last_commit(), expect(false), "a fenced task's dispatch, with its intent");
+            answer(&write, TaskAnswer::Complete(serde_json::json!(2))).await;
+            assert_eq!(last_commit(), expect(false), "a fenced task's answer");
+
+            let (done, blob) = crate::conformance::completed("read", serde_json::json!(1));
+            let mut batch = JournalBatch { entries: vec![done], blobs: vec![blob], events: Vec::new() };
+            store.append(run_id, None, &mut batch).await.expect("completed");
+            assert_eq!(last_commit(), expect(false), "a completion");
+        }
     }
 }

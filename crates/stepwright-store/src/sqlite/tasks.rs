@@ -14,6 +14,7 @@ use stepwright_core::{RunId, StepPath, StoreError, Timestamp};
 
 use super::SqliteStore;
 use super::journal::json;
+use super::writer::WriteKind;
 use crate::encoding::backend;
 
 const COLUMNS: &str = "spec, run_id, path, attempt, tenant, workflow, created_at, state, worker, lease_token, \
@@ -229,7 +230,7 @@ impl TaskStore for SqliteStore {
         let lease = lease.clone();
         Box::pin(async move {
             let (state, after) = self
-                .write(move |conn| {
+                .write_as(WriteKind::AnswersTask(lease.task.clone()), move |conn| {
                     let mut task =
                         find(conn, &lease.task)?.ok_or_else(|| StoreError::TaskNotFound(lease.task.clone()))?;
                     let before = task.clone();

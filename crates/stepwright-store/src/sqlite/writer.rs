@@ -2,6 +2,7 @@
 //! operation in one transaction, each in a savepoint (group commit).
 
 use super::*;
+use stepwright_core::store::task::TaskId;
 
 pub(super) type Ack<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -19,7 +20,16 @@ pub(super) enum Op {
     /// A write of a table the journal does not know (sessions, the memory bank): it runs
     /// in the writer's transaction like every other operation. `Fn`, not `FnOnce`: after a
     /// sibling fails, the transaction is rolled back and every operation is applied again.
-    Write(Box<WriteFn>, Ack<Box<dyn std::any::Any + Send>>),
+    Write(Box<WriteFn>, WriteKind, Ack<Box<dyn std::any::Any + Send>>),
+}
+
+/// What an [`Op::Write`] does, where the writer's durability depends on it.
+pub(super) enum WriteKind {
+    /// Anything: committed as the store's `synchronous` setting says.
+    Other,
+    /// A worker's answer to this task: an unfenced task's may reach the disk with the next
+    /// synced commit (see [`Writer::syncs_later`]).
+    AnswersTask(TaskId),
 }
 
 /// A [`Op::Write`] operation.
@@ -127,7 +137,22 @@ pub(super) struct Writer {
     /// The last `data_version` seen: a change means another connection wrote.
     pub(super) data_version: i64,
     pub(super) fail_next_commit: Arc<AtomicBool>,
+    /// The store's setting: with `Full`, a commit that only dispatches or answers unfenced
+    /// tasks is still written with `NORMAL` (see [`Writer::syncs_later`]).
+    pub(super) synchronous: Synchronous,
+    /// Whether the connection is at `synchronous = NORMAL` under a `Full` setting now (set
+    /// back before the next commit that must be synced: SQLite refuses to change it inside
+    /// a transaction).
+    pub(super) lazy_now: bool,
+    /// Unfenced tasks this writer inserted and no answer has reached yet: an answer to one
+    /// of them may commit lazily. A task not here (dispatched by another process, or before
+    /// a restart) is answered with a synced commit, which is never wrong.
+    pub(super) unfenced: std::collections::HashSet<TaskId>,
 }
+
+/// Tasks remembered as unfenced at most; past it the memory is dropped, and answers to the
+/// forgotten ones are synced.
+const UNFENCED_REMEMBERED: usize = 65_536;
 
 /// What one operation answers, held until its transaction commits.
 pub(super) enum Answer {
@@ -155,7 +180,7 @@ pub(super) fn reply(op: Op, result: Result<Answer, StoreError>) {
         (Op::Claim(_, ack), Ok(Answer::Leases(leases))) => drop(ack.send(Ok(leases))),
         (Op::Heartbeat(.., ack), Ok(Answer::Lease(lease))) => drop(ack.send(Ok(lease))),
         (Op::Post(.., ack), Ok(Answer::Seq(seq))) => drop(ack.send(Ok(seq))),
-        (Op::Write(_, ack), Ok(Answer::Any(answer))) => drop(ack.send(Ok(answer))),
+        (Op::Write(_, _, ack), Ok(Answer::Any(answer))) => drop(ack.send(Ok(answer))),
         (Op::Cancel(.., ack), Ok(Answer::Cancel(outcome))) => drop(ack.send(Ok(outcome))),
         (Op::Create(_, ack) | Op::SetStatus(_, _, ack) | Op::Resolve(_, _, ack) | Op::Define(_, _, ack), Ok(_)) => {
             drop(ack.send(Ok(())));
@@ -173,8 +198,55 @@ impl Writer {
         self.conn.prepare_cached(sql)?.execute([]).map(drop)
     }
 
+    /// Whether a commit of `ops` alone may reach the disk with the next synced commit
+    /// rather than its own fsync: every operation dispatches unfenced tasks (with their
+    /// attempts' starts) or answers one. Such work is retried when it is lost — what a power
+    /// loss could take back is a task the engine dispatches again, or an answer whose task
+    /// runs again, as a `read` step that was running when the machine died — while the
+    /// commit after it (the step's completion) is synced and carries it to the disk: the
+    /// WAL is appended in order, so a synced commit makes every commit before it durable.
+    /// A fenced task's dispatch carries its intent and is never lazy; its answer neither.
+    fn syncs_later(&self, ops: &[Op]) -> bool {
+        self.synchronous == Synchronous::Full
+            && ops.iter().all(|op| match op {
+                Op::Append(_, _, batch, _) => {
+                    batch.entries.iter().any(|e| matches!(e.record, Record::Dispatched { .. }))
+                        && batch.entries.iter().all(|e| match &e.record {
+                            Record::Started { .. } => true,
+                            Record::Dispatched { task, .. } => task.idempotency_key.is_none(),
+                            _ => false,
+                        })
+                }
+                Op::Write(_, WriteKind::AnswersTask(task), _) => self.unfenced.contains(task),
+                _ => false,
+            })
+    }
+
+    /// Sets the connection's `synchronous` for the next transaction (outside one).
+    fn sync_commits(&mut self, lazy: bool) -> rusqlite::Result<()> {
+        if lazy != self.lazy_now {
+            self.conn.pragma_update(None, "synchronous", if lazy { "NORMAL" } else { "FULL" })?;
+            self.lazy_now = lazy;
+        }
+        Ok(())
+    }
+
     pub(super) fn commit(&mut self, ops: Vec<Op>) {
         let doing = "committing to the sqlite journal";
+        let lazy = self.syncs_later(&ops);
+        // Answered: the next answer to the task (after a release) is synced, which is never wrong.
+        for op in &ops {
+            if let Op::Write(_, WriteKind::AnswersTask(task), _) = op {
+                self.unfenced.remove(task);
+            }
+        }
+        if let Err(e) = self.sync_commits(lazy) {
+            let message = e.to_string();
+            for op in ops {
+                answer_err(op, || backend(doing, std::io::Error::other(message.clone())));
+            }
+            return;
+        }
         if let Err(e) = self.exec("BEGIN IMMEDIATE") {
             let message = e.to_string();
             for op in ops {
@@ -318,7 +390,7 @@ impl Writer {
                 })
                 .map(|_| Answer::Unit)
                 .map_err(|e| backend("storing a definition", e)),
-            Op::Write(write, _) => write(&self.conn).map(Answer::Any),
+            Op::Write(write, ..) => write(&self.conn).map(Answer::Any),
             Op::Post(run, inbox, message, _) => self
                 .conn
                 .prepare_cached("INSERT INTO messages (run_id, inbox, message) VALUES (?1, ?2, ?3)")
@@ -385,6 +457,12 @@ impl Writer {
                 }
                 if let Record::Dispatched { attempt, task } = &entry.record {
                     super::tasks::insert(&self.conn, run, &entry.path, *attempt, task, entry.at)?;
+                    if task.idempotency_key.is_none() && self.synchronous == Synchronous::Full {
+                        if self.unfenced.len() >= UNFENCED_REMEMBERED {
+                            self.unfenced.clear();
+                        }
+                        self.unfenced.insert(task.id.clone());
+                    }
                 }
                 seq += 1;
             }
@@ -683,7 +761,7 @@ pub(super) fn answer_err(op: Op, error: impl Fn() -> StoreError) {
         Op::Heartbeat(_, _, _, ack) => drop(ack.send(Err(error()))),
         Op::Post(.., ack) => drop(ack.send(Err(error()))),
         Op::Define(.., ack) => drop(ack.send(Err(error()))),
-        Op::Write(_, ack) => drop(ack.send(Err(error()))),
+        Op::Write(.., ack) => drop(ack.send(Err(error()))),
         Op::Cancel(.., ack) => drop(ack.send(Err(error()))),
     }
 }
