@@ -96,6 +96,15 @@ const MIGRATIONS: &[(i64, &str)] = &[
     (17, include_str!("sqlite/017_experiment_holds.sql")),
 ];
 
+/// What an [`Op::Write`] does, where the writer's durability depends on it.
+enum WriteKind {
+    /// Anything: committed as the store's `synchronous` setting says.
+    Other,
+    /// A worker's answer to this task: an unfenced task's may reach the disk with the next
+    /// synced commit (see `Writer::syncs_later`).
+    AnswersTask(stepwright_core::store::task::TaskId),
+}
+
 /// A durable store in one SQLite file.
 pub struct SqliteStore {
     path: PathBuf,

@@ -12,9 +12,9 @@ use stepwright_core::store::task::{
 };
 use stepwright_core::{RunId, StepPath, StoreError, Timestamp};
 
-use super::SqliteStore;
 use super::journal::json;
-use super::writer::WriteKind;
+use super::{SqliteStore, WriteKind};
+
 use crate::encoding::backend;
 
 const COLUMNS: &str = "spec, run_id, path, attempt, tenant, workflow, created_at, state, worker, lease_token, \

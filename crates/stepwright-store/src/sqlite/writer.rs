@@ -2,7 +2,6 @@
 //! operation in one transaction, each in a savepoint (group commit).
 
 use super::*;
-use stepwright_core::store::task::TaskId;
 
 pub(super) type Ack<T> = oneshot::Sender<Result<T, StoreError>>;
 
@@ -21,15 +20,6 @@ pub(super) enum Op {
     /// in the writer's transaction like every other operation. `Fn`, not `FnOnce`: after a
     /// sibling fails, the transaction is rolled back and every operation is applied again.
     Write(Box<WriteFn>, WriteKind, Ack<Box<dyn std::any::Any + Send>>),
-}
-
-/// What an [`Op::Write`] does, where the writer's durability depends on it.
-pub(super) enum WriteKind {
-    /// Anything: committed as the store's `synchronous` setting says.
-    Other,
-    /// A worker's answer to this task: an unfenced task's may reach the disk with the next
-    /// synced commit (see [`Writer::syncs_later`]).
-    AnswersTask(TaskId),
 }
 
 /// A [`Op::Write`] operation.
@@ -147,7 +137,7 @@ pub(super) struct Writer {
     /// Unfenced tasks this writer inserted and no answer has reached yet: an answer to one
     /// of them may commit lazily. A task not here (dispatched by another process, or before
     /// a restart) is answered with a synced commit, which is never wrong.
-    pub(super) unfenced: std::collections::HashSet<TaskId>,
+    pub(super) unfenced: std::collections::HashSet<stepwright_core::store::task::TaskId>,
 }
 
 /// Tasks remembered as unfenced at most; past it the memory is dropped, and answers to the
