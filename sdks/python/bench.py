@@ -85,9 +85,10 @@ asyncio.run(worker.run())
 """
 
 
-def start_serve() -> tuple[subprocess.Popen[bytes], str, str]:
-    """`BIN serve` on a fresh SQLite store, once it answers: the process, its URL, and a key
-    of namespace `bench` with the admin and worker roles."""
+def start_serve(under: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str, str]:
+    """`BIN serve` on a fresh SQLite store (run under the command `under`, if given), once it
+    answers: the process, its URL, and a key of namespace `bench` with the admin and worker
+    roles."""
     store = tempfile.mkdtemp()
     db = f"sqlite://{store}/bench.db"
     port = free_port()
@@ -95,7 +96,7 @@ def start_serve() -> tuple[subprocess.Popen[bytes], str, str]:
     roles = ["--role", "admin", "--role", "worker"]
     args = [BIN, "--db", db, "keys", "create", "--namespace", "bench", "--user", "b", *roles, "--json"]
     key = json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)["secret"]
-    server = subprocess.Popen([BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}", "--rate-limit", "1000000"], stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([*under, BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}", "--rate-limit", "1000000"], stderr=subprocess.DEVNULL)
     for _ in range(300):
         try:
             if httpx.get(f"{url}/v1/health").status_code == 200:

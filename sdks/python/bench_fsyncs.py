@@ -13,42 +13,23 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import threading
-import time
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-import httpx
-
-from bench import Echo, free_port
+from bench import Echo, start_serve
 from stepwright import AsyncWorker, Client
 
-BIN = sys.argv[1]
 RUNS = 40
 
 
 def main() -> None:
-    store = tempfile.mkdtemp()
-    db = f"sqlite://{store}/bench.db"
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    args = [BIN, "--db", db, "keys", "create", "--namespace", "bench", "--user", "b", "--role", "admin", "--role", "worker", "--json"]
-    key = str(json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)["secret"])
-    trace = os.path.join(store, "strace.out")
-    serve = [BIN, "--db", db, "serve", "--listen", f"127.0.0.1:{port}", "--rate-limit", "1000000"]
-    server = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", trace, *serve], stderr=subprocess.DEVNULL)
+    trace = os.path.join(tempfile.mkdtemp(), "strace.out")
+    server, url, key = start_serve(("strace", "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", trace))
     echo = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     threading.Thread(target=echo.serve_forever, daemon=True).start()
     try:
-        for _ in range(300):
-            try:
-                if httpx.get(f"{url}/v1/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
         client = Client(url, key)
         common = "    effect: read\n    input: { type: object }\nsteps:\n  - id: call\n    tool: inc\n    with: { n: 1 }\n"
         client.workflows.register(f"workflow: via-worker\ntools:\n  inc:\n    worker: {{ queue: bench }}\n{common}")
