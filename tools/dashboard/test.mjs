@@ -688,7 +688,8 @@ steps:
   assert.equal(experiment.status, 202, JSON.stringify(experiment.body));
   await operator.getByRole('link', { name: 'Experiments' }).click();
   await operator.locator(`[data-experiment="${experiment.body.id}"]`).getByRole('link', { name: 'friendlier greeting' }).click();
-  await operator.locator('.spread .status.s-completed').first().waitFor();
+  // This experiment's header, ended (not whatever page was on screen before it).
+  await operator.locator('.spread', { has: operator.locator('h1', { hasText: 'friendlier greeting' }) }).locator('.status.s-completed').waitFor();
   for (const [total, text] of [['improved', '1 improved'], ['regressed', '1 regressed'], ['same', '2 same'], ['not recomputed', '0 not recomputed']]) {
     assert.equal((await operator.locator(`[data-total="${total}"]`).textContent()).trim(), text);
   }
