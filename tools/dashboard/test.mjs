@@ -439,7 +439,13 @@ steps:
   await rating.getByLabel('comment').fill('clear enough');
   await rating.getByRole('button', { name: 'Send' }).click();
   await approver.getByText(/Answered: run/).waitFor();
-  await operator.goto(`${base}/#/runs/${surveyed.body.run_id}`);
+  // From one run's page to another's: the moment the address changes, the page stops showing
+  // the run before (its id, its status), rather than keeping it on screen while this one loads.
+  const shownAtOnce = await operator.evaluate((hash) => new Promise((resolve) => {
+    addEventListener('hashchange', () => resolve(document.getElementById('main').textContent), { once: true });
+    location.hash = hash;
+  }), `#/runs/${surveyed.body.run_id}`);
+  assert.ok(!shownAtOnce.includes(runId), `the run before is still on screen: ${shownAtOnce.slice(0, 200)}`);
   await runEnded(operator, surveyed.body.run_id);
   const checkRow = operator.locator('.wf-row', { has: operator.locator('.name', { hasText: /^check/ }) });
   await checkRow.locator('.bar-retry').waitFor();

@@ -36,6 +36,15 @@ export async function route() {
     if (link.dataset.nav === parts[0]) link.setAttribute('aria-current', 'page'); else link.removeAttribute('aria-current');
   }
   refreshInboxCount();
+  // Another page (not the same one with other filters): what the last page said — a run's
+  // status, its steps — is not left on screen as if it were this one's while it loads.
+  const page = parts.join('/');
+  if (page !== route.page) {
+    route.page = page;
+    const main = document.getElementById('main');
+    main.setAttribute('aria-busy', 'true');
+    main.replaceChildren(h('p', { class: 'muted', text: 'Loading…' }));
+  }
   try {
     if (parts[0] === 'runs' && parts[1]) return await runView(parts[1]);
     if (parts[0] === 'inbox') return await inboxView();

@@ -149,6 +149,7 @@ export function fill(el, ...children) {
 /** Replaces the page's content and moves focus to it (for keyboard and screen reader users). */
 export function show(...children) {
   const main = document.getElementById('main');
+  main.removeAttribute('aria-busy');
   fill(main, ...children);
   // Not on the first page: there a keyboard starts at the top, with the skip link.
   if (show.navigated) main.focus({ preventScroll: true });
