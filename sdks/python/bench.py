@@ -100,10 +100,12 @@ def start_serve(under: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], s
     for _ in range(300):
         try:
             if httpx.get(f"{url}/v1/health").status_code == 200:
-                break
+                return server, url, str(key)
         except httpx.TransportError:
-            time.sleep(0.05)
-    return server, url, str(key)
+            pass
+        time.sleep(0.05)
+    server.kill()
+    raise RuntimeError(f"{BIN} serve did not answer on {url} within 15 s")
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import tempfile
 import threading
 from http.server import ThreadingHTTPServer
@@ -63,8 +64,14 @@ def main() -> None:
 
         asyncio.run(rounds())
     finally:
-        server.terminate()
-        server.wait()
+        # `serve` is strace's child: stopped itself, strace ends with it (a SIGTERM to strace
+        # may leave it waiting on its tracee).
+        subprocess.run(["pkill", "-TERM", "-P", str(server.pid)], check=False)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
         echo.shutdown()
 
 
