@@ -104,7 +104,7 @@ impl EngineBuilder {
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: Mutex::new(HashMap::new()),
                 cancels: Mutex::new(HashMap::new()),
-                held: Mutex::new(std::collections::HashSet::new()),
+                held: Mutex::new(HashMap::new()),
                 claiming: tokio::sync::Mutex::new(()),
                 watching: AtomicBool::new(false),
                 task_home: None,

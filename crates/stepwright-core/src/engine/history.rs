@@ -275,7 +275,7 @@ impl Engine {
                 mailboxes: Arc::new(Mailboxes::default()),
                 live: std::sync::Mutex::new(HashMap::new()),
                 cancels: std::sync::Mutex::new(HashMap::new()),
-                held: std::sync::Mutex::new(std::collections::HashSet::new()),
+                held: std::sync::Mutex::new(HashMap::new()),
                 claiming: tokio::sync::Mutex::new(()),
                 watching: std::sync::atomic::AtomicBool::new(false),
                 task_home: Some(inner.store.clone()),

@@ -129,10 +129,14 @@ struct EngineInner {
     /// error, or another process that ran under the same name — and may be taken over; one
     /// on a run here belongs to an activation starting or executing, and a second would race
     /// it.
-    held: Mutex<std::collections::HashSet<RunId>>,
-    /// Claims that may find this engine's own name are made one at a time: the runner's claim
-    /// of due runs and the marking of what it claimed happen together, so a resume never
-    /// sees a run the runner has just claimed as not held.
+    /// A resume's claim in flight is marked too, so that a second resume of the run here
+    /// does not race it.
+    held: Mutex<HashMap<RunId, Hold>>,
+    /// Claims that may take over a lease in this engine's own name are made one at a time:
+    /// the runner's claim of due runs and the marking of what it claimed happen together, so
+    /// a resume that found the run leased in this engine's name never sees a run the runner
+    /// has just claimed as not held. A resume's first claim, of a run nothing here holds,
+    /// does not wait for it (see [`Engine::claim_for_resume`]).
     claiming: tokio::sync::Mutex<()>,
     /// Whether the keeper runs (one task per engine while it has live runs).
     watching: AtomicBool,
@@ -141,10 +145,19 @@ struct EngineInner {
     task_home: Option<Arc<dyn Store>>,
 }
 
+/// What this engine does with a run it marks in [`EngineInner::held`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// A resume here is claiming it (not yet known to hold its lease).
+    Claiming,
+    /// An activation here holds its lease.
+    Holding,
+}
+
 impl EngineInner {
     /// An activation of `run` here holds its lease now.
     fn hold(&self, run: RunId) {
-        self.held.lock().expect("poisoned").insert(run);
+        self.held.lock().expect("poisoned").insert(run, Hold::Holding);
     }
 
     /// The activation of `run` here ended (however: a lease it may still hold in the store
@@ -153,9 +166,29 @@ impl EngineInner {
         self.held.lock().expect("poisoned").remove(&run);
     }
 
-    /// Whether an activation of `run` here holds its lease.
+    /// Whether an activation of `run` here holds its lease, or a resume here is claiming it.
     fn holds(&self, run: RunId) -> bool {
-        self.held.lock().expect("poisoned").contains(&run)
+        self.held.lock().expect("poisoned").contains_key(&run)
+    }
+
+    /// Marks `run` as being claimed by a resume here, unless something here holds or claims
+    /// it already (then `false`).
+    fn mark_claiming(&self, run: RunId) -> bool {
+        match self.held.lock().expect("poisoned").entry(run) {
+            std::collections::hash_map::Entry::Occupied(_) => false,
+            std::collections::hash_map::Entry::Vacant(vacant) => {
+                vacant.insert(Hold::Claiming);
+                true
+            }
+        }
+    }
+
+    /// Drops a resume's mark on `run` — unless the runner claimed it meanwhile and holds it.
+    fn unmark_claiming(&self, run: RunId) {
+        let mut held = self.held.lock().expect("poisoned");
+        if held.get(&run) == Some(&Hold::Claiming) {
+            held.remove(&run);
+        }
     }
 }
 
@@ -419,6 +452,28 @@ impl Engine {
     /// claimed it and executes it, or is about to.
     async fn claim_for_resume(&self, run: RunId) -> Result<Lease, EngineError> {
         let inner = &self.inner;
+        // Nothing here holds or claims the run: claim it without waiting for other claims (the
+        // answers of one batch each continue their run, and their claims then share a
+        // commit). The store lets one claimant win; only a lease found in this engine's own
+        // name needs the look below, made one at a time with the runner's claims.
+        if inner.mark_claiming(run) {
+            let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
+            match inner.store.claim(run, &inner.worker_id, now, lease_for).await {
+                Ok(lease) => {
+                    inner.hold(run);
+                    return Ok(lease);
+                }
+                Err(StoreError::Leased { owner, .. })
+                    if owner == inner.worker_id || owner::is_dead_local_process(&owner) =>
+                {
+                    inner.unmark_claiming(run);
+                }
+                Err(error) => {
+                    inner.unmark_claiming(run);
+                    return Err(EngineError::store(run)(error));
+                }
+            }
+        }
         let _one_at_a_time = inner.claiming.lock().await;
         let (now, lease_for) = (inner.clock.now(), inner.config.lease_for);
         let lease = match inner.store.claim(run, &inner.worker_id, now, lease_for).await {

@@ -28,6 +28,11 @@ pub(crate) struct Counting {
     pub(crate) lose_answers: AtomicUsize,
     /// Each append's entries, as (path, record), in order: what went in one commit.
     pub(crate) batches: std::sync::Mutex<Vec<Vec<(String, stepwright_core::Record)>>>,
+    /// Each claim of one run takes this long (a slow commit): `None`, at once.
+    pub(crate) claim_takes: std::sync::Mutex<Option<Duration>>,
+    /// Claims of one run in flight now, and the most there were at once.
+    pub(crate) claims_in_flight: AtomicUsize,
+    pub(crate) most_claims_at_once: AtomicUsize,
 }
 
 impl Counting {
@@ -107,7 +112,18 @@ impl Store for Counting {
         lease_for: Duration,
     ) -> BoxFuture<'_, Result<Lease, StoreError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim(run, owner, now, lease_for)
+        let takes = *self.claim_takes.lock().unwrap();
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let now_in_flight = self.claims_in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_claims_at_once.fetch_max(now_in_flight, Ordering::SeqCst);
+            if let Some(takes) = takes {
+                tokio::time::sleep(takes).await;
+            }
+            let claimed = self.inner.claim(run, &owner, now, lease_for).await;
+            self.claims_in_flight.fetch_sub(1, Ordering::SeqCst);
+            claimed
+        })
     }
     fn take_over(
         &self,

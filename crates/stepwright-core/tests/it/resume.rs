@@ -246,6 +246,49 @@ impl Step for AskTwice {
     }
 }
 
+/// Resumes of different runs claim their runs at the same time (a batch of workers' answers
+/// each continues its run, and their claims share a commit), while two resumes of one run
+/// still never both claim it.
+#[tokio::test(start_paused = true)]
+async fn resumes_of_different_runs_claim_at_once_and_of_one_run_once() {
+    let store = Arc::new(crate::durability::Counting::new());
+    let workflow = Workflow::builder("ask").step(Node::step("ask", AskTwice)).build().unwrap();
+    let engine = Engine::builder()
+        .store(store.clone())
+        .clock(Arc::new(TokioClock::starting_at(T0)))
+        .entropy(Arc::new(SeededEntropy::new(3)))
+        .worker_id("here")
+        .build();
+    let mut runs = Vec::new();
+    for _ in 0..6 {
+        let report = engine.start(&workflow, json!(null)).await.unwrap();
+        assert_eq!(report.status, RunStatus::Suspended);
+        runs.push(report.run_id);
+    }
+    *store.claim_takes.lock().unwrap() = Some(Duration::from_millis(5));
+
+    let claims = futures_util::future::join_all(runs.iter().map(|run| engine.claim_to_resume(*run))).await;
+    assert!(claims.iter().all(Result::is_ok), "{claims:?}");
+    assert_eq!(
+        store.most_claims_at_once.load(std::sync::atomic::Ordering::SeqCst),
+        6,
+        "the six claims were in flight together"
+    );
+
+    // Two resumes of one suspended run at once: one claims it, the other finds it held here.
+    let ask_again = engine.start(&workflow, json!(null)).await.unwrap().run_id;
+    let (a, b) = tokio::join!(engine.claim_to_resume(ask_again), engine.claim_to_resume(ask_again));
+    let won = [&a, &b].iter().filter(|claim| claim.is_ok()).count();
+    assert_eq!(won, 1, "{a:?} {b:?}");
+    let lost = if a.is_ok() { b } else { a };
+    assert!(matches!(lost, Err(EngineError::Leased { ref owner, .. }) if owner == "here"), "{lost:?}");
+    // The claimed runs continue: each now waits on its second question.
+    for (run, lease) in runs.iter().zip(claims) {
+        let report = engine.resume_leased(&workflow, lease.unwrap()).await.unwrap();
+        assert_eq!((report.run_id, report.status), (*run, RunStatus::Suspended));
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn interrupt_mid_step_returns_the_decision_after_resume_in_another_engine() {
     let store = Arc::new(InMemoryStore::new());
