@@ -85,6 +85,7 @@ where
     tasks_are_claimed_once_and_fenced_by_their_lease(&*fresh().await).await;
     a_recompute_dispatches_tasks_outside_the_journal(&*fresh().await).await;
     a_pushed_task_is_born_leased_to_its_endpoint(&*fresh().await).await;
+    a_claim_looks_past_tasks_its_worker_cannot_take(&*fresh().await).await;
 }
 
 /// Wall time now: lease checks use real time, since some stores (Postgres) take lease times

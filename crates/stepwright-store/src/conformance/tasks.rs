@@ -242,3 +242,33 @@ pub async fn a_pushed_task_is_born_leased_to_its_endpoint<S: Store + ?Sized>(sto
     let state = tasks.answer_task(&lease, TaskAnswer::Complete(json!({ "summary": "s" })), wall()).await;
     assert_eq!(state.expect("answered"), TaskState::Completed);
 }
+
+/// A claim takes the oldest tasks it can and looks past older ones its worker cannot take (a
+/// handler version it does not offer), however they fall among what it reads.
+pub async fn a_claim_looks_past_tasks_its_worker_cannot_take<S: Store + ?Sized>(store: &S) {
+    let Some(tasks) = store.tasks() else { return };
+    let run = record(4, "summarise", RunStatus::Running, wall().as_micros());
+    let run_id = run.id;
+    store.create_run(run).await.expect("created");
+    let base = wall().as_micros();
+    let mut batch = JournalBatch::default();
+    let mut takeable = Vec::new();
+    // Oldest first: three for version 2, then four anyone takes.
+    for n in 0..7 {
+        let path = StepPath::new(&format!("s{n}"));
+        let id = TaskId::derive(run_id, &path, 1);
+        let handler = if n < 3 { "summarise@2" } else { "summarise" };
+        if n >= 3 {
+            takeable.push(id.clone());
+        }
+        let record = Record::Dispatched { attempt: 1, task: spec(&id, handler, 60_000, None) };
+        batch.entries.push(entry(path.as_str(), base + n, record));
+    }
+    store.append(run_id, None, &mut batch).await.expect("appended");
+    let first = tasks.claim_tasks(&claim("w1", &["summarise"], 2), wall()).await.expect("claimed");
+    assert_eq!(first.iter().map(|t| &t.spec.id).collect::<Vec<_>>(), takeable.iter().take(2).collect::<Vec<_>>());
+    let rest = tasks.claim_tasks(&claim("w2", &["summarise"], 5), wall()).await.expect("claimed");
+    assert_eq!(rest.iter().map(|t| &t.spec.id).collect::<Vec<_>>(), takeable.iter().skip(2).collect::<Vec<_>>());
+    let v2 = tasks.claim_tasks(&claim("w3", &["summarise@2"], 5), wall()).await.expect("claimed");
+    assert_eq!(v2.len(), 3, "the version-2 tasks waited for a worker offering it");
+}

@@ -137,42 +137,67 @@ fn cancelling(conn: &Connection, run: RunId) -> Result<bool, StoreError> {
         .map_err(|e| backend("reading a run's cancel", e))
 }
 
+/// Pending tasks a claim looks at, at most, per task it may take: those its worker cannot
+/// take (a handler version it does not offer, a concurrency limit reached) are passed over,
+/// this many at most.
+const LOOKED_AT_PER_SLOT: usize = 8;
+
+/// Claims up to `claim.max` pending tasks of the queue, oldest first. The candidates are read
+/// a page at a time, each page as large as what is still to be taken (the next one after the
+/// last looked at), so a claim of 200 where all can be taken decodes 200 rows, not 1,600.
 fn claim(conn: &Connection, claim: &Claim, now: Timestamp) -> Result<Vec<StoredTask>, StoreError> {
     let doing = "claiming tasks";
-    let candidates: Vec<StoredTask> = conn
-        .prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM tasks WHERE tenant = ?1 AND queue = ?2 AND state = 'pending' ORDER BY created_at, id LIMIT ?3"
-        ))
-        .and_then(|mut s| {
-            s.query_map(params![claim.tenant, claim.queue, (claim.max.max(1) * 8) as i64], read_row)?.collect()
-        })
-        .map_err(|e| backend(doing, e))?;
+    let mut budget = claim.max.max(1) * LOOKED_AT_PER_SLOT;
+    let mut after: Option<(i64, String)> = None;
     let mut claimed = Vec::new();
-    for mut task in candidates {
-        if claimed.len() >= claim.max {
-            break;
+    while claimed.len() < claim.max && budget > 0 {
+        let page = (claim.max - claimed.len()).min(budget);
+        let candidates: Vec<StoredTask> = match &after {
+            None => conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM tasks WHERE tenant = ?1 AND queue = ?2 AND state = 'pending' \
+                     ORDER BY created_at, id LIMIT ?3"
+                ))
+                .and_then(|mut s| s.query_map(params![claim.tenant, claim.queue, page as i64], read_row)?.collect()),
+            Some((at, id)) => conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM tasks WHERE tenant = ?1 AND queue = ?2 AND state = 'pending' \
+                     AND (created_at > ?4 OR (created_at = ?4 AND id > ?5)) ORDER BY created_at, id LIMIT ?3"
+                ))
+                .and_then(|mut s| {
+                    s.query_map(params![claim.tenant, claim.queue, page as i64, at, id], read_row)?.collect()
+                }),
         }
-        if rules::settle(&mut task, now) {
-            save(conn, &task)?;
-            continue;
-        }
-        if !rules::claimable(&task, claim) {
-            continue;
-        }
-        if let Some(limit) = task.spec.concurrency {
-            let running: i64 = conn
-                .prepare_cached(
-                    "SELECT COUNT(*) FROM tasks WHERE tenant = ?1 AND handler = ?2 AND state = 'claimed' AND lease_expires > ?3",
-                )
-                .and_then(|mut s| s.query_row(params![claim.tenant, task.spec.handler, now.as_micros()], |r| r.get(0)))
-                .map_err(|e| backend(doing, e))?;
-            if running >= i64::from(limit) {
+        .map_err(|e| backend(doing, e))?;
+        let fetched = candidates.len();
+        budget -= fetched;
+        for mut task in candidates {
+            after = Some((task.created_at.as_micros(), task.spec.id.as_str().to_owned()));
+            if rules::settle(&mut task, now) {
+                save(conn, &task)?;
                 continue;
             }
+            if !rules::claimable(&task, claim) {
+                continue;
+            }
+            if let Some(limit) = task.spec.concurrency {
+                let running: i64 = conn
+                    .prepare_cached(
+                        "SELECT COUNT(*) FROM tasks WHERE tenant = ?1 AND handler = ?2 AND state = 'claimed' AND lease_expires > ?3",
+                    )
+                    .and_then(|mut s| s.query_row(params![claim.tenant, task.spec.handler, now.as_micros()], |r| r.get(0)))
+                    .map_err(|e| backend(doing, e))?;
+                if running >= i64::from(limit) {
+                    continue;
+                }
+            }
+            rules::lease(&mut task, &claim.worker, now);
+            save(conn, &task)?;
+            claimed.push(task);
         }
-        rules::lease(&mut task, &claim.worker, now);
-        save(conn, &task)?;
-        claimed.push(task);
+        if fetched < page {
+            break;
+        }
     }
     Ok(claimed)
 }
