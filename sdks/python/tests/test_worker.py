@@ -496,6 +496,50 @@ def test_a_worker_key_limited_to_a_queue_pattern_works_only_those_queues(server:
     assert httpx.get(f"{server.url}/v1/health").json()["protocols"] == {"worker": [1]}
 
 
+def test_only_a_key_of_the_tasks_namespace_working_its_queue_answers_it(server: Any, namespace: str) -> None:
+    """The answer routes check the task's tenant and queue in the answer's own write: a key
+    of another namespace finds no such task, one limited to other queues is forbidden, and
+    neither changes the task."""
+    key = server.key(namespace)
+    c = Client(server.url, key)
+    c.workflows.register(workflow("gated", queue="ts-gate", handler="gate"))
+    run = c.runs.start("gated", {"text": "x", "sleep": 0})
+    protocol = {"stepwright-protocol": "1"}
+    claimed: list[Any] = []
+    for _ in range(100):
+        claimed = httpx.post(
+            f"{server.url}/v1/tasks/claim",
+            json={"worker": {"id": "w"}, "queue": "ts-gate", "handlers": ["gate"], "wait_seconds": 1},
+            headers={"authorization": f"Bearer {key}", **protocol},
+        ).json()["tasks"]
+        if claimed:
+            break
+    assert claimed, "the task was dispatched"
+    task = claimed[0]
+    answer = {"lease": task["lease"], "output": {"by": "intruder"}}
+    stranger = server.key(f"{namespace}-other")
+    other_queues = server.key(namespace, "worker:py-*")
+    for who, status in ((stranger, 404), (other_queues, 403)):
+        headers = {"authorization": f"Bearer {who}", **protocol}
+        one = httpx.post(f"{server.url}/v1/tasks/{task['id']}/complete", json=answer, headers=headers)
+        assert one.status_code == status, one.text
+        batch = httpx.post(
+            f"{server.url}/v1/tasks/answers",
+            json={"answers": [{"id": task["id"], "lease": task["lease"], "outcome": "complete", "output": {}}]},
+            headers=headers,
+        )
+        assert batch.status_code == 200, batch.text
+        assert batch.json()["answers"][0]["code"] == ("not_found" if status == 404 else "access_denied"), batch.text
+    assert [t["state"] for t in c.tasks.list(run=run["run_id"])] == ["claimed"], "nobody else changed it"
+    done = httpx.post(
+        f"{server.url}/v1/tasks/{task['id']}/complete",
+        json={"lease": task["lease"], "output": {"by": "its worker"}},
+        headers={"authorization": f"Bearer {key}", **protocol},
+    )
+    assert done.status_code == 200 and done.json()["state"] == "completed", done.text
+    assert c.runs.wait(run["run_id"], timeout=30)["output"] == {"by": "its worker"}
+
+
 def test_a_deferred_task_frees_the_worker_and_is_completed_later_from_elsewhere(
     server: Any, client: tuple[Client, str]
 ) -> None:

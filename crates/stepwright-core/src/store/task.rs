@@ -210,6 +210,26 @@ pub struct TaskFilter {
     pub limit: usize,
 }
 
+/// Whether the caller may answer a task, as stored: its tenant and queue are the caller's.
+pub type MayAnswer = std::sync::Arc<dyn Fn(&StoredTask) -> bool + Send + Sync>;
+
+/// What [`TaskStore::answer_task_if`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answered {
+    /// The answer was taken.
+    Taken {
+        /// The task's state after the answer.
+        state: TaskState,
+        /// The task: its spec, run and tenant.
+        task: Box<StoredTask>,
+    },
+    /// The caller may not answer this task (another tenant's, or a queue its key does not
+    /// work): nothing was written.
+    Refused(Box<StoredTask>),
+    /// No such task.
+    Missing,
+}
+
 /// The step tasks of a store.
 pub trait TaskStore: Send + Sync {
     /// Claims up to `claim.max` pending tasks of the claim's queue and namespace whose
@@ -239,6 +259,29 @@ pub trait TaskStore: Send + Sync {
         answer: TaskAnswer,
         now: Timestamp,
     ) -> BoxFuture<'a, Result<TaskState, StoreError>>;
+
+    /// Answers a task as [`TaskStore::answer_task`] does if `may` lets the caller answer it as
+    /// stored (its tenant, its queue), the look and the answer in one write where the store
+    /// can: a worker's answer then costs no read of its own. Nothing is written for a task
+    /// that is missing or that `may` refuses.
+    fn answer_task_if<'a>(
+        &'a self,
+        lease: &'a TaskLease,
+        answer: TaskAnswer,
+        now: Timestamp,
+        may: MayAnswer,
+    ) -> BoxFuture<'a, Result<Answered, StoreError>> {
+        Box::pin(async move {
+            let Some(task) = self.settle_task(&lease.task, now).await? else {
+                return Ok(Answered::Missing);
+            };
+            if !may(&task) {
+                return Ok(Answered::Refused(Box::new(task)));
+            }
+            let state = self.answer_task(lease, answer, now).await?;
+            Ok(Answered::Taken { state, task: Box::new(task) })
+        })
+    }
 
     /// A task, after applying what `now` decides about it ([`StoredTask::settled_at`]).
     fn settle_task<'a>(

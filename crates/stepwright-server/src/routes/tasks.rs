@@ -19,7 +19,8 @@ use stepwright_api::task::{
     WorkerList,
 };
 use stepwright_core::store::task::{
-    Beat, Claim, ParkedClaim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState, TaskStore,
+    Answered, Beat, Claim, MayAnswer, ParkedClaim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskState,
+    TaskStore,
 };
 use stepwright_core::{ErrorCode, RunStatus, StepError, Timestamp};
 
@@ -267,12 +268,25 @@ async fn answer_one(
     let store = tasks_of(shared)?;
     let task_id = TaskId::new(id);
     let missing = || ApiError::not_found("not_found", format!("task {id} was not found"));
-    let task = store.settle_task(&task_id, shared.now()).await?.ok_or_else(missing)?;
-    if task.tenant.as_deref().unwrap_or_default() != who.namespace() {
-        return Err(missing());
-    }
-    who.require_queue(&task.spec.queue)?;
-    let state = store.answer_task(&TaskLease { task: task_id, token: lease }, answer, shared.now()).await?;
+    // The caller's tenant and queues are checked against the task in the answer's own write.
+    let namespace = who.namespace().to_owned();
+    let works = who.clone();
+    let may: MayAnswer = Arc::new(move |task: &StoredTask| {
+        task.tenant.as_deref().unwrap_or_default() == namespace && works.require_queue(&task.spec.queue).is_ok()
+    });
+    let lease = TaskLease { task: task_id, token: lease };
+    let (state, task) = match store.answer_task_if(&lease, answer, shared.now(), may).await? {
+        Answered::Taken { state, task } => (state, task),
+        Answered::Missing => return Err(missing()),
+        // Another tenant's task is not there for this caller; one of its own tenant on a queue
+        // its key does not work is forbidden.
+        Answered::Refused(task) => {
+            if task.tenant.as_deref().unwrap_or_default() == who.namespace() {
+                who.require_queue(&task.spec.queue)?;
+            }
+            return Err(missing());
+        }
+    };
     // A step waiting here for the answer sees it itself (and a run suspending at this
     // moment looks at its task once its suspension is written); a run that suspended is
     // woken (and continued here). (A recompute's task wakes nothing: the recompute waiting

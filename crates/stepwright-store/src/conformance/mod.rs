@@ -86,6 +86,7 @@ where
     a_recompute_dispatches_tasks_outside_the_journal(&*fresh().await).await;
     a_pushed_task_is_born_leased_to_its_endpoint(&*fresh().await).await;
     a_claim_looks_past_tasks_its_worker_cannot_take(&*fresh().await).await;
+    an_answer_is_taken_only_from_who_may_answer(&*fresh().await).await;
 }
 
 /// Wall time now: lease checks use real time, since some stores (Postgres) take lease times

@@ -272,3 +272,42 @@ pub async fn a_claim_looks_past_tasks_its_worker_cannot_take<S: Store + ?Sized>(
     let v2 = tasks.claim_tasks(&claim("w3", &["summarise@2"], 5), wall()).await.expect("claimed");
     assert_eq!(v2.len(), 3, "the version-2 tasks waited for a worker offering it");
 }
+
+/// An answer given with who may answer: a task that is missing or refused is left as it was;
+/// one allowed is answered as `answer_task` answers it, under its lease only.
+pub async fn an_answer_is_taken_only_from_who_may_answer<S: Store + ?Sized>(store: &S) {
+    use stepwright_core::store::task::{Answered, MayAnswer};
+    let Some(tasks) = store.tasks() else { return };
+    let run = record(5, "summarise", RunStatus::Running, wall().as_micros());
+    let run_id = run.id;
+    store.create_run(run).await.expect("created");
+    let path = StepPath::new("call");
+    let id = TaskId::derive(run_id, &path, 1);
+    let mut batch = JournalBatch::default();
+    let dispatched = Record::Dispatched { attempt: 1, task: spec(&id, "summarise", 60_000, None) };
+    batch.entries.push(entry("call", wall().as_micros(), dispatched));
+    store.append(run_id, None, &mut batch).await.expect("appended");
+    let token = tasks.claim_tasks(&claim("w", &["summarise"], 1), wall()).await.expect("claimed")[0].lease_token;
+    let lease = TaskLease { task: id.clone(), token };
+    let acme: MayAnswer = std::sync::Arc::new(|task| task.tenant.as_deref() == Some("acme"));
+    let globex: MayAnswer = std::sync::Arc::new(|task| task.tenant.as_deref() == Some("globex"));
+    let answer = || TaskAnswer::Complete(json!({ "summary": "s" }));
+
+    let missing = TaskLease { task: TaskId::derive(run_id, &StepPath::new("nowhere"), 1), token };
+    let none = tasks.answer_task_if(&missing, answer(), wall(), acme.clone()).await.expect("looked");
+    assert_eq!(none, Answered::Missing);
+    let refused = tasks.answer_task_if(&lease, answer(), wall(), globex).await.expect("looked");
+    assert!(matches!(&refused, Answered::Refused(task) if task.spec.id == id), "{refused:?}");
+    let row = tasks.settle_task(&id, wall()).await.expect("read").expect("there");
+    assert_eq!((row.state, row.output), (TaskState::Claimed, None), "a refused answer wrote nothing");
+    let stale = TaskLease { task: id.clone(), token: token + 1 };
+    assert!(matches!(
+        tasks.answer_task_if(&stale, answer(), wall(), acme.clone()).await,
+        Err(StoreError::TaskLeaseLost { .. })
+    ));
+    let taken = tasks.answer_task_if(&lease, answer(), wall(), acme).await.expect("answered");
+    let Answered::Taken { state, task } = taken else { panic!("taken: {taken:?}") };
+    assert_eq!((state, task.run, &task.spec.id), (TaskState::Completed, run_id, &id));
+    let row = tasks.settle_task(&id, wall()).await.expect("read").expect("there");
+    assert_eq!((row.state, row.output), (TaskState::Completed, Some(json!({ "summary": "s" }))));
+}

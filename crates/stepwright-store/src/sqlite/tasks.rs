@@ -8,7 +8,8 @@ use futures_util::future::BoxFuture;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 use stepwright_core::store::task::{
-    Beat, Born, Claim, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskSpec, TaskState, TaskStore, rules,
+    Answered, Beat, Born, Claim, MayAnswer, StoredTask, TaskAnswer, TaskFilter, TaskId, TaskLease, TaskSpec, TaskState,
+    TaskStore, rules,
 };
 use stepwright_core::{RunId, StepPath, StoreError, Timestamp};
 
@@ -244,6 +245,52 @@ impl TaskStore for SqliteStore {
             }
             Ok(beats)
         }))
+    }
+
+    fn answer_task_if<'a>(
+        &'a self,
+        lease: &'a TaskLease,
+        answer: TaskAnswer,
+        now: Timestamp,
+        may: MayAnswer,
+    ) -> BoxFuture<'a, Result<Answered, StoreError>> {
+        /// What the write found and did.
+        enum Written {
+            Missing,
+            Refused(Box<StoredTask>),
+            Answered(Result<TaskState, StoreError>, Box<StoredTask>),
+        }
+        let lease = lease.clone();
+        Box::pin(async move {
+            let written = self
+                .write_as(WriteKind::AnswersTask(lease.task.clone()), move |conn| {
+                    let Some(mut task) = find(conn, &lease.task)? else { return Ok(Written::Missing) };
+                    if !may(&task) {
+                        return Ok(Written::Refused(Box::new(task)));
+                    }
+                    let before = task.clone();
+                    // A refused answer still keeps what `now` decided (a lapsed lease).
+                    let result = rules::answer(&mut task, &lease, answer.clone(), now);
+                    if task != before {
+                        save(conn, &task)?;
+                    }
+                    let result = result.map(Ok).or_else(|e| match e {
+                        StoreError::TaskLeaseLost { .. } => Ok(Err(e)),
+                        other => Err(other),
+                    })?;
+                    Ok(Written::Answered(result, Box::new(task)))
+                })
+                .await?;
+            match written {
+                Written::Missing => Ok(Answered::Missing),
+                Written::Refused(task) => Ok(Answered::Refused(task)),
+                Written::Answered(result, task) => {
+                    // The step waiting here is handed the task as written: it reads nothing back.
+                    self.tasks_changed.answered_as(&task);
+                    result.map(|state| Answered::Taken { state, task })
+                }
+            }
+        })
     }
 
     fn answer_task<'a>(
