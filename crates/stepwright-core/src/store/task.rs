@@ -441,6 +441,12 @@ pub mod rules {
     use crate::store::StoreError;
     use serde_json::Value;
 
+    /// Pending tasks a claim looks at, at most, per task it may take: those its worker cannot
+    /// take (a handler version it does not offer, a concurrency limit reached) are passed
+    /// over, this many at most. A store reads them a page at a time, each as large as what
+    /// the claim may still take.
+    pub const LOOKED_AT_PER_SLOT: usize = 8;
+
     /// Whether `claim` may take `task` (before its concurrency is counted).
     pub fn claimable(task: &StoredTask, claim: &Claim) -> bool {
         task.state == TaskState::Pending

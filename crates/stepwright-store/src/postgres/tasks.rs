@@ -90,54 +90,76 @@ impl PostgresStore {
         let doing = "claiming tasks";
         let mut tx = self.pool.begin().await.map_err(pg(doing))?;
         let now = now(&mut tx).await?;
-        let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM stepwright_tasks WHERE tenant = $1 AND queue = $2 AND state = 'pending' \
-             ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
-        )))
-        .bind(&claim.tenant)
-        .bind(&claim.queue)
-        .bind((claim.max.max(1) * 8) as i64)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(pg(doing))?;
+        // A page at a time, each as large as what is still to take, so a claim locks (and
+        // keeps other claims off) only the rows it looks at: eight per slot at most.
+        let mut budget = claim.max.max(1) * rules::LOOKED_AT_PER_SLOT;
+        let mut after: Option<(i64, String)> = None;
         let mut claimed = Vec::new();
-        for row in candidates {
-            if claimed.len() >= claim.max {
-                break;
+        while claimed.len() < claim.max && budget > 0 {
+            let page = (claim.max - claimed.len()).min(budget);
+            let candidates = match &after {
+                None => sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {COLUMNS} FROM stepwright_tasks WHERE tenant = $1 AND queue = $2 AND state = 'pending' \
+                     ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
+                ))),
+                Some(_) => sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {COLUMNS} FROM stepwright_tasks WHERE tenant = $1 AND queue = $2 AND state = 'pending' \
+                     AND (created_at, id) > ($4, $5) ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
+                ))),
             }
-            let mut task = read_row(&row)?;
-            if rules::settle(&mut task, now) {
-                save(&mut tx, &task).await?;
-                continue;
+            .bind(&claim.tenant)
+            .bind(&claim.queue)
+            .bind(page as i64);
+            let candidates = match &after {
+                None => candidates,
+                Some((at, id)) => candidates.bind(*at).bind(id.clone()),
             }
-            if !rules::claimable(&task, claim) {
-                continue;
-            }
-            if let Some(limit) = task.spec.concurrency {
-                // One claimer at a time per handler's limit, so two never both see room.
-                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('stepwright.task:' || $1 || ':' || $2, 0))")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(pg(doing))?;
+            let fetched = candidates.len();
+            budget -= fetched;
+            for row in candidates {
+                let mut task = read_row(&row)?;
+                after = Some((task.created_at.as_micros(), task.spec.id.as_str().to_owned()));
+                if rules::settle(&mut task, now) {
+                    save(&mut tx, &task).await?;
+                    continue;
+                }
+                if !rules::claimable(&task, claim) {
+                    continue;
+                }
+                if let Some(limit) = task.spec.concurrency {
+                    // One claimer at a time per handler's limit, so two never both see room.
+                    sqlx::query(
+                        "SELECT pg_advisory_xact_lock(hashtextextended('stepwright.task:' || $1 || ':' || $2, 0))",
+                    )
                     .bind(&claim.tenant)
                     .bind(&task.spec.handler)
                     .execute(&mut *tx)
                     .await
                     .map_err(pg(doing))?;
-                let running: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM stepwright_tasks WHERE tenant = $1 AND handler = $2 AND state = 'claimed' \
-                     AND lease_expires > $3",
-                )
-                .bind(&claim.tenant)
-                .bind(&task.spec.handler)
-                .bind(now.as_micros())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(pg(doing))?;
-                if running >= i64::from(limit) {
-                    continue;
+                    let running: i64 = sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM stepwright_tasks WHERE tenant = $1 AND handler = $2 AND state = 'claimed' \
+                         AND lease_expires > $3",
+                    )
+                    .bind(&claim.tenant)
+                    .bind(&task.spec.handler)
+                    .bind(now.as_micros())
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(pg(doing))?;
+                    if running >= i64::from(limit) {
+                        continue;
+                    }
                 }
+                rules::lease(&mut task, &claim.worker, now);
+                save(&mut tx, &task).await?;
+                claimed.push(task);
             }
-            rules::lease(&mut task, &claim.worker, now);
-            save(&mut tx, &task).await?;
-            claimed.push(task);
+            if fetched < page {
+                break;
+            }
         }
         tx.commit().await.map_err(pg(doing))?;
         Ok(claimed)

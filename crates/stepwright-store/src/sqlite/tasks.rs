@@ -138,17 +138,12 @@ fn cancelling(conn: &Connection, run: RunId) -> Result<bool, StoreError> {
         .map_err(|e| backend("reading a run's cancel", e))
 }
 
-/// Pending tasks a claim looks at, at most, per task it may take: those its worker cannot
-/// take (a handler version it does not offer, a concurrency limit reached) are passed over,
-/// this many at most.
-const LOOKED_AT_PER_SLOT: usize = 8;
-
 /// Claims up to `claim.max` pending tasks of the queue, oldest first. The candidates are read
 /// a page at a time, each page as large as what is still to be taken (the next one after the
 /// last looked at), so a claim of 200 where all can be taken decodes 200 rows, not 1,600.
 fn claim(conn: &Connection, claim: &Claim, now: Timestamp) -> Result<Vec<StoredTask>, StoreError> {
     let doing = "claiming tasks";
-    let mut budget = claim.max.max(1) * LOOKED_AT_PER_SLOT;
+    let mut budget = claim.max.max(1) * rules::LOOKED_AT_PER_SLOT;
     let mut after: Option<(i64, String)> = None;
     let mut claimed = Vec::new();
     while claimed.len() < claim.max && budget > 0 {
