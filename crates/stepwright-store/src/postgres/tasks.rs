@@ -93,27 +93,20 @@ impl PostgresStore {
         // A page at a time, each as large as what is still to take, so a claim locks (and
         // keeps other claims off) only the rows it looks at: eight per slot at most.
         let mut budget = claim.max.max(1) * rules::LOOKED_AT_PER_SLOT;
-        let mut after: Option<(i64, String)> = None;
+        // The last row looked at, (created_at, id): the next page starts after it.
+        let mut after = (i64::MIN, String::new());
         let mut claimed = Vec::new();
         while claimed.len() < claim.max && budget > 0 {
             let page = (claim.max - claimed.len()).min(budget);
-            let candidates = match &after {
-                None => sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {COLUMNS} FROM stepwright_tasks WHERE tenant = $1 AND queue = $2 AND state = 'pending' \
-                     ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
-                ))),
-                Some(_) => sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "SELECT {COLUMNS} FROM stepwright_tasks WHERE tenant = $1 AND queue = $2 AND state = 'pending' \
-                     AND (created_at, id) > ($4, $5) ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
-                ))),
-            }
+            let candidates = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {COLUMNS} FROM stepwright_tasks WHERE tenant = $1 AND queue = $2 AND state = 'pending' \
+                 AND (created_at, id) > ($4, $5) ORDER BY created_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
+            )))
             .bind(&claim.tenant)
             .bind(&claim.queue)
-            .bind(page as i64);
-            let candidates = match &after {
-                None => candidates,
-                Some((at, id)) => candidates.bind(*at).bind(id.clone()),
-            }
+            .bind(page as i64)
+            .bind(after.0)
+            .bind(&after.1)
             .fetch_all(&mut *tx)
             .await
             .map_err(pg(doing))?;
@@ -121,7 +114,7 @@ impl PostgresStore {
             budget -= fetched;
             for row in candidates {
                 let mut task = read_row(&row)?;
-                after = Some((task.created_at.as_micros(), task.spec.id.as_str().to_owned()));
+                after = (task.created_at.as_micros(), task.spec.id.as_str().to_owned());
                 if rules::settle(&mut task, now) {
                     save(&mut tx, &task).await?;
                     continue;

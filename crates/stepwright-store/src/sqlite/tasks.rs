@@ -144,31 +144,23 @@ fn cancelling(conn: &Connection, run: RunId) -> Result<bool, StoreError> {
 fn claim(conn: &Connection, claim: &Claim, now: Timestamp) -> Result<Vec<StoredTask>, StoreError> {
     let doing = "claiming tasks";
     let mut budget = claim.max.max(1) * rules::LOOKED_AT_PER_SLOT;
-    let mut after: Option<(i64, String)> = None;
+    // The last row looked at, (created_at, id): the next page starts after it.
+    let mut after = (i64::MIN, String::new());
     let mut claimed = Vec::new();
     while claimed.len() < claim.max && budget > 0 {
         let page = (claim.max - claimed.len()).min(budget);
-        let candidates: Vec<StoredTask> = match &after {
-            None => conn
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM tasks WHERE tenant = ?1 AND queue = ?2 AND state = 'pending' \
-                     ORDER BY created_at, id LIMIT ?3"
-                ))
-                .and_then(|mut s| s.query_map(params![claim.tenant, claim.queue, page as i64], read_row)?.collect()),
-            Some((at, id)) => conn
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM tasks WHERE tenant = ?1 AND queue = ?2 AND state = 'pending' \
-                     AND (created_at > ?4 OR (created_at = ?4 AND id > ?5)) ORDER BY created_at, id LIMIT ?3"
-                ))
-                .and_then(|mut s| {
-                    s.query_map(params![claim.tenant, claim.queue, page as i64, at, id], read_row)?.collect()
-                }),
-        }
-        .map_err(|e| backend(doing, e))?;
+        let (at, id) = &after;
+        let candidates: Vec<StoredTask> = conn
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM tasks WHERE tenant = ?1 AND queue = ?2 AND state = 'pending' \
+                 AND (created_at, id) > (?4, ?5) ORDER BY created_at, id LIMIT ?3"
+            ))
+            .and_then(|mut s| s.query_map(params![claim.tenant, claim.queue, page as i64, at, id], read_row)?.collect())
+            .map_err(|e| backend(doing, e))?;
         let fetched = candidates.len();
         budget -= fetched;
         for mut task in candidates {
-            after = Some((task.created_at.as_micros(), task.spec.id.as_str().to_owned()));
+            after = (task.created_at.as_micros(), task.spec.id.as_str().to_owned());
             if rules::settle(&mut task, now) {
                 save(conn, &task)?;
                 continue;
