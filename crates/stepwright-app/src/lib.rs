@@ -46,8 +46,8 @@ pub use stepwright_flow::Loaded;
 pub use stepwright_llm::{DEFAULT_KILL_GRACE, process_groups_stopped};
 pub use stepwright_store::{OpenError, ServerStore};
 pub use view::{
-    details_of_report, recompute_view, recompute_with_report, run_details, run_waits_for, say_what_steps_wait_for,
-    usage_of,
+    details_of_report, recompute_view, recompute_with_report, recompute_with_usage, run_details, run_waits_for,
+    say_what_steps_wait_for, usage_of,
 };
 
 /// An engine over the store, with the store's sessions and memory for agent and memory

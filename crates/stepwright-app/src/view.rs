@@ -257,8 +257,6 @@ async fn task_waits(
 
 /// A recompute as every front end reports it (`stepwright recompute`, `POST …/recompute`, an
 /// experiment's runs): `engine.recompute` with what the run's model calls cost then and now.
-/// What they cost then (the run's `model.call` events alone) is read while the recompute
-/// runs: on a store whose reads go to another thread, the report costs no wait of its own.
 ///
 /// # Errors
 /// The recompute's own, or the store cannot read the run's events.
@@ -268,13 +266,29 @@ pub async fn recompute_with_report(
     run: RunId,
     options: stepwright_core::RecomputeOptions,
 ) -> Result<RecomputeView, AppError> {
+    let (report, then) = recompute_with_usage(engine, workflow, run, options).await?;
+    Ok(recompute_view(report, then))
+}
+
+/// `engine.recompute` and what the run's model calls cost then (its `model.call` events
+/// alone, read while the recompute runs: on a store whose reads go to another thread, the
+/// report costs no wait of its own), for [`recompute_view`].
+///
+/// # Errors
+/// The recompute's own, or the store cannot read the run's events.
+pub async fn recompute_with_usage(
+    engine: &Engine,
+    workflow: &stepwright_core::Workflow,
+    run: RunId,
+    options: stepwright_core::RecomputeOptions,
+) -> Result<(stepwright_core::RecomputeReport, stepwright_llm::Rollup), AppError> {
     let (report, then) = futures_util::future::join(engine.recompute(workflow, run, options), async {
         let mut then = stepwright_llm::Rollup::default();
         engine.store().visit_events_of_kind(run, stepwright_llm::MODEL_CALL_EVENT, &mut |e| then.add(e)).await?;
         Ok::<_, AppError>(then)
     })
     .await;
-    Ok(recompute_view(report?, then?))
+    Ok((report?, then?))
 }
 
 /// The recompute `report` of a run whose model calls cost `then`, with its usage change. A

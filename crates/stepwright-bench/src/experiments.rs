@@ -2,8 +2,9 @@
 //! in-process models, `runs` completed runs in a store (in memory, then SQLite); then the same change (one
 //! model binding answering another's calls) tried on all of them twice, one run at a time:
 //! as bare `Engine::recompute` calls, and as an experiment (the run's record read, the recompute,
-//! its usage view, the output diff, two evaluators, the verdict and totals). The difference is
-//! the experiment's overhead per run. Then the experiment at concurrency 4: its wall time.
+//! its usage view, the output diff, two evaluators, the verdict and totals), batch by batch.
+//! The difference is the experiment's overhead per run. Then the experiment at concurrency 4
+//! over every run: its wall time.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,6 +18,12 @@ use crate::current_thread;
 
 /// Steps in each run.
 const STEPS: usize = 10;
+
+/// Runs in a batch: the ways are compared batch by batch.
+const BATCH: usize = 50;
+
+/// Times over every batch.
+const ROUNDS: usize = 3;
 
 /// An instant model whose answer says which model gave it.
 fn model(category: &'static str) -> stepwright::llm::ScriptedModel {
@@ -32,12 +39,19 @@ fn model(category: &'static str) -> stepwright::llm::ScriptedModel {
 
 /// What one X2 measurement found.
 pub(crate) struct X2 {
-    /// Bare recomputes, one at a time: ms per run (mean).
+    /// Bare recomputes, one at a time: ms per run (the median batch's).
     pub(crate) bare_ms_per_run: f64,
     /// Recomputes with their report (what `stepwright recompute` prints), one at a time.
     pub(crate) reported_ms_per_run: f64,
-    /// The experiment, one at a time: ms per run (mean).
+    /// The experiment, one at a time: ms per run (the median batch's).
     pub(crate) experiment_ms_per_run: f64,
+    /// The experiment's time over the bare recomputes' of the same batch, less one, in
+    /// percent: the median over the batches.
+    pub(crate) overhead_pct: f64,
+    /// The same over the recomputes with their report.
+    pub(crate) over_reported_pct: f64,
+    /// How many batch measurements the medians are of.
+    pub(crate) batches: usize,
     /// The experiment at concurrency 4: wall time for all the runs, ms.
     pub(crate) concurrent_wall_ms: f64,
 }
@@ -56,10 +70,9 @@ pub(crate) fn print_x2(runs: usize) {
         };
         for round in 1..=measurements {
             let x = x2(runs, &store(round));
-            let overhead = (x.experiment_ms_per_run / x.bare_ms_per_run - 1.0) * 100.0;
-            let over_reported = (x.experiment_ms_per_run / x.reported_ms_per_run - 1.0) * 100.0;
+            let (overhead, over_reported, batches) = (x.overhead_pct, x.over_reported_pct, x.batches);
             println!(
-                "| X2 | experiment overhead per recomputed run over a bare `Engine::recompute` ({runs} runs × 10 `llm` steps, instant models, {name}, one at a time, median of 3 interleaved rounds; measurement {round}: bare {:.3} ms, experiment {:.3} ms) | {overhead:.1} % | | ≤ 10 % |",
+                "| X2 | experiment overhead per recomputed run over a bare `Engine::recompute` ({runs} runs × 10 `llm` steps, instant models, {name}, one at a time; median over {batches} batches of {BATCH}, each way timed back to back on each; measurement {round}: bare {:.3} ms, experiment {:.3} ms) | {overhead:.1} % | | ≤ 10 % |",
                 x.bare_ms_per_run, x.experiment_ms_per_run
             );
             println!(
@@ -90,18 +103,20 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
     let engine = Engine::builder().store(store.clone()).build();
     let rt = current_thread();
     rt.block_on(async {
-        let mut ids = Vec::with_capacity(runs);
-        for _ in 0..runs {
-            let report = engine.start(&workflow, json!("Classify: it crashes")).await.expect("run");
+        // Each run tagged with its batch, so that an experiment can be tried on one batch.
+        let mut batches: Vec<Vec<stepwright::RunId>> = vec![Vec::new(); runs.div_ceil(BATCH)];
+        for i in 0..runs {
+            let options = stepwright::StartOptions { tags: vec![format!("batch-{}", i / BATCH)], ..Default::default() };
+            let report = engine.start_with(&workflow, json!("Classify: it crashes"), options).await.expect("run");
             assert_eq!(report.status, stepwright::RunStatus::Completed, "{:?}", report.error);
-            ids.push(report.run_id);
+            batches[i / BATCH].push(report.run_id);
         }
         let replacements = std::collections::BTreeMap::from([("smart".to_owned(), "cheap".to_owned())]);
         let rebound = stepwright::app::rebind_models(workflow.clone(), &replacements).expect("rebind");
 
-        let experiment = |concurrency: u32| ExperimentSpec {
+        let experiment = |concurrency: u32, batch: Option<usize>| ExperimentSpec {
             experiment: "cheaper".into(),
-            runs: Population::of("x2"),
+            runs: Population { tag: batch.map(|b| format!("batch-{b}")), ..Population::of("x2") },
             change: Change { rebind: replacements.clone(), ..Change::default() },
             evaluators: vec![
                 Evaluator {
@@ -125,41 +140,88 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
             budget_usd: None,
         };
         let candidate = Candidate::Workflow(workflow.clone(), stepwright::app::Bindings::default());
-        // Three rounds, the three ways interleaved in each; the median round of each.
+        // The three ways, each over the same batch back to back (in an order that turns with
+        // every batch), so that each pair of times is taken under the same conditions: the
+        // overhead is the median of the batches' ratios, which a slow spell of the machine
+        // (it has them) moves little.
         let (mut bare, mut reported, mut experimented) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..3 {
-            let start = Instant::now();
-            for run in &ids {
-                let report = engine.recompute(&rebound, *run, RecomputeOptions::default()).await.expect("recompute");
-                assert!(report.changed);
+        let (mut over_bare, mut over_reported) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            for (b, ids) in batches.iter().enumerate() {
+                let per_run = |start: Instant| start.elapsed().as_secs_f64() * 1e3 / ids.len() as f64;
+                let mut times = [0.0; 3];
+                for way in (0..3).map(|w| (w + round + b) % 3) {
+                    let start = Instant::now();
+                    match way {
+                        0 => {
+                            for run in ids {
+                                let report = engine
+                                    .recompute(&rebound, *run, RecomputeOptions::default())
+                                    .await
+                                    .expect("recompute");
+                                assert!(report.changed);
+                            }
+                        }
+                        // What `stepwright recompute` gives a person: the recompute and its
+                        // report with the usage then and now.
+                        1 => {
+                            for run in ids {
+                                let view = stepwright::app::recompute_with_report(
+                                    &engine,
+                                    &rebound,
+                                    *run,
+                                    RecomputeOptions::default(),
+                                )
+                                .await
+                                .expect("recompute");
+                                assert!(view.changed);
+                            }
+                        }
+                        _ => {
+                            let report = run_experiment(
+                                &engine,
+                                store.as_ref(),
+                                &experiment(1, Some(b)),
+                                &candidate,
+                                None,
+                                None,
+                            )
+                            .await
+                            .expect("experiment");
+                            assert_eq!(
+                                (report.totals.runs, report.totals.changed),
+                                (ids.len() as u64, ids.len() as u64)
+                            );
+                        }
+                    }
+                    times[way] = per_run(start);
+                }
+                bare.push(times[0]);
+                reported.push(times[1]);
+                experimented.push(times[2]);
+                over_bare.push((times[2] / times[0] - 1.0) * 100.0);
+                over_reported.push((times[2] / times[1] - 1.0) * 100.0);
             }
-            bare.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
-            // What `stepwright recompute` gives a person: the recompute and its report with
-            // the usage then and now (the run's model calls read and rolled up).
-            let start = Instant::now();
-            for run in &ids {
-                let view = stepwright::app::recompute_with_report(&engine, &rebound, *run, RecomputeOptions::default())
-                    .await
-                    .expect("recompute");
-                assert!(view.changed);
-            }
-            reported.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
-            let start = Instant::now();
-            let report = run_experiment(&engine, store.as_ref(), &experiment(1), &candidate, None, None)
-                .await
-                .expect("experiment");
-            experimented.push(start.elapsed().as_secs_f64() * 1e3 / runs as f64);
-            assert_eq!((report.totals.runs, report.totals.changed), (runs as u64, runs as u64));
         }
+        let batches_measured = over_bare.len();
         let (bare_ms_per_run, reported_ms_per_run, experiment_ms_per_run) =
             (crate::median(bare), crate::median(reported), crate::median(experimented));
 
         let start = Instant::now();
-        let report =
-            run_experiment(&engine, store.as_ref(), &experiment(4), &candidate, None, None).await.expect("experiment");
+        let report = run_experiment(&engine, store.as_ref(), &experiment(4, None), &candidate, None, None)
+            .await
+            .expect("experiment");
         let concurrent_wall_ms = start.elapsed().as_secs_f64() * 1e3;
         assert_eq!(report.totals.regressed, runs as u64);
-        X2 { bare_ms_per_run, reported_ms_per_run, experiment_ms_per_run, concurrent_wall_ms }
+        X2 {
+            bare_ms_per_run,
+            reported_ms_per_run,
+            experiment_ms_per_run,
+            overhead_pct: crate::median(over_bare),
+            over_reported_pct: crate::median(over_reported),
+            batches: batches_measured,
+            concurrent_wall_ms,
+        }
     })
 }
 

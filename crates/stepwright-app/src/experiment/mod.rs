@@ -469,7 +469,7 @@ pub async fn run_experiment(
             }
         };
     results.sort_by_key(|(index, _)| *index);
-    let mut done = Vec::new();
+    let mut done = Vec::with_capacity(results.len());
     let mut skipped = 0_u64;
     for (index, result) in results {
         match result {
@@ -567,12 +567,15 @@ async fn recompute_one(
     definitions.lock().expect("poisoned").entry(key).or_insert_with(|| (original.clone(), workflow.clone()));
     let started = Instant::now();
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
-    let view = crate::recompute_with_report(engine, &workflow, run, options).await?;
+    let (report, then) = crate::recompute_with_usage(engine, &workflow, run, options).await?;
+    // The input as the recompute read it: the population's records are headers alone.
+    let input = report.recorded_input.clone();
+    let view = crate::recompute_view(report, then);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     // A judge speaks with the workflow's own bindings, not the ones the change rebinds.
     let judges = original.services().get::<stepwright_llm::Models>();
     let caller = &record.caller;
-    Ok(assess(engine, evaluators, judges.as_deref(), caller, &record.input, record.status, view, elapsed_ms).await)
+    Ok(assess(engine, evaluators, judges.as_deref(), caller, &input, record.status, view, elapsed_ms).await)
 }
 
 /// A recompute's view, scored by the evaluators and judged: the result of one run (or new
@@ -710,6 +713,48 @@ mod tests {
         assert!(parse(&format!("{base}concurrency: 0\n")).unwrap_err().contains("between 1 and 64"));
         assert!(parse("experiment: e\nruns: { workflow: w, since: yesterday }\n").unwrap_err().contains("RFC 3339"));
         assert!(parse("experiment: e\nruns: { workflow: w, ids: [nope] }\n").unwrap_err().contains("not a run id"));
+    }
+
+    /// A population chosen by a filter is read as headers (without inputs, which may be
+    /// large): an evaluator that reads `input` is given each run's input all the same, as its
+    /// recompute read it.
+    #[tokio::test]
+    async fn an_evaluator_reads_each_runs_input_when_the_population_is_a_filter() {
+        use stepwright_api::experiment::{Change, Evaluator, Population};
+        use stepwright_core::{InMemoryStore, InputSource, Node, Outcome};
+        let shout = stepwright_core::dyn_fn_step("shout", |_ctx, input| async move {
+            let ticket = input["ticket"].as_str().unwrap_or_default().to_uppercase();
+            Ok(Outcome::completed(serde_json::json!({ "ticket": ticket })))
+        });
+        let step = Node::dyn_step("shout", shout).input(InputSource::WorkflowInput);
+        let workflow = Workflow::builder("shout").step(step).build().unwrap();
+        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(InMemoryStore::new());
+        let engine = Engine::builder().store(store.clone()).build();
+        for ticket in ["it crashes", "refund me"] {
+            engine.start(&workflow, serde_json::json!({ "ticket": ticket })).await.unwrap();
+        }
+        let spec = ExperimentSpec {
+            experiment: "inputs".into(),
+            runs: Population::of("shout"),
+            change: Change::default(),
+            evaluators: vec![Evaluator {
+                name: "echoes".into(),
+                schema: None,
+                check: Some("output.ticket == input.ticket | upper".into()),
+                compare: None,
+                judge: None,
+                worker: None,
+            }],
+            concurrency: None,
+            budget_usd: None,
+        };
+        let candidate = Candidate::Workflow(workflow, Bindings::default());
+        let report = run_experiment(&engine, store.as_ref(), &spec, &candidate, None, None).await.unwrap();
+        assert_eq!(report.runs.len(), 2);
+        for run in &report.runs {
+            let score = &run.scores[0];
+            assert_eq!((score.old, score.new, &score.error), (Some(1.0), Some(1.0), &None), "{run:?}");
+        }
     }
 
     #[test]

@@ -19,6 +19,10 @@ fn classifier(request: &Value) -> Answer {
         if request["model"] != json!("smart-model") {
             return Answer::Text("judged by the wrong model".into());
         }
+        // A judge is shown the run's input: a ticket cannot be judged without it.
+        if !contents(request, "user").first().is_some_and(|asked| asked.contains("Input:\n{\n  \"ticket\": \"")) {
+            return Answer::Text("judged without the ticket".into());
+        }
         return Answer::Text(
             json!({ "verdict": "worse", "reason": "a refund request is not a billing error" }).to_string(),
         );

@@ -153,6 +153,11 @@ pub struct RecomputeReport {
     pub steps: Vec<RecomputedStep>,
     /// Decisions that changed.
     pub decisions: Vec<DecisionChange>,
+    /// The run's input, as it was given: what an experiment's evaluators and judges read
+    /// beside the two outputs. Not serialized.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub recorded_input: Arc<Value>,
     /// The original output.
     pub recorded_output: Option<Value>,
     /// The recomputed output.
@@ -530,6 +535,7 @@ impl Engine {
             run,
             steps,
             decisions,
+            recorded_input: original.record.input.clone(),
             recorded_output: original.record.output.clone(),
             recomputed_output: report.output,
             forked,

@@ -317,33 +317,34 @@ impl Store for InMemoryStore {
     }
 
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
-        let mut runs: Vec<RunRecord> =
-            self.runs
-                .read()
-                .expect("poisoned")
-                .values()
-                .filter_map(|r| r.lock().expect("poisoned").record.clone())
-                .filter(|r| filter.status.is_none_or(|s| s == r.status))
-                .filter(|r| filter.workflow.as_deref().is_none_or(|w| w == r.workflow))
-                .filter(|r| filter.tenant.is_none() || filter.tenant == r.caller.tenant)
-                .filter(|r| filter.started_by.is_none() || filter.started_by == r.caller.user)
-                .filter(|r| filter.tag.as_ref().is_none_or(|tag| r.tags.contains(tag)))
-                .filter(|r| filter.updated_since.is_none_or(|since| r.updated_at >= since))
-                .filter(|r| filter.created_from.is_none_or(|from| r.created_at >= from))
-                .filter(|r| filter.created_until.is_none_or(|until| r.created_at < until))
-                .filter(|r| filter.parent.is_none_or(|parent| r.parent.as_ref().is_some_and(|p| p.run == parent)))
-                .filter(|r| {
-                    filter
-                        .concurrency_key
-                        .as_ref()
-                        .is_none_or(|key| r.flow.concurrency.as_ref().is_some_and(|group| &group.key == key))
-                })
-                .filter(|r| {
-                    filter.input_contains.as_deref().is_none_or(|text| {
-                        r.input.to_string().to_ascii_lowercase().contains(&text.to_ascii_lowercase())
-                    })
-                })
-                .collect();
+        // Each record is tested where it lies and only a match is copied: a listing of a
+        // few runs among many copies those few.
+        let matches = |r: &RunRecord| {
+            filter.status.is_none_or(|s| s == r.status)
+                && filter.workflow.as_deref().is_none_or(|w| w == r.workflow)
+                && (filter.tenant.is_none() || filter.tenant == r.caller.tenant)
+                && (filter.started_by.is_none() || filter.started_by == r.caller.user)
+                && filter.tag.as_ref().is_none_or(|tag| r.tags.contains(tag))
+                && filter.updated_since.is_none_or(|since| r.updated_at >= since)
+                && filter.created_from.is_none_or(|from| r.created_at >= from)
+                && filter.created_until.is_none_or(|until| r.created_at < until)
+                && filter.parent.is_none_or(|parent| r.parent.as_ref().is_some_and(|p| p.run == parent))
+                && filter
+                    .concurrency_key
+                    .as_ref()
+                    .is_none_or(|key| r.flow.concurrency.as_ref().is_some_and(|group| &group.key == key))
+                && filter
+                    .input_contains
+                    .as_deref()
+                    .is_none_or(|text| r.input.to_string().to_ascii_lowercase().contains(&text.to_ascii_lowercase()))
+        };
+        let mut runs: Vec<RunRecord> = self
+            .runs
+            .read()
+            .expect("poisoned")
+            .values()
+            .filter_map(|r| r.lock().expect("poisoned").record.as_ref().filter(|r| matches(r)).cloned())
+            .collect();
         if let Some(before) = filter.before.filter(|_| filter.updated_since.is_none()) {
             let cursor = self
                 .run(before)
