@@ -295,6 +295,39 @@ pub async fn recompute_with_usage(
 /// step served from the journal made no new call: it counts what it cost then, so only steps
 /// that ran again (or no longer run) change the totals.
 pub fn recompute_view(report: stepwright_core::RecomputeReport, then: stepwright_llm::Rollup) -> RecomputeView {
+    let usage = usage_change(&report, then);
+    RecomputeView {
+        run: report.run.to_string(),
+        steps: report.steps.into_iter().map(recomputed_step).collect(),
+        decisions: report.decisions.into_iter().map(decision_change).collect(),
+        recorded_output: report.recorded_output,
+        recomputed_output: report.recomputed_output,
+        forked: report.forked.map(|run| run.to_string()),
+        changed: report.changed,
+        status: crate::wire::run_status(report.status),
+        error: report.error.as_ref().map(crate::wire::error_view),
+        usage,
+    }
+}
+
+/// One step of a recompute's report, as the contract says it.
+pub(crate) fn recomputed_step(step: stepwright_core::RecomputedStep) -> RecomputedStep {
+    RecomputedStep {
+        path: step.path.as_str().to_owned(),
+        change: step_change(step.change),
+        why: step.why,
+        would_execute_with: step.would_execute_with,
+    }
+}
+
+/// A decision a recompute took otherwise, as the contract says it.
+pub(crate) fn decision_change(decision: stepwright_core::DecisionChange) -> DecisionChange {
+    DecisionChange { path: decision.path.as_str().to_owned(), before: decision.before, after: decision.after }
+}
+
+/// What the recompute `report` of a run whose model calls cost `then` uses: in total, and
+/// for each step whose usage changed.
+pub(crate) fn usage_change(report: &stepwright_core::RecomputeReport, then: stepwright_llm::Rollup) -> UsageChange {
     let stepwright_llm::Rollup { by_step: before_by_step, total: before } = then;
     let (mut after_by_step, _) = stepwright_llm::rollup(&report.recomputed_events);
     // A served step's usage is what it used the first time (its calls were not made again).
@@ -302,59 +335,44 @@ pub fn recompute_view(report: stepwright_core::RecomputeReport, then: stepwright
         if step.change == stepwright_core::StepChange::Served
             && let Some(kept) = before_by_step.get(step.path.as_str())
         {
-            after_by_step.insert(step.path.as_str().to_owned(), *kept);
+            after_by_step.insert(step.path.clone(), *kept);
         }
     }
-    // Events made by the sandbox for served paths were already replaced above; a path
-    // that only the original has (its step no longer runs) counts zero after.
-    let order: std::collections::HashMap<&str, usize> =
-        report.steps.iter().enumerate().map(|(i, s)| (s.path.as_str(), i)).collect();
-    let mut paths: Vec<&String> = before_by_step
-        .keys()
-        .chain(after_by_step.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    paths.sort_by_key(|p| order.get(p.as_str()).copied().unwrap_or(usize::MAX));
-    let steps: Vec<StepUsageChange> = paths
-        .into_iter()
-        .filter_map(|path| {
-            let (b, a) = (
-                before_by_step.get(path).copied().unwrap_or_default(),
-                after_by_step.get(path).copied().unwrap_or_default(),
-            );
-            (b != a).then(|| StepUsageChange { path: path.clone(), before: totals(b), after: totals(a) })
-        })
-        .collect();
     let mut after = stepwright_llm::Totals::default();
     for totals in after_by_step.values() {
         after += *totals;
     }
-    RecomputeView {
-        run: report.run.to_string(),
-        steps: report
-            .steps
-            .into_iter()
-            .map(|step| RecomputedStep {
-                path: step.path.as_str().to_owned(),
-                change: step_change(step.change),
-                why: step.why,
-                would_execute_with: step.would_execute_with,
-            })
-            .collect(),
-        decisions: report
-            .decisions
-            .into_iter()
-            .map(|d| DecisionChange { path: d.path.as_str().to_owned(), before: d.before, after: d.after })
-            .collect(),
-        recorded_output: report.recorded_output,
-        recomputed_output: report.recomputed_output,
-        forked: report.forked.map(|run| run.to_string()),
-        changed: report.changed,
-        status: crate::wire::run_status(report.status),
-        error: report.error.as_ref().map(crate::wire::error_view),
-        usage: UsageChange { before: totals(before), after: totals(after), steps },
+    // Each step whose usage changed, in the report's order; then, sorted, any path that only
+    // the usage names (a call whose step the report does not list).
+    let usage_of = |path: &str| {
+        let (b, a) = (before_by_step.get(path).copied(), after_by_step.get(path).copied());
+        (b.is_some() || a.is_some()).then(|| (b.unwrap_or_default(), a.unwrap_or_default()))
+    };
+    let change = |path: &str, (b, a): (stepwright_llm::Totals, stepwright_llm::Totals)| {
+        (b != a).then(|| StepUsageChange { path: path.to_owned(), before: totals(b), after: totals(a) })
+    };
+    let mut steps: Vec<StepUsageChange> = Vec::new();
+    let mut listed = 0;
+    for step in &report.steps {
+        if let Some(usage) = usage_of(step.path.as_str()) {
+            listed += 1;
+            steps.extend(change(step.path.as_str(), usage));
+        }
     }
+    let both = before_by_step.keys().filter(|p| after_by_step.contains_key(*p)).count();
+    if listed < before_by_step.len() + after_by_step.len() - both {
+        let reported: std::collections::HashSet<&str> = report.steps.iter().map(|s| s.path.as_str()).collect();
+        let others: std::collections::BTreeSet<&str> = before_by_step
+            .keys()
+            .chain(after_by_step.keys())
+            .map(stepwright_core::StepPath::as_str)
+            .filter(|p| !reported.contains(p))
+            .collect();
+        for path in others {
+            steps.extend(usage_of(path).and_then(|usage| change(path, usage)));
+        }
+    }
+    UsageChange { before: totals(before), after: totals(after), steps }
 }
 
 /// What each of `runs` used of models and cost, in order (reading each run's model calls

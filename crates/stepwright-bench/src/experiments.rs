@@ -103,20 +103,24 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
     let engine = Engine::builder().store(store.clone()).build();
     let rt = current_thread();
     rt.block_on(async {
-        // Each run tagged with its batch, so that an experiment can be tried on one batch.
         let mut batches: Vec<Vec<stepwright::RunId>> = vec![Vec::new(); runs.div_ceil(BATCH)];
         for i in 0..runs {
-            let options = stepwright::StartOptions { tags: vec![format!("batch-{}", i / BATCH)], ..Default::default() };
-            let report = engine.start_with(&workflow, json!("Classify: it crashes"), options).await.expect("run");
+            let report = engine.start(&workflow, json!("Classify: it crashes")).await.expect("run");
             assert_eq!(report.status, stepwright::RunStatus::Completed, "{:?}", report.error);
             batches[i / BATCH].push(report.run_id);
         }
         let replacements = std::collections::BTreeMap::from([("smart".to_owned(), "cheap".to_owned())]);
         let rebound = stepwright::app::rebind_models(workflow.clone(), &replacements).expect("rebind");
 
-        let experiment = |concurrency: u32, batch: Option<usize>| ExperimentSpec {
+        // A batch's experiment names its runs by id, as every experiment a front end starts
+        // does (`stepwright experiments run` and `POST /v1/experiments` fix the population by
+        // id before the first recompute); the one over every run finds them by the filter.
+        let experiment = |concurrency: u32, batch: Option<&[stepwright::RunId]>| ExperimentSpec {
             experiment: "cheaper".into(),
-            runs: Population { tag: batch.map(|b| format!("batch-{b}")), ..Population::of("x2") },
+            runs: Population {
+                ids: batch.map(|ids| ids.iter().map(ToString::to_string).collect()).unwrap_or_default(),
+                ..Population::of("x2")
+            },
             change: Change { rebind: replacements.clone(), ..Change::default() },
             evaluators: vec![
                 Evaluator {
@@ -181,7 +185,7 @@ fn x2(runs: usize, store: &Arc<dyn Store>) -> X2 {
                             let report = run_experiment(
                                 &engine,
                                 store.as_ref(),
-                                &experiment(1, Some(b)),
+                                &experiment(1, Some(ids)),
                                 &candidate,
                                 None,
                                 None,

@@ -213,6 +213,13 @@ impl StepPath {
     }
 }
 
+/// A path is looked up by its text (`map.get("a/b")`): its order and hash are its text's.
+impl std::borrow::Borrow<str> for StepPath {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for StepPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.0.is_empty() { "<root>" } else { &self.0 })

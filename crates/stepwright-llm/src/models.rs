@@ -704,7 +704,7 @@ pub fn call_event(record: &CallRecord) -> serde_json::Value {
 /// Usage and cost per step path and for the whole run, from a run's events.
 pub fn rollup<'a>(
     events: impl IntoIterator<Item = &'a stepwright_core::journal::EventRecord>,
-) -> (std::collections::BTreeMap<String, Totals>, Totals) {
+) -> (std::collections::BTreeMap<stepwright_core::StepPath, Totals>, Totals) {
     let mut rollup = Rollup::default();
     events.into_iter().for_each(|event| rollup.add(event));
     (rollup.by_step, rollup.total)
@@ -715,7 +715,7 @@ pub fn rollup<'a>(
 #[derive(Clone, Debug, Default)]
 pub struct Rollup {
     /// Per step path.
-    pub by_step: std::collections::BTreeMap<String, Totals>,
+    pub by_step: std::collections::BTreeMap<stepwright_core::StepPath, Totals>,
     /// The whole run.
     pub total: Totals,
 }
@@ -727,11 +727,7 @@ impl Rollup {
             return;
         }
         let call = Totals::of_call(&event.data);
-        // A step's path is copied once, at its first call.
-        match self.by_step.get_mut(event.path.as_str()) {
-            Some(step) => *step += call,
-            None => *self.by_step.entry(event.path.as_str().to_owned()).or_default() += call,
-        }
+        *self.by_step.entry(event.path.clone()).or_default() += call;
         self.total += call;
     }
 }

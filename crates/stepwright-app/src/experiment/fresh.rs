@@ -188,7 +188,7 @@ impl Cases {
             rollup.add(event);
             rollup
         });
-        let view = crate::recompute_view(trial.report, then);
+        let usage = crate::view::usage_change(&trial.report, then);
         let judges = self.baseline.services().get::<stepwright_llm::Models>();
         let then_status = trial.baseline.record.status;
         let mut run = super::assess(
@@ -198,7 +198,8 @@ impl Cases {
             &self.caller,
             &case.input,
             then_status,
-            view,
+            trial.report,
+            usage,
             elapsed_ms,
         )
         .await;

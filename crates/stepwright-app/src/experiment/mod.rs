@@ -14,7 +14,7 @@ use serde_json::Value;
 use stepwright_api::experiment::{
     ExperimentReport, ExperimentRun, ExperimentSpec, ExperimentStatus, Population, Score, Verdict, WouldExecute,
 };
-use stepwright_api::history::{RecomputedStep, StepChange};
+use stepwright_api::history::RecomputedStep;
 use stepwright_api::run::Totals;
 use stepwright_core::store::RunFilter;
 use stepwright_core::store::experiment::{ExperimentRecord, ExperimentState, ExperimentStore};
@@ -58,6 +58,11 @@ pub fn parse_experiment(source: &str, file: &str) -> Result<ExperimentSpec, AppE
 /// # Errors
 /// What is wrong, and where in the spec.
 pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
+    prepared(spec).map(drop)
+}
+
+/// [`check_experiment`], giving the evaluators ready to score (each compiled once).
+fn prepared(spec: &ExperimentSpec) -> Result<Vec<(String, Prepared)>, String> {
     if spec.experiment.trim().is_empty() {
         return Err("`experiment` (its name) is empty".into());
     }
@@ -103,14 +108,16 @@ pub fn check_experiment(spec: &ExperimentSpec) -> Result<(), String> {
     }
     fresh::check(&spec.runs)?;
     let mut names = std::collections::HashSet::new();
+    let mut evaluators = Vec::with_capacity(spec.evaluators.len());
     for (i, evaluator) in spec.evaluators.iter().enumerate() {
-        let at = format!("`evaluators[{i}]` ({})", evaluator.name);
+        let at = || format!("`evaluators[{i}]` ({})", evaluator.name);
         if !names.insert(evaluator.name.as_str()) {
-            return Err(format!("{at}: another evaluator has this name"));
+            return Err(format!("{}: another evaluator has this name", at()));
         }
-        Prepared::new(evaluator).map_err(|why| format!("{at}: {why}"))?;
+        let ready = Prepared::new(evaluator).map_err(|why| format!("{}: {why}", at()))?;
+        evaluators.push((evaluator.name.clone(), ready));
     }
-    Ok(())
+    Ok(evaluators)
 }
 
 /// What the runs are recomputed with.
@@ -240,26 +247,30 @@ pub async fn select_runs(
             }
         }
     } else {
+        // Read a thousand headers at a time (a population of ids may be large).
+        let mut named: Vec<RunId> = Vec::with_capacity(population.ids.len());
+        let mut seen = std::collections::HashSet::with_capacity(population.ids.len());
         for id in &population.ids {
             let run: RunId = id.parse().map_err(|_| AppError::BadInput(format!("{id:?} is not a run id")))?;
-            let record = match store.load_from(run, u64::MAX).await {
-                Ok(loaded) => loaded.record,
-                Err(stepwright_core::StoreError::RunNotFound(_)) => {
-                    return Err(AppError::BadInput(format!("run {run} does not exist")));
+            if seen.insert(run) {
+                named.push(run);
+            }
+        }
+        for chunk in named.chunks(1_000) {
+            let headers = store.run_headers(chunk.to_vec()).await?;
+            let mut headers = headers.into_iter().peekable();
+            for &run in chunk {
+                // A run of another tenant is named as if it did not exist.
+                let record = headers
+                    .next_if(|r| r.id == run)
+                    .filter(|r| tenant.is_none() || r.caller.tenant.as_deref() == tenant)
+                    .ok_or_else(|| AppError::BadInput(format!("run {run} does not exist")))?;
+                if record.workflow != population.workflow {
+                    return Err(AppError::BadInput(format!(
+                        "run {run} is a run of {:?}, not of {:?}",
+                        record.workflow, population.workflow
+                    )));
                 }
-                Err(e) => return Err(e.into()),
-            };
-            // A run of another tenant is named as if it did not exist.
-            if tenant.is_some() && record.caller.tenant.as_deref() != tenant {
-                return Err(AppError::BadInput(format!("run {run} does not exist")));
-            }
-            if record.workflow != population.workflow {
-                return Err(AppError::BadInput(format!(
-                    "run {run} is a run of {:?}, not of {:?}",
-                    record.workflow, population.workflow
-                )));
-            }
-            if !runs.iter().any(|r| r.id == run) {
                 runs.push(record);
             }
         }
@@ -395,12 +406,7 @@ pub async fn run_experiment(
     tenant: Option<&str>,
     keeping: Option<Keeping<'_>>,
 ) -> Result<ExperimentReport, AppError> {
-    check_experiment(spec).map_err(AppError::BadInput)?;
-    let evaluators: Vec<(String, Prepared)> = spec
-        .evaluators
-        .iter()
-        .map(|e| Prepared::new(e).map(|p| (e.name.clone(), p)).map_err(AppError::BadInput))
-        .collect::<Result<_, _>>()?;
+    let evaluators = prepared(spec).map_err(AppError::BadInput)?;
     let runs = select_runs(store, &spec.runs, tenant).await?;
     // New inputs (`runs.inputs`): the runs found are those whose recorded effects serve them.
     let cases = match spec.runs.inputs.is_empty() {
@@ -565,21 +571,22 @@ async fn recompute_one(
         }
     };
     definitions.lock().expect("poisoned").entry(key).or_insert_with(|| (original.clone(), workflow.clone()));
+
     let started = Instant::now();
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
     let (report, then) = crate::recompute_with_usage(engine, &workflow, run, options).await?;
     // The input as the recompute read it: the population's records are headers alone.
     let input = report.recorded_input.clone();
-    let view = crate::recompute_view(report, then);
+    let usage = crate::view::usage_change(&report, then);
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
     // A judge speaks with the workflow's own bindings, not the ones the change rebinds.
     let judges = original.services().get::<stepwright_llm::Models>();
     let caller = &record.caller;
-    Ok(assess(engine, evaluators, judges.as_deref(), caller, &input, record.status, view, elapsed_ms).await)
+    Ok(assess(engine, evaluators, judges.as_deref(), caller, &input, record.status, report, usage, elapsed_ms).await)
 }
 
-/// A recompute's view, scored by the evaluators and judged: the result of one run (or new
-/// input) of the population. `then` is how the run ended then.
+/// A recompute's report and usage, scored by the evaluators and judged: the result of one
+/// run (or new input) of the population. `then` is how the run ended then.
 #[allow(clippy::too_many_arguments)] // What a past run's and a new input's trial share.
 async fn assess(
     engine: &Engine,
@@ -588,10 +595,11 @@ async fn assess(
     caller: &stepwright_core::Caller,
     input: &Value,
     then: stepwright_core::RunStatus,
-    view: stepwright_api::history::RecomputeView,
+    report: stepwright_core::RecomputeReport,
+    usage: stepwright_api::history::UsageChange,
     elapsed_ms: f64,
 ) -> ExperimentRun {
-    let (old, new) = (view.recorded_output.as_ref(), view.recomputed_output.as_ref());
+    let (old, new) = (report.recorded_output.as_ref(), report.recomputed_output.as_ref());
     let diff = match (old, new) {
         (Some(old), Some(new)) => stepwright_core::json_diff(old, new, None),
         (Some(_), None) => vec!["(the recompute gave no output)".to_owned()],
@@ -611,38 +619,40 @@ async fn assess(
             other => other.score(name, input, old, new),
         });
     }
-    let failed_now =
-        view.status == stepwright_api::RunStatus::Failed && then != stepwright_core::journal::RunStatus::Failed;
+    let status = crate::wire::run_status(report.status);
+    let failed_now = status == stepwright_api::RunStatus::Failed && then != stepwright_core::RunStatus::Failed;
     let verdict = judge(evaluators, &scores, failed_now);
     // A model call's own record (`…/call.0`) differs whenever the model does (its name, its
-    // usage): what the run did is its steps' values, decisions and output. The view's steps
-    // are taken, not copied: the report is made of them.
+    // usage): what the run did is its steps' values, decisions and output. Only the steps the
+    // report names are put in the contract's words.
     let mut step_changes: Vec<RecomputedStep> = Vec::new();
     let mut would_execute: Vec<WouldExecute> = Vec::new();
-    for step in view.steps {
+    for step in report.steps {
         if let Some(input) = &step.would_execute_with {
-            would_execute.push(WouldExecute { step: step.path.clone(), input: input.clone() });
+            would_execute.push(WouldExecute { step: step.path.as_str().to_owned(), input: input.clone() });
         }
         let changed = matches!(
             step.change,
-            StepChange::ValueChanged { .. } | StepChange::SchemaViolation { .. } | StepChange::Failed { .. }
-        ) && !step.path.rsplit('/').next().is_some_and(|last| last.starts_with("call."));
+            stepwright_core::StepChange::ValueChanged { .. }
+                | stepwright_core::StepChange::SchemaViolation { .. }
+                | stepwright_core::StepChange::Failed { .. }
+        ) && !step.path.as_str().rsplit('/').next().is_some_and(|last| last.starts_with("call."));
         if changed {
-            step_changes.push(step);
+            step_changes.push(crate::view::recomputed_step(step));
         }
     }
     let changed_steps: Vec<String> = step_changes.iter().map(|s| s.path.clone()).collect();
+    let decisions: Vec<_> = report.decisions.into_iter().map(crate::view::decision_change).collect();
     let changed = !diff.is_empty()
         || !changed_steps.is_empty()
         || !would_execute.is_empty()
-        || !view.decisions.is_empty()
-        || view.status != crate::wire::run_status(then);
-    let decisions = view.decisions;
+        || !decisions.is_empty()
+        || status != crate::wire::run_status(then);
     ExperimentRun {
-        run: view.run,
+        run: report.run.to_string(),
         changed,
-        status: view.status,
-        error: view.error,
+        status,
+        error: report.error.as_ref().map(crate::wire::error_view),
         diff,
         changed_steps,
         step_changes,
@@ -650,7 +660,7 @@ async fn assess(
         would_execute,
         scores,
         verdict,
-        usage: view.usage,
+        usage,
         elapsed_ms,
         evaluation_cost_usd,
         fresh: None,
@@ -755,6 +765,42 @@ mod tests {
             let score = &run.scores[0];
             assert_eq!((score.old, score.new, &score.error), (Some(1.0), Some(1.0), &None), "{run:?}");
         }
+    }
+
+    /// Runs named by id are read as headers, each once, in id order; a run that does not
+    /// exist, or is of another workflow, is named.
+    #[tokio::test]
+    async fn a_population_of_ids_is_read_once_each_and_checked() {
+        use stepwright_api::experiment::Population;
+        use stepwright_core::{InMemoryStore, Node, Outcome};
+        let step =
+            |name: &str| {
+                let echo = stepwright_core::dyn_fn_step("echo", |_ctx, input| async move {
+                    Ok(Outcome::completed((*input).clone()))
+                });
+                Workflow::builder(name).step(Node::dyn_step("echo", echo)).build().unwrap()
+            };
+        let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(InMemoryStore::new());
+        let engine = Engine::builder().store(store.clone()).build();
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            ids.push(engine.start(&step("a"), serde_json::json!(n)).await.unwrap().run_id);
+        }
+        let other = engine.start(&step("b"), serde_json::json!(0)).await.unwrap().run_id;
+        let named =
+            |runs: &[RunId]| Population { ids: runs.iter().map(ToString::to_string).collect(), ..Population::of("a") };
+        let found = select_runs(store.as_ref(), &named(&[ids[2], ids[0], ids[2], ids[1]]), None).await.unwrap();
+        let mut in_order = ids.clone();
+        in_order.sort();
+        assert_eq!(found.iter().map(|r| r.id).collect::<Vec<_>>(), in_order, "each once, in id order");
+        assert!(found.iter().all(|r| r.workflow == "a" && *r.input == Value::Null), "headers");
+        let missing = RunId::from_bytes([7; 16]);
+        let error = select_runs(store.as_ref(), &named(&[ids[0], missing]), None).await.unwrap_err().to_string();
+        assert!(error.contains(&format!("run {missing} does not exist")), "{error}");
+        let error = select_runs(store.as_ref(), &named(&[other]), None).await.unwrap_err().to_string();
+        assert!(error.contains("is a run of \"b\", not of \"a\""), "{error}");
+        let error = select_runs(store.as_ref(), &named(&[ids[0]]), Some("globex")).await.unwrap_err().to_string();
+        assert!(error.contains("does not exist"), "another tenant's run: {error}");
     }
 
     #[test]

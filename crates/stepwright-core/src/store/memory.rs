@@ -144,6 +144,16 @@ impl InMemoryStore {
     }
 }
 
+/// A copy of `record` without its input, output and error (a listing's header): they are
+/// set aside while the rest is cloned, and put back.
+fn header_of(record: &mut RunRecord) -> RunRecord {
+    let (output, error) = (record.output.take(), record.error.take());
+    let input = std::mem::replace(&mut record.input, Arc::new(Value::Null));
+    let header = record.clone();
+    (record.output, record.error, record.input) = (output, error, input);
+    header
+}
+
 impl Store for InMemoryStore {
     fn blob(&self, hash: ContentHash) -> BoxFuture<'_, Result<Option<Arc<Value>>, StoreError>> {
         let found = InMemoryStore::blob(self, &hash);
@@ -317,8 +327,6 @@ impl Store for InMemoryStore {
     }
 
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
-        // Each record is tested where it lies and only a match is copied: a listing of a
-        // few runs among many copies those few.
         let matches = |r: &RunRecord| {
             filter.status.is_none_or(|s| s == r.status)
                 && filter.workflow.as_deref().is_none_or(|w| w == r.workflow)
@@ -338,36 +346,58 @@ impl Store for InMemoryStore {
                     .as_deref()
                     .is_none_or(|text| r.input.to_string().to_ascii_lowercase().contains(&text.to_ascii_lowercase()))
         };
-        let mut runs: Vec<RunRecord> = self
-            .runs
-            .read()
-            .expect("poisoned")
+        // Each record is tested where it lies; only the page is copied (a listing pages through
+        // many matches a few at a time), and a header without its input and output.
+        let by_update = filter.updated_since.is_some();
+        let all = self.runs.read().expect("poisoned");
+        let cursor = match filter.before.filter(|_| !by_update) {
+            None => None,
+            Some(before) => {
+                let at = all
+                    .get(&before)
+                    .and_then(|data| data.lock().expect("poisoned").record.as_ref().map(|r| (r.created_at, r.id)));
+                match at {
+                    Some(at) => Some(at),
+                    None => return Box::pin(std::future::ready(Ok(Vec::new()))),
+                }
+            }
+        };
+        let mut found: Vec<(Timestamp, RunId, &Arc<Mutex<MemoryRun>>)> = all
             .values()
-            .filter_map(|r| r.lock().expect("poisoned").record.as_ref().filter(|r| matches(r)).cloned())
+            .filter_map(|data| {
+                let held = data.lock().expect("poisoned");
+                let r = held.record.as_ref().filter(|r| matches(r))?;
+                if cursor.is_some_and(|cursor| (r.created_at, r.id) >= cursor) {
+                    return None;
+                }
+                Some((if by_update { r.updated_at } else { r.created_at }, r.id, data))
+            })
             .collect();
-        if let Some(before) = filter.before.filter(|_| filter.updated_since.is_none()) {
-            let cursor = self
-                .run(before)
-                .and_then(|data| data.lock().expect("poisoned").record.as_ref().map(|r| (r.created_at, r.id)));
-            match cursor {
-                Some(cursor) => runs.retain(|r| (r.created_at, r.id) < cursor),
-                None => runs.clear(),
-            }
-        }
-        if filter.updated_since.is_some() {
-            runs.sort_by(|a, b| a.updated_at.cmp(&b.updated_at).then(a.id.cmp(&b.id)));
+        if by_update {
+            found.sort_unstable_by_key(|r| (r.0, r.1));
         } else {
-            runs.sort_by(|a, b| b.created_at.cmp(&a.created_at).then(b.id.cmp(&a.id)));
+            found.sort_unstable_by_key(|r| std::cmp::Reverse((r.0, r.1)));
         }
-        runs.truncate(filter.limit.unwrap_or(100));
-        if filter.headers_only {
-            for run in &mut runs {
-                run.input = Arc::new(Value::Null);
-                run.output = None;
-                run.error = None;
-            }
-        }
+        found.truncate(filter.limit.unwrap_or(100));
+        // A record changed since it was tested is copied as it is now: it matched then.
+        let runs: Vec<RunRecord> = found
+            .into_iter()
+            .filter_map(|(_, _, data)| {
+                let mut held = data.lock().expect("poisoned");
+                let record = held.record.as_mut()?;
+                Some(if filter.headers_only { header_of(record) } else { record.clone() })
+            })
+            .collect();
         Box::pin(std::future::ready(Ok(runs)))
+    }
+
+    fn run_headers(&self, runs: Vec<RunId>) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        let all = self.runs.read().expect("poisoned");
+        let headers = runs
+            .iter()
+            .filter_map(|run| all.get(run)?.lock().expect("poisoned").record.as_mut().map(header_of))
+            .collect();
+        Box::pin(std::future::ready(Ok(headers)))
     }
 
     fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {

@@ -332,6 +332,29 @@ pub trait Store: Send + Sync + 'static {
     /// Runs matching a filter, newest first.
     fn list_runs(&self, filter: RunFilter) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>>;
 
+    /// The headers of those of `runs` that exist (without input, output and error, as a
+    /// [`RunFilter::headers_only`] listing gives them), in the order asked: what a caller
+    /// that names its runs by id reads before it works on them, in one read where the
+    /// store can. Name each run once.
+    fn run_headers(&self, runs: Vec<RunId>) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(async move {
+            let mut headers = Vec::with_capacity(runs.len());
+            for run in runs {
+                match self.load_from(run, u64::MAX).await {
+                    Ok(loaded) => headers.push(RunRecord {
+                        input: std::sync::Arc::new(Value::Null),
+                        output: None,
+                        error: None,
+                        ..loaded.record
+                    }),
+                    Err(StoreError::RunNotFound(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(headers)
+        })
+    }
+
     /// Deletes one run and everything it recorded, then every blob no run references.
     fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>>;
 

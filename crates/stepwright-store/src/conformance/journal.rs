@@ -535,6 +535,15 @@ pub async fn list_filters(store: &dyn Store) {
     assert!(headers.iter().all(|r| *r.input == serde_json::Value::Null && r.output.is_none()));
     assert_eq!(headers[0].workflow, "b");
     assert_eq!(headers[0].caller, all[0].caller, "the rest of the header is there");
+    // Headers by id: those that exist, in the order asked, as a listing of headers gives them.
+    let named = store.run_headers(vec![id(10), id(99), id(12)]).await.expect("headers by id");
+    assert_eq!(
+        named.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [id(10), id(12)],
+        "a run that does not exist is left out"
+    );
+    assert_eq!(named[1], headers[0], "the same header a listing gives");
+    assert!(store.run_headers(Vec::new()).await.expect("no runs").is_empty());
     // Tenants: a run started in a tenant is listed only to that tenant's filter.
     let mut owned = record(13, "a", RunStatus::Completed, 13);
     owned.caller.tenant = Some("globex".into());

@@ -357,6 +357,21 @@ impl Store for PostgresStore {
         })
     }
 
+    fn run_headers(&self, runs: Vec<RunId>) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {RUN_HEADER_COLUMNS} FROM stepwright_runs WHERE id = ANY($1)"
+            )))
+            .bind(runs.iter().copied().map(uuid).collect::<Vec<_>>())
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("reading run headers"))?;
+            let mut found: HashMap<RunId, RunRecord> =
+                rows.iter().map(run_from_row).map(|r| r.map(|r| (r.id, r))).collect::<Result<_, _>>()?;
+            Ok(runs.iter().filter_map(|run| found.remove(run)).collect())
+        })
+    }
+
     fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {
         Box::pin(self.remove(vec![run]))
     }

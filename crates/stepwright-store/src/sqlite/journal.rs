@@ -385,6 +385,24 @@ impl Store for SqliteStore {
         }))
     }
 
+    fn run_headers(&self, runs: Vec<RunId>) -> BoxFuture<'_, Result<Vec<RunRecord>, StoreError>> {
+        Box::pin(self.read("reading run headers", move |conn| {
+            let mut stmt = conn
+                .prepare_cached(&format!("SELECT {RUN_HEADER_COLUMNS} FROM runs WHERE id = ?1"))
+                .map_err(|e| backend("reading run headers", e))?;
+            let mut headers = Vec::with_capacity(runs.len());
+            for run in runs {
+                let id = run.as_uuid().into_bytes();
+                if let Some(header) =
+                    stmt.query_row([&id[..]], run_from_row).optional().map_err(|e| backend("reading run headers", e))?
+                {
+                    headers.push(header);
+                }
+            }
+            Ok(headers)
+        }))
+    }
+
     fn erase_run(&self, run: RunId) -> BoxFuture<'_, Result<Removed, StoreError>> {
         Box::pin(self.send(move |ack| Op::Remove(Removal::Runs(vec![run]), ack)))
     }
