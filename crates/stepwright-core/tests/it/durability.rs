@@ -408,3 +408,23 @@ async fn an_outage_longer_than_the_lease_stops_the_run_before_its_write() {
     assert!(stopped.is_err(), "{stopped:?}");
     assert_eq!(writes.get(), 0, "nothing was done without its intent stored");
 }
+
+/// A store that does not read headers by id itself reads each run as `load_from` gives it:
+/// the headers a memory store reads whole, in the order asked, a missing run left out.
+#[tokio::test]
+async fn headers_by_id_default_to_each_runs_own_read() {
+    let store = Arc::new(Counting::new());
+    let engine = engine_on(store.clone(), Durability::Sync, Duration::from_secs(3600));
+    let workflow = {
+        let calls = Counter::default();
+        Workflow::builder("two").steps((0..2).map(|i| pure(&format!("s{i}"), &calls))).build().unwrap()
+    };
+    let a = engine.start(&workflow, json!(1)).await.unwrap().run_id;
+    let b = engine.start(&workflow, json!(2)).await.unwrap().run_id;
+    let missing = RunId::from_bytes([9; 16]);
+    let by_default = store.run_headers(vec![b, missing, a]).await.unwrap();
+    let by_memory = store.inner.run_headers(vec![b, missing, a]).await.unwrap();
+    assert_eq!(by_default.iter().map(|r| r.id).collect::<Vec<_>>(), [b, a]);
+    assert_eq!(by_default, by_memory);
+    assert!(by_default.iter().all(|r| *r.input == serde_json::Value::Null && r.output.is_none()));
+}
