@@ -392,3 +392,63 @@ pub async fn usage_of(
         .try_collect()
         .await
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use stepwright_core::journal::EventRecord;
+    use stepwright_core::{RecomputeReport, RecomputedStep, RunId, StepChange, StepPath, Timestamp};
+
+    fn call(path: &str, input_tokens: u64) -> EventRecord {
+        EventRecord {
+            run: RunId::from_bytes([1; 16]),
+            path: StepPath::new(path),
+            at: Timestamp::from_micros(0),
+            tenant: None,
+            user: None,
+            kind: stepwright_llm::MODEL_CALL_EVENT.to_owned(),
+            data: json!({ "usage": { "input_tokens": input_tokens, "output_tokens": 1 }, "cost_usd": 0.5 }),
+        }
+    }
+
+    /// The steps whose usage changed come in the report's order, then (sorted) the paths only
+    /// the usage names; a served step costs what it cost then; a path gone costs nothing now.
+    #[test]
+    fn the_usage_change_follows_the_report_and_counts_served_steps_as_then() {
+        let step = |path: &str, change| RecomputedStep {
+            path: StepPath::new(path),
+            change,
+            why: None,
+            would_execute_with: None,
+        };
+        let report = RecomputeReport {
+            run: RunId::from_bytes([1; 16]),
+            steps: vec![
+                step("b", StepChange::Served),
+                step("a", StepChange::ValueChanged { diff: Vec::new() }),
+                step("c", StepChange::Clean),
+            ],
+            decisions: Vec::new(),
+            recorded_input: std::sync::Arc::new(json!(null)),
+            recorded_output: None,
+            recomputed_output: None,
+            forked: None,
+            changed: true,
+            status: stepwright_core::RunStatus::Completed,
+            error: None,
+            recomputed_events: vec![call("a", 5), call("c", 7), call("y", 3)],
+        };
+        let mut then = stepwright_llm::Rollup::default();
+        for event in [call("a", 10), call("b", 20), call("c", 7), call("z", 4)] {
+            then.add(&event);
+        }
+        let usage = super::usage_change(&report, then);
+        let paths: Vec<&str> = usage.steps.iter().map(|s| s.path.as_str()).collect();
+        assert_eq!(paths, ["a", "y", "z"], "b was served, c used the same; y and z only the usage names");
+        assert_eq!((usage.steps[0].before.input_tokens, usage.steps[0].after.input_tokens), (10, 5));
+        assert_eq!((usage.steps[1].before.calls, usage.steps[1].after.input_tokens), (0, 3));
+        assert_eq!((usage.steps[2].before.input_tokens, usage.steps[2].after.calls), (4, 0));
+        assert_eq!((usage.before.input_tokens, usage.after.input_tokens), (41, 5 + 20 + 7 + 3));
+        assert_eq!((usage.before.calls, usage.after.calls), (4, 4));
+    }
+}

@@ -571,7 +571,6 @@ async fn recompute_one(
         }
     };
     definitions.lock().expect("poisoned").entry(key).or_insert_with(|| (original.clone(), workflow.clone()));
-
     let started = Instant::now();
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
     let (report, then) = crate::recompute_with_usage(engine, &workflow, run, options).await?;
