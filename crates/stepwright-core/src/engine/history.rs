@@ -203,7 +203,7 @@ fn below(path: &StepPath, wholes: &std::collections::HashSet<&str>) -> bool {
 #[must_use]
 pub fn json_diff(before: &Value, after: &Value, key: Option<&str>) -> Vec<String> {
     let mut out = Vec::new();
-    diff_into("", before, after, key, &mut out);
+    diff_into(&mut String::new(), before, after, key, &mut out);
     out
 }
 
@@ -211,46 +211,65 @@ fn show(value: Option<&Value>) -> String {
     value.map_or_else(|| "(absent)".to_owned(), Value::to_string)
 }
 
-fn diff_into(at: &str, before: &Value, after: &Value, key: Option<&str>, out: &mut Vec<String>) {
+/// The differences under the pointer `at`, which each level extends while it looks below and
+/// gives back after (a recompute diffs every changed step's output: a path string allocated
+/// per key visited cost more than the rest). Equal values are not looked into.
+fn diff_into(at: &mut String, before: &Value, after: &Value, key: Option<&str>, out: &mut Vec<String>) {
+    use std::fmt::Write as _;
+    if before == after {
+        return;
+    }
+    let here = at.len();
     match (before, after) {
         (Value::Object(a), Value::Object(b)) => {
             let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
             keys.sort();
             keys.dedup();
             for k in keys {
-                let here = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
-                match (a.get(k), b.get(k)) {
-                    (Some(x), Some(y)) => diff_into(&here, x, y, key, out),
-                    (x, y) => out.push(format!("{here}: {} → {}", show(x), show(y))),
+                at.push('/');
+                if k.contains(['~', '/']) {
+                    at.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                } else {
+                    at.push_str(k);
                 }
+                match (a.get(k), b.get(k)) {
+                    (Some(x), Some(y)) => diff_into(at, x, y, key, out),
+                    (x, y) => out.push(format!("{at}: {} → {}", show(x), show(y))),
+                }
+                at.truncate(here);
             }
         }
         (Value::Array(a), Value::Array(b)) => {
-            let keyed = |items: &Vec<Value>| -> Option<Vec<(String, Value)>> {
+            // Items matched by their `key` when every item has one, else by position.
+            fn keyed<'v>(items: &'v [Value], key: Option<&str>) -> Option<Vec<(String, &'v Value)>> {
                 let key = key?;
-                items.iter().map(|v| v.get(key).map(|k| (k.to_string(), v.clone()))).collect()
-            };
-            if let (Some(a), Some(b)) = (keyed(a), keyed(b)) {
+                items.iter().map(|v| v.get(key).map(|k| (k.to_string(), v))).collect()
+            }
+            if let (Some(a), Some(b)) = (keyed(a, key), keyed(b, key)) {
+                let name = key.unwrap_or_default();
                 for (k, x) in &a {
+                    let _ = write!(at, "[{name}={k}]");
                     match b.iter().find(|(kb, _)| kb == k) {
-                        Some((_, y)) => diff_into(&format!("{at}[{}={k}]", key.unwrap_or_default()), x, y, key, out),
-                        None => out.push(format!("{at}[{}={k}]: {} → (absent)", key.unwrap_or_default(), x)),
+                        Some((_, y)) => diff_into(at, x, y, key, out),
+                        None => out.push(format!("{at}: {x} → (absent)")),
                     }
+                    at.truncate(here);
                 }
                 for (k, y) in b.iter().filter(|(k, _)| !a.iter().any(|(ka, _)| ka == k)) {
-                    out.push(format!("{at}[{}={k}]: (absent) → {y}", key.unwrap_or_default()));
+                    out.push(format!("{at}[{name}={k}]: (absent) → {y}"));
                 }
             } else {
                 for i in 0..a.len().max(b.len()) {
+                    let _ = write!(at, "/{i}");
                     match (a.get(i), b.get(i)) {
-                        (Some(x), Some(y)) => diff_into(&format!("{at}/{i}"), x, y, key, out),
-                        (x, y) => out.push(format!("{at}/{i}: {} → {}", show(x), show(y))),
+                        (Some(x), Some(y)) => diff_into(at, x, y, key, out),
+                        (x, y) => out.push(format!("{at}: {} → {}", show(x), show(y))),
                     }
+                    at.truncate(here);
                 }
             }
         }
-        (x, y) if x != y => out.push(format!("{}: {x} → {y}", if at.is_empty() { "/" } else { at })),
-        _ => {}
+        (x, y) => out.push(format!("{}: {x} → {y}", if at.is_empty() { "/" } else { at })),
     }
 }
 
@@ -750,6 +769,29 @@ mod tests {
         assert!(json_diff(&json!({ "x": [1] }), &json!({ "x": [1] }), None).is_empty());
         let keyed = json_diff(&json!([{ "id": 1, "v": "a" }]), &json!([{ "id": 1, "v": "b" }]), Some("id"));
         assert_eq!(keyed, ["[id=1]/v: \"a\" → \"b\""]);
+        // Pointers escape `~` and `/`; each sibling's pointer is its own after a deep one.
+        let before = json!({ "a/b": { "deep": [1, { "x": 1 }] }, "t~x": 1, "z": { "k": "s" }, "gone": true });
+        let after = json!({ "a/b": { "deep": [1, { "x": 2 }] }, "t~x": 2, "z": { "k": "t" }, "new": null });
+        assert_eq!(
+            json_diff(&before, &after, None),
+            [
+                "/a~1b/deep/1/x: 1 → 2",
+                "/gone: true → (absent)",
+                "/new: (absent) → null",
+                "/t~0x: 1 → 2",
+                "/z/k: \"s\" → \"t\"",
+            ]
+        );
+        assert_eq!(json_diff(&json!(1), &json!("1"), None), ["/: 1 → \"1\""]);
+        let items = |v: &[(i64, &str)]| json!(v.iter().map(|(id, s)| json!({ "id": id, "s": s })).collect::<Vec<_>>());
+        assert_eq!(
+            json_diff(&items(&[(1, "a"), (2, "b")]), &items(&[(3, "c"), (1, "z")]), Some("id")),
+            [
+                "[id=1]/s: \"a\" → \"z\"",
+                "[id=2]: {\"id\":2,\"s\":\"b\"} → (absent)",
+                "[id=3]: (absent) → {\"id\":3,\"s\":\"c\"}",
+            ]
+        );
     }
 
     /// `below` says what `StepPath::starts_with` says of every whole, less the path itself.
