@@ -567,10 +567,11 @@ async fn recompute_one(
                 Candidate::EachRunsOwn(bindings) => crate::definition_of(store, run, bindings).await?,
             };
             let rebound = crate::rebind_models(original.clone(), &spec.change.rebind)?;
+            // Kept for the runs after (the first of two built at once wins; both are the same).
+            definitions.lock().expect("poisoned").entry(key).or_insert_with(|| (original.clone(), rebound.clone()));
             (original, rebound)
         }
     };
-    definitions.lock().expect("poisoned").entry(key).or_insert_with(|| (original.clone(), workflow.clone()));
     let started = Instant::now();
     let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
     let (report, then) = crate::recompute_with_usage(engine, &workflow, run, options).await?;
