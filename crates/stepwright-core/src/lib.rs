@@ -57,7 +57,8 @@ pub use engine::owner::{is_dead_local_process, local_worker_id};
 pub use engine::{
     AwaitedEvent, DecisionChange, DefinitionResolver, Engine, EngineBuilder, EngineError, ForkPatch, FreshTrial,
     PendingInterrupt, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, ResumeOptions, RunOutcome,
-    RunReport, Runner, RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepReplay, json_diff,
+    RunReport, Runner, RunnerEvent, RunnerLog, StartOptions, StepChange, StepComparison, StepFilter, StepReplay,
+    json_diff,
 };
 pub use error::{BuildError, BuildProblem, ErrorCode, Fault, StepError};
 pub use hash::ContentHash;

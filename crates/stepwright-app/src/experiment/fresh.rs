@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use stepwright_api::experiment::{ExperimentRun, ExperimentSpec, FreshCase, Population, ServedAnswer};
 use stepwright_core::journal::Record;
-use stepwright_core::{Caller, Engine, RecordedEffects, RunId, RunRecord, StartOptions, StepPath, Store, Workflow};
+use stepwright_core::{Caller, Engine, RecordedEffects, RunId, RunRecord, StartOptions, Store, Workflow};
 
 use super::{Candidate, MAX_POPULATION, Prepared, drawn, without_models};
 use crate::AppError;
@@ -170,9 +170,9 @@ impl Cases {
         let mut case = self.case(spec, index);
         let started = std::time::Instant::now();
         let options = StartOptions { caller: self.caller.clone(), ..StartOptions::default() };
-        let from = spec.change.from.as_deref().map(StepPath::new);
+        let recompute = super::recompute_options(spec);
         let trial = engine
-            .try_fresh(&self.baseline, &self.candidate, case.input.clone(), options, from, self.recorded.clone())
+            .try_fresh(&self.baseline, &self.candidate, case.input.clone(), options, recompute, self.recorded.clone())
             .await?;
         let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
         // Every intent in a sandbox's fresh run is an answer it was served (it performs none).

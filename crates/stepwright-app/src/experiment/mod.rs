@@ -573,8 +573,7 @@ async fn recompute_one(
         }
     };
     let started = Instant::now();
-    let options = RecomputeOptions { from: spec.change.from.as_deref().map(StepPath::new), persist: false };
-    let (report, then) = crate::recompute_with_usage(engine, &workflow, run, options).await?;
+    let (report, then) = crate::recompute_with_usage(engine, &workflow, run, recompute_options(spec)).await?;
     // The input as the recompute read it: the population's records are headers alone.
     let input = report.recorded_input.clone();
     let usage = crate::view::usage_change(&report, then);
@@ -583,6 +582,23 @@ async fn recompute_one(
     let judges = original.services().get::<stepwright_llm::Models>();
     let caller = &record.caller;
     Ok(assess(engine, evaluators, judges.as_deref(), caller, &input, record.status, report, usage, elapsed_ms).await)
+}
+
+/// How an experiment recomputes a run (or a new input's run): from the change's step, kept
+/// nowhere, and without the diffs of the steps it drops.
+pub(super) fn recompute_options(spec: &ExperimentSpec) -> RecomputeOptions {
+    RecomputeOptions {
+        from: spec.change.from.as_deref().map(StepPath::new),
+        persist: false,
+        without_diff: Some(stepwright_core::StepFilter::new(model_call_record)),
+    }
+}
+
+/// Whether the step at `path` is an `llm` step's own record of a model call (`…/call.0`):
+/// it differs whenever the model does (its name, its usage), so an experiment leaves it
+/// out. What the run did is its steps' values, decisions and output.
+fn model_call_record(path: &StepPath) -> bool {
+    path.as_str().rsplit('/').next().is_some_and(|last| last.starts_with("call."))
 }
 
 /// A recompute's report and usage, scored by the evaluators and judged: the result of one
@@ -622,9 +638,7 @@ async fn assess(
     let status = crate::wire::run_status(report.status);
     let failed_now = status == stepwright_api::RunStatus::Failed && then != stepwright_core::RunStatus::Failed;
     let verdict = judge(evaluators, &scores, failed_now);
-    // A model call's own record (`…/call.0`) differs whenever the model does (its name, its
-    // usage): what the run did is its steps' values, decisions and output. Only the steps the
-    // report names are put in the contract's words.
+    // Only the steps kept are put in the contract's words.
     let mut step_changes: Vec<RecomputedStep> = Vec::new();
     let mut would_execute: Vec<WouldExecute> = Vec::new();
     for step in report.steps {
@@ -636,7 +650,7 @@ async fn assess(
             stepwright_core::StepChange::ValueChanged { .. }
                 | stepwright_core::StepChange::SchemaViolation { .. }
                 | stepwright_core::StepChange::Failed { .. }
-        ) && !step.path.as_str().rsplit('/').next().is_some_and(|last| last.starts_with("call."));
+        ) && !model_call_record(&step.path);
         if changed {
             step_changes.push(crate::view::recomputed_step(step));
         }

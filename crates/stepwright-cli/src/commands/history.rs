@@ -73,7 +73,8 @@ pub(crate) async fn recompute(
         None => definition_of(&store, run, flags).await?,
     };
     let workflow = stepwright::app::rebind_models(workflow, &rebind)?;
-    let options = stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist };
+    let options =
+        stepwright::RecomputeOptions { from: from.as_deref().map(StepPath::new), persist, without_diff: None };
     let engine = cli_engine(&store, false, g.flags);
     print_recompute(&stepwright::app::recompute_with_report(&engine, &workflow, run, options).await?, json)
 }

@@ -29,8 +29,9 @@ pub struct FreshTrial {
 
 impl Engine {
     /// Runs `baseline` on `input` as a new run in a sandbox, then recomputes it with
-    /// `candidate` (from `from`, when given) in another, and reports what changed. Nothing is
-    /// written to this engine's store; no effect is performed (see the module's doc).
+    /// `candidate` in another (as `recompute` says, but for `persist`: the run is in no
+    /// store, and is not kept), and reports what changed. Nothing is written to this engine's
+    /// store; no effect is performed (see the module's doc).
     ///
     /// # Errors
     /// The input does not meet the baseline's schema; the sandbox fails.
@@ -40,7 +41,7 @@ impl Engine {
         candidate: &Workflow,
         input: Value,
         options: StartOptions,
-        from: Option<crate::ids::StepPath>,
+        recompute: RecomputeOptions,
         recorded: Arc<RecordedEffects>,
     ) -> Result<FreshTrial, EngineError> {
         let record = self.new_record(baseline, input, StartOptions { concurrency: None, ..options }, true)?;
@@ -54,8 +55,8 @@ impl Engine {
         let (_, sandbox) = self.in_sandbox(baseline, &blank, index, "experiment").await?;
         let journal = sandbox.load(run).await.map_err(EngineError::store(run))?;
         let baseline_events = sandbox.events(run).await.map_err(EngineError::store(run))?;
-        let options = RecomputeOptions { from, persist: false };
-        let report = self.recompute_over(candidate, journal.clone(), options, Some(recorded)).await?;
+        let recompute = RecomputeOptions { persist: false, ..recompute };
+        let report = self.recompute_over(candidate, journal.clone(), recompute, Some(recorded)).await?;
         Ok(FreshTrial { baseline: journal, baseline_events, report })
     }
 }

@@ -141,6 +141,34 @@ pub struct RecomputeOptions {
     pub from: Option<StepPath>,
     /// Keep the result as a new run, forked from the original (lineage recorded).
     pub persist: bool,
+    /// Steps whose changed value is reported without the lines of its diff (none, when
+    /// unset): for a caller that drops such steps and would pay for lines it never reads, as
+    /// an experiment drops each model call's own record. Such a step is still
+    /// [`StepChange::ValueChanged`], with no lines.
+    pub without_diff: Option<StepFilter>,
+}
+
+/// Which steps something applies to, by path: see [`RecomputeOptions::without_diff`].
+#[derive(Clone)]
+pub struct StepFilter(Arc<dyn Fn(&StepPath) -> bool + Send + Sync>);
+
+impl StepFilter {
+    /// The steps `matches` says yes to.
+    pub fn new(matches: impl Fn(&StepPath) -> bool + Send + Sync + 'static) -> Self {
+        Self(Arc::new(matches))
+    }
+
+    /// Whether the step at `path` is one of them.
+    #[must_use]
+    pub fn matches(&self, path: &StepPath) -> bool {
+        (self.0)(path)
+    }
+}
+
+impl std::fmt::Debug for StepFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StepFilter(..)")
+    }
 }
 
 /// What a recompute found.
@@ -464,6 +492,9 @@ impl Engine {
                             StepChange::Failed { error: failures[path].clone() }
                         }
                         (Some(a), Some(b)) if a == b => StepChange::Clean,
+                        (Some(_), Some(_)) if options.without_diff.as_ref().is_some_and(|f| f.matches(path)) => {
+                            StepChange::ValueChanged { diff: Vec::new() }
+                        }
                         (Some(a), Some(b)) => {
                             let key = workflow.diff_key_at(path.as_str());
                             let (x, y) = (original.blobs.get(a), sandbox.blobs.get(b));

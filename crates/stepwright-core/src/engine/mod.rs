@@ -22,7 +22,7 @@ pub use report::{AwaitedEvent, PendingInterrupt, RunReport};
 
 pub use history::{
     DecisionChange, ForkPatch, RecomputeOptions, RecomputeReport, RecomputedStep, ReplayReport, StepChange,
-    StepComparison, StepReplay, json_diff,
+    StepComparison, StepFilter, StepReplay, json_diff,
 };
 pub use runner::{DefinitionResolver, RunOutcome, Runner, RunnerEvent, RunnerLog};
 

@@ -221,13 +221,45 @@ async fn recompute_reports_keyed_diffs_and_never_repeats_writes() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_recompute_leaves_out_only_the_diffs_it_is_told_to() {
+    let (engine, _) = engine();
+    let (writes, a_calls) = (Counter::default(), Counter::default());
+    let v1 = order_flow(|x| json!([{ "sku": "a", "qty": x }]), &writes, &a_calls);
+    let run = engine.start(&v1, json!(2)).await.unwrap().run_id;
+    let v2 = order_flow(|x| json!([{ "sku": "a", "qty": x * 10 }]), &writes, &a_calls);
+    let full = engine.recompute(&v2, run, stepwright_core::RecomputeOptions::default()).await.unwrap();
+    let lines = stepwright_core::StepFilter::new(|path| path.as_str() == "lines");
+    let options = stepwright_core::RecomputeOptions { without_diff: Some(lines), ..Default::default() };
+    let bare = engine.recompute(&v2, run, options).await.unwrap();
+    let change_of = |report: &stepwright_core::RecomputeReport, path: &str| {
+        report.steps.iter().find(|s| s.path.as_str() == path).map(|s| s.change.clone()).unwrap()
+    };
+    assert_eq!(
+        change_of(&full, "lines"),
+        stepwright_core::StepChange::ValueChanged { diff: vec![r#"[sku="a"]/qty: 2 → 20"#.to_owned()] }
+    );
+    // Still a change, without its lines; every other step, the outputs and the verdict as they were.
+    assert_eq!(change_of(&bare, "lines"), stepwright_core::StepChange::ValueChanged { diff: Vec::new() });
+    let others = |report: &stepwright_core::RecomputeReport| {
+        report.steps.iter().filter(|s| s.path.as_str() != "lines").cloned().collect::<Vec<_>>()
+    };
+    assert_eq!(others(&bare), others(&full));
+    assert_eq!(
+        (bare.changed, &bare.recorded_output, &bare.recomputed_output),
+        (full.changed, &full.recorded_output, &full.recomputed_output)
+    );
+    assert!(bare.changed);
+}
+
+#[tokio::test(start_paused = true)]
 async fn recompute_from_a_step_serves_what_came_before_and_can_persist_as_a_fork() {
     let (engine, store) = engine();
     let (writes, a_calls) = (Counter::default(), Counter::default());
     let v1 = order_flow(|x| json!([{ "sku": "a", "qty": x }]), &writes, &a_calls);
     let run = engine.start(&v1, json!(3)).await.unwrap();
     let v2 = order_flow(|x| json!([{ "sku": "a", "qty": x + 1 }]), &writes, &a_calls);
-    let options = stepwright_core::RecomputeOptions { from: Some(StepPath::new("lines")), persist: true };
+    let options =
+        stepwright_core::RecomputeOptions { from: Some(StepPath::new("lines")), persist: true, without_diff: None };
     let report = engine.recompute(&v2, run.run_id, options).await.unwrap();
     assert_eq!(a_calls.get(), 1, "`a` came before `lines`: served, not run again");
     let a = report.steps.iter().find(|s| s.path.as_str() == "a").unwrap();
@@ -343,7 +375,8 @@ async fn a_served_steps_sub_steps_are_served_not_missing() {
         .build()
         .unwrap();
     let run = engine.start(&flow, json!(5)).await.unwrap();
-    let options = stepwright_core::RecomputeOptions { from: Some(StepPath::new("last")), persist: false };
+    let options =
+        stepwright_core::RecomputeOptions { from: Some(StepPath::new("last")), persist: false, without_diff: None };
     let report = engine.recompute(&flow, run.run_id, options).await.unwrap();
     let low = report.steps.iter().find(|s| s.path.as_str() == "route/low").unwrap();
     assert_eq!(low.change, stepwright_core::StepChange::Served, "{:?}", report.steps);
@@ -388,7 +421,7 @@ async fn a_guarded_write_is_compared_as_its_attempt_got_its_input() {
     let same = engine.recompute(&flow("write to"), run.run_id, stepwright_core::RecomputeOptions::default()).await;
     let send = same.unwrap().steps.into_iter().find(|s| s.path.as_str() == "send").unwrap();
     assert_eq!(send.would_execute_with, None, "the same input, through the same guardrail");
-    let kept = stepwright_core::RecomputeOptions { from: None, persist: true };
+    let kept = stepwright_core::RecomputeOptions { from: None, persist: true, without_diff: None };
     let other = engine.recompute(&flow("mail"), run.run_id, kept).await.unwrap();
     let send = other.steps.iter().find(|s| s.path.as_str() == "send").unwrap();
     assert_eq!(send.would_execute_with, Some(json!("mail [REDACTED]")), "as the attempt would get it");

@@ -137,8 +137,10 @@ async fn a_fresh_run_is_served_what_past_runs_recorded_for_the_same_input_and_pe
     let before = runs_in(&*store).await;
 
     // The same input as a past run: its charge is served, the same definition gives the same.
-    let same =
-        engine.try_fresh(&workflow, &workflow, json!(3), Default::default(), None, recorded.clone()).await.unwrap();
+    let same = engine
+        .try_fresh(&workflow, &workflow, json!(3), Default::default(), Default::default(), recorded.clone())
+        .await
+        .unwrap();
     assert_eq!(charges.get(), 2, "served, not performed");
     assert_eq!(same.baseline.record.output, Some(json!({ "done": 30 })));
     assert_eq!(same.report.recomputed_output, Some(json!({ "done": 30 })));
@@ -148,8 +150,10 @@ async fn a_fresh_run_is_served_what_past_runs_recorded_for_the_same_input_and_pe
     // the recompute, the charge stands where the baseline's run had it, and the report says
     // what it would be given now.
     let doubled = scaled(20, &charges);
-    let trial =
-        engine.try_fresh(&workflow, &doubled, json!(2), Default::default(), None, recorded.clone()).await.unwrap();
+    let trial = engine
+        .try_fresh(&workflow, &doubled, json!(2), Default::default(), Default::default(), recorded.clone())
+        .await
+        .unwrap();
     assert_eq!(charges.get(), 2);
     assert_eq!(trial.baseline.record.status, stepwright_core::RunStatus::Failed, "no past run charged 20");
     let error = trial.baseline.record.error.clone().unwrap();
@@ -164,16 +168,20 @@ async fn a_fresh_run_is_served_what_past_runs_recorded_for_the_same_input_and_pe
     assert!(charge.why.as_deref().unwrap().contains(&past[1].to_string()), "{:?}", charge.why);
 
     // A new input no past run had: not executed, then or now — the same, not a change.
-    let fresh =
-        engine.try_fresh(&workflow, &workflow, json!(7), Default::default(), None, recorded.clone()).await.unwrap();
+    let fresh = engine
+        .try_fresh(&workflow, &workflow, json!(7), Default::default(), Default::default(), recorded.clone())
+        .await
+        .unwrap();
     assert_eq!(charges.get(), 2);
     let charge = fresh.report.steps.iter().find(|s| s.path.as_str() == "charge").unwrap();
     assert_eq!((&charge.change, &charge.would_execute_with), (&StepChange::Clean, &None), "{charge:?}");
     assert!(!fresh.report.changed);
     // Changed so that the refused charge would be given another input: that is a change, and
     // the report says the input it would have been given now.
-    let fresh =
-        engine.try_fresh(&workflow, &doubled, json!(7), Default::default(), None, recorded.clone()).await.unwrap();
+    let fresh = engine
+        .try_fresh(&workflow, &doubled, json!(7), Default::default(), Default::default(), recorded.clone())
+        .await
+        .unwrap();
     assert_eq!(charges.get(), 2);
     let charge = fresh.report.steps.iter().find(|s| s.path.as_str() == "charge").unwrap();
     assert!(matches!(&charge.change, StepChange::Failed { error } if error.is(&ErrorCode::NOT_EXECUTED)));
@@ -229,7 +237,14 @@ async fn a_fresh_run_is_served_the_answer_to_the_same_call() {
     let recorded = std::sync::Arc::new(recorded);
 
     let same = engine
-        .try_fresh(&workflow, &workflow, json!({ "turn": 3, "to": "ann" }), Default::default(), None, recorded.clone())
+        .try_fresh(
+            &workflow,
+            &workflow,
+            json!({ "turn": 3, "to": "ann" }),
+            Default::default(),
+            Default::default(),
+            recorded.clone(),
+        )
         .await
         .unwrap();
     assert_eq!(sends.get(), 1, "served, not sent");
@@ -237,7 +252,14 @@ async fn a_fresh_run_is_served_the_answer_to_the_same_call() {
     assert_eq!(same.report.recomputed_output, Some(json!({ "sent": "ann" })));
 
     let other = engine
-        .try_fresh(&workflow, &workflow, json!({ "turn": 1, "to": "bob" }), Default::default(), None, recorded)
+        .try_fresh(
+            &workflow,
+            &workflow,
+            json!({ "turn": 1, "to": "bob" }),
+            Default::default(),
+            Default::default(),
+            recorded,
+        )
         .await
         .unwrap();
     assert_eq!(sends.get(), 1, "nothing sent to bob");

@@ -826,14 +826,24 @@ async fn a_fresh_run_serves_an_agents_tool_call_a_recorded_run_made() {
     let recorded = Arc::new(recorded);
 
     // Another input, the same call: served, not charged again.
-    let trial = engine.try_fresh(&flow, &flow, json!("pay the 12 now"), Default::default(), None, recorded.clone());
+    let trial = engine.try_fresh(
+        &flow,
+        &flow,
+        json!("pay the 12 now"),
+        Default::default(),
+        Default::default(),
+        recorded.clone(),
+    );
     let trial = trial.await.unwrap();
     assert_eq!(calls.get(), 1, "served, not charged");
     let answer = trial.baseline.record.output.unwrap();
     assert!(answer.as_str().unwrap().starts_with("false: {\"done\":{\"amount\":12}"), "{answer}");
     assert!(!trial.report.changed, "{:?}", trial.report.steps);
     // A call no recorded run made: not made, and the run stops there (as a recompute's does).
-    let trial = engine.try_fresh(&flow, &flow, json!("pay 99"), Default::default(), None, recorded).await.unwrap();
+    let trial = engine
+        .try_fresh(&flow, &flow, json!("pay 99"), Default::default(), Default::default(), recorded)
+        .await
+        .unwrap();
     assert_eq!(calls.get(), 1, "nothing charged");
     let error = trial.baseline.record.error.unwrap();
     assert!(error.is(&ErrorCode::NOT_EXECUTED) && error.message.contains("no recorded run made"), "{error:?}");

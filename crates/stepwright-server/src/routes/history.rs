@@ -82,7 +82,8 @@ pub(crate) async fn recompute(
         }
     };
     let workflow = stepwright_app::rebind_models(workflow, &body.models)?;
-    let options = RecomputeOptions { from: body.from.as_deref().map(StepPath::new), persist: body.persist };
+    let options =
+        RecomputeOptions { from: body.from.as_deref().map(StepPath::new), persist: body.persist, without_diff: None };
     let view = stepwright_app::recompute_with_report(&shared.engine, &workflow, run, options).await?;
     if let Some(forked) = &view.forked {
         let detail = json!({ "parent": run.to_string(), "from": body.from, "version": body.version, "models": body.models, "edited_source": body.source.is_some() });
