@@ -10,6 +10,8 @@ use minijinja::{Environment, UndefinedBehavior};
 use serde_json::Value;
 use stepwright_core::{ErrorCode, Scope, StepError};
 
+mod simple;
+
 fn env() -> &'static Environment<'static> {
     static ENV: OnceLock<Environment<'static>> = OnceLock::new();
     ENV.get_or_init(|| {
@@ -275,6 +277,43 @@ fn eval_mj(source: &str, ctx: &minijinja::Value) -> Result<Value, StepError> {
     check_defined(source, &value)?;
     serde_json::to_value(&value)
         .map_err(|e| StepError::new(ErrorCode::EXPRESSION, format!("converting `{source}`: {e}")))
+}
+
+/// An expression checked once and evaluated many times (an experiment's `check` and
+/// `compare`, over every run): a simple comparison is answered without minijinja where its
+/// answer cannot differ (see `simple`), anything else by minijinja.
+#[derive(Debug)]
+pub struct Expression {
+    source: Box<str>,
+    comparison: Option<simple::Comparison>,
+}
+
+impl Expression {
+    /// Checks `source`; the parser's message when it is not one well-formed expression.
+    ///
+    /// # Errors
+    /// What the parser said.
+    pub fn parse(source: &str) -> Result<Self, String> {
+        check_expression(source)?;
+        Ok(Self { source: source.into(), comparison: simple::parse(source) })
+    }
+
+    /// As written.
+    #[must_use]
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Its value over named values (`old`, `new`, `input`), as [`eval`] gives it.
+    ///
+    /// # Errors
+    /// It names something not given, or fails.
+    pub fn eval_over(&self, names: &[(&str, &Value)]) -> Result<Value, StepError> {
+        match self.comparison.as_ref().and_then(|c| c.eval(names)) {
+            Some(answer) => Ok(Value::Bool(answer)),
+            None => eval(&self.source, names),
+        }
+    }
 }
 
 /// Evaluates a condition: the expression's truthiness.

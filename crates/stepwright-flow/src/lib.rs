@@ -16,6 +16,7 @@ pub use compile::{
     closest, eval_event_filter, load, load_file, load_source, load_source_with, load_str, load_with, parse_duration,
     read_limited, render_event_template, render_schedule_input,
 };
+pub use expr::Expression;
 pub use schema::file_schema;
 
 /// Evaluates one expression — the language of `when:` and `{{ … }}`, with strict undefined —
@@ -25,18 +26,6 @@ pub use schema::file_schema;
 /// The expression does not parse, names something the context lacks, or fails.
 pub fn eval_expression(source: &str, ctx: &serde_json::Value) -> Result<serde_json::Value, stepwright_core::StepError> {
     expr::eval(source, ctx)
-}
-
-/// [`eval_expression`] against named values (`old`, `new`, `input`: an experiment's
-/// evaluators), which are not first copied into one JSON object.
-///
-/// # Errors
-/// The expression does not parse, names something not given, or fails.
-pub fn eval_expression_over(
-    source: &str,
-    names: &[(&str, &serde_json::Value)],
-) -> Result<serde_json::Value, stepwright_core::StepError> {
-    expr::eval(source, names)
 }
 
 /// Whether `source` is one well-formed expression; the parser's message when not.

@@ -9,8 +9,8 @@ use stepwright_api::experiment::{Evaluator, Judge, Score, Verdict, WorkerEvaluat
 /// An evaluator ready to score: its schema compiled.
 pub(super) enum Prepared {
     Schema(Arc<jsonschema::Validator>),
-    Check(String),
-    Compare(String),
+    Check(stepwright_flow::Expression),
+    Compare(stepwright_flow::Expression),
     Judge(Judge),
     Worker(WorkerEvaluator),
 }
@@ -31,11 +31,11 @@ impl Prepared {
             (Some(schema), None, None, None) => jsonschema::validator_for(schema)
                 .map(|v| Self::Schema(Arc::new(v)))
                 .map_err(|e| format!("the schema does not compile: {e}")),
-            (None, Some(check), None, None) => stepwright_flow::check_expression(check)
-                .map(|()| Self::Check(check.clone()))
+            (None, Some(check), None, None) => stepwright_flow::Expression::parse(check)
+                .map(Self::Check)
                 .map_err(|e| format!("`check` does not parse: {e}")),
-            (None, None, Some(compare), None) => stepwright_flow::check_expression(compare)
-                .map(|()| Self::Compare(compare.clone()))
+            (None, None, Some(compare), None) => stepwright_flow::Expression::parse(compare)
+                .map(Self::Compare)
                 .map_err(|e| format!("`compare` does not parse: {e}")),
             (None, None, None, Some(judge)) if judge.model.trim().is_empty() || judge.rubric.trim().is_empty() => {
                 Err("a `judge` needs a `model` (one of the workflow's bindings) and a `rubric`".into())
@@ -62,7 +62,8 @@ impl Prepared {
             }
             Self::Check(check) => {
                 let run = |output: &Value| {
-                    stepwright_flow::eval_expression_over(check, &[("output", output), ("input", input)])
+                    check
+                        .eval_over(&[("output", output), ("input", input)])
                         .map_err(|e| e.message)
                         .and_then(|v| number(v, "the check"))
                 };
@@ -75,7 +76,7 @@ impl Prepared {
                 (Some(old), Some(new)) => {
                     // true is "no worse" (0), false a regression (-1); a number is the change.
                     let names = [("old", old), ("new", new), ("input", input)];
-                    match stepwright_flow::eval_expression_over(compare, &names).map_err(|e| e.message) {
+                    match compare.eval_over(&names).map_err(|e| e.message) {
                         Ok(Value::Bool(b)) => score.new = Some(if b { 0.0 } else { -1.0 }),
                         Ok(other) => match number(other, "the comparison") {
                             Ok(n) => score.new = Some(n),

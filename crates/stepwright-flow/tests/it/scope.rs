@@ -89,12 +89,13 @@ fn named_values_are_seen_as_one_json_object_would_be() {
         ["new.category == old.category", "new.n - old.n", "input ~ '!'", "old | length", "[new.n, old.n] | max"]
     {
         assert_eq!(
-            stepwright_flow::eval_expression_over(source, &names).unwrap(),
+            stepwright_flow::Expression::parse(source).unwrap().eval_over(&names).unwrap(),
             stepwright_flow::eval_expression(source, &whole).unwrap(),
             "{source}"
         );
     }
-    assert_eq!(stepwright_flow::eval_expression_over("new.n - old.n", &names).unwrap(), json!(3));
-    let missing = stepwright_flow::eval_expression_over("output.n > 1", &names).unwrap_err();
+    let over = |source: &str| stepwright_flow::Expression::parse(source).unwrap().eval_over(&names);
+    assert_eq!(over("new.n - old.n").unwrap(), json!(3));
+    let missing = over("output.n > 1").unwrap_err();
     assert_eq!(missing.code.as_str(), "expression", "{missing:?}");
 }
