@@ -298,13 +298,7 @@ impl Expression {
         Ok(Self { source: source.into(), comparison: simple::parse(source) })
     }
 
-    /// As written.
-    #[must_use]
-    pub fn source(&self) -> &str {
-        &self.source
-    }
-
-    /// Its value over named values (`old`, `new`, `input`), as [`eval`] gives it.
+    /// Its value over named values (`old`, `new`, `input`), as minijinja gives it.
     ///
     /// # Errors
     /// It names something not given, or fails.
