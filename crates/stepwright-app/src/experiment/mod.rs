@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -460,7 +460,23 @@ pub async fn run_experiment(
             (index, Some(result))
         }
     };
-    let work = futures_util::stream::iter(0..keys.len()).map(one).buffer_unordered(concurrency).collect::<Vec<_>>();
+    // `concurrency` workers, each taking the next run when it is done with one: a run's work
+    // (a recompute's future is about 10 KiB) is not put on the heap, and no task is made, per run.
+    let next = AtomicUsize::new(0);
+    let worker = || async {
+        let mut results = Vec::new();
+        loop {
+            let index = next.fetch_add(1, Ordering::Relaxed);
+            if index >= keys.len() {
+                return results;
+            }
+            results.push(one(index).await);
+        }
+    };
+    let work = futures_util::stream::iter(0..concurrency.min(keys.len()))
+        .map(|_| worker())
+        .buffer_unordered(concurrency)
+        .concat();
     // A holder renews its hold while it works; a hold lost (another took the experiment up)
     // stops the work: the runs under way are dropped, not kept, and the other goes on.
     let mut results: Vec<(usize, Option<Result<ExperimentRun, AppError>>)> =
@@ -778,6 +794,56 @@ mod tests {
         for run in &report.runs {
             let score = &run.scores[0];
             assert_eq!((score.old, score.new, &score.error), (Some(1.0), Some(1.0), &None), "{run:?}");
+        }
+    }
+
+    /// `concurrency` is how many runs are recomputed at once: never more, and that many while
+    /// enough are left.
+    #[tokio::test]
+    async fn an_experiment_recomputes_as_many_runs_at_once_as_its_concurrency() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicUsize;
+        use stepwright_api::experiment::Population;
+        use stepwright_core::{InMemoryStore, InputSource, Node, Outcome};
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let slow = {
+            let (now, most) = (now.clone(), most.clone());
+            stepwright_core::dyn_fn_step("slow", move |_ctx, input| {
+                let (now, most) = (now.clone(), most.clone());
+                async move {
+                    most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    Ok(Outcome::completed((*input).clone()))
+                }
+            })
+        };
+        let step = Node::dyn_step("slow", slow).input(InputSource::WorkflowInput);
+        let workflow = Workflow::builder("slow").step(step).build().unwrap();
+        let store: Arc<dyn Store> = Arc::new(InMemoryStore::new());
+        let engine = Engine::builder().store(store.clone()).build();
+        for n in 0..7 {
+            engine.start(&workflow, serde_json::json!(n)).await.unwrap();
+        }
+        let candidate = Candidate::Workflow(workflow, Bindings::default());
+        for concurrency in [1, 3, 64] {
+            let spec = ExperimentSpec {
+                experiment: "at once".into(),
+                runs: Population::of("slow"),
+                change: stepwright_api::experiment::Change::default(),
+                evaluators: Vec::new(),
+                concurrency: Some(concurrency),
+                budget_usd: None,
+            };
+            most.store(0, Ordering::SeqCst);
+            let report = run_experiment(&engine, store.as_ref(), &spec, &candidate, None, None).await.unwrap();
+            assert_eq!((report.runs.len(), report.totals.unchanged), (7, 7), "concurrency {concurrency}");
+            let expected = (concurrency as usize).min(7);
+            assert_eq!(
+                most.load(Ordering::SeqCst),
+                expected,
+                "concurrency {concurrency}: at most, and that many, at once"
+            );
         }
     }
 
