@@ -273,6 +273,15 @@ pub(crate) fn eval<'a>(source: &str, ctx: impl Into<Context<'a>>) -> Result<Valu
 
 fn eval_mj(source: &str, ctx: &minijinja::Value) -> Result<Value, StepError> {
     let expr = compiled(source).map_err(|e| failed("the expression", source, &e))?;
+    eval_compiled(source, &expr, ctx)
+}
+
+/// `expr` (compiled from `source`) over `ctx`, as JSON.
+fn eval_compiled(
+    source: &str,
+    expr: &minijinja::Expression<'static, 'static>,
+    ctx: &minijinja::Value,
+) -> Result<Value, StepError> {
     let value = expr.eval(ctx).map_err(|e| failed("the expression", source, &e))?;
     check_defined(source, &value)?;
     serde_json::to_value(&value)
@@ -282,20 +291,27 @@ fn eval_mj(source: &str, ctx: &minijinja::Value) -> Result<Value, StepError> {
 /// An expression checked once and evaluated many times (an experiment's `check` and
 /// `compare`, over every run): a simple comparison is answered without minijinja where its
 /// answer cannot differ (see `simple`), anything else by minijinja.
-#[derive(Debug)]
 pub struct Expression {
     source: Box<str>,
+    /// Compiled once, here (not looked up in the shared cache on every evaluation).
+    compiled: minijinja::Expression<'static, 'static>,
     comparison: Option<simple::Comparison>,
 }
 
+impl std::fmt::Debug for Expression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Expression").field("source", &self.source).field("comparison", &self.comparison).finish()
+    }
+}
+
 impl Expression {
-    /// Checks `source`; the parser's message when it is not one well-formed expression.
+    /// Compiles `source`; the parser's message when it is not one well-formed expression.
     ///
     /// # Errors
     /// What the parser said.
     pub fn parse(source: &str) -> Result<Self, String> {
-        check_expression(source)?;
-        Ok(Self { source: source.into(), comparison: simple::parse(source) })
+        let compiled = env().compile_expression_owned(source.to_owned()).map_err(|e| describe(&e))?;
+        Ok(Self { source: source.into(), compiled, comparison: simple::parse(source) })
     }
 
     /// Its value over named values (`old`, `new`, `input`), as minijinja gives it.
@@ -305,7 +321,7 @@ impl Expression {
     pub fn eval_over(&self, names: &[(&str, &Value)]) -> Result<Value, StepError> {
         match self.comparison.as_ref().and_then(|c| c.eval(names)) {
             Some(answer) => Ok(Value::Bool(answer)),
-            None => eval(&self.source, names),
+            None => eval_compiled(&self.source, &self.compiled, &Context::from(names).value()),
         }
     }
 }
